@@ -1,0 +1,26 @@
+# raylog: `make demo` runs the end-to-end demo, `make test` runs the test suite.
+# Both create .venv with the pinned dependencies (constraints.txt) on first use.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) bench/storage.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,42 @@
+"""raylog: durable, partitioned, replayable logs on a Ray cluster.
+
+The public API (see the README and DESIGN §5)::
+
+    import raylog
+    client = raylog.connect()
+    client.create_topic("clicks", partitions=8)
+    producer = client.producer()
+    producer.send("clicks", b"value", key=b"user-42")
+
+Heavy parts (Ray, ZooKeeper) are imported on first use, so that the storage
+engine and the errors can be used on their own.
+"""
+
+from raylog.config import TopicConfig
+from raylog.errors import *  # noqa: F401,F403  (every error class is public)
+from raylog.errors import RaylogError
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "connect": "raylog.client",
+    "Client": "raylog.client",
+    "Producer": "raylog.producer",
+    "Consumer": "raylog.consumer",
+    "Message": "raylog.message",
+    "RetryPolicy": "raylog.retry",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raylog' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["RaylogError", "TopicConfig", *_LAZY]

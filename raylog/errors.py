@@ -1,0 +1,226 @@
+"""Errors raised by raylog.
+
+Every error derives from :class:`RaylogError`. Each class says, in its
+message, what the caller can do next, and carries a ``retriable`` property
+so callers branch on meaning (retry, refresh metadata, give up) rather than
+on long ``except`` chains.
+
+Errors that cross the data channel have a numeric ``code``; the classes
+register themselves with :func:`_code` and :func:`error_for_code` maps a
+code received from a broker back to the class (in the manner of kazoo's
+exception registry).
+"""
+
+from __future__ import annotations
+
+_BY_CODE: dict[int, type["RaylogError"]] = {}
+
+
+def _code(code: int):
+    """Register an error class under a wire error code."""
+
+    def register(cls):
+        if code in _BY_CODE:
+            raise RuntimeError(f"error code {code} registered twice")
+        cls.code = code
+        _BY_CODE[code] = cls
+        return cls
+
+    return register
+
+
+class RaylogError(Exception):
+    """Base class of every raylog error."""
+
+    code = 1
+    #: True when the same call may succeed if repeated later.
+    retriable = False
+
+    def __init__(self, message: str = "", **details):
+        super().__init__(message)
+        self.details = details
+        for name, value in details.items():
+            setattr(self, name, value)
+
+    def __reduce__(self):
+        # Keep details when the error crosses a Ray or process boundary.
+        return (_rebuild, (type(self), str(self), self.details))
+
+
+def _rebuild(cls, message, details):
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.details = details
+    for name, value in details.items():
+        setattr(err, name, value)
+    return err
+
+
+_BY_CODE[1] = RaylogError
+
+
+def error_for_code(code: int, message: str, **details) -> RaylogError:
+    """Build the error a broker reported with ``code``."""
+    cls = _BY_CODE.get(code, RaylogError)
+    return cls(message, **details)
+
+
+# --------------------------------------------------------------------------
+# configuration and usage
+
+
+@_code(2)
+class ConfigError(RaylogError):
+    """A setting is missing or out of range; fix the argument and call again."""
+
+
+@_code(3)
+class ClosedError(RaylogError):
+    """The object (producer, consumer, client, log) was closed; create a new one."""
+
+
+# --------------------------------------------------------------------------
+# messages and storage
+
+
+@_code(10)
+class InvalidMessageError(RaylogError):
+    """A message or message set does not follow the format (bad magic, size or
+    attributes). Nothing of the request was stored; fix the producer."""
+
+
+@_code(11)
+class CorruptMessageError(InvalidMessageError):
+    """A message's CRC32C does not match its bytes (``offset`` names it)."""
+
+
+@_code(12)
+class MessageTooLargeError(InvalidMessageError):
+    """A message or frame is larger than the configured maximum; raise
+    ``max_message_bytes`` on the topic or send smaller messages."""
+
+
+@_code(13)
+class OffsetOutOfRangeError(RaylogError):
+    """The offset is outside ``[earliest, latest]`` of the partition log.
+
+    Attributes ``offset``, ``earliest`` and ``latest`` say where valid reads
+    start and end; seek to one of them.
+    """
+
+
+@_code(14)
+class InvalidOffsetError(RaylogError):
+    """The offset lies inside the log but not on a message boundary; use an
+    offset returned by the log (a message's offset or a committed offset)."""
+
+
+@_code(15)
+class StorageError(RaylogError):
+    """The partition's disk failed; the partition actor restarts and recovers."""
+
+    retriable = True
+
+
+# --------------------------------------------------------------------------
+# the data channel
+
+
+@_code(20)
+class ProtocolError(RaylogError):
+    """A frame on the data channel was malformed; the connection is closed."""
+
+
+@_code(21)
+class FrameTooLargeError(ProtocolError):
+    """A frame claims more bytes than the endpoint accepts; it was refused
+    before any allocation. Send smaller message sets."""
+
+
+@_code(22)
+class AuthenticationError(RaylogError):
+    """The connection did not present the cluster token; pass the cluster's
+    token (``raylog.connect(token=...)``)."""
+
+
+@_code(23)
+class NotOwnerError(RaylogError):
+    """This endpoint does not serve the partition; refresh the endpoint from
+    the registry and retry (clients do this themselves)."""
+
+    retriable = True
+
+
+@_code(24)
+class BrokerUnavailableError(RaylogError):
+    """The partition's endpoint could not be reached; it may be restarting.
+    Retry after a short wait."""
+
+    retriable = True
+
+
+@_code(25)
+class RequestTimeoutError(RaylogError):
+    """No reply came within the request timeout; retry or raise the timeout."""
+
+    retriable = True
+
+
+# --------------------------------------------------------------------------
+# topics and the registry
+
+
+@_code(30)
+class UnknownTopicError(RaylogError):
+    """The topic does not exist; create it with ``client.create_topic``."""
+
+
+@_code(31)
+class TopicExistsError(RaylogError):
+    """A topic of that name already exists; pick another name or delete it."""
+
+
+@_code(32)
+class UnknownPartitionError(RaylogError):
+    """The topic has no such partition; see ``client.describe_topic``."""
+
+
+# --------------------------------------------------------------------------
+# ZooKeeper and consumer groups
+
+
+@_code(40)
+class ZooKeeperUnavailableError(RaylogError):
+    """ZooKeeper cannot be reached; check that it runs and the address is right.
+    Calls succeed again once it is back."""
+
+    retriable = True
+
+
+@_code(41)
+class SessionExpiredError(ZooKeeperUnavailableError):
+    """The ZooKeeper session expired; ephemeral nodes are gone and the client
+    re-registers. Retry the call."""
+
+
+@_code(42)
+class RebalanceError(RaylogError):
+    """A consumer-group rebalance did not complete within its retries; the
+    consumer stops rather than leaving partitions unread. Restart it."""
+
+    retriable = True
+
+
+@_code(43)
+class UnknownGroupError(RaylogError):
+    """No consumer group of that name has members or committed offsets."""
+
+
+@_code(50)
+class SchemaError(RaylogError):
+    """A schema is invalid or a value does not match its schema."""
+
+
+@_code(51)
+class UnknownSchemaError(SchemaError):
+    """No schema is registered under that id; register it first."""
