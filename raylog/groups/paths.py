@@ -1,0 +1,84 @@
+"""The ZooKeeper layout of a raylog cluster (DESIGN §4), in one place.
+
+Everything lives under ``/raylog/<cluster name>``:
+
+======================================================  ==========  ==========================================
+path                                                    kind        content
+======================================================  ==========  ==========================================
+``topics/<topic>``                                      persistent  JSON :class:`raylog.TopicConfig`
+``topics/<topic>/partitions/<p>``                       persistent  JSON ``{"node": identity, "log_dir": dir}``
+``topics/<topic>/partitions/<p>/endpoint``              ephemeral   JSON ``{"host", "port", "actor", "epoch"}``
+``consumers/<group>/ids/<consumer id>``                 ephemeral   JSON ``{"topics": [...]}``
+``consumers/<group>/owners/<topic>/<p>``                ephemeral   the owning consumer id (UTF-8)
+``consumers/<group>/offsets/<topic>/<p>``               persistent  the next byte offset to consume (ASCII)
+``schemas/<id>``                                        persistent  an Avro schema (JSON); sequential ids
+======================================================  ==========  ==========================================
+"""
+
+from __future__ import annotations
+
+DEFAULT_CLUSTER = "default"
+
+
+class Paths:
+    """Path builder for one cluster's root. Immutable; safe to share."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, cluster: str = DEFAULT_CLUSTER):
+        if not cluster or "/" in cluster:
+            from raylog.errors import ConfigError
+
+            raise ConfigError(f"cluster name must be non-empty and contain no '/': {cluster!r}")
+        self.root = f"/raylog/{cluster}"
+
+    # topics and partitions
+    @property
+    def topics(self) -> str:
+        return f"{self.root}/topics"
+
+    def topic(self, topic: str) -> str:
+        return f"{self.root}/topics/{topic}"
+
+    def partitions(self, topic: str) -> str:
+        return f"{self.root}/topics/{topic}/partitions"
+
+    def partition(self, topic: str, partition: int) -> str:
+        return f"{self.root}/topics/{topic}/partitions/{partition}"
+
+    def endpoint(self, topic: str, partition: int) -> str:
+        return f"{self.root}/topics/{topic}/partitions/{partition}/endpoint"
+
+    # consumer groups
+    @property
+    def groups(self) -> str:
+        return f"{self.root}/consumers"
+
+    def group(self, group: str) -> str:
+        return f"{self.root}/consumers/{group}"
+
+    def ids(self, group: str) -> str:
+        return f"{self.root}/consumers/{group}/ids"
+
+    def member(self, group: str, consumer_id: str) -> str:
+        return f"{self.root}/consumers/{group}/ids/{consumer_id}"
+
+    def owners(self, group: str, topic: str) -> str:
+        return f"{self.root}/consumers/{group}/owners/{topic}"
+
+    def owner(self, group: str, topic: str, partition: int) -> str:
+        return f"{self.root}/consumers/{group}/owners/{topic}/{partition}"
+
+    def offsets(self, group: str, topic: str) -> str:
+        return f"{self.root}/consumers/{group}/offsets/{topic}"
+
+    def offset(self, group: str, topic: str, partition: int) -> str:
+        return f"{self.root}/consumers/{group}/offsets/{topic}/{partition}"
+
+    # schemas
+    @property
+    def schemas(self) -> str:
+        return f"{self.root}/schemas"
+
+    def schema(self, schema_id: int) -> str:
+        return f"{self.root}/schemas/{schema_id:010d}"
