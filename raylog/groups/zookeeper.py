@@ -1,0 +1,596 @@
+"""An embedded ZooKeeper server, and a kazoo client that fails clearly.
+
+:class:`EmbeddedZooKeeper` runs a real, single-node ZooKeeper 3.6 from the
+jars that ship inside the ``pyspark`` wheel (no separate download)::
+
+    with EmbeddedZooKeeper() as server:          # a free port, a temp data dir
+        zk = connect_kazoo(server.connect_string)
+        ...
+        server.restart()                         # same port, same data
+        ...
+        zk.stop(); zk.close()
+
+The server is a child process (``java -cp <jars>
+org.apache.zookeeper.server.ZooKeeperServerMain <data dir>/zoo.cfg``) that
+writes its output to ``<data dir>/zookeeper.out``. It listens on 127.0.0.1
+only. It is stopped by PID (terminate, wait, kill) on :meth:`stop`, when the
+``with`` block ends, and at interpreter exit; when started from the main
+thread on Linux it also dies with its parent (``PR_SET_PDEATHSIG``), so a
+crashed test run leaves no server behind.
+
+The layout of a data directory::
+
+    <data dir>/zoo.cfg          the server configuration
+    <data dir>/zookeeper.out    the server's stdout and stderr
+    <data dir>/data/            snapshots and transaction logs (``dataDir``)
+
+A data directory the caller passes is kept on :meth:`stop`; one the server
+created itself (a temp dir) is removed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+
+from raylog.errors import ConfigError, RaylogError, ZooKeeperUnavailableError
+
+#: the jars a standalone ZooKeeper server needs, as glob patterns in the
+#: pyspark ``jars/`` folder (any version of each)
+SERVER_JARS = (
+    "zookeeper-[0-9]*.jar",
+    "zookeeper-jute-[0-9]*.jar",
+    "slf4j-api-[0-9]*.jar",
+    "metrics-core-[0-9]*.jar",
+    "snappy-java-[0-9]*.jar",
+)
+
+#: optional jars that give the server a logger (log4j 2 behind slf4j); without
+#: them it runs silently and start-up failures are harder to diagnose
+LOGGING_JARS = (
+    "log4j-slf4j2-impl-[0-9]*.jar",
+    "log4j-api-[0-9]*.jar",
+    "log4j-core-[0-9]*.jar",
+)
+
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+LOG_NAME = "zookeeper.out"
+CFG_NAME = "zoo.cfg"
+LOG4J_CFG_NAME = "log4j2.properties"
+
+_LOG4J_CONFIG = """\
+status = error
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = %d{ISO8601} %-5p [%t] %c{1}: %m%n
+rootLogger.level = {level}
+rootLogger.appenderRef.out.ref = out
+"""
+
+_BIND_FAILURE_TRIES = 5
+
+
+class EmbeddedZooKeeperError(RaylogError):
+    """The embedded ZooKeeper server could not be started (java or the jars
+    are missing, or the server exited); the message says which and shows the
+    tail of the server's output."""
+
+
+# --------------------------------------------------------------------------
+# finding java and the jars
+
+
+def find_java() -> str:
+    """The ``java`` executable: ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = os.path.join(java_home, "bin", "java")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("java")
+    if found is None:
+        raise EmbeddedZooKeeperError(
+            "java was not found (neither $JAVA_HOME/bin/java nor 'java' on PATH); "
+            "install a Java runtime (11 or newer, e.g. 'apt-get install "
+            "openjdk-17-jre-headless') or set JAVA_HOME, or pass the address of "
+            "an existing ZooKeeper instead of starting an embedded one"
+        )
+    return found
+
+
+def _pyspark_jars_dir() -> str:
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedZooKeeperError(
+            "pyspark is not installed, and the embedded ZooKeeper runs from "
+            "the jars inside it; install raylog's dependencies "
+            "('pip install -e .') or pass the address of an existing ZooKeeper"
+        )
+    return os.path.join(list(spec.submodule_search_locations)[0], "jars")
+
+
+def find_jars(jars_dir: str | None = None, *, logging: bool = False) -> list[str]:
+    """The ZooKeeper server jars, from ``jars_dir`` or the installed pyspark;
+    with ``logging=True`` also the log4j jars, where all of them are present."""
+    if jars_dir is None:
+        jars_dir = _pyspark_jars_dir()
+    jars, missing = [], []
+    for pattern in SERVER_JARS:
+        matches = sorted(glob.glob(os.path.join(jars_dir, pattern)))
+        if matches:
+            jars.append(matches[-1])
+        else:
+            missing.append(pattern)
+    if missing:
+        raise EmbeddedZooKeeperError(
+            f"the ZooKeeper server jars {', '.join(missing)} are missing from "
+            f"{jars_dir}; reinstall pyspark (pyspark==3.5.x ships them) or pass "
+            f"jars_dir= pointing at a folder that holds them"
+        )
+    if logging:
+        extra = [sorted(glob.glob(os.path.join(jars_dir, p))) for p in LOGGING_JARS]
+        if all(extra):
+            jars.extend(found[-1] for found in extra)
+    return jars
+
+
+def four_letter_word(port: int, command: str = "ruok", host: str = "127.0.0.1", timeout_s: float = 2.0) -> str:
+    """Send a ZooKeeper four-letter-word command (``ruok``, ``srvr``,
+    ``conf``, ``cons``, ``mntr`` ...) and return the reply ("" if the server
+    closed the connection without one). Raises OSError if nobody listens."""
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.sendall(command.encode())
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free on ``host`` a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+# --------------------------------------------------------------------------
+# dying with the parent (Linux)
+
+
+def _parent_death_signal():
+    """A ``preexec_fn`` that asks Linux to SIGKILL the child when its parent
+    thread exits, or None where that is not possible.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits,
+    so it is only used from the main thread (whose end is the process's end).
+    The libc function is looked up here, before the fork, so the child only
+    makes one foreign call between fork and exec.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    sigkill = int(signal.SIGKILL)
+
+    def preexec():
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+
+    return preexec
+
+
+# --------------------------------------------------------------------------
+# the server
+
+
+_LIVE: "weakref.WeakSet[EmbeddedZooKeeper]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_at_exit():
+    for server in list(_LIVE):
+        try:
+            server.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+class EmbeddedZooKeeper:
+    """A standalone ZooKeeper server in a child process, on 127.0.0.1.
+
+    ``port=None`` picks a free port on the first :meth:`start` (retrying if
+    another process grabs it first) and keeps it for :meth:`restart`.
+    ``data_dir=None`` uses a temp dir that :meth:`stop` removes.
+
+    Thread-safety: :meth:`start`, :meth:`stop` and :meth:`restart` serialize
+    on an internal lock, so any thread may call them; the read-only
+    properties may be read from any thread.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        *,
+        tick_ms: int = 500,
+        min_session_timeout_ms: int = 1_000,
+        max_session_timeout_ms: int = 60_000,
+        start_timeout_s: float = 60.0,
+        heap_mb: int = 256,
+        log_level: str = "INFO",
+        java: str | None = None,
+        jars_dir: str | None = None,
+    ):
+        if host != "127.0.0.1":
+            # The embedded server is a development and test tool; it never
+            # listens beyond the loopback interface.
+            raise ConfigError(f"the embedded ZooKeeper listens on 127.0.0.1 only, not {host!r}")
+        if port is not None and not (0 < port < 65536):
+            raise ConfigError(f"port must be in 1..65535, got {port!r}")
+        if min_session_timeout_ms > max_session_timeout_ms:
+            raise ConfigError("min_session_timeout_ms must not exceed max_session_timeout_ms")
+        self.host = host
+        self.tick_ms = tick_ms
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.start_timeout_s = start_timeout_s
+        self.heap_mb = heap_mb
+        self.log_level = log_level
+        self._java = java
+        self._jars_dir = jars_dir
+        self._port = port
+        self._port_fixed = port is not None
+        self._data_dir = os.path.abspath(data_dir) if data_dir is not None else None
+        self._owns_data_dir = data_dir is None
+        self._proc: subprocess.Popen | None = None
+        self._log_file = None
+        self._lock = threading.RLock()
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def port(self) -> int | None:
+        return self._port
+
+    @property
+    def connect_string(self) -> str:
+        """``"127.0.0.1:<port>"``, for :class:`kazoo.client.KazooClient`."""
+        if self._port is None:
+            raise EmbeddedZooKeeperError("the embedded ZooKeeper has no port yet; call start() first")
+        return f"{self.host}:{self._port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's PID while it runs (None before start/after stop)."""
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        proc = self._proc
+        return proc is not None and proc.poll() is None
+
+    @property
+    def data_dir(self) -> str | None:
+        return self._data_dir
+
+    @property
+    def log_path(self) -> str | None:
+        return os.path.join(self._data_dir, LOG_NAME) if self._data_dir else None
+
+    def __repr__(self):
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"EmbeddedZooKeeper({self.host}:{self._port}, {state})"
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> "EmbeddedZooKeeper":
+        """Start the server and wait until a client can connect; returns self.
+
+        Raises :class:`EmbeddedZooKeeperError` (with the tail of the server's
+        output) when java or the jars are missing, or when the server does
+        not accept a client within ``start_timeout_s``.
+        """
+        with self._lock:
+            if self.running:
+                return self
+            java = self._java or find_java()
+            classpath = os.pathsep.join(find_jars(self._jars_dir, logging=True))
+            created_dir = self._data_dir is None
+            if created_dir:
+                self._data_dir = tempfile.mkdtemp(prefix="raylog-zk-")
+            try:
+                self._start_process(java, classpath)
+            except BaseException:
+                if created_dir:
+                    # the error carries the output tail; leave no temp dir
+                    shutil.rmtree(self._data_dir, ignore_errors=True)
+                    self._data_dir = None
+                raise
+            _LIVE.add(self)
+            return self
+
+    def _start_process(self, java: str, classpath: str) -> None:
+        """Launch and wait for readiness, picking a new port on a bind race."""
+        os.makedirs(os.path.join(self._data_dir, "data"), exist_ok=True)
+        tries = 1 if self._port_fixed else _BIND_FAILURE_TRIES
+        for attempt in range(1, tries + 1):
+            if self._port is None:
+                self._port = free_port(self.host)
+            self._launch(java, classpath)
+            try:
+                self._wait_ready()
+                break
+            except _ServerExited as exited:
+                self._reap()
+                if attempt < tries and exited.bind_failure:
+                    # Another process took the port between our probe and
+                    # the server's bind; pick a new one.
+                    self._port = None
+                    continue
+                raise EmbeddedZooKeeperError(
+                    f"the embedded ZooKeeper on {self.host}:{self._port} exited with "
+                    f"code {exited.returncode} during start-up"
+                    + (" (the port is in use; pass another port or none)" if exited.bind_failure else "")
+                    + f"; its output ({self.log_path}) ends with:\n{self._log_tail()}",
+                    port_in_use=exited.bind_failure,
+                ) from None
+            except BaseException:
+                self._reap()
+                raise
+
+    def stop(self) -> None:
+        """Stop the server by PID (terminate, wait, then kill) and, if the
+        data dir is a temp dir this server created, remove it. Idempotent."""
+        with self._lock:
+            self._reap()
+            _LIVE.discard(self)
+            if self._owns_data_dir and self._data_dir is not None:
+                shutil.rmtree(self._data_dir, ignore_errors=True)
+                self._data_dir = None
+
+    def restart(self) -> "EmbeddedZooKeeper":
+        """Stop the server process and start it again on the same port with
+        the same data (znodes and sessions survive); returns self.
+
+        Clients see the connection drop and, once the server is back, resume
+        their sessions (unless a session timed out meanwhile).
+        """
+        with self._lock:
+            if self._port is None:
+                return self.start()
+            self.kill_process()
+            # The same port is required; it may linger briefly after the
+            # old process, so retry the bind a few times.
+            fixed, self._port_fixed = self._port_fixed, True
+            try:
+                for attempt in range(1, _BIND_FAILURE_TRIES + 1):
+                    try:
+                        return self.start()
+                    except EmbeddedZooKeeperError as err:
+                        if not getattr(err, "port_in_use", False) or attempt == _BIND_FAILURE_TRIES:
+                            raise
+                        time.sleep(0.2 * attempt)
+            finally:
+                self._port_fixed = fixed
+            raise AssertionError("unreachable")
+
+    def kill_process(self) -> None:
+        """Stop the server process but keep its port and data dir, so that a
+        later :meth:`start` resumes it (what :meth:`restart` does in one go).
+        Tests use this to hold ZooKeeper down for a while."""
+        with self._lock:
+            self._reap()
+
+    def __enter__(self) -> "EmbeddedZooKeeper":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------- internals
+
+    def _write_config(self) -> str:
+        cfg = os.path.join(self._data_dir, CFG_NAME)
+        lines = [
+            f"tickTime={self.tick_ms}",
+            f"dataDir={os.path.join(self._data_dir, 'data')}",
+            f"clientPort={self._port}",
+            f"clientPortAddress={self.host}",
+            f"minSessionTimeout={self.min_session_timeout_ms}",
+            f"maxSessionTimeout={self.max_session_timeout_ms}",
+            "maxClientCnxns=0",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=*",
+            # keep a test machine's disk from filling with old snapshots
+            "autopurge.snapRetainCount=3",
+            "autopurge.purgeInterval=1",
+        ]
+        with open(cfg, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return cfg
+
+    def _launch(self, java: str, classpath: str) -> None:
+        cfg = self._write_config()
+        log4j_cfg = os.path.join(self._data_dir, LOG4J_CFG_NAME)
+        with open(log4j_cfg, "w") as f:
+            f.write(_LOG4J_CONFIG.replace("{level}", self.log_level))
+        cmd = [
+            java,
+            f"-Xmx{self.heap_mb}m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.net.preferIPv4Stack=true",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            f"-Dlog4j2.configurationFile={log4j_cfg}",
+            "-cp",
+            classpath,
+            MAIN_CLASS,
+            cfg,
+        ]
+        self._log_file = open(os.path.join(self._data_dir, LOG_NAME), "ab")
+        self._log_file.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(cmd)}\n".encode())
+        self._log_file.flush()
+        self._proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            cwd=self._data_dir,
+            close_fds=True,
+            preexec_fn=_parent_death_signal(),
+        )
+
+    def _wait_ready(self) -> None:
+        """Wait until a kazoo client connects; raise _ServerExited if the
+        process ends first, EmbeddedZooKeeperError on timeout."""
+        deadline = time.monotonic() + self.start_timeout_s
+        # First the cheap probe: a four-letter word answered by *this* server
+        # (its dataDir is ours; another server may hold a port we were told
+        # to use) once it serves requests.
+        ours = os.path.join(self._data_dir, "data")
+        while True:
+            self._check_alive()
+            try:
+                conf = four_letter_word(self._port, "conf", self.host, timeout_s=1.0)
+            except OSError:
+                conf = ""
+            if "dataDir=" in conf:
+                if f"dataDir={ours}{os.sep}" in conf:
+                    break
+                time.sleep(0.2)  # someone else's server; wait for ours to exit
+            if time.monotonic() > deadline:
+                self._timed_out()
+            time.sleep(0.05)
+        # Then a real client session.
+        from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        while True:
+            self._check_alive()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._timed_out()
+            client = KazooClient(hosts=self.connect_string, timeout=10.0)
+            try:
+                client.start(timeout=min(remaining, 5.0))
+                return
+            except KazooTimeoutError:
+                continue
+            finally:
+                client.stop()
+                client.close()
+
+    def _check_alive(self) -> None:
+        code = self._proc.poll()
+        if code is not None:
+            raise _ServerExited(code, self._bind_failed())
+
+    def _timed_out(self):
+        raise EmbeddedZooKeeperError(
+            f"the embedded ZooKeeper (pid {self.pid}) did not accept a client on "
+            f"{self.connect_string} within {self.start_timeout_s:g}s; the machine "
+            f"may be overloaded (raise start_timeout_s). Its output ({self.log_path}) "
+            f"ends with:\n{self._log_tail()}"
+        )
+
+    def _bind_failed(self) -> bool:
+        tail = self._log_tail(64 * 1024)
+        if "Address already in use" in tail or "BindException" in tail:
+            return True
+        # Without a logger the server exits silently; if something else
+        # answers on the port now, the bind is what failed.
+        try:
+            socket.create_connection((self.host, self._port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    def _log_tail(self, limit: int = 4000) -> str:
+        path = self.log_path
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - limit))
+                return f.read().decode(errors="replace").rstrip() or "(no output)"
+        except (OSError, TypeError):
+            return "(no output)"
+
+    def _reap(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+class _ServerExited(Exception):
+    def __init__(self, returncode: int, bind_failure: bool):
+        super().__init__(returncode)
+        self.returncode = returncode
+        self.bind_failure = bind_failure
+
+
+# --------------------------------------------------------------------------
+# a client
+
+
+def connect_kazoo(hosts: str, timeout_s: float = 10.0, **kw):
+    """Start a :class:`kazoo.client.KazooClient` on ``hosts`` and return it,
+    connected. ``kw`` goes to ``KazooClient`` (e.g. ``timeout``, the session
+    timeout in seconds).
+
+    Raises :class:`raylog.ZooKeeperUnavailableError` if no connection is
+    made within ``timeout_s``; the client is stopped and closed then.
+    """
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client = KazooClient(hosts=hosts, **kw)
+    try:
+        client.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        client.stop()
+        client.close()
+        raise ZooKeeperUnavailableError(
+            f"could not connect to ZooKeeper at {hosts} within {timeout_s:g}s; "
+            f"check that it runs and listens there (e.g. 'echo ruok | nc "
+            f"{hosts.split(',')[0].split('/')[0].replace(':', ' ')}'), or use "
+            f"raylog.connect() without zookeeper= to start an embedded one",
+            hosts=hosts,
+        ) from None
+    except Exception:
+        client.stop()
+        client.close()
+        raise
+    return client

@@ -1,0 +1,201 @@
+"""The embedded ZooKeeper server and connect_kazoo, against real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from raylog.errors import ZooKeeperUnavailableError
+from raylog.groups.zookeeper import (
+    EmbeddedZooKeeper,
+    EmbeddedZooKeeperError,
+    connect_kazoo,
+    find_jars,
+    four_letter_word,
+    free_port,
+)
+
+
+def process_gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs (absent, or a zombie awaiting its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def wait_until(predicate, timeout_s: float = 30.0, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+def close(client):
+    client.stop()
+    client.close()
+
+
+# -------------------------------------------------------------- failures first
+
+
+def test_missing_jars_raise_a_clear_error(tmp_path):
+    (tmp_path / "zookeeper-3.6.3.jar").write_bytes(b"")
+    with pytest.raises(EmbeddedZooKeeperError, match="zookeeper-jute") as info:
+        find_jars(str(tmp_path))
+    assert "reinstall pyspark" in str(info.value)
+
+    server = EmbeddedZooKeeper(jars_dir=str(tmp_path))
+    with pytest.raises(EmbeddedZooKeeperError, match="missing"):
+        server.start()
+    assert not server.running and server.pid is None
+
+
+def test_missing_java_raises_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EmbeddedZooKeeperError, match="java was not found"):
+        EmbeddedZooKeeper().start()
+
+
+def test_a_port_in_use_fails_clearly_and_leaves_nothing_behind(zookeeper):
+    server = EmbeddedZooKeeper(port=zookeeper.port, start_timeout_s=30)
+    with pytest.raises(EmbeddedZooKeeperError, match="port is in use") as info:
+        server.start()
+    assert info.value.port_in_use
+    assert "BindException" in str(info.value) or "Address already in use" in str(info.value)
+    assert not server.running
+    assert server.data_dir is None  # the temp dir it made is gone
+    assert zookeeper.running  # and the server that owns the port is untouched
+
+
+def test_connect_kazoo_to_nothing_raises_zookeeper_unavailable():
+    port = free_port()  # nobody listens here
+    with pytest.raises(ZooKeeperUnavailableError, match="could not connect to ZooKeeper") as info:
+        connect_kazoo(f"127.0.0.1:{port}", timeout_s=1.0)
+    assert info.value.retriable
+    assert info.value.hosts == f"127.0.0.1:{port}"
+
+
+def test_host_other_than_loopback_is_refused():
+    from raylog.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="127.0.0.1 only"):
+        EmbeddedZooKeeper(host="0.0.0.0")
+
+
+# ------------------------------------------------------------------- lifecycle
+
+
+def test_start_serves_clients_and_stop_leaves_no_process():
+    server = EmbeddedZooKeeper()
+    try:
+        server.start()
+        assert server.running
+        pid, data_dir = server.pid, server.data_dir
+        assert server.connect_string == f"127.0.0.1:{server.port}"
+        assert four_letter_word(server.port, "ruok") == "imok"
+
+        client = connect_kazoo(server.connect_string)
+        try:
+            client.create("/hello", b"world")
+            assert client.get("/hello")[0] == b"world"
+        finally:
+            close(client)
+        assert os.path.exists(os.path.join(data_dir, "zookeeper.out"))
+    finally:
+        server.stop()
+    assert not server.running and server.pid is None
+    assert process_gone(pid)
+    assert not os.path.exists(data_dir)
+    server.stop()  # idempotent
+
+
+def test_context_manager_stops_the_server():
+    with EmbeddedZooKeeper() as server:
+        pid = server.pid
+        assert server.running
+    assert process_gone(pid)
+
+
+def test_restart_keeps_port_and_data_and_clients_resume(tmp_path):
+    server = EmbeddedZooKeeper(data_dir=str(tmp_path / "zk"))
+    client = None
+    try:
+        server.start()
+        port, old_pid = server.port, server.pid
+        client = connect_kazoo(server.connect_string, timeout=20.0)
+        session = client.client_id
+        client.create("/kept", b"1")
+
+        server.restart()
+
+        assert server.port == port
+        assert server.pid != old_pid and process_gone(old_pid)
+        # the same client reconnects to the same session and sees the data
+        assert wait_until(lambda: client.connected)
+        assert client.retry(client.get, "/kept")[0] == b"1"
+        assert client.client_id[0] == session[0]
+    finally:
+        if client is not None:
+            close(client)
+        server.stop()
+    assert os.path.exists(tmp_path / "zk" / "zookeeper.out")  # a given data dir is kept
+
+
+def test_server_output_goes_to_its_log_file(private_zookeeper):
+    log = open(private_zookeeper.log_path).read()
+    assert "starting:" in log and "ZooKeeperServerMain" in log
+    assert "binding to port" in log  # the server's own logger writes here too
+
+
+def test_a_crashed_parent_leaves_no_server_behind(tmp_path):
+    """The server dies with the process that started it, even on SIGKILL."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from raylog.groups.zookeeper import EmbeddedZooKeeper
+        server = EmbeddedZooKeeper(data_dir=sys.argv[1]).start()
+        print(server.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    parent = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "zk")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert parent.returncode == -9, parent.stderr
+    pid = int(parent.stdout.split()[0])
+    try:
+        assert wait_until(lambda: process_gone(pid)), f"server {pid} outlived its parent"
+    finally:
+        if not process_gone(pid):
+            os.kill(pid, 9)
+
+
+# -------------------------------------------------------------------- fixtures
+
+
+def test_fixtures_give_a_connected_client_and_fresh_cluster_names(zk, zookeeper, cluster_name):
+    assert zk.connected
+    assert zk.hosts[0] == ("127.0.0.1", zookeeper.port)
+    assert cluster_name.startswith("test-")
+
+
+_NAMES_SEEN: list[str] = []
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_cluster_names_differ_between_tests(cluster_name, run):
+    assert cluster_name not in _NAMES_SEEN
+    _NAMES_SEEN.append(cluster_name)
