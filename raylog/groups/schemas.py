@@ -1,0 +1,260 @@
+"""The schema registry: Avro schemas kept in ZooKeeper under numeric ids.
+
+Layout (under the cluster root ``/raylog/<cluster>``, DESIGN §4)::
+
+    schemas/<id>                 persistent  the schema, as canonical JSON (below)
+    schemas-by-hash/<sha256>     persistent  the id (ASCII) of the schema whose
+                                             canonical JSON has that SHA-256
+
+Ids come from ZooKeeper's sequence counter on ``schemas/``: registering
+creates the sequential node ``schemas/<10 digits>`` and the id is the int of
+that suffix, so ids are unique and increasing within a cluster (the first is
+0). ``schemas-by-hash/`` is an index that makes :meth:`SchemaRegistry.register`
+idempotent: the same schema always gets the id it got first.
+
+**Canonical JSON.** A schema is parsed with ``fastavro.parse_schema`` (which
+fully qualifies every name with its namespace) and written with sorted keys
+and no whitespace. Two spellings of one schema (key order, a namespace given
+apart or inside the name) therefore share an id; two schemas that differ in
+anything else, a default or a doc included, get different ids.
+
+**Races.** Two processes registering the same new schema at once both create
+a sequential node, then race to create the index node; the loser deletes its
+own sequential node and returns the winner's id. A process that dies between
+the two steps leaves a schema node with no index entry: it is a valid schema
+under a valid id, only never returned by :meth:`register` again.
+
+Thread-safety: a registry may be shared between threads. The KazooClient is
+thread-safe and the local cache is guarded by a lock. Registered schemas are
+never changed or removed, so cached entries never go stale.
+
+Usage::
+
+    registry = SchemaRegistry(zk, cluster="default")
+    schema_id = registry.register({"type": "record", "name": "Click", "fields": [...]})
+    registry.get(schema_id)          # the schema as a dict
+    registry.list()                  # {id: schema, ...}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+from typing import Any, Iterator
+
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    ZookeeperStoppedError,
+)
+from kazoo.exceptions import SessionExpiredError as KazooSessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from raylog.errors import SchemaError, SessionExpiredError, UnknownSchemaError, ZooKeeperUnavailableError
+from raylog.groups.paths import DEFAULT_CLUSTER, Paths
+
+#: the longest one ZooKeeper request may take (a request queued while kazoo
+#: reconnects waits at most this long) before it fails as unavailable
+REQUEST_TIMEOUT_S = 10.0
+
+#: An Avro schema as accepted by the registry: JSON text, or its parsed form
+#: (a dict for named and complex types, a list for a union, a str for a
+#: primitive name).
+Schema = Any
+
+_PRIMITIVES = frozenset(["null", "boolean", "int", "long", "float", "double", "bytes", "string"])
+
+
+def load_schema(schema: Schema) -> Any:
+    """``schema`` as a Python value: JSON text is decoded, a bare primitive
+    name (``"string"``) is taken as it is, anything else is returned as given."""
+    if isinstance(schema, (bytes, bytearray)):
+        schema = schema.decode("utf-8")
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES:
+            return schema
+        try:
+            return json.loads(schema)
+        except ValueError as err:
+            raise SchemaError(f"schema is not valid JSON: {err}; pass a dict or JSON text") from None
+    return schema
+
+
+def canonical_schema(schema: Schema) -> tuple[Any, str]:
+    """Parse ``schema`` and return ``(clean, canonical_json)``.
+
+    ``clean`` is the schema as fastavro parses it (names fully qualified)
+    without fastavro's private ``__`` keys; ``canonical_json`` is ``clean``
+    written with sorted keys and no whitespace. Raises :class:`SchemaError`
+    if the schema is not a valid Avro schema.
+    """
+    from fastavro import parse_schema
+
+    loaded = load_schema(schema)
+    try:
+        parsed = parse_schema(loaded, named_schemas={})
+    except Exception as err:  # noqa: BLE001 - fastavro raises several unrelated types
+        raise SchemaError(f"invalid Avro schema: {type(err).__name__}: {err}") from None
+    clean = _strip_private(parsed)
+    return clean, json.dumps(clean, sort_keys=True, separators=(",", ":"))
+
+
+def _strip_private(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_private(v) for k, v in value.items() if not k.startswith("__")}
+    if isinstance(value, list):
+        return [_strip_private(v) for v in value]
+    return value
+
+
+@contextlib.contextmanager
+def zookeeper_errors(action: str) -> Iterator[None]:
+    """Map kazoo's connection errors to raylog's while doing ``action``.
+
+    Node-level errors (``NoNodeError``, ``NodeExistsError``) pass through:
+    the caller gives them meaning.
+    """
+    try:
+        yield
+    except KazooSessionExpiredError:
+        raise SessionExpiredError(f"ZooKeeper session expired while {action}; retry the call") from None
+    except (ConnectionLoss, ConnectionClosedError, ZookeeperStoppedError, OperationTimeoutError, KazooTimeoutError) as err:
+        raise ZooKeeperUnavailableError(
+            f"ZooKeeper unreachable while {action} ({type(err).__name__}); "
+            "check that it runs and the address is right, then retry"
+        ) from None
+
+
+class SchemaRegistry:
+    """Avro schemas of one cluster, stored in ZooKeeper (see the module doc).
+
+    ``zk`` is a started :class:`kazoo.client.KazooClient`; the registry does
+    not start or stop it. Each ZooKeeper request waits at most
+    ``request_timeout_s`` and then fails with :class:`ZooKeeperUnavailableError`.
+    """
+
+    def __init__(self, zk, cluster: str = DEFAULT_CLUSTER, *, request_timeout_s: float = REQUEST_TIMEOUT_S):
+        self._zk = zk
+        self._timeout = request_timeout_s
+        self._paths = Paths(cluster)
+        self._by_hash_root = f"{self._paths.root}/schemas-by-hash"
+        self._lock = threading.Lock()
+        self._by_id: dict[int, str] = {}  # id -> canonical JSON
+        self._ids: dict[str, int] = {}  # sha256 of canonical JSON -> id
+
+    @property
+    def cluster_root(self) -> str:
+        return self._paths.root
+
+    # ------------------------------------------------------------------
+    # writing
+
+    def register(self, schema: Schema) -> int:
+        """Register ``schema`` and return its id; a schema already registered
+        (in any spelling with the same canonical JSON) returns its existing id.
+
+        Raises :class:`SchemaError` for an invalid schema and
+        :class:`ZooKeeperUnavailableError` when ZooKeeper cannot be reached.
+        """
+        _, text = canonical_schema(schema)
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        with self._lock:
+            cached = self._ids.get(digest)
+        if cached is not None:
+            return cached
+
+        index_path = f"{self._by_hash_root}/{digest}"
+        with zookeeper_errors("registering a schema"):
+            existing = self._read_index(index_path)
+            if existing is None:
+                created = self._request(
+                    "create", self._paths.schemas + "/", text.encode("utf-8"), sequence=True, makepath=True
+                )
+                schema_id = _id_of(created)
+                try:
+                    self._request("create", index_path, str(schema_id).encode("ascii"), makepath=True)
+                except NodeExistsError:
+                    # Another registrar indexed the same schema first: use its id.
+                    self._request("delete", created)
+                    existing = self._read_index(index_path)
+                    if existing is None:  # pragma: no cover - index nodes are never deleted
+                        raise SchemaError(f"schema index {index_path} vanished while registering; retry")
+                else:
+                    existing = schema_id
+
+        with self._lock:
+            self._ids[digest] = existing
+            self._by_id.setdefault(existing, text)
+        return existing
+
+    def _request(self, op: str, *args, **kw):
+        """``zk.<op>(*args, **kw)``, waiting at most the request timeout."""
+        return getattr(self._zk, op + "_async")(*args, **kw).get(timeout=self._timeout)
+
+    def _read_index(self, index_path: str) -> int | None:
+        try:
+            data, _ = self._request("get", index_path)
+        except NoNodeError:
+            return None
+        return int(data.decode("ascii"))
+
+    # ------------------------------------------------------------------
+    # reading
+
+    def get(self, schema_id: int) -> Any:
+        """The schema registered under ``schema_id`` (a fresh copy on each call).
+
+        Raises :class:`UnknownSchemaError` if no schema has that id.
+        """
+        return json.loads(self.get_json(schema_id))
+
+    def get_json(self, schema_id: int) -> str:
+        """The canonical JSON text of the schema registered under ``schema_id``."""
+        if not isinstance(schema_id, int) or isinstance(schema_id, bool) or schema_id < 0:
+            raise UnknownSchemaError(f"schema id must be a non-negative int, got {schema_id!r}", schema_id=schema_id)
+        with self._lock:
+            text = self._by_id.get(schema_id)
+        if text is not None:
+            return text
+        with zookeeper_errors(f"reading schema {schema_id}"):
+            try:
+                data, _ = self._request("get", self._paths.schema(schema_id))
+            except NoNodeError:
+                raise UnknownSchemaError(
+                    f"no schema is registered under id {schema_id} in cluster {self._paths.root!r}; "
+                    "register it first (or check that producer and consumer use the same cluster)",
+                    schema_id=schema_id,
+                ) from None
+        text = data.decode("utf-8")
+        with self._lock:
+            self._by_id[schema_id] = text
+        return text
+
+    def list(self) -> dict[int, Any]:
+        """Every registered schema, ``{id: schema}``, in id order."""
+        with zookeeper_errors("listing schemas"):
+            try:
+                children = self._request("get_children", self._paths.schemas)
+            except NoNodeError:
+                return {}
+        ids = sorted(int(child) for child in children if child.isdigit())
+        result: dict[int, Any] = {}
+        for schema_id in ids:
+            try:
+                result[schema_id] = self.get(schema_id)
+            except UnknownSchemaError:
+                continue  # a losing registrar's node, deleted since get_children
+        return result
+
+    def __repr__(self) -> str:
+        return f"SchemaRegistry(root={self._paths.root!r})"
+
+
+def _id_of(node_path: str) -> int:
+    return int(node_path.rsplit("/", 1)[1])
+
