@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
 	touch $(STAMP)
 
+demo: $(STAMP)
+	$(PY) -m raylog.demo
+
 test: $(STAMP)
 	$(PY) -m pytest
 

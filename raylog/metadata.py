@@ -1,0 +1,95 @@
+"""What clients know about the cluster: topics, partition counts, endpoints.
+
+:class:`Metadata` reads the registry in ZooKeeper and caches what it read:
+a topic's partition count (fixed at creation) and each partition's endpoint
+(which moves when a partition actor restarts, on another port or node).
+Producers and consumers ask for an endpoint, and after a "not owner" reply
+or a dead connection ask again with ``refresh=True`` (the paper's producer
+redirect). A client outside Ray needs nothing but this and TCP.
+
+Thread-safe: the caches are plain dicts updated atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from raylog.errors import BrokerUnavailableError, UnknownPartitionError
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionSettings:
+    """Everything a producer or consumer in another process needs to reach
+    the cluster (picklable, so it travels to Ray actors and Spark tasks)."""
+
+    zookeeper: str
+    cluster: str = "default"
+    token: bytes | None = None
+
+
+class Metadata:
+    def __init__(self, registry, settings: ConnectionSettings, *, owns_zk=None):
+        self.registry = registry
+        self.settings = settings
+        self._owns_zk = owns_zk
+        self._partitions: dict[str, int] = {}
+        self._endpoints: dict[tuple[str, int], tuple[str, int]] = {}
+
+    @classmethod
+    def connect(cls, settings: ConnectionSettings) -> "Metadata":
+        """A metadata view with its own ZooKeeper session (for producers and
+        consumers outside the process that holds the :class:`Client`)."""
+        from raylog.groups.registry import Registry
+        from raylog.groups.zookeeper import connect_kazoo
+
+        zk = connect_kazoo(settings.zookeeper)
+        return cls(Registry(zk, settings.cluster), settings, owns_zk=zk)
+
+    @property
+    def zk(self):
+        return self.registry.zk
+
+    def partitions(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = self._partitions[topic] = self.registry.topic_config(topic).partitions
+        return count
+
+    def endpoint(self, topic: str, partition: int, *, refresh: bool = False, wait_s: float = 0.0):
+        """``(host, port)`` of the partition's data server. With ``wait_s``,
+        waits that long for an endpoint to appear (a restarting actor)."""
+        key = (topic, partition)
+        if not refresh:
+            found = self._endpoints.get(key)
+            if found is not None:
+                return found
+        if not 0 <= partition < self.partitions(topic):
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0..{self.partitions(topic) - 1}, not {partition}",
+                topic=topic,
+                partition=partition,
+            )
+        deadline = time.monotonic() + wait_s
+        while True:
+            info = self.registry.endpoint(topic, partition)
+            if info is not None:
+                found = self._endpoints[key] = (info["host"], int(info["port"]))
+                return found
+            if time.monotonic() >= deadline:
+                raise BrokerUnavailableError(
+                    f"partition {topic}-{partition} has no live endpoint (its actor may be "
+                    f"restarting); retry shortly",
+                    topic=topic,
+                    partition=partition,
+                )
+            time.sleep(0.05)
+
+    def forget(self, topic: str, partition: int) -> None:
+        self._endpoints.pop((topic, partition), None)
+
+    def close(self) -> None:
+        if self._owns_zk is not None:
+            self._owns_zk.stop()
+            self._owns_zk.close()
+            self._owns_zk = None
