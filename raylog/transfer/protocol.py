@@ -1,0 +1,384 @@
+"""The data channel's wire protocol: framed requests and replies over TCP.
+
+Every integer is big-endian. Strings (topics, error messages) are a u16
+byte length followed by that many bytes of UTF-8. A connection carries a
+stream of request frames from the client and reply frames from the server;
+replies come in request order and carry the request's correlation id.
+
+Request frame
+-------------
+
+1. size            u32  number of bytes that follow this field
+2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH
+3. version         i16  0
+4. correlation id  i32  chosen by the client, echoed in the reply
+
+then the body of the api:
+
+AUTH (must be the first frame when the server has a token)
+    5. token length   u16
+    6. token          bytes
+
+PRODUCE
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+    8. acks           i8   0: no reply at all (the paper's default); 1: reply
+                           with the base offset once the log has the set
+    9. set length     i32  must equal the bytes left in the frame
+    10. message set   bytes, whole messages in the format of DESIGN §2
+
+FETCH
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+    8. offset         i64  byte offset of the first message wanted
+    9. max bytes      i32  how much log to send (at least one whole message)
+    10. max wait ms   i32  when nothing is there yet, wait up to this long
+                           for data (long poll); 0 replies at once
+
+OFFSETS
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+
+Reply frame
+-----------
+
+1. size            u32  number of bytes that follow this field
+2. correlation id  i32  of the request; -1 for an error about the connection
+                        itself (e.g. a frame too large to read its header)
+3. error code      i16  0 for none, else the ``code`` of a raylog error class
+
+If the error code is not 0 the body is the error, whatever the api:
+
+    4. message length u16
+    5. message        UTF-8
+    6. details length u16
+    7. details        a UTF-8 JSON object of the error's details (for
+                      OffsetOutOfRangeError: offset, earliest, latest)
+
+and :func:`decode_error` rebuilds the same typed error class from it.
+Otherwise the body depends on the api of the request:
+
+AUTH      nothing
+PRODUCE   4. base offset i64  (only for acks=1; acks=0 gets no reply)
+FETCH     4. high watermark i64, 5. log start offset i64,
+          6. data length i32, 7. data: the raw log bytes from the request's
+          offset, whole messages and possibly a partial last one; sent by
+          the server with ``os.sendfile`` straight from the segment file
+OFFSETS   4. log start offset i64, 5. high watermark i64
+
+Errors and the connection
+-------------------------
+
+* A frame whose size exceeds the endpoint's maximum (default
+  :data:`DEFAULT_MAX_FRAME_BYTES`, the default ``max_message_bytes`` plus
+  64 KiB of header room) is refused before anything of that size is
+  allocated: FrameTooLargeError, then the connection is closed.
+* A malformed frame (unknown api key or version, lengths that do not add
+  up, a truncated frame) gets a ProtocolError reply where possible, then
+  the connection is closed.
+* A failing acks=0 produce cannot be answered in place: the server sends the
+  error reply (with that produce's correlation id) and closes the
+  connection, so that the producer learns of it on its next call.
+* Any other error (the log refused the set, the offset is out of range, the
+  partition lives elsewhere ...) is answered and the connection stays open.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import NamedTuple
+
+from raylog.config import KiB, TopicConfig
+from raylog.errors import FrameTooLargeError, ProtocolError, RaylogError, error_for_code
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_OFFSETS = 2
+API_AUTH = 3
+API_NAMES = {API_PRODUCE: "PRODUCE", API_FETCH: "FETCH", API_OFFSETS: "OFFSETS", API_AUTH: "AUTH"}
+
+VERSION = 0
+
+#: correlation id of an error reply about the connection rather than a request
+NO_CORRELATION = -1
+
+#: header room on top of the largest message set
+FRAME_OVERHEAD_BYTES = 64 * KiB
+#: the largest frame (value of its size field) an endpoint accepts by default
+DEFAULT_MAX_FRAME_BYTES = TopicConfig().max_message_bytes + FRAME_OVERHEAD_BYTES
+
+MAX_STRING_BYTES = 0xFFFF
+
+# -- precompiled headers -----------------------------------------------------
+
+#: size field alone
+SIZE = struct.Struct(">I")
+#: size, api key, version, correlation id
+REQUEST_HEADER = struct.Struct(">Ihhi")
+#: bytes of the request header after the size field
+REQUEST_HEADER_BODY = REQUEST_HEADER.size - SIZE.size
+#: a string's length prefix
+STRING_LENGTH = struct.Struct(">H")
+#: PRODUCE after the topic: partition, acks, set length
+PRODUCE_FIELDS = struct.Struct(">ibi")
+#: FETCH after the topic: partition, offset, max bytes, max wait ms
+FETCH_FIELDS = struct.Struct(">iqii")
+#: OFFSETS after the topic: partition
+OFFSETS_FIELDS = struct.Struct(">i")
+
+#: size, correlation id, error code
+REPLY_HEADER = struct.Struct(">Iih")
+#: bytes of the reply header after the size field
+REPLY_HEADER_BODY = REPLY_HEADER.size - SIZE.size
+#: a PRODUCE reply: header and base offset
+PRODUCE_REPLY = struct.Struct(">Iihq")
+#: a FETCH reply header: header, high watermark, log start offset, data length
+FETCH_REPLY = struct.Struct(">Iihqqi")
+#: an OFFSETS reply: header, log start offset, high watermark
+OFFSETS_REPLY = struct.Struct(">Iihqq")
+#: the fixed fields of a FETCH reply after its reply header
+FETCH_REPLY_FIELDS = struct.Struct(">qqi")
+PRODUCE_REPLY_FIELDS = struct.Struct(">q")
+OFFSETS_REPLY_FIELDS = struct.Struct(">qq")
+
+
+# -- requests ------------------------------------------------------------------
+
+
+class AuthRequest(NamedTuple):
+    correlation_id: int
+    token: bytes
+
+
+class ProduceRequest(NamedTuple):
+    correlation_id: int
+    topic: str
+    partition: int
+    acks: int
+    #: the message set, a view into the receive buffer (valid until it is reused)
+    message_set: memoryview
+
+
+class FetchRequest(NamedTuple):
+    correlation_id: int
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    max_wait_ms: int
+
+
+class OffsetsRequest(NamedTuple):
+    correlation_id: int
+    topic: str
+    partition: int
+
+
+def encode_string(text: str) -> bytes:
+    """A u16-length-prefixed UTF-8 string."""
+    raw = text.encode("utf-8")
+    if len(raw) > MAX_STRING_BYTES:
+        raise ProtocolError(f"string of {len(raw)} bytes does not fit a u16 length; shorten it")
+    return STRING_LENGTH.pack(len(raw)) + raw
+
+
+def check_frame_size(size: int, max_frame_bytes: int) -> None:
+    """Refuse a frame by its size field alone, before anything is allocated."""
+    if size > max_frame_bytes:
+        raise FrameTooLargeError(
+            f"frame of {size} bytes exceeds the maximum of {max_frame_bytes} bytes",
+            size=size,
+            max_frame_bytes=max_frame_bytes,
+        )
+
+
+def _request_header(api_key: int, correlation_id: int, body_length: int) -> bytes:
+    return REQUEST_HEADER.pack(REQUEST_HEADER_BODY + body_length, api_key, VERSION, correlation_id)
+
+
+def encode_auth(correlation_id: int, token: bytes) -> bytes:
+    if len(token) > MAX_STRING_BYTES:
+        raise ProtocolError(f"token of {len(token)} bytes is longer than {MAX_STRING_BYTES}")
+    body = STRING_LENGTH.pack(len(token)) + bytes(token)
+    return _request_header(API_AUTH, correlation_id, len(body)) + body
+
+
+def encode_produce_header(
+    correlation_id: int, topic: bytes, partition: int, acks: int, set_length: int
+) -> bytes:
+    """Everything of a PRODUCE frame before its message set; ``topic`` is
+    already encoded by :func:`encode_string` (clients cache it)."""
+    body_length = len(topic) + PRODUCE_FIELDS.size + set_length
+    return (
+        _request_header(API_PRODUCE, correlation_id, body_length)
+        + topic
+        + PRODUCE_FIELDS.pack(partition, acks, set_length)
+    )
+
+
+def encode_produce(correlation_id: int, topic: str, partition: int, acks: int, message_set: bytes) -> bytes:
+    header = encode_produce_header(correlation_id, encode_string(topic), partition, acks, len(message_set))
+    return header + bytes(message_set)
+
+
+def encode_fetch(
+    correlation_id: int, topic: str | bytes, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0
+) -> bytes:
+    topic = encode_string(topic) if isinstance(topic, str) else topic
+    fields = FETCH_FIELDS.pack(partition, offset, max_bytes, max_wait_ms)
+    return _request_header(API_FETCH, correlation_id, len(topic) + len(fields)) + topic + fields
+
+
+def encode_offsets(correlation_id: int, topic: str | bytes, partition: int) -> bytes:
+    topic = encode_string(topic) if isinstance(topic, str) else topic
+    fields = OFFSETS_FIELDS.pack(partition)
+    return _request_header(API_OFFSETS, correlation_id, len(topic) + len(fields)) + topic + fields
+
+
+def _malformed(api_key: int, correlation_id: int, what: str) -> ProtocolError:
+    name = API_NAMES.get(api_key, str(api_key))
+    return ProtocolError(f"malformed {name} frame: {what}", correlation_id=correlation_id)
+
+
+def _topic(buf, pos: int, end: int, api_key: int, correlation_id: int) -> tuple[str, int]:
+    if end - pos < STRING_LENGTH.size:
+        raise _malformed(api_key, correlation_id, "truncated before the topic length")
+    (length,) = STRING_LENGTH.unpack_from(buf, pos)
+    pos += STRING_LENGTH.size
+    if end - pos < length:
+        raise _malformed(api_key, correlation_id, f"topic length {length} runs past the frame")
+    try:
+        topic = str(buf[pos : pos + length], "utf-8")
+    except UnicodeDecodeError:
+        raise _malformed(api_key, correlation_id, "topic is not UTF-8") from None
+    return topic, pos + length
+
+
+def decode_request(buf, pos: int, size: int):
+    """Decode the request frame whose size field is at ``buf[pos]`` and whose
+    whole ``4 + size`` bytes are in ``buf`` (a bytearray or memoryview).
+
+    Returns one of the request tuples; a PRODUCE's message set is a view into
+    ``buf``. Raises :class:`ProtocolError` (with ``correlation_id`` in its
+    details when known) for a malformed frame.
+    """
+    end = pos + SIZE.size + size
+    if size < REQUEST_HEADER_BODY:
+        raise ProtocolError(
+            f"frame of {size} bytes is shorter than a request header", correlation_id=NO_CORRELATION
+        )
+    _, api_key, version, correlation_id = REQUEST_HEADER.unpack_from(buf, pos)
+    pos += REQUEST_HEADER.size
+    if version != VERSION:
+        raise ProtocolError(
+            f"unsupported version {version} of api {api_key}; this endpoint speaks version {VERSION}",
+            correlation_id=correlation_id,
+        )
+    if api_key == API_PRODUCE:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos < PRODUCE_FIELDS.size:
+            raise _malformed(api_key, correlation_id, "truncated before the message set")
+        partition, acks, set_length = PRODUCE_FIELDS.unpack_from(buf, pos)
+        pos += PRODUCE_FIELDS.size
+        if set_length != end - pos:
+            raise _malformed(
+                api_key, correlation_id, f"set length {set_length} but {end - pos} bytes left in the frame"
+            )
+        if acks not in (0, 1):
+            raise _malformed(api_key, correlation_id, f"acks must be 0 or 1, got {acks}")
+        return ProduceRequest(correlation_id, topic, partition, acks, memoryview(buf)[pos:end])
+    if api_key == API_FETCH:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos != FETCH_FIELDS.size:
+            raise _malformed(api_key, correlation_id, f"{end - pos} bytes after the topic, expected {FETCH_FIELDS.size}")
+        partition, offset, max_bytes, max_wait_ms = FETCH_FIELDS.unpack_from(buf, pos)
+        if max_bytes < 0 or max_wait_ms < 0:
+            raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes}) or max wait ({max_wait_ms})")
+        return FetchRequest(correlation_id, topic, partition, offset, max_bytes, max_wait_ms)
+    if api_key == API_OFFSETS:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos != OFFSETS_FIELDS.size:
+            raise _malformed(api_key, correlation_id, f"{end - pos} bytes after the topic, expected {OFFSETS_FIELDS.size}")
+        (partition,) = OFFSETS_FIELDS.unpack_from(buf, pos)
+        return OffsetsRequest(correlation_id, topic, partition)
+    if api_key == API_AUTH:
+        if end - pos < STRING_LENGTH.size:
+            raise _malformed(api_key, correlation_id, "truncated before the token length")
+        (length,) = STRING_LENGTH.unpack_from(buf, pos)
+        pos += STRING_LENGTH.size
+        if length != end - pos:
+            raise _malformed(api_key, correlation_id, f"token length {length} but {end - pos} bytes left")
+        return AuthRequest(correlation_id, bytes(buf[pos:end]))
+    raise ProtocolError(f"unknown api key {api_key}", correlation_id=correlation_id)
+
+
+# -- replies -------------------------------------------------------------------
+
+
+def encode_auth_reply(correlation_id: int) -> bytes:
+    return REPLY_HEADER.pack(REPLY_HEADER_BODY, correlation_id, 0)
+
+
+def encode_produce_reply(correlation_id: int, base_offset: int) -> bytes:
+    return PRODUCE_REPLY.pack(PRODUCE_REPLY.size - SIZE.size, correlation_id, 0, base_offset)
+
+
+def encode_fetch_reply_header(correlation_id: int, high_watermark: int, log_start_offset: int, length: int) -> bytes:
+    """The FETCH reply up to its data; ``length`` bytes of log follow."""
+    return FETCH_REPLY.pack(
+        FETCH_REPLY.size - SIZE.size + length, correlation_id, 0, high_watermark, log_start_offset, length
+    )
+
+
+def encode_offsets_reply(correlation_id: int, log_start_offset: int, high_watermark: int) -> bytes:
+    return OFFSETS_REPLY.pack(OFFSETS_REPLY.size - SIZE.size, correlation_id, 0, log_start_offset, high_watermark)
+
+
+def _clip_utf8(raw: bytes, limit: int) -> bytes:
+    if len(raw) <= limit:
+        return raw
+    return raw[:limit].decode("utf-8", "ignore").encode("utf-8")
+
+
+def encode_error(correlation_id: int, error: BaseException) -> bytes:
+    """An error reply carrying ``error``'s code, message and details."""
+    if isinstance(error, RaylogError):
+        code, details = error.code, dict(error.details)
+    else:
+        code, details = RaylogError.code, {}
+    details.pop("correlation_id", None)
+    message = _clip_utf8(str(error).encode("utf-8", "replace"), MAX_STRING_BYTES)
+    raw = json.dumps(details, default=str, separators=(",", ":")).encode("utf-8")
+    if len(raw) > MAX_STRING_BYTES:
+        raw = b"{}"
+    body = STRING_LENGTH.pack(len(message)) + message + STRING_LENGTH.pack(len(raw)) + raw
+    return REPLY_HEADER.pack(REPLY_HEADER_BODY + len(body), correlation_id, code) + body
+
+
+#: names a detail may not take: they would shadow the error's own attributes
+_RESERVED_DETAILS = frozenset({"message", "code", "retriable", "details", "args"})
+
+
+def decode_error(code: int, body) -> RaylogError:
+    """Rebuild the typed raylog error from an error reply's body (the bytes
+    after the reply header)."""
+    body = memoryview(body)
+    try:
+        (length,) = STRING_LENGTH.unpack_from(body, 0)
+        pos = STRING_LENGTH.size
+        message = str(body[pos : pos + length], "utf-8", "replace")
+        pos += length
+        (length,) = STRING_LENGTH.unpack_from(body, pos)
+        pos += STRING_LENGTH.size
+        raw = bytes(body[pos : pos + length])
+        details = json.loads(raw) if raw else {}
+    except (struct.error, ValueError):
+        return ProtocolError(f"malformed error reply (error code {code})", error_code=code)
+    if not isinstance(details, dict):
+        details = {}
+    details = {str(k): v for k, v in details.items() if k not in _RESERVED_DETAILS}
+    return error_for_code(code, message, **details)
