@@ -1,0 +1,167 @@
+"""One segment file of a partition log: ``<base offset, 20 digits>.log``.
+
+A segment holds whole messages back to back (:mod:`raylog.storage.message`);
+the log offset of the byte at position ``p`` of the file is ``base_offset + p``.
+Writes go to the end of the file only (``O_APPEND``); readers use
+``os.pread`` or ``os.sendfile`` with an explicit position on
+``segment.file.fileno()``, which never moves the file position, so readers and
+the writer share one open file.
+
+Lifetime: a segment's file stays open as long as anything refers to it (the
+log, or a :class:`~raylog.storage.log.FileSlice` handed to a reader). When
+retention deletes a segment the path is unlinked at once, but the file object
+is closed only by garbage collection of its last reference, so a reader in the
+middle of ``os.sendfile`` never sees its descriptor closed or reused.
+
+Thread-safety: only the owning log's writer calls the mutating methods
+(:meth:`append`, :meth:`truncate`, :meth:`flush`, :meth:`delete`); readers
+may read ``size`` (a plain int, replaced atomically) and the file at any time.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+
+from raylog.storage.message import LOG_OVERHEAD, message_size_at, scan_message_set
+
+SUFFIX = ".log"
+_NAME = re.compile(r"^(\d{20})\.log$")
+
+#: bytes read at a time when a segment is checked on recovery
+SCAN_CHUNK_BYTES = 4 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset of a segment file name, or ``None`` if it is not one."""
+    match = _NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+class SegmentFile(io.FileIO):
+    """An unbuffered file that closes itself quietly when the last reference goes."""
+
+    def __del__(self):
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+class LogSegment:
+    """An open segment file and its size (bytes written, flushed or not)."""
+
+    __slots__ = ("base_offset", "path", "file", "fd", "size")
+
+    def __init__(self, path: str, base_offset: int, file: SegmentFile):
+        self.base_offset = base_offset
+        self.path = path
+        self.file = file
+        self.fd = file.fileno()
+        self.size = os.fstat(self.fd).st_size
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int) -> "LogSegment":
+        """Open (creating if needed) the segment of ``base_offset`` in ``directory``."""
+        path = os.path.join(directory, segment_name(base_offset))
+        return cls(path, base_offset, SegmentFile(path, "a+"))
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.path!r}, size={self.size})"
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.size
+
+    def mtime_ms(self) -> int:
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    # -- writer ---------------------------------------------------------------
+
+    def append(self, data) -> None:
+        """Write all of ``data`` at the end. On an error nothing stays written
+        (the file is cut back) and the ``OSError`` propagates."""
+        fd = self.fd
+        size = self.size
+        length = len(data)
+        try:
+            written = os.write(fd, data)
+            if written != length:
+                view = memoryview(data)
+                while written < length:
+                    written += os.write(fd, view[written:])
+        except OSError:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise
+        self.size = size + length
+
+    def flush(self) -> None:
+        """Make everything written so far durable (data and the file's size)."""
+        os.fdatasync(self.fd)
+
+    def truncate(self, size: int) -> None:
+        """Cut the file to ``size`` bytes and make that durable."""
+        os.ftruncate(self.fd, size)
+        os.fdatasync(self.fd)
+        self.size = size
+
+    def delete(self) -> None:
+        """Unlink the file. The open file stays usable by whoever still holds it."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    # -- readers --------------------------------------------------------------
+
+    def read_at(self, position: int, length: int) -> bytes:
+        return os.pread(self.fd, length, position)
+
+    def scan(self, start: int, max_message_bytes: int) -> tuple[int, Exception | None]:
+        """Check the messages from file position ``start`` to the end.
+
+        Returns ``(valid_end, error)``: the position after the last whole valid
+        message, and ``None`` if that is the end of the file or else the error
+        found there (a CRC mismatch, a bad header, or a message cut short by
+        the end of the file, which has ``partial=True``).
+        """
+        pos = start
+        size = os.fstat(self.fd).st_size
+        while pos < size:
+            want = min(SCAN_CHUNK_BYTES, size - pos)
+            chunk = os.pread(self.fd, want, pos)
+            if len(chunk) < want:  # the file shrank under us: treat the rest as cut
+                size = pos + len(chunk)
+            valid, _count, err = scan_message_set(
+                chunk, max_message_bytes, base_offset=self.base_offset + pos, check_inner=False
+            )
+            if err is None:
+                pos += valid
+                continue
+            partial = err.details.get("partial") or False
+            if not partial or pos + len(chunk) >= size:
+                return pos + valid, err
+            # A message straddles the chunk boundary: continue from it, reading
+            # at least the whole message (its size is within the limit, or the
+            # scan would have said so).
+            pos += valid
+            if valid == 0:
+                need = message_size_at(chunk) if len(chunk) >= LOG_OVERHEAD else LOG_OVERHEAD
+                if pos + need > size:
+                    return pos, err
+                chunk = os.pread(self.fd, need, pos)
+                valid, _count, err = scan_message_set(
+                    chunk, max_message_bytes, base_offset=self.base_offset + pos, check_inner=False
+                )
+                if err is not None:
+                    return pos + valid, err
+                pos += valid
+        return pos, None
