@@ -461,8 +461,10 @@ class Registry:
         """Call ``callback(endpoint or None)`` now and whenever the
         partition's endpoint appears, changes or goes away.
 
-        The callback runs on kazoo's event thread: keep it short and hand
-        real work to a thread of your own. Returning False from it, or
+        The first call happens before this method returns, in the calling
+        thread; later ones on kazoo's event thread, so keep the callback
+        short and hand real work to a thread of your own. An exception from
+        it is logged and the watch goes on. Returning False from it, or
         calling ``cancel()`` on the returned watch, stops watching. The watch
         survives connection loss and session expiry (kazoo sets it again and
         calls back if the endpoint changed meanwhile).
@@ -478,7 +480,12 @@ class Registry:
             except ValueError:
                 log.warning("endpoint of %s-%d holds invalid JSON: %r", topic, partition, data)
                 value = None
-            if callback(value) is False:
+            try:
+                keep = callback(value)
+            except Exception:  # noqa: BLE001 - a watcher must not kill the watch
+                log.exception("endpoint watch callback for %s-%d failed", topic, partition)
+                return None
+            if keep is False:
                 watch.cancel()
                 return False
             return None

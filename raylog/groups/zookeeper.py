@@ -42,7 +42,6 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 
 from raylog.errors import ConfigError, RaylogError, ZooKeeperUnavailableError
 
@@ -204,7 +203,9 @@ def _parent_death_signal():
 # the server
 
 
-_LIVE: "weakref.WeakSet[EmbeddedZooKeeper]" = weakref.WeakSet()
+# Running servers, held strongly so that one whose owner dropped it is still
+# stopped at exit.
+_LIVE: "set[EmbeddedZooKeeper]" = set()
 
 
 @atexit.register
@@ -220,7 +221,9 @@ class EmbeddedZooKeeper:
     """A standalone ZooKeeper server in a child process, on 127.0.0.1.
 
     ``port=None`` picks a free port on the first :meth:`start` (retrying if
-    another process grabs it first) and keeps it for :meth:`restart`.
+    another process grabs it first); once the server has served on a port,
+    every later start (:meth:`restart`, or :meth:`start` after
+    :meth:`kill_process` or :meth:`stop`) uses the same port again.
     ``data_dir=None`` uses a temp dir that :meth:`stop` removes.
 
     Thread-safety: :meth:`start`, :meth:`stop` and :meth:`restart` serialize
@@ -261,7 +264,8 @@ class EmbeddedZooKeeper:
         self._java = java
         self._jars_dir = jars_dir
         self._port = port
-        self._port_fixed = port is not None
+        self._port_fixed = port is not None  # given by the caller: one try only
+        self._port_sticky = False  # served once: clients know it, keep it
         self._data_dir = os.path.abspath(data_dir) if data_dir is not None else None
         self._owns_data_dir = data_dir is None
         self._proc: subprocess.Popen | None = None
@@ -342,13 +346,19 @@ class EmbeddedZooKeeper:
             self._launch(java, classpath)
             try:
                 self._wait_ready()
-                break
+                self._port_sticky = True
+                return
             except _ServerExited as exited:
                 self._reap()
                 if attempt < tries and exited.bind_failure:
-                    # Another process took the port between our probe and
-                    # the server's bind; pick a new one.
-                    self._port = None
+                    if self._port_sticky:
+                        # Clients know this port: wait for whoever holds it
+                        # (usually our own previous process) to let go.
+                        time.sleep(0.2 * attempt)
+                    else:
+                        # Another process took the port between our probe
+                        # and the server's bind; pick a new one.
+                        self._port = None
                     continue
                 raise EmbeddedZooKeeperError(
                     f"the embedded ZooKeeper on {self.host}:{self._port} exited with "
@@ -379,23 +389,8 @@ class EmbeddedZooKeeper:
         their sessions (unless a session timed out meanwhile).
         """
         with self._lock:
-            if self._port is None:
-                return self.start()
             self.kill_process()
-            # The same port is required; it may linger briefly after the
-            # old process, so retry the bind a few times.
-            fixed, self._port_fixed = self._port_fixed, True
-            try:
-                for attempt in range(1, _BIND_FAILURE_TRIES + 1):
-                    try:
-                        return self.start()
-                    except EmbeddedZooKeeperError as err:
-                        if not getattr(err, "port_in_use", False) or attempt == _BIND_FAILURE_TRIES:
-                            raise
-                        time.sleep(0.2 * attempt)
-            finally:
-                self._port_fixed = fixed
-            raise AssertionError("unreachable")
+            return self.start()
 
     def kill_process(self) -> None:
         """Stop the server process but keep its port and data dir, so that a

@@ -372,3 +372,61 @@ def test_drop_connection_keeps_the_session_and_its_endpoints(registry, topic, ma
     assert actor_zk.client_id[0] == session
     assert registry.endpoint(topic, 0)["port"] == 9000
     assert actor.list_topics() == [topic]
+
+
+def test_a_failing_watch_callback_is_logged_and_the_watch_goes_on(registry, topic, caplog):
+    seen: list = []
+
+    def flaky(endpoint):
+        seen.append(endpoint)
+        if len(seen) == 1:
+            raise RuntimeError("boom")
+
+    registry.watch_endpoint(topic, 2, flaky)
+    assert "boom" in caplog.text
+    registry.register_endpoint(topic, 2, "127.0.0.1", 9000, "actor", 1)
+    assert wait_until(lambda: len(seen) >= 2 and seen[-1] is not None)
+
+
+def test_watch_stops_when_the_callback_returns_false(registry, topic):
+    seen: list = []
+    registry.watch_endpoint(topic, 0, lambda endpoint: seen.append(endpoint) or False)
+    registry.register_endpoint(topic, 0, "127.0.0.1", 9000, "actor", 1)
+    assert wait_until(lambda: registry.endpoint(topic, 0) is not None)
+    time.sleep(0.5)  # give a (wrong) callback the chance to arrive
+    assert seen == [None]
+
+
+# ------------------------------------------------------- the error translation
+
+
+@pytest.mark.parametrize(
+    "raised, expected, words",
+    [
+        ("SessionExpiredError", "SessionExpiredError", "session expired"),
+        ("ConnectionLoss", "ZooKeeperUnavailableError", "did not answer"),
+        ("OperationTimeoutError", "ZooKeeperUnavailableError", "did not answer"),
+        ("ConnectionClosedError", "ClosedError", "was stopped"),
+    ],
+)
+def test_kazoo_failures_become_actionable_raylog_errors(zk, raised, expected, words):
+    import kazoo.exceptions
+
+    import raylog.errors
+    from raylog.groups.registry import zookeeper_errors
+
+    with pytest.raises(getattr(raylog.errors, expected), match=words) as info:
+        with zookeeper_errors(zk, "do a thing"):
+            raise getattr(kazoo.exceptions, raised)()
+    assert str(info.value).startswith("cannot do a thing: ")
+    assert type(info.value).__name__ == expected
+
+
+def test_node_errors_pass_through_the_translation(zk):
+    from kazoo.exceptions import NoNodeError
+
+    from raylog.groups.registry import zookeeper_errors
+
+    with pytest.raises(NoNodeError):
+        with zookeeper_errors(zk, "read"):
+            zk.get("/raylog/definitely/not/here")

@@ -151,6 +151,27 @@ def test_restart_keeps_port_and_data_and_clients_resume(tmp_path):
     assert os.path.exists(tmp_path / "zk" / "zookeeper.out")  # a given data dir is kept
 
 
+def test_start_after_kill_process_resumes_on_the_same_port(private_zookeeper, tmp_path):
+    port, pid = private_zookeeper.port, private_zookeeper.pid
+    client = connect_kazoo(private_zookeeper.connect_string)
+    try:
+        client.create("/kept", b"1")
+    finally:
+        close(client)
+
+    private_zookeeper.kill_process()
+    assert not private_zookeeper.running and process_gone(pid)
+    assert os.path.exists(private_zookeeper.data_dir)
+
+    private_zookeeper.start()
+    assert private_zookeeper.port == port
+    client = connect_kazoo(private_zookeeper.connect_string)
+    try:
+        assert client.get("/kept")[0] == b"1"
+    finally:
+        close(client)
+
+
 def test_server_output_goes_to_its_log_file(private_zookeeper):
     log = open(private_zookeeper.log_path).read()
     assert "starting:" in log and "ZooKeeperServerMain" in log
