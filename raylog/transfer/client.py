@@ -1,0 +1,532 @@
+"""The client end of the data channel: one TCP connection to a data server.
+
+Usage::
+
+    with BrokerConnection(host, port, token=token) as conn:
+        base = conn.produce("clicks", 0, encode_message_set([b"v1", b"v2"]))
+        result = conn.fetch("clicks", 0, base, max_bytes=1 << 20, max_wait_ms=1000)
+        messages, _ = decode_messages(result.data, result.offset)
+
+A :class:`BrokerConnection` connects (and authenticates) on first use and
+again on the first use after a connection failure; :meth:`close` ends it for
+good. Errors:
+
+* the server's error replies come back as the same typed raylog error
+  (OffsetOutOfRangeError with ``earliest`` and ``latest``, NotOwnerError,
+  CorruptMessageError ...);
+* a socket failure (refused, reset, closed by the server) raises
+  :class:`BrokerUnavailableError` (retriable) saying what happened;
+* no reply within ``timeout_s`` (plus the request's ``max_wait_ms`` for a
+  long poll) raises :class:`RequestTimeoutError` (retriable).
+
+After a socket failure or a timeout the connection is dropped (replies
+could be out of step) and the next call connects again. A retried produce
+may store a set twice (at-least-once).
+
+acks=0 produces get no reply. If the server refuses one, it sends the error
+and closes the connection; the next call on this connection raises that
+error (its message names the produce's correlation id).
+
+Timeouts are enforced by the kernel (SO_RCVTIMEO/SO_SNDTIMEO) on a blocking
+socket, so that a send or a receive is one system call, without a poll()
+before it.
+
+Thread-safety: none. A connection is used by one thread at a time; give
+each thread its own connection.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import NamedTuple, Sequence
+
+from raylog.config import KiB, MiB
+from raylog.errors import (
+    AuthenticationError,
+    BrokerUnavailableError,
+    ClosedError,
+    FrameTooLargeError,
+    ProtocolError,
+    RaylogError,
+    RequestTimeoutError,
+)
+from raylog.transfer.protocol import (
+    API_PRODUCE,
+    DEFAULT_MAX_FRAME_BYTES,
+    FETCH_REPLY_FIELDS,
+    OFFSETS_REPLY_FIELDS,
+    PRODUCE_FIELDS,
+    PRODUCE_REPLY_FIELDS,
+    REPLY_HEADER,
+    REPLY_HEADER_BODY,
+    REQUEST_HEADER,
+    SIZE,
+    VERSION,
+    decode_error,
+    encode_auth,
+    encode_fetch,
+    encode_offsets,
+    encode_string,
+)
+
+#: receive buffer for reply headers and small replies
+READ_BUFFER_BYTES = 64 * KiB
+#: produce_many writes at most this many frames ...
+PIPELINE_FRAMES = 1024
+#: ... or this many bytes before it reads their replies
+PIPELINE_BYTES = 4 * MiB
+#: message sets larger than this are sent with sendmsg instead of being
+#: copied behind their header
+GATHER_THRESHOLD = 64 * KiB
+
+#: errors after which the server closes the connection
+_CONNECTION_ERRORS = (ProtocolError, AuthenticationError)
+#: a correlation id no request has: what arrives for it is unsolicited
+_NO_REQUEST = -2
+
+_TIMEVAL = struct.Struct("@ll")
+_MAX_CORRELATION = 0x7FFFFFFF
+
+
+class FetchResult(NamedTuple):
+    """A fetch reply: ``data`` is the log from ``offset`` on as the server sent
+    it (whole messages, possibly a partial last one; empty when nothing is
+    there yet). Decode it with ``decode_messages(data, offset)``."""
+
+    offset: int
+    data: bytearray
+    high_watermark: int
+    log_start_offset: int
+
+
+class Offsets(NamedTuple):
+    log_start_offset: int
+    high_watermark: int
+
+
+class BrokerConnection:
+    """One connection to a :class:`~raylog.transfer.server.DataServer` (see
+    the module docstring). Not thread-safe: one connection per thread."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        token: bytes | None = None,
+        timeout_s: float = 30.0,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        socket_buffer_bytes: int | None = None,
+    ):
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.host, self.port = host, port
+        self.timeout_s = timeout_s
+        self.max_frame_bytes = max_frame_bytes
+        self._token = bytes(token) if token is not None else None
+        self._socket_buffer_bytes = socket_buffer_bytes
+        self._sock: socket.socket | None = None
+        self._closed = False
+        self._correlation = 0
+        self._rbuf = bytearray(READ_BUFFER_BYTES)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = 0
+        self._rend = 0
+        self._recv_timeout: float | None = None
+        self._reply_start = 0
+        self._reply_size = 0
+        #: correlation id of the last acks=0 produce not yet known to be fine
+        self._unacked: int | None = None
+        #: topic -> its encoded string and the precompiled PRODUCE header
+        self._topics: dict[str, tuple[bytes, struct.Struct]] = {}
+
+    # -- life cycle ------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Connect and authenticate now (calls do it themselves on first use)."""
+        if self._closed:
+            raise ClosedError("connection was closed; create a new BrokerConnection")
+        if self._sock is not None:
+            return
+        where = f"{self.host}:{self.port}"
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+        except socket.timeout:
+            raise BrokerUnavailableError(
+                f"connecting to {where} timed out after {self.timeout_s}s; the endpoint may be restarting",
+                host=self.host,
+                port=self.port,
+            ) from None
+        except OSError as err:
+            raise BrokerUnavailableError(
+                f"cannot connect to {where}: {err}; the endpoint may be restarting", host=self.host, port=self.port
+            ) from err
+        try:
+            sock.settimeout(None)  # blocking; the kernel enforces the timeouts
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._socket_buffer_bytes:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._socket_buffer_bytes)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._socket_buffer_bytes)
+            _set_timeout(sock, socket.SO_SNDTIMEO, self.timeout_s)
+            _set_timeout(sock, socket.SO_RCVTIMEO, self.timeout_s)
+        except OSError as err:
+            sock.close()
+            raise BrokerUnavailableError(f"cannot set up the connection to {where}: {err}") from err
+        self._sock = sock
+        self._recv_timeout = self.timeout_s
+        self._rstart = self._rend = 0
+        self._unacked = None
+        if self._token is not None:
+            correlation_id = self._next_correlation()
+            self._send(encode_auth(correlation_id, self._token))
+            self._read_reply(correlation_id, REPLY_HEADER_BODY)
+            self._consume_reply()
+
+    def close(self) -> None:
+        """Close the connection; further calls raise ClosedError."""
+        self._closed = True
+        self._drop()
+
+    def __enter__(self) -> "BrokerConnection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        sock = getattr(self, "_sock", None)
+        if sock is not None:
+            sock.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    # -- requests --------------------------------------------------------------
+
+    def produce(self, topic: str, partition: int, message_set: bytes, acks: int = 1) -> int | None:
+        """Append ``message_set`` (whole messages, DESIGN §2) to the partition.
+
+        acks=1 returns the base offset (the offset of the set's first
+        message); acks=0 returns ``None`` as soon as the frame is written.
+        """
+        self._before_request()
+        correlation_id = self._next_correlation()
+        header = self._produce_header(topic, partition, acks, len(message_set), correlation_id)
+        if len(message_set) > GATHER_THRESHOLD:
+            self._send_gather([header, message_set])
+        else:
+            self._send(header + message_set)
+        if not acks:
+            self._unacked = correlation_id
+            return None
+        return self._read_produce_reply(correlation_id)
+
+    def produce_many(
+        self, topic: str, partition: int, message_sets: Sequence[bytes], acks: int = 1
+    ) -> list[int] | None:
+        """Send one PRODUCE frame per set, pipelined: frames are written
+        together (one send per up to :data:`PIPELINE_FRAMES` frames or
+        :data:`PIPELINE_BYTES`), then their replies read. Returns the base
+        offsets (acks=1) or ``None``. When the server refuses a set (acks=1)
+        the rest of that write is still stored; the first error is raised
+        with ``index`` and ``base_offsets`` (``None`` for refused sets) and
+        later writes are not sent."""
+        self._before_request()
+        bases: list[int] | None = [] if acks else None
+        i, total = 0, len(message_sets)
+        while i < total:
+            parts = []
+            first_id = self._correlation + 1
+            size = 0
+            j = i
+            while j < total and j - i < PIPELINE_FRAMES and (size < PIPELINE_BYTES or j == i):
+                message_set = message_sets[j]
+                parts.append(self._produce_header(topic, partition, acks, len(message_set), self._next_correlation()))
+                parts.append(message_set)
+                size += len(message_set)
+                j += 1
+            self._send(b"".join(parts))
+            last_id = self._correlation
+            if acks:
+                self._read_produce_replies(first_id, i, j - i, bases)
+            else:
+                self._unacked = last_id
+            i = j
+        return bases
+
+    def _read_produce_replies(self, first_id: int, first_index: int, count: int, bases: list) -> None:
+        """Read ``count`` pipelined PRODUCE replies into ``bases``. A refused
+        set does not stop the others: all replies are read (the connection
+        stays in step), then the first error is raised with ``index`` (of the
+        refused set) and ``base_offsets`` (``None`` where a set was refused)."""
+        first_error = None
+        for k in range(count):
+            try:
+                bases.append(self._read_produce_reply(_wrap(first_id + k)))
+            except RaylogError as err:
+                if self._sock is None:  # the connection itself failed
+                    raise
+                bases.append(None)
+                if first_error is None:
+                    first_error = err
+                    index = first_index + k
+        if first_error is not None:
+            first_error.details.update(index=index, base_offsets=bases)
+            first_error.index, first_error.base_offsets = index, bases
+            raise first_error
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0) -> FetchResult:
+        """Read up to ``max_bytes`` of the log from ``offset`` (at least one
+        whole message if there is one). With ``max_wait_ms`` > 0 the server
+        waits up to that long for data when there is none yet."""
+        self._before_request()
+        correlation_id = self._next_correlation()
+        frame = encode_fetch(correlation_id, self._topic(topic)[0], partition, offset, max_bytes, max_wait_ms)
+        self._expect_wait(max_wait_ms)
+        self._send(frame)
+        header = self._read_reply(correlation_id, REPLY_HEADER_BODY + FETCH_REPLY_FIELDS.size, whole=False)
+        high_watermark, log_start, length = FETCH_REPLY_FIELDS.unpack_from(self._rbuf, header)
+        expected = REPLY_HEADER_BODY + FETCH_REPLY_FIELDS.size + length
+        if length < 0 or self._reply_size != expected:
+            self._drop()
+            raise ProtocolError(f"fetch reply of {self._reply_size} bytes carries a data length of {length}")
+        # The data goes into a buffer of its own (the caller keeps it):
+        # what was already read is copied once, the rest is received in place.
+        data = bytearray(length)
+        start = header + FETCH_REPLY_FIELDS.size
+        have = min(length, self._rend - start)
+        if have:
+            data[:have] = self._rview[start : start + have]
+        self._rstart = start + have
+        if self._rstart == self._rend:
+            self._rstart = self._rend = 0
+        if have < length:
+            self._recv_exactly(memoryview(data)[have:])
+        return FetchResult(offset, data, high_watermark, log_start)
+
+    def offsets(self, topic: str, partition: int) -> Offsets:
+        """``(log start offset, high watermark)`` of the partition."""
+        self._before_request()
+        correlation_id = self._next_correlation()
+        self._send(encode_offsets(correlation_id, self._topic(topic)[0], partition))
+        self._expect_wait(0)
+        pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + OFFSETS_REPLY_FIELDS.size)
+        result = Offsets(*OFFSETS_REPLY_FIELDS.unpack_from(self._rbuf, pos))
+        self._consume_reply()
+        return result
+
+    # -- frames ------------------------------------------------------------------
+
+    def _next_correlation(self) -> int:
+        self._correlation = _wrap(self._correlation + 1)
+        return self._correlation
+
+    def _topic(self, topic: str) -> tuple[bytes, struct.Struct]:
+        entry = self._topics.get(topic)
+        if entry is None:
+            encoded = encode_string(topic)
+            fmt = REQUEST_HEADER.format + f"{len(encoded)}s" + PRODUCE_FIELDS.format.lstrip(">")
+            entry = (encoded, struct.Struct(fmt))
+            self._topics[topic] = entry
+        return entry
+
+    def _produce_header(self, topic: str, partition: int, acks: int, length: int, correlation_id: int) -> bytes:
+        encoded, header = self._topic(topic)
+        if acks not in (0, 1):
+            raise ValueError(f"acks must be 0 or 1, got {acks}")
+        size = header.size - SIZE.size + length
+        if size > self.max_frame_bytes:
+            raise FrameTooLargeError(
+                f"a message set of {length} bytes makes a frame of {size} bytes, more than the "
+                f"maximum of {self.max_frame_bytes}; send smaller message sets",
+                size=size,
+                max_frame_bytes=self.max_frame_bytes,
+            )
+        return header.pack(size, API_PRODUCE, VERSION, correlation_id, encoded, partition, acks, length)
+
+    def _read_produce_reply(self, correlation_id: int) -> int:
+        pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + PRODUCE_REPLY_FIELDS.size)
+        (base,) = PRODUCE_REPLY_FIELDS.unpack_from(self._rbuf, pos)
+        self._consume_reply()
+        return base
+
+    def _read_reply(self, correlation_id: int, expected: int, whole: bool = True) -> int:
+        """Read the next reply's header, raise its error if it has one, and
+        return where its body starts in the read buffer. With ``whole`` the
+        reply must be exactly ``expected`` bytes (after the size field) and is
+        read completely; otherwise at least ``expected`` bytes are read."""
+        self._fill(REPLY_HEADER.size)
+        size, got_id, code = REPLY_HEADER.unpack_from(self._rbuf, self._rstart)
+        if size > self.max_frame_bytes or size < REPLY_HEADER_BODY:
+            self._drop()
+            raise (FrameTooLargeError if size > self.max_frame_bytes else ProtocolError)(
+                f"reply of {size} bytes from {self.host}:{self.port} is outside [{REPLY_HEADER_BODY}, "
+                f"{self.max_frame_bytes}]; the connection is out of step and was closed"
+            )
+        self._reply_start = self._rstart
+        self._reply_size = size
+        if code:
+            self._fill(SIZE.size + size)
+            body = self._rview[self._rstart + REPLY_HEADER.size : self._rstart + SIZE.size + size]
+            error = decode_error(code, body)
+            self._consume_reply()
+            raise self._reply_error(error, got_id, correlation_id)
+        if got_id != correlation_id:
+            self._drop()
+            raise ProtocolError(
+                f"reply for correlation id {got_id} while waiting for {correlation_id}; "
+                "the connection is out of step and was closed"
+            )
+        if whole and size != expected:
+            self._drop()
+            raise ProtocolError(f"reply of {size} bytes, expected {expected}; the connection was closed")
+        self._fill(SIZE.size + (size if whole else expected))
+        return self._rstart + REPLY_HEADER.size
+
+    def _reply_error(self, error: RaylogError, got_id: int, correlation_id: int) -> RaylogError:
+        if got_id == correlation_id and not isinstance(error, _CONNECTION_ERRORS):
+            return error  # a request's own error: the connection stays
+        # An error about the connection itself or about an earlier acks=0
+        # produce: the server closes the connection after it.
+        self._drop()
+        if got_id != correlation_id and got_id >= 0:
+            error = type(error)(
+                f"an earlier acks=0 produce (correlation id {got_id}) failed: {error}", **error.details
+            )
+        return error
+
+    def _consume_reply(self) -> None:
+        """Move past the reply whose header :meth:`_read_reply` read."""
+        self._rstart = self._reply_start + SIZE.size + self._reply_size
+        if self._rstart == self._rend:
+            self._rstart = self._rend = 0
+
+    # -- socket I/O ------------------------------------------------------------
+
+    def _before_request(self) -> None:
+        if self._sock is None:
+            self.connect()
+        elif self._unacked is not None:
+            self._check_unacked()
+
+    def _check_unacked(self) -> None:
+        """After acks=0 produces: has the server answered one with an error
+        (and closed)? One non-blocking receive, no wait."""
+        if self._rstart == self._rend:
+            self._rstart = self._rend = 0
+        try:
+            n = self._sock.recv_into(self._rview[self._rend :], 0, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError as err:
+            self._drop()
+            raise BrokerUnavailableError(f"connection to {self.host}:{self.port} failed: {err}") from err
+        if n == 0:
+            unacked = self._unacked
+            self._drop()
+            raise BrokerUnavailableError(
+                f"{self.host}:{self.port} closed the connection after acks=0 produce(s) (last correlation id "
+                f"{unacked}); some of them may be lost"
+            )
+        self._rend += n
+        # Nothing answers an acks=0 produce but its error: this raises it
+        # (or a ProtocolError for anything else) and drops the connection.
+        self._read_reply(_NO_REQUEST, 0)
+
+    def _expect_wait(self, max_wait_ms: int) -> None:
+        timeout = self.timeout_s + max_wait_ms / 1000.0
+        if timeout != self._recv_timeout:
+            _set_timeout(self._sock, socket.SO_RCVTIMEO, timeout)
+            self._recv_timeout = timeout
+
+    def _send(self, data) -> None:
+        try:
+            self._sock.sendall(data)
+        except BlockingIOError:
+            self._drop()
+            raise RequestTimeoutError(
+                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed"
+            ) from None
+        except OSError as err:
+            self._drop()
+            raise BrokerUnavailableError(f"sending to {self.host}:{self.port} failed: {err}") from err
+
+    def _send_gather(self, parts: list) -> None:
+        views = [memoryview(p).cast("B") for p in parts]
+        try:
+            while views:
+                sent = self._sock.sendmsg(views)
+                while views and sent >= len(views[0]):
+                    sent -= len(views[0])
+                    views.pop(0)
+                if views and sent:
+                    views[0] = views[0][sent:]
+        except BlockingIOError:
+            self._drop()
+            raise RequestTimeoutError(
+                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed"
+            ) from None
+        except OSError as err:
+            self._drop()
+            raise BrokerUnavailableError(f"sending to {self.host}:{self.port} failed: {err}") from err
+
+    def _fill(self, n: int) -> None:
+        """Make ``n`` bytes from ``_rstart`` on available in the read buffer."""
+        if self._rend - self._rstart >= n:
+            return
+        if self._rstart + n > len(self._rbuf):
+            remaining = self._rend - self._rstart
+            if n > len(self._rbuf):  # n was checked against max_frame_bytes
+                grown = bytearray(max(n, 2 * len(self._rbuf)))
+                grown[:remaining] = self._rview[self._rstart : self._rend]
+                self._rbuf, self._rview = grown, memoryview(grown)
+            else:
+                self._rview[:remaining] = self._rview[self._rstart : self._rend]
+            self._rstart, self._rend = 0, remaining
+        while self._rend - self._rstart < n:
+            self._rend += self._recv(self._rview[self._rend :])
+
+    def _recv_exactly(self, view: memoryview) -> None:
+        got, total = 0, len(view)
+        while got < total:
+            got += self._recv(view[got:])
+
+    def _recv(self, view: memoryview) -> int:
+        try:
+            n = self._sock.recv_into(view)
+        except BlockingIOError:
+            self._drop()
+            raise RequestTimeoutError(
+                f"no reply from {self.host}:{self.port} within {self._recv_timeout}s; the connection was closed"
+            ) from None
+        except OSError as err:
+            self._drop()
+            raise BrokerUnavailableError(f"receiving from {self.host}:{self.port} failed: {err}") from err
+        if n == 0:
+            self._drop()
+            raise BrokerUnavailableError(
+                f"{self.host}:{self.port} closed the connection before its reply was complete; "
+                "the endpoint may be restarting"
+            )
+        return n
+
+    def _drop(self) -> None:
+        sock, self._sock = self._sock, None
+        self._rstart = self._rend = 0
+        self._unacked = None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def _wrap(correlation_id: int) -> int:
+    return correlation_id if correlation_id <= _MAX_CORRELATION else 1
+
+
+def _set_timeout(sock: socket.socket, option: int, seconds: float) -> None:
+    whole = int(seconds)
+    sock.setsockopt(socket.SOL_SOCKET, option, _TIMEVAL.pack(whole, int((seconds - whole) * 1_000_000)))
