@@ -287,7 +287,8 @@ class EmbeddedZooKeeper:
 
     @property
     def pid(self) -> int | None:
-        """The server process's PID while it runs (None before start/after stop)."""
+        """The PID of the server process last started (None before start and
+        after stop); see :attr:`running` for whether it still runs."""
         proc = self._proc
         return proc.pid if proc is not None else None
 
