@@ -11,8 +11,11 @@
 * ``private_zookeeper`` (function): a ZooKeeper of the test's own, for tests
   that stop, restart or otherwise hurt the server.
 
-Ray stays out of this file; suites that need Ray add their fixtures in their
-own ``conftest.py``.
+* ``ray_local`` (session): one local Ray for the whole run, whose node
+  offers local disk (``raylog_disk``) under the identity ``local``.
+* ``raylog_client`` (module): a :class:`raylog.Client` on both, with a
+  cluster name and data directory of its own.
+* ``make_topic`` (function): creates a fresh topic and returns its name.
 """
 
 from __future__ import annotations
@@ -88,3 +91,67 @@ def private_zookeeper(tmp_path):
         yield server
     finally:
         server.stop()
+
+
+# -- Ray -----------------------------------------------------------------------
+# One local Ray for the whole run (ray.init works once per process); every
+# suite that needs Ray (partition actors, consumers, Spark) shares it.
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    import ray
+
+    from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+
+    if ray.is_initialized():
+        yield ray
+        return
+    ray.init(
+        num_cpus=4,
+        resources={DISK_RESOURCE: 1},
+        labels={NODE_LABEL: "local"},
+        include_dashboard=False,
+        logging_level="WARNING",
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def raylog_client(zookeeper, ray_local, tmp_path_factory):
+    """A :class:`raylog.Client` on the shared ZooKeeper and Ray, with a
+    cluster name and data directory of its own; its topics are deleted after
+    the module."""
+    from raylog.client import Client
+
+    if not zookeeper.running:
+        zookeeper.start()
+    client = Client(
+        zookeeper=zookeeper.connect_string,
+        cluster=f"test-{uuid.uuid4().hex[:16]}",
+        data_dir=str(tmp_path_factory.mktemp("raylog-data")),
+        data_host="127.0.0.1",
+    )
+    try:
+        yield client
+    finally:
+        try:
+            for topic in client.list_topics():
+                client.delete_topic(topic)
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def make_topic(raylog_client):
+    """``make_topic(partitions=1, **settings) -> name``: a fresh topic."""
+
+    def make(partitions: int = 1, **settings) -> str:
+        name = f"t-{uuid.uuid4().hex[:12]}"
+        raylog_client.create_topic(name, partitions=partitions, **settings)
+        return name
+
+    return make

@@ -1,0 +1,181 @@
+"""The paper's throughput experiment, through the real cluster.
+
+One producer sends N 200-byte messages to a one-partition topic, in
+batches of 1 and of 50 (``acks=0``, as in the paper; the clock stops when
+the partition's high watermark covers every byte, i.e. the data is in the
+log and flushed), then one consumer reads them all back. Beside it, in the
+same run, the naive baseline: the same 200-byte messages, 50 per call,
+moved into a plain Ray actor by method calls and fetched back the same way.
+
+Prints one JSON line per measurement, then a table with the ratios.
+
+    python bench/throughput.py                 # N = 1,000,000
+    python bench/throughput.py -n 200000 --json-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+MESSAGE = b"x" * 200
+
+
+def _emit(rows: list, row: dict, json_only: bool) -> None:
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def _wait_for_watermark(client, topic: str, target: int, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while client.offsets(topic, 0)[1] < target:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"high watermark did not reach {target} within {timeout_s} s")
+        time.sleep(0.002)
+
+
+def bench_produce(client, topic: str, n: int, batch: int) -> dict:
+    from raylog.storage.message import HEADER_SIZE
+
+    start_hw = client.offsets(topic, 0)[1]
+    producer = client.producer(batch_size=batch, linger_ms=5, acks=0, max_buffered_messages=200_000)
+    send = producer.send
+    t0 = time.perf_counter()
+    for _ in range(n):
+        send(topic, MESSAGE)
+    producer.flush()
+    sent_s = time.perf_counter() - t0
+    size = HEADER_SIZE + len(MESSAGE)  # bytes per message in the log (no key)
+    _wait_for_watermark(client, topic, start_hw + n * size)
+    seconds = time.perf_counter() - t0
+    producer.close()
+    return {
+        "case": f"raylog produce batch {batch}",
+        "messages": n,
+        "seconds": round(seconds, 3),
+        "send_seconds": round(sent_s, 3),
+        "msg_per_s": round(n / seconds),
+        "mb_per_s": round(n * len(MESSAGE) / seconds / 1e6, 2),
+    }
+
+
+def bench_consume(client, topic: str, n: int) -> dict:
+    consumer = client.consumer(topic, auto_offset_reset="earliest", fetch_max_bytes=1 << 20)
+    received = 0
+    t0 = time.perf_counter()
+    while received < n:
+        batch = consumer.poll(timeout_ms=10_000, max_messages=100_000)
+        if not batch:
+            raise RuntimeError(f"consumer stalled after {received} of {n} messages")
+        received += len(batch)
+    seconds = time.perf_counter() - t0
+    consumer.close()
+    return {
+        "case": "raylog consume",
+        "messages": received,
+        "seconds": round(seconds, 3),
+        "msg_per_s": round(received / seconds),
+        "mb_per_s": round(received * len(MESSAGE) / seconds / 1e6, 2),
+    }
+
+
+def bench_actor_baseline(n: int, batch: int = 50) -> list[dict]:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class NaiveLog:
+        def __init__(self):
+            self.messages: list[bytes] = []
+
+        def produce(self, values: list[bytes]) -> int:
+            base = len(self.messages)
+            self.messages.extend(values)
+            return base
+
+        def fetch(self, start: int, count: int) -> list[bytes]:
+            return self.messages[start : start + count]
+
+    naive = NaiveLog.remote()
+    ray.get(naive.produce.remote([]))
+    values = [MESSAGE] * batch
+    t0 = time.perf_counter()
+    refs = []
+    for _ in range(n // batch):
+        refs.append(naive.produce.remote(values))
+        if len(refs) >= 256:
+            ray.get(refs)
+            refs.clear()
+    ray.get(refs)
+    produce_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    received = 0
+    while received < (n // batch) * batch:
+        got = ray.get(naive.fetch.remote(received, batch))
+        received += len(got)
+    fetch_s = time.perf_counter() - t0
+    ray.kill(naive)
+    total = (n // batch) * batch
+    return [
+        {
+            "case": f"actor calls produce batch {batch}",
+            "messages": total,
+            "seconds": round(produce_s, 3),
+            "msg_per_s": round(total / produce_s),
+            "mb_per_s": round(total * len(MESSAGE) / produce_s / 1e6, 2),
+        },
+        {
+            "case": f"actor calls fetch batch {batch}",
+            "messages": total,
+            "seconds": round(fetch_s, 3),
+            "msg_per_s": round(total / fetch_s),
+            "mb_per_s": round(total * len(MESSAGE) / fetch_s / 1e6, 2),
+        },
+    ]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--messages", type=int, default=1_000_000)
+    parser.add_argument("--batch1-messages", type=int, default=None, help="N for batch 1 (default: N)")
+    parser.add_argument("--json-only", action="store_true")
+    args = parser.parse_args(argv)
+    n = args.messages
+    n1 = args.batch1_messages or n
+
+    import raylog
+
+    rows: list[dict] = []
+    with raylog.connect() as client:
+        topic = "bench"
+        client.create_topic(topic, partitions=1)
+        _emit(rows, bench_produce(client, topic, n, 50), args.json_only)
+        _emit(rows, bench_produce(client, topic, n1, 1), args.json_only)
+        _emit(rows, bench_consume(client, topic, n + n1), args.json_only)
+        for row in bench_actor_baseline(n):
+            _emit(rows, row, args.json_only)
+
+    by_case = {r["case"]: r for r in rows}
+    produce_ratio = by_case["raylog produce batch 50"]["msg_per_s"] / by_case["actor calls produce batch 50"]["msg_per_s"]
+    consume_ratio = by_case["raylog consume"]["msg_per_s"] / by_case["actor calls fetch batch 50"]["msg_per_s"]
+    summary = {
+        "case": "ratios",
+        "produce_vs_actor_calls": round(produce_ratio, 2),
+        "consume_vs_actor_calls": round(consume_ratio, 2),
+        "cpus": os.cpu_count(),
+    }
+    print(json.dumps(summary), flush=True)
+    if not args.json_only:
+        print()
+        print(f"{'case':<34} {'messages':>10} {'seconds':>8} {'msg/s':>11} {'MB/s':>8}")
+        for r in rows:
+            print(f"{r['case']:<34} {r['messages']:>10,} {r['seconds']:>8.2f} {r['msg_per_s']:>11,} {r['mb_per_s']:>8.1f}")
+        print(f"\nsendfile channel vs actor calls: produce x{produce_ratio:.1f}, consume x{consume_ratio:.1f}")
+        print("paper (2011, one broker): produce batch 50 ~400k msg/s, batch 1 ~50k msg/s, consume ~22k msg/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""The partition actor: owns one partition log on its node's disk and serves it.
+
+One detached, named Ray actor per partition (name ``<cluster>/<topic>/<p>``
+in the ``raylog`` namespace), pinned to the node that holds its log. On
+start (and on every restart by Ray after its process died) it
+
+1. opens the log, which recovers it: a torn or corrupt tail is truncated
+   and reported (see :attr:`PartitionLog.recovery_reports`);
+2. runs a :class:`~raylog.transfer.server.DataServer` on its node's address
+   and an OS-chosen port: produce requests in, fetch replies out with
+   ``os.sendfile``;
+3. takes a new **epoch** (the version of its placement node in ZooKeeper,
+   bumped once per start) and registers its ephemeral endpoint
+   ``{"host", "port", "actor", "epoch"}``, re-registering after a ZooKeeper
+   session loss;
+4. runs one timer thread: flush every few milliseconds when due
+   (``flush_ms``), retention every ``retention_check_ms``.
+
+Data never goes through Ray method calls; the methods here are small control
+calls (stats, offsets, flush, shutdown). A disk error in the timer thread
+ends the process so that Ray restarts the actor and recovery runs again.
+
+Actor-confinement: the log is shared by the server's connection threads,
+the timer thread and the method threads; :class:`PartitionLog` serializes its
+writers and lets readers run concurrently. Everything else here is written
+only in ``__init__`` and ``shutdown``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+
+from raylog.config import TopicConfig
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "raylog"
+
+
+def actor_name(cluster: str, topic: str, partition: int) -> str:
+    return f"{cluster}/{topic}/{partition}"
+
+
+class PartitionActor:
+    """The body of the partition actor (wrapped with ``ray.remote`` by
+    :func:`start_partition_actor`)."""
+
+    def __init__(
+        self,
+        zookeeper: str,
+        cluster: str,
+        topic: str,
+        partition: int,
+        log_dir: str,
+        config_json: bytes,
+        host: str | None = None,
+        token: bytes | None = None,
+    ):
+        from kazoo.protocol.states import KazooState
+
+        from raylog.groups.registry import Registry
+        from raylog.groups.zookeeper import connect_kazoo
+        from raylog.storage.log import PartitionLog
+        from raylog.transfer.server import DataServer
+
+        self.topic, self.partition, self.cluster = topic, partition, cluster
+        self.config = TopicConfig.from_json(config_json)
+        self.log_dir = log_dir
+        self.started_at = time.time()
+        self._closed = threading.Event()
+
+        self.log = PartitionLog(log_dir, self.config)
+        for report in self.log.recovery_reports:
+            log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)
+
+        if host is None:
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        self.server = DataServer(self._resolve, host=host, port=0, token=token)
+        self.host, self.port = self.server.start()
+
+        self.zk = connect_kazoo(zookeeper)
+        self.registry = Registry(self.zk, cluster)
+        placement_path = self.registry.paths.partition(topic, partition)
+        data, _ = self.zk.get(placement_path)
+        self.epoch = self.zk.set(placement_path, data).version
+        self._register()
+
+        def on_state(state):
+            if state == KazooState.LOST and not self._closed.is_set():
+                # Ephemeral nodes died with the session: register again from
+                # a thread of our own (no ZooKeeper calls in the listener).
+                threading.Thread(target=self._reregister, daemon=True).start()
+
+        self.zk.add_listener(on_state)
+        self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
+        self._timer.start()
+
+    # -- data server ---------------------------------------------------------
+
+    def _resolve(self, topic: str, partition: int):
+        if topic == self.topic and partition == self.partition and not self._closed.is_set():
+            return self.log
+        return None
+
+    # -- registration --------------------------------------------------------
+
+    def _register(self):
+        self.registry.register_endpoint(
+            self.topic,
+            self.partition,
+            self.host,
+            self.port,
+            actor_name(self.cluster, self.topic, self.partition),
+            self.epoch,
+        )
+
+    def _reregister(self):
+        from raylog.retry import RetryPolicy
+
+        try:
+            RetryPolicy(max_tries=60, delay_s=0.2, max_delay_s=2.0, deadline_s=120).call(
+                self._register, retry_on=(Exception,)
+            )
+        except Exception:  # noqa: BLE001
+            log.exception("partition %s-%d could not register its endpoint again", self.topic, self.partition)
+
+    # -- timers --------------------------------------------------------------
+
+    def _run_timers(self):
+        tick = max(0.001, min(self.config.flush_ms, 50) / 2000.0)
+        next_retention = time.monotonic() + self.config.retention_check_ms / 1000.0
+        try:
+            while not self._closed.wait(tick):
+                self.log.maybe_flush()
+                if time.monotonic() >= next_retention:
+                    deleted = self.log.delete_old_segments()
+                    if deleted:
+                        log.info("partition %s-%d retention deleted %s", self.topic, self.partition, deleted)
+                    next_retention = time.monotonic() + self.config.retention_check_ms / 1000.0
+        except OSError:
+            log.exception("disk error in partition %s-%d; restarting the actor", self.topic, self.partition)
+            os._exit(1)
+        except Exception:  # noqa: BLE001
+            if not self._closed.is_set():
+                log.exception("partition %s-%d timer failed; restarting the actor", self.topic, self.partition)
+                os._exit(1)
+
+    # -- control methods -----------------------------------------------------
+
+    def ping(self) -> bool:
+        return True
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def offsets(self) -> tuple[int, int]:
+        """``(log start offset, high watermark)``."""
+        return self.log.log_start_offset, self.log.high_watermark
+
+    def flush(self) -> int:
+        self.log.flush()
+        return self.log.high_watermark
+
+    def stats(self) -> dict:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "pid": os.getpid(),
+            "host": self.host,
+            "port": self.port,
+            "epoch": self.epoch,
+            "log_dir": self.log_dir,
+            "log_start_offset": self.log.log_start_offset,
+            "high_watermark": self.log.high_watermark,
+            "log_end_offset": self.log.log_end_offset,
+            "size_bytes": self.log.size_bytes,
+            "segments": len(self.log.segment_bases),
+            "recovery_reports": [r._asdict() for r in self.log.recovery_reports],
+            "uptime_s": time.time() - self.started_at,
+            "server": self.server.stats(),
+        }
+
+    def delete_old_segments(self) -> list:
+        return self.log.delete_old_segments()
+
+    def shutdown(self, delete_data: bool = False) -> None:
+        """Stop serving: endpoint gone, server stopped, log flushed and closed."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self.registry.unregister_endpoint(self.topic, self.partition, self.epoch)
+        except Exception:  # noqa: BLE001 - ZooKeeper may already be gone
+            pass
+        self.server.stop()
+        self._timer.join(timeout=5)
+        try:
+            self.log.flush()
+        finally:
+            self.log.close()
+        try:
+            self.zk.stop()
+            self.zk.close()
+        except Exception:  # noqa: BLE001
+            pass
+        if delete_data:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+def partition_actor_class():
+    import ray
+
+    return ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)(PartitionActor)
+
+
+def start_partition_actor(
+    *,
+    zookeeper: str,
+    cluster: str,
+    topic: str,
+    partition: int,
+    log_dir: str,
+    config: TopicConfig,
+    node_identity: str,
+    nodes: list[dict],
+    host: str | None = None,
+    token: bytes | None = None,
+):
+    """Start (or find, if it runs) the partition actor pinned to its node."""
+    from raylog.actors.placement import scheduling_options
+
+    options = scheduling_options(node_identity, nodes)
+    return (
+        partition_actor_class()
+        .options(
+            name=actor_name(cluster, topic, partition),
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            **options,
+        )
+        .remote(zookeeper, cluster, topic, partition, log_dir, config.to_json(), host, token)
+    )

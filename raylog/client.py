@@ -1,0 +1,344 @@
+"""``raylog.connect()`` and the :class:`Client`: topics, producers, consumers.
+
+``raylog.connect()`` with no arguments is the **embedded default**: it
+starts a local Ray (with one node that offers local disk), a ZooKeeper of
+its own on 127.0.0.1, and keeps partition logs under a temporary directory
+that ``close()`` removes (pass ``data_dir=`` to keep them). Given
+``zookeeper="host:2181"`` and ``ray_address="auto"`` it joins an existing
+cluster instead and starts nothing but the partition actors of the topics
+it creates.
+
+Thread-safety: a :class:`Client` may be shared by threads; producers and
+consumers it creates are documented in their own modules.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
+from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL, disk_nodes, spread
+from raylog.config import TopicConfig
+from raylog.errors import BrokerUnavailableError, ClosedError
+from raylog.metadata import ConnectionSettings, Metadata
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DATA_DIR = "/tmp/raylog"
+LOCAL_NODE = "local"
+
+
+class Client:
+    """A connection to one raylog cluster (a ZooKeeper root and a Ray cluster)."""
+
+    def __init__(
+        self,
+        *,
+        zookeeper: str,
+        cluster: str = "default",
+        data_dir: str = DEFAULT_DATA_DIR,
+        token: bytes | None = None,
+        data_host: str | None = None,
+        _owned_zookeeper=None,
+        _owns_ray: bool = False,
+        _owned_data_dir: str | None = None,
+    ):
+        from raylog.groups.registry import Registry
+        from raylog.groups.zookeeper import connect_kazoo
+
+        self.settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
+        self.data_dir = data_dir
+        self.data_host = data_host
+        self._owned_zookeeper = _owned_zookeeper
+        self._owns_ray = _owns_ray
+        self._owned_data_dir = _owned_data_dir
+        self._zk = connect_kazoo(zookeeper)
+        self.registry = Registry(self._zk, cluster)
+        self.metadata = Metadata(self.registry, self.settings)
+        self._children: list = []  # producers and consumers to close with the client
+        self._closed = False
+
+    # -- topics --------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1, *, timeout_s: float = 120.0, **settings) -> TopicConfig:
+        """Create a topic and start one partition actor per partition, spread
+        over the nodes that offer local disk. Returns the topic's config.
+
+        ``settings`` are :class:`raylog.TopicConfig` fields (retention_ms,
+        retention_bytes, segment_bytes, flush_messages, flush_ms,
+        max_message_bytes)."""
+        import ray
+
+        self._check_open()
+        config = TopicConfig(partitions=partitions, **settings)
+        nodes = ray.nodes()
+        disks = disk_nodes(nodes)
+        placement = spread(partitions, disks, offset=sum(name.encode()) % max(1, len(disks)))
+        self.registry.create_topic(name, config)
+        try:
+            for p, node in enumerate(placement):
+                self.registry.set_placement(name, p, node.identity, os.path.join(self.data_dir, f"{name}-{p}"))
+            self._serve(name, config, nodes, timeout_s)
+        except BaseException:
+            self._stop_actors(name, partitions, delete_data=True)
+            self.registry.delete_topic(name)
+            raise
+        return config
+
+    def ensure_served(self, name: str, timeout_s: float = 120.0) -> None:
+        """Start any partition actor of ``name`` that is not running (for a
+        cluster whose actors were stopped; a running actor is left alone)."""
+        import ray
+
+        self._serve(name, self.registry.topic_config(name), ray.nodes(), timeout_s)
+
+    def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float) -> None:
+        import ray
+
+        actors = []
+        for p in range(config.partitions):
+            place = self.registry.placement(name, p)
+            actors.append(
+                start_partition_actor(
+                    zookeeper=self.settings.zookeeper,
+                    cluster=self.settings.cluster,
+                    topic=name,
+                    partition=p,
+                    log_dir=place["log_dir"],
+                    config=config,
+                    node_identity=place["node"],
+                    nodes=nodes,
+                    host=self.data_host,
+                    token=self.settings.token,
+                )
+            )
+        refs = [a.ping.remote() for a in actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        if len(ready) < len(refs):
+            raise BrokerUnavailableError(
+                f"only {len(ready)} of {len(refs)} partition actors of {name!r} started within "
+                f"{timeout_s:g} s; check that the nodes holding them are alive (ray status)"
+            )
+        ray.get(ready)  # raise a constructor's error, if any
+
+    def _actor(self, topic: str, partition: int):
+        import ray
+
+        try:
+            return ray.get_actor(actor_name(self.settings.cluster, topic, partition), namespace=NAMESPACE)
+        except ValueError:
+            return None
+
+    def partition_actor(self, topic: str, partition: int):
+        """The Ray actor handle of a partition (for control calls and tests)."""
+        actor = self._actor(topic, partition)
+        if actor is None:
+            raise BrokerUnavailableError(f"no partition actor runs for {topic}-{partition}")
+        return actor
+
+    def _stop_actors(self, topic: str, partitions: int, delete_data: bool) -> None:
+        import ray
+
+        actors = [a for a in (self._actor(topic, p) for p in range(partitions)) if a is not None]
+        refs = [a.shutdown.remote(delete_data=delete_data) for a in actors]
+        try:
+            ray.wait(refs, num_returns=len(refs), timeout=30)
+        finally:
+            for actor in actors:
+                ray.kill(actor, no_restart=True)
+
+    def delete_topic(self, name: str) -> None:
+        """Stop the topic's partition actors, delete their logs and the topic."""
+        self._check_open()
+        config = self.registry.topic_config(name)
+        self._stop_actors(name, config.partitions, delete_data=True)
+        self.registry.delete_topic(name)
+
+    def list_topics(self) -> list[str]:
+        return self.registry.list_topics()
+
+    def describe_topic(self, name: str) -> dict:
+        """Config, and per partition: node, log directory, endpoint, log
+        start offset and high watermark."""
+        config = self.registry.topic_config(name)
+        placements = self.registry.placements(name)
+        endpoints = self.registry.endpoints(name)
+        partitions = []
+        for p in range(config.partitions):
+            endpoint = endpoints.get(p)
+            row = {
+                "partition": p,
+                "node": placements.get(p, {}).get("node"),
+                "log_dir": placements.get(p, {}).get("log_dir"),
+                "endpoint": None if endpoint is None else f"{endpoint['host']}:{endpoint['port']}",
+                "epoch": None if endpoint is None else endpoint.get("epoch"),
+                "log_start_offset": None,
+                "high_watermark": None,
+            }
+            if endpoint is not None:
+                try:
+                    row["log_start_offset"], row["high_watermark"] = self.offsets(name, p)
+                except BrokerUnavailableError:
+                    pass
+            partitions.append(row)
+        return {"topic": name, "config": config, "partitions": partitions}
+
+    def offsets(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(log start offset, high watermark)`` of a partition."""
+        from raylog.transfer.client import BrokerConnection
+
+        host, port = self.metadata.endpoint(topic, partition, refresh=True, wait_s=5.0)
+        with BrokerConnection(host, port, token=self.settings.token, timeout_s=10) as conn:
+            return conn.offsets(topic, partition)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """The high watermark of every partition of ``topic``."""
+        return {p: self.offsets(topic, p)[1] for p in range(self.metadata.partitions(topic))}
+
+    # -- producers and consumers ---------------------------------------------
+
+    def producer(self, **options):
+        """A :class:`raylog.Producer` (batch_size, linger_ms, compression, acks...)."""
+        from raylog.producer import Producer
+
+        self._check_open()
+        producer = Producer(self.metadata, **options)
+        self._children.append(producer)
+        return producer
+
+    def producer_actor(self, **options):
+        """A Ray actor handle wrapping a producer, for Ray apps:
+        ``ray.get(handle.send_batch.remote("clicks", [b"v1", b"v2"]))``."""
+        from raylog.actors.producer import producer_actor
+
+        self._check_open()
+        return producer_actor(self.settings, **options)
+
+    def consumer(self, topics, group: str | None = None, **options):
+        """A :class:`raylog.Consumer` of ``topics`` (a name or a list);
+        with ``group``, coordinated with the other members of the group."""
+        from raylog.consumer import Consumer
+
+        self._check_open()
+        consumer = Consumer(self.metadata, topics, group=group, **options)
+        self._children.append(consumer)
+        return consumer
+
+    # -- life cycle ----------------------------------------------------------
+
+    def _check_open(self):
+        if self._closed:
+            raise ClosedError("the client is closed; call raylog.connect() again")
+
+    def close(self) -> None:
+        """Close producers and consumers made here; in the embedded default
+        also stop the partition actors, Ray and ZooKeeper it started."""
+        if self._closed:
+            return
+        self._closed = True
+        for child in reversed(self._children):
+            try:
+                child.close()
+            except Exception as err:  # noqa: BLE001
+                log.warning("closing %s failed: %s", type(child).__name__, err)
+        if self._owns_ray:
+            for topic in self.registry.list_topics():
+                try:
+                    self._stop_actors(topic, self.registry.topic_config(topic).partitions, delete_data=False)
+                except Exception as err:  # noqa: BLE001
+                    log.warning("stopping partitions of %s failed: %s", topic, err)
+        self._zk.stop()
+        self._zk.close()
+        if self._owns_ray:
+            import ray
+
+            ray.shutdown()
+        if self._owned_zookeeper is not None:
+            self._owned_zookeeper.stop()
+        if self._owned_data_dir is not None:
+            shutil.rmtree(self._owned_data_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def connect(
+    zookeeper: str | None = None,
+    ray_address: str | None = None,
+    data_dir: str | None = None,
+    *,
+    cluster: str = "default",
+    token: bytes | str | None = None,
+    num_cpus: int | None = None,
+) -> Client:
+    """Connect to a raylog cluster, or start the embedded default.
+
+    - ``raylog.connect()``: local Ray + a ZooKeeper started here + logs in a
+      temporary directory removed by ``close()``;
+    - ``raylog.connect(data_dir="/tmp/rl")``: the same, logs kept there;
+    - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
+      existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
+
+    ``token``: when set, every data connection must present it (the
+    partition actors created by this client require it).
+    """
+    import ray
+
+    if isinstance(token, str):
+        token = token.encode()
+    embedded_zk = None
+    owns_ray = False
+    owned_data_dir = None
+    try:
+        if zookeeper is None:
+            from raylog.groups.zookeeper import EmbeddedZooKeeper
+
+            embedded_zk = EmbeddedZooKeeper().start()
+            zookeeper = embedded_zk.connect_string
+        data_host = None
+        if not ray.is_initialized():
+            if ray_address is None:
+                ray.init(
+                    num_cpus=num_cpus,
+                    resources={DISK_RESOURCE: 1},
+                    labels={NODE_LABEL: LOCAL_NODE},
+                    include_dashboard=False,
+                    configure_logging=True,
+                    logging_level=logging.WARNING,
+                    log_to_driver=True,
+                )
+                owns_ray = True
+                data_host = "127.0.0.1"
+            else:
+                ray.init(address=ray_address, logging_level=logging.WARNING)
+        elif ray_address is None and embedded_zk is not None:
+            data_host = "127.0.0.1"
+        if data_dir is None:
+            if embedded_zk is not None and owns_ray:
+                data_dir = owned_data_dir = tempfile.mkdtemp(prefix="raylog-data-")
+            else:
+                data_dir = DEFAULT_DATA_DIR
+        return Client(
+            zookeeper=zookeeper,
+            cluster=cluster,
+            data_dir=data_dir,
+            token=token,
+            data_host=data_host,
+            _owned_zookeeper=embedded_zk,
+            _owns_ray=owns_ray,
+            _owned_data_dir=owned_data_dir,
+        )
+    except BaseException:
+        if owns_ray:
+            ray.shutdown()
+        if embedded_zk is not None:
+            embedded_zk.stop()
+        if owned_data_dir is not None:
+            shutil.rmtree(owned_data_dir, ignore_errors=True)
+        raise
