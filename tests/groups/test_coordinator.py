@@ -467,3 +467,26 @@ def test_a_callback_that_raises_does_not_block_the_rebalance(zk, cluster_name, t
     assert a.assignment == frozenset(("t", p) for p in range(8))
     b = members()
     wait_settled(zk, cluster_name, "g", topic, [a, b], 8)
+
+
+def test_wait_for_assignment_returns_the_settled_share_and_refuses_after_close(
+    zk, cluster_name, topic, members
+):
+    a = members(consumer_id="a")
+    b = members(consumer_id="b")
+    wait_settled(zk, cluster_name, "g", topic, [a, b], 8)
+    assert b.wait_for_assignment(timeout_s=WAIT_S) == frozenset(("t", p) for p in range(4, 8))
+    b.close()
+    with pytest.raises(ClosedError):
+        b.wait_for_assignment(timeout_s=1)
+    # (a settles on everything once b's departure reaches it)
+    wait_settled(zk, cluster_name, "g", topic, [a], 8)
+    assert a.wait_for_assignment(timeout_s=WAIT_S) == frozenset(("t", p) for p in range(8))
+
+
+def test_a_member_used_as_a_context_manager_joins_and_leaves(make_zk, zk, cluster_name, topic):
+    with GroupMember(make_zk(timeout=SESSION_S), cluster_name, "g", ["t"], consumer_id="ctx") as member:
+        assert member.assignment == frozenset(("t", p) for p in range(8))
+        assert owners(zk, cluster_name, "g", "t") == {p: "ctx" for p in range(8)}
+    assert member.state is MemberState.CLOSED
+    assert owners(zk, cluster_name, "g", "t") == {}
