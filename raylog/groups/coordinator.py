@@ -11,7 +11,10 @@ same deterministic assignment from a fresh read, and claims its own share::
 Usage (what a consumer does)::
 
     def revoked(partitions):            # stop fetching them, commit positions now
-        member.commit({tp: positions[tp] for tp in partitions})
+        try:
+            member.commit({tp: positions[tp] for tp in partitions})
+        except ZooKeeperUnavailableError:
+            pass                        # revoked for a lost connection: re-read later (at-least-once)
         for tp in partitions:
             positions.pop(tp, None)
 
@@ -67,9 +70,12 @@ current one. Every transition happens on the member's own thread.
         the whole rebalance is tried once more; if that fails as well the
         member goes to ``FAILED``.
     ``FETCHING``
-        ``on_assigned(partitions)`` is called; after it returns,
+        ``on_assigned(partitions)`` is called (the consumer reads the
+        committed offsets and starts fetching); after it returns,
         :attr:`GroupMember.assignment` shows the partitions and
-        :attr:`GroupMember.generation` has grown by one.
+        :attr:`GroupMember.generation` has grown by one. If it raises, the
+        rebalance starts over from ``RELEASE`` (which revokes the set
+        again); a second failure in a row goes to ``FAILED``.
 
     A watch event during ``ASSIGN`` or ``CLAIM`` abandons the rebalance and
     starts another one (with ``RELEASE`` of what was claimed so far); events
@@ -91,8 +97,9 @@ any -> ``SUSPENDED``
     mere disconnection it rebalances (its owner nodes are still its own
     and are released first).
 
-``CLAIM`` -> ``FAILED``
-    The claims did not succeed within the retries twice in a row. The
+``CLAIM`` / ``FETCHING`` -> ``FAILED``
+    The claims did not succeed within the retries, or ``on_assigned``
+    raised, twice in a row. The
     member releases what it claimed, deletes its ids node (so the other
     members take over its share rather than leaving it unread) and
     :meth:`GroupMember.start`, :meth:`~GroupMember.check`,
@@ -253,6 +260,10 @@ class _Interrupted(Exception):
     """A rebalance step was abandoned (a new trigger, a lost connection, close)."""
 
 
+class _AssignFailed(Exception):
+    """on_assigned raised (the cause is chained)."""
+
+
 class _ClaimsExhausted(Exception):
     def __init__(self, holders: dict[TopicPartition, str | None]):
         super().__init__(holders)
@@ -266,9 +277,14 @@ class GroupMember:
     ``on_revoked`` receive a ``frozenset`` of ``(topic, partition)``; they
     run on the member's thread, one at a time, and every ``on_assigned`` is
     followed by exactly one ``on_revoked`` of the same set before the next
-    ``on_assigned``. An exception raised by a callback is logged and does
-    not stop the rebalance (the owner nodes are released regardless, so the
-    other members are never blocked by it). ``retry`` bounds the claim
+    ``on_assigned``. An exception raised by ``on_revoked`` is logged and
+    does not stop the rebalance (the owner nodes are released regardless, so
+    the other members are never blocked by it). An exception raised by
+    ``on_assigned`` means the consumer did not take its partitions: they
+    are revoked again (``on_revoked``), released, and the rebalance is tried
+    once more; a second failure fails the member (:class:`raylog.RebalanceError`
+    chaining the cause), so no partition is held by a member that does not
+    read it. ``retry`` bounds the claim
     back-off (default :func:`default_claim_retry` of the client's session
     timeout); each rebalance is tried twice, so a claim blocked for
     good fails after about twice the policy's deadline.
@@ -537,7 +553,9 @@ class GroupMember:
                     raise self._error
                 if self._state in (MemberState.CLOSED, MemberState.CREATED):
                     raise ClosedError(f"consumer {self._id} is not in group {self.group!r}; nothing committed")
-                connected = self._connected and not self._session_lost
+                # SUSPENDED: revoked for a lost connection or session; what
+                # it owned is uncertain until it has rebalanced.
+                connected = self._connected and not self._session_lost and self._state is not MemberState.SUSPENDED
             if not connected:
                 raise ZooKeeperUnavailableError(
                     f"cannot commit for group {self.group!r}: consumer {self._id} lost its ZooKeeper "
@@ -805,7 +823,21 @@ class GroupMember:
                     f"stop the stale owner, then start a new member",
                     group=self.group, consumer_id=self._id, partitions=sorted(err.holders),
                 ) from None
-            self._fetch(wanted, members)
+            try:
+                self._fetch(wanted, members)
+            except _AssignFailed as err:
+                cause = err.__cause__
+                if attempt == 1:
+                    log.warning("consumer %s of group %r: on_assigned raised %r; revoking and retrying the "
+                                "rebalance", self._id, self.group, cause)
+                    continue
+                raise RebalanceError(
+                    f"consumer {self._id} of group {self.group!r}: on_assigned failed twice "
+                    f"({type(cause).__name__}: {cause}); the consumer could not take its partitions, so "
+                    f"this member left the group rather than hold them unread. Fix the cause, then start "
+                    f"a new member",
+                    group=self.group, consumer_id=self._id,
+                ) from cause
             return
 
     def _release(self) -> None:
@@ -932,8 +964,13 @@ class GroupMember:
         """FETCHING: hand the partitions out, then show them."""
         self._check_interrupt()
         with self._cond:
-            self._handed_out = wanted
-        self._callback("on_assigned", self._on_assigned, wanted)
+            self._handed_out = wanted  # from here on, RELEASE revokes it
+        if self._on_assigned is not None:
+            try:
+                self._on_assigned(wanted)
+            except Exception as err:  # noqa: BLE001 - judged just below
+                self._check_interrupt()  # ZooKeeper went away meanwhile: not the consumer's fault
+                raise _AssignFailed() from err
         with self._cond:
             self._generation += 1
             self._state = MemberState.FETCHING

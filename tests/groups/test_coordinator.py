@@ -392,15 +392,29 @@ def test_claim_retries_exhausted_raise_rebalance_error_and_the_member_leaves(
 
 def test_an_expired_session_rejoins_and_no_partition_stays_unowned(zk, cluster_name, topic, members):
     revoked = []
-    a = members(consumer_id="a", on_revoked=revoked.append)
+    box = []
+
+    def on_revoked(parts):
+        try:
+            box[0].commit({tp: 1 for tp in parts})
+            revoked.append((parts, None))
+        except Exception as err:  # noqa: BLE001 - recorded
+            revoked.append((parts, err))
+
+    a = members(consumer_id="a", on_revoked=on_revoked, start=False)
+    box.append(a)
+    a.start(timeout_s=WAIT_S)
     b = members(consumer_id="b")
     wait_settled(zk, cluster_name, "g", topic, [a, b], 8)
     generation = a.generation
     revoked.clear()
     expire_session(a.zk)
-    # told to stop at once, before (or while) it rejoins
+    # told to stop at once, before it rejoins; its commit there is refused
+    # as ZooKeeper being unavailable (it may no longer own the partitions)
     wait_until(lambda: revoked, what="on_revoked after the session loss")
-    assert revoked[0] == frozenset(("t", p) for p in range(4))
+    parts, err = revoked[0]
+    assert parts == frozenset(("t", p) for p in range(4))
+    assert isinstance(err, ZooKeeperUnavailableError)
     wait_until(lambda: a.generation > generation, what="a to rejoin")
     wait_settled(zk, cluster_name, "g", topic, [a, b], 8)
     assert a.zk.exists(Paths(cluster_name).member("g", "a"))
@@ -459,14 +473,45 @@ def test_zookeeper_down_commit_raises_unavailable_and_the_member_recovers(make_z
         server.stop()
 
 
-def test_a_callback_that_raises_does_not_block_the_rebalance(zk, cluster_name, topic, members):
+def test_an_on_revoked_that_raises_does_not_block_the_rebalance(zk, cluster_name, topic, members):
     def broken(parts):
         raise RuntimeError("consumer bug")
 
-    a = members(on_revoked=broken, on_assigned=broken)
+    a = members(on_revoked=broken)
     assert a.assignment == frozenset(("t", p) for p in range(8))
     b = members()
     wait_settled(zk, cluster_name, "g", topic, [a, b], 8)
+
+
+def test_an_on_assigned_that_fails_once_is_revoked_and_retried(zk, cluster_name, topic, members):
+    calls = []
+
+    def assigned(parts):
+        calls.append(("assigned", parts))
+        if len(calls) == 1:
+            raise RuntimeError("offsets not readable yet")
+
+    member = members(on_assigned=assigned, on_revoked=lambda parts: calls.append(("revoked", parts)))
+    everything = frozenset(("t", p) for p in range(8))
+    assert member.assignment == everything
+    assert calls == [("assigned", everything), ("revoked", everything), ("assigned", everything)]
+    assert member.generation == 1
+
+
+def test_an_on_assigned_that_keeps_failing_fails_the_member(zk, cluster_name, topic, members):
+    revoked = []
+
+    def assigned(parts):
+        raise RuntimeError("broker unreachable")
+
+    member = members(start=False, on_assigned=assigned, on_revoked=revoked.append)
+    with pytest.raises(RebalanceError, match="on_assigned failed twice.*broker unreachable") as info:
+        member.start(timeout_s=WAIT_S)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert len(revoked) == 2  # every handed-out set was taken back
+    assert member.state is MemberState.FAILED
+    assert owners(zk, cluster_name, "g", "t") == {}
+    assert zk.get_children(Paths(cluster_name).ids("g")) == []
 
 
 def test_wait_for_assignment_returns_the_settled_share_and_refuses_after_close(
