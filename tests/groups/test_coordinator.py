@@ -535,3 +535,24 @@ def test_a_member_used_as_a_context_manager_joins_and_leaves(make_zk, zk, cluste
         assert owners(zk, cluster_name, "g", "t") == {p: "ctx" for p in range(8)}
     assert member.state is MemberState.CLOSED
     assert owners(zk, cluster_name, "g", "t") == {}
+
+
+def test_topic_setting_changes_that_keep_the_partition_count_do_not_rebalance(zk, cluster_name, topic, members):
+    a = members()
+    generation = a.generation
+    node = Paths(cluster_name).topic("t")
+    for retention_ms in range(1000, 1020):  # a burst of unrelated setting changes
+        zk.set(node, TopicConfig(partitions=8, retention_ms=retention_ms).to_json())
+    zk.set(node, TopicConfig(partitions=9).to_json())  # then one that matters
+    wait_until(lambda: a.assignment == frozenset(("t", p) for p in range(9)), what="the ninth partition")
+    assert a.generation == generation + 1
+
+
+def test_start_without_zookeeper_raises_unavailable(make_zk, cluster_name):
+    client = make_zk()
+    client.stop()
+    member = GroupMember(client, cluster_name, "g", ["t"])
+    with pytest.raises(ZooKeeperUnavailableError, match="join group"):
+        member.start(timeout_s=5)
+    assert member.state is MemberState.CLOSED
+    member.close()  # harmless
