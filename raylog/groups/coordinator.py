@@ -20,7 +20,8 @@ Usage (what a consumer does)::
 
     def assigned(partitions):           # start fetching from the committed offsets
         for topic, p in partitions:
-            positions[(topic, p)] = member.committed(topic, p) or reset_offset(topic, p)
+            offset = member.committed(topic, p)
+            positions[(topic, p)] = offset if offset is not None else reset_offset(topic, p)
 
     member = GroupMember(zk, "default", "analytics", ["clicks"],
                          on_assigned=assigned, on_revoked=revoked)
@@ -36,7 +37,8 @@ State machine
 -------------
 
 :class:`MemberState` names the states; :attr:`GroupMember.state` shows the
-current one. Every transition happens on the member's own thread.
+current one. Apart from :meth:`GroupMember.start` leaving ``CREATED``, every
+transition happens on the member's own thread.
 
 ``CREATED`` -> ``REGISTERING``
     :meth:`GroupMember.start` arms the watches (a ``ChildrenWatch`` on
