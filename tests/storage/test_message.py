@@ -55,6 +55,18 @@ def test_flipped_byte_is_a_corrupt_message_naming_its_offset(where):
     assert err.value.offset == len(first)
 
 
+def test_every_damaged_byte_of_a_plain_message_among_equal_timestamps_is_caught():
+    # Plain messages sharing a timestamp take the decoder's fastest path.
+    one = encode_message(b"plain value", timestamp_ms=1_700_000_000_000)
+    for where in range(4, len(one)):
+        buf = one * 3 + flip(one, where) + one
+        with pytest.raises(CorruptMessageError) as err:
+            decode_messages(buf, 100)
+        assert err.value.offset == 100 + 3 * len(one), where
+        with pytest.raises(CorruptMessageError):
+            validate_message_set(buf)
+
+
 def test_size_of_2_gib_is_refused_before_any_allocation():
     buf = struct.pack(">I", 2 << 30) + b"\0" * 40
     tracemalloc.start()
@@ -276,13 +288,20 @@ def test_any_messages_round_trip(msgs, compression):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.binary(max_size=40), min_size=1, max_size=6), st.data())
-def test_any_single_damaged_byte_is_refused_on_append(values, data):
-    buf = bytearray(encode_message_set(values, timestamp_ms=7))
+@given(
+    st.lists(st.tuples(st.binary(max_size=40), st.none() | st.binary(max_size=8)), min_size=1, max_size=6),
+    st.sampled_from([None, [7] * 6, [1, 2, 2, 3, 3, 3]]),
+    st.data(),
+)
+def test_any_single_damaged_byte_is_refused(msgs, stamps, data):
+    stamps = 7 if stamps is None else stamps[: len(msgs)]
+    buf = bytearray(encode_message_set([m[0] for m in msgs], [m[1] for m in msgs], stamps))
     pos = data.draw(st.integers(0, len(buf) - 1))
     buf[pos] ^= data.draw(st.integers(1, 255))
     with pytest.raises(InvalidMessageError):
         validate_message_set(bytes(buf))
+    with pytest.raises(InvalidMessageError):
+        decode_messages(bytes(buf), 0, partial_tail_ok=False)
 
 
 def test_zstd_frame_without_declared_size_is_refused():

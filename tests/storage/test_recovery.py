@@ -167,3 +167,19 @@ def test_empty_directory_starts_an_empty_log(tmp_path):
         assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (0, 0, 0)
         assert log.segment_bases == [0] and log.size_bytes == 0
     assert sorted(os.listdir(tmp_path / "new" / "topic-0")) == [segment_name(0), CHECKPOINT_NAME]
+
+
+def test_checkpoint_with_a_bad_crc_is_not_trusted(tmp_path, caplog):
+    with PartitionLog(tmp_path, CONFIG) as log:
+        log.append(msgs("a", "b"))
+        end = log.log_end_offset
+    record = (tmp_path / CHECKPOINT_NAME).read_bytes()
+    assert len(record) == 30 and int(record[:20]) == end
+    (tmp_path / CHECKPOINT_NAME).write_bytes(b"%020d" % (end * 10) + record[20:])  # digits changed
+    flip_byte(tmp_path / segment_name(0), HEADER_SIZE)  # so the full check shows
+    with caplog.at_level(logging.WARNING):
+        log = PartitionLog(tmp_path, CONFIG)
+    assert "damaged recovery point" in caplog.text
+    (report,) = log.recovery_reports  # not "missing flushed bytes": the record was ignored
+    assert report.start_offset == 0 and "CRC32C" in report.reason
+    log.close()
