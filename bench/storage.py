@@ -9,21 +9,23 @@ ratios. Measured:
   and page cache's limit for a single writer;
 * ``raw_frame`` / ``raw_parse``: bare Python loops that frame messages with
   just a length and a CRC32C, and parse them back checking the CRC (msg/s),
-  the interpreter's limit for per-message work (parsing runs over 1 MiB of
-  messages, the size of a consumer's fetch);
+  the interpreter's limit for per-message work;
 * ``log_append``: ``PartitionLog.append`` of pre-encoded sets of 50 and of
   1000 messages of 200 bytes (every CRC validated, one write per set), with
   the topic's default flush policy (fsync every 10,000 messages or 50 ms, the
   timer hook called after every append) and size retention keeping the disk
   use bounded;
 * ``log_read``: reading the whole log back as a consumer does, ``read`` slices
-  of 1 MiB, ``os.pread`` and ``decode_messages`` (every CRC checked);
+  of 1 MiB, ``os.pread`` and ``decode_messages`` (every CRC checked), beside
+  ``raw_parse``, the bare loop on the same fetches;
+* ``decode``: ``decode_messages`` alone on one 1 MiB fetch held in memory,
+  beside ``raw_parse_mem``, the bare loop on the same bytes (no I/O at all);
 * ``encode``: ``encode_message_set`` of the same messages (the producer side).
 
 Output: one JSON line per measurement (with ``ratio`` fields against the raw
 limit it is compared to), then an aligned table. Usage::
 
-    python bench/storage.py [--seconds 2] [--repetitions 5] [--dir /path/on/the/disk] [--json-only]
+    python bench/storage.py [--seconds 3] [--repetitions 6] [--dir /path/on/the/disk] [--json-only]
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from raylog.storage.message import decode_messages, encode_message_set  # noqa: 
 
 MESSAGE_BYTES = 200
 SET_SIZES = (50, 1000)
-REPETITIONS = 5
+REPETITIONS = 6
 #: disk use of each writer is kept below about this many bytes
 DISK_BUDGET = 512 * MiB
 
@@ -133,20 +135,24 @@ def raw_frame(values: list[bytes]) -> bytes:
     return b"".join([part for v in values for part in (pack(len(v) + 4, crc32c(v)), v)])
 
 
-def raw_parse(buf: bytes) -> list[bytes]:
+def raw_parse(buf: bytes) -> tuple[list[bytes], int]:
+    """The bare parse loop: a length and a CRC32C per message, nothing else.
+    Stops at a message cut off by the end of ``buf``; returns payloads and bytes parsed."""
     view = memoryview(buf)
     unpack = _LEN_CRC.unpack_from
     out = []
     append = out.append
     pos, n = 0, len(buf)
-    while pos < n:
+    while pos + 8 <= n:
         size, crc = unpack(buf, pos)
         end = pos + 4 + size
+        if end > n:
+            break
         if crc32c(view[pos + 8 : end]) != crc:
             raise ValueError(f"bad CRC at {pos}")
         append(buf[pos + 8 : end])
         pos = end
-    return out
+    return out, pos
 
 
 def repeat(fn, arg, units: int, nbytes: int):
@@ -186,8 +192,10 @@ def appender(log: PartitionLog, set_size: int):
     return run
 
 
-def reader(log: PartitionLog, fetch_bytes: int = MiB):
-    """A run that reads the log as a consumer does: slices, pread, decode (every CRC)."""
+def reader(log: PartitionLog, parse=None, fetch_bytes: int = MiB):
+    """A run that reads the log as a consumer does: ``read`` slices, ``os.pread``
+    and ``decode_messages`` (every CRC, header and size checked). With ``parse``
+    (the bare loop) the same bytes are fetched the same way and parsed by it."""
     state = {"offset": log.log_start_offset}
 
     def run(deadline):
@@ -198,7 +206,10 @@ def reader(log: PartitionLog, fetch_bytes: int = MiB):
         while True:
             chunk = read(offset, fetch_bytes)
             data = pread(chunk.file.fileno(), chunk.length, chunk.position)
-            records, consumed = decode_messages(data, offset)
+            if parse is None:
+                records, consumed = decode_messages(data, offset)
+            else:
+                records, consumed = parse(data)
             msgs += len(records)
             nbytes += consumed
             offset += consumed
@@ -216,8 +227,8 @@ def reader(log: PartitionLog, fetch_bytes: int = MiB):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement (default 2)")
-    parser.add_argument("--repetitions", type=int, default=REPETITIONS, help="rounds per measurement (default 5)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement (default 3)")
+    parser.add_argument("--repetitions", type=int, default=REPETITIONS, help="rounds per measurement (default 6)")
     parser.add_argument("--dir", help="directory on the disk to test (default: a temporary one)")
     parser.add_argument("--json-only", action="store_true", help="print the JSON lines only")
     args = parser.parse_args(argv)
@@ -253,15 +264,14 @@ def main(argv=None) -> int:
         for log in logs.values():
             log.flush()
 
-        # parsing: a bare length+CRC loop over 1 MiB of messages against log reads, msg/s
-        values = make_values(MiB // (MESSAGE_BYTES + 22))
-        framed = raw_frame(values)
+        # parsing: the same 1 MiB fetches of the log parsed by the bare loop and
+        # by decode_messages, msg/s
         rates = interleaved(
-            {"raw": repeat(raw_parse, framed, len(values), len(framed)), **{n: reader(logs[n]) for n in SET_SIZES}},
+            {"raw": reader(logs[1000], parse=raw_parse), **{n: reader(logs[n]) for n in SET_SIZES}},
             seconds, reps,
         )
         raw_parse_s = summary(rates["raw"])
-        emit("raw_parse", messages=len(values), **raw_parse_s)
+        emit("raw_parse", fetch_bytes=MiB, **raw_parse_s)
         for n in SET_SIZES:
             s = summary(rates[n], rates["raw"], unit=0)
             emit(
@@ -269,6 +279,27 @@ def main(argv=None) -> int:
                 msg_per_s=s["msg_per_s"], mb_per_s=s["mb_per_s"],
                 raw_parse_msg_per_s=raw_parse_s["msg_per_s"], ratio_to_raw_parse=s["ratio"],
             )
+
+        # parsing alone, in memory: one 1 MiB fetch of the log, msg/s
+        chunk = logs[1000].read(logs[1000].log_start_offset, MiB)
+        fetched = os.pread(chunk.file.fileno(), chunk.length, chunk.position)
+        count = len(raw_parse(fetched)[0])
+        rates = interleaved(
+            {
+                "raw": repeat(raw_parse, fetched, count, len(fetched)),
+                "decode": repeat(lambda b: decode_messages(b, chunk.offset), fetched, count, len(fetched)),
+            },
+            seconds, reps,
+        )
+        raw_mem = summary(rates["raw"])
+        emit("raw_parse_mem", messages=count, **raw_mem)
+        s = summary(rates["decode"], rates["raw"], unit=0)
+        emit(
+            "decode", messages=count, message_bytes=MESSAGE_BYTES, msg_per_s=s["msg_per_s"],
+            mb_per_s=s["mb_per_s"], raw_parse_mem_msg_per_s=raw_mem["msg_per_s"],
+            ratio_to_raw_parse_mem=s["ratio"],
+        )
+        del chunk
 
         # framing: a bare length+CRC loop against encode_message_set, msg/s
         runs = {}

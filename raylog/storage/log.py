@@ -12,11 +12,14 @@ Life of a message set:
    :func:`~raylog.storage.message.validate_message_set`), rolls to a new
    segment if the set would take the active one past ``segment_bytes``, and
    writes it with one ``os.write``. It is not visible yet.
-2. :meth:`PartitionLog.flush` (after ``flush_messages`` messages, or from
-   :meth:`PartitionLog.maybe_flush` once ``flush_ms`` passed since the first
-   unflushed append) syncs the segment, records the flushed offset in the
-   checkpoint, then advances the **high watermark** and wakes readers blocked
-   in :meth:`PartitionLog.wait_for_data`.
+2. :meth:`PartitionLog.flush` syncs the segment, records the flushed offset
+   in the checkpoint, then advances the **high watermark** and wakes readers
+   blocked in :meth:`PartitionLog.wait_for_data`. It runs when called, from
+   :meth:`PartitionLog.maybe_flush` (the owner's timer) once ``flush_ms``
+   passed since the first unflushed append, and, started by ``append`` itself
+   once ``flush_messages`` messages are unflushed, on a background thread: the
+   appender does not wait for the disk, and appends made during a sync are
+   covered by the next one (group commit).
 3. :meth:`PartitionLog.read` hands out a :class:`FileSlice` of bytes below the
    high watermark for ``os.sendfile``.
 4. :meth:`PartitionLog.delete_old_segments` drops whole old segments
@@ -34,6 +37,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple
 
 from crc32c import crc32c
@@ -63,6 +67,8 @@ _CHECKPOINT_SIZE = 30
 #: recovery accepts stored messages up to this size even if ``max_message_bytes``
 #: was lowered since they were written (it only cuts what is really damaged)
 RECOVERY_MAX_MESSAGE_BYTES = 64 << 20
+#: threads per process that run the flushes triggered by flush_messages
+FLUSH_THREADS = 2
 #: bytes read to check the message at the start of a read
 _PEEK_BYTES = 4096
 
@@ -102,8 +108,11 @@ class PartitionLog:
     locks and may be called from any thread) and any number of concurrent
     readers (``read``, ``wait_for_data`` and the properties), which never take
     the writer's lock. Readers see only bytes below the high watermark.
-    A sync (fsync) runs outside the append lock, so appends from other threads
-    continue while it runs.
+    A sync (fsync) runs outside the append lock, so appends continue while it
+    runs; the sync that ``flush_messages`` triggers runs on a background thread
+    (at most one pending per log), so the high watermark advances shortly after
+    the append that triggered it returns. A failed sync is raised (as
+    :class:`StorageError`) by every later call.
 
     Offsets are byte positions (DESIGN §2). ``flush_messages`` counts messages
     as appended: a compressed wrapper counts as one.
@@ -127,6 +136,7 @@ class PartitionLog:
         self._reports: list[RecoveryReport] = []
         self._unflushed = 0
         self._first_unflushed_at: float | None = None
+        self._flush_requested = False
         try:
             os.makedirs(self._dir, exist_ok=True)
             segments = self._recover()
@@ -195,7 +205,8 @@ class PartitionLog:
         """Append a message set; return the offset of its first byte.
 
         The set is validated first (nothing is written if any message is
-        bad) and becomes visible at the next flush.
+        bad) and becomes visible at the next flush. Once ``flush_messages``
+        messages are unflushed, this starts a flush on a background thread.
         """
         size = len(message_set)
         limit = self._config.max_message_bytes
@@ -231,10 +242,22 @@ class PartitionLog:
             if not self._unflushed:
                 self._first_unflushed_at = self._clock()
             self._unflushed += count
-            due = self._unflushed >= self._config.flush_messages
+            due = self._unflushed >= self._config.flush_messages and not self._flush_requested
+            if due:
+                self._flush_requested = True
         if due:
-            self.flush()
+            _flusher().submit(self._flush_in_background)
         return base
+
+    def _flush_in_background(self) -> None:
+        try:
+            self.flush()
+        except ClosedError:
+            pass
+        except StorageError:  # recorded in self._failed: the next call raises it
+            log.exception("flush of %s failed", self._dir)
+        finally:
+            self._flush_requested = False
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush_ms`` passed since the first unflushed append (timer hook)."""
@@ -313,11 +336,12 @@ class PartitionLog:
                 return []
             gone = segments[:dead]
             self._view = (bases[dead:], segments[dead:])
-            try:
-                for segment in gone:  # oldest first: the rest stays contiguous on a crash
-                    segment.delete()
-            except OSError as err:
-                raise StorageError(f"cannot delete old segments in {self._dir}: {err}") from err
+        # Unlinking large files takes a while: outside the lock, so appends go on.
+        try:
+            for segment in gone:  # oldest first: the rest stays contiguous on a crash
+                segment.delete()
+        except OSError as err:
+            raise StorageError(f"cannot delete old segments in {self._dir}: {err}") from err
         deleted = [(s.base_offset, s.size) for s in gone]
         log.info("retention deleted %d segment(s) of %s: %s", len(deleted), self._dir, deleted)
         return deleted
@@ -538,6 +562,30 @@ class PartitionLog:
             "recovery of %s cut %d bytes, offsets [%d, %d) of segment %s: %s",
             self._dir, size, start, end, segment_name(segment_base), reason,
         )
+
+
+_flush_pool: ThreadPoolExecutor | None = None
+_flush_pool_lock = threading.Lock()
+
+
+def _flusher() -> ThreadPoolExecutor:
+    """The threads that run flushes triggered by ``flush_messages`` (shared by
+    the logs of a process; a sync waits on the disk, not on the interpreter)."""
+    global _flush_pool
+    with _flush_pool_lock:
+        if _flush_pool is None:
+            _flush_pool = ThreadPoolExecutor(max_workers=FLUSH_THREADS, thread_name_prefix="raylog-flush")
+        return _flush_pool
+
+
+def _reset_flusher_after_fork() -> None:
+    # A forked child has none of the parent's threads: start a new pool on demand.
+    global _flush_pool, _flush_pool_lock
+    _flush_pool = None
+    _flush_pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_flusher_after_fork)
 
 
 def _sync_directory(directory: str) -> None:

@@ -98,6 +98,8 @@ _HEADER = struct.Struct(">IIBBqi")  # the 22 fixed bytes
 # The same, with magic and attributes read as one u16: 0x0100 is magic 1,
 # no codec, the common case, tested with one comparison.
 _HEADER_FAST = struct.Struct(">IIHqi")
+# ... and without the timestamp, for validation, which does not need it.
+_HEADER_CHECK = struct.Struct(">IIH8xi")
 _PLAIN = MAGIC << 8
 # The hot loops spell these as literals (a local constant is cheaper than a global).
 assert (HEADER_SIZE, MIN_MESSAGE_SIZE, _PLAIN) == (22, 18, 256)
@@ -306,12 +308,12 @@ def scan_message_set(
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
     n = len(mv)
-    unpack = _HEADER_FAST.unpack_from
+    unpack = _HEADER_CHECK.unpack_from
     pos = 0
     count = 0
     last = n - 22
     while pos <= last:
-        size, crc, magic_attrs, _ts, klen = unpack(mv, pos)
+        size, crc, magic_attrs, klen = unpack(mv, pos)
         end = pos + 4 + size
         if end > n or size > max_message_bytes or size < 18:
             break

@@ -145,9 +145,20 @@ def test_flush_after_flush_messages(tmp_path):
     with PartitionLog(tmp_path, SMALL.replace(flush_messages=5)) as log:
         log.append(msgs("1", "2"))
         log.append(msgs("3", "4"))
-        assert log.high_watermark == 0
-        log.append(msgs("5"))
-        assert log.high_watermark == log.log_end_offset and log.unflushed_messages == 0
+        time.sleep(0.05)
+        assert log.high_watermark == 0 and log.unflushed_messages == 4
+        log.append(msgs("5"))  # starts a flush on a background thread
+        end = log.log_end_offset
+        assert log.wait_for_data(end - 1, 60)
+        assert log.high_watermark == end and log.unflushed_messages == 0
+
+
+def test_appends_continue_while_a_triggered_flush_runs(tmp_path):
+    with PartitionLog(tmp_path, SMALL.replace(flush_messages=10, segment_bytes=1 << 20)) as log:
+        for i in range(500):
+            log.append(msgs(f"m{i}", f"n{i}"))
+        log.flush()
+        assert len(read_all(log)) == 1000
 
 
 def test_maybe_flush_after_flush_ms(tmp_path):
@@ -327,3 +338,41 @@ def test_offsets_before(tmp_path):
         assert log.offsets_before(-2) == [0]
         assert log.offsets_before(1001_500, max_offsets=5) == [bases[1], bases[0]]
         assert log.offsets_before(999_000) == []
+
+
+def test_a_failed_sync_fails_every_later_call(tmp_path, monkeypatch):
+    from raylog.errors import StorageError
+    from raylog.storage.segment import LogSegment
+
+    def broken(self):
+        raise OSError(5, "Input/output error")
+
+    log = PartitionLog(tmp_path, SMALL.replace(flush_messages=2))
+    monkeypatch.setattr(LogSegment, "flush", broken)
+    log.append(msgs("a", "b"))  # the background flush fails
+    deadline = time.monotonic() + 30
+    while log._failed is None and time.monotonic() < deadline:  # noqa: SLF001
+        time.sleep(0.01)
+    with pytest.raises(StorageError, match="disk error"):
+        log.append(msgs("c"))
+    with pytest.raises(StorageError):
+        log.flush()
+    assert log.high_watermark == 0
+    log.close()  # does not try to flush again
+
+
+def test_triggered_flushes_work_in_a_forked_child(tmp_path):
+    with PartitionLog(tmp_path / "parent", SMALL.replace(flush_messages=1)) as log:
+        log.append(msgs("a"))  # the parent now has flush threads
+        assert log.wait_for_data(0, 60)
+    pid = os.fork()
+    if pid == 0:  # the child: no threads but this one
+        code = 1
+        try:
+            with PartitionLog(tmp_path / "child", SMALL.replace(flush_messages=1)) as child:
+                child.append(msgs("b"))
+                code = 0 if child.wait_for_data(0, 30) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

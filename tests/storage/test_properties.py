@@ -11,7 +11,7 @@ from raylog.config import TopicConfig
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import encode_message_set
 
-from conftest import COMPRESSIONS, read_all
+from conftest import COMPRESSIONS, crash, read_all
 
 CONFIG = TopicConfig(segment_bytes=300, max_message_bytes=300, flush_messages=1_000_000, flush_ms=60_000)
 
@@ -68,7 +68,7 @@ def test_reads_back_what_was_appended_and_flushed(ops, flush_every):
                     log = PartitionLog(directory, config)
                     assert log.recovery_reports == []
                 else:  # a crash: no flush, maybe a write cut short
-                    log._closed = True  # noqa: SLF001
+                    crash(log)
                     end = log.log_end_offset
                     active = log.segment_bases[-1]
                     if op[0] == "torn":

@@ -11,18 +11,13 @@ from raylog.storage.log import CHECKPOINT_NAME, PartitionLog
 from raylog.storage.message import HEADER_SIZE, decode_messages, encode_message_set
 from raylog.storage.segment import segment_name
 
-from conftest import flip_byte, read_all
+from conftest import crash, flip_byte, read_all
 
 CONFIG = TopicConfig(segment_bytes=4096, max_message_bytes=2048, flush_messages=1_000_000, flush_ms=60_000)
 
 
 def msgs(*values):
     return encode_message_set([v.encode() for v in values], timestamp_ms=1)
-
-
-def crash(log):
-    """Drop a log without closing it, as a killed process would (no flush)."""
-    log._closed = True  # noqa: SLF001 - stop its own use; the bytes stay as written
 
 
 def values(log):
