@@ -94,9 +94,8 @@ INNER_SET_FACTOR = 64
 
 _CODEC_MASK = 0x07
 
-_HEADER = struct.Struct(">IIBBqi")  # the 22 fixed bytes
-# The same, with magic and attributes read as one u16: 0x0100 is magic 1,
-# no codec, the common case, tested with one comparison.
+# The 22 fixed bytes (fields 1-6), with magic and attributes read as one u16:
+# 0x0100 is magic 1 and no codec, the common case, tested with one comparison.
 _HEADER_FAST = struct.Struct(">IIHqi")
 # ... and without the timestamp, for validation, which does not need it.
 _HEADER_CHECK = struct.Struct(">IIH8xi")
