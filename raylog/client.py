@@ -227,6 +227,21 @@ class Client:
         self._children.append(consumer)
         return consumer
 
+    # -- consumer groups -----------------------------------------------------
+
+    def list_groups(self) -> list[str]:
+        """Consumer groups with live members or committed offsets."""
+        from raylog.groups.admin import list_groups
+
+        return list_groups(self._zk, self.settings.cluster)
+
+    def describe_group(self, group: str) -> list[dict]:
+        """One row per partition the group reads: owner, committed offset,
+        end offset (high watermark) and lag; plus idle members."""
+        from raylog.groups.admin import describe_group
+
+        return describe_group(self._zk, self.settings.cluster, group, end_offsets=lambda t, p: self.offsets(t, p)[1])
+
     # -- life cycle ----------------------------------------------------------
 
     def _check_open(self):

@@ -38,6 +38,7 @@ from raylog.errors import (
     NotOwnerError,
     OffsetOutOfRangeError,
     RaylogError,
+    ZooKeeperUnavailableError,
 )
 from raylog.message import Message
 from raylog.retry import RetryPolicy
@@ -317,10 +318,15 @@ class Consumer:
         with self._lock:
             positions = {tp: self._positions[tp] for tp in partitions if tp in self._positions}
             self._stop_fetchers(partitions)
-            if positions and self.enable_auto_commit:
-                self._member.commit(positions)
             for tp in partitions:
                 self._positions.pop(tp, None)
+            if positions and self.enable_auto_commit:
+                try:
+                    self._member.commit(positions)
+                except (ZooKeeperUnavailableError, ClosedError, NotOwnerError) as err:
+                    # Revoked because ZooKeeper is gone or the session expired:
+                    # the next owner starts from the last commit (at-least-once).
+                    log.info("could not commit %s while revoking them: %s", sorted(positions), err)
 
     # -- reading -------------------------------------------------------------
 
@@ -360,7 +366,12 @@ class Consumer:
             with self._lock:
                 self._pending.append((chunk, 0))
         if self.enable_auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
-            self.commit()
+            try:
+                self.commit()
+            except (ZooKeeperUnavailableError, NotOwnerError) as err:
+                # Retried at the next interval; a rebalance commits on its own.
+                self._last_commit = time.monotonic()
+                log.warning("auto-commit of group %r failed, will retry: %s", self.group, err)
         return out
 
     def _take_pending(self, out: list, max_messages: int) -> None:
@@ -416,8 +427,9 @@ class Consumer:
         with self._lock:
             owned = self._member.assignment
             positions = {tp: pos for tp, pos in self._positions.items() if tp in owned}
-        if positions:
-            self._member.commit(positions)
+        # Even with nothing to store, ask the member: it raises while the
+        # group's ZooKeeper session is down, which the caller should know.
+        self._member.commit(positions)
         self._last_commit = time.monotonic()
 
     def close(self) -> None:

@@ -47,15 +47,14 @@ log = logging.getLogger(__name__)
 
 
 class _Batch:
-    __slots__ = ("topic", "partition", "values", "keys", "created", "has_keys", "timestamps")
+    __slots__ = ("topic", "partition", "values", "keys", "created", "timestamps")
 
     def __init__(self, topic: str, partition: int, now: float):
         self.topic = topic
         self.partition = partition
         self.values: list[bytes] = []
-        self.keys: list[bytes | None] = []
-        self.timestamps: list[int] | None = None
-        self.has_keys = False
+        self.keys: list[bytes | None] | None = None  # made when a keyed message joins
+        self.timestamps: list[int] | None = None  # made when a message brings its own
         self.created = now
 
 
@@ -95,6 +94,7 @@ class Producer:
         self._space = threading.Condition(self._lock)  # senders wait for buffer space
         self._drained = threading.Condition(self._lock)  # flush waits for an empty pipeline
         self._open: dict[tuple[str, int], _Batch] = {}
+        self._keyless: dict[str, _Batch] = {}  # the open sticky batch of each topic
         self._ready: collections.deque[_Batch] = collections.deque()
         self._buffered = 0
         self._in_flight = 0
@@ -130,23 +130,52 @@ class Producer:
         """Queue one message. Returns at once unless the buffer is full."""
         if type(value) is not bytes:
             raise TypeError(f"value must be bytes, got {type(value).__name__}; encode it first")
+        if key is None and partition is None and timestamp_ms is None:
+            # The hot path: a keyless message joins its topic's sticky batch.
+            with self._lock:
+                batch = self._keyless.get(topic)
+                if (
+                    batch is not None
+                    and batch.keys is None
+                    and batch.timestamps is None
+                    and self._buffered < self._max_buffered
+                    and self._error is None
+                ):
+                    values = batch.values
+                    values.append(value)
+                    self._buffered += 1
+                    if len(values) >= self.batch_size:
+                        self._seal(batch)
+                    return
+        self._send_slow(topic, value, key, partition, timestamp_ms)
+
+    def _send_slow(self, topic, value, key, partition, timestamp_ms) -> None:
         if partition is None:
             count = self._partition_counts.get(topic) or self._partitions(topic)
-            partition = self._sticky.partition(topic, count) if key is None else partition_for_key(key, count)
+            if key is not None:
+                partition = partition_for_key(key, count)
         with self._lock:
             if self._error is not None or self._closed:
                 self._raise_pending()
             if self._buffered >= self._max_buffered:
                 self._wait_for_space()
+            sticky = partition is None
+            if sticky:
+                partition = self._sticky.partition(topic, count)
             batch = self._open.get((topic, partition))
             if batch is None:
                 batch = self._open[(topic, partition)] = _Batch(topic, partition, time.time())
+            if sticky:
+                self._keyless[topic] = batch
+            if key is not None and batch.keys is None:
+                batch.keys = [None] * len(batch.values)
             batch.values.append(value)
-            batch.keys.append(key)
-            if key is not None:
-                batch.has_keys = True
+            if batch.keys is not None:
+                batch.keys.append(key)
             if timestamp_ms is not None:
                 self._set_timestamp(batch, timestamp_ms)
+            elif batch.timestamps is not None:
+                batch.timestamps.append(int(batch.created * 1000))
             self._buffered += 1
             if len(batch.values) >= self.batch_size:
                 self._seal(batch)
@@ -182,9 +211,13 @@ class Producer:
                     batch = self._open.get((topic, p))
                     if batch is None:
                         batch = self._open[(topic, p)] = _Batch(topic, p, time.time())
+                    self._keyless[topic] = batch
                     take = min(self.batch_size - len(batch.values), len(values) - start)
                     batch.values.extend(values[start : start + take])
-                    batch.keys.extend([None] * take)
+                    if batch.keys is not None:
+                        batch.keys.extend([None] * take)
+                    if batch.timestamps is not None:
+                        batch.timestamps.extend([int(batch.created * 1000)] * take)
                     self._buffered += take
                     start += take
                     if len(batch.values) >= self.batch_size:
@@ -244,18 +277,15 @@ class Producer:
 
     def _set_timestamp(self, batch: _Batch, timestamp_ms: int) -> None:
         if batch.timestamps is None:
-            default = int(batch.created * 1000)
-            batch.timestamps = [default] * (len(batch.values) - 1)
+            batch.timestamps = [int(batch.created * 1000)] * (len(batch.values) - 1)
         batch.timestamps.append(timestamp_ms)
 
     def _seal(self, batch: _Batch) -> None:
         del self._open[(batch.topic, batch.partition)]
-        if batch.timestamps is not None and len(batch.timestamps) < len(batch.values):
-            default = int(batch.created * 1000)
-            batch.timestamps.extend([default] * (len(batch.values) - len(batch.timestamps)))
-        self._ready.append(batch)
-        if not batch.has_keys:
+        if self._keyless.get(batch.topic) is batch:
+            del self._keyless[batch.topic]
             self._sticky.batch_sent(batch.topic, self._partition_counts.get(batch.topic, 1))
+        self._ready.append(batch)
         if self._sender_waiting:
             self._wake.notify()
 
@@ -323,7 +353,7 @@ class Producer:
             sets.append(
                 encode_message_set(
                     b.values,
-                    b.keys if b.has_keys else None,
+                    b.keys,
                     b.timestamps if b.timestamps is not None else int(b.created * 1000),
                     self.compression,
                 )
