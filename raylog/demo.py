@@ -3,7 +3,9 @@
 It starts the embedded default (local Ray, a ZooKeeper of its own, logs in
 a temporary directory), creates a ``page_views`` topic, has several Ray
 tasks produce page-view events through one producer actor, reads them all
-back with a consumer, prints a summary and shuts everything down.
+back with a consumer group of three members that share the partitions,
+prints a summary with the group's committed offsets and lag, and shuts
+everything down.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def _events(task: int, count: int) -> tuple[list[bytes], list[bytes]]:
     return values, keys
 
 
-def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 4) -> dict:
+def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, consumers: int = 3) -> dict:
     import ray
     from tqdm import tqdm
 
@@ -52,23 +54,39 @@ def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 4) -> d
         produce_s = time.time() - t0
         print(f"produced {produced:,} events from {tasks} Ray tasks in {produce_s:.2f} s", flush=True)
 
-        consumer = client.consumer("page_views", auto_offset_reset="earliest")
+        # A consumer group of three members shares the partitions.
+        members = [
+            client.consumer("page_views", group="page-stats", auto_offset_reset="earliest", session_timeout_ms=6000)
+            for _ in range(consumers)
+        ]
         per_partition = collections.Counter()
+        per_member = collections.Counter()
         pages = collections.Counter()
         t0 = time.time()
-        with tqdm(total=produced, unit="msg", desc="consuming", leave=False) as bar:
+        with tqdm(total=produced, unit="msg", desc="consuming (group page-stats)", leave=False) as bar:
             received = 0
+            idle_since = time.time()
             while received < produced:
-                batch = consumer.poll(timeout_ms=5_000)
-                if not batch:
-                    raise RuntimeError(f"no data for 5 s after {received} of {produced} events")
-                for msg in batch:
-                    per_partition[msg.partition] += 1
-                    pages[json.loads(msg.value)["page"]] += 1
-                received += len(batch)
-                bar.update(len(batch))
+                got = 0
+                for i, member in enumerate(members):
+                    batch = member.poll(timeout_ms=100)
+                    for msg in batch:
+                        per_partition[msg.partition] += 1
+                        pages[json.loads(msg.value)["page"]] += 1
+                    per_member[i] += len(batch)
+                    got += len(batch)
+                received += got
+                bar.update(got)
+                if got:
+                    idle_since = time.time()
+                elif time.time() - idle_since > 30:
+                    raise RuntimeError(f"no data for 30 s after {received} of {produced} events")
         consume_s = time.time() - t0
-        consumer.close()
+        for member in members:
+            member.commit()
+        lag = client.describe_group("page-stats")
+        for member in members:
+            member.close()
         ray.get(producer.close.remote())
 
         summary = {
@@ -85,6 +103,17 @@ def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 4) -> d
         print(f"  consume           {summary['consume_msg_per_s']:,} msg/s (sendfile -> consumer)")
         print(f"  top pages         {', '.join(f'{p} {n:,}' for p, n in pages.most_common(3))}")
         print()
+        print("  group page-stats after commit:")
+        print(f"  {'partition':>9} {'owner':<28} {'committed':>10} {'end':>10} {'lag':>5}")
+        for row in lag:
+            if row.get("partition") is None:
+                continue
+            print(
+                f"  {row['partition']:>9} {str(row['owner'])[:28]:<28} {row['committed']:>10} "
+                f"{row['end_offset']:>10} {row['lag']:>5}"
+            )
+        print(f"  messages per member: {', '.join(f'#{i}: {n:,}' for i, n in sorted(per_member.items()))}")
+        print()
     print(f"done in {time.time() - started:.1f} s; cluster stopped.")
     return summary
 
@@ -93,9 +122,10 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="raylog end-to-end demo on an embedded local cluster")
     parser.add_argument("--tasks", type=int, default=4, help="Ray tasks producing events")
     parser.add_argument("--events-per-task", type=int, default=25_000)
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--consumers", type=int, default=3, help="members of the consumer group")
     args = parser.parse_args(argv)
-    run(args.tasks, args.events_per_task, args.partitions)
+    run(args.tasks, args.events_per_task, args.partitions, args.consumers)
 
 
 if __name__ == "__main__":
