@@ -1,0 +1,205 @@
+"""A Spark session on the Ray cluster, through RayDP, set up for raylog.
+
+:func:`init_spark` wraps ``raydp.init_spark`` and adds what this stack
+(Spark 3.5 on JDK 17, RayDP 1.6) needs to start at all:
+
+* JDK 17 refuses Spark's reflective access to ``java.base`` internals unless
+  the modules are opened. The ``--add-opens`` flags (:data:`JDK17_JAVA_OPTIONS`)
+  go to three JVMs: the driver (``spark.driver.extraJavaOptions``), the
+  executors (``spark.executor.extraJavaOptions``) and RayDP's app master
+  (``spark.ray.raydp_app_master.extraJavaOptions``). Options the caller gives
+  under those keys are kept and placed after ours, so they win.
+* ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` are set to this
+  interpreter, so Python workers run with the same packages as the driver
+  (pass ``spark.pyspark.python`` in ``configs`` to choose another).
+* The driver binds to the Ray node's address, so executor actors reach it
+  even where the host name resolves elsewhere.
+* Small defaults for a small machine (:data:`DEFAULT_CONFIGS`); every one
+  can be overridden through ``configs``.
+
+Usage::
+
+    ray.init()                     # or raylog.connect()
+    spark = raylog_spark.init_spark(num_executors=1, executor_cores=1)
+    ...
+    raylog_spark.stop_spark()
+
+One Spark session exists per process (a RayDP rule); stop it before
+starting another.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Mapping
+
+from raylog.errors import ConfigError
+
+#: Packages Spark (and Ray's Java worker, and RayDP) reach into by
+#: reflection; opened to the unnamed module on JDK 17. The list is Spark's
+#: own (launcher ``JavaModuleOptions``) plus ``java.math`` and ``java.text``.
+_OPENED = (
+    "java.base/java.lang",
+    "java.base/java.lang.invoke",
+    "java.base/java.lang.reflect",
+    "java.base/java.io",
+    "java.base/java.net",
+    "java.base/java.nio",
+    "java.base/java.math",
+    "java.base/java.text",
+    "java.base/java.util",
+    "java.base/java.util.concurrent",
+    "java.base/java.util.concurrent.atomic",
+    "java.base/jdk.internal.ref",
+    "java.base/sun.nio.ch",
+    "java.base/sun.nio.cs",
+    "java.base/sun.security.action",
+    "java.base/sun.util.calendar",
+)
+
+#: The JVM options every Spark JVM of a raylog session gets.
+JDK17_JAVA_OPTIONS: tuple[str, ...] = (
+    "-XX:+IgnoreUnrecognizedVMOptions",
+    *(f"--add-opens={module}=ALL-UNNAMED" for module in _OPENED),
+    "-Dio.netty.tryReflectionSetAccessible=true",
+)
+
+#: The configuration keys that receive :data:`JDK17_JAVA_OPTIONS`.
+JAVA_OPTIONS_KEYS = (
+    "spark.driver.extraJavaOptions",
+    "spark.executor.extraJavaOptions",
+    "spark.ray.raydp_app_master.extraJavaOptions",
+)
+
+#: Defaults sized for a small machine; ``configs`` overrides any of them.
+DEFAULT_CONFIGS: Mapping[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+}
+
+
+def init_spark(
+    app_name: str = "raylog",
+    num_executors: int = 1,
+    executor_cores: int = 1,
+    executor_memory: str | int = "1G",
+    configs: Mapping[str, str] | None = None,
+    **kw,
+):
+    """Start Spark on the connected Ray cluster and return its SparkSession.
+
+    ``configs`` are Spark settings layered over :data:`DEFAULT_CONFIGS`;
+    the three ``extraJavaOptions`` keys are merged with
+    :data:`JDK17_JAVA_OPTIONS` rather than replaced. Other keyword arguments
+    (``enable_hive``, ``fault_tolerant_mode``, ``placement_group_strategy``,
+    ...) go to ``raydp.init_spark`` unchanged.
+
+    Raises :class:`~raylog.errors.ConfigError` when Ray is not initialized,
+    when ``java`` cannot be found, when a Spark session already runs in this
+    process, or for a non-positive executor count or core count.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        raise ConfigError(
+            "Ray is not initialized; call ray.init() or raylog.connect() before raylog_spark.init_spark()"
+        )
+    if num_executors < 1 or executor_cores < 1:
+        raise ConfigError(
+            f"num_executors and executor_cores must be at least 1, got {num_executors} and {executor_cores}"
+        )
+    check_java()
+
+    import raydp
+    import raydp.context
+
+    if getattr(raydp.context, "_global_spark_context", None) is not None:
+        raise ConfigError(
+            "a Spark session already runs in this process; call raylog_spark.stop_spark() before starting another"
+        )
+
+    merged = spark_configs(
+        configs,
+        parallelism=num_executors * executor_cores,
+        driver_host=ray.util.get_node_ip_address(),
+    )
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return raydp.init_spark(
+        app_name,
+        num_executors,
+        executor_cores,
+        executor_memory,
+        configs=merged,
+        **kw,
+    )
+
+
+def stop_spark(cleanup_data: bool = True) -> None:
+    """Stop the Spark session started by :func:`init_spark` (``raydp.stop_spark``).
+
+    Safe to call when no session runs. With ``cleanup_data=False`` the Spark
+    master actor is kept so that DataFrames converted to Ray datasets stay
+    readable; a later call with ``True`` removes it.
+    """
+    import raydp
+
+    raydp.stop_spark(cleanup_data=cleanup_data)
+
+
+def spark_configs(
+    configs: Mapping[str, str] | None, *, parallelism: int = 1, driver_host: str | None = None
+) -> dict[str, str]:
+    """The Spark settings :func:`init_spark` passes to RayDP.
+
+    :data:`DEFAULT_CONFIGS`, shuffle partitions at twice ``parallelism``
+    (at least 2), the driver bound to ``driver_host``, then ``configs`` over
+    them; the ``extraJavaOptions`` keys hold :data:`JDK17_JAVA_OPTIONS`
+    followed by the caller's own options (duplicates dropped).
+    """
+    merged: dict[str, str] = dict(DEFAULT_CONFIGS)
+    merged["spark.sql.shuffle.partitions"] = str(max(2, 2 * parallelism))
+    if driver_host:
+        merged["spark.driver.host"] = driver_host
+        merged["spark.driver.bindAddress"] = driver_host
+    user = {str(k): str(v) for k, v in (configs or {}).items()}
+    for key in JAVA_OPTIONS_KEYS:
+        merged[key] = merge_java_options(JDK17_JAVA_OPTIONS, user.pop(key, ""))
+    merged.update(user)
+    return merged
+
+
+def merge_java_options(ours: tuple[str, ...] | list[str], theirs: str) -> str:
+    """``ours`` then the caller's ``theirs`` (a space-separated string),
+    with options of ``ours`` that ``theirs`` already holds left out."""
+    their_tokens = theirs.split()
+    kept = [opt for opt in ours if opt not in their_tokens]
+    return " ".join(kept + their_tokens)
+
+
+def check_java() -> str:
+    """The path of the ``java`` Spark will start; :class:`ConfigError` if there is none.
+
+    PySpark starts ``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set, and
+    RayDP starts ``java`` from ``PATH``; both must work.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = os.path.join(java_home, "bin", "java")
+        if not os.access(candidate, os.X_OK):
+            raise ConfigError(
+                f"JAVA_HOME is {java_home!r} but {candidate} is not an executable; "
+                "point JAVA_HOME at a JDK 17 or unset it"
+            )
+    found = shutil.which("java")
+    if found is None:
+        hint = f"; add {java_home}/bin to PATH" if java_home else ""
+        raise ConfigError(
+            "java was not found on PATH; Spark needs a JDK 17 "
+            f"(on Debian: apt-get install openjdk-17-jdk-headless){hint}"
+        )
+    return found
