@@ -9,6 +9,11 @@
   executors (``spark.executor.extraJavaOptions``) and RayDP's app master
   (``spark.ray.raydp_app_master.extraJavaOptions``). Options the caller gives
   under those keys are kept and placed after ours, so they win.
+  Plain DataFrame work runs without them (Spark's launcher opens most
+  modules for the driver itself), but moving data between Spark and Ray
+  does not: RayDP's object-store writer fails in the driver unless
+  ``java.math`` is opened (Spark's own list leaves it out), and the app
+  master actor dies unless it gets the flags too.
 * ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` are set to this
   interpreter, so Python workers run with the same packages as the driver
   (pass ``spark.pyspark.python`` in ``configs`` to choose another).
