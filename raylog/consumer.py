@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 _RESETS = ("earliest", "latest", "error")
-_new_message = tuple.__new__
 
 
 class _Chunk:
@@ -105,7 +104,9 @@ class _Fetcher(threading.Thread):
                 data = result.data
                 if not data:
                     continue
-                records, consumed = decode_messages(data, self.offset, max_message_bytes=c.max_message_bytes)
+                records, consumed = decode_messages(
+                    data, self.offset, max_message_bytes=c.max_message_bytes, record_type=Message, prefix=self.tp
+                )
                 if consumed == 0:
                     continue  # the server always sends a whole first message; nothing to do
                 self.offset += consumed
@@ -398,19 +399,16 @@ class Consumer:
             if chunk.error is not None:
                 pending.popleft()
                 raise chunk.error
-            topic, partition = chunk.tp
             records = chunk.records
             room = max_messages - len(out)
             end = min(len(records), start + room)
-            out.extend(
-                [_new_message(Message, (topic, partition, o, k, v, ts)) for o, ts, k, v in records[start:end]]
-            )
+            out.extend(records if start == 0 and end == len(records) else records[start:end])
             if end == len(records):
                 pending.popleft()
                 self._positions[chunk.tp] = chunk.next_offset
             else:
                 pending[0] = (chunk, end)
-                self._positions[chunk.tp] = records[end][0]
+                self._positions[chunk.tp] = records[end].offset
 
     def __iter__(self) -> Iterator[Message]:
         """Never ends: blocks until new messages are flushed."""

@@ -24,16 +24,18 @@ from typing import NamedTuple
 
 
 class Message(NamedTuple):
+    # The field order follows the storage records (offset, timestamp, key,
+    # value) so that the decoder builds messages in one pass.
     topic: str
     partition: int
     offset: int
+    timestamp: int
     key: bytes | None
     value: bytes
-    timestamp: int
 
     def __repr__(self) -> str:
         value = self.value if len(self.value) <= 40 else self.value[:37] + b"..."
         return (
             f"Message(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
-            f"key={self.key!r}, value={value!r}, timestamp={self.timestamp})"
+            f"timestamp={self.timestamp}, key={self.key!r}, value={value!r})"
         )

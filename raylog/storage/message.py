@@ -373,6 +373,8 @@ def decode_messages(
     *,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     partial_tail_ok: bool = True,
+    record_type: type | None = None,
+    prefix: tuple = (),
 ) -> tuple[list[tuple[int, int, bytes | None, bytes]], int]:
     """Parse the whole messages of ``buf``, which starts at log offset ``base_offset``.
 
@@ -386,12 +388,26 @@ def decode_messages(
     ``partial_tail_ok`` (a fetch bounded by max_bytes ends like that), else
     it raises :class:`InvalidMessageError`. Wrappers are decompressed and
     every inner message reports the wrapper's offset.
+
+    With ``record_type`` (a tuple subclass, such as :class:`raylog.Message`)
+    each record is built directly as ``record_type((*prefix, offset,
+    timestamp_ms, key, value))``, sparing the consumer a second pass.
     """
     data = buf if type(buf) is bytes else bytes(buf)
-    return _decode(data, base_offset, max_message_bytes, partial_tail_ok, True)
+    return _decode(data, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix)
 
 
-def _decode(data: bytes, base_offset: int, max_message_bytes: int, partial_tail_ok: bool, outer: bool):
+def _decode(
+    data: bytes,
+    base_offset: int,
+    max_message_bytes: int,
+    partial_tail_ok: bool,
+    outer: bool,
+    record_type: type | None = None,
+    prefix: tuple = (),
+):
+    new = tuple.__new__
+    typed = record_type is not None
     mv = memoryview(data)
     n = len(data)
     records: list[tuple[int, int, bytes | None, bytes]] = []
@@ -418,7 +434,10 @@ def _decode(data: bytes, base_offset: int, max_message_bytes: int, partial_tail_
                 run_crc = crc32c(mv[pos + 8 : pos + 22])
             if crc32c(value, run_crc) != crc:
                 raise _corrupt(data, pos, base_offset + pos)
-            append((base_offset + pos, ts, None, value))
+            if typed:
+                append(new(record_type, (*prefix, base_offset + pos, ts, None, value)))
+            else:
+                append((base_offset + pos, ts, None, value))
         elif crc32c(mv[pos + 8 : end]) != crc:
             raise _corrupt(data, pos, base_offset + pos)
         elif magic_attrs != 256 or klen < -1 or klen > size - 18:
@@ -434,10 +453,16 @@ def _decode(data: bytes, base_offset: int, max_message_bytes: int, partial_tail_
                 inner_records, _consumed = _decode(inner, 0, max_message_bytes, False, False)
             except InvalidMessageError as err:
                 raise _in_wrapper(err, attrs & _CODEC_MASK, offset) from None
-            records.extend([(offset, its, key, value) for _o, its, key, value in inner_records])
+            if typed:
+                records.extend([new(record_type, (*prefix, offset, *r[1:])) for r in inner_records])
+            else:
+                records.extend([(offset, its, key, value) for _o, its, key, value in inner_records])
         else:
             kend = pos + 22 + klen
-            append((base_offset + pos, ts, data[pos + 22 : kend], data[kend:end]))
+            if typed:
+                append(new(record_type, (*prefix, base_offset + pos, ts, data[pos + 22 : kend], data[kend:end])))
+            else:
+                append((base_offset + pos, ts, data[pos + 22 : kend], data[kend:end]))
         pos = end
     if pos < n:
         err = _tail_error(data, pos, n, max_message_bytes, base_offset + pos)

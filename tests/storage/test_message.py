@@ -311,3 +311,15 @@ def test_zstd_frame_without_declared_size_is_refused():
     frame = zstandard.ZstdCompressor(write_content_size=False).compress(inner)
     with pytest.raises(InvalidMessageError, match="content size"):
         validate_message_set(encode_message(frame, codec=CODEC_ZSTD))
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd", "lz4"])
+def test_typed_records_match_plain_records(compression):
+    from raylog.message import Message
+
+    data = encode_message_set([b"a", b"bb", b"ccc"], [None, b"k", None], 7, compression) * 2
+    plain, used = decode_messages(data, 100)
+    typed, used_typed = decode_messages(data, 100, record_type=Message, prefix=("t", 3))
+    assert used == used_typed
+    assert all(type(m) is Message for m in typed)
+    assert [tuple(m) for m in typed] == [("t", 3, *r) for r in plain]
