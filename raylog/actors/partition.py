@@ -64,6 +64,7 @@ class PartitionActor:
 
         from raylog.groups.registry import Registry
         from raylog.groups.zookeeper import connect_kazoo
+        from raylog.metrics import PartitionMetrics
         from raylog.storage.log import PartitionLog
         from raylog.transfer.server import DataServer
 
@@ -76,6 +77,7 @@ class PartitionActor:
         self.log = PartitionLog(log_dir, self.config)
         for report in self.log.recovery_reports:
             log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)
+        self._metrics = PartitionMetrics(cluster, topic, partition, self.log)
 
         if host is None:
             import ray
@@ -135,9 +137,15 @@ class PartitionActor:
     def _run_timers(self):
         tick = max(0.001, min(self.config.flush_ms, 50) / 2000.0)
         next_retention = time.monotonic() + self.config.retention_check_ms / 1000.0
+        next_sample = time.monotonic()
         try:
             while not self._closed.wait(tick):
-                self.log.maybe_flush()
+                started = time.perf_counter()
+                if self.log.maybe_flush():
+                    self._metrics.observe_flush(time.perf_counter() - started)
+                if time.monotonic() >= next_sample:
+                    self._metrics.sample(self.log, self.server.stats())
+                    next_sample = time.monotonic() + self._metrics.interval_s
                 if time.monotonic() >= next_retention:
                     deleted = self.log.delete_old_segments()
                     if deleted:
@@ -188,6 +196,11 @@ class PartitionActor:
             "uptime_s": time.time() - self.started_at,
             "server": self.server.stats(),
         }
+
+    def metrics(self) -> dict:
+        """The partition's metric values (sampled now; see :mod:`raylog.metrics`)."""
+        self._metrics.sample(self.log, self.server.stats())
+        return self._metrics.snapshot()
 
     def delete_old_segments(self) -> list:
         return self.log.delete_old_segments()

@@ -1,0 +1,247 @@
+"""Metrics of partitions and consumer groups, through Ray's metrics API.
+
+raylog records with :mod:`ray.util.metrics` (Counter, Gauge, Histogram);
+Ray's metrics agent on each node exports them in the Prometheus format on
+the node's metrics export port, with Ray's ``ray_`` prefix::
+
+    ray_raylog_partition_high_watermark{cluster="default",topic="clicks",partition="3",...} 1.2e+09
+
+Per partition (tags ``cluster``, ``topic``, ``partition``), recorded by the
+partition actor:
+
+- ``raylog_partition_bytes_in`` (counter): bytes appended to the log;
+- ``raylog_partition_message_sets_in`` (counter): message sets appended
+  (producer batches; a compressed wrapper is one set);
+- ``raylog_partition_bytes_out`` (counter): bytes the data server sent
+  (fetch replies with their log data, produce replies);
+- ``raylog_partition_flush_latency_ms`` (histogram): duration of the flushes
+  the actor's timer runs (``flush_ms``); the flushes ``flush_messages``
+  starts on the log's own flush threads are not timed;
+- ``raylog_partition_high_watermark`` (gauge): the high watermark (byte offset);
+- ``raylog_partition_log_start_offset`` (gauge): the log start offset (moves
+  with retention);
+- ``raylog_partition_log_size_bytes`` (gauge): bytes in the segment files;
+- ``raylog_partition_segments`` (gauge): number of segment files;
+- ``raylog_partition_recovery_truncated_bytes`` (counter): bytes recovery
+  cut off a torn or corrupt tail when the log was opened (DESIGN §3).
+
+The actor never touches a metric on the request path: its timer thread
+reads the cheap counters the log and the data server keep anyway
+(:meth:`PartitionMetrics.sample`, about once a second) and times the
+flushes it runs itself (:meth:`PartitionMetrics.observe_flush`). Counters
+count from the start of the actor process; Ray labels each series with its
+worker, so a restarted actor starts a new series.
+
+The log does not keep a running count of single messages (only of unflushed
+ones, reset at each flush), hence message *sets* in rather than messages.
+
+Per consumer group (tags ``cluster``, ``group``, ``topic``, ``partition``),
+recorded by whoever calls :func:`record_group_lag` (a driver, a monitoring
+loop, the demo): ``raylog_group_lag`` (bytes between the committed offset
+and the high watermark) and ``raylog_group_committed_offset``.
+
+Thread-safety: :class:`PartitionMetrics` guards its state with a lock, so
+the timer thread and the actor's method threads may both call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+
+#: how often the partition actor's timer samples its counters, in seconds
+SAMPLE_INTERVAL_S = 1.0
+
+#: bucket boundaries of the flush latency histogram, in milliseconds
+FLUSH_LATENCY_BOUNDARIES_MS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]
+
+PARTITION_TAG_KEYS = ("cluster", "topic", "partition")
+GROUP_TAG_KEYS = ("cluster", "group", "topic", "partition")
+
+
+class PartitionMetrics:
+    """The metrics of one partition (see the module docstring).
+
+    ``log`` is the partition's :class:`~raylog.storage.log.PartitionLog`,
+    opened (and so recovered) already: its end offset is the starting point
+    of ``bytes_in``, and its recovery reports are counted once here.
+    """
+
+    #: how often the owner should call :meth:`sample`, in seconds
+    interval_s = SAMPLE_INTERVAL_S
+
+    def __init__(self, cluster: str, topic: str, partition: int, log):
+        from ray.util.metrics import Counter, Gauge, Histogram
+
+        self.tags = {"cluster": cluster, "topic": topic, "partition": str(partition)}
+        keys = PARTITION_TAG_KEYS
+        self._bytes_in = Counter("raylog_partition_bytes_in", "bytes appended to the partition log", keys)
+        self._sets_in = Counter(
+            "raylog_partition_message_sets_in", "message sets (producer batches) appended to the partition log", keys
+        )
+        self._bytes_out = Counter("raylog_partition_bytes_out", "bytes sent by the partition's data server", keys)
+        self._flush_latency = Histogram(
+            "raylog_partition_flush_latency_ms",
+            "duration of the partition log flushes run by the partition's timer (fsync + checkpoint)",
+            boundaries=FLUSH_LATENCY_BOUNDARIES_MS,
+            tag_keys=keys,
+        )
+        self._high_watermark = Gauge("raylog_partition_high_watermark", "high watermark (byte offset)", keys)
+        self._log_start = Gauge("raylog_partition_log_start_offset", "log start offset (byte offset)", keys)
+        self._size = Gauge("raylog_partition_log_size_bytes", "bytes in the partition's segment files", keys)
+        self._segments = Gauge("raylog_partition_segments", "segment files of the partition log", keys)
+        self._truncated = Counter(
+            "raylog_partition_recovery_truncated_bytes",
+            "bytes cut off a torn or corrupt log tail by recovery",
+            keys,
+        )
+        self._lock = threading.Lock()
+        self._failed_once = False
+        # what was last handed to Ray, for snapshot() and the next deltas
+        self._base_end_offset = log.log_end_offset
+        self._values = {
+            "bytes_in_total": 0,
+            "message_sets_in_total": 0,
+            "bytes_out_total": 0,
+            "flushes_timed": 0,
+            "flush_latency_ms_sum": 0.0,
+            "flush_latency_ms_max": 0.0,
+            "high_watermark": log.high_watermark,
+            "log_start_offset": log.log_start_offset,
+            "log_size_bytes": 0,
+            "segments": 0,
+            "recovery_truncated_bytes": 0,
+        }
+        truncated = sum(report.truncated_bytes for report in log.recovery_reports)
+        if truncated:
+            self._guarded(self._truncated.inc, truncated, self.tags)
+            self._values["recovery_truncated_bytes"] = truncated
+
+    def _guarded(self, record, *args) -> None:
+        # A metric must never take the partition down: log the first failure only.
+        try:
+            record(*args)
+        except Exception:  # noqa: BLE001
+            if not self._failed_once:
+                self._failed_once = True
+                log.exception("recording a metric of %s failed; further failures are not logged", self.tags)
+
+    def observe_flush(self, seconds: float) -> None:
+        """Record one flush that took ``seconds``."""
+        ms = seconds * 1000.0
+        with self._lock:
+            self._guarded(self._flush_latency.observe, ms, self.tags)
+            values = self._values
+            values["flushes_timed"] += 1
+            values["flush_latency_ms_sum"] += ms
+            if ms > values["flush_latency_ms_max"]:
+                values["flush_latency_ms_max"] = ms
+
+    def sample(self, log, server_stats: dict) -> None:
+        """Read the log's offsets and size and the data server's counters
+        (``DataServer.stats()``), and hand the changes to Ray. Never raises."""
+        self._guarded(self._sample, log, server_stats)
+
+    def _sample(self, log, server_stats: dict) -> None:
+        bytes_in = max(0, log.log_end_offset - self._base_end_offset)
+        current = {
+            "bytes_in_total": bytes_in,
+            "message_sets_in_total": server_stats.get("message_sets_in", 0),
+            "bytes_out_total": server_stats.get("bytes_out", 0),
+        }
+        gauges = {
+            "high_watermark": log.high_watermark,
+            "log_start_offset": log.log_start_offset,
+            "log_size_bytes": log.size_bytes,
+            "segments": len(log.segment_bases),
+        }
+        counters = {
+            "bytes_in_total": self._bytes_in,
+            "message_sets_in_total": self._sets_in,
+            "bytes_out_total": self._bytes_out,
+        }
+        metric_of = {
+            "high_watermark": self._high_watermark,
+            "log_start_offset": self._log_start,
+            "log_size_bytes": self._size,
+            "segments": self._segments,
+        }
+        with self._lock:
+            values = self._values
+            for name, total in current.items():
+                delta = total - values[name]
+                if delta > 0:
+                    self._guarded(counters[name].inc, delta, self.tags)
+                    values[name] = total
+            for name, value in gauges.items():
+                self._guarded(metric_of[name].set, value, self.tags)
+                values[name] = value
+
+    def snapshot(self) -> dict:
+        """The values last recorded (counters as totals since the actor started)."""
+        with self._lock:
+            return {"tags": dict(self.tags), **self._values}
+
+
+# --------------------------------------------------------------------------
+# consumer groups
+
+_group_gauges = None
+_group_lock = threading.Lock()
+
+
+def _gauges():
+    global _group_gauges
+    with _group_lock:
+        if _group_gauges is None:
+            from ray.util.metrics import Gauge
+
+            _group_gauges = (
+                Gauge(
+                    "raylog_group_lag",
+                    "bytes between a consumer group's committed offset and the partition's high watermark",
+                    GROUP_TAG_KEYS,
+                ),
+                Gauge("raylog_group_committed_offset", "a consumer group's committed offset", GROUP_TAG_KEYS),
+            )
+        return _group_gauges
+
+
+def record_group_lag(client, group: str) -> dict[tuple[str, int], int]:
+    """Set the lag and committed-offset gauges of ``group``, one series per
+    (topic, partition) it has committed offsets for, from
+    ``client.describe_group(group)``. Returns ``{(topic, partition): lag}``
+    as recorded.
+
+    Needs a Ray connection in this process (the metrics go through Ray's
+    metrics agent); call it every few seconds to keep the gauges current.
+    Raises :class:`raylog.UnknownGroupError` for a group that does not exist.
+    """
+    import ray
+
+    from raylog.errors import ConfigError
+
+    if not ray.is_initialized():
+        raise ConfigError(
+            "record_group_lag needs a Ray connection (metrics go through Ray's metrics agent); "
+            "use a client from raylog.connect(...) or call ray.init(address=...) first"
+        )
+    lag_gauge, committed_gauge = _gauges()
+    recorded = {}
+    for row in client.describe_group(group):
+        if row.get("topic") is None or row.get("committed") is None:
+            continue  # an idle member's row, or nothing committed yet
+        tags = {
+            "cluster": client.settings.cluster,
+            "group": group,
+            "topic": row["topic"],
+            "partition": str(row["partition"]),
+        }
+        committed_gauge.set(row["committed"], tags)
+        lag = row.get("lag")
+        if lag is not None:
+            lag_gauge.set(lag, tags)
+            recorded[(row["topic"], row["partition"])] = lag
+    return recorded
