@@ -320,6 +320,7 @@ def connect(
         if not ray.is_initialized():
             if ray_address is None:
                 ray.init(
+                    address="local",  # a local Ray of our own, never a stray cluster
                     num_cpus=num_cpus,
                     resources={DISK_RESOURCE: 1},
                     labels={NODE_LABEL: LOCAL_NODE},

@@ -108,11 +108,13 @@ def ray_local():
         yield ray
         return
     ray.init(
+        address="local",  # never a cluster that happens to run on the machine
         num_cpus=4,
         resources={DISK_RESOURCE: 1},
         labels={NODE_LABEL: "local"},
         include_dashboard=False,
         logging_level="WARNING",
+        object_store_memory=512 * 1024 * 1024,
     )
     try:
         yield ray

@@ -29,12 +29,20 @@ ADD_OPENS_NIO_CH = "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED"
 
 
 def test_init_spark_without_ray_fails():
-    import ray
+    # In a fresh process: this one shares the session's Ray.
+    import subprocess
+    import sys
 
-    if ray.is_initialized():
-        pytest.skip("Ray already runs in this process")
-    with pytest.raises(ConfigError, match=r"ray\.init\(\) or raylog\.connect\(\)"):
-        raylog_spark.init_spark()
+    code = (
+        "import raylog_spark\n"
+        "from raylog.errors import ConfigError\n"
+        "try:\n"
+        "    raylog_spark.init_spark()\n"
+        "except ConfigError as err:\n"
+        "    print('ConfigError:', err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "ConfigError:" in out and "ray.init() or raylog.connect()" in out
 
 
 def test_init_spark_without_java_fails(ray_local, monkeypatch, tmp_path):
