@@ -24,8 +24,10 @@ could be out of step) and the next call connects again. A retried produce
 may store a set twice (at-least-once).
 
 acks=0 produces get no reply. If the server refuses one, it sends the error
-and closes the connection; the next call on this connection raises that
-error (its message names the produce's correlation id).
+and closes the connection; the next request that reads a reply (or an acks=0
+produce a millisecond or more later) raises that error, its message naming
+the produce's correlation id. Sets sent after the refused one on that
+connection are lost (acks=0 promises no more).
 
 Timeouts are enforced by the kernel (SO_RCVTIMEO/SO_SNDTIMEO) on a blocking
 socket, so that a send or a receive is one system call, without a poll()
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from typing import NamedTuple, Sequence
 
 from raylog.config import KiB, MiB
@@ -76,6 +79,8 @@ READ_BUFFER_BYTES = 64 * KiB
 PIPELINE_FRAMES = 1024
 #: ... or this many bytes before it reads their replies
 PIPELINE_BYTES = 4 * MiB
+#: a stream of acks=0 produces looks for an error reply at most this often
+UNACKED_CHECK_S = 0.001
 #: message sets larger than this are sent with sendmsg instead of being
 #: copied behind their header
 GATHER_THRESHOLD = 64 * KiB
@@ -138,6 +143,7 @@ class BrokerConnection:
         self._reply_size = 0
         #: correlation id of the last acks=0 produce not yet known to be fine
         self._unacked: int | None = None
+        self._next_check = 0.0
         #: topic -> its encoded string and the precompiled PRODUCE header
         self._topics: dict[str, tuple[bytes, struct.Struct]] = {}
 
@@ -211,7 +217,7 @@ class BrokerConnection:
         acks=1 returns the base offset (the offset of the set's first
         message); acks=0 returns ``None`` as soon as the frame is written.
         """
-        self._before_request()
+        self._before_request(replies=bool(acks))
         correlation_id = self._next_correlation()
         header = self._produce_header(topic, partition, acks, len(message_set), correlation_id)
         if len(message_set) > GATHER_THRESHOLD:
@@ -221,6 +227,7 @@ class BrokerConnection:
         if not acks:
             self._unacked = correlation_id
             return None
+        self._expect_wait(0)
         return self._read_produce_reply(correlation_id)
 
     def produce_many(
@@ -233,38 +240,42 @@ class BrokerConnection:
         the rest of that write is still stored; the first error is raised
         with ``index`` and ``base_offsets`` (``None`` for refused sets) and
         later writes are not sent."""
-        self._before_request()
+        self._before_request(replies=bool(acks))
         bases: list[int] | None = [] if acks else None
         i, total = 0, len(message_sets)
+        if acks:
+            self._expect_wait(0)
         while i < total:
             parts = []
-            first_id = self._correlation + 1
+            ids = []
             size = 0
             j = i
             while j < total and j - i < PIPELINE_FRAMES and (size < PIPELINE_BYTES or j == i):
                 message_set = message_sets[j]
-                parts.append(self._produce_header(topic, partition, acks, len(message_set), self._next_correlation()))
+                correlation_id = self._next_correlation()
+                ids.append(correlation_id)
+                parts.append(self._produce_header(topic, partition, acks, len(message_set), correlation_id))
                 parts.append(message_set)
                 size += len(message_set)
                 j += 1
             self._send(b"".join(parts))
-            last_id = self._correlation
             if acks:
-                self._read_produce_replies(first_id, i, j - i, bases)
+                self._read_produce_replies(ids, i, bases)
             else:
-                self._unacked = last_id
+                self._unacked = ids[-1]
             i = j
         return bases
 
-    def _read_produce_replies(self, first_id: int, first_index: int, count: int, bases: list) -> None:
-        """Read ``count`` pipelined PRODUCE replies into ``bases``. A refused
-        set does not stop the others: all replies are read (the connection
-        stays in step), then the first error is raised with ``index`` (of the
-        refused set) and ``base_offsets`` (``None`` where a set was refused)."""
+    def _read_produce_replies(self, ids: list[int], first_index: int, bases: list) -> None:
+        """Read the pipelined PRODUCE replies of ``ids`` into ``bases``. A
+        refused set does not stop the others: all replies are read (the
+        connection stays in step), then the first error is raised with
+        ``index`` (of the refused set) and ``base_offsets`` (``None`` where a
+        set was refused)."""
         first_error = None
-        for k in range(count):
+        for k, correlation_id in enumerate(ids):
             try:
-                bases.append(self._read_produce_reply(_wrap(first_id + k)))
+                bases.append(self._read_produce_reply(correlation_id))
             except RaylogError as err:
                 if self._sock is None:  # the connection itself failed
                     raise
@@ -405,10 +416,19 @@ class BrokerConnection:
 
     # -- socket I/O ------------------------------------------------------------
 
-    def _before_request(self) -> None:
+    def _before_request(self, replies: bool = True) -> None:
+        """Connect if needed; after acks=0 produces, check whether the server
+        answered one with an error. A request that reads replies checks every
+        time; an acks=0 produce at most every :data:`UNACKED_CHECK_S`, so that
+        a stream of them does not pay a system call each."""
         if self._sock is None:
             self.connect()
         elif self._unacked is not None:
+            if not replies:
+                now = time.monotonic()
+                if now < self._next_check:
+                    return
+                self._next_check = now + UNACKED_CHECK_S
             self._check_unacked()
 
     def _check_unacked(self) -> None:
@@ -416,6 +436,8 @@ class BrokerConnection:
         (and closed)? One non-blocking receive, no wait."""
         if self._rstart == self._rend:
             self._rstart = self._rend = 0
+        if self._rend == len(self._rbuf):
+            return  # unread bytes fill the buffer; the next reply read sees them
         try:
             n = self._sock.recv_into(self._rview[self._rend :], 0, socket.MSG_DONTWAIT)
         except BlockingIOError:

@@ -258,6 +258,13 @@ def _topic(buf, pos: int, end: int, api_key: int, correlation_id: int) -> tuple[
     return topic, pos + length
 
 
+#: request header and the length of the string that follows it
+_HEADER_AND_STRING = struct.Struct(">IhhiH")
+#: the smallest body of a PRODUCE frame (empty topic, empty set)
+_PRODUCE_MIN_BODY = REQUEST_HEADER_BODY + STRING_LENGTH.size + PRODUCE_FIELDS.size
+_tuple_new = tuple.__new__
+
+
 def decode_request(buf, pos: int, size: int):
     """Decode the request frame whose size field is at ``buf[pos]`` and whose
     whole ``4 + size`` bytes are in ``buf`` (a bytearray or memoryview).
@@ -267,6 +274,23 @@ def decode_request(buf, pos: int, size: int):
     details when known) for a malformed frame.
     """
     end = pos + SIZE.size + size
+    if size >= _PRODUCE_MIN_BODY:
+        # The hot path: a well-formed PRODUCE, parsed with two unpacks.
+        _, api_key, version, correlation_id, length = _HEADER_AND_STRING.unpack_from(buf, pos)
+        if api_key == API_PRODUCE and version == VERSION:
+            start = pos + _HEADER_AND_STRING.size
+            fields = start + length
+            data = fields + PRODUCE_FIELDS.size
+            if data <= end:
+                partition, acks, set_length = PRODUCE_FIELDS.unpack_from(buf, fields)
+                if set_length == end - data and (acks == 0 or acks == 1):
+                    view = buf if type(buf) is memoryview else memoryview(buf)
+                    try:
+                        topic = str(view[start:fields], "utf-8")
+                    except UnicodeDecodeError:
+                        raise _malformed(api_key, correlation_id, "topic is not UTF-8") from None
+                    return _tuple_new(ProduceRequest, (correlation_id, topic, partition, acks, view[data:end]))
+    # Every other request, and a PRODUCE that is not right (to say why).
     if size < REQUEST_HEADER_BODY:
         raise ProtocolError(
             f"frame of {size} bytes is shorter than a request header", correlation_id=NO_CORRELATION

@@ -324,6 +324,20 @@ def test_connections_over_the_limit_are_refused(make_server, make_conn, plog):
     assert first.offsets(TOPIC, 0) == (0, 0)
 
 
+def test_long_poll_longer_than_the_request_timeout_does_not_time_out(make_conn, server):
+    conn = make_conn(server, timeout_s=0.5)
+    result = conn.fetch(TOPIC, 0, 0, 4096, max_wait_ms=1000)
+    assert len(result.data) == 0
+    assert conn.offsets(TOPIC, 0) == (0, 0)  # and the short timeout is back in force
+
+
+def test_correlation_ids_wrap_around(conn, plog):
+    conn._correlation = 2**31 - 3
+    one = encode_message_set([b"w"])
+    assert conn.produce_many(TOPIC, 0, [one] * 5) == [i * len(one) for i in range(5)]
+    assert conn.produce(TOPIC, 0, one) == 5 * len(one)
+
+
 def test_closed_connection_raises_closed_error(server):
     with BrokerConnection(*server.address) as conn:
         conn.offsets(TOPIC, 0)
