@@ -47,6 +47,7 @@ from raylog.config import KiB, MiB
 from raylog.errors import (
     AuthenticationError,
     BrokerUnavailableError,
+    ClosedError,
     FrameTooLargeError,
     NotOwnerError,
     ProtocolError,
@@ -473,6 +474,11 @@ class DataServer:
                 base = partition_log.append(bytes(run[0].message_set))
             else:
                 base = partition_log.append(b"".join([request.message_set for request in run]))
+        except ClosedError:
+            err = _closing(run[0].topic, run[0].partition)
+            for request in run:
+                self._produce_failed(conn, request, err, out)
+            return
         except RaylogError as err:
             if len(run) == 1:
                 self._produce_failed(conn, run[0], err, out)
@@ -509,11 +515,21 @@ class DataServer:
                 deadline = time.monotonic() + request.max_wait_ms / 1000.0
                 while not self._stopping.is_set():
                     left = deadline - time.monotonic()
-                    if left <= 0 or partition_log.wait_for_data(request.offset, min(left, LONG_POLL_SLICE_S)):
+                    if left <= 0:
                         break
-                chunk = partition_log.read(request.offset, max_bytes)
+                    partition_log.wait_for_data(request.offset, min(left, LONG_POLL_SLICE_S))
+                    # Read again after every wait, whatever it said: a closed
+                    # log says so here (instead of returning at once forever).
+                    chunk = partition_log.read(request.offset, max_bytes)
+                    if chunk.length:
+                        break
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
+        except ClosedError:
+            err = _closing(request.topic, request.partition)
+            self._count_error(conn, err)
+            out.append(encode_error(request.correlation_id, err))
+            return
         except RaylogError as err:
             self._count_error(conn, err)
             out.append(encode_error(request.correlation_id, err))
@@ -597,3 +613,13 @@ class _State:
 
     def __init__(self, authenticated: bool):
         self.authenticated = authenticated
+
+
+def _closing(topic: str, partition: int) -> NotOwnerError:
+    """What a client hears when the log was closed under a request: the
+    partition is going away here, so look up where it serves next."""
+    return NotOwnerError(
+        f"{topic}-{partition} is closing on this endpoint; refresh its endpoint from the registry",
+        topic=topic,
+        partition=partition,
+    )

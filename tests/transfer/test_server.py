@@ -534,6 +534,32 @@ def test_idle_long_poll_costs_almost_no_cpu(conn):
     assert cpu_used < 0.3
 
 
+def test_closing_the_log_ends_a_long_poll_with_not_owner_without_spinning(conn, plog):
+    outcome = []
+
+    def close_later():
+        time.sleep(0.3)
+        plog.close()
+
+    closer = threading.Thread(target=close_later)
+    cpu = time.process_time()
+    closer.start()
+    try:
+        conn.fetch(TOPIC, 0, 0, 4096, max_wait_ms=3000)
+    except NotOwnerError as err:
+        outcome.append(err)
+    finally:
+        closer.join(30)
+    assert outcome and "closing" in str(outcome[0])
+    assert time.process_time() - cpu < 1.0
+
+
+def test_produce_to_a_closed_log_raises_not_owner(conn, plog):
+    plog.close()
+    with pytest.raises(NotOwnerError, match="closing"):
+        conn.produce(TOPIC, 0, encode_message_set([b"late"]))
+
+
 def test_stop_ends_a_long_poll(server, conn):
     outcome = []
 
