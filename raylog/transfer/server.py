@@ -222,9 +222,9 @@ class DataServer:
         """Counters since start: ``connections`` (open now),
         ``connections_accepted``, ``connections_refused`` (over
         ``max_connections``), ``requests``, ``bytes_in``, ``bytes_out``
-        (replies and log data), ``message_sets_in`` (sets appended; the log
-        counts the messages in them as it validates) and ``errors``:
-        ``{error code: replies}``."""
+        (replies and log data), ``message_sets_in`` (sets appended; the
+        messages in them are not counted here, which would cost a pass over
+        every message) and ``errors``: ``{error code: replies}``."""
         with self._lock:  # a closing connection moves its counts under it
             totals = dict(self._totals)
             errors = dict(self._errors)
