@@ -1,0 +1,686 @@
+"""The ``raylog`` command line, after Kafka's tools: topics, a console
+producer and consumer, consumer groups, and a local ZooKeeper.
+
+::
+
+    raylog zookeeper start --port 2181 --data-dir /var/tmp/raylog-zk
+    raylog --zookeeper 127.0.0.1:2181 --ray-address auto topics create clicks --partitions 8
+    raylog --zookeeper 127.0.0.1:2181 topics describe clicks
+    printf 'user-1\\t/home\\n' | raylog --zookeeper 127.0.0.1:2181 produce clicks --key-separator $'\\t'
+    raylog --zookeeper 127.0.0.1:2181 consume clicks --group stats --from-beginning --max-messages 10
+    raylog --zookeeper 127.0.0.1:2181 groups describe stats
+    raylog zookeeper stop --data-dir /var/tmp/raylog-zk
+
+Which cluster a command talks to: ``--zookeeper`` (the cluster's ZooKeeper)
+is enough for every command but ``topics create`` and ``topics delete``,
+which start and stop partition actors and so also join the Ray cluster
+(``--ray-address``, default ``auto``: the cluster of this node, or
+``RAY_ADDRESS``). Without ``--zookeeper`` and ``--ray-address``, ``topics
+create`` and ``topics list`` run on the embedded default of
+:func:`raylog.connect` — a local Ray and a ZooKeeper that live only while
+the command runs — and the other cluster commands refuse to run.
+
+Exit codes: 0 done; 1 a raylog error, printed as one line ``error:
+<message>`` on stderr; 2 bad usage or a bad setting; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import click
+
+from raylog.errors import ConfigError, RaylogError
+
+#: where ``zookeeper start`` and ``zookeeper stop`` keep a local ZooKeeper's data
+DEFAULT_ZOOKEEPER_DIR = "/tmp/raylog-zookeeper"
+ZOOKEEPER_PID_FILE = "raylog-zookeeper.pid"
+ZOOKEEPER_LOG_FILE = "raylog-zookeeper.log"
+#: how long ``consume`` in a group waits for its first assignment before the
+#: idle clock of ``--timeout-ms`` starts anyway
+ASSIGNMENT_WAIT_S = 60.0
+#: how often ``consume`` in a group commits what it has written out
+COMMIT_INTERVAL_S = 5.0
+
+_EMBEDDED_NOTE = (
+    "note: no --zookeeper given: this runs on an embedded cluster (a local Ray and a "
+    "ZooKeeper of its own) that is gone when the command ends"
+)
+
+
+class CommandError(click.ClickException):
+    """A failure of a command that is not a raylog error (exit code 1)."""
+
+    exit_code = 1
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def _fail(err: BaseException) -> None:
+    click.echo(f"error: {err}", err=True)
+
+
+# --------------------------------------------------------------------------
+# which cluster
+
+
+class Target:
+    """The cluster the global options name; makes the command's client."""
+
+    def __init__(self, zookeeper: str | None, ray_address: str | None, cluster: str, token: str | None):
+        self.zookeeper = zookeeper or None
+        self.ray_address = ray_address or None
+        self.cluster = cluster
+        self.token = token.encode() if token else None
+
+    @property
+    def embedded(self) -> bool:
+        return self.zookeeper is None and self.ray_address is None
+
+    @contextlib.contextmanager
+    def client(self, command: str, *, ray: bool = False, embedded_ok: bool = False, data_dir: str | None = None):
+        """A :class:`raylog.Client` for ``command``, closed afterwards.
+
+        ``ray``: the command starts or stops partition actors, so it joins
+        the Ray cluster; otherwise ZooKeeper and the data sockets suffice.
+        ``embedded_ok``: without any address, run on the embedded default.
+        """
+        if self.embedded:
+            if not embedded_ok:
+                raise click.UsageError(
+                    f"'{command}' needs an existing raylog cluster: pass --zookeeper HOST:PORT "
+                    f"(or set RAYLOG_ZOOKEEPER) with the address of the cluster's ZooKeeper"
+                )
+            import raylog
+
+            click.echo(_EMBEDDED_NOTE, err=True)
+            client = raylog.connect(data_dir=data_dir, cluster=self.cluster, token=self.token)
+        elif self.zookeeper is None:
+            raise click.UsageError(
+                "--ray-address needs --zookeeper HOST:PORT too (or RAYLOG_ZOOKEEPER): the address "
+                "of the cluster's ZooKeeper, which holds its topics and consumer groups"
+            )
+        elif ray:
+            client = self._join_ray(data_dir)
+        else:
+            from raylog.client import Client
+
+            client = Client(zookeeper=self.zookeeper, cluster=self.cluster, token=self.token)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def _join_ray(self, data_dir: str | None):
+        import raylog
+
+        address = self.ray_address or "auto"
+        try:
+            return raylog.connect(
+                zookeeper=self.zookeeper,
+                ray_address=address,
+                data_dir=data_dir,
+                cluster=self.cluster,
+                token=self.token,
+            )
+        except RaylogError:
+            raise
+        except Exception as err:  # noqa: BLE001 - Ray's own errors on joining
+            raise CommandError(
+                f"could not join the Ray cluster at {address!r} ({type(err).__name__}: "
+                f"{str(err).strip().splitlines()[0] if str(err).strip() else 'no details'}); "
+                f"pass --ray-address HOST:PORT of the cluster's head (or set RAYLOG_RAY_ADDRESS), "
+                f"or run this on a node of the cluster"
+            ) from None
+
+
+pass_target = click.make_pass_decorator(Target)
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    """Plain columns aligned with two spaces; None shows as '-'."""
+    cells = [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    lines = [headers] + cells
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+# --------------------------------------------------------------------------
+# the root
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--zookeeper",
+    metavar="HOST:PORT",
+    envvar="RAYLOG_ZOOKEEPER",
+    show_envvar=True,
+    help="The cluster's ZooKeeper (its topics, partition endpoints and consumer groups).",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    envvar="RAYLOG_RAY_ADDRESS",
+    show_envvar=True,
+    help="The Ray cluster, for 'topics create' and 'topics delete' (they start and stop "
+    "partition actors): HOST:PORT of its head, or 'auto' (the default: the cluster this "
+    "node belongs to, or RAY_ADDRESS).",
+)
+@click.option(
+    "--cluster",
+    default="default",
+    show_default=True,
+    envvar="RAYLOG_CLUSTER",
+    show_envvar=True,
+    help="The raylog cluster name: its root in ZooKeeper is /raylog/<cluster>.",
+)
+@click.option(
+    "--token",
+    envvar="RAYLOG_TOKEN",
+    show_envvar=True,
+    help="The cluster's data token, if its partitions require one (prefer the environment "
+    "variable: command lines are visible to other users).",
+)
+@click.version_option(package_name="raylog", prog_name="raylog")
+@click.pass_context
+def cli(ctx, zookeeper, ray_address, cluster, token):
+    """Manage and use a raylog cluster: topics, console producer and consumer,
+    consumer groups, and a local ZooKeeper.
+
+    Point the commands at a cluster with --zookeeper HOST:PORT (and, for
+    'topics create' and 'topics delete', --ray-address). Without either,
+    'topics create' and 'topics list' run on the embedded default: a local
+    Ray and a ZooKeeper of their own that exist only while the command runs
+    (good for a first try, nothing is kept); the other cluster commands
+    then stop and say what to pass.
+
+    Exit codes: 0 done, 1 error (one line 'error: ...' on stderr), 2 bad
+    usage or setting, 130 interrupted.
+    """
+    ctx.obj = Target(zookeeper, ray_address, cluster, token)
+
+
+# --------------------------------------------------------------------------
+# topics
+
+
+@cli.group()
+def topics():
+    """Create, list, describe and delete topics."""
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, default=1, show_default=True, help="Number of partitions.")
+@click.option("--retention-ms", type=int, help="Delete whole segments older than this (default 7 days).")
+@click.option("--retention-bytes", type=int, help="Delete the oldest segments while the log is larger (-1: no limit).")
+@click.option("--segment-bytes", type=int, help="Start a new segment file after this many bytes (default 256 MiB).")
+@click.option("--flush-ms", type=int, help="Flush (fsync) and expose appended messages after this long (default 50).")
+@click.option("--flush-messages", type=int, help="... or after this many messages (default 10000).")
+@click.option("--max-message-bytes", type=int, help="The largest message set a partition accepts (default 1 MiB).")
+@click.option(
+    "--data-dir",
+    envvar="RAYLOG_DATA_DIR",
+    show_envvar=True,
+    help="Directory for the partition logs on each node (default /tmp/raylog; a temporary "
+    "directory for the embedded cluster).",
+)
+@pass_target
+def topics_create(target: Target, name, partitions, data_dir, **settings):
+    """Create topic NAME and start its partition actors, spread over the
+    nodes that offer disk (joins the Ray cluster: see --ray-address)."""
+    settings = {k: v for k, v in settings.items() if v is not None}
+    from raylog.config import TopicConfig
+
+    TopicConfig(partitions=partitions, **settings)  # bad settings fail before any connection
+    with target.client("topics create", ray=True, embedded_ok=True, data_dir=data_dir) as client:
+        client.create_topic(name, partitions=partitions, **settings)
+        click.echo(f"Created topic {name} with {partitions} partition{'s' if partitions != 1 else ''}.")
+
+
+@topics.command("list")
+@pass_target
+def topics_list(target: Target):
+    """List the topics, one per line."""
+    with target.client("topics list", embedded_ok=True) as client:
+        for name in client.list_topics():
+            click.echo(name)
+
+
+@topics.command("describe")
+@click.argument("name")
+@pass_target
+def topics_describe(target: Target, name):
+    """Show topic NAME's settings and, per partition, its node, endpoint,
+    log start offset and high watermark ('-' where a partition is not
+    served right now)."""
+    with target.client("topics describe") as client:
+        info = client.describe_topic(name)
+    config = info["config"]
+    click.echo(
+        f"Topic: {name}  partitions: {config.partitions}  retention_ms: {config.retention_ms}  "
+        f"retention_bytes: {config.retention_bytes}  segment_bytes: {config.segment_bytes}  "
+        f"flush_messages: {config.flush_messages}  flush_ms: {config.flush_ms}  "
+        f"max_message_bytes: {config.max_message_bytes}"
+    )
+    rows = [
+        [p["partition"], p["node"], p["endpoint"], p["log_start_offset"], p["high_watermark"]]
+        for p in info["partitions"]
+    ]
+    click.echo(_table(["PARTITION", "NODE", "ENDPOINT", "LOG START", "HIGH WATERMARK"], rows))
+
+
+@topics.command("delete")
+@click.argument("name")
+@pass_target
+def topics_delete(target: Target, name):
+    """Delete topic NAME: stop its partition actors and delete their logs
+    (joins the Ray cluster: see --ray-address)."""
+    with target.client("topics delete", ray=True) as client:
+        client.delete_topic(name)
+    click.echo(f"Deleted topic {name}.")
+
+
+# --------------------------------------------------------------------------
+# produce and consume
+
+
+def _progress(unit: str):
+    from tqdm import tqdm
+
+    return tqdm(unit=unit, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
+
+
+@cli.command()
+@click.argument("topic")
+@click.option(
+    "--key-separator",
+    metavar="SEP",
+    help="Split each line at the first SEP into key and value (e.g. $'\\t'); "
+    "a line without SEP is an error.",
+)
+@click.option("--acks", type=click.Choice(["0", "1"]), default="1", show_default=True,
+              help="0: send and do not wait; 1: wait until each batch is in the partition log.")
+@click.option("--compression", type=click.Choice(["none", "gzip", "zstd", "lz4"]), default="none",
+              show_default=True, help="Compress each batch into one wrapper message.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Messages per batch and partition.")
+@click.option("--linger-ms", type=click.FloatRange(min=0), default=5, show_default=True,
+              help="Send a batch at the latest this long after its first message.")
+@pass_target
+def produce(target: Target, topic, key_separator, acks, compression, batch_size, linger_ms):
+    """Send the lines of stdin to TOPIC, one message per line (the line
+    end is not part of it); print the count to stderr at the end. Keyed
+    messages go to partitions by their key, others are spread in batches."""
+    if key_separator == "":
+        raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    separator = key_separator.encode() if key_separator is not None else None
+    count = 0
+    with target.client("produce") as client:
+        client.metadata.partitions(topic)  # fail now for an unknown topic, before reading stdin
+        producer = client.producer(
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            compression=None if compression == "none" else compression,
+            acks=int(acks),
+        )
+        try:
+            with _progress("msg") as bar:
+                for number, line in enumerate(sys.stdin.buffer, 1):
+                    if line.endswith(b"\n"):
+                        line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+                    key = None
+                    if separator is not None:
+                        key, found, value = line.partition(separator)
+                        if not found:
+                            raise CommandError(
+                                f"line {number} has no key separator {key_separator!r}; with "
+                                f"--key-separator every line is KEY{key_separator}VALUE"
+                            )
+                        line = value
+                    producer.send(topic, line, key)
+                    count += 1
+                    bar.update(1)
+        finally:
+            try:
+                producer.close()  # flushes; raises what a send ran into
+            except BaseException:
+                click.echo(f"read {count} lines; the last batches may not have been written", err=True)
+                raise
+            click.echo(f"produced {count} message{'s' if count != 1 else ''} to {topic}", err=True)
+
+
+@cli.command()
+@click.argument("topic")
+@click.option("--group", "-g", help="Read as a member of this consumer group (offsets are committed).")
+@click.option("--from-beginning", is_flag=True,
+              help="Start at the oldest message where nothing is committed (default: only new messages).")
+@click.option("--max-messages", type=click.IntRange(min=1), help="Exit after this many messages.")
+@click.option("--timeout-ms", type=click.IntRange(min=0),
+              help="Exit after this long without a message (default: wait forever).")
+@click.option("--print-key", is_flag=True, help="Print KEY<separator>VALUE ('null' for no key).")
+@click.option("--print-offset", is_flag=True, help="Prefix each line with 'Partition:P<TAB>Offset:O<TAB>'.")
+@click.option("--key-separator", metavar="SEP", default="\t", show_default="tab",
+              help="What separates the key from the value with --print-key.")
+@pass_target
+def consume(target: Target, topic, group, from_beginning, max_messages, timeout_ms, print_key, print_offset,
+            key_separator):
+    """Print TOPIC's messages to stdout, one value per line, until
+    --max-messages or --timeout-ms says stop (or Ctrl-C). In a --group,
+    what was printed is committed at the end and every few seconds; the
+    next consumer of the group goes on from there."""
+    out = sys.stdout.buffer
+    separator = key_separator.encode()
+    count = 0
+    with target.client("consume") as client:
+        consumer = client.consumer(
+            topic,
+            group=group,
+            auto_offset_reset="earliest" if from_beginning else "latest",
+            enable_auto_commit=False,  # commit only what reached stdout
+        )
+        started = last_commit = time.monotonic()
+        idle_since = None if group is not None else started
+        try:
+            while max_messages is None or count < max_messages:
+                try:
+                    batch = consumer.poll(
+                        timeout_ms=200, max_messages=10_000 if max_messages is None else max_messages - count
+                    )
+                except KeyboardInterrupt:
+                    break
+                now = time.monotonic()
+                if batch:
+                    out.write(b"".join(_format(m, print_key, print_offset, separator) for m in batch))
+                    out.flush()
+                    count += len(batch)
+                    idle_since = now
+                    if group is not None and now - last_commit >= COMMIT_INTERVAL_S:
+                        consumer.commit()
+                        last_commit = now
+                    continue
+                if idle_since is None and (consumer.assignment() or now - started >= ASSIGNMENT_WAIT_S):
+                    idle_since = now  # a group member idles only once it holds partitions
+                if timeout_ms is not None and idle_since is not None and (now - idle_since) * 1000 >= timeout_ms:
+                    break
+            if group is not None:
+                consumer.commit()
+        except BrokenPipeError:
+            # The reader went away (e.g. `| head`): stop quietly, commit nothing
+            # more than was committed (some of the last batch may be unread).
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        finally:
+            consumer.close()
+            click.echo(f"consumed {count} message{'s' if count != 1 else ''}", err=True)
+
+
+def _format(message, print_key: bool, print_offset: bool, separator: bytes) -> bytes:
+    parts = []
+    if print_offset:
+        parts.append(f"Partition:{message.partition}\tOffset:{message.offset}\t".encode())
+    if print_key:
+        parts.append(b"null" if message.key is None else message.key)
+        parts.append(separator)
+    parts.append(message.value)
+    parts.append(b"\n")
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------
+# consumer groups
+
+
+@cli.group()
+def groups():
+    """List and describe consumer groups."""
+
+
+@groups.command("list")
+@pass_target
+def groups_list(target: Target):
+    """List the consumer groups (with live members or committed offsets)."""
+    with target.client("groups list") as client:
+        for name in client.list_groups():
+            click.echo(name)
+
+
+@groups.command("describe")
+@click.argument("group")
+@pass_target
+def groups_describe(target: Target, group):
+    """Show, per partition group GROUP reads: the owning member, the
+    committed offset, the end offset (high watermark) and the lag in bytes;
+    then members that own nothing."""
+    with target.client("groups describe") as client:
+        rows = client.describe_group(group)
+    table = [
+        [r["topic"], r["partition"], r["owner"], r.get("committed"), r.get("end_offset"), r.get("lag")]
+        for r in rows
+    ]
+    click.echo(_table(["TOPIC", "PARTITION", "OWNER", "COMMITTED", "END OFFSET", "LAG"], table))
+
+
+# --------------------------------------------------------------------------
+# a local ZooKeeper
+
+
+@cli.group()
+def zookeeper():
+    """Start and stop a local ZooKeeper (on 127.0.0.1) that outlives the command."""
+
+
+def _pid_path(data_dir: str) -> str:
+    return os.path.join(data_dir, ZOOKEEPER_PID_FILE)
+
+
+def _read_pid(data_dir: str) -> int | None:
+    try:
+        with open(_pid_path(data_dir)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return True
+
+
+def _is_our_zookeeper(pid: int) -> bool:
+    """Whether ``pid`` runs 'raylog ... zookeeper start' (not a stranger that reused the PID)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return True  # no /proc here: trust the pid file
+    return any("raylog" in a for a in args) and "zookeeper" in args and "start" in args
+
+
+def _client_port(data_dir: str) -> int | None:
+    from raylog.groups.zookeeper import CFG_NAME
+
+    try:
+        with open(os.path.join(data_dir, CFG_NAME)) as f:
+            for line in f:
+                if line.startswith("clientPort="):
+                    return int(line.split("=", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+@zookeeper.command("start")
+@click.option("--port", type=click.IntRange(0, 65535), default=2181, show_default=True,
+              help="Port on 127.0.0.1 (0: any free port).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=DEFAULT_ZOOKEEPER_DIR, show_default=True,
+              help="Snapshots, logs, the configuration and the pid file.")
+@click.option("--foreground", is_flag=True, help="Run in this process until SIGTERM or Ctrl-C.")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="How long to wait for the server to accept clients.")
+def zookeeper_start(port, data_dir, foreground, timeout_s):
+    """Start a ZooKeeper on 127.0.0.1 that keeps running after this command
+    (in a process of its own, detached); print its connect string and PID
+    and write the PID to DATA_DIR/raylog-zookeeper.pid. Stop it with
+    'raylog zookeeper stop --data-dir DATA_DIR'.
+
+    It listens on the loopback interface only: for a single machine. A
+    cluster's ZooKeeper must be reachable from every node; see deploy/."""
+    data_dir = os.path.abspath(data_dir)
+    running = _read_pid(data_dir)
+    if running is not None and _alive(running) and _is_our_zookeeper(running) and running != os.getpid():
+        raise CommandError(
+            f"a ZooKeeper started by raylog already runs from {data_dir} (pid {running}); "
+            f"stop it first with: raylog zookeeper stop --data-dir {data_dir}"
+        )
+    os.makedirs(data_dir, exist_ok=True)
+    if foreground:
+        _run_zookeeper(port, data_dir, timeout_s)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_pid_path(data_dir))
+    log_path = os.path.join(data_dir, ZOOKEEPER_LOG_FILE)
+    cmd = [sys.executable, "-m", "raylog.cli", "zookeeper", "start", "--foreground",
+           "--port", str(port), "--data-dir", data_dir, "--timeout-s", str(timeout_s)]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=data_dir, start_new_session=True, close_fds=True,
+        )
+    deadline = time.monotonic() + timeout_s + 10
+    while _read_pid(data_dir) != proc.pid:
+        if proc.poll() is not None:
+            raise CommandError(f"ZooKeeper did not start: {_last_error(log_path)} (see {log_path})")
+        if time.monotonic() > deadline:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise CommandError(f"ZooKeeper did not start within {timeout_s:g} s (see {log_path})")
+        time.sleep(0.1)
+    click.echo(f"ZooKeeper running at 127.0.0.1:{_client_port(data_dir)} (pid {proc.pid}, data dir {data_dir})")
+    click.echo(f"stop it with: raylog zookeeper stop --data-dir {data_dir}", err=True)
+
+
+def _last_error(log_path: str) -> str:
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = [line.rstrip() for line in f if line.strip()]
+    except OSError:
+        return "no output"
+    errors = [line for line in lines if line.startswith("error:")]
+    if errors:
+        return errors[-1][len("error:"):].strip()
+    return lines[-1] if lines else "no output"
+
+
+def _run_zookeeper(port: int, data_dir: str, timeout_s: float) -> None:
+    """The detached process of 'zookeeper start': run the server until told to stop."""
+    from raylog.groups.zookeeper import EmbeddedZooKeeper
+
+    def stop_on_signal(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    server = EmbeddedZooKeeper(data_dir=data_dir, port=port or None, start_timeout_s=timeout_s)
+    pid_path = _pid_path(data_dir)
+    try:
+        server.start()
+        tmp = f"{pid_path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        os.replace(tmp, pid_path)  # written last: the starter waits for it
+        click.echo(f"ZooKeeper running at {server.connect_string} (pid {os.getpid()}, java pid {server.pid})")
+        sys.stdout.flush()
+        while server.running:
+            time.sleep(0.5)
+        raise CommandError(f"the ZooKeeper server process exited; see {server.log_path}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        if _read_pid(data_dir) == os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(pid_path)
+
+
+@zookeeper.command("stop")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=DEFAULT_ZOOKEEPER_DIR, show_default=True,
+              help="The data dir the ZooKeeper was started with.")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=30, show_default=True,
+              help="How long to wait for a clean stop before killing it.")
+def zookeeper_stop(data_dir, timeout_s):
+    """Stop the ZooKeeper that 'zookeeper start' runs from DATA_DIR, by the
+    PID in its pid file."""
+    data_dir = os.path.abspath(data_dir)
+    pid = _read_pid(data_dir)
+    if pid is None:
+        raise CommandError(f"no ZooKeeper started by raylog runs from {data_dir} (no {_pid_path(data_dir)})")
+    if not _alive(pid):
+        os.unlink(_pid_path(data_dir))
+        raise CommandError(f"the ZooKeeper of {data_dir} (pid {pid}) is not running; removed its stale pid file")
+    if not _is_our_zookeeper(pid):
+        raise CommandError(
+            f"pid {pid} from {_pid_path(data_dir)} is not a ZooKeeper started by raylog; not stopping it "
+            f"(remove the stale pid file if that ZooKeeper is gone)"
+        )
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)  # its server process dies with it
+            break
+        time.sleep(0.1)
+    with contextlib.suppress(FileNotFoundError):
+        if _read_pid(data_dir) == pid:
+            os.unlink(_pid_path(data_dir))
+    click.echo(f"Stopped ZooKeeper (pid {pid}).")
+
+
+# --------------------------------------------------------------------------
+# entry point
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the command line with ``argv``; return the exit code."""
+    try:
+        result = cli.main(args=argv, prog_name="raylog", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        return 130
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except ConfigError as err:
+        _fail(err)
+        return 2
+    except RaylogError as err:
+        _fail(err)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    """The ``raylog`` console script."""
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

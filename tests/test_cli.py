@@ -1,0 +1,382 @@
+"""The ``raylog`` command line, driven through the installed console script.
+
+Every command runs in a subprocess against the shared ZooKeeper and the
+test session's local Ray (a subprocess joins it as a second driver through
+its GCS address; Ray's token for a local cluster is in ~/.ray/auth_token, so
+it is let in), under the cluster name of this module's ``raylog_client``,
+which deletes the module's topics at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from raylog.groups.zookeeper import connect_kazoo, four_letter_word, free_port
+
+RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
+#: a bound on one command; generous, for a loaded machine
+COMMAND_TIMEOUT_S = 300
+_OUR_VARS = ("RAYLOG_ZOOKEEPER", "RAYLOG_RAY_ADDRESS", "RAYLOG_CLUSTER", "RAYLOG_TOKEN", "RAYLOG_DATA_DIR", "RAY_ADDRESS")
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _OUR_VARS}
+    env.update(extra)
+    return env
+
+
+def raylog(*args, input: bytes | str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the installed script; text output."""
+    if isinstance(input, str):
+        input = input.encode()
+    proc = subprocess.run(
+        [RAYLOG, *args],
+        input=input if input is not None else b"",
+        capture_output=True,
+        env=env if env is not None else _clean_env(),
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    proc.stdout = proc.stdout.decode(errors="replace")
+    proc.stderr = proc.stderr.decode(errors="replace")
+    return proc
+
+
+def assert_one_error_line(proc, code: int, *fragments: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, ray_local, raylog_client):
+    """The global options that point the script at the test cluster."""
+    if not zookeeper.running:
+        zookeeper.start()
+    address = ray_local.get_runtime_context().gcs_address
+    return [
+        "--zookeeper", zookeeper.connect_string,
+        "--ray-address", address,
+        "--cluster", raylog_client.settings.cluster,
+    ]
+
+
+def _values(n: int) -> list[str]:
+    return [f"v{i}" for i in range(n)]  # equal sizes for n <= 10
+
+
+def _wait_flushed(client, topic: str, partition: int = 0) -> int:
+    """The high watermark once everything appended is flushed (bounded wait)."""
+    import ray
+
+    actor = client.partition_actor(topic, partition)
+    deadline = time.monotonic() + 120
+    while True:
+        stats = ray.get(actor.stats.remote())
+        if stats["high_watermark"] == stats["log_end_offset"] or time.monotonic() > deadline:
+            return stats["high_watermark"]
+        time.sleep(0.05)
+
+
+# -- usage -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["topics"],
+        ["topics", "create"],
+        ["topics", "list"],
+        ["topics", "describe"],
+        ["topics", "delete"],
+        ["produce"],
+        ["consume"],
+        ["groups"],
+        ["groups", "list"],
+        ["groups", "describe"],
+        ["zookeeper"],
+        ["zookeeper", "start"],
+        ["zookeeper", "stop"],
+    ],
+    ids=lambda c: "-".join(c) or "raylog",
+)
+def test_every_command_has_help(command):
+    proc = raylog(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"Usage: raylog {' '.join(command)}".rstrip())
+
+
+def test_bad_usage_exits_2():
+    for args in (
+        ["no-such-command"],
+        ["topics", "create", "t", "--partitions", "many"],
+        ["consume", "t", "--max-messages", "0"],
+        ["produce", "t", "--acks", "2"],
+        ["--no-such-option", "topics", "list"],
+    ):
+        proc = raylog(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Usage: raylog" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bad_topic_setting_exits_2_with_one_error_line():
+    proc = raylog("topics", "create", "t", "--partitions", "0")
+    assert_one_error_line(proc, 2, "partitions must be a positive integer")
+
+
+def test_cluster_commands_without_an_address_say_what_to_pass():
+    for args in (
+        ["consume", "t"],
+        ["produce", "t"],
+        ["topics", "describe", "t"],
+        ["topics", "delete", "t"],
+        ["groups", "list"],
+        ["groups", "describe", "g"],
+    ):
+        proc = raylog(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "needs an existing raylog cluster: pass --zookeeper HOST:PORT" in proc.stderr
+    proc = raylog("--ray-address", "127.0.0.1:6379", "topics", "list")
+    assert proc.returncode == 2
+    assert "--ray-address needs --zookeeper HOST:PORT too" in proc.stderr
+
+
+# -- topics ------------------------------------------------------------------
+
+
+def test_topics_create_list_describe_delete(cluster, raylog_client):
+    name = f"cli-{os.getpid()}-{time.monotonic_ns()}"
+    proc = raylog(*cluster, "topics", "create", name, "--partitions", "2", "--flush-ms", "10",
+                  "--retention-ms", "3600000", "--data-dir", raylog_client.data_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"Created topic {name} with 2 partitions."
+
+    proc = raylog(*cluster, "topics", "list")
+    assert proc.returncode == 0, proc.stderr
+    assert name in proc.stdout.splitlines()
+
+    proc = raylog(*cluster, "topics", "describe", name)
+    assert proc.returncode == 0, proc.stderr
+    header, columns, *rows = proc.stdout.splitlines()
+    assert f"Topic: {name}" in header and "partitions: 2" in header
+    assert "flush_ms: 10" in header and "retention_ms: 3600000" in header
+    assert columns.split() == ["PARTITION", "NODE", "ENDPOINT", "LOG", "START", "HIGH", "WATERMARK"]
+    assert [row.split()[0] for row in rows] == ["0", "1"]
+    for row in rows:
+        partition, node, endpoint, start, high_watermark = row.split()
+        assert node == "local" and re.fullmatch(r"[\d.]+:\d+", endpoint)
+        assert (start, high_watermark) == ("0", "0")
+
+    proc = raylog(*cluster, "topics", "delete", name)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"Deleted topic {name}."
+    assert name not in raylog(*cluster, "topics", "list").stdout.splitlines()
+    assert_one_error_line(raylog(*cluster, "topics", "describe", name), 1, name)
+
+
+def test_creating_an_existing_topic_exits_1(cluster, make_topic, raylog_client):
+    topic = make_topic()
+    proc = raylog(*cluster, "topics", "create", topic, "--data-dir", raylog_client.data_dir)
+    assert_one_error_line(proc, 1, "already exists")
+
+
+def test_unknown_topics_exit_1_with_one_line(cluster):
+    for args in (["topics", "describe", "no-such-topic"], ["produce", "no-such-topic"],
+                 ["consume", "no-such-topic", "--timeout-ms", "100"]):
+        assert_one_error_line(raylog(*cluster, *args), 1, "no-such-topic")
+    assert_one_error_line(raylog(*cluster, "topics", "delete", "no-such-topic"), 1, "no-such-topic")
+
+
+def test_environment_variables_select_the_cluster(zookeeper, raylog_client, make_topic):
+    topic = make_topic()
+    env = _clean_env(RAYLOG_ZOOKEEPER=zookeeper.connect_string, RAYLOG_CLUSTER=raylog_client.settings.cluster)
+    proc = raylog("topics", "list", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert topic in proc.stdout.splitlines()
+
+
+def test_topics_on_the_embedded_default_live_for_one_command():
+    # No address: a local Ray and a ZooKeeper of the command's own.
+    proc = raylog("topics", "create", "demo", "--partitions", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "Created topic demo with 2 partitions."
+    assert "embedded cluster" in proc.stderr and "gone when the command ends" in proc.stderr
+
+
+# -- produce and consume -----------------------------------------------------
+
+
+def test_produce_and_consume_keys_values_and_offsets(cluster, make_topic):
+    topic = make_topic(partitions=1)
+    lines = [f"user-{i}\t{v}" for i, v in enumerate(_values(5))]
+    proc = raylog(*cluster, "produce", topic, "--key-separator", "\t", input="\n".join(lines) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert f"produced 5 messages to {topic}" in proc.stderr
+
+    proc = raylog(*cluster, "consume", topic, "--from-beginning", "--max-messages", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == _values(5)
+    assert "consumed 5 messages" in proc.stderr
+
+    proc = raylog(*cluster, "consume", topic, "--from-beginning", "--max-messages", "5",
+                  "--print-key", "--print-offset", "--key-separator", "=")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert [r[0] for r in rows] == ["Partition:0"] * 5
+    offsets = [int(r[1].removeprefix("Offset:")) for r in rows]
+    assert offsets[0] == 0 and offsets == sorted(offsets) and len(set(offsets)) == 5
+    assert [r[2] for r in rows] == [f"user-{i}={v}" for i, v in enumerate(_values(5))]
+
+
+def test_produce_compressed_without_acks_and_consume_unkeyed(cluster, make_topic):
+    topic = make_topic(partitions=2)
+    values = [f"line {i}" for i in range(50)]
+    proc = raylog(*cluster, "produce", topic, "--compression", "zstd", "--acks", "0",
+                  input="\r\n".join(values) + "\r\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "produced 50 messages" in proc.stderr
+
+    proc = raylog(*cluster, "consume", topic, "--from-beginning", "--max-messages", "50", "--print-key")
+    assert proc.returncode == 0, proc.stderr
+    got = [line.split("\t", 1) for line in proc.stdout.splitlines()]
+    assert {key for key, _ in got} == {"null"}
+    assert sorted(value for _, value in got) == sorted(values)  # \r\n line ends stripped
+
+
+def test_produce_stops_at_a_line_without_the_key_separator(cluster, make_topic):
+    topic = make_topic(partitions=1)
+    proc = raylog(*cluster, "produce", topic, "--key-separator", ":", input="k:v\nno separator\nk:w\n")
+    assert_one_error_line(proc, 1, "line 2 has no key separator ':'")
+    assert f"produced 1 message to {topic}" in proc.stderr  # what came before was sent
+
+
+def test_consume_exits_after_the_idle_timeout(cluster, make_topic):
+    topic = make_topic(partitions=1)
+    proc = raylog(*cluster, "consume", topic, "--timeout-ms", "500")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and "consumed 0 messages" in proc.stderr
+
+
+# -- consumer groups ---------------------------------------------------------
+
+
+def test_consume_in_a_group_commits_and_groups_show_the_lag(cluster, make_topic, raylog_client):
+    topic = make_topic(partitions=1)
+    producer = raylog_client.producer(acks=1)
+    for value in _values(10):
+        producer.send(topic, value.encode())
+    producer.close()
+    end = _wait_flushed(raylog_client, topic)
+    size = end // 10
+    group = f"g-{topic}"
+
+    proc = raylog(*cluster, "consume", topic, "--group", group, "--from-beginning", "--max-messages", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == _values(4)
+
+    proc = raylog(*cluster, "groups", "list")
+    assert proc.returncode == 0, proc.stderr
+    assert group in proc.stdout.splitlines()
+
+    proc = raylog(*cluster, "groups", "describe", group)
+    assert proc.returncode == 0, proc.stderr
+    columns, row = proc.stdout.splitlines()
+    assert columns.split() == ["TOPIC", "PARTITION", "OWNER", "COMMITTED", "END", "OFFSET", "LAG"]
+    assert row.split() == [topic, "0", "-", str(4 * size), str(end), str(end - 4 * size)]
+
+    # The group goes on from its commit.
+    proc = raylog(*cluster, "consume", topic, "--group", group, "--max-messages", "6")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == _values(10)[4:]
+    row = raylog(*cluster, "groups", "describe", group).stdout.splitlines()[1]
+    assert row.split()[3:] == [str(end), str(end), "0"]
+
+
+def test_describing_an_unknown_group_exits_1(cluster):
+    assert_one_error_line(raylog(*cluster, "groups", "describe", "no-such-group"), 1, "no-such-group")
+
+
+# -- a local ZooKeeper -------------------------------------------------------
+
+
+def _kill_if_left(pid_file: str) -> None:
+    try:
+        with open(pid_file) as f:
+            pid = int(f.read())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)  # the server's java process dies with it
+    except ProcessLookupError:
+        pass
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_zookeeper_start_outlives_the_command_and_stop_ends_it(tmp_path):
+    data_dir = str(tmp_path / "zk")
+    pid_file = os.path.join(data_dir, "raylog-zookeeper.pid")
+    port = free_port()
+    try:
+        proc = raylog("zookeeper", "start", "--port", str(port), "--data-dir", data_dir)
+        assert proc.returncode == 0, proc.stderr
+        match = re.fullmatch(rf"ZooKeeper running at 127\.0\.0\.1:{port} \(pid (\d+), data dir .*\)\n", proc.stdout)
+        assert match, proc.stdout
+        pid = int(match.group(1))
+        with open(pid_file) as f:
+            assert int(f.read()) == pid
+        assert f"raylog zookeeper stop --data-dir {data_dir}" in proc.stderr
+
+        zk = connect_kazoo(f"127.0.0.1:{port}")  # serving, after the command ended
+        try:
+            zk.ensure_path("/raylog/probe")
+        finally:
+            zk.stop()
+            zk.close()
+
+        again = raylog("zookeeper", "start", "--port", str(free_port()), "--data-dir", data_dir)
+        assert_one_error_line(again, 1, f"already runs from {data_dir} (pid {pid})")
+
+        proc = raylog("zookeeper", "stop", "--data-dir", data_dir)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == f"Stopped ZooKeeper (pid {pid})."
+        assert _gone(pid) and not os.path.exists(pid_file)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the java process ends with its parent
+            try:
+                four_letter_word(port, "ruok", timeout_s=1.0)
+            except OSError:
+                break
+            time.sleep(0.2)
+        with pytest.raises(OSError):
+            four_letter_word(port, "ruok", timeout_s=1.0)
+
+        assert_one_error_line(raylog("zookeeper", "stop", "--data-dir", data_dir), 1, "no ZooKeeper started by raylog")
+    finally:
+        _kill_if_left(pid_file)
+
+
+def test_zookeeper_start_on_a_busy_port_fails_clearly(tmp_path, zookeeper):
+    data_dir = str(tmp_path / "zk")
+    try:
+        proc = raylog("zookeeper", "start", "--port", str(zookeeper.port), "--data-dir", data_dir)
+        assert_one_error_line(proc, 1, "ZooKeeper did not start", "port is in use")
+    finally:
+        _kill_if_left(os.path.join(data_dir, "raylog-zookeeper.pid"))
