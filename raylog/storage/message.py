@@ -390,9 +390,12 @@ def decode_messages(
     every inner message reports the wrapper's offset.
 
     With ``record_type`` (a tuple subclass, such as :class:`raylog.Message`)
-    each record is built directly as ``record_type((*prefix, offset,
-    timestamp_ms, key, value))``, sparing the consumer a second pass.
+    and a two-field ``prefix`` (the consumer passes topic and partition) each
+    record is built directly as ``record_type((*prefix, offset, timestamp_ms,
+    key, value))``, sparing the consumer a second pass.
     """
+    if record_type is not None and len(prefix) != 2:
+        raise ConfigError(f"prefix must hold two fields (topic, partition), got {prefix!r}")
     data = buf if type(buf) is bytes else bytes(buf)
     return _decode(data, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix)
 
@@ -408,6 +411,7 @@ def _decode(
 ):
     new = tuple.__new__
     typed = record_type is not None
+    p0, p1 = prefix if typed else (None, None)
     mv = memoryview(data)
     n = len(data)
     records: list[tuple[int, int, bytes | None, bytes]] = []
@@ -435,7 +439,7 @@ def _decode(
             if crc32c(value, run_crc) != crc:
                 raise _corrupt(data, pos, base_offset + pos)
             if typed:
-                append(new(record_type, (*prefix, base_offset + pos, ts, None, value)))
+                append(new(record_type, (p0, p1, base_offset + pos, ts, None, value)))
             else:
                 append((base_offset + pos, ts, None, value))
         elif crc32c(mv[pos + 8 : end]) != crc:
@@ -454,13 +458,13 @@ def _decode(
             except InvalidMessageError as err:
                 raise _in_wrapper(err, attrs & _CODEC_MASK, offset) from None
             if typed:
-                records.extend([new(record_type, (*prefix, offset, *r[1:])) for r in inner_records])
+                records.extend([new(record_type, (p0, p1, offset, its, key, value)) for _o, its, key, value in inner_records])
             else:
                 records.extend([(offset, its, key, value) for _o, its, key, value in inner_records])
         else:
             kend = pos + 22 + klen
             if typed:
-                append(new(record_type, (*prefix, base_offset + pos, ts, data[pos + 22 : kend], data[kend:end])))
+                append(new(record_type, (p0, p1, base_offset + pos, ts, data[pos + 22 : kend], data[kend:end])))
             else:
                 append((base_offset + pos, ts, data[pos + 22 : kend], data[kend:end]))
         pos = end
