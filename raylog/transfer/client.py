@@ -393,6 +393,9 @@ class BrokerConnection:
         if whole and size != expected:
             self._drop()
             raise ProtocolError(f"reply of {size} bytes, expected {expected}; the connection was closed")
+        # The server handles frames in order and closes after a failed acks=0
+        # produce: a good reply means every earlier produce was taken.
+        self._unacked = None
         self._fill(SIZE.size + (size if whole else expected))
         return self._rstart + REPLY_HEADER.size
 
