@@ -20,8 +20,9 @@ good. Errors:
   long poll) raises :class:`RequestTimeoutError` (retriable).
 
 After a socket failure or a timeout the connection is dropped (replies
-could be out of step) and the next call connects again. A retried produce
-may store a set twice (at-least-once).
+could be out of step) and the next call connects again. The connection never
+retries by itself; a produce the caller retries after such an error may
+store its set twice (at-least-once).
 
 acks=0 produces get no reply. If the server refuses one, it sends the error
 and closes the connection; the next request that reads a reply (or an acks=0

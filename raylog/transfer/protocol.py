@@ -318,7 +318,8 @@ def decode_request(buf, pos: int, size: int):
     if api_key == API_FETCH:
         topic, pos = _topic(buf, pos, end, api_key, correlation_id)
         if end - pos != FETCH_FIELDS.size:
-            raise _malformed(api_key, correlation_id, f"{end - pos} bytes after the topic, expected {FETCH_FIELDS.size}")
+            what = f"{end - pos} bytes after the topic, expected {FETCH_FIELDS.size}"
+            raise _malformed(api_key, correlation_id, what)
         partition, offset, max_bytes, max_wait_ms = FETCH_FIELDS.unpack_from(buf, pos)
         if max_bytes < 0 or max_wait_ms < 0:
             raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes}) or max wait ({max_wait_ms})")
@@ -326,7 +327,8 @@ def decode_request(buf, pos: int, size: int):
     if api_key == API_OFFSETS:
         topic, pos = _topic(buf, pos, end, api_key, correlation_id)
         if end - pos != OFFSETS_FIELDS.size:
-            raise _malformed(api_key, correlation_id, f"{end - pos} bytes after the topic, expected {OFFSETS_FIELDS.size}")
+            what = f"{end - pos} bytes after the topic, expected {OFFSETS_FIELDS.size}"
+            raise _malformed(api_key, correlation_id, what)
         (partition,) = OFFSETS_FIELDS.unpack_from(buf, pos)
         return OffsetsRequest(correlation_id, topic, partition)
     if api_key == API_AUTH:

@@ -366,7 +366,9 @@ class DataServer:
             while end - pos >= SIZE.size:
                 (size,) = SIZE.unpack_from(view, pos)
                 if size > max_frame:
-                    corr = REQUEST_HEADER.unpack_from(view, pos)[3] if end - pos >= REQUEST_HEADER.size else NO_CORRELATION
+                    corr = NO_CORRELATION
+                    if end - pos >= REQUEST_HEADER.size:
+                        corr = REQUEST_HEADER.unpack_from(view, pos)[3]
                     if group:
                         self._produce(conn, group, out)
                     self._fail(
