@@ -34,8 +34,9 @@ Timeouts are enforced by the kernel (SO_RCVTIMEO/SO_SNDTIMEO) on a blocking
 socket, so that a send or a receive is one system call, without a poll()
 before it.
 
-Thread-safety: none. A connection is used by one thread at a time; give
-each thread its own connection.
+Thread-safety: none, except that :meth:`BrokerConnection.close` may be
+called from another thread to end a blocked call (a long poll). A connection
+is used by one thread at a time; give each thread its own connection.
 """
 
 from __future__ import annotations
@@ -191,7 +192,9 @@ class BrokerConnection:
             self._consume_reply()
 
     def close(self) -> None:
-        """Close the connection; further calls raise ClosedError."""
+        """Close the connection; further calls raise ClosedError. The one
+        method that may be called from another thread: a call blocked on
+        this connection (a long poll) then ends with ClosedError."""
         self._closed = True
         self._drop()
 
@@ -438,23 +441,21 @@ class BrokerConnection:
     def _check_unacked(self) -> None:
         """After acks=0 produces: has the server answered one with an error
         (and closed)? One non-blocking receive, no wait."""
+        sock = self._live()
         if self._rstart == self._rend:
             self._rstart = self._rend = 0
         if self._rend == len(self._rbuf):
             return  # unread bytes fill the buffer; the next reply read sees them
         try:
-            n = self._sock.recv_into(self._rview[self._rend :], 0, socket.MSG_DONTWAIT)
+            n = sock.recv_into(self._rview[self._rend :], 0, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return
         except OSError as err:
-            self._drop()
-            raise BrokerUnavailableError(f"connection to {self.host}:{self.port} failed: {err}") from err
+            raise self._failed(f"connection to {self.host}:{self.port} failed: {err}") from err
         if n == 0:
-            unacked = self._unacked
-            self._drop()
-            raise BrokerUnavailableError(
+            raise self._failed(
                 f"{self.host}:{self.port} closed the connection after acks=0 produce(s) (last correlation id "
-                f"{unacked}); some of them may be lost"
+                f"{self._unacked}); some of them may be lost"
             )
         self._rend += n
         # Nothing answers an acks=0 produce but its error: this raises it
@@ -464,39 +465,42 @@ class BrokerConnection:
     def _expect_wait(self, max_wait_ms: int) -> None:
         timeout = self.timeout_s + max_wait_ms / 1000.0
         if timeout != self._recv_timeout:
-            _set_timeout(self._sock, socket.SO_RCVTIMEO, timeout)
+            try:
+                _set_timeout(self._live(), socket.SO_RCVTIMEO, timeout)
+            except OSError as err:
+                raise self._failed(f"connection to {self.host}:{self.port} failed: {err}") from err
             self._recv_timeout = timeout
 
     def _send(self, data) -> None:
+        sock = self._live()
         try:
-            self._sock.sendall(data)
+            sock.sendall(data)
         except BlockingIOError:
-            self._drop()
-            raise RequestTimeoutError(
-                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed"
+            raise self._failed(
+                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed",
+                timeout=True,
             ) from None
         except OSError as err:
-            self._drop()
-            raise BrokerUnavailableError(f"sending to {self.host}:{self.port} failed: {err}") from err
+            raise self._failed(f"sending to {self.host}:{self.port} failed: {err}") from err
 
     def _send_gather(self, parts: list) -> None:
+        sock = self._live()
         views = [memoryview(p).cast("B") for p in parts]
         try:
             while views:
-                sent = self._sock.sendmsg(views)
+                sent = sock.sendmsg(views)
                 while views and sent >= len(views[0]):
                     sent -= len(views[0])
                     views.pop(0)
                 if views and sent:
                     views[0] = views[0][sent:]
         except BlockingIOError:
-            self._drop()
-            raise RequestTimeoutError(
-                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed"
+            raise self._failed(
+                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed",
+                timeout=True,
             ) from None
         except OSError as err:
-            self._drop()
-            raise BrokerUnavailableError(f"sending to {self.host}:{self.port} failed: {err}") from err
+            raise self._failed(f"sending to {self.host}:{self.port} failed: {err}") from err
 
     def _fill(self, n: int) -> None:
         """Make ``n`` bytes from ``_rstart`` on available in the read buffer."""
@@ -520,29 +524,48 @@ class BrokerConnection:
             got += self._recv(view[got:])
 
     def _recv(self, view: memoryview) -> int:
+        sock = self._live()
         try:
-            n = self._sock.recv_into(view)
+            n = sock.recv_into(view)
         except BlockingIOError:
-            self._drop()
-            raise RequestTimeoutError(
-                f"no reply from {self.host}:{self.port} within {self._recv_timeout}s; the connection was closed"
+            raise self._failed(
+                f"no reply from {self.host}:{self.port} within {self._recv_timeout}s; the connection was closed",
+                timeout=True,
             ) from None
         except OSError as err:
-            self._drop()
-            raise BrokerUnavailableError(f"receiving from {self.host}:{self.port} failed: {err}") from err
+            raise self._failed(f"receiving from {self.host}:{self.port} failed: {err}") from err
         if n == 0:
-            self._drop()
-            raise BrokerUnavailableError(
+            raise self._failed(
                 f"{self.host}:{self.port} closed the connection before its reply was complete; "
                 "the endpoint may be restarting"
             )
         return n
+
+    def _live(self) -> socket.socket:
+        """The connected socket, or the error of a connection that is gone."""
+        sock = self._sock
+        if sock is None:
+            raise self._failed(f"the connection to {self.host}:{self.port} was dropped")
+        return sock
+
+    def _failed(self, message: str, timeout: bool = False) -> RaylogError:
+        """Drop the connection; the error to raise for ``message``."""
+        self._drop()
+        if self._closed:  # close() from another thread ended the call
+            return ClosedError("connection was closed while a call was in progress; create a new BrokerConnection")
+        if timeout:
+            return RequestTimeoutError(message)
+        return BrokerUnavailableError(message, host=self.host, port=self.port)
 
     def _drop(self) -> None:
         sock, self._sock = self._sock, None
         self._rstart = self._rend = 0
         self._unacked = None
         if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a call blocked on it in another thread
+            except OSError:
+                pass
             try:
                 sock.close()
             except OSError:

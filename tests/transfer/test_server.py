@@ -560,6 +560,25 @@ def test_produce_to_a_closed_log_raises_not_owner(conn, plog):
         conn.produce(TOPIC, 0, encode_message_set([b"late"]))
 
 
+def test_close_from_another_thread_ends_a_blocked_long_poll(conn):
+    outcome = []
+
+    def poll():
+        try:
+            outcome.append(conn.fetch(TOPIC, 0, 0, 4096, max_wait_ms=60_000))
+        except ClosedError as err:
+            outcome.append(err)
+
+    conn.offsets(TOPIC, 0)
+    thread = threading.Thread(target=poll)
+    thread.start()
+    time.sleep(0.2)
+    conn.close()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ClosedError)
+
+
 def test_stop_ends_a_long_poll(server, conn):
     outcome = []
 
