@@ -132,12 +132,28 @@ class Target:
         except RaylogError:
             raise
         except Exception as err:  # noqa: BLE001 - Ray's own errors on joining
+            if _refused_token(err):
+                raise CommandError(
+                    f"the Ray cluster at {address!r} refused this process: it requires token "
+                    f"authentication; export RAY_AUTH_MODE=token, with the cluster's token in "
+                    f"~/.ray/auth_token (or RAY_AUTH_TOKEN_PATH, RAY_AUTH_TOKEN)"
+                ) from None
             raise CommandError(
                 f"could not join the Ray cluster at {address!r} ({type(err).__name__}: "
                 f"{str(err).strip().splitlines()[0] if str(err).strip() else 'no details'}); "
                 f"pass --ray-address HOST:PORT of the cluster's head (or set RAYLOG_RAY_ADDRESS), "
                 f"or run this on a node of the cluster"
             ) from None
+
+
+def _refused_token(err: BaseException | None) -> bool:
+    """Whether Ray refused to join for want of its authentication token."""
+    seen = 0
+    while err is not None and seen < 10:
+        if type(err).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(err):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
 
 
 pass_target = click.make_pass_decorator(Target)

@@ -1,10 +1,13 @@
 """The ``raylog`` command line, driven through the installed console script.
 
 Every command runs in a subprocess against the shared ZooKeeper and the
-test session's local Ray (a subprocess joins it as a second driver through
-its GCS address; Ray's token for a local cluster is in ~/.ray/auth_token, so
-it is let in), under the cluster name of this module's ``raylog_client``,
-which deletes the module's topics at the end.
+test session's local Ray, under the cluster name of this module's
+``raylog_client``, which deletes the module's topics at the end. A
+subprocess joins the local Ray as a second driver through its GCS address;
+the cluster uses token authentication (Ray's default for a local cluster:
+the token is in ~/.ray/auth_token), and a driver given an explicit address
+presents the token only with RAY_AUTH_MODE=token, which ``ray.init`` set in
+this process's environment and the subprocesses inherit.
 """
 
 from __future__ import annotations
@@ -183,6 +186,16 @@ def test_topics_create_list_describe_delete(cluster, raylog_client):
     assert proc.stdout.strip() == f"Deleted topic {name}."
     assert name not in raylog(*cluster, "topics", "list").stdout.splitlines()
     assert_one_error_line(raylog(*cluster, "topics", "describe", name), 1, name)
+
+
+def test_joining_ray_without_its_token_says_what_to_set(cluster, raylog_client):
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        pytest.skip("the test Ray runs without token authentication")
+    env = _clean_env()
+    env.pop("RAY_AUTH_MODE")
+    proc = raylog(*cluster, "topics", "create", "never", "--data-dir", raylog_client.data_dir, env=env)
+    assert_one_error_line(proc, 1, "requires token authentication; export RAY_AUTH_MODE=token")
+    assert "never" not in raylog_client.list_topics()
 
 
 def test_creating_an_existing_topic_exits_1(cluster, make_topic, raylog_client):
