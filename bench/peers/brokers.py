@@ -214,6 +214,7 @@ class Broker:
         try:
             self._start()
         except BaseException:
+            self.keep_dir = True  # keep the logs that the error names
             self.stop()
             raise
         return self
@@ -232,14 +233,16 @@ class Broker:
     def pids(self) -> list[int]:
         return [c.pid for c in self.children]
 
+    def _log_tail(self, main: ChildProcess) -> str:
+        return f"its log {main.log_path} ends with:\n{tail(main.log_path)}"
+
     def _wait_ready(self, main: ChildProcess, ready, what: str) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         last_error = None
         while time.monotonic() < deadline:
             if not main.alive():
                 raise BrokerStartError(
-                    f"{self.name} exited with code {main.proc.returncode} while starting; "
-                    f"its log {main.log_path} ends with:\n{tail(main.log_path)}"
+                    f"{self.name} exited with code {main.proc.returncode} while starting; {self._log_tail(main)}"
                 )
             try:
                 if ready():
@@ -249,7 +252,7 @@ class Broker:
             time.sleep(0.5)
         raise BrokerStartError(
             f"{self.name} did not accept {what} within {self.start_timeout_s:g} s "
-            f"(last error: {last_error!r}); its log {main.log_path} ends with:\n{tail(main.log_path)}"
+            f"(last error: {last_error!r}); {self._log_tail(main)}"
         )
 
     def __enter__(self):
@@ -321,6 +324,12 @@ class RabbitMQ(Broker):
         )
         server = self._spawn("rabbitmq-server", [RABBITMQ_SERVER], env, "rabbitmq-server.log")
         self._wait_ready(server, self._amqp_ready, f"AMQP on port {self.port}")
+
+    def _log_tail(self, main: ChildProcess) -> str:
+        node_log = self.dir / "log" / "rabbit-bench@localhost.log"
+        if main.name == "rabbitmq-server" and node_log.exists() and node_log.stat().st_size:
+            return f"its log {node_log} ends with:\n{tail(node_log)}"
+        return super()._log_tail(main)
 
     def _amqp_ready(self) -> bool:
         import pika

@@ -68,7 +68,9 @@ for pin in sys.argv[1:]:
         sys.exit(1)
 PY
 then
-    "$PYTHON" -m pip install --quiet --disable-pip-version-check "${CLIENTS[@]}"
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check "${CLIENTS[@]}" \
+        > /tmp/raylog-peers-pip.log 2>&1 \
+        || { tail -n 30 /tmp/raylog-peers-pip.log >&2; exit 1; }
 fi
 
 echo "setup.sh: peers ready: rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server)," \
