@@ -69,7 +69,14 @@ def test_partition_metrics_follow_produce_flush_and_fetch(raylog_client, make_to
     assert after["recovery_truncated_bytes"] == 0
 
     assert len(_consume_all(raylog_client, topic, 200)) == 200
-    fetched = ray.get(actor.metrics.remote())
+    # The server counts a reply once sendfile returns, which may be just
+    # after the consumer has it: wait for the count (bounded).
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        fetched = ray.get(actor.metrics.remote())
+        if fetched["bytes_out_total"] >= after["bytes_out_total"] + end or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert fetched["bytes_out_total"] >= after["bytes_out_total"] + end  # the log data went out
     assert fetched["bytes_in_total"] == end  # reading adds nothing in
 
