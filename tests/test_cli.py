@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -220,8 +222,14 @@ def test_environment_variables_select_the_cluster(zookeeper, raylog_client, make
 
 
 def test_topics_on_the_embedded_default_live_for_one_command():
-    # No address: a local Ray and a ZooKeeper of the command's own.
-    proc = raylog("topics", "create", "demo", "--partitions", "2")
+    # No address: a local Ray and a ZooKeeper of the command's own. Ray's
+    # temp dir of its own (short: it holds socket paths) keeps the command
+    # from finding any other local Ray of the machine.
+    temp = tempfile.mkdtemp(prefix="rl-", dir="/tmp")
+    try:
+        proc = raylog("topics", "create", "demo", "--partitions", "2", env=_clean_env(RAY_TMPDIR=temp))
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "Created topic demo with 2 partitions."
     assert "embedded cluster" in proc.stderr and "gone when the command ends" in proc.stderr
