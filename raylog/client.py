@@ -18,11 +18,12 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 
 from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL, disk_nodes, spread
 from raylog.config import TopicConfig
-from raylog.errors import BrokerUnavailableError, ClosedError
+from raylog.errors import BrokerUnavailableError, ClosedError, RequestTimeoutError
 from raylog.metadata import ConnectionSettings, Metadata
 
 log = logging.getLogger(__name__)
@@ -201,10 +202,13 @@ class Client:
     # -- producers and consumers ---------------------------------------------
 
     def producer(self, **options):
-        """A :class:`raylog.Producer` (batch_size, linger_ms, compression, acks...)."""
+        """A :class:`raylog.Producer` (batch_size, linger_ms, compression, acks,
+        audit...)."""
         from raylog.producer import Producer
 
         self._check_open()
+        if options.get("audit"):
+            self.ensure_audit_topic()
         producer = Producer(self.metadata, **options)
         self._children.append(producer)
         return producer
@@ -223,9 +227,48 @@ class Client:
         from raylog.consumer import Consumer
 
         self._check_open()
+        if options.get("audit"):
+            self.ensure_audit_topic()
         consumer = Consumer(self.metadata, topics, group=group, **options)
         self._children.append(consumer)
         return consumer
+
+    # -- audit ---------------------------------------------------------------
+
+    def ensure_audit_topic(self) -> None:
+        """Create the audit topic (one partition) unless it exists."""
+        from raylog.audit import AUDIT_TOPIC
+        from raylog.errors import TopicExistsError
+
+        if not self.registry.topic_exists(AUDIT_TOPIC):
+            try:
+                self.create_topic(AUDIT_TOPIC, partitions=1, flush_ms=100)
+            except TopicExistsError:
+                pass
+
+    def audit(self, topic: str | None = None, group: str | None = None, timeout_s: float = 30.0) -> list[dict]:
+        """Produced vs consumed per time window, from the audit topic; rows
+        whose ``short`` list is non-empty name the groups that fell short."""
+        from raylog.audit import AUDIT_TOPIC, audit_report
+        from raylog.consumer import Consumer
+
+        import ray
+
+        if not self.registry.topic_exists(AUDIT_TOPIC):
+            return []
+        # Events acknowledged just now become readable at the next flush: take it now.
+        end = ray.get(self.partition_actor(AUDIT_TOPIC, 0).flush.remote())
+        events = []
+        consumer = Consumer(self.metadata, AUDIT_TOPIC, auto_offset_reset="earliest")
+        try:
+            deadline = time.monotonic() + timeout_s
+            while (consumer.position(AUDIT_TOPIC, 0) or 0) < end:
+                if time.monotonic() > deadline:
+                    raise RequestTimeoutError(f"could not read the audit topic to offset {end} in {timeout_s} s")
+                events.extend(m.value for m in consumer.poll(timeout_ms=500))
+        finally:
+            consumer.close()
+        return audit_report(events, topic=topic, group=group)
 
     # -- consumer groups -----------------------------------------------------
 

@@ -82,8 +82,18 @@ class _Fetcher(threading.Thread):
         from raylog.transfer.client import BrokerConnection
 
         c = self.consumer
+        from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
+
         host, port = c._metadata.endpoint(*self.tp, refresh=refresh, wait_s=1.0)
-        self.conn = BrokerConnection(host, port, token=c._metadata.settings.token, timeout_s=c.request_timeout_s)
+        # A reply holds at least one whole message, however large the topic allows.
+        limit = max(c.fetch_max_bytes, c._metadata.config(self.tp[0]).max_message_bytes)
+        self.conn = BrokerConnection(
+            host,
+            port,
+            token=c._metadata.settings.token,
+            timeout_s=c.request_timeout_s,
+            max_frame_bytes=limit + FRAME_OVERHEAD_BYTES,
+        )
 
     def run(self) -> None:
         from raylog.storage.message import decode_messages
@@ -91,6 +101,7 @@ class _Fetcher(threading.Thread):
         c = self.consumer
         topic, partition = self.tp
         put = c._queue.put
+        max_message = c.max_message_bytes or c._metadata.config(topic).max_message_bytes
         failures = 0
         first_failure = 0.0
         while not self.stopped.is_set():
@@ -105,7 +116,7 @@ class _Fetcher(threading.Thread):
                 if not data:
                     continue
                 records, consumed = decode_messages(
-                    data, self.offset, max_message_bytes=c.max_message_bytes, record_type=Message, prefix=self.tp
+                    data, self.offset, max_message_bytes=max_message, record_type=Message, prefix=self.tp
                 )
                 if consumed == 0:
                     continue  # the server always sends a whole first message; nothing to do
@@ -163,13 +174,16 @@ class Consumer:
         session_timeout_ms: int = 10_000,
         fetch_max_bytes: int = 1 << 20,
         fetch_max_wait_ms: int = 500,
-        max_message_bytes: int = 1 << 20,
+        max_message_bytes: int | None = None,
         queued_chunks: int = 64,
         request_timeout_s: float = 30.0,
         reconnect_deadline_s: float = 60.0,
         on_assigned=None,
         on_revoked=None,
         consumer_id: str | None = None,
+        audit: bool = False,
+        audit_window_ms: int | None = None,
+        audit_interval_ms: int | None = None,
     ):
         if isinstance(topics, str):
             topics = [topics]
@@ -200,6 +214,14 @@ class Consumer:
         self._closed = False
         self._last_commit = time.monotonic()
         self._member = None
+
+        from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
+
+        self._audit = AuditCounter(audit_window_ms or DEFAULT_WINDOW_MS) if audit else None
+        self._audit_id = consumer_id or new_source_id("consumer")
+        self._audit_interval_s = (audit_interval_ms or DEFAULT_INTERVAL_MS) / 1000.0
+        self._audit_next = time.monotonic() + self._audit_interval_s
+        self._audit_producer = None
 
         if group is None:
             self.assign([(t, p) for t in self.topics for p in range(metadata.partitions(t))])
@@ -373,7 +395,23 @@ class Consumer:
                 # Retried at the next interval; a rebalance commits on its own.
                 self._last_commit = time.monotonic()
                 log.warning("auto-commit of group %r failed, will retry: %s", self.group, err)
+        if self._audit is not None and time.monotonic() >= self._audit_next:
+            self._publish_audit()
         return out
+
+    def _publish_audit(self) -> None:
+        """Publish what this consumer received since the last time."""
+        from raylog.audit import AUDIT_TOPIC
+        from raylog.producer import Producer
+
+        self._audit_next = time.monotonic() + self._audit_interval_s
+        events = self._audit.events("consumed", self._audit_id, self.group)
+        if not events:
+            return
+        if self._audit_producer is None:
+            self._audit_producer = Producer(self._metadata, acks=1, batch_size=100, linger_ms=0)
+        self._audit_producer.send_batch(AUDIT_TOPIC, events)
+        self._audit_producer.flush()
 
     def _take_pending(self, out: list, max_messages: int) -> None:
         # Move queued chunks in without blocking.
@@ -402,7 +440,10 @@ class Consumer:
             records = chunk.records
             room = max_messages - len(out)
             end = min(len(records), start + room)
-            out.extend(records if start == 0 and end == len(records) else records[start:end])
+            handed = records if start == 0 and end == len(records) else records[start:end]
+            out.extend(handed)
+            if self._audit is not None:
+                self._audit.add_timestamps(chunk.tp[0], [m.timestamp for m in handed])
             if end == len(records):
                 pending.popleft()
                 self._positions[chunk.tp] = chunk.next_offset
@@ -431,10 +472,17 @@ class Consumer:
         self._last_commit = time.monotonic()
 
     def close(self) -> None:
-        """Commit (when auto-commit is on), leave the group, stop fetching."""
+        """Commit (when auto-commit is on), leave the group, stop fetching;
+        publish the last audit counts when auditing."""
         if self._closed:
             return
         try:
+            if self._audit is not None:
+                try:
+                    self._publish_audit()
+                finally:
+                    if self._audit_producer is not None:
+                        self._audit_producer.close()
             if self._member is not None:
                 self._member.close()  # revokes everything: commits positions
         finally:

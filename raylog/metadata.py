@@ -33,7 +33,7 @@ class Metadata:
         self.registry = registry
         self.settings = settings
         self._owns_zk = owns_zk
-        self._partitions: dict[str, int] = {}
+        self._configs: dict = {}
         self._endpoints: dict[tuple[str, int], tuple[str, int]] = {}
 
     @classmethod
@@ -50,11 +50,15 @@ class Metadata:
     def zk(self):
         return self.registry.zk
 
+    def config(self, topic: str):
+        """The topic's :class:`raylog.TopicConfig` (fixed at creation; cached)."""
+        config = self._configs.get(topic)
+        if config is None:
+            config = self._configs[topic] = self.registry.topic_config(topic)
+        return config
+
     def partitions(self, topic: str) -> int:
-        count = self._partitions.get(topic)
-        if count is None:
-            count = self._partitions[topic] = self.registry.topic_config(topic).partitions
-        return count
+        return self.config(topic).partitions
 
     def endpoint(self, topic: str, partition: int, *, refresh: bool = False, wait_s: float = 0.0):
         """``(host, port)`` of the partition's data server. With ``wait_s``,

@@ -70,6 +70,9 @@ class Producer:
         retry: RetryPolicy | None = None,
         max_buffered_messages: int = 500_000,
         request_timeout_s: float = 30.0,
+        audit: bool = False,
+        audit_window_ms: int | None = None,
+        audit_interval_ms: int | None = None,
     ):
         from raylog.storage.message import codec_id
 
@@ -105,6 +108,14 @@ class Producer:
         self._closed = False
         self.sent_messages = 0
         self.sent_batches = 0
+
+        from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
+
+        self.producer_id = new_source_id("producer")
+        self._audit = AuditCounter(audit_window_ms or DEFAULT_WINDOW_MS) if audit else None
+        self._audit_interval_s = (audit_interval_ms or DEFAULT_INTERVAL_MS) / 1000.0
+        self._audit_next = time.monotonic() + self._audit_interval_s
+        self._audit_now = False
 
         self._connections: dict[tuple[str, int], object] = {}
         self._sender = threading.Thread(target=self._run_sender, name="raylog-producer", daemon=True)
@@ -232,7 +243,10 @@ class Producer:
         with self._lock:
             for batch in list(self._open.values()):
                 self._seal(batch)
-            while (self._ready or self._in_flight) and self._error is None:
+            if self._audit is not None:
+                self._audit_now = True
+                self._wake.notify()
+            while (self._ready or self._in_flight or self._audit_now) and self._error is None:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise RequestTimeoutError(
@@ -282,6 +296,11 @@ class Producer:
 
     def _seal(self, batch: _Batch) -> None:
         del self._open[(batch.topic, batch.partition)]
+        if self._audit is not None:
+            if batch.timestamps is None:
+                self._audit.add(batch.topic, int(batch.created * 1000), len(batch.values))
+            else:
+                self._audit.add_timestamps(batch.topic, batch.timestamps)
         if self._keyless.get(batch.topic) is batch:
             del self._keyless[batch.topic]
             self._sticky.batch_sent(batch.topic, self._partition_counts.get(batch.topic, 1))
@@ -309,6 +328,8 @@ class Producer:
         while True:
             with self._lock:
                 while not self._ready and not self._closed:
+                    if self._audit is not None and (self._audit_now or time.monotonic() >= self._audit_next):
+                        break
                     if self._open:
                         oldest = min(b.created for b in self._open.values())
                         wait = oldest + self.linger_s - time.time()
@@ -318,6 +339,9 @@ class Producer:
                             continue
                     else:
                         wait = None
+                    if self._audit is not None:
+                        until_audit = max(0.0, self._audit_next - time.monotonic())
+                        wait = until_audit if wait is None else min(wait, until_audit)
                     self._sender_waiting = True
                     self._wake.wait(wait)
                     self._sender_waiting = False
@@ -326,8 +350,13 @@ class Producer:
                 batches = list(self._ready)
                 self._ready.clear()
                 self._in_flight = len(batches)
+                publish_audit = self._audit is not None and (
+                    self._audit_now or time.monotonic() >= self._audit_next or self._closed
+                )
             try:
                 self._send_all(batches)
+                if publish_audit:
+                    self._publish_audit()
                 error = None
             except BaseException as err:  # noqa: BLE001 - handed to the caller
                 error = err
@@ -336,6 +365,9 @@ class Producer:
                 done = sum(len(b.values) for b in batches)
                 self._buffered -= done
                 self._in_flight = 0
+                if publish_audit:
+                    self._audit_now = False
+                    self._audit_next = time.monotonic() + self._audit_interval_s
                 if error is not None and self._error is None:
                     self._error = error
                 else:
@@ -350,30 +382,61 @@ class Producer:
         by_partition: dict[tuple[str, int], list[bytes]] = {}
         for b in batches:
             sets = by_partition.setdefault((b.topic, b.partition), [])
-            sets.append(
-                encode_message_set(
-                    b.values,
-                    b.keys,
-                    b.timestamps if b.timestamps is not None else int(b.created * 1000),
-                    self.compression,
-                )
-            )
+            timestamps = b.timestamps if b.timestamps is not None else int(b.created * 1000)
+            message_set = encode_message_set(b.values, b.keys, timestamps, self.compression)
+            limit = self._metadata.config(b.topic).max_message_bytes
+            if len(message_set) <= limit or len(b.values) == 1:
+                sets.append(message_set)
+            else:
+                sets.extend(self._split(b, timestamps, limit))
         for (topic, partition), sets in by_partition.items():
             self.retry.call(self._send_sets, topic, partition, sets)
 
-    def _send_sets(self, topic: str, partition: int, sets: list[bytes]) -> None:
+    def _split(self, b: _Batch, timestamps, limit: int) -> list[bytes]:
+        """A batch too large for one request, as several sets within ``limit``
+        (a single message above it is sent alone and refused by the broker)."""
+        from raylog.storage.message import HEADER_SIZE, encode_message_set
+
+        sets, start, size = [], 0, 0
+        n = len(b.values)
+        for i in range(n + 1):
+            grow = 0 if i == n else HEADER_SIZE + len(b.values[i]) + (len(b.keys[i] or b"") if b.keys else 0)
+            if i == n or (size + grow > limit and i > start):
+                ts = timestamps if isinstance(timestamps, int) else timestamps[start:i]
+                keys = b.keys[start:i] if b.keys is not None else None
+                sets.append(encode_message_set(b.values[start:i], keys, ts, self.compression))
+                start, size = i, 0
+            size += grow
+        return sets
+
+    def _publish_audit(self) -> None:
+        """Send the audit counts since the last time (sender thread only)."""
+        from raylog.audit import AUDIT_TOPIC
+        from raylog.storage.message import encode_message_set
+
+        events = self._audit.events("produced", self.producer_id)
+        if events:
+            self.retry.call(self._send_sets, AUDIT_TOPIC, 0, [encode_message_set(events)], acks=1)
+
+    def _send_sets(self, topic: str, partition: int, sets: list[bytes], acks: int | None = None) -> None:
         from raylog.transfer.client import BrokerConnection
 
         key = (topic, partition)
         conn = self._connections.get(key)
         try:
             if conn is None:
+                from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
+
                 host, port = self._metadata.endpoint(topic, partition, wait_s=1.0)
                 conn = BrokerConnection(
-                    host, port, token=self._metadata.settings.token, timeout_s=self.request_timeout_s
+                    host,
+                    port,
+                    token=self._metadata.settings.token,
+                    timeout_s=self.request_timeout_s,
+                    max_frame_bytes=self._metadata.config(topic).max_message_bytes + FRAME_OVERHEAD_BYTES,
                 )
                 self._connections[key] = conn
-            conn.produce_many(topic, partition, sets, self.acks)
+            conn.produce_many(topic, partition, sets, self.acks if acks is None else acks)
         except RaylogError as err:
             if err.retriable or isinstance(err, NotOwnerError):
                 # The actor moved or restarted: forget what we knew.

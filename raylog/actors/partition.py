@@ -83,7 +83,15 @@ class PartitionActor:
             import ray
 
             host = ray.util.get_node_ip_address()
-        self.server = DataServer(self._resolve, host=host, port=0, token=token)
+        from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
+
+        self.server = DataServer(
+            self._resolve,
+            host=host,
+            port=0,
+            token=token,
+            max_frame_bytes=self.config.max_message_bytes + FRAME_OVERHEAD_BYTES,
+        )
         self.host, self.port = self.server.start()
 
         self.zk = connect_kazoo(zookeeper)
@@ -201,6 +209,12 @@ class PartitionActor:
         """The partition's metric values (sampled now; see :mod:`raylog.metrics`)."""
         self._metrics.sample(self.log, self.server.stats())
         return self._metrics.snapshot()
+
+    def message_boundaries(self, start: int, end: int, targets: list[int]) -> list[int]:
+        """For each target, the first message boundary at or after it within
+        ``[start, end]`` (see :meth:`PartitionLog.message_boundaries`); the
+        read planner splits large ranges with it."""
+        return self.log.message_boundaries(start, end, targets)
 
     def delete_old_segments(self) -> list:
         return self.log.delete_old_segments()
