@@ -1,0 +1,580 @@
+/* raylog.storage._speedups: the compiled fast path of raylog.storage.message.
+ *
+ * The pure-Python code in message.py is the reference and the fallback. This
+ * module only walks runs of *plain* messages (magic 1, attributes 0, a key
+ * length that fits, a matching CRC32C; DESIGN section 2) and stops at the
+ * first message it does not fully handle, telling the caller where and why:
+ *
+ *     STATUS_END     the whole buffer was plain, valid messages
+ *     STATUS_TAIL    fewer than 22 bytes left, or a size field below 18, above
+ *                    max_message_bytes or past the end of the buffer
+ *     STATUS_CRC     a CRC32C mismatch
+ *     STATUS_HEADER  the CRC matches but magic, attributes or key length are
+ *                    not those of a plain message (a compressed wrapper, or a
+ *                    bad header)
+ *     STATUS_ARGS    an argument it does not handle (not an exact int, a
+ *                    record type that is not a tuple subclass); nothing done
+ *
+ * The caller runs the reference from that position, which raises the typed
+ * error (so every error message comes from one place) or decodes the
+ * wrapper. Everything before the stop is exactly what the reference would
+ * have produced.
+ *
+ * Functions:
+ *
+ *     scan(buf, max_message_bytes) -> (valid_bytes, count, status)
+ *     decode(buf, base_offset, max_message_bytes, record_type, p0, p1)
+ *         -> (records, consumed, status)
+ *         records: (offset, timestamp, key, value) tuples, or with a
+ *         record_type (a tuple subclass such as raylog.Message) instances
+ *         of it holding (p0, p1, offset, timestamp, key, value)
+ *     crc32c(data, value=0) -> int            (what scan/decode use)
+ *     crc32c_table(data, value=0) -> int      (the software implementation)
+ *     CRC32C_IMPL: "sse4.2" or "table"
+ *
+ * Every buffer argument may be any C-contiguous buffer (bytes, bytearray,
+ * memoryview); it is read in place. The GIL is released while CRCs of at
+ * least GIL_RELEASE_BYTES bytes in all are checked; a buffer that another
+ * thread changes meanwhile gives meaningless (but memory-safe) results.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define RAYLOG_HAVE_SSE42_PATH 1
+#include <nmmintrin.h>
+#endif
+
+enum {
+    STATUS_END = 0,
+    STATUS_TAIL = 1,
+    STATUS_CRC = 2,
+    STATUS_HEADER = 3,
+    STATUS_ARGS = 4,
+};
+
+#define LOG_OVERHEAD 4
+#define HEADER_SIZE 22
+#define MIN_MESSAGE_SIZE 18
+#define MAGIC 1
+#define GIL_RELEASE_BYTES (64 * 1024)
+
+/* ------------------------------------------------------------------------ */
+/* CRC32C (Castagnoli), reflected polynomial 0x82F63B78, as the crc32c
+ * package computes it: crc32c(data, value) continues a CRC from value. */
+
+#define CRC32C_POLY 0x82F63B78u
+
+static uint32_t crc_table[8][256];
+
+static void
+crc_table_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = crc_table[0][n];
+        for (int t = 1; t < 8; t++) {
+            c = (c >> 8) ^ crc_table[0][c & 0xFF];
+            crc_table[t][n] = c;
+        }
+    }
+}
+
+/* slicing-by-8 */
+static uint32_t
+crc32c_sw(uint32_t crc, const unsigned char *p, size_t len)
+{
+    uint32_t c = ~crc;
+    while (len && ((uintptr_t)p & 7)) {
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+        len--;
+    }
+    while (len >= 8) {
+        /* little-endian word order, whatever the machine's */
+        uint32_t lo = ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24) ^ c;
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+            crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+            crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len--)
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+    return ~c;
+}
+
+#ifdef RAYLOG_HAVE_SSE42_PATH
+/* The SSE4.2 crc32 instruction; compiled for that target only, called only
+ * when the CPU reports it. */
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_sse42(uint32_t crc, const unsigned char *p, size_t len)
+{
+    uint64_t c = (uint32_t)~crc;
+    while (len && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        len--;
+    }
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+        p += 8;
+        len -= 8;
+    }
+    while (len--)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+static uint32_t (*crc32c_fn)(uint32_t, const unsigned char *, size_t) = crc32c_sw;
+static const char *crc32c_impl = "table";
+
+static void
+crc_select(void)
+{
+#ifdef RAYLOG_HAVE_SSE42_PATH
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) {
+        crc32c_fn = crc32c_sse42;
+        crc32c_impl = "sse4.2";
+    }
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* the message layout */
+
+static inline uint32_t
+load_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static inline int64_t
+load_i64(const unsigned char *p)
+{
+    uint64_t v = (uint64_t)load_u32(p) << 32 | load_u32(p + 4);
+    int64_t s;
+    memcpy(&s, &v, 8);
+    return s;
+}
+
+static inline int32_t
+load_i32(const unsigned char *p)
+{
+    uint32_t v = load_u32(p);
+    int32_t s;
+    memcpy(&s, &v, 4);
+    return s;
+}
+
+/* Whether the message at m (whose size field holds size, already bounded)
+ * has the header of a plain message: magic 1, attributes 0, a key length
+ * from -1 to size - 18. */
+static inline int
+plain_header(const unsigned char *m, uint32_t size)
+{
+    int32_t klen = load_i32(m + 18);
+    return m[8] == MAGIC && m[9] == 0 && klen >= -1 && (int64_t)klen <= (int64_t)size - MIN_MESSAGE_SIZE;
+}
+
+/* Walk the plain messages of buf[0:n) from position 0 as the reference's
+ * loop does. Sets *stop to the position of the first message not handled
+ * (n when there is none) and *count to the number of messages before it;
+ * returns the status. Touches no Python object: may run without the GIL. */
+static int
+walk(const unsigned char *buf, Py_ssize_t n, int64_t max_bytes, Py_ssize_t *stop, Py_ssize_t *count)
+{
+    Py_ssize_t pos = 0, c = 0;
+    int status = STATUS_END;
+    uint32_t (*crc)(uint32_t, const unsigned char *, size_t) = crc32c_fn;
+    while (pos < n) {
+        const unsigned char *m = buf + pos;
+        uint32_t size;
+        if (n - pos < HEADER_SIZE) {
+            status = STATUS_TAIL;
+            break;
+        }
+        size = load_u32(m);
+        if ((int64_t)size > max_bytes || size < MIN_MESSAGE_SIZE ||
+            (int64_t)size > (int64_t)(n - pos - LOG_OVERHEAD)) {
+            status = STATUS_TAIL;
+            break;
+        }
+        if (crc(0, m + 8, (size_t)size - 4) != load_u32(m + 4)) {
+            status = STATUS_CRC;
+            break;
+        }
+        if (!plain_header(m, size)) {
+            status = STATUS_HEADER;
+            break;
+        }
+        pos += LOG_OVERHEAD + (Py_ssize_t)size;
+        c++;
+    }
+    *stop = pos;
+    *count = c;
+    return status;
+}
+
+static int
+walk_maybe_nogil(const unsigned char *buf, Py_ssize_t n, int64_t max_bytes, Py_ssize_t *stop, Py_ssize_t *count)
+{
+    int status;
+    if (n < GIL_RELEASE_BYTES)
+        return walk(buf, n, max_bytes, stop, count);
+    Py_BEGIN_ALLOW_THREADS
+    status = walk(buf, n, max_bytes, stop, count);
+    Py_END_ALLOW_THREADS
+    return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* arguments */
+
+/* An exact int as an int64, saturated; 0 when obj is something else. */
+static int
+limit_arg(PyObject *obj, int64_t *out)
+{
+    int overflow;
+    long long v;
+    if (!PyLong_CheckExact(obj))
+        return 0;
+    v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow > 0)
+        v = INT64_MAX;
+    else if (overflow < 0)
+        v = INT64_MIN;
+    else if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = (int64_t)v;
+    return 1;
+}
+
+/* An exact int whose sum with any position of an n-byte buffer fits in an
+ * int64; 0 when obj is something else. */
+static int
+offset_arg(PyObject *obj, Py_ssize_t n, int64_t *out)
+{
+    int overflow;
+    long long v;
+    if (!PyLong_CheckExact(obj))
+        return 0;
+    v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v > INT64_MAX - (long long)n)
+        return 0;
+    *out = (int64_t)v;
+    return 1;
+}
+
+static PyObject *
+result3(PyObject *first, Py_ssize_t second, int status)
+{
+    /* steals first */
+    PyObject *res, *b, *c;
+    if (first == NULL)
+        return NULL;
+    b = PyLong_FromSsize_t(second);
+    c = PyLong_FromLong(status);
+    if (b == NULL || c == NULL) {
+        Py_DECREF(first);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        return NULL;
+    }
+    res = PyTuple_New(3);
+    if (res == NULL) {
+        Py_DECREF(first);
+        Py_DECREF(b);
+        Py_DECREF(c);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(res, 0, first);
+    PyTuple_SET_ITEM(res, 1, b);
+    PyTuple_SET_ITEM(res, 2, c);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
+/* scan */
+
+PyDoc_STRVAR(scan_doc,
+"scan(buf, max_message_bytes) -> (valid_bytes, count, status)\n\n"
+"Walk the plain messages at the start of buf (checking size bounds, CRC32C,\n"
+"magic, attributes and key length) up to the first message it does not\n"
+"handle; status says why it stopped there (STATUS_END: the end of buf).");
+
+static PyObject *
+speedups_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int64_t max_bytes;
+    Py_ssize_t stop = 0, count = 0;
+    int status;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "scan() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (!limit_arg(args[1], &max_bytes))
+        status = STATUS_ARGS;
+    else
+        status = walk_maybe_nogil((const unsigned char *)view.buf, view.len, max_bytes, &stop, &count);
+    PyBuffer_Release(&view);
+    return result3(PyLong_FromSsize_t(stop), count, status);
+}
+
+/* ------------------------------------------------------------------------ */
+/* decode */
+
+/* A new record: a tuple of the n items (stolen), or an instance of the tuple
+ * subclass type built as tuple.__new__(type, items) builds it. */
+static PyObject *
+new_record(PyTypeObject *type, PyObject **items, Py_ssize_t n)
+{
+    PyObject *rec = type == &PyTuple_Type ? PyTuple_New(n) : type->tp_alloc(type, n);
+    if (rec == NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_DECREF(items[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(rec, i, items[i]);
+    return rec;
+}
+
+PyDoc_STRVAR(decode_doc,
+"decode(buf, base_offset, max_message_bytes, record_type, p0, p1)\n"
+"    -> (records, consumed, status)\n\n"
+"Decode the plain messages at the start of buf up to the first message it\n"
+"does not handle (status says why; STATUS_END: the end of buf). Records are\n"
+"(offset, timestamp, key, value) tuples, or with record_type (a tuple\n"
+"subclass, or None) record_type instances of (p0, p1, offset, timestamp,\n"
+"key, value).");
+
+static PyObject *
+speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    const unsigned char *buf;
+    Py_ssize_t n, stop = 0, count = 0, pos = 0, i;
+    int64_t base, max_bytes, last_ts = 0;
+    int status;
+    PyTypeObject *type = NULL;
+    PyObject *records = NULL, *p0, *p1, *ts_obj = NULL;
+
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "decode() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    p0 = args[4];
+    p1 = args[5];
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    buf = (const unsigned char *)view.buf;
+    n = view.len;
+    if (args[3] != Py_None) {
+        if (PyType_Check(args[3]) && PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type))
+            type = (PyTypeObject *)args[3];
+    }
+    if (!offset_arg(args[1], n, &base) || !limit_arg(args[2], &max_bytes) ||
+        (args[3] != Py_None && type == NULL)) {
+        PyBuffer_Release(&view);
+        return result3(PyList_New(0), 0, STATUS_ARGS);
+    }
+
+    /* pass 1: sizes, CRCs and headers, maybe without the GIL */
+    status = walk_maybe_nogil(buf, n, max_bytes, &stop, &count);
+
+    /* pass 2: the records of the messages before the stop */
+    records = PyList_New(count);
+    if (records == NULL)
+        goto error;
+    for (i = 0; i < count; i++) {
+        const unsigned char *m = buf + pos;
+        uint32_t size;
+        int32_t klen;
+        int64_t ts;
+        Py_ssize_t kbytes;
+        PyObject *items[6], **f = items;
+        PyObject *rec;
+
+        /* Pass 1 checked these; checked again so that a buffer changed by
+         * another thread meanwhile never leads outside it. */
+        if (stop - pos < HEADER_SIZE || (size = load_u32(m)) < MIN_MESSAGE_SIZE ||
+            (int64_t)size > (int64_t)(stop - pos - LOG_OVERHEAD) || !plain_header(m, size)) {
+            if (PyList_SetSlice(records, i, count, NULL) < 0)
+                goto error;
+            status = STATUS_ARGS;
+            break;
+        }
+        klen = load_i32(m + 18);
+        kbytes = klen < 0 ? 0 : klen;
+        ts = load_i64(m + 10);
+        if (ts_obj == NULL || ts != last_ts) {
+            /* one int object for a run of equal timestamps */
+            Py_XDECREF(ts_obj);
+            ts_obj = PyLong_FromLongLong(ts);
+            if (ts_obj == NULL)
+                goto error;
+            last_ts = ts;
+        }
+        if (type != NULL) {
+            Py_INCREF(p0);
+            Py_INCREF(p1);
+            *f++ = p0;
+            *f++ = p1;
+        }
+        f[0] = PyLong_FromLongLong(base + pos);
+        Py_INCREF(ts_obj);
+        f[1] = ts_obj;
+        if (klen < 0) {
+            Py_INCREF(Py_None);
+            f[2] = Py_None;
+        }
+        else
+            f[2] = PyBytes_FromStringAndSize((const char *)m + HEADER_SIZE, kbytes);
+        f[3] = PyBytes_FromStringAndSize((const char *)m + HEADER_SIZE + kbytes,
+                                         (Py_ssize_t)size - MIN_MESSAGE_SIZE - kbytes);
+        if (f[0] == NULL || f[2] == NULL || f[3] == NULL) {
+            for (PyObject **it = items; it < f + 4; it++)
+                Py_XDECREF(*it);
+            goto error;
+        }
+        rec = new_record(type ? type : &PyTuple_Type, items, (f - items) + 4);
+        if (rec == NULL)
+            goto error;
+        PyList_SET_ITEM(records, i, rec);
+        pos += LOG_OVERHEAD + (Py_ssize_t)size;
+    }
+    Py_XDECREF(ts_obj);
+    PyBuffer_Release(&view);
+    return result3(records, pos, status);
+
+error:
+    Py_XDECREF(ts_obj);
+    Py_XDECREF(records);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* crc32c */
+
+static PyObject *
+crc_call(PyObject *const *args, Py_ssize_t nargs, const char *name,
+         uint32_t (*fn)(uint32_t, const unsigned char *, size_t))
+{
+    Py_buffer view;
+    unsigned long value = 0;
+    uint32_t crc;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "%s() takes 1 or 2 arguments (%zd given)", name, nargs);
+        return NULL;
+    }
+    if (nargs == 2) {
+        value = PyLong_AsUnsignedLong(args[1]);
+        if (value == (unsigned long)-1 && PyErr_Occurred())
+            return NULL;
+        if (value > 0xFFFFFFFFul) {
+            PyErr_Format(PyExc_OverflowError, "%s(): value must fit in 32 bits", name);
+            return NULL;
+        }
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (view.len >= GIL_RELEASE_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = fn((uint32_t)value, (const unsigned char *)view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    }
+    else
+        crc = fn((uint32_t)value, (const unsigned char *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+PyDoc_STRVAR(crc32c_doc,
+"crc32c(data, value=0) -> int\n\n"
+"CRC32C of data, continuing from value, as scan and decode compute it\n"
+"(SSE4.2 when the CPU has it, else a table).");
+
+static PyObject *
+speedups_crc32c(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return crc_call(args, nargs, "crc32c", crc32c_fn);
+}
+
+PyDoc_STRVAR(crc32c_table_doc,
+"crc32c_table(data, value=0) -> int\n\n"
+"CRC32C of data, continuing from value, by the software (slicing-by-8) table.");
+
+static PyObject *
+speedups_crc32c_table(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return crc_call(args, nargs, "crc32c_table", crc32c_sw);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the module */
+
+static PyMethodDef speedups_methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))speedups_scan, METH_FASTCALL, scan_doc},
+    {"decode", (PyCFunction)(void (*)(void))speedups_decode, METH_FASTCALL, decode_doc},
+    {"crc32c", (PyCFunction)(void (*)(void))speedups_crc32c, METH_FASTCALL, crc32c_doc},
+    {"crc32c_table", (PyCFunction)(void (*)(void))speedups_crc32c_table, METH_FASTCALL, crc32c_table_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(module_doc,
+"The compiled fast path of raylog.storage.message: plain messages only;\n"
+"the pure-Python reference handles everything else from where it stops.");
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "raylog.storage._speedups",
+    .m_doc = module_doc,
+    .m_size = -1,
+    .m_methods = speedups_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *m;
+    crc_table_init();
+    crc_select();
+    m = PyModule_Create(&speedups_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "STATUS_END", STATUS_END) < 0 ||
+        PyModule_AddIntConstant(m, "STATUS_TAIL", STATUS_TAIL) < 0 ||
+        PyModule_AddIntConstant(m, "STATUS_CRC", STATUS_CRC) < 0 ||
+        PyModule_AddIntConstant(m, "STATUS_HEADER", STATUS_HEADER) < 0 ||
+        PyModule_AddIntConstant(m, "STATUS_ARGS", STATUS_ARGS) < 0 ||
+        PyModule_AddIntConstant(m, "GIL_RELEASE_BYTES", GIL_RELEASE_BYTES) < 0 ||
+        PyModule_AddStringConstant(m, "CRC32C_IMPL", crc32c_impl) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
