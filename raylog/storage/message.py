@@ -39,10 +39,20 @@ Checks:
   set may be at most ``INNER_SET_FACTOR * max_message_bytes`` bytes.
 
 All functions are pure and thread-safe.
+
+Fast path: the compiled module :mod:`raylog.storage._speedups` (built from
+``_speedups.c`` when a compiler is at hand; optional) checks and decodes runs
+of *plain* messages. It stops at the first message it does not fully handle
+(a wrapper, a bad CRC or header, a cut or oversized message) and the Python
+code here, the reference, carries on from that position: it raises the
+errors (so they are the same either way) and unpacks the wrappers.
+:data:`ACCELERATED` tells whether the fast path is in use; set the
+environment variable ``RAYLOG_PURE_PYTHON=1`` to force the Python code.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from typing import Sequence
@@ -62,6 +72,7 @@ from raylog.storage.compression import (
 )
 
 __all__ = [
+    "ACCELERATED",
     "MAGIC",
     "LOG_OVERHEAD",
     "HEADER_SIZE",
@@ -105,6 +116,21 @@ assert (HEADER_SIZE, MIN_MESSAGE_SIZE, _PLAIN) == (22, 18, 256)
 _PREFIX = struct.Struct(">II")  # size, crc
 _BODY_HEAD = struct.Struct(">BBqi")  # magic, attributes, timestamp, key_length
 _SIZE = struct.Struct(">I")
+
+
+if os.environ.get("RAYLOG_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from raylog.storage import _speedups
+    except ImportError:  # not built: the Python code below does all the work
+        _speedups = None
+else:
+    _speedups = None
+#: whether the compiled fast path (``raylog.storage._speedups``) is in use
+ACCELERATED = _speedups is not None
+# The fast path's answer when it stopped at a message that the reference
+# handles by itself: a wrapper, or a bad magic, attributes or key length.
+_STOP_HEADER = 3
+assert _speedups is None or _speedups.STATUS_HEADER == _STOP_HEADER
 
 
 def _now_ms() -> int:
@@ -306,6 +332,32 @@ def scan_message_set(
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
+    fast = _speedups
+    if fast is None:
+        return _scan(mv, max_message_bytes, base_offset, check_inner, _allow_wrappers)
+    pos = count = 0
+    while True:
+        valid, more, status = fast.scan(mv[pos:] if pos else mv, max_message_bytes)
+        pos += valid
+        count += more
+        if not status:
+            return pos, count, None
+        if status != _STOP_HEADER:
+            # a bad CRC, a cut or oversized message, or arguments the fast
+            # path leaves alone: the reference takes over from here
+            valid, more, err = _scan(mv[pos:], max_message_bytes, base_offset + pos, check_inner, _allow_wrappers)
+            return pos + valid, count + more, err
+        # a wrapper, or a bad header: the reference judges this one message
+        end = pos + 4 + _SIZE.unpack_from(mv, pos)[0]
+        _valid, _one, err = _scan(mv[pos:end], max_message_bytes, base_offset + pos, check_inner, _allow_wrappers)
+        if err is not None:
+            return pos, count, err
+        pos = end
+        count += 1
+
+
+def _scan(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allow_wrappers: bool):
+    """The reference of :func:`scan_message_set` (``mv``: a memoryview of bytes)."""
     n = len(mv)
     unpack = _HEADER_CHECK.unpack_from
     pos = 0
@@ -396,8 +448,59 @@ def decode_messages(
     """
     if record_type is not None and len(prefix) != 2:
         raise ConfigError(f"prefix must hold two fields (topic, partition), got {prefix!r}")
+    fast = _speedups
+    kind = type(buf)
+    if fast is not None and (kind is bytes or kind is bytearray or kind is memoryview and buf.c_contiguous):
+        # read in place, without the copy to bytes
+        return _decode_fast(fast, buf, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix)
     data = buf if type(buf) is bytes else bytes(buf)
-    return _decode(data, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix)
+    return _decode_set(data, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix)
+
+
+def _decode_set(
+    data: bytes,
+    base_offset: int,
+    max_message_bytes: int,
+    partial_tail_ok: bool,
+    outer: bool,
+    record_type: type | None = None,
+    prefix: tuple = (),
+):
+    """:func:`_decode` by the fast path when there is one."""
+    fast = _speedups
+    if fast is None:
+        return _decode(data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix)
+    return _decode_fast(fast, data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix)
+
+
+def _decode_fast(fast, buf, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix):
+    """:func:`_decode` of any contiguous buffer: the compiled loop for runs of
+    plain messages, the reference for whatever it stops at."""
+    p0, p1 = prefix if record_type is not None else (None, None)
+    records, pos, status = fast.decode(buf, base_offset, max_message_bytes, record_type, p0, p1)
+    if not status:
+        return records, pos
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    while status == _STOP_HEADER:
+        # a wrapper, or a bad header: the reference decodes (or refuses) this one message
+        end = pos + 4 + _SIZE.unpack_from(mv, pos)[0]
+        one = bytes(mv[pos:end])
+        more, _used = _decode(one, base_offset + pos, max_message_bytes, False, outer, record_type, prefix)
+        records += more
+        pos = end
+        more, used, status = fast.decode(mv[pos:], base_offset + pos, max_message_bytes, record_type, p0, p1)
+        records += more
+        pos += used
+    if status:
+        # a bad CRC, a cut or oversized message, or arguments the fast path
+        # leaves alone: the reference takes over from here
+        rest = buf if pos == 0 and type(buf) is bytes else bytes(mv[pos:])
+        more, used = _decode(rest, base_offset + pos, max_message_bytes, partial_tail_ok, outer, record_type, prefix)
+        records += more
+        pos += used
+    return records, pos
 
 
 def _decode(
@@ -454,7 +557,7 @@ def _decode(
             offset = base_offset + pos
             inner = _inner_set(data, pos, end, attrs, klen, max_message_bytes, offset)
             try:
-                inner_records, _consumed = _decode(inner, 0, max_message_bytes, False, False)
+                inner_records, _consumed = _decode_set(inner, 0, max_message_bytes, False, False)
             except InvalidMessageError as err:
                 raise _in_wrapper(err, attrs & _CODEC_MASK, offset) from None
             if typed:
