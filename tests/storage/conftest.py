@@ -1,9 +1,50 @@
-"""Fixtures shared by the storage tests."""
+"""Fixtures shared by the storage tests.
+
+Every storage test runs against each implementation of the message code:
+``c`` (the compiled fast path, ``raylog.storage._speedups``, with the Python
+reference behind it) and ``python`` (the reference alone). The ``c`` run is
+skipped when the module is not built. A test module that compares the two
+itself sets ``BOTH_IMPLEMENTATIONS = True`` and runs once.
+"""
 
 import pytest
 
+from raylog.storage import message as message_module
+
 #: every codec a message set can be written with; suites run against each
 COMPRESSIONS = [None, "gzip", "zstd", "lz4"]
+#: every implementation of the message code; suites run against each
+IMPLEMENTATIONS = ["c", "python"]
+
+try:
+    from raylog.storage import _speedups as SPEEDUPS
+except ImportError:
+    SPEEDUPS = None
+
+
+def pytest_generate_tests(metafunc):
+    if "implementation" in metafunc.fixturenames and not getattr(metafunc.module, "BOTH_IMPLEMENTATIONS", False):
+        metafunc.parametrize("implementation", IMPLEMENTATIONS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def implementation(request, monkeypatch):
+    """The message code the test runs against (see the module docstring)."""
+    impl = getattr(request, "param", None)
+    if impl == "c":
+        if SPEEDUPS is None:
+            pytest.skip("raylog.storage._speedups is not built")
+        use_implementation(monkeypatch, impl)
+    elif impl == "python":
+        use_implementation(monkeypatch, impl)
+    return impl
+
+
+def use_implementation(monkeypatch, impl):
+    """Switch raylog.storage.message to ``impl`` ("c" or "python") until the test ends."""
+    fast = SPEEDUPS if impl == "c" else None
+    monkeypatch.setattr(message_module, "_speedups", fast)
+    monkeypatch.setattr(message_module, "ACCELERATED", fast is not None)
 
 
 @pytest.fixture(params=COMPRESSIONS, ids=lambda c: c or "none")
