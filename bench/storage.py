@@ -22,10 +22,16 @@ ratios. Measured:
   beside ``raw_parse_mem``, the bare loop on the same bytes (no I/O at all);
 * ``encode``: ``encode_message_set`` of the same messages (the producer side).
 
+The message code runs as ``--impl c`` (the compiled fast path of
+``raylog.storage._speedups`` with the Python reference behind it; the default
+when it is built), ``python`` (the reference alone) or ``both`` (the whole
+suite once with each). Every line says which in its ``impl`` field.
+
 Output: one JSON line per measurement (with ``ratio`` fields against the raw
 limit it is compared to), then an aligned table. Usage::
 
     python bench/storage.py [--seconds 3] [--repetitions 6] [--dir /path/on/the/disk] [--json-only]
+                            [--impl c|python|both]
 """
 
 from __future__ import annotations
@@ -45,8 +51,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from crc32c import crc32c  # noqa: E402
 
 from raylog.config import MiB, TopicConfig  # noqa: E402
+from raylog.storage import message as message_module  # noqa: E402
 from raylog.storage.log import PartitionLog  # noqa: E402
 from raylog.storage.message import decode_messages, encode_message_set  # noqa: E402
+
+try:
+    from raylog.storage import _speedups  # noqa: E402
+except ImportError:
+    _speedups = None
 
 MESSAGE_BYTES = 200
 SET_SIZES = (50, 1000)
@@ -225,20 +237,62 @@ def reader(log: PartitionLog, parse=None, fetch_bytes: int = MiB):
 # -- main ---------------------------------------------------------------------------------
 
 
+def use_implementation(impl: str) -> None:
+    """Run the message code as ``impl``: "c" (the fast path) or "python" (the reference)."""
+    fast = _speedups if impl == "c" else None
+    message_module._speedups = fast
+    message_module.ACCELERATED = fast is not None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement (default 3)")
     parser.add_argument("--repetitions", type=int, default=REPETITIONS, help="rounds per measurement (default 6)")
     parser.add_argument("--dir", help="directory on the disk to test (default: a temporary one)")
     parser.add_argument("--json-only", action="store_true", help="print the JSON lines only")
+    parser.add_argument(
+        "--impl", choices=["c", "python", "both"], default=None,
+        help="message code: the compiled fast path, the Python reference, or each in turn "
+        "(default: what raylog uses, c when it is built)",
+    )
     args = parser.parse_args(argv)
-    seconds, reps = args.seconds, args.repetitions
+    if args.impl is None:
+        impls = ["c" if message_module.ACCELERATED else "python"]
+    elif args.impl == "both":
+        impls = ["c", "python"]
+    else:
+        impls = [args.impl]
+    if "c" in impls and _speedups is None:
+        parser.error("the compiled fast path (raylog.storage._speedups) is not built; pip install -e . builds it")
 
-    base = tempfile.mkdtemp(prefix="raylog-bench-", dir=args.dir)
     results = []
+    for impl in impls:
+        use_implementation(impl)
+        if not args.json_only:
+            print(f"# impl={impl} (raylog.storage.message.ACCELERATED={message_module.ACCELERATED})", flush=True)
+        run_suite(args, impl, results)
+
+    if not args.json_only:
+        print()
+        print(f"{'impl':<8}{'case':<12}{'set':>6}{'msg/s':>14}{'MB/s':>10}   median ratio")
+        for r in results:
+            ratio = next(
+                (f"{v:6.0%} of {k[len('ratio_to_'):]}" for k, v in r.items() if k.startswith("ratio_to_")), ""
+            )
+            msgs = f"{r['msg_per_s']:,.0f}" if "msg_per_s" in r else "-"
+            print(
+                f"{r['impl']:<8}{r['case']:<12}{r.get('set_size', '-')!s:>6}{msgs:>14}{r['mb_per_s']:>10.1f}   {ratio}"
+            )
+    return 0
+
+
+def run_suite(args, impl: str, results: list) -> None:
+    """Every measurement once, with the message code running as ``impl``."""
+    seconds, reps = args.seconds, args.repetitions
+    base = tempfile.mkdtemp(prefix="raylog-bench-", dir=args.dir)
 
     def emit(case: str, **fields) -> None:
-        result = {"bench": "storage", "case": case}
+        result = {"bench": "storage", "case": case, "impl": impl}
         result.update({k: round(v, 3) if isinstance(v, float) else v for k, v in fields.items()})
         results.append(result)
         print(json.dumps(result), flush=True)
@@ -325,17 +379,6 @@ def main(argv=None) -> int:
         for log in logs.values():
             log.close()
         shutil.rmtree(base, ignore_errors=True)
-
-    if not args.json_only:
-        print()
-        print(f"{'case':<12}{'set':>6}{'msg/s':>14}{'MB/s':>10}   median ratio")
-        for r in results:
-            ratio = next(
-                (f"{v:6.0%} of {k[len('ratio_to_'):]}" for k, v in r.items() if k.startswith("ratio_to_")), ""
-            )
-            msgs = f"{r['msg_per_s']:,.0f}" if "msg_per_s" in r else "-"
-            print(f"{r['case']:<12}{r.get('set_size', '-')!s:>6}{msgs:>14}{r['mb_per_s']:>10.1f}   {ratio}")
-    return 0
 
 
 if __name__ == "__main__":
