@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,9 @@ RECOVERY_MAX_MESSAGE_BYTES = 64 << 20
 FLUSH_THREADS = 2
 #: bytes read to check the message at the start of a read
 _PEEK_BYTES = 4096
+#: bytes read at a time when :meth:`PartitionLog.message_boundaries` walks size fields
+BOUNDARY_BLOCK_BYTES = 1 << 20
+_SIZE_FIELD = struct.Struct(">I")
 
 _u32 = int.from_bytes
 
@@ -436,6 +440,69 @@ class PartitionLog:
             f"returned by the log (a message's offset or a committed offset)",
             offset=offset,
         )
+
+    def message_boundaries(self, start: int, end: int, targets) -> list[int]:
+        """For each of ``targets``, the first message boundary at or after it,
+        within ``[start, end]`` (a target below ``start`` gives ``start``, one
+        at or past ``end`` gives ``end``).
+
+        ``start`` must be a message boundary (the log start, a message's
+        offset, a committed offset) and ``end`` one or the high watermark.
+        The walk reads only the 4-byte size fields, in blocks of
+        :data:`BOUNDARY_BLOCK_BYTES`, from the nearest known boundary before
+        each target: ``start``, the previous answer, or the base of the
+        target's segment (segments hold whole messages). No CRC is checked;
+        a size field that cannot be one raises :class:`CorruptMessageError`.
+        Used to split a large range of a partition into pieces that never
+        cut a message (``raylog_spark.read_topic(min_partitions=...)``).
+        """
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw
+        bases, segments = self._view
+        if not bases[0] <= start <= end <= hw:
+            raise OffsetOutOfRangeError(
+                f"range [{start}, {end}) is not within the log [{bases[0]}, {hw}]",
+                offset=start if start < bases[0] else end,
+                earliest=bases[0],
+                latest=hw,
+            )
+        if start < end:
+            segment = segments[bisect.bisect_right(bases, start) - 1]
+            available = min(hw, segment.base_offset + segment.size) - start
+            if start != segment.base_offset and available > 0:
+                self._check_boundary(segment, start - segment.base_offset, start, available)
+        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        found: dict[int, int] = {}
+        known = start
+        for target in sorted(set(targets)):
+            if target <= start or target >= end:
+                found[target] = start if target <= start else end
+                continue
+            segment = segments[bisect.bisect_right(bases, target) - 1]
+            seg_base = segment.base_offset
+            seg_end = min(end, seg_base + segment.size)
+            pos = max(known, seg_base)
+            block, block_start = b"", pos
+            while pos < target:
+                rel = pos - block_start
+                if rel + 4 > len(block):
+                    block = segment.read_at(pos - seg_base, min(BOUNDARY_BLOCK_BYTES, seg_end - pos))
+                    block_start, rel = pos, 0
+                    if len(block) < 4:
+                        raise CorruptMessageError(
+                            f"the size field at offset {pos} of {self._dir} is cut short", offset=pos
+                        )
+                (size,) = _SIZE_FIELD.unpack_from(block, rel)
+                if size < MIN_MESSAGE_SIZE or size > limit or pos + 4 + size > seg_end:
+                    raise CorruptMessageError(
+                        f"offset {pos} of {self._dir} holds a size field of {size}, which is not a "
+                        f"message's (the walk from {max(known, seg_base)} lost the message boundaries)",
+                        offset=pos,
+                    )
+                pos += 4 + size
+            found[target] = known = pos
+        return [found[t] for t in targets]
 
     def wait_for_data(self, offset: int, timeout_s: float) -> bool:
         """Block until the high watermark passes ``offset`` (or timeout, or close).
