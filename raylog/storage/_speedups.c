@@ -9,9 +9,9 @@
  *     STATUS_TAIL    fewer than 22 bytes left, or a size field below 18, above
  *                    max_message_bytes or past the end of the buffer
  *     STATUS_CRC     a CRC32C mismatch
- *     STATUS_HEADER  the CRC matches but magic, attributes or key length are
- *                    not those of a plain message (a compressed wrapper, or a
- *                    bad header)
+ *     STATUS_HEADER  magic, attributes or key length are not those of a plain
+ *                    message (a compressed wrapper, or a bad header); its CRC
+ *                    is not checked (the reference checks it first)
  *     STATUS_ARGS    an argument it does not handle (not an exact int, a
  *                    record type that is not a tuple subclass); nothing done
  *
@@ -213,12 +213,15 @@ walk(const unsigned char *buf, Py_ssize_t n, int64_t max_bytes, Py_ssize_t *stop
             status = STATUS_TAIL;
             break;
         }
-        if (crc(0, m + 8, (size_t)size - 4) != load_u32(m + 4)) {
-            status = STATUS_CRC;
-            break;
-        }
+        /* The header before the CRC: a wrapper's CRC is left to the
+         * reference, which checks it before anything else, so that it is
+         * computed once. */
         if (!plain_header(m, size)) {
             status = STATUS_HEADER;
+            break;
+        }
+        if (crc(0, m + 8, (size_t)size - 4) != load_u32(m + 4)) {
+            status = STATUS_CRC;
             break;
         }
         pos += LOG_OVERHEAD + (Py_ssize_t)size;
