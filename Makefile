@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
@@ -24,6 +24,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/storage.py
+	$(PY) bench/throughput.py
+	$(PY) bench/rebalance.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info raylog/storage/_speedups*.so

@@ -283,7 +283,13 @@ class Client:
         end offset (high watermark) and lag; plus idle members."""
         from raylog.groups.admin import describe_group
 
-        return describe_group(self._zk, self.settings.cluster, group, end_offsets=lambda t, p: self.offsets(t, p)[1])
+        def end_offset(topic: str, partition: int) -> int | None:
+            try:
+                return self.offsets(topic, partition)[1]
+            except (BrokerUnavailableError, RequestTimeoutError):
+                return None  # shown as unknown rather than failing the whole table
+
+        return describe_group(self._zk, self.settings.cluster, group, end_offsets=end_offset)
 
     # -- life cycle ----------------------------------------------------------
 
@@ -375,6 +381,10 @@ def connect(
                 owns_ray = True
                 data_host = "127.0.0.1"
             else:
+                if "RAY_AUTH_MODE" not in os.environ and os.path.exists(os.path.expanduser("~/.ray/auth_token")):
+                    # A cluster started here uses token auth; a driver given an
+                    # explicit address must say so to present the token.
+                    os.environ["RAY_AUTH_MODE"] = "token"
                 ray.init(address=ray_address, logging_level=logging.WARNING)
         elif ray_address is None and embedded_zk is not None:
             data_host = "127.0.0.1"

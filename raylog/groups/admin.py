@@ -134,9 +134,9 @@ def describe_group(
             "members": sorted(m for m, ts in members.items() if topic in ts),
         }
         if end_offsets is not None:
-            end = end_offsets(topic, partition)
+            end = end_offsets(topic, partition)  # None: the partition is unreachable now
             row["end_offset"] = end
-            row["lag"] = None if offset is None else max(0, end - offset)
+            row["lag"] = None if offset is None or end is None else max(0, end - offset)
         rows.append(row)
     busy = set(owners.values())
     for member in sorted(members):
