@@ -11,9 +11,10 @@ system at a time, so that they never compete for the cores.
 Producer test (N messages of 200 bytes, one producer, one queue/partition):
 
 - raylog: ``batch 1`` and ``batch 50`` with ``acks=0`` (the paper's
-  producer: it does not wait for the broker), plus ``batch 50`` with
-  ``acks=1``; the clock stops when the partition's high watermark covers
-  every message (in the log and flushed).
+  producer: it does not wait for the broker), and ``ack 50``: ``acks=1``,
+  batches of 50, and ``flush()`` (which waits for the acknowledgement)
+  after every 50; the clock stops when the partition's high watermark
+  covers every message (in the log and flushed).
 - RabbitMQ (AMQP 0-9-1, pika's asynchronous adapter): persistent messages
   to a durable queue, no publisher confirms (the paper's setting; the clock
   stops when the queue holds all N), and publisher confirms awaited after
@@ -24,8 +25,8 @@ Producer test (N messages of 200 bytes, one producer, one queue/partition):
 
 AMQP and STOMP have no batch publish, so the peers have no ``batch 50``;
 the paper, too, ran them one message at a time. ``ack 50`` is the closest
-thing they offer: the producer learns every 50 messages that the broker
-holds them.
+thing they offer, the same for all three: the producer sends 50 messages,
+then waits until the broker acknowledges them before it sends more.
 
 Every clock starts before the client connects and stops as said above.
 
@@ -43,6 +44,7 @@ JSON lines to ``OUT/paper.jsonl``)::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -55,7 +57,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from peers.brokers import HOST, ActiveMQ, BrokerStartError, RabbitMQ  # noqa: E402
+from peers.brokers import HOST, ActiveMQ, BrokerStartError, RabbitMQ, cpu_seconds  # noqa: E402
 
 MESSAGE = b"x" * 200
 PREFETCH = 1000  # messages per fetch, as in the paper
@@ -80,7 +82,30 @@ def progress(desc: str, total: int):
     )  # fmt: skip
 
 
-def row(system: str, test: str, mode: str, n: int, seconds: float, **extra) -> dict:
+class Meter:
+    """Wall time and CPU seconds of one test: this process's (the client,
+    all its threads) and the broker's processes' (``broker_cpu``: a callable
+    returning their CPU seconds so far), so that a reader can tell which
+    side a number is bound by."""
+
+    def __init__(self, broker_cpu=None):
+        self.broker_cpu = broker_cpu
+        self.t0 = time.perf_counter()
+        self.c0 = time.process_time()
+        self.b0 = broker_cpu() if broker_cpu else None
+
+    def stop(self) -> dict:
+        out = {
+            "seconds": time.perf_counter() - self.t0,
+            "client_cpu_s": round(time.process_time() - self.c0, 2),
+        }
+        if self.broker_cpu is not None:
+            out["broker_cpu_s"] = round(self.broker_cpu() - self.b0, 2)
+        return out
+
+
+def row(system: str, test: str, mode: str, n: int, measured: dict, **extra) -> dict:
+    seconds = measured["seconds"]
     return {
         "system": system,
         "test": test,
@@ -90,7 +115,9 @@ def row(system: str, test: str, mode: str, n: int, seconds: float, **extra) -> d
         "seconds": round(seconds, 3),
         "msg_per_s": round(n / seconds),
         "mb_per_s": round(n * len(MESSAGE) / seconds / 1e6, 2),
+        **{k: v for k, v in measured.items() if k != "seconds"},
         **extra,
+        "load_1m": round(os.getloadavg()[0], 1),  # the machine is shared: say how busy it was
     }
 
 
@@ -103,40 +130,56 @@ def deadline_for(n: int) -> float:
 
 
 def run_raylog(n: int) -> list[dict]:
+    import ray
+
     import raylog
     from raylog.storage.message import HEADER_SIZE
 
     size = HEADER_SIZE + len(MESSAGE)  # bytes per message in the log (no key)
     info = {"server": f"raylog {raylog.__version__}", "client": "raylog (Python)"}
     rows = []
+    actor_pids = {}  # topic -> PID of its partition actor (the broker side)
     with raylog.connect() as client:
         cases = [("batch 1", 1, 0), ("batch 50", 50, 0), ("ack 50", 50, 1)]
         for mode, batch, acks in cases:
             topic = f"paper-{mode.replace(' ', '')}"
             client.create_topic(topic, partitions=1)
+            actor_pids[topic] = ray.get(client.partition_actor(topic, 0).stats.remote())["pid"]
+            broker_cpu = functools.partial(cpu_seconds, [actor_pids[topic]])
             bar = progress(f"raylog produce {mode}", n)
-            t0 = time.perf_counter()
+            meter = Meter(broker_cpu)
             producer = client.producer(batch_size=batch, linger_ms=5, acks=acks, max_buffered_messages=200_000)
             send = producer.send
-            for i in range(n):
-                send(topic, MESSAGE)
-                if i % 2000 == 1999:
-                    bar.update(2000)
+            if acks:
+                # Stop and wait, as the peers' confirms and receipts: 50
+                # messages, then flush() waits for their base offset.
+                for i in range(n):
+                    send(topic, MESSAGE)
+                    if i % batch == batch - 1:
+                        producer.flush()
+                    if i % 2000 == 1999:
+                        bar.update(2000)
+            else:
+                for i in range(n):
+                    send(topic, MESSAGE)
+                    if i % 2000 == 1999:
+                        bar.update(2000)
             producer.flush()
             deadline = deadline_for(n)
             while client.offsets(topic, 0)[1] < n * size:
                 if time.monotonic() > deadline:
                     raise StallError(f"raylog: the high watermark of {topic} did not reach {n} messages")
                 time.sleep(0.005)
-            seconds = time.perf_counter() - t0
+            measured = meter.stop()
             bar.close()
             producer.close()
-            rows.append(row("raylog", "produce", mode, n, seconds, batch=batch, acks=acks, **info))
+            rows.append(row("raylog", "produce", mode, n, measured, batch=batch, acks=acks, **info))
             emit(rows[-1])
 
+        broker_cpu = functools.partial(cpu_seconds, [actor_pids["paper-batch1"]])
         bar = progress("raylog consume", n)
         received = 0
-        t0 = time.perf_counter()  # the consumer starts fetching as it is made
+        meter = Meter(broker_cpu)  # the consumer starts fetching as it is made
         consumer = client.consumer("paper-batch1", auto_offset_reset="earliest", fetch_max_bytes=PREFETCH * size)
         while received < n:
             got = consumer.poll(timeout_ms=30_000, max_messages=100_000)
@@ -144,10 +187,10 @@ def run_raylog(n: int) -> list[dict]:
                 raise StallError(f"raylog: the consumer stalled after {received} of {n} messages")
             received += len(got)
             bar.update(len(got))
-        seconds = time.perf_counter() - t0
+        measured = meter.stop()
         bar.close()
         consumer.close()
-        rows.append(row("raylog", "consume", "prefetch 1000", received, seconds, **info))
+        rows.append(row("raylog", "consume", "prefetch 1000", received, measured, **info))
         emit(rows[-1])
     return rows
 
@@ -287,25 +330,26 @@ def run_rabbitmq(n: int, base_dir: str | None) -> list[dict]:
     }
     rows = []
     with RabbitMQ(base_dir) as broker:
+        broker_cpu = broker.cpu_seconds
         params = pika.ConnectionParameters(host=HOST, port=broker.port, heartbeat=0)
         for mode, confirm_every in (("batch 1", None), ("ack 50", 50)):
             queue = f"paper-{mode.replace(' ', '')}"
             bar = progress(f"RabbitMQ produce {mode}", n)
-            t0 = time.perf_counter()
+            meter = Meter(broker_cpu)
             _amqp_publish(params, queue, n, confirm_every, bar)
             _amqp_wait_depth(params, queue, n)
-            seconds = time.perf_counter() - t0
+            measured = meter.stop()
             bar.close()
             rows.append(
-                row("rabbitmq", "produce", mode, n, seconds, persistent=True, confirms=confirm_every, **info)
+                row("rabbitmq", "produce", mode, n, measured, persistent=True, confirms=confirm_every, **info)
             )
             emit(rows[-1])
         bar = progress("RabbitMQ consume", n)
-        t0 = time.perf_counter()
+        meter = Meter(broker_cpu)
         received = _amqp_consume(params, "paper-batch1", n, bar)
-        seconds = time.perf_counter() - t0
+        measured = meter.stop()
         bar.close()
-        rows.append(row("rabbitmq", "consume", "prefetch 1000", received, seconds, auto_ack=True, **info))
+        rows.append(row("rabbitmq", "consume", "prefetch 1000", received, measured, auto_ack=True, **info))
         emit(rows[-1])
     return rows
 
@@ -374,11 +418,12 @@ def run_activemq(n: int, base_dir: str | None) -> list[dict]:
     }
     rows = []
     with ActiveMQ(base_dir) as broker:
+        broker_cpu = broker.cpu_seconds
         for mode, every in (("batch 1", n), ("ack 50", 50)):
             destination = f"/queue/paper-{mode.replace(' ', '')}"
             bar = progress(f"ActiveMQ produce {mode}", n)
             deadline = deadline_for(n)
-            t0 = time.perf_counter()
+            meter = Meter(broker_cpu)
             conn, listener = _stomp_connect(broker.port)
             try:
                 send = conn.send
@@ -391,13 +436,13 @@ def run_activemq(n: int, base_dir: str | None) -> list[dict]:
                         send(destination, MESSAGE, headers=plain)
                     if i % 1000 == 0:
                         bar.update(1000)
-                seconds = time.perf_counter() - t0
+                measured = meter.stop()
                 bar.close()
             finally:
                 conn.disconnect()
             rows.append(
                 row(
-                    "activemq", "produce", mode, n, seconds, persistent=True,
+                    "activemq", "produce", mode, n, measured, persistent=True,
                     receipts=every if every < n else "last", **info,
                 )
             )  # fmt: skip
@@ -405,7 +450,7 @@ def run_activemq(n: int, base_dir: str | None) -> list[dict]:
 
         bar = progress("ActiveMQ consume", n)
         deadline = deadline_for(n)
-        t0 = time.perf_counter()
+        meter = Meter(broker_cpu)
         conn, listener = _stomp_connect(broker.port)
         try:
             conn.subscribe(
@@ -421,12 +466,12 @@ def run_activemq(n: int, base_dir: str | None) -> list[dict]:
                 now = listener.received
                 bar.update(now - seen)
                 seen = now
-            seconds = time.perf_counter() - t0
+            measured = meter.stop()
             bar.close()
             received = listener.received
         finally:
             conn.disconnect()
-        rows.append(row("activemq", "consume", "prefetch 1000", received, seconds, auto_ack=True, **info))
+        rows.append(row("activemq", "consume", "prefetch 1000", received, measured, auto_ack=True, **info))
         emit(rows[-1])
     return rows
 
@@ -516,8 +561,24 @@ def print_table(rows: list[dict], skipped: dict[str, str], systems: list[str], n
     print(f"  {'paper':<10} {PAPER['kafka']['consume']:>10,}   Kafka (2011)")
     print()
     print("batch 1 / batch 50: messages per produce request (AMQP and STOMP publish one at a time);")
-    print("ack 50: the producer waits for the broker's acknowledgement of every 50 messages")
-    print("(raylog acks=1 with batches of 50; RabbitMQ publisher confirms; ActiveMQ STOMP receipts).")
+    print("ack 50: 50 messages, then wait for the broker's acknowledgement, then the next 50")
+    print("(raylog acks=1 and flush(); RabbitMQ publisher confirms; ActiveMQ STOMP receipts).")
+    print()
+    print("Where the time went: wall seconds, CPU seconds of the client (this process) and the broker")
+    print(f"  {'system':<10} {'test':<16} {'wall s':>7} {'client':>7} {'broker':>7}")
+    for r in rows:
+        if "seconds" in r:
+            test = f"{r['test']} {r['mode']}" if r["test"] == "produce" else r["test"]
+            print(
+                f"  {LABELS[r['system']]:<10} {test:<16} {r['seconds']:>7.2f} {r.get('client_cpu_s', 0):>7.2f}"
+                f" {r.get('broker_cpu_s', 0):>7.2f}"
+            )
+
+
+def short(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    return f"{value / 1e3:.3g}k"
 
 
 def plot(rows: list[dict], systems: list[str], path: Path, n: int) -> None:
@@ -525,6 +586,7 @@ def plot(rows: list[dict], systems: list[str], path: Path, n: int) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401 - used as matplotlib.ticker
 
     shown = [s for s in systems if any(r.get("system") == s for r in rows)]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})
@@ -534,21 +596,26 @@ def plot(rows: list[dict], systems: list[str], path: Path, n: int) -> None:
         xs, ys = [], []
         for j, s in enumerate(shown):
             value = rate(rows, s, "produce", mode)
+            x = j + (i - 1) * width
             if value:
-                xs.append(j + (i - 1) * width)
+                xs.append(x)
                 ys.append(value)
+            else:  # AMQP and STOMP have no batch publish
+                ax1.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, color="#555555")
         bars = ax1.bar(xs, ys, width, label=mode, color=colors[mode])
-        ax1.bar_label(bars, labels=[f"{y / 1000:.0f}k" for y in ys], fontsize=8, padding=2)
+        ax1.bar_label(bars, labels=[short(y) for y in ys], fontsize=8, padding=2)
     ax1.set_xticks(range(len(shown)), [LABELS[s] for s in shown])
     ax1.set_ylabel("messages / s")
     ax1.set_title("Producer (200-byte messages)")
     ax1.legend(title="per request / ack", fontsize=8)
     ys = [rate(rows, s, "consume") or 0 for s in shown]
     bars = ax2.bar(range(len(shown)), ys, 0.5, color="#8172b2")
-    ax2.bar_label(bars, labels=[f"{y / 1000:.0f}k" if y else "" for y in ys], fontsize=8, padding=2)
+    ax2.bar_label(bars, labels=[short(y) if y else "" for y in ys], fontsize=8, padding=2)
     ax2.set_xticks(range(len(shown)), [LABELS[s] for s in shown])
     ax2.set_title("Consumer (~1000 messages per fetch)")
+    ax2.set_ylabel("messages / s")
     for ax in (ax1, ax2):
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: short(v) if v else "0"))
         ax.spines[["top", "right"]].set_visible(False)
         ax.margins(y=0.12)
     fig.suptitle(
@@ -584,6 +651,9 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-setup", action="store_true", help="do not run bench/peers/setup.sh first")
     parser.add_argument("--out", default=str(HERE / "results"), help="where paper.png and paper.jsonl go")
     parser.add_argument("--broker-dir", default=None, help="parent of the brokers' temporary directories")
+    parser.add_argument(
+        "--report-only", action="store_true", help="run nothing: print the table and redraw the chart from OUT/paper.jsonl"
+    )
     args = parser.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
@@ -593,9 +663,12 @@ def main(argv=None) -> int:
         parser.error("--messages must be at least 50")
     n = args.messages
 
+    out = Path(args.out)
+    if args.report_only:
+        return report_only(out, systems)
+
     # SIGTERM unwinds like Ctrl-C, so that the brokers are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     _jsonl = open(out / "paper.jsonl", "w")
 
@@ -626,12 +699,31 @@ def main(argv=None) -> int:
     emit(summary)
     _jsonl.close()
 
+    report(rows, skipped, systems, n, summary, out)
+    return 0
+
+
+def report(rows, skipped, systems, n, summary, out: Path) -> None:
     print_table(rows, skipped, systems, n)
     if any(isinstance(v, float) for v in summary.values()):
         print("\nraylog / peer: " + ", ".join(f"{k} x{v}" for k, v in summary.items() if isinstance(v, float)))
     png = out / "paper.png"
     plot(rows, systems, png, n)
     print(f"\nchart: {png}\nJSON lines: {out / 'paper.jsonl'}")
+
+
+def report_only(out: Path, systems: list[str]) -> int:
+    path = out / "paper.jsonl"
+    if not path.exists():
+        print(f"{path} does not exist; run bench/paper.py first", file=sys.stderr)
+        return 2
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in lines if "msg_per_s" in r and r["system"] in systems]
+    skipped = {r["system"]: r["reason"] for r in lines if r.get("skipped") and r["system"] in systems}
+    summary = next((r for r in lines if r.get("case") == "ratios raylog/peer"), {})
+    n = summary.get("messages") or max((r["messages"] for r in rows), default=0)
+    shown = [s for s in systems if s in skipped or any(r["system"] == s for r in rows)]
+    report(rows, skipped, shown, n, summary, out)
     return 0
 
 

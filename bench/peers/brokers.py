@@ -82,6 +82,20 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
+def cpu_seconds(pids) -> float:
+    """User + system CPU seconds used so far by the live processes ``pids``."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _proc_stat(pid: int) -> tuple[int, str] | None:
     """(parent PID, start time in clock ticks) of a live process, or None."""
     try:
@@ -232,6 +246,15 @@ class Broker:
 
     def pids(self) -> list[int]:
         return [c.pid for c in self.children]
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds used so far by the broker's processes and their
+        descendants (the Erlang VM under the ``rabbitmq-server`` script)."""
+        pids = set()
+        for child in self.children:
+            pids.add(child.pid)
+            pids.update(child.descendants())
+        return cpu_seconds(pids)
 
     def _log_tail(self, main: ChildProcess) -> str:
         return f"its log {main.log_path} ends with:\n{tail(main.log_path)}"
