@@ -57,7 +57,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from peers.brokers import HOST, ActiveMQ, BrokerStartError, RabbitMQ, cpu_seconds  # noqa: E402
+from peers.brokers import HOST, ActiveMQ, RabbitMQ, cpu_seconds  # noqa: E402
 
 MESSAGE = b"x" * 200
 PREFETCH = 1000  # messages per fetch, as in the paper
@@ -686,7 +686,7 @@ def main(argv=None) -> int:
     for system in systems:
         try:
             rows.extend(runners[system]())
-        except (BrokerStartError, ImportError, StallError, RuntimeError, OSError) as err:
+        except Exception as err:  # noqa: BLE001 - one system's failure is reported, the run goes on
             reason = str(err)
             if setup_error and system != "raylog":
                 reason = f"{reason} ({setup_error})"
