@@ -39,7 +39,8 @@ from kazoo.exceptions import NoNodeError
 
 from raylog.errors import UnknownGroupError
 from raylog.groups.coordinator import partition_count
-from raylog.groups.offsets import OffsetStore, ensure_connected, zk_errors
+from raylog.groups.offsets import OffsetStore
+from raylog.groups.zkerrors import ensure_connected, zookeeper_errors
 from raylog.groups.paths import Paths
 
 
@@ -55,7 +56,7 @@ def list_groups(zk: KazooClient, cluster: str) -> list[str]:
     paths = Paths(cluster)
     what = f"list the consumer groups of cluster {cluster!r}"
     ensure_connected(zk, what)
-    with zk_errors(what):
+    with zookeeper_errors(zk, what):
         groups = []
         for group in _children(zk, paths.groups):
             if _children(zk, paths.ids(group)) or _children(zk, f"{paths.group(group)}/offsets"):
@@ -79,7 +80,7 @@ def describe_group(
     paths = Paths(cluster)
     what = f"describe consumer group {group!r}"
     ensure_connected(zk, what)
-    with zk_errors(what):
+    with zookeeper_errors(zk, what):
         members: dict[str, list[str]] = {}
         for member in _children(zk, paths.ids(group)):
             try:

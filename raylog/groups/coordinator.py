@@ -152,7 +152,8 @@ from raylog.errors import (
     RebalanceError,
     ZooKeeperUnavailableError,
 )
-from raylog.groups.offsets import REQUEST_TIMEOUT_S, OffsetStore, ensure_connected, zk_errors
+from raylog.groups.offsets import REQUEST_TIMEOUT_S, OffsetStore
+from raylog.groups.zkerrors import ensure_connected, zookeeper_errors
 from raylog.groups.paths import Paths
 from raylog.retry import RetryPolicy
 
@@ -415,7 +416,7 @@ class GroupMember:
             self._state = MemberState.REGISTERING
         try:
             ensure_connected(self.zk, f"join group {self.group!r}")
-            with zk_errors(f"join group {self.group!r}"):
+            with zookeeper_errors(self.zk, f"join group {self.group!r}"):
                 self.zk.ensure_path(self._paths.ids(self.group))
         except BaseException:
             with self._cond:
@@ -427,7 +428,7 @@ class GroupMember:
         self.zk.add_listener(self._on_connection_change)
         try:
             # Arm the watches before the first read, so no change falls between.
-            with zk_errors(f"watch group {self.group!r}"):
+            with zookeeper_errors(self.zk, f"watch group {self.group!r}"):
                 self._watches = [ChildrenWatch(self.zk, self._paths.ids(self.group), self._on_members_changed)]
                 self._watches += [
                     DataWatch(self.zk, self._paths.topic(topic), self._topic_watcher(topic))
@@ -728,7 +729,7 @@ class GroupMember:
 
     def _call(self, what: str, fn, *args, **kwargs):
         """A ZooKeeper request with a bounded wait, failures as raylog errors."""
-        with zk_errors(what):
+        with zookeeper_errors(self.zk, what):
             return fn(*args, **kwargs).get(timeout=self._request_timeout_s)
 
     def _session_id(self) -> int | None:

@@ -21,61 +21,16 @@ client is disconnected instead of queueing behind the reconnection.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    ConnectionClosedError,
-    ConnectionLoss,
-    NodeExistsError,
-    NoNodeError,
-    OperationTimeoutError,
-    SessionExpiredError as KazooSessionExpiredError,
-)
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from raylog.errors import ConfigError, SessionExpiredError, ZooKeeperUnavailableError
+from raylog.errors import ConfigError
 from raylog.groups.paths import Paths
+from raylog.groups.zkerrors import ensure_connected, zookeeper_errors
 
 #: the longest a single ZooKeeper request may take before it is reported as
 #: unavailable (a request queued behind a reconnection waits at most this long)
 REQUEST_TIMEOUT_S = 10.0
-
-
-def ensure_connected(zk: KazooClient, what: str) -> None:
-    """Raise :class:`ZooKeeperUnavailableError` unless ``zk`` is connected now.
-
-    kazoo queues requests made while it reconnects; callers that must not
-    block (a commit, an admin call) check first and fail with a clear error.
-    """
-    if zk.state != KazooState.CONNECTED:
-        raise ZooKeeperUnavailableError(
-            f"cannot {what}: the ZooKeeper connection is {zk.state.lower()}; "
-            f"the call succeeds again once ZooKeeper is reachable (check that it runs)",
-            zk_state=str(zk.state),
-        )
-
-
-@contextlib.contextmanager
-def zk_errors(what: str) -> Iterator[None]:
-    """Translate kazoo's connection failures into raylog errors.
-
-    Node-level errors (``NoNodeError``, ``NodeExistsError`` ...) pass through:
-    they carry meaning the caller handles.
-    """
-    try:
-        yield
-    except KazooSessionExpiredError as err:
-        raise SessionExpiredError(
-            f"cannot {what}: the ZooKeeper session expired; the client re-registers, retry the call"
-        ) from err
-    except (ConnectionLoss, ConnectionClosedError, OperationTimeoutError, KazooTimeoutError) as err:
-        raise ZooKeeperUnavailableError(
-            f"cannot {what}: lost the connection to ZooKeeper ({type(err).__name__}); "
-            f"the call succeeds again once ZooKeeper is reachable (check that it runs)"
-        ) from err
 
 
 def parse_offset(data: bytes, path: str) -> int:
@@ -108,7 +63,7 @@ class OffsetStore:
         data = str(offset).encode("ascii")
         what = f"commit offset {offset} of {topic}/{partition} for group {group!r}"
         ensure_connected(self.zk, what)
-        with zk_errors(what):
+        with zookeeper_errors(self.zk, what):
             try:
                 self.zk.set_async(path, data).get(timeout=self.request_timeout_s)
             except NoNodeError:
@@ -123,7 +78,7 @@ class OffsetStore:
         path = self.paths.offset(group, topic, partition)
         what = f"read the committed offset of {topic}/{partition} for group {group!r}"
         ensure_connected(self.zk, what)
-        with zk_errors(what):
+        with zookeeper_errors(self.zk, what):
             try:
                 data, _ = self.zk.get_async(path).get(timeout=self.request_timeout_s)
             except NoNodeError:
@@ -137,7 +92,7 @@ class OffsetStore:
         result: dict[tuple[str, int], int] = {}
         base = f"{self.paths.group(group)}/offsets"
         timeout = self.request_timeout_s
-        with zk_errors(what):
+        with zookeeper_errors(self.zk, what):
             try:
                 topics = self.zk.get_children_async(base).get(timeout=timeout)
             except NoNodeError:

@@ -37,35 +37,27 @@ translation for the whole module, and other ZooKeeper modules may use it too.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import re
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
-    ConnectionDropped,
-    ConnectionLoss,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
-    OperationTimeoutError,
     RolledBackError,
-    ZookeeperStoppedError,
 )
-from kazoo.exceptions import SessionExpiredError as KazooSessionExpiredError
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.recipe.watchers import DataWatch
 
 from raylog.config import TopicConfig
 from raylog.errors import (
-    ClosedError,
     ConfigError,
     NotOwnerError,
     RaylogError,
@@ -75,6 +67,7 @@ from raylog.errors import (
     UnknownTopicError,
     ZooKeeperUnavailableError,
 )
+from raylog.groups.zkerrors import _hosts, zookeeper_errors  # noqa: F401 (re-exported)
 from raylog.groups.paths import DEFAULT_CLUSTER, Paths
 
 log = logging.getLogger(__name__)
@@ -99,48 +92,6 @@ def validate_topic_name(name: str) -> str:
 
 # --------------------------------------------------------------------------
 # kazoo failures → raylog errors, in one place
-
-
-def _hosts(zk) -> str:
-    try:
-        return ",".join(f"{host}:{port}" for host, port in zk.hosts) + (zk.chroot or "")
-    except (TypeError, ValueError, AttributeError):
-        return "?"
-
-
-@contextlib.contextmanager
-def zookeeper_errors(zk, action: str) -> Iterator[None]:
-    """Translate kazoo's connection failures raised inside the block.
-
-    * the session expired → :class:`SessionExpiredError`
-    * the connection is lost, a request timed out → :class:`ZooKeeperUnavailableError`
-    * the client was stopped or closed → :class:`ClosedError`
-
-    Node-level errors (``NoNodeError``, ``NodeExistsError`` ...) pass through
-    unchanged: they carry meaning the caller handles.
-    """
-    where = _hosts(zk)
-    try:
-        yield
-    except (ConnectionClosedError, ZookeeperStoppedError) as err:
-        raise ClosedError(
-            f"cannot {action}: the ZooKeeper client for {where} was stopped; "
-            f"start it again (zk.start()) or build a new client and Registry",
-            hosts=where,
-        ) from err
-    except KazooSessionExpiredError as err:
-        raise SessionExpiredError(
-            f"cannot {action}: the ZooKeeper session expired (ephemeral nodes of the "
-            f"session, such as partition endpoints, are gone); the client opens a new "
-            f"session by itself, so retry the call and register ephemeral nodes again",
-            hosts=where,
-        ) from err
-    except (ConnectionLoss, ConnectionDropped, OperationTimeoutError, KazooTimeoutError) as err:
-        raise ZooKeeperUnavailableError(
-            f"cannot {action}: ZooKeeper at {where} did not answer ({type(err).__name__}); "
-            f"check that it runs and is reachable; the call succeeds again once it is back",
-            hosts=where,
-        ) from err
 
 
 def _translated(action: str):

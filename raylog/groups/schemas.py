@@ -38,25 +38,16 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import threading
-from typing import Any, Iterator
+from typing import Any
 
-from kazoo.exceptions import (
-    ConnectionClosedError,
-    ConnectionLoss,
-    NodeExistsError,
-    NoNodeError,
-    OperationTimeoutError,
-    ZookeeperStoppedError,
-)
-from kazoo.exceptions import SessionExpiredError as KazooSessionExpiredError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from raylog.errors import SchemaError, SessionExpiredError, UnknownSchemaError, ZooKeeperUnavailableError
+from raylog.errors import SchemaError, UnknownSchemaError
 from raylog.groups.paths import DEFAULT_CLUSTER, Paths
+from raylog.groups.zkerrors import zookeeper_errors
 
 #: the longest one ZooKeeper request may take (a request queued while kazoo
 #: reconnects waits at most this long) before it fails as unavailable
@@ -112,24 +103,6 @@ def _strip_private(value: Any) -> Any:
     return value
 
 
-@contextlib.contextmanager
-def zookeeper_errors(action: str) -> Iterator[None]:
-    """Map kazoo's connection errors to raylog's while doing ``action``.
-
-    Node-level errors (``NoNodeError``, ``NodeExistsError``) pass through:
-    the caller gives them meaning.
-    """
-    try:
-        yield
-    except KazooSessionExpiredError:
-        raise SessionExpiredError(f"ZooKeeper session expired while {action}; retry the call") from None
-    except (ConnectionLoss, ConnectionClosedError, ZookeeperStoppedError, OperationTimeoutError, KazooTimeoutError) as err:
-        raise ZooKeeperUnavailableError(
-            f"ZooKeeper unreachable while {action} ({type(err).__name__}); "
-            "check that it runs and the address is right, then retry"
-        ) from None
-
-
 class SchemaRegistry:
     """Avro schemas of one cluster, stored in ZooKeeper (see the module doc).
 
@@ -169,7 +142,7 @@ class SchemaRegistry:
             return cached
 
         index_path = f"{self._by_hash_root}/{digest}"
-        with zookeeper_errors("registering a schema"):
+        with zookeeper_errors(self._zk, "register a schema"):
             existing = self._read_index(index_path)
             if existing is None:
                 created = self._request(
@@ -221,7 +194,7 @@ class SchemaRegistry:
             text = self._by_id.get(schema_id)
         if text is not None:
             return text
-        with zookeeper_errors(f"reading schema {schema_id}"):
+        with zookeeper_errors(self._zk, f"read schema {schema_id}"):
             try:
                 data, _ = self._request("get", self._paths.schema(schema_id))
             except NoNodeError:
@@ -237,7 +210,7 @@ class SchemaRegistry:
 
     def list(self) -> dict[int, Any]:
         """Every registered schema, ``{id: schema}``, in id order."""
-        with zookeeper_errors("listing schemas"):
+        with zookeeper_errors(self._zk, "list schemas"):
             try:
                 children = self._request("get_children", self._paths.schemas)
             except NoNodeError:
