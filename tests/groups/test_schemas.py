@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from raylog.errors import ClosedError, SchemaError, UnknownSchemaError, ZooKeeperUnavailableError
+from raylog.errors import ClosedError, SchemaError, UnknownSchemaError
 from raylog.groups.paths import Paths
 from raylog.groups.schemas import SchemaRegistry, canonical_schema
 
