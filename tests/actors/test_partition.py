@@ -11,7 +11,6 @@ import struct
 import threading
 import time
 
-
 from raylog.errors import RaylogError
 from raylog.storage.message import decode_messages, encode_message_set
 from raylog.transfer.client import BrokerConnection
