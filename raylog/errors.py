@@ -211,6 +211,23 @@ class RebalanceError(RaylogError):
     retriable = True
 
 
+@_code(44)
+class PartitionNotAssignedError(NotOwnerError):
+    """The consumer does not own the partition (it was never assigned to it, a
+    rebalance took it away, or the consumer is disconnected); commit only
+    partitions of the current assignment, from ``on_revoked`` at the latest."""
+
+    retriable = False
+
+
+@_code(45)
+class StaleEpochError(NotOwnerError):
+    """A newer incarnation of this partition actor has registered; this one
+    must stop serving (not retriable)."""
+
+    retriable = False
+
+
 @_code(43)
 class UnknownGroupError(RaylogError):
     """No consumer group of that name has members or committed offsets."""

@@ -134,9 +134,9 @@ class PartitionActor:
         from raylog.retry import RetryPolicy
 
         try:
-            RetryPolicy(max_tries=60, delay_s=0.2, max_delay_s=2.0, deadline_s=120).call(
-                self._register, retry_on=(Exception,)
-            )
+            # Retries what is retriable (ZooKeeper still away); a newer epoch
+            # (StaleEpochError) means another incarnation serves: give up.
+            RetryPolicy(max_tries=60, delay_s=0.2, max_delay_s=2.0, deadline_s=120).call(self._register)
         except Exception:  # noqa: BLE001
             log.exception("partition %s-%d could not register its endpoint again", self.topic, self.partition)
 

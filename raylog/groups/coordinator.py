@@ -147,7 +147,7 @@ from raylog.config import TopicConfig
 from raylog.errors import (
     ClosedError,
     ConfigError,
-    NotOwnerError,
+    PartitionNotAssignedError,
     RaylogError,
     RebalanceError,
     ZooKeeperUnavailableError,
@@ -198,14 +198,6 @@ class MemberState(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class PartitionNotAssignedError(NotOwnerError):
-    """The member does not own the partition (it was never assigned to it, a
-    rebalance took it away, or the member is disconnected); commit only
-    partitions of the current assignment, from ``on_revoked`` at the latest."""
-
-    retriable = False
 
 
 def range_assignment(

@@ -59,7 +59,7 @@ from kazoo.recipe.watchers import DataWatch
 from raylog.config import TopicConfig
 from raylog.errors import (
     ConfigError,
-    NotOwnerError,
+    StaleEpochError,
     RaylogError,
     SessionExpiredError,
     TopicExistsError,
@@ -303,7 +303,7 @@ class Registry:
         client's session.
 
         An endpoint left by an older epoch is replaced; one of the same epoch
-        is overwritten (and taken over by this session). Raises NotOwnerError
+        is overwritten (and taken over by this session). Raises StaleEpochError
         if a newer epoch already serves the partition: this caller is stale
         and must stop serving. Raises UnknownTopicError / UnknownPartitionError.
         """
@@ -331,7 +331,7 @@ class Registry:
             else:
                 old_epoch = self._epoch_of(old)
                 if old_epoch > epoch:
-                    raise NotOwnerError(
+                    raise StaleEpochError(
                         f"partition {topic}-{partition} is already served by a newer epoch "
                         f"({old_epoch} > {epoch}); this partition actor is stale and must stop",
                         topic=topic,
