@@ -1,0 +1,54 @@
+"""The error hierarchy: one base, codes that round-trip, details kept."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import raylog
+from raylog import errors
+
+
+def _all_errors():
+    return [
+        obj
+        for obj in vars(errors).values()
+        if isinstance(obj, type) and issubclass(obj, errors.RaylogError)
+    ]
+
+
+def test_every_error_derives_from_one_base_and_is_public():
+    for cls in _all_errors():
+        assert issubclass(cls, raylog.RaylogError)
+        assert getattr(raylog, cls.__name__) is cls
+        assert isinstance(cls.retriable, bool)
+        assert cls.__doc__, f"{cls.__name__} says nothing about what to do next"
+
+
+def test_codes_are_unique_and_map_back_to_their_class():
+    codes = {}
+    for cls in _all_errors():
+        assert cls.code not in codes, f"{cls.__name__} and {codes.get(cls.code)} share code {cls.code}"
+        codes[cls.code] = cls.__name__
+        err = errors.error_for_code(cls.code, "message", offset=7)
+        assert type(err) is cls and str(err) == "message" and err.offset == 7
+
+
+def test_unknown_code_gives_the_base_class():
+    assert type(errors.error_for_code(9999, "odd")) is errors.RaylogError
+
+
+@pytest.mark.parametrize("cls", _all_errors())
+def test_errors_survive_pickling_with_their_details(cls):
+    err = cls("what to do next", offset=1, earliest=0, latest=5)
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is cls and str(again) == "what to do next"
+    assert (again.offset, again.earliest, again.latest) == (1, 0, 5)
+
+
+def test_retriable_errors_are_the_transient_ones():
+    assert errors.BrokerUnavailableError.retriable and errors.ZooKeeperUnavailableError.retriable
+    assert errors.NotOwnerError.retriable
+    assert not errors.StaleEpochError.retriable and not errors.PartitionNotAssignedError.retriable
+    assert not errors.CorruptMessageError.retriable and not errors.OffsetOutOfRangeError.retriable
