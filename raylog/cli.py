@@ -1,5 +1,6 @@
 """The ``raylog`` command line, after Kafka's tools: topics, a console
-producer and consumer, consumer groups, and a local ZooKeeper.
+producer and consumer, consumer groups, the audit check, and a local
+ZooKeeper.
 
 ::
 
@@ -9,11 +10,12 @@ producer and consumer, consumer groups, and a local ZooKeeper.
     printf 'user-1\\t/home\\n' | raylog --zookeeper 127.0.0.1:2181 produce clicks --key-separator $'\\t'
     raylog --zookeeper 127.0.0.1:2181 consume clicks --group stats --from-beginning --max-messages 10
     raylog --zookeeper 127.0.0.1:2181 groups describe stats
+    raylog --zookeeper 127.0.0.1:2181 audit --topic clicks --group stats
     raylog zookeeper stop --data-dir /var/tmp/raylog-zk
 
 Which cluster a command talks to: ``--zookeeper`` (the cluster's ZooKeeper)
-is enough for every command but ``topics create`` and ``topics delete``,
-which start and stop partition actors and so also join the Ray cluster
+is enough for every command but ``topics create``, ``topics delete`` and
+``audit``, which call partition actors and so also join the Ray cluster
 (``--ray-address``, default ``auto``: the cluster of this node, or
 ``RAY_ADDRESS``). Without ``--zookeeper`` and ``--ray-address``, ``topics
 create`` and ``topics list`` run on the embedded default of
@@ -21,12 +23,14 @@ create`` and ``topics list`` run on the embedded default of
 the command runs — and the other cluster commands refuse to run.
 
 Exit codes: 0 done; 1 a raylog error, printed as one line ``error:
-<message>`` on stderr; 2 bad usage or a bad setting; 130 interrupted.
+<message>`` on stderr (``audit``: also a window that fell short); 2 bad
+usage or a bad setting; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import signal
 import subprocess
@@ -184,7 +188,7 @@ def _table(headers: list[str], rows: list[list]) -> str:
     metavar="ADDR",
     envvar="RAYLOG_RAY_ADDRESS",
     show_envvar=True,
-    help="The Ray cluster, for 'topics create' and 'topics delete' (they start and stop "
+    help="The Ray cluster, for 'topics create', 'topics delete' and 'audit' (they call "
     "partition actors): HOST:PORT of its head, or 'auto' (the default: the cluster this "
     "node belongs to, or RAY_ADDRESS).",
 )
@@ -207,13 +211,13 @@ def _table(headers: list[str], rows: list[list]) -> str:
 @click.pass_context
 def cli(ctx, zookeeper, ray_address, cluster, token):
     """Manage and use a raylog cluster: topics, console producer and consumer,
-    consumer groups, and a local ZooKeeper.
+    consumer groups, the audit check, and a local ZooKeeper.
 
     Point the commands at a cluster with --zookeeper HOST:PORT (and, for
-    'topics create' and 'topics delete', --ray-address). Without either,
-    'topics create' and 'topics list' run on the embedded default: a local
-    Ray and a ZooKeeper of their own that exist only while the command runs
-    (good for a first try, nothing is kept); the other cluster commands
+    'topics create', 'topics delete' and 'audit', --ray-address). Without
+    either, 'topics create' and 'topics list' run on the embedded default: a
+    local Ray and a ZooKeeper of their own that exist only while the command
+    runs (good for a first try, nothing is kept); the other cluster commands
     then stop and say what to pass.
 
     Exit codes: 0 done, 1 error (one line 'error: ...' on stderr), 2 bad
@@ -480,6 +484,75 @@ def groups_describe(target: Target, group):
         for r in rows
     ]
     click.echo(_table(["TOPIC", "PARTITION", "OWNER", "COMMITTED", "END OFFSET", "LAG"], table))
+
+
+# --------------------------------------------------------------------------
+# audit
+
+
+def _utc(ms: int) -> str:
+    """A window start (ms since the epoch) as UTC time."""
+    text = datetime.datetime.fromtimestamp(ms // 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{text}.{ms % 1000:03d}" if ms % 1000 else text
+
+
+def _width(ms: int) -> str:
+    if ms % 60_000 == 0:
+        return f"{ms // 60_000}m"
+    if ms % 1000 == 0:
+        return f"{ms // 1000}s"
+    return f"{ms}ms"
+
+
+@cli.command()
+@click.option("--topic", "-t", required=True, help="The topic to audit.")
+@click.option("--group", "-g",
+              help="Only this consumer group (default: every group that read the topic with auditing on).")
+@pass_target
+def audit(target: Target, topic, group):
+    """Compare, per time window, the messages producers sent to TOPIC with
+    what each consumer group received, from the counts that producers and
+    consumers with auditing on publish to the audit topic. Prints a table
+    (window start in UTC, width, produced, consumed per group, status) and
+    exits with 1 when any window fell short: a group received fewer
+    messages than were produced in it (more is fine: delivery is
+    at-least-once). Joins the Ray cluster (see --ray-address): it flushes
+    the audit topic's partition first, so the latest counts are in."""
+    from raylog.errors import UnknownTopicError
+
+    with target.client("audit", ray=True) as client:
+        rows = client.audit(topic=topic, group=group)
+        if not rows:
+            if topic not in client.list_topics():
+                raise UnknownTopicError(f"no topic {topic!r} and no audit counts for it; check the name (topics list)")
+            click.echo(
+                f"no audit counts for {topic} yet: producers and consumers publish them only with "
+                f"audit=True, every audit_interval_ms and when they close",
+                err=True,
+            )
+            return
+    groups = list(rows[0]["consumed"])
+    if not groups:
+        click.echo(f"note: no consumer group with auditing on has read {topic}; nothing to compare", err=True)
+    several = len(groups) > 1
+    table = [
+        [_utc(r["window_start"]), _width(r["window_ms"]), r["produced"], *(r["consumed"][g] for g in groups),
+         ("SHORT: " + ",".join(r["short"]) if several else "SHORT") if r["short"] else "ok"]
+        for r in rows
+    ]
+    click.echo(_table(["WINDOW START (UTC)", "WIDTH", "PRODUCED", *(f"CONSUMED:{g}" for g in groups), "STATUS"],
+                      table))
+    short = [r for r in rows if r["short"]]
+    if short:
+        named = "; ".join(
+            f"{_utc(r['window_start'])} ("
+            + ", ".join(f"{g} consumed {r['consumed'][g]} of {r['produced']}" for g in r["short"]) + ")"
+            for r in short[:3]
+        )
+        more = f"; and {len(short) - 3} more" if len(short) > 3 else ""
+        raise CommandError(
+            f"{len(short)} of {len(rows)} windows of {topic} fell short: {named}{more}"
+        )
 
 
 # --------------------------------------------------------------------------
