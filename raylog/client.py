@@ -256,8 +256,13 @@ class Client:
 
         if not self.registry.topic_exists(AUDIT_TOPIC):
             return []
-        # Events acknowledged just now become readable at the next flush: take it now.
-        end = ray.get(self.partition_actor(AUDIT_TOPIC, 0).flush.remote())
+        # Events acknowledged just now become readable at the partition's next
+        # flush: ask for it when in Ray, else wait for the timer to run it.
+        if ray.is_initialized():
+            end = ray.get(self.partition_actor(AUDIT_TOPIC, 0).flush.remote())
+        else:
+            time.sleep(2 * self.registry.topic_config(AUDIT_TOPIC).flush_ms / 1000.0 + 0.05)
+            end = self.offsets(AUDIT_TOPIC, 0)[1]
         events = []
         consumer = Consumer(self.metadata, AUDIT_TOPIC, auto_offset_reset="earliest")
         try:
