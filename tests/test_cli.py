@@ -113,6 +113,8 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         ["zookeeper"],
         ["zookeeper", "start"],
         ["zookeeper", "stop"],
+        ["audit"],
+        ["bench"],
     ],
     ids=lambda c: "-".join(c) or "raylog",
 )
