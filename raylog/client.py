@@ -219,6 +219,8 @@ class Client:
         from raylog.actors.producer import producer_actor
 
         self._check_open()
+        if options.get("audit"):
+            self.ensure_audit_topic()
         return producer_actor(self.settings, **options)
 
     def consumer(self, topics, group: str | None = None, **options):

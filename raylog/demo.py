@@ -4,8 +4,8 @@ It starts the embedded default (local Ray, a ZooKeeper of its own, logs in
 a temporary directory), creates a ``page_views`` topic, has several Ray
 tasks produce page-view events through one producer actor, reads them all
 back with a consumer group of three members that share the partitions,
-prints a summary with the group's committed offsets and lag, and shuts
-everything down.
+prints a summary with the group's committed offsets and lag, checks the
+audit counts (produced vs consumed per window), and shuts everything down.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, cons
         client.create_topic("page_views", partitions=partitions)
         print(f"topic page_views: {partitions} partitions on {client.data_dir}", flush=True)
 
-        producer = client.producer_actor(batch_size=200, linger_ms=5, acks=1)
+        producer = client.producer_actor(batch_size=200, linger_ms=5, acks=1, audit=True)
 
         @ray.remote(num_cpus=0)
         def produce(task: int) -> int:
@@ -56,7 +56,9 @@ def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, cons
 
         # A consumer group of three members shares the partitions.
         members = [
-            client.consumer("page_views", group="page-stats", auto_offset_reset="earliest", session_timeout_ms=6000)
+            client.consumer(
+                "page_views", group="page-stats", auto_offset_reset="earliest", session_timeout_ms=6000, audit=True
+            )
             for _ in range(consumers)
         ]
         per_partition = collections.Counter()
@@ -86,8 +88,9 @@ def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, cons
             member.commit()
         lag = client.describe_group("page-stats")
         for member in members:
-            member.close()
+            member.close()  # publishes the members' last audit counts
         ray.get(producer.close.remote())
+        audit = client.audit(topic="page_views", group="page-stats")
 
         summary = {
             "messages": received,
@@ -113,6 +116,14 @@ def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, cons
                 f"{row['end_offset']:>10} {row['lag']:>5}"
             )
         print(f"  messages per member: {', '.join(f'#{i}: {n:,}' for i, n in sorted(per_member.items()))}")
+        print()
+        short = [row for row in audit if row["short"]]
+        produced_total = sum(row["produced"] for row in audit)
+        consumed_total = sum(row["consumed"]["page-stats"] for row in audit)
+        print(
+            f"  audit: {len(audit)} window(s), produced {produced_total:,}, consumed by page-stats "
+            f"{consumed_total:,}: " + ("nothing lost" if not short else f"{len(short)} window(s) SHORT")
+        )
         print()
     print(f"done in {time.time() - started:.1f} s; cluster stopped.")
     return summary
