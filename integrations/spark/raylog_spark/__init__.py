@@ -1,16 +1,37 @@
-"""raylog for Spark: a Spark session on the Ray cluster, through RayDP.
+"""raylog for Spark: a Spark session on the Ray cluster (through RayDP),
+topics read as DataFrames and DataFrames written into topics.
 
 ::
 
-    import ray, raylog_spark
-    ray.init()
+    import raylog, raylog_spark
+    client = raylog.connect()
     spark = raylog_spark.init_spark(num_executors=1, executor_cores=1)
-    spark.range(10).count()
+    df = raylog_spark.read_topic(spark, "clicks", client=client)      # key, value, topic, partition, offset, timestamp
+    events = raylog_spark.read_topic(spark, "clicks", value_format="json", client=client)
+    raylog_spark.write_topic(df, "clicks-copy", key_col="key", client=client)
+    df, load = raylog_spark.load_incremental(spark, "clicks", "warehouse", client=client)
+    ...; load.commit()
     raylog_spark.stop_spark()
 
-See :mod:`raylog_spark.session` for what :func:`init_spark` configures.
+See :mod:`raylog_spark.session` for what :func:`init_spark` configures,
+:mod:`raylog_spark.reader` for how reads run (a fixed plan of byte ranges,
+Arrow batches, locality), :mod:`raylog_spark.writer` and
+:mod:`raylog_spark.loader`.
 """
 
+from raylog_spark.loader import ConcurrentLoadError, IncrementalLoad, load_incremental
+from raylog_spark.reader import plan_dataframe, read_topic, spark_schema
 from raylog_spark.session import init_spark, stop_spark
+from raylog_spark.writer import write_topic
 
-__all__ = ["init_spark", "stop_spark"]
+__all__ = [
+    "init_spark",
+    "stop_spark",
+    "read_topic",
+    "plan_dataframe",
+    "spark_schema",
+    "write_topic",
+    "load_incremental",
+    "IncrementalLoad",
+    "ConcurrentLoadError",
+]

@@ -1,0 +1,419 @@
+"""Topics as Spark DataFrames: ``read_topic`` and the DataFrame of a read plan.
+
+::
+
+    client = raylog.connect()
+    spark = raylog_spark.init_spark()
+    df = raylog_spark.read_topic(spark, "clicks", client=client)
+    df.groupBy("partition").count().show()
+
+How a read runs:
+
+1. On the driver, :func:`raylog.data.plan_read` snapshots each partition's
+   log start and high watermark once and fixes the byte ranges to read
+   (validating explicit offsets, reporting or refusing lost data, splitting
+   ranges for ``min_partitions`` at message boundaries). The plan, with the
+   partitions' endpoints, is a small picklable value.
+2. A DataFrame of range numbers, one row and one Spark partition per range,
+   is built with RayDP's ``RayObjectRefRDD``, whose preferred location for
+   each partition is a node IP; it is given the IP of the Ray node that holds
+   the range's partition, so Spark's scheduler runs the read there when an
+   executor runs there (``spark.locality.wait`` bounds how long it waits for
+   one). Without RayDP's class (or with ``locality=False``) it is
+   ``spark.range`` with one row per partition and no preference.
+3. ``mapInArrow`` runs :func:`raylog.data.read_range` for each range in the
+   executors: direct fetches from the partition actor's data socket, CRC
+   checks, and Arrow RecordBatches (one per fetch of up to 8 MiB) handed to
+   Spark without building Python rows. With ``value_format="avro"`` the
+   values are decoded in the same pass into typed columns.
+
+The DataFrame is as repeatable as its plan: every action over it reads the
+same ranges (unless retention deleted them meanwhile, see
+``fail_on_data_loss``). Plan again (call ``read_topic`` again) to see new data.
+
+Columns (Spark's Kafka source): ``key`` binary, ``value`` binary, ``topic``
+string, ``partition`` int, ``offset`` long (the byte offset; the inner
+messages of a compressed set carry the wrapper's), ``timestamp`` timestamp.
+With ``value_format="json"`` or ``"avro"`` the value's fields replace
+``value`` as top-level columns (``flatten=False``: one struct column
+``value``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from raylog.data import ARROW_SCHEMA, FETCH_BYTES, ReadPlan, plan_read, read_range, resolve_connection
+from raylog.errors import ConfigError, SchemaError
+
+log = logging.getLogger(__name__)
+
+VALUE_FORMATS = ("binary", "json", "avro")
+#: the columns every read returns besides the value
+META_COLUMNS = ("key", "topic", "partition", "offset", "timestamp")
+#: values read on the driver to infer a JSON schema or find an Avro schema id
+DEFAULT_SAMPLE = 1000
+
+
+def spark_schema():
+    """The Spark schema of a binary read (Spark's Kafka source)."""
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("key", T.BinaryType(), True),
+            T.StructField("value", T.BinaryType(), True),
+            T.StructField("topic", T.StringType(), True),
+            T.StructField("partition", T.IntegerType(), True),
+            T.StructField("offset", T.LongType(), True),
+            T.StructField("timestamp", T.TimestampType(), True),
+        ]
+    )
+
+
+def read_topic(
+    spark,
+    topic: str,
+    starting_offsets="earliest",
+    ending_offsets="latest",
+    value_format: str = "binary",
+    *,
+    min_partitions: int | None = None,
+    fail_on_data_loss: bool = True,
+    client=None,
+    settings=None,
+    schema=None,
+    schema_id: int | None = None,
+    json_options: dict | None = None,
+    flatten: bool = True,
+    sample: int = DEFAULT_SAMPLE,
+    locality: bool = True,
+    fetch_bytes: int = FETCH_BYTES,
+):
+    """``topic`` as a DataFrame: the messages between ``starting_offsets``
+    and ``ending_offsets``, fixed when this is called.
+
+    Offsets, ``min_partitions`` and ``fail_on_data_loss`` are those of
+    :func:`raylog.data.plan_read`; ``client`` (a :class:`raylog.Client`) or
+    ``settings`` (its ``client.settings``) say which cluster to read.
+
+    ``value_format``:
+
+    * ``"binary"``: the Kafka-source columns;
+    * ``"json"``: values parsed with Spark's ``from_json``, under ``schema``
+      (a StructType or DDL string) or a schema Spark infers from the first
+      ``sample`` values; ``json_options`` go to ``from_json``;
+    * ``"avro"``: values in Confluent framing decoded into typed columns of
+      the registered schema ``schema_id`` (default: the schema of the first
+      message). Values written under other schemas are resolved to it (Avro
+      schema evolution).
+
+    The plan is kept as ``df.raylog_plan`` (:class:`raylog.data.ReadPlan`:
+    offsets, ranges and the lost ranges skipped). Errors that can be found
+    on the driver are raised here: unknown topic, an offset off a message
+    boundary or past the end, lost data, an unknown schema id.
+    """
+    if value_format not in VALUE_FORMATS:
+        raise ConfigError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
+    plan = plan_read(
+        topic,
+        starting_offsets,
+        ending_offsets,
+        min_partitions=min_partitions,
+        fail_on_data_loss=fail_on_data_loss,
+        client=client,
+        settings=settings,
+    )
+    for gone in plan.lost:
+        log.warning("read_topic(%r) skips %s", topic, gone.describe())
+    df = plan_dataframe(
+        spark,
+        plan,
+        value_format,
+        client=client,
+        schema=schema,
+        schema_id=schema_id,
+        json_options=json_options,
+        flatten=flatten,
+        sample=sample,
+        locality=locality,
+        fetch_bytes=fetch_bytes,
+    )
+    df.raylog_plan = plan
+    return df
+
+
+def plan_dataframe(
+    spark,
+    plan: ReadPlan,
+    value_format: str = "binary",
+    *,
+    client=None,
+    schema=None,
+    schema_id: int | None = None,
+    json_options: dict | None = None,
+    flatten: bool = True,
+    sample: int = DEFAULT_SAMPLE,
+    locality: bool = True,
+    fetch_bytes: int = FETCH_BYTES,
+):
+    """The DataFrame that reads ``plan`` (see :func:`read_topic`)."""
+    options = {
+        "fail_on_data_loss": plan.fail_on_data_loss,
+        "fetch_bytes": fetch_bytes,
+        "max_message_bytes": plan.max_message_bytes,
+    }
+    if value_format == "avro":
+        decoder = AvroColumns.for_plan(plan, client=client, schema_id=schema_id, flatten=flatten, sample=sample)
+        return _ranges_dataframe(spark, plan, locality).mapInArrow(
+            functools.partial(read_indexed_ranges, plan.ranges, plan.settings, options, decoder),
+            decoder.spark_schema,
+        )
+    df = _ranges_dataframe(spark, plan, locality).mapInArrow(
+        functools.partial(read_indexed_ranges, plan.ranges, plan.settings, options, None), spark_schema()
+    )
+    if value_format == "json":
+        df = _parse_json(spark, df, plan, schema, json_options, flatten, sample)
+    return df
+
+
+def _ranges_dataframe(spark, plan: ReadPlan, locality: bool):
+    """One row (``idx``, the range's index) and one Spark partition per range,
+    preferring the node that holds the range's partition."""
+    from pyspark.sql import DataFrame
+
+    count = len(plan.ranges)
+    if count and locality and all(r.node_ip for r in plan.ranges):
+        try:
+            from ray.core.generated.common_pb2 import Address
+
+            locations = [Address(ip_address=r.node_ip).SerializeToString() for r in plan.ranges]
+            reader = spark.sparkContext._jvm.org.apache.spark.sql.raydp.ObjectStoreReader
+            return DataFrame(reader.createRayObjectRefDF(spark._jsparkSession, locations), spark)
+        except Exception as err:  # noqa: BLE001 - no RayDP reader class: read without a preference
+            log.info("reading %s without locality preferences: %s", plan.topic, err)
+    return spark.range(0, count, 1, max(1, count)).selectExpr("CAST(id AS INT) AS idx")
+
+
+def read_indexed_ranges(ranges, settings, options: dict, decoder, batches: Iterator[pa.RecordBatch]):
+    """The ``mapInArrow`` function of a read: for each range index in the
+    input, the range's messages as RecordBatches (typed by ``decoder``)."""
+    try:
+        for batch in batches:
+            for idx in batch.column(0).to_pylist():
+                for out in read_range(ranges[idx], settings, **options):
+                    yield out if decoder is None else decoder.decode(out)
+    finally:
+        if decoder is not None:
+            decoder.close()
+
+
+# ----------------------------------------------------------------------------
+# JSON
+
+
+def _parse_json(spark, df, plan: ReadPlan, schema, json_options, flatten: bool, sample: int):
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if schema is None:
+        from raylog.data import head_values
+
+        values = [v.decode("utf-8", "replace") for v in head_values(plan, sample)]
+        if not values:
+            raise ConfigError(
+                f"no messages to infer a JSON schema from in the read of {plan.topic!r}; pass schema="
+            )
+        schema = spark.read.json(spark.sparkContext.parallelize(values, 1)).schema
+        if "_corrupt_record" in schema.fieldNames():
+            raise SchemaError(
+                f"the first values of {plan.topic!r} are not all JSON objects; pass schema= "
+                f"(a StructType or DDL string) or read value_format='binary'"
+            )
+    elif isinstance(schema, str):
+        schema = T._parse_datatype_string(schema)
+    if not isinstance(schema, T.StructType):
+        raise ConfigError(f"a JSON schema must be a StructType or a DDL string, got {type(schema).__name__}")
+    parsed = F.from_json(F.col("value").cast("string"), schema, json_options or {})
+    return _typed(df.select(parsed.alias("value"), *META_COLUMNS), schema, flatten)
+
+
+def _typed(df, schema, flatten: bool):
+    if not flatten:
+        return df.select("value", *META_COLUMNS)
+    clash = sorted(set(schema.fieldNames()) & set(META_COLUMNS))
+    if clash:
+        raise ConfigError(
+            f"value fields {clash} have the names of the read's own columns; pass flatten=False "
+            f"(the value as one struct column) and select what you need"
+        )
+    return df.select("value.*", *META_COLUMNS)
+
+
+# ----------------------------------------------------------------------------
+# Avro
+
+
+class AvroColumns:
+    """Decodes the ``value`` column of read batches (Confluent-framed Avro)
+    into typed columns of one reader schema; shipped to the executors.
+
+    Writer schemas known when planning travel with it; one registered after
+    that is fetched from ZooKeeper by the executor that first meets it.
+    """
+
+    def __init__(self, settings, reader_id: int, schemas: dict[int, Any], flatten: bool = True):
+        from raylog.avro import avro_to_spark_schema
+
+        self.settings = settings
+        self.reader_id = reader_id
+        self.schemas = schemas
+        self.flatten = flatten
+        value_schema = avro_to_spark_schema(schemas[reader_id])
+        _check_supported(schemas[reader_id])
+        self.value_schema = value_schema
+        self.spark_schema = _output_schema(value_schema, flatten)
+        self._state = None
+
+    @classmethod
+    def for_plan(cls, plan: ReadPlan, *, client=None, schema_id=None, flatten=True, sample=DEFAULT_SAMPLE):
+        from raylog.avro import unframe
+        from raylog.data import head_values
+        from raylog.groups.schemas import SchemaRegistry
+
+        if schema_id is None:
+            first = head_values(plan, 1)
+            if not first:
+                raise ConfigError(
+                    f"no messages in the read of {plan.topic!r} to take the Avro schema id from; pass schema_id="
+                )
+            schema_id, _ = unframe(first[0])
+        metadata, settings, owned = resolve_connection(client, plan.settings)
+        try:
+            registry = SchemaRegistry(metadata.zk, settings.cluster)
+            schemas = registry.list()
+            schemas[schema_id] = registry.get(schema_id)  # UnknownSchemaError
+        finally:
+            if owned is not None:
+                owned.close()
+        return cls(settings, schema_id, schemas, flatten)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_state"] = None
+        return state
+
+    def _deserializers(self):
+        if self._state is None:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            from raylog.avro import AvroDeserializer
+
+            registry = _ShippedRegistry(self.settings, self.schemas)
+            self._state = (
+                registry,
+                AvroDeserializer(registry),
+                AvroDeserializer(registry, reader_schema=self.schemas[self.reader_id]),
+                to_arrow_schema(self.value_schema),
+            )
+        return self._state
+
+    def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        from raylog.avro import HEADER
+
+        _registry, plain, resolving, arrow_schema = self._deserializers()
+        reader_id = self.reader_id
+        unpack = HEADER.unpack_from
+        records = []
+        append = records.append
+        for value in batch.column(1).to_pylist():
+            if len(value) < 5:
+                append(resolving.deserialize(value))  # SchemaError: not an Avro frame
+            else:
+                append((plain if unpack(value)[1] == reader_id else resolving).deserialize(value))
+        typed = pa.RecordBatch.from_pylist(records, schema=arrow_schema)
+        meta = [batch.column(name) for name in META_COLUMNS]
+        if self.flatten:
+            columns = [*typed.columns, *meta]
+            names = [*arrow_schema.names, *META_COLUMNS]
+        else:
+            columns = [pa.StructArray.from_arrays(typed.columns, fields=list(arrow_schema)), *meta]
+            names = ["value", *META_COLUMNS]
+        return pa.RecordBatch.from_arrays(columns, names=names)
+
+    def close(self) -> None:
+        if self._state is not None:
+            self._state[0].close()
+            self._state = None
+
+
+class _ShippedRegistry:
+    """The schemas shipped with a read, and ZooKeeper for any other id."""
+
+    def __init__(self, settings, schemas: dict[int, Any]):
+        self.settings = settings
+        self.schemas = dict(schemas)
+        self._zk = None
+
+    def get(self, schema_id: int):
+        found = self.schemas.get(schema_id)
+        if found is None:
+            from raylog.groups.schemas import SchemaRegistry
+            from raylog.groups.zookeeper import connect_kazoo
+
+            if self._zk is None:
+                self._zk = connect_kazoo(self.settings.zookeeper)
+            found = self.schemas[schema_id] = SchemaRegistry(self._zk, self.settings.cluster).get(schema_id)
+        return found
+
+    def close(self) -> None:
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+            self._zk = None
+
+
+def _output_schema(value_schema, flatten: bool):
+    from pyspark.sql import types as T
+
+    meta = [f for f in spark_schema().fields if f.name in META_COLUMNS]
+    if not flatten:
+        return T.StructType([T.StructField("value", value_schema, True), *meta])
+    clash = sorted(set(value_schema.fieldNames()) & set(META_COLUMNS))
+    if clash:
+        raise ConfigError(
+            f"value fields {clash} have the names of the read's own columns; pass flatten=False "
+            f"(the value as one struct column) and select what you need"
+        )
+    return T.StructType([*value_schema.fields, *meta])
+
+
+def _check_supported(schema) -> None:
+    """Typed reads build Arrow columns from fastavro's records, which cannot
+    represent a union of several non-null types (Spark's ``member0...``)."""
+
+    def walk(s):
+        if isinstance(s, list):
+            rest = [b for b in s if b != "null"]
+            kinds = {b if isinstance(b, str) else None for b in rest}
+            if len(rest) > 1 and kinds not in ({"int", "long"}, {"float", "double"}):
+                raise ConfigError(
+                    "typed Avro reads do not support unions of several non-null types; read "
+                    "value_format='binary' and decode the values with raylog.avro.AvroDeserializer"
+                )
+            for b in rest:
+                walk(b)
+        elif isinstance(s, dict):
+            for f in s.get("fields", ()):
+                walk(f["type"])
+            for key in ("items", "values"):
+                if key in s:
+                    walk(s[key])
+            if isinstance(s.get("type"), (dict, list)):
+                walk(s["type"])
+
+    walk(schema)

@@ -1,0 +1,376 @@
+"""raylog_spark.read_topic and read_raylog -> to_spark, on a real Spark through
+RayDP, reading real partition actors over their data sockets.
+
+One Spark session serves the whole module. Expected contents come from the
+partitions' data sockets read directly here (fetch + decode), not through
+the code under test.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import pytest
+
+import raylog_spark
+from raylog.data import DataLossError, plan_read
+from raylog.errors import (
+    ConfigError,
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+    UnknownSchemaError,
+    UnknownTopicError,
+)
+from raylog.storage.message import decode_messages
+from raylog.transfer.client import BrokerConnection
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def spark(ray_local):
+    try:
+        yield raylog_spark.init_spark(
+            app_name="raylog-test-read", num_executors=1, executor_cores=1, executor_memory="512M"
+        )
+    finally:
+        raylog_spark.stop_spark()
+
+
+def produce(client, topic: str, messages) -> None:
+    """Send ``(key, value)`` pairs with acks=1 and flush every partition, so
+    that everything is below the high watermark."""
+    import ray
+
+    producer = client.producer(acks=1, batch_size=50, linger_ms=1)
+    for key, value in messages:
+        producer.send(topic, value, key)
+    producer.flush()
+    producer.close()
+    partitions = client.metadata.partitions(topic)
+    ray.get([client.partition_actor(topic, p).flush.remote() for p in range(partitions)])
+
+
+def log_messages(client, topic: str) -> list[tuple]:
+    """Every message of ``topic`` as ``(partition, offset, key, value, timestamp_ms)``."""
+    rows = []
+    for p in range(client.metadata.partitions(topic)):
+        start, end = client.offsets(topic, p)
+        host, port = client.metadata.endpoint(topic, p, refresh=True)
+        with BrokerConnection(host, port) as conn:
+            offset = start
+            while offset < end:
+                records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)
+                rows.extend((p, o, k, v, ts) for o, ts, k, v in records)
+                offset += consumed
+    return rows
+
+
+def as_tuples(rows) -> list[tuple]:
+    return sorted(
+        (
+            r["partition"],
+            r["offset"],
+            None if r["key"] is None else bytes(r["key"]),
+            bytes(r["value"]),
+            round(r["timestamp"].timestamp() * 1000),
+        )
+        for r in rows
+    )
+
+
+@pytest.fixture(scope="module")
+def clicks(raylog_client):
+    """A three-partition topic of 600 messages, keyed and unkeyed, of varied sizes."""
+    topic = "clicks-read"
+    raylog_client.create_topic(topic, partitions=3)
+    messages = [
+        (None if i % 4 == 0 else b"user-%d" % (i % 17), b"click-%05d:" % i + b"x" * (i % 97)) for i in range(600)
+    ]
+    produce(raylog_client, topic, messages)
+    return topic
+
+
+# ---------------------------------------------------------------------------
+# failures first: typed errors on the driver
+
+
+def test_unknown_topic_is_a_typed_error(spark, raylog_client):
+    with pytest.raises(UnknownTopicError):
+        raylog_spark.read_topic(spark, "no-such-topic", client=raylog_client)
+
+
+def test_offset_off_a_message_boundary_is_refused(spark, raylog_client, clicks):
+    first = log_messages(raylog_client, clicks)[0]
+    with pytest.raises(InvalidOffsetError, match="not the start of a message"):
+        raylog_spark.read_topic(spark, clicks, starting_offsets={first[0]: first[1] + 3}, client=raylog_client)
+    end = raylog_client.offsets(clicks, 1)[1]
+    with pytest.raises(InvalidOffsetError):
+        raylog_spark.read_topic(spark, clicks, ending_offsets={1: end - 5}, client=raylog_client)
+
+
+def test_offsets_past_the_end_and_bad_arguments_are_refused(spark, raylog_client, clicks):
+    end = raylog_client.offsets(clicks, 0)[1]
+    with pytest.raises(OffsetOutOfRangeError) as caught:
+        raylog_spark.read_topic(spark, clicks, ending_offsets={0: end + 1000}, client=raylog_client)
+    assert caught.value.latest == end
+    with pytest.raises(UnknownPartitionError):
+        raylog_spark.read_topic(spark, clicks, starting_offsets={7: 0}, client=raylog_client)
+    with pytest.raises(ConfigError, match="after its ending offset"):
+        raylog_spark.read_topic(
+            spark, clicks, starting_offsets={0: "latest"}, ending_offsets={0: 0}, client=raylog_client
+        )
+    with pytest.raises(ConfigError, match="value_format"):
+        raylog_spark.read_topic(spark, clicks, value_format="xml", client=raylog_client)
+    with pytest.raises(ConfigError, match="client="):
+        raylog_spark.read_topic(spark, clicks)
+    with pytest.raises(ConfigError, match="min_partitions"):
+        raylog_spark.read_topic(spark, clicks, min_partitions=0, client=raylog_client)
+
+
+# ---------------------------------------------------------------------------
+# contents
+
+
+def test_read_topic_returns_every_message_with_its_partition_offset_key_and_time(spark, raylog_client, clicks):
+    df = raylog_spark.read_topic(spark, clicks, client=raylog_client)
+    assert df.schema == raylog_spark.spark_schema()
+    expected = sorted(log_messages(raylog_client, clicks))
+    assert len(expected) == 600
+    assert as_tuples(df.collect()) == expected
+    assert set(df.select("topic").distinct().toPandas()["topic"]) == {clicks}
+    counts = {r["partition"]: r["count"] for r in df.groupBy("partition").count().collect()}
+    assert counts == {p: sum(1 for m in expected if m[0] == p) for p in range(3)}
+    assert isinstance(df.first()["timestamp"], datetime.datetime)
+
+
+def test_the_plan_is_fixed_when_read_topic_is_called(spark, raylog_client, make_topic):
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [(None, b"before-%d" % i) for i in range(20)])
+    df = raylog_spark.read_topic(spark, topic, client=raylog_client)
+    produce(raylog_client, topic, [(None, b"after-%d" % i) for i in range(20)])
+    assert df.count() == 20 and df.count() == 20
+    assert raylog_spark.read_topic(spark, topic, client=raylog_client).count() == 40
+
+
+def test_explicit_offset_ranges(spark, raylog_client, clicks):
+    expected = sorted(log_messages(raylog_client, clicks))
+    by_partition = {p: [m for m in expected if m[0] == p] for p in range(3)}
+    starts = {0: by_partition[0][10][1], 2: by_partition[2][5][1]}
+    ends = {0: by_partition[0][30][1], 1: by_partition[1][7][1]}
+    df = raylog_spark.read_topic(spark, clicks, starts, ends, client=raylog_client)
+    want = by_partition[0][10:30] + by_partition[1][:7] + by_partition[2][5:]
+    assert as_tuples(df.collect()) == sorted(want)
+    assert df.raylog_plan.start_offsets == {0: starts[0], 1: by_partition[1][0][1], 2: starts[2]}
+    # "latest" to "latest" is empty; "earliest"/"latest" as values work too
+    assert raylog_spark.read_topic(spark, clicks, "latest", client=raylog_client).count() == 0
+    only_one = raylog_spark.read_topic(
+        spark, clicks, {0: "earliest", 1: "latest", 2: "latest"}, client=raylog_client
+    )
+    assert only_one.count() == len(by_partition[0])
+
+
+def test_min_partitions_splits_never_cut_a_message(spark, raylog_client, clicks):
+    expected = sorted(log_messages(raylog_client, clicks))
+    boundaries = {(m[0], m[1]) for m in expected}
+    ends = {p: raylog_client.offsets(clicks, p)[1] for p in range(3)}
+    df = raylog_spark.read_topic(spark, clicks, min_partitions=11, client=raylog_client)
+    plan = df.raylog_plan
+    assert len(plan.ranges) >= 11
+    assert df.rdd.getNumPartitions() == len(plan.ranges)
+    for rng in plan.ranges:
+        assert rng.start < rng.end
+        assert (rng.partition, rng.start) in boundaries
+        assert (rng.partition, rng.end) in boundaries or rng.end == ends[rng.partition]
+    # the pieces tile each partition exactly
+    for p in range(3):
+        pieces = sorted((r.start, r.end) for r in plan.ranges if r.partition == p)
+        assert pieces[0][0] == raylog_client.offsets(clicks, p)[0] and pieces[-1][1] == ends[p]
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+    assert as_tuples(df.collect()) == expected
+
+
+def test_reads_prefer_the_node_of_their_partition(spark, raylog_client, clicks):
+    import ray
+
+    df = raylog_spark.read_topic(spark, clicks, client=raylog_client)
+    node_ip = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+    rdd = df._jdf.queryExecution().toRdd()
+    sc = spark.sparkContext._jsc.sc()
+    for i, rng in enumerate(df.raylog_plan.ranges):
+        assert rng.node_ip == node_ip[rng.node_id]
+        assert rng.node_ip in sc.getPreferredLocs(rdd, i).toString()
+    # without locality the same rows come back
+    plain = raylog_spark.read_topic(spark, clicks, client=raylog_client, locality=False)
+    assert plain.count() == df.count()
+
+
+def test_read_with_connection_settings_only(spark, raylog_client, clicks):
+    df = raylog_spark.read_topic(spark, clicks, settings=raylog_client.settings)
+    assert df.count() == 600
+
+
+# ---------------------------------------------------------------------------
+# data loss
+
+
+@pytest.fixture
+def trimmed(raylog_client, make_topic):
+    """A one-partition topic whose first segments retention deleted: ``(topic,
+    the messages produced, the messages left)``."""
+    import ray
+
+    topic = make_topic(partitions=1, segment_bytes=4096, max_message_bytes=2048, retention_bytes=4096)
+    produce(raylog_client, topic, [(None, b"m-%04d:" % i + b"z" * 90) for i in range(200)])
+    produced = log_messages(raylog_client, topic)
+    deleted = ray.get(raylog_client.partition_actor(topic, 0).delete_old_segments.remote())
+    assert deleted, "retention deleted nothing"
+    return topic, produced, log_messages(raylog_client, topic)
+
+
+def test_fail_on_data_loss_names_the_lost_range(spark, raylog_client, trimmed):
+    topic, produced, left = trimmed
+    log_start = raylog_client.offsets(topic, 0)[0]
+    with pytest.raises(DataLossError) as caught:
+        raylog_spark.read_topic(spark, topic, starting_offsets={0: 0}, client=raylog_client)
+    err = caught.value
+    assert isinstance(err, OffsetOutOfRangeError)
+    assert (err.partition, err.lost_start, err.lost_end, err.earliest) == (0, 0, log_start, log_start)
+    assert f"{topic}-0 [0, {log_start})" in str(err)
+
+
+def test_without_fail_on_data_loss_lost_data_is_skipped_and_reported(spark, raylog_client, trimmed, caplog):
+    topic, produced, left = trimmed
+    log_start = raylog_client.offsets(topic, 0)[0]
+    with caplog.at_level(logging.WARNING):
+        df = raylog_spark.read_topic(
+            spark, topic, starting_offsets={0: 0}, fail_on_data_loss=False, client=raylog_client
+        )
+    assert [(g.start, g.end) for g in df.raylog_plan.lost] == [(0, log_start)]
+    assert any(f"[0, {log_start})" in r.getMessage() for r in caplog.records)
+    assert as_tuples(df.collect()) == sorted(left)
+    assert len(left) < len(produced)
+
+
+def test_retention_after_planning_is_handled_by_the_readers(spark, raylog_client, make_topic):
+    import ray
+
+    topic = make_topic(partitions=1, segment_bytes=4096, max_message_bytes=2048, retention_bytes=4096)
+    produce(raylog_client, topic, [(None, b"r-%04d:" % i + b"z" * 90) for i in range(200)])
+    strict = raylog_spark.read_topic(spark, topic, client=raylog_client)
+    lenient = raylog_spark.read_topic(spark, topic, fail_on_data_loss=False, client=raylog_client)
+    assert ray.get(raylog_client.partition_actor(topic, 0).delete_old_segments.remote())
+    left = log_messages(raylog_client, topic)
+    with pytest.raises(Exception, match="DataLossError"):
+        strict.collect()
+    assert as_tuples(lenient.collect()) == sorted(left)
+
+
+# ---------------------------------------------------------------------------
+# JSON and Avro values
+
+
+def test_json_values_parsed_with_a_given_or_inferred_schema(spark, raylog_client, make_topic):
+    import json
+
+    topic = make_topic(partitions=2)
+    produce(
+        raylog_client,
+        topic,
+        [(b"k%d" % (i % 3), json.dumps({"page": f"/p{i % 4}", "n": i}).encode()) for i in range(100)],
+    )
+    inferred = raylog_spark.read_topic(spark, topic, value_format="json", client=raylog_client)
+    assert inferred.columns == ["n", "page", "key", "topic", "partition", "offset", "timestamp"]
+    assert inferred.agg({"n": "sum"}).collect()[0][0] == sum(range(100))
+    given = raylog_spark.read_topic(
+        spark, topic, value_format="json", schema="page STRING, n INT", flatten=False, client=raylog_client
+    )
+    assert given.columns == ["value", "key", "topic", "partition", "offset", "timestamp"]
+    pages = {r["page"]: r["count"] for r in given.groupBy("value.page").count().collect()}
+    assert pages == {f"/p{k}": 25 for k in range(4)}
+
+
+AVRO_V1 = {
+    "type": "record",
+    "name": "Visit",
+    "namespace": "test",
+    "fields": [{"name": "id", "type": "long"}, {"name": "page", "type": "string"}],
+}
+AVRO_V2 = {
+    "type": "record",
+    "name": "Visit",
+    "namespace": "test",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "page", "type": "string"},
+        {"name": "seconds", "type": "double", "default": -1.0},
+        {"name": "tags", "type": {"type": "array", "items": "string"}, "default": []},
+    ],
+}
+
+
+def test_avro_values_with_two_schema_versions(spark, raylog_client, make_topic):
+    from raylog.avro import AvroSerializer
+    from raylog.groups.schemas import SchemaRegistry
+
+    registry = SchemaRegistry(raylog_client.metadata.zk, raylog_client.settings.cluster)
+    v1, v2 = AvroSerializer(registry, AVRO_V1), AvroSerializer(registry, AVRO_V2)
+    topic = make_topic(partitions=2)
+    values = [v1({"id": i, "page": f"/v1/{i}"}) for i in range(30)]
+    values += [v2({"id": 100 + i, "page": f"/v2/{i}", "seconds": i / 2, "tags": ["a"] * (i % 3)}) for i in range(30)]
+    produce(raylog_client, topic, [(b"k%d" % (i % 2), v) for i, v in enumerate(values)])
+
+    # default: the schema of the first message (v1); v2 records resolved to it
+    first = raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client)
+    assert first.columns == ["id", "page", "key", "topic", "partition", "offset", "timestamp"]
+    assert first.schema["id"].dataType.typeName() == "long"
+    assert sorted(r["id"] for r in first.select("id").collect()) == list(range(30)) + list(range(100, 130))
+
+    # v2 as the reader schema: v1 records get the defaults
+    second = raylog_spark.read_topic(spark, topic, value_format="avro", schema_id=v2.schema_id, client=raylog_client)
+    rows = {r["id"]: r for r in second.collect()}
+    assert len(rows) == 60
+    assert rows[3]["seconds"] == -1.0 and rows[3]["tags"] == [] and rows[3]["page"] == "/v1/3"
+    assert rows[104]["seconds"] == 2.0 and rows[104]["tags"] == ["a"]
+    assert second.agg({"seconds": "sum"}).collect()[0][0] == pytest.approx(-30 + sum(i / 2 for i in range(30)))
+
+    nested = raylog_spark.read_topic(
+        spark, topic, value_format="avro", schema_id=v2.schema_id, flatten=False, client=raylog_client
+    )
+    assert nested.where("value.id >= 100").count() == 30
+
+
+def test_unknown_avro_schema_ids_are_typed_errors(spark, raylog_client, make_topic):
+    from raylog.avro import frame
+
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [(None, frame(987_654, b"\x02"))])
+    with pytest.raises(UnknownSchemaError):
+        raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client)
+    with pytest.raises(UnknownSchemaError):
+        raylog_spark.read_topic(spark, topic, value_format="avro", schema_id=987_655, client=raylog_client)
+    empty = make_topic(partitions=1)
+    with pytest.raises(ConfigError, match="schema_id="):
+        raylog_spark.read_topic(spark, empty, value_format="avro", client=raylog_client)
+
+
+# ---------------------------------------------------------------------------
+# Ray Data
+
+
+def test_read_raylog_converts_to_spark(spark, raylog_client, clicks):
+    from raylog.data import read_raylog
+
+    ds = read_raylog(clicks, client=raylog_client, min_partitions=4)
+    assert ds.count() == 600
+    df = ds.to_spark(spark)
+    assert sorted(df.columns) == sorted(raylog_spark.spark_schema().fieldNames())
+    assert as_tuples(df.collect()) == sorted(log_messages(raylog_client, clicks))
+
+
+def test_plan_read_is_shared_by_spark_and_ray_data(raylog_client, clicks):
+    plan = plan_read(clicks, client=raylog_client)
+    assert sorted(plan.end_offsets) == [0, 1, 2]
+    assert plan.total_bytes == sum(e - s for s, e in (raylog_client.offsets(clicks, p) for p in range(3)))
