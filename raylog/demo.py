@@ -5,7 +5,10 @@ a temporary directory), creates a ``page_views`` topic, has several Ray
 tasks produce page-view events through one producer actor, reads them all
 back with a consumer group of three members that share the partitions,
 prints a summary with the group's committed offsets and lag, checks the
-audit counts (produced vs consumed per window), and shuts everything down.
+audit counts (produced vs consumed per window), then starts Spark on the
+same Ray cluster (RayDP), reads the events as a DataFrame
+(``raylog_spark.read_topic``, JSON values parsed), prints views and users
+per page, and shuts everything down.
 """
 
 from __future__ import annotations
@@ -27,7 +30,46 @@ def _events(task: int, count: int) -> tuple[list[bytes], list[bytes]]:
     return values, keys
 
 
-def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, consumers: int = 3) -> dict:
+def _spark_step(client, produced: int) -> dict:
+    """The events read back as a Spark DataFrame (Spark on the same Ray
+    cluster through RayDP), their JSON values parsed, views per page."""
+    import raylog_spark
+    from pyspark.sql import functions as F
+
+    print("starting Spark on the same Ray cluster (RayDP) ...", flush=True)
+    spark = raylog_spark.init_spark(app_name="raylog-demo", num_executors=1, executor_cores=1, executor_memory="1G")
+    try:
+        t0 = time.time()
+        events = raylog_spark.read_topic(
+            spark, "page_views", value_format="json", schema="user STRING, page STRING, task INT, seq INT", client=client
+        )
+        pages = (
+            events.groupBy("page")
+            .agg(F.count("*").alias("views"), F.countDistinct("user").alias("users"))
+            .orderBy(F.desc("views"), "page")
+            .collect()
+        )
+        read_s = time.time() - t0
+        total = sum(row["views"] for row in pages)
+        plan = events.raylog_plan
+        print()
+        print(
+            f"  Spark: read_topic('page_views') -> {len(plan.ranges)} ranges, {plan.total_bytes / 1e6:.1f} MB, "
+            f"{total:,} events" + ("" if total == produced else f" (expected {produced:,}!)")
+        )
+        print(f"  {'page':<12}{'views':>10}{'users':>8}")
+        for row in pages:
+            print(f"  {row['page']:<12}{row['views']:>10,}{row['users']:>8,}")
+        print(f"  (read, parsed and aggregated in {read_s:.1f} s)")
+        print()
+        return {"events": total, "views": {row["page"]: row["views"] for row in pages}}
+    finally:
+        raylog_spark.stop_spark()
+
+
+def run(
+    tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, consumers: int = 3, spark: bool = True
+) -> dict:
     import ray
     from tqdm import tqdm
 
@@ -125,6 +167,8 @@ def run(tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, cons
             f"{consumed_total:,}: " + ("nothing lost" if not short else f"{len(short)} window(s) SHORT")
         )
         print()
+        if spark:
+            summary["spark"] = _spark_step(client, produced)
     print(f"done in {time.time() - started:.1f} s; cluster stopped.")
     return summary
 
@@ -135,8 +179,9 @@ def main(argv=None) -> None:
     parser.add_argument("--events-per-task", type=int, default=25_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--consumers", type=int, default=3, help="members of the consumer group")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark step")
     args = parser.parse_args(argv)
-    run(args.tasks, args.events_per_task, args.partitions, args.consumers)
+    run(args.tasks, args.events_per_task, args.partitions, args.consumers, spark=not args.no_spark)
 
 
 if __name__ == "__main__":
