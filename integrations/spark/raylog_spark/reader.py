@@ -47,7 +47,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from raylog.data import ARROW_SCHEMA, FETCH_BYTES, ReadPlan, plan_read, read_range, resolve_connection
+from raylog.data import FETCH_BYTES, ReadPlan, plan_read, read_range, resolve_connection
 from raylog.errors import ConfigError, SchemaError
 
 log = logging.getLogger(__name__)
@@ -264,6 +264,7 @@ class AvroColumns:
 
     Writer schemas known when planning travel with it; one registered after
     that is fetched from ZooKeeper by the executor that first meets it.
+    Not thread-safe: each Spark task decodes with its own unpickled copy.
     """
 
     def __init__(self, settings, reader_id: int, schemas: dict[int, Any], flatten: bool = True):

@@ -1,0 +1,225 @@
+"""Spark reading a topic (``raylog_spark.read_topic``) beside Spark reading the
+same rows from a local Parquet file, in the same run and the same session.
+
+Starts the embedded cluster (``raylog.connect()``) and one Spark session
+through RayDP, produces N 200-byte messages over P partitions, writes the
+rows that ``read_topic`` returns to a Parquet file, then times, each case
+``--repeat`` rounds after a warm-up round, each round running every case
+once (so that all cases see the same load; best and median reported):
+
+* ``count``: ``read_topic(...).count()`` vs ``spark.read.parquet(...).count()``.
+  Parquet answers a count from its footers without reading a row, so this
+  compares raylog's full read with a metadata lookup;
+* ``scan``: ``agg(sum(length(value)))``, which makes both read every value;
+* ``avro``: M Avro records (Confluent framing, a registered schema) read as
+  typed columns (``value_format="avro"``), counted and aggregated
+  (``sum(amount)``), vs the same typed rows from Parquet.
+
+Every read of the topic plans again (offsets, endpoints), as a user's would.
+Prints one JSON line per measurement, then a table with rows/s and the
+raylog/Parquet ratios.
+
+    python bench/spark_read.py                       # N = 1,000,000 over 4 partitions
+    python bench/spark_read.py -n 200000 --avro 100000 --json-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+VALUE_BYTES = 200
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "PageView",
+    "namespace": "bench",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "user", "type": "string"},
+        {"name": "page", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+
+
+def _emit(rows: list, row: dict, json_only: bool) -> None:
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def empty_reader(batches):
+    """A mapInArrow function that reads nothing: the Spark floor."""
+    for _batch in batches:
+        pass
+    return iter(())
+
+
+def produce_plain(client, topic: str, n: int) -> float:
+    producer = client.producer(batch_size=1000, linger_ms=5, acks=1, max_buffered_messages=200_000)
+    chunk = [os.urandom(VALUE_BYTES) for _ in range(1000)]
+    t0 = time.perf_counter()
+    for start in range(0, n, 1000):
+        producer.send_batch(topic, chunk[: min(1000, n - start)])
+    producer.flush()
+    producer.close()
+    return time.perf_counter() - t0
+
+
+def produce_avro(client, topic: str, n: int) -> float:
+    from raylog.avro import AvroSerializer
+    from raylog.groups.schemas import SchemaRegistry
+
+    serializer = AvroSerializer(SchemaRegistry(client.metadata.zk, client.settings.cluster), AVRO_SCHEMA)
+    producer = client.producer(batch_size=1000, linger_ms=5, acks=1, max_buffered_messages=200_000)
+    pages = ["/", "/search", "/item", "/cart", "/checkout"]
+    base_ms = 1_700_000_000_000
+    t0 = time.perf_counter()
+    batch = []
+    for i in range(n):
+        record = {
+            "id": i,
+            "user": f"user-{i % 1000}",
+            "page": pages[i % len(pages)],
+            "amount": (i % 1000) / 10.0,
+            "at": datetime.datetime.fromtimestamp((base_ms + i) / 1000, tz=datetime.timezone.utc),
+        }
+        batch.append(serializer.serialize(record))
+        if len(batch) == 1000:
+            producer.send_batch(topic, batch)
+            batch = []
+    if batch:
+        producer.send_batch(topic, batch)
+    producer.flush()
+    producer.close()
+    return time.perf_counter() - t0
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--messages", type=int, default=1_000_000)
+    parser.add_argument("-p", "--partitions", type=int, default=4)
+    parser.add_argument("--avro", type=int, default=200_000, help="Avro records for the typed read")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--executor-cores", type=int, default=2)
+    parser.add_argument("--json-only", action="store_true")
+    args = parser.parse_args(argv)
+
+    import raylog
+    import raylog_spark
+    from pyspark.sql import functions as F
+
+    rows: list[dict] = []
+    workdir = tempfile.mkdtemp(prefix="raylog-bench-spark-")
+    client = raylog.connect(num_cpus=max(4, args.executor_cores + 2))
+    spark = None
+    try:
+        client.create_topic("bench", partitions=args.partitions)
+        seconds = produce_plain(client, "bench", args.messages)
+        _emit(rows, {"case": "produce", "messages": args.messages, "seconds": round(seconds, 3)}, args.json_only)
+        if args.avro:
+            client.create_topic("bench-avro", partitions=args.partitions)
+            seconds = produce_avro(client, "bench-avro", args.avro)
+            _emit(rows, {"case": "produce avro", "messages": args.avro, "seconds": round(seconds, 3)}, args.json_only)
+
+        spark = raylog_spark.init_spark(
+            app_name="raylog-bench-spark-read",
+            num_executors=1,
+            executor_cores=args.executor_cores,
+            executor_memory="2G",
+        )
+
+        def topic(value_format="binary", name="bench"):
+            return raylog_spark.read_topic(spark, name, value_format=value_format, client=client)
+
+        parquet = os.path.join(workdir, "bench.parquet")
+        topic().write.parquet(parquet)
+        scan = F.sum(F.length("value")).alias("bytes")
+        cases = [
+            ("count", "raylog", lambda: topic().count()),
+            ("count", "parquet", lambda: spark.read.parquet(parquet).count()),
+            ("scan", "raylog", lambda: topic().agg(scan).collect()[0][0]),
+            ("scan", "parquet", lambda: spark.read.parquet(parquet).agg(scan).collect()[0][0]),
+        ]
+        if args.avro:
+            avro_parquet = os.path.join(workdir, "bench-avro.parquet")
+            topic("avro", "bench-avro").drop("key").write.parquet(avro_parquet)
+            typed = [F.count("*").alias("rows"), F.sum("amount").alias("amount")]
+            cases += [
+                ("avro", "raylog", lambda: topic("avro", "bench-avro").agg(*typed).collect()[0][0]),
+                ("avro", "parquet", lambda: spark.read.parquet(avro_parquet).agg(*typed).collect()[0][0]),
+            ]
+        # Reference: a mapInArrow job over one empty range per partition, the
+        # fixed cost of any Python reader in Spark 3.5 (tasks, Python workers).
+        floor = lambda: spark.range(0, args.partitions, 1, args.partitions).mapInArrow(  # noqa: E731
+            empty_reader, "n long"
+        ).count()
+        cases.append(("floor", "mapInArrow", floor))
+
+        # Warm-up, then rounds that run every case once each, so that every
+        # case sees the same load on the machine; best and median reported.
+        times: dict[tuple[str, str], list[float]] = {(c, s): [] for c, s, _ in cases}
+        for round_ in range(args.repeat + 1):
+            for case, source, fn in cases:
+                t0 = time.perf_counter()
+                result = fn()
+                seconds = time.perf_counter() - t0
+                expected = {"avro": args.avro, "scan": args.messages * VALUE_BYTES, "floor": 0}.get(case, args.messages)
+                if result != expected:
+                    raise RuntimeError(f"{case} {source} returned {result}, expected {expected}")
+                if round_:
+                    times[(case, source)].append(seconds)
+        results = {}
+        for (case, source), runs in times.items():
+            n = {"avro": args.avro, "floor": 0}.get(case, args.messages)
+            best = min(runs)
+            results[(case, source)] = n / best
+            _emit(
+                rows,
+                {
+                    "case": case,
+                    "source": source,
+                    "rows": n,
+                    "seconds": round(best, 3),
+                    "median_seconds": round(statistics.median(runs), 3),
+                    "rows_per_s": round(n / best),
+                    "partitions": args.partitions,
+                    "executor_cores": args.executor_cores,
+                },
+                args.json_only,
+            )
+        for case in ("count", "scan", "avro"):
+            if (case, "raylog") in results:
+                ratio = results[(case, "raylog")] / results[(case, "parquet")]
+                _emit(rows, {"case": case, "ratio_raylog_to_parquet": round(ratio, 3)}, args.json_only)
+        if not args.json_only:
+            print()
+            print(f"{'case':<8}{'raylog rows/s':>16}{'parquet rows/s':>17}{'ratio':>8}")
+            for case in ("count", "scan", "avro"):
+                if (case, "raylog") in results:
+                    r, p = results[(case, "raylog")], results[(case, "parquet")]
+                    print(f"{case:<8}{r:>16,.0f}{p:>17,.0f}{r / p:>8.2f}")
+            print()
+            print("count: Parquet answers from its footers (metadata); scan and avro read every row.")
+            print(
+                f"floor: an empty mapInArrow job over {args.partitions} partitions took "
+                f"{min(times[('floor', 'mapInArrow')]):.3f} s; raylog count {min(times[('count', 'raylog')]):.3f} s, "
+                f"Parquet count {min(times[('count', 'parquet')]):.3f} s."
+            )
+    finally:
+        try:
+            if spark is not None:
+                raylog_spark.stop_spark()
+        finally:
+            client.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
