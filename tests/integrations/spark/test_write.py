@@ -18,7 +18,10 @@ pytestmark = pytest.mark.timeout(600)
 def spark(ray_local):
     try:
         yield raylog_spark.init_spark(
-            app_name="raylog-test-write", num_executors=1, executor_cores=1, executor_memory="512M"
+            app_name="raylog-test-write", num_executors=1,
+            executor_cores=1,
+            executor_memory="512M",
+            configs={"spark.task.maxFailures": "1"},  # failing tasks fail the job at once
         )
     finally:
         raylog_spark.stop_spark()
