@@ -22,9 +22,9 @@ RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
 COMMAND_TIMEOUT_S = 300
 _OUR_VARS = ("RAYLOG_ZOOKEEPER", "RAYLOG_RAY_ADDRESS", "RAYLOG_CLUSTER", "RAYLOG_TOKEN", "RAYLOG_DATA_DIR", "RAY_ADDRESS")
 
-WINDOW_MS = 1000
-A = 10_000  # a window start: 1970-01-01 00:00:10 UTC
-B = 20_000  # a later window
+# The audited producers and consumers of test_audit.py, the same windows.
+from test_audit import _consume_all, _produce_windows  # noqa: E402
+
 A_UTC = "1970-01-01 00:00:10"
 B_UTC = "1970-01-01 00:00:20"
 
@@ -52,29 +52,6 @@ def cluster(zookeeper, ray_local, raylog_client):
         "--ray-address", ray_local.get_runtime_context().gcs_address,
         "--cluster", raylog_client.settings.cluster,
     ]
-
-
-def _produce_windows(client, topic, sets_a: int, sets_b: int) -> None:
-    producer = client.producer(batch_size=10, acks=1, audit=True, audit_window_ms=WINDOW_MS, audit_interval_ms=60_000)
-    for window, sets in ((A, sets_a), (B, sets_b)):
-        for i in range(sets * 10):
-            producer.send(topic, b"x" * 100, timestamp_ms=window + i % WINDOW_MS)
-        producer.flush()  # one set of 10 per batch, windows in separate sets
-    producer.close()
-
-
-def _consume_all(client, topic, group, expect: int) -> int:
-    consumer = client.consumer(
-        topic, group=group, auto_offset_reset="earliest", audit=True, audit_window_ms=WINDOW_MS,
-        session_timeout_ms=4000,
-    )
-    got = idle = 0
-    while idle < 6 and got < expect:
-        batch = consumer.poll(timeout_ms=500)
-        got += len(batch)
-        idle = 0 if batch else idle + 1
-    consumer.close()  # publishes the last counts
-    return got
 
 
 def _rows(stdout: str) -> tuple[list[str], list[list[str]]]:
