@@ -54,9 +54,10 @@ def test_partitions_spread_round_robin_from_an_offset():
 
 def test_labelled_nodes_are_pinned_by_label_and_others_by_hard_affinity():
     assert scheduling_options("disk-a", []) == {"label_selector": {NODE_LABEL: "disk-a"}}
-    options = scheduling_options("ip:10.0.0.2", [_node("n2", address="10.0.0.2")])
+    node_id = "ab" * 28  # Ray checks the hex form of node ids
+    options = scheduling_options("ip:10.0.0.2", [_node(node_id, address="10.0.0.2")])
     strategy = options["scheduling_strategy"]
-    assert strategy.node_id == "n2" and strategy.soft is False
+    assert strategy.node_id == node_id and strategy.soft is False
 
 
 def test_identity_prefers_the_label():
