@@ -175,6 +175,12 @@ class PartitionActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node id this actor runs on (changes with a node restart)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def address(self) -> tuple[str, int]:
         return self.host, self.port
 
