@@ -10,6 +10,8 @@ Per partition (tags ``cluster``, ``topic``, ``partition``), recorded by the
 partition actor:
 
 - ``raylog_partition_bytes_in`` (counter): bytes appended to the log;
+- ``raylog_partition_messages_in`` (counter): messages appended (a
+  compressed set counts as one)
 - ``raylog_partition_message_sets_in`` (counter): message sets appended
   (producer batches; a compressed wrapper is one set);
 - ``raylog_partition_bytes_out`` (counter): bytes the data server sent
@@ -81,6 +83,9 @@ class PartitionMetrics:
         self._sets_in = Counter(
             "raylog_partition_message_sets_in", "message sets (producer batches) appended to the partition log", keys
         )
+        self._messages_in = Counter(
+            "raylog_partition_messages_in", "messages appended to the partition log (a compressed set counts as one)", keys
+        )
         self._bytes_out = Counter("raylog_partition_bytes_out", "bytes sent by the partition's data server", keys)
         self._flush_latency = Histogram(
             "raylog_partition_flush_latency_ms",
@@ -104,6 +109,7 @@ class PartitionMetrics:
         self._values = {
             "bytes_in_total": 0,
             "message_sets_in_total": 0,
+            "messages_in_total": 0,
             "bytes_out_total": 0,
             "flushes_timed": 0,
             "flush_latency_ms_sum": 0.0,
@@ -149,6 +155,7 @@ class PartitionMetrics:
         current = {
             "bytes_in_total": bytes_in,
             "message_sets_in_total": server_stats.get("message_sets_in", 0),
+            "messages_in_total": log.messages_appended,
             "bytes_out_total": server_stats.get("bytes_out", 0),
         }
         gauges = {
@@ -160,6 +167,7 @@ class PartitionMetrics:
         counters = {
             "bytes_in_total": self._bytes_in,
             "message_sets_in_total": self._sets_in,
+            "messages_in_total": self._messages_in,
             "bytes_out_total": self._bytes_out,
         }
         metric_of = {

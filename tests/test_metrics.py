@@ -61,6 +61,7 @@ def test_partition_metrics_follow_produce_flush_and_fetch(raylog_client, make_to
     after = ray.get(actor.metrics.remote())
     assert after["bytes_in_total"] == end  # every appended byte, counted once
     assert after["message_sets_in_total"] >= 1
+    assert after["messages_in_total"] == 200  # every message, counted once
     assert after["high_watermark"] == high_watermark
     assert after["log_size_bytes"] == end
     assert after["log_start_offset"] == 0 and after["segments"] == 1

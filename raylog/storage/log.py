@@ -139,6 +139,7 @@ class PartitionLog:
         self._failed: BaseException | None = None
         self._reports: list[RecoveryReport] = []
         self._unflushed = 0
+        self._messages_appended = 0  # since open (outer messages)
         self._first_unflushed_at: float | None = None
         self._flush_requested = False
         try:
@@ -193,6 +194,13 @@ class PartitionLog:
     def unflushed_messages(self) -> int:
         return self._unflushed
 
+
+    @property
+    def messages_appended(self) -> int:
+        """Messages appended since the log was opened (a compressed set
+        counts as one); a cheap running total for metrics."""
+        return self._messages_appended
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -246,6 +254,7 @@ class PartitionLog:
             if not self._unflushed:
                 self._first_unflushed_at = self._clock()
             self._unflushed += count
+            self._messages_appended += count
             due = self._unflushed >= self._config.flush_messages and not self._flush_requested
             if due:
                 self._flush_requested = True
