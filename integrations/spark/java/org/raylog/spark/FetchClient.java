@@ -1,0 +1,327 @@
+package org.raylog.spark;
+
+import java.io.Closeable;
+import java.io.EOFException;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
+import java.util.Map;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+/**
+ * The client end of a partition actor's data socket, for FETCH only: the
+ * wire protocol of {@code raylog/transfer/protocol.py}, big-endian throughout.
+ *
+ * <pre>
+ * request frame                         FETCH body                    AUTH body
+ *   1. size            u32                5. topic length u16           5. token length u16
+ *   2. api key         i16 (1 FETCH,      6. topic        UTF-8         6. token        bytes
+ *                           3 AUTH)       7. partition    i32
+ *   3. version         i16 (0)            8. offset       i64
+ *   4. correlation id  i32                9. max bytes    i32
+ *                                        10. max wait ms  i32 (0 here: no long poll)
+ *
+ * reply frame                           FETCH reply body (error code 0)
+ *   1. size            u32                4. high watermark   i64
+ *   2. correlation id  i32                5. log start offset i64
+ *   3. error code      i16                6. data length      i32
+ *                                         7. data             the log from the offset:
+ * error reply body (error code != 0)         whole messages and maybe a partial last one
+ *   4. message length u16, 5. message UTF-8, 6. details length u16, 7. details JSON object
+ * </pre>
+ *
+ * <p>One request may be outstanding while the caller works on the previous
+ * reply ({@link #sendFetch} then {@link #readFetch}): the next reply streams
+ * into the socket meanwhile. A connection-level failure closes the socket.
+ * Not thread-safe: one reader owns it.
+ */
+final class FetchClient implements Closeable {
+
+  static final short API_FETCH = 1;
+  static final short API_AUTH = 3;
+  static final short VERSION = 0;
+  /** header room on top of the largest message (protocol.FRAME_OVERHEAD_BYTES) */
+  static final int FRAME_OVERHEAD_BYTES = 64 * 1024;
+  /** size, correlation id, error code */
+  private static final int REPLY_HEADER = 10;
+  /** high watermark, log start offset, data length */
+  private static final int FETCH_FIELDS = 20;
+
+  private final String host;
+  private final int port;
+  private final byte[] token;
+  private final int timeoutMs;
+  private final int maxFrameBytes;
+
+  private Socket socket;
+  private InputStream in;
+  private OutputStream out;
+  private int correlation;
+  /** correlation id of the FETCH sent and not read yet, or null */
+  private Integer outstanding;
+  private final byte[] header = new byte[REPLY_HEADER + FETCH_FIELDS];
+  private final byte[] request = new byte[256];
+
+  /** What a FETCH reply said besides its data. */
+  long highWatermark;
+  long logStartOffset;
+
+  FetchClient(String host, int port, byte[] token, int timeoutMs, int maxMessageBytes) {
+    this.host = host;
+    this.port = port;
+    this.token = token;
+    this.timeoutMs = timeoutMs;
+    this.maxFrameBytes = maxMessageBytes + FRAME_OVERHEAD_BYTES;
+  }
+
+  String where() {
+    return host + ":" + port;
+  }
+
+  /** The most log bytes one reply can carry. */
+  int maxDataBytes() {
+    return maxFrameBytes - (REPLY_HEADER - 4) - FETCH_FIELDS;
+  }
+
+  private void connect() {
+    if (socket != null) {
+      return;
+    }
+    Socket s = new Socket();
+    try {
+      s.setTcpNoDelay(true);
+      s.setSoTimeout(timeoutMs);
+      s.connect(new InetSocketAddress(host, port), timeoutMs);
+      socket = s;
+      in = s.getInputStream();
+      out = s.getOutputStream();
+    } catch (IOException e) {
+      closeQuietly(s);
+      throw new RaylogReadException(
+          RaylogReadException.BROKER_UNAVAILABLE,
+          "cannot connect to the data socket " + where() + ": " + e
+              + "; the partition actor may have moved or restarted since the read was planned "
+              + "(Spark retries the task; read the topic again to plan with its new endpoint)",
+          null,
+          e);
+    }
+    if (token != null) {
+      int id = ++correlation;
+      byte[] frame = new byte[4 + 8 + 2 + token.length];
+      int pos = putHeader(frame, API_AUTH, id, 2 + token.length);
+      pos = putShort(frame, pos, token.length);
+      System.arraycopy(token, 0, frame, pos, token.length);
+      write(frame, frame.length);
+      readReplyHeader(id, "AUTH");
+      int size = readInt(header, 0);
+      if (size != REPLY_HEADER - 4) {
+        fail(RaylogReadException.PROTOCOL, "AUTH reply of " + size + " bytes, expected " + (REPLY_HEADER - 4));
+      }
+    }
+  }
+
+  /** Send a FETCH of up to {@code maxBytes} of the log at {@code offset} (no long poll). */
+  void sendFetch(byte[] topic, int partition, long offset, int maxBytes) {
+    if (outstanding != null) {
+      throw new IllegalStateException("a FETCH is already outstanding");
+    }
+    connect();
+    int id = ++correlation;
+    int body = 2 + topic.length + 4 + 8 + 4 + 4;
+    byte[] frame = 4 + 8 + body <= request.length ? request : new byte[4 + 8 + body];
+    int pos = putHeader(frame, API_FETCH, id, body);
+    pos = putShort(frame, pos, topic.length);
+    System.arraycopy(topic, 0, frame, pos, topic.length);
+    pos += topic.length;
+    pos = putInt(frame, pos, partition);
+    pos = putLong(frame, pos, offset);
+    pos = putInt(frame, pos, maxBytes);
+    pos = putInt(frame, pos, 0);
+    write(frame, pos);
+    outstanding = id;
+  }
+
+  /**
+   * Read the reply of the outstanding FETCH: its data goes to {@code buf}
+   * (which must hold {@link #maxDataBytes()}); returns the data length. An
+   * error reply raises its raylog error, and the connection stays usable.
+   */
+  int readFetch(byte[] buf) {
+    if (outstanding == null) {
+      throw new IllegalStateException("no FETCH is outstanding");
+    }
+    int id = outstanding;
+    outstanding = null;
+    readReplyHeader(id, "FETCH");
+    int size = readInt(header, 0);
+    if (size < REPLY_HEADER - 4 + FETCH_FIELDS) {
+      fail(RaylogReadException.PROTOCOL, "FETCH reply of " + size + " bytes is shorter than its fields");
+    }
+    readFully(header, REPLY_HEADER, FETCH_FIELDS);
+    highWatermark = readLong(header, REPLY_HEADER);
+    logStartOffset = readLong(header, REPLY_HEADER + 8);
+    int length = readInt(header, REPLY_HEADER + 16);
+    if (length < 0 || size != REPLY_HEADER - 4 + FETCH_FIELDS + length) {
+      fail(RaylogReadException.PROTOCOL, "FETCH reply of " + size + " bytes carries a data length of " + length);
+    }
+    if (length > buf.length) {
+      fail(RaylogReadException.PROTOCOL, "FETCH reply carries " + length + " bytes, more than " + buf.length);
+    }
+    readFully(buf, 0, length);
+    return length;
+  }
+
+  /** Read a reply header of the request {@code id}; an error reply is raised here. */
+  private void readReplyHeader(int id, String api) {
+    readFully(header, 0, REPLY_HEADER);
+    long size = readInt(header, 0) & 0xFFFFFFFFL;
+    int replyId = readInt(header, 4);
+    int code = ((header[8] & 0xFF) << 8) | (header[9] & 0xFF);
+    code = (short) code;
+    if (size > maxFrameBytes) {
+      fail(RaylogReadException.PROTOCOL,
+          api + " reply frame of " + size + " bytes exceeds the maximum of " + maxFrameBytes + " bytes");
+    }
+    if (size < REPLY_HEADER - 4) {
+      fail(RaylogReadException.PROTOCOL, api + " reply frame of " + size + " bytes is shorter than its header");
+    }
+    if (code != 0) {
+      byte[] body = new byte[(int) size - (REPLY_HEADER - 4)];
+      readFully(body, 0, body.length);
+      RaylogReadException err = decodeError(code, body);
+      if (replyId != id) {
+        close(); // an error about the connection itself: the server closes it
+      }
+      throw err;
+    }
+    if (replyId != id) {
+      fail(RaylogReadException.PROTOCOL, api + " reply for correlation id " + replyId + ", expected " + id);
+    }
+  }
+
+  @SuppressWarnings("unchecked")
+  static RaylogReadException decodeError(int code, byte[] body) {
+    try {
+      int length = ((body[0] & 0xFF) << 8) | (body[1] & 0xFF);
+      String message = new String(body, 2, length, StandardCharsets.UTF_8);
+      int pos = 2 + length;
+      int detailsLength = ((body[pos] & 0xFF) << 8) | (body[pos + 1] & 0xFF);
+      Map<String, Object> details = new HashMap<>();
+      if (detailsLength > 0) {
+        Object parsed = new ObjectMapper().readValue(body, pos + 2, detailsLength, Object.class);
+        if (parsed instanceof Map) {
+          details.putAll((Map<String, Object>) parsed);
+        }
+      }
+      return new RaylogReadException(code, message, details, null);
+    } catch (IOException | RuntimeException e) {
+      return new RaylogReadException(RaylogReadException.PROTOCOL, "malformed error reply (error code " + code + ")");
+    }
+  }
+
+  private void fail(int code, String message) {
+    close();
+    throw new RaylogReadException(code, message + " from " + where());
+  }
+
+  private void write(byte[] frame, int length) {
+    try {
+      out.write(frame, 0, length);
+      out.flush();
+    } catch (IOException e) {
+      close();
+      throw unavailable("sending to", e);
+    }
+  }
+
+  private void readFully(byte[] buf, int off, int len) {
+    try {
+      while (len > 0) {
+        int n = in.read(buf, off, len);
+        if (n < 0) {
+          throw new EOFException("the server closed the connection");
+        }
+        off += n;
+        len -= n;
+      }
+    } catch (SocketTimeoutException e) {
+      close();
+      throw new RaylogReadException(
+          RaylogReadException.REQUEST_TIMEOUT,
+          "no reply from the data socket " + where() + " within " + timeoutMs + " ms", null, e);
+    } catch (IOException e) {
+      close();
+      throw unavailable("reading from", e);
+    }
+  }
+
+  private RaylogReadException unavailable(String what, IOException e) {
+    return new RaylogReadException(
+        RaylogReadException.BROKER_UNAVAILABLE,
+        what + " the data socket " + where() + " failed: " + e
+            + "; the partition actor may be restarting (Spark retries the task)",
+        null,
+        e);
+  }
+
+  @Override
+  public void close() {
+    outstanding = null;
+    if (socket != null) {
+      closeQuietly(socket);
+      socket = null;
+      in = null;
+      out = null;
+    }
+  }
+
+  private static void closeQuietly(Socket s) {
+    try {
+      s.close();
+    } catch (IOException e) {
+      // closing: nothing to do
+    }
+  }
+
+  // -- big-endian fields --------------------------------------------------------
+
+  private static int putHeader(byte[] b, short api, int id, int body) {
+    int pos = putInt(b, 0, 8 + body);
+    pos = putShort(b, pos, api);
+    pos = putShort(b, pos, VERSION);
+    return putInt(b, pos, id);
+  }
+
+  private static int putShort(byte[] b, int pos, int v) {
+    b[pos] = (byte) (v >>> 8);
+    b[pos + 1] = (byte) v;
+    return pos + 2;
+  }
+
+  static int putInt(byte[] b, int pos, int v) {
+    b[pos] = (byte) (v >>> 24);
+    b[pos + 1] = (byte) (v >>> 16);
+    b[pos + 2] = (byte) (v >>> 8);
+    b[pos + 3] = (byte) v;
+    return pos + 4;
+  }
+
+  private static int putLong(byte[] b, int pos, long v) {
+    putInt(b, pos, (int) (v >>> 32));
+    return putInt(b, pos + 4, (int) v);
+  }
+
+  static int readInt(byte[] b, int pos) {
+    return ((b[pos] & 0xFF) << 24) | ((b[pos + 1] & 0xFF) << 16) | ((b[pos + 2] & 0xFF) << 8) | (b[pos + 3] & 0xFF);
+  }
+
+  static long readLong(byte[] b, int pos) {
+    return ((long) readInt(b, pos) << 32) | (readInt(b, pos + 4) & 0xFFFFFFFFL);
+  }
+}

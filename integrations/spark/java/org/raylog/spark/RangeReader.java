@@ -1,0 +1,232 @@
+package org.raylog.spark;
+
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
+import java.util.Map;
+
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.unsafe.types.UTF8String;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Reads one range of the plan in an executor: FETCHes of up to
+ * {@code fetch_bytes} from the partition actor's data socket, from the
+ * range's start until its end, each next FETCH sent as soon as the previous
+ * reply is in (so the next reply streams in while this one is turned into
+ * rows). Every message is checked ({@link MessageSet}); a partial last
+ * message of a reply is fetched again with the next request. Only messages
+ * whose offset is below the range's end are returned (the end is a message
+ * boundary; the requests never ask past it).
+ *
+ * <p>Rows are {@link UnsafeRow}s of the pruned schema, written into one
+ * reused buffer; with no columns (a count) nothing is copied.
+ *
+ * <p>Data loss, as {@code raylog.data.read_range}: a range that retention
+ * deleted since planning raises DataLossError, or with
+ * {@code fail_on_data_loss=false} is skipped and logged. A partition actor
+ * that moved (NotOwnerError, an unreachable socket) fails the task with a
+ * clear error: Spark retries the task, and reading the topic again plans
+ * with the new endpoint.
+ *
+ * <p>Not thread-safe: Spark drives each reader from one task thread.
+ */
+final class RangeReader implements PartitionReader<InternalRow> {
+
+  private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
+  private static final InternalRow NO_COLUMNS = new UnsafeRowWriter(0).getRow();
+
+  private final ReadOptions.Range range;
+  private final ReadOptions.Settings settings;
+  private final int[] columns;
+  private final byte[] topicBytes;
+  private final UTF8String topic;
+  private final FetchClient client;
+  private final MessageSet messages;
+  private final UnsafeRowWriter writer;
+  private byte[] buffer;
+
+  /** the offset of the next FETCH: everything before it was fetched */
+  private long next;
+  /** whether a FETCH at {@link #next} was sent and not read */
+  private boolean pending;
+  private long rows;
+
+  RangeReader(ReadOptions.Range range, ReadOptions.Settings settings, int[] columns) {
+    this.range = range;
+    this.settings = settings;
+    this.columns = columns;
+    this.topicBytes = range.topic.getBytes(StandardCharsets.UTF_8);
+    this.topic = UTF8String.fromBytes(topicBytes);
+    this.client = new FetchClient(range.host, range.port, settings.token, settings.timeoutMs, settings.maxMessageBytes);
+    this.messages = new MessageSet(settings.maxMessageBytes);
+    this.writer = columns.length == 0 ? null : new UnsafeRowWriter(columns.length, 256);
+    this.next = range.start;
+  }
+
+  @Override
+  public boolean next() {
+    while (!messages.next()) {
+      if (next >= range.end) {
+        return false;
+      }
+      fetch();
+    }
+    rows++;
+    return true;
+  }
+
+  @Override
+  public InternalRow get() {
+    if (writer == null) {
+      return NO_COLUMNS;
+    }
+    MessageSet m = messages;
+    UnsafeRowWriter w = writer;
+    w.reset();
+    w.zeroOutNullBytes();
+    for (int i = 0; i < columns.length; i++) {
+      switch (columns[i]) {
+        case RaylogTable.KEY:
+          if (m.keyLength < 0) {
+            w.setNullAt(i);
+          } else {
+            w.write(i, m.data, m.keyOffset, m.keyLength);
+          }
+          break;
+        case RaylogTable.VALUE:
+          w.write(i, m.data, m.valueOffset, m.valueLength);
+          break;
+        case RaylogTable.TOPIC:
+          w.write(i, topic);
+          break;
+        case RaylogTable.PARTITION:
+          w.write(i, range.partition);
+          break;
+        case RaylogTable.OFFSET:
+          w.write(i, m.offset);
+          break;
+        case RaylogTable.TIMESTAMP:
+          w.write(i, m.timestamp * 1000L);
+          break;
+        default:
+          throw new IllegalStateException("no column " + columns[i]);
+      }
+    }
+    return w.getRow();
+  }
+
+  /** Fetch the next reply at {@link #next} and point {@link #messages} at its whole messages. */
+  private void fetch() {
+    if (buffer == null) {
+      long want = Math.min((long) settings.fetchBytes, range.end - range.start);
+      buffer = new byte[(int) Math.max(4096, Math.min(want, client.maxDataBytes()))];
+    }
+    for (;;) {
+      if (!pending) {
+        send();
+      }
+      pending = false;
+      int length;
+      try {
+        length = client.readFetch(buffer);
+      } catch (RaylogReadException e) {
+        if (e.code() != RaylogReadException.OFFSET_OUT_OF_RANGE) {
+          throw located(e);
+        }
+        skipLost(e);
+        if (next >= range.end) {
+          messages.reset(buffer, 0, next);
+          return;
+        }
+        continue;
+      }
+      if (length == 0) {
+        throw dataLoss(
+            range.topic + "-" + range.partition + " has nothing at " + next + " although the plan reads it up to "
+                + range.end + ": the log lost flushed data since it was planned",
+            next, range.end, client.logStartOffset, client.highWatermark);
+      }
+      int n = (int) Math.min(length, range.end - next);
+      int whole = MessageSet.wholeMessages(buffer, n, settings.maxMessageBytes, next);
+      if (whole == 0) {
+        throw MessageSet.error(
+            RaylogReadException.INVALID_MESSAGE,
+            "the fetch of " + range.topic + "-" + range.partition + " at " + next + " returned no whole message",
+            next);
+      }
+      messages.reset(buffer, whole, next);
+      next += whole;
+      if (next < range.end) {
+        send(); // the next reply streams in while these messages become rows
+      }
+      return;
+    }
+  }
+
+  private void send() {
+    int want = (int) Math.min(Math.min((long) settings.fetchBytes, range.end - next), buffer.length);
+    client.sendFetch(topicBytes, range.partition, next, want);
+    pending = true;
+  }
+
+  /** An OffsetOutOfRangeError at {@link #next}: the range (in part) deleted by retention, or a shorter log. */
+  private void skipLost(RaylogReadException e) {
+    long earliest = e.longDetail("earliest", -1);
+    long latest = e.longDetail("latest", -1);
+    String partition = range.topic + "-" + range.partition;
+    if (earliest < 0 || next >= earliest) {
+      throw dataLoss(
+          partition + " ends at " + latest + " but the plan reads it up to " + range.end
+              + ": the log lost flushed data since it was planned",
+          Math.max(next, latest), range.end, earliest, latest);
+    }
+    long lostEnd = Math.min(range.end, earliest);
+    String lost =
+        partition + " [" + next + ", " + lostEnd + ") (" + (lostEnd - next) + " bytes; the log now starts at "
+            + earliest + ")";
+    if (settings.failOnDataLoss) {
+      throw dataLoss(
+          "offsets " + lost + " were deleted by retention after the read was planned; plan the read again, "
+              + "or pass fail_on_data_loss=False to skip what was lost",
+          next, lostEnd, earliest, latest);
+    }
+    LOG.warn("reading {}: skipping lost {}", range.topic, lost);
+    next = lostEnd;
+  }
+
+  private RaylogReadException dataLoss(String message, long lostStart, long lostEnd, long earliest, long latest) {
+    Map<String, Object> details = new HashMap<>();
+    details.put("topic", range.topic);
+    details.put("partition", range.partition);
+    details.put("lost_start", lostStart);
+    details.put("lost_end", lostEnd);
+    details.put("offset", next);
+    details.put("earliest", earliest);
+    details.put("latest", latest);
+    return new RaylogReadException(RaylogReadException.DATA_LOSS, message, details, null);
+  }
+
+  /** The error with the range it happened in. */
+  private RaylogReadException located(RaylogReadException e) {
+    String message = e.getMessage().substring(e.errorName().length() + 2);
+    String hint = "";
+    if (e.code() == RaylogReadException.NOT_OWNER) {
+      hint = "; the partition moved since the read was planned (Spark retries the task; read the topic "
+          + "again to plan with its new endpoint)";
+    }
+    return new RaylogReadException(
+        e.code(), message + hint + " [reading " + range.describe() + " from " + client.where() + "]", e.details(), e);
+  }
+
+  @Override
+  public void close() {
+    client.close();
+    if (LOG.isDebugEnabled()) {
+      LOG.debug("read {} rows of {}", rows, range.describe());
+    }
+  }
+}

@@ -1,0 +1,25 @@
+package org.raylog.spark;
+
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+
+/** Makes the reader of each range, in the executors. Immutable. */
+final class RangeReaderFactory implements PartitionReaderFactory {
+
+  private static final long serialVersionUID = 1L;
+
+  private final ReadOptions.Settings settings;
+  private final int[] columns;
+
+  RangeReaderFactory(ReadOptions.Settings settings, int[] columns) {
+    this.settings = settings;
+    this.columns = columns;
+  }
+
+  @Override
+  public PartitionReader<InternalRow> createReader(InputPartition partition) {
+    return new RangeReader(((RangePartition) partition).range, settings, columns);
+  }
+}

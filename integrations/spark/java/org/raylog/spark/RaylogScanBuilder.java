@@ -1,0 +1,31 @@
+package org.raylog.spark;
+
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Builds the scan of a planned read, with only the columns the query needs:
+ * a count needs none, and then no key or value is copied (every message is
+ * still fetched and checked). Not thread-safe (Spark uses it from one thread).
+ */
+final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns {
+
+  private final ReadOptions options;
+  private StructType required = RaylogTable.SCHEMA;
+
+  RaylogScanBuilder(ReadOptions options) {
+    this.options = options;
+  }
+
+  @Override
+  public void pruneColumns(StructType requiredSchema) {
+    this.required = requiredSchema;
+  }
+
+  @Override
+  public Scan build() {
+    return new RaylogScan(options, required);
+  }
+}

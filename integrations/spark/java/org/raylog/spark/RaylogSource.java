@@ -1,0 +1,56 @@
+package org.raylog.spark;
+
+import java.util.Map;
+
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * The raylog batch source for Spark (DataSource V2), short name {@code "raylog"}.
+ *
+ * <p>It reads a fixed plan of byte ranges of partition logs, made by raylog's
+ * Python driver ({@code raylog.data.plan_read}), straight from the partition
+ * actors' data sockets inside the executors' JVMs:
+ *
+ * <pre>
+ *   spark.read.format("raylog")
+ *       .option("ranges", "[{\"topic\": \"clicks\", \"partition\": 0, \"start\": 0,
+ *                            \"end\": 4096, \"host\": \"10.0.0.5\", \"port\": 40123,
+ *                            \"location\": \"10.0.0.5\"}]")
+ *       .load()
+ * </pre>
+ *
+ * <p>The options are described in {@link ReadOptions}. Each range becomes one
+ * Spark partition ({@link RangePartition}) that prefers the host of its
+ * partition's node; {@link RangeReader} fetches it, checks every message and
+ * builds the rows. The schema is that of Spark's Kafka source
+ * ({@link RaylogTable#SCHEMA}).
+ *
+ * <p>Python users call {@code raylog_spark.read_topic}, which plans the read
+ * and sets the options; this class is the entry point Spark finds through
+ * {@code META-INF/services/org.apache.spark.sql.sources.DataSourceRegister}.
+ */
+public final class RaylogSource implements TableProvider, DataSourceRegister {
+
+  /** The name of the format: {@code spark.read.format("raylog")}. */
+  public static final String SHORT_NAME = "raylog";
+
+  @Override
+  public String shortName() {
+    return SHORT_NAME;
+  }
+
+  @Override
+  public StructType inferSchema(CaseInsensitiveStringMap options) {
+    return RaylogTable.SCHEMA;
+  }
+
+  @Override
+  public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    return new RaylogTable();
+  }
+}

@@ -1,0 +1,194 @@
+package org.raylog.spark;
+
+import java.io.IOException;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.Collections;
+import java.util.List;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * The options of a raylog read, as set by raylog's Python driver
+ * ({@code raylog_spark.read_topic}). Immutable.
+ *
+ * <table>
+ *   <caption>options</caption>
+ *   <tr><th>option</th><th>meaning</th><th>default</th></tr>
+ *   <tr><td>ranges</td><td>JSON array of ranges, each an object with topic (string), partition
+ *       (int), start and end (byte offsets, message boundaries, end exclusive), host and port
+ *       (the partition's data socket) and optionally location (the host Spark should prefer
+ *       for the read)</td><td>required</td></tr>
+ *   <tr><td>token</td><td>the data sockets' shared token, base64</td><td>none (no AUTH)</td></tr>
+ *   <tr><td>fetch_bytes</td><td>bytes asked for by one FETCH</td><td>8 MiB</td></tr>
+ *   <tr><td>max_message_bytes</td><td>the topic's message size bound; replies may be at most
+ *       this plus 64 KiB</td><td>1 MiB</td></tr>
+ *   <tr><td>timeout_ms</td><td>connect and read timeout of the data socket</td><td>30000</td></tr>
+ *   <tr><td>fail_on_data_loss</td><td>a range deleted by retention since planning fails the
+ *       task (true) or is skipped and logged (false)</td><td>true</td></tr>
+ *   <tr><td>locality</td><td>prefer the ranges' locations</td><td>true</td></tr>
+ * </table>
+ */
+final class ReadOptions implements Serializable {
+
+  private static final long serialVersionUID = 1L;
+
+  static final int KiB = 1024;
+  static final int MiB = 1024 * KiB;
+
+  /** One range of the plan: bytes [start, end) of a partition's log. Immutable. */
+  static final class Range implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    final String topic;
+    final int partition;
+    final long start;
+    final long end;
+    final String host;
+    final int port;
+    /** the host Spark should prefer for this read, or null */
+    final String location;
+
+    Range(String topic, int partition, long start, long end, String host, int port, String location) {
+      this.topic = topic;
+      this.partition = partition;
+      this.start = start;
+      this.end = end;
+      this.host = host;
+      this.port = port;
+      this.location = location;
+    }
+
+    String describe() {
+      return topic + "-" + partition + " [" + start + ", " + end + ")";
+    }
+  }
+
+  /** What every reader of the read needs besides its range. Immutable. */
+  static final class Settings implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    /** null: the data sockets need no AUTH */
+    final byte[] token;
+    final int fetchBytes;
+    final int maxMessageBytes;
+    final int timeoutMs;
+    final boolean failOnDataLoss;
+
+    Settings(byte[] token, int fetchBytes, int maxMessageBytes, int timeoutMs, boolean failOnDataLoss) {
+      this.token = token;
+      this.fetchBytes = fetchBytes;
+      this.maxMessageBytes = maxMessageBytes;
+      this.timeoutMs = timeoutMs;
+      this.failOnDataLoss = failOnDataLoss;
+    }
+  }
+
+  final List<Range> ranges;
+  final Settings settings;
+  final boolean locality;
+
+  private ReadOptions(List<Range> ranges, Settings settings, boolean locality) {
+    this.ranges = ranges;
+    this.settings = settings;
+    this.locality = locality;
+  }
+
+  static ReadOptions parse(CaseInsensitiveStringMap options) {
+    String json = options.get("ranges");
+    if (json == null) {
+      throw new IllegalArgumentException(
+          "the raylog source needs the option 'ranges' (a JSON array of byte ranges); "
+              + "read topics with raylog_spark.read_topic, which plans them");
+    }
+    List<Range> ranges = parseRanges(json);
+    byte[] token = null;
+    String encoded = options.get("token");
+    if (encoded != null && !encoded.isEmpty()) {
+      try {
+        token = Base64.getDecoder().decode(encoded);
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException("raylog option 'token' must be base64: " + e.getMessage());
+      }
+    }
+    int fetchBytes = positive(options, "fetch_bytes", 8 * MiB);
+    int maxMessageBytes = positive(options, "max_message_bytes", MiB);
+    int timeoutMs = positive(options, "timeout_ms", 30_000);
+    boolean failOnDataLoss = options.getBoolean("fail_on_data_loss", true);
+    boolean locality = options.getBoolean("locality", true);
+    Settings settings = new Settings(token, fetchBytes, maxMessageBytes, timeoutMs, failOnDataLoss);
+    return new ReadOptions(ranges, settings, locality);
+  }
+
+  private static int positive(CaseInsensitiveStringMap options, String key, int fallback) {
+    String raw = options.get(key);
+    if (raw == null) {
+      return fallback;
+    }
+    try {
+      int value = Integer.parseInt(raw.trim());
+      if (value > 0) {
+        return value;
+      }
+    } catch (NumberFormatException e) {
+      // reported below
+    }
+    throw new IllegalArgumentException("raylog option '" + key + "' must be a positive int, got " + raw);
+  }
+
+  static List<Range> parseRanges(String json) {
+    JsonNode root;
+    try {
+      root = new ObjectMapper().readTree(json);
+    } catch (IOException e) {
+      throw new IllegalArgumentException("raylog option 'ranges' is not valid JSON: " + e.getMessage(), e);
+    }
+    if (root == null || !root.isArray()) {
+      throw new IllegalArgumentException("raylog option 'ranges' must be a JSON array of ranges");
+    }
+    List<Range> ranges = new ArrayList<>(root.size());
+    for (int i = 0; i < root.size(); i++) {
+      JsonNode node = root.get(i);
+      String what = "raylog option 'ranges'[" + i + "]";
+      if (!node.isObject()) {
+        throw new IllegalArgumentException(what + " must be an object");
+      }
+      String topic = text(node, "topic", what);
+      int partition = (int) number(node, "partition", what);
+      long start = number(node, "start", what);
+      long end = number(node, "end", what);
+      String host = text(node, "host", what);
+      int port = (int) number(node, "port", what);
+      JsonNode loc = node.get("location");
+      String location = loc == null || loc.isNull() || loc.asText().isEmpty() ? null : loc.asText();
+      if (start < 0 || end < start) {
+        throw new IllegalArgumentException(what + " has start " + start + " and end " + end);
+      }
+      if (partition < 0 || port <= 0 || port > 0xFFFF) {
+        throw new IllegalArgumentException(what + " has partition " + partition + " and port " + port);
+      }
+      ranges.add(new Range(topic, partition, start, end, host, port, location));
+    }
+    return Collections.unmodifiableList(ranges);
+  }
+
+  private static String text(JsonNode node, String field, String what) {
+    JsonNode value = node.get(field);
+    if (value == null || !value.isTextual()) {
+      throw new IllegalArgumentException(what + " needs a string '" + field + "'");
+    }
+    return value.asText();
+  }
+
+  private static long number(JsonNode node, String field, String what) {
+    JsonNode value = node.get(field);
+    if (value == null || !value.canConvertToLong() || !value.isIntegralNumber()) {
+      throw new IllegalArgumentException(what + " needs an integer '" + field + "'");
+    }
+    return value.asLong();
+  }
+}
