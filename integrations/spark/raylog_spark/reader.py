@@ -14,22 +14,38 @@ How a read runs:
    (validating explicit offsets, reporting or refusing lost data, splitting
    ranges for ``min_partitions`` at message boundaries). The plan, with the
    partitions' endpoints, is a small picklable value.
-2. A DataFrame of range numbers, one row and one Spark partition per range,
-   is built with RayDP's ``RayObjectRefRDD``, whose preferred location for
-   each partition is a node IP; it is given the IP of the Ray node that holds
-   the range's partition, so Spark's scheduler runs the read there when an
-   executor runs there (``spark.locality.wait`` bounds how long it waits for
-   one). Without RayDP's class (or with ``locality=False``) it is
-   ``spark.range`` with one row per partition and no preference.
-3. ``mapInArrow`` runs :func:`raylog.data.read_range` for each range in the
-   executors: direct fetches from the partition actor's data socket, CRC
-   checks, and Arrow RecordBatches (one per fetch of up to 8 MiB) handed to
-   Spark without building Python rows. With ``value_format="avro"`` the
-   values are decoded in the same pass into typed columns.
+2. The executors read the ranges, one Spark partition per range, each
+   preferring the node that holds the range's partition (Spark's scheduler
+   runs the read there when an executor runs there; ``spark.locality.wait``
+   bounds how long it waits for one). Two engines read:
+
+   * ``"jvm"``: the Spark data source ``raylog`` (Java, built by
+     :mod:`raylog_spark.jvm`, added to the session by ``init_spark``) runs
+     in the executors' JVMs: ``spark.read.format("raylog")`` with the plan's
+     ranges as an option; it fetches from the data sockets, checks every
+     message's CRC32C, unpacks compressed wrappers and builds Spark rows
+     without any Python worker. A query that needs no column (a count)
+     copies no key or value, but still fetches and checks every message.
+   * ``"python"``: ``mapInArrow`` runs :func:`raylog.data.read_range` in
+     Spark's Python workers over a DataFrame of range numbers (RayDP's
+     ``RayObjectRefRDD`` gives each its node as preferred location) and
+     hands Arrow RecordBatches to Spark. It pays for Python workers (about
+     0.3 s per job on a small machine, more than the whole JVM read of a
+     million messages) and is the fallback when the JVM reader is missing.
+
+   ``engine="auto"`` (the default) takes the JVM reader when the session
+   loads it. ``value_format="json"`` parses the value column with Spark's
+   ``from_json`` on either engine. ``value_format="avro"`` always decodes in
+   Python (fastavro), and then reads with the Python reader in the same
+   pass: the values would reach Python anyway, and fetching them there
+   costs less than shipping them from the JVM to the Python workers.
 
 The DataFrame is as repeatable as its plan: every action over it reads the
 same ranges (unless retention deleted them meanwhile, see
 ``fail_on_data_loss``). Plan again (call ``read_topic`` again) to see new data.
+Errors the executors meet (data lost since planning, a corrupt message, a
+partition actor that moved) fail the Spark job with the raylog error's
+name at the start of the message, e.g. ``DataLossError: ...``.
 
 Columns (Spark's Kafka source): ``key`` binary, ``value`` binary, ``topic``
 string, ``partition`` int, ``offset`` long (the byte offset; the inner
@@ -41,7 +57,9 @@ With ``value_format="json"`` or ``"avro"`` the value's fields replace
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
 import logging
 from typing import Any, Iterator
 
@@ -53,6 +71,7 @@ from raylog.errors import ConfigError, SchemaError
 log = logging.getLogger(__name__)
 
 VALUE_FORMATS = ("binary", "json", "avro")
+ENGINES = ("auto", "jvm", "python")
 #: the columns every read returns besides the value
 META_COLUMNS = ("key", "topic", "partition", "offset", "timestamp")
 #: values read on the driver to infer a JSON schema or find an Avro schema id
@@ -93,6 +112,7 @@ def read_topic(
     sample: int = DEFAULT_SAMPLE,
     locality: bool = True,
     fetch_bytes: int = FETCH_BYTES,
+    engine: str = "auto",
 ):
     """``topic`` as a DataFrame: the messages between ``starting_offsets``
     and ``ending_offsets``, fixed when this is called.
@@ -112,6 +132,11 @@ def read_topic(
       message). Values written under other schemas are resolved to it (Avro
       schema evolution).
 
+    ``engine``: ``"jvm"`` (the Spark data source ``raylog``; ConfigError
+    when the session cannot load it), ``"python"`` (``mapInArrow``) or
+    ``"auto"`` (the JVM reader when the session loads it); see the module
+    docstring. The engine used is ``df.raylog_engine``.
+
     The plan is kept as ``df.raylog_plan`` (:class:`raylog.data.ReadPlan`:
     offsets, ranges and the lost ranges skipped). Errors that can be found
     on the driver are raised here: unknown topic, an offset off a message
@@ -119,6 +144,8 @@ def read_topic(
     """
     if value_format not in VALUE_FORMATS:
         raise ConfigError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {ENGINES}, got {engine!r}")
     plan = plan_read(
         topic,
         starting_offsets,
@@ -142,6 +169,7 @@ def read_topic(
         sample=sample,
         locality=locality,
         fetch_bytes=fetch_bytes,
+        engine=engine,
     )
     df.raylog_plan = plan
     return df
@@ -160,25 +188,96 @@ def plan_dataframe(
     sample: int = DEFAULT_SAMPLE,
     locality: bool = True,
     fetch_bytes: int = FETCH_BYTES,
+    engine: str = "auto",
 ):
-    """The DataFrame that reads ``plan`` (see :func:`read_topic`)."""
+    """The DataFrame that reads ``plan`` (see :func:`read_topic`); the
+    engine that reads it is ``df.raylog_engine``."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if value_format not in VALUE_FORMATS:
+        raise ConfigError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
     options = {
         "fail_on_data_loss": plan.fail_on_data_loss,
         "fetch_bytes": fetch_bytes,
         "max_message_bytes": plan.max_message_bytes,
     }
     if value_format == "avro":
+        if engine == "jvm":
+            raise ConfigError(
+                "value_format='avro' decodes in Python and reads with the Python reader; pass engine='auto' "
+                "or 'python', or read value_format='binary' with engine='jvm' and decode the values yourself"
+            )
         decoder = AvroColumns.for_plan(plan, client=client, schema_id=schema_id, flatten=flatten, sample=sample)
-        return _ranges_dataframe(spark, plan, locality).mapInArrow(
+        df = _ranges_dataframe(spark, plan, locality).mapInArrow(
             functools.partial(read_indexed_ranges, plan.ranges, plan.settings, options, decoder),
             decoder.spark_schema,
         )
-    df = _ranges_dataframe(spark, plan, locality).mapInArrow(
-        functools.partial(read_indexed_ranges, plan.ranges, plan.settings, options, None), spark_schema()
-    )
+        df.raylog_engine = "python"
+        return df
+    if _use_jvm(spark, engine):
+        df = jvm_dataframe(spark, plan, locality=locality, fetch_bytes=fetch_bytes)
+        used = "jvm"
+    else:
+        df = _ranges_dataframe(spark, plan, locality).mapInArrow(
+            functools.partial(read_indexed_ranges, plan.ranges, plan.settings, options, None), spark_schema()
+        )
+        used = "python"
     if value_format == "json":
         df = _parse_json(spark, df, plan, schema, json_options, flatten, sample)
+    df.raylog_engine = used
     return df
+
+
+def _use_jvm(spark, engine: str) -> bool:
+    if engine == "python":
+        return False
+    from raylog_spark import jvm
+
+    if jvm.loadable(spark):
+        return True
+    if engine == "jvm":
+        raise ConfigError(
+            f"this Spark session cannot load the raylog data source ({jvm.SOURCE_CLASS}); start the session "
+            f"with raylog_spark.init_spark (which adds its jar), add raylog_spark.jvm.jar_path() to spark.jars "
+            f"and spark.driver.extraClassPath, or read with engine='python'"
+        )
+    log.info("the Spark session cannot load %s; reading with the Python reader", jvm.SOURCE_CLASS)
+    return False
+
+
+def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES) -> dict[str, str]:
+    """The options of the Spark data source ``raylog`` that reads ``plan``
+    (the JVM reader; see ``org.raylog.spark.ReadOptions``)."""
+    ranges = [
+        {
+            "topic": r.topic,
+            "partition": r.partition,
+            "start": r.start,
+            "end": r.end,
+            "host": r.host,
+            "port": r.port,
+            "location": r.node_ip if locality else None,
+        }
+        for r in plan.ranges
+    ]
+    options = {
+        "ranges": json.dumps(ranges, separators=(",", ":")),
+        "fetch_bytes": str(int(fetch_bytes)),
+        "max_message_bytes": str(int(plan.max_message_bytes)),
+        "fail_on_data_loss": "true" if plan.fail_on_data_loss else "false",
+        "locality": "true" if locality else "false",
+    }
+    token = plan.settings.token
+    if token:
+        options["token"] = base64.b64encode(bytes(token)).decode("ascii")
+    return options
+
+
+def jvm_dataframe(spark, plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES):
+    """The DataFrame of ``plan`` read by the JVM reader (binary values)."""
+    from raylog_spark.jvm import FORMAT
+
+    return spark.read.format(FORMAT).options(**jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)).load()
 
 
 def _ranges_dataframe(spark, plan: ReadPlan, locality: bool):

@@ -21,6 +21,14 @@
   even where the host name resolves elsewhere.
 * Small defaults for a small machine (:data:`DEFAULT_CONFIGS`); every one
   can be overridden through ``configs``.
+* The jar of raylog's JVM reader (the Spark data source ``raylog``, built
+  on first use by :func:`raylog_spark.jvm.jar_path`) joins ``spark.jars``
+  after the caller's own jars, so that the executors load it, and
+  ``spark.driver.extraClassPath``, so that the driver does. RayDP's
+  executors are plain Spark executors inside Ray actors: they fetch
+  ``spark.jars`` from the driver like any executor. Without ``javac`` the
+  session starts without the jar (a warning says why) and reads fall back
+  to the Python reader.
 
 Usage::
 
@@ -35,12 +43,15 @@ starting another.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from raylog.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 #: Packages Spark (and Ray's Java worker, and RayDP) reach into by
 #: reflection; opened to the unnamed module on JDK 17. The list is Spark's
@@ -93,13 +104,17 @@ def init_spark(
     executor_cores: int = 1,
     executor_memory: str | int = "1G",
     configs: Mapping[str, str] | None = None,
+    jvm_reader: bool = True,
     **kw,
 ):
     """Start Spark on the connected Ray cluster and return its SparkSession.
 
     ``configs`` are Spark settings layered over :data:`DEFAULT_CONFIGS`;
     the three ``extraJavaOptions`` keys are merged with
-    :data:`JDK17_JAVA_OPTIONS` rather than replaced. Other keyword arguments
+    :data:`JDK17_JAVA_OPTIONS` rather than replaced, and ``spark.jars`` and
+    ``spark.driver.extraClassPath`` keep the caller's entries before the
+    jar of raylog's JVM reader (``jvm_reader=False``: no jar, reads use the
+    Python reader). Other keyword arguments
     (``enable_hive``, ``fault_tolerant_mode``, ``placement_group_strategy``,
     ...) go to ``raydp.init_spark`` unchanged.
 
@@ -127,14 +142,23 @@ def init_spark(
             "a Spark session already runs in this process; call raylog_spark.stop_spark() before starting another"
         )
 
+    jars = []
+    if jvm_reader:
+        from raylog_spark import jvm
+
+        try:
+            jars.append(jvm.jar_path())
+        except ConfigError as err:
+            log.warning("Spark reads of raylog topics will use the Python reader: %s", err)
     merged = spark_configs(
         configs,
         parallelism=num_executors * executor_cores,
         driver_host=ray.util.get_node_ip_address(),
+        jars=jars,
     )
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    return raydp.init_spark(
+    spark = raydp.init_spark(
         app_name,
         num_executors,
         executor_cores,
@@ -142,6 +166,14 @@ def init_spark(
         configs=merged,
         **kw,
     )
+    if jars:
+        from raylog_spark import jvm
+
+        # A driver JVM started earlier in this process (by a session stopped
+        # since) did not get the jar at launch: add it to this session.
+        if not jvm.add_to_session(spark, jars[0]):
+            log.warning("the Spark driver cannot load %s; reads will use the Python reader", jars[0])
+    return spark
 
 
 def stop_spark(cleanup_data: bool = True) -> None:
@@ -157,14 +189,20 @@ def stop_spark(cleanup_data: bool = True) -> None:
 
 
 def spark_configs(
-    configs: Mapping[str, str] | None, *, parallelism: int = 1, driver_host: str | None = None
+    configs: Mapping[str, str] | None,
+    *,
+    parallelism: int = 1,
+    driver_host: str | None = None,
+    jars: Sequence[str] = (),
 ) -> dict[str, str]:
     """The Spark settings :func:`init_spark` passes to RayDP.
 
     :data:`DEFAULT_CONFIGS`, shuffle partitions at twice ``parallelism``
     (at least 2), the driver bound to ``driver_host``, then ``configs`` over
     them; the ``extraJavaOptions`` keys hold :data:`JDK17_JAVA_OPTIONS`
-    followed by the caller's own options (duplicates dropped).
+    followed by the caller's own options (duplicates dropped);
+    ``spark.jars`` (comma-separated) and ``spark.driver.extraClassPath``
+    (path-separated) hold the caller's entries, then ``jars``.
     """
     merged: dict[str, str] = dict(DEFAULT_CONFIGS)
     merged["spark.sql.shuffle.partitions"] = str(max(2, 2 * parallelism))
@@ -174,8 +212,18 @@ def spark_configs(
     user = {str(k): str(v) for k, v in (configs or {}).items()}
     for key in JAVA_OPTIONS_KEYS:
         merged[key] = merge_java_options(JDK17_JAVA_OPTIONS, user.pop(key, ""))
+    if jars:
+        merged["spark.jars"] = _append(user.pop("spark.jars", ""), jars, ",")
+        key = "spark.driver.extraClassPath"
+        merged[key] = _append(user.pop(key, ""), jars, os.pathsep)
     merged.update(user)
     return merged
+
+
+def _append(theirs: str, ours: Sequence[str], separator: str) -> str:
+    """The caller's list ``theirs`` then the entries of ``ours`` it lacks."""
+    entries = [e for e in theirs.split(separator) if e.strip()]
+    return separator.join(entries + [e for e in ours if e not in entries])
 
 
 def merge_java_options(ours: tuple[str, ...] | list[str], theirs: str) -> str:
