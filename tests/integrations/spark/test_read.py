@@ -3,13 +3,19 @@ RayDP, reading real partition actors over their data sockets.
 
 One Spark session serves the whole module. Expected contents come from the
 partitions' data sockets read directly here (fetch + decode), not through
-the code under test.
+the code under test. The reads run with the default engine (the JVM reader,
+which ``init_spark`` adds to the session); where it is cheap a test runs
+with both engines (``engine``), and the JVM reader's own failures (corrupt
+messages, offsets off a boundary, a wrong token) are tested with plans it
+is handed directly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
+import os
 
 import pytest
 
@@ -42,12 +48,17 @@ def spark(ray_local):
         raylog_spark.stop_spark()
 
 
-def produce(client, topic: str, messages) -> None:
+@pytest.fixture(params=["jvm", "python"])
+def engine(request):
+    return request.param
+
+
+def produce(client, topic: str, messages, compression=None) -> None:
     """Send ``(key, value)`` pairs with acks=1 and flush every partition, so
     that everything is below the high watermark."""
     import ray
 
-    producer = client.producer(acks=1, batch_size=50, linger_ms=1)
+    producer = client.producer(acks=1, batch_size=50, linger_ms=1, compression=compression)
     for key, value in messages:
         producer.send(topic, value, key)
     producer.flush()
@@ -71,8 +82,14 @@ def log_messages(client, topic: str) -> list[tuple]:
     return rows
 
 
+def ordered(messages) -> list[tuple]:
+    """``(partition, offset, key, value, timestamp_ms)`` tuples sorted; the
+    inner messages of a compressed set share an offset, and keys may be None."""
+    return sorted(messages, key=lambda m: (m[0], m[1], m[2] is not None, m[2] or b"", m[3], m[4]))
+
+
 def as_tuples(rows) -> list[tuple]:
-    return sorted(
+    return ordered(
         (
             r["partition"],
             r["offset"],
@@ -137,8 +154,11 @@ def test_offsets_past_the_end_and_bad_arguments_are_refused(spark, raylog_client
 # contents
 
 
-def test_read_topic_returns_every_message_with_its_partition_offset_key_and_time(spark, raylog_client, clicks):
-    df = raylog_spark.read_topic(spark, clicks, client=raylog_client)
+def test_read_topic_returns_every_message_with_its_partition_offset_key_and_time(
+    spark, raylog_client, clicks, engine
+):
+    df = raylog_spark.read_topic(spark, clicks, client=raylog_client, engine=engine)
+    assert df.raylog_engine == engine
     assert df.schema == raylog_spark.spark_schema()
     expected = sorted(log_messages(raylog_client, clicks))
     assert len(expected) == 600
@@ -158,12 +178,135 @@ def test_the_plan_is_fixed_when_read_topic_is_called(spark, raylog_client, make_
     assert raylog_spark.read_topic(spark, topic, client=raylog_client).count() == 40
 
 
-def test_explicit_offset_ranges(spark, raylog_client, clicks):
+def test_the_jvm_reader_is_the_default_in_a_session_of_init_spark(spark, raylog_client, clicks):
+    assert raylog_spark.read_topic(spark, clicks, client=raylog_client).raylog_engine == "jvm"
+    with pytest.raises(ConfigError, match="engine"):
+        raylog_spark.read_topic(spark, clicks, client=raylog_client, engine="scala")
+
+
+def test_a_count_reads_no_column_but_checks_every_message(spark, raylog_client, make_topic):
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [(b"k", b"value-%03d" % i) for i in range(50)])
+    df = raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm")
+    scan = [
+        node
+        for node in _plan_nodes(df.groupBy().count())
+        if node.getClass().getSimpleName() == "BatchScanExec"
+    ]
+    assert [node.scan().readSchema().length() for node in scan] == [0]
+    assert df.count() == 50
+    # a flipped byte in a value fails the count too: the CRC is still checked
+    victim = log_messages(raylog_client, topic)[20]
+    flip_byte(raylog_client, topic, 0, victim[1] + 30)
+    with pytest.raises(Exception, match="CorruptMessageError: message at offset %d" % victim[1]):
+        raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm").count()
+
+
+def _plan_nodes(df):
+    """The nodes of ``df``'s executed plan (JVM objects), adaptive plans unwrapped."""
+    plan = df._jdf.queryExecution().executedPlan()
+    if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+        plan = plan.executedPlan()
+    nodes = []
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        nodes.append(node)
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
+    return nodes
+
+
+def flip_byte(client, topic: str, partition: int, offset: int) -> None:
+    """Flip one byte of a partition's log on disk, at log ``offset`` of its first segment."""
+    folder = os.path.join(client.data_dir, f"{topic}-{partition}")
+    segment = os.path.join(folder, sorted(n for n in os.listdir(folder) if n.endswith(".log"))[0])
+    with open(segment, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zstd", "lz4"])
+def test_compressed_topics_read_by_the_jvm_reader(spark, raylog_client, make_topic, compression):
+    topic = make_topic(partitions=2)
+    messages = [(None if i % 3 else b"key-%d" % (i % 5), b"%s-%04d:" % (compression.encode(), i) + b"y" * (i % 300))
+                for i in range(400)]
+    produce(raylog_client, topic, messages, compression=compression)
+    expected = ordered(log_messages(raylog_client, topic))
+    assert len(expected) == 400
+    # inner messages report their wrapper's offset: fewer offsets than messages
+    assert len({(m[0], m[1]) for m in expected}) < 400
+    df = raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm")
+    assert as_tuples(df.collect()) == expected
+    assert df.count() == 400
+    # explicit offsets at wrapper boundaries, and min_partitions splits at them
+    first = [m for m in expected if m[0] == 0]
+    wrappers = sorted({m[1] for m in first})
+    start = wrappers[1]
+    part = raylog_spark.read_topic(spark, topic, {0: start}, client=raylog_client, engine="jvm")
+    assert part.where("partition = 0").count() == sum(1 for m in first if m[1] >= start)
+    split = raylog_spark.read_topic(spark, topic, min_partitions=5, client=raylog_client, engine="jvm")
+    assert as_tuples(split.collect()) == expected
+
+
+def _with_ranges(plan, **changes):
+    """``plan`` with every range changed by ``changes`` (for reads the planner would refuse)."""
+    return dataclasses.replace(plan, ranges=tuple(r._replace(**changes) for r in plan.ranges))
+
+
+def test_jvm_reader_errors_name_the_raylog_error(spark, raylog_client, clicks):
+    from raylog_spark.reader import plan_dataframe
+
+    plan = plan_read(clicks, {0: "earliest", 1: "latest", 2: "latest"}, client=raylog_client)
+    (rng,) = plan.ranges
+    # a start off a message boundary: the data socket refuses it
+    off = _with_ranges(plan, start=rng.start + 3)
+    with pytest.raises(Exception, match=r"InvalidOffsetError: .*\[reading %s-0 " % clicks):
+        plan_dataframe(spark, off, engine="jvm").count()
+    # a range past the end of the log: the data that the plan promises is not there
+    past = _with_ranges(plan, start=rng.end + 1000, end=rng.end + 2000)
+    with pytest.raises(Exception, match=r"DataLossError: %s-0 ends at %d" % (clicks, rng.end)):
+        plan_dataframe(spark, past, engine="jvm").count()
+    # a socket where no partition actor listens
+    closed = _with_ranges(plan, port=1)
+    with pytest.raises(Exception, match=r"BrokerUnavailableError: cannot connect to the data socket 127.0.0.1:1"):
+        plan_dataframe(spark, closed, engine="jvm").count()
+
+
+def test_jvm_reader_authenticates_with_the_token(spark, zookeeper, ray_local, tmp_path):
+    import raylog
+    from raylog.metadata import ConnectionSettings
+
+    secured = raylog.Client(
+        zookeeper=zookeeper.connect_string,
+        cluster="spark-secured",
+        data_dir=str(tmp_path),
+        token=b"s3cret",
+        data_host="127.0.0.1",
+    )
+    try:
+        secured.create_topic("secured", partitions=1)
+        produce(secured, "secured", [(None, b"private-%d" % i) for i in range(10)])
+        df = raylog_spark.read_topic(spark, "secured", client=secured, engine="jvm")
+        assert sorted(bytes(r["value"]) for r in df.collect()) == sorted(b"private-%d" % i for i in range(10))
+        from raylog_spark.reader import plan_dataframe
+
+        wrong = dataclasses.replace(df.raylog_plan, settings=ConnectionSettings(secured.settings.zookeeper, "spark-secured", b"guess"))
+        with pytest.raises(Exception, match="AuthenticationError"):
+            plan_dataframe(spark, wrong, engine="jvm").count()
+    finally:
+        secured.delete_topic("secured")
+        secured.close()
+
+
+def test_explicit_offset_ranges(spark, raylog_client, clicks, engine):
     expected = sorted(log_messages(raylog_client, clicks))
     by_partition = {p: [m for m in expected if m[0] == p] for p in range(3)}
     starts = {0: by_partition[0][10][1], 2: by_partition[2][5][1]}
     ends = {0: by_partition[0][30][1], 1: by_partition[1][7][1]}
-    df = raylog_spark.read_topic(spark, clicks, starts, ends, client=raylog_client)
+    df = raylog_spark.read_topic(spark, clicks, starts, ends, client=raylog_client, engine=engine)
     want = by_partition[0][10:30] + by_partition[1][:7] + by_partition[2][5:]
     assert as_tuples(df.collect()) == sorted(want)
     assert df.raylog_plan.start_offsets == {0: starts[0], 1: by_partition[1][0][1], 2: starts[2]}
@@ -175,11 +318,11 @@ def test_explicit_offset_ranges(spark, raylog_client, clicks):
     assert only_one.count() == len(by_partition[0])
 
 
-def test_min_partitions_splits_never_cut_a_message(spark, raylog_client, clicks):
+def test_min_partitions_splits_never_cut_a_message(spark, raylog_client, clicks, engine):
     expected = sorted(log_messages(raylog_client, clicks))
     boundaries = {(m[0], m[1]) for m in expected}
     ends = {p: raylog_client.offsets(clicks, p)[1] for p in range(3)}
-    df = raylog_spark.read_topic(spark, clicks, min_partitions=11, client=raylog_client)
+    df = raylog_spark.read_topic(spark, clicks, min_partitions=11, client=raylog_client, engine=engine)
     plan = df.raylog_plan
     assert len(plan.ranges) >= 11
     assert df.rdd.getNumPartitions() == len(plan.ranges)
@@ -195,10 +338,10 @@ def test_min_partitions_splits_never_cut_a_message(spark, raylog_client, clicks)
     assert as_tuples(df.collect()) == expected
 
 
-def test_reads_prefer_the_node_of_their_partition(spark, raylog_client, clicks):
+def test_reads_prefer_the_node_of_their_partition(spark, raylog_client, clicks, engine):
     import ray
 
-    df = raylog_spark.read_topic(spark, clicks, client=raylog_client)
+    df = raylog_spark.read_topic(spark, clicks, client=raylog_client, engine=engine)
     node_ip = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
     rdd = df._jdf.queryExecution().toRdd()
     sc = spark.sparkContext._jsc.sc()
@@ -206,7 +349,7 @@ def test_reads_prefer_the_node_of_their_partition(spark, raylog_client, clicks):
         assert rng.node_ip == node_ip[rng.node_id]
         assert rng.node_ip in sc.getPreferredLocs(rdd, i).toString()
     # without locality the same rows come back
-    plain = raylog_spark.read_topic(spark, clicks, client=raylog_client, locality=False)
+    plain = raylog_spark.read_topic(spark, clicks, client=raylog_client, locality=False, engine=engine)
     assert plain.count() == df.count()
 
 
@@ -257,18 +400,19 @@ def test_without_fail_on_data_loss_lost_data_is_skipped_and_reported(spark, rayl
     assert len(left) < len(produced)
 
 
-def test_retention_after_planning_is_handled_by_the_readers(spark, raylog_client, make_topic):
+def test_retention_after_planning_is_handled_by_the_readers(spark, raylog_client, make_topic, engine):
     import ray
 
     topic = make_topic(partitions=1, segment_bytes=4096, max_message_bytes=2048, retention_bytes=4096)
     produce(raylog_client, topic, [(None, b"r-%04d:" % i + b"z" * 90) for i in range(200)])
-    strict = raylog_spark.read_topic(spark, topic, client=raylog_client)
-    lenient = raylog_spark.read_topic(spark, topic, fail_on_data_loss=False, client=raylog_client)
+    strict = raylog_spark.read_topic(spark, topic, client=raylog_client, engine=engine)
+    lenient = raylog_spark.read_topic(spark, topic, fail_on_data_loss=False, client=raylog_client, engine=engine)
     assert ray.get(raylog_client.partition_actor(topic, 0).delete_old_segments.remote())
     left = log_messages(raylog_client, topic)
     with pytest.raises(Exception, match="DataLossError"):
         strict.collect()
     assert as_tuples(lenient.collect()) == sorted(left)
+    assert lenient.count() == len(left)
 
 
 # ---------------------------------------------------------------------------
@@ -343,6 +487,10 @@ def test_avro_values_with_two_schema_versions(spark, raylog_client, make_topic):
         spark, topic, value_format="avro", schema_id=v2.schema_id, flatten=False, client=raylog_client
     )
     assert nested.where("value.id >= 100").count() == 30
+    # Avro decodes in Python, so it reads with the Python reader
+    assert nested.raylog_engine == "python"
+    with pytest.raises(ConfigError, match="engine"):
+        raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client, engine="jvm")
 
 
 def test_unknown_avro_schema_ids_are_typed_errors(spark, raylog_client, make_topic):
