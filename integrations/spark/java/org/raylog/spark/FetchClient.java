@@ -68,7 +68,8 @@ final class FetchClient implements Closeable {
   private final byte[] header = new byte[REPLY_HEADER + FETCH_FIELDS];
   private final byte[] request = new byte[256];
 
-  /** What a FETCH reply said besides its data. */
+  /** What the last FETCH reply said: its data length, high watermark and log start. */
+  int dataLength;
   long highWatermark;
   long logStartOffset;
 
@@ -148,11 +149,13 @@ final class FetchClient implements Closeable {
   }
 
   /**
-   * Read the reply of the outstanding FETCH: its data goes to {@code buf}
-   * (which must hold {@link #maxDataBytes()}); returns the data length. An
-   * error reply raises its raylog error, and the connection stays usable.
+   * Read the reply of the outstanding FETCH: its data goes to {@code buf}, or
+   * to a larger buffer when it does not fit (the frame bound keeps it at most
+   * {@link #maxDataBytes()}); returns that buffer, with the data length in
+   * {@link #dataLength}. An error reply raises its raylog error, and the
+   * connection stays usable.
    */
-  int readFetch(byte[] buf) {
+  byte[] readFetch(byte[] buf) {
     if (outstanding == null) {
       throw new IllegalStateException("no FETCH is outstanding");
     }
@@ -171,10 +174,11 @@ final class FetchClient implements Closeable {
       fail(RaylogReadException.PROTOCOL, "FETCH reply of " + size + " bytes carries a data length of " + length);
     }
     if (length > buf.length) {
-      fail(RaylogReadException.PROTOCOL, "FETCH reply carries " + length + " bytes, more than " + buf.length);
+      buf = new byte[length]; // a message larger than the request: at most maxDataBytes()
     }
     readFully(buf, 0, length);
-    return length;
+    dataLength = length;
+    return buf;
   }
 
   /** Read a reply header of the request {@code id}; an error reply is raised here. */

@@ -123,7 +123,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private void fetch() {
     if (buffer == null) {
       long want = Math.min((long) settings.fetchBytes, range.end - range.start);
-      buffer = new byte[(int) Math.max(4096, Math.min(want, client.maxDataBytes()))];
+      buffer = new byte[(int) Math.min(Math.max(4096, want), client.maxDataBytes())];
     }
     for (;;) {
       if (!pending) {
@@ -132,7 +132,8 @@ final class RangeReader implements PartitionReader<InternalRow> {
       pending = false;
       int length;
       try {
-        length = client.readFetch(buffer);
+        buffer = client.readFetch(buffer);
+        length = client.dataLength;
       } catch (RaylogReadException e) {
         if (e.code() != RaylogReadException.OFFSET_OUT_OF_RANGE) {
           throw located(e);
@@ -168,7 +169,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
   }
 
   private void send() {
-    int want = (int) Math.min(Math.min((long) settings.fetchBytes, range.end - next), buffer.length);
+    int want = (int) Math.min(Math.min((long) settings.fetchBytes, range.end - next), client.maxDataBytes());
     client.sendFetch(topicBytes, range.partition, next, want);
     pending = true;
   }
