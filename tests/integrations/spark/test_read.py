@@ -231,8 +231,11 @@ def flip_byte(client, topic: str, partition: int, offset: int) -> None:
 @pytest.mark.parametrize("compression", ["gzip", "zstd", "lz4"])
 def test_compressed_topics_read_by_the_jvm_reader(spark, raylog_client, make_topic, compression):
     topic = make_topic(partitions=2)
-    messages = [(None if i % 3 else b"key-%d" % (i % 5), b"%s-%04d:" % (compression.encode(), i) + b"y" * (i % 300))
-                for i in range(400)]
+    # values up to ~8 KiB: inner sets of ~200 KiB, several (linked) lz4 blocks each
+    messages = [
+        (None if i % 3 else b"key-%d" % (i % 5), b"%s-%04d:" % (compression.encode(), i) + b"yz%d" % (i % 7) * (i % 2700))
+        for i in range(400)
+    ]
     produce(raylog_client, topic, messages, compression=compression)
     expected = ordered(log_messages(raylog_client, topic))
     assert len(expected) == 400
@@ -249,6 +252,14 @@ def test_compressed_topics_read_by_the_jvm_reader(spark, raylog_client, make_top
     assert part.where("partition = 0").count() == sum(1 for m in first if m[1] >= start)
     split = raylog_spark.read_topic(spark, topic, min_partitions=5, client=raylog_client, engine="jvm")
     assert as_tuples(split.collect()) == expected
+
+
+@pytest.mark.parametrize("fetch_bytes", [64, 1000])
+def test_jvm_reader_with_small_fetches_refetches_cut_messages(spark, raylog_client, clicks, fetch_bytes):
+    # replies smaller than a message (the server still sends one whole
+    # message) or cutting most messages: every cut one is fetched again
+    df = raylog_spark.read_topic(spark, clicks, client=raylog_client, engine="jvm", fetch_bytes=fetch_bytes)
+    assert as_tuples(df.collect()) == sorted(log_messages(raylog_client, clicks))
 
 
 def _with_ranges(plan, **changes):
