@@ -9,11 +9,18 @@ once (so that all cases see the same load; best and median reported):
 
 * ``count``: ``read_topic(...).count()`` vs ``spark.read.parquet(...).count()``.
   Parquet answers a count from its footers without reading a row, so this
-  compares raylog's full read with a metadata lookup;
+  compares raylog's full read (every message fetched and CRC-checked) with a
+  metadata lookup;
 * ``scan``: ``agg(sum(length(value)))``, which makes both read every value;
 * ``avro``: M Avro records (Confluent framing, a registered schema) read as
   typed columns (``value_format="avro"``), counted and aggregated
   (``sum(amount)``), vs the same typed rows from Parquet.
+
+``count`` and ``scan`` run with both engines of ``read_topic``: ``jvm`` (the
+Spark data source in the executors' JVMs) and ``python`` (``mapInArrow``).
+``avro`` decodes in Python: ``read_topic`` reads it with the Python reader
+(``raylog``), and the ``jvm-read`` row shows the alternative, the JVM reader
+feeding the same decoder through ``mapInArrow``.
 
 Every read of the topic plans again (offsets, endpoints), as a user's would.
 Prints one JSON line per measurement, then a table with rows/s and the
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -59,6 +67,18 @@ def empty_reader(batches):
     for _batch in batches:
         pass
     return iter(())
+
+
+def decode_avro(decoder, batches):
+    """A mapInArrow function: binary read batches decoded into typed Avro columns."""
+    try:
+        for batch in batches:
+            yield decoder.decode(batch)
+    finally:
+        decoder.close()
+
+
+ENGINES = ("jvm", "python")
 
 
 def produce_plain(client, topic: str, n: int) -> float:
@@ -135,24 +155,37 @@ def main(argv=None) -> None:
             executor_memory="2G",
         )
 
-        def topic(value_format="binary", name="bench"):
-            return raylog_spark.read_topic(spark, name, value_format=value_format, client=client)
+        def topic(value_format="binary", name="bench", engine="auto"):
+            return raylog_spark.read_topic(spark, name, value_format=value_format, client=client, engine=engine)
+
+        def avro_by_jvm_reader():
+            from raylog.data import plan_read
+            from raylog_spark.reader import AvroColumns, jvm_dataframe
+
+            plan = plan_read("bench-avro", client=client)
+            decoder = AvroColumns.for_plan(plan, client=client)
+            df = jvm_dataframe(spark, plan).mapInArrow(functools.partial(decode_avro, decoder), decoder.spark_schema)
+            return df.agg(*typed).collect()[0][0]
 
         parquet = os.path.join(workdir, "bench.parquet")
         topic().write.parquet(parquet)
         scan = F.sum(F.length("value")).alias("bytes")
-        cases = [
-            ("count", "raylog", lambda: topic().count()),
-            ("count", "parquet", lambda: spark.read.parquet(parquet).count()),
-            ("scan", "raylog", lambda: topic().agg(scan).collect()[0][0]),
-            ("scan", "parquet", lambda: spark.read.parquet(parquet).agg(scan).collect()[0][0]),
-        ]
+        cases = []
+        for engine in ENGINES:
+            cases.append(("count", f"raylog-{engine}", functools.partial(lambda e: topic(engine=e).count(), engine)))
+        cases.append(("count", "parquet", lambda: spark.read.parquet(parquet).count()))
+        for engine in ENGINES:
+            cases.append(
+                ("scan", f"raylog-{engine}", functools.partial(lambda e: topic(engine=e).agg(scan).collect()[0][0], engine))
+            )
+        cases.append(("scan", "parquet", lambda: spark.read.parquet(parquet).agg(scan).collect()[0][0]))
+        typed = [F.count("*").alias("rows"), F.sum("amount").alias("amount")]
         if args.avro:
             avro_parquet = os.path.join(workdir, "bench-avro.parquet")
             topic("avro", "bench-avro").drop("key").write.parquet(avro_parquet)
-            typed = [F.count("*").alias("rows"), F.sum("amount").alias("amount")]
             cases += [
-                ("avro", "raylog", lambda: topic("avro", "bench-avro").agg(*typed).collect()[0][0]),
+                ("avro", "raylog-python", lambda: topic("avro", "bench-avro").agg(*typed).collect()[0][0]),
+                ("avro", "raylog-jvm-read", avro_by_jvm_reader),
                 ("avro", "parquet", lambda: spark.read.parquet(avro_parquet).agg(*typed).collect()[0][0]),
             ]
         # Reference: a mapInArrow job over one empty range per partition, the
@@ -194,23 +227,32 @@ def main(argv=None) -> None:
                 },
                 args.json_only,
             )
+        sources = ("raylog-jvm", "raylog-python", "raylog-jvm-read")
         for case in ("count", "scan", "avro"):
-            if (case, "raylog") in results:
-                ratio = results[(case, "raylog")] / results[(case, "parquet")]
-                _emit(rows, {"case": case, "ratio_raylog_to_parquet": round(ratio, 3)}, args.json_only)
+            for source in sources:
+                if (case, source) in results:
+                    ratio = results[(case, source)] / results[(case, "parquet")]
+                    _emit(
+                        rows,
+                        {"case": case, "source": source, "ratio_raylog_to_parquet": round(ratio, 3)},
+                        args.json_only,
+                    )
         if not args.json_only:
             print()
-            print(f"{'case':<8}{'raylog rows/s':>16}{'parquet rows/s':>17}{'ratio':>8}")
+            print(f"{'case':<7}{'source':<17}{'rows/s':>14}{'parquet rows/s':>16}{'ratio':>8}")
             for case in ("count", "scan", "avro"):
-                if (case, "raylog") in results:
-                    r, p = results[(case, "raylog")], results[(case, "parquet")]
-                    print(f"{case:<8}{r:>16,.0f}{p:>17,.0f}{r / p:>8.2f}")
+                for source in sources:
+                    if (case, source) in results:
+                        r, p = results[(case, source)], results[(case, "parquet")]
+                        print(f"{case:<7}{source:<17}{r:>14,.0f}{p:>16,.0f}{r / p:>8.2f}")
             print()
             print("count: Parquet answers from its footers (metadata); scan and avro read every row.")
+            print("avro: raylog-python is what read_topic(value_format='avro') runs.")
             print(
                 f"floor: an empty mapInArrow job over {args.partitions} partitions took "
-                f"{min(times[('floor', 'mapInArrow')]):.3f} s; raylog count {min(times[('count', 'raylog')]):.3f} s, "
-                f"Parquet count {min(times[('count', 'parquet')]):.3f} s."
+                f"{min(times[('floor', 'mapInArrow')]):.3f} s; raylog count "
+                f"{min(times[('count', 'raylog-jvm')]):.3f} s (jvm), {min(times[('count', 'raylog-python')]):.3f} s "
+                f"(python), Parquet count {min(times[('count', 'parquet')]):.3f} s."
             )
     finally:
         try:
