@@ -15,7 +15,9 @@ topics read as DataFrames and DataFrames written into topics.
 
 See :mod:`raylog_spark.session` for what :func:`init_spark` configures,
 :mod:`raylog_spark.reader` for how reads run (a fixed plan of byte ranges,
-Arrow batches, locality), :mod:`raylog_spark.writer` and
+read by the Spark data source ``raylog`` in the executors' JVMs or by
+Python workers, locality), :mod:`raylog_spark.jvm` for how that data
+source's jar is built, :mod:`raylog_spark.writer` and
 :mod:`raylog_spark.loader`.
 """
 
