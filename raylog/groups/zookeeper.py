@@ -93,12 +93,9 @@ class EmbeddedZooKeeperError(RaylogError):
 
 def find_java() -> str:
     """The ``java`` executable: ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = os.path.join(java_home, "bin", "java")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("java")
+    from raylog.jdk import jdk_tool
+
+    found = jdk_tool("java")
     if found is None:
         raise EmbeddedZooKeeperError(
             "java was not found (neither $JAVA_HOME/bin/java nor 'java' on PATH); "

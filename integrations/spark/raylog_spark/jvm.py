@@ -35,7 +35,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -115,12 +114,9 @@ def source_digest(root: Path | None = None) -> str:
 
 def find_javac() -> str:
     """The ``javac`` to compile with; :class:`ConfigError` when there is none."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = os.path.join(java_home, "bin", "javac")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which("javac")
+    from raylog.jdk import jdk_tool
+
+    found = jdk_tool("javac")
     if found is None:
         raise ConfigError(
             "javac was not found on PATH (nor in $JAVA_HOME/bin); the raylog Spark reader is compiled on "
