@@ -110,6 +110,15 @@ def _bad_stream(codec: int, why: str):
     )
 
 
+def _whole(codec: int, d, out: bytes) -> bytes:
+    """``out`` when the decompressor ``d`` saw exactly one whole stream."""
+    if not d.eof:
+        raise _bad_stream(codec, "truncated")
+    if d.unused_data:
+        raise _bad_stream(codec, "trailing bytes")
+    return out
+
+
 def decompress(codec: int, data, max_bytes: int) -> bytes:
     """Decompress a wrapper's value, refusing output larger than ``max_bytes``.
 
@@ -125,11 +134,7 @@ def decompress(codec: int, data, max_bytes: int) -> bytes:
             raise _bad_stream(codec, str(err)) from None
         if len(out) > max_bytes:
             raise _too_large(codec, max_bytes)
-        if not d.eof:
-            raise _bad_stream(codec, "truncated")
-        if d.unused_data:
-            raise _bad_stream(codec, "trailing bytes")
-        return out
+        return _whole(codec, d, out)
     if codec == CODEC_ZSTD:
         try:
             claimed = zstandard.frame_content_size(data)
@@ -145,11 +150,7 @@ def decompress(codec: int, data, max_bytes: int) -> bytes:
             out = d.decompress(data)
         except zstandard.ZstdError as err:
             raise _bad_stream(codec, str(err)) from None
-        if not d.eof:
-            raise _bad_stream(codec, "truncated")
-        if d.unused_data:
-            raise _bad_stream(codec, "trailing bytes")
-        return out
+        return _whole(codec, d, out)
     if codec == CODEC_LZ4:
         d = lz4.frame.LZ4FrameDecompressor()
         try:
@@ -158,11 +159,7 @@ def decompress(codec: int, data, max_bytes: int) -> bytes:
             raise _bad_stream(codec, str(err)) from None
         if len(out) > max_bytes:
             raise _too_large(codec, max_bytes)
-        if not d.eof:
-            raise _bad_stream(codec, "truncated")
-        if d.unused_data:
-            raise _bad_stream(codec, "trailing bytes")
-        return out
+        return _whole(codec, d, out)
     if codec == CODEC_NONE:
         return bytes(data)
     raise InvalidMessageError(f"unknown codec id {codec}")
