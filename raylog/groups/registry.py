@@ -276,15 +276,18 @@ class Registry:
             except NodeExistsError:
                 self._call(self._zk.set_async, path, data)
 
+    def _get_json(self, path: str) -> dict | None:
+        try:
+            data, _ = self._call(self._zk.get_async, path)
+        except NoNodeError:
+            return None
+        return _load(data)
+
     @_translated("read a partition's placement")
     def placement(self, topic: str, partition: int) -> dict | None:
         """``{"node": ..., "log_dir": ...}``, or None if none is set (or the
         topic or partition does not exist)."""
-        try:
-            data, _ = self._call(self._zk.get_async, self.paths.partition(topic, partition))
-        except NoNodeError:
-            return None
-        return _load(data)
+        return self._get_json(self.paths.partition(topic, partition))
 
     @_translated("read a topic's placements")
     def placements(self, topic: str) -> dict[int, dict]:
@@ -366,11 +369,7 @@ class Registry:
     def endpoint(self, topic: str, partition: int) -> dict | None:
         """``{"host", "port", "actor", "epoch"}`` of the actor serving the
         partition, or None while none serves it (or the topic is gone)."""
-        try:
-            data, _ = self._call(self._zk.get_async, self.paths.endpoint(topic, partition))
-        except NoNodeError:
-            return None
-        return _load(data)
+        return self._get_json(self.paths.endpoint(topic, partition))
 
     @_translated("read a topic's endpoints")
     def endpoints(self, topic: str) -> dict[int, dict]:

@@ -14,16 +14,6 @@ from raylog.groups.offsets import OffsetStore
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def spark(ray_local):
-    try:
-        yield raylog_spark.init_spark(
-            app_name="raylog-test-loader", num_executors=1, executor_cores=1, executor_memory="512M"
-        )
-    finally:
-        raylog_spark.stop_spark()
-
-
 def produce(client, topic, values):
     import ray
 

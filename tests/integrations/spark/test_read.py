@@ -35,19 +35,6 @@ from raylog.transfer.client import BrokerConnection
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def spark(ray_local):
-    try:
-        yield raylog_spark.init_spark(
-            app_name="raylog-test-read", num_executors=1,
-            executor_cores=1,
-            executor_memory="512M",
-            configs={"spark.task.maxFailures": "1"},  # failing tasks fail the job at once
-        )
-    finally:
-        raylog_spark.stop_spark()
-
-
 @pytest.fixture(params=["jvm", "python"])
 def engine(request):
     return request.param
