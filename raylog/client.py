@@ -32,6 +32,18 @@ DEFAULT_DATA_DIR = "/tmp/raylog"
 LOCAL_NODE = "local"
 
 
+#: the clients made in this process and not closed yet, oldest first (see
+#: current_client); appended and removed under the GIL, safe from any thread
+_OPEN_CLIENTS: list = []
+
+
+def current_client() -> "Client | None":
+    """The client this process connected last and has not closed (what
+    ``raylog.connect()`` returned), or None; used by the readers and writers
+    that take an optional ``client=``."""
+    return _OPEN_CLIENTS[-1] if _OPEN_CLIENTS else None
+
+
 class Client:
     """A connection to one raylog cluster (a ZooKeeper root and a Ray cluster)."""
 
@@ -61,6 +73,7 @@ class Client:
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client
         self._closed = False
+        _OPEN_CLIENTS.append(self)
 
     # -- topics --------------------------------------------------------------
 
@@ -317,6 +330,8 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        if self in _OPEN_CLIENTS:
+            _OPEN_CLIENTS.remove(self)
         for child in reversed(self._children):
             try:
                 child.close()
