@@ -62,6 +62,10 @@ class Client:
         from raylog.groups.registry import Registry
         from raylog.groups.zookeeper import connect_kazoo
 
+        if token is None:
+            from raylog.auth import cluster_token
+
+            token = cluster_token(cluster)  # closed by default: see raylog.auth
         self.settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
         self.data_dir = data_dir
         self.data_host = data_host
@@ -119,6 +123,9 @@ class Client:
     def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float) -> None:
         import ray
 
+        from raylog.auth import check
+
+        check(self.settings.cluster, self.settings.token, f"serving topic {name!r}")
         actors = []
         for p in range(config.partitions):
             place = self.registry.placement(name, p)
@@ -163,8 +170,12 @@ class Client:
     def _stop_actors(self, topic: str, partitions: int, delete_data: bool) -> None:
         import ray
 
+        from raylog.auth import check
+
+        check(self.settings.cluster, self.settings.token, f"stopping the partitions of {topic!r}")
+
         actors = [a for a in (self._actor(topic, p) for p in range(partitions)) if a is not None]
-        refs = [a.shutdown.remote(delete_data=delete_data) for a in actors]
+        refs = [a.shutdown.remote(delete_data=delete_data, token=self.settings.token) for a in actors]
         try:
             ray.wait(refs, num_returns=len(refs), timeout=30)
         finally:
