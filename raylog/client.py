@@ -86,8 +86,8 @@ class Client:
         over the nodes that offer local disk. Returns the topic's config.
 
         ``settings`` are :class:`raylog.TopicConfig` fields (retention_ms,
-        retention_bytes, segment_bytes, flush_messages, flush_ms,
-        max_message_bytes)."""
+        retention_bytes, segment_bytes, segment_ms, flush_messages, flush_ms,
+        max_message_bytes, max_inflated_bytes, max_producer_ids)."""
         import ray
 
         self._check_open()
@@ -389,8 +389,9 @@ def connect(
     - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
       existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
 
-    ``token``: when set, every data connection must present it (the
-    partition actors created by this client require it).
+    ``token``: the cluster's token, for a process that cannot derive it
+    (outside Ray, without Ray's auth token); by default the client derives
+    it (see :mod:`raylog.auth`). Every data port requires it.
     """
     import ray
 
