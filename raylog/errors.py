@@ -145,6 +145,29 @@ class StorageError(RaylogError):
     retriable = True
 
 
+@_code(16)
+class OutOfOrderSequenceError(RaylogError):
+    """An idempotent producer's set skipped sequence numbers (``sequence`` is
+    more than one past the last the partition stored for the producer id):
+    a set in between was lost. The set was not stored; it fails alone
+    (``topic``, ``partition``, ``producer_id``, ``sequence``, ``expected``)."""
+
+
+@_code(17)
+class DuplicateSequenceError(RaylogError):
+    """An idempotent producer's set has a sequence number the partition
+    stored already but no longer remembers the offset of (older than the
+    last 32). It was stored once; it is not stored again and its offset is
+    unknown."""
+
+
+@_code(18)
+class InflatedSizeTooLargeError(MessageTooLargeError):
+    """A compressed wrapper inflates to more than the topic's
+    ``max_inflated_bytes`` (``limit``); it was refused before inflating past
+    the limit. Send smaller compressed batches or raise the topic's limit."""
+
+
 # --------------------------------------------------------------------------
 # the data channel
 
@@ -185,6 +208,23 @@ class BrokerUnavailableError(RaylogError):
 @_code(25)
 class RequestTimeoutError(RaylogError):
     """No reply came within the request timeout; retry or raise the timeout."""
+
+    retriable = True
+
+
+@_code(26)
+class TooManyConnectionsError(BrokerUnavailableError):
+    """The endpoint serves its maximum of connections already; the new one
+    was refused and closed. Retry after a short wait (idle connections are
+    timed out by the server)."""
+
+    retriable = True
+
+
+@_code(27)
+class NotEnoughReplicasError(RaylogError):
+    """Fewer in-sync replicas than the acks level requires (reserved for
+    replication). Retry after a short wait."""
 
     retriable = True
 

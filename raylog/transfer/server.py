@@ -54,6 +54,7 @@ from raylog.errors import (
     RaylogError,
 )
 from raylog.transfer.protocol import (
+    ACKS_ALL,
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY,
     NO_CORRELATION,
@@ -463,7 +464,12 @@ class DataServer:
         run_bytes = 0
         for request in requests:
             length = len(request.message_set)
-            if run and run_bytes + length > limit:
+            # A run joins sets of one producer id (or of none), in sequence.
+            if run and (
+                run_bytes + length > limit
+                or request.producer_id != run[-1].producer_id
+                or (request.producer_id >= 0 and request.sequence != run[-1].sequence + 1)
+            ):
                 self._append(conn, partition_log, run, out)
                 run, run_bytes = [], 0
             run.append(request)
@@ -471,11 +477,23 @@ class DataServer:
         self._append(conn, partition_log, run, out)
 
     def _append(self, conn: _Connection, partition_log, run: list[ProduceRequest], out: list) -> None:
+        first = run[0]
         try:
             if len(run) == 1:
-                base = partition_log.append(bytes(run[0].message_set))
+                data = bytes(first.message_set)
             else:
-                base = partition_log.append(b"".join([request.message_set for request in run]))
+                data = b"".join([request.message_set for request in run])
+            if first.producer_id < 0:
+                base = partition_log.append(data)
+            else:
+                base = partition_log.append_sequenced(
+                    data,
+                    first.producer_id,
+                    first.producer_epoch,
+                    first.sequence,
+                    [len(request.message_set) for request in run],
+                    name=f"{first.topic}-{first.partition}",
+                )
         except ClosedError:
             err = _closing(run[0].topic, run[0].partition)
             for request in run:
@@ -491,6 +509,18 @@ class DataServer:
                 self._append(conn, partition_log, [request], out)
             return
         conn.message_sets_in += len(run)
+        if any(request.acks == ACKS_ALL for request in run):
+            # acks=-1: reply once the sets are synced and below the high
+            # watermark (a flush covers every append before it).
+            try:
+                if partition_log.high_watermark < base + len(data):
+                    partition_log.flush()
+            except RaylogError as err:
+                if isinstance(err, ClosedError):
+                    err = _closing(first.topic, first.partition)
+                for request in run:
+                    self._produce_failed(conn, request, err, out)
+                return
         for request in run:
             if request.acks:
                 out.append(encode_produce_reply(request.correlation_id, base))
