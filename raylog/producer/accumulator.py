@@ -253,7 +253,7 @@ class RecordAccumulator:
                 batch.timestamps.extend([int(batch.created * 1000)] * take)
             batch.size = size
             self.buffered += take
-            call._add(batch.future, first, take)
+            call._add(batch.future, first, take, chosen[0] if keys is None else chosen)
             start += take
             if len(batch.values) >= self.batch_size or start < total:
                 self._seal(batch)

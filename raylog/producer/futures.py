@@ -213,35 +213,32 @@ class CallFuture:
     __slots__ = ("_parts", "_count")
 
     def __init__(self):
-        self._parts: list[tuple[BatchFuture, int, int]] = []  # (batch, first index, count)
+        #: (batch, first index in the batch, count, where in the call: the
+        #: first position, or the list of positions of a keyed part)
+        self._parts: list[tuple[BatchFuture, int, int, object]] = []
         self._count = 0
 
-    def _add(self, batch: BatchFuture, first: int, count: int) -> None:
-        parts = self._parts
-        if parts and parts[-1][0] is batch and parts[-1][1] + parts[-1][2] == first:
-            _, start, n = parts[-1]
-            parts[-1] = (batch, start, n + count)
-        else:
-            parts.append((batch, first, count))
+    def _add(self, batch: BatchFuture, first: int, count: int, positions) -> None:
+        self._parts.append((batch, first, count, positions))
         self._count += count
 
     def __len__(self) -> int:
         return self._count
 
     def done(self) -> bool:
-        return all(batch._done for batch, _, _ in self._parts)
+        return all(batch._done for batch, _, _, _ in self._parts)
 
     def wait(self, timeout_s: float | None = None) -> None:
         import time
 
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for batch, _, _ in self._parts:
+        for batch, _, _, _ in self._parts:
             batch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def failures(self) -> dict[tuple[str, int], tuple[int, RaylogError]]:
         """``{(topic, partition): (messages lost, error)}`` of the resolved parts."""
         lost: dict[tuple[str, int], tuple[int, RaylogError]] = {}
-        for batch, _, count in self._parts:
+        for batch, _, count, _ in self._parts:
             if batch._done and batch._error is not None:
                 key = (batch.topic, batch.partition)
                 n, err = lost.get(key, (0, batch._error))
@@ -259,10 +256,12 @@ class CallFuture:
         error = self.exception(timeout_s)
         if error is not None:
             raise error
-        out = []
-        for batch, first, count in self._parts:
-            for i in range(first, first + count):
-                out.append(RecordMetadata(batch.partition, batch.offset_of(i)))
+        out: list = [None] * self._count
+        for batch, first, count, positions in self._parts:
+            partition = batch.partition
+            for k in range(count):
+                where = positions + k if isinstance(positions, int) else positions[k]
+                out[where] = RecordMetadata(partition, batch.offset_of(first + k))
         return out
 
     def add_done_callback(self, fn: Callable[["CallFuture"], None]) -> None:
@@ -281,5 +280,5 @@ class CallFuture:
             if last:
                 fn(self)
 
-        for batch, _, _ in parts:
+        for batch, _, _, _ in parts:
             batch.on_done(one_done)

@@ -56,7 +56,8 @@ from typing import Sequence
 from raylog.errors import ConfigError, DeliveryError, RequestTimeoutError, UnknownPartitionError
 from raylog.producer.accumulator import DEFAULT_MAX_BLOCK_S, RecordAccumulator
 from raylog.producer.futures import CallFuture, SendFuture
-from raylog.producer.sender import ACKS_ALL, MAX_IN_FLIGHT_PARTITIONS, Sender
+from raylog.producer.sender import MAX_IN_FLIGHT_PARTITIONS, Sender
+from raylog.transfer.protocol import ACKS_ALL
 from raylog.retry import RetryPolicy
 
 log = logging.getLogger(__name__)

@@ -48,27 +48,22 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from raylog import errors as _errors
-from raylog.errors import MessageTooLargeError, RaylogError
-
-# TEMPORARY until the protocol's error classes land on main
-OutOfOrderSequenceError = getattr(_errors, "OutOfOrderSequenceError", None) or type(
-    "OutOfOrderSequenceError", (RaylogError,), {}
-)
-DuplicateSequenceError = getattr(_errors, "DuplicateSequenceError", None) or type(
-    "DuplicateSequenceError", (RaylogError,), {}
+from raylog.errors import (
+    DuplicateSequenceError,
+    MessageTooLargeError,
+    OutOfOrderSequenceError,
+    RaylogError,
 )
 from raylog.producer.futures import UNKNOWN_OFFSET
 from raylog.retry import RetryPolicy
+from raylog.transfer.protocol import ACKS_ALL, MAX_IN_FLIGHT_PER_PARTITION
 
 log = logging.getLogger(__name__)
 
-#: unacknowledged sets per topic-partition (WIRE: below the 32 remembered)
-MAX_IN_FLIGHT_SETS = 16
+#: unacknowledged sets per topic-partition (below the 32 a partition remembers)
+MAX_IN_FLIGHT_SETS = MAX_IN_FLIGHT_PER_PARTITION
 #: partitions drained at once (worker threads)
 MAX_IN_FLIGHT_PARTITIONS = 8
-#: wire value of acks="all"
-ACKS_ALL = -1
 _MAX_PRODUCER_ID = (1 << 63) - 1
 _MAX_SEQUENCE = (1 << 31) - 1
 
@@ -270,24 +265,28 @@ class Sender:
         retriable error if some must be sent again."""
         topic, partition = tp
         while pending:
+            # The first set under a producer id goes alone: a partition takes
+            # any sequence from an id it does not know, so a later set must
+            # not arrive first if this one is refused.
+            sending = pending[:1] if state is not None and pending[0].sequence == 0 else pending
             conn = self._connection(tp)
             results = conn.produce_sets(
                 topic,
                 partition,
-                [s.payload for s in pending],
+                [s.payload for s in sending],
                 self.acks,
                 producer_id=state.producer_id if state is not None else -1,
-                sequences=[s.sequence for s in pending] if state is not None else None,
+                sequences=[s.sequence for s in sending] if state is not None else None,
             )
             if results is None:  # acks=0: written is all we learn
-                for s in pending:
+                for s in sending:
                     self._resolve(s.batch, UNKNOWN_OFFSET)
-                pending.clear()
-                return
+                del pending[: len(sending)]
+                continue
             again = []
             retry_error = None
             gap = False
-            for s, result in zip(pending, results):
+            for s, result in zip(sending, results):
                 if not isinstance(result, RaylogError):
                     self._resolve(s.batch, result)
                 elif isinstance(result, DuplicateSequenceError):
@@ -304,13 +303,13 @@ class Sender:
                 else:
                     self._resolve(s.batch, error=result)  # this set fails alone
                     gap = True
-            if gap and state is not None and again:
+            pending[:] = again + pending[len(sending) :]
+            if gap and state is not None and pending:
                 # The partition refuses everything after the failed set under
                 # this producer id: continue under a fresh one.
                 state.restart()
-                for s in again:
+                for s in pending:
                     s.sequence = state.take()
-            pending[:] = again
             if retry_error is not None:
                 raise retry_error
             if again and not gap:

@@ -57,7 +57,12 @@ from raylog.errors import (
     RequestTimeoutError,
 )
 from raylog.transfer.protocol import (
+    ACKS_ALL,
     API_PRODUCE,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    PRODUCE_V1_FIELDS,
+    PRODUCE_VERSION_IDEMPOTENT,
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY_FIELDS,
     OFFSETS_REPLY_FIELDS,
@@ -75,20 +80,6 @@ from raylog.transfer.protocol import (
     encode_string,
 )
 
-# PRODUCE version 1 (idempotence, acks=-1; layout in raylog.transfer.protocol)
-try:
-    from raylog.transfer.protocol import PRODUCE_V1_FIELDS
-except ImportError:  # pragma: no cover - until the protocol module defines it
-    #: PRODUCE v1 after the topic: partition, acks, producer id, epoch, sequence, set length
-    PRODUCE_V1_FIELDS = struct.Struct(">ibqhii")
-#: the request version of an idempotent or acks=-1 PRODUCE
-PRODUCE_V1 = 1
-#: wire acks of "all": reply once the set is flushed and visible
-ACKS_ALL = -1
-#: producer id of a request that is not idempotent
-NO_PRODUCER_ID = -1
-#: sequence of a request that is not idempotent
-NO_SEQUENCE = -1
 
 #: receive buffer for reply headers and small replies
 READ_BUFFER_BYTES = 64 * KiB
@@ -424,7 +415,7 @@ class BrokerConnection:
         if plain:
             return v0.pack(size, API_PRODUCE, VERSION, correlation_id, encoded, partition, acks, length)
         return v1.pack(
-            size, API_PRODUCE, PRODUCE_V1, correlation_id, encoded, partition, acks, producer_id, 0, sequence, length
+            size, API_PRODUCE, PRODUCE_VERSION_IDEMPOTENT, correlation_id, encoded, partition, acks, producer_id, 0, sequence, length
         )
 
     def _read_produce_reply(self, correlation_id: int) -> int:

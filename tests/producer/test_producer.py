@@ -181,6 +181,33 @@ def test_killed_partition_actor_every_acknowledged_message_once_in_order(raylog_
         assert offset in (-1, at[value])
 
 
+def test_a_frozen_partition_actor_gets_resent_sets_and_stores_each_once(raylog_client, make_topic):
+    """The partition actor is frozen (SIGSTOP) with sets on the wire: the
+    producer times out, drops the connection and resends on a new one; when
+    the actor thaws it reads both copies. Each set is stored once, in order."""
+    import ray
+
+    topic = make_topic(partitions=1, flush_ms=10)
+    pid = ray.get(raylog_client.partition_actor(topic, 0).pid.remote())
+    retry = RetryPolicy(max_tries=50, delay_s=0.05, max_delay_s=0.5, deadline_s=60)
+    producer = raylog_client.producer(acks=1, batch_size=10, linger_ms=1, retry=retry, request_timeout_s=1)
+    producer.send(topic, b"warm-up").result(timeout_s=30)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        call = producer.send_batch(topic, [b"m-%04d" % i for i in range(100)])
+        time.sleep(3)  # past the request timeout: the producer resent on a new connection
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    producer.flush(timeout_s=60)
+    where = call.result()
+    producer.close()
+    ray.get(raylog_client.partition_actor(topic, 0).flush.remote())
+    values = [v for _, _, v in _read(raylog_client, topic, 0)]
+    assert values == [b"warm-up"] + [b"m-%04d" % i for i in range(100)]
+    at = {v: o for o, _, v in _read(raylog_client, topic, 0)}
+    assert [o for _, o in where] == [at[b"m-%04d" % i] for i in range(100)]
+
+
 # -- futures, batches and keys ----------------------------------------------------------
 
 
@@ -271,3 +298,25 @@ def test_bad_settings_are_config_errors(raylog_client):
     for options in ({"acks": 2}, {"acks": "some"}, {"acks": True}, {"batch_size": 0}, {"linger_ms": -1}):
         with pytest.raises(ConfigError):
             raylog_client.producer(**options)
+
+
+def test_audit_events_leave_without_a_flush(raylog_client, make_topic):
+    """The audit path too: the counts published on the interval reach the
+    audit topic after linger_ms, with no flush and no full batch."""
+    import json
+
+    from raylog.audit import AUDIT_TOPIC
+
+    raylog_client.ensure_audit_topic()
+    topic = make_topic(partitions=1)
+    producer = raylog_client.producer(acks=1, linger_ms=5, audit=True, audit_interval_ms=200)
+    producer.send(topic, b"counted").result(timeout_s=10)
+    deadline = time.monotonic() + 10
+    events = []
+    while time.monotonic() < deadline and not events:
+        _flush_partitions(raylog_client, AUDIT_TOPIC, 1)
+        events = [json.loads(v) for _, _, v in _read(raylog_client, AUDIT_TOPIC, 0)]
+        events = [e for e in events if e["topic"] == topic and e["source"] == producer.client_id]
+        time.sleep(0.1)
+    assert [e["count"] for e in events] == [1]
+    producer.close()
