@@ -168,6 +168,15 @@ class InflatedSizeTooLargeError(MessageTooLargeError):
     the limit. Send smaller compressed batches or raise the topic's limit."""
 
 
+@_code(19)
+class LogDirectoryLockedError(StorageError):
+    """Another owner holds the lock of the partition directory (a partition
+    actor still running on it, maybe of another cluster sharing the data
+    directory). Stop that owner or give each cluster its own directory."""
+
+    retriable = False
+
+
 # --------------------------------------------------------------------------
 # the data channel
 
