@@ -139,8 +139,7 @@ def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluste
                 if alive >= count or time.monotonic() > deadline:
                     break
                 time.sleep(1.0)
-        token = os.environ.get("RAYLOG_TOKEN")
-        start_supervisor(zookeeper, cluster, token=token.encode() if token else None, timeout_s=timeout_s)
+        start_supervisor(zookeeper, cluster, timeout_s=timeout_s)
         return alive
     finally:
         ray.shutdown()

@@ -177,10 +177,11 @@ def _running_actor(cluster: str, topic: str, partition: int):
 
 
 def remove_deleted(registry, zookeeper: str, nodes: list[dict], *, topic: str | None = None,
-                   wait_s: float = REMOVE_WAIT_S) -> list[dict]:
+                   token: bytes | None = None, wait_s: float = REMOVE_WAIT_S) -> list[dict]:
     """Step 1 of a repair pass: honour the tombstones (of ``topic``, or all).
     Returns one row per tombstone: ``removed``, ``pending`` (node down, or
-    the log still open) or ``failed``."""
+    the log still open) or ``failed``. ``token``: the cluster's, which a
+    partition actor's shutdown requires."""
     import ray
 
     from raylog.actors.placement import disk_nodes, scheduling_options
@@ -198,7 +199,7 @@ def remove_deleted(registry, zookeeper: str, nodes: list[dict], *, topic: str | 
                 started_ms = (time.time() - stats["uptime_s"]) * 1000
                 if stats["log_dir"] == log_dir and started_ms < stone["deleted_ms"]:
                     # an actor of the deleted topic, still serving: stop it and its log
-                    ray.get(actor.shutdown.remote(delete_data=True), timeout=wait_s)
+                    ray.get(actor.shutdown.remote(delete_data=True, token=token), timeout=wait_s)
                     ray.kill(actor, no_restart=True)
                     registry.remove_tombstone(node, log_dir)
                     rows.append(_row(name, p, node, "removed", "stopped the deleted topic's actor"))
@@ -290,7 +291,7 @@ def repair(registry, zookeeper: str, *, topic: str | None = None, host: str | No
     import ray
 
     nodes = ray.nodes()
-    removed = remove_deleted(registry, zookeeper, nodes, topic=topic, wait_s=wait_s)
+    removed = remove_deleted(registry, zookeeper, nodes, topic=topic, token=token, wait_s=wait_s)
     return removed + serve_registered(registry, zookeeper, nodes, topic=topic, host=host, token=token,
                                       wait_s=wait_s)
 
@@ -302,12 +303,16 @@ def repair(registry, zookeeper: str, *, topic: str | None = None, host: str | No
 class Supervisor:
     """The body of the supervisor actor (see the module docstring)."""
 
-    def __init__(self, zookeeper: str, cluster: str, host: str | None = None, token: bytes | None = None,
+    def __init__(self, zookeeper: str, cluster: str, host: str | None = None,
                  interval_s: float = DEFAULT_INTERVAL_S):
+        from raylog.auth import cluster_token
         from raylog.groups.registry import Registry
         from raylog.groups.zookeeper import connect_kazoo
 
-        self.zookeeper, self.cluster, self.host, self.token = zookeeper, cluster, host, token
+        self.zookeeper, self.cluster, self.host = zookeeper, cluster, host
+        # Derived here, as the partition actors do (raylog.auth): never
+        # taken from whoever starts the supervisor.
+        self.token = cluster_token(cluster)
         self.interval_s = interval_s
         self.zk = connect_kazoo(zookeeper)
         self.registry = Registry(self.zk, cluster)
@@ -351,8 +356,7 @@ class Supervisor:
         self._stopped.set()
 
 
-def start_supervisor(zookeeper: str, cluster: str, *, host: str | None = None, token: bytes | None = None,
-                     interval_s: float = DEFAULT_INTERVAL_S, timeout_s: float = 60.0, wait: bool = True):
+def start_supervisor(zookeeper: str, cluster: str, *, host: str | None = None, interval_s: float = DEFAULT_INTERVAL_S, timeout_s: float = 60.0, wait: bool = True):
     """Start the cluster's supervisor unless it runs; return its handle,
     with ``wait`` once it answers (it has then started its first pass)."""
     import ray
@@ -360,7 +364,7 @@ def start_supervisor(zookeeper: str, cluster: str, *, host: str | None = None, t
     actor = (
         ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)(Supervisor)
         .options(name=supervisor_name(cluster), namespace=NAMESPACE, lifetime="detached", get_if_exists=True)
-        .remote(zookeeper, cluster, host, token, interval_s)
+        .remote(zookeeper, cluster, host, interval_s)
     )
     if not wait:
         return actor
