@@ -197,8 +197,9 @@ def start(args) -> None:
         stop(args)
         raise
     print(f"Ray head {address} (pid {head.pid}), ZooKeeper {state['zookeeper']}; state in {state_dir}")
-    auth = "RAY_AUTH_MODE=token " if _token_mode() else ""
-    print(f"use: {auth}raylog --zookeeper {state['zookeeper']} --ray-address {address} topics create clicks --partitions 4")
+    # raylog presents Ray's token by itself (raylog.connect); other drivers
+    # need RAY_AUTH_MODE=token when _token_mode() holds.
+    print(f"use: raylog --zookeeper {state['zookeeper']} --ray-address {address} topics create clicks --partitions 4")
     print(f"stop: {sys.executable} {os.path.abspath(__file__)} stop --state-dir {state_dir}")
 
 

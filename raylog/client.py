@@ -451,7 +451,10 @@ def connect(
 
     - ``raylog.connect()``: local Ray + a ZooKeeper started here + logs in a
       temporary directory removed by ``close()``;
-    - ``raylog.connect(data_dir="/tmp/rl")``: the same, logs kept there;
+    - ``raylog.connect(data_dir="/tmp/rl")``: the same, logs kept there,
+      and ZooKeeper's data in ``/tmp/rl/.zookeeper``: a later connect with
+      the same ``data_dir`` serves the topics again (its supervisor,
+      :mod:`raylog.actors.supervisor`, starts every partition actor);
     - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
       existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
 
