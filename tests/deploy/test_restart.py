@@ -181,3 +181,36 @@ def test_local_cluster_restart_serves_every_topic_again_and_a_delete_while_down_
     finally:
         _stop(state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def test_connect_joins_a_token_auth_cluster_without_ray_auth_mode():
+    """The local cluster's head runs with Ray's token auth; a process with
+    RAY_AUTH_MODE unset joins it with raylog.connect(ray_address=...) (and
+    the CLI through it) at once, with no warnings' worth of retries."""
+    from raylog.groups.zookeeper import free_port
+
+    state_dir = tempfile.mkdtemp(prefix="rl-")
+    try:
+        _cluster("start", state_dir, "--port", str(free_port()), "--cluster", "auth")
+        state = _state(state_dir)
+        script = textwrap.dedent(f"""
+            import os, ray, raylog
+            assert "RAY_AUTH_MODE" not in os.environ
+            client = raylog.connect(zookeeper={state['zookeeper']!r}, ray_address={state['ray_address']!r},
+                                    cluster="auth")
+            print("NODES", len(ray.nodes()))
+            client.close()
+        """)
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(), timeout=120)
+        assert proc.returncode == 0 and "NODES" in proc.stdout, proc.stderr[-4000:]
+        assert "Traceback" not in proc.stderr and "InvalidAuthToken" not in proc.stderr, proc.stderr[-4000:]
+
+        cli = subprocess.run(
+            [sys.executable, "-m", "raylog.cli", "--zookeeper", state["zookeeper"], "--ray-address",
+             state["ray_address"], "--cluster", "auth", "supervisor", "start"],
+            capture_output=True, text=True, env=_env(), timeout=120,
+        )
+        assert cli.returncode == 0 and "supervisor of cluster auth runs" in cli.stdout, cli.stderr[-4000:]
+    finally:
+        _stop(state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)
