@@ -320,3 +320,21 @@ def test_audit_events_leave_without_a_flush(raylog_client, make_topic):
         time.sleep(0.1)
     assert [e["count"] for e in events] == [1]
     producer.close()
+
+
+def test_the_readme_producing_example_runs_as_written(raylog_client, make_topic, capsys):
+    """README "Producing": the example block, run as written on a topic
+    named clicks."""
+    import pathlib
+    import re
+
+    import raylog
+
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("### Producing: futures, acks, idempotence", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    if "clicks" not in raylog_client.list_topics():
+        raylog_client.create_topic("clicks", partitions=8)
+    exec(compile(code, "README.md", "exec"), {"client": raylog_client, "raylog": raylog})
+    printed = capsys.readouterr().out
+    assert re.match(r"\[RecordMetadata\(partition=\d, offset=\d+\), RecordMetadata\(partition=\d, offset=\d+\)\]", printed)
