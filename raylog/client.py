@@ -32,6 +32,18 @@ DEFAULT_DATA_DIR = "/tmp/raylog"
 LOCAL_NODE = "local"
 
 
+#: the clients made in this process and not closed yet, oldest first (see
+#: current_client); appended and removed under the GIL, safe from any thread
+_OPEN_CLIENTS: list = []
+
+
+def current_client() -> "Client | None":
+    """The client this process connected last and has not closed (what
+    ``raylog.connect()`` returned), or None; used by the readers and writers
+    that take an optional ``client=``."""
+    return _OPEN_CLIENTS[-1] if _OPEN_CLIENTS else None
+
+
 class Client:
     """A connection to one raylog cluster (a ZooKeeper root and a Ray cluster)."""
 
@@ -50,6 +62,10 @@ class Client:
         from raylog.groups.registry import Registry
         from raylog.groups.zookeeper import connect_kazoo
 
+        if token is None:
+            from raylog.auth import cluster_token
+
+            token = cluster_token(cluster)  # closed by default: see raylog.auth
         self.settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
         self.data_dir = data_dir
         self.data_host = data_host
@@ -61,6 +77,7 @@ class Client:
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client
         self._closed = False
+        _OPEN_CLIENTS.append(self)
 
     # -- topics --------------------------------------------------------------
 
@@ -69,8 +86,8 @@ class Client:
         over the nodes that offer local disk. Returns the topic's config.
 
         ``settings`` are :class:`raylog.TopicConfig` fields (retention_ms,
-        retention_bytes, segment_bytes, flush_messages, flush_ms,
-        max_message_bytes)."""
+        retention_bytes, segment_bytes, segment_ms, flush_messages, flush_ms,
+        max_message_bytes, max_inflated_bytes, max_producer_ids)."""
         import ray
 
         self._check_open()
@@ -81,13 +98,20 @@ class Client:
         self.registry.create_topic(name, config)
         try:
             for p, node in enumerate(placement):
-                self.registry.set_placement(name, p, node.identity, os.path.join(self.data_dir, f"{name}-{p}"))
+                self.registry.set_placement(name, p, node.identity, self.log_dir(name, p))
             self._serve(name, config, nodes, timeout_s)
         except BaseException:
             self._stop_actors(name, partitions, delete_data=True)
             self.registry.delete_topic(name)
             raise
         return config
+
+    def log_dir(self, topic: str, partition: int) -> str:
+        """Where a new partition's log goes on its node:
+        ``<data_dir>/<cluster>/<topic>-<partition>``, so that clusters
+        sharing a data directory never share a partition directory (each is
+        also locked by its owner, see :mod:`raylog.storage.log`)."""
+        return os.path.join(self.data_dir, self.settings.cluster, f"{topic}-{partition}")
 
     def ensure_served(self, name: str, timeout_s: float = 120.0) -> None:
         """Start any partition actor of ``name`` that is not running (for a
@@ -99,6 +123,9 @@ class Client:
     def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float) -> None:
         import ray
 
+        from raylog.auth import check
+
+        check(self.settings.cluster, self.settings.token, f"serving topic {name!r}")
         actors = []
         for p in range(config.partitions):
             place = self.registry.placement(name, p)
@@ -143,8 +170,12 @@ class Client:
     def _stop_actors(self, topic: str, partitions: int, delete_data: bool) -> None:
         import ray
 
+        from raylog.auth import check
+
+        check(self.settings.cluster, self.settings.token, f"stopping the partitions of {topic!r}")
+
         actors = [a for a in (self._actor(topic, p) for p in range(partitions)) if a is not None]
-        refs = [a.shutdown.remote(delete_data=delete_data) for a in actors]
+        refs = [a.shutdown.remote(delete_data=delete_data, token=self.settings.token) for a in actors]
         try:
             ray.wait(refs, num_returns=len(refs), timeout=30)
         finally:
@@ -310,6 +341,8 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        if self in _OPEN_CLIENTS:
+            _OPEN_CLIENTS.remove(self)
         for child in reversed(self._children):
             try:
                 child.close()
@@ -356,8 +389,9 @@ def connect(
     - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
       existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
 
-    ``token``: when set, every data connection must present it (the
-    partition actors created by this client require it).
+    ``token``: the cluster's token, for a process that cannot derive it
+    (outside Ray, without Ray's auth token); by default the client derives
+    it (see :mod:`raylog.auth`). Every data port requires it.
     """
     import ray
 
