@@ -175,7 +175,16 @@ class Consumer:
         self._audit_producer = None
 
         if group is None:
-            self.assign([(t, p) for t in self.topics for p in range(metadata.partitions(t))])
+            partitions = [(t, p) for t in self.topics for p in range(metadata.partitions(t))]
+            if auto_offset_reset == "error" and partitions:
+                # Without a group there is no committed offset: nowhere to start.
+                earliest, latest = self.offsets(partitions[0])
+                raise OffsetOutOfRangeError(
+                    f"a consumer without a group has no committed offset to start from and "
+                    f"auto_offset_reset='error'; use 'earliest' or 'latest', or seek after assign "
+                    f"({partitions[0][0]}-{partitions[0][1]} holds [{earliest}, {latest}])",
+                    offset=None, earliest=earliest, latest=latest)
+            self.assign(partitions)
         else:
             from raylog.groups.member import SETTLE_S, GroupMember
             from raylog.groups.zookeeper import connect_kazoo
@@ -227,10 +236,21 @@ class Consumer:
         """Read exactly these partitions (no group), from their reset positions."""
         if self._member is not None:
             raise ConfigError("a consumer in a group is assigned partitions by the group; do not call assign")
+        partitions = [(tp[0], int(tp[1])) for tp in partitions]
+        # Resolved here, concurrently, so that a wrong token or an unreachable
+        # partition fails the call at once (a group resolves in its fetchers).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(partitions)))) as pool:
+            starts = list(pool.map(self._reset_position, partitions))
         with self._lock:
             self._stop_fetchers(list(self._parts))
-            for tp in partitions:
-                self._start_fetcher((tp[0], int(tp[1])), None)
+            for tp, start in zip(partitions, starts):
+                self._start_fetcher(tp, start)
+
+    def _reset_position(self, tp: TopicPartition) -> int:
+        earliest, latest = self.offsets(tp)
+        return earliest if self.auto_offset_reset == "earliest" else latest
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this consumer reads (in a group: not those being revoked)."""

@@ -178,7 +178,9 @@ class Fetcher(threading.Thread):
                     return
                 self.offset = offset
                 self._put(Chunk(self.tp, self.epoch, (), offset))  # the position, for commit and position()
-            max_message = s.max_message_bytes or s.metadata.config(topic).max_message_bytes
+            config = s.metadata.config(topic)
+            max_message = s.max_message_bytes or config.max_message_bytes
+            max_inflated = max(config.max_inflated_limit, max_message)  # storage's bound on a decompressed set
             while not self.stopped.is_set():
                 try:
                     if self.conn is None:
@@ -207,7 +209,8 @@ class Fetcher(threading.Thread):
                 if not data:
                     continue
                 records, consumed = decode_messages(
-                    data, self.offset, max_message_bytes=max_message, record_type=Message, prefix=self.tp
+                    data, self.offset, max_message_bytes=max_message, record_type=Message, prefix=self.tp,
+                    max_inflated_bytes=max_inflated,
                 )
                 if consumed == 0:
                     continue  # the server always sends a whole first message; nothing to do
