@@ -38,7 +38,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from raylog.errors import UnknownGroupError
-from raylog.groups.coordinator import partition_count
+from raylog.groups.assignment import partition_count
 from raylog.groups.offsets import OffsetStore
 from raylog.groups.zkerrors import ensure_connected, zookeeper_errors
 from raylog.groups.paths import Paths

@@ -9,7 +9,8 @@ import pytest
 from raylog.config import TopicConfig
 from raylog.errors import UnknownGroupError, ZooKeeperUnavailableError
 from raylog.groups.admin import describe_group, list_groups
-from raylog.groups.coordinator import GroupMember, MemberState
+from raylog.groups.member import GroupMember
+from raylog.groups.states import MemberState
 from raylog.groups.offsets import OffsetStore
 
 SESSION_S = 3.0
@@ -66,7 +67,7 @@ def test_describe_group_shows_owners_offsets_and_lag(zk, registry, cluster_name,
     registry.create_topic("t", TopicConfig(partitions=4))
     a = join("g", ["t"], "a")
     b = join("g", ["t"], "b")
-    wait_until(lambda: a.state is MemberState.FETCHING and b.state is MemberState.FETCHING
+    wait_until(lambda: a.state is MemberState.STABLE and b.state is MemberState.STABLE
                and len(a.assignment) == 2 and len(b.assignment) == 2, what="the split")
     a.commit({("t", 0): 100})
     b.commit({("t", 3): 300})
@@ -91,7 +92,7 @@ def test_describe_group_lists_idle_members(zk, registry, cluster_name, join):
     registry.create_topic("t", TopicConfig(partitions=1))
     join("g", ["t"], "a")
     b = join("g", ["t"], "b")
-    wait_until(lambda: b.state is MemberState.FETCHING and b.generation >= 1, what="b to settle")
+    wait_until(lambda: b.state is MemberState.STABLE and b.rebalances >= 1, what="b to settle")
     wait_until(lambda: [r["owner"] for r in describe_group(zk, cluster_name, "g")] == ["a", "b"],
                what="a to own the partition and b to idle")
     idle = describe_group(zk, cluster_name, "g")[1]
