@@ -168,3 +168,18 @@ def test_without_idempotence_no_producer_id_is_sent():
     producer.flush()
     assert part.requests == [(-1, [])]
     producer.close()
+
+
+def test_bad_input_is_refused_whole_and_what_was_accepted_is_delivered():
+    part = FakePartition()
+    producer = _producer(part)
+    kept = producer.send("t", b"kept", partition=0)
+    with pytest.raises(TypeError):
+        producer.send_batch("t", [b"fine", "not bytes"], partition=0)
+    with pytest.raises(TypeError):
+        producer.send_batch("t", [b"fine"], keys=["not bytes"])
+    with pytest.raises(TypeError):
+        producer.send("t", "not bytes")
+    producer.flush()
+    assert part.log == [b"kept"] and kept.result().offset == 0
+    producer.close()
