@@ -237,8 +237,9 @@ class Client:
     # -- producers and consumers ---------------------------------------------
 
     def producer(self, **options):
-        """A :class:`raylog.Producer` (batch_size, linger_ms, compression, acks,
-        audit...)."""
+        """A :class:`raylog.Producer` (batch_size, linger_ms, compression,
+        acks 0/1/"all", enable_idempotence, retry, audit...); ``send`` returns
+        a future of ``(partition, offset)``."""
         from raylog.producer import Producer
 
         self._check_open()
@@ -250,7 +251,9 @@ class Client:
 
     def producer_actor(self, **options):
         """A Ray actor handle wrapping a producer, for Ray apps:
-        ``ray.get(handle.send_batch.remote("clicks", [b"v1", b"v2"]))``."""
+        ``ray.get(handle.send_batch.remote("clicks", [b"v1", b"v2"]))``
+        returns once that call's messages are acknowledged (or raises for
+        them alone)."""
         from raylog.actors.producer import producer_actor
 
         self._check_open()
