@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import operator
 import threading
 import time
 from typing import Sequence
@@ -216,9 +217,10 @@ class RecordAccumulator:
         # passes (a stable sort, groupby, map) instead of a loop per message.
         if None in keys:
             parts = [crc32c(k) % count if k is not None else -1 for k in keys]
+            sizes = list(map(_add_key_size, sizes, keys))
         else:
             parts = [crc32c(k) % count for k in keys]
-        sizes = list(map(_add_key_size, sizes, keys))
+            sizes = list(map(operator.add, sizes, map(len, keys)))
         order = sorted(range(n), key=parts.__getitem__)
         with self.lock:
             for p, group in itertools.groupby(order, parts.__getitem__):
