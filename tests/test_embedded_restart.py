@@ -51,7 +51,7 @@ STEP = textwrap.dedent('''
         time.sleep(0.2)
     if step == "recreate":
         client.create_topic("clicks", partitions=2)
-    producer = client.producer(acks=1)
+    producer = client.producer(acks="all")  # flushed: readable below the end offsets read next
     for i in range(100):
         producer.send("clicks", b"%s-%d" % (step.encode(), i))
     producer.close()  # raises unless every message was acknowledged
