@@ -367,8 +367,10 @@ class PartitionLog:
             log.exception("flush of %s failed", self._dir)
         finally:
             self._flush_requested = False
-        # Appends made during the sync, with a reader still waiting: once more.
-        if self._waiting and self._unflushed and not self._flush_requested and not self._closed:
+        # Appends made during the sync, with a reader still waiting or enough
+        # of them to be due (flush_messages): once more.
+        due = self._waiting or self._unflushed >= self._config.flush_messages
+        if due and self._unflushed and not self._flush_requested and not self._closed and self._failed is None:
             self._flush_requested = True
             _flusher().submit(self._flush_in_background)
 
