@@ -158,3 +158,15 @@ def test_the_spark_example_runs_as_written(tmp_path):
     proc = run_example(readme_block("### Spark and Ray Data"), tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "", proc.stderr
+
+
+def test_the_quickstart_demo_runs_clean_and_stops_the_cluster(tmp_path):
+    """``make demo`` (``python -m raylog.demo``), smaller and without its
+    Spark step: its own lines only, ending with the cluster stopped."""
+    assert "make demo" in readme_block("## Quickstart", "bash")
+    code = "from raylog.demo import main\nmain(['--tasks', '2', '--events-per-task', '2000', '--no-spark'])\n"
+    proc = run_example(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    assert proc.stdout.rstrip().splitlines()[-1].endswith("cluster stopped."), proc.stdout
+    assert "nothing lost" in proc.stdout
