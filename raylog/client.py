@@ -62,10 +62,7 @@ class Client:
         from raylog.groups.registry import Registry
         from raylog.groups.zookeeper import connect_kazoo
 
-        if token is None:
-            from raylog.auth import cluster_token
-
-            token = cluster_token(cluster)  # closed by default: see raylog.auth
+        # token None: the settings derive the cluster's token (raylog.auth)
         self.settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
         self.data_dir = data_dir
         self.data_host = data_host

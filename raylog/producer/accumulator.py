@@ -69,9 +69,9 @@ class ProducerBatch:
 
 
 class RecordAccumulator:
-    """Open and sealed batches (see the module docstring). ``config`` maps a
-    topic to its TopicConfig and ``partitions`` to its partition count
-    (both cached by :class:`~raylog.metadata.Metadata`)."""
+    """Open and sealed batches (see the module docstring). A topic's
+    partition count and ``max_message_bytes`` come from ``metadata`` once
+    and are cached here."""
 
     def __init__(
         self,
@@ -95,7 +95,7 @@ class RecordAccumulator:
         self.wake = threading.Condition(self.lock)
         #: callers wait here for buffer space
         self.space = threading.Condition(self.lock)
-        #: flush waits here for batches to resolve
+        #: open batches by topic-partition
         self.open: dict[tuple[str, int], ProducerBatch] = {}
         self.keyless: dict[str, ProducerBatch] = {}  # the open sticky batch of each topic
         self.ready: dict[tuple[str, int], collections.deque[ProducerBatch]] = {}

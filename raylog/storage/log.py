@@ -337,7 +337,10 @@ class PartitionLog:
             self._fail(err)
             raise StorageError(f"cannot append to {active.path}: {err}") from err
         if sequenced is not None:
-            self._producers.remember(producer_id, epoch, first_sequence, base, lengths)
+            try:
+                self._producers.remember(producer_id, epoch, first_sequence, base, lengths)
+            except OSError as err:  # compacting the journal failed; the set is in the log
+                self._fail(err)
         if not active.size - size:
             self._active_since = self._clock()
         self._leo = base + size
