@@ -230,6 +230,9 @@ def cli(ctx, zookeeper, ray_address, cluster, token):
     Exit codes: 0 done, 1 error (one line 'error: ...' on stderr), 2 bad
     usage or setting, 130 interrupted (Ctrl-C), 143 'consume' after SIGTERM.
     """
+    from raylog import _log
+
+    _log.configure()  # warnings only, no ZooKeeper retry chatter (RAYLOG_LOG_LEVEL to change)
     ctx.obj = Target(zookeeper, ray_address, cluster, token)
 
 

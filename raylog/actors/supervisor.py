@@ -339,8 +339,10 @@ class Supervisor:
             before = {(r["topic"], r["partition"], r["state"]) for r in self.last}
             for row in rows:  # what changed since the last pass
                 if row["state"] != "serving" and (row["topic"], row["partition"], row["state"]) not in before:
-                    log.warning("raylog supervisor: %s-%s on %s: %s %s", row["topic"], row["partition"],
-                                row["node"], row["state"], row["detail"])
+                    # what went as it should is info; what waits or failed, a warning
+                    level = logging.INFO if row["state"] in ("started", "removed") else logging.WARNING
+                    log.log(level, "raylog supervisor: %s-%s on %s: %s %s", row["topic"], row["partition"],
+                            row["node"], row["state"], row["detail"])
             if topic is None:
                 self.last = rows
             return rows
