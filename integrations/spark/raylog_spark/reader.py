@@ -268,6 +268,9 @@ def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FET
         "max_message_bytes": str(int(plan.max_message_bytes)),
         "fail_on_data_loss": "true" if plan.fail_on_data_loss else "false",
         "locality": "true" if locality else "false",
+        # readers look a moved partition up again here
+        "zookeeper": plan.settings.zookeeper,
+        "cluster": plan.settings.cluster,
     }
     token = plan.settings.token
     if token:
@@ -276,10 +279,43 @@ def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FET
 
 
 def jvm_dataframe(spark, plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES):
-    """The DataFrame of ``plan`` read by the JVM reader (binary values)."""
+    """The DataFrame of ``plan`` read by the JVM reader (binary values, the
+    columns of :func:`spark_schema`)."""
     from raylog_spark.jvm import FORMAT
 
-    return spark.read.format(FORMAT).options(**jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)).load()
+    df = spark.read.format(FORMAT).options(**jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)).load()
+    return df.select(*spark_schema().fieldNames())
+
+
+#: the Spark conf keys the data source ``raylog`` reads its cluster from when
+#: a read by name has no ``zookeeper``/``cluster``/``token`` option
+CLUSTER_CONF = ("spark.raylog.zookeeper", "spark.raylog.cluster", "spark.raylog.token")
+
+
+def use_cluster(spark, client=None, settings=None) -> bool:
+    """Make ``client``'s cluster (default: the one ``raylog.connect()`` made
+    in this process, or ``RAYLOG_ZOOKEEPER``) the cluster of
+    ``spark.read.format("raylog")`` and ``spark.readStream.format("raylog")``
+    in this session: sets the session's ``spark.raylog.zookeeper``,
+    ``spark.raylog.cluster`` and ``spark.raylog.token`` (base64).
+    :func:`raylog_spark.init_spark` calls it. Returns False when there is no
+    cluster to use (nothing is set)."""
+    from raylog.data import default_settings
+
+    if client is not None:
+        settings = client.settings
+    if settings is None:
+        settings = default_settings()
+    if settings is None:
+        return False
+    conf = spark.conf
+    conf.set(CLUSTER_CONF[0], settings.zookeeper)
+    conf.set(CLUSTER_CONF[1], settings.cluster)
+    if settings.token:
+        conf.set(CLUSTER_CONF[2], base64.b64encode(bytes(settings.token)).decode("ascii"))
+    else:
+        conf.unset(CLUSTER_CONF[2])
+    return True
 
 
 def _ranges_dataframe(spark, plan: ReadPlan, locality: bool):

@@ -52,6 +52,10 @@ final class MessageSet {
   // -- the current message ---------------------------------------------------------
   /** the message's log offset (inner messages: their wrapper's) */
   long offset;
+  /** where the next message starts: offset + 4 + size (inner messages: their wrapper's next offset) */
+  long nextOffset;
+  /** 0 for a plain message; the position (0, 1, ...) of an inner message in its wrapper */
+  int innerIndex;
   long timestamp;
   /** the buffer holding the key and value */
   byte[] data;
@@ -72,6 +76,8 @@ final class MessageSet {
   private int innerPos;
   private int innerLimit;
   private long wrapperOffset;
+  private long wrapperNext;
+  private int innerCount;
   private int wrapperCodec;
 
   MessageSet(int maxMessageBytes) {
@@ -145,6 +151,8 @@ final class MessageSet {
       int klen = FetchClient.readInt(buf, p + 18);
       if (attrs == 0) {
         set(buf, p, size, klen, at);
+        nextOffset = at + LOG_OVERHEAD + size;
+        innerIndex = 0;
         return true;
       }
       int codec = attrs & CODEC_MASK;
@@ -156,6 +164,8 @@ final class MessageSet {
       }
       innerPos = 0;
       wrapperOffset = at;
+      wrapperNext = at + LOG_OVERHEAD + size;
+      innerCount = 0;
       wrapperCodec = codec;
       inWrapper = true;
     }
@@ -182,6 +192,8 @@ final class MessageSet {
       }
       innerPos = p + LOG_OVERHEAD + size;
       set(buf, p, size, FetchClient.readInt(buf, p + 18), wrapperOffset);
+      nextOffset = wrapperNext;
+      innerIndex = innerCount++;
     } catch (RaylogReadException e) {
       throw inWrapper(e, wrapperCodec, wrapperOffset);
     }

@@ -31,6 +31,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <tr><td>fail_on_data_loss</td><td>a range deleted by retention since planning fails the
  *       task (true) or is skipped and logged (false)</td><td>true</td></tr>
  *   <tr><td>locality</td><td>prefer the ranges' locations</td><td>true</td></tr>
+ *   <tr><td>zookeeper, cluster</td><td>where readers look up the endpoint of a partition whose
+ *       actor moved (its socket unreachable, NotOwnerError) for up to timeout_ms</td><td>none (no
+ *       lookup: the task fails)</td></tr>
  * </table>
  */
 final class ReadOptions implements Serializable {
@@ -78,13 +81,19 @@ final class ReadOptions implements Serializable {
     final int maxMessageBytes;
     final int timeoutMs;
     final boolean failOnDataLoss;
+    /** ZooKeeper and cluster name to find a moved partition's endpoint again, or null */
+    final String zookeeper;
+    final String cluster;
 
-    Settings(byte[] token, int fetchBytes, int maxMessageBytes, int timeoutMs, boolean failOnDataLoss) {
+    Settings(byte[] token, int fetchBytes, int maxMessageBytes, int timeoutMs, boolean failOnDataLoss,
+        String zookeeper, String cluster) {
       this.token = token;
       this.fetchBytes = fetchBytes;
       this.maxMessageBytes = maxMessageBytes;
       this.timeoutMs = timeoutMs;
       this.failOnDataLoss = failOnDataLoss;
+      this.zookeeper = zookeeper;
+      this.cluster = cluster;
     }
   }
 
@@ -92,7 +101,7 @@ final class ReadOptions implements Serializable {
   final Settings settings;
   final boolean locality;
 
-  private ReadOptions(List<Range> ranges, Settings settings, boolean locality) {
+  ReadOptions(List<Range> ranges, Settings settings, boolean locality) {
     this.ranges = ranges;
     this.settings = settings;
     this.locality = locality;
@@ -120,7 +129,10 @@ final class ReadOptions implements Serializable {
     int timeoutMs = positive(options, "timeout_ms", 30_000);
     boolean failOnDataLoss = options.getBoolean("fail_on_data_loss", true);
     boolean locality = options.getBoolean("locality", true);
-    Settings settings = new Settings(token, fetchBytes, maxMessageBytes, timeoutMs, failOnDataLoss);
+    String zookeeper = options.get("zookeeper");
+    String cluster = options.get("cluster");
+    Settings settings = new Settings(token, fetchBytes, maxMessageBytes, timeoutMs, failOnDataLoss,
+        zookeeper == null || zookeeper.isEmpty() ? null : zookeeper, cluster == null ? "default" : cluster);
     return new ReadOptions(ranges, settings, locality);
   }
 
