@@ -94,13 +94,20 @@ class Client:
         self.registry.create_topic(name, config)
         try:
             for p, node in enumerate(placement):
-                self.registry.set_placement(name, p, node.identity, os.path.join(self.data_dir, f"{name}-{p}"))
+                self.registry.set_placement(name, p, node.identity, self.log_dir(name, p))
             self._serve(name, config, nodes, timeout_s)
         except BaseException:
             self._stop_actors(name, partitions, delete_data=True)
             self.registry.delete_topic(name)
             raise
         return config
+
+    def log_dir(self, topic: str, partition: int) -> str:
+        """Where a new partition's log goes on its node:
+        ``<data_dir>/<cluster>/<topic>-<partition>``, so that clusters
+        sharing a data directory never share a partition directory (each is
+        also locked by its owner, see :mod:`raylog.storage.log`)."""
+        return os.path.join(self.data_dir, self.settings.cluster, f"{topic}-{partition}")
 
     def ensure_served(self, name: str, timeout_s: float = 120.0) -> None:
         """Start any partition actor of ``name`` that is not running (for a

@@ -3,8 +3,11 @@
 On disk a partition is a directory of segment files ``<base offset, 20
 digits>.log`` (:mod:`raylog.storage.segment`) plus a small checkpoint file,
 ``recovery-point``, holding the last flushed offset (with a CRC32C of its own),
-and ``producer-state``, the journal of idempotent producers' sequences
-(:mod:`raylog.storage.producer_state`). The log offset of a
+``producer-state``, the journal of idempotent producers' sequences
+(:mod:`raylog.storage.producer_state`), and ``lock``, an empty file its owner
+holds an exclusive ``fcntl.flock`` on while the log is open: a second owner
+(another actor, of this cluster or another one pointed at the same
+directory) fails to open it with :class:`LogDirectoryLockedError`. The log offset of a
 message is its byte position in the concatenation of the segments; segment
 ``k + 1`` starts where segment ``k`` ends.
 
@@ -45,6 +48,7 @@ corrupt tail is cut off, and each cut is logged as a warning and listed in
 from __future__ import annotations
 
 import bisect
+import fcntl
 import logging
 import os
 import struct
@@ -60,6 +64,7 @@ from raylog.errors import (
     ClosedError,
     CorruptMessageError,
     InvalidOffsetError,
+    LogDirectoryLockedError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
@@ -78,6 +83,8 @@ from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "recovery-point"
+#: the file a log's owner holds an exclusive ``flock`` on while the log is open
+LOCK_NAME = "lock"
 #: the checkpoint record: 20 offset digits, a space, 8 hex digits of CRC32C, newline
 _CHECKPOINT_SIZE = 30
 #: recovery accepts stored messages up to this size even if ``max_message_bytes``
@@ -162,12 +169,19 @@ class PartitionLog:
         self._flush_requested = False
         try:
             os.makedirs(self._dir, exist_ok=True)
+            self._lock_fd = _lock_directory(self._dir)
+        except OSError as err:
+            raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+        try:
             segments = self._recover()
             self._producers = ProducerStateTable(self._dir, config.max_producer_ids)
             for note in self._producers.open(segments[-1].end_offset):
                 log.warning("recovery of %s: %s", self._dir, note)
-        except OSError as err:
-            raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+        except BaseException as err:
+            os.close(self._lock_fd)
+            if isinstance(err, OSError):
+                raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+            raise
         # Readers take (bases, segments) in one read; the writer replaces it.
         self._view: tuple[list[int], list[LogSegment]] = ([s.base_offset for s in segments], segments)
         self._active = segments[-1]
@@ -477,6 +491,7 @@ class PartitionLog:
                     self._closed = True
                     self._producers.close()
                 self._checkpoint_file.close()
+                os.close(self._lock_fd)  # another owner may open the directory now
             with self._cond:
                 self._cond.notify_all()
 
@@ -765,6 +780,27 @@ def _reset_flusher_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_flusher_after_fork)
+
+
+def _lock_directory(directory: str) -> int:
+    """Take the exclusive lock of a partition directory (``fcntl.flock`` on
+    its file ``lock``, held until :meth:`PartitionLog.close` or the process
+    ends); :class:`LogDirectoryLockedError` if another owner holds it."""
+    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LogDirectoryLockedError(
+            f"the partition directory {directory} is locked by another owner (a partition actor of "
+            f"this or another cluster still runs on it); stop that owner, or give this cluster a "
+            f"directory of its own",
+            directory=directory,
+        ) from None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _sync_directory(directory: str) -> None:

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.errors import OutOfOrderSequenceError
+from raylog.errors import LogDirectoryLockedError, OutOfOrderSequenceError
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import decode_messages, encode_message_set
 from raylog.storage.producer_state import FILE_NAME, RECORD_SIZE, SEQUENCES_REMEMBERED
@@ -49,12 +49,24 @@ def test_a_duplicate_is_recognised_after_the_log_is_reopened_without_a_flush(tmp
     # no flush, no close: as if the process died with the writes in the page cache
     plog._checkpoint_file.close()
     plog._producers.close()
+    os.close(plog._lock_fd)
     with PartitionLog(tmp_path / "p", CONFIG) as again:
         assert put(again, b"a", 0) == first
         assert put(again, b"c", 2) == 2 * len(one(b"a"))
         with pytest.raises(OutOfOrderSequenceError):
             put(again, b"e", 4)
         assert values(again) == [b"a", b"b", b"c"]
+
+
+def test_a_second_owner_of_the_directory_is_refused_until_the_first_closes(tmp_path):
+    first = PartitionLog(tmp_path / "p", CONFIG)
+    with pytest.raises(LogDirectoryLockedError, match="locked by another owner") as info:
+        PartitionLog(tmp_path / "p", CONFIG)
+    assert not info.value.retriable
+    first.append(one(b"kept"))
+    first.close()
+    with PartitionLog(tmp_path / "p", CONFIG) as again:
+        assert values(again) == [b"kept"]
 
 
 def test_records_of_sets_cut_off_by_recovery_are_dropped(tmp_path):

@@ -205,7 +205,7 @@ def _plan_nodes(df):
 
 def flip_byte(client, topic: str, partition: int, offset: int) -> None:
     """Flip one byte of a partition's log on disk, at log ``offset`` of its first segment."""
-    folder = os.path.join(client.data_dir, f"{topic}-{partition}")
+    folder = client.log_dir(topic, partition)
     segment = os.path.join(folder, sorted(n for n in os.listdir(folder) if n.endswith(".log"))[0])
     with open(segment, "r+b") as f:
         f.seek(offset)
