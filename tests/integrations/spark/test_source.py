@@ -142,6 +142,35 @@ def test_bad_options_are_raylog_errors(spark, raylog_client, topics):
         read(spark, subscribe=a, startingOffsets=json.dumps({a: {"5": 0}})).count()
 
 
+def test_starting_timestamp_and_offsets_for_times_land_on_the_first_message_at_or_after_it(
+    spark, raylog_client, make_topic
+):
+    topic = make_topic(partitions=2)
+    produce(raylog_client, topic, [b"old-%03d" % i for i in range(200)])
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(raylog_client, topic, [b"new-%03d" % i for i in range(100)], compression="gzip")
+    offsets = raylog_client.offsets_for_times(topic, cut)
+    rows = read(spark, subscribe=topic).collect()
+    first_new = {}
+    for r in rows:
+        if bytes(r["value"]).startswith(b"new-"):
+            p = r["partition"]
+            first_new[p] = min(first_new.get(p, r["offset"]), r["offset"])
+    for p in range(2):  # a partition with no new message answers its end
+        assert offsets[p] == first_new.get(p, raylog_client.offsets(topic, p)[1])
+    assert raylog_client.offsets_for_times(topic, 0) == {p: raylog_client.offsets(topic, p)[0] for p in range(2)}
+    later = read(spark, subscribe=topic, startingTimestamp=str(cut)).collect()
+    assert values(later) == sorted(b"new-%03d" % i for i in range(100))
+    stream = (
+        spark.readStream.format("raylog").option("subscribe", topic).option("startingTimestamp", str(cut)).load()
+    )
+    q = stream.writeStream.format("memory").queryName("from_time").trigger(availableNow=True).start()
+    assert q.awaitTermination(300)
+    assert values(spark.table("from_time").collect()) == sorted(b"new-%03d" % i for i in range(100))
+
+
 # ---------------------------------------------------------------------------
 # streaming
 

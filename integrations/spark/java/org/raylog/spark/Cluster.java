@@ -67,9 +67,23 @@ final class Cluster implements Closeable {
     return max;
   }
 
-  ReadOptions.Settings settings(int maxMessageBytes) {
-    return new ReadOptions.Settings(options.token, options.fetchBytes, maxMessageBytes, options.timeoutMs,
-        options.failOnDataLoss, options.zookeeper, options.cluster);
+  /** The largest bound on a wrapper's inflated size of the topics (topic setting max_inflated_bytes). */
+  long maxInflatedBytes(Iterable<String> topics) {
+    long max = 0;
+    for (String t : topics) {
+      JsonNode c = config(t);
+      long own = c.path("max_inflated_bytes").asLong(0);
+      if (own <= 0) {
+        own = MessageSet.INFLATED_FACTOR * c.path("max_message_bytes").asLong(ReadOptions.MiB);
+      }
+      max = Math.max(max, own);
+    }
+    return max;
+  }
+
+  ReadOptions.Settings settings(int maxMessageBytes, long maxInflatedBytes) {
+    return new ReadOptions.Settings(options.token, options.fetchBytes, maxMessageBytes, maxInflatedBytes,
+        options.timeoutMs, options.failOnDataLoss, options.zookeeper, options.cluster);
   }
 
   /** {@code {log start offset, high watermark}} of each selected partition. */
@@ -119,7 +133,7 @@ final class Cluster implements Closeable {
       try {
         int whole = MessageSet.wholeMessages(buf, n, maxMessageBytes, offset);
         if (whole > 0) {
-          MessageSet set = new MessageSet(maxMessageBytes);
+          MessageSet set = new MessageSet(maxMessageBytes, 0);
           set.reset(buf, Math.min(whole, MessageSet.LOG_OVERHEAD + FetchClient.readInt(buf, 0)), offset);
           set.next();
         }

@@ -42,10 +42,14 @@ final class MessageSet {
   static final int MIN_MESSAGE_SIZE = HEADER_SIZE - LOG_OVERHEAD;
   static final int MAGIC = 1;
   static final int CODEC_MASK = 0x07;
-  /** a wrapper's decompressed inner set may be this many times max_message_bytes */
-  static final int INNER_SET_FACTOR = 64;
+  /**
+   * a wrapper's decompressed inner set may be this many times max_message_bytes
+   * unless the topic sets max_inflated_bytes (raylog.config.INFLATED_FACTOR)
+   */
+  static final int INFLATED_FACTOR = 8;
 
   private final int maxMessageBytes;
+  private final long maxInflatedBytes;
   private final CRC32C crc = new CRC32C();
   private final Codecs codecs = new Codecs();
 
@@ -80,8 +84,9 @@ final class MessageSet {
   private int innerCount;
   private int wrapperCodec;
 
-  MessageSet(int maxMessageBytes) {
+  MessageSet(int maxMessageBytes, long maxInflatedBytes) {
     this.maxMessageBytes = maxMessageBytes;
+    this.maxInflatedBytes = maxInflatedBytes > 0 ? maxInflatedBytes : INFLATED_FACTOR * (long) maxMessageBytes;
   }
 
   /**
@@ -158,7 +163,7 @@ final class MessageSet {
       int codec = attrs & CODEC_MASK;
       int start = p + HEADER_SIZE + Math.max(klen, 0);
       try {
-        innerLimit = codecs.decompress(codec, buf, start, pos - start, INNER_SET_FACTOR * (long) maxMessageBytes);
+        innerLimit = codecs.decompress(codec, buf, start, pos - start, maxInflatedBytes);
       } catch (RaylogReadException e) {
         throw inWrapper(e, codec, at);
       }

@@ -69,7 +69,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
     this.topicBytes = range.topic.getBytes(StandardCharsets.UTF_8);
     this.topic = UTF8String.fromBytes(topicBytes);
     this.client = new FetchClient(range.host, range.port, settings.token, settings.timeoutMs, settings.maxMessageBytes);
-    this.messages = new MessageSet(settings.maxMessageBytes);
+    this.messages = new MessageSet(settings.maxMessageBytes, settings.maxInflatedBytes);
     this.writer = columns.length == 0 ? null : new UnsafeRowWriter(columns.length, 256);
     this.next = range.start;
   }

@@ -64,6 +64,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   private final String checkpointLocation;
   private Cluster cluster;
   private int maxMessageBytes = ReadOptions.MiB;
+  private long maxInflatedBytes;
   /** the end of a Trigger.AvailableNow query, or null */
   private RaylogOffset availableNowEnd;
 
@@ -84,6 +85,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   private Map<String, Map<Integer, long[]>> logs() {
     Map<String, Integer> partitions = cluster().partitions();
     maxMessageBytes = cluster().maxMessageBytes(partitions.keySet());
+    maxInflatedBytes = cluster().maxInflatedBytes(partitions.keySet());
     return cluster().offsets(partitions);
   }
 
@@ -229,6 +231,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
       bounds.put(t.getKey(), parts);
     }
     maxMessageBytes = Math.max(maxMessageBytes, cluster().maxMessageBytes(bounds.keySet()));
+    maxInflatedBytes = Math.max(maxInflatedBytes, cluster().maxInflatedBytes(bounds.keySet()));
     List<ReadOptions.Range> ranges = cluster().ranges(bounds);
     List<InputPartition> out = new ArrayList<>(ranges.size());
     for (int i = 0; i < ranges.size(); i++) {
@@ -239,7 +242,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RangeReaderFactory(cluster().settings(maxMessageBytes), columns);
+    return new RangeReaderFactory(cluster().settings(maxMessageBytes, maxInflatedBytes), columns);
   }
 
   @Override

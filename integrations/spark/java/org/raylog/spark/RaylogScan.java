@@ -84,7 +84,8 @@ final class RaylogScan implements Scan, Batch {
       }
       Map<String, Map<Integer, long[]>> bounds =
           cluster.bounds(logs, starting, options.endingOffsets, maxMessageBytes);
-      return new ReadOptions(cluster.ranges(bounds), cluster.settings(maxMessageBytes), true);
+      return new ReadOptions(cluster.ranges(bounds),
+          cluster.settings(maxMessageBytes, cluster.maxInflatedBytes(partitions.keySet())), true);
     }
   }
 

@@ -27,6 +27,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <tr><td>fetch_bytes</td><td>bytes asked for by one FETCH</td><td>8 MiB</td></tr>
  *   <tr><td>max_message_bytes</td><td>the topic's message size bound; replies may be at most
  *       this plus 64 KiB</td><td>1 MiB</td></tr>
+ *   <tr><td>max_inflated_bytes</td><td>the topic's bound on a compressed wrapper's inflated
+ *       inner set (topic setting max_inflated_bytes)</td><td>8 times max_message_bytes</td></tr>
  *   <tr><td>timeout_ms</td><td>connect and read timeout of the data socket</td><td>30000</td></tr>
  *   <tr><td>fail_on_data_loss</td><td>a range deleted by retention since planning fails the
  *       task (true) or is skipped and logged (false)</td><td>true</td></tr>
@@ -79,17 +81,20 @@ final class ReadOptions implements Serializable {
     final byte[] token;
     final int fetchBytes;
     final int maxMessageBytes;
+    /** bound on a wrapper's inflated inner set; 0: 8 times maxMessageBytes */
+    final long maxInflatedBytes;
     final int timeoutMs;
     final boolean failOnDataLoss;
     /** ZooKeeper and cluster name to find a moved partition's endpoint again, or null */
     final String zookeeper;
     final String cluster;
 
-    Settings(byte[] token, int fetchBytes, int maxMessageBytes, int timeoutMs, boolean failOnDataLoss,
-        String zookeeper, String cluster) {
+    Settings(byte[] token, int fetchBytes, int maxMessageBytes, long maxInflatedBytes, int timeoutMs,
+        boolean failOnDataLoss, String zookeeper, String cluster) {
       this.token = token;
       this.fetchBytes = fetchBytes;
       this.maxMessageBytes = maxMessageBytes;
+      this.maxInflatedBytes = maxInflatedBytes;
       this.timeoutMs = timeoutMs;
       this.failOnDataLoss = failOnDataLoss;
       this.zookeeper = zookeeper;
@@ -131,7 +136,14 @@ final class ReadOptions implements Serializable {
     boolean locality = options.getBoolean("locality", true);
     String zookeeper = options.get("zookeeper");
     String cluster = options.get("cluster");
-    Settings settings = new Settings(token, fetchBytes, maxMessageBytes, timeoutMs, failOnDataLoss,
+    String inflated = options.get("max_inflated_bytes");
+    long maxInflatedBytes;
+    try {
+      maxInflatedBytes = inflated == null ? 0 : Long.parseLong(inflated.trim());
+    } catch (NumberFormatException e) {
+      throw new IllegalArgumentException("raylog option 'max_inflated_bytes' must be an integer, got " + inflated);
+    }
+    Settings settings = new Settings(token, fetchBytes, maxMessageBytes, maxInflatedBytes, timeoutMs, failOnDataLoss,
         zookeeper == null || zookeeper.isEmpty() ? null : zookeeper, cluster == null ? "default" : cluster);
     return new ReadOptions(ranges, settings, locality);
   }
