@@ -457,13 +457,14 @@ class AvroColumns:
                 AvroDeserializer(registry),
                 AvroDeserializer(registry, reader_schema=self.schemas[self.reader_id]),
                 to_arrow_schema(self.value_schema),
+                logical_fixer(self.schemas[self.reader_id]),
             )
         return self._state
 
     def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         from raylog.avro import HEADER
 
-        _registry, plain, resolving, arrow_schema = self._deserializers()
+        _registry, plain, resolving, arrow_schema, fix = self._deserializers()
         reader_id = self.reader_id
         unpack = HEADER.unpack_from
         records = []
@@ -473,6 +474,8 @@ class AvroColumns:
                 append(resolving.deserialize(value))  # SchemaError: not an Avro frame
             else:
                 append((plain if unpack(value)[1] == reader_id else resolving).deserialize(value))
+        if fix is not None:
+            records = [fix(r) for r in records]
         typed = pa.RecordBatch.from_pylist(records, schema=arrow_schema)
         meta = [batch.column(name) for name in META_COLUMNS]
         if self.flatten:
@@ -528,6 +531,103 @@ def _output_schema(value_schema, flatten: bool):
             f"(the value as one struct column) and select what you need"
         )
     return T.StructType([*value_schema.fields, *meta])
+
+
+def _time_ms(t) -> int:
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1000 + t.microsecond // 1000
+
+
+def _time_us(t) -> int:
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+
+
+#: logical types whose Python values (from fastavro) are not those of their
+#: Spark type (the underlying Avro type, see raylog.avro.avro_to_spark_schema)
+_LOGICAL_TO_SPARK = {"uuid": str, "time-millis": _time_ms, "time-micros": _time_us}
+
+
+def logical_fixer(schema):
+    """A function that turns the values of ``schema``'s logical types that
+    Spark keeps as their underlying type (``uuid``: string,
+    ``time-millis``: int, ``time-micros``: long) from fastavro's Python
+    objects (``UUID``, ``datetime.time``) into those, in a decoded record; or
+    None when the schema has none (nothing to do)."""
+    import json as _json
+
+    if isinstance(schema, str):
+        try:
+            schema = _json.loads(schema)
+        except ValueError:
+            pass
+    named: dict[str, Any] = {}
+
+    def collect(s):
+        if isinstance(s, dict):
+            if s.get("type") in ("record", "error", "enum", "fixed") and "name" in s:
+                named[s["name"]] = s
+                if "namespace" in s:
+                    named[f"{s['namespace']}.{s['name']}"] = s
+            for f in s.get("fields", ()):
+                collect(f["type"])
+            for key in ("items", "values", "type"):
+                if isinstance(s.get(key), (dict, list)):
+                    collect(s[key])
+        elif isinstance(s, list):
+            for b in s:
+                collect(b)
+
+    collect(schema)
+
+    def build(s, seen=()):
+        """The converter of one value of schema ``s``, or None (nothing to convert)."""
+        if isinstance(s, str):
+            if s in named and s not in seen:
+                return build(named[s], seen + (s,))
+            return None
+        if isinstance(s, list):
+            branches = [build(b, seen) for b in s if b != "null"]
+            branches = [b for b in branches if b is not None]
+            if not branches:
+                return None
+            if len(branches) == 1:
+                one = branches[0]
+                return lambda v: None if v is None else one(v)
+            return lambda v: v  # several converting branches: unsupported unions are refused elsewhere
+        kind = s.get("type")
+        logical = s.get("logicalType")
+        if logical in _LOGICAL_TO_SPARK and isinstance(kind, str):
+            convert = _LOGICAL_TO_SPARK[logical]
+            return lambda v: v if isinstance(v, (int, str)) else convert(v)
+        if kind in ("record", "error"):
+            fields = [(f["name"], build(f["type"], seen + (s.get("name"),))) for f in s.get("fields", ())]
+            fields = [(n, c) for n, c in fields if c is not None]
+            if not fields:
+                return None
+
+            def record(v):
+                if v is None:
+                    return None
+                for name, conv in fields:
+                    v[name] = conv(v.get(name))
+                return v
+
+            return record
+        if kind == "array":
+            item = build(s["items"], seen)
+            return None if item is None else (lambda v: None if v is None else [item(x) for x in v])
+        if kind == "map":
+            value = build(s["values"], seen)
+            return None if value is None else (lambda v: None if v is None else {k: value(x) for k, x in v.items()})
+        if isinstance(kind, (dict, list)):
+            return build(kind, seen)
+        return None
+
+    top = build(schema)
+    if top is None:
+        return None
+    if isinstance(schema, dict) and schema.get("type") in ("record", "error"):
+        return top
+    return lambda r: {**r, "value": top(r["value"])} if isinstance(r, dict) and "value" in r else r
 
 
 def _check_supported(schema) -> None:

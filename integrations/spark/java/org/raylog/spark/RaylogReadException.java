@@ -17,7 +17,10 @@ public class RaylogReadException extends RuntimeException {
 
   private static final long serialVersionUID = 1L;
 
-  /** Wire error codes (raylog/errors.py) and their class names. */
+  /**
+   * Wire error codes (raylog/errors.py) and their class names; the test
+   * test_the_java_error_table_is_the_one_of_raylog_errors keeps them equal.
+   */
   private static final Map<Integer, String> NAMES = new HashMap<>();
 
   static final int CONFIG = 2;
@@ -63,6 +66,13 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(45, "StaleEpochError");
     NAMES.put(50, "SchemaError");
     NAMES.put(51, "UnknownSchemaError");
+    NAMES.put(16, "OutOfOrderSequenceError");
+    NAMES.put(17, "DuplicateSequenceError");
+    NAMES.put(18, "InflatedSizeTooLargeError");
+    NAMES.put(19, "LogDirectoryLockedError");
+    NAMES.put(26, "TooManyConnectionsError");
+    NAMES.put(27, "NotEnoughReplicasError");
+    NAMES.put(69, "DeliveryError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
