@@ -280,9 +280,9 @@ def test_jvm_reader_authenticates_with_the_token(spark, zookeeper, ray_local, tm
         zookeeper=zookeeper.connect_string,
         cluster="spark-secured",
         data_dir=str(tmp_path),
-        token=b"s3cret",
         data_host="127.0.0.1",
-    )
+    )  # the cluster's token, derived (raylog.auth)
+    assert secured.settings.token
     try:
         secured.create_topic("secured", partitions=1)
         produce(secured, "secured", [(None, b"private-%d" % i) for i in range(10)])

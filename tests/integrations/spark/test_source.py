@@ -41,7 +41,7 @@ def log_messages(client, topic: str) -> list[tuple]:
     for p in range(client.metadata.partitions(topic)):
         start, end = client.offsets(topic, p)
         host, port = client.metadata.endpoint(topic, p, refresh=True)
-        with BrokerConnection(host, port) as conn:
+        with BrokerConnection(host, port, token=client.settings.token) as conn:
             offset = start
             while offset < end:
                 records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)
@@ -87,6 +87,14 @@ def test_read_by_name_with_one_or_several_topics_and_a_pattern(spark, raylog_cli
     both = read(spark, subscribe=f"{a},{b}")
     assert both.count() == 700
     assert {r["topic"]: r["count"] for r in both.groupBy("topic").count().collect()} == {a: 400, b: 300}
+    # without spark.raylog.token the source derives the cluster token as raylog.auth does
+    spark.conf.unset("spark.raylog.token")
+    try:
+        assert read(spark, subscribe=a).count() == 400
+        with pytest.raises(Exception, match="AuthenticationError"):
+            read(spark, subscribe=a, token="d3Jvbmc=").count()
+    finally:
+        raylog_spark.use_cluster(spark, raylog_client)
     pattern = read(spark, subscribePattern="source-.*")
     assert values(pattern.collect()) == values(both.collect())
     assert read(spark, subscribePattern="nothing-matches-.*").count() == 0
@@ -243,3 +251,46 @@ def test_a_stream_stopped_and_restarted_writes_every_message_once(spark, raylog_
     assert sorted(r["value"].encode() for r in rows) == sorted(sent)  # every message, exactly once
     keys = [(r["partition"], r["offset"], r["inner_index"]) for r in rows]
     assert len(keys) == len(set(keys))
+
+
+def flush(client, topic):
+    import ray
+
+    ray.get([client.partition_actor(topic, p).flush.remote() for p in range(client.metadata.partitions(topic))])
+
+
+def test_batch_and_streaming_writes_into_a_topic(spark, raylog_client, make_topic, tmp_path):
+    from raylog.partitioner import partition_for_key
+
+    src, dst = make_topic(partitions=2), make_topic(partitions=3)
+    rows = [(f"user-{i % 5}", f"event-{i}") for i in range(300)]
+    df = spark.createDataFrame(rows, "key string, value string").repartition(2)
+    df.write.format("raylog").option("topic", dst).mode("append").save()
+    flush(raylog_client, dst)
+    back = read(spark, subscribe=dst).collect()
+    assert sorted((bytes(r["key"]).decode(), bytes(r["value"]).decode()) for r in back) == sorted(rows)
+    for r in back:  # keyed rows go to their partition by the producer's stable hash
+        assert r["partition"] == partition_for_key(bytes(r["key"]), 3)
+
+    produce(raylog_client, src, [b"s-%03d" % i for i in range(200)])
+    query = (
+        spark.readStream.format("raylog").option("subscribe", src).option("startingOffsets", "earliest").load()
+        .selectExpr("value")
+        .writeStream.format("raylog")
+        .option("topic", dst)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    flush(raylog_client, dst)
+    got = values(read(spark, subscribe=dst).collect())
+    assert got == sorted([v.encode() for _, v in rows] + [b"s-%03d" % i for i in range(200)])
+
+    with pytest.raises(Exception, match="ConfigError: .*'value' column"):
+        spark.createDataFrame([("a",)], "k string").write.format("raylog").option("topic", dst).mode("append").save()
+    with pytest.raises(Exception, match="UnknownTopicError"):
+        df.write.format("raylog").option("topic", "no-such-topic").mode("append").save()
+    flush(raylog_client, dst)
+    assert read(spark, subscribe=dst).count() == 500  # the refused writes added nothing

@@ -49,6 +49,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  */
 final class FetchClient implements Closeable {
 
+  static final short API_PRODUCE = 0;
   static final short API_FETCH = 1;
   static final short API_OFFSETS = 2;
   static final short API_AUTH = 3;
@@ -154,6 +155,37 @@ final class FetchClient implements Closeable {
     pos = putInt(frame, pos, 0);
     write(frame, pos);
     outstanding = id;
+  }
+
+  /**
+   * Append a message set (PRODUCE version 0, acks=1: topic length u16, topic,
+   * partition i32, acks i8, set length i32, set) and wait for its reply (the
+   * base offset i64); returns the base offset.
+   */
+  long produce(byte[] topic, int partition, byte[] set) {
+    if (outstanding != null) {
+      throw new IllegalStateException("a FETCH is outstanding");
+    }
+    connect();
+    int id = ++correlation;
+    int body = 2 + topic.length + 4 + 1 + 4 + set.length;
+    byte[] frame = new byte[4 + 8 + 2 + topic.length + 9];
+    int pos = putHeader(frame, API_PRODUCE, id, body);
+    pos = putShort(frame, pos, topic.length);
+    System.arraycopy(topic, 0, frame, pos, topic.length);
+    pos += topic.length;
+    pos = putInt(frame, pos, partition);
+    frame[pos++] = 1; // acks
+    pos = putInt(frame, pos, set.length);
+    write(frame, pos);
+    write(set, set.length);
+    readReplyHeader(id, "PRODUCE");
+    int size = readInt(header, 0);
+    if (size != REPLY_HEADER - 4 + 8) {
+      fail(RaylogReadException.PROTOCOL, "PRODUCE reply of " + size + " bytes, expected " + (REPLY_HEADER - 4 + 8));
+    }
+    readFully(header, REPLY_HEADER, 8);
+    return readLong(header, REPLY_HEADER);
   }
 
   /** {@code {log start offset, high watermark}} of the partition (an OFFSETS call). */

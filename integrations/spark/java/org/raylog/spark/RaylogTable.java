@@ -4,6 +4,9 @@ import java.util.EnumSet;
 import java.util.Set;
 
 import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.types.DataTypes;
@@ -11,7 +14,7 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /** Topics as a table for batch and micro-batch reads. Immutable. */
-final class RaylogTable implements SupportsRead {
+final class RaylogTable implements SupportsRead, SupportsWrite {
 
   /** Column ordinals of {@link #SCHEMA}. */
   static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6,
@@ -52,7 +55,13 @@ final class RaylogTable implements SupportsRead {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
+    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_WRITE,
+        TableCapability.STREAMING_WRITE, TableCapability.ACCEPT_ANY_SCHEMA);
+  }
+
+  @Override
+  public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+    return new RaylogWrite(info);
   }
 
   @Override

@@ -55,7 +55,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <tr><td>cluster</td><td>the raylog cluster name</td><td>{@code spark.raylog.cluster}, else
  *       {@code $RAYLOG_CLUSTER}, else default</td></tr>
  *   <tr><td>token</td><td>the data sockets' token, base64</td><td>{@code spark.raylog.token},
- *       else {@code $RAYLOG_TOKEN} (text), else none</td></tr>
+ *       else {@code $RAYLOG_TOKEN} (text), else derived from Ray's auth token as raylog.auth
+ *       does</td></tr>
  *   <tr><td>fetch_bytes, timeout_ms</td><td>as in {@link ReadOptions}</td><td></td></tr>
  * </table>
  */
@@ -78,17 +79,38 @@ final class SourceOptions implements Serializable {
   final int fetchBytes;
   final int timeoutMs;
 
-  private SourceOptions(CaseInsensitiveStringMap o) {
+  /** Where the cluster is and its token. Immutable. */
+  static final class Connection implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final String zookeeper;
+    final String cluster;
+    final byte[] token;
+
+    Connection(String zookeeper, String cluster, byte[] token) {
+      this.zookeeper = zookeeper;
+      this.cluster = cluster;
+      this.token = token;
+    }
+  }
+
+  /** The cluster of the options: option, else Spark conf spark.raylog.*, else environment. */
+  static Connection connection(CaseInsensitiveStringMap o) {
     String zk = setting(o, "zookeeper", "RAYLOG_ZOOKEEPER");
     if (zk == null || zk.isEmpty()) {
       throw config("the raylog source needs the option 'zookeeper' (host:port of the cluster's ZooKeeper), "
           + "the Spark conf spark.raylog.zookeeper (raylog_spark.init_spark sets it after raylog.connect()) "
           + "or $RAYLOG_ZOOKEEPER");
     }
-    this.zookeeper = zk;
     String c = setting(o, "cluster", "RAYLOG_CLUSTER");
-    this.cluster = c == null || c.isEmpty() ? "default" : c;
-    this.token = token(o);
+    String cluster = c == null || c.isEmpty() ? "default" : c;
+    return new Connection(zk, cluster, token(o, cluster));
+  }
+
+  private SourceOptions(CaseInsensitiveStringMap o) {
+    Connection connection = connection(o);
+    this.zookeeper = connection.zookeeper;
+    this.cluster = connection.cluster;
+    this.token = connection.token;
     String topics = o.get("subscribe");
     String pat = o.get("subscribePattern");
     if ((topics == null) == (pat == null)) {
@@ -224,7 +246,7 @@ final class SourceOptions implements Serializable {
     return v;
   }
 
-  private static byte[] token(CaseInsensitiveStringMap o) {
+  private static byte[] token(CaseInsensitiveStringMap o, String cluster) {
     String encoded = o.get("token");
     if (encoded == null) {
       encoded = sparkConf("spark.raylog.token");
@@ -237,7 +259,54 @@ final class SourceOptions implements Serializable {
       }
     }
     String text = System.getenv("RAYLOG_TOKEN");
-    return text == null || text.isEmpty() ? null : text.getBytes(StandardCharsets.UTF_8);
+    if (text != null && !text.isEmpty()) {
+      return text.getBytes(StandardCharsets.UTF_8);
+    }
+    return derivedToken(cluster);
+  }
+
+  /**
+   * The cluster token as raylog.auth derives it from Ray's auth token
+   * ({@code hex(HMAC-SHA256(ray token, "raylog:" + cluster))}), read as Ray
+   * reads it: {@code $RAY_AUTH_TOKEN}, the file {@code $RAY_AUTH_TOKEN_PATH},
+   * else {@code ~/.ray/auth_token}; null without one or with
+   * {@code RAY_AUTH_MODE=disabled}.
+   */
+  static byte[] derivedToken(String cluster) {
+    String mode = System.getenv("RAY_AUTH_MODE");
+    if (mode != null && mode.equalsIgnoreCase("disabled")) {
+      return null;
+    }
+    String raw = System.getenv("RAY_AUTH_TOKEN");
+    byte[] rayToken = raw == null || raw.trim().isEmpty() ? null : raw.trim().getBytes(StandardCharsets.UTF_8);
+    if (rayToken == null) {
+      String path = System.getenv("RAY_AUTH_TOKEN_PATH");
+      if (path == null || path.isEmpty()) {
+        path = System.getProperty("user.home") + "/.ray/auth_token";
+      }
+      try {
+        String text = new String(java.nio.file.Files.readAllBytes(java.nio.file.Paths.get(path)),
+            StandardCharsets.UTF_8).trim();
+        rayToken = text.isEmpty() ? null : text.getBytes(StandardCharsets.UTF_8);
+      } catch (IOException | RuntimeException e) {
+        return null;
+      }
+    }
+    if (rayToken == null) {
+      return null;
+    }
+    try {
+      javax.crypto.Mac mac = javax.crypto.Mac.getInstance("HmacSHA256");
+      mac.init(new javax.crypto.spec.SecretKeySpec(rayToken, "HmacSHA256"));
+      byte[] digest = mac.doFinal(("raylog:" + cluster).getBytes(StandardCharsets.UTF_8));
+      StringBuilder hex = new StringBuilder(digest.length * 2);
+      for (byte b : digest) {
+        hex.append(String.format("%02x", b & 0xFF));
+      }
+      return hex.toString().getBytes(StandardCharsets.UTF_8);
+    } catch (java.security.GeneralSecurityException e) {
+      return null;
+    }
   }
 
   private static String sparkConf(String key) {
