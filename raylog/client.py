@@ -62,10 +62,7 @@ class Client:
         from raylog.groups.registry import Registry
         from raylog.groups.zookeeper import connect_kazoo
 
-        if token is None:
-            from raylog.auth import cluster_token
-
-            token = cluster_token(cluster)  # closed by default: see raylog.auth
+        # token None: the settings derive the cluster's token (raylog.auth)
         self.settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
         self.data_dir = data_dir
         self.data_host = data_host
@@ -188,6 +185,10 @@ class Client:
         config = self.registry.topic_config(name)
         self._stop_actors(name, config.partitions, delete_data=True)
         self.registry.delete_topic(name)
+        from raylog.groups.admin import delete_topic_offsets
+
+        # Committed byte offsets would point mid-message in a re-created topic.
+        delete_topic_offsets(self._zk, self.settings.cluster, name)
 
     def list_topics(self) -> list[str]:
         return self.registry.list_topics()
@@ -248,8 +249,9 @@ class Client:
     # -- producers and consumers ---------------------------------------------
 
     def producer(self, **options):
-        """A :class:`raylog.Producer` (batch_size, linger_ms, compression, acks,
-        audit...)."""
+        """A :class:`raylog.Producer` (batch_size, linger_ms, compression,
+        acks 0/1/"all", enable_idempotence, retry, audit...); ``send`` returns
+        a future of ``(partition, offset)``."""
         from raylog.producer import Producer
 
         self._check_open()
@@ -261,7 +263,9 @@ class Client:
 
     def producer_actor(self, **options):
         """A Ray actor handle wrapping a producer, for Ray apps:
-        ``ray.get(handle.send_batch.remote("clicks", [b"v1", b"v2"]))``."""
+        ``ray.get(handle.send_batch.remote("clicks", [b"v1", b"v2"]))``
+        returns once that call's messages are acknowledged (or raises for
+        them alone)."""
         from raylog.actors.producer import producer_actor
 
         self._check_open()
@@ -331,18 +335,108 @@ class Client:
 
         return list_groups(self._zk, self.settings.cluster)
 
-    def describe_group(self, group: str) -> list[dict]:
+    def describe_group(self, group: str, timeout_s: float = 5.0) -> list[dict]:
         """One row per partition the group reads: owner, committed offset,
-        end offset (high watermark) and lag; plus idle members."""
+        end offset (high watermark), ``lag_bytes`` and
+        ``lag_messages_estimate`` (an estimate, from the mean size of the
+        messages at the committed offset); plus idle members. Partitions are
+        asked concurrently within one overall ``timeout_s``; one that does
+        not answer shows None. See :func:`raylog.groups.admin.describe_group`."""
         from raylog.groups.admin import describe_group
 
-        def end_offset(topic: str, partition: int) -> int | None:
-            try:
-                return self.offsets(topic, partition)[1]
-            except (BrokerUnavailableError, RequestTimeoutError):
-                return None  # shown as unknown rather than failing the whole table
+        return describe_group(self._zk, self.settings.cluster, group, self._partition_info, timeout_s=timeout_s)
 
-        return describe_group(self._zk, self.settings.cluster, group, end_offsets=end_offset)
+    def _partition_info(self, topic: str, partition: int, committed: int | None) -> tuple[int, float | None]:
+        """``(high watermark, mean message size near committed)`` of a partition."""
+        from raylog.storage.message import decode_messages
+        from raylog.transfer.client import BrokerConnection
+
+        host, port = self.metadata.endpoint(topic, partition, refresh=True, wait_s=2.0)
+        with BrokerConnection(host, port, token=self.settings.token, timeout_s=5) as conn:
+            start, end = conn.offsets(topic, partition)
+            at = committed if committed is not None and start <= committed < end else start
+            if at >= end:
+                return end, None
+            data = conn.fetch(topic, partition, at, 64 * 1024).data
+        # The sample counts stored messages (a compressed wrapper counts as its inner messages).
+        records, used = decode_messages(data, at)
+        return end, (used / len(records) if records else None)
+
+    def delete_group(self, group: str) -> None:
+        """Delete a consumer group's committed offsets. Refused with
+        :class:`raylog.GroupActiveError` while it has live members."""
+        from raylog.groups.admin import delete_group
+
+        delete_group(self._zk, self.settings.cluster, group)
+
+    def reset_offsets(self, group: str, topic: str, to: str, *, offset: int | None = None,
+                      timestamp_ms: int | None = None, partitions=None, dry_run: bool = True) -> list[dict]:
+        """Move a group's committed offsets of ``topic`` (Kafka's
+        ``--reset-offsets``), for every partition or those in ``partitions``:
+
+        * ``to="earliest"`` / ``"latest"``: the log start / the high watermark;
+        * ``to="offset", offset=N``: byte offset N (a message boundary inside the log);
+        * ``to="timestamp", timestamp_ms=T``: the first message whose timestamp
+          is at least T (the high watermark if none). Found by reading the
+          partition's message timestamps from its start through the fetch
+          path: it costs a scan of the partition.
+
+        With ``dry_run`` (the default) nothing is written: the rows show
+        ``current`` and ``new`` per partition. Refused with
+        :class:`raylog.GroupActiveError` while the group has live members.
+        """
+        from raylog.errors import ConfigError
+        from raylog.groups.admin import reset_offsets
+
+        if to not in ("earliest", "latest", "offset", "timestamp"):
+            raise ConfigError(f"to must be 'earliest', 'latest', 'offset' or 'timestamp', got {to!r}")
+        if (to == "offset") != (offset is not None) or (to == "timestamp") != (timestamp_ms is not None):
+            raise ConfigError("give offset= exactly with to='offset' and timestamp_ms= exactly with to='timestamp'")
+        count = self.metadata.partitions(topic)
+        chosen = sorted(range(count) if partitions is None else {int(p) for p in partitions})
+        bad = [p for p in chosen if not 0 <= p < count]
+        if bad:
+            raise ConfigError(f"{topic} has partitions 0..{count - 1}; no partition {bad}")
+        targets = {p: self._reset_target(topic, p, to, offset, timestamp_ms) for p in chosen}
+        return reset_offsets(self._zk, self.settings.cluster, group, topic, targets, dry_run=dry_run)
+
+    def _reset_target(self, topic: str, partition: int, to: str, offset: int | None, timestamp_ms: int | None) -> int:
+        from raylog.errors import InvalidOffsetError, OffsetOutOfRangeError, RaylogError
+        from raylog.storage.message import decode_messages
+        from raylog.transfer.client import BrokerConnection
+
+        host, port = self.metadata.endpoint(topic, partition, refresh=True, wait_s=5.0)
+        with BrokerConnection(host, port, token=self.settings.token, timeout_s=10) as conn:
+            start, end = conn.offsets(topic, partition)
+            if to == "earliest":
+                return start
+            if to == "latest":
+                return end
+            if to == "offset":
+                if not start <= offset <= end:
+                    raise OffsetOutOfRangeError(
+                        f"{topic}-{partition}: offset {offset} is outside the log [{start}, {end}]",
+                        offset=offset, earliest=start, latest=end)
+                if offset < end:
+                    try:
+                        decode_messages(conn.fetch(topic, partition, offset, 64 * 1024).data, offset)
+                    except RaylogError as err:
+                        raise InvalidOffsetError(
+                            f"{topic}-{partition}: offset {offset} is not the start of a message ({err}); "
+                            f"use a message's offset or next_offset", offset=offset) from err
+                return offset
+            # to == "timestamp": the first message at or after timestamp_ms
+            at = start
+            while at < end:
+                data = conn.fetch(topic, partition, at, 1 << 20).data
+                records, used = decode_messages(data, at)
+                for record_offset, ts, _key, _value in records:
+                    if ts >= timestamp_ms:
+                        return record_offset
+                if used == 0:
+                    break
+                at += used
+            return end
 
     # -- life cycle ----------------------------------------------------------
 

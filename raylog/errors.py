@@ -305,6 +305,15 @@ class UnknownGroupError(RaylogError):
     """No consumer group of that name has members or committed offsets."""
 
 
+@_code(48)
+class GroupActiveError(RaylogError):
+    """The consumer group has live members: deleting it or resetting its
+    offsets now would race with their commits. Stop them first (retriable:
+    it succeeds once the members are gone)."""
+
+    retriable = True
+
+
 @_code(50)
 class SchemaError(RaylogError):
     """A schema is invalid or a value does not match its schema."""

@@ -270,14 +270,25 @@ class Sender:
             # not arrive first if this one is refused.
             sending = pending[:1] if state is not None and pending[0].sequence == 0 else pending
             conn = self._connection(tp)
-            results = conn.produce_sets(
-                topic,
-                partition,
-                [s.payload for s in sending],
-                self.acks,
-                producer_id=state.producer_id if state is not None else -1,
-                sequences=[s.sequence for s in sending] if state is not None else None,
-            )
+            try:
+                results = conn.produce_sets(
+                    topic,
+                    partition,
+                    [s.payload for s in sending],
+                    self.acks,
+                    producer_id=state.producer_id if state is not None else -1,
+                    sequences=[s.sequence for s in sending] if state is not None else None,
+                )
+            except RaylogError as err:
+                if self.acks or err.retriable:
+                    raise
+                # acks=0: the partition refused an earlier set (already
+                # resolved with offset -1, as acks=0 promises no more) and
+                # closed the connection before these were written: send
+                # them again on a new one.
+                log.warning("%s-%d: an earlier acks=0 set was refused: %s", topic, partition, err)
+                self._reset(tp)
+                continue
             if results is None:  # acks=0: written is all we learn
                 for s in sending:
                     self._resolve(s.batch, UNKNOWN_OFFSET)
