@@ -64,6 +64,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(43, "UnknownGroupError");
     NAMES.put(44, "PartitionNotAssignedError");
     NAMES.put(45, "StaleEpochError");
+    NAMES.put(48, "GroupActiveError");
     NAMES.put(50, "SchemaError");
     NAMES.put(51, "UnknownSchemaError");
     NAMES.put(16, "OutOfOrderSequenceError");
