@@ -26,7 +26,7 @@ from raylog.groups.coordinator import (
     PartitionNotAssignedError,
     range_assignment,
 )
-from raylog.groups.faults import drop_connection, expire_session
+from raylog.testing.faults import drop_connection, expire_session
 from raylog.groups.paths import Paths
 from raylog.retry import RetryPolicy
 
