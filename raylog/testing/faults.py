@@ -232,6 +232,19 @@ def _segment_holding(log_dir: str, offset: int) -> tuple[str, int]:
     raise FaultInjectionError(f"no segment of {log_dir} holds offset {offset} (segments at {bases})")
 
 
+def message_size(log_dir: str, offset: int) -> int:
+    """The whole size (size field included) of the message at ``offset`` of
+    the partition log in ``log_dir``: the next message starts at
+    ``offset + message_size(...)``."""
+    path, position = _segment_holding(log_dir, offset)
+    with open(path, "rb") as f:
+        f.seek(position)
+        raw = f.read(4)
+    if len(raw) < 4:
+        raise FaultInjectionError(f"offset {offset} of {log_dir} is not a whole message")
+    return 4 + int.from_bytes(raw, "big")
+
+
 def flip_byte(log_dir: str, offset: int, rng=None) -> dict:
     """Invert one byte of the message at ``offset`` (a message boundary) of
     the partition log in ``log_dir``, in place, as a failing disk would.
