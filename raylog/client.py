@@ -32,6 +32,18 @@ DEFAULT_DATA_DIR = "/tmp/raylog"
 LOCAL_NODE = "local"
 
 
+#: the clients made in this process and not closed yet, oldest first (see
+#: current_client); appended and removed under the GIL, safe from any thread
+_OPEN_CLIENTS: list = []
+
+
+def current_client() -> "Client | None":
+    """The client this process connected last and has not closed (what
+    ``raylog.connect()`` returned), or None; used by the readers and writers
+    that take an optional ``client=``."""
+    return _OPEN_CLIENTS[-1] if _OPEN_CLIENTS else None
+
+
 class Client:
     """A connection to one raylog cluster (a ZooKeeper root and a Ray cluster)."""
 
@@ -61,6 +73,7 @@ class Client:
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client
         self._closed = False
+        _OPEN_CLIENTS.append(self)
 
     # -- topics --------------------------------------------------------------
 
@@ -81,13 +94,20 @@ class Client:
         self.registry.create_topic(name, config)
         try:
             for p, node in enumerate(placement):
-                self.registry.set_placement(name, p, node.identity, os.path.join(self.data_dir, f"{name}-{p}"))
+                self.registry.set_placement(name, p, node.identity, self.log_dir(name, p))
             self._serve(name, config, nodes, timeout_s)
         except BaseException:
             self._stop_actors(name, partitions, delete_data=True)
             self.registry.delete_topic(name)
             raise
         return config
+
+    def log_dir(self, topic: str, partition: int) -> str:
+        """Where a new partition's log goes on its node:
+        ``<data_dir>/<cluster>/<topic>-<partition>``, so that clusters
+        sharing a data directory never share a partition directory (each is
+        also locked by its owner, see :mod:`raylog.storage.log`)."""
+        return os.path.join(self.data_dir, self.settings.cluster, f"{topic}-{partition}")
 
     def ensure_served(self, name: str, timeout_s: float = 120.0) -> None:
         """Start any partition actor of ``name`` that is not running (for a
@@ -310,6 +330,8 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        if self in _OPEN_CLIENTS:
+            _OPEN_CLIENTS.remove(self)
         for child in reversed(self._children):
             try:
                 child.close()

@@ -17,6 +17,9 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 DAY_MS = 24 * 3600 * 1000
+#: default ``max_inflated_bytes`` in multiples of ``max_message_bytes``
+#: (equal to :data:`raylog.storage.message.INNER_SET_FACTOR`)
+INFLATED_FACTOR = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,14 +42,24 @@ class TopicConfig:
     max_message_bytes: int = 1 * MiB
     #: how often the partition checks retention
     retention_check_ms: int = 60_000
+    #: roll the active segment once its first message is this old (like
+    #: Kafka's ``log.roll.ms``), so time retention reaches quiet partitions
+    segment_ms: int = 7 * DAY_MS
+    #: the most bytes a compressed wrapper may inflate to (refused at produce
+    #: time, and checked by consumers before inflating); 0 means
+    #: ``INFLATED_FACTOR * max_message_bytes``
+    max_inflated_bytes: int = 0
+    #: producer ids whose sequences a partition remembers (idempotence);
+    #: the least recently active is forgotten first
+    max_producer_ids: int = 10_000
 
     def __post_init__(self):
-        positive = ("partitions", "segment_bytes", "flush_messages", "max_message_bytes")
+        positive = ("partitions", "segment_bytes", "flush_messages", "max_message_bytes", "segment_ms", "max_producer_ids")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("retention_ms", "flush_ms", "retention_check_ms"):
+        for name in ("retention_ms", "flush_ms", "retention_check_ms", "max_inflated_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
@@ -60,6 +73,18 @@ class TopicConfig:
                 f"max_message_bytes ({self.max_message_bytes}) must not exceed "
                 f"segment_bytes ({self.segment_bytes})"
             )
+
+        if self.max_inflated_bytes and self.max_inflated_bytes < self.max_message_bytes:
+            raise ConfigError(
+                f"max_inflated_bytes ({self.max_inflated_bytes}) must be 0 (the default) or at least "
+                f"max_message_bytes ({self.max_message_bytes})"
+            )
+
+    @property
+    def max_inflated_limit(self) -> int:
+        """The bound on a wrapper's inflated size in effect (pass it to
+        :func:`raylog.storage.message.decode_messages` as ``max_inflated_bytes``)."""
+        return self.max_inflated_bytes or INFLATED_FACTOR * self.max_message_bytes
 
     def replace(self, **changes) -> "TopicConfig":
         return dataclasses.replace(self, **changes)

@@ -56,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import time
 from typing import Iterator, Mapping, NamedTuple, Sequence
 
@@ -191,15 +192,44 @@ class ReadPlan:
 # planning (driver side)
 
 
+def default_settings() -> ConnectionSettings | None:
+    """The cluster of a call given no ``client=``: the client
+    ``raylog.connect()`` made in this process (the last one not closed), else
+    ``RAYLOG_ZOOKEEPER`` (with ``RAYLOG_CLUSTER``, default ``"default"``, and
+    ``RAYLOG_TOKEN``), else None."""
+    from raylog.client import current_client
+
+    client = current_client()
+    if client is not None:
+        return client.settings
+    zookeeper = os.environ.get("RAYLOG_ZOOKEEPER")
+    if not zookeeper:
+        return None
+    token = os.environ.get("RAYLOG_TOKEN")
+    return ConnectionSettings(
+        zookeeper=zookeeper,
+        cluster=os.environ.get("RAYLOG_CLUSTER") or "default",
+        token=token.encode() if token else None,
+    )
+
+
 def resolve_connection(client=None, settings: ConnectionSettings | None = None):
     """``(metadata, settings, owned)`` from a :class:`raylog.Client` or
-    :class:`ConnectionSettings`; ``owned`` is a metadata view to close."""
+    :class:`ConnectionSettings`, or with neither the cluster of
+    :func:`default_settings`; ``owned`` is a metadata view to close."""
+    if client is None and settings is None:
+        from raylog.client import current_client
+
+        client = current_client()
+        if client is None:
+            settings = default_settings()
     if client is not None:
         return client.metadata, client.settings, None
     if settings is None:
         raise ConfigError(
-            "pass client= (a raylog.Client, from raylog.connect()) or settings= "
-            "(its client.settings) so the read knows which cluster to read"
+            "no raylog cluster to read: call raylog.connect() in this process first, set RAYLOG_ZOOKEEPER "
+            "(host:port of the cluster's ZooKeeper), or pass client= (a raylog.Client) or settings= "
+            "(its client.settings)"
         )
     if not isinstance(settings, ConnectionSettings):
         raise ConfigError(f"settings must be a raylog ConnectionSettings, got {type(settings).__name__}")

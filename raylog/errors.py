@@ -83,6 +83,29 @@ class ClosedError(RaylogError):
 # messages and storage
 
 
+@_code(69)
+class DeliveryError(RaylogError):
+    """Messages failed for good after the producer's retries. ``failures``
+    maps each failed ``(topic, partition)`` to ``(messages lost, error)``;
+    every message not counted there was delivered. Raised by
+    ``Producer.flush``/``close`` and by a ``send_batch`` future for its own
+    messages. Look at each partition's error (``retriable`` says whether
+    sending again may help)."""
+
+    @classmethod
+    def of(cls, failures: dict, total: int | None = None) -> "DeliveryError":
+        lost = sum(n for n, _ in failures.values())
+        parts = "; ".join(
+            f"{topic}-{partition}: {n} message{'s' if n != 1 else ''} lost ({type(err).__name__}: {err})"
+            for (topic, partition), (n, err) in sorted(failures.items())
+        )
+        scope = f" of {total}" if total is not None else ""
+        return cls(
+            f"{lost}{scope} messages failed in {len(failures)} topic-partition(s), the rest were delivered: {parts}",
+            failures=dict(failures),
+        )
+
+
 @_code(10)
 class InvalidMessageError(RaylogError):
     """A message or message set does not follow the format (bad magic, size or
@@ -120,6 +143,38 @@ class StorageError(RaylogError):
     """The partition's disk failed; the partition actor restarts and recovers."""
 
     retriable = True
+
+
+@_code(16)
+class OutOfOrderSequenceError(RaylogError):
+    """An idempotent producer's set skipped sequence numbers (``sequence`` is
+    more than one past the last the partition stored for the producer id):
+    a set in between was lost. The set was not stored; it fails alone
+    (``topic``, ``partition``, ``producer_id``, ``sequence``, ``expected``)."""
+
+
+@_code(17)
+class DuplicateSequenceError(RaylogError):
+    """An idempotent producer's set has a sequence number the partition
+    stored already but no longer remembers the offset of (older than the
+    last 32). It was stored once; it is not stored again and its offset is
+    unknown."""
+
+
+@_code(18)
+class InflatedSizeTooLargeError(MessageTooLargeError):
+    """A compressed wrapper inflates to more than the topic's
+    ``max_inflated_bytes`` (``limit``); it was refused before inflating past
+    the limit. Send smaller compressed batches or raise the topic's limit."""
+
+
+@_code(19)
+class LogDirectoryLockedError(StorageError):
+    """Another owner holds the lock of the partition directory (a partition
+    actor still running on it, maybe of another cluster sharing the data
+    directory). Stop that owner or give each cluster its own directory."""
+
+    retriable = False
 
 
 # --------------------------------------------------------------------------
@@ -162,6 +217,23 @@ class BrokerUnavailableError(RaylogError):
 @_code(25)
 class RequestTimeoutError(RaylogError):
     """No reply came within the request timeout; retry or raise the timeout."""
+
+    retriable = True
+
+
+@_code(26)
+class TooManyConnectionsError(BrokerUnavailableError):
+    """The endpoint serves its maximum of connections already; the new one
+    was refused and closed. Retry after a short wait (idle connections are
+    timed out by the server)."""
+
+    retriable = True
+
+
+@_code(27)
+class NotEnoughReplicasError(RaylogError):
+    """Fewer in-sync replicas than the acks level requires (reserved for
+    replication). Retry after a short wait."""
 
     retriable = True
 

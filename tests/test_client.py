@@ -111,9 +111,9 @@ def test_offset_errors_reach_the_consumer_and_data_stays(raylog_client, make_top
 def test_unknown_partition(raylog_client, make_topic):
     topic = make_topic(partitions=2)
     producer = raylog_client.producer()
-    producer.send(topic, b"x", partition=5)
     with pytest.raises(UnknownPartitionError):
-        producer.flush(timeout_s=30)
+        producer.send(topic, b"x", partition=5)
+    producer.flush(timeout_s=30)
 
 
 def test_wrong_token_is_refused(zookeeper, ray_local, tmp_path, cluster_name):

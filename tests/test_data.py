@@ -157,8 +157,30 @@ def events(raylog_client):
 def test_plan_read_of_an_unknown_topic_fails(raylog_client):
     with pytest.raises(UnknownTopicError):
         plan_read("nope", client=raylog_client)
-    with pytest.raises(ConfigError):
-        plan_read("nope")
+
+
+def test_without_a_client_reads_use_the_client_of_this_process_or_RAYLOG_ZOOKEEPER(
+    raylog_client, events, monkeypatch
+):
+    import raylog.client
+
+    expected = plan_read(events, client=raylog_client)
+    # the client this process made (raylog_client is the only one open)
+    assert plan_read(events).end_offsets == expected.end_offsets
+    monkeypatch.setattr(raylog.client, "_OPEN_CLIENTS", [])
+    monkeypatch.delenv("RAYLOG_ZOOKEEPER", raising=False)
+    with pytest.raises(ConfigError, match=r"raylog.connect\(\).*RAYLOG_ZOOKEEPER"):
+        plan_read(events)
+    settings = raylog_client.settings
+    monkeypatch.setenv("RAYLOG_ZOOKEEPER", settings.zookeeper)
+    monkeypatch.setenv("RAYLOG_CLUSTER", settings.cluster)
+    plan = plan_read(events)
+    assert plan.end_offsets == expected.end_offsets
+    assert plan.settings.zookeeper == settings.zookeeper and plan.settings.cluster == settings.cluster
+    # a closed client is no longer the default
+    monkeypatch.delenv("RAYLOG_ZOOKEEPER")
+    monkeypatch.setattr(raylog.client, "_OPEN_CLIENTS", [raylog_client])
+    assert raylog.client.current_client() is raylog_client
 
 
 def test_range_readers_return_the_log(raylog_client, events):

@@ -14,11 +14,14 @@ start (and on every restart by Ray after its process died) it
    ``{"host", "port", "actor", "epoch"}``, re-registering after a ZooKeeper
    session loss;
 4. runs one timer thread: flush every few milliseconds when due
-   (``flush_ms``), retention every ``retention_check_ms``.
+   (``flush_ms``), roll a segment older than ``segment_ms``, retention every
+   ``retention_check_ms``.
 
 Data never goes through Ray method calls; the methods here are small control
-calls (stats, offsets, flush, shutdown). A disk error in the timer thread
-ends the process so that Ray restarts the actor and recovery runs again.
+calls (stats, offsets, flush, shutdown). Any disk error of the log (append,
+fsync, roll, retention; in any thread) ends the process (exit status
+:data:`EXIT_DISK_ERROR`, after logging) so that Ray restarts the actor and
+recovery runs again: a partition is never left wedged.
 
 Actor-confinement: the log is shared by the server's connection threads,
 the timer thread and the method threads; :class:`PartitionLog` serializes its
@@ -39,6 +42,8 @@ from raylog.config import TopicConfig
 log = logging.getLogger(__name__)
 
 NAMESPACE = "raylog"
+#: exit status of an actor process ended by a disk error
+EXIT_DISK_ERROR = 75
 
 
 def actor_name(cluster: str, topic: str, partition: int) -> str:
@@ -74,7 +79,7 @@ class PartitionActor:
         self.started_at = time.time()
         self._closed = threading.Event()
 
-        self.log = PartitionLog(log_dir, self.config)
+        self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error)
         for report in self.log.recovery_reports:
             log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)
         self._metrics = PartitionMetrics(cluster, topic, partition, self.log)
@@ -110,6 +115,23 @@ class PartitionActor:
         self.zk.add_listener(on_state)
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
+
+    def _disk_error(self, err: BaseException) -> None:
+        """Any disk error of the log (append, fsync, roll, retention): end the
+        process so that Ray restarts the actor and recovery runs. Never a
+        wedged partition that answers a retriable error forever."""
+        if self._closed.is_set():
+            return
+        log.critical(
+            "disk error in partition %s-%d (%s); exiting so that Ray restarts the actor and recovers the log",
+            self.topic, self.partition, err,
+        )
+        for handler in logging.getLogger().handlers:
+            try:
+                handler.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(EXIT_DISK_ERROR)
 
     # -- data server ---------------------------------------------------------
 
@@ -151,6 +173,8 @@ class PartitionActor:
                 started = time.perf_counter()
                 if self.log.maybe_flush():
                     self._metrics.observe_flush(time.perf_counter() - started)
+                if self.log.maybe_roll():
+                    log.info("partition %s-%d rolled its segment after segment_ms", self.topic, self.partition)
                 if time.monotonic() >= next_sample:
                     self._metrics.sample(self.log, self.server.stats())
                     next_sample = time.monotonic() + self._metrics.interval_s
@@ -271,7 +295,13 @@ def start_partition_actor(
     """Start (or find, if it runs) the partition actor pinned to its node."""
     from raylog.actors.placement import scheduling_options
 
+    from raylog.storage import faults
+
     options = scheduling_options(node_identity, nodes)
+    if faults.ENV in os.environ:
+        # The fault-injection switch of the creating process travels to the
+        # actor (tests of the disk-error paths).
+        options["runtime_env"] = {"env_vars": {faults.ENV: os.environ[faults.ENV]}}
     return (
         partition_actor_class()
         .options(

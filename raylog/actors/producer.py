@@ -1,23 +1,52 @@
 """The producer actor: a :class:`raylog.Producer` living in a Ray actor, so
 that Ray tasks and actors can produce through one shared, batching handle::
 
-    handle = client.producer_actor(batch_size=50)
-    ray.get(handle.send_batch.remote("clicks", [b"v1", b"v2"], keys=None))
+    handle = client.producer_actor(batch_size=50, acks="all")
+    ray.get(handle.send_batch.remote("clicks", [b"v1", b"v2"], keys=None))   # -> 2
 
-Calls queue messages and return once they are queued (the producer batches
-and sends in the background); ``flush`` waits until everything queued is
-sent and acknowledged. The actor opens its own ZooKeeper session, so it
-needs nothing from the driver but the connection settings.
+Each call's ObjectRef resolves when **its own** messages have their outcome
+at the producer's acks level: ``send_batch`` returns the number of messages
+(all delivered), ``send`` returns ``(partition, offset)``; a call whose
+messages failed raises for those messages only (a
+:class:`~raylog.errors.DeliveryError` naming each failed topic-partition and
+how many of the call's messages it lost), and no other call sees that
+failure. Calls from many tasks share the producer's batches: the actor is
+asynchronous, each call awaiting its own futures while the others go on.
+With acks=0 a call resolves once its messages are written.
 
-Actor-confinement: the wrapped producer is thread-safe; the actor runs its
-methods on a small thread pool so a long ``flush`` does not hold up sends.
+``flush`` waits until everything sent so far has its outcome and returns
+the statistics; it does not raise the failures, which belong to the calls
+that sent the messages (``stats()["failed_messages"]`` counts them; a
+failed message never counts as sent).
+
+The actor opens its own ZooKeeper session, so it needs nothing from the
+driver but the connection settings.
+
+Actor-confinement: the methods run on the actor's event loop; the wrapped
+producer is thread-safe and resolves futures on its sender threads, which
+hand each outcome to the loop with ``call_soon_threadsafe``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Sequence
 
+from raylog.errors import DeliveryError
 from raylog.metadata import ConnectionSettings, Metadata
+
+
+def _when_done(future) -> asyncio.Future:
+    """An asyncio future of the running loop, done when ``future`` (a
+    producer future) is resolved."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def done(_):
+        loop.call_soon_threadsafe(lambda: waiter.done() or waiter.set_result(None))
+
+    future.add_done_callback(done)
+    return waiter
 
 
 class ProducerActor:
@@ -27,24 +56,42 @@ class ProducerActor:
         self._metadata = Metadata.connect(settings)
         self._producer = Producer(self._metadata, **options)
 
-    def send(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
-        self._producer.send(topic, value, key, partition=partition)
+    async def send(
+        self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
+    ) -> tuple[int, int]:
+        future = self._producer.send(topic, value, key, partition=partition)
+        await _when_done(future)
+        return tuple(future.result())
 
-    def send_batch(
-        self, topic: str, values: Sequence[bytes], keys: Sequence[bytes | None] | None = None
+    async def send_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        partition: int | None = None,
     ) -> int:
-        self._producer.send_batch(topic, values, keys)
-        return len(values)
+        call = self._producer.send_batch(topic, values, keys, partition=partition)
+        await _when_done(call)
+        error = call.exception(0)
+        if error is not None:
+            raise error
+        return len(call)
 
-    def flush(self, timeout_s: float | None = None) -> dict:
-        self._producer.flush(timeout_s)
+    async def flush(self, timeout_s: float | None = None) -> dict:
+        try:
+            await asyncio.to_thread(self._producer.flush, timeout_s)
+        except DeliveryError:
+            pass  # reported to the calls whose messages failed
         return self._producer.stats()
 
-    def stats(self) -> dict:
+    async def stats(self) -> dict:
         return self._producer.stats()
 
-    def close(self) -> dict:
-        self._producer.close()
+    async def close(self) -> dict:
+        try:
+            await asyncio.to_thread(self._producer.close)
+        except DeliveryError:
+            pass  # reported to the calls whose messages failed
         self._metadata.close()
         return self._producer.stats()
 
@@ -53,7 +100,7 @@ def producer_actor(settings: ConnectionSettings, *, name: str | None = None, num
     """Start a producer actor; ``options`` go to :class:`raylog.Producer`."""
     import ray
 
-    cls = ray.remote(num_cpus=num_cpus, max_concurrency=4)(ProducerActor)
+    cls = ray.remote(num_cpus=num_cpus)(ProducerActor)
     if name is not None:
         cls = cls.options(name=name, namespace="raylog", get_if_exists=True)
     return cls.remote(settings, options)

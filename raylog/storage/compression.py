@@ -15,8 +15,11 @@ of the inner (uncompressed) message set (see :mod:`raylog.storage.message`).
 
 Decompression is always bounded: :func:`decompress` refuses output larger
 than ``max_bytes`` without allocating it (zstd and lz4 frames declare their
-content size, which is checked first, and a zstd frame must declare it; gzip
-and size-less lz4 frames are inflated with an output limit). A wrapper that is not a single well-formed stream of
+content size, which is checked first, and a zstd frame must declare it:
+libzstd then fails a frame whose blocks inflate past the declared size
+within one block of 128 KiB; gzip and lz4 frames are inflated with an output
+limit of ``max_bytes + 1``), raising
+:class:`raylog.InflatedSizeTooLargeError`. A wrapper that is not a single well-formed stream of
 its codec raises :class:`raylog.InvalidMessageError`.
 
 Thread-safety: every function may be called from any thread; codec contexts
@@ -31,7 +34,7 @@ import zlib
 import lz4.frame
 import zstandard
 
-from raylog.errors import ConfigError, InvalidMessageError, MessageTooLargeError
+from raylog.errors import ConfigError, InflatedSizeTooLargeError, InvalidMessageError
 
 CODEC_NONE = 0
 CODEC_GZIP = 1
@@ -96,9 +99,10 @@ def compress(codec: int, data: bytes) -> bytes:
 
 def _too_large(codec: int, max_bytes: int, claimed: int | None = None):
     what = f"claims {claimed} bytes" if claimed is not None else f"inflates past {max_bytes} bytes"
-    return MessageTooLargeError(
+    return InflatedSizeTooLargeError(
         f"{CODEC_NAMES[codec]} wrapper {what}, more than the limit of {max_bytes} bytes "
-        f"for a decompressed message set; send smaller compressed batches",
+        f"for a decompressed message set (the topic's max_inflated_bytes); send smaller "
+        f"compressed batches",
         limit=max_bytes,
     )
 
@@ -122,7 +126,8 @@ def _whole(codec: int, d, out: bytes) -> bytes:
 def decompress(codec: int, data, max_bytes: int) -> bytes:
     """Decompress a wrapper's value, refusing output larger than ``max_bytes``.
 
-    Raises :class:`MessageTooLargeError` (no allocation of the claimed size)
+    Raises :class:`InflatedSizeTooLargeError` (a subclass of
+    :class:`MessageTooLargeError`; nothing past ``max_bytes`` is inflated)
     or :class:`InvalidMessageError` for a stream that is truncated, has
     trailing bytes or is not of the codec.
     """

@@ -2,16 +2,24 @@
 
 On disk a partition is a directory of segment files ``<base offset, 20
 digits>.log`` (:mod:`raylog.storage.segment`) plus a small checkpoint file,
-``recovery-point``, holding the last flushed offset (with a CRC32C of its own). The log offset of a
+``recovery-point``, holding the last flushed offset (with a CRC32C of its own),
+``producer-state``, the journal of idempotent producers' sequences
+(:mod:`raylog.storage.producer_state`), and ``lock``, an empty file its owner
+holds an exclusive ``fcntl.flock`` on while the log is open: a second owner
+(another actor, of this cluster or another one pointed at the same
+directory) fails to open it with :class:`LogDirectoryLockedError`. The log offset of a
 message is its byte position in the concatenation of the segments; segment
 ``k + 1`` starts where segment ``k`` ends.
 
 Life of a message set:
 
 1. :meth:`PartitionLog.append` validates it (every CRC, see
-   :func:`~raylog.storage.message.validate_message_set`), rolls to a new
+   :func:`~raylog.storage.message.validate_message_set`; wrappers inflate to
+   at most ``max_inflated_bytes``), rolls to a new
    segment if the set would take the active one past ``segment_bytes``, and
    writes it with one ``os.write``. It is not visible yet.
+   :meth:`PartitionLog.append_sequenced` does the same for the sets of an
+   idempotent producer, after judging their sequence numbers.
 2. :meth:`PartitionLog.flush` syncs the segment, records the flushed offset
    in the checkpoint, then advances the **high watermark** and wakes readers
    blocked in :meth:`PartitionLog.wait_for_data`. It runs when called, from
@@ -23,7 +31,14 @@ Life of a message set:
 3. :meth:`PartitionLog.read` hands out a :class:`FileSlice` of bytes below the
    high watermark for ``os.sendfile``.
 4. :meth:`PartitionLog.delete_old_segments` drops whole old segments
-   (retention); the log start offset moves forward.
+   (retention); the log start offset moves forward. :meth:`PartitionLog.maybe_roll`
+   (the owner's timer) rolls an active segment older than ``segment_ms``,
+   so that retention reaches the data of a quiet partition too.
+
+Disk errors: the first failed write, sync, roll or delete makes the log
+refuse every later write (:class:`StorageError`) and calls ``on_disk_error``
+when one was given; the partition actor passes a function that ends its
+process, so that Ray restarts it and recovery runs (never a wedged log).
 
 Recovery on open checks every message past the checkpoint by CRC; a torn or
 corrupt tail is cut off, and each cut is logged as a warning and listed in
@@ -33,6 +48,7 @@ corrupt tail is cut off, and each cut is logged as a warning and listed in
 from __future__ import annotations
 
 import bisect
+import fcntl
 import logging
 import os
 import struct
@@ -48,21 +64,27 @@ from raylog.errors import (
     ClosedError,
     CorruptMessageError,
     InvalidOffsetError,
+    LogDirectoryLockedError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     StorageError,
 )
+from raylog.storage import faults as _faults
 from raylog.storage.message import (
     HEADER_SIZE,
     MAGIC,
     MIN_MESSAGE_SIZE,
     validate_message_set,
 )
+from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "recovery-point"
+#: the file a log's owner holds an exclusive ``flock`` on while the log is open
+LOCK_NAME = "lock"
 #: the checkpoint record: 20 offset digits, a space, 8 hex digits of CRC32C, newline
 _CHECKPOINT_SIZE = 30
 #: recovery accepts stored messages up to this size even if ``max_message_bytes``
@@ -128,10 +150,13 @@ class PartitionLog:
         config: TopicConfig = TopicConfig(),
         *,
         clock: Callable[[], float] = time.time,
+        on_disk_error: Callable[[BaseException], None] | None = None,
     ):
         self._dir = os.fspath(directory)
         self._config = config
         self._clock = clock
+        self._on_disk_error = on_disk_error
+        self._max_inflated = config.max_inflated_limit
         self._lock = threading.Lock()  # appends, rolls, retention, segment list
         self._flush_lock = threading.Lock()  # one sync at a time; taken before _lock
         self._cond = threading.Condition(threading.Lock())  # high watermark waiters
@@ -144,12 +169,24 @@ class PartitionLog:
         self._flush_requested = False
         try:
             os.makedirs(self._dir, exist_ok=True)
-            segments = self._recover()
+            self._lock_fd = _lock_directory(self._dir)
         except OSError as err:
             raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+        try:
+            segments = self._recover()
+            self._producers = ProducerStateTable(self._dir, config.max_producer_ids)
+            for note in self._producers.open(segments[-1].end_offset):
+                log.warning("recovery of %s: %s", self._dir, note)
+        except BaseException as err:
+            os.close(self._lock_fd)
+            if isinstance(err, OSError):
+                raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+            raise
         # Readers take (bases, segments) in one read; the writer replaces it.
         self._view: tuple[list[int], list[LogSegment]] = ([s.base_offset for s in segments], segments)
         self._active = segments[-1]
+        #: when the active segment got its first message (segment_ms)
+        self._active_since = self._active.mtime_ms() / 1000.0 if self._active.size else None
         self._leo = self._active.end_offset
         self._hw = self._leo
 
@@ -229,38 +266,94 @@ class PartitionLog:
                 size=size,
                 limit=limit,
             )
-        count = validate_message_set(message_set, limit)
+        count = validate_message_set(message_set, limit, self._max_inflated)
         with self._lock:
             self._check_writable()
             if not count:
                 return self._leo
-            active = self._active
-            if active.size and active.size + size > self._config.segment_bytes:
-                active = self._roll()
-            base = self._leo
-            try:
-                active.append(message_set)
-            except OSError as err:
-                # The segment cut the partial write back; if even that failed,
-                # the file no longer matches the offsets: stop writing.
-                try:
-                    intact = os.fstat(active.fd).st_size == active.size
-                except OSError:
-                    intact = False
-                if not intact:
-                    self._failed = err
-                raise StorageError(f"cannot append to {active.path}: {err}") from err
-            self._leo = base + size
-            if not self._unflushed:
-                self._first_unflushed_at = self._clock()
-            self._unflushed += count
-            self._messages_appended += count
-            due = self._unflushed >= self._config.flush_messages and not self._flush_requested
-            if due:
-                self._flush_requested = True
-        if due:
+            return self._append_locked(message_set, size, count, None)
+
+    def append_sequenced(
+        self, message_set, producer_id: int, producer_epoch: int, first_sequence: int, lengths, *, name: str = ""
+    ) -> int:
+        """Append the sets of an idempotent producer, joined in
+        ``message_set`` (``lengths``: the byte length of each, with
+        sequences ``first_sequence``, ``first_sequence + 1``, ...). Returns
+        the base offset of the first.
+
+        One set (``len(lengths) == 1``) is judged by the rules of
+        :meth:`ProducerStateTable.check`: a duplicate appends nothing and
+        returns the base offset of its first store. Several sets are appended
+        together only when all are new and in order; otherwise this raises
+        :class:`OutOfOrderSequenceError` and the caller offers them one by
+        one. ``name`` (``topic-partition``) goes into the errors.
+        """
+        size = len(message_set)
+        limit = self._config.max_message_bytes
+        if size > limit:
+            raise MessageTooLargeError(
+                f"message set of {size} bytes is larger than max_message_bytes ({limit}); "
+                f"send smaller batches or raise max_message_bytes on the topic",
+                size=size,
+                limit=limit,
+            )
+        count = validate_message_set(message_set, limit, self._max_inflated)
+        with self._lock:
+            self._check_writable()
+            producers = self._producers
+            if len(lengths) == 1:
+                stored = producers.check(producer_id, producer_epoch, first_sequence, topic_partition=name)
+                if stored is not None:
+                    return stored
+            elif not producers.check_run(producer_id, first_sequence):
+                raise OutOfOrderSequenceError(
+                    f"{name}: the run of sets from sequence {first_sequence} is not all new and in order",
+                    producer_id=producer_id,
+                    sequence=first_sequence,
+                )
+            if not count:
+                return self._leo
+            return self._append_locked(message_set, size, count, (producer_id, producer_epoch, first_sequence, lengths))
+
+    def _append_locked(self, message_set, size: int, count: int, sequenced) -> int:
+        """Write a validated set at the log end (writer lock held)."""
+        active = self._active
+        if active.size and active.size + size > self._config.segment_bytes:
+            active = self._roll()
+        base = self._leo
+        try:
+            if sequenced is not None:
+                # The journal first: a record whose set never reaches the
+                # segment is dropped on recovery (it lies beyond the log end).
+                producer_id, epoch, first_sequence, lengths = sequenced
+                self._producers.journal(producer_id, epoch, first_sequence, base, lengths)
+            active.append(message_set)
+        except OSError as err:
+            # The segment cut the partial write back, but the disk failed:
+            # stop writing and let the owner recover the log.
+            self._fail(err)
+            raise StorageError(f"cannot append to {active.path}: {err}") from err
+        if sequenced is not None:
+            self._producers.remember(producer_id, epoch, first_sequence, base, lengths)
+        if not active.size - size:
+            self._active_since = self._clock()
+        self._leo = base + size
+        if not self._unflushed:
+            self._first_unflushed_at = self._clock()
+        self._unflushed += count
+        self._messages_appended += count
+        if self._unflushed >= self._config.flush_messages and not self._flush_requested:
+            self._flush_requested = True
             _flusher().submit(self._flush_in_background)
         return base
+
+    def _fail(self, err: BaseException) -> None:
+        """Record a disk error: every later write refuses; tell the owner."""
+        if self._failed is None:
+            self._failed = err
+        hook = self._on_disk_error
+        if hook is not None:
+            hook(err)
 
     def _flush_in_background(self) -> None:
         try:
@@ -294,10 +387,12 @@ class PartitionLog:
             if target == self._hw:
                 return False
             try:
+                _faults.check("fsync", self._dir)
                 active.flush()  # earlier segments were synced when they were rolled
+                self._producers.sync()
                 self._write_checkpoint(target)
             except OSError as err:
-                self._failed = err
+                self._fail(err)
                 raise StorageError(f"cannot sync {active.path}: {err}") from err
             with self._cond:
                 self._hw = target
@@ -308,16 +403,35 @@ class PartitionLog:
         """Start a new segment at the log end (writer lock held)."""
         old = self._active
         try:
+            _faults.check("roll", self._dir)
             old.flush()  # so that only the last segment can ever hold unsynced bytes
             new = LogSegment.open(self._dir, self._leo)
             _sync_directory(self._dir)
         except OSError as err:
-            self._failed = err
+            self._fail(err)
             raise StorageError(f"cannot roll the log in {self._dir}: {err}") from err
         bases, segments = self._view
         self._view = ([*bases, new.base_offset], [*segments, new])
         self._active = new
+        self._active_since = None
         return new
+
+    def maybe_roll(self, now: float | None = None) -> bool:
+        """Roll the active segment if its first message came more than
+        ``segment_ms`` ago (timer hook; an empty segment never rolls).
+        Returns whether it rolled."""
+        since = self._active_since
+        if since is None or self._closed:
+            return False
+        if now is None:
+            now = self._clock()
+        if (now - since) * 1000.0 < self._config.segment_ms:
+            return False
+        with self._lock:
+            if self._closed or self._failed is not None or not self._active.size or self._active_since is None:
+                return False
+            self._roll()
+            return True
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[tuple[int, int]]:
         """Retention: delete whole old segments, never the active one.
@@ -351,9 +465,11 @@ class PartitionLog:
             self._view = (bases[dead:], segments[dead:])
         # Unlinking large files takes a while: outside the lock, so appends go on.
         try:
+            _faults.check("retention", self._dir)
             for segment in gone:  # oldest first: the rest stays contiguous on a crash
                 segment.delete()
         except OSError as err:
+            self._fail(err)
             raise StorageError(f"cannot delete old segments in {self._dir}: {err}") from err
         deleted = [(s.base_offset, s.size) for s in gone]
         log.info("retention deleted %d segment(s) of %s: %s", len(deleted), self._dir, deleted)
@@ -373,7 +489,9 @@ class PartitionLog:
             with self._flush_lock:  # no flush is writing the checkpoint any more
                 with self._lock:
                     self._closed = True
+                    self._producers.close()
                 self._checkpoint_file.close()
+                os.close(self._lock_fd)  # another owner may open the directory now
             with self._cond:
                 self._cond.notify_all()
 
@@ -662,6 +780,27 @@ def _reset_flusher_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_flusher_after_fork)
+
+
+def _lock_directory(directory: str) -> int:
+    """Take the exclusive lock of a partition directory (``fcntl.flock`` on
+    its file ``lock``, held until :meth:`PartitionLog.close` or the process
+    ends); :class:`LogDirectoryLockedError` if another owner holds it."""
+    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LogDirectoryLockedError(
+            f"the partition directory {directory} is locked by another owner (a partition actor of "
+            f"this or another cluster still runs on it); stop that owner, or give this cluster a "
+            f"directory of its own",
+            directory=directory,
+        ) from None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _sync_directory(directory: str) -> None:

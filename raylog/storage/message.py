@@ -36,7 +36,12 @@ Checks:
   decode. The cost is one decompression per compressed batch at the broker.
 * A size field larger than ``max_message_bytes`` is refused from the 4 size
   bytes alone, before anything of that size is allocated. A decompressed inner
-  set may be at most ``INNER_SET_FACTOR * max_message_bytes`` bytes.
+  set may be at most ``max_inflated_bytes`` bytes (the topic's setting;
+  ``INNER_SET_FACTOR * max_message_bytes`` when not given, the default of
+  :attr:`raylog.TopicConfig.max_inflated_bytes`): a wrapper that inflates
+  further raises :class:`InflatedSizeTooLargeError`, checked before it is
+  inflated past the limit (:func:`~raylog.storage.compression.decompress`),
+  at append and in every decode.
 
 All functions are pure and thread-safe.
 
@@ -100,8 +105,9 @@ HEADER_SIZE = 22
 #: the smallest legal value of the size field (no key, empty value)
 MIN_MESSAGE_SIZE = HEADER_SIZE - LOG_OVERHEAD
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
-#: a wrapper's decompressed inner set may be this many times max_message_bytes
-INNER_SET_FACTOR = 64
+#: by default a wrapper's decompressed inner set may be this many times
+#: max_message_bytes (see ``max_inflated_bytes``)
+INNER_SET_FACTOR = 8
 
 _CODEC_MASK = 0x07
 
@@ -298,11 +304,17 @@ def _in_wrapper(err: InvalidMessageError, codec: int, offset: int) -> InvalidMes
     )
 
 
-def _inner_set(data, pos: int, end: int, attrs: int, klen: int, max_message_bytes: int, offset: int) -> bytes:
+def _inflated_limit(max_message_bytes: int, max_inflated_bytes: int | None) -> int:
+    return INNER_SET_FACTOR * max_message_bytes if not max_inflated_bytes else max_inflated_bytes
+
+
+def _inner_set(
+    data, pos: int, end: int, attrs: int, klen: int, max_message_bytes: int, offset: int, max_inflated_bytes=None
+) -> bytes:
     codec = attrs & _CODEC_MASK
     start = pos + HEADER_SIZE + max(klen, 0)
     try:
-        return decompress(codec, memoryview(data)[start:end], INNER_SET_FACTOR * max_message_bytes)
+        return decompress(codec, memoryview(data)[start:end], _inflated_limit(max_message_bytes, max_inflated_bytes))
     except InvalidMessageError as err:
         raise _in_wrapper(err, codec, offset) from None
 
@@ -317,6 +329,7 @@ def scan_message_set(
     *,
     base_offset: int = 0,
     check_inner: bool = True,
+    max_inflated_bytes: int | None = None,
     _allow_wrappers: bool = True,
 ) -> tuple[int, int, InvalidMessageError | None]:
     """Check the whole messages at the start of ``buf`` without raising.
@@ -327,14 +340,15 @@ def scan_message_set(
     whole buffer is valid). A message cut off by the end of ``buf`` gives an
     :class:`InvalidMessageError` with ``partial=True``. Errors name log
     offsets (``base_offset`` + position). With ``check_inner`` wrappers are
-    decompressed and their inner sets checked too.
+    decompressed (at most ``max_inflated_bytes``, default
+    ``INNER_SET_FACTOR * max_message_bytes``) and their inner sets checked too.
     """
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
     fast = _speedups
     if fast is None:
-        return _scan(mv, max_message_bytes, base_offset, check_inner, _allow_wrappers)
+        return _scan(mv, max_message_bytes, base_offset, check_inner, _allow_wrappers, max_inflated_bytes)
     pos = count = 0
     while True:
         valid, more, status = fast.scan(mv[pos:] if pos else mv, max_message_bytes)
@@ -345,18 +359,22 @@ def scan_message_set(
         if status != _STOP_HEADER:
             # a bad CRC, a cut or oversized message, or arguments the fast
             # path leaves alone: the reference takes over from here
-            valid, more, err = _scan(mv[pos:], max_message_bytes, base_offset + pos, check_inner, _allow_wrappers)
+            valid, more, err = _scan(
+                mv[pos:], max_message_bytes, base_offset + pos, check_inner, _allow_wrappers, max_inflated_bytes
+            )
             return pos + valid, count + more, err
         # a wrapper, or a bad header: the reference judges this one message
         end = pos + 4 + _SIZE.unpack_from(mv, pos)[0]
-        _valid, _one, err = _scan(mv[pos:end], max_message_bytes, base_offset + pos, check_inner, _allow_wrappers)
+        _valid, _one, err = _scan(
+            mv[pos:end], max_message_bytes, base_offset + pos, check_inner, _allow_wrappers, max_inflated_bytes
+        )
         if err is not None:
             return pos, count, err
         pos = end
         count += 1
 
 
-def _scan(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allow_wrappers: bool):
+def _scan(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allow_wrappers: bool, max_inflated_bytes=None):
     """The reference of :func:`scan_message_set` (``mv``: a memoryview of bytes)."""
     n = len(mv)
     unpack = _HEADER_CHECK.unpack_from
@@ -377,7 +395,9 @@ def _scan(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allo
                 err = _nested(base_offset + pos)
             if err is None and check_inner:
                 try:
-                    inner = _inner_set(mv, pos, end, attrs, klen, max_message_bytes, base_offset + pos)
+                    inner = _inner_set(
+                        mv, pos, end, attrs, klen, max_message_bytes, base_offset + pos, max_inflated_bytes
+                    )
                     _ok, _count, err = scan_message_set(inner, max_message_bytes, _allow_wrappers=False)
                 except InvalidMessageError as raised:
                     err = raised
@@ -393,18 +413,21 @@ def _scan(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allo
     return pos, count, None
 
 
-def validate_message_set(buf, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+def validate_message_set(
+    buf, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_inflated_bytes: int | None = None
+) -> int:
     """Check a message set before it is appended; return its number of (outer) messages.
 
     Every message must be whole (no partial tail), with a matching CRC,
     magic 1, known attributes, a key length that fits and a size within
-    ``[18, max_message_bytes]``. Wrappers are decompressed and each inner
+    ``[18, max_message_bytes]``. Wrappers are decompressed (refused with
+    :class:`InflatedSizeTooLargeError` past ``max_inflated_bytes``) and each inner
     message is checked the same way (nested wrappers are refused). Raises
     :class:`CorruptMessageError`, :class:`MessageTooLargeError` or
     :class:`InvalidMessageError` with ``offset`` = the position in ``buf`` of
     the (outer) message at fault.
     """
-    _valid, count, err = scan_message_set(buf, max_message_bytes)
+    _valid, count, err = scan_message_set(buf, max_message_bytes, max_inflated_bytes=max_inflated_bytes)
     if err is not None:
         raise err
     return count
@@ -427,6 +450,7 @@ def decode_messages(
     partial_tail_ok: bool = True,
     record_type: type | None = None,
     prefix: tuple = (),
+    max_inflated_bytes: int | None = None,
 ) -> tuple[list[tuple[int, int, bytes | None, bytes]], int]:
     """Parse the whole messages of ``buf``, which starts at log offset ``base_offset``.
 
@@ -439,7 +463,11 @@ def decode_messages(
     cut off by the end of ``buf`` is left for the next fetch when
     ``partial_tail_ok`` (a fetch bounded by max_bytes ends like that), else
     it raises :class:`InvalidMessageError`. Wrappers are decompressed and
-    every inner message reports the wrapper's offset.
+    every inner message reports the wrapper's offset; a wrapper that would
+    inflate past ``max_inflated_bytes`` (pass the topic's
+    ``TopicConfig.max_inflated_limit``; default ``INNER_SET_FACTOR *
+    max_message_bytes``) raises :class:`InflatedSizeTooLargeError` before it
+    is inflated past that bound.
 
     With ``record_type`` (a tuple subclass, such as :class:`raylog.Message`)
     and a two-field ``prefix`` (the consumer passes topic and partition) each
@@ -452,9 +480,11 @@ def decode_messages(
     kind = type(buf)
     if fast is not None and (kind is bytes or kind is bytearray or kind is memoryview and buf.c_contiguous):
         # read in place, without the copy to bytes
-        return _decode_fast(fast, buf, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix)
+        return _decode_fast(
+            fast, buf, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix, max_inflated_bytes
+        )
     data = buf if type(buf) is bytes else bytes(buf)
-    return _decode_set(data, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix)
+    return _decode_set(data, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix, max_inflated_bytes)
 
 
 def _decode_set(
@@ -465,15 +495,20 @@ def _decode_set(
     outer: bool,
     record_type: type | None = None,
     prefix: tuple = (),
+    max_inflated_bytes: int | None = None,
 ):
     """:func:`_decode` by the fast path when there is one."""
     fast = _speedups
     if fast is None:
-        return _decode(data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix)
-    return _decode_fast(fast, data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix)
+        return _decode(data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes)
+    return _decode_fast(
+        fast, data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes
+    )
 
 
-def _decode_fast(fast, buf, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix):
+def _decode_fast(
+    fast, buf, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes=None
+):
     """:func:`_decode` of any contiguous buffer: the compiled loop for runs of
     plain messages, the reference for whatever it stops at."""
     p0, p1 = prefix if record_type is not None else (None, None)
@@ -487,7 +522,9 @@ def _decode_fast(fast, buf, base_offset, max_message_bytes, partial_tail_ok, out
         # a wrapper, or a bad header: the reference decodes (or refuses) this one message
         end = pos + 4 + _SIZE.unpack_from(mv, pos)[0]
         one = bytes(mv[pos:end])
-        more, _used = _decode(one, base_offset + pos, max_message_bytes, False, outer, record_type, prefix)
+        more, _used = _decode(
+            one, base_offset + pos, max_message_bytes, False, outer, record_type, prefix, max_inflated_bytes
+        )
         records += more
         pos = end
         more, used, status = fast.decode(mv[pos:], base_offset + pos, max_message_bytes, record_type, p0, p1)
@@ -497,7 +534,9 @@ def _decode_fast(fast, buf, base_offset, max_message_bytes, partial_tail_ok, out
         # a bad CRC, a cut or oversized message, or arguments the fast path
         # leaves alone: the reference takes over from here
         rest = buf if pos == 0 and type(buf) is bytes else bytes(mv[pos:])
-        more, used = _decode(rest, base_offset + pos, max_message_bytes, partial_tail_ok, outer, record_type, prefix)
+        more, used = _decode(
+            rest, base_offset + pos, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes
+        )
         records += more
         pos += used
     return records, pos
@@ -511,6 +550,7 @@ def _decode(
     outer: bool,
     record_type: type | None = None,
     prefix: tuple = (),
+    max_inflated_bytes: int | None = None,
 ):
     new = tuple.__new__
     typed = record_type is not None
@@ -555,7 +595,7 @@ def _decode(
             if not outer:
                 raise _nested(base_offset + pos)
             offset = base_offset + pos
-            inner = _inner_set(data, pos, end, attrs, klen, max_message_bytes, offset)
+            inner = _inner_set(data, pos, end, attrs, klen, max_message_bytes, offset, max_inflated_bytes)
             try:
                 inner_records, _consumed = _decode_set(inner, 0, max_message_bytes, False, False)
             except InvalidMessageError as err:

@@ -57,7 +57,12 @@ from raylog.errors import (
     RequestTimeoutError,
 )
 from raylog.transfer.protocol import (
+    ACKS_ALL,
     API_PRODUCE,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    PRODUCE_V1_FIELDS,
+    PRODUCE_VERSION_IDEMPOTENT,
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY_FIELDS,
     OFFSETS_REPLY_FIELDS,
@@ -74,6 +79,7 @@ from raylog.transfer.protocol import (
     encode_offsets,
     encode_string,
 )
+
 
 #: receive buffer for reply headers and small replies
 READ_BUFFER_BYTES = 64 * KiB
@@ -147,7 +153,7 @@ class BrokerConnection:
         self._unacked: int | None = None
         self._next_check = 0.0
         #: topic -> its encoded string and the precompiled PRODUCE header
-        self._topics: dict[str, tuple[bytes, struct.Struct]] = {}
+        self._topics: dict[str, tuple[bytes, struct.Struct, struct.Struct]] = {}
 
     # -- life cycle ------------------------------------------------------------
 
@@ -215,15 +221,25 @@ class BrokerConnection:
 
     # -- requests --------------------------------------------------------------
 
-    def produce(self, topic: str, partition: int, message_set: bytes, acks: int = 1) -> int | None:
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        message_set: bytes,
+        acks: int = 1,
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        sequence: int = NO_SEQUENCE,
+    ) -> int | None:
         """Append ``message_set`` (whole messages, DESIGN §2) to the partition.
 
-        acks=1 returns the base offset (the offset of the set's first
-        message); acks=0 returns ``None`` as soon as the frame is written.
-        """
+        acks=1 (appended) and acks=-1 (flushed and visible) return the base
+        offset (the offset of the set's first message); acks=0 returns
+        ``None`` as soon as the frame is written. With a ``producer_id`` the
+        request is an idempotent PRODUCE version 1 carrying ``sequence``."""
         self._before_request(replies=bool(acks))
         correlation_id = self._next_correlation()
-        header = self._produce_header(topic, partition, acks, len(message_set), correlation_id)
+        header = self._produce_header(topic, partition, acks, len(message_set), correlation_id, producer_id, sequence)
         if len(message_set) > GATHER_THRESHOLD:
             self._send_gather([header, message_set])
         else:
@@ -237,15 +253,44 @@ class BrokerConnection:
     def produce_many(
         self, topic: str, partition: int, message_sets: Sequence[bytes], acks: int = 1
     ) -> list[int] | None:
-        """Send one PRODUCE frame per set, pipelined: frames are written
-        together (one send per up to :data:`PIPELINE_FRAMES` frames or
-        :data:`PIPELINE_BYTES`), then their replies read. Returns the base
-        offsets (acks=1) or ``None``. When the server refuses a set (acks=1)
-        the rest of that write is still stored; the first error is raised
-        with ``index`` and ``base_offsets`` (``None`` for refused sets) and
-        later writes are not sent."""
+        """Send one PRODUCE frame per set, pipelined (see :meth:`produce_sets`).
+        Returns the base offsets (acks 1 or -1) or ``None``. When the server
+        refuses a set the other sets are still stored; the first error is
+        raised with ``index`` and ``base_offsets`` (``None`` for refused sets)."""
+        results = self.produce_sets(topic, partition, message_sets, acks)
+        if results is None:
+            return None
+        bases = [None if isinstance(r, RaylogError) else r for r in results]
+        for index, result in enumerate(results):
+            if isinstance(result, RaylogError):
+                result.details.update(index=index, base_offsets=bases)
+                result.index, result.base_offsets = index, bases
+                raise result
+        return bases
+
+    def produce_sets(
+        self,
+        topic: str,
+        partition: int,
+        message_sets: Sequence[bytes],
+        acks: int = 1,
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        sequences: Sequence[int] | None = None,
+    ) -> list | None:
+        """Send one PRODUCE frame per set, pipelined (frames written together,
+        one send per up to :data:`PIPELINE_FRAMES` frames or
+        :data:`PIPELINE_BYTES`), then read every reply.
+
+        Returns, set by set, the base offset or the typed error the server
+        answered for that set alone (the connection stays in step and the
+        other sets are unaffected); ``None`` for acks=0. With a
+        ``producer_id`` each frame is an idempotent PRODUCE version 1 with
+        ``sequences[i]``. A failure of the connection itself (reset, timeout,
+        closed) raises, and then which sets were stored is unknown: an
+        idempotent producer resends them with the same sequence numbers."""
         self._before_request(replies=bool(acks))
-        bases: list[int] | None = [] if acks else None
+        results: list | None = [] if acks else None
         i, total = 0, len(message_sets)
         if acks:
             self._expect_wait(0)
@@ -258,39 +303,28 @@ class BrokerConnection:
                 message_set = message_sets[j]
                 correlation_id = self._next_correlation()
                 ids.append(correlation_id)
-                parts.append(self._produce_header(topic, partition, acks, len(message_set), correlation_id))
+                sequence = NO_SEQUENCE if sequences is None else sequences[j]
+                parts.append(
+                    self._produce_header(
+                        topic, partition, acks, len(message_set), correlation_id, producer_id, sequence
+                    )
+                )
                 parts.append(message_set)
                 size += len(message_set)
                 j += 1
             self._send(b"".join(parts))
             if acks:
-                self._read_produce_replies(ids, i, bases)
+                for correlation_id in ids:
+                    try:
+                        results.append(self._read_produce_reply(correlation_id))
+                    except RaylogError as err:
+                        if self._sock is None:  # the connection itself failed
+                            raise
+                        results.append(err)
             else:
                 self._unacked = ids[-1]
             i = j
-        return bases
-
-    def _read_produce_replies(self, ids: list[int], first_index: int, bases: list) -> None:
-        """Read the pipelined PRODUCE replies of ``ids`` into ``bases``. A
-        refused set does not stop the others: all replies are read (the
-        connection stays in step), then the first error is raised with
-        ``index`` (of the refused set) and ``base_offsets`` (``None`` where a
-        set was refused)."""
-        first_error = None
-        for k, correlation_id in enumerate(ids):
-            try:
-                bases.append(self._read_produce_reply(correlation_id))
-            except RaylogError as err:
-                if self._sock is None:  # the connection itself failed
-                    raise
-                bases.append(None)
-                if first_error is None:
-                    first_error = err
-                    index = first_index + k
-        if first_error is not None:
-            first_error.details.update(index=index, base_offsets=bases)
-            first_error.index, first_error.base_offsets = index, bases
-            raise first_error
+        return results
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0) -> FetchResult:
         """Read up to ``max_bytes`` of the log from ``offset`` (at least one
@@ -338,19 +372,38 @@ class BrokerConnection:
         self._correlation = _wrap(self._correlation + 1)
         return self._correlation
 
-    def _topic(self, topic: str) -> tuple[bytes, struct.Struct]:
+    def _topic(self, topic: str) -> tuple[bytes, struct.Struct, struct.Struct]:
+        """The encoded topic and the precompiled PRODUCE headers (version 0
+        and version 1) of ``topic``."""
         entry = self._topics.get(topic)
         if entry is None:
             encoded = encode_string(topic)
-            fmt = REQUEST_HEADER.format + f"{len(encoded)}s" + PRODUCE_FIELDS.format.lstrip(">")
-            entry = (encoded, struct.Struct(fmt))
+            prefix = REQUEST_HEADER.format + f"{len(encoded)}s"
+            entry = (
+                encoded,
+                struct.Struct(prefix + PRODUCE_FIELDS.format.lstrip(">")),
+                struct.Struct(prefix + PRODUCE_V1_FIELDS.format.lstrip(">")),
+            )
             self._topics[topic] = entry
         return entry
 
-    def _produce_header(self, topic: str, partition: int, acks: int, length: int, correlation_id: int) -> bytes:
-        encoded, header = self._topic(topic)
-        if acks not in (0, 1):
-            raise ValueError(f"acks must be 0 or 1, got {acks}")
+    def _produce_header(
+        self,
+        topic: str,
+        partition: int,
+        acks: int,
+        length: int,
+        correlation_id: int,
+        producer_id: int = NO_PRODUCER_ID,
+        sequence: int = NO_SEQUENCE,
+    ) -> bytes:
+        """A PRODUCE header: version 0 for a plain acks 0/1 request, version 1
+        (producer id, epoch, sequence) when idempotent or with acks=-1."""
+        encoded, v0, v1 = self._topic(topic)
+        if acks not in (0, 1, ACKS_ALL):
+            raise ValueError(f"acks must be 0, 1 or {ACKS_ALL}, got {acks}")
+        plain = producer_id == NO_PRODUCER_ID and acks != ACKS_ALL
+        header = v0 if plain else v1
         size = header.size - SIZE.size + length
         if size > self.max_frame_bytes:
             raise FrameTooLargeError(
@@ -359,7 +412,11 @@ class BrokerConnection:
                 size=size,
                 max_frame_bytes=self.max_frame_bytes,
             )
-        return header.pack(size, API_PRODUCE, VERSION, correlation_id, encoded, partition, acks, length)
+        if plain:
+            return v0.pack(size, API_PRODUCE, VERSION, correlation_id, encoded, partition, acks, length)
+        return v1.pack(
+            size, API_PRODUCE, PRODUCE_VERSION_IDEMPOTENT, correlation_id, encoded, partition, acks, producer_id, 0, sequence, length
+        )
 
     def _read_produce_reply(self, correlation_id: int) -> int:
         pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + PRODUCE_REPLY_FIELDS.size)

@@ -10,7 +10,7 @@ Request frame
 
 1. size            u32  number of bytes that follow this field
 2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH
-3. version         i16  0
+3. version         i16  0; PRODUCE also 1 (idempotence and acks=-1, below)
 4. correlation id  i32  chosen by the client, echoed in the reply
 
 then the body of the api:
@@ -19,7 +19,7 @@ AUTH (must be the first frame when the server has a token)
     5. token length   u16
     6. token          bytes
 
-PRODUCE
+PRODUCE, version 0
     5. topic length   u16
     6. topic          UTF-8
     7. partition      i32
@@ -27,6 +27,33 @@ PRODUCE
                            with the base offset once the log has the set
     9. set length     i32  must equal the bytes left in the frame
     10. message set   bytes, whole messages in the format of DESIGN §2
+
+PRODUCE, version 1 (idempotent producers and acks=-1)
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+    8. acks           i8   0: no reply; 1: reply once appended to the log;
+                           -1 ("all"): reply once the set is flushed
+                           (fsynced) and below the high watermark, so that
+                           a FETCH right after the reply sees it (with
+                           replication later: on every in-sync replica)
+    9. producer id    i64  -1: not idempotent (then sequence must be -1);
+                           else a non-negative id the producer chose at random
+    10. producer epoch i16 0 for now (reserved for fencing)
+    11. sequence      i32  number of this set among all sets this producer id
+                           sent to this topic-partition: 0, 1, 2, ...
+                           (-1 when not idempotent)
+    12. set length    i32  must equal the bytes left in the frame
+    13. message set   bytes, as in version 0
+
+    The partition remembers, per producer id, the last
+    ``PRODUCER_SEQUENCES_REMEMBERED`` (32) sequences and their base
+    offsets, kept with the log (:mod:`raylog.storage.producer_state`):
+    the next sequence (last + 1), or any sequence of a producer id it does
+    not know, is appended; a remembered one is a duplicate, answered with
+    the base offset at which the set was stored the first time, and nothing
+    is appended; an older one gets DuplicateSequenceError, a gap
+    (sequence > last + 1) OutOfOrderSequenceError; both are not retriable.
 
 FETCH
     5. topic length   u16
@@ -62,7 +89,8 @@ and :func:`decode_error` rebuilds the same typed error class from it.
 Otherwise the body depends on the api of the request:
 
 AUTH      nothing
-PRODUCE   4. base offset i64  (only for acks=1; acks=0 gets no reply)
+PRODUCE   4. base offset i64  (acks 1 and -1; acks=0 gets no reply); for a
+             duplicate (version 1) the offset of the first store
 FETCH     4. high watermark i64, 5. log start offset i64,
           6. data length i32, 7. data: the raw log bytes from the request's
           offset, whole messages and possibly a partial last one; sent by
@@ -102,6 +130,21 @@ API_AUTH = 3
 API_NAMES = {API_PRODUCE: "PRODUCE", API_FETCH: "FETCH", API_OFFSETS: "OFFSETS", API_AUTH: "AUTH"}
 
 VERSION = 0
+#: PRODUCE version 1: producer id, epoch and sequence, and acks=-1
+PRODUCE_VERSION_IDEMPOTENT = 1
+
+#: acks levels of a PRODUCE
+ACKS_NONE = 0
+ACKS_LEADER = 1
+ACKS_ALL = -1
+#: producer id and sequence of a set that is not idempotent
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+#: sequences (with their base offsets) a partition remembers per producer id
+PRODUCER_SEQUENCES_REMEMBERED = 32
+#: the most sets a producer keeps unacknowledged per partition (below the
+#: sequences remembered, so a retry of all of them is always recognised)
+MAX_IN_FLIGHT_PER_PARTITION = 16
 
 #: correlation id of an error reply about the connection rather than a request
 NO_CORRELATION = -1
@@ -125,6 +168,9 @@ REQUEST_HEADER_BODY = REQUEST_HEADER.size - SIZE.size
 STRING_LENGTH = struct.Struct(">H")
 #: PRODUCE after the topic: partition, acks, set length
 PRODUCE_FIELDS = struct.Struct(">ibi")
+#: PRODUCE version 1 after the topic: partition, acks, producer id,
+#: producer epoch, sequence, set length
+PRODUCE_V1_FIELDS = struct.Struct(">ibqhii")
 #: FETCH after the topic: partition, offset, max bytes, max wait ms
 FETCH_FIELDS = struct.Struct(">iqii")
 #: OFFSETS after the topic: partition
@@ -161,6 +207,10 @@ class ProduceRequest(NamedTuple):
     acks: int
     #: the message set, a view into the receive buffer (valid until it is reused)
     message_set: memoryview
+    #: version 1 only (version 0 frames decode with these defaults)
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = 0
+    sequence: int = NO_SEQUENCE
 
 
 class FetchRequest(NamedTuple):
@@ -222,6 +272,69 @@ def encode_produce_header(
 
 def encode_produce(correlation_id: int, topic: str, partition: int, acks: int, message_set: bytes) -> bytes:
     header = encode_produce_header(correlation_id, encode_string(topic), partition, acks, len(message_set))
+    return header + bytes(message_set)
+
+
+def produce_v1_header_struct(topic: bytes) -> struct.Struct:
+    """A precompiled struct of a whole version-1 PRODUCE header for one
+    encoded topic: pack it with ``(size, API_PRODUCE,
+    PRODUCE_VERSION_IDEMPOTENT, correlation id, topic, partition, acks,
+    producer id, producer epoch, sequence, set length)``; ``size`` is
+    ``struct.size - 4 + set length``. :func:`encode_produce_v1_header` uses it."""
+    return struct.Struct(f">Ihhi{len(topic)}sibqhii")
+
+
+def _check_produce_v1(acks: int, producer_id: int, sequence: int) -> None:
+    if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
+        raise ProtocolError(f"acks must be 0, 1 or -1, got {acks}")
+    if producer_id == NO_PRODUCER_ID:
+        if sequence != NO_SEQUENCE:
+            raise ProtocolError(f"a set without producer id must have sequence -1, got {sequence}")
+    elif producer_id < 0 or sequence < 0:
+        raise ProtocolError(
+            f"producer id {producer_id} and sequence {sequence} must be non-negative (or both -1)"
+        )
+
+
+def encode_produce_v1_header(
+    correlation_id: int,
+    topic: bytes,
+    partition: int,
+    acks: int,
+    producer_id: int,
+    producer_epoch: int,
+    sequence: int,
+    set_length: int,
+) -> bytes:
+    """Everything of a version-1 PRODUCE frame before its message set;
+    ``topic`` is already encoded by :func:`encode_string`. Raises
+    :class:`ProtocolError` for acks outside {0, 1, -1} or a producer id and
+    sequence that do not go together."""
+    _check_produce_v1(acks, producer_id, sequence)
+    fields = PRODUCE_V1_FIELDS.pack(partition, acks, producer_id, producer_epoch, sequence, set_length)
+    body_length = len(topic) + len(fields) + set_length
+    return (
+        REQUEST_HEADER.pack(REQUEST_HEADER_BODY + body_length, API_PRODUCE, PRODUCE_VERSION_IDEMPOTENT, correlation_id)
+        + topic
+        + fields
+    )
+
+
+def encode_produce_v1(
+    correlation_id: int,
+    topic: str,
+    partition: int,
+    acks: int,
+    message_set: bytes,
+    *,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = 0,
+    sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """A whole version-1 PRODUCE frame."""
+    header = encode_produce_v1_header(
+        correlation_id, encode_string(topic), partition, acks, producer_id, producer_epoch, sequence, len(message_set)
+    )
     return header + bytes(message_set)
 
 
@@ -289,7 +402,25 @@ def decode_request(buf, pos: int, size: int):
                         topic = str(view[start:fields], "utf-8")
                     except UnicodeDecodeError:
                         raise _malformed(api_key, correlation_id, "topic is not UTF-8") from None
-                    return _tuple_new(ProduceRequest, (correlation_id, topic, partition, acks, view[data:end]))
+                    return _tuple_new(ProduceRequest, (correlation_id, topic, partition, acks, view[data:end], -1, 0, -1))
+        elif api_key == API_PRODUCE and version == PRODUCE_VERSION_IDEMPOTENT:
+            start = pos + _HEADER_AND_STRING.size
+            fields = start + length
+            data = fields + PRODUCE_V1_FIELDS.size
+            if data <= end:
+                partition, acks, producer_id, epoch, sequence, set_length = PRODUCE_V1_FIELDS.unpack_from(buf, fields)
+                if set_length == end - data and -1 <= acks <= 1 and (
+                    (producer_id >= 0 and sequence >= 0) or (producer_id == -1 and sequence == -1)
+                ):
+                    view = buf if type(buf) is memoryview else memoryview(buf)
+                    try:
+                        topic = str(view[start:fields], "utf-8")
+                    except UnicodeDecodeError:
+                        raise _malformed(api_key, correlation_id, "topic is not UTF-8") from None
+                    return _tuple_new(
+                        ProduceRequest,
+                        (correlation_id, topic, partition, acks, view[data:end], producer_id, epoch, sequence),
+                    )
     # Every other request, and a PRODUCE that is not right (to say why).
     if size < REQUEST_HEADER_BODY:
         raise ProtocolError(
@@ -297,6 +428,8 @@ def decode_request(buf, pos: int, size: int):
         )
     _, api_key, version, correlation_id = REQUEST_HEADER.unpack_from(buf, pos)
     pos += REQUEST_HEADER.size
+    if api_key == API_PRODUCE and version == PRODUCE_VERSION_IDEMPOTENT:
+        return _decode_produce_v1(buf, pos, end, correlation_id)
     if version != VERSION:
         raise ProtocolError(
             f"unsupported version {version} of api {api_key}; this endpoint speaks version {VERSION}",
@@ -314,7 +447,7 @@ def decode_request(buf, pos: int, size: int):
             )
         if acks not in (0, 1):
             raise _malformed(api_key, correlation_id, f"acks must be 0 or 1, got {acks}")
-        return ProduceRequest(correlation_id, topic, partition, acks, memoryview(buf)[pos:end])
+        return ProduceRequest(correlation_id, topic, partition, acks, memoryview(buf)[pos:end], NO_PRODUCER_ID, 0, NO_SEQUENCE)
     if api_key == API_FETCH:
         topic, pos = _topic(buf, pos, end, api_key, correlation_id)
         if end - pos != FETCH_FIELDS.size:
@@ -340,6 +473,26 @@ def decode_request(buf, pos: int, size: int):
             raise _malformed(api_key, correlation_id, f"token length {length} but {end - pos} bytes left")
         return AuthRequest(correlation_id, bytes(buf[pos:end]))
     raise ProtocolError(f"unknown api key {api_key}", correlation_id=correlation_id)
+
+
+def _decode_produce_v1(buf, pos: int, end: int, correlation_id: int) -> ProduceRequest:
+    topic, pos = _topic(buf, pos, end, API_PRODUCE, correlation_id)
+    if end - pos < PRODUCE_V1_FIELDS.size:
+        raise _malformed(API_PRODUCE, correlation_id, "truncated before the message set")
+    partition, acks, producer_id, epoch, sequence, set_length = PRODUCE_V1_FIELDS.unpack_from(buf, pos)
+    pos += PRODUCE_V1_FIELDS.size
+    if set_length != end - pos:
+        raise _malformed(
+            API_PRODUCE, correlation_id, f"set length {set_length} but {end - pos} bytes left in the frame"
+        )
+    try:
+        _check_produce_v1(acks, producer_id, sequence)
+    except ProtocolError as err:
+        raise _malformed(API_PRODUCE, correlation_id, str(err)) from None
+    view = buf if type(buf) is memoryview else memoryview(buf)
+    return _tuple_new(
+        ProduceRequest, (correlation_id, topic, partition, acks, view[pos:end], producer_id, epoch, sequence)
+    )
 
 
 # -- replies -------------------------------------------------------------------

@@ -20,6 +20,15 @@ allows a wait, it long-polls on the log's condition (no busy loop), then sends
 the reply header and the slice straight from the segment file with
 ``os.sendfile``.
 
+Bounds: at most ``max_connections`` connections; at the limit a new one
+makes room by closing the connection that has waited longest for its next
+frame (at least ``shed_idle_after_s``; unauthenticated ones first), else it
+is answered with TooManyConnectionsError and closed. A connection must
+authenticate within ``auth_timeout_s`` and is closed after
+``idle_timeout_s`` with nothing to read (also inside a frame) or with a
+reply the peer does not read (kernel SO_RCVTIMEO/SO_SNDTIMEO, no cost per
+call). A long poll waits at most ``max_wait_ms_cap`` whatever it asks.
+
 Failure handling: a frame larger than ``max_frame_bytes`` is refused from
 its size field alone (nothing of the claimed size is allocated); malformed
 frames get a ProtocolError reply, a failed authentication an
@@ -39,6 +48,7 @@ import hmac
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 from typing import Callable
@@ -52,8 +62,10 @@ from raylog.errors import (
     NotOwnerError,
     ProtocolError,
     RaylogError,
+    TooManyConnectionsError,
 )
 from raylog.transfer.protocol import (
+    ACKS_ALL,
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY,
     NO_CORRELATION,
@@ -86,6 +98,20 @@ LINGER_S = 0.5
 LINGER_BYTES = 4 * MiB
 #: how long ``stop()`` waits for the connection threads in all
 STOP_TIMEOUT_S = 5.0
+#: the most connections one server keeps open
+DEFAULT_MAX_CONNECTIONS = 256
+#: a connection must present the token (AUTH frame) within this long
+DEFAULT_AUTH_TIMEOUT_S = 10.0
+#: a connection with nothing to read (or a frame that stops arriving, or a
+#: peer that stops reading a reply) for this long is closed
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+#: a long poll (FETCH max_wait_ms) waits at most this long, whatever it asks
+DEFAULT_MAX_WAIT_MS_CAP = 30_000
+#: at the connection limit, a connection waiting for its next frame this long
+#: (or not yet authenticated) is closed to make room for a new one
+DEFAULT_SHED_IDLE_AFTER_S = 0.5
+
+_TIMEVAL = struct.Struct("@ll")
 
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
@@ -97,12 +123,18 @@ class _Close(Exception):
 class _Connection:
     """One client connection; its counters are written by its thread only."""
 
-    __slots__ = ("sock", "peer", "thread", "requests", "bytes_in", "bytes_out", "message_sets_in", "errors")
+    __slots__ = (
+        "sock", "peer", "thread", "requests", "bytes_in", "bytes_out", "message_sets_in", "errors",
+        "waiting_since", "authenticated",
+    )
 
     def __init__(self, sock: socket.socket, peer):
         self.sock = sock
         self.peer = peer
         self.thread: threading.Thread | None = None
+        #: monotonic time since when the thread waits for bytes (None: busy)
+        self.waiting_since: float | None = time.monotonic()
+        self.authenticated = False
         self.requests = 0
         self.bytes_in = 0
         self.bytes_out = 0
@@ -132,8 +164,12 @@ class DataServer:
         *,
         token: bytes | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-        max_connections: int = 256,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         socket_buffer_bytes: int | None = None,
+        auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        max_wait_ms_cap: int = DEFAULT_MAX_WAIT_MS_CAP,
+        shed_idle_after_s: float = DEFAULT_SHED_IDLE_AFTER_S,
     ):
         if max_frame_bytes < FETCH_REPLY.size + 64:
             raise ValueError(f"max_frame_bytes must be at least {FETCH_REPLY.size + 64}, got {max_frame_bytes}")
@@ -144,6 +180,13 @@ class DataServer:
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
         self._socket_buffer_bytes = socket_buffer_bytes
+        for name, value in (("auth_timeout_s", auth_timeout_s), ("idle_timeout_s", idle_timeout_s)):
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        self.auth_timeout_s = auth_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_wait_ms_cap = max_wait_ms_cap
+        self.shed_idle_after_s = shed_idle_after_s
         #: the most log bytes one fetch reply carries (the reply must fit a frame)
         self._max_fetch_bytes = max_frame_bytes - (FETCH_REPLY.size - SIZE.size)
 
@@ -158,6 +201,7 @@ class DataServer:
         self._errors: dict[int, int] = {}
         self._accepted = 0
         self._refused = 0
+        self._shed = 0
 
     # -- life cycle ------------------------------------------------------------
 
@@ -228,7 +272,7 @@ class DataServer:
         with self._lock:  # a closing connection moves its counts under it
             totals = dict(self._totals)
             errors = dict(self._errors)
-            accepted, refused = self._accepted, self._refused
+            accepted, refused, shed = self._accepted, self._refused, self._shed
             live = len(self._connections)
             for conn in self._connections:
                 totals["requests"] += conn.requests
@@ -241,6 +285,7 @@ class DataServer:
             "connections": live,
             "connections_accepted": accepted,
             "connections_refused": refused,
+            "connections_shed": shed,
             **totals,
             "errors": errors,
         }
@@ -262,7 +307,7 @@ class DataServer:
                 if self._stopping.is_set():
                     sock.close()
                     return
-                if len(self._connections) >= self.max_connections:
+                if len(self._connections) >= self.max_connections and not self._shed_one():
                     self._refused += 1
                     refuse = True
                 else:
@@ -278,11 +323,37 @@ class DataServer:
             )
             conn.thread.start()
 
+    def _shed_one(self) -> bool:
+        """At the limit (``_lock`` held): close the connection that has waited
+        longest for its next frame, if it waited at least
+        ``shed_idle_after_s`` or never authenticated. Its thread ends on its
+        own; it leaves the count at once."""
+        now = time.monotonic()
+        victim, oldest = None, None
+        for conn in self._connections:
+            since = conn.waiting_since
+            if since is None:
+                continue
+            if not conn.authenticated:
+                since -= self.shed_idle_after_s  # strangers go first
+            if now - since >= self.shed_idle_after_s and (oldest is None or since < oldest):
+                victim, oldest = conn, since
+        if victim is None:
+            return False
+        self._connections.discard(victim)
+        self._shed += 1
+        try:
+            victim.sock.shutdown(socket.SHUT_RDWR)  # wakes its recv(); the thread closes it
+        except OSError:
+            pass
+        return True
+
     def _refuse(self, sock: socket.socket) -> None:
         try:
             sock.settimeout(1.0)
-            error = BrokerUnavailableError(
-                f"the endpoint serves {self.max_connections} connections already; retry later"
+            error = TooManyConnectionsError(
+                f"the endpoint serves {self.max_connections} busy connections already; retry later",
+                max_connections=self.max_connections,
             )
             sock.sendall(encode_error(NO_CORRELATION, error))
         except OSError:
@@ -296,6 +367,11 @@ class DataServer:
         sock = conn.sock
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Kernel timeouts on the blocking socket (no poll() per recv): the
+            # token must come within auth_timeout_s; then nothing to read, or
+            # a peer that stops reading, for idle_timeout_s ends the connection.
+            _set_timeout(sock, socket.SO_RCVTIMEO, self.auth_timeout_s if self._token is not None else self.idle_timeout_s)
+            _set_timeout(sock, socket.SO_SNDTIMEO, self.idle_timeout_s)
             if self._socket_buffer_bytes:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._socket_buffer_bytes)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._socket_buffer_bytes)
@@ -333,8 +409,20 @@ class DataServer:
         view = memoryview(buf)
         end = 0  # bytes in buf; a partial frame is always kept at buf[0:end]
         state = _State(authenticated=self._token is None)
+        conn.authenticated = state.authenticated
+        monotonic = time.monotonic
         while True:
-            n = sock.recv_into(view[end:])
+            conn.waiting_since = monotonic()
+            try:
+                n = sock.recv_into(view[end:])
+            except BlockingIOError:  # SO_RCVTIMEO: the auth deadline or the idle timeout passed
+                if not state.authenticated:
+                    self._fail(conn, AuthenticationError(
+                        f"no AUTH frame within {self.auth_timeout_s:g} s; pass the cluster's token"
+                    ))
+                log.debug("data server connection %s idle for %.0f s; closing", conn.peer, self.idle_timeout_s)
+                return
+            conn.waiting_since = None
             if n == 0:
                 if end:
                     self._fail(conn, ProtocolError(f"connection closed inside a frame ({end} bytes of it received)"))
@@ -424,7 +512,9 @@ class DataServer:
         if type(request) is AuthRequest and (
             self._token is None or hmac.compare_digest(request.token, self._token)
         ):
-            state.authenticated = True
+            if not state.authenticated:
+                state.authenticated = conn.authenticated = True
+                _set_timeout(conn.sock, socket.SO_RCVTIMEO, self.idle_timeout_s)
             out.append(encode_auth_reply(request.correlation_id))
             return
         what = "a wrong token" if type(request) is AuthRequest else "no AUTH frame first"
@@ -463,7 +553,12 @@ class DataServer:
         run_bytes = 0
         for request in requests:
             length = len(request.message_set)
-            if run and run_bytes + length > limit:
+            # A run joins sets of one producer id (or of none), in sequence.
+            if run and (
+                run_bytes + length > limit
+                or request.producer_id != run[-1].producer_id
+                or (request.producer_id >= 0 and request.sequence != run[-1].sequence + 1)
+            ):
                 self._append(conn, partition_log, run, out)
                 run, run_bytes = [], 0
             run.append(request)
@@ -471,11 +566,23 @@ class DataServer:
         self._append(conn, partition_log, run, out)
 
     def _append(self, conn: _Connection, partition_log, run: list[ProduceRequest], out: list) -> None:
+        first = run[0]
         try:
             if len(run) == 1:
-                base = partition_log.append(bytes(run[0].message_set))
+                data = bytes(first.message_set)
             else:
-                base = partition_log.append(b"".join([request.message_set for request in run]))
+                data = b"".join([request.message_set for request in run])
+            if first.producer_id < 0:
+                base = partition_log.append(data)
+            else:
+                base = partition_log.append_sequenced(
+                    data,
+                    first.producer_id,
+                    first.producer_epoch,
+                    first.sequence,
+                    [len(request.message_set) for request in run],
+                    name=f"{first.topic}-{first.partition}",
+                )
         except ClosedError:
             err = _closing(run[0].topic, run[0].partition)
             for request in run:
@@ -491,6 +598,18 @@ class DataServer:
                 self._append(conn, partition_log, [request], out)
             return
         conn.message_sets_in += len(run)
+        if any(request.acks == ACKS_ALL for request in run):
+            # acks=-1: reply once the sets are synced and below the high
+            # watermark (a flush covers every append before it).
+            try:
+                if partition_log.high_watermark < base + len(data):
+                    partition_log.flush()
+            except RaylogError as err:
+                if isinstance(err, ClosedError):
+                    err = _closing(first.topic, first.partition)
+                for request in run:
+                    self._produce_failed(conn, request, err, out)
+                return
         for request in run:
             if request.acks:
                 out.append(encode_produce_reply(request.correlation_id, base))
@@ -511,10 +630,11 @@ class DataServer:
             partition_log = self._lookup(request.topic, request.partition)
             chunk = partition_log.read(request.offset, max_bytes)
             if chunk.length == 0 and request.max_wait_ms > 0:
+                max_wait_ms = min(request.max_wait_ms, self.max_wait_ms_cap)
                 if out:  # earlier replies do not wait for the long poll
                     self._send(conn, b"".join(out))
                     out.clear()
-                deadline = time.monotonic() + request.max_wait_ms / 1000.0
+                deadline = time.monotonic() + max_wait_ms / 1000.0
                 while not self._stopping.is_set():
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -606,6 +726,11 @@ class DataServer:
         except OSError:
             pass
         raise _Close()
+
+
+def _set_timeout(sock: socket.socket, option: int, seconds: float) -> None:
+    whole = int(seconds)
+    sock.setsockopt(socket.SOL_SOCKET, option, _TIMEVAL.pack(whole, int((seconds - whole) * 1_000_000)))
 
 
 class _State:

@@ -78,9 +78,12 @@ def read_all(log, start=None, max_bytes=4096):
 def crash(log):
     """Drop a log without closing it, as a killed process would: no flush, no
     checkpoint; the bytes stay as written. (Waits for a background flush in
-    progress, so that it does not write after the "crash".)"""
+    progress, so that it does not write after the "crash".) The directory
+    lock is released, as the end of a process releases it."""
     with log._flush_lock:  # noqa: SLF001
         log._closed = True  # noqa: SLF001
+        log._producers.close()  # noqa: SLF001
+        os.close(log._lock_fd)  # noqa: SLF001
 
 
 def flip_byte(path, position, mask=0x20):

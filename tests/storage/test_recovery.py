@@ -7,7 +7,7 @@ import pytest
 
 from raylog.config import TopicConfig
 from raylog.errors import CorruptMessageError, StorageError
-from raylog.storage.log import CHECKPOINT_NAME, PartitionLog
+from raylog.storage.log import CHECKPOINT_NAME, LOCK_NAME, PartitionLog
 from raylog.storage.message import HEADER_SIZE, decode_messages, encode_message_set
 from raylog.storage.segment import segment_name
 
@@ -161,7 +161,7 @@ def test_empty_directory_starts_an_empty_log(tmp_path):
     with PartitionLog(tmp_path / "new" / "topic-0", CONFIG) as log:
         assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (0, 0, 0)
         assert log.segment_bases == [0] and log.size_bytes == 0
-    assert sorted(os.listdir(tmp_path / "new" / "topic-0")) == [segment_name(0), CHECKPOINT_NAME]
+    assert sorted(os.listdir(tmp_path / "new" / "topic-0")) == sorted([segment_name(0), CHECKPOINT_NAME, LOCK_NAME])
 
 
 def test_checkpoint_with_a_bad_crc_is_not_trusted(tmp_path, caplog):

@@ -41,7 +41,7 @@ def test_time_retention_never_deletes_the_active_segment(tmp_path):
         deleted = log.delete_old_segments(NOW_MS)
         assert [b for b, _ in deleted] == bases[:-1]
         assert log.segment_bases == bases[-1:] and log.log_start_offset == bases[-1]
-        assert sorted(os.listdir(tmp_path)) == [segment_name(bases[-1]), "recovery-point"]
+        assert sorted(os.listdir(tmp_path)) == [segment_name(bases[-1]), "lock", "recovery-point"]
         assert log.delete_old_segments(NOW_MS) == []
 
 
@@ -109,3 +109,44 @@ def test_no_limits_delete_nothing(tmp_path):
         fill(log)
         assert log.delete_old_segments(NOW_MS) == []
         assert log.delete_old_segments() == []  # real clock: the files are new
+
+
+# -- segment_ms: a quiet partition's active segment rolls by age -----------------
+
+
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_quiet_active_segment_rolls_after_segment_ms_so_retention_reaches_it(tmp_path):
+    clock = Clock(NOW_MS / 1000)
+    cfg = config(segment_bytes=1 << 20, segment_ms=60_000, retention_ms=120_000)
+    with PartitionLog(tmp_path, cfg, clock=clock) as log:
+        log.append(encode_message_set([b"old"], timestamp_ms=1))
+        log.flush()
+        assert not log.maybe_roll()  # young: stays
+        clock.now += 61
+        assert log.maybe_roll()
+        assert len(log.segment_bases) == 2
+        assert not log.maybe_roll()  # the new active segment is empty: never rolls
+        age(tmp_path, 0, 121_000)
+        deleted = log.delete_old_segments(NOW_MS)
+        assert [b for b, _ in deleted] == [0]
+        log.append(encode_message_set([b"new"], timestamp_ms=1))
+        log.flush()
+        assert [r[3] for r in read_all(log)] == [b"new"]
+
+
+def test_segment_ms_counts_from_the_first_message_of_the_segment(tmp_path):
+    clock = Clock(NOW_MS / 1000)
+    with PartitionLog(tmp_path, config(segment_bytes=1 << 20, segment_ms=60_000), clock=clock) as log:
+        clock.now += 3600  # an empty segment does not age
+        log.append(encode_message_set([b"a"], timestamp_ms=1))
+        clock.now += 30
+        assert not log.maybe_roll()
+        clock.now += 31
+        assert log.maybe_roll()

@@ -24,6 +24,7 @@ from raylog.errors import (
     OffsetOutOfRangeError,
     ProtocolError,
     RequestTimeoutError,
+    TooManyConnectionsError,
 )
 from raylog.storage.message import decode_messages, encode_message_set
 from raylog.transfer import protocol as p
@@ -314,12 +315,14 @@ def test_stopped_server_gives_broker_unavailable(server, conn):
 
 
 def test_connections_over_the_limit_are_refused(make_server, make_conn, plog):
-    server = make_server({(TOPIC, 0): plog}, max_connections=1)
+    # the first connection waits for less than shed_idle_after_s: not shed
+    server = make_server({(TOPIC, 0): plog}, max_connections=1, shed_idle_after_s=600)
     first = make_conn(server)
     assert first.offsets(TOPIC, 0) == (0, 0)
     second = make_conn(server)
-    with pytest.raises(BrokerUnavailableError, match="connections already"):
+    with pytest.raises(TooManyConnectionsError, match="connections already") as info:
         second.offsets(TOPIC, 0)
+    assert info.value.retriable and isinstance(info.value, BrokerUnavailableError)
     assert server.stats()["connections_refused"] == 1
     assert first.offsets(TOPIC, 0) == (0, 0)
 

@@ -119,7 +119,9 @@ def read_topic(
 
     Offsets, ``min_partitions`` and ``fail_on_data_loss`` are those of
     :func:`raylog.data.plan_read`; ``client`` (a :class:`raylog.Client`) or
-    ``settings`` (its ``client.settings``) say which cluster to read.
+    ``settings`` (its ``client.settings``) say which cluster to read; with
+    neither, the cluster ``raylog.connect()`` made in this process (or
+    ``RAYLOG_ZOOKEEPER``, see :func:`raylog.data.default_settings`).
 
     ``value_format``:
 

@@ -65,7 +65,8 @@ def write_topic(
     the number of messages written.
 
     ``client`` (a :class:`raylog.Client`) or ``settings`` (its
-    ``client.settings``) name the cluster. ``acks``, ``compression``,
+    ``client.settings``) name the cluster; with neither, the cluster
+    ``raylog.connect()`` made in this process (or ``RAYLOG_ZOOKEEPER``). ``acks``, ``compression``,
     ``batch_size`` and ``linger_ms`` configure each task's producer
     (``acks=1``: each batch is acknowledged by its partition before the
     task ends). Raises :class:`~raylog.errors.UnknownTopicError` on the

@@ -44,7 +44,7 @@ def test_write_then_read_round_trip_with_keys(spark, raylog_client, make_topic):
     topic = make_topic(partitions=3)
     rows = [(f"user-{i % 13}", f"event-{i}") for i in range(500)]
     df = spark.createDataFrame(rows, "user string, payload string").repartition(3)
-    assert raylog_spark.write_topic(df, topic, key_col="user", value_col="payload", client=raylog_client) == 500
+    assert raylog_spark.write_topic(df, topic, key_col="user", value_col="payload") == 500  # no client=: this process's
     back = read_back(spark, raylog_client, topic)
     assert sorted((bytes(r["key"]).decode(), bytes(r["value"]).decode()) for r in back) == sorted(rows)
     for r in back:  # keys went to their partition by the producer's stable hash

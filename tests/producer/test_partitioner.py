@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raylog.errors import ConfigError
-from raylog.partitioner import StickyPartitioner, partition_for_key
+from raylog.producer.partitioner import StickyPartitioner, partition_for_key
 
 
 @given(st.binary(max_size=64), st.integers(min_value=1, max_value=10_000))
@@ -28,7 +28,7 @@ def test_zero_partitions_is_a_config_error():
 def test_the_mapping_is_the_same_in_another_process_with_another_hash_seed():
     keys = [b"user-%d" % i for i in range(50)]
     here = [partition_for_key(k, 7) for k in keys]
-    code = "from raylog.partitioner import partition_for_key as f; print([f(b'user-%d' % i, 7) for i in range(50)])"
+    code = "from raylog.producer.partitioner import partition_for_key as f; print([f(b'user-%d' % i, 7) for i in range(50)])"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": "12345"}, timeout=60
     ).stdout

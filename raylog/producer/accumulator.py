@@ -1,0 +1,337 @@
+"""The accumulator: messages gathered into one open batch per topic-partition.
+
+A batch opens with its first message and is **sealed** (handed to the
+sender) when it holds ``batch_size`` messages, when the next message would
+take its message set past the topic's ``max_message_bytes``, or when it is
+``linger_ms`` old, whichever comes first; ``flush`` seals everything. The
+linger clock starts when the batch opens: opening a batch wakes the sender
+if the batch's deadline comes before the sender's next wake-up, so a lone
+message on an idle producer leaves after ``linger_ms``, not when a batch
+fills (every path: keyless, keyed, explicit partition, producer actor,
+audit events).
+
+Keyless messages stick to one partition per topic until their batch is
+sealed (:class:`~raylog.producer.partitioner.StickyPartitioner`); keyed
+messages go to ``crc32c(key) mod partitions``.
+
+Sealed batches wait in a queue per topic-partition, in order, until the
+sender takes them. ``buffered`` counts messages accepted and not yet
+resolved; a caller blocks while it is at ``max_buffered_messages``.
+
+Thread-safety: every field is guarded by :attr:`RecordAccumulator.lock`,
+shared with the sender (whose conditions use it).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Sequence
+
+from raylog.errors import ClosedError, RequestTimeoutError
+from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
+from raylog.producer.partitioner import StickyPartitioner, partition_for_key
+from raylog.storage.message import HEADER_SIZE
+
+#: how long a caller waits for buffer space before RequestTimeoutError
+DEFAULT_MAX_BLOCK_S = 60.0
+
+
+class ProducerBatch:
+    """Messages for one topic-partition that travel as one message set."""
+
+    __slots__ = ("topic", "partition", "values", "keys", "timestamps", "created", "deadline", "size", "limit",
+                 "future")
+
+    def __init__(self, topic: str, partition: int, linger_s: float, limit: int, compressed: bool):
+        self.topic = topic
+        self.partition = partition
+        self.values: list[bytes] = []
+        self.keys: list[bytes | None] | None = None  # made when a keyed message joins
+        self.timestamps: list[int] | None = None  # made when a message brings its own
+        self.created = time.time()
+        self.deadline = time.monotonic() + linger_s
+        self.size = 0  # bytes of the uncompressed message set so far
+        self.limit = limit  # max_message_bytes of the topic
+        self.future = BatchFuture(topic, partition, self.values, compressed)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class RecordAccumulator:
+    """Open and sealed batches (see the module docstring). ``config`` maps a
+    topic to its TopicConfig and ``partitions`` to its partition count
+    (both cached by :class:`~raylog.metadata.Metadata`)."""
+
+    def __init__(
+        self,
+        metadata,
+        *,
+        batch_size: int,
+        linger_ms: float,
+        compression: str | None,
+        max_buffered_messages: int,
+        max_block_s: float = DEFAULT_MAX_BLOCK_S,
+    ):
+        self._metadata = metadata
+        self.batch_size = batch_size
+        self.linger_s = linger_ms / 1000.0
+        self.compressed = compression is not None
+        self.max_buffered = max_buffered_messages
+        self.max_block_s = max_block_s
+
+        self.lock = threading.Lock()
+        #: the sender waits here for sealed batches and linger deadlines
+        self.wake = threading.Condition(self.lock)
+        #: callers wait here for buffer space
+        self.space = threading.Condition(self.lock)
+        #: flush waits here for batches to resolve
+        self.open: dict[tuple[str, int], ProducerBatch] = {}
+        self.keyless: dict[str, ProducerBatch] = {}  # the open sticky batch of each topic
+        self.ready: dict[tuple[str, int], collections.deque[ProducerBatch]] = {}
+        #: topic-partitions a sender worker is draining, with the batches it holds
+        self.draining: dict[tuple[str, int], list[ProducerBatch]] = {}
+        self.buffered = 0
+        self.closed = False
+        #: whether the sender waits on :attr:`wake`, and until when (monotonic;
+        #: inf: until notified)
+        self.sender_waiting = False
+        self.sender_wakes_at = float("inf")
+        self._sticky = StickyPartitioner()
+        self._counts: dict[str, int] = {}
+        self._limits: dict[str, int] = {}
+
+    # -- topic facts (cached; metadata calls happen outside the lock) ----------
+
+    def partitions(self, topic: str) -> int:
+        count = self._counts.get(topic)
+        if count is None:
+            count = self._counts[topic] = self._metadata.partitions(topic)
+            self._limits[topic] = self._metadata.config(topic).max_message_bytes
+        return count
+
+    # -- appending ------------------------------------------------------------------
+
+    def append(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> SendFuture:
+        """One message (keyless ones join the topic's sticky batch)."""
+        count = self._counts.get(topic) or self.partitions(topic)
+        grow = HEADER_SIZE + len(value)
+        if key is None and partition is None and timestamp_ms is None:
+            with self.lock:
+                # The hot path: the open sticky batch of the topic takes it.
+                batch = self.keyless.get(topic)
+                if (
+                    batch is None
+                    or batch.keys is not None
+                    or batch.timestamps is not None
+                    or self.buffered >= self.max_buffered
+                    or batch.size + grow > batch.limit
+                ):
+                    self._wait_for_space()
+                    batch = self._batch_for(topic, self._sticky.partition(topic, count), grow)
+                    self.keyless[topic] = batch
+                    if batch.keys is not None:
+                        batch.keys.append(None)
+                    if batch.timestamps is not None:
+                        batch.timestamps.append(int(batch.created * 1000))
+                values = batch.values
+                index = len(values)
+                values.append(value)
+                batch.size += grow
+                self.buffered += 1
+                if index + 1 >= self.batch_size:
+                    self._seal(batch)
+                return SendFuture(batch.future, index)
+        if partition is None and key is not None:
+            partition = partition_for_key(key, count)
+        if key is not None:
+            grow += len(key)
+        with self.lock:
+            self._wait_for_space()
+            sticky = partition is None
+            if sticky:
+                partition = self._sticky.partition(topic, count)
+            batch = self._batch_for(topic, partition, grow)
+            if sticky:
+                self.keyless[topic] = batch
+            values = batch.values
+            index = len(values)
+            if key is not None and batch.keys is None:
+                batch.keys = [None] * index
+            values.append(value)
+            if batch.keys is not None:
+                batch.keys.append(key)
+            if timestamp_ms is not None:
+                if batch.timestamps is None:
+                    batch.timestamps = [int(batch.created * 1000)] * index
+                batch.timestamps.append(timestamp_ms)
+            elif batch.timestamps is not None:
+                batch.timestamps.append(int(batch.created * 1000))
+            batch.size += grow
+            self.buffered += 1
+            if index + 1 >= self.batch_size:
+                self._seal(batch)
+            return SendFuture(batch.future, index)
+
+    def append_many(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None,
+        partition: int | None,
+    ) -> CallFuture:
+        """Many messages at once, each partitioned by its key (or all to
+        ``partition``, or keyless and sticky); batches fill without a
+        per-message lookup of the open batch."""
+        call = CallFuture()
+        n = len(values)
+        if not n:
+            return call
+        count = self._counts.get(topic) or self.partitions(topic)
+        sizes = [HEADER_SIZE + len(v) for v in values]
+        if keys is None:
+            groups = None
+        else:
+            # Keyed: group the indexes by partition, in the call's order.
+            groups = collections.defaultdict(list)
+            for i, key in enumerate(keys):
+                if key is not None:
+                    sizes[i] += len(key)
+                groups[partition if partition is not None else
+                       (partition_for_key(key, count) if key is not None else -1)].append(i)
+        with self.lock:
+            if groups is None:
+                self._fill(topic, partition, values, None, sizes, range(n), count, call)
+            else:
+                for p, indexes in groups.items():
+                    self._fill(topic, None if p == -1 else p, values, keys, sizes, indexes, count, call)
+        return call
+
+    def _fill(self, topic, partition, values, keys, sizes, indexes, count, call: CallFuture) -> None:
+        """Put ``values[i] for i in indexes`` into batches of ``partition``
+        (sticky when ``None``), batch by batch. Lock held."""
+        indexes = list(indexes) if not isinstance(indexes, list) else indexes
+        consecutive = isinstance(indexes, list) and keys is None
+        start, total = 0, len(indexes)
+        while start < total:
+            self._wait_for_space()
+            sticky = partition is None
+            p = self._sticky.partition(topic, count) if sticky else partition
+            batch = self._batch_for(topic, p, sizes[indexes[start]])
+            if sticky:
+                self.keyless[topic] = batch
+            room = min(self.batch_size - len(batch.values), total - start, self.max_buffered - self.buffered)
+            room = max(room, 1)
+            size = batch.size
+            take = 0
+            while take < room:
+                grow = sizes[indexes[start + take]]
+                if take and size + grow > batch.limit:
+                    break
+                size += grow
+                take += 1
+            chosen = indexes[start : start + take]
+            first = len(batch.values)
+            if consecutive and chosen[-1] - chosen[0] == take - 1:
+                batch.values.extend(values[chosen[0] : chosen[-1] + 1])
+            else:
+                batch.values.extend([values[i] for i in chosen])
+            if keys is not None or batch.keys is not None:
+                if batch.keys is None:
+                    batch.keys = [None] * first
+                batch.keys.extend([keys[i] for i in chosen] if keys is not None else [None] * take)
+            if batch.timestamps is not None:
+                batch.timestamps.extend([int(batch.created * 1000)] * take)
+            batch.size = size
+            self.buffered += take
+            call._add(batch.future, first, take, chosen[0] if keys is None else chosen)
+            start += take
+            if len(batch.values) >= self.batch_size or start < total:
+                self._seal(batch)
+
+    def _batch_for(self, topic: str, partition: int, grow: int) -> ProducerBatch:
+        """The open batch of the topic-partition with room for ``grow`` more
+        bytes, sealing the open one if it has not (lock held)."""
+        batch = self.open.get((topic, partition))
+        if batch is not None and batch.values and batch.size + grow > batch.limit:
+            self._seal(batch)
+            batch = None
+        if batch is None:
+            limit = self._limits.get(topic) or self._metadata.config(topic).max_message_bytes
+            batch = ProducerBatch(topic, partition, self.linger_s, limit, self.compressed)
+            self.open[(topic, partition)] = batch
+            if self.sender_waiting and batch.deadline < self.sender_wakes_at and self.batch_size > 1:
+                # The sender sleeps past this batch's linger: wake it (a batch of
+                # one is sealed at once, which wakes it anyway).
+                self.wake.notify()
+        return batch
+
+    def _wait_for_space(self) -> None:
+        if self.closed:
+            raise ClosedError("the producer is closed; create a new one with client.producer()")
+        if self.buffered < self.max_buffered:
+            return
+        self.seal_all()
+        deadline = time.monotonic() + self.max_block_s
+        while self.buffered >= self.max_buffered and not self.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimeoutError(
+                    f"{self.buffered} messages still buffered after {self.max_block_s} s (the limit is "
+                    f"{self.max_buffered}); is the cluster reachable?"
+                )
+            self.space.wait(min(left, 1.0))
+        if self.closed:
+            raise ClosedError("the producer was closed while waiting for buffer space")
+
+    # -- sealing (lock held) ----------------------------------------------------
+
+    def _seal(self, batch: ProducerBatch) -> None:
+        del self.open[(batch.topic, batch.partition)]
+        if batch.keys is not None:
+            batch.future.set_keys(batch.keys)
+        if self.keyless.get(batch.topic) is batch:
+            del self.keyless[batch.topic]
+            self._sticky.batch_sent(batch.topic, self._counts.get(batch.topic, 1))
+        queue = self.ready.get((batch.topic, batch.partition))
+        if queue is None:
+            queue = self.ready[(batch.topic, batch.partition)] = collections.deque()
+        queue.append(batch)
+        self.on_seal(batch)
+        if self.sender_waiting and (batch.topic, batch.partition) not in self.draining:
+            self.wake.notify()  # (a worker draining the partition takes it without the sender)
+
+    def on_seal(self, batch: ProducerBatch) -> None:
+        """Hook for the owner (audit counts), called with the lock held."""
+
+    def seal_all(self) -> None:
+        for batch in list(self.open.values()):
+            self._seal(batch)
+
+    def seal_expired(self, now: float) -> float:
+        """Seal the batches whose linger is over; the earliest deadline of
+        those still open (inf if none)."""
+        earliest = float("inf")
+        for batch in list(self.open.values()):
+            if batch.deadline <= now:
+                self._seal(batch)
+            elif batch.deadline < earliest:
+                earliest = batch.deadline
+        return earliest
+
+    def pending_futures(self) -> list[BatchFuture]:
+        """The futures of every batch not resolved yet that is open or sealed
+        and waiting (the sender adds those in flight)."""
+        futures = [b.future for b in self.open.values()]
+        for queue in self.ready.values():
+            futures.extend(b.future for b in queue)
+        return futures

@@ -1,0 +1,310 @@
+"""The producer: ``send`` returns a future; batches go out in the background.
+
+    producer = client.producer(acks="all")
+    future = producer.send("clicks", b"value", key=b"user-42")
+    partition, offset = future.result()        # or raises, naming clicks-<p>
+    producer.flush()                           # raises DeliveryError listing what failed
+
+``send`` appends the message to the open batch of its partition (a keyed
+message goes to ``crc32c(key) mod partitions``, a keyless one sticks to one
+partition per batch) and returns a :class:`~raylog.producer.futures.SendFuture`.
+The :mod:`accumulator <raylog.producer.accumulator>` seals a batch when it
+holds ``batch_size`` messages, would outgrow the topic's
+``max_message_bytes``, or is ``linger_ms`` old; the
+:mod:`sender <raylog.producer.sender>` sends each partition's sealed batches
+on that partition's connection, partitions in parallel, and resolves the
+futures.
+
+acks:
+
+* ``0`` (the paper's default) writes and does not wait: at-most-once;
+  futures report offset -1 and a refused set shows up as a failed later
+  write. Not idempotent.
+* ``1`` waits until the partition's log has the set (it survives a
+  process kill once flushed).
+* ``"all"`` waits until the set is flushed (fsynced) and visible to
+  consumers: after ``flush()`` every message sent can be read
+  (read-your-writes).
+
+Idempotence (``enable_idempotence=True``, the default with acks 1 and
+"all"): the producer numbers its sets per partition, so that a set resent
+after a lost connection or a restarted partition actor is stored once.
+
+Failures keep their scope: a set refused by its partition, or still failing
+when the :class:`~raylog.retry.RetryPolicy` gives up (bounded tries and a
+deadline), fails alone. Its futures raise the typed error (its message
+starts with ``<topic>-<partition>``); ``flush`` and ``close`` raise one
+:class:`~raylog.errors.DeliveryError` listing every topic-partition that
+lost messages since the last flush and how many; every other message is
+delivered.
+
+Every message of a batch carries the batch's creation time as its
+timestamp unless ``send`` is given one.
+
+Thread-safety: ``send``, ``send_batch``, ``flush`` and ``close`` may be
+called from any number of threads; the accumulator's lock guards the
+batches, and only the sender's threads touch the sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Sequence
+
+from raylog.errors import ConfigError, DeliveryError, RequestTimeoutError, UnknownPartitionError
+from raylog.producer.accumulator import DEFAULT_MAX_BLOCK_S, RecordAccumulator
+from raylog.producer.futures import CallFuture, SendFuture
+from raylog.producer.sender import MAX_IN_FLIGHT_PARTITIONS, Sender
+from raylog.transfer.protocol import ACKS_ALL
+from raylog.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+_ACKS = {0: 0, 1: 1, "all": ACKS_ALL, ACKS_ALL: ACKS_ALL}
+
+
+class Producer:
+    def __init__(
+        self,
+        metadata,
+        *,
+        batch_size: int = 50,
+        linger_ms: float = 5,
+        compression: str | None = None,
+        acks: int | str = 1,
+        enable_idempotence: bool = True,
+        retry: RetryPolicy | None = None,
+        max_buffered_messages: int = 500_000,
+        max_block_s: float = DEFAULT_MAX_BLOCK_S,
+        request_timeout_s: float = 30.0,
+        max_in_flight_partitions: int = MAX_IN_FLIGHT_PARTITIONS,
+        audit: bool = False,
+        audit_window_ms: int | None = None,
+        audit_interval_ms: int | None = None,
+    ):
+        from raylog.storage.message import codec_id
+
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+        if isinstance(acks, bool) or acks not in _ACKS:
+            raise ConfigError(
+                f"acks must be 0 (no reply), 1 (wait for the log) or 'all' (wait until flushed and "
+                f"visible), got {acks!r}"
+            )
+        if linger_ms < 0:
+            raise ConfigError(f"linger_ms must be non-negative, got {linger_ms}")
+        if max_buffered_messages < 1 or max_in_flight_partitions < 1:
+            raise ConfigError("max_buffered_messages and max_in_flight_partitions must be at least 1")
+        codec_id(compression)  # raises ConfigError for an unknown codec
+        self._metadata = metadata
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.compression = compression
+        self.acks = "all" if _ACKS[acks] == ACKS_ALL else acks
+        self.idempotent = bool(enable_idempotence) and _ACKS[acks] != 0
+        self.retry = retry or RetryPolicy(max_tries=8, delay_s=0.05, max_delay_s=1.0, deadline_s=30.0)
+        self.request_timeout_s = request_timeout_s
+
+        self._stats_lock = threading.Lock()
+        self.sent_messages = 0
+        self.sent_batches = 0
+        self.failed_messages = 0
+        #: (topic, partition) -> [messages lost, first error] since the last flush
+        self._failures: dict[tuple[str, int], list] = {}
+        self._closed = False
+
+        from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
+
+        self.client_id = new_source_id("producer")
+        self._audit = AuditCounter(audit_window_ms or DEFAULT_WINDOW_MS) if audit else None
+        self._audit_interval_s = (audit_interval_ms or DEFAULT_INTERVAL_MS) / 1000.0
+
+        self._acc = RecordAccumulator(
+            metadata,
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            compression=compression,
+            max_buffered_messages=max_buffered_messages,
+            max_block_s=max_block_s,
+        )
+        if self._audit is not None:
+            self._acc.on_seal = self._count_for_audit
+        self._sender = Sender(
+            self._acc,
+            metadata,
+            acks=_ACKS[acks],
+            idempotent=self.idempotent,
+            compression=compression,
+            retry=self.retry,
+            request_timeout_s=request_timeout_s,
+            on_resolved=self._resolved,
+            periodic=self._publish_audit if self._audit is not None else None,
+            max_in_flight_partitions=max_in_flight_partitions,
+        )
+        #: the random id of the idempotent sets (-1 when not idempotent)
+        self.producer_id = self._sender.producer_id
+
+    # -- the caller's side ---------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> SendFuture:
+        """Queue one message; returns its future at once (unless the buffer
+        is full: then it waits up to ``max_block_s`` for room)."""
+        if type(value) is not bytes:
+            raise TypeError(f"value must be bytes, got {type(value).__name__}; encode it first")
+        if partition is not None:
+            self._check_partition(topic, partition)
+        return self._acc.append(topic, value, key, partition, timestamp_ms)
+
+    def send_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        *,
+        partition: int | None = None,
+    ) -> CallFuture:
+        """Queue many messages at once (each still partitioned by its key);
+        returns one future for all of them (see :class:`CallFuture`)."""
+        if keys is not None and len(keys) != len(values):
+            raise ConfigError(f"{len(values)} values but {len(keys)} keys")
+        for value in values:
+            if type(value) is not bytes:
+                raise TypeError(f"values must be bytes, got {type(value).__name__}")
+        if keys is not None:
+            for key in keys:
+                if key is not None and type(key) is not bytes:
+                    raise TypeError(f"keys must be bytes or None, got {type(key).__name__}")
+        if partition is not None:
+            self._check_partition(topic, partition)
+        return self._acc.append_many(topic, values, keys, partition)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Send everything queued so far and wait for its outcome. Raises one
+        :class:`DeliveryError` listing each topic-partition that lost
+        messages since the last flush (and how many); all else is delivered.
+        RequestTimeoutError if the outcomes take longer than ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self._audit is not None and not self._closed:
+            self._publish_audit()
+        acc = self._acc
+        with acc.lock:
+            acc.seal_all()
+            futures = acc.pending_futures() + self._sender.in_flight_futures()
+        for future in futures:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                left = 0.0
+            try:
+                future.wait(left)
+            except RequestTimeoutError:
+                raise RequestTimeoutError(
+                    f"flush did not finish within {timeout_s} s; {acc.buffered} messages still queued "
+                    f"(is the cluster reachable?)"
+                ) from None
+        self._raise_failures()
+
+    def close(self, timeout_s: float | None = 60.0) -> None:
+        """Flush, then stop the sender. Idempotent. Raises like ``flush``."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout_s)
+        finally:
+            self._closed = True
+            with self._acc.lock:
+                self._acc.closed = True
+                self._acc.space.notify_all()
+            self._sender.close()
+            # Whatever was still queued (a flush that timed out) fails for good.
+            for future in self._acc.pending_futures():
+                if not future.done():
+                    from raylog.errors import ClosedError
+
+                    future.fail(ClosedError("the producer was closed before this message was sent"))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def stats(self) -> dict:
+        """Counts of messages delivered and failed for good (a failed
+        message never counts as sent), and how many are still buffered."""
+        with self._stats_lock:
+            return {
+                "sent_messages": self.sent_messages,
+                "sent_batches": self.sent_batches,
+                "failed_messages": self.failed_messages,
+                "buffered": self._acc.buffered,
+                "failed_partitions": sorted(f"{t}-{p}" for t, p in self._failures),
+            }
+
+    # -- internals ---------------------------------------------------------------
+
+    def _check_partition(self, topic: str, partition: int) -> None:
+        count = self._acc.partitions(topic)
+        if not 0 <= partition < count:
+            raise UnknownPartitionError(
+                f"{topic!r} has partitions 0..{count - 1}, not {partition}", topic=topic, partition=partition
+            )
+
+    def _resolved(self, batches) -> None:
+        """Sender callback, once per round of a partition's batches."""
+        done = sent = sent_batches = 0
+        with self._stats_lock:
+            for batch in batches:
+                n = len(batch.values)
+                done += n
+                error = batch.future.error
+                if error is None:
+                    sent += n
+                    sent_batches += 1
+                else:
+                    self.failed_messages += n
+                    entry = self._failures.setdefault((batch.topic, batch.partition), [0, error])
+                    entry[0] += n
+            self.sent_messages += sent
+            self.sent_batches += sent_batches
+        acc = self._acc
+        with acc.lock:
+            acc.buffered -= done
+            acc.space.notify_all()
+
+    def _raise_failures(self) -> None:
+        with self._stats_lock:
+            failures, self._failures = self._failures, {}
+        if failures:
+            raise DeliveryError.of({tp: (n, err) for tp, (n, err) in failures.items()})
+
+    # -- audit --------------------------------------------------------------------
+
+    def _count_for_audit(self, batch) -> None:
+        """Count a sealed batch by its messages' timestamps (lock held)."""
+        if batch.timestamps is None:
+            self._audit.add(batch.topic, int(batch.created * 1000), len(batch.values))
+        else:
+            self._audit.add_timestamps(batch.topic, batch.timestamps)
+
+    def _publish_audit(self) -> float:
+        """Queue the audit counts since the last time as events for the audit
+        topic (they travel like any message, linger included); returns the
+        seconds until the next time."""
+        from raylog.audit import AUDIT_TOPIC
+
+        if self._acc.buffered >= self._acc.max_buffered:
+            return 0.1  # never block the sender on buffer space: count on, publish soon
+        events = self._audit.events("produced", self.client_id)
+        if events:
+            self._acc.append_many(AUDIT_TOPIC, events, None, 0)
+        return self._audit_interval_s

@@ -1,0 +1,359 @@
+"""The sender: takes sealed batches to their partitions and resolves their futures.
+
+One dispatcher thread waits for sealed batches and for linger deadlines
+(it sleeps until the earliest open batch is due, and the accumulator wakes
+it when a batch opens with an earlier deadline). Each topic-partition with
+sealed batches is then **drained** by a worker of a bounded pool
+(``max_in_flight_partitions`` threads): requests to different partitions
+are in flight at once, and one partition's retries hold no other back.
+A partition is drained by at most one worker at a time, so its sets leave
+in order, on its own connection.
+
+A drain sends up to ``max_in_flight_sets`` (16) sets per round, pipelined on
+one connection, and reads a reply per set (acks 1 or "all"):
+
+* a base offset resolves the batch's future;
+* a typed error the server answered for one set fails that set alone
+  (its future raises it, naming the topic-partition) unless it is
+  retriable;
+* a failure of the connection itself, or a retriable reply, resends every
+  set of the round not yet acknowledged, in order, under the producer's
+  :class:`~raylog.retry.RetryPolicy` (bounded tries and a deadline); when
+  the policy gives up, those sets fail with the last error.
+
+Idempotence (on by default, off with acks=0; wire layout in
+:mod:`raylog.transfer.protocol`): the producer picks a random producer id
+and numbers the sets it sends to each topic-partition 0, 1, 2, ...; a resent
+set keeps its number, so the partition stores it once and answers with the
+offset it was stored at. At most 16 sets per partition are unacknowledged,
+fewer than the 32 sequences a partition remembers per producer. A set that
+fails for good leaves a gap the partition would refuse every later set for
+(OutOfOrderSequenceError): the partition then moves to a fresh producer id
+and the sets after the gap are numbered again from 0, so that only the
+failed set is lost.
+
+With acks=0 nothing comes back: a set is resolved with offset -1 once
+written, and a refused set shows up as a failed later write.
+
+Thread-safety: the dispatcher and the workers share the accumulator's
+lock for the queues; a connection and the sequence state of a partition
+are used only by the one worker draining that partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from raylog.errors import (
+    DuplicateSequenceError,
+    MessageTooLargeError,
+    OutOfOrderSequenceError,
+    RaylogError,
+)
+from raylog.producer.futures import UNKNOWN_OFFSET
+from raylog.retry import RetryPolicy
+from raylog.transfer.protocol import ACKS_ALL, MAX_IN_FLIGHT_PER_PARTITION
+
+log = logging.getLogger(__name__)
+
+#: unacknowledged sets per topic-partition (below the 32 a partition remembers)
+MAX_IN_FLIGHT_SETS = MAX_IN_FLIGHT_PER_PARTITION
+#: partitions drained at once (worker threads)
+MAX_IN_FLIGHT_PARTITIONS = 8
+_MAX_PRODUCER_ID = (1 << 63) - 1
+_MAX_SEQUENCE = (1 << 31) - 1
+
+
+def new_producer_id() -> int:
+    """A random non-negative i63 (no coordination, WIRE)."""
+    return random.SystemRandom().randint(0, _MAX_PRODUCER_ID)
+
+
+class _Sequences:
+    """Idempotence state of one topic-partition (drain-worker confined)."""
+
+    __slots__ = ("producer_id", "next")
+
+    def __init__(self, producer_id: int):
+        self.producer_id = producer_id
+        self.next = 0
+
+    def take(self) -> int:
+        seq = self.next
+        self.next = seq + 1 if seq < _MAX_SEQUENCE else 0
+        return seq
+
+    def restart(self) -> None:
+        """A fresh producer id after a gap: later sets are numbered from 0."""
+        self.producer_id = new_producer_id()
+        self.next = 0
+
+
+class _Set:
+    __slots__ = ("batch", "payload", "sequence")
+
+    def __init__(self, batch, payload: bytes):
+        self.batch = batch
+        self.payload = payload
+        self.sequence = -1
+
+
+class Sender:
+    """The dispatcher thread and the drain workers (see the module docstring)."""
+
+    def __init__(
+        self,
+        accumulator,
+        metadata,
+        *,
+        acks: int,
+        idempotent: bool,
+        compression: str | None,
+        retry: RetryPolicy,
+        request_timeout_s: float,
+        on_resolved,
+        periodic=None,
+        max_in_flight_sets: int = MAX_IN_FLIGHT_SETS,
+        max_in_flight_partitions: int = MAX_IN_FLIGHT_PARTITIONS,
+    ):
+        self._acc = accumulator
+        self._metadata = metadata
+        self.acks = acks
+        self.idempotent = idempotent
+        self.compression = compression
+        self.retry = retry
+        self.request_timeout_s = request_timeout_s
+        self._on_resolved = on_resolved  # (batches of a round, all resolved), lock not held
+        self._periodic = periodic  # () -> seconds until it is due again (audit); lock not held
+        self.max_in_flight_sets = max_in_flight_sets
+        self.producer_id = new_producer_id() if idempotent else -1
+        self._draining = accumulator.draining  # guarded by the accumulator's lock
+        self._connections: dict[tuple[str, int], object] = {}
+        self._sequences: dict[tuple[str, int], _Sequences] = {}
+        self._stopping = False
+        self._pool = ThreadPoolExecutor(max_in_flight_partitions, thread_name_prefix="raylog-sender")
+        self._thread = threading.Thread(target=self._run, name="raylog-producer", daemon=True)
+        self._thread.start()
+
+    # -- dispatcher --------------------------------------------------------------
+
+    def _run(self) -> None:
+        acc = self._acc
+        periodic_at = time.monotonic()
+        while True:
+            due = []
+            with acc.lock:
+                while True:
+                    now = time.monotonic()
+                    earliest = acc.seal_expired(now)
+                    for tp, queue in acc.ready.items():
+                        if queue and tp not in self._draining:
+                            due.append(tp)
+                    if due:
+                        break
+                    if acc.closed and not acc.open and not self._draining and not any(acc.ready.values()):
+                        acc.sender_wakes_at = float("inf")
+                        return
+                    if self._periodic is not None and now >= periodic_at and not acc.closed:
+                        break
+                    wake = min(earliest, periodic_at) if self._periodic is not None else earliest
+                    acc.sender_wakes_at = wake
+                    acc.sender_waiting = True
+                    acc.wake.wait(None if wake == float("inf") else max(0.0, wake - now))
+                    acc.sender_waiting = False
+                acc.sender_wakes_at = now
+                for tp in due:
+                    self._draining[tp] = []
+            for tp in due:
+                self._pool.submit(self._drain, tp)
+            if self._periodic is not None and time.monotonic() >= periodic_at and not acc.closed:
+                try:
+                    periodic_at = time.monotonic() + self._periodic()
+                except Exception:  # noqa: BLE001 - a periodic task never stops the sender
+                    log.exception("producer periodic task failed")
+                    periodic_at = time.monotonic() + 1.0
+
+    def in_flight_futures(self) -> list:
+        """Futures of the batches workers hold (accumulator lock held)."""
+        return [b.future for batches in self._draining.values() for b in batches]
+
+    def draining(self) -> bool:
+        return bool(self._draining)
+
+    # -- a drain worker -----------------------------------------------------------
+
+    def _drain(self, tp: tuple[str, int]) -> None:
+        acc = self._acc
+        while True:
+            with acc.lock:
+                queue = acc.ready.get(tp)
+                if not queue:
+                    acc.ready.pop(tp, None)
+                    del self._draining[tp]
+                    acc.wake.notify()  # the dispatcher may be waiting to close
+                    acc.space.notify_all()
+                    return
+                limit = len(queue) if not self.acks else self.max_in_flight_sets
+                batches = [queue.popleft() for _ in range(min(limit, len(queue)))]
+                self._draining[tp] = batches
+            try:
+                self._send(tp, batches)
+            except BaseException as err:  # noqa: BLE001 - never leave a future hanging
+                log.exception("producer sender failed on %s-%d", *tp)
+                for batch in batches:
+                    if not batch.future.done():
+                        self._resolve(batch, error=err)
+            self._on_resolved(batches)
+            with acc.lock:
+                self._draining[tp] = []
+
+    @staticmethod
+    def _resolve(batch, base: int | None = None, error: BaseException | None = None) -> None:
+        if error is None:
+            batch.future.resolve(base)
+        else:
+            batch.future.fail(error)
+
+    def _send(self, tp: tuple[str, int], batches: list) -> None:
+        from raylog.storage.message import encode_message_set
+
+        topic, partition = tp
+        sets = []
+        for b in batches:
+            timestamps = b.timestamps if b.timestamps is not None else int(b.created * 1000)
+            payload = encode_message_set(b.values, b.keys, timestamps, self.compression)
+            if len(payload) > b.limit:
+                # Refused here rather than by the partition: no sequence number is spent on it.
+                self._resolve(
+                    b,
+                    error=MessageTooLargeError(
+                        f"a message set of {len(payload)} bytes ({len(b.values)} message(s)) is larger than the "
+                        f"topic's max_message_bytes ({b.limit}); send smaller messages or raise max_message_bytes",
+                        size=len(payload),
+                        limit=b.limit,
+                    ),
+                )
+                continue
+            sets.append(_Set(b, payload))
+        if not sets:
+            return
+        state = None
+        if self.idempotent:
+            state = self._sequences.get(tp)
+            if state is None:
+                state = self._sequences[tp] = _Sequences(self.producer_id)
+            for s in sets:
+                s.sequence = state.take()
+        pending = sets
+        try:
+            self.retry.call(self._attempt, tp, pending, state, on_retry=lambda err: self._reset(tp))
+        except RaylogError as err:
+            # Given up: these sets may or may not be stored. Later sets must
+            # not wait on them, so the partition gets a fresh producer id.
+            if state is not None:
+                state.restart()
+            for s in pending:
+                self._resolve(s.batch, error=err)
+            pending.clear()
+
+    def _attempt(self, tp, pending: list, state: _Sequences | None) -> None:
+        """Send ``pending`` (removing each set that gets its outcome); raise a
+        retriable error if some must be sent again."""
+        topic, partition = tp
+        while pending:
+            # The first set under a producer id goes alone: a partition takes
+            # any sequence from an id it does not know, so a later set must
+            # not arrive first if this one is refused.
+            sending = pending[:1] if state is not None and pending[0].sequence == 0 else pending
+            conn = self._connection(tp)
+            results = conn.produce_sets(
+                topic,
+                partition,
+                [s.payload for s in sending],
+                self.acks,
+                producer_id=state.producer_id if state is not None else -1,
+                sequences=[s.sequence for s in sending] if state is not None else None,
+            )
+            if results is None:  # acks=0: written is all we learn
+                for s in sending:
+                    self._resolve(s.batch, UNKNOWN_OFFSET)
+                del pending[: len(sending)]
+                continue
+            again = []
+            retry_error = None
+            gap = False
+            for s, result in zip(sending, results):
+                if not isinstance(result, RaylogError):
+                    self._resolve(s.batch, result)
+                elif isinstance(result, DuplicateSequenceError):
+                    log.warning(
+                        "%s-%d: a resent set was stored before but its offset is no longer known: %s",
+                        topic, partition, result,
+                    )
+                    self._resolve(s.batch, UNKNOWN_OFFSET)
+                elif isinstance(result, OutOfOrderSequenceError) and (gap or retry_error is not None or again):
+                    again.append(s)  # refused only because an earlier set of this round was
+                elif result.retriable:
+                    again.append(s)
+                    retry_error = retry_error or result
+                else:
+                    self._resolve(s.batch, error=result)  # this set fails alone
+                    gap = True
+            pending[:] = again + pending[len(sending) :]
+            if gap and state is not None and pending:
+                # The partition refuses everything after the failed set under
+                # this producer id: continue under a fresh one.
+                state.restart()
+                for s in pending:
+                    s.sequence = state.take()
+            if retry_error is not None:
+                raise retry_error
+            if again and not gap:
+                raise OutOfOrderSequenceError(
+                    f"{topic}-{partition}: the partition refused {len(again)} set(s) as out of order; resending"
+                )
+
+    # -- connections ---------------------------------------------------------------
+
+    def _connection(self, tp: tuple[str, int]):
+        conn = self._connections.get(tp)
+        if conn is None:
+            from raylog.transfer.client import BrokerConnection
+            from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
+
+            topic, partition = tp
+            host, port = self._metadata.endpoint(topic, partition, wait_s=1.0)
+            conn = BrokerConnection(
+                host,
+                port,
+                token=self._metadata.settings.token,
+                timeout_s=self.request_timeout_s,
+                max_frame_bytes=self._metadata.config(topic).max_message_bytes + FRAME_OVERHEAD_BYTES,
+            )
+            self._connections[tp] = conn
+        return conn
+
+    def _reset(self, tp: tuple[str, int]) -> None:
+        """Before a retry: a new connection to a freshly looked-up endpoint
+        (the actor may have moved or restarted)."""
+        conn = self._connections.pop(tp, None)
+        if conn is not None:
+            conn.close()
+        self._metadata.forget(*tp)
+
+    # -- life cycle ------------------------------------------------------------------
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop once everything sealed is resolved (the accumulator must be
+        marked closed first)."""
+        with self._acc.lock:
+            self._acc.wake.notify_all()
+        self._thread.join(timeout=timeout_s)
+        self._pool.shutdown(wait=True, cancel_futures=False)
+        for conn in list(self._connections.values()):
+            conn.close()
+        self._connections.clear()

@@ -1,0 +1,54 @@
+"""Fault injection for tests of the disk-error paths (off unless switched on).
+
+Switch: the environment variable ``RAYLOG_FAULT_INJECTION=1`` in the process
+that opens the log (for a partition actor: set it before Ray starts its
+workers, e.g. in the environment of ``ray start`` or ``ray.init``). Then, at
+each injection point, the log looks for a file named ``.fault-<point>`` in
+its partition directory; if it exists the file is removed (so the fault
+fires once) and the operation raises ``OSError(EIO)`` as a failing disk
+would. Points: ``fsync`` (a flush), ``roll`` (a segment roll),
+``retention`` (deleting old segments).
+
+Without the switch :func:`check` does nothing (one call of an empty
+function), so production logs pay no file lookups.
+
+Thread-safety: :func:`check` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+ENV = "RAYLOG_FAULT_INJECTION"
+PREFIX = ".fault-"
+
+
+def arm(directory: str, point: str) -> str:
+    """Make the next ``point`` operation of the log in ``directory`` fail
+    (in a process with the switch on); returns the trigger file's path."""
+    path = os.path.join(directory, PREFIX + point)
+    with open(path, "w"):
+        pass
+    return path
+
+
+def _check_files(point: str, directory: str) -> None:
+    path = os.path.join(directory, PREFIX + point)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    raise OSError(errno.EIO, f"injected {point} failure ({path})")
+
+
+def _off(point: str, directory: str) -> None:
+    return None
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
+#: called by the log at each injection point
+check = _check_files if enabled() else _off

@@ -1,0 +1,169 @@
+"""The sender's logic against an in-memory partition that follows the
+idempotence rules of the wire contract: a refused set fails alone, a resent
+set is stored once, a gap moves the partition to a fresh producer id."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylog.config import TopicConfig
+from raylog.errors import (
+    BrokerUnavailableError,
+    DeliveryError,
+    DuplicateSequenceError,
+    InvalidMessageError,
+    OutOfOrderSequenceError,
+    StorageError,
+)
+from raylog.producer.producer import Producer
+from raylog.retry import RetryPolicy
+from raylog.storage.message import decode_messages
+
+
+class FakeMetadata:
+    """Two partitions, a small max_message_bytes."""
+
+    class settings:
+        token = None
+
+    def __init__(self, partitions: int = 2):
+        self._partitions = partitions
+        self.forgotten = 0
+
+    def partitions(self, topic):
+        return self._partitions
+
+    def config(self, topic):
+        return TopicConfig(partitions=self._partitions, max_message_bytes=4096)
+
+    def endpoint(self, topic, partition, **kw):
+        return ("127.0.0.1", 1)
+
+    def forget(self, topic, partition):
+        self.forgotten += 1
+
+
+class FakePartition:
+    """A partition log with the server's idempotence rules. A set whose
+    first value starts with ``b"REFUSE"`` is refused (non-retriable);
+    ``fail_after`` makes the next request store that many sets and then lose
+    the connection before any reply."""
+
+    def __init__(self):
+        self.log: list[bytes] = []  # stored values, in order
+        self.offset = 0
+        self.producers: dict[int, dict] = {}
+        self.fail_after: int | None = None
+        self.storage_errors = 0
+        self.requests = []
+
+    def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
+        self.requests.append((producer_id, list(sequences or [])))
+        results = []
+        for i, payload in enumerate(payloads):
+            if self.fail_after is not None and i == self.fail_after:
+                self.fail_after = None
+                raise BrokerUnavailableError("connection reset")
+            results.append(self._one(payload, producer_id, sequences[i] if sequences else -1))
+        return results
+
+    def _one(self, payload, producer_id, sequence):
+        values = [v for _, _, _, v in decode_messages(payload, 0)[0]]
+        if self.storage_errors:
+            self.storage_errors -= 1
+            return StorageError("disk hiccup")
+        if values[0].startswith(b"REFUSE"):
+            return InvalidMessageError("refused")
+        if producer_id >= 0:
+            state = self.producers.get(producer_id)
+            if state is not None:
+                last = max(state)
+                if sequence in state:
+                    return state[sequence]  # duplicate: the first store's offset
+                if sequence <= last:
+                    return DuplicateSequenceError(f"{sequence} is too old")
+                if sequence > last + 1:
+                    return OutOfOrderSequenceError(f"expected {last + 1}, got {sequence}")
+            self.producers.setdefault(producer_id, {})[sequence] = self.offset
+        base = self.offset
+        self.log.extend(values)
+        self.offset += len(payload)
+        return base
+
+    def close(self):
+        pass
+
+
+def _producer(partition: FakePartition, **options) -> Producer:
+    options.setdefault("retry", RetryPolicy(max_tries=5, delay_s=0.001, max_delay_s=0.01, deadline_s=10))
+    producer = Producer(FakeMetadata(), acks=1, linger_ms=1000, **options)
+    producer._sender._connection = lambda tp: partition
+    return producer
+
+
+def test_a_refused_set_fails_alone_and_later_sets_continue_under_a_fresh_producer_id():
+    part = FakePartition()
+    producer = _producer(part, batch_size=2)
+    first_id = producer.producer_id
+    # one call, so that the four batches of two are sealed together and leave in one round
+    call = producer.send_batch("t", [b"a", b"b", b"REFUSE", b"c", b"d", b"e", b"f", b"g"], partition=0)
+    with pytest.raises(DeliveryError) as caught:
+        producer.flush()
+    assert caught.value.failures[("t", 0)][0] == 2  # the refused batch: REFUSE and c
+    assert call.exception().failures[("t", 0)][0] == 2
+    assert part.log == [b"a", b"b", b"d", b"e", b"f", b"g"]
+    # the first set under an id goes alone, then the rest; after the gap the
+    # sets continue under a new id, from 0 (again the first alone)
+    assert part.requests[:2] == [(first_id, [0]), (first_id, [1, 2, 3])]
+    new_id = part.requests[2][0]
+    assert new_id != first_id and part.requests[2:] == [(new_id, [0]), (new_id, [1])]
+    producer.close()
+
+
+def test_a_lost_connection_resends_with_the_same_sequences_and_stores_once():
+    part = FakePartition()
+    producer = _producer(part, batch_size=1)
+    part.fail_after = None
+    producer.send("t", b"m0", partition=0).result(timeout_s=5)
+    part.fail_after = 2  # two sets stored, then the connection drops before any reply
+    call = producer.send_batch("t", [b"m%d" % i for i in range(1, 5)], partition=0)
+    producer.flush()
+    assert part.log == [b"m%d" % i for i in range(5)]
+    assert [seqs for _, seqs in part.requests] == [[0], [1, 2, 3, 4], [1, 2, 3, 4]]
+    offsets = [offset for _, offset in call.result()]
+    assert offsets == sorted(set(offsets)) and offsets[0] > 0
+    producer.close()
+
+
+def test_a_retriable_reply_resends_that_set_and_the_ones_after_it():
+    part = FakePartition()
+    producer = _producer(part, batch_size=1)
+    part.storage_errors = 1
+    call = producer.send_batch("t", [b"m0", b"m1", b"m2"], partition=0)
+    producer.flush()
+    assert part.log == [b"m0", b"m1", b"m2"]
+    assert [offset >= 0 for _, offset in call.result()] == [True] * 3
+    producer.close()
+
+
+def test_retries_that_run_out_fail_those_sets_and_the_partition_moves_on():
+    part = FakePartition()
+    producer = _producer(part, batch_size=1, retry=RetryPolicy(max_tries=2, delay_s=0.001, deadline_s=5))
+    part.storage_errors = 10
+    doomed = producer.send("t", b"doomed", partition=0)
+    with pytest.raises(DeliveryError):
+        producer.flush()
+    assert isinstance(doomed.exception(), StorageError)
+    part.storage_errors = 0
+    assert producer.send("t", b"next", partition=0).result(timeout_s=5).offset == 0
+    assert part.log == [b"next"]
+    producer.close()
+
+
+def test_without_idempotence_no_producer_id_is_sent():
+    part = FakePartition()
+    producer = _producer(part, enable_idempotence=False)
+    producer.send("t", b"x", partition=1)
+    producer.flush()
+    assert part.requests == [(-1, [])]
+    producer.close()

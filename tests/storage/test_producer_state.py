@@ -1,0 +1,145 @@
+"""The producer-state journal kept with a partition log: duplicates are
+recognised after a reopen, a torn journal tail and records of sets beyond a
+truncated log are dropped, producer ids and the file stay bounded."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from raylog.config import TopicConfig
+from raylog.errors import LogDirectoryLockedError, OutOfOrderSequenceError
+from raylog.storage.log import PartitionLog
+from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.producer_state import FILE_NAME, RECORD_SIZE, SEQUENCES_REMEMBERED
+
+CONFIG = TopicConfig(flush_messages=10**9, flush_ms=10**9)
+PID = 99
+
+
+def one(value: bytes) -> bytes:
+    return encode_message_set([value], timestamp_ms=1)
+
+
+def values(plog: PartitionLog) -> list[bytes]:
+    plog.flush()
+    chunk = plog.read(plog.log_start_offset, 1 << 24)
+    data = os.pread(chunk.file.fileno(), chunk.length, chunk.position)
+    return [r[3] for r in decode_messages(data, chunk.offset)[0]]
+
+
+def put(plog: PartitionLog, value: bytes, sequence: int, pid: int = PID) -> int:
+    data = one(value)
+    return plog.append_sequenced(data, pid, 0, sequence, [len(data)], name="t-0")
+
+
+def test_no_journal_file_until_an_idempotent_producer_appends(tmp_path):
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        plog.append(one(b"plain"))
+        assert FILE_NAME not in os.listdir(tmp_path / "p")
+        put(plog, b"seq", 0)
+        assert FILE_NAME in os.listdir(tmp_path / "p")
+
+
+def test_a_duplicate_is_recognised_after_the_log_is_reopened_without_a_flush(tmp_path):
+    plog = PartitionLog(tmp_path / "p", CONFIG)
+    first = put(plog, b"a", 0)
+    put(plog, b"b", 1)
+    # no flush, no close: as if the process died with the writes in the page cache
+    plog._checkpoint_file.close()
+    plog._producers.close()
+    os.close(plog._lock_fd)
+    with PartitionLog(tmp_path / "p", CONFIG) as again:
+        assert put(again, b"a", 0) == first
+        assert put(again, b"c", 2) == 2 * len(one(b"a"))
+        with pytest.raises(OutOfOrderSequenceError):
+            put(again, b"e", 4)
+        assert values(again) == [b"a", b"b", b"c"]
+
+
+def test_a_second_owner_of_the_directory_is_refused_until_the_first_closes(tmp_path):
+    first = PartitionLog(tmp_path / "p", CONFIG)
+    with pytest.raises(LogDirectoryLockedError, match="locked by another owner") as info:
+        PartitionLog(tmp_path / "p", CONFIG)
+    assert not info.value.retriable
+    first.append(one(b"kept"))
+    first.close()
+    with PartitionLog(tmp_path / "p", CONFIG) as again:
+        assert values(again) == [b"kept"]
+
+
+def test_records_of_sets_cut_off_by_recovery_are_dropped(tmp_path):
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        put(plog, b"a", 0)
+        second = put(plog, b"b", 1)
+    segment = tmp_path / "p" / "00000000000000000000.log"
+    os.truncate(segment, second + 5)  # a torn second set
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        assert plog.log_end_offset == second
+        # sequence 1 is not remembered any more: the retry is stored
+        assert put(plog, b"b", 1) == second
+        assert values(plog) == [b"a", b"b"]
+
+
+def test_a_journal_record_without_its_set_is_dropped(tmp_path):
+    # the journal is written before the segment: a crash between them leaves
+    # a record pointing past the log end
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        put(plog, b"a", 0)
+        plog._producers.journal(PID, 0, 1, plog.log_end_offset, [len(one(b"b"))])
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        put(plog, b"b", 1)
+        assert values(plog) == [b"a", b"b"]
+
+
+def test_a_torn_journal_tail_is_dropped_and_the_rest_kept(tmp_path):
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        first = put(plog, b"a", 0)
+        put(plog, b"b", 1)
+    path = tmp_path / "p" / FILE_NAME
+    size = os.path.getsize(path)
+    assert size == 2 * RECORD_SIZE
+    os.truncate(path, size - 7)
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        assert put(plog, b"a", 0) == first  # still remembered
+        assert put(plog, b"b", 1) > first  # forgotten: stored again
+        assert values(plog) == [b"a", b"b", b"b"]
+
+
+def test_a_damaged_journal_record_ends_the_replay(tmp_path):
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        put(plog, b"a", 0)
+        put(plog, b"b", 1)
+    path = tmp_path / "p" / FILE_NAME
+    with open(path, "r+b") as f:
+        f.seek(RECORD_SIZE + 10)
+        f.write(b"\xff")
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        assert plog._producers.last_sequence(PID) == 0
+
+
+def test_producer_ids_are_bounded_oldest_forgotten_first(tmp_path):
+    config = CONFIG.replace(max_producer_ids=3)
+    with PartitionLog(tmp_path / "p", config) as plog:
+        for pid in (1, 2, 3):
+            put(plog, b"x", 0, pid)
+        put(plog, b"y", 1, 1)  # producer 1 is active again: 2 is now the oldest
+        put(plog, b"x", 0, 4)
+        assert len(plog._producers) == 3
+        assert plog._producers.last_sequence(2) is None
+        put(plog, b"again", 5, 2)  # forgotten: any sequence is accepted
+    with PartitionLog(tmp_path / "p", config) as plog:
+        assert len(plog._producers) == 3
+
+
+def test_the_journal_file_stays_bounded(tmp_path):
+    with PartitionLog(tmp_path / "p", CONFIG.replace(segment_bytes=1 << 30, max_message_bytes=1 << 20)) as plog:
+        for sequence in range(60_000):
+            put(plog, b"v", sequence)
+        # one producer: at most 32 live records; the journal is compacted
+        limit = 2 * SEQUENCES_REMEMBERED * RECORD_SIZE + (1 << 20)
+        assert os.path.getsize(tmp_path / "p" / FILE_NAME) <= limit + RECORD_SIZE
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        assert os.path.getsize(tmp_path / "p" / FILE_NAME) == SEQUENCES_REMEMBERED * RECORD_SIZE
+        assert put(plog, b"v", 59_999) == plog.log_end_offset - len(one(b"v"))
