@@ -296,6 +296,7 @@ def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNS
         "failed_but_read": failed_read,
         "unknown_read": unknown_read,
         "longest_unread_s": _longest_unread(read_times, ops),
+        "longest_unacknowledged_s": _longest_unacknowledged(ops),
         "latency_s": {
             "p50": _quantile(latencies, 0.5),
             "p99": _quantile(latencies, 0.99),
@@ -329,3 +330,23 @@ def _longest_unread(read_times: dict[tuple, list[float]], ops: list[dict]) -> di
         per[f"{tp[0]}/{tp[1]}"] = round(max(b - a for a, b in zip(edges, edges[1:])), 3)
     worst = max(per, key=per.get)
     return {"max": per[worst], "partition": worst, "per_partition": per}
+
+
+def _longest_unacknowledged(ops: list[dict]) -> dict:
+    """Per producer, the longest time between two acknowledgements (from its
+    first send to its last): how long it was held up, faults included."""
+    per = {}
+    sends = collections.defaultdict(list)
+    for op in ops:
+        if op["type"] == "send":
+            sends[op["process"]].append(op)
+    for process, pops in sorted(sends.items()):
+        start = min(op["t0"] for op in pops)
+        end = max(op["t1"] for op in pops)
+        acks = sorted(op["t1"] for op in pops if op["outcome"] == OK)
+        edges = [start] + acks + [end]
+        per[process] = round(max(b - a for a, b in zip(edges, edges[1:])), 3)
+    if not per:
+        return {"max": None, "producer": None, "per_producer": {}}
+    worst = max(per, key=per.get)
+    return {"max": per[worst], "producer": worst, "per_producer": per}

@@ -36,6 +36,9 @@ def table(report: dict) -> str:
     unread = report["longest_unread_s"]
     if unread["max"] is not None:
         lines.append(f"longest unread     {unread['max']:.1f} s ({unread['partition']})")
+    held = report.get("longest_unacknowledged_s") or {}
+    if held.get("max") is not None:
+        lines.append(f"longest unacked    {held['max']:.1f} s ({held['producer']})")
     lat = report["latency_s"]
     if lat["max"] is not None:
         lines.append(f"send->read latency p50 {lat['p50']:.3f} s  p99 {lat['p99']:.3f} s  max {lat['max']:.3f} s")

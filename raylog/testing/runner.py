@@ -202,6 +202,7 @@ def run(options: RunOptions) -> dict:
         t = time.time()
         for producer in producers:
             producer.stop()
+        run_info["producers"] = [p.summary for p in producers]
         run_info["drained"] = _drain(client, consumers, options)
         run_info["drain_s"] = round(time.time() - t, 1)
         t = time.time()

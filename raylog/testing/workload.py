@@ -95,6 +95,7 @@ class ProducerWorker:
         self._thread = threading.Thread(target=self._run, name=f"fault-{name}", daemon=True)
         self._pending: list = []  # futures (or values, without futures) not resolved yet
         self._lock = threading.Lock()
+        self._stopped = False
         self.sent = 0
         self.outcomes = {OK: 0, FAILED: 0, UNKNOWN: 0}
 
@@ -102,19 +103,46 @@ class ProducerWorker:
         self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = 60.0) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop sending, wait (at most about ``timeout_s`` in all) for the
+        outcomes of what was sent; sends still without one are recorded as
+        unknown."""
+        deadline = time.monotonic() + timeout_s
         self._stop.set()
-        self._thread.join(timeout_s)
-        if self._uses_futures():
-            try:
-                self.producer.flush(timeout_s)
-            except Exception as err:  # noqa: BLE001 - each future says what became of its send
-                log.info("%s: final flush failed: %s", self.name, err)
-            self._settle_futures(final=True)
-        else:
-            self._flush_and_settle()
+        self._thread.join(timeout_s / 3)
+        if self._thread.is_alive():
+            log.warning("%s: the sending thread is still blocked in send() after %.0f s", self.name, timeout_s / 3)
+        # A thread blocked in send() holds the lock: go on without it then (it
+        # touches nothing of ours until send() returns, and it stops after that).
+        locked = self._lock.acquire(timeout=max(1.0, deadline - time.monotonic()) / 3)
         try:
-            self.producer.close(timeout_s=10)
+            self._stopped = True
+            if self._uses_futures():
+                try:
+                    self.producer.flush(max(1.0, deadline - time.monotonic()))
+                except Exception as err:  # noqa: BLE001 - each future says what became of its send
+                    log.info("%s: final flush failed: %s", self.name, err)
+                self._settle_futures(final=True, deadline=deadline)
+            else:
+                self._flush_and_settle()
+        finally:
+            if locked:
+                self._lock.release()
+        self.summary = {"name": self.name, "acks": str(self.acks), "keyed": self.keyed, "codec": self.compression,
+                        "sent": self.sent, "outcomes": dict(self.outcomes),
+                        "blocked_in_send": self._thread.is_alive()}
+        if self._thread.is_alive():
+            import sys
+            import traceback
+
+            frame = sys._current_frames().get(self._thread.ident)
+            self.summary["blocked_at"] = traceback.format_stack(frame)[-6:] if frame is not None else None
+        try:
+            self.summary["stats"] = self.producer.stats()
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            self.producer.close(timeout_s=5)
         except Exception:  # noqa: BLE001
             pass
         self.recorder.close()
@@ -131,13 +159,16 @@ class ProducerWorker:
                 time.sleep(min(next_at - now, 0.05))
                 continue
             burst = max(1, int((now - next_at) / interval) + 1)
-            for _ in range(min(burst, 100)):
-                self._send_one(n)
-                n += 1
-            next_at += burst * interval
-            if n % self.flush_every < burst and not self._uses_futures():
-                self._flush_and_settle()
-            self._settle_futures()
+            with self._lock:
+                if self._stopped:
+                    return
+                for _ in range(min(burst, 100)):
+                    self._send_one(n)
+                    n += 1
+                next_at += burst * interval
+                if n % self.flush_every < burst and not self._uses_futures():
+                    self._flush_and_settle()
+                self._settle_futures()
 
     def _uses_futures(self) -> bool:
         return getattr(self, "_futures", None) is True
@@ -159,22 +190,23 @@ class ProducerWorker:
             self._futures = False
             self._pending.append((value, key, t0, None))
 
-    def _settle_futures(self, final: bool = False) -> None:
-        """Record every resolved future (all of them when ``final``)."""
+    def _settle_futures(self, final: bool = False, deadline: float | None = None) -> None:
+        """Record every resolved future (all of them when ``final``: those
+        not resolved by ``deadline`` as unknown)."""
         if not self._uses_futures():
             return
         keep = []
         for value, key, t0, fut in self._pending:
-            if not (final or fut.done()):
-                keep.append((value, key, t0, fut))
-                continue
             if not fut.done():
+                if not final:
+                    keep.append((value, key, t0, fut))
+                    continue
                 try:
-                    fut.result(30)
-                except Exception:  # noqa: BLE001
+                    fut.result(max(0.0, (deadline or 0) - time.monotonic()))
+                except Exception:  # noqa: BLE001 - looked at below
                     pass
             if not fut.done():
-                self._record(value, key, t0, UNKNOWN, None, None, TimeoutError("no outcome by the end"))
+                self._record(value, key, t0, UNKNOWN, None, None, TimeoutError("no outcome by the end of the run"))
                 continue
             err = fut.exception(0)
             if err is None:
