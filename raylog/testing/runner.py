@@ -128,6 +128,7 @@ def run(options: RunOptions) -> dict:
     kinds = tuple(options.faults)
     if options.nodes < 2:
         kinds = tuple(k for k in kinds if k not in MULTI_NODE_KINDS)
+    schedule = plan(options.seed, options.duration_s, kinds, mean_gap_s=options.mean_gap_s)  # checks the kinds
     out = os.path.abspath(options.out_dir)
     history_dir = os.path.join(out, "history")
     if os.path.exists(history_dir):
@@ -177,7 +178,6 @@ def run(options: RunOptions) -> dict:
                                seed=options.seed * 1000 + i).start()
             )
 
-        schedule = plan(options.seed, options.duration_s, kinds, mean_gap_s=options.mean_gap_s)
         target = Target(client=client, topic=TOPIC, partitions=options.partitions, zookeeper=zookeeper,
                         consumers=consumers, history_dir=history_dir, cluster=cluster, disk_nodes=disks)
         recorder = Recorder(os.path.join(history_dir, "nemesis.jsonl"), "nemesis")
@@ -311,7 +311,7 @@ def _stop_consumers(consumers) -> list:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="raylog-faults", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="raylog faults", description=__doc__.split("\n\n")[0])
     add_arguments(p)
     args = p.parse_args(argv)
     return run_from_args(args)
