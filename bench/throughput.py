@@ -3,11 +3,17 @@
 One producer sends N 200-byte messages to a one-partition topic, in
 batches of 1 and of 50 (``acks=0``, as in the paper; the clock stops when
 the partition's high watermark covers every byte, i.e. the data is in the
-log and flushed), then one consumer reads them all back. Beside it, in the
-same run, the naive baseline: the same 200-byte messages, 50 per call,
-moved into a plain Ray actor by method calls and fetched back the same way.
+log and flushed), then one consumer reads them all back. In the same run:
 
-Prints one JSON line per measurement, then a table with the ratios.
+* keyed batches of 50 (``send_batch`` with a key per message, 8 partitions:
+  the keyed batch path) beside keyless ones on the same topic;
+* the idempotent producer on and off (``acks=1``, where idempotence
+  applies), alternated over several rounds;
+* the naive baseline: the same 200-byte messages, 50 per call, moved into
+  a plain Ray actor by method calls and fetched back the same way.
+
+Prints one JSON line per measurement, then a table with the ratios and the
+load average (the machine may be shared).
 
     python bench/throughput.py                 # N = 1,000,000
     python bench/throughput.py -n 200000 --json-only
@@ -67,6 +73,89 @@ def bench_produce(client, topic: str, n: int, batch: int, per_call: int = 1) -> 
         "messages": n,
         "seconds": round(seconds, 3),
         "send_seconds": round(sent_s, 3),
+        "msg_per_s": round(n / seconds),
+        "mb_per_s": round(n * len(MESSAGE) / seconds / 1e6, 2),
+    }
+
+
+def _wait_for_watermarks(client, topic: str, targets: dict, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    for p, target in targets.items():
+        while client.offsets(topic, p)[1] < target:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"high watermark of {topic}-{p} did not reach {target} within {timeout_s} s")
+            time.sleep(0.002)
+
+
+def bench_keyed(client, topic: str, n: int, keyed: bool, partitions: int) -> dict:
+    """50 messages per ``send_batch`` call to a topic of ``partitions``
+    partitions, with a key per message (1,000 distinct keys) or without."""
+    from raylog.producer.partitioner import partition_for_key
+    from raylog.storage.message import HEADER_SIZE
+
+    start = {p: client.offsets(topic, p)[1] for p in range(partitions)}
+    keys = [b"user-%04d" % (i % 1000) for i in range(1000)]
+    per_call = 50
+    calls = n // per_call
+    n = calls * per_call
+    producer = client.producer(batch_size=50, linger_ms=5, acks=0, max_buffered_messages=200_000)
+    values = [MESSAGE] * per_call
+    key_slices = [keys[i : i + per_call] for i in range(0, 1000, per_call)]
+    t0 = time.perf_counter()
+    send_batch = producer.send_batch
+    if keyed:
+        for c in range(calls):
+            send_batch(topic, values, key_slices[c % len(key_slices)])
+    else:
+        for _ in range(calls):
+            send_batch(topic, values)
+    producer.flush()
+    sent_s = time.perf_counter() - t0
+    if keyed:
+        targets = dict(start)
+        for c in range(calls):
+            for key in key_slices[c % len(key_slices)]:
+                targets[partition_for_key(key, partitions)] += HEADER_SIZE + len(key) + len(MESSAGE)
+    else:
+        total = sum(start.values()) + n * (HEADER_SIZE + len(MESSAGE))
+        deadline = time.monotonic() + 300
+        while sum(client.offsets(topic, p)[1] for p in range(partitions)) < total:
+            if time.monotonic() > deadline:
+                raise RuntimeError("keyless keyed-bench data did not become visible")
+            time.sleep(0.002)
+        targets = {}
+    _wait_for_watermarks(client, topic, targets)
+    seconds = time.perf_counter() - t0
+    producer.close()
+    return {
+        "case": f"raylog produce {'keyed' if keyed else 'keyless'} batch 50, 50 per call, {partitions} partitions",
+        "messages": n,
+        "seconds": round(seconds, 3),
+        "send_seconds": round(sent_s, 3),
+        "msg_per_s": round(n / seconds),
+        "mb_per_s": round(n * len(MESSAGE) / seconds / 1e6, 2),
+    }
+
+
+def bench_idempotence(client, topic: str, n: int, idempotent: bool) -> dict:
+    """acks=1 (idempotence needs replies), 50 messages per call, one partition."""
+    producer = client.producer(
+        batch_size=50, linger_ms=5, acks=1, enable_idempotence=idempotent, max_buffered_messages=200_000
+    )
+    values = [MESSAGE] * 50
+    calls = n // 50
+    t0 = time.perf_counter()
+    send_batch = producer.send_batch
+    for _ in range(calls):
+        send_batch(topic, values)
+    producer.flush()
+    seconds = time.perf_counter() - t0
+    producer.close()
+    n = calls * 50
+    return {
+        "case": f"raylog produce acks=1 batch 50, idempotence {'on' if idempotent else 'off'}",
+        "messages": n,
+        "seconds": round(seconds, 3),
         "msg_per_s": round(n / seconds),
         "mb_per_s": round(n * len(MESSAGE) / seconds / 1e6, 2),
     }
@@ -146,6 +235,18 @@ def bench_actor_baseline(n: int, batch: int = 50) -> list[dict]:
     ]
 
 
+#: partitions of the keyed/keyless comparison
+KEYED_PARTITIONS = 8
+#: alternated rounds of each paired comparison; the best of each side is kept
+ROUNDS = 3
+
+
+def _best(rows: list[dict]) -> dict:
+    best = dict(max(rows, key=lambda r: r["msg_per_s"]))
+    best["rounds"] = [r["msg_per_s"] for r in rows]
+    return best
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--messages", type=int, default=1_000_000)
@@ -158,6 +259,7 @@ def main(argv=None) -> int:
     import raylog
 
     rows: list[dict] = []
+    load_before = os.getloadavg()
     with raylog.connect() as client:
         topic = "bench"
         client.create_topic(topic, partitions=1)
@@ -165,6 +267,23 @@ def main(argv=None) -> int:
         _emit(rows, bench_produce(client, topic, n1, 1), args.json_only)
         _emit(rows, bench_produce(client, topic, n, 50, per_call=50), args.json_only)
         _emit(rows, bench_consume(client, topic, 2 * n + n1), args.json_only)
+
+        client.create_topic("bench-keyed", partitions=KEYED_PARTITIONS)
+        keyed_rows: dict[bool, list] = {True: [], False: []}
+        for _ in range(ROUNDS):  # alternated, so that a load spike hits both sides
+            for keyed in (False, True):
+                keyed_rows[keyed].append(bench_keyed(client, "bench-keyed", n, keyed, KEYED_PARTITIONS))
+        for keyed in (False, True):
+            _emit(rows, _best(keyed_rows[keyed]), args.json_only)
+
+        client.create_topic("bench-idempotence", partitions=1)
+        idem_rows: dict[bool, list] = {True: [], False: []}
+        for _ in range(ROUNDS):
+            for idempotent in (False, True):
+                idem_rows[idempotent].append(bench_idempotence(client, "bench-idempotence", n, idempotent))
+        for idempotent in (False, True):
+            _emit(rows, _best(idem_rows[idempotent]), args.json_only)
+
         for row in bench_actor_baseline(n):
             _emit(rows, row, args.json_only)
 
@@ -174,22 +293,36 @@ def main(argv=None) -> int:
         by_case["raylog produce batch 50, 50 per call"]["msg_per_s"] / by_case["actor calls produce batch 50"]["msg_per_s"]
     )
     consume_ratio = by_case["raylog consume"]["msg_per_s"] / by_case["actor calls fetch batch 50"]["msg_per_s"]
+    keyed_ratio = (
+        by_case[f"raylog produce keyed batch 50, 50 per call, {KEYED_PARTITIONS} partitions"]["msg_per_s"]
+        / by_case[f"raylog produce keyless batch 50, 50 per call, {KEYED_PARTITIONS} partitions"]["msg_per_s"]
+    )
+    idempotence_ratio = (
+        by_case["raylog produce acks=1 batch 50, idempotence on"]["msg_per_s"]
+        / by_case["raylog produce acks=1 batch 50, idempotence off"]["msg_per_s"]
+    )
     summary = {
         "case": "ratios",
         "produce_vs_actor_calls": round(produce_ratio, 2),
         "consume_vs_actor_calls": round(consume_ratio, 2),
+        "keyed_vs_keyless": round(keyed_ratio, 2),
+        "idempotence_on_vs_off": round(idempotence_ratio, 2),
         "cpus": os.cpu_count(),
+        "loadavg_1m_before": round(load_before[0], 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(summary), flush=True)
     if not args.json_only:
         print()
-        print(f"{'case':<40} {'messages':>10} {'seconds':>8} {'msg/s':>11} {'MB/s':>8}")
+        print(f"{'case':<60} {'messages':>10} {'seconds':>8} {'msg/s':>11} {'MB/s':>8}")
         for r in rows:
-            print(f"{r['case']:<40} {r['messages']:>10,} {r['seconds']:>8.2f} {r['msg_per_s']:>11,} {r['mb_per_s']:>8.1f}")
+            print(f"{r['case']:<60} {r['messages']:>10,} {r['seconds']:>8.2f} {r['msg_per_s']:>11,} {r['mb_per_s']:>8.1f}")
         print(
             f"\nsendfile channel vs actor calls (50 messages per call on both sides): "
             f"produce x{produce_ratio:.1f}, consume x{consume_ratio:.1f}"
         )
+        print(f"keyed vs keyless batch 50: x{keyed_ratio:.2f}; idempotence on vs off (acks=1): x{idempotence_ratio:.2f}")
+        print(f"load average (1 min) before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; {os.cpu_count()} cpus")
         print("paper (2011, one broker): produce batch 50 ~400k msg/s, batch 1 ~50k msg/s, consume ~22k msg/s")
     return 0
 

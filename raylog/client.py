@@ -62,6 +62,10 @@ class Client:
         from raylog.groups.registry import Registry
         from raylog.groups.zookeeper import connect_kazoo
 
+        if token is None:
+            from raylog.auth import cluster_token
+
+            token = cluster_token(cluster)  # closed by default: see raylog.auth
         self.settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
         self.data_dir = data_dir
         self.data_host = data_host
@@ -82,8 +86,8 @@ class Client:
         over the nodes that offer local disk. Returns the topic's config.
 
         ``settings`` are :class:`raylog.TopicConfig` fields (retention_ms,
-        retention_bytes, segment_bytes, flush_messages, flush_ms,
-        max_message_bytes)."""
+        retention_bytes, segment_bytes, segment_ms, flush_messages, flush_ms,
+        max_message_bytes, max_inflated_bytes, max_producer_ids)."""
         import ray
 
         self._check_open()
@@ -119,6 +123,9 @@ class Client:
     def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float) -> None:
         import ray
 
+        from raylog.auth import check
+
+        check(self.settings.cluster, self.settings.token, f"serving topic {name!r}")
         actors = []
         for p in range(config.partitions):
             place = self.registry.placement(name, p)
@@ -163,8 +170,12 @@ class Client:
     def _stop_actors(self, topic: str, partitions: int, delete_data: bool) -> None:
         import ray
 
+        from raylog.auth import check
+
+        check(self.settings.cluster, self.settings.token, f"stopping the partitions of {topic!r}")
+
         actors = [a for a in (self._actor(topic, p) for p in range(partitions)) if a is not None]
-        refs = [a.shutdown.remote(delete_data=delete_data) for a in actors]
+        refs = [a.shutdown.remote(delete_data=delete_data, token=self.settings.token) for a in actors]
         try:
             ray.wait(refs, num_returns=len(refs), timeout=30)
         finally:
@@ -378,8 +389,9 @@ def connect(
     - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
       existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
 
-    ``token``: when set, every data connection must present it (the
-    partition actors created by this client require it).
+    ``token``: the cluster's token, for a process that cannot derive it
+    (outside Ray, without Ray's auth token); by default the client derives
+    it (see :mod:`raylog.auth`). Every data port requires it.
     """
     import ray
 

@@ -30,6 +30,12 @@ class ConnectionSettings:
 
 class Metadata:
     def __init__(self, registry, settings: ConnectionSettings, *, owns_zk=None):
+        if settings.token is None:
+            from raylog.auth import cluster_token
+
+            token = cluster_token(settings.cluster)  # closed by default: see raylog.auth
+            if token is not None:
+                settings = dataclasses.replace(settings, token=token)
         self.registry = registry
         self.settings = settings
         self._owns_zk = owns_zk

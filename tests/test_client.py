@@ -121,7 +121,6 @@ def test_wrong_token_is_refused(zookeeper, ray_local, tmp_path, cluster_name):
         zookeeper=zookeeper.connect_string,
         cluster=cluster_name,
         data_dir=str(tmp_path),
-        token=b"s3cret",
         data_host="127.0.0.1",
     )
     intruder = raylog.Client(zookeeper=zookeeper.connect_string, cluster=cluster_name, token=b"wrong")

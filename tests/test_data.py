@@ -124,7 +124,7 @@ def log_messages(client, topic):
     for p in range(client.metadata.partitions(topic)):
         start, end = client.offsets(topic, p)
         host, port = client.metadata.endpoint(topic, p, refresh=True)
-        with BrokerConnection(host, port) as conn:
+        with BrokerConnection(host, port, token=client.settings.token) as conn:
             offset = start
             while offset < end:
                 records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)

@@ -73,7 +73,20 @@ class PartitionActor:
         from raylog.storage.log import PartitionLog
         from raylog.transfer.server import DataServer
 
+        import hmac
+
+        from raylog.auth import cluster_token
+        from raylog.errors import AuthenticationError
+
         self.topic, self.partition, self.cluster = topic, partition, cluster
+        # The actor derives the cluster token itself (raylog.auth); a caller
+        # that names another one may not serve or restart the partition.
+        self._token = cluster_token(cluster)
+        if token is not None and not hmac.compare_digest(bytes(token), self._token):
+            raise AuthenticationError(
+                f"refusing to serve {topic}-{partition}: the caller's token is not the token of "
+                f"cluster {cluster!r}"
+            )
         self.config = TopicConfig.from_json(config_json)
         self.log_dir = log_dir
         self.started_at = time.time()
@@ -94,7 +107,7 @@ class PartitionActor:
             self._resolve,
             host=host,
             port=0,
-            token=token,
+            token=self._token,
             max_frame_bytes=self.config.max_message_bytes + FRAME_OVERHEAD_BYTES,
         )
         self.host, self.port = self.server.start()
@@ -249,8 +262,18 @@ class PartitionActor:
     def delete_old_segments(self) -> list:
         return self.log.delete_old_segments()
 
-    def shutdown(self, delete_data: bool = False) -> None:
-        """Stop serving: endpoint gone, server stopped, log flushed and closed."""
+    def shutdown(self, delete_data: bool = False, token: bytes | None = None) -> None:
+        """Stop serving: endpoint gone, server stopped, log flushed and closed
+        (``delete_data``: its directory removed). Requires the cluster token."""
+        import hmac
+
+        from raylog.errors import AuthenticationError
+
+        if token is None or not hmac.compare_digest(bytes(token), self._token):
+            raise AuthenticationError(
+                f"shutdown of {self.topic}-{self.partition} refused: "
+                f"{'no token' if token is None else 'a wrong token'}; pass the cluster's token"
+            )
         if self._closed.is_set():
             return
         self._closed.set()

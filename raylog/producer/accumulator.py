@@ -25,9 +25,12 @@ shared with the sender (whose conditions use it).
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from typing import Sequence
+
+from crc32c import crc32c
 
 from raylog.errors import ClosedError, RequestTimeoutError
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
@@ -36,6 +39,10 @@ from raylog.storage.message import HEADER_SIZE
 
 #: how long a caller waits for buffer space before RequestTimeoutError
 DEFAULT_MAX_BLOCK_S = 60.0
+
+
+def _add_key_size(size: int, key: bytes | None) -> int:
+    return size + len(key) if key is not None else size
 
 
 class ProducerBatch:
@@ -190,71 +197,84 @@ class RecordAccumulator:
         partition: int | None,
     ) -> CallFuture:
         """Many messages at once, each partitioned by its key (or all to
-        ``partition``, or keyless and sticky); batches fill without a
-        per-message lookup of the open batch."""
+        ``partition``, or keyless and sticky); batches fill a slice at a
+        time, without a per-message lookup of the open batch."""
         call = CallFuture()
         n = len(values)
         if not n:
             return call
         count = self._counts.get(topic) or self.partitions(topic)
-        sizes = [HEADER_SIZE + len(v) for v in values]
-        if keys is None:
-            groups = None
+        sizes = list(map(len, values))
+        if keys is None or partition is not None:
+            if keys is not None:
+                sizes = list(map(_add_key_size, sizes, keys))
+            with self.lock:
+                self._fill(topic, partition, values, keys, sizes, 0, count, call)
+            return call
+        # Keyed: split the call by partition (partition_for_key's CRC32C
+        # modulo, inlined), keeping the call's order within each; C-level
+        # passes (a stable sort, groupby, map) instead of a loop per message.
+        if None in keys:
+            parts = [crc32c(k) % count if k is not None else -1 for k in keys]
         else:
-            # Keyed: group the indexes by partition, in the call's order.
-            groups = collections.defaultdict(list)
-            for i, key in enumerate(keys):
-                if key is not None:
-                    sizes[i] += len(key)
-                groups[partition if partition is not None else
-                       (partition_for_key(key, count) if key is not None else -1)].append(i)
+            parts = [crc32c(k) % count for k in keys]
+        sizes = list(map(_add_key_size, sizes, keys))
+        order = sorted(range(n), key=parts.__getitem__)
         with self.lock:
-            if groups is None:
-                self._fill(topic, partition, values, None, sizes, range(n), count, call)
-            else:
-                for p, indexes in groups.items():
-                    self._fill(topic, None if p == -1 else p, values, keys, sizes, indexes, count, call)
+            for p, group in itertools.groupby(order, parts.__getitem__):
+                positions = list(group)
+                self._fill(
+                    topic,
+                    None if p < 0 else p,
+                    list(map(values.__getitem__, positions)),
+                    list(map(keys.__getitem__, positions)),
+                    list(map(sizes.__getitem__, positions)),
+                    positions,
+                    count,
+                    call,
+                )
         return call
 
-    def _fill(self, topic, partition, values, keys, sizes, indexes, count, call: CallFuture) -> None:
-        """Put ``values[i] for i in indexes`` into batches of ``partition``
-        (sticky when ``None``), batch by batch. Lock held."""
-        indexes = list(indexes) if not isinstance(indexes, list) else indexes
-        consecutive = isinstance(indexes, list) and keys is None
-        start, total = 0, len(indexes)
+    def _fill(self, topic, partition, values, keys, sizes, positions, count, call: CallFuture) -> None:
+        """Put ``values`` (with ``keys`` and their ``sizes`` without headers)
+        into batches of ``partition`` (sticky when ``None``), a slice per
+        batch; ``positions`` are their places in the call (a list, or the
+        first place when consecutive). Lock held."""
+        start, total = 0, len(values)
+        largest = HEADER_SIZE + max(sizes)
         while start < total:
             self._wait_for_space()
             sticky = partition is None
             p = self._sticky.partition(topic, count) if sticky else partition
-            batch = self._batch_for(topic, p, sizes[indexes[start]])
+            batch = self._batch_for(topic, p, HEADER_SIZE + sizes[start])
             if sticky:
                 self.keyless[topic] = batch
-            room = min(self.batch_size - len(batch.values), total - start, self.max_buffered - self.buffered)
-            room = max(room, 1)
+            room = max(1, min(self.batch_size - len(batch.values), total - start, self.max_buffered - self.buffered))
             size = batch.size
-            take = 0
-            while take < room:
-                grow = sizes[indexes[start + take]]
-                if take and size + grow > batch.limit:
-                    break
-                size += grow
-                take += 1
-            chosen = indexes[start : start + take]
-            first = len(batch.values)
-            if consecutive and chosen[-1] - chosen[0] == take - 1:
-                batch.values.extend(values[chosen[0] : chosen[-1] + 1])
+            if size + room * largest <= batch.limit:
+                take = room  # the common case: it all fits, no per-message check
+                size += room * HEADER_SIZE + sum(sizes[start : start + room])
             else:
-                batch.values.extend([values[i] for i in chosen])
+                take = 0
+                while take < room:
+                    grow = HEADER_SIZE + sizes[start + take]
+                    if take and size + grow > batch.limit:
+                        break
+                    size += grow
+                    take += 1
+            end = start + take
+            first = len(batch.values)
+            batch.values.extend(values[start:end])
             if keys is not None or batch.keys is not None:
                 if batch.keys is None:
                     batch.keys = [None] * first
-                batch.keys.extend([keys[i] for i in chosen] if keys is not None else [None] * take)
+                batch.keys.extend(keys[start:end] if keys is not None else [None] * take)
             if batch.timestamps is not None:
                 batch.timestamps.extend([int(batch.created * 1000)] * take)
             batch.size = size
             self.buffered += take
-            call._add(batch.future, first, take, chosen[0] if keys is None else chosen)
-            start += take
+            call._add(batch.future, first, take, positions + start if isinstance(positions, int) else positions[start:end])
+            start = end
             if len(batch.values) >= self.batch_size or start < total:
                 self._seal(batch)
 

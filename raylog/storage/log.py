@@ -25,9 +25,11 @@ Life of a message set:
    blocked in :meth:`PartitionLog.wait_for_data`. It runs when called, from
    :meth:`PartitionLog.maybe_flush` (the owner's timer) once ``flush_ms``
    passed since the first unflushed append, and, started by ``append`` itself
-   once ``flush_messages`` messages are unflushed, on a background thread: the
-   appender does not wait for the disk, and appends made during a sync are
-   covered by the next one (group commit).
+   once ``flush_messages`` messages are unflushed or while a reader waits in
+   ``wait_for_data`` (a long poll: it sees new data without waiting out
+   ``flush_ms``), on a background thread: the appender does not wait for the
+   disk, and appends made during a sync are covered by the next one (group
+   commit: at most one sync at a time).
 3. :meth:`PartitionLog.read` hands out a :class:`FileSlice` of bytes below the
    high watermark for ``os.sendfile``.
 4. :meth:`PartitionLog.delete_old_segments` drops whole old segments
@@ -167,6 +169,7 @@ class PartitionLog:
         self._messages_appended = 0  # since open (outer messages)
         self._first_unflushed_at: float | None = None
         self._flush_requested = False
+        self._waiting = 0  # readers blocked in wait_for_data: they get a prompt flush
         try:
             os.makedirs(self._dir, exist_ok=True)
             self._lock_fd = _lock_directory(self._dir)
@@ -342,7 +345,7 @@ class PartitionLog:
             self._first_unflushed_at = self._clock()
         self._unflushed += count
         self._messages_appended += count
-        if self._unflushed >= self._config.flush_messages and not self._flush_requested:
+        if (self._unflushed >= self._config.flush_messages or self._waiting) and not self._flush_requested:
             self._flush_requested = True
             _flusher().submit(self._flush_in_background)
         return base
@@ -364,6 +367,10 @@ class PartitionLog:
             log.exception("flush of %s failed", self._dir)
         finally:
             self._flush_requested = False
+        # Appends made during the sync, with a reader still waiting: once more.
+        if self._waiting and self._unflushed and not self._flush_requested and not self._closed:
+            self._flush_requested = True
+            _flusher().submit(self._flush_in_background)
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush_ms`` passed since the first unflushed append (timer hook)."""
@@ -636,7 +643,17 @@ class PartitionLog:
         Returns whether data at ``offset`` is readable."""
         with self._cond:
             if self._hw <= offset and not self._closed:
-                self._cond.wait_for(lambda: self._hw > offset or self._closed, max(0.0, timeout_s))
+                # A waiting reader makes appends flush at once (group commit:
+                # one sync at a time, appends during it go with the next) rather
+                # than after flush_ms.
+                self._waiting += 1
+                try:
+                    if self._unflushed and not self._flush_requested:
+                        self._flush_requested = True
+                        _flusher().submit(self._flush_in_background)
+                    self._cond.wait_for(lambda: self._hw > offset or self._closed, max(0.0, timeout_s))
+                finally:
+                    self._waiting -= 1
             return self._hw > offset
 
     def offsets_before(self, timestamp_ms: int, max_offsets: int = 1) -> list[int]:

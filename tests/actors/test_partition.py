@@ -14,6 +14,7 @@ import time
 from raylog.errors import RaylogError
 from raylog.storage.message import decode_messages, encode_message_set
 from raylog.transfer.client import BrokerConnection
+from raylog.transfer.protocol import encode_auth
 
 
 def _wait_for(predicate, timeout_s: float, what: str):
@@ -35,7 +36,7 @@ def _read_all(client, topic: str) -> list[bytes]:
     start, end = client.offsets(topic, 0)
     host, port = client.metadata.endpoint(topic, 0, refresh=True)
     values = []
-    with BrokerConnection(host, port) as conn:
+    with BrokerConnection(host, port, token=client.settings.token) as conn:
         offset = start
         while offset < end:
             result = conn.fetch(topic, 0, offset, 1 << 20)
@@ -62,7 +63,7 @@ def test_kill_9_under_load_loses_no_acknowledged_flushed_message(raylog_client, 
             try:
                 if conn is None:
                     host, port = raylog_client.metadata.endpoint(topic, 0, refresh=True)
-                    conn = BrokerConnection(host, port, timeout_s=5)
+                    conn = BrokerConnection(host, port, token=raylog_client.settings.token, timeout_s=5)
                 batch = [b"msg-%08d" % (i + j) for j in range(20)]
                 conn.produce(topic, 0, encode_message_set(batch), acks=1)
                 acked.extend(batch)
@@ -155,6 +156,8 @@ def test_hostile_frames_are_refused_and_memory_stays_bounded(raylog_client, make
         assert time.monotonic() < deadline, "fuzzing took too long"
         if sock is None:
             sock = socket.create_connection((host, port), timeout=5)
+            # authenticated, so that the frames reach the parser behind AUTH
+            sock.sendall(encode_auth(0, raylog_client.settings.token))
         try:
             sock.sendall(frame)
             sent += 1

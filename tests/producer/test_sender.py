@@ -26,7 +26,8 @@ class FakeMetadata:
     class settings:
         token = None
 
-    def __init__(self, partitions: int = 2):
+    def __init__(self, partitions: int = 2, max_message_bytes: int = 4096):
+        self.max_message_bytes = max_message_bytes
         self._partitions = partitions
         self.forgotten = 0
 
@@ -34,7 +35,7 @@ class FakeMetadata:
         return self._partitions
 
     def config(self, topic):
-        return TopicConfig(partitions=self._partitions, max_message_bytes=4096)
+        return TopicConfig(partitions=self._partitions, max_message_bytes=self.max_message_bytes)
 
     def endpoint(self, topic, partition, **kw):
         return ("127.0.0.1", 1)

@@ -281,6 +281,31 @@ def test_wait_for_data_wakes_on_flush(tmp_path):
         assert result["ok"] is True and result["waited"] < 50
 
 
+def test_a_waiting_reader_sees_an_append_without_waiting_out_flush_ms(tmp_path):
+    """flush_ms is a minute here: a long-polling reader makes the append
+    flush at once (and only while it waits: without one, nothing flushes)."""
+    with PartitionLog(tmp_path, SMALL) as log:
+        log.append(msgs("quiet"))
+        time.sleep(0.05)
+        assert log.high_watermark == 0  # no reader waits: flush_ms applies
+        assert log.wait_for_data(0, 30) is True  # a reader arrives: flushed for it
+        hw = log.high_watermark
+        result = {}
+        started = threading.Event()
+
+        def wait():
+            started.set()
+            result["ok"] = log.wait_for_data(hw, 30)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        started.wait(10)
+        time.sleep(0.05)
+        log.append(msgs("for the reader"))
+        thread.join(30)
+        assert result == {"ok": True} and log.high_watermark == log.log_end_offset
+
+
 def test_wait_for_data_wakes_on_close(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
     result = {}

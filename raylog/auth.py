@@ -1,0 +1,125 @@
+"""The cluster token: every data port of a raylog cluster requires it.
+
+Closed by default, with no set-up step: the token is derived, never chosen
+and handed around by whoever starts an actor.
+
+* **Ray token authentication on** (Ray 2.60 turns it on when a token exists
+  in ``~/.ray/auth_token``; every process of the Ray cluster has that token):
+  the token is ``hex(HMAC-SHA256(Ray's auth token, "raylog:" + cluster))``.
+  A process outside Ray that holds the Ray token (a CLI on a cluster node, a
+  Spark executor) derives the same value: the Ray token is read the way Ray
+  reads it (``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``, else
+  ``~/.ray/auth_token``) unless ``RAY_AUTH_MODE=disabled``. Why: a Ray
+  cluster with token authentication already trusts exactly the holders of
+  that token (they can run any code on it), so they and only they can serve
+  or read raylog data; one HMAC per cluster name keeps clusters that share a
+  Ray cluster apart.
+* **Ray token authentication off**: a random 256-bit secret, made when the
+  cluster is first used (atomic create-if-absent) and kept in the Ray
+  cluster's own key-value store (the GCS, namespace ``raylog``, key
+  ``token/<cluster>``). Why: only processes that joined the Ray cluster
+  (drivers, workers, actors) can read it, which is again the set of
+  processes that can already run code on the cluster.
+
+A process that cannot derive the token (outside Ray, without the Ray token)
+passes it explicitly: ``raylog.connect(token=...)`` (or ``raylog --token``).
+The partition actor derives it itself and never takes one from its caller:
+an actor started with a token that differs from the cluster's refuses to
+start (:class:`AuthenticationError`), and its ``shutdown`` requires it; so
+does :meth:`raylog.Client.ensure_served` and every call that serves,
+restarts or stops a partition.
+
+Thread-safety: the functions may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+
+from raylog.errors import AuthenticationError
+
+KV_NAMESPACE = "raylog"
+#: how the derived token starts its HMAC message
+CONTEXT = b"raylog:"
+
+
+def _ray_token_outside_ray() -> bytes | None:
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        return None
+    raw = os.environ.get("RAY_AUTH_TOKEN")
+    if raw:
+        return raw.strip().encode()
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read().strip()
+    except OSError:
+        return None
+    return raw or None
+
+
+def _ray_token() -> tuple[bool, bytes | None]:
+    """``(inside Ray, Ray's auth token or None)``."""
+    try:
+        import ray
+    except ImportError:
+        return False, _ray_token_outside_ray()
+    if not ray.is_initialized():
+        return False, _ray_token_outside_ray()
+    from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+    if not is_token_auth_enabled():
+        return True, None
+    from ray._raylet import AuthenticationTokenLoader
+
+    loader = AuthenticationTokenLoader.instance()
+    if not loader.has_token():
+        return True, None
+    raw = loader.get_raw_token()
+    return True, raw.encode() if isinstance(raw, str) else bytes(raw)
+
+
+def derive(ray_token: bytes, cluster: str) -> bytes:
+    """The cluster token from Ray's auth token."""
+    return hmac.new(ray_token, CONTEXT + cluster.encode("utf-8"), hashlib.sha256).hexdigest().encode()
+
+
+def _kv_secret(cluster: str) -> bytes:
+    from ray.experimental import internal_kv
+
+    key = f"token/{cluster}".encode()
+    internal_kv._internal_kv_put(key, secrets.token_hex(32).encode(), overwrite=False, namespace=KV_NAMESPACE)
+    value = internal_kv._internal_kv_get(key, namespace=KV_NAMESPACE)
+    if not value:
+        raise AuthenticationError(f"the token of cluster {cluster!r} could not be read from Ray's key-value store")
+    return bytes(value)
+
+
+def cluster_token(cluster: str) -> bytes | None:
+    """The data token of ``cluster`` as this process can derive it, or
+    ``None`` (outside Ray, without Ray's token: pass it explicitly)."""
+    inside, ray_token = _ray_token()
+    if ray_token is not None:
+        return derive(ray_token, cluster)
+    if inside:
+        return _kv_secret(cluster)
+    return None
+
+
+def check(cluster: str, token: bytes | None, what: str) -> None:
+    """Raise :class:`AuthenticationError` unless ``token`` is the cluster's
+    (compared in constant time); ``what`` names the refused call."""
+    expected = cluster_token(cluster)
+    if expected is None:
+        raise AuthenticationError(
+            f"{what} needs the token of cluster {cluster!r}, which this process cannot derive "
+            f"(it is not part of the Ray cluster and has no Ray auth token)"
+        )
+    if token is None or not hmac.compare_digest(bytes(token), expected):
+        raise AuthenticationError(
+            f"{what} refused: {'no token' if token is None else 'a wrong token'} for cluster {cluster!r}; "
+            f"pass the cluster's token (raylog.connect(token=...)) or run inside its Ray cluster"
+        )
