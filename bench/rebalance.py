@@ -49,7 +49,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kazoo.exceptions import NoNodeError  # noqa: E402
 
 from raylog.config import TopicConfig  # noqa: E402
-from raylog.groups.coordinator import GroupMember, range_assignment  # noqa: E402
+from raylog.groups.assignment import range_assignment  # noqa: E402
+from raylog.groups.member import GroupMember  # noqa: E402
 from raylog.groups.paths import Paths  # noqa: E402
 
 PARTITIONS = 16

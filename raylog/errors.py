@@ -269,6 +269,15 @@ class ZooKeeperUnavailableError(RaylogError):
     retriable = True
 
 
+@_code(49)
+class RayUnavailableError(RaylogError):
+    """The Ray cluster at the given address could not be reached within the
+    connection deadline; check the address (HOST:PORT of the head's GCS, as
+    ``ray start --head`` printed it) and that the head runs, then call again."""
+
+    retriable = True
+
+
 @_code(41)
 class SessionExpiredError(ZooKeeperUnavailableError):
     """The ZooKeeper session expired; ephemeral nodes are gone and the client
@@ -303,6 +312,15 @@ class StaleEpochError(NotOwnerError):
 @_code(43)
 class UnknownGroupError(RaylogError):
     """No consumer group of that name has members or committed offsets."""
+
+
+@_code(48)
+class GroupActiveError(RaylogError):
+    """The consumer group has live members: deleting it or resetting its
+    offsets now would race with their commits. Stop them first (retriable:
+    it succeeds once the members are gone)."""
+
+    retriable = True
 
 
 @_code(50)

@@ -25,17 +25,21 @@ class ConnectionSettings:
 
     zookeeper: str
     cluster: str = "default"
+    #: the cluster's data token; ``None`` derives it where this process can
+    #: (inside the Ray cluster, or holding Ray's auth token: see raylog.auth)
     token: bytes | None = None
+
+    def __post_init__(self):
+        if self.token is None:
+            from raylog.auth import cluster_token
+
+            token = cluster_token(self.cluster)  # closed by default
+            if token is not None:
+                object.__setattr__(self, "token", token)
 
 
 class Metadata:
     def __init__(self, registry, settings: ConnectionSettings, *, owns_zk=None):
-        if settings.token is None:
-            from raylog.auth import cluster_token
-
-            token = cluster_token(settings.cluster)  # closed by default: see raylog.auth
-            if token is not None:
-                settings = dataclasses.replace(settings, token=token)
         self.registry = registry
         self.settings = settings
         self._owns_zk = owns_zk

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -155,5 +156,92 @@ def make_topic(raylog_client):
         name = f"t-{uuid.uuid4().hex[:12]}"
         raylog_client.create_topic(name, partitions=partitions, **settings)
         return name
+
+    return make
+
+
+# -- consumer groups: the one-owner invariant, watched while faults happen ------
+
+
+class OwnerWatcher:
+    """Checks continuously, on a thread of its own, that no partition has two
+    owners: no two members hand out the same partition at the same instant,
+    and no member hands out a partition whose owner node holds another id.
+
+    Each round samples every member's ``assignment`` twice with the owner
+    nodes read in between; a partition counts as held by a member only if
+    both samples show it, so a clean hand-over between the samples is not
+    reported. ``members()`` returns the live GroupMember objects.
+    """
+
+    def __init__(self, zk, cluster: str, group: str, topics, members):
+        from raylog.groups.paths import Paths
+
+        self.zk, self.paths, self.group, self.topics = zk, Paths(cluster), group, list(topics)
+        self.members = members
+        self.violations: list[str] = []
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="owner-watcher", daemon=True)
+
+    def _owner_nodes(self) -> dict:
+        from kazoo.exceptions import NoNodeError
+
+        nodes = {}
+        for topic in self.topics:
+            try:
+                names = self.zk.get_children(self.paths.owners(self.group, topic))
+            except NoNodeError:
+                continue
+            for name in names:
+                try:
+                    nodes[(topic, int(name))] = self.zk.get(self.paths.owner(self.group, topic, int(name)))[0].decode()
+                except NoNodeError:
+                    pass
+        return nodes
+
+    def check_once(self) -> None:
+        members = list(self.members())
+        first = [m.assignment for m in members]
+        nodes = self._owner_nodes()
+        second = [m.assignment for m in members]
+        held = [a & b for a, b in zip(first, second)]
+        for i, m in enumerate(members):
+            for tp in held[i]:
+                for j in range(i + 1, len(members)):
+                    if tp in held[j]:
+                        self.violations.append(f"{tp} handed out by {m.consumer_id} and {members[j].consumer_id}")
+                holder = nodes.get(tp)
+                if holder is not None and holder != m.consumer_id and tp in m.assignment:
+                    self.violations.append(f"{tp} handed out by {m.consumer_id} but its node holds {holder}")
+        self.rounds += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.check_once()
+            except Exception:  # noqa: BLE001 - ZooKeeper down in the test: try again
+                pass
+            self._stop.wait(0.01)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+        if exc[0] is None:
+            assert self.rounds > 0, "the owner watcher never completed a round"
+            assert not self.violations, self.violations[:10]
+
+
+@pytest.fixture
+def owner_watcher(make_zk):
+    """``owner_watcher(cluster, group, topics, members_fn)``: a context manager
+    that fails the test if two members owned one partition at once."""
+
+    def make(cluster, group, topics, members):
+        return OwnerWatcher(make_zk(), cluster, group, topics, members)
 
     return make

@@ -315,15 +315,55 @@ def test_consume_in_a_group_commits_and_groups_show_the_lag(cluster, make_topic,
     proc = raylog(*cluster, "groups", "describe", group)
     assert proc.returncode == 0, proc.stderr
     columns, row = proc.stdout.splitlines()
-    assert columns.split() == ["TOPIC", "PARTITION", "OWNER", "COMMITTED", "END", "OFFSET", "LAG"]
-    assert row.split() == [topic, "0", "-", str(4 * size), str(end), str(end - 4 * size)]
+    assert columns.split() == ["TOPIC", "PARTITION", "OWNER", "COMMITTED", "END", "OFFSET", "LAG", "(BYTES)",
+                               "LAG", "(MESSAGES,", "ESTIMATE)"]
+    assert row.split() == [topic, "0", "-", str(4 * size), str(end), str(end - 4 * size), "~6"]
 
     # The group goes on from its commit.
     proc = raylog(*cluster, "consume", topic, "--group", group, "--max-messages", "6")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == _values(10)[4:]
     row = raylog(*cluster, "groups", "describe", group).stdout.splitlines()[1]
-    assert row.split()[3:] == [str(end), str(end), "0"]
+    assert row.split()[3:] == [str(end), str(end), "0", "~0"]
+
+
+def test_groups_reset_offsets_dry_run_execute_and_delete(cluster, make_topic, raylog_client):
+    topic = make_topic(partitions=1)
+    producer = raylog_client.producer(acks=1)
+    for value in _values(10):
+        producer.send(topic, value.encode())
+    producer.close()
+    end = _wait_flushed(raylog_client, topic)
+    size = end // 10
+    group = f"g-reset-{topic}"
+    proc = raylog(*cluster, "consume", topic, "--group", group, "--from-beginning", "--max-messages", "10")
+    assert proc.returncode == 0, proc.stderr
+
+    # a dry run shows the plan and writes nothing
+    proc = raylog(*cluster, "groups", "reset-offsets", group, "--topic", topic, "--to-offset", str(3 * size))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].split() == [topic, "0", str(end), str(3 * size)]
+    assert "dry run" in proc.stderr
+    assert raylog_client.describe_group(group)[0]["committed"] == end
+    # not a message boundary, or two targets: one clear error line
+    assert_one_error_line(raylog(*cluster, "groups", "reset-offsets", group, "--topic", topic, "--to-offset",
+                                 str(3 * size + 1), "--execute"), 1, "not the start of a message")
+    proc = raylog(*cluster, "groups", "reset-offsets", group, "--topic", topic, "--to-earliest", "--to-offset", "0")
+    assert proc.returncode == 2 and "exactly one" in proc.stderr and "Traceback" not in proc.stderr
+    proc = raylog(*cluster, "groups", "reset-offsets", group, "--topic", topic, "--to-offset", str(3 * size),
+                  "--execute")
+    assert proc.returncode == 0, proc.stderr
+    proc = raylog(*cluster, "consume", topic, "--group", group, "--max-messages", "7")
+    assert proc.stdout.splitlines() == _values(10)[3:]
+    proc = raylog(*cluster, "groups", "reset-offsets", group, "--topic", topic, "--to-datetime",
+                  "2000-01-01T00:00:00Z", "--execute")
+    assert proc.returncode == 0, proc.stderr
+    assert raylog_client.describe_group(group)[0]["committed"] == 0  # every message is newer
+
+    proc = raylog(*cluster, "groups", "delete", group)
+    assert proc.returncode == 0, proc.stderr
+    assert group not in raylog(*cluster, "groups", "list").stdout.splitlines()
+    assert_one_error_line(raylog(*cluster, "groups", "delete", group), 1, group)
 
 
 def test_describing_an_unknown_group_exits_1(cluster):

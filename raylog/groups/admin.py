@@ -1,54 +1,85 @@
-"""Inspecting consumer groups: which groups exist, who owns what, how far behind.
+"""Administering consumer groups: list, describe, delete, reset offsets
+(Kafka's ``kafka-consumer-groups``), from any ZooKeeper client of the cluster.
 
-Read-only; works from any ZooKeeper client of the cluster (no membership)::
+::
 
-    list_groups(zk, "default")                   # ['analytics', 'billing']
-    describe_group(zk, "default", "analytics", end_offsets=client_end_offset)
+    list_groups(zk, "default")                              # ['analytics', 'billing']
+    describe_group(zk, "default", "analytics", partition_info=info, timeout_s=5)
+    delete_group(zk, "default", "analytics")                # refused while members are alive
+    plan = reset_offsets(zk, "default", "analytics", "clicks", targets)   # dry run: the plan only
+    reset_offsets(zk, "default", "analytics", "clicks", targets, dry_run=False)
+
+This module reads and writes ZooKeeper only. What only the partitions' data
+servers know (a partition's end, an estimate of message sizes, the offset
+for a timestamp) comes in through callbacks, which :class:`raylog.Client`
+provides.
 
 :func:`describe_group` returns one row (a dict) per partition of every topic
 the group subscribes to, owns or has committed offsets for:
 
-=============  ==============================================================
-key            value
-=============  ==============================================================
-``group``      the group name
-``topic``      the topic
-``partition``  the partition number
-``owner``      the consumer id holding the partition's owner node, or None
-``committed``  the committed offset (the next offset to read), or None
-``end_offset`` ``end_offsets(topic, partition)`` (only with ``end_offsets``)
-``lag``        ``end_offset - committed``, None when nothing is committed
-               (only with ``end_offsets``)
-``members``    the ids of the group's live members subscribed to the topic
-               (all live members on an idle member's row)
-=============  ==============================================================
+============================  ==============================================================
+key                           value
+============================  ==============================================================
+``group``                     the group name
+``topic``, ``partition``      the partition
+``topic_exists``              False for a topic deleted since the group committed
+``owner``                     the consumer id holding the partition's owner node, or None
+``committed``                 the committed byte offset (the next offset to read), or None
+``end_offset``                the partition's high watermark, None if it did not answer in time
+``lag_bytes``                 ``end_offset - committed`` in **bytes** (not clamped: a negative
+                              value means the committed offset is past the end)
+``lag_messages_estimate``     an **estimate** of the lag in messages: ``lag_bytes`` divided by
+                              the mean size of the messages at the committed offset (a sample)
+``members``                   the group's live members subscribed to the topic
+============================  ==============================================================
 
 followed by one row per live member that owns no partition (``topic`` and
-``partition`` None, ``owner`` the member id), so idle members show too, as in
-Kafka's ``ConsumerGroupCommand``. A snapshot, not a transaction: during a
-rebalance some partitions may show no owner.
+``partition`` None). Data-server queries run concurrently under one overall
+deadline (``timeout_s``); a partition that does not answer in time shows
+``None`` rather than delaying the others. A snapshot, not a transaction.
+
+Thread-safety: stateless functions; kazoo's client is thread-safe.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
-from typing import Callable
+import time
+from typing import Callable, Mapping
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoNodeError, NotEmptyError
 
-from raylog.errors import UnknownGroupError
-from raylog.groups.coordinator import partition_count
-from raylog.groups.offsets import OffsetStore
-from raylog.groups.zkerrors import ensure_connected, zookeeper_errors
+from raylog.errors import ConfigError, GroupActiveError, UnknownGroupError
+from raylog.groups.assignment import parse_subscription, partition_count
+from raylog.groups.offsets import OffsetStore, REQUEST_TIMEOUT_S
 from raylog.groups.paths import Paths
+from raylog.groups.zkerrors import ensure_connected, zookeeper_errors
+
+#: the most partitions queried at once by describe_group
+DESCRIBE_CONCURRENCY = 16
+
+TopicPartition = tuple[str, int]
 
 
 def _children(zk: KazooClient, path: str) -> list[str]:
     try:
-        return zk.get_children(path)
+        return zk.get_children_async(path).get(timeout=REQUEST_TIMEOUT_S)
     except NoNodeError:
         return []
+
+
+def _get_many(zk: KazooClient, paths: list[str]) -> list:
+    """Read several nodes at once; a missing node comes back as None."""
+    requests = [zk.get_async(p) for p in paths]
+    out = []
+    for request in requests:
+        try:
+            out.append(request.get(timeout=REQUEST_TIMEOUT_S))
+        except NoNodeError:
+            out.append(None)
+    return out
 
 
 def list_groups(zk: KazooClient, cluster: str) -> list[str]:
@@ -64,34 +95,38 @@ def list_groups(zk: KazooClient, cluster: str) -> list[str]:
     return sorted(groups)
 
 
+def live_members(zk: KazooClient, cluster: str, group: str) -> dict[str, list[str]]:
+    """``{member id: subscribed topics}`` of the group's live members."""
+    paths = Paths(cluster)
+    with zookeeper_errors(zk, f"read the members of group {group!r}"):
+        names = sorted(_children(zk, paths.ids(group)))
+        results = _get_many(zk, [paths.member(group, m) for m in names])
+    return {m: (parse_subscription(r[0]) or []) for m, r in zip(names, results) if r is not None}
+
+
 def describe_group(
     zk: KazooClient,
     cluster: str,
     group: str,
-    end_offsets: Callable[[str, int], int] | None = None,
+    partition_info: Callable[[str, int, int | None], tuple[int | None, float | None]] | None = None,
+    *,
+    timeout_s: float = 5.0,
 ) -> list[dict]:
     """Rows describing ``group`` (see the module docstring).
 
-    ``end_offsets(topic, partition)`` gives a partition's end (the offset
-    the next message will get); with it, rows carry ``end_offset`` and
-    ``lag``. Raises :class:`raylog.UnknownGroupError` for a group with
-    neither live members nor committed offsets.
+    ``partition_info(topic, partition, committed)`` returns ``(end offset,
+    mean message size in bytes or None)``; with it, rows carry
+    ``end_offset``, ``lag_bytes`` and ``lag_messages_estimate``. All calls
+    share one deadline of ``timeout_s``. Raises
+    :class:`raylog.UnknownGroupError` for a group with neither live members
+    nor committed offsets.
     """
     paths = Paths(cluster)
     what = f"describe consumer group {group!r}"
     ensure_connected(zk, what)
+    deadline = time.monotonic() + timeout_s
+    members = live_members(zk, cluster, group)
     with zookeeper_errors(zk, what):
-        members: dict[str, list[str]] = {}
-        for member in _children(zk, paths.ids(group)):
-            try:
-                data, _ = zk.get(paths.member(group, member))
-            except NoNodeError:
-                continue
-            try:
-                topics = json.loads(data)["topics"]
-            except (ValueError, KeyError, TypeError):
-                topics = []
-            members[member] = [t for t in topics if isinstance(t, str)]
         committed = OffsetStore(zk, cluster).committed_all(group)
         if not members and not committed:
             raise UnknownGroupError(
@@ -99,29 +134,39 @@ def describe_group(
                 f"offsets; see list_groups() for the groups that exist",
                 group=group,
             )
-
         topics = {t for ts in members.values() for t in ts}
         topics |= {t for t, _ in committed}
-        owners_root = f"{paths.group(group)}/owners"
-        topics |= set(_children(zk, owners_root))
+        topics |= set(_children(zk, f"{paths.group(group)}/owners"))
+        topics = sorted(topics)
+        configs = dict(zip(topics, _get_many(zk, [paths.topic(t) for t in topics])))
+        partitions: set[TopicPartition] = set(committed)
+        for topic, result in configs.items():
+            if result is not None:
+                partitions.update((topic, p) for p in range(partition_count(result[0])))
+        owner_names = {t: _children(zk, paths.owners(group, t)) for t in topics}
+        owner_tps = [(t, int(n)) for t, names in owner_names.items() for n in names if n.isdigit()]
+        owners = {
+            tp: r[0].decode(errors="replace")
+            for tp, r in zip(owner_tps, _get_many(zk, [paths.owner(group, *tp) for tp in owner_tps]))
+            if r is not None
+        }
+        partitions |= set(owners)
 
-        owners: dict[tuple[str, int], str] = {}
-        partitions: set[tuple[str, int]] = set(committed)
-        for topic in topics:
-            try:
-                data, _ = zk.get(paths.topic(topic))
-                partitions.update((topic, p) for p in range(partition_count(data)))
-            except NoNodeError:
-                pass  # deleted topic: still show what the group has for it
-            for name in _children(zk, paths.owners(group, topic)):
-                if not name.isdigit():
-                    continue
-                try:
-                    data, _ = zk.get(paths.owner(group, topic, int(name)))
-                except NoNodeError:
-                    continue
-                owners[(topic, int(name))] = data.decode(errors="replace")
-                partitions.add((topic, int(name)))
+    info: dict[TopicPartition, tuple] = {}
+    if partition_info is not None and partitions:
+        # Every partition at once (bounded), one deadline for all.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(DESCRIBE_CONCURRENCY, len(partitions)))
+        try:
+            futures = {
+                pool.submit(partition_info, t, p, committed.get((t, p))): (t, p)
+                for t, p in sorted(partitions) if configs.get(t) is not None
+            }
+            done, _ = concurrent.futures.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+            for future in done:
+                if future.exception() is None:
+                    info[futures[future]] = future.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     rows = []
     for topic, partition in sorted(partitions):
@@ -130,22 +175,111 @@ def describe_group(
             "group": group,
             "topic": topic,
             "partition": partition,
+            "topic_exists": configs.get(topic) is not None,
             "owner": owners.get((topic, partition)),
             "committed": offset,
             "members": sorted(m for m, ts in members.items() if topic in ts),
         }
-        if end_offsets is not None:
-            end = end_offsets(topic, partition)  # None: the partition is unreachable now
+        if partition_info is not None:
+            end, mean_size = info.get((topic, partition), (None, None))
+            lag = None if offset is None or end is None else end - offset
             row["end_offset"] = end
-            row["lag"] = None if offset is None or end is None else max(0, end - offset)
+            row["lag_bytes"] = lag
+            row["lag_messages_estimate"] = (
+                None if lag is None or not mean_size else (0 if lag <= 0 else max(1, round(lag / mean_size))))
         rows.append(row)
     busy = set(owners.values())
     for member in sorted(members):
         if member not in busy:
-            row = {"group": group, "topic": None, "partition": None, "owner": member,
+            row = {"group": group, "topic": None, "partition": None, "topic_exists": None, "owner": member,
                    "committed": None, "members": sorted(members)}
-            if end_offsets is not None:
-                row["end_offset"] = None
-                row["lag"] = None
+            if partition_info is not None:
+                row.update(end_offset=None, lag_bytes=None, lag_messages_estimate=None)
             rows.append(row)
     return rows
+
+
+def _refuse_if_active(zk: KazooClient, cluster: str, group: str, doing: str) -> None:
+    members = live_members(zk, cluster, group)
+    if members:
+        raise GroupActiveError(
+            f"cannot {doing} consumer group {group!r}: it has {len(members)} live member(s) "
+            f"({', '.join(sorted(members))}); stop them first (their commits would race with this)",
+            group=group, members=sorted(members),
+        )
+
+
+def delete_group(zk: KazooClient, cluster: str, group: str) -> None:
+    """Delete a group's committed offsets and nodes. Refused
+    (:class:`raylog.GroupActiveError`) while it has live members;
+    :class:`raylog.UnknownGroupError` if there is no such group."""
+    paths = Paths(cluster)
+    what = f"delete consumer group {group!r}"
+    ensure_connected(zk, what)
+    _refuse_if_active(zk, cluster, group, "delete")
+    with zookeeper_errors(zk, what):
+        if not zk.exists(paths.group(group)):
+            raise UnknownGroupError(f"consumer group {group!r} of cluster {cluster!r} does not exist; "
+                                    f"see list_groups()", group=group)
+        for child in ("offsets", "owners"):
+            try:
+                zk.delete(f"{paths.group(group)}/{child}", recursive=True)
+            except NoNodeError:
+                pass
+        try:
+            zk.delete(paths.ids(group))
+            zk.delete(paths.group(group))
+        except NoNodeError:
+            pass
+        except NotEmptyError:
+            raise GroupActiveError(f"a member joined consumer group {group!r} while it was being deleted; "
+                                   f"its offsets are gone, the group lives on", group=group) from None
+
+
+def reset_offsets(
+    zk: KazooClient,
+    cluster: str,
+    group: str,
+    topic: str,
+    targets: Mapping[int, int],
+    *,
+    dry_run: bool = True,
+) -> list[dict]:
+    """Set the group's committed offsets of ``topic`` to ``targets``
+    (``{partition: offset}``, resolved by the caller from earliest / latest /
+    a timestamp / an offset). Returns one row per partition: ``partition``,
+    ``current`` (committed now, or None) and ``new``. With ``dry_run`` (the
+    default) nothing is written. Refused (:class:`raylog.GroupActiveError`)
+    while the group has live members."""
+    what = f"reset the offsets of consumer group {group!r}"
+    ensure_connected(zk, what)
+    _refuse_if_active(zk, cluster, group, "reset the offsets of")
+    store = OffsetStore(zk, cluster)
+    for partition, offset in targets.items():
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ConfigError(f"partition {partition}: an offset is a non-negative byte position, got {offset!r}")
+    current = store.committed_all(group)
+    rows = [{"group": group, "topic": topic, "partition": p, "current": current.get((topic, p)), "new": offset}
+            for p, offset in sorted(targets.items())]
+    if not dry_run:
+        for row in rows:
+            store.commit(group, topic, row["partition"], row["new"])
+    return rows
+
+
+def delete_topic_offsets(zk: KazooClient, cluster: str, topic: str) -> list[str]:
+    """Delete every group's committed offsets of ``topic`` (a deleted topic:
+    its byte offsets would point mid-message in a re-created one). Returns
+    the groups that had some."""
+    paths = Paths(cluster)
+    what = f"delete the committed offsets of topic {topic!r}"
+    ensure_connected(zk, what)
+    cleared = []
+    with zookeeper_errors(zk, what):
+        for group in _children(zk, paths.groups):
+            try:
+                zk.delete(paths.offsets(group, topic), recursive=True)
+                cleared.append(group)
+            except NoNodeError:
+                pass
+    return sorted(cleared)

@@ -10,7 +10,7 @@ are byte positions in the partition log (DESIGN §2); for a compressed message
 set only the wrapper's offset can be committed.
 
 :class:`OffsetStore` does no ownership checks: it is the storage layer.
-:class:`raylog.groups.coordinator.GroupMember.commit` is the checked entry
+:class:`raylog.groups.member.GroupMember.commit` is the checked entry
 point a consumer uses (it refuses partitions the member does not own).
 
 Every ZooKeeper failure comes out as a raylog error: a down or unreachable

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import operator
 import threading
 import time
 from typing import Sequence
@@ -68,9 +69,9 @@ class ProducerBatch:
 
 
 class RecordAccumulator:
-    """Open and sealed batches (see the module docstring). ``config`` maps a
-    topic to its TopicConfig and ``partitions`` to its partition count
-    (both cached by :class:`~raylog.metadata.Metadata`)."""
+    """Open and sealed batches (see the module docstring). A topic's
+    partition count and ``max_message_bytes`` come from ``metadata`` once
+    and are cached here."""
 
     def __init__(
         self,
@@ -94,7 +95,7 @@ class RecordAccumulator:
         self.wake = threading.Condition(self.lock)
         #: callers wait here for buffer space
         self.space = threading.Condition(self.lock)
-        #: flush waits here for batches to resolve
+        #: open batches by topic-partition
         self.open: dict[tuple[str, int], ProducerBatch] = {}
         self.keyless: dict[str, ProducerBatch] = {}  # the open sticky batch of each topic
         self.ready: dict[tuple[str, int], collections.deque[ProducerBatch]] = {}
@@ -216,9 +217,10 @@ class RecordAccumulator:
         # passes (a stable sort, groupby, map) instead of a loop per message.
         if None in keys:
             parts = [crc32c(k) % count if k is not None else -1 for k in keys]
+            sizes = list(map(_add_key_size, sizes, keys))
         else:
             parts = [crc32c(k) % count for k in keys]
-        sizes = list(map(_add_key_size, sizes, keys))
+            sizes = list(map(operator.add, sizes, map(len, keys)))
         order = sorted(range(n), key=parts.__getitem__)
         with self.lock:
             for p, group in itertools.groupby(order, parts.__getitem__):

@@ -63,6 +63,8 @@ from raylog.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 _ACKS = {0: 0, 1: 1, "all": ACKS_ALL, ACKS_ALL: ACKS_ALL}
+_BYTES = {bytes}
+_KEY_TYPES = {bytes, type(None)}
 
 
 class Producer:
@@ -177,13 +179,15 @@ class Producer:
         returns one future for all of them (see :class:`CallFuture`)."""
         if keys is not None and len(keys) != len(values):
             raise ConfigError(f"{len(values)} values but {len(keys)} keys")
-        for value in values:
-            if type(value) is not bytes:
-                raise TypeError(f"values must be bytes, got {type(value).__name__}")
+        kinds = set(map(type, values))  # one C-level pass, not a check per message
+        if kinds - _BYTES:
+            raise TypeError(f"values must be bytes, got {', '.join(sorted(k.__name__ for k in kinds - _BYTES))}")
         if keys is not None:
-            for key in keys:
-                if key is not None and type(key) is not bytes:
-                    raise TypeError(f"keys must be bytes or None, got {type(key).__name__}")
+            kinds = set(map(type, keys))
+            if kinds - _KEY_TYPES:
+                raise TypeError(
+                    f"keys must be bytes or None, got {', '.join(sorted(k.__name__ for k in kinds - _KEY_TYPES))}"
+                )
         if partition is not None:
             self._check_partition(topic, partition)
         return self._acc.append_many(topic, values, keys, partition)

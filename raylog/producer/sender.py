@@ -134,7 +134,6 @@ class Sender:
         self._draining = accumulator.draining  # guarded by the accumulator's lock
         self._connections: dict[tuple[str, int], object] = {}
         self._sequences: dict[tuple[str, int], _Sequences] = {}
-        self._stopping = False
         self._pool = ThreadPoolExecutor(max_in_flight_partitions, thread_name_prefix="raylog-sender")
         self._thread = threading.Thread(target=self._run, name="raylog-producer", daemon=True)
         self._thread.start()
@@ -180,9 +179,6 @@ class Sender:
     def in_flight_futures(self) -> list:
         """Futures of the batches workers hold (accumulator lock held)."""
         return [b.future for batches in self._draining.values() for b in batches]
-
-    def draining(self) -> bool:
-        return bool(self._draining)
 
     # -- a drain worker -----------------------------------------------------------
 
@@ -270,14 +266,25 @@ class Sender:
             # not arrive first if this one is refused.
             sending = pending[:1] if state is not None and pending[0].sequence == 0 else pending
             conn = self._connection(tp)
-            results = conn.produce_sets(
-                topic,
-                partition,
-                [s.payload for s in sending],
-                self.acks,
-                producer_id=state.producer_id if state is not None else -1,
-                sequences=[s.sequence for s in sending] if state is not None else None,
-            )
+            try:
+                results = conn.produce_sets(
+                    topic,
+                    partition,
+                    [s.payload for s in sending],
+                    self.acks,
+                    producer_id=state.producer_id if state is not None else -1,
+                    sequences=[s.sequence for s in sending] if state is not None else None,
+                )
+            except RaylogError as err:
+                if self.acks or err.retriable:
+                    raise
+                # acks=0: the partition refused an earlier set (already
+                # resolved with offset -1, as acks=0 promises no more) and
+                # closed the connection before these were written: send
+                # them again on a new one.
+                log.warning("%s-%d: an earlier acks=0 set was refused: %s", topic, partition, err)
+                self._reset(tp)
+                continue
             if results is None:  # acks=0: written is all we learn
                 for s in sending:
                     self._resolve(s.batch, UNKNOWN_OFFSET)

@@ -337,7 +337,10 @@ class PartitionLog:
             self._fail(err)
             raise StorageError(f"cannot append to {active.path}: {err}") from err
         if sequenced is not None:
-            self._producers.remember(producer_id, epoch, first_sequence, base, lengths)
+            try:
+                self._producers.remember(producer_id, epoch, first_sequence, base, lengths)
+            except OSError as err:  # compacting the journal failed; the set is in the log
+                self._fail(err)
         if not active.size - size:
             self._active_since = self._clock()
         self._leo = base + size
@@ -367,8 +370,10 @@ class PartitionLog:
             log.exception("flush of %s failed", self._dir)
         finally:
             self._flush_requested = False
-        # Appends made during the sync, with a reader still waiting: once more.
-        if self._waiting and self._unflushed and not self._flush_requested and not self._closed:
+        # Appends made during the sync, with a reader still waiting or enough
+        # of them to be due (flush_messages): once more.
+        due = self._waiting or self._unflushed >= self._config.flush_messages
+        if due and self._unflushed and not self._flush_requested and not self._closed and self._failed is None:
             self._flush_requested = True
             _flusher().submit(self._flush_in_background)
 

@@ -23,26 +23,30 @@ The journal file
 So that a partition actor restarted after its process died (SIGKILL, with
 appends still in the page cache) still recognises a duplicate, every
 remembered sequence is written to the file ``producer-state`` in the
-partition directory *before* its set is written to the segment. The file is
-a run of fixed-size records, big-endian::
+partition directory *before* its sets are written to the segment: one record
+per append (a run of consecutive sets of one producer, joined), big-endian::
 
-     field          type  bytes   meaning
-  1. crc            u32   0..4    CRC32C of bytes 4..30 of the record
-  2. producer id    i64   4..12   the producer's id (non-negative)
-  3. epoch          i16   12..14  the producer's epoch (0; reserved)
-  4. sequence       i32   14..18  the set's sequence number
-  5. base offset    i64   18..26  log offset of the set's first byte
-  6. length         i32   26..30  bytes of the set
+     field          type       bytes        meaning
+  1. crc            u32        0..4         CRC32C of bytes 4..28+4n of the record
+  2. count          u16        4..6         n, the sets of the record (at least 1)
+  3. producer id    i64        6..14        the producer's id (non-negative)
+  4. epoch          i16        14..16       the producer's epoch (0; reserved)
+  5. first sequence i32        16..20       the first set's sequence number
+  6. base offset    i64        20..28       log offset of the first set's first byte
+  7. lengths        n x i32    28..28+4n    bytes of each set: set k has sequence
+                                            first + k and starts at base offset +
+                                            lengths[0] + ... + lengths[k-1]
 
 The file is created at the first sequenced append. Records are applied in file order. On open (:meth:`ProducerStateTable.open`)
 the file is read up to the first record that is cut short or fails its CRC
-(a torn tail, dropped), and a record whose set does not lie wholly within
-the recovered log (``base offset + length > log end``: the set never reached
-the segment, or recovery cut it off) is dropped. The file is then rewritten
+(a torn tail, dropped), and a set that does not lie wholly within the
+recovered log (its end past the log end: it never reached the segment, or
+recovery cut it off) is dropped with the sets after it in its record. The file is then rewritten
 from what is remembered (a snapshot: a temporary file renamed over it), and
 rewritten the same way whenever it grows past twice that size plus
 :data:`COMPACT_SLACK_BYTES`, so it stays bounded by the state it describes
-(at most ``max_producer_ids * SEQUENCES_REMEMBERED`` records). The file is
+(a snapshot holds one single-set record per remembered sequence: at most
+``max_producer_ids * SEQUENCES_REMEMBERED`` records of 32 bytes). The file is
 synced with the log's flush (:meth:`sync`), so a machine crash keeps what a
 flush made durable.
 
@@ -69,10 +73,27 @@ SEQUENCES_REMEMBERED = 32
 #: the journal may exceed twice its snapshot size by this much before it is compacted
 COMPACT_SLACK_BYTES = 1 << 20
 
-RECORD = struct.Struct(">Iqhiqi")
-_BODY = struct.Struct(">qhiqi")
-RECORD_SIZE = RECORD.size
-assert RECORD_SIZE == 30
+#: the fixed part of a record: crc, count, producer id, epoch, first sequence, base offset
+HEADER = struct.Struct(">IHqhiq")
+_FIXED = struct.Struct(">Hqhiq")  # the same without the crc
+HEADER_SIZE = HEADER.size
+assert HEADER_SIZE == 28
+#: a snapshot's record of one set
+RECORD_SIZE = HEADER_SIZE + 4
+_CRC = struct.Struct(">I")
+_lengths_structs: dict[int, struct.Struct] = {}
+
+
+def _lengths(n: int) -> struct.Struct:
+    st = _lengths_structs.get(n)
+    if st is None:
+        st = _lengths_structs[n] = struct.Struct(f">{n}i")
+    return st
+
+
+def _record(producer_id: int, epoch: int, first_sequence: int, base: int, lengths) -> bytes:
+    body = _FIXED.pack(len(lengths), producer_id, epoch, first_sequence, base) + _lengths(len(lengths)).pack(*lengths)
+    return _CRC.pack(crc32c(body)) + body
 
 
 class _Producer:
@@ -125,20 +146,23 @@ class ProducerStateTable:
                 data = f.read()
         except FileNotFoundError:
             return notes  # no idempotent producer wrote here yet: created on first use
-        usable = len(data) - len(data) % RECORD_SIZE
         dropped_beyond = 0
         pos = 0
-        while pos < usable:
-            crc, = struct.unpack_from(">I", data, pos)
-            body = data[pos + 4 : pos + RECORD_SIZE]
-            if crc32c(body) != crc:
+        size = len(data)
+        while pos + HEADER_SIZE <= size:
+            crc, count, producer_id, epoch, sequence, base = HEADER.unpack_from(data, pos)
+            end = pos + HEADER_SIZE + 4 * count
+            if not count or end > size or crc32c(memoryview(data)[pos + 4 : end]) != crc:
                 break
-            producer_id, epoch, sequence, base, length = _BODY.unpack(body)
-            pos += RECORD_SIZE
-            if base + length > log_end_offset:
-                dropped_beyond += 1
-                continue
-            self._apply(producer_id, epoch, sequence, base, length)
+            lengths = _lengths(count).unpack_from(data, pos + HEADER_SIZE)
+            pos = end
+            for k, length in enumerate(lengths):
+                if base + length > log_end_offset:
+                    dropped_beyond += count - k
+                    break
+                self._apply(producer_id, epoch, sequence, base, length)
+                base += length
+                sequence += 1
         if pos < len(data):
             notes.append(f"dropped a torn or damaged tail of {len(data) - pos} bytes of {self._path}")
         if dropped_beyond:
@@ -166,8 +190,7 @@ class ProducerStateTable:
             start = max(state.first, state.last - SEQUENCES_REMEMBERED + 1)
             for sequence in range(start, state.last + 1):
                 slot = sequence % SEQUENCES_REMEMBERED
-                body = _BODY.pack(producer_id, state.epoch, sequence, state.bases[slot], state.lengths[slot])
-                parts.append(struct.pack(">I", crc32c(body)) + body)
+                parts.append(_record(producer_id, state.epoch, sequence, state.bases[slot], (state.lengths[slot],)))
         return b"".join(parts)
 
     def _rewrite(self) -> None:
@@ -227,15 +250,7 @@ class ProducerStateTable:
     def journal(self, producer_id: int, epoch: int, first_sequence: int, base: int, lengths) -> None:
         """Write the records of the sets about to be appended (before the
         segment write; raises ``OSError``)."""
-        parts = []
-        pack = _BODY.pack
-        sequence = first_sequence
-        for length in lengths:
-            body = pack(producer_id, epoch, sequence, base, length)
-            parts.append(struct.pack(">I", crc32c(body)) + body)
-            base += length
-            sequence += 1
-        data = b"".join(parts)
+        data = _record(producer_id, epoch, first_sequence, base, lengths)
         if self._fd is None:
             self._rewrite()
         written = os.write(self._fd, data)
@@ -246,11 +261,24 @@ class ProducerStateTable:
 
     def remember(self, producer_id: int, epoch: int, first_sequence: int, base: int, lengths) -> None:
         """Remember the sets just appended (after the segment write)."""
-        sequence = first_sequence
-        for length in lengths:
-            self._apply(producer_id, epoch, sequence, base, length)
-            base += length
-            sequence += 1
+        state = self._producers.get(producer_id)
+        if state is None or first_sequence != state.last + 1 or epoch != state.epoch:
+            sequence = first_sequence
+            for length in lengths:
+                self._apply(producer_id, epoch, sequence, base, length)
+                base += length
+                sequence += 1
+        else:  # the common case: the next sets of a known producer
+            self._producers.move_to_end(producer_id)
+            bases, lens = state.bases, state.lengths
+            sequence = first_sequence
+            for length in lengths:
+                slot = sequence % SEQUENCES_REMEMBERED
+                bases[slot] = base
+                lens[slot] = length
+                base += length
+                sequence += 1
+            state.last = sequence - 1
         limit = 2 * len(self._producers) * SEQUENCES_REMEMBERED * RECORD_SIZE + COMPACT_SLACK_BYTES
         if self._journal_bytes > limit:
             self._rewrite()

@@ -21,8 +21,14 @@ good. Errors:
 
 After a socket failure or a timeout the connection is dropped (replies
 could be out of step) and the next call connects again. The connection never
-retries by itself; a produce the caller retries after such an error may
-store its set twice (at-least-once).
+retries by itself. A plain produce the caller retries after such an error
+may store its set twice (at-least-once); an idempotent one (PRODUCE version
+1: ``producer_id`` and a sequence number per set, see
+:mod:`raylog.transfer.protocol`) resent with the same numbers is stored
+once, and the reply carries the offset of the first store.
+:meth:`BrokerConnection.produce_sets` pipelines many sets and returns each
+set's own outcome (base offset or typed error), so that one refused set
+does not hide the others'.
 
 acks=0 produces get no reply. If the server refuses one, it sends the error
 and closes the connection; the next request that reads a reply (or an acks=0

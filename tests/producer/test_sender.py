@@ -57,9 +57,17 @@ class FakePartition:
         self.fail_after: int | None = None
         self.storage_errors = 0
         self.requests = []
+        self.earlier_refusal = None  # acks=0: an error the next request finds waiting
 
     def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
         self.requests.append((producer_id, list(sequences or [])))
+        if self.earlier_refusal is not None:
+            err, self.earlier_refusal = self.earlier_refusal, None
+            raise err
+        if not acks:
+            for i, payload in enumerate(payloads):
+                self._one(payload, producer_id, -1)
+            return None
         results = []
         for i, payload in enumerate(payloads):
             if self.fail_after is not None and i == self.fail_after:
@@ -97,7 +105,8 @@ class FakePartition:
 
 def _producer(partition: FakePartition, **options) -> Producer:
     options.setdefault("retry", RetryPolicy(max_tries=5, delay_s=0.001, max_delay_s=0.01, deadline_s=10))
-    producer = Producer(FakeMetadata(), acks=1, linger_ms=1000, **options)
+    options.setdefault("acks", 1)
+    producer = Producer(FakeMetadata(), linger_ms=1000, **options)
     producer._sender._connection = lambda tp: partition
     return producer
 
@@ -167,4 +176,30 @@ def test_without_idempotence_no_producer_id_is_sent():
     producer.send("t", b"x", partition=1)
     producer.flush()
     assert part.requests == [(-1, [])]
+    producer.close()
+
+
+def test_bad_input_is_refused_whole_and_what_was_accepted_is_delivered():
+    part = FakePartition()
+    producer = _producer(part)
+    kept = producer.send("t", b"kept", partition=0)
+    with pytest.raises(TypeError):
+        producer.send_batch("t", [b"fine", "not bytes"], partition=0)
+    with pytest.raises(TypeError):
+        producer.send_batch("t", [b"fine"], keys=["not bytes"])
+    with pytest.raises(TypeError):
+        producer.send("t", "not bytes")
+    producer.flush()
+    assert part.log == [b"kept"] and kept.result().offset == 0
+    producer.close()
+
+
+def test_acks_0_an_earlier_refusal_does_not_fail_the_sets_not_yet_written():
+    part = FakePartition()
+    producer = _producer(part, acks=0)
+    part.earlier_refusal = InvalidMessageError("an earlier acks=0 produce (correlation id 7) failed: refused")
+    futures = [producer.send("t", b"m%d" % i, partition=0) for i in range(3)]
+    producer.flush()
+    assert part.log == [b"m0", b"m1", b"m2"]
+    assert [f.result().offset for f in futures] == [-1, -1, -1]
     producer.close()

@@ -400,3 +400,19 @@ def test_triggered_flushes_work_in_a_forked_child(tmp_path):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_appends_during_a_background_flush_are_flushed_when_due_without_the_timer(tmp_path):
+    import time as _time
+
+    from raylog.config import TopicConfig as _Config
+    from raylog.storage.log import PartitionLog as _Log
+    from raylog.storage.message import encode_message_set as _encode
+
+    with _Log(tmp_path / "p", _Config(flush_messages=1, flush_ms=10**9)) as plog:
+        for i in range(200):
+            plog.append(_encode([b"m%d" % i]))
+        deadline = _time.monotonic() + 30
+        while plog.high_watermark < plog.log_end_offset and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        assert plog.high_watermark == plog.log_end_offset

@@ -143,3 +143,15 @@ def test_the_journal_file_stays_bounded(tmp_path):
     with PartitionLog(tmp_path / "p", CONFIG) as plog:
         assert os.path.getsize(tmp_path / "p" / FILE_NAME) == SEQUENCES_REMEMBERED * RECORD_SIZE
         assert put(plog, b"v", 59_999) == plog.log_end_offset - len(one(b"v"))
+
+
+def test_a_joined_run_cut_by_recovery_keeps_the_sets_before_the_cut(tmp_path):
+    sets = [one(b"r%d" % i) for i in range(3)]
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        plog.append_sequenced(b"".join(sets), PID, 0, 0, [len(s) for s in sets], name="t-0")
+    assert os.path.getsize(tmp_path / "p" / FILE_NAME) == RECORD_SIZE + 2 * 4  # one record for the run
+    os.truncate(tmp_path / "p" / "00000000000000000000.log", 2 * len(sets[0]) + 3)  # the third set torn
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        assert put(plog, b"r1", 1) == len(sets[0])  # remembered: a duplicate
+        assert put(plog, b"r2", 2) == 2 * len(sets[0])  # cut off: stored again
+        assert values(plog) == [b"r0", b"r1", b"r2"]

@@ -1,0 +1,240 @@
+"""One partition's fetcher: a thread that long-polls the partition's data
+server from a position on and hands whole messages to the consumer.
+
+A fetcher first **resolves** its starting position when it was not given one
+(the group's committed offset, else ``auto_offset_reset``), so that the
+partitions of an assignment resolve concurrently, each on its own thread,
+and never under the consumer's lock. It then fetches (``fetch_max_wait_ms``
+long polls), decodes each reply with storage's decoder (every CRC checked,
+sizes bounded by ``max_message_bytes`` before any allocation, decompressed
+sets bounded as storage bounds them) and puts chunks on the consumer's
+bounded queue.
+
+Errors keep to their partition:
+
+* **transient** (the partition actor restarts or moved, ZooKeeper is slow,
+  a timeout): retried with jittered back-off for as long as the fetcher runs,
+  that is as long as the consumer owns the partition. After
+  ``warn_after_s`` of failures one warning is logged; it never gives up.
+* **an offset out of range**: with ``auto_offset_reset`` ``earliest`` or
+  ``latest`` the position moves there (a warning is logged: Kafka's rule for
+  a lost position); with ``"error"`` the fetcher reports a typed error and
+  stops.
+* **a corrupt or invalid message**, or any other non-retriable error: the
+  fetcher reports it and stops. The consumer raises it on every poll until
+  the application seeks past it (Kafka's behaviour): never skipped silently,
+  never abandoned.
+
+Thread-safety: a fetcher is driven by its own thread; :meth:`Fetcher.stop`
+may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from raylog.errors import InvalidMessageError, NotOwnerError, OffsetOutOfRangeError, RaylogError
+from raylog.message import Message, with_next_offsets
+from raylog.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+#: back-off between tries of a transient failure: 0.05 s doubling to 1 s, ±50 %,
+#: without a deadline (the bound is ownership: the fetcher stops when revoked)
+TRANSIENT_RETRY = RetryPolicy(max_tries=10**9, delay_s=0.05, backoff=2.0, max_delay_s=1.0, jitter=0.5, deadline_s=None)
+
+
+class Chunk:
+    """What a fetcher hands over: messages and the position after them, a
+    resolved or reset position (no messages), or an error."""
+
+    __slots__ = ("tp", "epoch", "records", "next_offset", "error")
+
+    def __init__(self, tp, epoch, records=(), next_offset=None, error=None):
+        self.tp = tp
+        self.epoch = epoch
+        self.records = records
+        self.next_offset = next_offset
+        self.error = error
+
+
+class Fetcher(threading.Thread):
+    """Fetches one partition until stopped (see the module docstring).
+
+    ``source`` gives what the fetcher needs from its consumer: ``metadata``,
+    ``fetch_max_bytes``, ``fetch_max_wait_ms``, ``max_message_bytes``,
+    ``request_timeout_s``, ``auto_offset_reset``, ``warn_after_s``,
+    ``queue`` (bounded), ``committed(tp)`` and ``offsets(tp)``.
+    """
+
+    def __init__(self, source, tp: TopicPartition, offset: int | None, epoch: int):
+        super().__init__(name=f"raylog-fetch-{tp[0]}-{tp[1]}", daemon=True)
+        self.source = source
+        self.tp = tp
+        self.offset = offset
+        self.epoch = epoch
+        self.stopped = threading.Event()
+        self.conn = None
+        self._failing_since: float | None = None
+        self._warned = False
+        self._delays = TRANSIENT_RETRY.delays()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        conn = self.conn
+        if conn is not None:
+            conn.close()  # wakes a blocked long poll
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _put(self, chunk: Chunk) -> bool:
+        """Queue a chunk, waiting for room; False once stopped."""
+        import queue
+
+        while not self.stopped.is_set():
+            try:
+                self.source.queue.put(chunk, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _transient(self, err: BaseException) -> None:
+        """Back off (jittered) after a transient failure; warn once after warn_after_s."""
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        self.source.metadata.forget(*self.tp)
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        if not self._warned and now - self._failing_since >= self.source.warn_after_s:
+            self._warned = True
+            log.warning("%s-%d unreachable for %.0fs (%s); still retrying for as long as it is owned",
+                        self.tp[0], self.tp[1], now - self._failing_since, err)
+        self.stopped.wait(next(self._delays, TRANSIENT_RETRY.max_delay_s))
+
+    def _recovered(self) -> None:
+        if self._failing_since is not None:
+            if self._warned:
+                log.warning("%s-%d reachable again", *self.tp)
+            self._failing_since, self._warned = None, False
+            self._delays = TRANSIENT_RETRY.delays()
+
+    def _connect(self) -> None:
+        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
+
+        s = self.source
+        host, port = s.metadata.endpoint(*self.tp, refresh=self._failing_since is not None, wait_s=1.0)
+        # A reply holds at least one whole message, however large the topic allows.
+        limit = max(s.fetch_max_bytes, s.metadata.config(self.tp[0]).max_message_bytes)
+        self.conn = BrokerConnection(host, port, token=s.metadata.settings.token, timeout_s=s.request_timeout_s,
+                                     max_frame_bytes=limit + FRAME_OVERHEAD_BYTES)
+
+    def _reset(self, err: OffsetOutOfRangeError | None) -> int:
+        """The position ``auto_offset_reset`` gives (``err`` has the range when known)."""
+        earliest, latest = (err.earliest, err.latest) if err is not None else self.source.offsets(self.tp)
+        policy = self.source.auto_offset_reset
+        if policy == "earliest":
+            return earliest
+        if policy == "latest":
+            return latest
+        raise OffsetOutOfRangeError(
+            f"{self.tp[0]}-{self.tp[1]}: "
+            + ("no committed offset" if err is None else f"offset {err.offset} is out of range")
+            + f" and auto_offset_reset='error'; seek to an offset in [{earliest}, {latest}]",
+            offset=None if err is None else err.offset, earliest=earliest, latest=latest)
+
+    def _resolve(self) -> int | None:
+        """The committed offset, else the reset position; retried while transient."""
+        while not self.stopped.is_set():
+            try:
+                committed = self.source.committed(self.tp)
+                offset = committed if committed is not None else self._reset(None)
+                self._recovered()
+                return offset
+            except RaylogError as err:
+                if not (err.retriable or isinstance(err, NotOwnerError)) or isinstance(err, OffsetOutOfRangeError):
+                    raise
+                self._transient(err)
+        return None
+
+    # -- the loop ----------------------------------------------------------------
+
+    def run(self) -> None:
+        from raylog.storage.message import decode_messages
+
+        s = self.source
+        topic, partition = self.tp
+        try:
+            if self.offset is None:
+                offset = self._resolve()
+                if offset is None:
+                    return
+                self.offset = offset
+                self._put(Chunk(self.tp, self.epoch, (), offset))  # the position, for commit and position()
+            config = s.metadata.config(topic)
+            max_message = s.max_message_bytes or config.max_message_bytes
+            max_inflated = max(config.max_inflated_limit, max_message)  # storage's bound on a decompressed set
+            while not self.stopped.is_set():
+                try:
+                    if self.conn is None:
+                        self._connect()
+                    result = self.conn.fetch(topic, partition, self.offset, s.fetch_max_bytes, s.fetch_max_wait_ms)
+                except OffsetOutOfRangeError as err:
+                    if self.stopped.is_set():
+                        return
+                    new = self._reset(err)
+                    log.warning("%s-%d: offset %d is out of range [%d, %d]; resetting to %d (auto_offset_reset=%r)",
+                                topic, partition, self.offset, err.earliest, err.latest, new, s.auto_offset_reset)
+                    self.offset = new
+                    self._put(Chunk(self.tp, self.epoch, (), new))
+                    continue
+                except RaylogError as err:
+                    if self.stopped.is_set():
+                        return
+                    if not (err.retriable or isinstance(err, NotOwnerError)):
+                        raise
+                    self._transient(err)
+                    continue
+                if self.stopped.is_set():
+                    return
+                self._recovered()
+                data = result.data
+                if not data:
+                    continue
+                try:
+                    records, consumed = decode_messages(
+                        data, self.offset, max_message_bytes=max_message, record_type=Message, prefix=self.tp,
+                        max_inflated_bytes=max_inflated,
+                    )
+                except InvalidMessageError as err:
+                    # Hand over the whole messages before the bad one, then the error.
+                    bad = getattr(err, "offset", None)
+                    if not isinstance(bad, int) or not self.offset < bad <= self.offset + len(data):
+                        raise
+                    records, consumed = decode_messages(
+                        memoryview(data)[: bad - self.offset], self.offset, max_message_bytes=max_message,
+                        record_type=Message, prefix=self.tp, max_inflated_bytes=max_inflated, partial_tail_ok=False,
+                    )
+                    self.offset += consumed
+                    self._put(Chunk(self.tp, self.epoch, with_next_offsets(records, self.offset), self.offset))
+                    raise
+                if consumed == 0:
+                    continue  # the server always sends a whole first message; nothing to do
+                end = self.offset + consumed
+                self.offset = end
+                self._put(Chunk(self.tp, self.epoch, with_next_offsets(records, end), end))
+        except Exception as err:  # noqa: BLE001 - reported through poll, on every poll until a seek
+            if not self.stopped.is_set():
+                if not isinstance(err, RaylogError):
+                    log.exception("%s-%d: the fetcher failed", topic, partition)
+                self._put(Chunk(self.tp, self.epoch, error=err))
+        finally:
+            if self.conn is not None:
+                self.conn.close()

@@ -1,0 +1,84 @@
+"""The accumulator alone (in-memory metadata): when batches seal, and that
+opening a batch wakes a sender that would otherwise sleep past its linger."""
+
+from __future__ import annotations
+
+import threading
+
+from raylog.config import TopicConfig
+from raylog.producer.accumulator import RecordAccumulator
+from raylog.storage.message import HEADER_SIZE, encode_message_set
+
+
+class Metadata:
+    def __init__(self, partitions=3, max_message_bytes=4096):
+        self._partitions, self._max = partitions, max_message_bytes
+
+    def partitions(self, topic):
+        return self._partitions
+
+    def config(self, topic):
+        return TopicConfig(partitions=self._partitions, max_message_bytes=self._max)
+
+
+def _acc(**options) -> RecordAccumulator:
+    options.setdefault("batch_size", 50)
+    options.setdefault("linger_ms", 5)
+    return RecordAccumulator(Metadata(), compression=None, max_buffered_messages=10_000, **options)
+
+
+def _sealed(acc):
+    return [b for queue in acc.ready.values() for b in queue]
+
+
+def test_a_batch_seals_before_its_set_outgrows_max_message_bytes():
+    acc = _acc()
+    values = [b"v" * 300] * 40
+    acc.append_many("t", values, None, 0)
+    for v in values:
+        acc.append("t", v, partition=1)
+    acc.seal_all()
+    batches = _sealed(acc)
+    assert sum(len(b.values) for b in batches) == 80
+    for b in batches:
+        assert len(encode_message_set(b.values, b.keys, 0)) == b.size <= 4096
+    assert max(len(b.values) for b in batches) == 4096 // (HEADER_SIZE + 300)
+
+
+def test_a_batch_seals_at_batch_size_and_keys_group_by_partition():
+    acc = _acc(batch_size=4)
+    keys = [b"k%d" % (i % 5) for i in range(40)]
+    call = acc.append_many("t", [b"x"] * 40, keys, None)
+    assert len(call) == 40
+    full = _sealed(acc)
+    assert full and all(len(b.values) == 4 for b in full)
+    from raylog.producer.partitioner import partition_for_key
+
+    for b in full + list(acc.open.values()):
+        assert {partition_for_key(k, 3) for k in b.keys} == {b.partition}
+
+
+def test_opening_a_batch_wakes_a_sender_sleeping_past_its_linger():
+    """The sender waits without a deadline when nothing is open; the first
+    message of a batch must wake it (or the batch waits until it is full)."""
+    acc = _acc()
+    woke = threading.Event()
+    ready = threading.Event()
+
+    def sender():
+        with acc.lock:
+            acc.sender_waiting, acc.sender_wakes_at = True, float("inf")
+            ready.set()
+            acc.wake.wait(30)
+            acc.sender_waiting = False
+        woke.set()
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    ready.wait(10)
+    acc.append("t", b"lone")  # keyless, far from a full batch
+    assert woke.wait(10), "the sender was not woken by a new batch"
+    thread.join(10)
+    # and the batch is due linger_ms after it opened
+    (batch,) = acc.open.values()
+    assert acc.seal_expired(batch.deadline) == float("inf") and _sealed(acc) == [batch]
