@@ -618,21 +618,6 @@ def connect(
         raise
 
 
-@contextlib.contextmanager
-def _environ(values: dict[str, str]):
-    """Set environment variables for the ``with`` block, then restore them."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def ray_head(ray_address: str) -> tuple[str, int] | None:
     """``(host, port)`` of the GCS that ``ray.init(address=ray_address)``
     would join (``"auto"`` read from ``RAY_ADDRESS`` or this node's last

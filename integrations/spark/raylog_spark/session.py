@@ -112,8 +112,7 @@ def init_spark(
 
     Quiet unless ``verbose`` (or ``RAYLOG_LOG_LEVEL`` below WARNING): the
     driver's log4j logs errors only (:func:`quiet_log4j_config`, unless
-    ``configs`` names a ``spark.log4j.config.file.name``), and Ray's C++
-    core in the driver JVM logs warnings only (``RAY_BACKEND_LOG_LEVEL``).
+    ``configs`` names a ``spark.log4j.config.file.name``).
 
     ``configs`` are Spark settings layered over :data:`DEFAULT_CONFIGS`;
     the three ``extraJavaOptions`` keys are merged with
