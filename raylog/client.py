@@ -14,22 +14,30 @@ consumers it creates are documented in their own modules.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 
 from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL, disk_nodes, spread
 from raylog.config import TopicConfig
-from raylog.errors import BrokerUnavailableError, ClosedError, RequestTimeoutError
+from raylog import _log
+from raylog.errors import BrokerUnavailableError, ClosedError, ConfigError, RayUnavailableError, RequestTimeoutError
 from raylog.metadata import ConnectionSettings, Metadata
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "/tmp/raylog"
 LOCAL_NODE = "local"
+#: how long ``connect(ray_address=...)`` waits for the Ray head's GCS port
+#: to accept a TCP connection before it gives up (Ray itself would retry
+#: for minutes)
+RAY_CONNECT_TIMEOUT_S = 5.0
 
 
 #: the clients made in this process and not closed yet, oldest first (see
@@ -42,6 +50,25 @@ def current_client() -> "Client | None":
     ``raylog.connect()`` returned), or None; used by the readers and writers
     that take an optional ``client=``."""
     return _OPEN_CLIENTS[-1] if _OPEN_CLIENTS else None
+
+
+def _close_all_at_exit() -> None:
+    """At interpreter exit, close every client not closed yet, newest first,
+    silently: each stops its producers and consumers, then (embedded
+    default) its partition and producer actors, ZooKeeper, and Ray.
+
+    Registered (again) by every new :class:`Client`, so that it runs before
+    the ``ray.shutdown`` that ``ray.init`` registered (``atexit`` runs
+    handlers last registered first)."""
+    if not _OPEN_CLIENTS:
+        return
+    for name in ("raylog", "raylog_spark", "kazoo"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    for client in reversed(list(_OPEN_CLIENTS)):
+        try:
+            client.close()
+        except BaseException:  # noqa: BLE001 - at exit, nothing is left to tell
+            pass
 
 
 class Client:
@@ -58,6 +85,7 @@ class Client:
         _owned_zookeeper=None,
         _owns_ray: bool = False,
         _owned_data_dir: str | None = None,
+        _zk=None,
     ):
         from raylog.groups.registry import Registry
         from raylog.groups.zookeeper import connect_kazoo
@@ -69,12 +97,15 @@ class Client:
         self._owned_zookeeper = _owned_zookeeper
         self._owns_ray = _owns_ray
         self._owned_data_dir = _owned_data_dir
-        self._zk = connect_kazoo(zookeeper)
+        self._zk = _zk if _zk is not None else connect_kazoo(zookeeper)
         self.registry = Registry(self._zk, cluster)
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client
         self._closed = False
+        self._actors: list = []  # producer actors to stop with an embedded client
         _OPEN_CLIENTS.append(self)
+        atexit.unregister(_close_all_at_exit)
+        atexit.register(_close_all_at_exit)
 
     # -- topics --------------------------------------------------------------
 
@@ -271,7 +302,9 @@ class Client:
         self._check_open()
         if options.get("audit"):
             self.ensure_audit_topic()
-        return producer_actor(self.settings, **options)
+        handle = producer_actor(self.settings, **options)
+        self._actors.append(handle)
+        return handle
 
     def consumer(self, topics, group: str | None = None, **options):
         """A :class:`raylog.Consumer` of ``topics`` (a name or a list);
@@ -446,7 +479,9 @@ class Client:
 
     def close(self) -> None:
         """Close producers and consumers made here; in the embedded default
-        also stop the partition actors, Ray and ZooKeeper it started."""
+        also stop, in this order, the partition actors and producer actors,
+        ZooKeeper, and Ray. Idempotent; also runs at interpreter exit for a
+        client not closed (silently then)."""
         if self._closed:
             return
         self._closed = True
@@ -458,21 +493,33 @@ class Client:
             except Exception as err:  # noqa: BLE001
                 log.warning("closing %s failed: %s", type(child).__name__, err)
         if self._owns_ray:
-            for topic in self.registry.list_topics():
-                try:
-                    self._stop_actors(topic, self.registry.topic_config(topic).partitions, delete_data=False)
-                except Exception as err:  # noqa: BLE001
-                    log.warning("stopping partitions of %s failed: %s", topic, err)
+            self._stop_all_actors()
         self._zk.stop()
         self._zk.close()
+        if self._owned_zookeeper is not None:
+            self._owned_zookeeper.stop()
         if self._owns_ray:
             import ray
 
             ray.shutdown()
-        if self._owned_zookeeper is not None:
-            self._owned_zookeeper.stop()
         if self._owned_data_dir is not None:
             shutil.rmtree(self._owned_data_dir, ignore_errors=True)
+
+    def _stop_all_actors(self) -> None:
+        """The partition actors of every topic (logs kept), then the
+        producer actors made here: nothing in Ray holds a ZooKeeper session
+        when ZooKeeper stops."""
+        import ray
+
+        for topic in self.registry.list_topics():
+            try:
+                self._stop_actors(topic, self.registry.topic_config(topic).partitions, delete_data=False)
+            except Exception as err:  # noqa: BLE001
+                log.warning("stopping partitions of %s failed: %s", topic, err)
+        handles, self._actors = self._actors, []
+        for handle in handles:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
 
     def __enter__(self):
         return self
@@ -489,6 +536,7 @@ def connect(
     cluster: str = "default",
     token: bytes | str | None = None,
     num_cpus: int | None = None,
+    verbose: bool = False,
 ) -> Client:
     """Connect to a raylog cluster, or start the embedded default.
 
@@ -501,15 +549,31 @@ def connect(
     ``token``: the cluster's token, for a process that cannot derive it
     (outside Ray, without Ray's auth token); by default the client derives
     it (see :mod:`raylog.auth`). Every data port requires it.
+
+    Every connection has a deadline: ZooKeeper 10 s, the Ray head
+    :data:`RAY_CONNECT_TIMEOUT_S`; past it a :class:`ZooKeeperUnavailableError`
+    or :class:`RayUnavailableError` names the address and what to check.
+
+    Quiet by default (see :mod:`raylog._log`): raylog logs warnings only,
+    and the embedded default keeps Ray's start-up notices and its Java
+    workers' info lines out of the output; ``verbose=True`` (or
+    ``RAYLOG_LOG_LEVEL=INFO``) lets them through.
     """
     import ray
 
+    quiet = _log.configure(verbose)
     if isinstance(token, str):
         token = token.encode()
     embedded_zk = None
     owns_ray = False
     owned_data_dir = None
+    zk = None
     try:
+        if zookeeper is not None:
+            # A wrong address fails here, within its deadline, before Ray starts.
+            from raylog.groups.zookeeper import connect_kazoo
+
+            zk = connect_kazoo(zookeeper)
         if zookeeper is None:
             from raylog.groups.zookeeper import EmbeddedZooKeeper
 
@@ -518,6 +582,7 @@ def connect(
         data_host = None
         if not ray.is_initialized():
             if ray_address is None:
+                _log.quiet_ray_start(quiet)
                 ray.init(
                     address="local",  # a local Ray of our own, never a stray cluster
                     num_cpus=num_cpus,
@@ -535,6 +600,7 @@ def connect(
                     # A cluster started here uses token auth; a driver given an
                     # explicit address must say so to present the token.
                     os.environ["RAY_AUTH_MODE"] = "token"
+                check_ray_reachable(ray_address)
                 ray.init(address=ray_address, logging_level=logging.WARNING)
         elif ray_address is None and embedded_zk is not None:
             data_host = "127.0.0.1"
@@ -552,8 +618,12 @@ def connect(
             _owned_zookeeper=embedded_zk,
             _owns_ray=owns_ray,
             _owned_data_dir=owned_data_dir,
+            _zk=zk,
         )
     except BaseException:
+        if zk is not None:
+            zk.stop()
+            zk.close()
         if owns_ray:
             ray.shutdown()
         if embedded_zk is not None:
@@ -561,3 +631,57 @@ def connect(
         if owned_data_dir is not None:
             shutil.rmtree(owned_data_dir, ignore_errors=True)
         raise
+
+
+def ray_head(ray_address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of the GCS that ``ray.init(address=ray_address)``
+    would join (``"auto"`` read from ``RAY_ADDRESS`` or this node's last
+    ``ray start``), or None when there is no address to probe (``"auto"``
+    with nothing found: Ray then fails at once by itself)."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    address = ray_address.strip()
+    if address.startswith("ray://"):  # Ray Client: probe its server port
+        address = address[len("ray://") :]
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError(f"ray_address {ray_address!r} is not ray://HOST:PORT")
+        return host, int(port)
+    try:
+        canonical = canonicalize_bootstrap_address(address)
+    except ValueError:
+        raise ConfigError(
+            f"ray_address {ray_address!r} is not HOST:PORT, 'auto' or 'local'"
+        ) from None
+    if canonical is None:
+        return None
+    host, _, port = canonical.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def check_ray_reachable(ray_address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Raise :class:`RayUnavailableError` unless the Ray head named by
+    ``ray_address`` accepts a TCP connection within ``timeout_s`` (Ray's own
+    join retries for minutes against an address where nothing listens)."""
+    from raylog.retry import RetryPolicy
+
+    head = ray_head(ray_address)
+    if head is None:
+        return
+    host, port = head
+
+    def probe() -> None:
+        with socket.create_connection((host, port), timeout=min(2.0, timeout_s)):
+            pass
+
+    policy = RetryPolicy(max_tries=20, delay_s=0.2, max_delay_s=1.0, deadline_s=timeout_s)
+    try:
+        policy.call(probe, retry_on=(OSError,))
+    except OSError as err:
+        raise RayUnavailableError(
+            f"could not reach the Ray cluster at {ray_address!r} ({host}:{port}: "
+            f"{err.strerror or type(err).__name__}) within {timeout_s:g}s; check that its head "
+            f"runs ('ray status --address {host}:{port}') and that the address is the GCS "
+            f"address 'ray start --head' printed",
+            address=ray_address,
+        ) from None

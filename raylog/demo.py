@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import sys
 import time
 
 
@@ -107,7 +108,9 @@ def run(
         per_member = collections.Counter()
         pages = collections.Counter()
         t0 = time.time()
-        with tqdm(total=produced, unit="msg", desc="consuming (group page-stats)", leave=False) as bar:
+        with tqdm(
+            total=produced, unit="msg", desc="consuming (group page-stats)", leave=False, disable=not sys.stderr.isatty()
+        ) as bar:
             received = 0
             idle_since = time.time()
             while received < produced:
@@ -149,13 +152,13 @@ def run(
         print(f"  top pages         {', '.join(f'{p} {n:,}' for p, n in pages.most_common(3))}")
         print()
         print("  group page-stats after commit:")
-        print(f"  {'partition':>9} {'owner':<28} {'committed':>10} {'end':>10} {'lag':>5}")
+        print(f"  {'partition':>9} {'owner':<28} {'committed':>10} {'end':>10} {'lag (bytes)':>12}")
         for row in lag:
             if row.get("partition") is None:
                 continue
             print(
                 f"  {row['partition']:>9} {str(row['owner'])[:28]:<28} {row['committed']:>10} "
-                f"{row['end_offset']:>10} {row['lag']:>5}"
+                f"{row['end_offset']:>10} {row['lag_bytes']:>12}"
             )
         print(f"  messages per member: {', '.join(f'#{i}: {n:,}' for i, n in sorted(per_member.items()))}")
         print()
@@ -169,7 +172,8 @@ def run(
         print()
         if spark:
             summary["spark"] = _spark_step(client, produced)
-    print(f"done in {time.time() - started:.1f} s; cluster stopped.")
+    stopped = not ray.is_initialized()
+    print(f"done in {time.time() - started:.1f} s; " + ("cluster stopped." if stopped else "Ray still runs!"))
     return summary
 
 
@@ -181,7 +185,16 @@ def main(argv=None) -> None:
     parser.add_argument("--consumers", type=int, default=3, help="members of the consumer group")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark step")
     args = parser.parse_args(argv)
-    run(args.tasks, args.events_per_task, args.partitions, args.consumers, spark=not args.no_spark)
+    from raylog.errors import RaylogError
+
+    try:
+        run(args.tasks, args.events_per_task, args.partitions, args.consumers, spark=not args.no_spark)
+    except KeyboardInterrupt:
+        print("interrupted; cluster stopped.", file=sys.stderr)
+        raise SystemExit(130) from None
+    except RaylogError as err:  # one line, as the command line prints it
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

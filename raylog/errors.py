@@ -269,6 +269,15 @@ class ZooKeeperUnavailableError(RaylogError):
     retriable = True
 
 
+@_code(49)
+class RayUnavailableError(RaylogError):
+    """The Ray cluster at the given address could not be reached within the
+    connection deadline; check the address (HOST:PORT of the head's GCS, as
+    ``ray start --head`` printed it) and that the head runs, then call again."""
+
+    retriable = True
+
+
 @_code(41)
 class SessionExpiredError(ZooKeeperUnavailableError):
     """The ZooKeeper session expired; ephemeral nodes are gone and the client

@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 
-from raylog.errors import NotOwnerError, OffsetOutOfRangeError, RaylogError
+from raylog.errors import InvalidMessageError, NotOwnerError, OffsetOutOfRangeError, RaylogError
 from raylog.message import Message, with_next_offsets
 from raylog.retry import RetryPolicy
 
@@ -208,10 +208,23 @@ class Fetcher(threading.Thread):
                 data = result.data
                 if not data:
                     continue
-                records, consumed = decode_messages(
-                    data, self.offset, max_message_bytes=max_message, record_type=Message, prefix=self.tp,
-                    max_inflated_bytes=max_inflated,
-                )
+                try:
+                    records, consumed = decode_messages(
+                        data, self.offset, max_message_bytes=max_message, record_type=Message, prefix=self.tp,
+                        max_inflated_bytes=max_inflated,
+                    )
+                except InvalidMessageError as err:
+                    # Hand over the whole messages before the bad one, then the error.
+                    bad = getattr(err, "offset", None)
+                    if not isinstance(bad, int) or not self.offset < bad <= self.offset + len(data):
+                        raise
+                    records, consumed = decode_messages(
+                        memoryview(data)[: bad - self.offset], self.offset, max_message_bytes=max_message,
+                        record_type=Message, prefix=self.tp, max_inflated_bytes=max_inflated, partial_tail_ok=False,
+                    )
+                    self.offset += consumed
+                    self._put(Chunk(self.tp, self.epoch, with_next_offsets(records, self.offset), self.offset))
+                    raise
                 if consumed == 0:
                     continue  # the server always sends a whole first message; nothing to do
                 end = self.offset + consumed

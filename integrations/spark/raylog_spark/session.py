@@ -105,9 +105,14 @@ def init_spark(
     executor_memory: str | int = "1G",
     configs: Mapping[str, str] | None = None,
     jvm_reader: bool = True,
+    verbose: bool = False,
     **kw,
 ):
     """Start Spark on the connected Ray cluster and return its SparkSession.
+
+    Quiet unless ``verbose`` (or ``RAYLOG_LOG_LEVEL`` below WARNING): the
+    driver's log4j logs errors only (:func:`quiet_log4j_config`, unless
+    ``configs`` names a ``spark.log4j.config.file.name``).
 
     ``configs`` are Spark settings layered over :data:`DEFAULT_CONFIGS`;
     the three ``extraJavaOptions`` keys are merged with
@@ -158,6 +163,10 @@ def init_spark(
     )
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from raylog import _log
+    quiet = _log.configure(verbose)
+    if quiet and "SPARK_LOG4J_CONFIG_FILE_NAME" not in os.environ:
+        merged.setdefault(LOG4J_CONFIG_KEY, quiet_log4j_config())
     spark = raydp.init_spark(
         app_name,
         num_executors,
@@ -177,6 +186,48 @@ def init_spark(
 
     use_cluster(spark)  # spark.read.format("raylog") finds this process's cluster
     return spark
+
+
+#: RayDP's setting for the driver's log4j 2 configuration file
+LOG4J_CONFIG_KEY = "spark.log4j.config.file.name"
+
+_QUIET_LOG4J = """\
+# Spark's driver for raylog_spark.init_spark: errors only (verbose=True for Spark's defaults)
+status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+rootLogger.level = error
+rootLogger.appenderRef.console.ref = console
+# the shell's logger at the root's level: Spark then keeps its "Setting default log level" note
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+"""
+
+
+def quiet_log4j_config() -> str:
+    """The path of a log4j 2 configuration that logs errors only to stderr
+    (written once per user under the temp directory). RayDP otherwise points
+    the driver at ``log4j2-default.properties``, which no jar holds: log4j
+    then prints "Reconfiguration failed" and Spark its warnings."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"raylog-spark-log4j2-{os.getuid()}.properties")
+    try:
+        with open(path) as f:
+            if f.read() == _QUIET_LOG4J:
+                return path
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".raylog-log4j2-")
+    with os.fdopen(fd, "w") as f:
+        f.write(_QUIET_LOG4J)
+    os.replace(tmp, path)  # atomic: concurrent sessions read a whole file
+    return path
 
 
 def stop_spark(cleanup_data: bool = True) -> None:

@@ -1,0 +1,99 @@
+"""How loud raylog and the systems it starts are: quiet unless asked.
+
+By default raylog's own loggers (``raylog.*``) emit WARNING and above, and
+only when something is wrong; the libraries and systems the embedded
+default and ``raylog_spark.init_spark`` start are kept to what matters:
+
+- kazoo (the ZooKeeper client) at ERROR: its "Connection dropped" and
+  "Transition to CONNECTING" warnings repeat every retry, and raylog
+  reports a lost or unreachable ZooKeeper itself, once, with what to do;
+- Ray's notice that a local cluster it starts has token authentication
+  turned on (its default) is dropped; every other Ray record passes;
+- Spark's driver logs at ERROR through a log4j 2 configuration of ours
+  (RayDP otherwise names a file that does not exist, and log4j says
+  "Reconfiguration failed").
+
+Not silenced: the info lines (``gcs_client.cc``) that Ray's C++ core prints
+in RayDP's JVMs as they start. Ray prints them before any setting applies
+(``RAY_BACKEND_LOG_LEVEL`` replaces each with a line saying it was set).
+
+``verbose=True`` (``raylog.connect``, ``init_spark``) or the environment
+variable ``RAYLOG_LOG_LEVEL`` (a level name or number, e.g. ``INFO`` or
+``DEBUG``) brings everything back: raylog's loggers at that level, the
+others at their own defaults. ``RAYLOG_LOG_LEVEL=WARNING`` is the default;
+``ERROR`` quiets raylog's warnings too.
+
+Nothing here touches the root logger or adds handlers: an application's own
+logging configuration still decides where the records go (without one,
+Python's last-resort handler prints WARNING and above to stderr).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from raylog.errors import ConfigError
+
+#: the environment variable that sets raylog's log level (and, below
+#: WARNING, turns the quieting of other systems off)
+LEVEL_ENV = "RAYLOG_LOG_LEVEL"
+
+#: loggers of libraries raylog drives, and the level they get when quiet
+QUIETED_LOGGERS = {"kazoo": logging.ERROR}
+
+
+def level(verbose: bool | None = None) -> int:
+    """raylog's log level: ``RAYLOG_LOG_LEVEL`` if set, else INFO when
+    ``verbose``, else WARNING. A bad value is a :class:`ConfigError`."""
+    value = os.environ.get(LEVEL_ENV, "").strip()
+    if value:
+        if value.lstrip("-").isdigit():
+            return int(value)
+        found = logging.getLevelName(value.upper())
+        if not isinstance(found, int):
+            raise ConfigError(
+                f"{LEVEL_ENV}={value!r} is not a log level; use DEBUG, INFO, WARNING, ERROR or CRITICAL"
+            )
+        return found
+    return logging.INFO if verbose else logging.WARNING
+
+
+def is_quiet(verbose: bool | None = None) -> bool:
+    """Whether other systems' start-up chatter is to be silenced."""
+    return not verbose and level(verbose) >= logging.WARNING
+
+
+def configure(verbose: bool | None = None) -> bool:
+    """Set raylog's and the quieted libraries' logger levels; returns
+    :func:`is_quiet`. Idempotent; later calls follow the latest setting."""
+    quiet = is_quiet(verbose)
+    logging.getLogger("raylog").setLevel(level(verbose))
+    logging.getLogger("raylog_spark").setLevel(level(verbose))
+    for name, quiet_level in QUIETED_LOGGERS.items():
+        logging.getLogger(name).setLevel(quiet_level if quiet else logging.NOTSET)
+    return quiet
+
+
+class _DropRayTokenNotice(logging.Filter):
+    """Drops Ray's notice that a local cluster turned token auth on (Ray's
+    own default for a cluster it starts); every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(RAY_TOKEN_NOTICE)
+
+
+#: the start of Ray's notice, and the logger that emits it
+RAY_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+_TOKEN_FILTER = _DropRayTokenNotice()
+
+
+def quiet_ray_start(quiet: bool) -> None:
+    """Before ``ray.init`` starts a local cluster: drop Ray's token notice
+    when ``quiet`` (and let it through again when not)."""
+    logger = logging.getLogger(RAY_TOKEN_LOGGER)
+    if quiet:
+        logger.addFilter(_TOKEN_FILTER)
+    else:
+        logger.removeFilter(_TOKEN_FILTER)

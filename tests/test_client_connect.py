@@ -1,0 +1,115 @@
+"""Connecting fails fast: a wrong ZooKeeper or Ray address gives one typed,
+one-line error within a deadline, through the API and through the
+installed ``raylog`` script. Failure cases only; the happy paths run in
+every other suite.
+
+Each attempt runs in a subprocess: this process may already hold a Ray
+(``connect`` then skips ``ray.init``), and a hang must not hang the run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from raylog.groups.zookeeper import free_port
+
+RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
+#: the loose bound of the issue: a wrong address must fail well within it
+FAIL_WITHIN_S = 30.0
+#: the subprocess is killed after this (a hang is then a clear failure)
+KILL_AFTER_S = 120.0
+_OUR_VARS = ("RAYLOG_ZOOKEEPER", "RAYLOG_RAY_ADDRESS", "RAYLOG_CLUSTER", "RAYLOG_TOKEN", "RAY_ADDRESS", "RAYLOG_LOG_LEVEL")
+
+
+def _env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in _OUR_VARS}
+
+
+def _run(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=KILL_AFTER_S)
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"{cmd[-3:]} still ran after {KILL_AFTER_S:g} s: {hung.stderr!r}")
+    return proc, time.monotonic() - start
+
+
+def _api(call: str) -> tuple[subprocess.CompletedProcess, float]:
+    script = textwrap.dedent(
+        f"""
+        import raylog
+        try:
+            {call}
+        except raylog.RaylogError as err:
+            print(type(err).__name__, err.retriable, sep="\\n")
+            print(err)
+            raise SystemExit(3)
+        raise SystemExit("connected?!")
+        """
+    )
+    return _run([sys.executable, "-c", script])
+
+
+def _one_line_error(proc, elapsed: float, error: str, *fragments: str) -> str:
+    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
+    name, retriable, *message = proc.stdout.splitlines()
+    assert name == error and retriable == "True"
+    assert len(message) == 1, proc.stdout  # one line
+    for fragment in fragments:
+        assert fragment in message[0]
+    assert proc.stderr == "", proc.stderr  # no retry chatter from kazoo or Ray
+    assert elapsed < FAIL_WITHIN_S, f"took {elapsed:.1f} s"
+    return message[0]
+
+
+def test_a_wrong_zookeeper_address_fails_fast_through_the_api():
+    address = f"127.0.0.1:{free_port()}"
+    proc, elapsed = _api(f"raylog.connect(zookeeper={address!r}, ray_address='127.0.0.1:1')")
+    _one_line_error(proc, elapsed, "ZooKeeperUnavailableError", address, "check that it runs")
+
+
+def test_a_wrong_ray_address_fails_fast_through_the_api(zookeeper):
+    address = f"127.0.0.1:{free_port()}"
+    proc, elapsed = _api(f"raylog.connect(zookeeper={zookeeper.connect_string!r}, ray_address={address!r})")
+    _one_line_error(proc, elapsed, "RayUnavailableError", repr(address), "ray status")
+
+
+def test_a_bad_ray_address_is_a_config_error(zookeeper):
+    proc, _ = _api(f"raylog.connect(zookeeper={zookeeper.connect_string!r}, ray_address='no port here')")
+    assert proc.returncode == 3 and proc.stdout.splitlines()[0] == "ConfigError", proc.stdout + proc.stderr
+
+
+def _cli_error(proc, elapsed: float, *fragments: str) -> str:
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert elapsed < FAIL_WITHIN_S, f"took {elapsed:.1f} s"
+    return lines[0]
+
+
+def test_a_wrong_zookeeper_address_fails_fast_through_the_cli():
+    address = f"127.0.0.1:{free_port()}"
+    proc, elapsed = _run([RAYLOG, "--zookeeper", address, "topics", "list"])
+    _cli_error(proc, elapsed, "ZooKeeper", address)
+
+
+def test_a_wrong_ray_address_fails_fast_through_the_cli_and_creates_nothing(zookeeper, zk):
+    from raylog.groups.registry import Registry
+
+    address = f"127.0.0.1:{free_port()}"
+    cluster = f"deadline-{uuid.uuid4().hex[:8]}"
+    proc, elapsed = _run(
+        [RAYLOG, "--zookeeper", zookeeper.connect_string, "--ray-address", address, "--cluster", cluster,
+         "topics", "create", "never", "--partitions", "2"]
+    )
+    _cli_error(proc, elapsed, "Ray", address)
+    assert Registry(zk, cluster).list_topics() == []
