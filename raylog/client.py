@@ -664,6 +664,8 @@ def connect(
                     logging_level=logging.WARNING,
                     log_to_driver=True,
                 )
+                if quiet:
+                    _log.quiet_forwarded_lines()
                 owns_ray = True
                 data_host = "127.0.0.1"
             else:
