@@ -15,8 +15,8 @@ benchmark, and a local ZooKeeper.
     raylog zookeeper stop --data-dir /var/tmp/raylog-zk
 
 Which cluster a command talks to: ``--zookeeper`` (the cluster's ZooKeeper)
-is enough for every command but ``topics create``, ``topics delete`` and
-``audit``, which call partition actors and so also join the Ray cluster
+is enough for every command but ``topics create``, ``topics delete``,
+``topics repair``, ``supervisor start`` and ``audit``, which call partition actors and so also join the Ray cluster
 (``--ray-address``, default ``auto``: the cluster of this node, or
 ``RAY_ADDRESS``). Without ``--zookeeper`` and ``--ray-address``, ``topics
 create`` and ``topics list`` run on the embedded default of
@@ -193,8 +193,8 @@ def _table(headers: list[str], rows: list[list]) -> str:
     metavar="ADDR",
     envvar="RAYLOG_RAY_ADDRESS",
     show_envvar=True,
-    help="The Ray cluster, for 'topics create', 'topics delete' and 'audit' (they call "
-    "partition actors) and 'bench': HOST:PORT of its head, or 'auto' (the default: the "
+    help="The Ray cluster, for 'topics create', 'topics delete', 'topics repair', 'supervisor "
+    "start' and 'audit' (they call partition actors) and 'bench': HOST:PORT of its head, or 'auto' (the default: the "
     "cluster this node belongs to, or RAY_ADDRESS).",
 )
 @click.option(
@@ -220,7 +220,8 @@ def cli(ctx, zookeeper, ray_address, cluster, token):
     ZooKeeper.
 
     Point the commands at a cluster with --zookeeper HOST:PORT (and, for
-    'topics create', 'topics delete' and 'audit', --ray-address). Without
+    'topics create', 'topics delete', 'topics repair', 'supervisor start' and
+    'audit', --ray-address). Without
     either, 'topics create' and 'topics list' run on the embedded default: a
     local Ray and a ZooKeeper of their own that exist only while the command
     runs (good for a first try, nothing is kept); 'bench' starts a local
