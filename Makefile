@@ -10,11 +10,14 @@ STAMP  := $(VENV)/.installed-stamp
 
 venv: $(STAMP)
 
+# pip's output goes to $(VENV)/install.log; on failure its tail is shown
 $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
-	touch $(STAMP)
+	@echo "setting up $(VENV) with the pinned dependencies (once; log in $(VENV)/install.log) ..."
+	@$(PYTHON) -m venv $(VENV)
+	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -c constraints.txt -e '.[test,bench]'; } \
+		> $(VENV)/install.log 2>&1 \
+		|| { tail -n 40 $(VENV)/install.log; echo "error: installing the dependencies failed; see $(VENV)/install.log"; exit 1; }
+	@touch $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m raylog.demo

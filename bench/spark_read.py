@@ -17,7 +17,13 @@ once (so that all cases see the same load; best and median reported):
   (``sum(amount)``), vs the same typed rows from Parquet.
 
 ``count`` and ``scan`` run with both engines of ``read_topic``: ``jvm`` (the
-Spark data source in the executors' JVMs) and ``python`` (``mapInArrow``).
+Spark data source in the executors' JVMs) and ``python`` (``mapInArrow``),
+and by name (``byname``: ``spark.read.format("raylog")``, planned in the JVM).
+
+* ``stream``: ``spark.readStream.format("raylog")`` with
+  ``Trigger.AvailableNow`` from ``earliest`` into Spark's ``noop`` sink (a
+  fresh checkpoint each round; rows counted from the query's progress) vs
+  the batch read by name of the same data into the same sink.
 ``avro`` decodes in Python: ``read_topic`` reads it with the Python reader
 (``raylog``), and the ``jvm-read`` row shows the alternative, the JVM reader
 feeding the same decoder through ``mapInArrow``.
@@ -179,6 +185,31 @@ def main(argv=None) -> None:
                 ("scan", f"raylog-{engine}", functools.partial(lambda e: topic(engine=e).agg(scan).collect()[0][0], engine))
             )
         cases.append(("scan", "parquet", lambda: spark.read.parquet(parquet).agg(scan).collect()[0][0]))
+        by_name = lambda: spark.read.format("raylog").option("subscribe", "bench").load()  # noqa: E731
+        cases.insert(0, ("count", "raylog-byname", lambda: by_name().count()))
+        cases.insert(len(ENGINES) + 2, ("scan", "raylog-byname", lambda: by_name().agg(scan).collect()[0][0]))
+        checkpoints = iter(range(10**6))
+
+        def stream_available_now():
+            query = (
+                spark.readStream.format("raylog")
+                .option("subscribe", "bench")
+                .option("startingOffsets", "earliest")
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", os.path.join(workdir, f"ckpt-{next(checkpoints)}"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            return sum(p["numInputRows"] for p in query.recentProgress)
+
+        def batch_into_noop():
+            by_name().write.format("noop").mode("overwrite").save()
+            return args.messages  # the noop sink counts nothing; count/raylog-byname checks the same read
+
+        cases.append(("stream", "raylog-availablenow", stream_available_now))
+        cases.append(("stream", "raylog-batch", batch_into_noop))
         typed = [F.count("*").alias("rows"), F.sum("amount").alias("amount")]
         if args.avro:
             avro_parquet = os.path.join(workdir, "bench-avro.parquet")
@@ -227,7 +258,7 @@ def main(argv=None) -> None:
                 },
                 args.json_only,
             )
-        sources = ("raylog-jvm", "raylog-python", "raylog-jvm-read")
+        sources = ("raylog-byname", "raylog-jvm", "raylog-python", "raylog-jvm-read")
         for case in ("count", "scan", "avro"):
             for source in sources:
                 if (case, source) in results:
@@ -237,6 +268,17 @@ def main(argv=None) -> None:
                         {"case": case, "source": source, "ratio_raylog_to_parquet": round(ratio, 3)},
                         args.json_only,
                     )
+        _emit(
+            rows,
+            {
+                "case": "stream",
+                "source": "raylog-availablenow",
+                "ratio_stream_to_batch": round(
+                    results[("stream", "raylog-availablenow")] / results[("stream", "raylog-batch")], 3
+                ),
+            },
+            args.json_only,
+        )
         if not args.json_only:
             print()
             print(f"{'case':<7}{'source':<17}{'rows/s':>14}{'parquet rows/s':>16}{'ratio':>8}")
@@ -245,6 +287,8 @@ def main(argv=None) -> None:
                     if (case, source) in results:
                         r, p = results[(case, source)], results[(case, "parquet")]
                         print(f"{case:<7}{source:<17}{r:>14,.0f}{p:>16,.0f}{r / p:>8.2f}")
+            r, b = results[("stream", "raylog-availablenow")], results[("stream", "raylog-batch")]
+            print(f"{'stream':<7}{'availableNow':<17}{r:>14,.0f}{'batch ' + format(b, ',.0f'):>16}{r / b:>8.2f}")
             print()
             print("count: Parquet answers from its footers (metadata); scan and avro read every row.")
             print("avro: raylog-python is what read_topic(value_format='avro') runs.")

@@ -9,11 +9,13 @@ default and ``raylog_spark.init_spark`` start are kept to what matters:
   reports a lost or unreachable ZooKeeper itself, once, with what to do;
 - Ray's notice that a local cluster it starts has token authentication
   turned on (its default) is dropped; every other Ray record passes;
-- the C++ core of Ray's Java workers (RayDP's Spark master and executors)
-  logs at WARNING instead of INFO (``RAY_BACKEND_LOG_LEVEL``);
 - Spark's driver logs at ERROR through a log4j 2 configuration of ours
   (RayDP otherwise names a file that does not exist, and log4j says
   "Reconfiguration failed").
+
+Not silenced: the info lines (``gcs_client.cc``) that Ray's C++ core prints
+in RayDP's JVMs as they start. Ray prints them before any setting applies
+(``RAY_BACKEND_LOG_LEVEL`` replaces each with a line saying it was set).
 
 ``verbose=True`` (``raylog.connect``, ``init_spark``) or the environment
 variable ``RAYLOG_LOG_LEVEL`` (a level name or number, e.g. ``INFO`` or
@@ -39,9 +41,6 @@ LEVEL_ENV = "RAYLOG_LOG_LEVEL"
 
 #: loggers of libraries raylog drives, and the level they get when quiet
 QUIETED_LOGGERS = {"kazoo": logging.ERROR}
-
-#: Ray's C++ log level for processes started while quiet (Ray's default: info)
-QUIET_BACKEND_LEVEL = "warning"
 
 
 def level(verbose: bool | None = None) -> int:
@@ -98,11 +97,3 @@ def quiet_ray_start(quiet: bool) -> None:
         logger.addFilter(_TOKEN_FILTER)
     else:
         logger.removeFilter(_TOKEN_FILTER)
-
-
-def backend_env(quiet: bool) -> dict[str, str]:
-    """Environment for processes Ray starts (workers, Java workers): Ray's
-    C++ log level at WARNING when ``quiet``, unless the caller chose one."""
-    if quiet and "RAY_BACKEND_LOG_LEVEL" not in os.environ:
-        return {"RAY_BACKEND_LOG_LEVEL": QUIET_BACKEND_LEVEL}
-    return {}

@@ -883,6 +883,22 @@ def zookeeper_stop(data_dir, timeout_s):
 # entry point
 
 
+# --------------------------------------------------------------------------
+# the fault checker
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
+@click.pass_context
+def faults(ctx):
+    """Run the fault checker: producers and a consumer group under seeded
+    faults, then Jepsen-style checks of the whole history (raylog faults
+    --help for its options: --duration, --seed, --faults, --out ...).
+    Starts its own ZooKeeper and Ray cluster; exit code 1 on an anomaly."""
+    from raylog.testing.runner import main as run_faults
+
+    ctx.exit(run_faults(ctx.args))
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the command line with ``argv``; return the exit code."""
     try:

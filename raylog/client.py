@@ -258,6 +258,21 @@ class Client:
         with BrokerConnection(host, port, token=self.settings.token, timeout_s=10) as conn:
             return conn.offsets(topic, partition)
 
+    def offsets_for_times(self, topic: str, timestamp_ms: int) -> dict[int, int]:
+        """``{partition: offset}``: in every partition of ``topic``, the offset
+        of the first message whose timestamp is at or after ``timestamp_ms``
+        (ms since the epoch), or the high watermark when there is none
+        (OFFSETS_FOR_TIME, backed by the segments' time indexes). A message
+        inside a compressed set is found as its wrapper's offset."""
+        from raylog.transfer.client import BrokerConnection
+
+        out = {}
+        for p in range(self.metadata.partitions(topic)):
+            host, port = self.metadata.endpoint(topic, p, refresh=True, wait_s=5.0)
+            with BrokerConnection(host, port, token=self.settings.token, timeout_s=10) as conn:
+                out[p] = conn.offset_for_time(topic, p, int(timestamp_ms))
+        return out
+
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The high watermark of every partition of ``topic``."""
         return {p: self.offsets(topic, p)[1] for p in range(self.metadata.partitions(topic))}
@@ -616,21 +631,6 @@ def connect(
         if owned_data_dir is not None:
             shutil.rmtree(owned_data_dir, ignore_errors=True)
         raise
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]):
-    """Set environment variables for the ``with`` block, then restore them."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def ray_head(ray_address: str) -> tuple[str, int] | None:

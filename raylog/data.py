@@ -196,7 +196,8 @@ def default_settings() -> ConnectionSettings | None:
     """The cluster of a call given no ``client=``: the client
     ``raylog.connect()`` made in this process (the last one not closed), else
     ``RAYLOG_ZOOKEEPER`` (with ``RAYLOG_CLUSTER``, default ``"default"``, and
-    ``RAYLOG_TOKEN``), else None."""
+    ``RAYLOG_TOKEN``, by default the token this process derives, see
+    :mod:`raylog.auth`), else None."""
     from raylog.client import current_client
 
     client = current_client()
@@ -206,11 +207,14 @@ def default_settings() -> ConnectionSettings | None:
     if not zookeeper:
         return None
     token = os.environ.get("RAYLOG_TOKEN")
-    return ConnectionSettings(
-        zookeeper=zookeeper,
-        cluster=os.environ.get("RAYLOG_CLUSTER") or "default",
-        token=token.encode() if token else None,
-    )
+    cluster = os.environ.get("RAYLOG_CLUSTER") or "default"
+    if token:
+        token = token.encode()
+    else:
+        from raylog.auth import cluster_token
+
+        token = cluster_token(cluster)  # derived, as a client does (see raylog.auth)
+    return ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
 
 
 def resolve_connection(client=None, settings: ConnectionSettings | None = None):
@@ -236,7 +240,7 @@ def resolve_connection(client=None, settings: ConnectionSettings | None = None):
     from raylog.metadata import Metadata
 
     metadata = Metadata.connect(settings)
-    return metadata, settings, metadata
+    return metadata, metadata.settings, metadata  # metadata.settings: with the derived token
 
 
 def _offset_spec(spec, partitions: int, default: int, what: str) -> dict[int, int]:

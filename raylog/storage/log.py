@@ -341,6 +341,7 @@ class PartitionLog:
                 self._producers.remember(producer_id, epoch, first_sequence, base, lengths)
             except OSError as err:  # compacting the journal failed; the set is in the log
                 self._fail(err)
+        active.timeindex.on_append(active, message_set, base)
         if not active.size - size:
             self._active_since = self._clock()
         self._leo = base + size
@@ -502,6 +503,8 @@ class PartitionLog:
                 with self._lock:
                     self._closed = True
                     self._producers.close()
+                    for segment in self._view[1]:
+                        segment.timeindex.close()
                 self._checkpoint_file.close()
                 os.close(self._lock_fd)  # another owner may open the directory now
             with self._cond:
@@ -676,6 +679,21 @@ class PartitionLog:
             return [bases[0]][:max_offsets]
         found = [s.base_offset for s in segments if s.mtime_ms() < timestamp_ms]
         return found[::-1][:max_offsets]
+
+    def offset_for_time(self, timestamp_ms: int) -> int:
+        """The offset of the first message at or after ``timestamp_ms``
+        (below the high watermark), found with the segments' time indexes
+        (:mod:`raylog.storage.timeindex`); the high watermark when there is
+        none. Any thread."""
+        hw = self._hw
+        _bases, segments = self._view
+        for segment in segments:
+            if segment.base_offset >= hw:
+                break
+            found = segment.timeindex.lookup(segment, timestamp_ms, min(segment.end_offset, hw))
+            if found is not None:
+                return found
+        return hw
 
     # -- checkpoint and recovery ------------------------------------------------------
 

@@ -25,6 +25,7 @@ import os
 import re
 
 from raylog.storage.message import LOG_OVERHEAD, message_size_at, scan_message_set
+from raylog.storage.timeindex import TimeIndex
 
 SUFFIX = ".log"
 _NAME = re.compile(r"^(\d{20})\.log$")
@@ -56,7 +57,7 @@ class SegmentFile(io.FileIO):
 class LogSegment:
     """An open segment file and its size (bytes written, flushed or not)."""
 
-    __slots__ = ("base_offset", "path", "file", "fd", "size")
+    __slots__ = ("base_offset", "path", "file", "fd", "size", "timeindex")
 
     def __init__(self, path: str, base_offset: int, file: SegmentFile):
         self.base_offset = base_offset
@@ -64,6 +65,8 @@ class LogSegment:
         self.file = file
         self.fd = file.fileno()
         self.size = os.fstat(self.fd).st_size
+        #: the segment's time index (raylog.storage.timeindex), kept with it
+        self.timeindex = TimeIndex.open(os.path.dirname(path), base_offset, base_offset + self.size)
 
     @classmethod
     def open(cls, directory: str, base_offset: int) -> "LogSegment":
@@ -112,6 +115,7 @@ class LogSegment:
         os.ftruncate(self.fd, size)
         os.fdatasync(self.fd)
         self.size = size
+        self.timeindex.truncate(self.base_offset + size)
 
     def delete(self) -> None:
         """Unlink the file. The open file stays usable by whoever still holds it."""
@@ -119,6 +123,7 @@ class LogSegment:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        self.timeindex.delete()
 
     # -- readers --------------------------------------------------------------
 

@@ -71,6 +71,7 @@ from raylog.transfer.protocol import (
     PRODUCE_VERSION_IDEMPOTENT,
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY_FIELDS,
+    OFFSETS_FOR_TIME_REPLY_FIELDS,
     OFFSETS_REPLY_FIELDS,
     PRODUCE_FIELDS,
     PRODUCE_REPLY_FIELDS,
@@ -83,6 +84,7 @@ from raylog.transfer.protocol import (
     encode_auth,
     encode_fetch,
     encode_offsets,
+    encode_offsets_for_time,
     encode_string,
 )
 
@@ -371,6 +373,19 @@ class BrokerConnection:
         result = Offsets(*OFFSETS_REPLY_FIELDS.unpack_from(self._rbuf, pos))
         self._consume_reply()
         return result
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The offset of the partition's first message at or after
+        ``timestamp_ms`` (the high watermark when there is none); see
+        OFFSETS_FOR_TIME in :mod:`raylog.transfer.protocol`."""
+        self._before_request()
+        correlation_id = self._next_correlation()
+        self._send(encode_offsets_for_time(correlation_id, self._topic(topic)[0], partition, int(timestamp_ms)))
+        self._expect_wait(0)
+        pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + OFFSETS_FOR_TIME_REPLY_FIELDS.size)
+        (offset,) = OFFSETS_FOR_TIME_REPLY_FIELDS.unpack_from(self._rbuf, pos)
+        self._consume_reply()
+        return offset
 
     # -- frames ------------------------------------------------------------------
 

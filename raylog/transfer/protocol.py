@@ -9,7 +9,7 @@ Request frame
 -------------
 
 1. size            u32  number of bytes that follow this field
-2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH
+2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH, 4 OFFSETS_FOR_TIME
 3. version         i16  0; PRODUCE also 1 (idempotence and acks=-1, below)
 4. correlation id  i32  chosen by the client, echoed in the reply
 
@@ -69,6 +69,12 @@ OFFSETS
     6. topic          UTF-8
     7. partition      i32
 
+OFFSETS_FOR_TIME
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+    8. timestamp      i64  ms since the epoch
+
 Reply frame
 -----------
 
@@ -96,6 +102,11 @@ FETCH     4. high watermark i64, 5. log start offset i64,
           offset, whole messages and possibly a partial last one; sent by
           the server with ``os.sendfile`` straight from the segment file
 OFFSETS   4. log start offset i64, 5. high watermark i64
+OFFSETS_FOR_TIME
+          4. offset i64: of the first message (below the high watermark)
+             whose timestamp is at or after the request's, found with the
+             segments' time indexes (:mod:`raylog.storage.timeindex`); for a
+             compressed set, its wrapper; the high watermark when there is none
 
 Errors and the connection
 -------------------------
@@ -132,7 +143,14 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_OFFSETS = 2
 API_AUTH = 3
-API_NAMES = {API_PRODUCE: "PRODUCE", API_FETCH: "FETCH", API_OFFSETS: "OFFSETS", API_AUTH: "AUTH"}
+API_OFFSETS_FOR_TIME = 4
+API_NAMES = {
+    API_PRODUCE: "PRODUCE",
+    API_FETCH: "FETCH",
+    API_OFFSETS: "OFFSETS",
+    API_AUTH: "AUTH",
+    API_OFFSETS_FOR_TIME: "OFFSETS_FOR_TIME",
+}
 
 VERSION = 0
 #: PRODUCE version 1: producer id, epoch and sequence, and acks=-1
@@ -195,6 +213,11 @@ OFFSETS_REPLY = struct.Struct(">Iihqq")
 FETCH_REPLY_FIELDS = struct.Struct(">qqi")
 PRODUCE_REPLY_FIELDS = struct.Struct(">q")
 OFFSETS_REPLY_FIELDS = struct.Struct(">qq")
+#: OFFSETS_FOR_TIME after the topic: partition, timestamp
+OFFSETS_FOR_TIME_FIELDS = struct.Struct(">iq")
+#: an OFFSETS_FOR_TIME reply: header, offset
+OFFSETS_FOR_TIME_REPLY = struct.Struct(">Iihq")
+OFFSETS_FOR_TIME_REPLY_FIELDS = struct.Struct(">q")
 
 
 # -- requests ------------------------------------------------------------------
@@ -231,6 +254,13 @@ class OffsetsRequest(NamedTuple):
     correlation_id: int
     topic: str
     partition: int
+
+
+class OffsetsForTimeRequest(NamedTuple):
+    correlation_id: int
+    topic: str
+    partition: int
+    timestamp_ms: int
 
 
 def encode_string(text: str) -> bytes:
@@ -357,6 +387,12 @@ def encode_offsets(correlation_id: int, topic: str | bytes, partition: int) -> b
     return _request_header(API_OFFSETS, correlation_id, len(topic) + len(fields)) + topic + fields
 
 
+def encode_offsets_for_time(correlation_id: int, topic: str | bytes, partition: int, timestamp_ms: int) -> bytes:
+    topic = encode_string(topic) if isinstance(topic, str) else topic
+    fields = OFFSETS_FOR_TIME_FIELDS.pack(partition, timestamp_ms)
+    return _request_header(API_OFFSETS_FOR_TIME, correlation_id, len(topic) + len(fields)) + topic + fields
+
+
 def _malformed(api_key: int, correlation_id: int, what: str) -> ProtocolError:
     name = API_NAMES.get(api_key, str(api_key))
     return ProtocolError(f"malformed {name} frame: {what}", correlation_id=correlation_id)
@@ -469,6 +505,13 @@ def decode_request(buf, pos: int, size: int):
             raise _malformed(api_key, correlation_id, what)
         (partition,) = OFFSETS_FIELDS.unpack_from(buf, pos)
         return OffsetsRequest(correlation_id, topic, partition)
+    if api_key == API_OFFSETS_FOR_TIME:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos != OFFSETS_FOR_TIME_FIELDS.size:
+            what = f"{end - pos} bytes after the topic, expected {OFFSETS_FOR_TIME_FIELDS.size}"
+            raise _malformed(api_key, correlation_id, what)
+        partition, timestamp_ms = OFFSETS_FOR_TIME_FIELDS.unpack_from(buf, pos)
+        return OffsetsForTimeRequest(correlation_id, topic, partition, timestamp_ms)
     if api_key == API_AUTH:
         if end - pos < STRING_LENGTH.size:
             raise _malformed(api_key, correlation_id, "truncated before the token length")
@@ -520,6 +563,10 @@ def encode_fetch_reply_header(correlation_id: int, high_watermark: int, log_star
 
 def encode_offsets_reply(correlation_id: int, log_start_offset: int, high_watermark: int) -> bytes:
     return OFFSETS_REPLY.pack(OFFSETS_REPLY.size - SIZE.size, correlation_id, 0, log_start_offset, high_watermark)
+
+
+def encode_offsets_for_time_reply(correlation_id: int, offset: int) -> bytes:
+    return OFFSETS_FOR_TIME_REPLY.pack(OFFSETS_FOR_TIME_REPLY.size - SIZE.size, correlation_id, 0, offset)
 
 
 def _clip_utf8(raw: bytes, limit: int) -> bytes:

@@ -73,12 +73,14 @@ from raylog.transfer.protocol import (
     SIZE,
     AuthRequest,
     FetchRequest,
+    OffsetsForTimeRequest,
     OffsetsRequest,
     ProduceRequest,
     decode_request,
     encode_auth_reply,
     encode_error,
     encode_fetch_reply_header,
+    encode_offsets_for_time_reply,
     encode_offsets_reply,
     encode_produce_reply,
 )
@@ -496,6 +498,8 @@ class DataServer:
                     self._produce(conn, group, out)
                 if kind is FetchRequest:
                     self._fetch(conn, request, out)
+                elif kind is OffsetsForTimeRequest:
+                    self._offsets_for_time(conn, request, out)
                 else:
                     self._offsets(conn, request, out)
             if group:
@@ -694,6 +698,21 @@ class DataServer:
             reply = encode_offsets_reply(
                 request.correlation_id, partition_log.log_start_offset, partition_log.high_watermark
             )
+        except RaylogError as err:
+            self._count_error(conn, err)
+            reply = encode_error(request.correlation_id, err)
+        out.append(reply)
+
+    def _offsets_for_time(self, conn: _Connection, request: OffsetsForTimeRequest, out: list) -> None:
+        try:
+            partition_log = self._lookup(request.topic, request.partition)
+            reply = encode_offsets_for_time_reply(
+                request.correlation_id, partition_log.offset_for_time(request.timestamp_ms)
+            )
+        except ClosedError:
+            err = _closing(request.topic, request.partition)
+            self._count_error(conn, err)
+            reply = encode_error(request.correlation_id, err)
         except RaylogError as err:
             self._count_error(conn, err)
             reply = encode_error(request.correlation_id, err)

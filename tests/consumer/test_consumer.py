@@ -15,7 +15,7 @@ import pytest
 
 import raylog
 from raylog.errors import ConfigError, ZooKeeperUnavailableError
-from raylog.groups.faults import expire_session
+from raylog.testing.faults import expire_session
 
 SESSION_MS = 3000
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from raylog.errors import CorruptMessageError
-from raylog.groups.faults import drop_connection, expire_session
+from raylog.testing.faults import drop_connection, expire_session
 
 SESSION_MS = 3000
 

@@ -24,7 +24,7 @@ from raylog.groups.member import GroupMember
 from raylog.groups.states import MemberState
 from raylog.groups.assignment import range_assignment
 from raylog.errors import PartitionNotAssignedError
-from raylog.groups.faults import drop_connection, expire_session
+from raylog.testing.faults import drop_connection, expire_session
 from raylog.groups.paths import Paths
 from raylog.retry import RetryPolicy
 

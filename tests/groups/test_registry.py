@@ -19,7 +19,7 @@ from raylog.errors import (
     UnknownTopicError,
     ZooKeeperUnavailableError,
 )
-from raylog.groups.faults import drop_connection, expire_session
+from raylog.testing.faults import drop_connection, expire_session
 from raylog.groups.registry import Registry
 from raylog.groups.zookeeper import connect_kazoo
 

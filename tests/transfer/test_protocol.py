@@ -123,6 +123,11 @@ def test_requests_round_trip_field_by_field():
     offsets = frame_at(p.encode_offsets(13, "clicks", 7))
     assert offsets == p.OffsetsRequest(13, "clicks", 7)
 
+    for_time = frame_at(p.encode_offsets_for_time(14, "clicks", 1, 1_700_000_000_123))
+    assert for_time == p.OffsetsForTimeRequest(14, "clicks", 1, 1_700_000_000_123)
+    reply = p.encode_offsets_for_time_reply(14, 4096)
+    assert p.OFFSETS_FOR_TIME_REPLY.unpack(reply) == (len(reply) - 4, 14, 0, 4096)
+
     auth = frame_at(p.encode_auth(-5, b"\x00token"))
     assert auth == p.AuthRequest(-5, b"\x00token")
 

@@ -22,7 +22,7 @@ source's jar is built, :mod:`raylog_spark.writer` and
 """
 
 from raylog_spark.loader import ConcurrentLoadError, IncrementalLoad, load_incremental
-from raylog_spark.reader import plan_dataframe, read_topic, spark_schema
+from raylog_spark.reader import plan_dataframe, read_topic, spark_schema, use_cluster
 from raylog_spark.session import init_spark, stop_spark
 from raylog_spark.writer import write_topic
 
@@ -32,6 +32,7 @@ __all__ = [
     "read_topic",
     "plan_dataframe",
     "spark_schema",
+    "use_cluster",
     "write_topic",
     "load_incremental",
     "IncrementalLoad",

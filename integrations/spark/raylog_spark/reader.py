@@ -268,6 +268,9 @@ def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FET
         "max_message_bytes": str(int(plan.max_message_bytes)),
         "fail_on_data_loss": "true" if plan.fail_on_data_loss else "false",
         "locality": "true" if locality else "false",
+        # readers look a moved partition up again here
+        "zookeeper": plan.settings.zookeeper,
+        "cluster": plan.settings.cluster,
     }
     token = plan.settings.token
     if token:
@@ -276,10 +279,43 @@ def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FET
 
 
 def jvm_dataframe(spark, plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES):
-    """The DataFrame of ``plan`` read by the JVM reader (binary values)."""
+    """The DataFrame of ``plan`` read by the JVM reader (binary values, the
+    columns of :func:`spark_schema`)."""
     from raylog_spark.jvm import FORMAT
 
-    return spark.read.format(FORMAT).options(**jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)).load()
+    df = spark.read.format(FORMAT).options(**jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)).load()
+    return df.select(*spark_schema().fieldNames())
+
+
+#: the Spark conf keys the data source ``raylog`` reads its cluster from when
+#: a read by name has no ``zookeeper``/``cluster``/``token`` option
+CLUSTER_CONF = ("spark.raylog.zookeeper", "spark.raylog.cluster", "spark.raylog.token")
+
+
+def use_cluster(spark, client=None, settings=None) -> bool:
+    """Make ``client``'s cluster (default: the one ``raylog.connect()`` made
+    in this process, or ``RAYLOG_ZOOKEEPER``) the cluster of
+    ``spark.read.format("raylog")`` and ``spark.readStream.format("raylog")``
+    in this session: sets the session's ``spark.raylog.zookeeper``,
+    ``spark.raylog.cluster`` and ``spark.raylog.token`` (base64).
+    :func:`raylog_spark.init_spark` calls it. Returns False when there is no
+    cluster to use (nothing is set)."""
+    from raylog.data import default_settings
+
+    if client is not None:
+        settings = client.settings
+    if settings is None:
+        settings = default_settings()
+    if settings is None:
+        return False
+    conf = spark.conf
+    conf.set(CLUSTER_CONF[0], settings.zookeeper)
+    conf.set(CLUSTER_CONF[1], settings.cluster)
+    if settings.token:
+        conf.set(CLUSTER_CONF[2], base64.b64encode(bytes(settings.token)).decode("ascii"))
+    else:
+        conf.unset(CLUSTER_CONF[2])
+    return True
 
 
 def _ranges_dataframe(spark, plan: ReadPlan, locality: bool):
@@ -421,13 +457,14 @@ class AvroColumns:
                 AvroDeserializer(registry),
                 AvroDeserializer(registry, reader_schema=self.schemas[self.reader_id]),
                 to_arrow_schema(self.value_schema),
+                logical_fixer(self.schemas[self.reader_id]),
             )
         return self._state
 
     def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         from raylog.avro import HEADER
 
-        _registry, plain, resolving, arrow_schema = self._deserializers()
+        _registry, plain, resolving, arrow_schema, fix = self._deserializers()
         reader_id = self.reader_id
         unpack = HEADER.unpack_from
         records = []
@@ -437,6 +474,8 @@ class AvroColumns:
                 append(resolving.deserialize(value))  # SchemaError: not an Avro frame
             else:
                 append((plain if unpack(value)[1] == reader_id else resolving).deserialize(value))
+        if fix is not None:
+            records = [fix(r) for r in records]
         typed = pa.RecordBatch.from_pylist(records, schema=arrow_schema)
         meta = [batch.column(name) for name in META_COLUMNS]
         if self.flatten:
@@ -492,6 +531,103 @@ def _output_schema(value_schema, flatten: bool):
             f"(the value as one struct column) and select what you need"
         )
     return T.StructType([*value_schema.fields, *meta])
+
+
+def _time_ms(t) -> int:
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1000 + t.microsecond // 1000
+
+
+def _time_us(t) -> int:
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+
+
+#: logical types whose Python values (from fastavro) are not those of their
+#: Spark type (the underlying Avro type, see raylog.avro.avro_to_spark_schema)
+_LOGICAL_TO_SPARK = {"uuid": str, "time-millis": _time_ms, "time-micros": _time_us}
+
+
+def logical_fixer(schema):
+    """A function that turns the values of ``schema``'s logical types that
+    Spark keeps as their underlying type (``uuid``: string,
+    ``time-millis``: int, ``time-micros``: long) from fastavro's Python
+    objects (``UUID``, ``datetime.time``) into those, in a decoded record; or
+    None when the schema has none (nothing to do)."""
+    import json as _json
+
+    if isinstance(schema, str):
+        try:
+            schema = _json.loads(schema)
+        except ValueError:
+            pass
+    named: dict[str, Any] = {}
+
+    def collect(s):
+        if isinstance(s, dict):
+            if s.get("type") in ("record", "error", "enum", "fixed") and "name" in s:
+                named[s["name"]] = s
+                if "namespace" in s:
+                    named[f"{s['namespace']}.{s['name']}"] = s
+            for f in s.get("fields", ()):
+                collect(f["type"])
+            for key in ("items", "values", "type"):
+                if isinstance(s.get(key), (dict, list)):
+                    collect(s[key])
+        elif isinstance(s, list):
+            for b in s:
+                collect(b)
+
+    collect(schema)
+
+    def build(s, seen=()):
+        """The converter of one value of schema ``s``, or None (nothing to convert)."""
+        if isinstance(s, str):
+            if s in named and s not in seen:
+                return build(named[s], seen + (s,))
+            return None
+        if isinstance(s, list):
+            branches = [build(b, seen) for b in s if b != "null"]
+            branches = [b for b in branches if b is not None]
+            if not branches:
+                return None
+            if len(branches) == 1:
+                one = branches[0]
+                return lambda v: None if v is None else one(v)
+            return lambda v: v  # several converting branches: unsupported unions are refused elsewhere
+        kind = s.get("type")
+        logical = s.get("logicalType")
+        if logical in _LOGICAL_TO_SPARK and isinstance(kind, str):
+            convert = _LOGICAL_TO_SPARK[logical]
+            return lambda v: v if isinstance(v, (int, str)) else convert(v)
+        if kind in ("record", "error"):
+            fields = [(f["name"], build(f["type"], seen + (s.get("name"),))) for f in s.get("fields", ())]
+            fields = [(n, c) for n, c in fields if c is not None]
+            if not fields:
+                return None
+
+            def record(v):
+                if v is None:
+                    return None
+                for name, conv in fields:
+                    v[name] = conv(v.get(name))
+                return v
+
+            return record
+        if kind == "array":
+            item = build(s["items"], seen)
+            return None if item is None else (lambda v: None if v is None else [item(x) for x in v])
+        if kind == "map":
+            value = build(s["values"], seen)
+            return None if value is None else (lambda v: None if v is None else {k: value(x) for k, x in v.items()})
+        if isinstance(kind, (dict, list)):
+            return build(kind, seen)
+        return None
+
+    top = build(schema)
+    if top is None:
+        return None
+    if isinstance(schema, dict) and schema.get("type") in ("record", "error"):
+        return top
+    return lambda r: {**r, "value": top(r["value"])} if isinstance(r, dict) and "value" in r else r
 
 
 def _check_supported(schema) -> None:

@@ -112,8 +112,7 @@ def init_spark(
 
     Quiet unless ``verbose`` (or ``RAYLOG_LOG_LEVEL`` below WARNING): the
     driver's log4j logs errors only (:func:`quiet_log4j_config`, unless
-    ``configs`` names a ``spark.log4j.config.file.name``), and Ray's C++
-    core in the driver JVM logs warnings only (``RAY_BACKEND_LOG_LEVEL``).
+    ``configs`` names a ``spark.log4j.config.file.name``).
 
     ``configs`` are Spark settings layered over :data:`DEFAULT_CONFIGS`;
     the three ``extraJavaOptions`` keys are merged with
@@ -183,6 +182,9 @@ def init_spark(
         # since) did not get the jar at launch: add it to this session.
         if not jvm.add_to_session(spark, jars[0]):
             log.warning("the Spark driver cannot load %s; reads will use the Python reader", jars[0])
+    from raylog_spark.reader import use_cluster
+
+    use_cluster(spark)  # spark.read.format("raylog") finds this process's cluster
     return spark
 
 

@@ -143,3 +143,20 @@ def test_spark_configs_append_the_jar_to_the_user_s_jars():
     # a jar the user already lists is not added twice
     again = spark_configs({"spark.jars": "/cache/raylog-spark-x.jar"}, jars=["/cache/raylog-spark-x.jar"])
     assert again["spark.jars"] == "/cache/raylog-spark-x.jar"
+
+
+def test_the_java_error_table_is_the_one_of_raylog_errors():
+    """RaylogReadException names every wire code as raylog.errors does (one
+    source of truth: this test keeps the Java table in step)."""
+    import re
+
+    from raylog import errors
+
+    source = (jvm.java_sources() / "org" / "raylog" / "spark" / "RaylogReadException.java").read_text()
+    constants = {m[0]: int(m[1]) for m in re.findall(r"static final int (\w+) = (-?\d+);", source)}
+    java = {}
+    for key, name in re.findall(r'NAMES\.put\((\w+|-?\d+), "(\w+)"\)', source):
+        java[constants[key] if key in constants else int(key)] = name
+    python = {code: cls.__name__ for code, cls in errors._BY_CODE.items()}  # noqa: SLF001
+    assert java.pop(constants["DATA_LOSS"]) == "DataLossError"  # raised by readers, not on the wire
+    assert java == python

@@ -280,9 +280,9 @@ def test_jvm_reader_authenticates_with_the_token(spark, zookeeper, ray_local, tm
         zookeeper=zookeeper.connect_string,
         cluster="spark-secured",
         data_dir=str(tmp_path),
-        token=b"s3cret",
         data_host="127.0.0.1",
-    )
+    )  # the cluster's token, derived (raylog.auth)
+    assert secured.settings.token
     try:
         secured.create_topic("secured", partitions=1)
         produce(secured, "secured", [(None, b"private-%d" % i) for i in range(10)])
@@ -488,6 +488,67 @@ def test_avro_values_with_two_schema_versions(spark, raylog_client, make_topic):
     assert nested.raylog_engine == "python"
     with pytest.raises(ConfigError, match="engine"):
         raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client, engine="jvm")
+
+
+def test_avro_logical_types_all_decode(spark, raylog_client, make_topic):
+    """Every logical type avro_to_spark_schema maps decodes into its Spark type."""
+    import decimal
+    import uuid
+
+    from raylog.avro import AvroSerializer
+    from raylog.groups.schemas import SchemaRegistry
+
+    schema = {
+        "type": "record",
+        "name": "Logical",
+        "fields": [
+            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "tm", "type": {"type": "int", "logicalType": "time-millis"}},
+            {"name": "tu", "type": {"type": "long", "logicalType": "time-micros"}},
+            {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "tsu", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+            {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+            {"name": "maybe", "type": ["null", {"type": "string", "logicalType": "uuid"}], "default": None},
+            {"name": "times", "type": {"type": "array", "items": {"type": "int", "logicalType": "time-millis"}}},
+        ],
+    }
+    registry = SchemaRegistry(raylog_client.metadata.zk, raylog_client.settings.cluster)
+    serialize = AvroSerializer(registry, schema)
+    ids = [uuid.UUID(int=i * 7919) for i in range(10)]
+    at = datetime.datetime(2026, 11, 22, 14, 30, 5, 123000, tzinfo=datetime.timezone.utc)
+    records = [
+        {
+            "id": ids[i],
+            "day": datetime.date(2026, 1, 1 + i),
+            "tm": datetime.time(1, 2, 3, 4000 * i),
+            "tu": datetime.time(1, 2, 3, 7 * i),
+            "ts": at,
+            "tsu": at,
+            "local": at.replace(tzinfo=None),
+            "amount": decimal.Decimal(f"{i}.25"),
+            "maybe": ids[i] if i % 2 else None,
+            "times": [datetime.time(0, 0, 1)] * (i % 3),
+        }
+        for i in range(10)
+    ]
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [(None, serialize(r)) for r in records])
+    df = raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client)
+    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    assert types["id"] == "string" and types["tm"] == "integer" and types["tu"] == "long"
+    assert types["day"] == "date" and types["amount"].startswith("decimal")
+    rows = sorted(df.collect(), key=lambda r: r["day"])
+    for i, r in enumerate(rows):
+        assert r["id"] == str(ids[i])
+        assert r["day"] == datetime.date(2026, 1, 1 + i)
+        assert r["tm"] == 3_723_000 + 4 * i  # ms since midnight
+        assert r["tu"] == 3_723_000_000 + 7 * i  # µs since midnight
+        assert r["ts"].timestamp() == pytest.approx(at.timestamp())
+        assert r["amount"] == decimal.Decimal(f"{i}.25")
+        assert r["maybe"] == (str(ids[i]) if i % 2 else None)
+        assert r["times"] == [1000] * (i % 3)
 
 
 def test_unknown_avro_schema_ids_are_typed_errors(spark, raylog_client, make_topic):

@@ -27,6 +27,12 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  *   4. correlation id  i32                9. max bytes    i32
  *                                        10. max wait ms  i32 (0 here: no long poll)
  *
+ * OFFSETS body: 5. topic length u16, 6. topic UTF-8, 7. partition i32
+ * OFFSETS_FOR_TIME body: 5. topic length u16, 6. topic UTF-8, 7. partition i32, 8. timestamp i64
+ * OFFSETS_FOR_TIME reply body (error code 0): 4. offset i64 (of the first message whose timestamp
+ *   is at or after the time; the high watermark when there is none)
+ * OFFSETS reply body (error code 0): 4. log start offset i64, 5. high watermark i64
+ *
  * reply frame                           FETCH reply body (error code 0)
  *   1. size            u32                4. high watermark   i64
  *   2. correlation id  i32                5. log start offset i64
@@ -43,8 +49,11 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  */
 final class FetchClient implements Closeable {
 
+  static final short API_PRODUCE = 0;
   static final short API_FETCH = 1;
+  static final short API_OFFSETS = 2;
   static final short API_AUTH = 3;
+  static final short API_OFFSETS_FOR_TIME = 4;
   static final short VERSION = 0;
   /** header room on top of the largest message (protocol.FRAME_OVERHEAD_BYTES) */
   static final int FRAME_OVERHEAD_BYTES = 64 * 1024;
@@ -146,6 +155,87 @@ final class FetchClient implements Closeable {
     pos = putInt(frame, pos, 0);
     write(frame, pos);
     outstanding = id;
+  }
+
+  /**
+   * Append a message set (PRODUCE version 0, acks=1: topic length u16, topic,
+   * partition i32, acks i8, set length i32, set) and wait for its reply (the
+   * base offset i64); returns the base offset.
+   */
+  long produce(byte[] topic, int partition, byte[] set) {
+    if (outstanding != null) {
+      throw new IllegalStateException("a FETCH is outstanding");
+    }
+    connect();
+    int id = ++correlation;
+    int body = 2 + topic.length + 4 + 1 + 4 + set.length;
+    byte[] frame = new byte[4 + 8 + 2 + topic.length + 9];
+    int pos = putHeader(frame, API_PRODUCE, id, body);
+    pos = putShort(frame, pos, topic.length);
+    System.arraycopy(topic, 0, frame, pos, topic.length);
+    pos += topic.length;
+    pos = putInt(frame, pos, partition);
+    frame[pos++] = 1; // acks
+    pos = putInt(frame, pos, set.length);
+    write(frame, pos);
+    write(set, set.length);
+    readReplyHeader(id, "PRODUCE");
+    int size = readInt(header, 0);
+    if (size != REPLY_HEADER - 4 + 8) {
+      fail(RaylogReadException.PROTOCOL, "PRODUCE reply of " + size + " bytes, expected " + (REPLY_HEADER - 4 + 8));
+    }
+    readFully(header, REPLY_HEADER, 8);
+    return readLong(header, REPLY_HEADER);
+  }
+
+  /** {@code {log start offset, high watermark}} of the partition (an OFFSETS call). */
+  long[] offsets(byte[] topic, int partition) {
+    if (outstanding != null) {
+      throw new IllegalStateException("a FETCH is outstanding");
+    }
+    connect();
+    int id = ++correlation;
+    int body = 2 + topic.length + 4;
+    byte[] frame = new byte[4 + 8 + body];
+    int pos = putHeader(frame, API_OFFSETS, id, body);
+    pos = putShort(frame, pos, topic.length);
+    System.arraycopy(topic, 0, frame, pos, topic.length);
+    pos += topic.length;
+    pos = putInt(frame, pos, partition);
+    write(frame, pos);
+    readReplyHeader(id, "OFFSETS");
+    int size = readInt(header, 0);
+    if (size != REPLY_HEADER - 4 + 16) {
+      fail(RaylogReadException.PROTOCOL, "OFFSETS reply of " + size + " bytes, expected " + (REPLY_HEADER - 4 + 16));
+    }
+    readFully(header, REPLY_HEADER, 16);
+    return new long[] {readLong(header, REPLY_HEADER), readLong(header, REPLY_HEADER + 8)};
+  }
+
+  /** The offset of the first message at or after {@code timestampMs} (an OFFSETS_FOR_TIME call). */
+  long offsetForTime(byte[] topic, int partition, long timestampMs) {
+    if (outstanding != null) {
+      throw new IllegalStateException("a FETCH is outstanding");
+    }
+    connect();
+    int id = ++correlation;
+    int body = 2 + topic.length + 4 + 8;
+    byte[] frame = new byte[4 + 8 + body];
+    int pos = putHeader(frame, API_OFFSETS_FOR_TIME, id, body);
+    pos = putShort(frame, pos, topic.length);
+    System.arraycopy(topic, 0, frame, pos, topic.length);
+    pos += topic.length;
+    pos = putInt(frame, pos, partition);
+    pos = putLong(frame, pos, timestampMs);
+    write(frame, pos);
+    readReplyHeader(id, "OFFSETS_FOR_TIME");
+    int size = readInt(header, 0);
+    if (size != REPLY_HEADER - 4 + 8) {
+      fail(RaylogReadException.PROTOCOL,
+          "OFFSETS_FOR_TIME reply of " + size + " bytes, expected " + (REPLY_HEADER - 4 + 8));
+    }
+    readFully(header, REPLY_HEADER, 8);
+    return readLong(header, REPLY_HEADER);
   }
 
   /**

@@ -42,16 +42,24 @@ final class MessageSet {
   static final int MIN_MESSAGE_SIZE = HEADER_SIZE - LOG_OVERHEAD;
   static final int MAGIC = 1;
   static final int CODEC_MASK = 0x07;
-  /** a wrapper's decompressed inner set may be this many times max_message_bytes */
-  static final int INNER_SET_FACTOR = 64;
+  /**
+   * a wrapper's decompressed inner set may be this many times max_message_bytes
+   * unless the topic sets max_inflated_bytes (raylog.config.INFLATED_FACTOR)
+   */
+  static final int INFLATED_FACTOR = 8;
 
   private final int maxMessageBytes;
+  private final long maxInflatedBytes;
   private final CRC32C crc = new CRC32C();
   private final Codecs codecs = new Codecs();
 
   // -- the current message ---------------------------------------------------------
   /** the message's log offset (inner messages: their wrapper's) */
   long offset;
+  /** where the next message starts: offset + 4 + size (inner messages: their wrapper's next offset) */
+  long nextOffset;
+  /** 0 for a plain message; the position (0, 1, ...) of an inner message in its wrapper */
+  int innerIndex;
   long timestamp;
   /** the buffer holding the key and value */
   byte[] data;
@@ -72,10 +80,13 @@ final class MessageSet {
   private int innerPos;
   private int innerLimit;
   private long wrapperOffset;
+  private long wrapperNext;
+  private int innerCount;
   private int wrapperCodec;
 
-  MessageSet(int maxMessageBytes) {
+  MessageSet(int maxMessageBytes, long maxInflatedBytes) {
     this.maxMessageBytes = maxMessageBytes;
+    this.maxInflatedBytes = maxInflatedBytes > 0 ? maxInflatedBytes : INFLATED_FACTOR * (long) maxMessageBytes;
   }
 
   /**
@@ -145,17 +156,21 @@ final class MessageSet {
       int klen = FetchClient.readInt(buf, p + 18);
       if (attrs == 0) {
         set(buf, p, size, klen, at);
+        nextOffset = at + LOG_OVERHEAD + size;
+        innerIndex = 0;
         return true;
       }
       int codec = attrs & CODEC_MASK;
       int start = p + HEADER_SIZE + Math.max(klen, 0);
       try {
-        innerLimit = codecs.decompress(codec, buf, start, pos - start, INNER_SET_FACTOR * (long) maxMessageBytes);
+        innerLimit = codecs.decompress(codec, buf, start, pos - start, maxInflatedBytes);
       } catch (RaylogReadException e) {
         throw inWrapper(e, codec, at);
       }
       innerPos = 0;
       wrapperOffset = at;
+      wrapperNext = at + LOG_OVERHEAD + size;
+      innerCount = 0;
       wrapperCodec = codec;
       inWrapper = true;
     }
@@ -182,6 +197,8 @@ final class MessageSet {
       }
       innerPos = p + LOG_OVERHEAD + size;
       set(buf, p, size, FetchClient.readInt(buf, p + 18), wrapperOffset);
+      nextOffset = wrapperNext;
+      innerIndex = innerCount++;
     } catch (RaylogReadException e) {
       throw inWrapper(e, wrapperCodec, wrapperOffset);
     }

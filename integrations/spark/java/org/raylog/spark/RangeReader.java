@@ -28,9 +28,11 @@ import org.slf4j.LoggerFactory;
  * <p>Data loss, as {@code raylog.data.read_range}: a range that retention
  * deleted since planning raises DataLossError, or with
  * {@code fail_on_data_loss=false} is skipped and logged. A partition actor
- * that moved (NotOwnerError, an unreachable socket) fails the task with a
- * clear error: Spark retries the task, and reading the topic again plans
- * with the new endpoint.
+ * that moved (NotOwnerError, an unreachable socket, a timeout) is looked up
+ * again in ZooKeeper (when the options name it) and the read goes on from
+ * the same offset at its new endpoint, for up to {@code timeout_ms} per
+ * failure; after that, or without ZooKeeper, the task fails with a clear
+ * error.
  *
  * <p>Not thread-safe: Spark drives each reader from one task thread.
  */
@@ -44,7 +46,12 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private final int[] columns;
   private final byte[] topicBytes;
   private final UTF8String topic;
-  private final FetchClient client;
+  private FetchClient client;
+  /** endpoint lookups of a moved partition: opened at the first failure */
+  private Zk zk;
+  /** when the lookups of the current failure give up (0: no failure) */
+  private long refindDeadline;
+  private int refindAttempt;
   private final MessageSet messages;
   private final UnsafeRowWriter writer;
   private byte[] buffer;
@@ -62,7 +69,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
     this.topicBytes = range.topic.getBytes(StandardCharsets.UTF_8);
     this.topic = UTF8String.fromBytes(topicBytes);
     this.client = new FetchClient(range.host, range.port, settings.token, settings.timeoutMs, settings.maxMessageBytes);
-    this.messages = new MessageSet(settings.maxMessageBytes);
+    this.messages = new MessageSet(settings.maxMessageBytes, settings.maxInflatedBytes);
     this.writer = columns.length == 0 ? null : new UnsafeRowWriter(columns.length, 256);
     this.next = range.start;
   }
@@ -112,6 +119,15 @@ final class RangeReader implements PartitionReader<InternalRow> {
         case RaylogTable.TIMESTAMP:
           w.write(i, m.timestamp * 1000L);
           break;
+        case RaylogTable.TIMESTAMP_TYPE:
+          w.write(i, RaylogTable.CREATE_TIME);
+          break;
+        case RaylogTable.INNER_INDEX:
+          w.write(i, m.innerIndex);
+          break;
+        case RaylogTable.NEXT_OFFSET:
+          w.write(i, m.nextOffset);
+          break;
         default:
           throw new IllegalStateException("no column " + columns[i]);
       }
@@ -134,7 +150,11 @@ final class RangeReader implements PartitionReader<InternalRow> {
       try {
         buffer = client.readFetch(buffer);
         length = client.dataLength;
+        refindDeadline = 0;
       } catch (RaylogReadException e) {
+        if (moved(e) && refind(e)) {
+          continue;
+        }
         if (e.code() != RaylogReadException.OFFSET_OUT_OF_RANGE) {
           throw located(e);
         }
@@ -162,10 +182,55 @@ final class RangeReader implements PartitionReader<InternalRow> {
       messages.reset(buffer, whole, next);
       next += whole;
       if (next < range.end) {
-        send(); // the next reply streams in while these messages become rows
+        try {
+          send(); // the next reply streams in while these messages become rows
+        } catch (RaylogReadException e) {
+          if (!moved(e)) {
+            throw located(e);
+          }
+          pending = false; // sent again (after a lookup) by the next fetch
+        }
       }
       return;
     }
+  }
+
+  /** Errors after which the partition may be served elsewhere: its endpoint is looked up again. */
+  static boolean moved(RaylogReadException e) {
+    int code = e.code();
+    return code == RaylogReadException.BROKER_UNAVAILABLE || code == RaylogReadException.NOT_OWNER
+        || code == RaylogReadException.REQUEST_TIMEOUT;
+  }
+
+  /**
+   * After {@code e}, the partition's endpoint from ZooKeeper and a new
+   * connection to it, after a back-off; false when the reader has no
+   * ZooKeeper to ask or {@code timeout_ms} passed since the failure began.
+   */
+  private boolean refind(RaylogReadException e) {
+    if (settings.zookeeper == null) {
+      return false;
+    }
+    long now = System.currentTimeMillis();
+    if (refindDeadline == 0) {
+      refindDeadline = now + settings.timeoutMs;
+      refindAttempt = 0;
+    } else if (now >= refindDeadline) {
+      return false;
+    }
+    client.close();
+    pending = false;
+    Cluster.sleep(Math.min(1000L, 50L << Math.min(refindAttempt++, 5)));
+    if (zk == null) {
+      zk = new Zk(settings.zookeeper, settings.cluster, settings.timeoutMs);
+    }
+    Zk.Endpoint found = zk.endpoint(range.topic, range.partition);
+    if (found != null) {
+      LOG.info("{}: {} at {}; reading on from {}:{}", range.describe(), e.errorName(), client.where(), found.host,
+          found.port);
+      client = new FetchClient(found.host, found.port, settings.token, settings.timeoutMs, settings.maxMessageBytes);
+    }
+    return true;
   }
 
   private void send() {
@@ -226,6 +291,9 @@ final class RangeReader implements PartitionReader<InternalRow> {
   @Override
   public void close() {
     client.close();
+    if (zk != null) {
+      zk.close();
+    }
     if (LOG.isDebugEnabled()) {
       LOG.debug("read {} rows of {}", rows, range.describe());
     }

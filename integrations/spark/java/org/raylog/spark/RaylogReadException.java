@@ -17,9 +17,13 @@ public class RaylogReadException extends RuntimeException {
 
   private static final long serialVersionUID = 1L;
 
-  /** Wire error codes (raylog/errors.py) and their class names. */
+  /**
+   * Wire error codes (raylog/errors.py) and their class names; the test
+   * test_the_java_error_table_is_the_one_of_raylog_errors keeps them equal.
+   */
   private static final Map<Integer, String> NAMES = new HashMap<>();
 
+  static final int CONFIG = 2;
   static final int INVALID_MESSAGE = 10;
   static final int CORRUPT_MESSAGE = 11;
   static final int MESSAGE_TOO_LARGE = 12;
@@ -29,12 +33,15 @@ public class RaylogReadException extends RuntimeException {
   static final int NOT_OWNER = 23;
   static final int BROKER_UNAVAILABLE = 24;
   static final int REQUEST_TIMEOUT = 25;
+  static final int UNKNOWN_TOPIC = 30;
+  static final int UNKNOWN_PARTITION = 32;
+  static final int ZOOKEEPER_UNAVAILABLE = 40;
   /** not a wire code: raylog's DataLossError is an OffsetOutOfRangeError raised by readers */
   static final int DATA_LOSS = -13;
 
   static {
     NAMES.put(1, "RaylogError");
-    NAMES.put(2, "ConfigError");
+    NAMES.put(CONFIG, "ConfigError");
     NAMES.put(3, "ClosedError");
     NAMES.put(INVALID_MESSAGE, "InvalidMessageError");
     NAMES.put(CORRUPT_MESSAGE, "CorruptMessageError");
@@ -48,17 +55,25 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(NOT_OWNER, "NotOwnerError");
     NAMES.put(BROKER_UNAVAILABLE, "BrokerUnavailableError");
     NAMES.put(REQUEST_TIMEOUT, "RequestTimeoutError");
-    NAMES.put(30, "UnknownTopicError");
+    NAMES.put(UNKNOWN_TOPIC, "UnknownTopicError");
     NAMES.put(31, "TopicExistsError");
-    NAMES.put(32, "UnknownPartitionError");
-    NAMES.put(40, "ZooKeeperUnavailableError");
+    NAMES.put(UNKNOWN_PARTITION, "UnknownPartitionError");
+    NAMES.put(ZOOKEEPER_UNAVAILABLE, "ZooKeeperUnavailableError");
     NAMES.put(41, "SessionExpiredError");
     NAMES.put(42, "RebalanceError");
     NAMES.put(43, "UnknownGroupError");
     NAMES.put(44, "PartitionNotAssignedError");
     NAMES.put(45, "StaleEpochError");
+    NAMES.put(48, "GroupActiveError");
     NAMES.put(50, "SchemaError");
     NAMES.put(51, "UnknownSchemaError");
+    NAMES.put(16, "OutOfOrderSequenceError");
+    NAMES.put(17, "DuplicateSequenceError");
+    NAMES.put(18, "InflatedSizeTooLargeError");
+    NAMES.put(19, "LogDirectoryLockedError");
+    NAMES.put(26, "TooManyConnectionsError");
+    NAMES.put(27, "NotEnoughReplicasError");
+    NAMES.put(69, "DeliveryError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 

@@ -1,24 +1,34 @@
 package org.raylog.spark;
 
 import java.util.List;
+import java.util.Map;
 
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** The scan of a planned read: one input partition per range. Immutable. */
+/**
+ * The scan of a read: a batch of byte ranges, either given by raylog's Python
+ * driver (option {@code ranges}, see {@link ReadOptions}) or planned here from
+ * the Kafka-style options ({@link SourceOptions}), or a micro-batch stream
+ * ({@link RaylogMicroBatchStream}). Immutable; the batch plan is made once,
+ * when Spark first asks for the partitions.
+ */
 final class RaylogScan implements Scan, Batch {
 
-  private final ReadOptions options;
+  private final CaseInsensitiveStringMap rawOptions;
   private final StructType schema;
   /** for each column of {@link #schema}, its ordinal in {@link RaylogTable#SCHEMA} */
   private final int[] columns;
+  private ReadOptions planned;
 
-  RaylogScan(ReadOptions options, StructType schema) {
-    this.options = options;
+  RaylogScan(CaseInsensitiveStringMap options, StructType schema) {
+    this.rawOptions = options;
     this.schema = schema;
     StructField[] fields = schema.fields();
     this.columns = new int[fields.length];
@@ -34,7 +44,10 @@ final class RaylogScan implements Scan, Batch {
 
   @Override
   public String description() {
-    List<ReadOptions.Range> ranges = options.ranges;
+    if (planned == null) {
+      return "raylog " + (rawOptions.containsKey("ranges") ? "(planned ranges)" : rawOptions.get("subscribe"));
+    }
+    List<ReadOptions.Range> ranges = planned.ranges;
     String topic = ranges.isEmpty() ? "(nothing)" : ranges.get(0).topic;
     long bytes = 0;
     for (ReadOptions.Range r : ranges) {
@@ -45,11 +58,40 @@ final class RaylogScan implements Scan, Batch {
 
   @Override
   public Batch toBatch() {
+    plan();
     return this;
+  }
+
+  private synchronized ReadOptions plan() {
+    if (planned == null) {
+      planned = rawOptions.containsKey("ranges") ? ReadOptions.parse(rawOptions) : planByName();
+    }
+    return planned;
+  }
+
+  private ReadOptions planByName() {
+    SourceOptions options = SourceOptions.parse(rawOptions);
+    if (options.maxOffsetsPerTrigger > 0) {
+      throw SourceOptions.config("option 'maxOffsetsPerTrigger' is for streaming reads (spark.readStream)");
+    }
+    try (Cluster cluster = new Cluster(options)) {
+      Map<String, Integer> partitions = cluster.partitions();
+      int maxMessageBytes = cluster.maxMessageBytes(partitions.keySet());
+      Map<String, Map<Integer, long[]>> logs = cluster.offsets(partitions);
+      String starting = options.startingOffsets;
+      if (options.startingTimestamp != null) {
+        starting = cluster.offsetsForTime(logs, options.startingTimestamp);
+      }
+      Map<String, Map<Integer, long[]>> bounds =
+          cluster.bounds(logs, starting, options.endingOffsets, maxMessageBytes);
+      return new ReadOptions(cluster.ranges(bounds),
+          cluster.settings(maxMessageBytes, cluster.maxInflatedBytes(partitions.keySet())), true);
+    }
   }
 
   @Override
   public InputPartition[] planInputPartitions() {
+    ReadOptions options = plan();
     List<ReadOptions.Range> ranges = options.ranges;
     InputPartition[] partitions = new InputPartition[ranges.size()];
     for (int i = 0; i < partitions.length; i++) {
@@ -60,6 +102,17 @@ final class RaylogScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RangeReaderFactory(options.settings, columns);
+    return new RangeReaderFactory(plan().settings, columns);
+  }
+
+  @Override
+  public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    if (rawOptions.containsKey("ranges")) {
+      throw SourceOptions.config("a streaming read takes topics (option 'subscribe'), not planned 'ranges'");
+    }
+    if (rawOptions.containsKey("endingOffsets")) {
+      throw SourceOptions.config("option 'endingOffsets' is for batch reads; a stream reads on as data comes");
+    }
+    return new RaylogMicroBatchStream(SourceOptions.parse(rawOptions), columns, checkpointLocation);
   }
 }

@@ -4,6 +4,7 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * Builds the scan of a planned read, with only the columns the query needs:
@@ -12,10 +13,10 @@ import org.apache.spark.sql.types.StructType;
  */
 final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns {
 
-  private final ReadOptions options;
+  private final CaseInsensitiveStringMap options;
   private StructType required = RaylogTable.SCHEMA;
 
-  RaylogScanBuilder(ReadOptions options) {
+  RaylogScanBuilder(CaseInsensitiveStringMap options) {
     this.options = options;
   }
 

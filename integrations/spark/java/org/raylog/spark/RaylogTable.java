@@ -4,19 +4,32 @@ import java.util.EnumSet;
 import java.util.Set;
 
 import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** A planned read of a topic as a batch-readable table. Immutable. */
-final class RaylogTable implements SupportsRead {
+/** Topics as a table for batch and micro-batch reads. Immutable. */
+final class RaylogTable implements SupportsRead, SupportsWrite {
 
   /** Column ordinals of {@link #SCHEMA}. */
-  static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5;
+  static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6,
+      INNER_INDEX = 7, NEXT_OFFSET = 8;
 
-  /** The columns of Spark's Kafka source, in this order. */
+  /** timestampType of every message: 0, the producer's create time (Kafka's CreateTime) */
+  static final int CREATE_TIME = 0;
+
+  /**
+   * The columns of Spark's Kafka source, in this order, then raylog's:
+   * {@code inner_index} (0, or the position of a message inside its compressed
+   * wrapper: {@code (topic, partition, offset, inner_index)} identifies a row)
+   * and {@code next_offset} (where to resume after the message; for inner
+   * messages the offset after their wrapper).
+   */
   static final StructType SCHEMA =
       new StructType()
           .add("key", DataTypes.BinaryType, true)
@@ -24,7 +37,10 @@ final class RaylogTable implements SupportsRead {
           .add("topic", DataTypes.StringType, true)
           .add("partition", DataTypes.IntegerType, true)
           .add("offset", DataTypes.LongType, true)
-          .add("timestamp", DataTypes.TimestampType, true);
+          .add("timestamp", DataTypes.TimestampType, true)
+          .add("timestampType", DataTypes.IntegerType, true)
+          .add("inner_index", DataTypes.IntegerType, true)
+          .add("next_offset", DataTypes.LongType, true);
 
   @Override
   public String name() {
@@ -39,11 +55,17 @@ final class RaylogTable implements SupportsRead {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(TableCapability.BATCH_READ);
+    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_WRITE,
+        TableCapability.STREAMING_WRITE, TableCapability.ACCEPT_ANY_SCHEMA);
+  }
+
+  @Override
+  public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+    return new RaylogWrite(info);
   }
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    return new RaylogScanBuilder(ReadOptions.parse(options));
+    return new RaylogScanBuilder(options);
   }
 }

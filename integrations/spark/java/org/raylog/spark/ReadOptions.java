@@ -27,10 +27,15 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <tr><td>fetch_bytes</td><td>bytes asked for by one FETCH</td><td>8 MiB</td></tr>
  *   <tr><td>max_message_bytes</td><td>the topic's message size bound; replies may be at most
  *       this plus 64 KiB</td><td>1 MiB</td></tr>
+ *   <tr><td>max_inflated_bytes</td><td>the topic's bound on a compressed wrapper's inflated
+ *       inner set (topic setting max_inflated_bytes)</td><td>8 times max_message_bytes</td></tr>
  *   <tr><td>timeout_ms</td><td>connect and read timeout of the data socket</td><td>30000</td></tr>
  *   <tr><td>fail_on_data_loss</td><td>a range deleted by retention since planning fails the
  *       task (true) or is skipped and logged (false)</td><td>true</td></tr>
  *   <tr><td>locality</td><td>prefer the ranges' locations</td><td>true</td></tr>
+ *   <tr><td>zookeeper, cluster</td><td>where readers look up the endpoint of a partition whose
+ *       actor moved (its socket unreachable, NotOwnerError) for up to timeout_ms</td><td>none (no
+ *       lookup: the task fails)</td></tr>
  * </table>
  */
 final class ReadOptions implements Serializable {
@@ -76,15 +81,24 @@ final class ReadOptions implements Serializable {
     final byte[] token;
     final int fetchBytes;
     final int maxMessageBytes;
+    /** bound on a wrapper's inflated inner set; 0: 8 times maxMessageBytes */
+    final long maxInflatedBytes;
     final int timeoutMs;
     final boolean failOnDataLoss;
+    /** ZooKeeper and cluster name to find a moved partition's endpoint again, or null */
+    final String zookeeper;
+    final String cluster;
 
-    Settings(byte[] token, int fetchBytes, int maxMessageBytes, int timeoutMs, boolean failOnDataLoss) {
+    Settings(byte[] token, int fetchBytes, int maxMessageBytes, long maxInflatedBytes, int timeoutMs,
+        boolean failOnDataLoss, String zookeeper, String cluster) {
       this.token = token;
       this.fetchBytes = fetchBytes;
       this.maxMessageBytes = maxMessageBytes;
+      this.maxInflatedBytes = maxInflatedBytes;
       this.timeoutMs = timeoutMs;
       this.failOnDataLoss = failOnDataLoss;
+      this.zookeeper = zookeeper;
+      this.cluster = cluster;
     }
   }
 
@@ -92,7 +106,7 @@ final class ReadOptions implements Serializable {
   final Settings settings;
   final boolean locality;
 
-  private ReadOptions(List<Range> ranges, Settings settings, boolean locality) {
+  ReadOptions(List<Range> ranges, Settings settings, boolean locality) {
     this.ranges = ranges;
     this.settings = settings;
     this.locality = locality;
@@ -120,7 +134,17 @@ final class ReadOptions implements Serializable {
     int timeoutMs = positive(options, "timeout_ms", 30_000);
     boolean failOnDataLoss = options.getBoolean("fail_on_data_loss", true);
     boolean locality = options.getBoolean("locality", true);
-    Settings settings = new Settings(token, fetchBytes, maxMessageBytes, timeoutMs, failOnDataLoss);
+    String zookeeper = options.get("zookeeper");
+    String cluster = options.get("cluster");
+    String inflated = options.get("max_inflated_bytes");
+    long maxInflatedBytes;
+    try {
+      maxInflatedBytes = inflated == null ? 0 : Long.parseLong(inflated.trim());
+    } catch (NumberFormatException e) {
+      throw new IllegalArgumentException("raylog option 'max_inflated_bytes' must be an integer, got " + inflated);
+    }
+    Settings settings = new Settings(token, fetchBytes, maxMessageBytes, maxInflatedBytes, timeoutMs, failOnDataLoss,
+        zookeeper == null || zookeeper.isEmpty() ? null : zookeeper, cluster == null ? "default" : cluster);
     return new ReadOptions(ranges, settings, locality);
   }
 

@@ -1,0 +1,343 @@
+package org.raylog.spark;
+
+import java.io.Closeable;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The driver's view of a raylog cluster for reads by name: topics and
+ * partitions from ZooKeeper, each partition's log start and high watermark
+ * from its data socket (OFFSETS), and the byte ranges of a read.
+ *
+ * <p>A partition whose endpoint is missing or unreachable is looked up again
+ * in ZooKeeper until {@code timeout_ms} has passed (its actor may be
+ * restarting on a new port).
+ *
+ * <p>Not thread-safe: one planning thread (Spark's driver) uses it.
+ */
+final class Cluster implements Closeable {
+
+  private static final Logger LOG = LoggerFactory.getLogger(Cluster.class);
+  /** waits between endpoint lookups of a partition that is not reachable */
+  private static final long[] BACKOFF_MS = {50, 100, 200, 400, 800, 1000};
+
+  final SourceOptions options;
+  private final Zk zk;
+  private final Map<String, FetchClient> clients = new HashMap<>();
+  private final Map<String, JsonNode> configs = new HashMap<>();
+
+  Cluster(SourceOptions options) {
+    this.options = options;
+    this.zk = new Zk(options.zookeeper, options.cluster, options.timeoutMs);
+  }
+
+  /** {@code topic -> partitions} of the selected topics; UnknownTopicError for a subscribed topic that is missing. */
+  Map<String, Integer> partitions() {
+    Map<String, Integer> out = new TreeMap<>();
+    for (String topic : options.topics(zk)) {
+      out.put(topic, config(topic).path("partitions").asInt());
+    }
+    return out;
+  }
+
+  private JsonNode config(String topic) {
+    JsonNode c = configs.get(topic);
+    if (c == null) {
+      c = zk.config(topic);
+      configs.put(topic, c);
+    }
+    return c;
+  }
+
+  /** The largest message size bound of the topics. */
+  int maxMessageBytes(Iterable<String> topics) {
+    int max = ReadOptions.MiB;
+    for (String t : topics) {
+      max = Math.max(max, config(t).path("max_message_bytes").asInt(ReadOptions.MiB));
+    }
+    return max;
+  }
+
+  /** The largest bound on a wrapper's inflated size of the topics (topic setting max_inflated_bytes). */
+  long maxInflatedBytes(Iterable<String> topics) {
+    long max = 0;
+    for (String t : topics) {
+      JsonNode c = config(t);
+      long own = c.path("max_inflated_bytes").asLong(0);
+      if (own <= 0) {
+        own = MessageSet.INFLATED_FACTOR * c.path("max_message_bytes").asLong(ReadOptions.MiB);
+      }
+      max = Math.max(max, own);
+    }
+    return max;
+  }
+
+  ReadOptions.Settings settings(int maxMessageBytes, long maxInflatedBytes) {
+    return new ReadOptions.Settings(options.token, options.fetchBytes, maxMessageBytes, maxInflatedBytes,
+        options.timeoutMs, options.failOnDataLoss, options.zookeeper, options.cluster);
+  }
+
+  /** {@code {log start offset, high watermark}} of each selected partition. */
+  Map<String, Map<Integer, long[]>> offsets(Map<String, Integer> partitions) {
+    Map<String, Map<Integer, long[]>> out = new TreeMap<>();
+    for (Map.Entry<String, Integer> t : partitions.entrySet()) {
+      Map<Integer, long[]> parts = new TreeMap<>();
+      for (int p = 0; p < t.getValue(); p++) {
+        final int partition = p;
+        parts.put(p, call(t.getKey(), p, c -> c.offsets(bytes(t.getKey()), partition)));
+      }
+      out.put(t.getKey(), parts);
+    }
+    return out;
+  }
+
+  /** The host of the partition's endpoint now (Spark's preferred location of its reads), or null. */
+  String host(String topic, int partition) {
+    Zk.Endpoint e = zk.endpoint(topic, partition);
+    return e == null ? null : e.host;
+  }
+
+  /**
+   * The largest message boundary in {@code (start, limit]} of the partition,
+   * or the end of the first message at {@code start} when that one alone
+   * passes {@code limit}: one FETCH from {@code start}.
+   */
+  long boundaryAtMost(String topic, int partition, long start, long limit, int maxMessageBytes) {
+    return call(topic, partition, c -> {
+      int want = (int) Math.max(MessageSet.HEADER_SIZE, Math.min(limit - start, c.maxDataBytes()));
+      c.sendFetch(bytes(topic), partition, start, want);
+      byte[] buf = c.readFetch(new byte[Math.min(want, 1 << 20)]);
+      int whole = MessageSet.wholeMessages(buf, c.dataLength, maxMessageBytes, start);
+      if (whole == 0 && c.dataLength >= 4) {
+        whole = MessageSet.LOG_OVERHEAD + FetchClient.readInt(buf, 0); // one message larger than the share
+      }
+      return start + whole;
+    });
+  }
+
+  /** InvalidOffsetError unless a whole, valid message starts at {@code offset}. */
+  void checkBoundary(String topic, int partition, long offset, int maxMessageBytes) {
+    call(topic, partition, c -> {
+      c.sendFetch(bytes(topic), partition, offset, 64 * 1024);
+      byte[] buf = c.readFetch(new byte[64 * 1024]);
+      int n = c.dataLength;
+      try {
+        int whole = MessageSet.wholeMessages(buf, n, maxMessageBytes, offset);
+        if (whole > 0) {
+          MessageSet set = new MessageSet(maxMessageBytes, 0);
+          set.reset(buf, Math.min(whole, MessageSet.LOG_OVERHEAD + FetchClient.readInt(buf, 0)), offset);
+          set.next();
+        }
+      } catch (RaylogReadException e) {
+        throw new RaylogReadException(RaylogReadException.INVALID_OFFSET,
+            "offset " + offset + " of " + topic + "-" + partition + " is not the start of a message ("
+                + e.getMessage() + "); start and end offsets must be offsets the log gave out",
+            null, e);
+      }
+      return null;
+    });
+  }
+
+  interface Call<T> {
+    T apply(FetchClient client);
+  }
+
+  /** Run a call on the partition's data socket, finding its endpoint again while it is unreachable. */
+  <T> T call(String topic, int partition, Call<T> call) {
+    long deadline = System.currentTimeMillis() + options.timeoutMs;
+    int attempt = 0;
+    for (;;) {
+      RaylogReadException failure;
+      Zk.Endpoint e = zk.endpoint(topic, partition);
+      if (e == null) {
+        if (partition >= config(topic).path("partitions").asInt()) {
+          throw new RaylogReadException(RaylogReadException.UNKNOWN_PARTITION,
+              topic + " has no partition " + partition);
+        }
+        failure = new RaylogReadException(RaylogReadException.BROKER_UNAVAILABLE,
+            "no partition actor serves " + topic + "-" + partition + " (no endpoint in ZooKeeper)");
+      } else {
+        String key = e.host + ":" + e.port;
+        FetchClient c = clients.get(key);
+        if (c == null) {
+          c = new FetchClient(e.host, e.port, options.token, options.timeoutMs, maxMessageBytes(List.of(topic)));
+          clients.put(key, c);
+        }
+        try {
+          return call.apply(c);
+        } catch (RaylogReadException x) {
+          if (!RangeReader.moved(x)) {
+            throw x;
+          }
+          c.close();
+          clients.remove(key);
+          failure = x;
+        }
+      }
+      if (System.currentTimeMillis() >= deadline) {
+        throw failure;
+      }
+      LOG.info("{}-{} is not reachable ({}); looking up its endpoint again", topic, partition, failure.getMessage());
+      sleep(BACKOFF_MS[Math.min(attempt++, BACKOFF_MS.length - 1)]);
+    }
+  }
+
+  static void sleep(long ms) {
+    try {
+      Thread.sleep(ms);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new RaylogReadException(RaylogReadException.REQUEST_TIMEOUT, "interrupted");
+    }
+  }
+
+  static byte[] bytes(String topic) {
+    return topic.getBytes(StandardCharsets.UTF_8);
+  }
+
+  /**
+   * Concrete {@code [start, end)} of every partition for a batch read:
+   * {@code starting}/{@code ending} are the option values (null: the
+   * defaults). Explicit offsets are checked against the log: past the end
+   * (OffsetOutOfRangeError), deleted (DataLossError, or moved up to the log
+   * start without failOnDataLoss), off a message start (InvalidOffsetError).
+   */
+  Map<String, Map<Integer, long[]>> bounds(Map<String, Map<Integer, long[]>> logs, String starting,
+      String ending, int maxMessageBytes) {
+    Map<String, Map<Integer, Long>> start = spec("startingOffsets", starting, SourceOptions.EARLIEST, logs);
+    Map<String, Map<Integer, Long>> end = spec("endingOffsets", ending, SourceOptions.LATEST, logs);
+    Map<String, Map<Integer, long[]>> out = new TreeMap<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
+      Map<Integer, long[]> parts = new TreeMap<>();
+      for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
+        String topic = t.getKey();
+        int partition = p.getKey();
+        long[] log = p.getValue();
+        long s = resolve(topic, partition, start.get(topic).get(partition), log, "startingOffsets", maxMessageBytes);
+        long e = resolve(topic, partition, end.get(topic).get(partition), log, "endingOffsets", maxMessageBytes);
+        if (e < s) {
+          throw SourceOptions.config(topic + "-" + partition + " starts at " + s + ", after its ending offset " + e);
+        }
+        parts.put(partition, new long[] {s, e});
+      }
+      out.put(t.getKey(), parts);
+    }
+    return out;
+  }
+
+  private static Map<String, Map<Integer, Long>> spec(String name, String raw, long fallback,
+      Map<String, Map<Integer, long[]>> logs) {
+    Long word = raw == null ? Long.valueOf(fallback) : SourceOptions.word(raw);
+    Map<String, Map<Integer, Long>> given = word == null ? SourceOptions.parseJson(name, raw) : new HashMap<>();
+    for (String topic : given.keySet()) {
+      if (!logs.containsKey(topic)) {
+        throw SourceOptions.config("option '" + name + "' names " + topic + ", which the query does not read");
+      }
+      for (int p : given.get(topic).keySet()) {
+        if (!logs.get(topic).containsKey(p)) {
+          throw new RaylogReadException(RaylogReadException.UNKNOWN_PARTITION,
+              "option '" + name + "' names " + topic + "-" + p + ", but " + topic + " has partitions 0.."
+                  + (logs.get(topic).size() - 1));
+        }
+      }
+    }
+    Map<String, Map<Integer, Long>> out = new TreeMap<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
+      Map<Integer, Long> parts = new TreeMap<>();
+      Map<Integer, Long> mine = given.getOrDefault(t.getKey(), new HashMap<>());
+      for (int p : t.getValue().keySet()) {
+        parts.put(p, mine.getOrDefault(p, word == null ? fallback : word));
+      }
+      out.put(t.getKey(), parts);
+    }
+    return out;
+  }
+
+  private long resolve(String topic, int partition, long spec, long[] log, String name, int maxMessageBytes) {
+    if (spec == SourceOptions.EARLIEST) {
+      return log[0];
+    }
+    if (spec == SourceOptions.LATEST) {
+      return log[1];
+    }
+    if (spec > log[1]) {
+      Map<String, Object> d = new HashMap<>();
+      d.put("offset", spec);
+      d.put("earliest", log[0]);
+      d.put("latest", log[1]);
+      throw new RaylogReadException(RaylogReadException.OFFSET_OUT_OF_RANGE,
+          name + ": offset " + spec + " of " + topic + "-" + partition + " is past its end " + log[1], d, null);
+    }
+    if (spec < log[0]) {
+      String lost = topic + "-" + partition + " [" + spec + ", " + log[0] + ")";
+      if (options.failOnDataLoss) {
+        Map<String, Object> d = new HashMap<>();
+        d.put("offset", spec);
+        d.put("earliest", log[0]);
+        d.put("latest", log[1]);
+        throw new RaylogReadException(RaylogReadException.DATA_LOSS,
+            name + ": offsets " + lost + " were deleted by retention; start at 'earliest' or set failOnDataLoss "
+                + "to false to skip them", d, null);
+      }
+      LOG.warn("{}: skipping {}, deleted by retention", name, lost);
+      return log[0];
+    }
+    if (spec != log[0] && spec != log[1]) {
+      checkBoundary(topic, partition, spec, maxMessageBytes);
+    }
+    return spec;
+  }
+
+  /**
+   * startingOffsets JSON of the first message of every partition whose
+   * timestamp is at or after {@code timestampMs} (the partitions' time
+   * indexes, OFFSETS_FOR_TIME); a partition with none starts at its end.
+   */
+  String offsetsForTime(Map<String, Map<Integer, long[]>> logs, long timestampMs) {
+    Map<String, Map<Integer, Long>> out = new TreeMap<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
+      Map<Integer, Long> parts = new TreeMap<>();
+      for (int p : t.getValue().keySet()) {
+        final int partition = p;
+        parts.put(p, call(t.getKey(), p, c -> c.offsetForTime(bytes(t.getKey()), partition, timestampMs)));
+      }
+      out.put(t.getKey(), parts);
+    }
+    return new RaylogOffset(out).json();
+  }
+
+  /** The ranges of {@code bounds} that hold data, each preferring its partition's host. */
+  List<ReadOptions.Range> ranges(Map<String, Map<Integer, long[]>> bounds) {
+    List<ReadOptions.Range> out = new ArrayList<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : bounds.entrySet()) {
+      for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
+        long[] b = p.getValue();
+        if (b[1] > b[0]) {
+          Zk.Endpoint e = zk.endpoint(t.getKey(), p.getKey());
+          String host = e == null ? "unknown" : e.host;
+          int port = e == null ? 1 : e.port;
+          out.add(new ReadOptions.Range(t.getKey(), p.getKey(), b[0], b[1], host, port, e == null ? null : host));
+        }
+      }
+    }
+    return out;
+  }
+
+  @Override
+  public void close() {
+    for (FetchClient c : clients.values()) {
+      c.close();
+    }
+    clients.clear();
+    zk.close();
+  }
+}

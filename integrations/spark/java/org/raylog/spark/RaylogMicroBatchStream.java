@@ -1,0 +1,265 @@
+package org.raylog.spark;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A Structured Streaming micro-batch read of raylog topics
+ * ({@code spark.readStream.format("raylog")}).
+ *
+ * <p>Positions are {@link RaylogOffset}s: the next byte offset of every
+ * partition. Spark writes each batch's end position to the query's
+ * checkpoint before the batch runs and reads it back on restart, so a
+ * restarted query runs the same ranges again and goes on from there (with
+ * an idempotent sink such as files, every message lands exactly once). The
+ * first position (startingOffsets, default {@code latest}, or
+ * startingTimestamp) is resolved once and kept in the source's checkpoint
+ * folder ({@code initial-offsets.json}), so a query stopped before its first
+ * batch committed starts at the same place again.
+ *
+ * <ul>
+ *   <li>Each trigger reads up to the partitions' high watermarks (OFFSETS);
+ *       with {@code maxOffsetsPerTrigger} at most that many bytes in all,
+ *       shared in proportion to each partition's backlog and cut at a
+ *       message boundary found with one FETCH per partition.</li>
+ *   <li>{@code Trigger.AvailableNow}: the high watermarks when the query
+ *       starts are the end; the query stops there
+ *       ({@link #prepareForTriggerAvailableNow}).</li>
+ *   <li>Partitions (and, with subscribePattern, topics) that appear while
+ *       the query runs are read from their log start.</li>
+ *   <li>Readers are the batch readers ({@link RangeReader}): every CRC checked,
+ *       moved endpoints found again in ZooKeeper, lost data failing the
+ *       batch or skipped per failOnDataLoss.</li>
+ * </ul>
+ *
+ * <p>Not thread-safe: Spark's stream execution thread drives it.
+ */
+final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+
+  private static final Logger LOG = LoggerFactory.getLogger(RaylogMicroBatchStream.class);
+
+  private final SourceOptions options;
+  private final int[] columns;
+  private final String checkpointLocation;
+  private Cluster cluster;
+  private int maxMessageBytes = ReadOptions.MiB;
+  private long maxInflatedBytes;
+  /** the end of a Trigger.AvailableNow query, or null */
+  private RaylogOffset availableNowEnd;
+
+  RaylogMicroBatchStream(SourceOptions options, int[] columns, String checkpointLocation) {
+    this.options = options;
+    this.columns = columns;
+    this.checkpointLocation = checkpointLocation;
+  }
+
+  private Cluster cluster() {
+    if (cluster == null) {
+      cluster = new Cluster(options);
+    }
+    return cluster;
+  }
+
+  /** Every selected partition's log start and high watermark now. */
+  private Map<String, Map<Integer, long[]>> logs() {
+    Map<String, Integer> partitions = cluster().partitions();
+    maxMessageBytes = cluster().maxMessageBytes(partitions.keySet());
+    maxInflatedBytes = cluster().maxInflatedBytes(partitions.keySet());
+    return cluster().offsets(partitions);
+  }
+
+  @Override
+  public Offset initialOffset() {
+    Path path = new Path(checkpointLocation, "initial-offsets.json");
+    try {
+      FileSystem fs = path.getFileSystem(hadoopConf());
+      if (fs.exists(path)) {
+        try (InputStream in = fs.open(path)) {
+          return RaylogOffset.parse(new String(in.readAllBytes(), StandardCharsets.UTF_8));
+        }
+      }
+      RaylogOffset initial = resolveInitial();
+      fs.mkdirs(path.getParent());
+      Path tmp = new Path(checkpointLocation, "initial-offsets.json.tmp");
+      try (OutputStream out = fs.create(tmp, true)) {
+        out.write(initial.json().getBytes(StandardCharsets.UTF_8));
+      }
+      if (!fs.rename(tmp, path)) {
+        throw new IOException("cannot rename " + tmp + " to " + path);
+      }
+      LOG.info("raylog stream starts at {}", initial.json());
+      return initial;
+    } catch (IOException e) {
+      throw new RaylogReadException(RaylogReadException.CONFIG,
+          "cannot keep the stream's initial offsets under " + checkpointLocation + ": " + e, null, e);
+    }
+  }
+
+  private static Configuration hadoopConf() {
+    scala.Option<SparkSession> active = SparkSession.getActiveSession();
+    return active.isDefined() ? active.get().sessionState().newHadoopConf() : new Configuration();
+  }
+
+  private RaylogOffset resolveInitial() {
+    Map<String, Map<Integer, long[]>> logs = logs();
+    String starting = options.startingOffsets == null ? "latest" : options.startingOffsets;
+    if (options.startingTimestamp != null) {
+      starting = cluster().offsetsForTime(logs, options.startingTimestamp);
+    }
+    Map<String, Map<Integer, long[]>> bounds = cluster().bounds(logs, starting, "latest", maxMessageBytes);
+    Map<String, Map<Integer, Long>> start = new TreeMap<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : bounds.entrySet()) {
+      Map<Integer, Long> parts = new TreeMap<>();
+      for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
+        parts.put(p.getKey(), p.getValue()[0]);
+      }
+      start.put(t.getKey(), parts);
+    }
+    return new RaylogOffset(start);
+  }
+
+  @Override
+  public Offset deserializeOffset(String json) {
+    return RaylogOffset.parse(json);
+  }
+
+  @Override
+  public ReadLimit getDefaultReadLimit() {
+    return options.maxOffsetsPerTrigger > 0 ? ReadLimit.maxRows(options.maxOffsetsPerTrigger) : ReadLimit.allAvailable();
+  }
+
+  @Override
+  public void prepareForTriggerAvailableNow() {
+    Map<String, Map<Integer, Long>> end = new TreeMap<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : logs().entrySet()) {
+      Map<Integer, Long> parts = new TreeMap<>();
+      for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
+        parts.put(p.getKey(), p.getValue()[1]);
+      }
+      end.put(t.getKey(), parts);
+    }
+    availableNowEnd = new RaylogOffset(end);
+    LOG.info("Trigger.AvailableNow: the raylog stream ends at {}", availableNowEnd.json());
+  }
+
+  @Override
+  public Offset latestOffset() {
+    throw new UnsupportedOperationException("Spark asks latestOffset(start, limit) of a raylog stream");
+  }
+
+  @Override
+  public Offset latestOffset(Offset startOffset, ReadLimit limit) {
+    RaylogOffset start = (RaylogOffset) startOffset;
+    Map<String, Map<Integer, long[]>> logs = logs();
+    Map<String, Map<Integer, long[]>> spans = new TreeMap<>();
+    long backlog = 0;
+    for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
+      Map<Integer, long[]> parts = new TreeMap<>();
+      for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
+        String topic = t.getKey();
+        int partition = p.getKey();
+        Long from = start.get(topic, partition);
+        long s = from != null ? from : p.getValue()[0]; // a new partition: from its log start
+        long e = Math.max(s, p.getValue()[1]);
+        if (availableNowEnd != null) {
+          Long cap = availableNowEnd.get(topic, partition);
+          e = cap == null ? s : Math.max(s, Math.min(e, cap));
+        }
+        parts.put(partition, new long[] {s, e});
+        backlog += e - s;
+      }
+      spans.put(t.getKey(), parts);
+    }
+    long budget = limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE;
+    Map<String, Map<Integer, Long>> end = new TreeMap<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : spans.entrySet()) {
+      Map<Integer, Long> parts = new TreeMap<>();
+      for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
+        long s = p.getValue()[0];
+        long e = p.getValue()[1];
+        if (backlog > budget && e > s) {
+          long share = (long) ((double) budget * (e - s) / backlog);
+          e = Math.min(e, cluster().boundaryAtMost(t.getKey(), p.getKey(), s, s + share, maxMessageBytes));
+        }
+        parts.put(p.getKey(), e);
+      }
+      end.put(t.getKey(), parts);
+    }
+    return new RaylogOffset(end);
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions(Offset startOffset, Offset endOffset) {
+    RaylogOffset start = (RaylogOffset) startOffset;
+    RaylogOffset end = (RaylogOffset) endOffset;
+    Map<String, Map<Integer, long[]>> bounds = new TreeMap<>();
+    Map<String, Map<Integer, long[]>> logs = null;
+    for (Map.Entry<String, Map<Integer, Long>> t : end.offsets.entrySet()) {
+      Map<Integer, long[]> parts = new TreeMap<>();
+      for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
+        Long from = start == null ? null : start.get(t.getKey(), p.getKey());
+        if (from == null) { // a partition that appeared during the batch: from its log start
+          if (logs == null) {
+            logs = logs();
+          }
+          Map<Integer, long[]> log = logs.getOrDefault(t.getKey(), new HashMap<>());
+          from = log.containsKey(p.getKey()) ? Math.min(log.get(p.getKey())[0], p.getValue()) : p.getValue();
+        }
+        parts.put(p.getKey(), new long[] {from, p.getValue()});
+      }
+      bounds.put(t.getKey(), parts);
+    }
+    maxMessageBytes = Math.max(maxMessageBytes, cluster().maxMessageBytes(bounds.keySet()));
+    maxInflatedBytes = Math.max(maxInflatedBytes, cluster().maxInflatedBytes(bounds.keySet()));
+    List<ReadOptions.Range> ranges = cluster().ranges(bounds);
+    List<InputPartition> out = new ArrayList<>(ranges.size());
+    for (int i = 0; i < ranges.size(); i++) {
+      out.add(new RangePartition(i, ranges.get(i), true));
+    }
+    return out.toArray(new InputPartition[0]);
+  }
+
+  @Override
+  public PartitionReaderFactory createReaderFactory() {
+    return new RangeReaderFactory(cluster().settings(maxMessageBytes, maxInflatedBytes), columns);
+  }
+
+  @Override
+  public void commit(Offset end) {
+    // nothing to do: the log keeps the data until retention deletes it
+  }
+
+  @Override
+  public void stop() {
+    if (cluster != null) {
+      cluster.close();
+      cluster = null;
+    }
+  }
+
+  @Override
+  public String toString() {
+    return "RaylogMicroBatchStream[" + (options.pattern != null ? options.pattern : options.subscribe) + "]";
+  }
+}

@@ -1,0 +1,198 @@
+package org.raylog.spark;
+
+import java.io.Serializable;
+
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.write.BatchWrite;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.DataWriterFactory;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
+import org.apache.spark.sql.connector.write.Write;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory;
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
+import org.apache.spark.sql.types.BinaryType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.IntegerType;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The raylog sink: {@code df.write.format("raylog").mode("append")} and
+ * {@code df.writeStream.format("raylog")}, as Spark's Kafka sink.
+ *
+ * <p>Columns: {@code value} (binary or string, required, never null),
+ * {@code key} (binary or string, optional; null: no key), {@code topic}
+ * (string, optional: the row's topic, else the option {@code topic}) and
+ * {@code partition} (int, optional). Other columns are ignored. Options:
+ * {@code topic}, {@code zookeeper}, {@code cluster}, {@code token} (as for
+ * reads, {@link SourceOptions}), {@code batch_bytes} (largest message set
+ * sent at once, default 256 KiB, at most the topic's max_message_bytes) and
+ * {@code timeout_ms}. Each task writes with a {@link TopicWriter}. Delivery
+ * is at least once. Immutable.
+ */
+final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWrite {
+
+  private static final Logger LOG = LoggerFactory.getLogger(RaylogWrite.class);
+
+  /** What every task's writer needs. Immutable. */
+  static final class Plan implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final String topic;
+    final String zookeeper;
+    final String cluster;
+    final byte[] token;
+    final int timeoutMs;
+    final int batchBytes;
+    final int valueColumn;
+    final boolean valueIsString;
+    final int keyColumn;
+    final boolean keyIsString;
+    final int topicColumn;
+    final int partitionColumn;
+
+    Plan(CaseInsensitiveStringMap options, StructType schema) {
+      SourceOptions.Connection c = SourceOptions.connection(options);
+      this.zookeeper = c.zookeeper;
+      this.cluster = c.cluster;
+      this.token = c.token;
+      this.topic = options.get("topic");
+      this.timeoutMs = (int) Math.min(Integer.MAX_VALUE, options.getLong("timeout_ms", 30_000));
+      this.batchBytes = (int) Math.min(Integer.MAX_VALUE, options.getLong("batch_bytes", 256 * 1024));
+      if (timeoutMs <= 0 || batchBytes <= 0) {
+        throw SourceOptions.config("options 'timeout_ms' and 'batch_bytes' must be positive");
+      }
+      this.valueColumn = column(schema, "value", true, true);
+      this.valueIsString = schema.fields()[valueColumn].dataType() instanceof StringType;
+      this.keyColumn = column(schema, "key", true, false);
+      this.keyIsString = keyColumn >= 0 && schema.fields()[keyColumn].dataType() instanceof StringType;
+      this.topicColumn = column(schema, "topic", false, false);
+      this.partitionColumn = column(schema, "partition", false, false);
+      if (topicColumn >= 0 && !(schema.fields()[topicColumn].dataType() instanceof StringType)) {
+        throw SourceOptions.config("column 'topic' must be a string");
+      }
+      if (partitionColumn >= 0 && !(schema.fields()[partitionColumn].dataType() instanceof IntegerType)) {
+        throw SourceOptions.config("column 'partition' must be an int");
+      }
+      if (topic == null && topicColumn < 0) {
+        throw SourceOptions.config("the raylog sink needs the option 'topic' or a 'topic' column");
+      }
+    }
+
+    private static int column(StructType schema, String name, boolean bytes, boolean required) {
+      String[] names = schema.fieldNames();
+      for (int i = 0; i < names.length; i++) {
+        if (names[i].equalsIgnoreCase(name)) {
+          DataType type = schema.fields()[i].dataType();
+          if (bytes && !(type instanceof BinaryType || type instanceof StringType)) {
+            throw SourceOptions.config("column '" + name + "' must be binary or string, got " + type.simpleString()
+                + "; cast it (e.g. to_json(struct(...)) for a struct)");
+          }
+          return i;
+        }
+      }
+      if (required) {
+        throw SourceOptions.config("the raylog sink needs a '" + name + "' column; the query has "
+            + String.join(", ", names));
+      }
+      return -1;
+    }
+  }
+
+  /** Makes each task's writer. Immutable. */
+  static final class Factory implements DataWriterFactory, StreamingDataWriterFactory {
+    private static final long serialVersionUID = 1L;
+    private final Plan plan;
+
+    Factory(Plan plan) {
+      this.plan = plan;
+    }
+
+    @Override
+    public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
+      return new TopicWriter(plan, partitionId);
+    }
+
+    @Override
+    public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
+      return new TopicWriter(plan, partitionId);
+    }
+  }
+
+  private final Plan plan;
+
+  RaylogWrite(LogicalWriteInfo info) {
+    this.plan = new Plan(info.options(), info.schema());
+  }
+
+  @Override
+  public Write build() {
+    return this;
+  }
+
+  @Override
+  public boolean useCommitCoordinator() {
+    return false; // every task writes its own rows; nothing to coordinate
+  }
+
+  @Override
+  public BatchWrite toBatch() {
+    return this;
+  }
+
+  @Override
+  public StreamingWrite toStreaming() {
+    return this;
+  }
+
+  @Override
+  public String description() {
+    return "raylog sink" + (plan.topic == null ? "" : " into " + plan.topic);
+  }
+
+  @Override
+  public Factory createBatchWriterFactory(PhysicalWriteInfo info) {
+    return new Factory(plan);
+  }
+
+  @Override
+  public Factory createStreamingWriterFactory(PhysicalWriteInfo info) {
+    return new Factory(plan);
+  }
+
+  private static long total(WriterCommitMessage[] messages) {
+    long n = 0;
+    for (WriterCommitMessage m : messages) {
+      if (m instanceof TopicWriter.Written) {
+        n += ((TopicWriter.Written) m).messages;
+      }
+    }
+    return n;
+  }
+
+  @Override
+  public void commit(WriterCommitMessage[] messages) {
+    LOG.info("{}: wrote {} messages", description(), total(messages));
+  }
+
+  @Override
+  public void abort(WriterCommitMessage[] messages) {
+    LOG.warn("{}: a write failed; {} messages were acknowledged before (at least once: a retry writes them again)",
+        description(), total(messages));
+  }
+
+  @Override
+  public void commit(long epochId, WriterCommitMessage[] messages) {
+    LOG.info("{}: epoch {} wrote {} messages", description(), epochId, total(messages));
+  }
+
+  @Override
+  public void abort(long epochId, WriterCommitMessage[] messages) {
+    LOG.warn("{}: epoch {} failed after {} acknowledged messages", description(), epochId, total(messages));
+  }
+}

@@ -1,0 +1,347 @@
+package org.raylog.spark;
+
+import java.io.IOException;
+import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.Collections;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.regex.Pattern;
+import java.util.regex.PatternSyntaxException;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * The options of a read by name, {@code spark.read.format("raylog")} and
+ * {@code spark.readStream.format("raylog")}, with the names of Spark's Kafka
+ * source. Immutable.
+ *
+ * <table>
+ *   <caption>options</caption>
+ *   <tr><th>option</th><th>meaning</th><th>default</th></tr>
+ *   <tr><td>subscribe</td><td>topics to read, comma-separated</td><td>one of subscribe and
+ *       subscribePattern is required</td></tr>
+ *   <tr><td>subscribePattern</td><td>a Java regular expression; every topic whose whole name
+ *       matches</td><td></td></tr>
+ *   <tr><td>startingOffsets</td><td>{@code earliest}, {@code latest} or JSON
+ *       {@code {"topic": {"0": 1234, "1": -2}}} (byte offsets at message starts; -2 earliest,
+ *       -1 latest; partitions left out start at earliest)</td><td>batch: earliest,
+ *       streaming: latest</td></tr>
+ *   <tr><td>endingOffsets</td><td>batch only: {@code latest} or JSON as above (partitions left
+ *       out end at latest)</td><td>latest</td></tr>
+ *   <tr><td>startingTimestamp</td><td>ms since the epoch: every partition starts at its first
+ *       message whose time index says it is at or after this time (needs the server's
+ *       OFFSETS_FOR_TIME)</td><td></td></tr>
+ *   <tr><td>failOnDataLoss</td><td>offsets deleted by retention fail the query (true) or are
+ *       skipped with a warning (false)</td><td>true</td></tr>
+ *   <tr><td>minPartitions</td><td>accepted for the Kafka source's sake; a read by name has one
+ *       Spark partition per raylog partition and offset range (split large partitions with
+ *       {@code raylog_spark.read_topic(min_partitions=)})</td><td></td></tr>
+ *   <tr><td>maxOffsetsPerTrigger</td><td>streaming: at most this many bytes of log per
+ *       micro-batch (raylog offsets are byte offsets), shared by the partitions in proportion
+ *       to their backlog, cut at message boundaries; at least one message per partition with a
+ *       backlog</td><td>no limit</td></tr>
+ *   <tr><td>zookeeper</td><td>host:port of the cluster's ZooKeeper</td><td>Spark conf
+ *       {@code spark.raylog.zookeeper} (set by {@code raylog_spark.init_spark}), else
+ *       {@code $RAYLOG_ZOOKEEPER}</td></tr>
+ *   <tr><td>cluster</td><td>the raylog cluster name</td><td>{@code spark.raylog.cluster}, else
+ *       {@code $RAYLOG_CLUSTER}, else default</td></tr>
+ *   <tr><td>token</td><td>the data sockets' token, base64</td><td>{@code spark.raylog.token},
+ *       else {@code $RAYLOG_TOKEN} (text), else derived from Ray's auth token as raylog.auth
+ *       does</td></tr>
+ *   <tr><td>fetch_bytes, timeout_ms</td><td>as in {@link ReadOptions}</td><td></td></tr>
+ * </table>
+ */
+final class SourceOptions implements Serializable {
+
+  private static final long serialVersionUID = 1L;
+  static final long EARLIEST = -2;
+  static final long LATEST = -1;
+
+  final String zookeeper;
+  final String cluster;
+  final byte[] token;
+  final List<String> subscribe;
+  final String pattern;
+  final String startingOffsets;
+  final String endingOffsets;
+  final Long startingTimestamp;
+  final boolean failOnDataLoss;
+  final long maxOffsetsPerTrigger;
+  final int fetchBytes;
+  final int timeoutMs;
+
+  /** Where the cluster is and its token. Immutable. */
+  static final class Connection implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final String zookeeper;
+    final String cluster;
+    final byte[] token;
+
+    Connection(String zookeeper, String cluster, byte[] token) {
+      this.zookeeper = zookeeper;
+      this.cluster = cluster;
+      this.token = token;
+    }
+  }
+
+  /** The cluster of the options: option, else Spark conf spark.raylog.*, else environment. */
+  static Connection connection(CaseInsensitiveStringMap o) {
+    String zk = setting(o, "zookeeper", "RAYLOG_ZOOKEEPER");
+    if (zk == null || zk.isEmpty()) {
+      throw config("the raylog source needs the option 'zookeeper' (host:port of the cluster's ZooKeeper), "
+          + "the Spark conf spark.raylog.zookeeper (raylog_spark.init_spark sets it after raylog.connect()) "
+          + "or $RAYLOG_ZOOKEEPER");
+    }
+    String c = setting(o, "cluster", "RAYLOG_CLUSTER");
+    String cluster = c == null || c.isEmpty() ? "default" : c;
+    return new Connection(zk, cluster, token(o, cluster));
+  }
+
+  private SourceOptions(CaseInsensitiveStringMap o) {
+    Connection connection = connection(o);
+    this.zookeeper = connection.zookeeper;
+    this.cluster = connection.cluster;
+    this.token = connection.token;
+    String topics = o.get("subscribe");
+    String pat = o.get("subscribePattern");
+    if ((topics == null) == (pat == null)) {
+      throw config("the raylog source needs exactly one of the options 'subscribe' (topics, comma-separated) "
+          + "and 'subscribePattern' (a regular expression)");
+    }
+    List<String> names = new ArrayList<>();
+    if (topics != null) {
+      for (String t : topics.split(",")) {
+        if (!t.trim().isEmpty()) {
+          names.add(t.trim());
+        }
+      }
+      if (names.isEmpty()) {
+        throw config("option 'subscribe' names no topic");
+      }
+    } else {
+      try {
+        Pattern.compile(pat);
+      } catch (PatternSyntaxException e) {
+        throw config("option 'subscribePattern' is not a regular expression: " + e.getMessage());
+      }
+    }
+    this.subscribe = Collections.unmodifiableList(names);
+    this.pattern = pat;
+    this.startingOffsets = o.get("startingOffsets");
+    this.endingOffsets = o.get("endingOffsets");
+    if (endingOffsets != null && endingOffsets.trim().equalsIgnoreCase("earliest")) {
+      throw config("option 'endingOffsets' may be 'latest' or JSON offsets, not 'earliest'");
+    }
+    String ts = o.get("startingTimestamp");
+    if (ts != null && o.get("startingOffsetsByTimestamp") != null) {
+      throw config("pass one of 'startingTimestamp' and 'startingOffsetsByTimestamp'");
+    }
+    this.startingTimestamp = ts == null ? null : parseLong("startingTimestamp", ts);
+    if (o.get("startingOffsetsByTimestamp") != null) {
+      throw config("option 'startingOffsetsByTimestamp' is not supported yet; use 'startingTimestamp'");
+    }
+    this.failOnDataLoss = o.getBoolean("failOnDataLoss", o.getBoolean("fail_on_data_loss", true));
+    String mp = o.get("minPartitions");
+    if (mp != null && parseLong("minPartitions", mp) <= 0) {
+      throw config("option 'minPartitions' must be a positive integer, got " + mp);
+    }
+    String max = o.get("maxOffsetsPerTrigger");
+    this.maxOffsetsPerTrigger = max == null ? 0 : parseLong("maxOffsetsPerTrigger", max);
+    if (max != null && maxOffsetsPerTrigger <= 0) {
+      throw config("option 'maxOffsetsPerTrigger' must be a positive number of bytes, got " + max);
+    }
+    this.fetchBytes = (int) positive(o, "fetch_bytes", 8 * ReadOptions.MiB);
+    this.timeoutMs = (int) positive(o, "timeout_ms", 30_000);
+  }
+
+  static SourceOptions parse(CaseInsensitiveStringMap options) {
+    return new SourceOptions(options);
+  }
+
+  /** The topics the options select, sorted, from the cluster's topics. */
+  List<String> topics(Zk zk) {
+    if (pattern == null) {
+      return subscribe;
+    }
+    Pattern p = Pattern.compile(pattern);
+    List<String> out = new ArrayList<>();
+    for (String t : zk.topics()) {
+      if (p.matcher(t).matches()) {
+        out.add(t);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * A JSON offsets option as {@code topic -> partition -> offset} (-2 earliest,
+   * -1 latest), or null for {@code earliest}/{@code latest} given as a word,
+   * which {@link #word} tells apart.
+   */
+  static Map<String, Map<Integer, Long>> parseJson(String name, String raw) {
+    JsonNode root;
+    try {
+      root = new ObjectMapper().readTree(raw);
+    } catch (IOException e) {
+      throw config("option '" + name + "' must be 'earliest', 'latest' or JSON offsets, got " + raw);
+    }
+    if (root == null || !root.isObject()) {
+      throw config("option '" + name + "' must be a JSON object {\"topic\": {\"0\": offset}}, got " + raw);
+    }
+    Map<String, Map<Integer, Long>> out = new TreeMap<>();
+    for (Iterator<Map.Entry<String, JsonNode>> it = root.fields(); it.hasNext();) {
+      Map.Entry<String, JsonNode> topic = it.next();
+      if (!topic.getValue().isObject()) {
+        throw config("option '" + name + "': the offsets of " + topic.getKey() + " must be an object");
+      }
+      Map<Integer, Long> parts = new TreeMap<>();
+      for (Iterator<Map.Entry<String, JsonNode>> p = topic.getValue().fields(); p.hasNext();) {
+        Map.Entry<String, JsonNode> e = p.next();
+        int partition;
+        try {
+          partition = Integer.parseInt(e.getKey());
+        } catch (NumberFormatException x) {
+          throw config("option '" + name + "': partition " + e.getKey() + " of " + topic.getKey() + " is not a number");
+        }
+        if (!e.getValue().isIntegralNumber() || e.getValue().asLong() < EARLIEST) {
+          throw config("option '" + name + "': " + topic.getKey() + "-" + partition
+              + " must be a byte offset, -2 (earliest) or -1 (latest), got " + e.getValue());
+        }
+        parts.put(partition, e.getValue().asLong());
+      }
+      out.put(topic.getKey(), parts);
+    }
+    return out;
+  }
+
+  /** {@code earliest} (-2), {@code latest} (-1), or null when {@code raw} is JSON. */
+  static Long word(String raw) {
+    String w = raw.trim().toLowerCase();
+    if (w.equals("earliest")) {
+      return EARLIEST;
+    }
+    if (w.equals("latest")) {
+      return LATEST;
+    }
+    return null;
+  }
+
+  private static String setting(CaseInsensitiveStringMap o, String key, String env) {
+    String v = o.get(key);
+    if (v == null) {
+      v = sparkConf("spark.raylog." + key);
+    }
+    if (v == null) {
+      v = System.getenv(env);
+    }
+    return v;
+  }
+
+  private static byte[] token(CaseInsensitiveStringMap o, String cluster) {
+    String encoded = o.get("token");
+    if (encoded == null) {
+      encoded = sparkConf("spark.raylog.token");
+    }
+    if (encoded != null && !encoded.isEmpty()) {
+      try {
+        return Base64.getDecoder().decode(encoded);
+      } catch (IllegalArgumentException e) {
+        throw config("raylog option 'token' must be base64: " + e.getMessage());
+      }
+    }
+    String text = System.getenv("RAYLOG_TOKEN");
+    if (text != null && !text.isEmpty()) {
+      return text.getBytes(StandardCharsets.UTF_8);
+    }
+    return derivedToken(cluster);
+  }
+
+  /**
+   * The cluster token as raylog.auth derives it from Ray's auth token
+   * ({@code hex(HMAC-SHA256(ray token, "raylog:" + cluster))}), read as Ray
+   * reads it: {@code $RAY_AUTH_TOKEN}, the file {@code $RAY_AUTH_TOKEN_PATH},
+   * else {@code ~/.ray/auth_token}; null without one or with
+   * {@code RAY_AUTH_MODE=disabled}.
+   */
+  static byte[] derivedToken(String cluster) {
+    String mode = System.getenv("RAY_AUTH_MODE");
+    if (mode != null && mode.equalsIgnoreCase("disabled")) {
+      return null;
+    }
+    String raw = System.getenv("RAY_AUTH_TOKEN");
+    byte[] rayToken = raw == null || raw.trim().isEmpty() ? null : raw.trim().getBytes(StandardCharsets.UTF_8);
+    if (rayToken == null) {
+      String path = System.getenv("RAY_AUTH_TOKEN_PATH");
+      if (path == null || path.isEmpty()) {
+        path = System.getProperty("user.home") + "/.ray/auth_token";
+      }
+      try {
+        String text = new String(java.nio.file.Files.readAllBytes(java.nio.file.Paths.get(path)),
+            StandardCharsets.UTF_8).trim();
+        rayToken = text.isEmpty() ? null : text.getBytes(StandardCharsets.UTF_8);
+      } catch (IOException | RuntimeException e) {
+        return null;
+      }
+    }
+    if (rayToken == null) {
+      return null;
+    }
+    try {
+      javax.crypto.Mac mac = javax.crypto.Mac.getInstance("HmacSHA256");
+      mac.init(new javax.crypto.spec.SecretKeySpec(rayToken, "HmacSHA256"));
+      byte[] digest = mac.doFinal(("raylog:" + cluster).getBytes(StandardCharsets.UTF_8));
+      StringBuilder hex = new StringBuilder(digest.length * 2);
+      for (byte b : digest) {
+        hex.append(String.format("%02x", b & 0xFF));
+      }
+      return hex.toString().getBytes(StandardCharsets.UTF_8);
+    } catch (java.security.GeneralSecurityException e) {
+      return null;
+    }
+  }
+
+  private static String sparkConf(String key) {
+    try {
+      scala.Option<SparkSession> active = SparkSession.getActiveSession();
+      if (active.isEmpty()) {
+        return null;
+      }
+      return active.get().conf().get(key, null);
+    } catch (RuntimeException e) {
+      return null;
+    }
+  }
+
+  private static long parseLong(String key, String raw) {
+    try {
+      return Long.parseLong(raw.trim());
+    } catch (NumberFormatException e) {
+      throw config("option '" + key + "' must be an integer, got " + raw);
+    }
+  }
+
+  private static long positive(CaseInsensitiveStringMap o, String key, long fallback) {
+    String raw = o.get(key);
+    if (raw == null) {
+      return fallback;
+    }
+    long v = parseLong(key, raw);
+    if (v <= 0 || v > Integer.MAX_VALUE) {
+      throw config("option '" + key + "' must be a positive int, got " + raw);
+    }
+    return v;
+  }
+
+  static RaylogReadException config(String message) {
+    return new RaylogReadException(RaylogReadException.CONFIG, message);
+  }
+}

@@ -1,0 +1,157 @@
+package org.raylog.spark;
+
+import java.io.Closeable;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.Watcher;
+import org.apache.zookeeper.ZooKeeper;
+
+/**
+ * What the raylog source reads from the cluster's ZooKeeper (DESIGN section 4,
+ * root {@code /raylog/<cluster>}): the topics, a topic's config (JSON: its
+ * {@code partitions} and {@code max_message_bytes}) and a partition's endpoint
+ * ({@code topics/<topic>/partitions/<p>/endpoint}, JSON with {@code host} and
+ * {@code port}, present while a partition actor serves). Reads only; no
+ * watches. The session waits at most {@code timeoutMs} to connect.
+ *
+ * <p>Thread-safe (the ZooKeeper client is).
+ */
+final class Zk implements Closeable {
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final ZooKeeper zk;
+  private final String root;
+  private final String connect;
+
+  /** Endpoint of a partition: its data socket. Immutable. */
+  static final class Endpoint {
+    final String host;
+    final int port;
+
+    Endpoint(String host, int port) {
+      this.host = host;
+      this.port = port;
+    }
+  }
+
+  Zk(String connect, String cluster, int timeoutMs) {
+    this.connect = connect;
+    this.root = "/raylog/" + cluster;
+    CountDownLatch connected = new CountDownLatch(1);
+    try {
+      zk = new ZooKeeper(connect, Math.max(timeoutMs, 4000), event -> {
+        if (event.getState() == Watcher.Event.KeeperState.SyncConnected) {
+          connected.countDown();
+        }
+      });
+    } catch (IOException e) {
+      throw new RaylogReadException(RaylogReadException.ZOOKEEPER_UNAVAILABLE,
+          "cannot reach ZooKeeper at " + connect + ": " + e, null, e);
+    }
+    boolean ok;
+    try {
+      ok = connected.await(timeoutMs, TimeUnit.MILLISECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      ok = false;
+    }
+    if (!ok) {
+      close();
+      throw new RaylogReadException(RaylogReadException.ZOOKEEPER_UNAVAILABLE,
+          "no ZooKeeper session with " + connect + " within " + timeoutMs + " ms; check the option "
+              + "'zookeeper' (host:port of the raylog cluster's ZooKeeper)");
+    }
+  }
+
+  /** The topics of the cluster, sorted. */
+  List<String> topics() {
+    List<String> names = children(root + "/topics");
+    return names == null ? Collections.emptyList() : names;
+  }
+
+  /** The topic's config JSON; UnknownTopicError when there is no such topic. */
+  JsonNode config(String topic) {
+    byte[] data = data(root + "/topics/" + topic);
+    if (data == null) {
+      throw new RaylogReadException(RaylogReadException.UNKNOWN_TOPIC,
+          "no topic " + topic + " in the raylog cluster " + root.substring(8) + " at " + connect
+              + " (topics: " + topics() + ")");
+    }
+    try {
+      return JSON.readTree(data);
+    } catch (IOException e) {
+      throw new RaylogReadException(RaylogReadException.PROTOCOL, "topic " + topic + " has a config that is not JSON");
+    }
+  }
+
+  /** The partition's endpoint, or null while no partition actor serves it. */
+  Endpoint endpoint(String topic, int partition) {
+    byte[] data = data(root + "/topics/" + topic + "/partitions/" + partition + "/endpoint");
+    if (data == null) {
+      return null;
+    }
+    try {
+      JsonNode node = JSON.readTree(data);
+      return new Endpoint(node.get("host").asText(), node.get("port").asInt());
+    } catch (IOException | RuntimeException e) {
+      throw new RaylogReadException(RaylogReadException.PROTOCOL,
+          "the endpoint of " + topic + "-" + partition + " is not the JSON {host, port}: "
+              + new String(data, StandardCharsets.UTF_8));
+    }
+  }
+
+  private List<String> children(String path) {
+    try {
+      List<String> names = new ArrayList<>(zk.getChildren(path, false));
+      Collections.sort(names);
+      return names;
+    } catch (KeeperException.NoNodeException e) {
+      return null;
+    } catch (KeeperException e) {
+      throw unavailable(path, e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw unavailable(path, e);
+    }
+  }
+
+  private byte[] data(String path) {
+    try {
+      return zk.getData(path, false, null);
+    } catch (KeeperException.NoNodeException e) {
+      return null;
+    } catch (KeeperException e) {
+      throw unavailable(path, e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw unavailable(path, e);
+    }
+  }
+
+  private RaylogReadException unavailable(String path, Exception e) {
+    return new RaylogReadException(RaylogReadException.ZOOKEEPER_UNAVAILABLE,
+        "reading " + path + " from ZooKeeper at " + connect + " failed: " + e, null, e);
+  }
+
+  @Override
+  public void close() {
+    try {
+      if (zk != null) {
+        zk.close();
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+}

@@ -1,0 +1,266 @@
+"""The time index of a segment (DESIGN §3): ``<base offset, 20 digits>.timeindex``.
+
+A sparse map from time to byte offset, so that a reader can start at the
+first message written at or after a time (``OFFSETS_FOR_TIME``,
+``consumer.seek_to_timestamp``, Spark's ``startingTimestamp``) without
+reading the partition from its start. The file is a run of 16-byte entries,
+big-endian::
+
+     field          type  bytes   meaning
+  1. max timestamp  i64   0..8    the largest timestamp of every message of the
+                                  segment that starts before ``offset``
+  2. offset         i64   8..16   a log offset (a message boundary) in the segment
+
+Entries are in offset order, so their max timestamps never decrease. One is
+added at an append that starts at least :data:`INDEX_INTERVAL_BYTES` after
+the previous entry (it names the append's first byte), so the index holds
+about one entry per 4 KiB of log. A lookup of time ``t`` starts at the last
+entry whose max timestamp is below ``t`` (every message before it is older
+than ``t``) and reads messages from there until one has a timestamp at or
+after ``t``: at most about one interval plus one append set is read.
+
+Timestamps are the producers' create times (message field 5); a compressed
+wrapper carries the largest time of its inner messages, so a lookup lands on
+the wrapper that holds the first message at or after the time, and the
+reader may see a few earlier inner messages of that wrapper.
+
+Durability: the index is a hint and is never synced. When a segment is
+opened, the entries that are whole and inside the segment are kept and the
+messages after the last one are read again on the first append or lookup
+(that is how recovery rebuilds it, after a crash or a truncation); a
+missing or damaged file is rebuilt the same way. It is deleted with its
+segment.
+
+Thread-safety: the owning log's writer calls :meth:`TimeIndex.on_append`
+and :meth:`TimeIndex.truncate` under its lock; :meth:`TimeIndex.lookup`
+may run in any thread, and takes the index's own lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+import threading
+
+from raylog.storage.message import LOG_OVERHEAD
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".timeindex"
+#: an entry every this many bytes of log (at append boundaries)
+INDEX_INTERVAL_BYTES = 4096
+ENTRY = struct.Struct(">qq")
+#: bytes read at a time when catching up or looking up
+READ_CHUNK_BYTES = 256 * 1024
+_SIZE = struct.Struct(">I")
+_TS_AT = 10  # the timestamp's position in a message (after size, crc, magic, attributes)
+_TS = struct.Struct(">q")
+_NO_TIME = -(1 << 63)
+
+
+def index_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{SUFFIX}"
+
+
+def timestamps(data, start: int = 0, end: int | None = None) -> tuple[int, int]:
+    """``(largest timestamp, bytes of whole messages)`` of the messages in
+    ``data[start:end]`` (a message cut by ``end`` is left out)."""
+    end = len(data) if end is None else end
+    unpack_size = _SIZE.unpack_from
+    unpack_ts = _TS.unpack_from
+    largest = _NO_TIME
+    pos = start
+    while end - pos >= LOG_OVERHEAD + _TS_AT + 4:
+        (size,) = unpack_size(data, pos)
+        nxt = pos + LOG_OVERHEAD + size
+        if size < _TS_AT + 4 or nxt > end:
+            break
+        (ts,) = unpack_ts(data, pos + _TS_AT)
+        if ts > largest:
+            largest = ts
+        pos = nxt
+    return largest, pos - start
+
+
+class TimeIndex:
+    """The time index of one segment; see the module docstring."""
+
+    __slots__ = ("base_offset", "path", "_times", "_offsets", "_max_ts", "_covered", "_lock", "_fd")
+
+    def __init__(self, directory: str, base_offset: int):
+        self.base_offset = base_offset
+        self.path = os.path.join(directory, index_name(base_offset))
+        self._times: list[int] = []
+        self._offsets: list[int] = []
+        self._max_ts = _NO_TIME  # largest timestamp of the messages before _covered
+        self._covered = base_offset  # log offset up to which messages are accounted for
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int, end_offset: int) -> "TimeIndex":
+        """The index of the segment ``[base_offset, end_offset)``: its file's
+        whole entries inside the segment (the rest is rebuilt when needed)."""
+        index = cls(directory, base_offset)
+        try:
+            with open(index.path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b""
+        except OSError as err:
+            log.warning("time index %s unreadable (%s); rebuilding it", index.path, err)
+            raw = b""
+        last_ts, last_offset = _NO_TIME, base_offset
+        kept = 0
+        for ts, offset in ENTRY.iter_unpack(raw[: len(raw) - len(raw) % ENTRY.size]):
+            if offset <= last_offset or offset >= end_offset or ts < last_ts:
+                break  # past the segment's end (truncated by recovery) or damaged
+            index._times.append(ts)
+            index._offsets.append(offset)
+            last_ts, last_offset = ts, offset
+            kept += 1
+        if index._offsets:
+            index._max_ts = index._times[-1]
+            index._covered = index._offsets[-1]
+        if kept * ENTRY.size != len(raw):
+            index._rewrite()
+        return index
+
+    # -- writer (under the log's lock) -------------------------------------------------
+
+    def on_append(self, segment, message_set, offset: int) -> None:
+        """Account for ``message_set`` appended at log ``offset`` of ``segment``."""
+        with self._lock:
+            if self._covered < offset:
+                self._catch_up(segment, offset)
+            if offset - (self._offsets[-1] if self._offsets else self.base_offset) >= INDEX_INTERVAL_BYTES:
+                self._add(self._max_ts, offset)
+            largest, _ = timestamps(message_set)
+            if largest > self._max_ts:
+                self._max_ts = largest
+            self._covered = offset + len(message_set)
+
+    def truncate(self, end_offset: int) -> None:
+        """The segment was cut at ``end_offset``: drop what lies past it."""
+        with self._lock:
+            keep = bisect.bisect_left(self._offsets, end_offset)
+            if keep < len(self._offsets) or self._covered > end_offset:
+                del self._times[keep:], self._offsets[keep:]
+                self._max_ts = self._times[-1] if self._times else _NO_TIME
+                self._covered = self._offsets[-1] if self._offsets else self.base_offset
+                self._rewrite()
+
+    def delete(self) -> None:
+        with self._lock:
+            self._close_fd()
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_fd()
+
+    # -- readers --------------------------------------------------------------------
+
+    def lookup(self, segment, timestamp_ms: int, end_offset: int) -> int | None:
+        """The offset of the first message of ``segment`` below ``end_offset``
+        whose timestamp is at or after ``timestamp_ms``, or None."""
+        with self._lock:
+            if self._covered < end_offset:
+                self._catch_up(segment, end_offset)
+            i = bisect.bisect_left(self._times, timestamp_ms)  # entries [0, i) have max < t
+            start = self._offsets[i - 1] if i else self.base_offset
+        return _scan_for(segment, start, end_offset, timestamp_ms)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _catch_up(self, segment, end_offset: int) -> None:
+        """Account for the messages in ``[_covered, end_offset)`` (after opening)."""
+        pos = self._covered
+        last = self._offsets[-1] if self._offsets else self.base_offset
+        while pos < end_offset:
+            data = segment.read_at(pos - segment.base_offset, min(READ_CHUNK_BYTES, end_offset - pos))
+            if not data:
+                break
+            # entries at message boundaries, one per interval
+            p = 0
+            n = len(data)
+            while n - p >= LOG_OVERHEAD + _TS_AT + 8:
+                (size,) = _SIZE.unpack_from(data, p)
+                if p + LOG_OVERHEAD + size > n:
+                    break
+                if pos + p - last >= INDEX_INTERVAL_BYTES:
+                    self._add(self._max_ts, pos + p)
+                    last = pos + p
+                (ts,) = _TS.unpack_from(data, p + _TS_AT)
+                if ts > self._max_ts:
+                    self._max_ts = ts
+                p += LOG_OVERHEAD + size
+            if p == 0:
+                if len(data) >= LOG_OVERHEAD:
+                    # one message larger than the chunk: read it whole
+                    (size,) = _SIZE.unpack_from(data, 0)
+                    whole = segment.read_at(pos - segment.base_offset, LOG_OVERHEAD + size)
+                    largest, used = timestamps(whole)
+                    if used:
+                        self._max_ts = max(self._max_ts, largest)
+                        pos += used
+                        continue
+                break
+            pos += p
+        self._covered = pos
+
+    def _add(self, max_ts: int, offset: int) -> None:
+        self._times.append(max_ts)
+        self._offsets.append(offset)
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            os.write(self._fd, ENTRY.pack(max_ts, offset))
+        except OSError as err:  # a hint only: the lookup still works from memory
+            log.warning("cannot write the time index %s: %s", self.path, err)
+
+    def _rewrite(self) -> None:
+        self._close_fd()
+        try:
+            tmp = self.path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(b"".join(ENTRY.pack(t, o) for t, o in zip(self._times, self._offsets)))
+            os.replace(tmp, self.path)
+        except OSError as err:
+            log.warning("cannot rewrite the time index %s: %s", self.path, err)
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+
+def _scan_for(segment, start: int, end: int, timestamp_ms: int) -> int | None:
+    """The first message in ``[start, end)`` of ``segment`` with a timestamp at or after the time."""
+    pos = start
+    while pos < end:
+        data = segment.read_at(pos - segment.base_offset, min(READ_CHUNK_BYTES, end - pos))
+        if not data:
+            return None
+        p = 0
+        n = len(data)
+        while n - p >= LOG_OVERHEAD + _TS_AT + 8:
+            (size,) = _SIZE.unpack_from(data, p)
+            if p + LOG_OVERHEAD + size > n and p:
+                break
+            (ts,) = _TS.unpack_from(data, p + _TS_AT)
+            if ts >= timestamp_ms:
+                return pos + p
+            p += LOG_OVERHEAD + size
+        if p == 0:
+            return None
+        pos += p
+    return None

@@ -1,0 +1,298 @@
+"""The fault kit: faults that tests and the fault runner inject into a real cluster.
+
+Nothing is mocked: each function hurts a real process, server, node or file
+the way the fault happens in production.
+
+ZooKeeper clients (kazoo's own test harness does the same)::
+
+    drop_connection(zk)   # the socket breaks; the client reconnects, same session
+    expire_session(zk)    # the session expires: LOST, ephemeral nodes gone,
+                          # then the client connects again with a new session
+
+Processes (a partition actor, a consumer process, anything with a pid)::
+
+    kill_process(pid)                 # SIGKILL: no clean-up at all
+    pause_process(pid, seconds=3)     # SIGSTOP, then SIGCONT: a GC pause, a stalled disk
+    kill_actor(actor); pause_actor(actor, 3)   # the same for a Ray actor with a pid() method
+
+ZooKeeper itself (an :class:`~raylog.groups.zookeeper.EmbeddedZooKeeper`)::
+
+    zookeeper_outage(server, seconds=4)   # stop the server, wait, start it again
+
+Disk and nodes::
+
+    flip_byte(log_dir, offset)        # damage one byte of the message at offset
+    remove_node(cluster, node)        # a ray.cluster_utils.Cluster node dies
+
+Every function raises :class:`FaultInjectionError` when the fault could not
+be made (or, where it waits for it, not seen) in time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import threading
+import time
+
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+
+
+class FaultInjectionError(AssertionError):
+    """The fault did not happen (or the client did not recover) in time."""
+
+
+def _hosts(client: KazooClient) -> str:
+    return ",".join(f"{host}:{port}" for host, port in client.hosts) + (client.chroot or "")
+
+
+class _StateRecorder:
+    """Records the states a client passes through, from now on."""
+
+    def __init__(self, client: KazooClient, first: str, then: str):
+        self.first_seen = threading.Event()
+        self.then_seen = threading.Event()
+        self._first, self._then = first, then
+        self._client = client
+        client.add_listener(self)
+
+    def __call__(self, state):
+        if state == self._first:
+            self.first_seen.set()
+        elif state == self._then and self.first_seen.is_set():
+            self.then_seen.set()
+
+    def remove(self):
+        self._client.remove_listener(self)
+
+
+def expire_session(client: KazooClient, timeout_s: float = 30.0, *, wait_reconnect: bool = True) -> None:
+    """Force the server to expire ``client``'s session.
+
+    A second client attaches to the same session (id and password) and
+    closes it; the server then tells ``client`` its session expired, which
+    kazoo reports as ``KazooState.LOST``. Ephemeral nodes of the session are
+    gone at that point. With ``wait_reconnect`` (the default), waits until
+    ``client`` has connected again with a new session.
+
+    Raises :class:`FaultInjectionError` if LOST (or the reconnect) is not seen
+    within ``timeout_s``.
+    """
+    if not client.connected:
+        raise FaultInjectionError("expire_session needs a connected client")
+    old_session = client.client_id[0]
+    recorder = _StateRecorder(client, KazooState.LOST, KazooState.CONNECTED)
+    try:
+        attempts = 0
+        per_attempt = max(1.0, timeout_s / 5)
+        while not recorder.first_seen.is_set() and attempts < 5:
+            attempts += 1
+            intruder = KazooClient(hosts=_hosts(client), client_id=client.client_id, timeout=client._session_timeout / 1000.0)
+            try:
+                intruder.start(timeout=per_attempt)
+                intruder.stop()
+            except Exception:  # noqa: BLE001 - the next attempt may do it
+                pass
+            finally:
+                intruder.close()
+            recorder.first_seen.wait(per_attempt)
+        if not recorder.first_seen.is_set():
+            raise FaultInjectionError(
+                f"session 0x{old_session:x} did not expire after {attempts} attempts"
+            )
+        if wait_reconnect:
+            if not recorder.then_seen.wait(timeout_s):
+                raise FaultInjectionError(
+                    f"the client did not reconnect within {timeout_s:g}s after its session expired"
+                )
+            if client.client_id[0] == old_session:
+                raise FaultInjectionError("the client reconnected with its old session")
+    finally:
+        recorder.remove()
+
+
+def drop_connection(client: KazooClient, timeout_s: float = 30.0, *, wait_reconnect: bool = True) -> None:
+    """Break ``client``'s TCP connection; the session survives.
+
+    The socket is shut down under the client, which sees the connection drop
+    (``KazooState.SUSPENDED``) and reconnects within the same session. With
+    ``wait_reconnect`` (the default), waits until it is ``CONNECTED`` again.
+
+    Raises :class:`FaultInjectionError` if that does not happen within ``timeout_s``.
+    """
+    if not client.connected:
+        raise FaultInjectionError("drop_connection needs a connected client")
+    session = client.client_id[0]
+    recorder = _StateRecorder(client, KazooState.SUSPENDED, KazooState.CONNECTED)
+    try:
+        sock = client._connection._socket
+        if sock is None:
+            raise FaultInjectionError("the client has no open socket")
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already broken: the client notices all the same
+        if not recorder.first_seen.wait(timeout_s):
+            raise FaultInjectionError(f"the client did not notice the dropped connection within {timeout_s:g}s")
+        if wait_reconnect:
+            if not recorder.then_seen.wait(timeout_s):
+                raise FaultInjectionError(f"the client did not reconnect within {timeout_s:g}s")
+            if client.client_id[0] != session:
+                raise FaultInjectionError("the client lost its session instead of resuming it")
+    finally:
+        recorder.remove()
+
+
+# -- processes -------------------------------------------------------------------
+
+
+def kill_process(pid: int) -> None:
+    """SIGKILL ``pid``: the process ends at once, without any clean-up."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        raise FaultInjectionError(f"no process {pid} to kill") from None
+
+
+def pause_process(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT (always, even if this
+    thread is interrupted meanwhile): the process is frozen as by a long GC
+    pause or a stalled disk, and its peers see it silent but not gone."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        raise FaultInjectionError(f"no process {pid} to pause") from None
+    try:
+        time.sleep(seconds)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # it died meanwhile; nothing left to resume
+
+
+def actor_pid(actor, timeout_s: float = 30.0) -> int:
+    """The pid of a Ray actor that has a ``pid()`` method (the partition
+    actor, the fault runner's consumers)."""
+    import ray
+
+    try:
+        return ray.get(actor.pid.remote(), timeout=timeout_s)
+    except Exception as err:  # noqa: BLE001 - the actor is away
+        raise FaultInjectionError(f"could not get the pid of {actor}: {err}") from err
+
+
+def kill_actor(actor, timeout_s: float = 30.0) -> int:
+    """SIGKILL the process of a Ray actor (Ray restarts it if the actor allows
+    restarts, as partition actors do); returns the pid killed."""
+    pid = actor_pid(actor, timeout_s)
+    kill_process(pid)
+    return pid
+
+
+def pause_actor(actor, seconds: float, timeout_s: float = 30.0) -> int:
+    """SIGSTOP the process of a Ray actor for ``seconds``, then SIGCONT;
+    returns the pid paused."""
+    pid = actor_pid(actor, timeout_s)
+    pause_process(pid, seconds)
+    return pid
+
+
+# -- ZooKeeper the server ----------------------------------------------------------
+
+
+def zookeeper_outage(server, seconds: float) -> None:
+    """Stop an :class:`~raylog.groups.zookeeper.EmbeddedZooKeeper` process,
+    keep it down ``seconds``, start it again on the same port with the same
+    data (sessions whose timeout did not pass meanwhile survive)."""
+    server.kill_process()
+    try:
+        time.sleep(seconds)
+    finally:
+        server.start()
+
+
+# -- disk ----------------------------------------------------------------------------
+
+# size, crc, magic, attributes, timestamp, key_length (DESIGN section 2)
+_HEADER = struct.Struct(">IIBBqi")
+
+
+def _segment_holding(log_dir: str, offset: int) -> tuple[str, int]:
+    bases = sorted(int(n[:-4]) for n in os.listdir(log_dir) if n.endswith(".log") and n[:-4].isdigit())
+    for base in reversed(bases):
+        if base <= offset:
+            path = os.path.join(log_dir, "%020d.log" % base)
+            if offset - base < os.path.getsize(path):
+                return path, offset - base
+            break
+    raise FaultInjectionError(f"no segment of {log_dir} holds offset {offset} (segments at {bases})")
+
+
+def message_size(log_dir: str, offset: int) -> int:
+    """The whole size (size field included) of the message at ``offset`` of
+    the partition log in ``log_dir``: the next message starts at
+    ``offset + message_size(...)``."""
+    path, position = _segment_holding(log_dir, offset)
+    with open(path, "rb") as f:
+        f.seek(position)
+        raw = f.read(4)
+    if len(raw) < 4:
+        raise FaultInjectionError(f"offset {offset} of {log_dir} is not a whole message")
+    return 4 + int.from_bytes(raw, "big")
+
+
+def flip_byte(log_dir: str, offset: int, rng=None) -> dict:
+    """Invert one byte of the message at ``offset`` (a message boundary) of
+    the partition log in ``log_dir``, in place, as a failing disk would.
+
+    The byte is taken from the message's value (or, for an empty value, its
+    timestamp), never from its size field: the log keeps its message
+    boundaries and readers detect the damage by the message's CRC32C.
+    Writing through the file also changes what the page cache serves, so a
+    running partition actor serves the damaged byte from now on. Flip only
+    below the high watermark (flushed data): recovery cuts a damaged
+    unflushed tail, which is another fault.
+
+    Returns ``{"segment", "position", "offset", "size", "byte"}`` (the
+    file, the byte's position in it, the message's offset and size, the old
+    byte value).
+    """
+    path, position = _segment_holding(log_dir, offset)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        header = os.pread(fd, _HEADER.size, position)
+        if len(header) < _HEADER.size:
+            raise FaultInjectionError(f"offset {offset} of {log_dir} is not a whole message")
+        size, _crc, _magic, _attrs, _ts, key_length = _HEADER.unpack(header)
+        value_start = position + _HEADER.size + max(key_length, 0)
+        end = position + 4 + size
+        if value_start < end:
+            lo, hi = value_start, end
+        else:  # empty value: the timestamp
+            lo, hi = position + 10, position + 18
+        target = lo if rng is None else rng.randrange(lo, hi)
+        old = os.pread(fd, 1, target)
+        if len(old) != 1:
+            raise FaultInjectionError(f"offset {offset} of {log_dir} is past the end of {path}")
+        os.pwrite(fd, bytes([old[0] ^ 0xFF]), target)
+    finally:
+        os.close(fd)
+    return {"segment": path, "position": target, "offset": offset, "size": 4 + size, "byte": old[0]}
+
+
+# -- nodes ---------------------------------------------------------------------------
+
+
+def remove_node(cluster, node) -> None:
+    """Remove a node of a :class:`ray.cluster_utils.Cluster` at once (its
+    raylet and every worker on it die, as when a machine is lost). Actors
+    pinned to it wait for a node with its label to come back; the caller
+    adds one with ``cluster.add_node(**same arguments)``."""
+    try:
+        cluster.remove_node(node, allow_graceful=False)
+    except Exception as err:  # noqa: BLE001
+        raise FaultInjectionError(f"could not remove node {node}: {err}") from err

@@ -1,0 +1,274 @@
+"""The nemesis: faults from the kit at seeded random times, every kind at
+least once per run.
+
+:func:`plan` is pure: from a seed, the run's duration and the fault kinds,
+it gives the schedule (every kind once, in a seeded order, then seeded
+random kinds), with seeded gaps between faults. :class:`Nemesis` carries a
+plan out against a running cluster, one fault after the other, recording
+each as a ``fault`` operation (``t0`` when it began, ``t1`` when it was over
+and healed). A fault that could not be made is recorded with
+``detail["error"]`` and retried later in the run, so that every kind
+happens at least once.
+
+The kinds:
+
+==================== ================================================================
+``kill-partition``   SIGKILL a partition actor's process (Ray restarts it; recovery runs)
+``pause-partition``  SIGSTOP a partition actor for 2-4 s, then SIGCONT
+``kill-consumer``    SIGKILL a consumer-group member's process (Ray restarts it)
+``expire-session``   expire a member's ZooKeeper session
+``drop-connection``  break a member's ZooKeeper connection (the session survives)
+``zookeeper-outage`` stop ZooKeeper for 2-4 s, then start it again
+``flip-byte``        damage one byte of a flushed message of a partition
+``remove-node``      remove a Ray node holding partitions, then add it back after 2-4 s
+==================== ================================================================
+
+Thread-safety: a :class:`Nemesis` runs on one thread (``run``); ``stop`` may
+be called from another.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from typing import Sequence
+
+from raylog.testing import faults as kit
+from raylog.testing.workload import DAMAGED_FILE
+
+log = logging.getLogger(__name__)
+
+KILL_PARTITION = "kill-partition"
+PAUSE_PARTITION = "pause-partition"
+KILL_CONSUMER = "kill-consumer"
+EXPIRE_SESSION = "expire-session"
+DROP_CONNECTION = "drop-connection"
+ZOOKEEPER_OUTAGE = "zookeeper-outage"
+FLIP_BYTE = "flip-byte"
+REMOVE_NODE = "remove-node"
+
+FAULT_KINDS = (
+    KILL_PARTITION, PAUSE_PARTITION, KILL_CONSUMER, EXPIRE_SESSION, DROP_CONNECTION, ZOOKEEPER_OUTAGE,
+    FLIP_BYTE, REMOVE_NODE,
+)
+#: kinds that need a multi-node Ray cluster
+MULTI_NODE_KINDS = (REMOVE_NODE,)
+
+
+def plan(seed: int, duration_s: float, kinds: Sequence[str], *, start_s: float = 3.0, mean_gap_s: float = 6.0) -> list[tuple[float, str]]:
+    """``[(seconds after the start, kind), ...]``: every kind once (seeded
+    order) from ``start_s`` on, then random kinds until ``duration_s``; gaps
+    uniform in ``[0.5, 1.5] * mean_gap_s``, shrunk so that the first round
+    fits in the run."""
+    unknown = set(kinds) - set(FAULT_KINDS)
+    if unknown:
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+    if not kinds:
+        return []
+    rng = random.Random(seed)
+    first = list(kinds)
+    rng.shuffle(first)
+    gap = max(0.5, min(mean_gap_s, (duration_s - start_s) / (len(first) + 1)))
+    out, at = [], start_s
+    for kind in first:
+        out.append((round(at, 3), kind))
+        at += gap * rng.uniform(0.5, 1.5)
+    while at < duration_s:
+        out.append((round(at, 3), rng.choice(list(kinds))))
+        at += gap * rng.uniform(0.5, 1.5)
+    return out
+
+
+class Target:
+    """What the nemesis may hurt: filled in by the runner.
+
+    ``client`` (a :class:`raylog.Client`), ``topic`` and ``partitions``;
+    ``zookeeper`` (an EmbeddedZooKeeper); ``consumers`` (the member actors);
+    ``history_dir``; for multi-node runs ``cluster`` (a
+    ``ray.cluster_utils.Cluster``) and ``disk_nodes`` ``{label: (node,
+    add_node kwargs)}``."""
+
+    def __init__(self, *, client, topic, partitions, zookeeper, consumers, history_dir, cluster=None, disk_nodes=None):
+        self.client = client
+        self.topic = topic
+        self.partitions = partitions
+        self.zookeeper = zookeeper
+        self.consumers = consumers
+        self.history_dir = history_dir
+        self.cluster = cluster
+        self.disk_nodes = disk_nodes or {}
+
+
+class Nemesis:
+    def __init__(self, target: Target, schedule: list[tuple[float, str]], recorder, seed: int, *, reader=None, on_fault=None):
+        self.target = target
+        self.schedule = list(schedule)
+        self.recorder = recorder
+        self.rng = random.Random(seed * 7919 + 1)
+        self.on_fault = on_fault
+        self.done_kinds: set[str] = set()
+        self.counts: dict[str, int] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        #: records what :meth:`_read_back` was served (a process of its own)
+        self.reader = reader
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def every_kind_done(self) -> bool:
+        return {kind for _, kind in self.schedule} <= self.done_kinds
+
+    def run(self, started_at: float, duration_s: float, grace_s: float = 60.0) -> None:
+        """Carry the schedule out; past ``duration_s`` only kinds not yet done
+        run (until ``grace_s`` more), so that each happens at least once."""
+        queue = list(self.schedule)
+        retries = []
+        while queue or retries:
+            if self._stop.is_set():
+                return
+            now = time.time() - started_at
+            if now > duration_s:
+                # the run is over: only what is still missing
+                queue = [(at, k) for at, k in queue + retries if k not in self.done_kinds]
+                retries = []
+                if not queue or now > duration_s + grace_s:
+                    return
+                at, kind = queue.pop(0)
+            elif queue and queue[0][0] <= now:
+                at, kind = queue.pop(0)
+            elif retries and not queue:
+                at, kind = retries.pop(0)
+                if self._stop.wait(1.0):
+                    return
+            else:
+                self._stop.wait(min(0.2, max(0.01, queue[0][0] - now)))
+                continue
+            if not self._inject(kind):
+                retries.append((at, kind))
+
+    # -- one fault ----------------------------------------------------------------
+
+    def _inject(self, kind: str) -> bool:
+        t0 = time.time()
+        try:
+            target, detail = getattr(self, "_" + kind.replace("-", "_"))()
+        except Exception as err:  # noqa: BLE001 - recorded, tried again later
+            message = f"{type(err).__name__}: {err}"[:300]
+            log.warning("fault %s could not be injected: %s", kind, message)
+            self.errors.append(f"{kind}: {message}")
+            return False
+        self.recorder.record("fault", t0=t0, kind=kind, target=target, detail=detail)
+        self.done_kinds.add(kind)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if self.on_fault is not None:
+            self.on_fault(kind)
+        return True
+
+    def _partition_actor(self):
+        p = self.rng.randrange(self.target.partitions)
+        return p, self.target.client.partition_actor(self.target.topic, p)
+
+    def _kill_partition(self):
+        p, actor = self._partition_actor()
+        pid = kit.kill_actor(actor)
+        return f"{self.target.topic}/{p}", {"partition": p, "pid": pid}
+
+    def _pause_partition(self):
+        p, actor = self._partition_actor()
+        seconds = round(self.rng.uniform(2.0, 4.0), 2)
+        pid = kit.pause_actor(actor, seconds)
+        return f"{self.target.topic}/{p}", {"partition": p, "pid": pid, "seconds": seconds}
+
+    def _consumer(self):
+        i = self.rng.randrange(len(self.target.consumers))
+        return i, self.target.consumers[i]
+
+    def _kill_consumer(self):
+        i, actor = self._consumer()
+        pid = kit.kill_actor(actor)
+        return f"consumer-{i}", {"pid": pid}
+
+    def _expire_session(self):
+        import ray
+
+        i, actor = self._consumer()
+        ray.get(actor.expire_session.remote(), timeout=60)
+        return f"consumer-{i}", {}
+
+    def _drop_connection(self):
+        import ray
+
+        i, actor = self._consumer()
+        ray.get(actor.drop_connection.remote(), timeout=60)
+        return f"consumer-{i}", {}
+
+    def _zookeeper_outage(self):
+        seconds = round(self.rng.uniform(2.0, 4.0), 2)
+        kit.zookeeper_outage(self.target.zookeeper, seconds)
+        return "zookeeper", {"seconds": seconds}
+
+    def _flip_byte(self):
+        import ray
+
+        t = self.target
+        p, actor = self._partition_actor()
+        stats = ray.get(actor.stats.remote(), timeout=30)
+        start, end = stats["log_start_offset"], stats["high_watermark"]
+        if end - start < 1024:
+            raise kit.FaultInjectionError(f"{t.topic}/{p} holds too little flushed data to damage yet")
+        # a message near the end of the flushed data: likely still to be read
+        target_offset = end - self.rng.randrange(256, min(end - start, 64 * 1024))
+        offset = ray.get(actor.message_boundaries.remote(start, end, [target_offset]), timeout=30)[0]
+        size = kit.message_size(stats["log_dir"], offset)
+        if offset + size > end:
+            raise kit.FaultInjectionError(f"no whole flushed message of {t.topic}/{p} after {target_offset}")
+        entry = {"topic": t.topic, "partition": p, "offset": offset, "next": offset + size}
+        # tell the consumers first, so that one meeting the damage knows where to go on
+        with open(os.path.join(t.history_dir, DAMAGED_FILE), "a") as f:
+            f.write(json.dumps(entry) + "\n")
+        flipped = kit.flip_byte(stats["log_dir"], offset, self.rng)
+        detail = {**entry, "position": flipped["position"], "segment": os.path.basename(flipped["segment"])}
+        detail.update(self._read_back(p, offset, size))
+        return f"{t.topic}/{p}", detail
+
+    def _read_back(self, partition: int, offset: int, size: int) -> dict:
+        """Fetch the damaged message through the data path, as a consumer
+        would: the damage must be detected. What was served is recorded as a
+        poll of the process ``nemesis-reader`` (so a damaged value served as
+        good is a garbage-read)."""
+        from raylog.errors import CorruptMessageError, RaylogError
+        from raylog.storage.message import decode_messages
+        from raylog.transfer.client import BrokerConnection
+
+        t = self.target
+        t0 = time.time()
+        try:
+            host, port = t.client.metadata.endpoint(t.topic, partition, refresh=True, wait_s=5.0)
+            with BrokerConnection(host, port, token=t.client.settings.token, timeout_s=10) as conn:
+                data = conn.fetch(t.topic, partition, offset, size).data
+            records, _ = decode_messages(data[:size], offset)
+        except CorruptMessageError as err:
+            self.reader.record("poll", t0=t0, reads=[], error=f"CorruptMessageError: {err}"[:300])
+            return {"detected": True}
+        except RaylogError as err:
+            return {"detected": None, "read_back_error": f"{type(err).__name__}: {err}"[:200]}
+        self.reader.record("poll", t0=t0, reads=[[t.topic, partition, o, v.decode(errors="replace")]
+                                                 for o, _ts, _k, v in records], error=None)
+        return {"detected": False}
+
+    def _remove_node(self):
+        t = self.target
+        if t.cluster is None or not t.disk_nodes:
+            raise kit.FaultInjectionError("remove-node needs a multi-node cluster")
+        label = self.rng.choice(sorted(t.disk_nodes))
+        node, kwargs = t.disk_nodes[label]
+        kit.remove_node(t.cluster, node)
+        seconds = round(self.rng.uniform(2.0, 4.0), 2)
+        time.sleep(seconds)
+        t.disk_nodes[label] = (t.cluster.add_node(**kwargs), kwargs)
+        return label, {"down_s": seconds}

@@ -1,0 +1,111 @@
+"""The fault run's report: a short table for people, JSON for machines, and a
+PNG timeline (messages produced and consumed per second, faults marked).
+
+The PNG needs matplotlib (the ``bench`` extra); :func:`timeline_png`
+raises ``ImportError`` without it, and nothing else here needs it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+
+from raylog.testing.checker import ANOMALIES
+from raylog.testing.history import OK
+
+
+def table(report: dict) -> str:
+    """The report as a few aligned lines."""
+    ops = report["operations"]
+    lines = [
+        f"verdict            {'VALID' if report['valid'] else 'INVALID: ' + ', '.join(sorted(report['forbidden']))}",
+        f"sends              {ops['sends']}  " + "  ".join(f"{k} {v}" for k, v in ops["sends_by_outcome"].items()),
+        f"polls              {ops['polls']}  reads {ops['reads']}  distinct values read {ops['distinct_values_read']}"
+        f"  manual commits {ops['commits']}",
+        "faults             " + ("  ".join(f"{k} {v}" for k, v in report["faults"].items()) or "none"),
+    ]
+    for name in ANOMALIES:
+        n = report["counts"][name]
+        extra = ""
+        if name == "unseen" and report["unseen_by_acks"]:
+            extra = "  (by acks: " + ", ".join(f"{k}: {v}" for k, v in report["unseen_by_acks"].items()) + ")"
+        lines.append(f"{name:<21}{n}{extra}")
+    dd = report["delivery_duplicates"]
+    lines.append(f"delivery dups      {dd['values']} values, {dd['extra_deliveries']} extra deliveries (allowed)")
+    lines.append(f"destroyed by flips {report['destroyed_by_faults']}")
+    unread = report["longest_unread_s"]
+    if unread["max"] is not None:
+        lines.append(f"longest unread     {unread['max']:.1f} s ({unread['partition']})")
+    held = report.get("longest_unacknowledged_s") or {}
+    if held.get("max") is not None:
+        lines.append(f"longest unacked    {held['max']:.1f} s ({held['producer']})")
+    lat = report["latency_s"]
+    if lat["max"] is not None:
+        lines.append(f"send->read latency p50 {lat['p50']:.3f} s  p99 {lat['p99']:.3f} s  max {lat['max']:.3f} s")
+    run = report.get("run") or {}
+    if run.get("nemesis_errors"):
+        lines.append("faults not made   " + "; ".join(run["nemesis_errors"][:5]))
+    if run.get("drained") and not run["drained"].get("complete"):
+        lines.append("drain              INCOMPLETE: the group did not read every partition to its end")
+    return "\n".join(lines)
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=True, default=str)
+
+
+def per_second(ops: list[dict]) -> dict:
+    """``{"start", "produced": [...], "consumed": [...], "faults": [(t0, t1, kind)]}``:
+    acknowledged sends and reads per second since the first operation."""
+    times = [op["t0"] for op in ops]
+    if not times:
+        return {"start": 0.0, "produced": [], "consumed": [], "faults": []}
+    start = min(times)
+    produced = collections.Counter()
+    consumed = collections.Counter()
+    faults = []
+    for op in ops:
+        second = int(op["t1"] - start)
+        if op["type"] == "send" and op["outcome"] == OK:
+            produced[second] += 1
+        elif op["type"] == "poll":
+            consumed[second] += len(op.get("reads") or ())
+        elif op["type"] == "fault":
+            faults.append((op["t0"] - start, op["t1"] - start, op["kind"]))
+    end = max(max(produced, default=0), max(consumed, default=0)) + 1
+    return {
+        "start": start,
+        "produced": [produced.get(s, 0) for s in range(end)],
+        "consumed": [consumed.get(s, 0) for s in range(end)],
+        "faults": faults,
+    }
+
+
+def timeline_png(ops: list[dict], path: str, title: str = "raylog fault run") -> str:
+    """Write the timeline PNG to ``path`` (needs matplotlib); returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = per_second(ops)
+    seconds = list(range(len(series["produced"])))
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    ax.plot(seconds, series["produced"], label="produced (acknowledged) / s", lw=1.2)
+    ax.plot(seconds, series["consumed"], label="consumed (delivered) / s", lw=1.2)
+    kinds = sorted({k for _, _, k in series["faults"]})
+    colors = plt.get_cmap("tab10")
+    color_of = {k: colors(i % 10) for i, k in enumerate(kinds)}
+    seen = set()
+    for t0, t1, kind in series["faults"]:
+        ax.axvspan(t0, max(t1, t0 + 0.3), color=color_of[kind], alpha=0.25,
+                   label=None if kind in seen else kind)
+        seen.add(kind)
+    ax.set_xlabel("seconds since the start")
+    ax.set_ylabel("messages per second")
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

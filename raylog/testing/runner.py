@@ -1,0 +1,359 @@
+"""A whole fault run: cluster, workload, nemesis, checker, report.
+
+::
+
+    from raylog.testing.runner import RunOptions, run
+    report = run(RunOptions(duration_s=60, seed=7, out_dir="/tmp/faults"))
+    assert report["valid"], report["forbidden"]
+
+or from a shell (``raylog faults`` and ``bench/faults.py`` are the same)::
+
+    python -m raylog.testing.runner --duration 60 --seed 7 --out /tmp/faults
+
+What it does, in this order:
+
+1. starts a ZooKeeper of its own (under ``<out>/zookeeper``, so the nemesis
+   can stop and restart it) and a Ray cluster: with ``nodes >= 2`` a
+   ``ray.cluster_utils.Cluster`` (a head for the driver and the consumers,
+   plus ``nodes`` nodes labelled ``disk-a``, ``disk-b`` ... that hold the
+   partitions), else a local Ray of one node;
+2. creates a topic of ``partitions`` partitions (logs under ``<out>/data``);
+3. starts the consumer group (``consumers`` member actors, manual and
+   automatic commits alternating) and the producers (acks ``"all"`` and
+   ``1``, keyed and keyless, plain and compressed), see
+   :mod:`raylog.testing.workload`;
+4. runs the nemesis's seeded plan for ``duration_s`` (longer if a fault kind
+   has not happened yet), then stops producing, lets the group read up to
+   the end of every partition (at most ``drain_s``), stops the members;
+5. checks the history (``<out>/history/*.jsonl``) and writes
+   ``<out>/report.json``, the table, and ``<out>/timeline.png`` when
+   matplotlib is there.
+
+Everything it started it stops by its own handle, in ``finally``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+
+from raylog.testing import checker, report as reporting
+from raylog.testing.history import Recorder, history_files, read_history
+from raylog.testing.nemesis import FAULT_KINDS, MULTI_NODE_KINDS, Nemesis, Target, plan
+
+log = logging.getLogger(__name__)
+
+TOPIC = "queue"
+GROUP = "checkers"
+
+#: (name, acks, keyed, compression) of the producers, taken in turn
+PRODUCERS = (
+    ("producer-all-keyless", "all", False, None),
+    ("producer-1-keyed", 1, True, None),
+    ("producer-all-keyed-zstd", "all", True, "zstd"),
+    ("producer-1-keyless-lz4", 1, False, "lz4"),
+)
+
+
+@dataclasses.dataclass
+class RunOptions:
+    duration_s: float = 60.0
+    seed: int = 0
+    faults: tuple = FAULT_KINDS
+    out_dir: str = "faults-run"
+    nodes: int = 2
+    partitions: int = 6
+    producers: int = 4
+    consumers: int = 3
+    rate: float = 150.0  # messages a second per producer
+    drain_s: float = 60.0
+    mean_gap_s: float = 6.0
+    png: bool = True
+    progress: bool = False
+    #: acks levels whose unseen writes fail the run
+    forbid_unseen_acks: tuple = ("all",)
+
+
+def _start_ray(options: RunOptions, ray_tmp: str):
+    """``(cluster or None, {label: (node, add_node kwargs)})``, Ray initialised."""
+    import ray
+
+    from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+
+    store = 200 * 1024 * 1024
+    if options.nodes < 2:
+        ray.init(
+            address="local", num_cpus=4, resources={DISK_RESOURCE: 1}, labels={NODE_LABEL: "local"},
+            include_dashboard=False, logging_level="WARNING", object_store_memory=store,
+            _temp_dir=ray_tmp,
+        )
+        return None, {}
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 4, "include_dashboard": False, "object_store_memory": store, "temp_dir": ray_tmp},
+    )
+    disks = {}
+    try:
+        for i in range(options.nodes):
+            label = f"disk-{chr(ord('a') + i)}"
+            kwargs = {"num_cpus": 1, "resources": {DISK_RESOURCE: 1}, "labels": {NODE_LABEL: label},
+                      "object_store_memory": store}
+            disks[label] = (cluster.add_node(**kwargs), kwargs)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster, disks
+
+
+def run(options: RunOptions) -> dict:
+    """Run, check, write the report files; returns the report (see
+    :func:`raylog.testing.checker.check`, plus ``"run"``: what ran)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from raylog.client import Client
+    from raylog.groups.zookeeper import EmbeddedZooKeeper
+    from raylog.testing.workload import ConsumerWorker, ProducerWorker, consumer_actor_class
+
+    kinds = tuple(options.faults)
+    if options.nodes < 2:
+        kinds = tuple(k for k in kinds if k not in MULTI_NODE_KINDS)
+    schedule = plan(options.seed, options.duration_s, kinds, mean_gap_s=options.mean_gap_s)  # checks the kinds
+    out = os.path.abspath(options.out_dir)
+    history_dir = os.path.join(out, "history")
+    if os.path.exists(history_dir):
+        shutil.rmtree(history_dir)
+    os.makedirs(history_dir)
+    for old in ("data", "zookeeper"):
+        shutil.rmtree(os.path.join(out, old), ignore_errors=True)
+    # Ray's socket paths must stay short: a temp dir of its own under /tmp
+    import tempfile
+
+    ray_tmp = tempfile.mkdtemp(prefix="rlf-", dir="/tmp")
+    zookeeper = EmbeddedZooKeeper(data_dir=os.path.join(out, "zookeeper"))
+    cluster = client = None
+    producers: list = []
+    consumers: list = []
+    nemesis = None
+    run_info = {"seed": options.seed, "duration_s": options.duration_s, "nodes": options.nodes,
+                "partitions": options.partitions, "fault_kinds": list(kinds)}
+    started = time.time()
+    try:
+        zookeeper.start()
+        cluster, disks = _start_ray(options, ray_tmp)
+        client = Client(
+            zookeeper=zookeeper.connect_string,
+            cluster=f"faults-{options.seed}",
+            data_dir=os.path.join(out, "data"),
+            data_host="127.0.0.1",
+        )
+        client.create_topic(TOPIC, partitions=options.partitions, flush_ms=20)
+        head = ray.get_runtime_context().get_node_id()
+        actor_class = consumer_actor_class().options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False)
+        )
+        for i in range(options.consumers):
+            consumers.append(
+                actor_class.remote(
+                    zookeeper.connect_string, client.settings.cluster, client.settings.token, TOPIC, GROUP,
+                    f"consumer-{i}", history_dir, "manual" if i % 2 == 0 else "auto", 6000, options.seed,
+                )
+            )
+        ray.get([c.pid.remote() for c in consumers], timeout=120)
+        for i in range(options.producers):
+            name, acks, keyed, codec = PRODUCERS[i % len(PRODUCERS)]
+            producers.append(
+                ProducerWorker(client, TOPIC, f"{name}-{i}" if i >= len(PRODUCERS) else name, history_dir,
+                               acks=acks, keyed=keyed, compression=codec, rate=options.rate,
+                               seed=options.seed * 1000 + i).start()
+            )
+
+        target = Target(client=client, topic=TOPIC, partitions=options.partitions, zookeeper=zookeeper,
+                        consumers=consumers, history_dir=history_dir, cluster=cluster, disk_nodes=disks)
+        recorder = Recorder(os.path.join(history_dir, "nemesis.jsonl"), "nemesis")
+        reader = Recorder(os.path.join(history_dir, "nemesis-reader.jsonl"), "nemesis-reader")
+        nemesis = Nemesis(target, schedule, recorder, options.seed, reader=reader)
+        workload_start = time.time()
+        run_info["startup_s"] = round(workload_start - started, 1)
+        # The nemesis runs on this (the main) thread: Ray adds nodes only from there.
+        bar = _Progress(options, workload_start, producers, nemesis) if options.progress else None
+        try:
+            nemesis.run(workload_start, options.duration_s)
+            while time.time() - workload_start < options.duration_s:
+                time.sleep(0.2)
+        finally:
+            if bar is not None:
+                bar.close()
+        recorder.close()
+        reader.close()
+        run_info["nemesis_errors"] = nemesis.errors[:20]
+        run_info["workload_s"] = round(time.time() - workload_start, 1)
+
+        t = time.time()
+        for producer in producers:
+            producer.stop()
+        run_info["producers"] = [p.summary for p in producers]
+        run_info["drained"] = _drain(client, consumers, options)
+        run_info["drain_s"] = round(time.time() - t, 1)
+        t = time.time()
+        run_info["consumers"] = _stop_consumers(consumers)
+        run_info["stop_s"] = round(time.time() - t, 1)
+    finally:
+        for producer in producers:
+            if producer._thread.is_alive():
+                producer._stop.set()
+        for actor in consumers:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        if client is not None:
+            try:
+                client.close()
+            except Exception as err:  # noqa: BLE001
+                log.warning("closing the client failed: %s", err)
+        if ray.is_initialized():
+            ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        zookeeper.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+    ops = read_history(history_files(history_dir))
+    result = checker.check(ops, forbid_unseen_acks=options.forbid_unseen_acks)
+    run_info["elapsed_s"] = round(time.time() - started, 1)
+    result["run"] = run_info
+    with open(os.path.join(out, "report.json"), "w") as f:
+        f.write(reporting.to_json(result))
+    if options.png:
+        try:
+            result["run"]["timeline"] = reporting.timeline_png(
+                ops, os.path.join(out, "timeline.png"), f"raylog fault run, seed {options.seed}"
+            )
+        except ImportError:
+            result["run"]["timeline"] = None  # matplotlib is in the bench extra
+    return result
+
+
+class _Progress:
+    """A progress bar of the workload's seconds, updated by a thread of its own."""
+
+    def __init__(self, options, workload_start, producers, nemesis):
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=int(options.duration_s), unit="s", desc="fault run", file=sys.stderr)
+        self._stop = threading.Event()
+        self._args = (options, workload_start, producers, nemesis)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        options, workload_start, producers, nemesis = self._args
+        shown = 0
+        while not self._stop.wait(0.5):
+            now = min(int(time.time() - workload_start), int(options.duration_s))
+            self._bar.update(now - shown)
+            shown = now
+            self._bar.set_postfix(sent=sum(p.sent for p in producers), faults=sum(nemesis.counts.values()))
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(2)
+        self._bar.close()
+
+
+def _drain(client, consumers, options) -> dict:
+    """Wait until the group has read every partition to its end (or ``drain_s``)."""
+    import ray
+
+    deadline = time.time() + options.drain_s
+    time.sleep(0.5)  # acknowledged (acks=1) sets become readable at the next flush
+    ends = None
+    positions: dict[str, int] = {}
+    while time.time() < deadline:
+        try:
+            if ends is None:
+                ends = {f"{TOPIC}/{p}": hw for p, hw in client.end_offsets(TOPIC).items()}
+            for status in ray.get([c.status.remote() for c in consumers], timeout=10):
+                for tp, pos in status["positions"].items():
+                    if pos is not None:
+                        positions[tp] = max(positions.get(tp, 0), pos)
+        except Exception as err:  # noqa: BLE001 - a member restarting: ask again
+            log.info("drain: %s", err)
+        if ends is not None and all(positions.get(tp, 0) >= hw for tp, hw in ends.items()):
+            time.sleep(1.0)  # let the last polls be recorded
+            return {"complete": True, "ends": ends, "positions": positions}
+        time.sleep(0.5)
+    return {"complete": False, "ends": ends, "positions": positions}
+
+
+def _stop_consumers(consumers) -> list:
+    import ray
+
+    out = []
+    refs = [c.stop.remote() for c in consumers]
+    for ref in refs:
+        try:
+            out.append(ray.get(ref, timeout=60))
+        except Exception as err:  # noqa: BLE001
+            out.append({"error": f"{type(err).__name__}: {err}"[:300]})
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="raylog faults", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    return run_from_args(args)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults (default 60)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fault plan and the workload (default 0)")
+    p.add_argument("--faults", default=",".join(FAULT_KINDS),
+                   help=f"comma-separated fault kinds (default all: {','.join(FAULT_KINDS)})")
+    p.add_argument("--out", default="faults-run", help="directory for history, report.json, timeline.png")
+    p.add_argument("--nodes", type=int, default=2, help="disk nodes (>= 2: a multi-node Ray cluster; 1: local Ray)")
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--producers", type=int, default=4)
+    p.add_argument("--consumers", type=int, default=3)
+    p.add_argument("--rate", type=float, default=150.0, help="messages a second per producer")
+    p.add_argument("--drain", type=float, default=60.0, help="at most this long to read everything at the end")
+    p.add_argument("--gap", type=float, default=6.0, help="mean seconds between faults")
+    p.add_argument("--no-png", action="store_true", help="skip the timeline PNG")
+    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
+
+
+def options_from_args(args) -> RunOptions:
+    faults = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+    return RunOptions(
+        duration_s=args.duration, seed=args.seed, faults=faults, out_dir=args.out, nodes=args.nodes,
+        partitions=args.partitions, producers=args.producers, consumers=args.consumers, rate=args.rate,
+        drain_s=args.drain, mean_gap_s=args.gap, png=not args.no_png, progress=args.progress,
+    )
+
+
+def run_from_args(args) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    result = run(options_from_args(args))
+    if args.json:
+        print(reporting.to_json(result))
+    else:
+        print(reporting.table(result))
+        print(f"report: {os.path.join(os.path.abspath(args.out), 'report.json')}")
+    return 0 if result["valid"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

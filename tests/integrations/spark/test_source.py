@@ -1,0 +1,296 @@
+"""The Spark data source ``raylog`` by name, on a real Spark through RayDP:
+``spark.read.format("raylog")`` and ``spark.readStream.format("raylog")``
+planned in the JVM (ZooKeeper for topics and endpoints, the data sockets'
+OFFSETS), with the Kafka source's option names. One Spark session for the
+module; ``init_spark`` points the source at this process's cluster.
+
+Expected contents come from the partitions' data sockets read directly here
+(``log_messages`` of test_read), not through the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import raylog_spark
+from raylog.storage.message import decode_messages
+from raylog.transfer.client import BrokerConnection
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def produce(client, topic: str, values, compression=None, keys=None, timestamps=None) -> None:
+    """Send the values with acks=1 and flush every partition (all below the high watermark)."""
+    import ray
+
+    producer = client.producer(acks=1, batch_size=50, linger_ms=1, compression=compression)
+    for i, value in enumerate(values):
+        producer.send(topic, value, None if keys is None else keys[i])
+    producer.flush()
+    producer.close()
+    partitions = client.metadata.partitions(topic)
+    ray.get([client.partition_actor(topic, p).flush.remote() for p in range(partitions)])
+
+
+def log_messages(client, topic: str) -> list[tuple]:
+    """Every message of ``topic`` as ``(partition, offset, value)``, read from the data sockets."""
+    rows = []
+    for p in range(client.metadata.partitions(topic)):
+        start, end = client.offsets(topic, p)
+        host, port = client.metadata.endpoint(topic, p, refresh=True)
+        with BrokerConnection(host, port, token=client.settings.token) as conn:
+            offset = start
+            while offset < end:
+                records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)
+                rows.extend((p, o, v) for o, _ts, _k, v in records)
+                offset += consumed
+    return sorted(rows)
+
+
+def read(spark, **options):
+    return spark.read.format("raylog").options(**options).load()
+
+
+def values(rows) -> list[bytes]:
+    return sorted(bytes(r["value"]) for r in rows)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster(spark, raylog_client):
+    """The module's session reads the module's cluster by name (the session
+    started before raylog_client, so init_spark could not point it there)."""
+    assert raylog_spark.use_cluster(spark, raylog_client)
+
+
+@pytest.fixture(scope="module")
+def topics(raylog_client):
+    """Two topics: ``a`` (2 partitions, plain) and ``b`` (1 partition, zstd wrappers)."""
+    a, b = "source-a", "source-b"
+    raylog_client.create_topic(a, partitions=2)
+    raylog_client.create_topic(b, partitions=1)
+    produce(raylog_client, a, [b"a-%04d" % i for i in range(400)], keys=[b"k%d" % (i % 7) for i in range(400)])
+    produce(raylog_client, b, [b"b-%04d" % i for i in range(300)], compression="zstd")
+    return a, b
+
+
+def test_read_by_name_with_one_or_several_topics_and_a_pattern(spark, raylog_client, topics):
+    a, b = topics
+    df = read(spark, subscribe=a)
+    assert df.columns == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "inner_index", "next_offset",
+    ]
+    expected_a = log_messages(raylog_client, a)
+    assert sorted((r["partition"], r["offset"], bytes(r["value"])) for r in df.collect()) == expected_a
+    both = read(spark, subscribe=f"{a},{b}")
+    assert both.count() == 700
+    assert {r["topic"]: r["count"] for r in both.groupBy("topic").count().collect()} == {a: 400, b: 300}
+    # without spark.raylog.token the source derives the cluster token as raylog.auth does
+    spark.conf.unset("spark.raylog.token")
+    try:
+        assert read(spark, subscribe=a).count() == 400
+        with pytest.raises(Exception, match="AuthenticationError"):
+            read(spark, subscribe=a, token="d3Jvbmc=").count()
+    finally:
+        raylog_spark.use_cluster(spark, raylog_client)
+    pattern = read(spark, subscribePattern="source-.*")
+    assert values(pattern.collect()) == values(both.collect())
+    assert read(spark, subscribePattern="nothing-matches-.*").count() == 0
+
+
+def test_row_identity_timestamp_type_and_next_offset(spark, raylog_client, topics):
+    _, b = topics  # zstd: many messages per wrapper, sharing its offset
+    rows = read(spark, subscribe=b).collect()
+    assert len(rows) == 300
+    assert len({r["offset"] for r in rows}) < 300
+    ids = {(r["partition"], r["offset"], r["inner_index"]) for r in rows}
+    assert len(ids) == 300  # (partition, offset, inner_index) is a key
+    wrappers = sorted({r["offset"] for r in rows})
+    end = raylog_client.offsets(b, 0)[1]
+    for r in rows:  # the resume point of an inner message is after its wrapper
+        i = wrappers.index(r["offset"])
+        assert r["next_offset"] == (wrappers[i + 1] if i + 1 < len(wrappers) else end)
+        assert r["timestampType"] == 0
+    # resuming at next_offset of the last row of a wrapper reads on from the next wrapper
+    resumed = read(spark, subscribe=b, startingOffsets=json.dumps({b: {"0": wrappers[1]}})).count()
+    assert resumed == sum(1 for r in rows if r["offset"] >= wrappers[1])
+
+
+def test_starting_and_ending_offsets(spark, raylog_client, topics):
+    a, _ = topics
+    expected = log_messages(raylog_client, a)
+    p0 = [m for m in expected if m[0] == 0]
+    start, stop = p0[10][1], p0[50][1]
+    df = read(
+        spark,
+        subscribe=a,
+        startingOffsets=json.dumps({a: {"0": start}}),
+        endingOffsets=json.dumps({a: {"0": stop, "1": -2}}),
+    )
+    rows = df.collect()
+    assert sorted((r["partition"], r["offset"], bytes(r["value"])) for r in rows) == p0[10:50]
+    assert read(spark, subscribe=a, startingOffsets="latest").count() == 0
+    assert read(spark, subscribe=a, minPartitions="4", failOnDataLoss="false").count() == 400
+
+
+def test_bad_options_are_raylog_errors(spark, raylog_client, topics):
+    a, _ = topics
+    with pytest.raises(Exception, match="UnknownTopicError"):
+        read(spark, subscribe="no-such-topic").count()
+    with pytest.raises(Exception, match="ConfigError: .*subscribe"):
+        read(spark).count()
+    with pytest.raises(Exception, match="InvalidOffsetError"):
+        first = log_messages(raylog_client, a)[0]
+        read(spark, subscribe=a, startingOffsets=json.dumps({a: {str(first[0]): first[1] + 3}})).count()
+    with pytest.raises(Exception, match="OffsetOutOfRangeError"):
+        read(spark, subscribe=a, endingOffsets=json.dumps({a: {"0": 10**9}})).count()
+    with pytest.raises(Exception, match="UnknownPartitionError"):
+        read(spark, subscribe=a, startingOffsets=json.dumps({a: {"5": 0}})).count()
+
+
+def test_starting_timestamp_and_offsets_for_times_land_on_the_first_message_at_or_after_it(
+    spark, raylog_client, make_topic
+):
+    topic = make_topic(partitions=2)
+    produce(raylog_client, topic, [b"old-%03d" % i for i in range(200)])
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(raylog_client, topic, [b"new-%03d" % i for i in range(100)], compression="gzip")
+    offsets = raylog_client.offsets_for_times(topic, cut)
+    rows = read(spark, subscribe=topic).collect()
+    first_new = {}
+    for r in rows:
+        if bytes(r["value"]).startswith(b"new-"):
+            p = r["partition"]
+            first_new[p] = min(first_new.get(p, r["offset"]), r["offset"])
+    for p in range(2):  # a partition with no new message answers its end
+        assert offsets[p] == first_new.get(p, raylog_client.offsets(topic, p)[1])
+    assert raylog_client.offsets_for_times(topic, 0) == {p: raylog_client.offsets(topic, p)[0] for p in range(2)}
+    later = read(spark, subscribe=topic, startingTimestamp=str(cut)).collect()
+    assert values(later) == sorted(b"new-%03d" % i for i in range(100))
+    stream = (
+        spark.readStream.format("raylog").option("subscribe", topic).option("startingTimestamp", str(cut)).load()
+    )
+    q = stream.writeStream.format("memory").queryName("from_time").trigger(availableNow=True).start()
+    assert q.awaitTermination(300)
+    assert values(spark.table("from_time").collect()) == sorted(b"new-%03d" % i for i in range(100))
+
+
+# ---------------------------------------------------------------------------
+# streaming
+
+
+def stream_into_parquet(spark, topic, out, checkpoint, **options):
+    """A readStream query of ``topic`` into Parquet files, with a checkpoint."""
+    df = spark.readStream.format("raylog").option("subscribe", topic).options(**options).load()
+    return (
+        df.selectExpr("partition", "offset", "inner_index", "CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .option("path", str(out))
+    )
+
+
+def test_available_now_reads_to_the_end_and_stops(spark, raylog_client, make_topic, tmp_path):
+    topic = make_topic(partitions=2)
+    produce(raylog_client, topic, [b"s-%04d" % i for i in range(500)], compression="lz4")
+    query = stream_into_parquet(
+        spark, topic, tmp_path / "out", tmp_path / "ckpt", startingOffsets="earliest", maxOffsetsPerTrigger="4000"
+    ).trigger(availableNow=True).start()
+    assert query.awaitTermination(300), "an AvailableNow query stops by itself at the end"
+    assert query.exception() is None
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r["value"] for r in rows) == sorted("s-%04d" % i for i in range(500))
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert len(progress) > 1  # maxOffsetsPerTrigger cut the backlog into several batches
+
+
+def test_a_stream_stopped_and_restarted_writes_every_message_once(spark, raylog_client, make_topic, tmp_path):
+    import ray
+
+    topic = make_topic(partitions=2)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    sent = []
+
+    def send(n):
+        batch = [b"m-%05d" % (len(sent) + i) for i in range(n)]
+        produce(raylog_client, topic, batch)
+        sent.extend(batch)
+
+    send(300)
+    query = stream_into_parquet(spark, topic, out, ckpt, startingOffsets="earliest", maxOffsetsPerTrigger="3000")
+    q = query.trigger(processingTime="200 milliseconds").start()
+    deadline = time.monotonic() + 120
+    while not any(p["numInputRows"] > 0 for p in q.recentProgress):
+        assert time.monotonic() < deadline, "the stream read something within 120 s"
+        time.sleep(0.2)
+    q.stop()  # mid-way: maxOffsetsPerTrigger leaves a backlog
+    assert spark.read.parquet(str(out)).count() < 300
+    send(200)
+    # the partition actor of partition 0 restarts (new process, new port) before the query does
+    actor = raylog_client.partition_actor(topic, 0)
+    old_pid = ray.get(actor.pid.remote())
+    ray.kill(actor, no_restart=False)
+    deadline = time.monotonic() + 120
+    while True:  # until Ray restarted it
+        try:
+            if ray.get(actor.pid.remote(), timeout=10) != old_pid:
+                break
+        except ray.exceptions.RayError:
+            pass
+        assert time.monotonic() < deadline, "the partition actor restarted within 120 s"
+        time.sleep(0.2)
+    send(100)
+    q = stream_into_parquet(spark, topic, out, ckpt).trigger(availableNow=True).start()
+    assert q.awaitTermination(300)
+    assert q.exception() is None
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r["value"].encode() for r in rows) == sorted(sent)  # every message, exactly once
+    keys = [(r["partition"], r["offset"], r["inner_index"]) for r in rows]
+    assert len(keys) == len(set(keys))
+
+
+def flush(client, topic):
+    import ray
+
+    ray.get([client.partition_actor(topic, p).flush.remote() for p in range(client.metadata.partitions(topic))])
+
+
+def test_batch_and_streaming_writes_into_a_topic(spark, raylog_client, make_topic, tmp_path):
+    from raylog.partitioner import partition_for_key
+
+    src, dst = make_topic(partitions=2), make_topic(partitions=3)
+    rows = [(f"user-{i % 5}", f"event-{i}") for i in range(300)]
+    df = spark.createDataFrame(rows, "key string, value string").repartition(2)
+    df.write.format("raylog").option("topic", dst).mode("append").save()
+    flush(raylog_client, dst)
+    back = read(spark, subscribe=dst).collect()
+    assert sorted((bytes(r["key"]).decode(), bytes(r["value"]).decode()) for r in back) == sorted(rows)
+    for r in back:  # keyed rows go to their partition by the producer's stable hash
+        assert r["partition"] == partition_for_key(bytes(r["key"]), 3)
+
+    produce(raylog_client, src, [b"s-%03d" % i for i in range(200)])
+    query = (
+        spark.readStream.format("raylog").option("subscribe", src).option("startingOffsets", "earliest").load()
+        .selectExpr("value")
+        .writeStream.format("raylog")
+        .option("topic", dst)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    flush(raylog_client, dst)
+    got = values(read(spark, subscribe=dst).collect())
+    assert got == sorted([v.encode() for _, v in rows] + [b"s-%03d" % i for i in range(200)])
+
+    with pytest.raises(Exception, match="ConfigError: .*'value' column"):
+        spark.createDataFrame([("a",)], "k string").write.format("raylog").option("topic", dst).mode("append").save()
+    with pytest.raises(Exception, match="UnknownTopicError"):
+        df.write.format("raylog").option("topic", "no-such-topic").mode("append").save()
+    flush(raylog_client, dst)
+    assert read(spark, subscribe=dst).count() == 500  # the refused writes added nothing

@@ -1,0 +1,119 @@
+"""The fault kit on real processes, a real ZooKeeper and real partition logs.
+
+(The ZooKeeper-client faults, expire_session and drop_connection, are
+exercised by tests/groups/test_registry.py and test_coordinator.py.)"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from raylog.config import TopicConfig
+from raylog.errors import CorruptMessageError
+from raylog.storage.log import PartitionLog
+from raylog.storage.message import decode_messages, encode_message_set
+from raylog.testing import faults
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.fixture
+def child():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, 18)  # SIGCONT, in case a test left it stopped
+            proc.kill()
+        proc.wait(10)
+
+
+def test_kill_process_kills_at_once(child):
+    faults.kill_process(child.pid)
+    assert child.wait(10) == -9
+    with pytest.raises(faults.FaultInjectionError):
+        faults.kill_process(child.pid)
+
+
+def test_pause_process_stops_then_resumes(child):
+    import threading
+
+    states = []
+    t = threading.Thread(target=faults.pause_process, args=(child.pid, 1.0))
+    t.start()
+    time.sleep(0.4)
+    states.append(_state(child.pid))
+    t.join(10)
+    states.append(_state(child.pid))
+    assert states[0] == "T" and states[1] in ("S", "R")  # stopped, then running again
+
+
+def _log_with(tmp_path, sets):
+    log = PartitionLog(tmp_path / "p", TopicConfig())
+    offsets = [log.append(s) for s in sets]
+    log.flush()
+    return log, offsets
+
+
+@pytest.mark.parametrize("codec", [None, "zstd"])
+def test_flip_byte_is_detected_by_crc_and_keeps_boundaries(tmp_path, codec):
+    sets = [encode_message_set([b"value-%d-%d" % (i, j) for j in range(3)], compression=codec) for i in range(5)]
+    log, offsets = _log_with(tmp_path, sets)
+    victim = offsets[2]
+    size = faults.message_size(log.directory, victim)
+    flipped = faults.flip_byte(log.directory, victim, random.Random(1))
+    assert flipped["offset"] == victim and victim + 22 <= flipped["position"] < victim + size
+    end = log.high_watermark
+    with open(flipped["segment"], "rb") as f:
+        data = f.read()
+    # everything before the damage reads back, the damaged message fails its CRC
+    records, consumed = decode_messages(data[:victim], 0)
+    assert consumed == victim
+    with pytest.raises(CorruptMessageError) as err:
+        decode_messages(data[victim:end], victim)
+    assert err.value.offset == victim
+    # and the message after it is intact, where its size field says
+    after, _ = decode_messages(data[victim + size : end], victim + size)
+    assert after[0][0] == victim + size and (codec is None or victim + size == offsets[3])
+    log.close()
+
+
+def test_flip_byte_outside_the_log_is_refused(tmp_path):
+    log, _ = _log_with(tmp_path, [encode_message_set([b"x"])])
+    with pytest.raises(faults.FaultInjectionError):
+        faults.flip_byte(log.directory, 10_000)
+    log.close()
+
+
+def test_zookeeper_outage_keeps_data_and_sessions(private_zookeeper):
+    zk = KazooClient(hosts=private_zookeeper.connect_string, timeout=10)
+    zk.start(timeout=15)
+    try:
+        zk.create("/before", b"1")
+        session = zk.client_id[0]
+        faults.zookeeper_outage(private_zookeeper, 1.0)
+        assert private_zookeeper.running
+        deadline = time.monotonic() + 30
+        while not zk.connected and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert zk.get("/before")[0] == b"1"
+        assert zk.client_id[0] == session
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_old_module_still_reexports_the_zookeeper_faults():
+    from raylog.groups import faults as old
+
+    assert old.expire_session is faults.expire_session and old.drop_connection is faults.drop_connection

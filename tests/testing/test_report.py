@@ -1,0 +1,43 @@
+"""The report: table and per-second series without matplotlib; the PNG with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylog.testing.checker import check
+from raylog.testing.report import per_second, table, timeline_png
+
+
+def _ops():
+    ops = []
+    for i in range(10):
+        ops.append({"process": "p", "seq": i, "type": "send", "t0": 100.0 + i * 0.3, "t1": 100.0 + i * 0.3,
+                    "topic": "t", "value": f"v{i}", "key": None, "acks": "all", "codec": None,
+                    "outcome": "ok", "partition": 0, "offset": 30 * i, "error": None})
+    ops.append({"process": "c", "seq": 0, "type": "poll", "t0": 101.0, "t1": 101.5,
+                "reads": [["t", 0, 30 * i, f"v{i}"] for i in range(10)], "error": None})
+    ops.append({"process": "nemesis", "seq": 0, "type": "fault", "t0": 100.5, "t1": 101.2,
+                "kind": "kill-partition", "target": "t/0", "detail": {}})
+    return ops
+
+
+def test_per_second_counts_and_faults():
+    series = per_second(_ops())
+    assert sum(series["produced"]) == 10 and sum(series["consumed"]) == 10
+    assert series["consumed"][1] == 10
+    assert series["faults"] == [(0.5, pytest.approx(1.2), "kill-partition")]
+
+
+def test_table_names_every_anomaly_and_the_verdict():
+    text = table(check(_ops()))
+    assert text.startswith("verdict            VALID")
+    for name in ("lost-write", "unseen", "duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip"):
+        assert name in text
+    assert "kill-partition 1" in text
+
+
+def test_timeline_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = timeline_png(_ops(), str(tmp_path / "t.png"))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
