@@ -13,9 +13,13 @@ default and ``raylog_spark.init_spark`` start are kept to what matters:
   (RayDP otherwise names a file that does not exist, and log4j says
   "Reconfiguration failed").
 
-Not silenced: the info lines (``gcs_client.cc``) that Ray's C++ core prints
-in RayDP's JVMs as they start. Ray prints them before any setting applies
-(``RAY_BACKEND_LOG_LEVEL`` replaces each with a line saying it was set).
+- the info line Ray's C++ core prints as each of RayDP's JVMs starts
+  (``gcs_client.cc: GcsClient has no Cluster ID set``) is dropped from what
+  Ray forwards to the driver (:func:`quiet_forwarded_lines`).
+
+Not silenced: that same line from Spark's driver JVM, which writes straight
+to this process's stderr (twice per session); ``RAY_BACKEND_LOG_LEVEL``
+would only replace it with a line saying the level was set.
 
 ``verbose=True`` (``raylog.connect``, ``init_spark``) or the environment
 variable ``RAYLOG_LOG_LEVEL`` (a level name or number, e.g. ``INFO`` or
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 from raylog.errors import ConfigError
 
@@ -97,3 +102,36 @@ def quiet_ray_start(quiet: bool) -> None:
         logger.addFilter(_TOKEN_FILTER)
     else:
         logger.removeFilter(_TOKEN_FILTER)
+
+
+#: the start-up line of Ray's C++ core in each JVM RayDP starts (Spark's
+#: master and executors); forwarded to the driver, it reads like news
+_CORE_STARTUP_LINE = re.compile(r"^\[[\d\- :,.]+ I \d+ \d+\] gcs_client\.cc:\d+: GcsClient has no Cluster ID set")
+
+
+def quiet_forwarded_lines() -> None:
+    """Drop Ray's C++ start-up info line (:data:`_CORE_STARTUP_LINE`) from
+    what Ray forwards from workers to this driver; every other line passes.
+    Needs ``ray.init`` first; a no-op where Ray's dispatcher differs."""
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:
+        return
+    handlers = [pair for pair in getattr(dispatcher, "handlers", []) if pair[0] == "ray_print_logs"]
+    for name, handler in handlers:
+        if getattr(handler, "raylog_filtered", False):
+            continue
+
+        def filtered(data, _forward=handler):
+            lines = data.get("lines")
+            if lines:
+                kept = [line for line in lines if not _CORE_STARTUP_LINE.match(line)]
+                if not kept:
+                    return
+                if len(kept) != len(lines):
+                    data = dict(data, lines=kept)
+            _forward(data)
+
+        filtered.raylog_filtered = True
+        dispatcher.remove_handler(name)
+        dispatcher.add_handler(name, filtered)

@@ -88,7 +88,7 @@ def test_a_client_without_the_token_is_refused_on_control_calls(raylog_client, s
     try:
         assert intruder.settings.token == token
         with pytest.raises(AuthenticationError):
-            intruder.ensure_served(topic)
+            intruder.repair(topic)
         with pytest.raises(AuthenticationError):
             intruder.delete_topic(topic)
         actor = raylog_client.partition_actor(topic, 0)

@@ -61,3 +61,26 @@ def test_quiet_drops_rays_token_notice_and_nothing_else():
     finally:
         logger.removeHandler(handler)
     assert seen == ["Token authentication is disabled for this Ray cluster.", _log.RAY_TOKEN_NOTICE + "."]
+
+
+def test_forwarded_lines_lose_only_rays_core_startup_line():
+    from ray._private.ray_logging import WorkerStandardStreamDispatcher
+
+    import ray._private.ray_logging as ray_logging
+
+    dispatcher = WorkerStandardStreamDispatcher()
+    printed = []
+    dispatcher.add_handler("ray_print_logs", lambda data: printed.append(list(data["lines"])))
+    saved = ray_logging.global_worker_stdstream_dispatcher
+    ray_logging.global_worker_stdstream_dispatcher = dispatcher
+    try:
+        _log.quiet_forwarded_lines()
+        _log.quiet_forwarded_lines()  # idempotent: one filter
+    finally:
+        ray_logging.global_worker_stdstream_dispatcher = saved
+    startup = "[2026-11-23 02:49:42,550 I 3265 3379] gcs_client.cc:96: GcsClient has no Cluster ID set, and won't fetch from GCS."
+    dispatcher.emit({"lines": [startup]})
+    dispatcher.emit({"lines": [startup, "an executor's own line"]})
+    dispatcher.emit({"lines": ["[2026-11-23 02:49:42,550 W 1 2] gcs_client.cc:210: Failed to get cluster ID"]})
+    assert printed == [["an executor's own line"], ["[2026-11-23 02:49:42,550 W 1 2] gcs_client.cc:210: Failed to get cluster ID"]]
+    assert len(dispatcher.handlers) == 1

@@ -165,8 +165,10 @@ def init_spark(
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from raylog import _log
     quiet = _log.configure(verbose)
-    if quiet and "SPARK_LOG4J_CONFIG_FILE_NAME" not in os.environ:
-        merged.setdefault(LOG4J_CONFIG_KEY, quiet_log4j_config())
+    if quiet:
+        _log.quiet_forwarded_lines()  # the JVMs' start-up lines Ray forwards
+        if "SPARK_LOG4J_CONFIG_FILE_NAME" not in os.environ:
+            merged.setdefault(LOG4J_CONFIG_KEY, quiet_log4j_config())
     spark = raydp.init_spark(
         app_name,
         num_executors,
