@@ -17,7 +17,11 @@
    ``/tmp/ray``);
 3. with ``--disk-nodes N``, a standing request for N nodes with
    ``raylog_disk``, which the autoscaler answers by starting disk nodes
-   (``ray.autoscaler.sdk.request_resources``; kept until replaced).
+   (``ray.autoscaler.sdk.request_resources``; kept until replaced);
+4. raylog's supervisor (:mod:`raylog.actors.supervisor`): every topic
+   registered in ZooKeeper (kept under the state dir across ``stop`` and
+   ``start``) is served again on its node, with no client call, and the
+   logs of topics deleted meanwhile are removed.
 
 It writes the PIDs and addresses to ``<state dir>/cluster.json`` and prints
 the options that point ``raylog`` at the cluster.
@@ -108,8 +112,11 @@ def _token_mode() -> bool:
     )
 
 
-def _disk_nodes(address: str, count: int, timeout_s: float) -> int:
-    """Ask the autoscaler for ``count`` disk nodes; wait for them (bounded)."""
+def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluster: str) -> int:
+    """Ask the autoscaler for ``count`` disk nodes and wait for them
+    (bounded); then start raylog's supervisor, which serves every topic
+    registered in ZooKeeper again on its node (and removes the logs of
+    topics deleted meanwhile). Returns the disk nodes alive."""
     if _token_mode():
         # An explicit address never turns token mode on by itself; Ray reads
         # the mode when it is imported.
@@ -117,17 +124,23 @@ def _disk_nodes(address: str, count: int, timeout_s: float) -> int:
     import ray
     from ray.autoscaler.sdk import request_resources
 
+    from raylog.actors.supervisor import start_supervisor
+
     ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     try:
-        request_resources(bundles=[{"raylog_disk": 1}] * count)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            alive = sum(
-                1 for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("raylog_disk", 0) > 0
-            )
-            if alive >= count or time.monotonic() > deadline:
-                return alive
-            time.sleep(1.0)
+        alive = 0
+        if count:
+            request_resources(bundles=[{"raylog_disk": 1}] * count)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                alive = sum(
+                    1 for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("raylog_disk", 0) > 0
+                )
+                if alive >= count or time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+        start_supervisor(zookeeper, cluster, timeout_s=timeout_s)
+        return alive
     finally:
         ray.shutdown()
 
@@ -175,15 +188,18 @@ def start(args) -> None:
     _save_state(state_dir, state)
     try:
         _wait_for_gcs(args.port, head, time.monotonic() + args.timeout_s)
+        alive = _bring_up(address, args.disk_nodes, args.timeout_s, state["zookeeper"], args.cluster)
         if args.disk_nodes:
-            alive = _disk_nodes(address, args.disk_nodes, args.timeout_s)
             print(f"{alive} of {args.disk_nodes} disk nodes up", file=sys.stderr)
+        print(f"raylog supervisor of cluster {args.cluster!r} started: it serves every registered topic "
+              f"again", file=sys.stderr)
     except BaseException:
         stop(args)
         raise
     print(f"Ray head {address} (pid {head.pid}), ZooKeeper {state['zookeeper']}; state in {state_dir}")
-    auth = "RAY_AUTH_MODE=token " if _token_mode() else ""
-    print(f"use: {auth}raylog --zookeeper {state['zookeeper']} --ray-address {address} topics create clicks --partitions 4")
+    # raylog presents Ray's token by itself (raylog.connect); other drivers
+    # need RAY_AUTH_MODE=token when _token_mode() holds.
+    print(f"use: raylog --zookeeper {state['zookeeper']} --ray-address {address} topics create clicks --partitions 4")
     print(f"stop: {sys.executable} {os.path.abspath(__file__)} stop --state-dir {state_dir}")
 
 
@@ -280,6 +296,8 @@ def main(argv=None) -> None:
     p.add_argument("--port", type=int, default=6390, help="the head's GCS port on 127.0.0.1")
     p.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper's port on 127.0.0.1 (0: a free one)")
     p.add_argument("--disk-nodes", type=int, default=0, help="ask the autoscaler for this many disk nodes")
+    p.add_argument("--cluster", default=os.environ.get("RAYLOG_CLUSTER", "default"),
+                   help="the raylog cluster whose supervisor to start (default: $RAYLOG_CLUSTER or 'default')")
     p.add_argument("--timeout-s", type=float, default=180, help="wait this long for the head and the nodes")
     p.set_defaults(run=start)
     commands.add_parser("stop", parents=[common], help="stop what start started, by PID").set_defaults(run=stop)

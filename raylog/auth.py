@@ -26,7 +26,7 @@ passes it explicitly: ``raylog.connect(token=...)`` (or ``raylog --token``).
 The partition actor derives it itself and never takes one from its caller:
 an actor started with a token that differs from the cluster's refuses to
 start (:class:`AuthenticationError`), and its ``shutdown`` requires it; so
-does :meth:`raylog.Client.ensure_served` and every call that serves,
+does :meth:`raylog.Client.repair` and every call that serves,
 restarts or stops a partition.
 
 Thread-safety: the functions may be called from any thread.

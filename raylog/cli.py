@@ -25,8 +25,10 @@ the command runs — ``bench`` starts a local autoscaling cluster of its own
 for the run, and the other cluster commands refuse to run.
 
 Exit codes: 0 done; 1 a raylog error, printed as one line ``error:
-<message>`` on stderr (``audit``: also a window that fell short); 2 bad
-usage or a bad setting; 130 interrupted.
+<message>`` on stderr (``audit``: also a window that fell short; ``topics
+repair``: a partition still not served); 2 bad usage or a bad setting; 130
+interrupted (Ctrl-C); ``consume``: 143 after SIGTERM (it commits first, as
+after Ctrl-C).
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ ZOOKEEPER_LOG_FILE = "raylog-zookeeper.log"
 #: how long ``consume`` in a group waits for its first assignment before the
 #: idle clock of ``--timeout-ms`` starts anyway
 ASSIGNMENT_WAIT_S = 60.0
-#: how often ``consume`` in a group commits what it has written out
-COMMIT_INTERVAL_S = 5.0
+#: how often ``consume`` in a group commits what it has written out (its
+#: ``--auto-commit-interval-ms``, as the consumer's ``auto_commit_interval_ms``)
+COMMIT_INTERVAL_MS = 5000
 
 _EMBEDDED_NOTE = (
     "note: no --zookeeper given: this runs on an embedded cluster (a local Ray and a "
@@ -225,7 +228,7 @@ def cli(ctx, zookeeper, ray_address, cluster, token):
     and say what to pass.
 
     Exit codes: 0 done, 1 error (one line 'error: ...' on stderr), 2 bad
-    usage or setting, 130 interrupted.
+    usage or setting, 130 interrupted (Ctrl-C), 143 'consume' after SIGTERM.
     """
     from raylog import _log
 
@@ -284,9 +287,11 @@ def topics_list(target: Target):
 @click.argument("name")
 @pass_target
 def topics_describe(target: Target, name):
-    """Show topic NAME's settings and, per partition, its node, endpoint,
-    log start offset and high watermark ('-' where a partition is not
-    served right now)."""
+    """Show topic NAME's settings and, per partition, its node, state
+    ('serving' or 'NOT SERVED'), endpoint, log start offset and high
+    watermark ('-' where a partition is not served right now). A partition
+    not served is served again by the cluster's supervisor within seconds,
+    or at once by 'raylog topics repair NAME'."""
     with target.client("topics describe") as client:
         info = client.describe_topic(name)
     config = info["config"]
@@ -297,10 +302,41 @@ def topics_describe(target: Target, name):
         f"max_message_bytes: {config.max_message_bytes}"
     )
     rows = [
-        [p["partition"], p["node"], p["endpoint"], p["log_start_offset"], p["high_watermark"]]
+        [p["partition"], p["node"], "serving" if p["served"] else "NOT SERVED", p["endpoint"],
+         p["log_start_offset"], p["high_watermark"]]
         for p in info["partitions"]
     ]
-    click.echo(_table(["PARTITION", "NODE", "ENDPOINT", "LOG START", "HIGH WATERMARK"], rows))
+    click.echo(_table(["PARTITION", "NODE", "STATE", "ENDPOINT", "LOG START", "HIGH WATERMARK"], rows))
+    unserved = sum(1 for p in info["partitions"] if not p["served"])
+    if unserved:
+        click.echo(
+            f"{unserved} of {len(rows)} partitions not served: the cluster's supervisor serves them again "
+            f"when their nodes are alive; to do it now: raylog topics repair {name}",
+            err=True,
+        )
+
+
+@topics.command("repair")
+@click.argument("name", required=False)
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=60, show_default=True,
+              help="How long to wait for the partition actors it starts.")
+@pass_target
+def topics_repair(target: Target, name, timeout_s):
+    """Serve again every partition of topic NAME (default: of every topic)
+    that no partition actor serves, on its node, and remove the logs that
+    deleted topics left on nodes that were down. Starts the cluster's
+    supervisor if it does not run (which then does this every few seconds
+    by itself). Prints one row per partition; exits with 1 when some
+    partition is still not served (its node is down, say). Joins the Ray
+    cluster (see --ray-address)."""
+    with target.client("topics repair", ray=True) as client:
+        rows = client.repair(name, timeout_s=timeout_s)
+    click.echo(_table(["TOPIC", "PARTITION", "NODE", "STATE", "DETAIL"],
+                      [[r["topic"], r["partition"], r["node"], r["state"], r["detail"] or None] for r in rows]))
+    bad = [r for r in rows if r["state"] not in ("serving", "started", "removed")]
+    if bad:
+        named = ", ".join(f"{r['topic']}-{r['partition']} ({r['state']})" for r in bad[:5])
+        raise CommandError(f"{len(bad)} partitions not repaired: {named}{' ...' if len(bad) > 5 else ''}")
 
 
 @topics.command("delete")
@@ -312,6 +348,29 @@ def topics_delete(target: Target, name):
     with target.client("topics delete", ray=True) as client:
         client.delete_topic(name)
     click.echo(f"Deleted topic {name}.")
+
+
+# --------------------------------------------------------------------------
+# the supervisor
+
+
+@cli.group()
+def supervisor():
+    """The cluster's supervisor: serves every registered partition again
+    after a restart (started by the cluster's start-up)."""
+
+
+@supervisor.command("start")
+@pass_target
+def supervisor_start(target: Target):
+    """Start the cluster's supervisor unless it runs: a small detached Ray
+    actor that, now and every few seconds, serves every registered
+    partition that is not served on its node and removes the logs of
+    deleted topics. A cluster's start commands run this (deploy/). Joins
+    the Ray cluster (see --ray-address)."""
+    with target.client("supervisor start", ray=True) as client:
+        client.start_supervisor()
+    click.echo(f"The supervisor of cluster {target.cluster} runs.")
 
 
 # --------------------------------------------------------------------------
@@ -391,21 +450,28 @@ def produce(target: Target, topic, key_separator, acks, compression, batch_size,
 @click.option("--max-messages", type=click.IntRange(min=1), help="Exit after this many messages.")
 @click.option("--timeout-ms", type=click.IntRange(min=0),
               help="Exit after this long without a message (default: wait forever).")
+@click.option("--auto-commit-interval-ms", type=click.IntRange(min=1), default=COMMIT_INTERVAL_MS,
+              show_default=True,
+              help="In a --group, commit what was printed this often (also while no message comes).")
 @click.option("--print-key", is_flag=True, help="Print KEY<separator>VALUE ('null' for no key).")
 @click.option("--print-offset", is_flag=True, help="Prefix each line with 'Partition:P<TAB>Offset:O<TAB>'.")
 @click.option("--key-separator", metavar="SEP", default="\t", show_default="tab",
               help="What separates the key from the value with --print-key.")
 @pass_target
-def consume(target: Target, topic, group, from_beginning, max_messages, timeout_ms, print_key, print_offset,
-            key_separator):
+def consume(target: Target, topic, group, from_beginning, max_messages, timeout_ms, auto_commit_interval_ms,
+            print_key, print_offset, key_separator):
     """Print TOPIC's messages to stdout, one value per line, until
-    --max-messages or --timeout-ms says stop (or Ctrl-C). In a --group,
-    what was printed is committed at the end and every few seconds; the
-    next consumer of the group goes on from there."""
+    --max-messages or --timeout-ms says stop, or a signal. In a --group,
+    what was printed is committed every --auto-commit-interval-ms (also
+    while idle) and when it stops, Ctrl-C and SIGTERM included; the next
+    consumer of the group goes on from there. Exit codes: 0 done, 130 after
+    Ctrl-C (SIGINT), 143 after SIGTERM (both after the final commit); a
+    second signal stops at once."""
     out = sys.stdout.buffer
     separator = key_separator.encode()
     count = 0
-    with target.client("consume") as client:
+    interval_s = auto_commit_interval_ms / 1000.0
+    with _stop_signals() as stopped, target.client("consume") as client:
         consumer = client.consumer(
             topic,
             group=group,
@@ -415,22 +481,20 @@ def consume(target: Target, topic, group, from_beginning, max_messages, timeout_
         started = last_commit = time.monotonic()
         idle_since = None if group is not None else started
         try:
-            while max_messages is None or count < max_messages:
-                try:
-                    batch = consumer.poll(
-                        timeout_ms=200, max_messages=10_000 if max_messages is None else max_messages - count
-                    )
-                except KeyboardInterrupt:
-                    break
+            while not stopped and (max_messages is None or count < max_messages):
+                batch = consumer.poll(
+                    timeout_ms=200, max_messages=10_000 if max_messages is None else max_messages - count
+                )
                 now = time.monotonic()
                 if batch:
                     out.write(b"".join(_format(m, print_key, print_offset, separator) for m in batch))
                     out.flush()
                     count += len(batch)
                     idle_since = now
-                    if group is not None and now - last_commit >= COMMIT_INTERVAL_S:
-                        consumer.commit()
-                        last_commit = now
+                if group is not None and now - last_commit >= interval_s:
+                    consumer.commit()
+                    last_commit = now
+                if batch:
                     continue
                 if idle_since is None and (consumer.assignment() or now - started >= ASSIGNMENT_WAIT_S):
                     idle_since = now  # a group member idles only once it holds partitions
@@ -445,6 +509,35 @@ def consume(target: Target, topic, group, from_beginning, max_messages, timeout_
         finally:
             consumer.close()
             click.echo(f"consumed {count} message{'s' if count != 1 else ''}", err=True)
+    if stopped:
+        return 128 + stopped[0]  # 130 for SIGINT, 143 for SIGTERM
+    return 0
+
+
+@contextlib.contextmanager
+def _stop_signals():
+    """While in the block, SIGINT and SIGTERM ask to stop: the list it
+    yields gets the signal's number and the loop ends at its next check
+    (so the last commit still runs); a second signal stops at once
+    (KeyboardInterrupt). Outside the main thread signals are left alone."""
+    import threading
+
+    stopped: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped
+        return
+
+    def on_signal(signum, frame):
+        if stopped:
+            raise KeyboardInterrupt
+        stopped.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopped
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _format(message, print_key: bool, print_offset: bool, separator: bytes) -> bytes:

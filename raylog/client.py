@@ -33,6 +33,8 @@ from raylog.metadata import ConnectionSettings, Metadata
 log = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "/tmp/raylog"
+#: where the embedded default keeps its ZooKeeper's data inside a kept data_dir
+EMBEDDED_ZOOKEEPER_DIR = ".zookeeper"
 LOCAL_NODE = "local"
 #: how long ``connect(ray_address=...)`` waits for the Ray head's GCS port
 #: to accept a TCP connection before it gives up (Ray itself would retry
@@ -115,14 +117,22 @@ class Client:
 
         ``settings`` are :class:`raylog.TopicConfig` fields (retention_ms,
         retention_bytes, segment_bytes, segment_ms, flush_messages, flush_ms,
-        max_message_bytes, max_inflated_bytes, max_producer_ids)."""
+        max_message_bytes, max_inflated_bytes, max_producer_ids).
+
+        A topic of the same name deleted before starts empty: what its
+        delete left to do (tombstones, an actor still running) is done
+        first, and a partition actor empties a directory a tombstone names
+        before it serves (:mod:`raylog.actors.supervisor`)."""
         import ray
+
+        from raylog.actors.supervisor import remove_deleted
 
         self._check_open()
         config = TopicConfig(partitions=partitions, **settings)
         nodes = ray.nodes()
         disks = disk_nodes(nodes)
         placement = spread(partitions, disks, offset=sum(name.encode()) % max(1, len(disks)))
+        remove_deleted(self.registry, self.settings.zookeeper, nodes, topic=name, token=self.settings.token)
         self.registry.create_topic(name, config)
         try:
             for p, node in enumerate(placement):
@@ -131,6 +141,7 @@ class Client:
         except BaseException:
             self._stop_actors(name, partitions, delete_data=True)
             self.registry.delete_topic(name)
+            remove_deleted(self.registry, self.settings.zookeeper, ray.nodes(), topic=name, token=self.settings.token)
             raise
         return config
 
@@ -141,12 +152,39 @@ class Client:
         also locked by its owner, see :mod:`raylog.storage.log`)."""
         return os.path.join(self.data_dir, self.settings.cluster, f"{topic}-{partition}")
 
-    def ensure_served(self, name: str, timeout_s: float = 120.0) -> None:
-        """Start any partition actor of ``name`` that is not running (for a
-        cluster whose actors were stopped; a running actor is left alone)."""
+    def repair(self, topic: str | None = None, timeout_s: float = 60.0) -> list[dict]:
+        """Serve again every registered partition (of ``topic``, or all)
+        that is not served, and remove the logs of deleted topics that are
+        still on their nodes: one repair pass of the cluster's supervisor
+        (:mod:`raylog.actors.supervisor`), which is started here if it does
+        not run. Returns one row per partition and per pending delete:
+        ``{"topic", "partition", "node", "state", "detail"}`` with state
+        ``serving``, ``started``, ``starting``, ``node down``, ``removed``,
+        ``pending`` or ``failed``. Joins the Ray cluster."""
         import ray
 
-        self._serve(name, self.registry.topic_config(name), ray.nodes(), timeout_s)
+        from raylog.auth import check
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, "repairing partitions")
+        if topic is not None:
+            self.registry.topic_config(topic)  # UnknownTopicError before anything starts
+        supervisor = self.start_supervisor()
+        return ray.get(supervisor.repair.remote(topic, timeout_s), timeout=3 * timeout_s + 30)
+
+    def start_supervisor(self, interval_s: float | None = None, wait: bool = True):
+        """Start the cluster's supervisor unless it runs (it serves every
+        registered partition again after a restart); return its handle
+        (with ``wait``, once it answers)."""
+        from raylog.actors.supervisor import DEFAULT_INTERVAL_S, start_supervisor
+
+        return start_supervisor(
+            self.settings.zookeeper,
+            self.settings.cluster,
+            host=self.data_host,
+            interval_s=DEFAULT_INTERVAL_S if interval_s is None else interval_s,
+            wait=wait,
+        )
 
     def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float) -> None:
         import ray
@@ -210,23 +248,43 @@ class Client:
             for actor in actors:
                 ray.kill(actor, no_restart=True)
 
-    def delete_topic(self, name: str) -> None:
-        """Stop the topic's partition actors, delete their logs and the topic."""
+    def delete_topic(self, name: str, timeout_s: float = 30.0) -> None:
+        """Delete the topic and its logs on every node.
+
+        The topic leaves ZooKeeper first, in one transaction with a
+        tombstone per partition log; then the running partition actors stop
+        and delete their logs, and logs without a running actor are removed
+        by a task on their node. A log whose node is down (or, from a
+        client outside Ray, every log) keeps its tombstone, which the
+        cluster's supervisor honours as soon as it can, and which a
+        partition actor honours before it serves that directory again."""
+        import ray
+
+        from raylog.actors.supervisor import remove_deleted
+        from raylog.auth import check
+
         self._check_open()
         config = self.registry.topic_config(name)
-        self._stop_actors(name, config.partitions, delete_data=True)
+        if ray.is_initialized():
+            check(self.settings.cluster, self.settings.token, f"deleting topic {name!r}")
         self.registry.delete_topic(name)
         from raylog.groups.admin import delete_topic_offsets
 
         # Committed byte offsets would point mid-message in a re-created topic.
         delete_topic_offsets(self._zk, self.settings.cluster, name)
+        if not ray.is_initialized():
+            return  # the supervisor removes the logs
+        self._stop_actors(name, config.partitions, delete_data=True)
+        remove_deleted(self.registry, self.settings.zookeeper, ray.nodes(), topic=name, token=self.settings.token,
+                       wait_s=timeout_s)
 
     def list_topics(self) -> list[str]:
         return self.registry.list_topics()
 
     def describe_topic(self, name: str) -> dict:
-        """Config, and per partition: node, log directory, endpoint, log
-        start offset and high watermark."""
+        """Config, and per partition: node, log directory, whether it is
+        served, endpoint, log start offset and high watermark (a partition
+        not served has no endpoint: :meth:`repair` serves it again)."""
         config = self.registry.topic_config(name)
         placements = self.registry.placements(name)
         endpoints = self.registry.endpoints(name)
@@ -237,6 +295,7 @@ class Client:
                 "partition": p,
                 "node": placements.get(p, {}).get("node"),
                 "log_dir": placements.get(p, {}).get("log_dir"),
+                "served": endpoint is not None,
                 "endpoint": None if endpoint is None else f"{endpoint['host']}:{endpoint['port']}",
                 "epoch": None if endpoint is None else endpoint.get("epoch"),
                 "log_start_offset": None,
@@ -493,6 +552,12 @@ class Client:
             except Exception as err:  # noqa: BLE001
                 log.warning("closing %s failed: %s", type(child).__name__, err)
         if self._owns_ray:
+            from raylog.actors.supervisor import stop_supervisor
+
+            try:
+                stop_supervisor(self.settings.cluster)  # first: it would serve them again
+            except Exception as err:  # noqa: BLE001
+                log.warning("stopping the supervisor failed: %s", err)
             self._stop_all_actors()
         self._zk.stop()
         self._zk.close()
@@ -542,7 +607,10 @@ def connect(
 
     - ``raylog.connect()``: local Ray + a ZooKeeper started here + logs in a
       temporary directory removed by ``close()``;
-    - ``raylog.connect(data_dir="/tmp/rl")``: the same, logs kept there;
+    - ``raylog.connect(data_dir="/tmp/rl")``: the same, logs kept there,
+      and ZooKeeper's data in ``/tmp/rl/.zookeeper``: a later connect with
+      the same ``data_dir`` serves the topics again (its supervisor,
+      :mod:`raylog.actors.supervisor`, starts every partition actor);
     - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
       existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
 
@@ -577,7 +645,10 @@ def connect(
         if zookeeper is None:
             from raylog.groups.zookeeper import EmbeddedZooKeeper
 
-            embedded_zk = EmbeddedZooKeeper().start()
+            # With a kept data_dir the topics are kept too: ZooKeeper's data
+            # lives beside the logs, and the supervisor serves them again.
+            zk_dir = None if data_dir is None else os.path.join(data_dir, EMBEDDED_ZOOKEEPER_DIR)
+            embedded_zk = EmbeddedZooKeeper(data_dir=zk_dir).start()
             zookeeper = embedded_zk.connect_string
         data_host = None
         if not ray.is_initialized():
@@ -598,10 +669,7 @@ def connect(
                 owns_ray = True
                 data_host = "127.0.0.1"
             else:
-                if "RAY_AUTH_MODE" not in os.environ and os.path.exists(os.path.expanduser("~/.ray/auth_token")):
-                    # A cluster started here uses token auth; a driver given an
-                    # explicit address must say so to present the token.
-                    os.environ["RAY_AUTH_MODE"] = "token"
+                _present_ray_token()
                 check_ray_reachable(ray_address)
                 ray.init(address=ray_address, logging_level=logging.WARNING)
         elif ray_address is None and embedded_zk is not None:
@@ -611,7 +679,7 @@ def connect(
                 data_dir = owned_data_dir = tempfile.mkdtemp(prefix="raylog-data-")
             else:
                 data_dir = DEFAULT_DATA_DIR
-        return Client(
+        client = Client(
             zookeeper=zookeeper,
             cluster=cluster,
             data_dir=data_dir,
@@ -622,6 +690,15 @@ def connect(
             _owned_data_dir=owned_data_dir,
             _zk=zk,
         )
+        if owns_ray:
+            # The embedded cluster's start-up: every topic kept in data_dir
+            # is served again, with no client call.
+            try:
+                client.start_supervisor(wait=False)
+            except BaseException:
+                client.close()
+                raise
+        return client
     except BaseException:
         if zk is not None:
             zk.stop()
@@ -633,6 +710,29 @@ def connect(
         if owned_data_dir is not None:
             shutil.rmtree(owned_data_dir, ignore_errors=True)
         raise
+
+
+def _present_ray_token() -> None:
+    """Make this driver present Ray's token to a cluster at an explicit
+    address, as ``ray start`` turned token auth on for it, when a token is
+    at hand and ``RAY_AUTH_MODE`` does not say otherwise.
+
+    Setting the variable is not enough once ``ray`` is imported: Ray reads
+    its config (the auth mode among it) at import, so it is read again here,
+    and the token loader's cache is dropped."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return  # the user's choice
+    if not (
+        os.environ.get("RAY_AUTH_TOKEN")
+        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or os.path.exists(os.path.expanduser("~/.ray/auth_token"))
+    ):
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def ray_head(ray_address: str) -> tuple[str, int] | None:

@@ -70,6 +70,7 @@ from raylog.errors import (
     NotOwnerError,
     OffsetOutOfRangeError,
     RequestTimeoutError,
+    ResourcesUnavailableError,
     UnknownPartitionError,
 )
 from raylog.metadata import ConnectionSettings
@@ -711,6 +712,13 @@ def read_raylog(
     go to ``ray.data.read_datasource`` (``num_cpus``, ``memory``,
     ``concurrency`` ...).
 
+    It never waits for good for CPUs that others hold: without
+    ``num_cpus`` and with no CPU free (a Spark session's executors hold
+    them all, say), the read tasks ask for none and the dataset is read at
+    once; a ``num_cpus`` that is not free now raises
+    :class:`~raylog.errors.ResourcesUnavailableError` naming what is
+    needed and what is free (see :func:`_read_resources`).
+
     The dataset converts to Spark with RayDP: ``ds.to_spark(spark)``.
     """
     import ray
@@ -727,6 +735,7 @@ def read_raylog(
         )
     if not plan.ranges:
         return ray.data.from_arrow(ARROW_SCHEMA.empty_table())
+    read_options, materialize = _read_resources(read_options)
     datasource = _datasource_class()
     groups: dict[str | None, list[ReadRange]] = {}
     for rng in plan.ranges:
@@ -741,7 +750,59 @@ def read_raylog(
                 datasource(plan, ranges, fetch_bytes), override_num_blocks=len(ranges), **options
             )
         )
-    return datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
+    dataset = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
+    return dataset.materialize() if materialize else dataset
+
+
+def _free_cpus() -> tuple[float, float]:
+    """``(CPUs free now, CPUs of the largest alive node)`` of the Ray cluster."""
+    import ray
+
+    largest = max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    return ray.available_resources().get("CPU", 0.0), largest
+
+
+def _read_resources(read_options: dict) -> tuple[dict, bool]:
+    """The read tasks' resources, so that a read never waits for CPUs that
+    others hold (a Spark session's executors, say) without saying so.
+
+    - ``num_cpus`` given: it must fit on a node (else ConfigError) and be
+      free now (else :class:`ResourcesUnavailableError` naming both);
+    - not given, a CPU free: Ray Data's default (1 CPU per read task);
+    - not given, no CPU free: the read tasks ask for no CPU (they mostly
+      wait on sockets) and the dataset is read at once
+      (``materialize``): later steps of Ray Data (``count``'s projection,
+      say) would ask for a CPU each and wait for good. A warning says so.
+
+    Returns the options and whether to materialize."""
+    options = dict(read_options)
+    free, largest = _free_cpus()
+    asked = options.get("num_cpus")
+    if asked is not None:
+        if asked > largest:
+            raise ConfigError(
+                f"read tasks with num_cpus={asked:g} never fit: the largest Ray node has {largest:g} CPUs; "
+                f"pass num_cpus={largest:g} or less (num_cpus=0 reads without holding a CPU)"
+            )
+        if asked > free:
+            raise ResourcesUnavailableError(
+                f"read_raylog needs {asked:g} free CPU per read task (num_cpus={asked:g}) and the Ray "
+                f"cluster has {free:g} free now of {largest:g} on its largest node (others hold the rest, "
+                f"e.g. Spark executors); pass num_cpus=0, or free CPUs (fewer executor_cores), then retry",
+                needed_cpus=asked,
+                free_cpus=free,
+            )
+        return options, False
+    if free >= 1:
+        return options, False
+    log.warning(
+        "read_raylog: no CPU of the Ray cluster is free (%g free; e.g. Spark executors hold them): the "
+        "read tasks run without a CPU and the dataset is read now; later Ray Data steps that need a CPU "
+        "(map_batches ...) wait until one is free",
+        free,
+    )
+    options["num_cpus"] = 0
+    return options, True
 
 
 def placement_options(node_id: str) -> dict:

@@ -331,3 +331,11 @@ class SchemaError(RaylogError):
 @_code(51)
 class UnknownSchemaError(SchemaError):
     """No schema is registered under that id; register it first."""
+
+
+class ResourcesUnavailableError(RaylogError):
+    """The Ray cluster lacks the resources a job of raylog asks for (say,
+    CPUs for read tasks while Spark executors hold them all); the message
+    names what is needed and what is free. Not sent over the wire."""
+
+    retriable = True

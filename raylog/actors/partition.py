@@ -92,6 +92,9 @@ class PartitionActor:
         self.started_at = time.time()
         self._closed = threading.Event()
 
+        from raylog.actors.supervisor import check_before_serving
+
+        check_before_serving(zookeeper, cluster, topic, partition, log_dir)  # a delete is honoured first
         self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error)
         for report in self.log.recovery_reports:
             log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)

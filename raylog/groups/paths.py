@@ -12,7 +12,13 @@ path                                                    kind        content
 ``consumers/<group>/owners/<topic>/<p>``                ephemeral   the owning consumer id (UTF-8)
 ``consumers/<group>/offsets/<topic>/<p>``               persistent  the next byte offset to consume (ASCII)
 ``schemas/<id>``                                        persistent  an Avro schema (JSON); sequential ids
+``tombstones/<id>``                                     persistent  JSON ``{"topic", "partition", "node",
+                                                                    "log_dir", "deleted_ms"}``: a deleted
+                                                                    partition's log still to remove
 ======================================================  ==========  ==========================================
+
+A tombstone's id is :func:`tombstone_id` of its node and log directory, so
+that one directory has at most one tombstone however often it is deleted.
 """
 
 from __future__ import annotations
@@ -82,3 +88,19 @@ class Paths:
 
     def schema(self, schema_id: int) -> str:
         return f"{self.root}/schemas/{schema_id:010d}"
+
+    # deleted partition logs not yet removed from their node
+    @property
+    def tombstones(self) -> str:
+        return f"{self.root}/tombstones"
+
+    def tombstone(self, tombstone_id: str) -> str:
+        return f"{self.root}/tombstones/{tombstone_id}"
+
+
+def tombstone_id(node: str, log_dir: str) -> str:
+    """The stable id of the tombstone of ``log_dir`` on ``node``: 32 hex
+    digits of SHA-256 over both (never Python's ``hash()``)."""
+    import hashlib
+
+    return hashlib.sha256(f"{node}\0{log_dir}".encode()).hexdigest()[:32]

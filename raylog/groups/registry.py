@@ -68,7 +68,7 @@ from raylog.errors import (
     ZooKeeperUnavailableError,
 )
 from raylog.groups.zkerrors import _hosts, zookeeper_errors  # noqa: F401 (re-exported)
-from raylog.groups.paths import DEFAULT_CLUSTER, Paths
+from raylog.groups.paths import DEFAULT_CLUSTER, Paths, tombstone_id
 
 log = logging.getLogger(__name__)
 
@@ -212,22 +212,34 @@ class Registry:
             raise failure
 
     @_translated("delete a topic")
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str) -> list[dict]:
         """Delete the topic and everything under it (placements, endpoints),
-        atomically. Raises UnknownTopicError if there is no such topic."""
+        atomically, and in the same transaction leave a **tombstone** for
+        every partition log placed on a node (``tombstones/<id>``, see
+        :meth:`tombstones`): the promise that the log will be removed from
+        its node, kept until someone did it. Returns the tombstones written.
+        Raises UnknownTopicError if there is no such topic."""
         validate_topic_name(name)
         root = self.paths.topic(name)
+        self._call(self._zk.ensure_path_async, self.paths.tombstones)
         for _ in range(_CONTENDED_TRIES):
             nodes = self._subtree(root)
             if nodes is None:
                 raise self._unknown_topic(name)
+            tombstones = self._tombstones_of(name)
             tx = self._zk.transaction()
             for path in reversed(nodes):  # children before their parents
                 tx.delete(path)
+            for stone in tombstones:
+                path = self.paths.tombstone(tombstone_id(stone["node"], stone["log_dir"]))
+                if self._call(self._zk.exists_async, path) is None:
+                    tx.create(path, _dump(stone))
+                else:  # an older delete of the same directory, not yet honoured
+                    tx.set_data(path, _dump(stone))
             failure = _first_failure(self._commit(tx))
             if failure is None:
-                return
-            if not isinstance(failure, (NotEmptyError, NoNodeError)):
+                return tombstones
+            if not isinstance(failure, (NotEmptyError, NoNodeError, NodeExistsError)):
                 raise failure
             # a node appeared or vanished while we listed; list again
         raise RaylogError(
@@ -295,6 +307,56 @@ class Registry:
         Raises UnknownTopicError if there is no such topic."""
         found = self._read_partitions(topic, self.paths.partition)
         return {p: value for p, value in found.items() if value is not None}
+
+    # --------------------------------------------------------- tombstones
+
+    def _tombstones_of(self, topic: str) -> list[dict]:
+        now_ms = int(time.time() * 1000)
+        return [
+            {"topic": topic, "partition": p, "node": place["node"], "log_dir": place["log_dir"], "deleted_ms": now_ms}
+            for p, place in sorted(self.placements(topic).items())
+            if place.get("node") and place.get("log_dir")
+        ]
+
+    @_translated("list tombstones")
+    def tombstones(self) -> dict[str, dict]:
+        """``{id: {"topic", "partition", "node", "log_dir", "deleted_ms"}}``:
+        logs of deleted partitions not yet removed from their nodes.
+
+        Whoever serves or removes ``log_dir`` on ``node`` honours its
+        tombstone first: it empties the directory (holding the directory's
+        lock) and then calls :meth:`remove_tombstone`. A topic created
+        again under the same name therefore never serves the old messages,
+        even when the old log's node was down during the delete."""
+        try:
+            names = self._call(self._zk.get_children_async, self.paths.tombstones)
+        except NoNodeError:
+            return {}
+        self._ready()
+        pending = [(n, self._zk.get_async(self.paths.tombstone(n))) for n in sorted(names)]
+        found = {}
+        for name, result in pending:
+            try:
+                data, _ = result.get(timeout=self.op_timeout_s)
+            except NoNodeError:
+                continue
+            found[name] = _load(data)
+        return found
+
+    @_translated("read a tombstone")
+    def tombstone(self, node: str, log_dir: str) -> dict | None:
+        """The tombstone of ``log_dir`` on ``node``, or None."""
+        return self._get_json(self.paths.tombstone(tombstone_id(node, log_dir)))
+
+    @_translated("remove a tombstone")
+    def remove_tombstone(self, node: str, log_dir: str) -> bool:
+        """Remove the tombstone of ``log_dir`` on ``node`` (its log is gone);
+        True if there was one."""
+        try:
+            self._call(self._zk.delete_async, self.paths.tombstone(tombstone_id(node, log_dir)))
+            return True
+        except NoNodeError:
+            return False
 
     # ---------------------------------------------------------- endpoints
 

@@ -214,3 +214,14 @@ def test_local_cluster_stop_ends_the_recorded_process_tree_by_pid(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_aws_head_starts_the_supervisor_after_ray():
+    """Every start of the cluster serves its topics again: the head's start
+    commands start raylog's supervisor once Ray and ZooKeeper run."""
+    commands = _load("cluster-aws.yaml")["head_start_ray_commands"]
+    head = next(i for i, c in enumerate(commands) if "ray start --head" in c)
+    supervisor = [i for i, c in enumerate(commands) if "supervisor start" in c]
+    assert len(supervisor) == 1 and supervisor[0] > head
+    assert "--zookeeper $(hostname -I" in commands[supervisor[0]] and "--ray-address auto" in commands[supervisor[0]]
+
