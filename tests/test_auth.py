@@ -4,6 +4,8 @@ ZooKeeper, real sockets."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from raylog import auth
@@ -111,3 +113,41 @@ def test_a_client_without_the_token_is_refused_on_control_calls(raylog_client, s
         intruder.close()
     assert topic in raylog_client.list_topics()
     assert intact(raylog_client, topic) == [b"accepted"]
+
+
+EMBEDDED_WITHOUT_RAY_TOKEN = r"""
+import raylog
+from raylog import auth
+from raylog.errors import AuthenticationError
+from raylog.storage.message import encode_message_set
+from raylog.transfer.client import BrokerConnection
+
+client = raylog.connect(num_cpus=1)
+try:
+    token = client.settings.token
+    assert token is not None and auth._ray_token() == (True, None), "no Ray token: the key-value secret"
+    client.create_topic("t", partitions=1)
+    host, port = client.metadata.endpoint("t", 0)
+    with BrokerConnection(host, port, token=token) as conn:
+        conn.produce("t", 0, encode_message_set([b"v"]), acks=1)
+    try:
+        with BrokerConnection(host, port) as conn:
+            conn.offsets("t", 0)
+    except AuthenticationError:
+        print("REFUSED")
+finally:
+    client.close()
+"""
+
+
+def test_without_ray_token_authentication_the_embedded_default_is_closed_too(tmp_path):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAYLOG_", "RAY_"))}
+    env.update(RAY_AUTH_MODE="disabled", HOME=str(tmp_path))  # no ~/.ray/auth_token either
+    proc = subprocess.run(
+        [sys.executable, "-c", EMBEDDED_WITHOUT_RAY_TOKEN], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "REFUSED" in proc.stdout

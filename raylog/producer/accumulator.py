@@ -222,9 +222,31 @@ class RecordAccumulator:
             parts = [crc32c(k) % count for k in keys]
             sizes = list(map(operator.add, sizes, map(len, keys)))
         order = sorted(range(n), key=parts.__getitem__)
+        largest = HEADER_SIZE + max(sizes)
         with self.lock:
+            open_batches = self.open
             for p, group in itertools.groupby(order, parts.__getitem__):
                 positions = list(group)
+                k = len(positions)
+                batch = open_batches.get((topic, p))
+                if (
+                    batch is not None
+                    and not self.closed
+                    and batch.keys is not None
+                    and batch.timestamps is None
+                    and len(batch.values) + k < self.batch_size
+                    and batch.size + k * largest <= batch.limit
+                    and self.buffered + k < self.max_buffered
+                ):
+                    # The common case: the partition's open batch takes the
+                    # whole group and stays open (what _fill does, inlined).
+                    first = len(batch.values)
+                    batch.values.extend(map(values.__getitem__, positions))
+                    batch.keys.extend(map(keys.__getitem__, positions))
+                    batch.size += k * HEADER_SIZE + sum(map(sizes.__getitem__, positions))
+                    self.buffered += k
+                    call._add(batch.future, first, k, positions)
+                    continue
                 self._fill(
                     topic,
                     None if p < 0 else p,

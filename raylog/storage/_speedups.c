@@ -28,6 +28,9 @@
  *         records: (offset, timestamp, key, value) tuples, or with a
  *         record_type (a tuple subclass such as raylog.Message) instances
  *         of it holding (p0, p1, offset, timestamp, key, value)
+ *     timestamps(buf, start, end) -> (largest, consumed)
+ *         the time index's pass over an appended set (reference:
+ *         raylog.storage.timeindex.timestamps)
  *     crc32c(data, value=0) -> int            (what scan/decode use)
  *     crc32c_table(data, value=0) -> int      (the software implementation)
  *     CRC32C_IMPL: "sse4.2" or "table"
@@ -347,6 +350,69 @@ speedups_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ------------------------------------------------------------------------ */
+/* timestamps (the time index's pass over an appended set) */
+
+PyDoc_STRVAR(timestamps_doc,
+"timestamps(buf, start, end) -> (largest, consumed)\n\n"
+"The largest timestamp of the messages in buf[start:end] and the bytes of\n"
+"the whole messages walked, exactly as raylog.storage.timeindex.timestamps\n"
+"(the reference): size fields only, no CRC; stops at a size below 12 or a\n"
+"message cut by end. largest is -2**63 when there is none.");
+
+static PyObject *
+speedups_timestamps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t start, end, pos;
+    int64_t largest = INT64_MIN;
+    PyObject *a, *b, *res;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "timestamps() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    start = PyLong_AsSsize_t(args[1]);
+    end = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (start < 0 || end > view.len || start > end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "timestamps(): start and end must satisfy 0 <= start <= end <= len(buf)");
+        return NULL;
+    }
+    pos = start;
+    {
+        const unsigned char *buf = (const unsigned char *)view.buf;
+        /* the reference: while end - pos >= 4 + 10 + 4 */
+        while (end - pos >= LOG_OVERHEAD + 10 + 4) {
+            uint32_t size = load_u32(buf + pos);
+            int64_t ts;
+            if (size < 10 + 4 || (int64_t)pos + LOG_OVERHEAD + (int64_t)size > (int64_t)end)
+                break;
+            ts = load_i64(buf + pos + 10);
+            if (ts > largest)
+                largest = ts;
+            pos += LOG_OVERHEAD + (Py_ssize_t)size;
+        }
+    }
+    PyBuffer_Release(&view);
+    a = PyLong_FromLongLong(largest);
+    b = PyLong_FromSsize_t(pos - start);
+    if (a == NULL || b == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    res = PyTuple_Pack(2, a, b);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
 /* decode */
 
 /* A new record: a tuple of the n items (stolen), or an instance of the tuple
@@ -542,6 +608,7 @@ speedups_crc32c_table(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef speedups_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))speedups_scan, METH_FASTCALL, scan_doc},
+    {"timestamps", (PyCFunction)(void (*)(void))speedups_timestamps, METH_FASTCALL, timestamps_doc},
     {"decode", (PyCFunction)(void (*)(void))speedups_decode, METH_FASTCALL, decode_doc},
     {"crc32c", (PyCFunction)(void (*)(void))speedups_crc32c, METH_FASTCALL, crc32c_doc},
     {"crc32c_table", (PyCFunction)(void (*)(void))speedups_crc32c_table, METH_FASTCALL, crc32c_table_doc},

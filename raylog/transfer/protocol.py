@@ -123,6 +123,11 @@ Errors and the connection
   connection, so that the producer learns of it on its next call.
 * Any other error (the log refused the set, the offset is out of range, the
   partition lives elsewhere ...) is answered and the connection stays open.
+* Bounds of the server (:mod:`raylog.transfer.server`): the AUTH frame must
+  come within a deadline (AuthenticationError, then close); a connection
+  idle for long is closed; a FETCH's max wait ms is capped; at its
+  connection limit the server closes the longest-idle connection or answers
+  a new one with TooManyConnectionsError (correlation id -1) and closes it.
 """
 
 from __future__ import annotations

@@ -82,3 +82,31 @@ def test_opening_a_batch_wakes_a_sender_sleeping_past_its_linger():
     # and the batch is due linger_ms after it opened
     (batch,) = acc.open.values()
     assert acc.seal_expired(batch.deadline) == float("inf") and _sealed(acc) == [batch]
+
+
+def test_keyed_calls_join_the_open_batches_in_order_and_report_each_message():
+    """Later keyed calls join the partitions' open batches (the fast path);
+    every batch keeps the calls' order and each call's future finds its
+    own messages."""
+    from raylog.producer.partitioner import partition_for_key
+
+    acc = _acc(batch_size=50)
+    calls = []
+    sent = []
+    for c in range(3):
+        keys = [b"k%d" % ((c * 7 + i) % 11) for i in range(12)]
+        values = [b"c%d-%d" % (c, i) for i in range(12)]
+        calls.append((acc.append_many("t", values, keys, None), values, keys))
+        sent.extend(zip(values, keys))
+    assert not _sealed(acc)  # nothing full: all joined the open batches
+    acc.seal_all()
+    batches = {b.partition: b for b in _sealed(acc)}
+    for p, b in batches.items():
+        assert list(zip(b.values, b.keys)) == [(v, k) for v, k in sent if partition_for_key(k, 3) == p]
+        b.future.resolve(0)
+    for call, values, keys in calls:
+        for (p, offset), value, key in zip(call.result(), values, keys):
+            batch = batches[p]
+            assert p == partition_for_key(key, 3)
+            index = batch.values.index(value)
+            assert offset == sum(HEADER_SIZE + len(v) + len(k) for v, k in zip(batch.values[:index], batch.keys))

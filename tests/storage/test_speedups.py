@@ -401,3 +401,29 @@ def test_threads_decode_large_sets_at_once():
         for t in threads:
             t.join()
     assert results == [True] * 20
+
+
+def test_compiled_timestamps_pass_matches_the_reference():
+    import random
+
+    from raylog.storage import timeindex
+    from raylog.storage.message import encode_message_set
+
+    if SPEEDUPS is None:
+        pytest.skip("the compiled module is not built")
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randrange(0, 30)
+        data = encode_message_set(
+            [rng.randbytes(rng.randrange(0, 40)) for _ in range(n)],
+            keys=[rng.choice([None, b"k"]) for _ in range(n)],
+            timestamp_ms=[rng.randrange(-(10**12), 10**13) for _ in range(n)],
+        )
+        data = bytearray(data)
+        if data and rng.random() < 0.3:
+            data[rng.randrange(len(data))] ^= 0xFF  # damaged sizes stop both the same way
+        start = rng.randrange(0, len(data) + 1)
+        end = rng.randrange(start, len(data) + 1)
+        assert SPEEDUPS.timestamps(data, start, end) == timeindex.timestamps_reference(data, start, end)
+    with pytest.raises(ValueError):
+        SPEEDUPS.timestamps(b"abc", 2, 1)
