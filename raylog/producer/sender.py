@@ -134,7 +134,6 @@ class Sender:
         self._draining = accumulator.draining  # guarded by the accumulator's lock
         self._connections: dict[tuple[str, int], object] = {}
         self._sequences: dict[tuple[str, int], _Sequences] = {}
-        self._stopping = False
         self._pool = ThreadPoolExecutor(max_in_flight_partitions, thread_name_prefix="raylog-sender")
         self._thread = threading.Thread(target=self._run, name="raylog-producer", daemon=True)
         self._thread.start()
@@ -180,9 +179,6 @@ class Sender:
     def in_flight_futures(self) -> list:
         """Futures of the batches workers hold (accumulator lock held)."""
         return [b.future for batches in self._draining.values() for b in batches]
-
-    def draining(self) -> bool:
-        return bool(self._draining)
 
     # -- a drain worker -----------------------------------------------------------
 

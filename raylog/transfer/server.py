@@ -551,16 +551,19 @@ class DataServer:
         limit = getattr(config, "max_message_bytes", DEFAULT_JOIN_LIMIT)
         run: list[ProduceRequest] = []
         run_bytes = 0
+        run_pid = next_sequence = -1
         for request in requests:
             length = len(request.message_set)
+            pid = request.producer_id
             # A run joins sets of one producer id (or of none), in sequence.
             if run and (
-                run_bytes + length > limit
-                or request.producer_id != run[-1].producer_id
-                or (request.producer_id >= 0 and request.sequence != run[-1].sequence + 1)
+                run_bytes + length > limit or pid != run_pid or (pid >= 0 and request.sequence != next_sequence)
             ):
                 self._append(conn, partition_log, run, out)
                 run, run_bytes = [], 0
+            if pid >= 0:
+                next_sequence = request.sequence + 1
+            run_pid = pid
             run.append(request)
             run_bytes += length
         self._append(conn, partition_log, run, out)
@@ -598,22 +601,28 @@ class DataServer:
                 self._append(conn, partition_log, [request], out)
             return
         conn.message_sets_in += len(run)
-        if any(request.acks == ACKS_ALL for request in run):
+        replies = []
+        wait_for_sync = False
+        end = base + len(data)
+        for request in run:
+            acks = request.acks
+            if acks:
+                replies.append(encode_produce_reply(request.correlation_id, base))
+                if acks == ACKS_ALL:
+                    wait_for_sync = True
+            base += len(request.message_set)
+        if wait_for_sync and partition_log.high_watermark < end:
             # acks=-1: reply once the sets are synced and below the high
             # watermark (a flush covers every append before it).
             try:
-                if partition_log.high_watermark < base + len(data):
-                    partition_log.flush()
+                partition_log.flush()
             except RaylogError as err:
                 if isinstance(err, ClosedError):
                     err = _closing(first.topic, first.partition)
                 for request in run:
                     self._produce_failed(conn, request, err, out)
                 return
-        for request in run:
-            if request.acks:
-                out.append(encode_produce_reply(request.correlation_id, base))
-            base += len(request.message_set)
+        out.extend(replies)
 
     def _produce_failed(self, conn: _Connection, request: ProduceRequest, err: RaylogError, out: list) -> None:
         if request.acks:
