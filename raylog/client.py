@@ -478,8 +478,9 @@ class Client:
         :class:`raylog.GroupActiveError` while the group has live members.
         """
         from raylog.errors import ConfigError
-        from raylog.groups.admin import reset_offsets
+        from raylog.groups.admin import refuse_if_active, reset_offsets
 
+        refuse_if_active(self._zk, self.settings.cluster, group, "reset the offsets of")  # before any scan
         if to not in ("earliest", "latest", "offset", "timestamp"):
             raise ConfigError(f"to must be 'earliest', 'latest', 'offset' or 'timestamp', got {to!r}")
         if (to == "offset") != (offset is not None) or (to == "timestamp") != (timestamp_ms is not None):

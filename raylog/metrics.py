@@ -248,7 +248,7 @@ def record_group_lag(client, group: str) -> dict[tuple[str, int], int]:
             "partition": str(row["partition"]),
         }
         committed_gauge.set(row["committed"], tags)
-        lag = row.get("lag")
+        lag = row.get("lag_bytes")
         if lag is not None:
             lag_gauge.set(lag, tags)
             recorded[(row["topic"], row["partition"])] = lag

@@ -199,7 +199,8 @@ def describe_group(
     return rows
 
 
-def _refuse_if_active(zk: KazooClient, cluster: str, group: str, doing: str) -> None:
+def refuse_if_active(zk: KazooClient, cluster: str, group: str, doing: str) -> None:
+    """Raise :class:`raylog.GroupActiveError` if ``group`` has live members."""
     members = live_members(zk, cluster, group)
     if members:
         raise GroupActiveError(
@@ -216,7 +217,7 @@ def delete_group(zk: KazooClient, cluster: str, group: str) -> None:
     paths = Paths(cluster)
     what = f"delete consumer group {group!r}"
     ensure_connected(zk, what)
-    _refuse_if_active(zk, cluster, group, "delete")
+    refuse_if_active(zk, cluster, group, "delete")
     with zookeeper_errors(zk, what):
         if not zk.exists(paths.group(group)):
             raise UnknownGroupError(f"consumer group {group!r} of cluster {cluster!r} does not exist; "
@@ -253,7 +254,7 @@ def reset_offsets(
     while the group has live members."""
     what = f"reset the offsets of consumer group {group!r}"
     ensure_connected(zk, what)
-    _refuse_if_active(zk, cluster, group, "reset the offsets of")
+    refuse_if_active(zk, cluster, group, "reset the offsets of")
     store = OffsetStore(zk, cluster)
     for partition, offset in targets.items():
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
