@@ -230,12 +230,14 @@ def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNS
     # -- lost and unseen writes -----------------------------------------------
     destroyed_positions = set()
     faults = collections.Counter()
+    flips = collections.Counter()
     for op in ops:
         if op["type"] == "fault":
             faults[op["kind"]] += 1
             detail = op.get("detail") or {}
             if op["kind"] == "flip-byte" and detail.get("offset") is not None:
                 destroyed_positions.add((_tp(detail["topic"], detail["partition"]), detail["offset"]))
+                flips[{True: "detected", False: "served", None: "not read back"}[detail.get("detected")]] += 1
     destroyed = 0
     unseen_by_acks = collections.Counter()
     failed_read = unknown_read = 0
@@ -293,6 +295,8 @@ def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNS
         },
         "faults": dict(sorted(faults.items())),
         "destroyed_by_faults": destroyed,
+        # flipped bytes read back through the data path: "served" ones show up as garbage-read
+        "flipped_bytes": dict(sorted(flips.items())),
         "failed_but_read": failed_read,
         "unknown_read": unknown_read,
         "longest_unread_s": _longest_unread(read_times, ops),

@@ -32,7 +32,8 @@ def table(report: dict) -> str:
         lines.append(f"{name:<21}{n}{extra}")
     dd = report["delivery_duplicates"]
     lines.append(f"delivery dups      {dd['values']} values, {dd['extra_deliveries']} extra deliveries (allowed)")
-    lines.append(f"destroyed by flips {report['destroyed_by_faults']}")
+    flips = ", ".join(f"{k} {v}" for k, v in (report.get("flipped_bytes") or {}).items()) or "none"
+    lines.append(f"flipped bytes      {flips}; acknowledged values destroyed {report['destroyed_by_faults']}")
     unread = report["longest_unread_s"]
     if unread["max"] is not None:
         lines.append(f"longest unread     {unread['max']:.1f} s ({unread['partition']})")

@@ -312,12 +312,13 @@ def test_flip_byte_destroys_instead_of_losing():
     h = H()
     for i in range(3):
         h.send(f"x{i}", 0, 30 * i)
-    h.fault("flip-byte", topic="t", partition=0, offset=30)
+    h.fault("flip-byte", topic="t", partition=0, offset=30, detected=True)
     h.assign([0])
     h.poll([(0, 0, "x0")]).seek(0, 60).poll([(0, 60, "x2")])
     report = h.check()
     only(report)
     assert report["destroyed_by_faults"] == 1 and report["faults"] == {"flip-byte": 1}
+    assert report["flipped_bytes"] == {"detected": 1}
 
 
 def test_every_anomaly_has_a_test():

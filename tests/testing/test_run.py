@@ -16,14 +16,14 @@ import sys
 from raylog.testing.nemesis import FAULT_KINDS
 
 SEED = 7
-DURATION_S = 35
+DURATION_S = 30
 
 
 def test_fault_run_every_kind_no_forbidden_anomaly(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "raylog.testing.runner", "--duration", str(DURATION_S), "--seed", str(SEED),
-         "--out", str(out), "--gap", "3.5", "--drain", "30", "--partitions", "4", "--no-png"],
+         "--out", str(out), "--gap", "3", "--drain", "30", "--partitions", "4", "--no-png"],
         capture_output=True, text=True, timeout=400, env={**os.environ, "RAY_DEDUP_LOGS": "1"},
     )
     report_path = out / "report.json"
