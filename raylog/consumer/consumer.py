@@ -372,6 +372,39 @@ class Consumer:
             self._stop_fetchers([tp])
             self._start_fetcher(tp, offset)
 
+    def offsets_for_times(self, timestamps: dict) -> dict:
+        """``{(topic, partition): offset}`` for ``{(topic, partition):
+        timestamp_ms}``: the offset of the partition's first message whose
+        timestamp is at or after the time (a compressed set: its wrapper),
+        or the high watermark when there is none (OFFSETS_FOR_TIME)."""
+        from raylog.transfer.client import BrokerConnection
+
+        out = {}
+        for tp, timestamp_ms in timestamps.items():
+            tp = (tp[0], int(tp[1]))
+            tries = iter([False] + [True] * 5)
+
+            def ask(tp=tp, timestamp_ms=int(timestamp_ms)):
+                host, port = self._metadata.endpoint(*tp, refresh=next(tries, True), wait_s=5.0)
+                with BrokerConnection(host, port, token=self._metadata.settings.token,
+                                      timeout_s=self.request_timeout_s) as conn:
+                    return conn.offset_for_time(*tp, timestamp_ms)
+
+            out[tp] = RetryPolicy(max_tries=5, delay_s=0.1, deadline_s=self.request_timeout_s).call(
+                ask, retry_on=(NotOwnerError,))
+        return out
+
+    def seek_to_timestamp(self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None) -> dict:
+        """Read each assigned partition (or only ``partitions``) from its
+        first message at or after ``timestamp_ms`` (ms since the epoch; see
+        :meth:`offsets_for_times`); returns ``{(topic, partition): offset}``."""
+        with self._lock:
+            targets = sorted(self._parts) if partitions is None else [(t, int(p)) for t, p in partitions]
+        found = self.offsets_for_times({tp: timestamp_ms for tp in targets})
+        for tp, offset in found.items():
+            self.seek(tp[0], tp[1], offset)
+        return found
+
     def position(self, topic: str, partition: int) -> int | None:
         with self._lock:
             part = self._parts.get((topic, int(partition)))

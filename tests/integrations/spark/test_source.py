@@ -169,6 +169,15 @@ def test_starting_timestamp_and_offsets_for_times_land_on_the_first_message_at_o
     for p in range(2):  # a partition with no new message answers its end
         assert offsets[p] == first_new.get(p, raylog_client.offsets(topic, p)[1])
     assert raylog_client.offsets_for_times(topic, 0) == {p: raylog_client.offsets(topic, p)[0] for p in range(2)}
+    consumer = raylog_client.consumer(topic, auto_offset_reset="earliest")
+    try:
+        assert consumer.seek_to_timestamp(cut) == {(topic, p): offsets[p] for p in range(2)}
+        got, deadline = [], time.monotonic() + 60
+        while len(got) < 100 and time.monotonic() < deadline:
+            got += consumer.poll(timeout_ms=500)
+        assert sorted(m.value for m in got) == sorted(b"new-%03d" % i for i in range(100))
+    finally:
+        consumer.close()
     later = read(spark, subscribe=topic, startingTimestamp=str(cut)).collect()
     assert values(later) == sorted(b"new-%03d" % i for i in range(100))
     stream = (
