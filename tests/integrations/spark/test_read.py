@@ -583,3 +583,20 @@ def test_plan_read_is_shared_by_spark_and_ray_data(raylog_client, clicks):
     plan = plan_read(clicks, client=raylog_client)
     assert sorted(plan.end_offsets) == [0, 1, 2]
     assert plan.total_bytes == sum(e - s for s, e in (raylog_client.offsets(clicks, p) for p in range(3)))
+
+
+def test_acks_all_flush_then_read_topic_counts_everything_sent(spark, raylog_client, make_topic):
+    """Read-your-writes through Spark: with acks="all", producer.flush()
+    returns only when every message is fsynced and below the high watermark,
+    so a read_topic right after it counts them all, although the topic
+    would not flush on its own for a minute."""
+    topic = make_topic(partitions=3, flush_ms=60_000, flush_messages=1_000_000)
+    producer = raylog_client.producer(acks="all", batch_size=50, linger_ms=5)
+    try:
+        for i in range(1_000):
+            producer.send(topic, b"v-%04d" % i, key=b"k-%d" % (i % 17))
+        producer.flush()
+    finally:
+        producer.close()
+    df = raylog_spark.read_topic(spark, topic, starting_offsets="earliest", ending_offsets="latest")
+    assert df.count() == 1_000
