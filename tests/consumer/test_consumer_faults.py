@@ -154,7 +154,7 @@ def test_a_partition_down_longer_than_the_warning_is_retried_for_as_long_as_it_i
         deadline = time.monotonic() + 4.0
         while time.monotonic() < deadline:
             got += consumer.poll(timeout_ms=200)  # no error: a transient fault is not the application's
-        raylog_client.ensure_served(topic)
+        raylog_client.repair(topic)
         _produce(raylog_client, topic, [b"after-%d" % i for i in range(20)])
         _wait_for(lambda: {m.value for m in got} >= {b"after-%d" % i for i in range(20)}, 60,
                   "the messages after the outage", polling=[consumer], sink=got)
