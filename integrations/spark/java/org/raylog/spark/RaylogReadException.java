@@ -73,6 +73,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(19, "LogDirectoryLockedError");
     NAMES.put(26, "TooManyConnectionsError");
     NAMES.put(27, "NotEnoughReplicasError");
+    NAMES.put(49, "RayUnavailableError");
     NAMES.put(69, "DeliveryError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
