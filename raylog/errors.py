@@ -333,6 +333,7 @@ class UnknownSchemaError(SchemaError):
     """No schema is registered under that id; register it first."""
 
 
+@_code(52)
 class ResourcesUnavailableError(RaylogError):
     """The Ray cluster lacks the resources a job of raylog asks for (say,
     CPUs for read tasks while Spark executors hold them all); the message

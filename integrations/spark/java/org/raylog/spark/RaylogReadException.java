@@ -67,6 +67,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(48, "GroupActiveError");
     NAMES.put(50, "SchemaError");
     NAMES.put(51, "UnknownSchemaError");
+    NAMES.put(52, "ResourcesUnavailableError");
     NAMES.put(16, "OutOfOrderSequenceError");
     NAMES.put(17, "DuplicateSequenceError");
     NAMES.put(18, "InflatedSizeTooLargeError");
