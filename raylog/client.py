@@ -676,7 +676,11 @@ def connect(
         elif ray_address is None and embedded_zk is not None:
             data_host = "127.0.0.1"
         if data_dir is None:
-            if embedded_zk is not None and owns_ray:
+            if embedded_zk is not None:
+                # A fresh embedded ZooKeeper knows no topic, so its logs must
+                # be fresh too (also when the caller started Ray): a shared
+                # default directory would serve an earlier run's messages
+                # under a re-created topic's name.
                 data_dir = owned_data_dir = tempfile.mkdtemp(prefix="raylog-data-")
             else:
                 data_dir = DEFAULT_DATA_DIR
