@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m raylog.demo
+	$(PY) -m raylog.tools.demo
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -7,7 +7,7 @@ their removal after; the same run as ``raylog bench``.
 
 Prints JSON lines (node events, one per phase, the scale-down) and a table;
 a progress bar on stderr while it runs. The logic lives in
-:mod:`raylog.benchmark` (the CLI imports it; Ray workers import the
+:mod:`raylog.tools.bench` (the CLI imports it; Ray workers import the
 consumer task from there); this script only puts the connection options
 where the ``raylog`` command line expects them, before the command name, so
 that both entry points parse, run and exit alike. See ``--help``.
@@ -44,7 +44,7 @@ def raylog_args(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from raylog.cli import run
+    from raylog.tools.cli import run
 
     return run(raylog_args(sys.argv[1:] if argv is None else argv))
 

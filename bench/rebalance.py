@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from raylog.config import TopicConfig  # noqa: E402
 from raylog.groups.assignment import range_assignment  # noqa: E402
 from raylog.groups.member import SETTLE_S, GroupMember  # noqa: E402
-from raylog.groups.paths import Paths  # noqa: E402
+from raylog.zk.paths import Paths  # noqa: E402
 
 TOPIC = "bench"
 WAIT_S = 180.0
@@ -195,8 +195,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json-only", action="store_true")
     args = parser.parse_args(argv)
 
-    from raylog.groups.registry import Registry
-    from raylog.groups.zookeeper import EmbeddedZooKeeper, connect_kazoo
+    from raylog.zk.registry import Registry
+    from raylog.zk.server import EmbeddedZooKeeper, connect_kazoo
 
     server = EmbeddedZooKeeper()
     server.start()

@@ -100,7 +100,7 @@ def produce_plain(client, topic: str, n: int) -> float:
 
 def produce_avro(client, topic: str, n: int) -> float:
     from raylog.avro import AvroSerializer
-    from raylog.groups.schemas import SchemaRegistry
+    from raylog.zk.schemas import SchemaRegistry
 
     serializer = AvroSerializer(SchemaRegistry(client.metadata.zk, client.settings.cluster), AVRO_SCHEMA)
     producer = client.producer(batch_size=1000, linger_ms=5, acks=1, max_buffered_messages=200_000)
@@ -165,7 +165,7 @@ def main(argv=None) -> None:
             return raylog_spark.read_topic(spark, name, value_format=value_format, client=client, engine=engine)
 
         def avro_by_jvm_reader():
-            from raylog.data import plan_read
+            from raylog.read.data import plan_read
             from raylog_spark.reader import AvroColumns, jvm_dataframe
 
             plan = plan_read("bench-avro", client=client)

@@ -49,7 +49,7 @@ SCENARIOS = ("produce_b50_acks0", "produce_b50_acks1", "produce_b1_acks0", "prod
 def client(address, scenario: str, seconds: float, results, socket_buffer_bytes=None) -> None:
     """The child process: run one scenario, send back ``(messages, bytes, elapsed)``."""
     from raylog.storage.message import decode_messages, encode_message_set
-    from raylog.transfer.client import BrokerConnection
+    from raylog.transfer.connection import BrokerConnection
 
     conn = BrokerConnection(*address, socket_buffer_bytes=socket_buffer_bytes)
     value = b"v" * VALUE_BYTES

@@ -8,7 +8,7 @@
 
 It runs the ZooKeeper server that raylog embeds (the jars inside the
 pyspark wheel, ``java`` from ``JAVA_HOME`` or the ``PATH``), found through
-:func:`raylog.groups.zookeeper.find_jars`, but listening on ``--host``: an
+:func:`raylog.zk.server.find_jars`, but listening on ``--host``: an
 address the other nodes reach. (``raylog zookeeper start`` listens on
 127.0.0.1 only, for one machine.) ZooKeeper has no authentication here:
 keep the port reachable by the cluster's nodes only (on AWS the security
@@ -71,7 +71,7 @@ def _pid(data_dir: str) -> int | None:
 
 
 def _ruok(host: str, port: int) -> bool:
-    from raylog.groups.zookeeper import four_letter_word
+    from raylog.zk.server import four_letter_word
 
     try:
         return four_letter_word(port, "ruok", host=host, timeout_s=2.0) == "imok"
@@ -80,7 +80,7 @@ def _ruok(host: str, port: int) -> bool:
 
 
 def start(args) -> int:
-    from raylog.groups.zookeeper import find_java, find_jars
+    from raylog.zk.server import find_java, find_jars
 
     data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
     pid = _pid(data_dir)

@@ -158,7 +158,7 @@ def start(args) -> None:
 
     # 1. ZooKeeper
     out = subprocess.run(
-        [sys.executable, "-m", "raylog.cli", "zookeeper", "start", "--port", str(args.zookeeper_port),
+        [sys.executable, "-m", "raylog.tools.cli", "zookeeper", "start", "--port", str(args.zookeeper_port),
          "--data-dir", zk_dir],
         capture_output=True, text=True,
     )
@@ -273,7 +273,7 @@ def stop(args) -> None:
             pass
     print(f"stopped {len(procs)} Ray processes", file=sys.stderr)
     if state.get("zookeeper_data_dir") and os.path.exists(os.path.join(state["zookeeper_data_dir"], "raylog-zookeeper.pid")):
-        subprocess.run([sys.executable, "-m", "raylog.cli", "zookeeper", "stop", "--data-dir",
+        subprocess.run([sys.executable, "-m", "raylog.tools.cli", "zookeeper", "stop", "--data-dir",
                         state["zookeeper_data_dir"]], check=False)
     os.unlink(_state_path(state_dir))
 

@@ -23,7 +23,7 @@ _LAZY = {
     "Client": "raylog.client",
     "Producer": "raylog.producer",
     "Consumer": "raylog.consumer",
-    "Message": "raylog.message",
+    "Message": "raylog.consumer.record",
     "RetryPolicy": "raylog.retry",
 }
 

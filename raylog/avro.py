@@ -7,7 +7,7 @@ bytes   field         meaning
 ======  ============  ========================================================
 0       magic         u8, always 0 (:data:`MAGIC`)
 1–4     schema id     u32, big-endian: the id the schema has in the cluster's
-                      :class:`~raylog.groups.schemas.SchemaRegistry`
+                      :class:`~raylog.zk.schemas.SchemaRegistry`
 5–      body          the record in Avro binary encoding, without any Avro
                       container header ("schemaless", ``fastavro.schemaless_writer``)
 ======  ============  ========================================================
@@ -34,7 +34,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.validation import validate
 
 from raylog.errors import SchemaError
-from raylog.groups.schemas import Schema, load_schema
+from raylog.zk.schemas import Schema, load_schema
 
 #: The first byte of every frame.
 MAGIC = 0

@@ -89,8 +89,8 @@ class Client:
         _owned_data_dir: str | None = None,
         _zk=None,
     ):
-        from raylog.groups.registry import Registry
-        from raylog.groups.zookeeper import connect_kazoo
+        from raylog.zk.registry import Registry
+        from raylog.zk.server import connect_kazoo
 
         # token None: the settings derive the cluster's token (raylog.auth)
         self.settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
@@ -311,7 +311,7 @@ class Client:
 
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
         """``(log start offset, high watermark)`` of a partition."""
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
 
         host, port = self.metadata.endpoint(topic, partition, refresh=True, wait_s=5.0)
         with BrokerConnection(host, port, token=self.settings.token, timeout_s=10) as conn:
@@ -323,7 +323,7 @@ class Client:
         (ms since the epoch), or the high watermark when there is none
         (OFFSETS_FOR_TIME, backed by the segments' time indexes). A message
         inside a compressed set is found as its wrapper's offset."""
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
 
         out = {}
         for p in range(self.metadata.partitions(topic)):
@@ -441,7 +441,7 @@ class Client:
     def _partition_info(self, topic: str, partition: int, committed: int | None) -> tuple[int, float | None]:
         """``(high watermark, mean message size near committed)`` of a partition."""
         from raylog.storage.message import decode_messages
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
 
         host, port = self.metadata.endpoint(topic, partition, refresh=True, wait_s=2.0)
         with BrokerConnection(host, port, token=self.settings.token, timeout_s=5) as conn:
@@ -496,7 +496,7 @@ class Client:
     def _reset_target(self, topic: str, partition: int, to: str, offset: int | None, timestamp_ms: int | None) -> int:
         from raylog.errors import InvalidOffsetError, OffsetOutOfRangeError, RaylogError
         from raylog.storage.message import decode_messages
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
 
         host, port = self.metadata.endpoint(topic, partition, refresh=True, wait_s=5.0)
         with BrokerConnection(host, port, token=self.settings.token, timeout_s=10) as conn:
@@ -640,11 +640,11 @@ def connect(
     try:
         if zookeeper is not None:
             # A wrong address fails here, within its deadline, before Ray starts.
-            from raylog.groups.zookeeper import connect_kazoo
+            from raylog.zk.server import connect_kazoo
 
             zk = connect_kazoo(zookeeper)
         if zookeeper is None:
-            from raylog.groups.zookeeper import EmbeddedZooKeeper
+            from raylog.zk.server import EmbeddedZooKeeper
 
             # With a kept data_dir the topics are kept too: ZooKeeper's data
             # lives beside the logs, and the supervisor serves them again.

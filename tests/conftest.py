@@ -6,7 +6,7 @@
   a second session ...); all of them are closed after the test.
 * ``cluster_name`` (function): a fresh cluster name, so that tests never see
   each other's znodes under ``/raylog/<cluster>``.
-* ``registry`` (function): a :class:`raylog.groups.registry.Registry` on
+* ``registry`` (function): a :class:`raylog.zk.registry.Registry` on
   ``zk`` and ``cluster_name``.
 * ``private_zookeeper`` (function): a ZooKeeper of the test's own, for tests
   that stop, restart or otherwise hurt the server.
@@ -25,7 +25,7 @@ import uuid
 
 import pytest
 
-from raylog.groups.zookeeper import EmbeddedZooKeeper, connect_kazoo
+from raylog.zk.server import EmbeddedZooKeeper, connect_kazoo
 
 #: session timeout of test clients, in seconds
 ZK_SESSION_TIMEOUT_S = 10.0
@@ -79,7 +79,7 @@ def cluster_name() -> str:
 
 @pytest.fixture
 def registry(zk, cluster_name):
-    from raylog.groups.registry import Registry
+    from raylog.zk.registry import Registry
 
     return Registry(zk, cluster_name)
 
@@ -175,7 +175,7 @@ class OwnerWatcher:
     """
 
     def __init__(self, zk, cluster: str, group: str, topics, members):
-        from raylog.groups.paths import Paths
+        from raylog.zk.paths import Paths
 
         self.zk, self.paths, self.group, self.topics = zk, Paths(cluster), group, list(topics)
         self.members = members

@@ -11,7 +11,7 @@ import pytest
 from raylog import auth
 from raylog.errors import AuthenticationError
 from raylog.storage.message import decode_messages, encode_message_set
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 
 def test_the_derived_token_depends_on_the_ray_token_and_the_cluster():
@@ -120,7 +120,7 @@ import raylog
 from raylog import auth
 from raylog.errors import AuthenticationError
 from raylog.storage.message import encode_message_set
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 client = raylog.connect(num_cpus=1)
 try:

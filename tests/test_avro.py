@@ -25,7 +25,7 @@ from raylog.avro import (
     unframe,
 )
 from raylog.errors import SchemaError, UnknownSchemaError
-from raylog.groups.schemas import SchemaRegistry, canonical_schema
+from raylog.zk.schemas import SchemaRegistry, canonical_schema
 
 USER = {
     "type": "record",

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from raylog.groups.zookeeper import free_port
+from raylog.zk.server import free_port
 
 RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
 #: the loose bound of the issue: a wrong address must fail well within it
@@ -103,7 +103,7 @@ def test_a_wrong_zookeeper_address_fails_fast_through_the_cli():
 
 
 def test_a_wrong_ray_address_fails_fast_through_the_cli_and_creates_nothing(zookeeper, zk):
-    from raylog.groups.registry import Registry
+    from raylog.zk.registry import Registry
 
     address = f"127.0.0.1:{free_port()}"
     cluster = f"deadline-{uuid.uuid4().hex[:8]}"

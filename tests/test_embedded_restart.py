@@ -21,7 +21,7 @@ STEP = textwrap.dedent('''
     import json, os, sys, time
     import raylog
     from raylog.client import Client, EMBEDDED_ZOOKEEPER_DIR
-    from raylog.groups.zookeeper import EmbeddedZooKeeper
+    from raylog.zk.server import EmbeddedZooKeeper
 
     step, data_dir = sys.argv[1], sys.argv[2]
     out = {}

@@ -121,7 +121,7 @@ def test_verbose_brings_the_notices_back(tmp_path):
     code = (
         "from raylog import _log\n"
         "from raylog.client import Client\n"
-        "from raylog.groups.zookeeper import EmbeddedZooKeeper\n"
+        "from raylog.zk.server import EmbeddedZooKeeper\n"
         "_log.configure()  # what connect() and the CLI do\n"
         "server = EmbeddedZooKeeper().start()\n"
         "client = Client(zookeeper=server.connect_string)\n"
@@ -150,10 +150,10 @@ def test_the_group_administration_example_runs_as_written(raylog_client, make_to
 
 
 def test_the_quickstart_demo_runs_clean_and_stops_the_cluster(tmp_path):
-    """``make demo`` (``python -m raylog.demo``), smaller and without its
+    """``make demo`` (``python -m raylog.tools.demo``), smaller and without its
     Spark step: its own lines only, ending with the cluster stopped."""
     assert "make demo" in readme_block("## Quickstart", "bash")
-    code = "from raylog.demo import main\nmain(['--tasks', '2', '--events-per-task', '2000', '--no-spark'])\n"
+    code = "from raylog.tools.demo import main\nmain(['--tasks', '2', '--events-per-task', '2000', '--no-spark'])\n"
     proc = run_example(code, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "", proc.stderr

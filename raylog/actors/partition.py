@@ -67,8 +67,8 @@ class PartitionActor:
     ):
         from kazoo.protocol.states import KazooState
 
-        from raylog.groups.registry import Registry
-        from raylog.groups.zookeeper import connect_kazoo
+        from raylog.zk.registry import Registry
+        from raylog.zk.server import connect_kazoo
         from raylog.metrics import PartitionMetrics
         from raylog.storage.log import PartitionLog
         from raylog.transfer.server import DataServer

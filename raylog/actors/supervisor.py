@@ -11,7 +11,7 @@ embedded default, ``deploy/local_cluster.py start``, the head's start
 commands of a ``ray up`` config (``raylog supervisor start``). On start and
 then every ``interval_s`` it runs one **repair pass** (:func:`repair`):
 
-1. **tombstones first** (:meth:`raylog.groups.registry.Registry.tombstones`):
+1. **tombstones first** (:meth:`raylog.zk.registry.Registry.tombstones`):
    for each log of a deleted partition, a partition actor of the deleted
    topic that still runs on that directory is shut down and its log
    deleted; otherwise, when the log's node is alive, a small task on that
@@ -114,8 +114,8 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
     """What a (returning) partition actor does before it opens its log:
     refuse a topic that is gone (:class:`UnknownTopicError`), and empty a
     directory that a delete left a tombstone on, then remove the tombstone."""
-    from raylog.groups.registry import Registry
-    from raylog.groups.zookeeper import connect_kazoo
+    from raylog.zk.registry import Registry
+    from raylog.zk.server import connect_kazoo
 
     zk = connect_kazoo(zookeeper)
     try:
@@ -140,8 +140,8 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
 
 def _remove_log_task(zookeeper: str, cluster: str, node: str, log_dir: str) -> str:
     """Body of the task that honours one tombstone on its node."""
-    from raylog.groups.registry import Registry
-    from raylog.groups.zookeeper import connect_kazoo
+    from raylog.zk.registry import Registry
+    from raylog.zk.server import connect_kazoo
 
     zk = connect_kazoo(zookeeper)
     try:
@@ -306,8 +306,8 @@ class Supervisor:
     def __init__(self, zookeeper: str, cluster: str, host: str | None = None,
                  interval_s: float = DEFAULT_INTERVAL_S):
         from raylog.auth import cluster_token
-        from raylog.groups.registry import Registry
-        from raylog.groups.zookeeper import connect_kazoo
+        from raylog.zk.registry import Registry
+        from raylog.zk.server import connect_kazoo
 
         self.zookeeper, self.cluster, self.host = zookeeper, cluster, host
         # Derived here, as the partition actors do (raylog.auth): never

@@ -45,7 +45,7 @@ when the group has no committed offset (or the consumer no group), and where
 it goes when a position is lost to retention (``"error"``: raise instead).
 
 Offsets inside a compressed wrapper all equal the wrapper's offset; see
-:mod:`raylog.message` for the wrapper rule of ``next_offset``.
+:mod:`raylog.consumer.record` for the wrapper rule of ``next_offset``.
 
 Thread-safety: ``poll``/iteration, ``commit``, ``seek`` and ``close`` are for
 one application thread. Fetchers and the group member run on threads of
@@ -71,7 +71,7 @@ from raylog.errors import (
     RaylogError,
     ZooKeeperUnavailableError,
 )
-from raylog.message import Message
+from raylog.consumer.record import Message
 from raylog.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ class Consumer:
             self.assign(partitions)
         else:
             from raylog.groups.member import SETTLE_S, GroupMember
-            from raylog.groups.zookeeper import connect_kazoo
+            from raylog.zk.server import connect_kazoo
 
             # The group session is the consumer's own (never shared with
             # another member): its timeout is the consumer's session timeout.
@@ -217,7 +217,7 @@ class Consumer:
 
     def offsets(self, tp: TopicPartition) -> tuple[int, int]:
         """``(earliest, latest)`` of a partition, asked of its data server."""
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
 
         tries = iter([False] + [True] * 5)
 
@@ -377,7 +377,7 @@ class Consumer:
         timestamp_ms}``: the offset of the partition's first message whose
         timestamp is at or after the time (a compressed set: its wrapper),
         or the high watermark when there is none (OFFSETS_FOR_TIME)."""
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
 
         out = {}
         for tp, timestamp_ms in timestamps.items():

@@ -36,7 +36,7 @@ import threading
 import time
 
 from raylog.errors import InvalidMessageError, NotOwnerError, OffsetOutOfRangeError, RaylogError
-from raylog.message import Message, with_next_offsets
+from raylog.consumer.record import Message, with_next_offsets
 from raylog.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class Fetcher(threading.Thread):
             self._delays = TRANSIENT_RETRY.delays()
 
     def _connect(self) -> None:
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
         from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
         s = self.source

@@ -77,7 +77,7 @@ from raylog.groups.assignment import Assignment, TopicPartition, moves, partitio
 from raylog.groups.offsets import REQUEST_TIMEOUT_S, OffsetStore
 from raylog.groups.ownership import Ownership
 from raylog.groups.states import Action, Event, MemberState, hands_out, transition
-from raylog.groups.zkerrors import zookeeper_errors
+from raylog.zk.errors import zookeeper_errors
 from raylog.retry import RetryPolicy
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ dropped connection (the create may or may not have happened) is found and
 adopted or released by the next reconciliation, instead of lingering.
 
 Every request has a bounded wait (``request_timeout_s``) and comes out as a
-raylog error on a connection failure (:mod:`raylog.groups.zkerrors`). The
+raylog error on a connection failure (:mod:`raylog.zk.errors`). The
 number of reads (``get``, ``get_children``, ``exists``) is counted in
 :attr:`Ownership.reads`, so a benchmark can report the ZooKeeper reads a
 change costs.
@@ -34,8 +34,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from raylog.groups.assignment import TopicPartition, parse_subscription, partition_count
-from raylog.groups.paths import Paths
-from raylog.groups.zkerrors import ensure_connected, zookeeper_errors
+from raylog.zk.paths import Paths
+from raylog.zk.errors import ensure_connected, zookeeper_errors
 
 
 class Held(dict):

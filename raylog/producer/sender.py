@@ -329,7 +329,7 @@ class Sender:
     def _connection(self, tp: tuple[str, int]):
         conn = self._connections.get(tp)
         if conn is None:
-            from raylog.transfer.client import BrokerConnection
+            from raylog.transfer.connection import BrokerConnection
             from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
             topic, partition = tp

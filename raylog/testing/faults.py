@@ -15,7 +15,7 @@ Processes (a partition actor, a consumer process, anything with a pid)::
     pause_process(pid, seconds=3)     # SIGSTOP, then SIGCONT: a GC pause, a stalled disk
     kill_actor(actor); pause_actor(actor, 3)   # the same for a Ray actor with a pid() method
 
-ZooKeeper itself (an :class:`~raylog.groups.zookeeper.EmbeddedZooKeeper`)::
+ZooKeeper itself (an :class:`~raylog.zk.server.EmbeddedZooKeeper`)::
 
     zookeeper_outage(server, seconds=4)   # stop the server, wait, start it again
 
@@ -205,7 +205,7 @@ def pause_actor(actor, seconds: float, timeout_s: float = 30.0) -> int:
 
 
 def zookeeper_outage(server, seconds: float) -> None:
-    """Stop an :class:`~raylog.groups.zookeeper.EmbeddedZooKeeper` process,
+    """Stop an :class:`~raylog.zk.server.EmbeddedZooKeeper` process,
     keep it down ``seconds``, start it again on the same port with the same
     data (sessions whose timeout did not pass meanwhile survive)."""
     server.kill_process()

@@ -243,7 +243,7 @@ class Nemesis:
         good is a garbage-read)."""
         from raylog.errors import CorruptMessageError, RaylogError
         from raylog.storage.message import decode_messages
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
 
         t = self.target
         t0 = time.time()

@@ -122,7 +122,7 @@ def run(options: RunOptions) -> dict:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from raylog.client import Client
-    from raylog.groups.zookeeper import EmbeddedZooKeeper
+    from raylog.zk.server import EmbeddedZooKeeper
     from raylog.testing.workload import ConsumerWorker, ProducerWorker, consumer_actor_class
 
     kinds = tuple(options.faults)

@@ -238,7 +238,7 @@ class ProducerWorker:
     def _partition_of(self, key):
         if key is None:
             return None
-        from raylog.partitioner import partition_for_key
+        from raylog.producer.partitioner import partition_for_key
 
         return partition_for_key(key, self.producer._partitions(self.topic))
 

@@ -13,7 +13,7 @@ import time
 
 from raylog.errors import RaylogError
 from raylog.storage.message import decode_messages, encode_message_set
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import encode_auth
 
 

@@ -20,7 +20,7 @@ from raylog.storage import faults
 from raylog.storage.compression import CODEC_ZSTD, compress
 from raylog.storage.message import decode_messages, encode_message, encode_message_set
 from raylog.transfer import protocol as p
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 
 def wait_for(predicate, timeout_s: float, what: str):

@@ -10,7 +10,7 @@ from raylog.errors import BrokerUnavailableError
 from raylog.retry import RetryPolicy
 from raylog.storage.message import decode_messages, encode_message_set
 from raylog.transfer import protocol as p
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 
 def test_300_idle_connections_do_not_lock_a_new_client_out_of_a_partition(raylog_client, make_topic):

@@ -105,7 +105,7 @@ def test_zookeeper_down_hands_out_nothing_new_and_the_group_recovers(private_zoo
         # (written straight to the partitions' data sockets: the producer looks
         # endpoints up in ZooKeeper, the actors' addresses come from Ray)
         from raylog.storage.message import encode_message_set
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
 
         during = {b"during-%d" % i for i in range(50)}
         for p in range(2):

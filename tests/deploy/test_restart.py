@@ -131,7 +131,7 @@ def _segment_files(log_dir: str) -> list[str]:
 
 
 def test_local_cluster_restart_serves_every_topic_again_and_a_delete_while_down_is_honoured(tmp_path):
-    from raylog.groups.zookeeper import free_port
+    from raylog.zk.server import free_port
 
     # Ray's socket paths under the state dir must stay short (107 bytes)
     state_dir, data_dir = tempfile.mkdtemp(prefix="rl-"), str(tmp_path / "data")
@@ -158,7 +158,7 @@ def test_local_cluster_restart_serves_every_topic_again_and_a_delete_while_down_
         # delete while the cluster is down: only ZooKeeper runs
         _stop(state_dir)
         zk_dir = os.path.join(state_dir, "zookeeper")
-        raylog_cli = [sys.executable, "-m", "raylog.cli"]
+        raylog_cli = [sys.executable, "-m", "raylog.tools.cli"]
         out = subprocess.run([*raylog_cli, "zookeeper", "start", "--port", "0", "--data-dir", zk_dir],
                              capture_output=True, text=True, env=_env(), timeout=180)
         assert out.returncode == 0, out.stderr
@@ -187,7 +187,7 @@ def test_connect_joins_a_token_auth_cluster_without_ray_auth_mode():
     """The local cluster's head runs with Ray's token auth; a process with
     RAY_AUTH_MODE unset joins it with raylog.connect(ray_address=...) (and
     the CLI through it) at once, with no warnings' worth of retries."""
-    from raylog.groups.zookeeper import free_port
+    from raylog.zk.server import free_port
 
     state_dir = tempfile.mkdtemp(prefix="rl-")
     try:
@@ -206,7 +206,7 @@ def test_connect_joins_a_token_auth_cluster_without_ray_auth_mode():
         assert "Traceback" not in proc.stderr and "InvalidAuthToken" not in proc.stderr, proc.stderr[-4000:]
 
         cli = subprocess.run(
-            [sys.executable, "-m", "raylog.cli", "--zookeeper", state["zookeeper"], "--ray-address",
+            [sys.executable, "-m", "raylog.tools.cli", "--zookeeper", state["zookeeper"], "--ray-address",
              state["ray_address"], "--cluster", "auth", "supervisor", "start"],
             capture_output=True, text=True, env=_env(), timeout=120,
         )

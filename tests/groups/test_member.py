@@ -25,7 +25,7 @@ from raylog.groups.states import MemberState
 from raylog.groups.assignment import range_assignment
 from raylog.errors import PartitionNotAssignedError
 from raylog.testing.faults import drop_connection, expire_session
-from raylog.groups.paths import Paths
+from raylog.zk.paths import Paths
 from raylog.retry import RetryPolicy
 
 #: short sessions keep fault tests quick
@@ -410,8 +410,8 @@ def test_a_dropped_connection_hides_the_assignment_and_keeps_the_partitions(zk, 
 
 
 def test_zookeeper_down_commit_raises_unavailable_and_the_member_recovers(make_zk, cluster_name):
-    from raylog.groups.registry import Registry
-    from raylog.groups.zookeeper import EmbeddedZooKeeper
+    from raylog.zk.registry import Registry
+    from raylog.zk.server import EmbeddedZooKeeper
 
     server = EmbeddedZooKeeper()
     member = None

@@ -6,7 +6,7 @@ import pytest
 
 from raylog.errors import ConfigError, ZooKeeperUnavailableError
 from raylog.groups.offsets import OffsetStore
-from raylog.groups.paths import Paths
+from raylog.zk.paths import Paths
 
 
 def test_committed_is_none_before_any_commit(zk, cluster_name):

@@ -16,7 +16,7 @@ from raylog.errors import DeliveryError, MessageTooLargeError, RaylogError, Unkn
 from raylog.producer.partitioner import partition_for_key
 from raylog.retry import RetryPolicy
 from raylog.storage.message import decode_messages
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 
 def _read(client, topic: str, partition: int) -> list:

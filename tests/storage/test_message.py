@@ -315,7 +315,7 @@ def test_zstd_frame_without_declared_size_is_refused():
 
 @pytest.mark.parametrize("compression", [None, "gzip", "zstd", "lz4"])
 def test_typed_records_match_plain_records(compression):
-    from raylog.message import Message
+    from raylog.consumer.record import Message
 
     data = encode_message_set([b"a", b"bb", b"ccc"], [None, b"k", None], 7, compression) * 2
     plain, used = decode_messages(data, 100)

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raylog.errors import InvalidMessageError, RaylogError
-from raylog.message import Message
+from raylog.consumer.record import Message
 from raylog.storage import compression as comp
 from raylog.storage import message as message_module
 from raylog.storage.message import (

@@ -1,7 +1,7 @@
 """The fault kit on real processes, a real ZooKeeper and real partition logs.
 
 (The ZooKeeper-client faults, expire_session and drop_connection, are
-exercised by tests/groups/test_registry.py and test_coordinator.py.)"""
+exercised by tests/zk/test_registry.py and test_coordinator.py.)"""
 
 from __future__ import annotations
 
@@ -123,6 +123,6 @@ def test_zookeeper_outage_keeps_data_and_sessions(private_zookeeper):
 
 
 def test_old_module_still_reexports_the_zookeeper_faults():
-    from raylog.groups import faults as old
+    from raylog.testing import faults as old
 
     assert old.expire_session is faults.expire_session and old.drop_connection is faults.drop_connection

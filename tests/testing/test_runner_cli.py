@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raylog import cli
+from raylog.tools import cli
 
 
 def test_raylog_faults_help_lists_the_runner_options(capsys):

@@ -16,7 +16,7 @@ import pytest
 
 from raylog.config import TopicConfig
 from raylog.storage.log import PartitionLog
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.server import DataServer
 
 TOPIC = "clicks"

@@ -28,7 +28,7 @@ from raylog.errors import (
 )
 from raylog.storage.message import decode_messages, encode_message_set
 from raylog.transfer import protocol as p
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 TOPIC = "clicks"  # the topic the fixtures serve (conftest.TOPIC)
 

@@ -9,7 +9,7 @@
 
 How a read runs:
 
-1. On the driver, :func:`raylog.data.plan_read` snapshots each partition's
+1. On the driver, :func:`raylog.read.data.plan_read` snapshots each partition's
    log start and high watermark once and fixes the byte ranges to read
    (validating explicit offsets, reporting or refusing lost data, splitting
    ranges for ``min_partitions`` at message boundaries). The plan, with the
@@ -26,7 +26,7 @@ How a read runs:
      message's CRC32C, unpacks compressed wrappers and builds Spark rows
      without any Python worker. A query that needs no column (a count)
      copies no key or value, but still fetches and checks every message.
-   * ``"python"``: ``mapInArrow`` runs :func:`raylog.data.read_range` in
+   * ``"python"``: ``mapInArrow`` runs :func:`raylog.read.data.read_range` in
      Spark's Python workers over a DataFrame of range numbers (RayDP's
      ``RayObjectRefRDD`` gives each its node as preferred location) and
      hands Arrow RecordBatches to Spark. It pays for Python workers (about
@@ -65,7 +65,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from raylog.data import FETCH_BYTES, ReadPlan, plan_read, read_range, resolve_connection
+from raylog.read.data import FETCH_BYTES, ReadPlan, plan_read, read_range, resolve_connection
 from raylog.errors import ConfigError, SchemaError
 
 log = logging.getLogger(__name__)
@@ -118,10 +118,10 @@ def read_topic(
     and ``ending_offsets``, fixed when this is called.
 
     Offsets, ``min_partitions`` and ``fail_on_data_loss`` are those of
-    :func:`raylog.data.plan_read`; ``client`` (a :class:`raylog.Client`) or
+    :func:`raylog.read.data.plan_read`; ``client`` (a :class:`raylog.Client`) or
     ``settings`` (its ``client.settings``) say which cluster to read; with
     neither, the cluster ``raylog.connect()`` made in this process (or
-    ``RAYLOG_ZOOKEEPER``, see :func:`raylog.data.default_settings`).
+    ``RAYLOG_ZOOKEEPER``, see :func:`raylog.read.data.default_settings`).
 
     ``value_format``:
 
@@ -139,7 +139,7 @@ def read_topic(
     ``"auto"`` (the JVM reader when the session loads it); see the module
     docstring. The engine used is ``df.raylog_engine``.
 
-    The plan is kept as ``df.raylog_plan`` (:class:`raylog.data.ReadPlan`:
+    The plan is kept as ``df.raylog_plan`` (:class:`raylog.read.data.ReadPlan`:
     offsets, ranges and the lost ranges skipped). Errors that can be found
     on the driver are raised here: unknown topic, an offset off a message
     boundary or past the end, lost data, an unknown schema id.
@@ -300,7 +300,7 @@ def use_cluster(spark, client=None, settings=None) -> bool:
     ``spark.raylog.cluster`` and ``spark.raylog.token`` (base64).
     :func:`raylog_spark.init_spark` calls it. Returns False when there is no
     cluster to use (nothing is set)."""
-    from raylog.data import default_settings
+    from raylog.read.data import default_settings
 
     if client is not None:
         settings = client.settings
@@ -358,7 +358,7 @@ def _parse_json(spark, df, plan: ReadPlan, schema, json_options, flatten: bool, 
     from pyspark.sql import types as T
 
     if schema is None:
-        from raylog.data import head_values
+        from raylog.read.data import head_values
 
         values = [v.decode("utf-8", "replace") for v in head_values(plan, sample)]
         if not values:
@@ -420,8 +420,8 @@ class AvroColumns:
     @classmethod
     def for_plan(cls, plan: ReadPlan, *, client=None, schema_id=None, flatten=True, sample=DEFAULT_SAMPLE):
         from raylog.avro import unframe
-        from raylog.data import head_values
-        from raylog.groups.schemas import SchemaRegistry
+        from raylog.read.data import head_values
+        from raylog.zk.schemas import SchemaRegistry
 
         if schema_id is None:
             first = head_values(plan, 1)
@@ -503,8 +503,8 @@ class _ShippedRegistry:
     def get(self, schema_id: int):
         found = self.schemas.get(schema_id)
         if found is None:
-            from raylog.groups.schemas import SchemaRegistry
-            from raylog.groups.zookeeper import connect_kazoo
+            from raylog.zk.schemas import SchemaRegistry
+            from raylog.zk.server import connect_kazoo
 
             if self._zk is None:
                 self._zk = connect_kazoo(self.settings.zookeeper)

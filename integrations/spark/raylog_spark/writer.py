@@ -28,7 +28,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from raylog.data import resolve_connection
+from raylog.read.data import resolve_connection
 from raylog.errors import ConfigError
 
 

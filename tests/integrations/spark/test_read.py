@@ -20,7 +20,7 @@ import os
 import pytest
 
 import raylog_spark
-from raylog.data import DataLossError, plan_read
+from raylog.read.data import DataLossError, plan_read
 from raylog.errors import (
     ConfigError,
     InvalidOffsetError,
@@ -30,7 +30,7 @@ from raylog.errors import (
     UnknownTopicError,
 )
 from raylog.storage.message import decode_messages
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -457,7 +457,7 @@ AVRO_V2 = {
 
 def test_avro_values_with_two_schema_versions(spark, raylog_client, make_topic):
     from raylog.avro import AvroSerializer
-    from raylog.groups.schemas import SchemaRegistry
+    from raylog.zk.schemas import SchemaRegistry
 
     registry = SchemaRegistry(raylog_client.metadata.zk, raylog_client.settings.cluster)
     v1, v2 = AvroSerializer(registry, AVRO_V1), AvroSerializer(registry, AVRO_V2)
@@ -496,7 +496,7 @@ def test_avro_logical_types_all_decode(spark, raylog_client, make_topic):
     import uuid
 
     from raylog.avro import AvroSerializer
-    from raylog.groups.schemas import SchemaRegistry
+    from raylog.zk.schemas import SchemaRegistry
 
     schema = {
         "type": "record",
@@ -570,7 +570,7 @@ def test_unknown_avro_schema_ids_are_typed_errors(spark, raylog_client, make_top
 
 
 def test_read_raylog_converts_to_spark(spark, raylog_client, clicks):
-    from raylog.data import read_raylog
+    from raylog.read.data import read_raylog
 
     ds = read_raylog(clicks, client=raylog_client, min_partitions=4)
     assert ds.count() == 600

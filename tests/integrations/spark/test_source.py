@@ -17,7 +17,7 @@ import pytest
 
 import raylog_spark
 from raylog.storage.message import decode_messages
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -269,7 +269,7 @@ def flush(client, topic):
 
 
 def test_batch_and_streaming_writes_into_a_topic(spark, raylog_client, make_topic, tmp_path):
-    from raylog.partitioner import partition_for_key
+    from raylog.producer.partitioner import partition_for_key
 
     src, dst = make_topic(partitions=2), make_topic(partitions=3)
     rows = [(f"user-{i % 5}", f"event-{i}") for i in range(300)]

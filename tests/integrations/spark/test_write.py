@@ -9,7 +9,7 @@ import pytest
 
 import raylog_spark
 from raylog.errors import ConfigError, UnknownTopicError
-from raylog.partitioner import partition_for_key
+from raylog.producer.partitioner import partition_for_key
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -1,4 +1,4 @@
-"""The end-to-end demo behind ``make demo`` (also ``python -m raylog.demo``).
+"""The end-to-end demo behind ``make demo`` (also ``python -m raylog.tools.demo``).
 
 It starts the embedded default (local Ray, a ZooKeeper of its own, logs in
 a temporary directory), creates a ``page_views`` topic, has several Ray

@@ -716,7 +716,7 @@ def audit(target: Target, topic, group):
 
 
 def _phases(ctx, param, value):
-    from raylog.benchmark import parse_phases
+    from raylog.tools.bench import parse_phases
 
     try:
         return parse_phases(value)
@@ -756,7 +756,7 @@ def bench(target: Target, phases, phase_seconds, partitions, disk_nodes, message
     machine) and stops it by PID at the end, also on error or Ctrl-C; with
     both, it runs on that cluster (which needs an autoscaler and disk node
     types). bench/autoscale.py takes the same options."""
-    from raylog import benchmark
+    from raylog.tools import bench as benchmark
 
     if (target.zookeeper is None) != (target.ray_address is None):
         raise click.UsageError(
@@ -833,7 +833,7 @@ def _is_our_zookeeper(pid: int) -> bool:
 
 
 def _client_port(data_dir: str) -> int | None:
-    from raylog.groups.zookeeper import CFG_NAME
+    from raylog.zk.server import CFG_NAME
 
     try:
         with open(os.path.join(data_dir, CFG_NAME)) as f:
@@ -875,7 +875,7 @@ def zookeeper_start(port, data_dir, foreground, timeout_s):
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_pid_path(data_dir))
     log_path = os.path.join(data_dir, ZOOKEEPER_LOG_FILE)
-    cmd = [sys.executable, "-m", "raylog.cli", "zookeeper", "start", "--foreground",
+    cmd = [sys.executable, "-m", "raylog.tools.cli", "zookeeper", "start", "--foreground",
            "--port", str(port), "--data-dir", data_dir, "--timeout-s", str(timeout_s)]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -912,7 +912,7 @@ def _last_error(log_path: str) -> str:
 
 def _run_zookeeper(port: int, data_dir: str, timeout_s: float) -> None:
     """The detached process of 'zookeeper start': run the server until told to stop."""
-    from raylog.groups.zookeeper import EmbeddedZooKeeper
+    from raylog.zk.server import EmbeddedZooKeeper
 
     def stop_on_signal(signum, frame):
         raise SystemExit(0)

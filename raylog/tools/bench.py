@@ -57,7 +57,7 @@ from typing import Callable, Iterable
 from raylog.actors.placement import DISK_RESOURCE
 from raylog.errors import ConfigError, RaylogError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 #: the helper that starts and stops a local autoscaling cluster by PID
 LOCAL_CLUSTER = REPO / "deploy" / "local_cluster.py"
 #: the bench's own cluster config (small, quick to scale down)
@@ -343,7 +343,7 @@ class LocalCluster:
     def __init__(self, timeout_s: float):
         import argparse
 
-        from raylog.groups.zookeeper import free_port
+        from raylog.zk.server import free_port
 
         self.module = _local_cluster_module()
         self.state_dir = tempfile.mkdtemp(prefix="raylog-autoscale-", dir="/tmp")  # short: Ray's socket paths

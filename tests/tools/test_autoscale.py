@@ -1,4 +1,4 @@
-"""The autoscaled benchmark's own logic (raylog.benchmark, bench/autoscale.py,
+"""The autoscaled benchmark's own logic (raylog.tools.bench, bench/autoscale.py,
 bench/autoscale.yaml) and the argument handling of ``raylog bench``.
 
 No cluster runs here: a real run starts a local autoscaling cluster and
@@ -16,9 +16,9 @@ import sys
 import pytest
 import yaml
 
-from raylog import benchmark
+from raylog.tools import bench as benchmark
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
-from raylog.benchmark import BenchSettings, NodeTracker, format_table, parse_phases, phase_report
+from raylog.tools.bench import BenchSettings, NodeTracker, format_table, parse_phases, phase_report
 from raylog.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -46,8 +46,8 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from raylog.errors import SchemaError, UnknownSchemaError
-from raylog.groups.paths import DEFAULT_CLUSTER, Paths
-from raylog.groups.zkerrors import zookeeper_errors
+from raylog.zk.paths import DEFAULT_CLUSTER, Paths
+from raylog.zk.errors import zookeeper_errors
 
 #: the longest one ZooKeeper request may take (a request queued while kazoo
 #: reconnects waits at most this long) before it fails as unavailable

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from raylog.errors import ZooKeeperUnavailableError
-from raylog.groups.zookeeper import (
+from raylog.zk.server import (
     EmbeddedZooKeeper,
     EmbeddedZooKeeperError,
     connect_kazoo,
@@ -183,7 +183,7 @@ def test_a_crashed_parent_leaves_no_server_behind(tmp_path):
     script = textwrap.dedent(
         """
         import os, signal, sys
-        from raylog.groups.zookeeper import EmbeddedZooKeeper
+        from raylog.zk.server import EmbeddedZooKeeper
         server = EmbeddedZooKeeper(data_dir=sys.argv[1]).start()
         print(server.pid, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)

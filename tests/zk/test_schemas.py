@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from raylog.errors import ClosedError, SchemaError, UnknownSchemaError
-from raylog.groups.paths import Paths
-from raylog.groups.schemas import SchemaRegistry, canonical_schema
+from raylog.zk.paths import Paths
+from raylog.zk.schemas import SchemaRegistry, canonical_schema
 
 CLICK_V1 = {
     "type": "record",

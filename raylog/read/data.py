@@ -327,7 +327,7 @@ def plan_read(
     ``min_partitions``: split ranges (the larger ones more) so that there are
     at least this many, at message boundaries found by the partition actors.
     """
-    from raylog.transfer.client import BrokerConnection
+    from raylog.transfer.connection import BrokerConnection
 
     if min_partitions is not None and (not isinstance(min_partitions, int) or min_partitions < 1):
         raise ConfigError(f"min_partitions must be a positive integer, got {min_partitions!r}")
@@ -498,7 +498,7 @@ class _Endpoint:
         self.conn = None
 
     def connection(self):
-        from raylog.transfer.client import BrokerConnection
+        from raylog.transfer.connection import BrokerConnection
         from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
         if self.conn is None:

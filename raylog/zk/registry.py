@@ -1,5 +1,5 @@
 """The cluster registry: topics, partition placement and partition endpoints
-in ZooKeeper (the layout of DESIGN §4, built by :class:`raylog.groups.paths.Paths`).
+in ZooKeeper (the layout of DESIGN §4, built by :class:`raylog.zk.paths.Paths`).
 
 ::
 
@@ -67,8 +67,8 @@ from raylog.errors import (
     UnknownTopicError,
     ZooKeeperUnavailableError,
 )
-from raylog.groups.zkerrors import _hosts, zookeeper_errors  # noqa: F401 (re-exported)
-from raylog.groups.paths import DEFAULT_CLUSTER, Paths, tombstone_id
+from raylog.zk.errors import _hosts, zookeeper_errors  # noqa: F401 (re-exported)
+from raylog.zk.paths import DEFAULT_CLUSTER, Paths, tombstone_id
 
 log = logging.getLogger(__name__)
 

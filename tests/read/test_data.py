@@ -1,4 +1,4 @@
-"""raylog.data: message boundaries for splits, read plans, range readers and
+"""raylog.read.data: message boundaries for splits, read plans, range readers and
 the Ray Data source (read_raylog), on real partition actors. No Spark here
 (read_raylog -> to_spark is in tests/integrations/spark/test_read.py)."""
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.data import (
+from raylog.read.data import (
     ARROW_SCHEMA,
     DataLossError,
     placement_options,
@@ -31,7 +31,7 @@ from raylog.errors import (
 )
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import decode_messages, encode_message_set
-from raylog.transfer.client import BrokerConnection
+from raylog.transfer.connection import BrokerConnection
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from raylog.groups.zookeeper import connect_kazoo, four_letter_word, free_port
+from raylog.zk.server import connect_kazoo, four_letter_word, free_port
 
 RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
 #: a bound on one command; generous, for a loaded machine
