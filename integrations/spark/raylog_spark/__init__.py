@@ -21,7 +21,8 @@ source's jar is built, :mod:`raylog_spark.writer` and
 :mod:`raylog_spark.loader`.
 """
 
-from raylog_spark.loader import ConcurrentLoadError, IncrementalLoad, load_incremental
+from raylog.errors import ConcurrentLoadError
+from raylog_spark.loader import IncrementalLoad, load_incremental
 from raylog_spark.reader import plan_dataframe, read_topic, spark_schema, use_cluster
 from raylog_spark.session import init_spark, stop_spark
 from raylog_spark.writer import write_topic
