@@ -19,7 +19,7 @@ from raylog.errors import RaylogError
 __version__ = "0.1.0"
 
 _LAZY = {
-    "connect": "raylog.client",
+    "connect": "raylog.startup",
     "Client": "raylog.client",
     "Producer": "raylog.producer",
     "Consumer": "raylog.consumer",

@@ -46,8 +46,7 @@ class RaylogError(Exception):
     def __init__(self, message: str = "", **details):
         super().__init__(message)
         self.details = details
-        for name, value in details.items():
-            setattr(self, name, value)
+        self.__dict__.update(details)
 
     def __reduce__(self):
         # Keep details when the error crosses a Ray or process boundary.
@@ -56,10 +55,7 @@ class RaylogError(Exception):
 
 def _rebuild(cls, message, details):
     err = cls.__new__(cls)
-    Exception.__init__(err, message)
-    err.details = details
-    for name, value in details.items():
-        setattr(err, name, value)
+    RaylogError.__init__(err, message, **details)
     return err
 
 

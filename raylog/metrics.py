@@ -11,7 +11,7 @@ partition actor:
 
 - ``raylog_partition_bytes_in`` (counter): bytes appended to the log;
 - ``raylog_partition_messages_in`` (counter): messages appended (a
-  compressed set counts as one)
+  compressed set counts as one);
 - ``raylog_partition_message_sets_in`` (counter): message sets appended
   (producer batches; a compressed wrapper is one set);
 - ``raylog_partition_bytes_out`` (counter): bytes the data server sent
@@ -34,8 +34,10 @@ flushes it runs itself (:meth:`PartitionMetrics.observe_flush`). Counters
 count from the start of the actor process; Ray labels each series with its
 worker, so a restarted actor starts a new series.
 
-The log does not keep a running count of single messages (only of unflushed
-ones, reset at each flush), hence message *sets* in rather than messages.
+Messages in come from the log's running total of appended messages
+(``PartitionLog.messages_appended``, outer messages: a compressed set counts
+as one); message sets in come from the data server's counter of produce
+sets, so the two together give the mean batch size.
 
 Per consumer group (tags ``cluster``, ``group``, ``topic``, ``partition``),
 recorded by whoever calls :func:`record_group_lag` (a driver, a monitoring
@@ -51,7 +53,9 @@ from __future__ import annotations
 import logging
 import threading
 
-log = logging.getLogger(__name__)
+from raylog.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 #: how often the partition actor's timer samples its counters, in seconds
 SAMPLE_INTERVAL_S = 1.0
@@ -132,7 +136,7 @@ class PartitionMetrics:
         except Exception:  # noqa: BLE001
             if not self._failed_once:
                 self._failed_once = True
-                log.exception("recording a metric of %s failed; further failures are not logged", self.tags)
+                logger.exception("recording a metric of %s failed; further failures are not logged", self.tags)
 
     def observe_flush(self, seconds: float) -> None:
         """Record one flush that took ``seconds``."""
@@ -227,9 +231,7 @@ def record_group_lag(client, group: str) -> dict[tuple[str, int], int]:
     metrics agent); call it every few seconds to keep the gauges current.
     Raises :class:`raylog.UnknownGroupError` for a group that does not exist.
     """
-    import ray
-
-    from raylog.errors import ConfigError
+    import ray  # heavy, lazy on purpose
 
     if not ray.is_initialized():
         raise ConfigError(

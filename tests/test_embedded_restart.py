@@ -20,7 +20,8 @@ pytestmark = pytest.mark.timeout(900)
 STEP = textwrap.dedent('''
     import json, os, sys, time
     import raylog
-    from raylog.client import Client, EMBEDDED_ZOOKEEPER_DIR
+    from raylog.client import Client
+    from raylog.startup import EMBEDDED_ZOOKEEPER_DIR
     from raylog.zk.server import EmbeddedZooKeeper
 
     step, data_dir = sys.argv[1], sys.argv[2]

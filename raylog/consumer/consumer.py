@@ -4,32 +4,14 @@ Each partition the consumer reads has a fetcher thread of its own
 (:mod:`raylog.consumer.fetcher`) that long-polls the partition's data server
 and hands whole messages over through one bounded queue; the application
 takes them with :meth:`Consumer.poll` or by iterating, which never ends (it
-blocks until new data is flushed).
+blocks until new data is flushed). Units: ``poll(timeout_ms)`` and the
+consumer's ``*_ms`` options take milliseconds, as Kafka's consumer does;
+``request_timeout_s`` and ``unavailable_warning_s`` take seconds.
 
-**Positions.** The consumer's position in a partition is the offset after the
-last message it *handed to the application* (``Message.next_offset``). When
-iterating, a message counts as handed when it is yielded; with ``poll``, when
-the batch is returned.
-
-**The commit rule** (Kafka's): a commit, automatic or manual, stores only
-positions handed out by earlier polls. Auto-commit runs at the start of
-``poll`` (every ``auto_commit_interval_ms``), before anything new is taken,
-so it commits what the previous polls returned: the application asked for
-more, so it is done with them. Iteration takes its next batch the same way,
-only after every message of the last one was yielded. A crash therefore
-loses nothing: what was handed out but not committed comes again.
-
-**Revocation runs on the application's thread.** When a rebalance moves a
-partition away, the consumer stops handing it out at once, and the next
-``poll`` (or the iterator) runs ``on_revoked(partitions)`` there, on the
-application's thread, then commits the positions of those partitions (with
-auto-commit): inside ``on_revoked`` the partitions are still owned, so a
-manual ``commit()`` also stores them. Only then are the owner nodes
-released. If the application does not poll within ``revoke_timeout_ms`` the
-partitions are released without a commit (their messages come again to the
-next owner). ``on_assigned`` runs on the application's thread too, in the
-next ``poll``; the partitions' starting positions are resolved by their
-fetchers, concurrently and outside any lock.
+The consumer's parts: positions, seeks and Kafka's commit rule
+(:mod:`raylog.consumer.positions`); group changes handed to the
+application's thread (:mod:`raylog.consumer.revocation`); this module
+keeps assignment, the fetchers, ``poll`` and the iterator, and ``close``.
 
 **Errors keep to their partition.** A partition whose actor is down is
 retried for as long as it is owned (a warning after
@@ -37,12 +19,6 @@ retried for as long as it is owned (a warning after
 with ``auto_offset_reset="error"``, raises a typed error from ``poll`` for
 every call until the application seeks that partition elsewhere; other
 partitions' messages handed before the error are returned first.
-
-**Seek versus reset.** ``seek`` to an offset outside the log raises
-:class:`raylog.OffsetOutOfRangeError` with the partition's earliest and
-latest offsets. ``auto_offset_reset`` only decides where a partition starts
-when the group has no committed offset (or the consumer no group), and where
-it goes when a position is lost to retention (``"error"``: raise instead).
 
 Offsets inside a compressed wrapper all equal the wrapper's offset; see
 :mod:`raylog.consumer.record` for the wrapper rule of ``next_offset``.
@@ -56,28 +32,23 @@ short bookkeeping (never across a network call).
 from __future__ import annotations
 
 import collections
-import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, Sequence
 
+from raylog.audit import AUDIT_TOPIC, DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
+from raylog.config import LATEST, OFFSET_RESETS, RESET_ERROR
 from raylog.consumer.fetcher import Chunk, Fetcher
-from raylog.errors import (
-    ClosedError,
-    ConfigError,
-    NotOwnerError,
-    OffsetOutOfRangeError,
-    RaylogError,
-    ZooKeeperUnavailableError,
-)
+from raylog.consumer.positions import Positions, TopicPartition
 from raylog.consumer.record import Message
-from raylog.retry import RetryPolicy
+from raylog.consumer.revocation import GroupNotices
+from raylog.errors import ClosedError, ConfigError, OffsetOutOfRangeError
+from raylog.groups.member import SETTLE_S, GroupMember
+from raylog.producer import Producer
+from raylog.zk.server import connect_kazoo
 
-log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
-_RESETS = ("earliest", "latest", "error")
 #: messages the iterator takes per poll (its batch is committed once all are yielded)
 ITERATOR_BATCH = 500
 
@@ -93,26 +64,17 @@ class _Partition:
         self.error: BaseException | None = None  # raised on every poll until a seek
 
 
-class _Notice:
-    """A group change for the application's thread: ``kind`` is "assigned" or "revoked"."""
+class Consumer(Positions, GroupNotices):
+    """A consumer of topics, alone (every partition) or in a group (see the
+    module docstring; ``raylog.Client.consumer`` makes one)."""
 
-    __slots__ = ("kind", "partitions", "done", "abandoned")
-
-    def __init__(self, kind: str, partitions: frozenset):
-        self.kind = kind
-        self.partitions = partitions
-        self.done = threading.Event()
-        self.abandoned = False
-
-
-class Consumer:
     def __init__(
         self,
         metadata,
         topics: Sequence[str] | str,
         *,
         group: str | None = None,
-        auto_offset_reset: str = "latest",
+        auto_offset_reset: str = LATEST,
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5000,
         session_timeout_ms: int = 10_000,
@@ -133,8 +95,8 @@ class Consumer:
     ):
         if isinstance(topics, str):
             topics = [topics]
-        if auto_offset_reset not in _RESETS:
-            raise ConfigError(f"auto_offset_reset must be one of {_RESETS}, got {auto_offset_reset!r}")
+        if auto_offset_reset not in OFFSET_RESETS:
+            raise ConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, got {auto_offset_reset!r}")
         self._metadata = metadata
         self.metadata = metadata
         self.topics = list(topics)
@@ -158,15 +120,13 @@ class Consumer:
         self._parts: dict[TopicPartition, _Partition] = {}
         self._pending: collections.deque = collections.deque()  # (chunk, start index)
         self._unyielded: collections.deque = collections.deque()  # the iterator's batch, not yet yielded
-        self._notices: collections.deque[_Notice] = collections.deque()
+        self._notices: collections.deque = collections.deque()  # revocation._Notice, oldest first
         self._revoking: set[TopicPartition] = set()
         self._epoch = 0
         self._closed = False
         self._closing = False
         self._last_commit = time.monotonic()
         self._member = None
-
-        from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
 
         self._audit = AuditCounter(audit_window_ms or DEFAULT_WINDOW_MS) if audit else None
         self._audit_id = consumer_id or new_source_id("consumer")
@@ -176,7 +136,7 @@ class Consumer:
 
         if group is None:
             partitions = [(t, p) for t in self.topics for p in range(metadata.partitions(t))]
-            if auto_offset_reset == "error" and partitions:
+            if auto_offset_reset == RESET_ERROR and partitions:
                 # Without a group there is no committed offset: nowhere to start.
                 earliest, latest = self.offsets(partitions[0])
                 raise OffsetOutOfRangeError(
@@ -186,9 +146,6 @@ class Consumer:
                     offset=None, earliest=earliest, latest=latest)
             self.assign(partitions)
         else:
-            from raylog.groups.member import SETTLE_S, GroupMember
-            from raylog.zk.server import connect_kazoo
-
             # The group session is the consumer's own (never shared with
             # another member): its timeout is the consumer's session timeout.
             self._group_zk = connect_kazoo(metadata.settings.zookeeper, timeout=session_timeout_ms / 1000.0)
@@ -210,38 +167,6 @@ class Consumer:
                 self._group_zk.close()
                 raise
 
-    # -- what the fetchers ask of the consumer -----------------------------------
-
-    def committed(self, tp: TopicPartition) -> int | None:
-        return self._member.committed(*tp) if self._member is not None else None
-
-    def offsets(self, tp: TopicPartition) -> tuple[int, int]:
-        """``(earliest, latest)`` of a partition, asked of its data server."""
-        return self._ask(tp, lambda conn: conn.offsets(*tp))
-
-    def _ask(self, tp: TopicPartition, request):
-        """``request(conn)`` on a connection to the partition's data server,
-        tried up to 5 times within ``request_timeout_s`` while the error is
-        retriable or says the endpoint moved; after an error whose
-        ``refresh_metadata`` is set the endpoint is looked up again."""
-        from raylog.transfer.connection import BrokerConnection
-
-        stale = False
-
-        def attempt():
-            nonlocal stale
-            try:
-                host, port = self._metadata.endpoint(*tp, refresh=stale, wait_s=5.0)
-                with BrokerConnection(host, port, token=self._metadata.settings.token,
-                                      timeout_s=self.request_timeout_s) as conn:
-                    return request(conn)
-            except RaylogError as err:
-                stale = err.refresh_metadata
-                raise
-
-        return RetryPolicy(max_tries=5, delay_s=0.1, deadline_s=self.request_timeout_s).call(
-            attempt, retry_if=lambda err: getattr(err, "refresh_metadata", False))
-
     # -- assignment ----------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -251,18 +176,12 @@ class Consumer:
         partitions = [(tp[0], int(tp[1])) for tp in partitions]
         # Resolved here, concurrently, so that a wrong token or an unreachable
         # partition fails the call at once (a group resolves in its fetchers).
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(partitions)))) as pool:
             starts = list(pool.map(self._reset_position, partitions))
         with self._lock:
             self._stop_fetchers(list(self._parts))
             for tp, start in zip(partitions, starts):
                 self._start_fetcher(tp, start)
-
-    def _reset_position(self, tp: TopicPartition) -> int:
-        earliest, latest = self.offsets(tp)
-        return earliest if self.auto_offset_reset == "earliest" else latest
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this consumer reads (in a group: not those being revoked)."""
@@ -288,135 +207,13 @@ class Consumer:
         part = self._parts.get(chunk.tp)
         return part is not None and part.fetcher.epoch == chunk.epoch
 
-    # -- group callbacks (on the group member's thread) --------------------------
-
-    def _on_assigned(self, partitions: frozenset) -> None:
-        with self._lock:
-            for tp in sorted(partitions):
-                if tp not in self._parts:
-                    self._start_fetcher(tp, None)  # resolves its committed offset itself
-            self._notices.append(_Notice("assigned", partitions))
-
-    def _on_revoked(self, partitions: frozenset) -> None:
-        notice = _Notice("revoked", partitions)
-        with self._lock:
-            if self._closing:
-                return  # close() revokes everything on the application's thread itself
-            self._revoking |= partitions  # handed out no more, from now on
-            self._notices.append(notice)
-        # The application's thread runs on_revoked and commits in its next poll.
-        if not notice.done.wait(self.revoke_timeout_s):
-            with self._lock:
-                if not notice.done.is_set():
-                    notice.abandoned = True
-                    log.warning("group %r: the application did not poll within %.0fs; releasing %s without "
-                                "a commit (their messages since the last commit come again)",
-                                self.group, self.revoke_timeout_s, sorted(partitions))
-                    self._drop(partitions)
-
-    def _drop(self, partitions) -> None:
-        with self._lock:
-            self._stop_fetchers(partitions)
-            self._revoking -= set(partitions)
-
-    # -- the application's thread: notices ---------------------------------------
-
-    def _run_notices(self) -> None:
-        while True:
-            with self._lock:
-                if not self._notices:
-                    return
-                notice = self._notices.popleft()
-            if notice.kind == "assigned":
-                if self._user_on_assigned is not None:
-                    self._user_on_assigned(notice.partitions)
-                continue
-            try:
-                if not notice.abandoned:
-                    self._revoke_here(notice.partitions)
-            finally:
-                with self._lock:
-                    if not notice.abandoned:
-                        self._drop(notice.partitions)
-                    notice.done.set()
-
-    def _revoke_here(self, partitions: frozenset) -> None:
-        """on_revoked, then commit what was handed out (auto-commit), on this thread."""
-        try:
-            if self._user_on_revoked is not None:
-                self._user_on_revoked(partitions)
-        finally:
-            if self.enable_auto_commit:
-                positions = {tp: pos for tp, pos in self._handed_positions().items() if tp in partitions}
-                if positions:
-                    try:
-                        self._member.commit(positions)
-                    except RaylogError as err:
-                        # The session was lost or ZooKeeper is down: the next
-                        # owner starts from the last commit (at-least-once).
-                        log.info("group %r: could not commit %s while revoking them: %s",
-                                 self.group, sorted(positions), err)
-
-    # -- reading -------------------------------------------------------------
-
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        """Read ``topic``/``partition`` from ``offset`` on (a message boundary:
-        a message's offset or ``next_offset``, or a committed offset).
-
-        Raises :class:`raylog.OffsetOutOfRangeError` (with ``earliest`` and
-        ``latest``) for an offset outside the log; the position is unchanged
-        then. A seek clears the partition's pending error.
-        """
-        tp = (topic, int(partition))
-        with self._lock:
-            if tp not in self._parts:
-                raise ConfigError(f"{topic}-{partition} is not assigned to this consumer; assigned: {sorted(self._parts)}")
-        offset = int(offset)
-        earliest, latest = self.offsets(tp)
-        if not earliest <= offset <= latest:
-            raise OffsetOutOfRangeError(
-                f"cannot seek {topic}-{partition} to {offset}: the log holds [{earliest}, {latest}]; "
-                f"seek within it (the earliest, the latest, or a message's offset)",
-                offset=offset, earliest=earliest, latest=latest)
-        with self._lock:
-            if tp not in self._parts:
-                raise ConfigError(f"{topic}-{partition} was revoked meanwhile; nothing moved")
-            self._stop_fetchers([tp])
-            self._start_fetcher(tp, offset)
-
-    def offsets_for_times(self, timestamps: dict) -> dict:
-        """``{(topic, partition): offset}`` for ``{(topic, partition):
-        timestamp_ms}``: the offset of the partition's first message whose
-        timestamp is at or after the time (a compressed set: its wrapper),
-        or the high watermark when there is none (OFFSETS_FOR_TIME)."""
-        out = {}
-        for tp, timestamp_ms in timestamps.items():
-            tp, at = (tp[0], int(tp[1])), int(timestamp_ms)
-            out[tp] = self._ask(tp, lambda conn, tp=tp, at=at: conn.offset_for_time(*tp, at))
-        return out
-
-    def seek_to_timestamp(self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None) -> dict:
-        """Read each assigned partition (or only ``partitions``) from its
-        first message at or after ``timestamp_ms`` (ms since the epoch; see
-        :meth:`offsets_for_times`); returns ``{(topic, partition): offset}``."""
-        with self._lock:
-            targets = sorted(self._parts) if partitions is None else [(t, int(p)) for t, p in partitions]
-        found = self.offsets_for_times({tp: timestamp_ms for tp in targets})
-        for tp, offset in found.items():
-            self.seek(tp[0], tp[1], offset)
-        return found
-
-    def position(self, topic: str, partition: int) -> int | None:
-        with self._lock:
-            part = self._parts.get((topic, int(partition)))
-            return None if part is None else part.position
-
     def _owned_now(self) -> frozenset | None:
         return None if self._member is None else self._member.assignment
 
     def poll(self, timeout_ms: int = 1000, max_messages: int = 10_000) -> list[Message]:
         """Messages that arrived, at most ``max_messages``; waits up to
-        ``timeout_ms`` when none are there.
+        ``timeout_ms`` **milliseconds** (Kafka's unit; the producer's
+        ``flush``/``close`` take ``timeout_s`` seconds) when none are there.
 
         First runs what the group asks of this thread (``on_revoked`` and its
         commit, ``on_assigned``), then auto-commits the positions of earlier
@@ -463,19 +260,8 @@ class Consumer:
                 if part.error is not None and (owned is None or tp in owned):
                     raise part.error
 
-    def _auto_commit(self) -> None:
-        try:
-            self.commit()
-        except (ZooKeeperUnavailableError, NotOwnerError, ClosedError) as err:
-            # Retried at the next interval; a revocation commits on its own.
-            self._last_commit = time.monotonic()
-            log.warning("auto-commit of group %r failed, will retry: %s", self.group, err)
-
     def _publish_audit(self) -> None:
         """Publish what this consumer received since the last time."""
-        from raylog.audit import AUDIT_TOPIC
-        from raylog.producer import Producer
-
         self._audit_next = time.monotonic() + self._audit_interval_s
         events = self._audit.events("consumed", self._audit_id, self.group)
         if not events:
@@ -542,33 +328,6 @@ class Consumer:
             self._unyielded = collections.deque(self._poll(1000, ITERATOR_BATCH))
             while self._unyielded:
                 yield self._unyielded.popleft()
-
-    # -- offsets -------------------------------------------------------------
-
-    def _handed_positions(self) -> dict[TopicPartition, int]:
-        """Positions after the last message handed to the application."""
-        with self._lock:
-            positions = {tp: p.position for tp, p in self._parts.items() if p.position is not None}
-            seen = set()
-            for m in self._unyielded:  # the iterator's batch: not handed out yet
-                tp = (m.topic, m.partition)
-                if tp not in seen:
-                    seen.add(tp)
-                    positions[tp] = m.offset
-        return positions
-
-    def commit(self) -> None:
-        """Store the positions handed to the application so far, for the
-        partitions this consumer owns (group only). Inside ``on_revoked`` the
-        partitions being revoked are still owned and are committed too."""
-        if self._member is None:
-            raise ConfigError("commit needs a consumer group: client.consumer(topics, group='name')")
-        owned = self._member.owned
-        positions = {tp: pos for tp, pos in self._handed_positions().items() if tp in owned}
-        # Even with nothing to store, ask the member: it raises while the
-        # group's ZooKeeper session is down, which the caller should know.
-        self._member.commit(positions)
-        self._last_commit = time.monotonic()
 
     def close(self) -> None:
         """Revoke everything on this thread (``on_revoked``, then commit with

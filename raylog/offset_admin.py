@@ -1,0 +1,162 @@
+"""The client's view of offsets: what each partition holds (log start, high
+watermark, offsets by time) and where consumer groups stand (describe,
+delete, reset their committed offsets).
+
+:class:`OffsetAdmin` is a part of :class:`raylog.Client` (a mixin). It uses
+the client's ``settings``, ``metadata`` and ``_zk``. Each question goes to
+the partition's data server at an endpoint looked up afresh in ZooKeeper
+(an admin call is rare; a stale cache would answer for a moved actor).
+Offsets are byte offsets of message starts (DESIGN §2).
+
+Thread-safety: as the client's; every call opens its own connections.
+"""
+
+from __future__ import annotations
+
+from raylog.config import EARLIEST, LATEST
+from raylog.errors import ConfigError, InvalidOffsetError, OffsetOutOfRangeError, RaylogError
+from raylog.groups import admin as groups
+from raylog.storage.message import decode_messages
+from raylog.transfer.connection import BrokerConnection
+
+#: the targets of :meth:`OffsetAdmin.reset_offsets`
+RESET_TARGETS = (EARLIEST, LATEST, "offset", "timestamp")
+#: how many bytes a sample or a boundary check reads
+_SAMPLE_BYTES = 64 * 1024
+
+
+class OffsetAdmin:
+    """Partition offsets and consumer groups' committed offsets (part of
+    :class:`raylog.Client`)."""
+
+    def _connect_to(self, topic: str, partition: int, *, wait_s: float = 5.0, timeout_s: float = 10.0):
+        """A connection to the partition's data server (endpoint looked up afresh)."""
+        host, port = self.metadata.endpoint(topic, partition, refresh=True, wait_s=wait_s)
+        return BrokerConnection(host, port, token=self.settings.token, timeout_s=timeout_s)
+
+    # -- partitions ----------------------------------------------------------
+
+    def offsets(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(log start offset, high watermark)`` of a partition."""
+        with self._connect_to(topic, partition) as conn:
+            return conn.offsets(topic, partition)
+
+    def offsets_for_times(self, topic: str, timestamp_ms: int) -> dict[int, int]:
+        """``{partition: offset}``: in every partition of ``topic``, the offset
+        of the first message whose timestamp is at or after ``timestamp_ms``
+        (ms since the epoch), or the high watermark when there is none
+        (OFFSETS_FOR_TIME, backed by the segments' time indexes). A message
+        inside a compressed set is found as its wrapper's offset."""
+        out = {}
+        for p in range(self.metadata.partitions(topic)):
+            with self._connect_to(topic, p) as conn:
+                out[p] = conn.offset_for_time(topic, p, int(timestamp_ms))
+        return out
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """The high watermark of every partition of ``topic``."""
+        return {p: self.offsets(topic, p)[1] for p in range(self.metadata.partitions(topic))}
+
+    # -- consumer groups -----------------------------------------------------
+
+    def list_groups(self) -> list[str]:
+        """Consumer groups with live members or committed offsets."""
+        return groups.list_groups(self._zk, self.settings.cluster)
+
+    def describe_group(self, group: str, timeout_s: float = 5.0) -> list[dict]:
+        """One row per partition the group reads: owner, committed offset,
+        end offset (high watermark), ``lag_bytes`` and
+        ``lag_messages_estimate`` (an estimate, from the mean size of the
+        messages at the committed offset); plus idle members. Partitions are
+        asked concurrently within one overall ``timeout_s``; one that does
+        not answer shows None. See :func:`raylog.groups.admin.describe_group`."""
+        return groups.describe_group(self._zk, self.settings.cluster, group, self._partition_info, timeout_s=timeout_s)
+
+    def _partition_info(self, topic: str, partition: int, committed: int | None) -> tuple[int, float | None]:
+        """``(high watermark, mean message size near committed)`` of a partition."""
+        with self._connect_to(topic, partition, wait_s=2.0, timeout_s=5.0) as conn:
+            start, end = conn.offsets(topic, partition)
+            at = committed if committed is not None and start <= committed < end else start
+            if at >= end:
+                return end, None
+            data = conn.fetch(topic, partition, at, _SAMPLE_BYTES).data
+        # The sample counts stored messages (a compressed wrapper counts as its inner messages).
+        records, used = decode_messages(data, at)
+        return end, (used / len(records) if records else None)
+
+    def delete_group(self, group: str) -> None:
+        """Delete a consumer group's committed offsets. Refused with
+        :class:`raylog.GroupActiveError` while it has live members."""
+        groups.delete_group(self._zk, self.settings.cluster, group)
+
+    def reset_offsets(self, group: str, topic: str, to: str, *, offset: int | None = None,
+                      timestamp_ms: int | None = None, partitions=None, dry_run: bool = True) -> list[dict]:
+        """Move a group's committed offsets of ``topic`` (Kafka's
+        ``--reset-offsets``), for every partition or those in ``partitions``:
+
+        * ``to="earliest"`` / ``"latest"``: the log start / the high watermark;
+        * ``to="offset", offset=N``: byte offset N (a message boundary inside the log);
+        * ``to="timestamp", timestamp_ms=T``: the first message whose timestamp
+          is at least T (the high watermark if none). Found by reading the
+          partition's message timestamps from its start through the fetch
+          path: it costs a scan of the partition.
+
+        With ``dry_run`` (the default) nothing is written: the rows show
+        ``current`` and ``new`` per partition. Refused with
+        :class:`raylog.GroupActiveError` while the group has live members.
+        """
+        groups.refuse_if_active(self._zk, self.settings.cluster, group, "reset the offsets of")  # before any scan
+        if to not in RESET_TARGETS:
+            raise ConfigError(f"to must be 'earliest', 'latest', 'offset' or 'timestamp', got {to!r}")
+        if (to == "offset") != (offset is not None) or (to == "timestamp") != (timestamp_ms is not None):
+            raise ConfigError("give offset= exactly with to='offset' and timestamp_ms= exactly with to='timestamp'")
+        count = self.metadata.partitions(topic)
+        chosen = sorted(range(count) if partitions is None else {int(p) for p in partitions})
+        bad = [p for p in chosen if not 0 <= p < count]
+        if bad:
+            raise ConfigError(f"{topic} has partitions 0..{count - 1}; no partition {bad}")
+        targets = {p: self._reset_target(topic, p, to, offset, timestamp_ms) for p in chosen}
+        return groups.reset_offsets(self._zk, self.settings.cluster, group, topic, targets, dry_run=dry_run)
+
+    def _reset_target(self, topic: str, partition: int, to: str, offset: int | None, timestamp_ms: int | None) -> int:
+        with self._connect_to(topic, partition) as conn:
+            start, end = conn.offsets(topic, partition)
+            if to == EARLIEST:
+                return start
+            if to == LATEST:
+                return end
+            if to == "offset":
+                return _check_boundary(conn, topic, partition, offset, start, end)
+            return _first_at_or_after(conn, topic, partition, timestamp_ms, start, end)
+
+
+def _check_boundary(conn, topic: str, partition: int, offset: int, start: int, end: int) -> int:
+    """``offset`` if it starts a message of the log ``[start, end]``."""
+    if not start <= offset <= end:
+        raise OffsetOutOfRangeError(
+            f"{topic}-{partition}: offset {offset} is outside the log [{start}, {end}]",
+            offset=offset, earliest=start, latest=end)
+    if offset < end:
+        try:
+            decode_messages(conn.fetch(topic, partition, offset, _SAMPLE_BYTES).data, offset)
+        except RaylogError as err:
+            raise InvalidOffsetError(
+                f"{topic}-{partition}: offset {offset} is not the start of a message ({err}); "
+                f"use a message's offset or next_offset", offset=offset) from err
+    return offset
+
+
+def _first_at_or_after(conn, topic: str, partition: int, timestamp_ms: int, start: int, end: int) -> int:
+    """The offset of the first message whose timestamp is at least
+    ``timestamp_ms`` (a scan from ``start``), else ``end``."""
+    at = start
+    while at < end:
+        data = conn.fetch(topic, partition, at, 1 << 20).data
+        records, used = decode_messages(data, at)
+        for record_offset, ts, _key, _value in records:
+            if ts >= timestamp_ms:
+                return record_offset
+        if used == 0:
+            break
+        at += used
+    return end

@@ -1,0 +1,152 @@
+"""``raylog.connect()``: the embedded default's start-up, or joining an
+existing cluster.
+
+``raylog.connect()`` with no arguments is the **embedded default**: it
+starts a local Ray (with one node that offers local disk), a ZooKeeper of
+its own on 127.0.0.1, and keeps partition logs under a temporary directory
+that ``close()`` removes (pass ``data_dir=`` to keep them). Given
+``zookeeper="host:2181"`` and ``ray_address="auto"`` it joins an existing
+cluster instead and starts nothing but the partition actors of the topics
+it creates. What it starts, the returned :class:`raylog.Client` owns and
+stops on ``close()``; if start-up fails, everything started so far is
+stopped before the error is raised.
+
+Ray is imported inside :func:`connect` (heavy, lazy on purpose).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+from raylog import _log
+from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+from raylog.client import DEFAULT_DATA_DIR, Client
+from raylog.ray_join import check_ray_reachable, present_ray_token
+from raylog.zk.server import EmbeddedZooKeeper, connect_kazoo
+
+#: where the embedded default keeps its ZooKeeper's data inside a kept data_dir
+EMBEDDED_ZOOKEEPER_DIR = ".zookeeper"
+#: the node label of the embedded default's single Ray node
+LOCAL_NODE = "local"
+
+
+def connect(
+    zookeeper: str | None = None,
+    ray_address: str | None = None,
+    data_dir: str | None = None,
+    *,
+    cluster: str = "default",
+    token: bytes | str | None = None,
+    num_cpus: int | None = None,
+    verbose: bool = False,
+) -> Client:
+    """Connect to a raylog cluster, or start the embedded default.
+
+    - ``raylog.connect()``: local Ray + a ZooKeeper started here + logs in a
+      temporary directory removed by ``close()``;
+    - ``raylog.connect(data_dir="/tmp/rl")``: the same, logs kept there,
+      and ZooKeeper's data in ``/tmp/rl/.zookeeper``: a later connect with
+      the same ``data_dir`` serves the topics again (its supervisor,
+      :mod:`raylog.actors.supervisor`, starts every partition actor);
+    - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
+      existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
+
+    ``token``: the cluster's token, for a process that cannot derive it
+    (outside Ray, without Ray's auth token); by default the client derives
+    it (see :mod:`raylog.auth`). Every data port requires it.
+
+    Every connection has a deadline: ZooKeeper 10 s, the Ray head
+    :data:`raylog.ray_join.RAY_CONNECT_TIMEOUT_S`; past it a :class:`ZooKeeperUnavailableError`
+    or :class:`RayUnavailableError` names the address and what to check.
+
+    Quiet by default (see :mod:`raylog._log`): raylog logs warnings only,
+    and the embedded default keeps Ray's start-up notices and its Java
+    workers' info lines out of the output; ``verbose=True`` (or
+    ``RAYLOG_LOG_LEVEL=INFO``) lets them through.
+    """
+    import ray
+
+    quiet = _log.configure(verbose)
+    if isinstance(token, str):
+        token = token.encode()
+    embedded_zk = None
+    owns_ray = False
+    owned_data_dir = None
+    zk = None
+    try:
+        if zookeeper is not None:
+            # A wrong address fails here, within its deadline, before Ray starts.
+            zk = connect_kazoo(zookeeper)
+        if zookeeper is None:
+            # With a kept data_dir the topics are kept too: ZooKeeper's data
+            # lives beside the logs, and the supervisor serves them again.
+            zk_dir = None if data_dir is None else os.path.join(data_dir, EMBEDDED_ZOOKEEPER_DIR)
+            embedded_zk = EmbeddedZooKeeper(data_dir=zk_dir).start()
+            zookeeper = embedded_zk.connect_string
+        data_host = None
+        if not ray.is_initialized():
+            if ray_address is None:
+                _log.quiet_ray_start(quiet)
+                ray.init(
+                    address="local",  # a local Ray of our own, never a stray cluster
+                    num_cpus=num_cpus,
+                    resources={DISK_RESOURCE: 1},
+                    labels={NODE_LABEL: LOCAL_NODE},
+                    include_dashboard=False,
+                    configure_logging=True,
+                    logging_level=logging.WARNING,
+                    log_to_driver=True,
+                )
+                if quiet:
+                    _log.quiet_forwarded_lines()
+                owns_ray = True
+                data_host = "127.0.0.1"
+            else:
+                present_ray_token()
+                check_ray_reachable(ray_address)
+                ray.init(address=ray_address, logging_level=logging.WARNING)
+        elif ray_address is None and embedded_zk is not None:
+            data_host = "127.0.0.1"
+        if data_dir is None:
+            if embedded_zk is not None:
+                # A fresh embedded ZooKeeper knows no topic, so its logs must
+                # be fresh too (also when the caller started Ray): a shared
+                # default directory would serve an earlier run's messages
+                # under a re-created topic's name.
+                data_dir = owned_data_dir = tempfile.mkdtemp(prefix="raylog-data-")
+            else:
+                data_dir = DEFAULT_DATA_DIR
+        client = Client(
+            zookeeper=zookeeper,
+            cluster=cluster,
+            data_dir=data_dir,
+            token=token,
+            data_host=data_host,
+            _owned_zookeeper=embedded_zk,
+            _owns_ray=owns_ray,
+            _owned_data_dir=owned_data_dir,
+            _zk=zk,
+        )
+        if owns_ray:
+            # The embedded cluster's start-up: every topic kept in data_dir
+            # is served again, with no client call.
+            try:
+                client.start_supervisor(wait=False)
+            except BaseException:
+                client.close()
+                raise
+        return client
+    except BaseException:
+        if zk is not None:
+            zk.stop()
+            zk.close()
+        if owns_ray:
+            ray.shutdown()
+        if embedded_zk is not None:
+            embedded_zk.stop()
+        if owned_data_dir is not None:
+            shutil.rmtree(owned_data_dir, ignore_errors=True)
+        raise

@@ -1,0 +1,216 @@
+"""The client's administration of topics: create, delete, list, describe;
+the partition actors that serve them; repair through the cluster's
+supervisor.
+
+:class:`TopicAdmin` is a part of :class:`raylog.Client` (a mixin). It uses
+the client's ``settings``, ``registry``, ``data_dir``, ``data_host`` and
+``_zk``, and ``_check_open()`` and ``offsets()`` of the client.
+
+A topic's partitions are spread round-robin over the nodes that offer local
+disk, starting at a node chosen by the stable hash of the topic's name
+(CRC32C, as keys are partitioned: :mod:`raylog.producer.partitioner`), so
+that the first partitions of many topics do not all land on one node.
+
+Thread-safety: as the client's (its state lives in ZooKeeper and Ray).
+Ray is imported inside the methods that use it (heavy, lazy on purpose).
+"""
+
+from __future__ import annotations
+
+import os
+
+from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
+from raylog.actors.placement import disk_nodes, spread
+from raylog.actors.supervisor import DEFAULT_INTERVAL_S, remove_deleted
+from raylog.actors.supervisor import start_supervisor as _start_supervisor
+from raylog.auth import check
+from raylog.config import TopicConfig
+from raylog.errors import BrokerUnavailableError
+from raylog.groups.admin import delete_topic_offsets
+from raylog.producer.partitioner import partition_for_key
+
+
+class TopicAdmin:
+    """Topics and their partition actors (part of :class:`raylog.Client`)."""
+
+    def create_topic(self, name: str, partitions: int = 1, *, timeout_s: float = 120.0, **settings) -> TopicConfig:
+        """Create a topic and start one partition actor per partition, spread
+        over the nodes that offer local disk. Returns the topic's config.
+
+        ``settings`` are :class:`raylog.TopicConfig` fields (retention_ms,
+        retention_bytes, segment_bytes, segment_ms, flush_messages, flush_ms,
+        max_message_bytes, max_inflated_bytes, max_producer_ids).
+
+        A topic of the same name deleted before starts empty: what its
+        delete left to do (tombstones, an actor still running) is done
+        first, and a partition actor empties a directory a tombstone names
+        before it serves (:mod:`raylog.actors.supervisor`)."""
+        import ray
+
+        self._check_open()
+        config = TopicConfig(partitions=partitions, **settings)
+        nodes = ray.nodes()
+        disks = disk_nodes(nodes)
+        placement = spread(partitions, disks, offset=partition_for_key(name.encode(), max(1, len(disks))))
+        remove_deleted(self.registry, self.settings.zookeeper, nodes, topic=name, token=self.settings.token)
+        self.registry.create_topic(name, config)
+        try:
+            for p, node in enumerate(placement):
+                self.registry.set_placement(name, p, node.identity, self.log_dir(name, p))
+            self._serve(name, config, nodes, timeout_s)
+        except BaseException:
+            self._stop_actors(name, partitions, delete_data=True)
+            self.registry.delete_topic(name)
+            remove_deleted(self.registry, self.settings.zookeeper, ray.nodes(), topic=name, token=self.settings.token)
+            raise
+        return config
+
+    def log_dir(self, topic: str, partition: int) -> str:
+        """Where a new partition's log goes on its node:
+        ``<data_dir>/<cluster>/<topic>-<partition>``, so that clusters
+        sharing a data directory never share a partition directory (each is
+        also locked by its owner, see :mod:`raylog.storage.log`)."""
+        return os.path.join(self.data_dir, self.settings.cluster, f"{topic}-{partition}")
+
+    def repair(self, topic: str | None = None, timeout_s: float = 60.0) -> list[dict]:
+        """Serve again every registered partition (of ``topic``, or all)
+        that is not served, and remove the logs of deleted topics that are
+        still on their nodes: one repair pass of the cluster's supervisor
+        (:mod:`raylog.actors.supervisor`), which is started here if it does
+        not run. Returns one row per partition and per pending delete:
+        ``{"topic", "partition", "node", "state", "detail"}`` with state
+        ``serving``, ``started``, ``starting``, ``node down``, ``removed``,
+        ``pending`` or ``failed``. Joins the Ray cluster."""
+        import ray
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, "repairing partitions")
+        if topic is not None:
+            self.registry.topic_config(topic)  # UnknownTopicError before anything starts
+        supervisor = self.start_supervisor()
+        return ray.get(supervisor.repair.remote(topic, timeout_s), timeout=3 * timeout_s + 30)
+
+    def start_supervisor(self, interval_s: float | None = None, wait: bool = True):
+        """Start the cluster's supervisor unless it runs (it serves every
+        registered partition again after a restart); return its handle
+        (with ``wait``, once it answers)."""
+        return _start_supervisor(
+            self.settings.zookeeper,
+            self.settings.cluster,
+            host=self.data_host,
+            interval_s=DEFAULT_INTERVAL_S if interval_s is None else interval_s,
+            wait=wait,
+        )
+
+    def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float) -> None:
+        import ray
+
+        check(self.settings.cluster, self.settings.token, f"serving topic {name!r}")
+        actors = []
+        for p in range(config.partitions):
+            place = self.registry.placement(name, p)
+            actors.append(
+                start_partition_actor(
+                    zookeeper=self.settings.zookeeper,
+                    cluster=self.settings.cluster,
+                    topic=name,
+                    partition=p,
+                    log_dir=place["log_dir"],
+                    config=config,
+                    node_identity=place["node"],
+                    nodes=nodes,
+                    host=self.data_host,
+                    token=self.settings.token,
+                )
+            )
+        refs = [a.ping.remote() for a in actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        if len(ready) < len(refs):
+            raise BrokerUnavailableError(
+                f"only {len(ready)} of {len(refs)} partition actors of {name!r} started within "
+                f"{timeout_s:g} s; check that the nodes holding them are alive (ray status)"
+            )
+        ray.get(ready)  # raise a constructor's error, if any
+
+    def _actor(self, topic: str, partition: int):
+        import ray
+
+        try:
+            return ray.get_actor(actor_name(self.settings.cluster, topic, partition), namespace=NAMESPACE)
+        except ValueError:
+            return None
+
+    def partition_actor(self, topic: str, partition: int):
+        """The Ray actor handle of a partition (for control calls and tests)."""
+        actor = self._actor(topic, partition)
+        if actor is None:
+            raise BrokerUnavailableError(f"no partition actor runs for {topic}-{partition}")
+        return actor
+
+    def _stop_actors(self, topic: str, partitions: int, delete_data: bool) -> None:
+        import ray
+
+        check(self.settings.cluster, self.settings.token, f"stopping the partitions of {topic!r}")
+        actors = [a for a in (self._actor(topic, p) for p in range(partitions)) if a is not None]
+        refs = [a.shutdown.remote(delete_data=delete_data, token=self.settings.token) for a in actors]
+        try:
+            ray.wait(refs, num_returns=len(refs), timeout=30)
+        finally:
+            for actor in actors:
+                ray.kill(actor, no_restart=True)
+
+    def delete_topic(self, name: str, timeout_s: float = 30.0) -> None:
+        """Delete the topic and its logs on every node.
+
+        The topic leaves ZooKeeper first, in one transaction with a
+        tombstone per partition log; then the running partition actors stop
+        and delete their logs, and logs without a running actor are removed
+        by a task on their node. A log whose node is down (or, from a
+        client outside Ray, every log) keeps its tombstone, which the
+        cluster's supervisor honours as soon as it can, and which a
+        partition actor honours before it serves that directory again."""
+        import ray
+
+        self._check_open()
+        config = self.registry.topic_config(name)
+        if ray.is_initialized():
+            check(self.settings.cluster, self.settings.token, f"deleting topic {name!r}")
+        self.registry.delete_topic(name)
+        # Committed byte offsets would point mid-message in a re-created topic.
+        delete_topic_offsets(self._zk, self.settings.cluster, name)
+        if not ray.is_initialized():
+            return  # the supervisor removes the logs
+        self._stop_actors(name, config.partitions, delete_data=True)
+        remove_deleted(self.registry, self.settings.zookeeper, ray.nodes(), topic=name, token=self.settings.token,
+                       wait_s=timeout_s)
+
+    def list_topics(self) -> list[str]:
+        return self.registry.list_topics()
+
+    def describe_topic(self, name: str) -> dict:
+        """Config, and per partition: node, log directory, whether it is
+        served, endpoint, log start offset and high watermark (a partition
+        not served has no endpoint: :meth:`repair` serves it again)."""
+        config = self.registry.topic_config(name)
+        placements = self.registry.placements(name)
+        endpoints = self.registry.endpoints(name)
+        partitions = []
+        for p in range(config.partitions):
+            endpoint = endpoints.get(p)
+            row = {
+                "partition": p,
+                "node": placements.get(p, {}).get("node"),
+                "log_dir": placements.get(p, {}).get("log_dir"),
+                "served": endpoint is not None,
+                "endpoint": None if endpoint is None else f"{endpoint['host']}:{endpoint['port']}",
+                "epoch": None if endpoint is None else endpoint.get("epoch"),
+                "log_start_offset": None,
+                "high_watermark": None,
+            }
+            if endpoint is not None:
+                try:
+                    row["log_start_offset"], row["high_watermark"] = self.offsets(name, p)
+                except BrokerUnavailableError:
+                    pass
+            partitions.append(row)
+        return {"topic": name, "config": config, "partitions": partitions}
