@@ -69,7 +69,6 @@ import pyarrow as pa
 
 from raylog.errors import ConfigError
 from raylog.read.data import FETCH_BYTES, ReadPlan, plan_read, read_range
-from raylog_spark import jvm
 from raylog_spark.avro_values import DEFAULT_SAMPLE, AvroColumns
 from raylog_spark.columns import spark_schema
 from raylog_spark.json_values import parse_json
@@ -213,6 +212,8 @@ def plan_dataframe(
 def _use_jvm(spark, engine: str) -> bool:
     if engine == "python":
         return False
+    from raylog_spark import jvm  # not at the top: `python -m raylog_spark.jvm` runs it as a script
+
     if jvm.loadable(spark):
         return True
     if engine == "jvm":
