@@ -123,7 +123,8 @@ def run(options: RunOptions) -> dict:
 
     from raylog.client import Client
     from raylog.zk.server import EmbeddedZooKeeper
-    from raylog.testing.workload import ConsumerWorker, ProducerWorker, consumer_actor_class
+    from raylog.testing.consumer_worker import ConsumerWorker, consumer_actor_class
+    from raylog.testing.workload import ProducerWorker
 
     kinds = tuple(options.faults)
     if options.nodes < 2:
