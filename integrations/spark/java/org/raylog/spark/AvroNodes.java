@@ -91,6 +91,20 @@ abstract class AvroNodes {
     Object apply(Decoder in) throws IOException;
   }
 
+  /** A step that may fail to decode. */
+  interface Step {
+    void run() throws IOException;
+  }
+
+  /** Run {@code item} once per item of the array (or map) at the decoder: Avro writes them in counted blocks. */
+  static void blocks(Decoder in, boolean map, Step item) throws IOException {
+    for (long n = map ? in.readMapStart() : in.readArrayStart(); n > 0; n = map ? in.mapNext() : in.arrayNext()) {
+      for (long i = 0; i < n; i++) {
+        item.run();
+      }
+    }
+  }
+
   static final class Leaf extends AvroNodes {
     private final Read read;
 
@@ -201,11 +215,7 @@ abstract class AvroNodes {
     @Override
     Object read(Decoder in) throws IOException {
       List<Object> out = new ArrayList<>();
-      for (long n = in.readArrayStart(); n > 0; n = in.arrayNext()) {
-        for (long i = 0; i < n; i++) {
-          out.add(item.read(in));
-        }
-      }
+      blocks(in, false, () -> out.add(item.read(in)));
       return new GenericArrayData(out.toArray());
     }
   }
@@ -221,13 +231,11 @@ abstract class AvroNodes {
     Object read(Decoder in) throws IOException {
       List<Object> keys = new ArrayList<>();
       List<Object> values = new ArrayList<>();
-      for (long n = in.readMapStart(); n > 0; n = in.mapNext()) {
-        for (long i = 0; i < n; i++) {
-          Utf8 key = in.readString(null);
-          keys.add(UTF8String.fromBytes(key.getBytes(), 0, key.getByteLength()));
-          values.add(value.read(in));
-        }
-      }
+      blocks(in, true, () -> {
+        Utf8 key = in.readString(null);
+        keys.add(UTF8String.fromBytes(key.getBytes(), 0, key.getByteLength()));
+        values.add(value.read(in));
+      });
       return new ArrayBasedMapData(new GenericArrayData(keys.toArray()), new GenericArrayData(values.toArray()));
     }
   }

@@ -148,12 +148,12 @@ final class RangeReader implements PartitionReader<InternalRow> {
       buffer = new byte[(int) Math.min(Math.max(4096, want), client.maxDataBytes())];
     }
     for (;;) {
-      if (!pending) {
-        send();
-      }
-      pending = false;
       int length;
       try {
+        if (!pending) {
+          send(); // connecting to a partition actor that moved fails here
+        }
+        pending = false;
         buffer = client.readFetch(buffer);
         length = client.dataLength;
         refindDeadline = 0;
