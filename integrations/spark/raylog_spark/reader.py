@@ -99,14 +99,7 @@ def read_topic(
     fail_on_data_loss: bool = True,
     client=None,
     settings=None,
-    schema=None,
-    schema_id: int | None = None,
-    json_options: dict | None = None,
-    flatten: bool = True,
-    sample: int = DEFAULT_SAMPLE,
-    locality: bool = True,
-    fetch_bytes: int = FETCH_BYTES,
-    engine: str = "auto",
+    **read_options,
 ):
     """``topic`` as a DataFrame: the messages between ``starting_offsets``
     and ``ending_offsets``, fixed when this is called.
@@ -116,6 +109,9 @@ def read_topic(
     ``settings`` (its ``client.settings``) say which cluster to read; with
     neither, the cluster ``raylog.connect()`` made in this process (or
     ``RAYLOG_ZOOKEEPER``, see :func:`raylog.read.data.default_settings`).
+    ``read_options`` are the keyword arguments of :func:`plan_dataframe`:
+    ``schema``, ``schema_id``, ``json_options``, ``flatten``, ``sample``,
+    ``locality``, ``fetch_bytes`` and ``engine``.
 
     ``value_format``:
 
@@ -138,7 +134,7 @@ def read_topic(
     on the driver are raised here: unknown topic, an offset off a message
     boundary or past the end, lost data, an unknown schema id.
     """
-    check_formats(value_format, engine)
+    check_formats(value_format, read_options.get("engine", "auto"))
     plan = plan_read(
         topic,
         starting_offsets,
@@ -150,20 +146,7 @@ def read_topic(
     )
     for gone in plan.lost:
         log.warning("read_topic(%r) skips %s", topic, gone.describe())
-    df = plan_dataframe(
-        spark,
-        plan,
-        value_format,
-        client=client,
-        schema=schema,
-        schema_id=schema_id,
-        json_options=json_options,
-        flatten=flatten,
-        sample=sample,
-        locality=locality,
-        fetch_bytes=fetch_bytes,
-        engine=engine,
-    )
+    df = plan_dataframe(spark, plan, value_format, client=client, **read_options)
     df.raylog_plan = plan
     return df
 

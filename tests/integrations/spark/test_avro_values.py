@@ -22,23 +22,11 @@ import raylog_spark
 from raylog.avro import AvroSerializer, frame
 from raylog.errors import ConfigError, UnknownSchemaError
 from raylog.zk.schemas import SchemaRegistry
+from spark_helpers import produce
 
 pytestmark = pytest.mark.timeout(600)
 
 ENGINES = ("jvm", "python")
-
-
-def produce(client, topic: str, messages) -> None:
-    """Send ``(key, value)`` pairs with acks=1 and flush every partition."""
-    import ray
-
-    producer = client.producer(acks=1, batch_size=50, linger_ms=1)
-    for key, value in messages:
-        producer.send(topic, value, key)
-    producer.flush()
-    producer.close()
-    partitions = client.metadata.partitions(topic)
-    ray.get([client.partition_actor(topic, p).flush.remote() for p in range(partitions)])
 
 
 def registry(client) -> SchemaRegistry:

@@ -5,7 +5,7 @@ OFFSETS), with the Kafka source's option names. One Spark session for the
 module; ``init_spark`` points the source at this process's cluster.
 
 Expected contents come from the partitions' data sockets read directly here
-(``log_messages`` of test_read), not through the code under test.
+(``spark_helpers.log_messages``), not through the code under test.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import time
 import pytest
 
 import raylog_spark
-from raylog.storage.message import decode_messages
-from raylog.transfer.connection import BrokerConnection
+import spark_helpers
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -37,17 +36,7 @@ def produce(client, topic: str, values, compression=None, keys=None, timestamps=
 
 def log_messages(client, topic: str) -> list[tuple]:
     """Every message of ``topic`` as ``(partition, offset, value)``, read from the data sockets."""
-    rows = []
-    for p in range(client.metadata.partitions(topic)):
-        start, end = client.offsets(topic, p)
-        host, port = client.metadata.endpoint(topic, p, refresh=True)
-        with BrokerConnection(host, port, token=client.settings.token) as conn:
-            offset = start
-            while offset < end:
-                records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)
-                rows.extend((p, o, v) for o, _ts, _k, v in records)
-                offset += consumed
-    return sorted(rows)
+    return sorted((p, o, v) for p, o, _key, v, _ts in spark_helpers.log_messages(client, topic))
 
 
 def read(spark, **options):

@@ -74,9 +74,9 @@ abstract class AvroNodes {
       case FIXED:
         return "decimal".equals(logical) ? new Decimals(s, s.getFixedSize()) : new Bytes(s.getFixedSize());
       case ARRAY:
-        return new Items(of(s.getElementType(), false));
+        return new Repeated(of(s.getElementType(), false), false);
       case MAP:
-        return new Entries(of(s.getValueType(), false));
+        return new Repeated(of(s.getValueType(), false), true);
       case RECORD:
         return new Record(s, null);
       case UNION:
@@ -89,20 +89,6 @@ abstract class AvroNodes {
   /** One Avro call. */
   interface Read {
     Object apply(Decoder in) throws IOException;
-  }
-
-  /** A step that may fail to decode. */
-  interface Step {
-    void run() throws IOException;
-  }
-
-  /** Run {@code item} once per item of the array (or map) at the decoder: Avro writes them in counted blocks. */
-  static void blocks(Decoder in, boolean map, Step item) throws IOException {
-    for (long n = map ? in.readMapStart() : in.readArrayStart(); n > 0; n = map ? in.mapNext() : in.arrayNext()) {
-      for (long i = 0; i < n; i++) {
-        item.run();
-      }
-    }
   }
 
   static final class Leaf extends AvroNodes {
@@ -205,38 +191,31 @@ abstract class AvroNodes {
     }
   }
 
-  static final class Items extends AvroNodes {
+  /** array (items) or map (string keys, values): Avro writes them in counted blocks. */
+  static final class Repeated extends AvroNodes {
     private final AvroNodes item;
+    private final boolean map;
 
-    Items(AvroNodes item) {
+    Repeated(AvroNodes item, boolean map) {
       this.item = item;
+      this.map = map;
     }
 
     @Override
     Object read(Decoder in) throws IOException {
-      List<Object> out = new ArrayList<>();
-      blocks(in, false, () -> out.add(item.read(in)));
-      return new GenericArrayData(out.toArray());
-    }
-  }
-
-  static final class Entries extends AvroNodes {
-    private final AvroNodes value;
-
-    Entries(AvroNodes value) {
-      this.value = value;
-    }
-
-    @Override
-    Object read(Decoder in) throws IOException {
-      List<Object> keys = new ArrayList<>();
+      List<Object> keys = map ? new ArrayList<>() : null;
       List<Object> values = new ArrayList<>();
-      blocks(in, true, () -> {
-        Utf8 key = in.readString(null);
-        keys.add(UTF8String.fromBytes(key.getBytes(), 0, key.getByteLength()));
-        values.add(value.read(in));
-      });
-      return new ArrayBasedMapData(new GenericArrayData(keys.toArray()), new GenericArrayData(values.toArray()));
+      for (long n = map ? in.readMapStart() : in.readArrayStart(); n > 0; n = map ? in.mapNext() : in.arrayNext()) {
+        for (long i = 0; i < n; i++) {
+          if (map) {
+            Utf8 key = in.readString(null);
+            keys.add(UTF8String.fromBytes(key.getBytes(), 0, key.getByteLength()));
+          }
+          values.add(item.read(in));
+        }
+      }
+      GenericArrayData items = new GenericArrayData(values.toArray());
+      return map ? new ArrayBasedMapData(new GenericArrayData(keys.toArray()), items) : items;
     }
   }
 
