@@ -205,6 +205,28 @@ def test_a_typed_read_by_name(spark, raylog_client, every):
         ).load()
 
 
+def test_a_typed_stream(spark, raylog_client, every):
+    topic, schema_id = every
+    assert raylog_spark.use_cluster(spark, raylog_client)
+    columns = ["partition", "offset", "i", "day", "inner", "counts"]
+    query = (
+        spark.readStream.format("raylog")
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("value_format", "avro")
+        .option("avro_schema_id", str(schema_id))
+        .load()
+        .select(*columns)
+        .writeStream.format("memory")
+        .queryName("typed_stream")
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    assert rows(spark.table("typed_stream")) == rows(read(spark, raylog_client, topic, "python").select(*columns))
+
+
 # ---------------------------------------------------------------------------
 # schema evolution
 
