@@ -17,6 +17,16 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 DAY_MS = 24 * 3600 * 1000
+
+#: where a position starts when none is stored, as callers name it
+#: (``auto_offset_reset``, ``reset_offsets(to=...)``, Spark's
+#: ``startingOffsets``): the log start, or the high watermark
+EARLIEST = "earliest"
+LATEST = "latest"
+#: ``auto_offset_reset`` value that raises instead of moving the position
+RESET_ERROR = "error"
+#: every ``auto_offset_reset`` value a consumer accepts
+OFFSET_RESETS = (EARLIEST, LATEST, RESET_ERROR)
 #: default ``max_inflated_bytes`` in multiples of ``max_message_bytes``
 #: (equal to :data:`raylog.storage.message.INNER_SET_FACTOR`)
 INFLATED_FACTOR = 8

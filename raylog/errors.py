@@ -1,9 +1,13 @@
 """Errors raised by raylog.
 
 Every error derives from :class:`RaylogError`. Each class says, in its
-message, what the caller can do next, and carries a ``retriable`` property
-so callers branch on meaning (retry, refresh metadata, give up) rather than
-on long ``except`` chains.
+message, what the caller can do next, and carries two properties so callers
+branch on meaning rather than on long ``except`` chains or ``isinstance``:
+
+* ``retriable``: the same call may succeed if repeated later;
+* ``refresh_metadata``: the partition's endpoint as the caller knows it is
+  wrong or gone (not the owner, unreachable, no reply): look it up again in
+  the registry (``Metadata.endpoint(..., refresh=True)``) before the next try.
 
 Errors that cross the data channel have a numeric ``code``; the classes
 register themselves with :func:`_code` and :func:`error_for_code` maps a
@@ -35,6 +39,9 @@ class RaylogError(Exception):
     code = 1
     #: True when the same call may succeed if repeated later.
     retriable = False
+    #: True when the caller must look up the partition's endpoint again
+    #: before it retries (the actor moved, restarted or does not answer).
+    refresh_metadata = False
 
     def __init__(self, message: str = "", **details):
         super().__init__(message)
@@ -204,6 +211,7 @@ class NotOwnerError(RaylogError):
     the registry and retry (clients do this themselves)."""
 
     retriable = True
+    refresh_metadata = True
 
 
 @_code(24)
@@ -212,6 +220,7 @@ class BrokerUnavailableError(RaylogError):
     Retry after a short wait."""
 
     retriable = True
+    refresh_metadata = True
 
 
 @_code(25)
@@ -219,6 +228,7 @@ class RequestTimeoutError(RaylogError):
     """No reply came within the request timeout; retry or raise the timeout."""
 
     retriable = True
+    refresh_metadata = True
 
 
 @_code(26)
@@ -299,6 +309,7 @@ class PartitionNotAssignedError(NotOwnerError):
     partitions of the current assignment, from ``on_revoked`` at the latest."""
 
     retriable = False
+    refresh_metadata = False  # the group's ownership, not the endpoint, is the matter
 
 
 @_code(45)
@@ -307,6 +318,7 @@ class StaleEpochError(NotOwnerError):
     must stop serving (not retriable)."""
 
     retriable = False
+    refresh_metadata = True  # the newer incarnation has its own endpoint
 
 
 @_code(43)
@@ -340,3 +352,27 @@ class ResourcesUnavailableError(RaylogError):
     names what is needed and what is free. Not sent over the wire."""
 
     retriable = True
+
+
+# --------------------------------------------------------------------------
+# components outside the data path (codes 70-79)
+
+
+@_code(70)
+class LogInUseError(StorageError):
+    """A deleted partition's directory is locked by a running owner; it is
+    removed once that owner stops (the next repair pass)."""
+
+
+@_code(71)
+class ConcurrentLoadError(RaylogError):
+    """The group's committed offsets moved while an incremental load ran
+    (``raylog_spark.load_incremental``); its offsets were not stored. Run
+    the load again (it starts from the new offsets)."""
+
+
+@_code(72)
+class FaultInjectionError(RaylogError, AssertionError):
+    """A fault of the test kit (:mod:`raylog.testing.faults`) did not happen,
+    or the client did not recover, in time. An ``AssertionError`` too, so a
+    test reports it as a failure; check the kit's preconditions."""

@@ -7,8 +7,9 @@ Usage::
     result = policy.call(fetch, offset, retry_on=(BrokerUnavailableError,))
 
 Only errors whose ``retriable`` property is true (or that are listed in
-``retry_on``) are retried; the last error is raised when tries or the
-deadline run out. A policy is immutable and safe to share between threads.
+``retry_on``, or for which ``retry_if(err)`` is true) are retried; the last
+error is raised when tries or the deadline run out. A policy is immutable
+and safe to share between threads.
 
 Loops that cannot be written as one call (a fetcher that keeps reading, a
 member that waits on a condition) take a :class:`Backoff` from
@@ -71,6 +72,7 @@ class RetryPolicy:
         fn: Callable[..., T],
         *args,
         retry_on: tuple[type[BaseException], ...] = (),
+        retry_if: Callable[[BaseException], bool] | None = None,
         on_retry: Callable[[BaseException], None] | None = None,
         **kwargs,
     ) -> T:
@@ -80,7 +82,11 @@ class RetryPolicy:
             try:
                 return fn(*args, **kwargs)
             except Exception as err:  # noqa: BLE001 - filtered just below
-                if not (getattr(err, "retriable", False) or isinstance(err, retry_on)):
+                if not (
+                    getattr(err, "retriable", False)
+                    or isinstance(err, retry_on)
+                    or (retry_if is not None and retry_if(err))
+                ):
                     raise
                 pause = next(delays, None)
                 if pause is None:

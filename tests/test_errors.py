@@ -52,3 +52,32 @@ def test_retriable_errors_are_the_transient_ones():
     assert errors.NotOwnerError.retriable
     assert not errors.StaleEpochError.retriable and not errors.PartitionNotAssignedError.retriable
     assert not errors.CorruptMessageError.retriable and not errors.OffsetOutOfRangeError.retriable
+
+
+#: the errors after which a client looks the partition's endpoint up again
+REFRESH_METADATA = {
+    "NotOwnerError",  # this endpoint does not serve the partition
+    "StaleEpochError",  # a newer incarnation serves it, at its own endpoint
+    "BrokerUnavailableError",  # unreachable, connection lost, or no endpoint registered
+    "TooManyConnectionsError",  # (a BrokerUnavailableError)
+    "RequestTimeoutError",  # no reply: the actor may be gone
+}
+
+
+def test_refresh_metadata_per_class():
+    table = {cls.__name__: cls.refresh_metadata for cls in _all_errors()}
+    assert all(isinstance(v, bool) for v in table.values())
+    assert {name for name, refresh in table.items() if refresh} == REFRESH_METADATA
+    # the consumer's commit refusal is about the group, not the endpoint
+    assert not errors.PartitionNotAssignedError.refresh_metadata
+    # kept across processes, like every class attribute
+    err = pickle.loads(pickle.dumps(errors.NotOwnerError("moved", topic="t", partition=0)))
+    assert err.refresh_metadata and err.retriable
+
+
+def test_errors_moved_here_keep_their_bases():
+    assert issubclass(errors.LogInUseError, errors.StorageError) and errors.LogInUseError.retriable
+    assert issubclass(errors.FaultInjectionError, AssertionError)
+    with pytest.raises(AssertionError):
+        raise errors.FaultInjectionError("the fault did not happen")
+    assert not errors.ConcurrentLoadError.retriable

@@ -48,7 +48,7 @@ import threading
 import time
 
 from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
-from raylog.errors import RaylogError, StorageError, UnknownTopicError
+from raylog.errors import LogInUseError, RaylogError, UnknownTopicError
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +69,6 @@ def supervisor_name(cluster: str) -> str:
 
 # ----------------------------------------------------------------------------
 # removing deleted logs
-
-
-class LogInUseError(StorageError):
-    """A deleted partition's directory is locked by a running owner; it is
-    removed once that owner stops (the next repair pass)."""
 
 
 def remove_log(log_dir: str, *, remove_directory: bool) -> bool:

@@ -217,18 +217,30 @@ class Consumer:
 
     def offsets(self, tp: TopicPartition) -> tuple[int, int]:
         """``(earliest, latest)`` of a partition, asked of its data server."""
+        return self._ask(tp, lambda conn: conn.offsets(*tp))
+
+    def _ask(self, tp: TopicPartition, request):
+        """``request(conn)`` on a connection to the partition's data server,
+        tried up to 5 times within ``request_timeout_s`` while the error is
+        retriable or says the endpoint moved; after an error whose
+        ``refresh_metadata`` is set the endpoint is looked up again."""
         from raylog.transfer.connection import BrokerConnection
 
-        tries = iter([False] + [True] * 5)
+        stale = False
 
-        def ask():
-            host, port = self._metadata.endpoint(*tp, refresh=next(tries, True), wait_s=5.0)
-            with BrokerConnection(host, port, token=self._metadata.settings.token,
-                                  timeout_s=self.request_timeout_s) as conn:
-                return conn.offsets(*tp)
+        def attempt():
+            nonlocal stale
+            try:
+                host, port = self._metadata.endpoint(*tp, refresh=stale, wait_s=5.0)
+                with BrokerConnection(host, port, token=self._metadata.settings.token,
+                                      timeout_s=self.request_timeout_s) as conn:
+                    return request(conn)
+            except RaylogError as err:
+                stale = err.refresh_metadata
+                raise
 
         return RetryPolicy(max_tries=5, delay_s=0.1, deadline_s=self.request_timeout_s).call(
-            ask, retry_on=(NotOwnerError,))
+            attempt, retry_if=lambda err: getattr(err, "refresh_metadata", False))
 
     # -- assignment ----------------------------------------------------------
 
@@ -377,21 +389,10 @@ class Consumer:
         timestamp_ms}``: the offset of the partition's first message whose
         timestamp is at or after the time (a compressed set: its wrapper),
         or the high watermark when there is none (OFFSETS_FOR_TIME)."""
-        from raylog.transfer.connection import BrokerConnection
-
         out = {}
         for tp, timestamp_ms in timestamps.items():
-            tp = (tp[0], int(tp[1]))
-            tries = iter([False] + [True] * 5)
-
-            def ask(tp=tp, timestamp_ms=int(timestamp_ms)):
-                host, port = self._metadata.endpoint(*tp, refresh=next(tries, True), wait_s=5.0)
-                with BrokerConnection(host, port, token=self._metadata.settings.token,
-                                      timeout_s=self.request_timeout_s) as conn:
-                    return conn.offset_for_time(*tp, timestamp_ms)
-
-            out[tp] = RetryPolicy(max_tries=5, delay_s=0.1, deadline_s=self.request_timeout_s).call(
-                ask, retry_on=(NotOwnerError,))
+            tp, at = (tp[0], int(tp[1])), int(timestamp_ms)
+            out[tp] = self._ask(tp, lambda conn, tp=tp, at=at: conn.offset_for_time(*tp, at))
         return out
 
     def seek_to_timestamp(self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None) -> dict:

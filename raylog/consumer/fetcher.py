@@ -32,20 +32,25 @@ may be called from any thread.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 
-from raylog.errors import InvalidMessageError, NotOwnerError, OffsetOutOfRangeError, RaylogError
+from raylog.config import EARLIEST, LATEST
 from raylog.consumer.record import Message, with_next_offsets
+from raylog.errors import InvalidMessageError, OffsetOutOfRangeError, RaylogError
 from raylog.retry import RetryPolicy
+from raylog.storage.message import decode_messages
+from raylog.transfer.connection import BrokerConnection
+from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
 #: back-off between tries of a transient failure: 0.05 s doubling to 1 s, ±50 %,
 #: without a deadline (the bound is ownership: the fetcher stops when revoked)
-TRANSIENT_RETRY = RetryPolicy(max_tries=10**9, delay_s=0.05, backoff=2.0, max_delay_s=1.0, jitter=0.5, deadline_s=None)
+TRANSIENT_RETRY = RetryPolicy.forever(delay_s=0.05, max_delay_s=1.0, jitter=0.5)
 
 
 class Chunk:
@@ -81,7 +86,7 @@ class Fetcher(threading.Thread):
         self.conn = None
         self._failing_since: float | None = None
         self._warned = False
-        self._delays = TRANSIENT_RETRY.delays()
+        self._backoff = TRANSIENT_RETRY.start()
 
     def stop(self) -> None:
         self.stopped.set()
@@ -93,8 +98,6 @@ class Fetcher(threading.Thread):
 
     def _put(self, chunk: Chunk) -> bool:
         """Queue a chunk, waiting for room; False once stopped."""
-        import queue
-
         while not self.stopped.is_set():
             try:
                 self.source.queue.put(chunk, timeout=0.1)
@@ -103,34 +106,35 @@ class Fetcher(threading.Thread):
                 continue
         return False
 
-    def _transient(self, err: BaseException) -> None:
-        """Back off (jittered) after a transient failure; warn once after warn_after_s."""
+    def _transient(self, err: RaylogError) -> None:
+        """Back off (jittered) after a transient failure; warn once after
+        warn_after_s. The next connection looks the endpoint up again when
+        the error says so (``refresh_metadata``)."""
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-        self.source.metadata.forget(*self.tp)
+        if err.refresh_metadata:
+            self.source.metadata.forget(*self.tp)
         now = time.monotonic()
         if self._failing_since is None:
             self._failing_since = now
         if not self._warned and now - self._failing_since >= self.source.warn_after_s:
             self._warned = True
-            log.warning("%s-%d unreachable for %.0fs (%s); still retrying for as long as it is owned",
-                        self.tp[0], self.tp[1], now - self._failing_since, err)
-        self.stopped.wait(next(self._delays, TRANSIENT_RETRY.max_delay_s))
+            logger.warning("%s-%d unreachable for %.0fs (%s); still retrying for as long as it is owned",
+                           self.tp[0], self.tp[1], now - self._failing_since, err)
+        self._backoff.wait(self.stopped)  # no deadline: ends early when the fetcher stops
 
     def _recovered(self) -> None:
         if self._failing_since is not None:
             if self._warned:
-                log.warning("%s-%d reachable again", *self.tp)
+                logger.warning("%s-%d reachable again", *self.tp)
             self._failing_since, self._warned = None, False
-            self._delays = TRANSIENT_RETRY.delays()
+            self._backoff.reset()
 
     def _connect(self) -> None:
-        from raylog.transfer.connection import BrokerConnection
-        from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
-
         s = self.source
-        host, port = s.metadata.endpoint(*self.tp, refresh=self._failing_since is not None, wait_s=1.0)
+        # The cached endpoint, unless _transient forgot it (refresh_metadata).
+        host, port = s.metadata.endpoint(*self.tp, wait_s=1.0)
         # A reply holds at least one whole message, however large the topic allows.
         limit = max(s.fetch_max_bytes, s.metadata.config(self.tp[0]).max_message_bytes)
         self.conn = BrokerConnection(host, port, token=s.metadata.settings.token, timeout_s=s.request_timeout_s,
@@ -140,9 +144,9 @@ class Fetcher(threading.Thread):
         """The position ``auto_offset_reset`` gives (``err`` has the range when known)."""
         earliest, latest = (err.earliest, err.latest) if err is not None else self.source.offsets(self.tp)
         policy = self.source.auto_offset_reset
-        if policy == "earliest":
+        if policy == EARLIEST:
             return earliest
-        if policy == "latest":
+        if policy == LATEST:
             return latest
         raise OffsetOutOfRangeError(
             f"{self.tp[0]}-{self.tp[1]}: "
@@ -159,7 +163,7 @@ class Fetcher(threading.Thread):
                 self._recovered()
                 return offset
             except RaylogError as err:
-                if not (err.retriable or isinstance(err, NotOwnerError)) or isinstance(err, OffsetOutOfRangeError):
+                if not (err.retriable or err.refresh_metadata) or isinstance(err, OffsetOutOfRangeError):
                     raise
                 self._transient(err)
         return None
@@ -167,8 +171,6 @@ class Fetcher(threading.Thread):
     # -- the loop ----------------------------------------------------------------
 
     def run(self) -> None:
-        from raylog.storage.message import decode_messages
-
         s = self.source
         topic, partition = self.tp
         try:
@@ -190,15 +192,15 @@ class Fetcher(threading.Thread):
                     if self.stopped.is_set():
                         return
                     new = self._reset(err)
-                    log.warning("%s-%d: offset %d is out of range [%d, %d]; resetting to %d (auto_offset_reset=%r)",
-                                topic, partition, self.offset, err.earliest, err.latest, new, s.auto_offset_reset)
+                    logger.warning("%s-%d: offset %d is out of range [%d, %d]; resetting to %d (auto_offset_reset=%r)",
+                                   topic, partition, self.offset, err.earliest, err.latest, new, s.auto_offset_reset)
                     self.offset = new
                     self._put(Chunk(self.tp, self.epoch, (), new))
                     continue
                 except RaylogError as err:
                     if self.stopped.is_set():
                         return
-                    if not (err.retriable or isinstance(err, NotOwnerError)):
+                    if not (err.retriable or err.refresh_metadata):
                         raise
                     self._transient(err)
                     continue
@@ -233,7 +235,7 @@ class Fetcher(threading.Thread):
         except Exception as err:  # noqa: BLE001 - reported through poll, on every poll until a seek
             if not self.stopped.is_set():
                 if not isinstance(err, RaylogError):
-                    log.exception("%s-%d: the fetcher failed", topic, partition)
+                    logger.exception("%s-%d: the fetcher failed", topic, partition)
                 self._put(Chunk(self.tp, self.epoch, error=err))
         finally:
             if self.conn is not None:

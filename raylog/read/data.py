@@ -67,9 +67,8 @@ from raylog.errors import (
     BrokerUnavailableError,
     ConfigError,
     InvalidMessageError,
-    NotOwnerError,
     OffsetOutOfRangeError,
-    RequestTimeoutError,
+    RaylogError,
     ResourcesUnavailableError,
     UnknownPartitionError,
 )
@@ -584,7 +583,9 @@ def read_range(
                     lost.append(gone)
                 offset = gone.end
                 continue
-            except (NotOwnerError, BrokerUnavailableError, RequestTimeoutError) as err:
+            except RaylogError as err:
+                if not err.refresh_metadata:
+                    raise
                 now = time.monotonic()
                 first_failure = first_failure or now
                 if now - first_failure > reconnect_deadline_s:

@@ -40,9 +40,7 @@ import time
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-
-class FaultInjectionError(AssertionError):
-    """The fault did not happen (or the client did not recover) in time."""
+from raylog.errors import FaultInjectionError
 
 
 def _hosts(client: KazooClient) -> str:

@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 
-from raylog.actors.supervisor import LogInUseError, remove_log, stop_supervisor
+from raylog.actors.supervisor import remove_log, stop_supervisor
+from raylog.errors import LogInUseError
 
 pytestmark = pytest.mark.timeout(300)
 RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")

@@ -23,8 +23,9 @@ typed values, :mod:`raylog_spark.source` for the data source's options,
 :mod:`raylog_spark.loader`.
 """
 
-from raylog_spark.loader import ConcurrentLoadError, IncrementalLoad, load_incremental
+from raylog.errors import ConcurrentLoadError
 from raylog_spark.columns import spark_schema
+from raylog_spark.loader import IncrementalLoad, load_incremental
 from raylog_spark.reader import plan_dataframe, read_topic
 from raylog_spark.session import init_spark, stop_spark
 from raylog_spark.source import use_cluster

@@ -29,14 +29,9 @@ from __future__ import annotations
 import logging
 
 from raylog.read.data import ReadPlan, plan_read, resolve_connection
-from raylog.errors import ConfigError, RaylogError
+from raylog.errors import ConcurrentLoadError, ConfigError
 
 log = logging.getLogger(__name__)
-
-
-class ConcurrentLoadError(RaylogError):
-    """The group's committed offsets moved while a load ran; its offsets were
-    not stored. Run the load again (it starts from the new offsets)."""
 
 
 class IncrementalLoad:

@@ -78,6 +78,9 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(27, "NotEnoughReplicasError");
     NAMES.put(49, "RayUnavailableError");
     NAMES.put(69, "DeliveryError");
+    NAMES.put(70, "LogInUseError");
+    NAMES.put(71, "ConcurrentLoadError");
+    NAMES.put(72, "FaultInjectionError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
