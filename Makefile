@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c
 	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -c constraints.txt -e '.[test,bench]'; } \
 		> $(VENV)/install.log 2>&1 \
 		|| { tail -n 40 $(VENV)/install.log; echo "error: installing the dependencies failed; see $(VENV)/install.log"; exit 1; }
+	@$(PY) -m raylog_spark.jvm >> $(VENV)/install.log 2>&1 || echo "note: the Spark reader's jar was not built (see $(VENV)/install.log); raylog_spark builds it with javac on first use"
 	@touch $(STAMP)
 
 demo: $(STAMP)

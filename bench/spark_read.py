@@ -13,8 +13,9 @@ once (so that all cases see the same load; best and median reported):
   metadata lookup;
 * ``scan``: ``agg(sum(length(value)))``, which makes both read every value;
 * ``avro``: M Avro records (Confluent framing, a registered schema) read as
-  typed columns (``value_format="avro"``), counted and aggregated
-  (``sum(amount)``), vs the same typed rows from Parquet.
+  typed columns (``value_format="avro"``) and aggregated over every column
+  (count, sums of ``id``, ``amount`` and the strings' lengths, the latest
+  ``at``), vs the same typed rows from Parquet.
 
 ``count`` and ``scan`` run with both engines of ``read_topic``: ``jvm`` (the
 Spark data source in the executors' JVMs) and ``python`` (``mapInArrow``),
@@ -24,9 +25,9 @@ and by name (``byname``: ``spark.read.format("raylog")``, planned in the JVM).
   ``Trigger.AvailableNow`` from ``earliest`` into Spark's ``noop`` sink (a
   fresh checkpoint each round; rows counted from the query's progress) vs
   the batch read by name of the same data into the same sink.
-``avro`` decodes in Python: ``read_topic`` reads it with the Python reader
-(``raylog``), and the ``jvm-read`` row shows the alternative, the JVM reader
-feeding the same decoder through ``mapInArrow``.
+``avro`` runs with both engines: ``jvm`` (values decoded in the executors'
+JVMs, what ``read_topic`` does by default) and ``python`` (fastavro in
+Python workers).
 
 Every read of the topic plans again (offsets, endpoints), as a user's would.
 Prints one JSON line per measurement, then a table with rows/s and the
@@ -73,15 +74,6 @@ def empty_reader(batches):
     for _batch in batches:
         pass
     return iter(())
-
-
-def decode_avro(decoder, batches):
-    """A mapInArrow function: binary read batches decoded into typed Avro columns."""
-    try:
-        for batch in batches:
-            yield decoder.decode(batch)
-    finally:
-        decoder.close()
 
 
 ENGINES = ("jvm", "python")
@@ -164,15 +156,6 @@ def main(argv=None) -> None:
         def topic(value_format="binary", name="bench", engine="auto"):
             return raylog_spark.read_topic(spark, name, value_format=value_format, client=client, engine=engine)
 
-        def avro_by_jvm_reader():
-            from raylog.read.data import plan_read
-            from raylog_spark.reader import AvroColumns, jvm_dataframe
-
-            plan = plan_read("bench-avro", client=client)
-            decoder = AvroColumns.for_plan(plan, client=client)
-            df = jvm_dataframe(spark, plan).mapInArrow(functools.partial(decode_avro, decoder), decoder.spark_schema)
-            return df.agg(*typed).collect()[0][0]
-
         parquet = os.path.join(workdir, "bench.parquet")
         topic().write.parquet(parquet)
         scan = F.sum(F.length("value")).alias("bytes")
@@ -210,15 +193,27 @@ def main(argv=None) -> None:
 
         cases.append(("stream", "raylog-availablenow", stream_available_now))
         cases.append(("stream", "raylog-batch", batch_into_noop))
-        typed = [F.count("*").alias("rows"), F.sum("amount").alias("amount")]
+        typed = [
+            F.count("*").alias("rows"),
+            F.sum("id").alias("ids"),
+            F.sum(F.length("user") + F.length("page")).alias("chars"),
+            F.sum("amount").alias("amount"),
+            F.max("at").alias("latest"),
+        ]
         if args.avro:
             avro_parquet = os.path.join(workdir, "bench-avro.parquet")
             topic("avro", "bench-avro").drop("key").write.parquet(avro_parquet)
-            cases += [
-                ("avro", "raylog-python", lambda: topic("avro", "bench-avro").agg(*typed).collect()[0][0]),
-                ("avro", "raylog-jvm-read", avro_by_jvm_reader),
-                ("avro", "parquet", lambda: spark.read.parquet(avro_parquet).agg(*typed).collect()[0][0]),
-            ]
+            for engine in ENGINES:
+                cases.append(
+                    (
+                        "avro",
+                        f"raylog-{engine}",
+                        functools.partial(
+                            lambda e: topic("avro", "bench-avro", engine=e).agg(*typed).collect()[0][0], engine
+                        ),
+                    )
+                )
+            cases.append(("avro", "parquet", lambda: spark.read.parquet(avro_parquet).agg(*typed).collect()[0][0]))
         # Reference: a mapInArrow job over one empty range per partition, the
         # fixed cost of any Python reader in Spark 3.5 (tasks, Python workers).
         floor = lambda: spark.range(0, args.partitions, 1, args.partitions).mapInArrow(  # noqa: E731
@@ -258,7 +253,7 @@ def main(argv=None) -> None:
                 },
                 args.json_only,
             )
-        sources = ("raylog-byname", "raylog-jvm", "raylog-python", "raylog-jvm-read")
+        sources = ("raylog-byname", "raylog-jvm", "raylog-python")
         for case in ("count", "scan", "avro"):
             for source in sources:
                 if (case, source) in results:
@@ -291,7 +286,7 @@ def main(argv=None) -> None:
             print(f"{'stream':<7}{'availableNow':<17}{r:>14,.0f}{'batch ' + format(b, ',.0f'):>16}{r / b:>8.2f}")
             print()
             print("count: Parquet answers from its footers (metadata); scan and avro read every row.")
-            print("avro: raylog-python is what read_topic(value_format='avro') runs.")
+            print("avro: raylog-jvm is what read_topic(value_format='avro') runs by default.")
             print(
                 f"floor: an empty mapInArrow job over {args.partitions} partitions took "
                 f"{min(times[('floor', 'mapInArrow')]):.3f} s; raylog count "

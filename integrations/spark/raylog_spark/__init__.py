@@ -16,15 +16,19 @@ topics read as DataFrames and DataFrames written into topics.
 See :mod:`raylog_spark.session` for what :func:`init_spark` configures,
 :mod:`raylog_spark.reader` for how reads run (a fixed plan of byte ranges,
 read by the Spark data source ``raylog`` in the executors' JVMs or by
-Python workers, locality), :mod:`raylog_spark.jvm` for how that data
-source's jar is built, :mod:`raylog_spark.writer` and
+Python workers, locality), :mod:`raylog_spark.columns`,
+:mod:`raylog_spark.json_values` and :mod:`raylog_spark.avro_values` for
+typed values, :mod:`raylog_spark.source` for the data source's options,
+:mod:`raylog_spark.jvm` for how that data source's jar is built, :mod:`raylog_spark.writer` and
 :mod:`raylog_spark.loader`.
 """
 
 from raylog.errors import ConcurrentLoadError
+from raylog_spark.columns import spark_schema
 from raylog_spark.loader import IncrementalLoad, load_incremental
-from raylog_spark.reader import plan_dataframe, read_topic, spark_schema, use_cluster
+from raylog_spark.reader import plan_dataframe, read_topic
 from raylog_spark.session import init_spark, stop_spark
+from raylog_spark.source import use_cluster
 from raylog_spark.writer import write_topic
 
 __all__ = [

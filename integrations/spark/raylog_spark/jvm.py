@@ -1,26 +1,31 @@
-"""The JVM half of raylog_spark: the Spark data source ``raylog``, built on first use.
+"""The JVM half of raylog_spark: the jar of the Spark data source ``raylog``.
 
 The source (a Spark DataSource V2 in Java, ``integrations/spark/java/``)
 reads a read plan's byte ranges straight from the partition actors' data
 sockets inside the executors' JVMs; see :mod:`raylog_spark.reader`.
 
-It ships as Java sources, not as a jar, and :func:`jar_path` compiles them
-the first time it is needed::
+The jar is built when the package is installed: ``setup.py`` compiles the
+Java sources (:mod:`raylog_spark.jarbuild`) into ``raylog_spark/jars/``
+when ``javac`` and Spark's jars are there, and ``make venv`` runs
+``python -m raylog_spark.jvm`` after installing (a fresh environment has
+no Spark jars yet while the package itself is built). :func:`jar_path`
+finds that jar by name, ``raylog-spark-<digest>.jar`` (the digest of the
+sources, the Spark version and the Java release, see
+:func:`raylog_spark.jarbuild.source_digest`), and compiles nothing.
 
-    javac --release 17 -cp "<pyspark>/jars/*" ...   # Spark's own jars only
-    -> <cache>/raylog-spark-<digest>.jar           # classes + META-INF/services
+Only when the installed package has no jar for its sources (installed
+without a JDK, or the Java sources edited since) :func:`jar_path` builds
+one on first use, saying so in a warning, into a cache folder:
 
-* ``<cache>`` is ``$RAYLOG_SPARK_JAR_CACHE``, else
-  ``$XDG_CACHE_HOME/raylog/spark``, else ``~/.cache/raylog/spark``.
-* ``<digest>`` hashes every file under the Java source folder, the Spark
-  version compiled against and the Java release, so a change to any of them
-  builds a new jar; an unchanged one is found again by its name.
+* ``$RAYLOG_SPARK_JAR_CACHE``, else ``$XDG_CACHE_HOME/raylog/spark``, else
+  ``~/.cache/raylog/spark``; an unchanged jar is found again by its name.
 * A file lock (``<cache>/.build.lock``) serializes builds: concurrent first
   uses (several processes, several threads) build once, and the others find
   the finished jar. The jar is written under a temporary name and renamed
   into place, so a half-written jar is never found.
 * ``javac`` comes from ``$JAVA_HOME/bin`` when that holds one, else from
-  ``PATH``; without it :class:`~raylog.errors.ConfigError` says what to install.
+  ``PATH``; without it :class:`~raylog.errors.ConfigError` says what to
+  install (or to read with the Python reader).
 
 :func:`raylog_spark.init_spark` adds the jar to the session it starts, and
 :func:`loadable` tells whether a session's driver can load the source.
@@ -32,16 +37,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
-import subprocess
-import tempfile
+import sys
 import threading
-import zipfile
 from pathlib import Path
 
 from raylog.errors import ConfigError
+from raylog_spark import jarbuild
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +52,10 @@ log = logging.getLogger(__name__)
 SOURCE_CLASS = "org.raylog.spark.RaylogSource"
 FORMAT = "raylog"
 #: the Java release the classes target (``javac --release``)
-JAVA_RELEASE = "17"
+JAVA_RELEASE = jarbuild.JAVA_RELEASE
 #: environment variable naming the jar cache folder
 CACHE_ENV = "RAYLOG_SPARK_JAR_CACHE"
-#: how long one javac run may take
-JAVAC_TIMEOUT_S = 300
 
-_MANIFEST = "Manifest-Version: 1.0\nCreated-By: raylog_spark.jvm\n"
 _lock = threading.Lock()
 
 
@@ -86,7 +86,7 @@ def spark_jars() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where built jars are kept (see the module docstring)."""
+    """Where jars built on first use are kept (see the module docstring)."""
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
         return Path(explicit)
@@ -94,57 +94,70 @@ def cache_dir() -> Path:
     return Path(base) / "raylog" / "spark"
 
 
-def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+def shipped_folder() -> Path:
+    """The folder of the jar built at install (inside the package)."""
+    return Path(__file__).resolve().parent / jarbuild.SHIPPED_FOLDER
 
 
 def source_digest(root: Path | None = None) -> str:
     """A digest of the sources under ``root``, the Spark version and the Java release."""
-    import pyspark
-
-    root = java_sources() if root is None else Path(root)
-    digest = hashlib.sha256()
-    digest.update(f"spark {pyspark.__version__} java {JAVA_RELEASE}\n".encode())
-    for path in _files(root):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()[:16]
+    try:
+        return jarbuild.source_digest(java_sources() if root is None else Path(root), spark_jars())
+    except RuntimeError as err:
+        raise ConfigError(str(err)) from err
 
 
 def find_javac() -> str:
     """The ``javac`` to compile with; :class:`ConfigError` when there is none."""
-    from raylog.jdk import jdk_tool
-
-    found = jdk_tool("javac")
+    found = jarbuild.find_javac()
     if found is None:
         raise ConfigError(
-            "javac was not found on PATH (nor in $JAVA_HOME/bin); the raylog Spark reader is compiled on "
-            "first use and needs a JDK 17 (on Debian: apt-get install openjdk-17-jdk-headless), "
-            "or read with engine='python'"
+            "javac was not found on PATH (nor in $JAVA_HOME/bin), and the installed raylog has no jar of the "
+            "Spark reader for these sources (it is built at install when a JDK is there); install a JDK 17 "
+            "(on Debian: apt-get install openjdk-17-jdk-headless) and reinstall raylog or run "
+            "`python -m raylog_spark.jvm`, or read with engine='python'"
         )
     return found
 
 
 def jar_path(*, sources: str | os.PathLike | None = None, cache: str | os.PathLike | None = None) -> str:
-    """The path of the jar of the raylog data source, built first if needed.
+    """The path of the jar of the raylog data source.
 
-    ``sources`` (the Java source folder) and ``cache`` (the jar folder)
-    default to :func:`java_sources` and :func:`cache_dir`. Raises
+    With the default ``sources`` (:func:`java_sources`) and ``cache``
+    (:func:`cache_dir`), the jar the package shipped from its install is
+    taken when it is there. Else the jar in the cache folder, built first if
+    needed (with a warning: it should have been built at install). Raises
     :class:`ConfigError` when ``javac`` is missing or the build fails.
     """
     root = java_sources() if sources is None else Path(sources)
+    name = f"raylog-spark-{source_digest(root)}.jar"
+    if sources is None and cache is None:
+        shipped = shipped_folder() / name
+        if shipped.is_file():
+            return str(shipped)
     folder = cache_dir() if cache is None else Path(cache)
-    jar = folder / f"raylog-spark-{source_digest(root)}.jar"
+    jar = folder / name
     if jar.is_file():
         return str(jar)
+    javac = find_javac()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"cannot create the jar cache {folder}: {err}; set {CACHE_ENV} to a writable folder") from err
     with _lock, _file_lock(folder / ".build.lock"):
         if not jar.is_file():  # another process may have built it meanwhile
-            _build(root, jar)
+            log.warning(
+                "the installed raylog_spark has no jar of the Spark reader for its sources (%s); building it "
+                "now with %s into %s (reinstall raylog with a JDK, or run `python -m raylog_spark.jvm`, to "
+                "build it at install)",
+                shipped_folder() / name,
+                javac,
+                jar,
+            )
+            try:
+                jarbuild.build_jar(root, spark_jars(), jar, javac)
+            except RuntimeError as err:
+                raise ConfigError(str(err)) from err
     return str(jar)
 
 
@@ -156,40 +169,6 @@ def _file_lock(path: Path):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _build(root: Path, jar: Path) -> None:
-    javac = find_javac()
-    files = _files(root)
-    java = [str(p) for p in files if p.suffix == ".java"]
-    if not java:
-        raise ConfigError(f"no Java sources under {root}")
-    log.info("building the raylog Spark reader %s from %d sources", jar.name, len(java))
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=jar.parent) as tmp:
-        classes = Path(tmp) / "classes"
-        classes.mkdir()
-        command = [
-            javac, "--release", JAVA_RELEASE, "-encoding", "UTF-8", "-nowarn", "-Xlint:-path",
-            "-cp", str(spark_jars() / "*"), "-d", str(classes), *java,
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise ConfigError(f"could not run {javac} to build the raylog Spark reader: {err}") from err
-        if done.returncode != 0:
-            raise ConfigError(
-                f"javac failed to build the raylog Spark reader from {root} (exit {done.returncode}):\n"
-                f"{(done.stderr or done.stdout).strip()[-4000:]}"
-            )
-        partial = Path(tmp) / jar.name
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as out:
-            out.writestr("META-INF/MANIFEST.MF", _MANIFEST)
-            for path in sorted(classes.rglob("*.class")):
-                out.write(path, path.relative_to(classes).as_posix())
-            for path in files:  # resources: the services file
-                if path.suffix != ".java":
-                    out.write(path, path.relative_to(root).as_posix())
-        os.replace(partial, jar)
 
 
 def loadable(spark) -> bool:
@@ -218,3 +197,19 @@ def add_to_session(spark, path: str) -> bool:
         log.warning("could not add %s to the Spark session: %s", path, err)
         return False
     return loadable(spark)
+
+
+def main(argv=None) -> int:
+    """``python -m raylog_spark.jvm``: build the jar the package ships
+    (``raylog_spark/jars/``) for its sources and this Spark; prints its path."""
+    try:
+        jar = jarbuild.build_shipped(Path(__file__).resolve().parent, java_sources(), spark_jars())
+    except (RuntimeError, ConfigError) as err:
+        print(f"raylog_spark: the Spark reader's jar was not built: {err}", file=sys.stderr)
+        return 1
+    print(jar)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -184,7 +184,7 @@ def init_spark(
         # since) did not get the jar at launch: add it to this session.
         if not jvm.add_to_session(spark, jars[0]):
             log.warning("the Spark driver cannot load %s; reads will use the Python reader", jars[0])
-    from raylog_spark.reader import use_cluster
+    from raylog_spark.source import use_cluster
 
     use_cluster(spark)  # spark.read.format("raylog") finds this process's cluster
     return spark

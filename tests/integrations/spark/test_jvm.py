@@ -1,6 +1,7 @@
-"""raylog_spark.jvm: the jar of the Spark data source ``raylog``, compiled
-with javac on first use and cached by a digest of its sources. No Spark
-session here (the JVM reader itself is tested in test_read.py)."""
+"""raylog_spark.jvm and raylog_spark.jarbuild: the jar of the Spark data
+source ``raylog``, built at install and shipped in the package, else
+compiled with javac on first use and cached by a digest of its sources. No
+Spark session here (the JVM reader itself is tested in test_read.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import zipfile
 import pytest
 
 from raylog.errors import ConfigError
-from raylog_spark import jvm
+from raylog_spark import jarbuild, jvm
 from raylog_spark.session import spark_configs
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,6 +39,31 @@ def no_javac(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
 
 
+def test_the_installed_package_ships_the_jar_of_its_sources(tmp_path, monkeypatch, no_javac, caplog):
+    """Installing (setup.py's build_spark_jar, `make venv`) built the jar: the
+    first use finds it without javac (none on PATH here) and builds nothing."""
+    monkeypatch.setenv(jvm.CACHE_ENV, str(tmp_path / "cache"))
+    with caplog.at_level("WARNING", logger=jvm.__name__):
+        path = jvm.jar_path()
+    assert os.path.dirname(path) == str(jvm.shipped_folder())
+    assert os.path.basename(path) == f"raylog-spark-{jvm.source_digest()}.jar"
+    assert not (tmp_path / "cache").exists()
+    assert not caplog.records
+    with zipfile.ZipFile(path) as jar:
+        assert "org/raylog/spark/AvroReader.class" in jar.namelist()
+
+
+@needs_javac
+def test_the_install_step_builds_into_the_package_and_drops_older_jars(sources, tmp_path):
+    package = tmp_path / "raylog_spark"
+    (package / "jars").mkdir(parents=True)
+    (package / "jars" / "raylog-spark-0000000000000000.jar").write_bytes(b"old")
+    assert jarbuild.find_spark_jars() == jvm.spark_jars()
+    jar = jarbuild.build_shipped(package, sources, jarbuild.find_spark_jars())
+    assert [p.name for p in (package / "jars").iterdir()] == [jar.name]
+    assert jar.name == f"raylog-spark-{jvm.source_digest(sources)}.jar"
+
+
 def test_without_javac_building_is_a_config_error(sources, tmp_path, no_javac):
     with pytest.raises(ConfigError, match="javac was not found.*engine='python'"):
         jvm.jar_path(sources=sources, cache=tmp_path / "cache")
@@ -52,9 +78,11 @@ def test_a_compile_error_is_a_config_error_with_javac_s_message(sources, tmp_pat
 
 
 @needs_javac
-def test_the_jar_is_built_once_and_found_again_without_javac(sources, tmp_path, monkeypatch):
+def test_the_jar_is_built_once_and_found_again_without_javac(sources, tmp_path, monkeypatch, caplog):
     cache = tmp_path / "cache"
-    path = jvm.jar_path(sources=sources, cache=cache)
+    with caplog.at_level("WARNING", logger=jvm.__name__):
+        path = jvm.jar_path(sources=sources, cache=cache)
+    assert any("building it now" in r.getMessage() for r in caplog.records)  # the fallback says so
     assert os.path.dirname(path) == str(cache)
     assert os.path.basename(path) == f"raylog-spark-{jvm.source_digest(sources)}.jar"
     with zipfile.ZipFile(path) as jar:

@@ -2,20 +2,17 @@
 RayDP, reading real partition actors over their data sockets.
 
 One Spark session serves the whole module. Expected contents come from the
-partitions' data sockets read directly here (fetch + decode), not through
-the code under test. The reads run with the default engine (the JVM reader,
+partitions' data sockets read directly (spark_helpers), not through the
+code under test. The reads run with the default engine (the JVM reader,
 which ``init_spark`` adds to the session); where it is cheap a test runs
-with both engines (``engine``), and the JVM reader's own failures (corrupt
-messages, offsets off a boundary, a wrong token) are tested with plans it
-is handed directly.
+with both engines (``engine``). The JVM reader's own cases are in
+test_range_reader.py, typed Avro values in test_avro_values.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import logging
-import os
 
 import pytest
 
@@ -26,11 +23,9 @@ from raylog.errors import (
     InvalidOffsetError,
     OffsetOutOfRangeError,
     UnknownPartitionError,
-    UnknownSchemaError,
     UnknownTopicError,
 )
-from raylog.storage.message import decode_messages
-from raylog.transfer.connection import BrokerConnection
+from spark_helpers import as_tuples, log_messages, make_clicks, produce
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -40,64 +35,9 @@ def engine(request):
     return request.param
 
 
-def produce(client, topic: str, messages, compression=None) -> None:
-    """Send ``(key, value)`` pairs with acks=1 and flush every partition, so
-    that everything is below the high watermark."""
-    import ray
-
-    producer = client.producer(acks=1, batch_size=50, linger_ms=1, compression=compression)
-    for key, value in messages:
-        producer.send(topic, value, key)
-    producer.flush()
-    producer.close()
-    partitions = client.metadata.partitions(topic)
-    ray.get([client.partition_actor(topic, p).flush.remote() for p in range(partitions)])
-
-
-def log_messages(client, topic: str) -> list[tuple]:
-    """Every message of ``topic`` as ``(partition, offset, key, value, timestamp_ms)``."""
-    rows = []
-    for p in range(client.metadata.partitions(topic)):
-        start, end = client.offsets(topic, p)
-        host, port = client.metadata.endpoint(topic, p, refresh=True)
-        with BrokerConnection(host, port, token=client.settings.token) as conn:
-            offset = start
-            while offset < end:
-                records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)
-                rows.extend((p, o, k, v, ts) for o, ts, k, v in records)
-                offset += consumed
-    return rows
-
-
-def ordered(messages) -> list[tuple]:
-    """``(partition, offset, key, value, timestamp_ms)`` tuples sorted; the
-    inner messages of a compressed set share an offset, and keys may be None."""
-    return sorted(messages, key=lambda m: (m[0], m[1], m[2] is not None, m[2] or b"", m[3], m[4]))
-
-
-def as_tuples(rows) -> list[tuple]:
-    return ordered(
-        (
-            r["partition"],
-            r["offset"],
-            None if r["key"] is None else bytes(r["key"]),
-            bytes(r["value"]),
-            round(r["timestamp"].timestamp() * 1000),
-        )
-        for r in rows
-    )
-
-
 @pytest.fixture(scope="module")
 def clicks(raylog_client):
-    """A three-partition topic of 600 messages, keyed and unkeyed, of varied sizes."""
-    topic = "clicks-read"
-    raylog_client.create_topic(topic, partitions=3)
-    messages = [
-        (None if i % 4 == 0 else b"user-%d" % (i % 17), b"click-%05d:" % i + b"x" * (i % 97)) for i in range(600)
-    ]
-    produce(raylog_client, topic, messages)
-    return topic
+    return make_clicks(raylog_client, "clicks-read")
 
 
 # ---------------------------------------------------------------------------
@@ -168,134 +108,6 @@ def test_the_jvm_reader_is_the_default_in_a_session_of_init_spark(spark, raylog_
     assert raylog_spark.read_topic(spark, clicks, client=raylog_client).raylog_engine == "jvm"
     with pytest.raises(ConfigError, match="engine"):
         raylog_spark.read_topic(spark, clicks, client=raylog_client, engine="scala")
-
-
-def test_a_count_reads_no_column_but_checks_every_message(spark, raylog_client, make_topic):
-    topic = make_topic(partitions=1)
-    produce(raylog_client, topic, [(b"k", b"value-%03d" % i) for i in range(50)])
-    df = raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm")
-    scan = [
-        node
-        for node in _plan_nodes(df.groupBy().count())
-        if node.getClass().getSimpleName() == "BatchScanExec"
-    ]
-    assert [node.scan().readSchema().length() for node in scan] == [0]
-    assert df.count() == 50
-    # a flipped byte in a value fails the count too: the CRC is still checked
-    victim = log_messages(raylog_client, topic)[20]
-    flip_byte(raylog_client, topic, 0, victim[1] + 30)
-    with pytest.raises(Exception, match="CorruptMessageError: message at offset %d" % victim[1]):
-        raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm").count()
-
-
-def _plan_nodes(df):
-    """The nodes of ``df``'s executed plan (JVM objects), adaptive plans unwrapped."""
-    plan = df._jdf.queryExecution().executedPlan()
-    if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
-        plan = plan.executedPlan()
-    nodes = []
-    pending = [plan]
-    while pending:
-        node = pending.pop()
-        nodes.append(node)
-        children = node.children()
-        pending.extend(children.apply(i) for i in range(children.size()))
-    return nodes
-
-
-def flip_byte(client, topic: str, partition: int, offset: int) -> None:
-    """Flip one byte of a partition's log on disk, at log ``offset`` of its first segment."""
-    folder = client.log_dir(topic, partition)
-    segment = os.path.join(folder, sorted(n for n in os.listdir(folder) if n.endswith(".log"))[0])
-    with open(segment, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0xFF]))
-
-
-@pytest.mark.parametrize("compression", ["gzip", "zstd", "lz4"])
-def test_compressed_topics_read_by_the_jvm_reader(spark, raylog_client, make_topic, compression):
-    topic = make_topic(partitions=2)
-    # values up to ~8 KiB: inner sets of ~200 KiB, several (linked) lz4 blocks each
-    messages = [
-        (None if i % 3 else b"key-%d" % (i % 5), b"%s-%04d:" % (compression.encode(), i) + b"yz%d" % (i % 7) * (i % 2700))
-        for i in range(400)
-    ]
-    produce(raylog_client, topic, messages, compression=compression)
-    expected = ordered(log_messages(raylog_client, topic))
-    assert len(expected) == 400
-    # inner messages report their wrapper's offset: fewer offsets than messages
-    assert len({(m[0], m[1]) for m in expected}) < 400
-    df = raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm")
-    assert as_tuples(df.collect()) == expected
-    assert df.count() == 400
-    # explicit offsets at wrapper boundaries, and min_partitions splits at them
-    first = [m for m in expected if m[0] == 0]
-    wrappers = sorted({m[1] for m in first})
-    start = wrappers[1]
-    part = raylog_spark.read_topic(spark, topic, {0: start}, client=raylog_client, engine="jvm")
-    assert part.where("partition = 0").count() == sum(1 for m in first if m[1] >= start)
-    split = raylog_spark.read_topic(spark, topic, min_partitions=5, client=raylog_client, engine="jvm")
-    assert as_tuples(split.collect()) == expected
-
-
-@pytest.mark.parametrize("fetch_bytes", [64, 1000])
-def test_jvm_reader_with_small_fetches_refetches_cut_messages(spark, raylog_client, clicks, fetch_bytes):
-    # replies smaller than a message (the server still sends one whole
-    # message) or cutting most messages: every cut one is fetched again
-    df = raylog_spark.read_topic(spark, clicks, client=raylog_client, engine="jvm", fetch_bytes=fetch_bytes)
-    assert as_tuples(df.collect()) == sorted(log_messages(raylog_client, clicks))
-
-
-def _with_ranges(plan, **changes):
-    """``plan`` with every range changed by ``changes`` (for reads the planner would refuse)."""
-    return dataclasses.replace(plan, ranges=tuple(r._replace(**changes) for r in plan.ranges))
-
-
-def test_jvm_reader_errors_name_the_raylog_error(spark, raylog_client, clicks):
-    from raylog_spark.reader import plan_dataframe
-
-    plan = plan_read(clicks, {0: "earliest", 1: "latest", 2: "latest"}, client=raylog_client)
-    (rng,) = plan.ranges
-    # a start off a message boundary: the data socket refuses it
-    off = _with_ranges(plan, start=rng.start + 3)
-    with pytest.raises(Exception, match=r"InvalidOffsetError: .*\[reading %s-0 " % clicks):
-        plan_dataframe(spark, off, engine="jvm").count()
-    # a range past the end of the log: the data that the plan promises is not there
-    past = _with_ranges(plan, start=rng.end + 1000, end=rng.end + 2000)
-    with pytest.raises(Exception, match=r"DataLossError: %s-0 ends at %d" % (clicks, rng.end)):
-        plan_dataframe(spark, past, engine="jvm").count()
-    # a socket where no partition actor listens
-    closed = _with_ranges(plan, port=1)
-    with pytest.raises(Exception, match=r"BrokerUnavailableError: cannot connect to the data socket 127.0.0.1:1"):
-        plan_dataframe(spark, closed, engine="jvm").count()
-
-
-def test_jvm_reader_authenticates_with_the_token(spark, zookeeper, ray_local, tmp_path):
-    import raylog
-    from raylog.metadata import ConnectionSettings
-
-    secured = raylog.Client(
-        zookeeper=zookeeper.connect_string,
-        cluster="spark-secured",
-        data_dir=str(tmp_path),
-        data_host="127.0.0.1",
-    )  # the cluster's token, derived (raylog.auth)
-    assert secured.settings.token
-    try:
-        secured.create_topic("secured", partitions=1)
-        produce(secured, "secured", [(None, b"private-%d" % i) for i in range(10)])
-        df = raylog_spark.read_topic(spark, "secured", client=secured, engine="jvm")
-        assert sorted(bytes(r["value"]) for r in df.collect()) == sorted(b"private-%d" % i for i in range(10))
-        from raylog_spark.reader import plan_dataframe
-
-        wrong = dataclasses.replace(df.raylog_plan, settings=ConnectionSettings(secured.settings.zookeeper, "spark-secured", b"guess"))
-        with pytest.raises(Exception, match="AuthenticationError"):
-            plan_dataframe(spark, wrong, engine="jvm").count()
-    finally:
-        secured.delete_topic("secured")
-        secured.close()
 
 
 def test_explicit_offset_ranges(spark, raylog_client, clicks, engine):
@@ -434,135 +246,6 @@ def test_json_values_parsed_with_a_given_or_inferred_schema(spark, raylog_client
     assert given.columns == ["value", "key", "topic", "partition", "offset", "timestamp"]
     pages = {r["page"]: r["count"] for r in given.groupBy("value.page").count().collect()}
     assert pages == {f"/p{k}": 25 for k in range(4)}
-
-
-AVRO_V1 = {
-    "type": "record",
-    "name": "Visit",
-    "namespace": "test",
-    "fields": [{"name": "id", "type": "long"}, {"name": "page", "type": "string"}],
-}
-AVRO_V2 = {
-    "type": "record",
-    "name": "Visit",
-    "namespace": "test",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "page", "type": "string"},
-        {"name": "seconds", "type": "double", "default": -1.0},
-        {"name": "tags", "type": {"type": "array", "items": "string"}, "default": []},
-    ],
-}
-
-
-def test_avro_values_with_two_schema_versions(spark, raylog_client, make_topic):
-    from raylog.avro import AvroSerializer
-    from raylog.zk.schemas import SchemaRegistry
-
-    registry = SchemaRegistry(raylog_client.metadata.zk, raylog_client.settings.cluster)
-    v1, v2 = AvroSerializer(registry, AVRO_V1), AvroSerializer(registry, AVRO_V2)
-    topic = make_topic(partitions=2)
-    values = [v1({"id": i, "page": f"/v1/{i}"}) for i in range(30)]
-    values += [v2({"id": 100 + i, "page": f"/v2/{i}", "seconds": i / 2, "tags": ["a"] * (i % 3)}) for i in range(30)]
-    produce(raylog_client, topic, [(b"k%d" % (i % 2), v) for i, v in enumerate(values)])
-
-    # default: the schema of the first message (v1); v2 records resolved to it
-    first = raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client)
-    assert first.columns == ["id", "page", "key", "topic", "partition", "offset", "timestamp"]
-    assert first.schema["id"].dataType.typeName() == "long"
-    assert sorted(r["id"] for r in first.select("id").collect()) == list(range(30)) + list(range(100, 130))
-
-    # v2 as the reader schema: v1 records get the defaults
-    second = raylog_spark.read_topic(spark, topic, value_format="avro", schema_id=v2.schema_id, client=raylog_client)
-    rows = {r["id"]: r for r in second.collect()}
-    assert len(rows) == 60
-    assert rows[3]["seconds"] == -1.0 and rows[3]["tags"] == [] and rows[3]["page"] == "/v1/3"
-    assert rows[104]["seconds"] == 2.0 and rows[104]["tags"] == ["a"]
-    assert second.agg({"seconds": "sum"}).collect()[0][0] == pytest.approx(-30 + sum(i / 2 for i in range(30)))
-
-    nested = raylog_spark.read_topic(
-        spark, topic, value_format="avro", schema_id=v2.schema_id, flatten=False, client=raylog_client
-    )
-    assert nested.where("value.id >= 100").count() == 30
-    # Avro decodes in Python, so it reads with the Python reader
-    assert nested.raylog_engine == "python"
-    with pytest.raises(ConfigError, match="engine"):
-        raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client, engine="jvm")
-
-
-def test_avro_logical_types_all_decode(spark, raylog_client, make_topic):
-    """Every logical type avro_to_spark_schema maps decodes into its Spark type."""
-    import decimal
-    import uuid
-
-    from raylog.avro import AvroSerializer
-    from raylog.zk.schemas import SchemaRegistry
-
-    schema = {
-        "type": "record",
-        "name": "Logical",
-        "fields": [
-            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
-            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-            {"name": "tm", "type": {"type": "int", "logicalType": "time-millis"}},
-            {"name": "tu", "type": {"type": "long", "logicalType": "time-micros"}},
-            {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {"name": "tsu", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-            {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
-            {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
-            {"name": "maybe", "type": ["null", {"type": "string", "logicalType": "uuid"}], "default": None},
-            {"name": "times", "type": {"type": "array", "items": {"type": "int", "logicalType": "time-millis"}}},
-        ],
-    }
-    registry = SchemaRegistry(raylog_client.metadata.zk, raylog_client.settings.cluster)
-    serialize = AvroSerializer(registry, schema)
-    ids = [uuid.UUID(int=i * 7919) for i in range(10)]
-    at = datetime.datetime(2026, 11, 22, 14, 30, 5, 123000, tzinfo=datetime.timezone.utc)
-    records = [
-        {
-            "id": ids[i],
-            "day": datetime.date(2026, 1, 1 + i),
-            "tm": datetime.time(1, 2, 3, 4000 * i),
-            "tu": datetime.time(1, 2, 3, 7 * i),
-            "ts": at,
-            "tsu": at,
-            "local": at.replace(tzinfo=None),
-            "amount": decimal.Decimal(f"{i}.25"),
-            "maybe": ids[i] if i % 2 else None,
-            "times": [datetime.time(0, 0, 1)] * (i % 3),
-        }
-        for i in range(10)
-    ]
-    topic = make_topic(partitions=1)
-    produce(raylog_client, topic, [(None, serialize(r)) for r in records])
-    df = raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client)
-    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
-    assert types["id"] == "string" and types["tm"] == "integer" and types["tu"] == "long"
-    assert types["day"] == "date" and types["amount"].startswith("decimal")
-    rows = sorted(df.collect(), key=lambda r: r["day"])
-    for i, r in enumerate(rows):
-        assert r["id"] == str(ids[i])
-        assert r["day"] == datetime.date(2026, 1, 1 + i)
-        assert r["tm"] == 3_723_000 + 4 * i  # ms since midnight
-        assert r["tu"] == 3_723_000_000 + 7 * i  # µs since midnight
-        assert r["ts"].timestamp() == pytest.approx(at.timestamp())
-        assert r["amount"] == decimal.Decimal(f"{i}.25")
-        assert r["maybe"] == (str(ids[i]) if i % 2 else None)
-        assert r["times"] == [1000] * (i % 3)
-
-
-def test_unknown_avro_schema_ids_are_typed_errors(spark, raylog_client, make_topic):
-    from raylog.avro import frame
-
-    topic = make_topic(partitions=1)
-    produce(raylog_client, topic, [(None, frame(987_654, b"\x02"))])
-    with pytest.raises(UnknownSchemaError):
-        raylog_spark.read_topic(spark, topic, value_format="avro", client=raylog_client)
-    with pytest.raises(UnknownSchemaError):
-        raylog_spark.read_topic(spark, topic, value_format="avro", schema_id=987_655, client=raylog_client)
-    empty = make_topic(partitions=1)
-    with pytest.raises(ConfigError, match="schema_id="):
-        raylog_spark.read_topic(spark, empty, value_format="avro", client=raylog_client)
 
 
 # ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ OFFSETS), with the Kafka source's option names. One Spark session for the
 module; ``init_spark`` points the source at this process's cluster.
 
 Expected contents come from the partitions' data sockets read directly here
-(``log_messages`` of test_read), not through the code under test.
+(``spark_helpers.log_messages``), not through the code under test.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import time
 import pytest
 
 import raylog_spark
-from raylog.storage.message import decode_messages
-from raylog.transfer.connection import BrokerConnection
+import spark_helpers
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -37,17 +36,7 @@ def produce(client, topic: str, values, compression=None, keys=None, timestamps=
 
 def log_messages(client, topic: str) -> list[tuple]:
     """Every message of ``topic`` as ``(partition, offset, value)``, read from the data sockets."""
-    rows = []
-    for p in range(client.metadata.partitions(topic)):
-        start, end = client.offsets(topic, p)
-        host, port = client.metadata.endpoint(topic, p, refresh=True)
-        with BrokerConnection(host, port, token=client.settings.token) as conn:
-            offset = start
-            while offset < end:
-                records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)
-                rows.extend((p, o, v) for o, _ts, _k, v in records)
-                offset += consumed
-    return sorted(rows)
+    return sorted((p, o, v) for p, o, _key, v, _ts in spark_helpers.log_messages(client, topic))
 
 
 def read(spark, **options):
@@ -217,9 +206,32 @@ def test_available_now_reads_to_the_end_and_stops(spark, raylog_client, make_top
     assert len(progress) > 1  # maxOffsetsPerTrigger cut the backlog into several batches
 
 
-def test_a_stream_stopped_and_restarted_writes_every_message_once(spark, raylog_client, make_topic, tmp_path):
+def kill_partition_actor(client, topic: str, partition: int) -> None:
+    """Kill the partition's actor and wait until Ray restarted it (a new process on a new port)."""
     import ray
 
+    actor = client.partition_actor(topic, partition)
+    old_pid = ray.get(actor.pid.remote())
+    ray.kill(actor, no_restart=False)
+    deadline = time.monotonic() + 120
+    while True:  # until Ray restarted it
+        try:
+            if ray.get(actor.pid.remote(), timeout=10) != old_pid:
+                return
+        except ray.exceptions.RayError:
+            pass
+        assert time.monotonic() < deadline, "the partition actor restarted within 120 s"
+        time.sleep(0.2)
+
+
+def wait_for(condition, what: str, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
+        time.sleep(0.2)
+
+
+def test_a_stream_stopped_and_restarted_writes_every_message_once(spark, raylog_client, make_topic, tmp_path):
     topic = make_topic(partitions=2)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     sent = []
@@ -232,32 +244,49 @@ def test_a_stream_stopped_and_restarted_writes_every_message_once(spark, raylog_
     send(300)
     query = stream_into_parquet(spark, topic, out, ckpt, startingOffsets="earliest", maxOffsetsPerTrigger="3000")
     q = query.trigger(processingTime="200 milliseconds").start()
-    deadline = time.monotonic() + 120
-    while not any(p["numInputRows"] > 0 for p in q.recentProgress):
-        assert time.monotonic() < deadline, "the stream read something within 120 s"
-        time.sleep(0.2)
+    wait_for(lambda: any(p["numInputRows"] > 0 for p in q.recentProgress), "the stream read something")
     q.stop()  # mid-way: maxOffsetsPerTrigger leaves a backlog
     assert spark.read.parquet(str(out)).count() < 300
     send(200)
     # the partition actor of partition 0 restarts (new process, new port) before the query does
-    actor = raylog_client.partition_actor(topic, 0)
-    old_pid = ray.get(actor.pid.remote())
-    ray.kill(actor, no_restart=False)
-    deadline = time.monotonic() + 120
-    while True:  # until Ray restarted it
-        try:
-            if ray.get(actor.pid.remote(), timeout=10) != old_pid:
-                break
-        except ray.exceptions.RayError:
-            pass
-        assert time.monotonic() < deadline, "the partition actor restarted within 120 s"
-        time.sleep(0.2)
+    kill_partition_actor(raylog_client, topic, 0)
     send(100)
     q = stream_into_parquet(spark, topic, out, ckpt).trigger(availableNow=True).start()
     assert q.awaitTermination(300)
     assert q.exception() is None
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r["value"].encode() for r in rows) == sorted(sent)  # every message, exactly once
+    keys = [(r["partition"], r["offset"], r["inner_index"]) for r in rows]
+    assert len(keys) == len(set(keys))
+
+
+def test_a_running_stream_goes_on_when_its_partition_actor_is_killed(spark, raylog_client, make_topic, tmp_path):
+    """The actor of partition 0 dies mid-run and Ray restarts it on a new
+    port: the running query's readers and planner find it again in
+    ZooKeeper, and the output holds every message exactly once."""
+    topic = make_topic(partitions=2)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    sent = [b"r-%05d" % i for i in range(600)]
+    produce(raylog_client, topic, sent[:400])
+    q = (
+        stream_into_parquet(spark, topic, out, ckpt, startingOffsets="earliest", maxOffsetsPerTrigger="1500")
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        wait_for(lambda: any(p["numInputRows"] > 0 for p in q.recentProgress), "the stream read something")
+        kill_partition_actor(raylog_client, topic, 0)  # while batches run: maxOffsetsPerTrigger leaves a backlog
+        produce(raylog_client, topic, sent[400:])  # written to the restarted actor
+        wait_for(
+            lambda: q.exception() is not None or sum(p["numInputRows"] for p in q.recentProgress) >= 600,
+            "the stream read every message",
+        )
+        assert q.exception() is None
+        assert q.isActive
+    finally:
+        q.stop()
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r["value"].encode() for r in rows) == sorted(sent)  # nothing lost, nothing twice
     keys = [(r["partition"], r["offset"], r["inner_index"]) for r in rows]
     assert len(keys) == len(set(keys))
 

@@ -72,6 +72,9 @@ final class FetchClient implements Closeable {
   private InputStream in;
   private OutputStream out;
   private int correlation;
+  /** the correlation id of the request {@link #frame} built last, and the position after its first field */
+  private int lastId;
+  private int cursor;
   /** correlation id of the FETCH sent and not read yet, or null */
   private Integer outstanding;
   private final byte[] header = new byte[REPLY_HEADER + FETCH_FIELDS];
@@ -122,18 +125,45 @@ final class FetchClient implements Closeable {
           e);
     }
     if (token != null) {
-      int id = ++correlation;
-      byte[] frame = new byte[4 + 8 + 2 + token.length];
-      int pos = putHeader(frame, API_AUTH, id, 2 + token.length);
-      pos = putShort(frame, pos, token.length);
-      System.arraycopy(token, 0, frame, pos, token.length);
-      write(frame, frame.length);
-      readReplyHeader(id, "AUTH");
-      int size = readInt(header, 0);
-      if (size != REPLY_HEADER - 4) {
-        fail(RaylogReadException.PROTOCOL, "AUTH reply of " + size + " bytes, expected " + (REPLY_HEADER - 4));
-      }
+      byte[] frame = frame(API_AUTH, token, 2 + token.length, 2 + token.length);
+      write(frame, cursor);
+      readReply(lastId, "AUTH", 0);
     }
+  }
+
+  /**
+   * A request frame of {@code api}: its header (declaring a body of
+   * {@code body} bytes) and then {@code field} (u16 length, bytes) written;
+   * {@link #cursor} is after them. The frame holds {@code frameBody} bytes of
+   * body (the rest, if any, is written apart); its correlation id is {@link #lastId}.
+   */
+  private byte[] frame(short api, byte[] field, int frameBody, int body) {
+    lastId = ++correlation;
+    byte[] frame = 4 + 8 + frameBody <= request.length ? request : new byte[4 + 8 + frameBody];
+    int pos = putHeader(frame, api, lastId, body);
+    pos = putShort(frame, pos, field.length);
+    System.arraycopy(field, 0, frame, pos, field.length);
+    cursor = pos + field.length;
+    return frame;
+  }
+
+  /** Start a request that must not overlap a FETCH: connect, then {@link #frame}. */
+  private byte[] call(short api, byte[] topic, int frameBody, int body) {
+    if (outstanding != null) {
+      throw new IllegalStateException("a FETCH is outstanding");
+    }
+    connect();
+    return frame(api, topic, frameBody, body);
+  }
+
+  /** Read the reply of request {@code id}: exactly {@code fields} bytes of body after the header, into {@link #header}. */
+  private void readReply(int id, String api, int fields) {
+    readReplyHeader(id, api);
+    int size = readInt(header, 0);
+    if (size != REPLY_HEADER - 4 + fields) {
+      fail(RaylogReadException.PROTOCOL, api + " reply of " + size + " bytes, expected " + (REPLY_HEADER - 4 + fields));
+    }
+    readFully(header, REPLY_HEADER, fields);
   }
 
   /** Send a FETCH of up to {@code maxBytes} of the log at {@code offset} (no long poll). */
@@ -142,19 +172,14 @@ final class FetchClient implements Closeable {
       throw new IllegalStateException("a FETCH is already outstanding");
     }
     connect();
-    int id = ++correlation;
     int body = 2 + topic.length + 4 + 8 + 4 + 4;
-    byte[] frame = 4 + 8 + body <= request.length ? request : new byte[4 + 8 + body];
-    int pos = putHeader(frame, API_FETCH, id, body);
-    pos = putShort(frame, pos, topic.length);
-    System.arraycopy(topic, 0, frame, pos, topic.length);
-    pos += topic.length;
-    pos = putInt(frame, pos, partition);
+    byte[] frame = frame(API_FETCH, topic, body, body);
+    int pos = putInt(frame, cursor, partition);
     pos = putLong(frame, pos, offset);
     pos = putInt(frame, pos, maxBytes);
     pos = putInt(frame, pos, 0);
     write(frame, pos);
-    outstanding = id;
+    outstanding = lastId;
   }
 
   /**
@@ -163,78 +188,30 @@ final class FetchClient implements Closeable {
    * base offset i64); returns the base offset.
    */
   long produce(byte[] topic, int partition, byte[] set) {
-    if (outstanding != null) {
-      throw new IllegalStateException("a FETCH is outstanding");
-    }
-    connect();
-    int id = ++correlation;
-    int body = 2 + topic.length + 4 + 1 + 4 + set.length;
-    byte[] frame = new byte[4 + 8 + 2 + topic.length + 9];
-    int pos = putHeader(frame, API_PRODUCE, id, body);
-    pos = putShort(frame, pos, topic.length);
-    System.arraycopy(topic, 0, frame, pos, topic.length);
-    pos += topic.length;
-    pos = putInt(frame, pos, partition);
+    byte[] frame = call(API_PRODUCE, topic, 2 + topic.length + 9, 2 + topic.length + 4 + 1 + 4 + set.length);
+    int pos = putInt(frame, cursor, partition);
     frame[pos++] = 1; // acks
     pos = putInt(frame, pos, set.length);
     write(frame, pos);
     write(set, set.length);
-    readReplyHeader(id, "PRODUCE");
-    int size = readInt(header, 0);
-    if (size != REPLY_HEADER - 4 + 8) {
-      fail(RaylogReadException.PROTOCOL, "PRODUCE reply of " + size + " bytes, expected " + (REPLY_HEADER - 4 + 8));
-    }
-    readFully(header, REPLY_HEADER, 8);
+    readReply(lastId, "PRODUCE", 8);
     return readLong(header, REPLY_HEADER);
   }
 
   /** {@code {log start offset, high watermark}} of the partition (an OFFSETS call). */
   long[] offsets(byte[] topic, int partition) {
-    if (outstanding != null) {
-      throw new IllegalStateException("a FETCH is outstanding");
-    }
-    connect();
-    int id = ++correlation;
-    int body = 2 + topic.length + 4;
-    byte[] frame = new byte[4 + 8 + body];
-    int pos = putHeader(frame, API_OFFSETS, id, body);
-    pos = putShort(frame, pos, topic.length);
-    System.arraycopy(topic, 0, frame, pos, topic.length);
-    pos += topic.length;
-    pos = putInt(frame, pos, partition);
-    write(frame, pos);
-    readReplyHeader(id, "OFFSETS");
-    int size = readInt(header, 0);
-    if (size != REPLY_HEADER - 4 + 16) {
-      fail(RaylogReadException.PROTOCOL, "OFFSETS reply of " + size + " bytes, expected " + (REPLY_HEADER - 4 + 16));
-    }
-    readFully(header, REPLY_HEADER, 16);
+    byte[] frame = call(API_OFFSETS, topic, 2 + topic.length + 4, 2 + topic.length + 4);
+    write(frame, putInt(frame, cursor, partition));
+    readReply(lastId, "OFFSETS", 16);
     return new long[] {readLong(header, REPLY_HEADER), readLong(header, REPLY_HEADER + 8)};
   }
 
   /** The offset of the first message at or after {@code timestampMs} (an OFFSETS_FOR_TIME call). */
   long offsetForTime(byte[] topic, int partition, long timestampMs) {
-    if (outstanding != null) {
-      throw new IllegalStateException("a FETCH is outstanding");
-    }
-    connect();
-    int id = ++correlation;
     int body = 2 + topic.length + 4 + 8;
-    byte[] frame = new byte[4 + 8 + body];
-    int pos = putHeader(frame, API_OFFSETS_FOR_TIME, id, body);
-    pos = putShort(frame, pos, topic.length);
-    System.arraycopy(topic, 0, frame, pos, topic.length);
-    pos += topic.length;
-    pos = putInt(frame, pos, partition);
-    pos = putLong(frame, pos, timestampMs);
-    write(frame, pos);
-    readReplyHeader(id, "OFFSETS_FOR_TIME");
-    int size = readInt(header, 0);
-    if (size != REPLY_HEADER - 4 + 8) {
-      fail(RaylogReadException.PROTOCOL,
-          "OFFSETS_FOR_TIME reply of " + size + " bytes, expected " + (REPLY_HEADER - 4 + 8));
-    }
-    readFully(header, REPLY_HEADER, 8);
+    byte[] frame = call(API_OFFSETS_FOR_TIME, topic, body, body);
+    write(frame, putLong(frame, putInt(frame, cursor, partition), timestampMs));
+    readReply(lastId, "OFFSETS_FOR_TIME", 8);
     return readLong(header, REPLY_HEADER);
   }
 

@@ -54,6 +54,8 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private int refindAttempt;
   private final MessageSet messages;
   private final UnsafeRowWriter writer;
+  /** the rows of a typed Avro read, or null */
+  private final TypedRows typed;
   private byte[] buffer;
 
   /** the offset of the next FETCH: everything before it was fetched */
@@ -62,7 +64,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private boolean pending;
   private long rows;
 
-  RangeReader(ReadOptions.Range range, ReadOptions.Settings settings, int[] columns) {
+  RangeReader(ReadOptions.Range range, ReadOptions.Settings settings, int[] columns, AvroSpec avro) {
     this.range = range;
     this.settings = settings;
     this.columns = columns;
@@ -70,7 +72,8 @@ final class RangeReader implements PartitionReader<InternalRow> {
     this.topic = UTF8String.fromBytes(topicBytes);
     this.client = new FetchClient(range.host, range.port, settings.token, settings.timeoutMs, settings.maxMessageBytes);
     this.messages = new MessageSet(settings.maxMessageBytes, settings.maxInflatedBytes);
-    this.writer = columns.length == 0 ? null : new UnsafeRowWriter(columns.length, 256);
+    this.writer = columns.length == 0 || avro != null ? null : new UnsafeRowWriter(columns.length, 256);
+    this.typed = columns.length == 0 || avro == null ? null : new TypedRows(avro, columns, settings);
     this.next = range.start;
   }
 
@@ -88,6 +91,9 @@ final class RangeReader implements PartitionReader<InternalRow> {
 
   @Override
   public InternalRow get() {
+    if (typed != null) {
+      return typed.row(messages, range.partition, topic, range.describe());
+    }
     if (writer == null) {
       return NO_COLUMNS;
     }
@@ -142,12 +148,12 @@ final class RangeReader implements PartitionReader<InternalRow> {
       buffer = new byte[(int) Math.min(Math.max(4096, want), client.maxDataBytes())];
     }
     for (;;) {
-      if (!pending) {
-        send();
-      }
-      pending = false;
       int length;
       try {
+        if (!pending) {
+          send(); // connecting to a partition actor that moved fails here
+        }
+        pending = false;
         buffer = client.readFetch(buffer);
         length = client.dataLength;
         refindDeadline = 0;
@@ -291,6 +297,9 @@ final class RangeReader implements PartitionReader<InternalRow> {
   @Override
   public void close() {
     client.close();
+    if (typed != null) {
+      typed.close();
+    }
     if (zk != null) {
       zk.close();
     }

@@ -12,14 +12,17 @@ final class RangeReaderFactory implements PartitionReaderFactory {
 
   private final ReadOptions.Settings settings;
   private final int[] columns;
+  /** the typed Avro read, or null */
+  private final AvroSpec avro;
 
-  RangeReaderFactory(ReadOptions.Settings settings, int[] columns) {
+  RangeReaderFactory(ReadOptions.Settings settings, int[] columns, AvroSpec avro) {
     this.settings = settings;
     this.columns = columns;
+    this.avro = avro;
   }
 
   @Override
   public PartitionReader<InternalRow> createReader(InputPartition partition) {
-    return new RangeReader(((RangePartition) partition).range, settings, columns);
+    return new RangeReader(((RangePartition) partition).range, settings, columns, avro);
   }
 }

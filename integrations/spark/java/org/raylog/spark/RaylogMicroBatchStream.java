@@ -61,6 +61,8 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
 
   private final SourceOptions options;
   private final int[] columns;
+  /** the typed Avro read, or null */
+  private final AvroSpec avro;
   private final String checkpointLocation;
   private Cluster cluster;
   private int maxMessageBytes = ReadOptions.MiB;
@@ -68,9 +70,10 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   /** the end of a Trigger.AvailableNow query, or null */
   private RaylogOffset availableNowEnd;
 
-  RaylogMicroBatchStream(SourceOptions options, int[] columns, String checkpointLocation) {
+  RaylogMicroBatchStream(SourceOptions options, int[] columns, AvroSpec avro, String checkpointLocation) {
     this.options = options;
     this.columns = columns;
+    this.avro = avro;
     this.checkpointLocation = checkpointLocation;
   }
 
@@ -242,7 +245,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RangeReaderFactory(cluster().settings(maxMessageBytes, maxInflatedBytes), columns);
+    return new RangeReaderFactory(cluster().settings(maxMessageBytes, maxInflatedBytes), columns, avro);
   }
 
   @Override

@@ -36,6 +36,8 @@ public class RaylogReadException extends RuntimeException {
   static final int UNKNOWN_TOPIC = 30;
   static final int UNKNOWN_PARTITION = 32;
   static final int ZOOKEEPER_UNAVAILABLE = 40;
+  static final int SCHEMA = 50;
+  static final int UNKNOWN_SCHEMA = 51;
   /** not a wire code: raylog's DataLossError is an OffsetOutOfRangeError raised by readers */
   static final int DATA_LOSS = -13;
 
@@ -65,8 +67,8 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(44, "PartitionNotAssignedError");
     NAMES.put(45, "StaleEpochError");
     NAMES.put(48, "GroupActiveError");
-    NAMES.put(50, "SchemaError");
-    NAMES.put(51, "UnknownSchemaError");
+    NAMES.put(SCHEMA, "SchemaError");
+    NAMES.put(UNKNOWN_SCHEMA, "UnknownSchemaError");
     NAMES.put(52, "ResourcesUnavailableError");
     NAMES.put(16, "OutOfOrderSequenceError");
     NAMES.put(17, "DuplicateSequenceError");

@@ -23,18 +23,27 @@ final class RaylogScan implements Scan, Batch {
 
   private final CaseInsensitiveStringMap rawOptions;
   private final StructType schema;
-  /** for each column of {@link #schema}, its ordinal in {@link RaylogTable#SCHEMA} */
+  /**
+   * for each column of {@link #schema}, its ordinal in {@link RaylogTable#SCHEMA}
+   * or its code in a typed Avro read ({@link AvroSpec#column})
+   */
   private final int[] columns;
+  private final AvroSpec avro;
   private ReadOptions planned;
 
-  RaylogScan(CaseInsensitiveStringMap options, StructType schema) {
+  /** {@code required}: the columns the query needs (a value struct is read whole, as {@code table} has it). */
+  RaylogScan(CaseInsensitiveStringMap options, StructType table, StructType required, AvroSpec avro) {
     this.rawOptions = options;
-    this.schema = schema;
-    StructField[] fields = schema.fields();
+    this.avro = avro;
+    StructField[] fields = required.fields();
+    StructType read = new StructType();
     this.columns = new int[fields.length];
     for (int i = 0; i < fields.length; i++) {
-      columns[i] = RaylogTable.SCHEMA.fieldIndex(fields[i].name());
+      String name = fields[i].name();
+      read = read.add(table.apply(name));
+      columns[i] = avro == null ? RaylogTable.SCHEMA.fieldIndex(name) : avro.column(name);
     }
+    this.schema = read;
   }
 
   @Override
@@ -102,7 +111,7 @@ final class RaylogScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RangeReaderFactory(plan().settings, columns);
+    return new RangeReaderFactory(plan().settings, columns, avro);
   }
 
   @Override
@@ -113,6 +122,6 @@ final class RaylogScan implements Scan, Batch {
     if (rawOptions.containsKey("endingOffsets")) {
       throw SourceOptions.config("option 'endingOffsets' is for batch reads; a stream reads on as data comes");
     }
-    return new RaylogMicroBatchStream(SourceOptions.parse(rawOptions), columns, checkpointLocation);
+    return new RaylogMicroBatchStream(SourceOptions.parse(rawOptions), columns, avro, checkpointLocation);
   }
 }

@@ -14,10 +14,15 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns {
 
   private final CaseInsensitiveStringMap options;
-  private StructType required = RaylogTable.SCHEMA;
+  private final StructType table;
+  private final AvroSpec avro;
+  private StructType required;
 
-  RaylogScanBuilder(CaseInsensitiveStringMap options) {
+  RaylogScanBuilder(CaseInsensitiveStringMap options, StructType table, AvroSpec avro) {
     this.options = options;
+    this.table = table;
+    this.avro = avro;
+    this.required = table;
   }
 
   @Override
@@ -27,6 +32,6 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
 
   @Override
   public Scan build() {
-    return new RaylogScan(options, required);
+    return new RaylogScan(options, table, required, avro);
   }
 }

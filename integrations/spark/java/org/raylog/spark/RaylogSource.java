@@ -28,7 +28,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * Spark partition ({@link RangePartition}) that prefers the host of its
  * partition's node; {@link RangeReader} fetches it, checks every message and
  * builds the rows. The schema is that of Spark's Kafka source
- * ({@link RaylogTable#SCHEMA}).
+ * ({@link RaylogTable#SCHEMA}), or with {@code value_format=avro} the typed
+ * columns of a registered Avro schema ({@link AvroSpec}).
+ *
+ * <p>Spark asks one instance for the schema and the table of one read;
+ * not shared between reads. Thread-safe.
  *
  * <p>Python users call {@code raylog_spark.read_topic}, which plans the read
  * and sets the options; this class is the entry point Spark finds through
@@ -44,13 +48,28 @@ public final class RaylogSource implements TableProvider, DataSourceRegister {
     return SHORT_NAME;
   }
 
+  /** the typed Avro read of the options (null: binary), once {@link #loaded} */
+  private AvroSpec avro;
+  private boolean loaded;
+
+  /** Spark asks one instance for the schema and then for the table of the same options. */
+  private synchronized AvroSpec avro(CaseInsensitiveStringMap options) {
+    if (!loaded) {
+      avro = AvroSpec.load(options);
+      loaded = true;
+    }
+    return avro;
+  }
+
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return RaylogTable.SCHEMA;
+    AvroSpec spec = avro(options);
+    return spec == null ? RaylogTable.SCHEMA : spec.tableSchema();
   }
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    return new RaylogTable();
+    AvroSpec spec = avro(new CaseInsensitiveStringMap(properties));
+    return new RaylogTable(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), spec);
   }
 }

@@ -16,6 +16,15 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /** Topics as a table for batch and micro-batch reads. Immutable. */
 final class RaylogTable implements SupportsRead, SupportsWrite {
 
+  private final StructType schema;
+  /** the typed Avro read, or null */
+  private final AvroSpec avro;
+
+  RaylogTable(StructType schema, AvroSpec avro) {
+    this.schema = schema;
+    this.avro = avro;
+  }
+
   /** Column ordinals of {@link #SCHEMA}. */
   static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6,
       INNER_INDEX = 7, NEXT_OFFSET = 8;
@@ -50,7 +59,7 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
   @Override
   @SuppressWarnings("deprecation") // Spark 3.5 still asks tables for schema()
   public StructType schema() {
-    return SCHEMA;
+    return schema;
   }
 
   @Override
@@ -66,6 +75,6 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    return new RaylogScanBuilder(options);
+    return new RaylogScanBuilder(options, schema, avro);
   }
 }

@@ -58,6 +58,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *       else {@code $RAYLOG_TOKEN} (text), else derived from Ray's auth token as raylog.auth
  *       does</td></tr>
  *   <tr><td>fetch_bytes, timeout_ms</td><td>as in {@link ReadOptions}</td><td></td></tr>
+ *   <tr><td>value_format, avro_schema_id, flatten</td><td>typed Avro values, see
+ *       {@link AvroSpec}</td><td>binary</td></tr>
  * </table>
  */
 final class SourceOptions implements Serializable {

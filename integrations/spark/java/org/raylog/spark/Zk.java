@@ -21,7 +21,8 @@ import org.apache.zookeeper.ZooKeeper;
  * root {@code /raylog/<cluster>}): the topics, a topic's config (JSON: its
  * {@code partitions} and {@code max_message_bytes}) and a partition's endpoint
  * ({@code topics/<topic>/partitions/<p>/endpoint}, JSON with {@code host} and
- * {@code port}, present while a partition actor serves). Reads only; no
+ * {@code port}, present while a partition actor serves) and the registered
+ * Avro schemas ({@code schemas/<id>}, see raylog/zk/schemas.py). Reads only; no
  * watches. The session waits at most {@code timeoutMs} to connect.
  *
  * <p>Thread-safe (the ZooKeeper client is).
@@ -111,11 +112,36 @@ final class Zk implements Closeable {
     }
   }
 
-  private List<String> children(String path) {
+  /** The ids of the registered Avro schemas ({@code schemas/<10 digits>}), sorted. */
+  List<Integer> schemaIds() {
+    List<String> names = children(root + "/schemas");
+    List<Integer> ids = new ArrayList<>();
+    if (names != null) {
+      for (String n : names) {
+        if (!n.isEmpty() && n.chars().allMatch(Character::isDigit)) {
+          ids.add(Integer.parseInt(n));
+        }
+      }
+    }
+    Collections.sort(ids);
+    return ids;
+  }
+
+  /** The canonical JSON of the Avro schema registered under {@code id} ({@code schemas/<id, 10 digits>}), or null. */
+  String schema(int id) {
+    byte[] data = data(root + "/schemas/" + String.format("%010d", id));
+    return data == null ? null : new String(data, StandardCharsets.UTF_8);
+  }
+
+  /** A read of ZooKeeper that may raise its exceptions. */
+  private interface Request<T> {
+    T call() throws KeeperException, InterruptedException;
+  }
+
+  /** {@code request}'s result, or null when the node is missing; other failures are ZooKeeperUnavailableError. */
+  private <T> T request(String path, Request<T> request) {
     try {
-      List<String> names = new ArrayList<>(zk.getChildren(path, false));
-      Collections.sort(names);
-      return names;
+      return request.call();
     } catch (KeeperException.NoNodeException e) {
       return null;
     } catch (KeeperException e) {
@@ -126,17 +152,16 @@ final class Zk implements Closeable {
     }
   }
 
-  private byte[] data(String path) {
-    try {
-      return zk.getData(path, false, null);
-    } catch (KeeperException.NoNodeException e) {
-      return null;
-    } catch (KeeperException e) {
-      throw unavailable(path, e);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw unavailable(path, e);
+  private List<String> children(String path) {
+    List<String> names = request(path, () -> new ArrayList<>(zk.getChildren(path, false)));
+    if (names != null) {
+      Collections.sort(names);
     }
+    return names;
+  }
+
+  private byte[] data(String path) {
+    return request(path, () -> zk.getData(path, false, null));
   }
 
   private RaylogReadException unavailable(String path, Exception e) {

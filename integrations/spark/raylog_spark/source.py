@@ -1,0 +1,97 @@
+"""The Spark data source ``raylog`` driven from Python: the options that make
+it read a plan made here (``ranges``), and the session settings that make
+``spark.read.format("raylog")`` read this process's cluster by name.
+
+The source itself is Java (``integrations/spark/java/org/raylog/spark``,
+the options are described in ``ReadOptions``, ``SourceOptions`` and
+``AvroSpec`` there); :mod:`raylog_spark.jvm` builds and finds its jar.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from raylog.read.data import FETCH_BYTES, ReadPlan
+from raylog_spark.columns import spark_schema
+
+#: the Spark conf keys the data source ``raylog`` reads its cluster from when
+#: a read by name has no ``zookeeper``/``cluster``/``token`` option
+CLUSTER_CONF = ("spark.raylog.zookeeper", "spark.raylog.cluster", "spark.raylog.token")
+
+
+def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES) -> dict[str, str]:
+    """The options of the Spark data source ``raylog`` that reads ``plan``
+    (the JVM reader; see ``org.raylog.spark.ReadOptions``)."""
+    ranges = [
+        {
+            "topic": r.topic,
+            "partition": r.partition,
+            "start": r.start,
+            "end": r.end,
+            "host": r.host,
+            "port": r.port,
+            "location": r.node_ip if locality else None,
+        }
+        for r in plan.ranges
+    ]
+    options = {
+        "ranges": json.dumps(ranges, separators=(",", ":")),
+        "fetch_bytes": str(int(fetch_bytes)),
+        "max_message_bytes": str(int(plan.max_message_bytes)),
+        "fail_on_data_loss": "true" if plan.fail_on_data_loss else "false",
+        "locality": "true" if locality else "false",
+        # readers look a moved partition up again here
+        "zookeeper": plan.settings.zookeeper,
+        "cluster": plan.settings.cluster,
+    }
+    token = plan.settings.token
+    if token:
+        options["token"] = base64.b64encode(bytes(token)).decode("ascii")
+    return options
+
+
+def jvm_dataframe(
+    spark, plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES, avro=None
+):
+    """The DataFrame of ``plan`` read by the JVM reader: the columns of
+    :func:`spark_schema` (binary values), or with ``avro`` (an
+    :class:`raylog_spark.avro_values.AvroColumns`) its typed columns, the
+    values decoded in the executors' JVMs (``org.raylog.spark.AvroSpec``)."""
+    from raylog_spark.jvm import FORMAT
+
+    options = jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)
+    columns = spark_schema().fieldNames()
+    if avro is not None:
+        options.update(
+            value_format="avro", avro_schema_id=str(avro.reader_id), flatten="true" if avro.flatten else "false"
+        )
+        columns = avro.spark_schema.fieldNames()
+    return spark.read.format(FORMAT).options(**options).load().select(*columns)
+
+
+def use_cluster(spark, client=None, settings=None) -> bool:
+    """Make ``client``'s cluster (default: the one ``raylog.connect()`` made
+    in this process, or ``RAYLOG_ZOOKEEPER``) the cluster of
+    ``spark.read.format("raylog")`` and ``spark.readStream.format("raylog")``
+    in this session: sets the session's ``spark.raylog.zookeeper``,
+    ``spark.raylog.cluster`` and ``spark.raylog.token`` (base64).
+    :func:`raylog_spark.init_spark` calls it. Returns False when there is no
+    cluster to use (nothing is set)."""
+    from raylog.read.data import default_settings
+
+    if client is not None:
+        settings = client.settings
+    if settings is None:
+        settings = default_settings()
+    if settings is None:
+        return False
+    conf = spark.conf
+    conf.set(CLUSTER_CONF[0], settings.zookeeper)
+    conf.set(CLUSTER_CONF[1], settings.cluster)
+    if settings.token:
+        conf.set(CLUSTER_CONF[2], base64.b64encode(bytes(settings.token)).decode("ascii"))
+    else:
+        conf.unset(CLUSTER_CONF[2])
+    return True
+

@@ -1,0 +1,158 @@
+"""The JVM reader (the Spark data source ``raylog``, ``org.raylog.spark.RangeReader``)
+handed read plans by ``read_topic``/``plan_dataframe``, on a real Spark
+through RayDP: counts that read no column but check every message,
+compressed wrappers, fetches that cut messages, errors that name the raylog
+error, and the data sockets' token. Expected contents come from the data
+sockets read directly (spark_helpers)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+import raylog_spark
+from raylog.errors import InvalidOffsetError
+from raylog.read.data import plan_read
+from spark_helpers import as_tuples, log_messages, make_clicks, ordered, produce
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def clicks(raylog_client):
+    return make_clicks(raylog_client, "clicks-range-reader")
+
+
+def test_a_count_reads_no_column_but_checks_every_message(spark, raylog_client, make_topic):
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [(b"k", b"value-%03d" % i) for i in range(50)])
+    df = raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm")
+    scan = [
+        node
+        for node in _plan_nodes(df.groupBy().count())
+        if node.getClass().getSimpleName() == "BatchScanExec"
+    ]
+    assert [node.scan().readSchema().length() for node in scan] == [0]
+    assert df.count() == 50
+    # a flipped byte in a value fails the count too: the CRC is still checked
+    victim = log_messages(raylog_client, topic)[20]
+    flip_byte(raylog_client, topic, 0, victim[1] + 30)
+    with pytest.raises(Exception, match="CorruptMessageError: message at offset %d" % victim[1]):
+        raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm").count()
+
+
+def _plan_nodes(df):
+    """The nodes of ``df``'s executed plan (JVM objects), adaptive plans unwrapped."""
+    plan = df._jdf.queryExecution().executedPlan()
+    if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+        plan = plan.executedPlan()
+    nodes = []
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        nodes.append(node)
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
+    return nodes
+
+
+def flip_byte(client, topic: str, partition: int, offset: int) -> None:
+    """Flip one byte of a partition's log on disk, at log ``offset`` of its first segment."""
+    folder = client.log_dir(topic, partition)
+    segment = os.path.join(folder, sorted(n for n in os.listdir(folder) if n.endswith(".log"))[0])
+    with open(segment, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zstd", "lz4"])
+def test_compressed_topics_read_by_the_jvm_reader(spark, raylog_client, make_topic, compression):
+    topic = make_topic(partitions=2)
+    # values up to ~8 KiB: inner sets of ~200 KiB, several (linked) lz4 blocks each
+    messages = [
+        (None if i % 3 else b"key-%d" % (i % 5), b"%s-%04d:" % (compression.encode(), i) + b"yz%d" % (i % 7) * (i % 2700))
+        for i in range(400)
+    ]
+    produce(raylog_client, topic, messages, compression=compression)
+    expected = ordered(log_messages(raylog_client, topic))
+    assert len(expected) == 400
+    # inner messages report their wrapper's offset: fewer offsets than messages
+    assert len({(m[0], m[1]) for m in expected}) < 400
+    df = raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm")
+    assert as_tuples(df.collect()) == expected
+    assert df.count() == 400
+    # explicit offsets at wrapper boundaries, and min_partitions splits at them
+    first = [m for m in expected if m[0] == 0]
+    wrappers = sorted({m[1] for m in first})
+    start = wrappers[1]
+    part = raylog_spark.read_topic(spark, topic, {0: start}, client=raylog_client, engine="jvm")
+    assert part.where("partition = 0").count() == sum(1 for m in first if m[1] >= start)
+    split = raylog_spark.read_topic(spark, topic, min_partitions=5, client=raylog_client, engine="jvm")
+    assert as_tuples(split.collect()) == expected
+
+
+@pytest.mark.parametrize("fetch_bytes", [64, 1000])
+def test_jvm_reader_with_small_fetches_refetches_cut_messages(spark, raylog_client, clicks, fetch_bytes):
+    # replies smaller than a message (the server still sends one whole
+    # message) or cutting most messages: every cut one is fetched again
+    df = raylog_spark.read_topic(spark, clicks, client=raylog_client, engine="jvm", fetch_bytes=fetch_bytes)
+    assert as_tuples(df.collect()) == sorted(log_messages(raylog_client, clicks))
+
+
+def _with_ranges(plan, **changes):
+    """``plan`` with every range changed by ``changes`` (for reads the planner would refuse)."""
+    return dataclasses.replace(plan, ranges=tuple(r._replace(**changes) for r in plan.ranges))
+
+
+def test_jvm_reader_errors_name_the_raylog_error(spark, raylog_client, clicks):
+    from raylog_spark.reader import plan_dataframe
+    from raylog_spark.source import jvm_options
+
+    plan = plan_read(clicks, {0: "earliest", 1: "latest", 2: "latest"}, client=raylog_client)
+    (rng,) = plan.ranges
+    # a start off a message boundary: the data socket refuses it
+    off = _with_ranges(plan, start=rng.start + 3)
+    with pytest.raises(Exception, match=r"InvalidOffsetError: .*\[reading %s-0 " % clicks):
+        plan_dataframe(spark, off, engine="jvm").count()
+    # a range past the end of the log: the data that the plan promises is not there
+    past = _with_ranges(plan, start=rng.end + 1000, end=rng.end + 2000)
+    with pytest.raises(Exception, match=r"DataLossError: %s-0 ends at %d" % (clicks, rng.end)):
+        plan_dataframe(spark, past, engine="jvm").count()
+    # a socket where no partition actor listens: the reader looks the partition up in ZooKeeper and
+    # reads on at its endpoint; without ZooKeeper to ask, the task fails naming the error
+    closed = _with_ranges(plan, port=1)
+    assert plan_dataframe(spark, closed, engine="jvm").count() == plan_dataframe(spark, plan, engine="jvm").count()
+    options = jvm_options(closed)
+    del options["zookeeper"]
+    with pytest.raises(Exception, match=r"BrokerUnavailableError: cannot connect to the data socket 127.0.0.1:1"):
+        spark.read.format("raylog").options(**options).load().count()
+
+
+def test_jvm_reader_authenticates_with_the_token(spark, zookeeper, ray_local, tmp_path):
+    import raylog
+    from raylog.metadata import ConnectionSettings
+
+    secured = raylog.Client(
+        zookeeper=zookeeper.connect_string,
+        cluster="spark-secured",
+        data_dir=str(tmp_path),
+        data_host="127.0.0.1",
+    )  # the cluster's token, derived (raylog.auth)
+    assert secured.settings.token
+    try:
+        secured.create_topic("secured", partitions=1)
+        produce(secured, "secured", [(None, b"private-%d" % i) for i in range(10)])
+        df = raylog_spark.read_topic(spark, "secured", client=secured, engine="jvm")
+        assert sorted(bytes(r["value"]) for r in df.collect()) == sorted(b"private-%d" % i for i in range(10))
+        from raylog_spark.reader import plan_dataframe
+
+        wrong = dataclasses.replace(df.raylog_plan, settings=ConnectionSettings(secured.settings.zookeeper, "spark-secured", b"guess"))
+        with pytest.raises(Exception, match="AuthenticationError"):
+            plan_dataframe(spark, wrong, engine="jvm").count()
+    finally:
+        secured.delete_topic("secured")
+        secured.close()
