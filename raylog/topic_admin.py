@@ -30,6 +30,13 @@ from raylog.groups.admin import delete_topic_offsets
 from raylog.producer.partitioner import partition_for_key
 
 
+def place_partitions(topic: str, partitions: int, disks: list) -> list:
+    """The node of each partition of a new topic: round-robin over ``disks``
+    from the node the stable hash of the topic's name picks (the same in
+    every process, unlike Python's ``hash()``)."""
+    return spread(partitions, disks, offset=partition_for_key(topic.encode(), max(1, len(disks))))
+
+
 class TopicAdmin:
     """Topics and their partition actors (part of :class:`raylog.Client`)."""
 
@@ -51,7 +58,7 @@ class TopicAdmin:
         config = TopicConfig(partitions=partitions, **settings)
         nodes = ray.nodes()
         disks = disk_nodes(nodes)
-        placement = spread(partitions, disks, offset=partition_for_key(name.encode(), max(1, len(disks))))
+        placement = place_partitions(name, partitions, disks)
         remove_deleted(self.registry, self.settings.zookeeper, nodes, topic=name, token=self.settings.token)
         self.registry.create_topic(name, config)
         try:

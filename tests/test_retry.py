@@ -91,3 +91,16 @@ def test_backoff_wait_wakes_early_on_its_event():
     start = time.monotonic()
     assert b.wait(stop) is True
     assert time.monotonic() - start < 5.0  # woke on the event, not after 30 s
+
+
+def test_retry_if_retries_what_its_predicate_accepts_and_nothing_else():
+    from raylog.errors import StaleEpochError
+
+    # not retriable, but it says the endpoint moved: a caller that refreshes retries it
+    fn, calls = _failing(2, StaleEpochError("a newer incarnation serves"))
+    moved = lambda err: getattr(err, "refresh_metadata", False)  # noqa: E731
+    assert RetryPolicy(max_tries=5, delay_s=0).call(fn, retry_if=moved) == 3
+    fn, calls = _failing(2, ConfigError("bad"))
+    with pytest.raises(ConfigError):
+        RetryPolicy(max_tries=5, delay_s=0).call(fn, retry_if=moved)
+    assert len(calls) == 1
