@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import logging
 import shutil
 import time
@@ -219,7 +220,7 @@ class Client(TopicAdmin, OffsetAdmin):
         """The partition actors of every topic (logs kept), then the
         producer actors made here: nothing in Ray holds a ZooKeeper session
         when ZooKeeper stops."""
-        import ray
+        import ray  # heavy, lazy on purpose
 
         for topic in self.registry.list_topics():
             try:
@@ -255,7 +256,5 @@ def __getattr__(name: str):
     purpose: :mod:`raylog.startup` imports this module)."""
     moved = _MOVED.get(name)
     if moved is not None:
-        import importlib
-
         return getattr(importlib.import_module(moved), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
