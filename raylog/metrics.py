@@ -79,7 +79,7 @@ class PartitionMetrics:
     interval_s = SAMPLE_INTERVAL_S
 
     def __init__(self, cluster: str, topic: str, partition: int, log):
-        from ray.util.metrics import Counter, Gauge, Histogram
+        from ray.util.metrics import Counter, Gauge, Histogram  # heavy, lazy on purpose
 
         self.tags = {"cluster": cluster, "topic": topic, "partition": str(partition)}
         keys = PARTITION_TAG_KEYS
@@ -208,7 +208,7 @@ def _gauges():
     global _group_gauges
     with _group_lock:
         if _group_gauges is None:
-            from ray.util.metrics import Gauge
+            from ray.util.metrics import Gauge  # heavy, lazy on purpose
 
             _group_gauges = (
                 Gauge(
