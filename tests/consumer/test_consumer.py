@@ -17,24 +17,9 @@ import raylog
 from raylog.errors import ConfigError, ZooKeeperUnavailableError
 from raylog.testing.faults import expire_session
 
+from consumer_helpers import wait_for
+
 SESSION_MS = 3000
-
-
-def _wait_for(predicate, timeout_s: float, what: str, polling=(), sink=None):
-    """Wait for ``predicate``; meanwhile poll ``polling`` (a rebalance needs
-    its members to poll: revocation runs on the application's thread),
-    keeping what they return in ``sink``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
-        for c in polling:
-            got = c.poll(timeout_ms=20)
-            if sink is not None:
-                sink.extend(got)
-        time.sleep(0.02)
 
 
 def _produce(client, topic: str, values: list[bytes], keyed: bool = True) -> None:
@@ -98,7 +83,7 @@ def test_zookeeper_down_hands_out_nothing_new_and_the_group_recovers(private_zoo
         consumer.commit()
 
         private_zookeeper.kill_process()
-        _wait_for(lambda: not consumer._member.assignment, 30, "the consumer noticed ZooKeeper is gone")
+        wait_for(lambda: not consumer._member.assignment, 30, "the consumer noticed ZooKeeper is gone")
         with pytest.raises(ZooKeeperUnavailableError):
             consumer.commit()
         # New data arrives while ZooKeeper is down (the data path does not need it) ...
@@ -117,7 +102,7 @@ def test_zookeeper_down_hands_out_nothing_new_and_the_group_recovers(private_zoo
         # ... and the fetchers have it, but none of it is handed out: the
         # consumer cannot be sure it still owns the partitions.
         handed = []
-        _wait_for(lambda: consumer.queue.qsize() + len(consumer._pending) > 0, 30, "the fetchers to read new data",
+        wait_for(lambda: consumer.queue.qsize() + len(consumer._pending) > 0, 30, "the fetchers to read new data",
                   polling=[consumer], sink=handed)
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
@@ -125,7 +110,7 @@ def test_zookeeper_down_hands_out_nothing_new_and_the_group_recovers(private_zoo
         assert handed == []
 
         private_zookeeper.start()
-        _wait_for(lambda: len(consumer._member.assignment) == 2, 60, "the consumer rejoined", polling=[consumer],
+        wait_for(lambda: len(consumer._member.assignment) == 2, 60, "the consumer rejoined", polling=[consumer],
                   sink=handed)
         after = handed + _drain([consumer], during - {m.value for m in handed})
         assert {m.value for m in after} >= during
@@ -150,7 +135,7 @@ def test_members_split_the_partitions_and_cover_the_topic(raylog_client, make_to
         for _ in range(3)
     ]
     try:
-        _wait_for(lambda: sorted(len(c.assignment()) for c in consumers) == [2, 2, 2], 30, "assignment settled",
+        wait_for(lambda: sorted(len(c.assignment()) for c in consumers) == [2, 2, 2], 30, "assignment settled",
                   polling=consumers)
         assignments = [c.assignment() for c in consumers]
         assert all(len(a) == 2 for a in assignments)
@@ -202,14 +187,14 @@ def test_join_and_leave_skip_no_message(raylog_client, make_topic):
     seen += first.poll(timeout_ms=2000, max_messages=150)  # part of it, then a member joins
 
     second = raylog_client.consumer(topic, **opts)
-    _wait_for(lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2, 30, "join rebalanced",
+    wait_for(lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2, 30, "join rebalanced",
               polling=[first, second], sink=seen)
     batch2 = [b"two-%d" % i for i in range(400)]
     _produce(raylog_client, topic, batch2)
     seen += _drain([first, second], (set(batch1) | set(batch2)) - {m.value for m in seen})
 
     first.close()  # leaves: its partitions move to the second, from the committed offsets
-    _wait_for(lambda: len(second.assignment()) == 4, 30, "leave rebalanced", polling=[second], sink=seen)
+    wait_for(lambda: len(second.assignment()) == 4, 30, "leave rebalanced", polling=[second], sink=seen)
     batch3 = [b"three-%d" % i for i in range(400)]
     _produce(raylog_client, topic, batch3)
     seen += _drain([second], set(batch3))
@@ -241,7 +226,7 @@ def test_eight_consumers_started_at_once_converge(raylog_client, make_topic):
             parts = [c.assignment() for c in consumers]
             return sum(len(p) for p in parts) == 16 and all(len(p) == 2 for p in parts)
 
-        _wait_for(settled, 60, "eight consumers settled", polling=consumers)
+        wait_for(settled, 60, "eight consumers settled", polling=consumers)
         everything = [tp for c in consumers for tp in c.assignment()]
         assert len(everything) == len(set(everything)) == 16
         assert sorted(_owners(raylog_client, "g-eight", topic)) == list(range(16))
@@ -258,7 +243,7 @@ def test_session_expiry_rejoins_and_keeps_consuming(raylog_client, make_topic):
         _drain([consumer], {b"a-%d" % i for i in range(100)})
         consumer.commit()
         expire_session(consumer._group_zk)
-        _wait_for(lambda: len(consumer.assignment()) == 2 and len(consumer._member.assignment) == 2, 60, "rejoined",
+        wait_for(lambda: len(consumer.assignment()) == 2 and len(consumer._member.assignment) == 2, 60, "rejoined",
                   polling=[consumer])
         assert sorted(_owners(raylog_client, "g-expire", topic)) == [0, 1]
         _produce(raylog_client, topic, [b"b-%d" % i for i in range(100)])
@@ -292,14 +277,14 @@ def test_killed_consumer_process_partitions_move_after_session_timeout(raylog_cl
     settings = raylog_client.settings
     proc = subprocess.Popen([sys.executable, "-c", script, settings.zookeeper, settings.cluster, topic, str(out)])
     try:
-        _wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") > 150, 90, "the child consumed")
+        wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") > 150, 90, "the child consumed")
         other = raylog_client.consumer(topic, group="g-kill", auto_offset_reset="earliest", session_timeout_ms=SESSION_MS)
         early = []
-        _wait_for(lambda: len(other.assignment()) == 2, 60, "the group split between two members",
+        wait_for(lambda: len(other.assignment()) == 2, 60, "the group split between two members",
                   polling=[other], sink=early)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        _wait_for(lambda: len(other.assignment()) == 4, 60, "the killed member's partitions moved",
+        wait_for(lambda: len(other.assignment()) == 4, 60, "the killed member's partitions moved",
                   polling=[other], sink=early)
         more = [b"k2-%d" % i for i in range(100)]
         _produce(raylog_client, topic, more)

@@ -15,21 +15,9 @@ import pytest
 from raylog.errors import CorruptMessageError
 from raylog.testing.faults import drop_connection, expire_session
 
+from consumer_helpers import wait_for
+
 SESSION_MS = 3000
-
-
-def _wait_for(predicate, timeout_s: float, what: str, polling=(), sink=None):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
-        for c in polling:
-            got = c.poll(timeout_ms=20)
-            if sink is not None:
-                sink.extend(got)
-        time.sleep(0.02)
 
 
 def _produce(client, topic: str, values: list[bytes], keys=None) -> None:
@@ -114,12 +102,12 @@ def test_a_manual_commit_inside_on_revoked_runs_on_the_application_thread_and_st
     b = None
     try:
         seen_a = []
-        _wait_for(lambda: len(seen_a) >= len(values), 60, "a to read everything", polling=[a], sink=seen_a)
+        wait_for(lambda: len(seen_a) >= len(values), 60, "a to read everything", polling=[a], sink=seen_a)
         positions = {p: a.position(topic, p) for p in range(2)}
         b = raylog_client.consumer(topic, group=group, auto_offset_reset="earliest", session_timeout_ms=SESSION_MS,
                                    enable_auto_commit=False)
         seen_b = []
-        _wait_for(lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1, 60, "the split",
+        wait_for(lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1, 60, "the split",
                   polling=[a, b], sink=seen_b)
         assert calls and all(thread is threading.main_thread() for thread, _ in calls)
         (moved,) = calls[0][1]
@@ -149,14 +137,14 @@ def test_a_partition_down_longer_than_the_warning_is_retried_for_as_long_as_it_i
     try:
         _produce(raylog_client, topic, [b"before-%d" % i for i in range(20)])
         got = []
-        _wait_for(lambda: len(got) >= 20, 30, "the first messages", polling=[consumer], sink=got)
+        wait_for(lambda: len(got) >= 20, 30, "the first messages", polling=[consumer], sink=got)
         ray.kill(raylog_client.partition_actor(topic, 0), no_restart=True)
         deadline = time.monotonic() + 4.0
         while time.monotonic() < deadline:
             got += consumer.poll(timeout_ms=200)  # no error: a transient fault is not the application's
         raylog_client.repair(topic)
         _produce(raylog_client, topic, [b"after-%d" % i for i in range(20)])
-        _wait_for(lambda: {m.value for m in got} >= {b"after-%d" % i for i in range(20)}, 60,
+        wait_for(lambda: {m.value for m in got} >= {b"after-%d" % i for i in range(20)}, 60,
                   "the messages after the outage", polling=[consumer], sink=got)
         assert consumer.assignment() == {(topic, 0)}
     finally:
@@ -184,7 +172,7 @@ def test_a_corrupt_message_raises_on_every_poll_until_a_seek(raylog_client, make
                                       auto_commit_interval_ms=0)
     try:
         got = []
-        _wait_for(lambda: len(got) >= 5, 30, "the messages before the damage", polling=[consumer], sink=got)
+        wait_for(lambda: len(got) >= 5, 30, "the messages before the damage", polling=[consumer], sink=got)
         assert [m.value for m in got] == values[:5]  # handed over first, in order
         for _ in range(3):  # then the error, every time, and nothing skipped
             with pytest.raises(CorruptMessageError) as info:
@@ -194,7 +182,7 @@ def test_a_corrupt_message_raises_on_every_poll_until_a_seek(raylog_client, make
         assert _committed(raylog_client, group, topic, 0) == bad  # never past it
         consumer.seek(topic, 0, bad + size)  # the application decides to skip it
         rest = []
-        _wait_for(lambda: len(rest) >= 4, 30, "the messages after the damage", polling=[consumer], sink=rest)
+        wait_for(lambda: len(rest) >= 4, 30, "the messages after the damage", polling=[consumer], sink=rest)
         assert [m.value for m in rest] == values[6:]
     finally:
         consumer.close()
