@@ -1,0 +1,202 @@
+"""What every command shares: the cluster a command talks to (:class:`Target`),
+error reporting, tables, and the ``raylog`` click group with its global options
+(the command families are listed in :mod:`raylog.tools.cli`)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import click
+
+from raylog.errors import RaylogError
+
+#: where ``zookeeper start`` and ``zookeeper stop`` keep a local ZooKeeper's data
+DEFAULT_ZOOKEEPER_DIR = "/tmp/raylog-zookeeper"
+ZOOKEEPER_PID_FILE = "raylog-zookeeper.pid"
+ZOOKEEPER_LOG_FILE = "raylog-zookeeper.log"
+#: how long ``consume`` in a group waits for its first assignment before the
+#: idle clock of ``--timeout-ms`` starts anyway
+ASSIGNMENT_WAIT_S = 60.0
+#: how often ``consume`` in a group commits what it has written out (its
+#: ``--auto-commit-interval-ms``, as the consumer's ``auto_commit_interval_ms``)
+COMMIT_INTERVAL_MS = 5000
+
+_EMBEDDED_NOTE = (
+    "note: no --zookeeper given: this runs on an embedded cluster (a local Ray and a "
+    "ZooKeeper of its own) that is gone when the command ends"
+)
+
+
+class CommandError(click.ClickException):
+    """A failure of a command that is not a raylog error (exit code 1)."""
+
+    exit_code = 1
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def _fail(err: BaseException) -> None:
+    click.echo(f"error: {err}", err=True)
+
+
+# --------------------------------------------------------------------------
+# which cluster
+
+
+class Target:
+    """The cluster the global options name; makes the command's client."""
+
+    def __init__(self, zookeeper: str | None, ray_address: str | None, cluster: str, token: str | None):
+        self.zookeeper = zookeeper or None
+        self.ray_address = ray_address or None
+        self.cluster = cluster
+        self.token = token.encode() if token else None
+
+    @property
+    def embedded(self) -> bool:
+        return self.zookeeper is None and self.ray_address is None
+
+    @contextlib.contextmanager
+    def client(self, command: str, *, ray: bool = False, embedded_ok: bool = False, data_dir: str | None = None):
+        """A :class:`raylog.Client` for ``command``, closed afterwards.
+
+        ``ray``: the command starts or stops partition actors, so it joins
+        the Ray cluster; otherwise ZooKeeper and the data sockets suffice.
+        ``embedded_ok``: without any address, run on the embedded default.
+        """
+        if self.embedded:
+            if not embedded_ok:
+                raise click.UsageError(
+                    f"'{command}' needs an existing raylog cluster: pass --zookeeper HOST:PORT "
+                    f"(or set RAYLOG_ZOOKEEPER) with the address of the cluster's ZooKeeper"
+                )
+            import raylog
+
+            click.echo(_EMBEDDED_NOTE, err=True)
+            client = raylog.connect(data_dir=data_dir, cluster=self.cluster, token=self.token)
+        elif self.zookeeper is None:
+            raise click.UsageError(
+                "--ray-address needs --zookeeper HOST:PORT too (or RAYLOG_ZOOKEEPER): the address "
+                "of the cluster's ZooKeeper, which holds its topics and consumer groups"
+            )
+        elif ray:
+            client = self._join_ray(data_dir)
+        else:
+            from raylog.client import Client
+
+            client = Client(zookeeper=self.zookeeper, cluster=self.cluster, token=self.token)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def _join_ray(self, data_dir: str | None):
+        import raylog
+
+        address = self.ray_address or "auto"
+        try:
+            return raylog.connect(
+                zookeeper=self.zookeeper,
+                ray_address=address,
+                data_dir=data_dir,
+                cluster=self.cluster,
+                token=self.token,
+            )
+        except RaylogError:
+            raise
+        except Exception as err:  # noqa: BLE001 - Ray's own errors on joining
+            if _refused_token(err):
+                raise CommandError(
+                    f"the Ray cluster at {address!r} refused this process: it requires token "
+                    f"authentication; export RAY_AUTH_MODE=token, with the cluster's token in "
+                    f"~/.ray/auth_token (or RAY_AUTH_TOKEN_PATH, RAY_AUTH_TOKEN)"
+                ) from None
+            raise CommandError(
+                f"could not join the Ray cluster at {address!r} ({type(err).__name__}: "
+                f"{str(err).strip().splitlines()[0] if str(err).strip() else 'no details'}); "
+                f"pass --ray-address HOST:PORT of the cluster's head (or set RAYLOG_RAY_ADDRESS), "
+                f"or run this on a node of the cluster"
+            ) from None
+
+
+def _refused_token(err: BaseException | None) -> bool:
+    """Whether Ray refused to join for want of its authentication token."""
+    seen = 0
+    while err is not None and seen < 10:
+        if type(err).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(err):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
+
+
+pass_target = click.make_pass_decorator(Target)
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    """Plain columns aligned with two spaces; None shows as '-'."""
+    cells = [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    lines = [headers] + cells
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+# --------------------------------------------------------------------------
+# the root
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--zookeeper",
+    metavar="HOST:PORT",
+    envvar="RAYLOG_ZOOKEEPER",
+    show_envvar=True,
+    help="The cluster's ZooKeeper (its topics, partition endpoints and consumer groups).",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    envvar="RAYLOG_RAY_ADDRESS",
+    show_envvar=True,
+    help="The Ray cluster, for 'topics create', 'topics delete', 'topics repair', 'supervisor "
+    "start' and 'audit' (they call partition actors) and 'bench': HOST:PORT of its head, or 'auto' (the default: the "
+    "cluster this node belongs to, or RAY_ADDRESS).",
+)
+@click.option(
+    "--cluster",
+    default="default",
+    show_default=True,
+    envvar="RAYLOG_CLUSTER",
+    show_envvar=True,
+    help="The raylog cluster name: its root in ZooKeeper is /raylog/<cluster>.",
+)
+@click.option(
+    "--token",
+    envvar="RAYLOG_TOKEN",
+    show_envvar=True,
+    help="The cluster's data token, if its partitions require one (prefer the environment "
+    "variable: command lines are visible to other users).",
+)
+@click.version_option(package_name="raylog", prog_name="raylog")
+@click.pass_context
+def cli(ctx, zookeeper, ray_address, cluster, token):
+    """Manage and use a raylog cluster: topics, console producer and consumer,
+    consumer groups, the audit check, the autoscaled benchmark, and a local
+    ZooKeeper.
+
+    Point the commands at a cluster with --zookeeper HOST:PORT (and, for
+    'topics create', 'topics delete', 'topics repair', 'supervisor start' and
+    'audit', --ray-address). Without
+    either, 'topics create' and 'topics list' run on the embedded default: a
+    local Ray and a ZooKeeper of their own that exist only while the command
+    runs (good for a first try, nothing is kept); 'bench' starts a local
+    autoscaling cluster for the run; the other cluster commands then stop
+    and say what to pass.
+
+    Exit codes: 0 done, 1 error (one line 'error: ...' on stderr), 2 bad
+    usage or setting, 130 interrupted (Ctrl-C), 143 'consume' after SIGTERM.
+    """
+    from raylog import _log
+
+    _log.configure()  # warnings only, no ZooKeeper retry chatter (RAYLOG_LOG_LEVEL to change)
+    ctx.obj = Target(zookeeper, ray_address, cluster, token)

@@ -1,0 +1,141 @@
+"""``raylog topics ...`` and ``raylog supervisor start``: create, list, describe,
+repair and delete topics."""
+
+from __future__ import annotations
+
+import click
+
+from raylog.tools.cli.base import CommandError, Target, pass_target, _table, cli
+
+
+@cli.group()
+def topics():
+    """Create, list, describe and delete topics."""
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, default=1, show_default=True, help="Number of partitions.")
+@click.option("--retention-ms", type=int, help="Delete whole segments older than this (default 7 days).")
+@click.option("--retention-bytes", type=int, help="Delete the oldest segments while the log is larger (-1: no limit).")
+@click.option("--segment-bytes", type=int, help="Start a new segment file after this many bytes (default 256 MiB).")
+@click.option("--flush-ms", type=int, help="Flush (fsync) and expose appended messages after this long (default 50).")
+@click.option("--flush-messages", type=int, help="... or after this many messages (default 10000).")
+@click.option("--max-message-bytes", type=int, help="The largest message set a partition accepts (default 1 MiB).")
+@click.option(
+    "--data-dir",
+    envvar="RAYLOG_DATA_DIR",
+    show_envvar=True,
+    help="Directory for the partition logs on each node (default /tmp/raylog; a temporary "
+    "directory for the embedded cluster).",
+)
+@pass_target
+def topics_create(target: Target, name, partitions, data_dir, **settings):
+    """Create topic NAME and start its partition actors, spread over the
+    nodes that offer disk (joins the Ray cluster: see --ray-address)."""
+    settings = {k: v for k, v in settings.items() if v is not None}
+    from raylog.config import TopicConfig
+
+    TopicConfig(partitions=partitions, **settings)  # bad settings fail before any connection
+    with target.client("topics create", ray=True, embedded_ok=True, data_dir=data_dir) as client:
+        client.create_topic(name, partitions=partitions, **settings)
+        click.echo(f"Created topic {name} with {partitions} partition{'s' if partitions != 1 else ''}.")
+
+
+@topics.command("list")
+@pass_target
+def topics_list(target: Target):
+    """List the topics, one per line."""
+    with target.client("topics list", embedded_ok=True) as client:
+        for name in client.list_topics():
+            click.echo(name)
+
+
+@topics.command("describe")
+@click.argument("name")
+@pass_target
+def topics_describe(target: Target, name):
+    """Show topic NAME's settings and, per partition, its node, state
+    ('serving' or 'NOT SERVED'), endpoint, log start offset and high
+    watermark ('-' where a partition is not served right now). A partition
+    not served is served again by the cluster's supervisor within seconds,
+    or at once by 'raylog topics repair NAME'."""
+    with target.client("topics describe") as client:
+        info = client.describe_topic(name)
+    config = info["config"]
+    click.echo(
+        f"Topic: {name}  partitions: {config.partitions}  retention_ms: {config.retention_ms}  "
+        f"retention_bytes: {config.retention_bytes}  segment_bytes: {config.segment_bytes}  "
+        f"flush_messages: {config.flush_messages}  flush_ms: {config.flush_ms}  "
+        f"max_message_bytes: {config.max_message_bytes}"
+    )
+    rows = [
+        [p["partition"], p["node"], "serving" if p["served"] else "NOT SERVED", p["endpoint"],
+         p["log_start_offset"], p["high_watermark"]]
+        for p in info["partitions"]
+    ]
+    click.echo(_table(["PARTITION", "NODE", "STATE", "ENDPOINT", "LOG START", "HIGH WATERMARK"], rows))
+    unserved = sum(1 for p in info["partitions"] if not p["served"])
+    if unserved:
+        click.echo(
+            f"{unserved} of {len(rows)} partitions not served: the cluster's supervisor serves them again "
+            f"when their nodes are alive; to do it now: raylog topics repair {name}",
+            err=True,
+        )
+
+
+@topics.command("repair")
+@click.argument("name", required=False)
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=60, show_default=True,
+              help="How long to wait for the partition actors it starts.")
+@pass_target
+def topics_repair(target: Target, name, timeout_s):
+    """Serve again every partition of topic NAME (default: of every topic)
+    that no partition actor serves, on its node, and remove the logs that
+    deleted topics left on nodes that were down. Starts the cluster's
+    supervisor if it does not run (which then does this every few seconds
+    by itself). Prints one row per partition; exits with 1 when some
+    partition is still not served (its node is down, say). Joins the Ray
+    cluster (see --ray-address)."""
+    with target.client("topics repair", ray=True) as client:
+        rows = client.repair(name, timeout_s=timeout_s)
+    click.echo(_table(["TOPIC", "PARTITION", "NODE", "STATE", "DETAIL"],
+                      [[r["topic"], r["partition"], r["node"], r["state"], r["detail"] or None] for r in rows]))
+    bad = [r for r in rows if r["state"] not in ("serving", "started", "removed")]
+    if bad:
+        named = ", ".join(f"{r['topic']}-{r['partition']} ({r['state']})" for r in bad[:5])
+        raise CommandError(f"{len(bad)} partitions not repaired: {named}{' ...' if len(bad) > 5 else ''}")
+
+
+@topics.command("delete")
+@click.argument("name")
+@pass_target
+def topics_delete(target: Target, name):
+    """Delete topic NAME: stop its partition actors and delete their logs
+    (joins the Ray cluster: see --ray-address)."""
+    with target.client("topics delete", ray=True) as client:
+        client.delete_topic(name)
+    click.echo(f"Deleted topic {name}.")
+
+
+# --------------------------------------------------------------------------
+# the supervisor
+
+
+@cli.group()
+def supervisor():
+    """The cluster's supervisor: serves every registered partition again
+    after a restart (started by the cluster's start-up)."""
+
+
+@supervisor.command("start")
+@pass_target
+def supervisor_start(target: Target):
+    """Start the cluster's supervisor unless it runs: a small detached Ray
+    actor that, now and every few seconds, serves every registered
+    partition that is not served on its node and removes the logs of
+    deleted topics. A cluster's start commands run this (deploy/). Joins
+    the Ray cluster (see --ray-address)."""
+    with target.client("supervisor start", ray=True) as client:
+        client.start_supervisor()
+    click.echo(f"The supervisor of cluster {target.cluster} runs.")
