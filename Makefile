@@ -5,10 +5,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# the Spark reader's jar (raylog_spark/jars/), built again when its Java sources change
+SPARK_JAR    := $(VENV)/.spark-jar-stamp
+JAVA_SOURCES := $(shell find integrations/spark/java -type f -not -name '.*')
 
 .PHONY: demo test bench venv clean
 
-venv: $(STAMP)
+venv: $(STAMP) $(SPARK_JAR)
 
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
 $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c
@@ -17,19 +20,22 @@ $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c
 	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -c constraints.txt -e '.[test,bench]'; } \
 		> $(VENV)/install.log 2>&1 \
 		|| { tail -n 40 $(VENV)/install.log; echo "error: installing the dependencies failed; see $(VENV)/install.log"; exit 1; }
-	@$(PY) -m raylog_spark.jvm >> $(VENV)/install.log 2>&1 || echo "note: the Spark reader's jar was not built (see $(VENV)/install.log); raylog_spark builds it with javac on first use"
 	@touch $(STAMP)
 
-demo: $(STAMP)
+$(SPARK_JAR): $(STAMP) $(JAVA_SOURCES)
+	@$(PY) -m raylog_spark.jvm >> $(VENV)/install.log 2>&1 || echo "note: the Spark reader's jar was not built (see $(VENV)/install.log); raylog_spark builds it with javac on first use"
+	@touch $(SPARK_JAR)
+
+demo: $(STAMP) $(SPARK_JAR)
 	$(PY) -m raylog.tools.demo
 
-test: $(STAMP)
+test: $(STAMP) $(SPARK_JAR)
 	$(PY) -m pytest
 
-bench: $(STAMP)
+bench: $(STAMP) $(SPARK_JAR)
 	$(PY) bench/storage.py
 	$(PY) bench/throughput.py
 	$(PY) bench/rebalance.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info raylog/storage/_speedups*.so
+	rm -rf $(VENV) build *.egg-info raylog/storage/_speedups*.so integrations/spark/raylog_spark/jars

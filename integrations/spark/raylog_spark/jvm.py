@@ -6,9 +6,10 @@ sockets inside the executors' JVMs; see :mod:`raylog_spark.reader`.
 
 The jar is built when the package is installed: ``setup.py`` compiles the
 Java sources (:mod:`raylog_spark.jarbuild`) into ``raylog_spark/jars/``
-when ``javac`` and Spark's jars are there, and ``make venv`` runs
-``python -m raylog_spark.jvm`` after installing (a fresh environment has
-no Spark jars yet while the package itself is built). :func:`jar_path`
+when ``javac`` and Spark's jars are there, and ``make venv`` (``make
+test``) runs ``python -m raylog_spark.jvm`` after installing and whenever
+the Java sources change (a fresh environment has no Spark jars yet while
+the package itself is built). :func:`jar_path`
 finds that jar by name, ``raylog-spark-<digest>.jar`` (the digest of the
 sources, the Spark version and the Java release, see
 :func:`raylog_spark.jarbuild.source_digest`), and compiles nothing.
