@@ -6,7 +6,6 @@ partition actor that moved, and handle data lost to retention (see
 from __future__ import annotations
 
 import logging
-import time
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -20,6 +19,7 @@ from raylog.errors import (
     RaylogError,
 )
 from raylog.metadata import ConnectionSettings
+from raylog.retry import RetryPolicy
 from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DEADLINE_S, ReadPlan, ReadRange, records_to_batch
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,10 @@ def read_range(
     topic, partition, end = rng.topic, rng.partition, rng.end
     endpoint = _Endpoint(settings, rng, timeout_s, max_message_bytes)
     offset = rng.start
-    first_failure = None
+    # a partition actor that moved or restarts: back off 0.05 s doubling to 1 s,
+    # for up to reconnect_deadline_s since the first failure in a row
+    backoff = RetryPolicy.until(reconnect_deadline_s, max_delay_s=1.0).start()
+    failing = False
     pending: list = []
     pending_from = offset
     try:
@@ -125,18 +128,18 @@ def read_range(
             except RaylogError as err:
                 if not err.refresh_metadata:
                     raise
-                now = time.monotonic()
-                first_failure = first_failure or now
-                if now - first_failure > reconnect_deadline_s:
-                    raise
+                if not failing:
+                    backoff.reset()
+                    failing = True
                 log.info("reading %s-%d at %d: %s; finding the partition again", topic, partition, offset, err)
-                time.sleep(min(1.0, 0.05 + (now - first_failure) / 10))
+                if not backoff.wait():
+                    raise
                 try:
                     endpoint.refresh()
                 except BrokerUnavailableError:
                     pass
                 continue
-            first_failure = None
+            failing = False
             data = result.data
             if not data:
                 raise DataLossError(
