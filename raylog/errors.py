@@ -135,6 +135,17 @@ class OffsetOutOfRangeError(RaylogError):
     """
 
 
+@_code(110)
+class DataLossError(OffsetOutOfRangeError):
+    """A range to read was (in part) deleted by retention before it was read.
+
+    ``topic``, ``partition``, ``lost_start`` and ``lost_end`` name the lost
+    byte range; ``earliest`` and ``latest`` are the partition's log start and
+    high watermark. Read from ``earliest`` on, or pass
+    ``fail_on_data_loss=False`` to skip what was lost (it is reported).
+    """
+
+
 @_code(14)
 class InvalidOffsetError(RaylogError):
     """The offset lies inside the log but not on a message boundary; use an

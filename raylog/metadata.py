@@ -13,9 +13,9 @@ Thread-safe: the caches are plain dicts updated atomically.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from raylog.errors import BrokerUnavailableError, UnknownPartitionError
+from raylog.retry import RetryPolicy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,20 +84,19 @@ class Metadata:
                 topic=topic,
                 partition=partition,
             )
-        deadline = time.monotonic() + wait_s
+        backoff = RetryPolicy.until(wait_s, delay_s=0.05, max_delay_s=0.05, jitter=0.0).start()
         while True:
             info = self.registry.endpoint(topic, partition)
             if info is not None:
                 found = self._endpoints[key] = (info["host"], int(info["port"]))
                 return found
-            if time.monotonic() >= deadline:
+            if not backoff.wait():
                 raise BrokerUnavailableError(
                     f"partition {topic}-{partition} has no live endpoint (its actor may be "
                     f"restarting); retry shortly",
                     topic=topic,
                     partition=partition,
                 )
-            time.sleep(0.05)
 
     def forget(self, topic: str, partition: int) -> None:
         self._endpoints.pop((topic, partition), None)

@@ -123,7 +123,7 @@ def run(options: RunOptions) -> dict:
 
     from raylog.client import Client
     from raylog.zk.server import EmbeddedZooKeeper
-    from raylog.testing.consumer_worker import ConsumerWorker, consumer_actor_class
+    from raylog.testing.consumer_worker import consumer_actor_class
     from raylog.testing.workload import ProducerWorker
 
     kinds = tuple(options.faults)

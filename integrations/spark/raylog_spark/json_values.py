@@ -5,7 +5,7 @@ values of the read (either engine reads the binary values first)."""
 from __future__ import annotations
 
 from raylog.errors import ConfigError, SchemaError
-from raylog.read.data import ReadPlan, head_values
+from raylog.read import ReadPlan, head_values
 from raylog_spark.columns import META_COLUMNS, check_flattened
 
 

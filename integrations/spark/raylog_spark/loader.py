@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 
-from raylog.read.data import ReadPlan, plan_read, resolve_connection
+from raylog.read import ReadPlan, plan_read, resolve_connection
 from raylog.errors import ConcurrentLoadError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def load_incremental(
 
     Commit with ``handle.commit()`` after the job has written its output.
     A committed offset that retention has since deleted raises
-    :class:`raylog.read.data.DataLossError` (``fail_on_data_loss=False``: the lost
+    :class:`raylog.read.DataLossError` (``fail_on_data_loss=False``: the lost
     part is skipped and reported in ``handle.plan.lost``). ``value_format``
     and ``read_options`` are those of :func:`raylog_spark.read_topic`.
     """

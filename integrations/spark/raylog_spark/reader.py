@@ -9,7 +9,7 @@
 
 How a read runs:
 
-1. On the driver, :func:`raylog.read.data.plan_read` snapshots each partition's
+1. On the driver, :func:`raylog.read.plan_read` snapshots each partition's
    log start and high watermark once and fixes the byte ranges to read
    (validating explicit offsets, reporting or refusing lost data, splitting
    ranges for ``min_partitions`` at message boundaries). The plan, with the
@@ -26,7 +26,7 @@ How a read runs:
      message's CRC32C, unpacks compressed wrappers and builds Spark rows
      without any Python worker. A query that needs no column (a count)
      copies no key or value, but still fetches and checks every message.
-   * ``"python"``: ``mapInArrow`` runs :func:`raylog.read.data.read_range` in
+   * ``"python"``: ``mapInArrow`` runs :func:`raylog.read.read_range` in
      Spark's Python workers over a DataFrame of range numbers (RayDP's
      ``RayObjectRefRDD`` gives each its node as preferred location) and
      hands Arrow RecordBatches to Spark. It pays for Python workers (about
@@ -68,7 +68,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from raylog.errors import ConfigError
-from raylog.read.data import FETCH_BYTES, ReadPlan, plan_read, read_range
+from raylog.read import FETCH_BYTES, ReadPlan, plan_read, read_range
 from raylog_spark.avro_values import DEFAULT_SAMPLE, AvroColumns
 from raylog_spark.columns import spark_schema
 from raylog_spark.json_values import parse_json
@@ -105,10 +105,10 @@ def read_topic(
     and ``ending_offsets``, fixed when this is called.
 
     Offsets, ``min_partitions`` and ``fail_on_data_loss`` are those of
-    :func:`raylog.read.data.plan_read`; ``client`` (a :class:`raylog.Client`) or
+    :func:`raylog.read.plan_read`; ``client`` (a :class:`raylog.Client`) or
     ``settings`` (its ``client.settings``) say which cluster to read; with
     neither, the cluster ``raylog.connect()`` made in this process (or
-    ``RAYLOG_ZOOKEEPER``, see :func:`raylog.read.data.default_settings`).
+    ``RAYLOG_ZOOKEEPER``, see :func:`raylog.read.default_settings`).
     ``read_options`` are the keyword arguments of :func:`plan_dataframe`:
     ``schema``, ``schema_id``, ``json_options``, ``flatten``, ``sample``,
     ``locality``, ``fetch_bytes`` and ``engine``.
@@ -129,7 +129,7 @@ def read_topic(
     ``"auto"`` (the JVM reader when the session loads it); see the module
     docstring. The engine used is ``df.raylog_engine``.
 
-    The plan is kept as ``df.raylog_plan`` (:class:`raylog.read.data.ReadPlan`:
+    The plan is kept as ``df.raylog_plan`` (:class:`raylog.read.ReadPlan`:
     offsets, ranges and the lost ranges skipped). Errors that can be found
     on the driver are raised here: unknown topic, an offset off a message
     boundary or past the end, lost data, an unknown schema id.

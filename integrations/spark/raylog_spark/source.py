@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 
-from raylog.read.data import FETCH_BYTES, ReadPlan
+from raylog.read import FETCH_BYTES, ReadPlan
 from raylog_spark.columns import spark_schema
 
 #: the Spark conf keys the data source ``raylog`` reads its cluster from when
@@ -78,7 +78,7 @@ def use_cluster(spark, client=None, settings=None) -> bool:
     ``spark.raylog.cluster`` and ``spark.raylog.token`` (base64).
     :func:`raylog_spark.init_spark` calls it. Returns False when there is no
     cluster to use (nothing is set)."""
-    from raylog.read.data import default_settings
+    from raylog.read import default_settings
 
     if client is not None:
         settings = client.settings

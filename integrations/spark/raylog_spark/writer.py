@@ -28,7 +28,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from raylog.read.data import resolve_connection
+from raylog.read import resolve_connection
 from raylog.errors import ConfigError
 
 

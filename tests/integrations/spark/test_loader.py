@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import raylog_spark
-from raylog.read.data import DataLossError
+from raylog.read import DataLossError
 from raylog.errors import UnknownTopicError
 from raylog.groups.offsets import OffsetStore
 

@@ -14,7 +14,7 @@ import pytest
 
 import raylog_spark
 from raylog.errors import InvalidOffsetError
-from raylog.read.data import plan_read
+from raylog.read import plan_read
 from spark_helpers import as_tuples, log_messages, make_clicks, ordered, produce
 
 pytestmark = pytest.mark.timeout(600)

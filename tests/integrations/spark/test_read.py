@@ -17,7 +17,7 @@ import logging
 import pytest
 
 import raylog_spark
-from raylog.read.data import DataLossError, plan_read
+from raylog.read import DataLossError, plan_read
 from raylog.errors import (
     ConfigError,
     InvalidOffsetError,
@@ -253,7 +253,7 @@ def test_json_values_parsed_with_a_given_or_inferred_schema(spark, raylog_client
 
 
 def test_read_raylog_converts_to_spark(spark, raylog_client, clicks):
-    from raylog.read.data import read_raylog
+    from raylog.read import read_raylog
 
     ds = read_raylog(clicks, client=raylog_client, min_partitions=4)
     assert ds.count() == 600

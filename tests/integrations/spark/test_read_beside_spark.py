@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(600)
 SCRIPT = textwrap.dedent('''
     import ray, raylog, raylog_spark
     from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
-    from raylog.read.data import read_raylog
+    from raylog.read import read_raylog
 
     ray.init(address="local", num_cpus=2, resources={DISK_RESOURCE: 1}, labels={NODE_LABEL: "local"},
              include_dashboard=False, logging_level="WARNING", object_store_memory=256 * 1024 * 1024)

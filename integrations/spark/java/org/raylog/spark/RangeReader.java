@@ -25,7 +25,7 @@ import org.slf4j.LoggerFactory;
  * <p>Rows are {@link UnsafeRow}s of the pruned schema, written into one
  * reused buffer; with no columns (a count) nothing is copied.
  *
- * <p>Data loss, as {@code raylog.read.data.read_range}: a range that retention
+ * <p>Data loss, as {@code raylog.read.read_range}: a range that retention
  * deleted since planning raises DataLossError, or with
  * {@code fail_on_data_loss=false} is skipped and logged. A partition actor
  * that moved (NotOwnerError, an unreachable socket, a timeout) is looked up

@@ -13,7 +13,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * The raylog batch source for Spark (DataSource V2), short name {@code "raylog"}.
  *
  * <p>It reads a fixed plan of byte ranges of partition logs, made by raylog's
- * Python driver ({@code raylog.read.data.plan_read}), straight from the partition
+ * Python driver ({@code raylog.read.plan_read}), straight from the partition
  * actors' data sockets inside the executors' JVMs:
  *
  * <pre>

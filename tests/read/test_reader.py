@@ -1,4 +1,4 @@
-"""raylog.read.data: message boundaries for splits, read plans, range readers and
+"""raylog.read: message boundaries for splits, read plans, range readers and
 the Ray Data source (read_raylog), on real partition actors. No Spark here
 (read_raylog -> to_spark is in tests/integrations/spark/test_read.py)."""
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.read.data import (
+from raylog.read import (
     ARROW_SCHEMA,
     DataLossError,
     placement_options,

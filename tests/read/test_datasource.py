@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from raylog.read.data import read_raylog
+from raylog.read import read_raylog
 from raylog.errors import ConfigError, ResourcesUnavailableError
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,0 +1,184 @@
+"""The Ray Data source: :func:`read_raylog`, a read plan as a bounded
+``ray.data.Dataset``, its tasks placed on the nodes that hold the data (see
+:mod:`raylog.read`)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Sequence
+
+import pyarrow as pa
+
+from raylog.errors import (
+    ConfigError,
+    ResourcesUnavailableError,
+)
+from raylog.metadata import ConnectionSettings
+from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
+from raylog.read.plan import plan_read
+from raylog.read.reader import read_range
+
+log = logging.getLogger(__name__)
+
+
+def _read_task_tables(rng: ReadRange, settings: ConnectionSettings, options: dict):
+    for batch in read_range(rng, settings, **options):
+        yield pa.Table.from_batches([batch])
+
+
+def _datasource_class():
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    class RaylogDatasource(Datasource):
+        """Ranges of a :class:`ReadPlan` as a Ray Data source: one read task per range."""
+
+        def __init__(self, plan: ReadPlan, ranges: Sequence[ReadRange], fetch_bytes: int = FETCH_BYTES):
+            super().__init__()
+            self._plan = plan
+            self._ranges = list(ranges)
+            self._options = {
+                "fail_on_data_loss": plan.fail_on_data_loss,
+                "fetch_bytes": fetch_bytes,
+                "max_message_bytes": plan.max_message_bytes,
+            }
+
+        def get_name(self) -> str:
+            return f"Raylog({self._plan.topic})"
+
+        def estimate_inmemory_data_size(self) -> int:
+            return sum(r.size for r in self._ranges)
+
+        def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list:
+            tasks = []
+            for rng in self._ranges:
+                meta = BlockMetadata(num_rows=None, size_bytes=rng.size, exec_stats=None, input_files=None)
+                read_fn = functools.partial(_read_task_tables, rng, self._plan.settings, self._options)
+                tasks.append(ReadTask(read_fn, meta, schema=ARROW_SCHEMA, per_task_row_limit=per_task_row_limit))
+            return tasks
+
+    return RaylogDatasource
+
+
+def read_raylog(
+    topic: str,
+    starting_offsets="earliest",
+    ending_offsets="latest",
+    *,
+    min_partitions: int | None = None,
+    fail_on_data_loss: bool = True,
+    client=None,
+    settings: ConnectionSettings | None = None,
+    plan: ReadPlan | None = None,
+    locality: bool = True,
+    fetch_bytes: int = FETCH_BYTES,
+    **read_options,
+):
+    """A bounded ``ray.data.Dataset`` of ``topic`` with :data:`ARROW_SCHEMA`.
+
+    The arguments are those of :func:`plan_read` (or pass a ``plan``). One
+    read task per range; with ``locality`` the tasks of each node's ranges
+    prefer that node: a label selector on the node's id (``ray.io/node-id``)
+    with a fallback to any node, so a read still runs when that node has no
+    free CPU for it or is gone (see the module docstring). ``read_options``
+    go to ``ray.data.read_datasource`` (``num_cpus``, ``memory``,
+    ``concurrency`` ...).
+
+    It never waits for good for CPUs that others hold: without
+    ``num_cpus`` and with no CPU free (a Spark session's executors hold
+    them all, say), the read tasks ask for none and the dataset is read at
+    once; a ``num_cpus`` that is not free now raises
+    :class:`~raylog.errors.ResourcesUnavailableError` naming what is
+    needed and what is free (see :func:`_read_resources`).
+
+    The dataset converts to Spark with RayDP: ``ds.to_spark(spark)``.
+    """
+    import ray
+
+    if plan is None:
+        plan = plan_read(
+            topic,
+            starting_offsets,
+            ending_offsets,
+            min_partitions=min_partitions,
+            fail_on_data_loss=fail_on_data_loss,
+            client=client,
+            settings=settings,
+        )
+    if not plan.ranges:
+        return ray.data.from_arrow(ARROW_SCHEMA.empty_table())
+    read_options, materialize = _read_resources(read_options)
+    datasource = _datasource_class()
+    groups: dict[str | None, list[ReadRange]] = {}
+    for rng in plan.ranges:
+        groups.setdefault(rng.node_id if locality else None, []).append(rng)
+    datasets = []
+    for node_id, ranges in groups.items():
+        options = dict(read_options)
+        if node_id is not None and "label_selector" not in options:
+            options.update(placement_options(node_id))
+        datasets.append(
+            ray.data.read_datasource(
+                datasource(plan, ranges, fetch_bytes), override_num_blocks=len(ranges), **options
+            )
+        )
+    dataset = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
+    return dataset.materialize() if materialize else dataset
+
+
+def _free_cpus() -> tuple[float, float]:
+    """``(CPUs free now, CPUs of the largest alive node)`` of the Ray cluster."""
+    import ray
+
+    largest = max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    return ray.available_resources().get("CPU", 0.0), largest
+
+
+def _read_resources(read_options: dict) -> tuple[dict, bool]:
+    """The read tasks' resources, so that a read never waits for CPUs that
+    others hold (a Spark session's executors, say) without saying so.
+
+    - ``num_cpus`` given: it must fit on a node (else ConfigError) and be
+      free now (else :class:`ResourcesUnavailableError` naming both);
+    - not given, a CPU free: Ray Data's default (1 CPU per read task);
+    - not given, no CPU free: the read tasks ask for no CPU (they mostly
+      wait on sockets) and the dataset is read at once
+      (``materialize``): later steps of Ray Data (``count``'s projection,
+      say) would ask for a CPU each and wait for good. A warning says so.
+
+    Returns the options and whether to materialize."""
+    options = dict(read_options)
+    free, largest = _free_cpus()
+    asked = options.get("num_cpus")
+    if asked is not None:
+        if asked > largest:
+            raise ConfigError(
+                f"read tasks with num_cpus={asked:g} never fit: the largest Ray node has {largest:g} CPUs; "
+                f"pass num_cpus={largest:g} or less (num_cpus=0 reads without holding a CPU)"
+            )
+        if asked > free:
+            raise ResourcesUnavailableError(
+                f"read_raylog needs {asked:g} free CPU per read task (num_cpus={asked:g}) and the Ray "
+                f"cluster has {free:g} free now of {largest:g} on its largest node (others hold the rest, "
+                f"e.g. Spark executors); pass num_cpus=0, or free CPUs (fewer executor_cores), then retry",
+                needed_cpus=asked,
+                free_cpus=free,
+            )
+        return options, False
+    if free >= 1:
+        return options, False
+    log.warning(
+        "read_raylog: no CPU of the Ray cluster is free (%g free; e.g. Spark executors hold them): the "
+        "read tasks run without a CPU and the dataset is read now; later Ray Data steps that need a CPU "
+        "(map_batches ...) wait until one is free",
+        free,
+    )
+    options["num_cpus"] = 0
+    return options, True
+
+
+def placement_options(node_id: str) -> dict:
+    """Remote options that prefer the Ray node ``node_id``: its id label, then
+    (``fallback_strategy``) any node."""
+    return {"label_selector": {NODE_ID_LABEL: node_id}, "fallback_strategy": [{"label_selector": {}}]}

@@ -1,0 +1,292 @@
+"""Read plans, made once on the driver: per partition a byte range of
+message boundaries up to the high watermark seen, split for parallelism, with
+the partition's node for locality (see :mod:`raylog.read`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Mapping, Sequence
+
+
+from raylog.errors import (
+    BrokerUnavailableError,
+    ConfigError,
+    DataLossError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+)
+from raylog.metadata import ConnectionSettings
+from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, _NAMED
+
+log = logging.getLogger(__name__)
+
+
+def default_settings() -> ConnectionSettings | None:
+    """The cluster of a call given no ``client=``: the client
+    ``raylog.connect()`` made in this process (the last one not closed), else
+    ``RAYLOG_ZOOKEEPER`` (with ``RAYLOG_CLUSTER``, default ``"default"``, and
+    ``RAYLOG_TOKEN``, by default the token this process derives, see
+    :mod:`raylog.auth`), else None."""
+    from raylog.client import current_client
+
+    client = current_client()
+    if client is not None:
+        return client.settings
+    zookeeper = os.environ.get("RAYLOG_ZOOKEEPER")
+    if not zookeeper:
+        return None
+    token = os.environ.get("RAYLOG_TOKEN")
+    cluster = os.environ.get("RAYLOG_CLUSTER") or "default"
+    if token:
+        token = token.encode()
+    else:
+        from raylog.auth import cluster_token
+
+        token = cluster_token(cluster)  # derived, as a client does (see raylog.auth)
+    return ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
+
+
+def resolve_connection(client=None, settings: ConnectionSettings | None = None):
+    """``(metadata, settings, owned)`` from a :class:`raylog.Client` or
+    :class:`ConnectionSettings`, or with neither the cluster of
+    :func:`default_settings`; ``owned`` is a metadata view to close."""
+    if client is None and settings is None:
+        from raylog.client import current_client
+
+        client = current_client()
+        if client is None:
+            settings = default_settings()
+    if client is not None:
+        return client.metadata, client.settings, None
+    if settings is None:
+        raise ConfigError(
+            "no raylog cluster to read: call raylog.connect() in this process first, set RAYLOG_ZOOKEEPER "
+            "(host:port of the cluster's ZooKeeper), or pass client= (a raylog.Client) or settings= "
+            "(its client.settings)"
+        )
+    if not isinstance(settings, ConnectionSettings):
+        raise ConfigError(f"settings must be a raylog ConnectionSettings, got {type(settings).__name__}")
+    from raylog.metadata import Metadata
+
+    metadata = Metadata.connect(settings)
+    return metadata, metadata.settings, metadata  # metadata.settings: with the derived token
+
+
+def _offset_spec(spec, partitions: int, default: int, what: str) -> dict[int, int]:
+    """``{partition: offset or EARLIEST/LATEST}`` for every partition."""
+    if isinstance(spec, str):
+        if spec not in _NAMED:
+            raise ConfigError(f"{what} must be 'earliest', 'latest' or {{partition: offset}}, got {spec!r}")
+        return {p: _NAMED[spec] for p in range(partitions)}
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{what} must be 'earliest', 'latest' or {{partition: offset}}, got {spec!r}")
+    resolved = {p: default for p in range(partitions)}
+    for p, offset in spec.items():
+        try:
+            p = int(p)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{what}: partition keys are integers, got {p!r}") from None
+        if not 0 <= p < partitions:
+            raise UnknownPartitionError(
+                f"{what} names partition {p}; the topic has partitions 0..{partitions - 1}", partition=p
+            )
+        if isinstance(offset, str):
+            if offset not in _NAMED:
+                raise ConfigError(f"{what}[{p}] must be an offset, 'earliest' or 'latest', got {offset!r}")
+            offset = _NAMED[offset]
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
+            raise ConfigError(
+                f"{what}[{p}] must be a byte offset (>= 0), -2 (earliest) or -1 (latest), got {offset!r}"
+            )
+        resolved[p] = offset
+    return resolved
+
+
+def _node_of(registry, topic: str, partition: int, nodes: list[dict] | None) -> tuple[str | None, str | None]:
+    """``(Ray node id, node IP)`` of the node holding the partition's log."""
+    if not nodes:
+        return None, None
+    from raylog.actors.placement import node_identity
+
+    place = registry.placement(topic, partition) or {}
+    identity = place.get("node")
+    for node in nodes:
+        if node.get("Alive") and node_identity(node) == identity:
+            return node["NodeID"], node["NodeManagerAddress"]
+    return None, None
+
+
+def _ray_nodes() -> list[dict] | None:
+    try:
+        import ray
+
+        return ray.nodes() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - locality is a preference, not a need
+        return None
+
+
+def plan_read(
+    topic: str,
+    starting_offsets="earliest",
+    ending_offsets="latest",
+    *,
+    min_partitions: int | None = None,
+    fail_on_data_loss: bool = True,
+    client=None,
+    settings: ConnectionSettings | None = None,
+) -> ReadPlan:
+    """The byte ranges a bounded read of ``topic`` returns.
+
+    ``starting_offsets``: ``"earliest"`` (each partition's log start),
+    ``"latest"`` (its high watermark: nothing) or ``{partition: offset}``
+    (others from the log start; ``-2``/``"earliest"`` and ``-1``/``"latest"``
+    allowed as values). ``ending_offsets``: ``"latest"`` (the high watermark
+    now) or ``{partition: offset}`` (others: latest). Offsets are message
+    boundaries (a message's offset, a committed offset, a high watermark).
+
+    Raises :class:`~raylog.errors.UnknownTopicError` for an unknown topic,
+    :class:`~raylog.errors.UnknownPartitionError` for a partition it lacks,
+    :class:`~raylog.errors.InvalidOffsetError` for an offset that is not a
+    message boundary, :class:`~raylog.errors.OffsetOutOfRangeError` for an
+    offset past the high watermark, :class:`~raylog.errors.ConfigError` for
+    a start after its end, and :class:`DataLossError` for a range retention
+    already deleted (with ``fail_on_data_loss=True``).
+
+    ``min_partitions``: split ranges (the larger ones more) so that there are
+    at least this many, at message boundaries found by the partition actors.
+    """
+    from raylog.transfer.connection import BrokerConnection
+
+    if min_partitions is not None and (not isinstance(min_partitions, int) or min_partitions < 1):
+        raise ConfigError(f"min_partitions must be a positive integer, got {min_partitions!r}")
+    metadata, settings, owned = resolve_connection(client, settings)
+    try:
+        registry = metadata.registry
+        config = registry.topic_config(topic)  # UnknownTopicError
+        partitions = config.partitions
+        starts = _offset_spec(starting_offsets, partitions, EARLIEST, "starting_offsets")
+        ends = _offset_spec(ending_offsets, partitions, LATEST, "ending_offsets")
+        nodes = _ray_nodes()
+        ranges: list[ReadRange] = []
+        lost: list[LostRange] = []
+        start_offsets, end_offsets, log_starts, hws = {}, {}, {}, {}
+        for p in range(partitions):
+            host, port = metadata.endpoint(topic, p, refresh=True, wait_s=10.0)
+            with BrokerConnection(host, port, token=settings.token, timeout_s=30) as conn:
+                log_start, hw = conn.offsets(topic, p)
+                named = {EARLIEST: log_start, LATEST: hw}
+                start, end = named.get(starts[p], starts[p]), named.get(ends[p], ends[p])
+                if end > hw:
+                    raise OffsetOutOfRangeError(
+                        f"ending offset {end} of {topic}-{p} is past its high watermark {hw}; "
+                        f"end at most at {hw} ('latest')",
+                        offset=end,
+                        earliest=log_start,
+                        latest=hw,
+                    )
+                if start > end:
+                    if start > hw:
+                        raise OffsetOutOfRangeError(
+                            f"starting offset {start} of {topic}-{p} is past its high watermark {hw}; "
+                            f"start at most at {hw} ('latest')",
+                            offset=start,
+                            earliest=log_start,
+                            latest=hw,
+                        )
+                    raise ConfigError(
+                        f"starting offset {start} of {topic}-{p} is after its ending offset {end}"
+                    )
+                if start < log_start:
+                    gone = LostRange(topic, p, start, min(end, log_start), log_start)
+                    if fail_on_data_loss:
+                        raise DataLossError(
+                            f"offsets {gone.describe()} were deleted by retention before they were read; "
+                            f"read from {log_start} ('earliest') on, or pass fail_on_data_loss=False "
+                            f"to skip what was lost",
+                            topic=topic,
+                            partition=p,
+                            lost_start=gone.start,
+                            lost_end=gone.end,
+                            offset=start,
+                            earliest=log_start,
+                            latest=hw,
+                        )
+                    log.warning("reading %s: skipping lost %s", topic, gone.describe())
+                    lost.append(gone)
+                    start = min(max(start, log_start), max(end, log_start))
+                    end = max(end, start)
+                # Explicit offsets must be message boundaries: the server
+                # checks the message at an offset when asked to read there.
+                for offset in {start, end}:
+                    if log_start < offset < hw:
+                        conn.fetch(topic, p, offset, 1, 0)  # InvalidOffsetError
+            node_id, node_ip = _node_of(registry, topic, p, nodes)
+            start_offsets[p], end_offsets[p], log_starts[p], hws[p] = start, end, log_start, hw
+            if end > start:
+                ranges.append(ReadRange(topic, p, start, end, host, port, node_id, node_ip))
+        if min_partitions is not None and 0 < len(ranges) < min_partitions:
+            ranges = _split(settings, ranges, min_partitions)
+        return ReadPlan(
+            topic=topic,
+            settings=settings,
+            ranges=tuple(ranges),
+            start_offsets=start_offsets,
+            end_offsets=end_offsets,
+            log_starts=log_starts,
+            high_watermarks=hws,
+            lost=tuple(lost),
+            fail_on_data_loss=fail_on_data_loss,
+            max_message_bytes=config.max_message_bytes,
+        )
+    finally:
+        if owned is not None:
+            owned.close()
+
+
+def split_counts(sizes: Sequence[int], min_partitions: int) -> list[int]:
+    """How many pieces each range becomes so that there are at least
+    ``min_partitions`` in all, in proportion to the ranges' sizes."""
+    total = sum(sizes)
+    counts = [max(1, min(size, round(min_partitions * size / total))) if total else 1 for size in sizes]
+    while sum(counts) < min_partitions:
+        # The range with the largest pieces gets one more (if it has bytes to split).
+        i = max(range(len(sizes)), key=lambda k: sizes[k] / counts[k])
+        if sizes[i] <= counts[i]:
+            break
+        counts[i] += 1
+    return counts
+
+
+def _split(settings: ConnectionSettings, ranges: list[ReadRange], min_partitions: int) -> list[ReadRange]:
+    """Ranges cut into pieces at message boundaries found by the partition actors."""
+    import ray
+
+    from raylog.actors.partition import NAMESPACE, actor_name
+
+    counts = split_counts([r.size for r in ranges], min_partitions)
+    calls = []
+    for rng, count in zip(ranges, counts):
+        if count <= 1:
+            calls.append(None)
+            continue
+        targets = [rng.start + rng.size * k // count for k in range(1, count)]
+        try:
+            actor = ray.get_actor(actor_name(settings.cluster, rng.topic, rng.partition), namespace=NAMESPACE)
+        except ValueError:
+            raise BrokerUnavailableError(
+                f"no partition actor runs for {rng.topic}-{rng.partition} to split its range; retry shortly",
+                topic=rng.topic,
+                partition=rng.partition,
+            ) from None
+        calls.append(actor.message_boundaries.remote(rng.start, rng.end, targets))
+    pending = [c for c in calls if c is not None]
+    answers = iter(ray.get(pending)) if pending else iter(())
+    out: list[ReadRange] = []
+    for rng, call in zip(ranges, calls):
+        if call is None:
+            out.append(rng)
+            continue
+        cuts = sorted({rng.start, *next(answers), rng.end})
+        out.extend(rng._replace(start=a, end=b) for a, b in zip(cuts, cuts[1:]))
+    return out
