@@ -68,7 +68,7 @@ class PartitionActor:
         from kazoo.protocol.states import KazooState
 
         from raylog.zk.registry import Registry
-        from raylog.zk.server import connect_kazoo
+        from raylog.zk.session import connect_kazoo
         from raylog.metrics import PartitionMetrics
         from raylog.storage.log import PartitionLog
         from raylog.transfer.server import DataServer

@@ -21,7 +21,7 @@ from raylog.errors import (
 )
 from raylog.testing.faults import drop_connection, expire_session
 from raylog.zk.registry import Registry
-from raylog.zk.server import connect_kazoo
+from raylog.zk.session import connect_kazoo
 
 
 def wait_until(predicate, timeout_s: float = 30.0, interval_s: float = 0.05) -> bool:
