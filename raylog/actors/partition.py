@@ -37,11 +37,10 @@ import shutil
 import threading
 import time
 
-from raylog.config import TopicConfig
+from raylog.config import NAMESPACE, TopicConfig
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "raylog"
 #: exit status of an actor process ended by a disk error
 EXIT_DISK_ERROR = 75
 

@@ -47,7 +47,9 @@ import shutil
 import threading
 import time
 
-from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
+from raylog.config import NAMESPACE
+
+from raylog.actors.partition import actor_name, start_partition_actor
 from raylog.errors import LogInUseError, RaylogError, UnknownTopicError
 
 log = logging.getLogger(__name__)
