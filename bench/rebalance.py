@@ -196,7 +196,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from raylog.zk.registry import Registry
-    from raylog.zk.server import EmbeddedZooKeeper, connect_kazoo
+    from raylog.zk.server import EmbeddedZooKeeper
+    from raylog.zk.session import connect_kazoo
 
     server = EmbeddedZooKeeper()
     server.start()

@@ -7,8 +7,9 @@
     python deploy/cluster_zookeeper.py stop --data-dir ~/raylog-state/zookeeper
 
 It runs the ZooKeeper server that raylog embeds (the jars inside the
-pyspark wheel, ``java`` from ``JAVA_HOME`` or the ``PATH``), found through
-:func:`raylog.zk.server.find_jars`, but listening on ``--host``: an
+pyspark wheel, ``java`` from ``JAVA_HOME`` or the ``PATH``), started by
+raylog's one launcher (:func:`raylog.zk.launcher.launch`), but detached
+and listening on ``--host``: an
 address the other nodes reach. (``raylog zookeeper start`` listens on
 127.0.0.1 only, for one machine.) ZooKeeper has no authentication here:
 keep the port reachable by the cluster's nodes only (on AWS the security
@@ -31,22 +32,12 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
 
-PID_FILE = "zookeeper.pid"
-MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+from raylog.zk.launcher import MAIN_CLASS
 
-_LOG4J = """\
-status = error
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = %d{ISO8601} %-5p [%t] %c{1}: %m%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-"""
+PID_FILE = "zookeeper.pid"
 
 
 def _pid(data_dir: str) -> int | None:
@@ -71,7 +62,7 @@ def _pid(data_dir: str) -> int | None:
 
 
 def _ruok(host: str, port: int) -> bool:
-    from raylog.zk.server import four_letter_word
+    from raylog.zk.launcher import four_letter_word
 
     try:
         return four_letter_word(port, "ruok", host=host, timeout_s=2.0) == "imok"
@@ -80,53 +71,21 @@ def _ruok(host: str, port: int) -> bool:
 
 
 def start(args) -> int:
-    from raylog.zk.server import find_java, find_jars
+    from raylog.zk.launcher import ServerSettings, launch
 
     data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
     pid = _pid(data_dir)
     if pid is not None:
         print(f"ZooKeeper already running from {data_dir} (pid {pid})")
         return 0
-    os.makedirs(os.path.join(data_dir, "data"), exist_ok=True)
-    cfg = os.path.join(data_dir, "zoo.cfg")
-    with open(cfg, "w") as f:
-        f.write(
-            "\n".join(
-                [
-                    "tickTime=2000",
-                    f"dataDir={os.path.join(data_dir, 'data')}",
-                    f"clientPort={args.port}",
-                    f"clientPortAddress={args.host}",
-                    "minSessionTimeout=4000",
-                    "maxSessionTimeout=60000",
-                    "maxClientCnxns=0",
-                    "admin.enableServer=false",
-                    "4lw.commands.whitelist=ruok,srvr,stat,mntr,conf",
-                    "autopurge.snapRetainCount=5",
-                    "autopurge.purgeInterval=1",
-                ]
-            )
-            + "\n"
-        )
-    log4j = os.path.join(data_dir, "log4j2.properties")
-    with open(log4j, "w") as f:
-        f.write(_LOG4J)
-    cmd = [
-        find_java(),
-        f"-Xmx{args.heap_mb}m",
-        "-Djava.net.preferIPv4Stack=true",
-        "-Dzookeeper.jmx.log4j.disable=true",
-        f"-Dlog4j2.configurationFile={log4j}",
-        "-cp",
-        os.pathsep.join(find_jars(logging=True)),
-        MAIN_CLASS,
-        cfg,
-    ]
+    os.makedirs(data_dir, exist_ok=True)
+    settings = ServerSettings(
+        data_dir=data_dir, port=args.port, host=args.host, tick_ms=2000,
+        min_session_timeout_ms=4000, max_session_timeout_ms=60000, heap_mb=args.heap_mb,
+        four_letter_words="ruok,srvr,stat,mntr,conf", snapshots_kept=5, quick_jvm=False,
+    )
     with open(os.path.join(data_dir, "zookeeper.out"), "ab") as out:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            cwd=data_dir, start_new_session=True, close_fds=True,
-        )
+        proc = launch(settings, out, detached=True)
     with open(os.path.join(data_dir, PID_FILE), "w") as f:
         f.write(f"{proc.pid}\n")
     deadline = time.monotonic() + args.timeout_s

@@ -32,7 +32,7 @@ from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
-from raylog.zk.server import connect_kazoo
+from raylog.zk.session import connect_kazoo
 
 logger = logging.getLogger(__name__)
 

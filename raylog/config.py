@@ -14,6 +14,10 @@ from raylog.errors import ConfigError
 
 KiB = 1024
 MiB = 1024 * KiB
+
+#: the Ray namespace of raylog's named actors (partition actors, supervisors,
+#: producer actors)
+NAMESPACE = "raylog"
 GiB = 1024 * MiB
 
 DAY_MS = 24 * 3600 * 1000

@@ -286,6 +286,13 @@ class ZooKeeperUnavailableError(RaylogError):
     retriable = True
 
 
+@_code(90)
+class EmbeddedZooKeeperError(RaylogError):
+    """The embedded ZooKeeper server could not be started (java or the jars
+    are missing, or the server exited); the message says which and shows the
+    tail of the server's output."""
+
+
 @_code(49)
 class RayUnavailableError(RaylogError):
     """The Ray cluster at the given address could not be reached within the

@@ -51,7 +51,7 @@ class Metadata:
         """A metadata view with its own ZooKeeper session (for producers and
         consumers outside the process that holds the :class:`Client`)."""
         from raylog.zk.registry import Registry
-        from raylog.zk.server import connect_kazoo
+        from raylog.zk.session import connect_kazoo
 
         zk = connect_kazoo(settings.zookeeper)
         return cls(Registry(zk, settings.cluster), settings, owns_zk=zk)

@@ -25,7 +25,8 @@ from raylog import _log
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import DEFAULT_DATA_DIR, Client
 from raylog.ray_join import check_ray_reachable, present_ray_token
-from raylog.zk.server import EmbeddedZooKeeper, connect_kazoo
+from raylog.zk.server import EmbeddedZooKeeper
+from raylog.zk.session import connect_kazoo
 
 #: where the embedded default keeps its ZooKeeper's data inside a kept data_dir
 EMBEDDED_ZOOKEEPER_DIR = ".zookeeper"

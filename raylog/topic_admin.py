@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 
-from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
+
+from raylog.actors.partition import actor_name, start_partition_actor
 from raylog.actors.placement import disk_nodes, spread
 from raylog.actors.supervisor import DEFAULT_INTERVAL_S, remove_deleted
 from raylog.actors.supervisor import start_supervisor as _start_supervisor
 from raylog.auth import check
-from raylog.config import TopicConfig
+from raylog.config import NAMESPACE, TopicConfig
 from raylog.errors import BrokerUnavailableError
 from raylog.groups.admin import delete_topic_offsets
 from raylog.producer.partitioner import partition_for_key

@@ -25,7 +25,8 @@ import uuid
 
 import pytest
 
-from raylog.zk.server import EmbeddedZooKeeper, connect_kazoo
+from raylog.zk.server import EmbeddedZooKeeper
+from raylog.zk.session import connect_kazoo
 
 #: session timeout of test clients, in seconds
 ZK_SESSION_TIMEOUT_S = 10.0

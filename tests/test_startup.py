@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from raylog.zk.server import free_port
+from raylog.zk.launcher import free_port
 
 RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
 #: the loose bound of the issue: a wrong address must fail well within it

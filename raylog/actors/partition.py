@@ -37,11 +37,10 @@ import shutil
 import threading
 import time
 
-from raylog.config import TopicConfig
+from raylog.config import NAMESPACE, TopicConfig
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "raylog"
 #: exit status of an actor process ended by a disk error
 EXIT_DISK_ERROR = 75
 
@@ -68,7 +67,7 @@ class PartitionActor:
         from kazoo.protocol.states import KazooState
 
         from raylog.zk.registry import Registry
-        from raylog.zk.server import connect_kazoo
+        from raylog.zk.session import connect_kazoo
         from raylog.metrics import PartitionMetrics
         from raylog.storage.log import PartitionLog
         from raylog.transfer.server import DataServer

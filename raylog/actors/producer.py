@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 from typing import Sequence
 
+from raylog.config import NAMESPACE
 from raylog.errors import DeliveryError
 from raylog.metadata import ConnectionSettings, Metadata
 
@@ -102,5 +103,5 @@ def producer_actor(settings: ConnectionSettings, *, name: str | None = None, num
 
     cls = ray.remote(num_cpus=num_cpus)(ProducerActor)
     if name is not None:
-        cls = cls.options(name=name, namespace="raylog", get_if_exists=True)
+        cls = cls.options(name=name, namespace=NAMESPACE, get_if_exists=True)
     return cls.remote(settings, options)

@@ -47,7 +47,9 @@ import shutil
 import threading
 import time
 
-from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
+from raylog.config import NAMESPACE
+
+from raylog.actors.partition import actor_name, start_partition_actor
 from raylog.errors import LogInUseError, RaylogError, UnknownTopicError
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
     refuse a topic that is gone (:class:`UnknownTopicError`), and empty a
     directory that a delete left a tombstone on, then remove the tombstone."""
     from raylog.zk.registry import Registry
-    from raylog.zk.server import connect_kazoo
+    from raylog.zk.session import connect_kazoo
 
     zk = connect_kazoo(zookeeper)
     try:
@@ -136,7 +138,7 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
 def _remove_log_task(zookeeper: str, cluster: str, node: str, log_dir: str) -> str:
     """Body of the task that honours one tombstone on its node."""
     from raylog.zk.registry import Registry
-    from raylog.zk.server import connect_kazoo
+    from raylog.zk.session import connect_kazoo
 
     zk = connect_kazoo(zookeeper)
     try:
@@ -302,7 +304,7 @@ class Supervisor:
                  interval_s: float = DEFAULT_INTERVAL_S):
         from raylog.auth import cluster_token
         from raylog.zk.registry import Registry
-        from raylog.zk.server import connect_kazoo
+        from raylog.zk.session import connect_kazoo
 
         self.zookeeper, self.cluster, self.host = zookeeper, cluster, host
         # Derived here, as the partition actors do (raylog.auth): never

@@ -47,7 +47,7 @@ from raylog.consumer.revocation import GroupNotices
 from raylog.errors import ClosedError, ConfigError, OffsetOutOfRangeError
 from raylog.groups.member import SETTLE_S, GroupMember
 from raylog.producer import Producer
-from raylog.zk.server import connect_kazoo
+from raylog.zk.session import connect_kazoo
 
 #: messages the iterator takes per poll (its batch is committed once all are yielded)
 ITERATOR_BATCH = 500

@@ -262,7 +262,9 @@ def _split(settings: ConnectionSettings, ranges: list[ReadRange], min_partitions
     """Ranges cut into pieces at message boundaries found by the partition actors."""
     import ray
 
-    from raylog.actors.partition import NAMESPACE, actor_name
+    from raylog.config import NAMESPACE
+
+    from raylog.actors.partition import actor_name
 
     counts = split_counts([r.size for r in ranges], min_partitions)
     calls = []

@@ -343,7 +343,7 @@ class LocalCluster:
     def __init__(self, timeout_s: float):
         import argparse
 
-        from raylog.zk.server import free_port
+        from raylog.zk.launcher import free_port
 
         self.module = _local_cluster_module()
         self.state_dir = tempfile.mkdtemp(prefix="raylog-autoscale-", dir="/tmp")  # short: Ray's socket paths

@@ -120,10 +120,6 @@ class SchemaRegistry:
         self._by_id: dict[int, str] = {}  # id -> canonical JSON
         self._ids: dict[str, int] = {}  # sha256 of canonical JSON -> id
 
-    @property
-    def cluster_root(self) -> str:
-        return self._paths.root
-
     # ------------------------------------------------------------------
     # writing
 

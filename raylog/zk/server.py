@@ -1,10 +1,10 @@
-"""An embedded ZooKeeper server, and a kazoo client that fails clearly.
+"""An embedded ZooKeeper server (started through :mod:`raylog.zk.launcher`).
 
 :class:`EmbeddedZooKeeper` runs a real, single-node ZooKeeper 3.6 from the
 jars that ship inside the ``pyspark`` wheel (no separate download)::
 
     with EmbeddedZooKeeper() as server:          # a free port, a temp data dir
-        zk = connect_kazoo(server.connect_string)
+        zk = connect_kazoo(server.connect_string)   # raylog.zk.session
         ...
         server.restart()                         # same port, same data
         ...
@@ -31,169 +31,18 @@ created itself (a temp dir) is removed.
 from __future__ import annotations
 
 import atexit
-import glob
-import importlib.util
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-from raylog.errors import ConfigError, RaylogError, ZooKeeperUnavailableError
-
-#: the jars a standalone ZooKeeper server needs, as glob patterns in the
-#: pyspark ``jars/`` folder (any version of each)
-SERVER_JARS = (
-    "zookeeper-[0-9]*.jar",
-    "zookeeper-jute-[0-9]*.jar",
-    "slf4j-api-[0-9]*.jar",
-    "metrics-core-[0-9]*.jar",
-    "snappy-java-[0-9]*.jar",
-)
-
-#: optional jars that give the server a logger (log4j 2 behind slf4j); without
-#: them it runs silently and start-up failures are harder to diagnose
-LOGGING_JARS = (
-    "log4j-slf4j2-impl-[0-9]*.jar",
-    "log4j-api-[0-9]*.jar",
-    "log4j-core-[0-9]*.jar",
-)
-
-MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
-LOG_NAME = "zookeeper.out"
-CFG_NAME = "zoo.cfg"
-LOG4J_CFG_NAME = "log4j2.properties"
-
-_LOG4J_CONFIG = """\
-status = error
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = %d{ISO8601} %-5p [%t] %c{1}: %m%n
-rootLogger.level = {level}
-rootLogger.appenderRef.out.ref = out
-"""
+from raylog.errors import ConfigError, EmbeddedZooKeeperError
+from raylog.zk.launcher import LOG_NAME, ServerSettings, find_jars, find_java, four_letter_word, free_port, launch
 
 _BIND_FAILURE_TRIES = 5
-
-
-class EmbeddedZooKeeperError(RaylogError):
-    """The embedded ZooKeeper server could not be started (java or the jars
-    are missing, or the server exited); the message says which and shows the
-    tail of the server's output."""
-
-
-# --------------------------------------------------------------------------
-# finding java and the jars
-
-
-def find_java() -> str:
-    """The ``java`` executable: ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
-    from raylog.jdk import jdk_tool
-
-    found = jdk_tool("java")
-    if found is None:
-        raise EmbeddedZooKeeperError(
-            "java was not found (neither $JAVA_HOME/bin/java nor 'java' on PATH); "
-            "install a Java runtime (11 or newer, e.g. 'apt-get install "
-            "openjdk-17-jre-headless') or set JAVA_HOME, or pass the address of "
-            "an existing ZooKeeper instead of starting an embedded one"
-        )
-    return found
-
-
-def _pyspark_jars_dir() -> str:
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedZooKeeperError(
-            "pyspark is not installed, and the embedded ZooKeeper runs from "
-            "the jars inside it; install raylog's dependencies "
-            "('pip install -e .') or pass the address of an existing ZooKeeper"
-        )
-    return os.path.join(list(spec.submodule_search_locations)[0], "jars")
-
-
-def find_jars(jars_dir: str | None = None, *, logging: bool = False) -> list[str]:
-    """The ZooKeeper server jars, from ``jars_dir`` or the installed pyspark;
-    with ``logging=True`` also the log4j jars, where all of them are present."""
-    if jars_dir is None:
-        jars_dir = _pyspark_jars_dir()
-    jars, missing = [], []
-    for pattern in SERVER_JARS:
-        matches = sorted(glob.glob(os.path.join(jars_dir, pattern)))
-        if matches:
-            jars.append(matches[-1])
-        else:
-            missing.append(pattern)
-    if missing:
-        raise EmbeddedZooKeeperError(
-            f"the ZooKeeper server jars {', '.join(missing)} are missing from "
-            f"{jars_dir}; reinstall pyspark (pyspark==3.5.x ships them) or pass "
-            f"jars_dir= pointing at a folder that holds them"
-        )
-    if logging:
-        extra = [sorted(glob.glob(os.path.join(jars_dir, p))) for p in LOGGING_JARS]
-        if all(extra):
-            jars.extend(found[-1] for found in extra)
-    return jars
-
-
-def four_letter_word(port: int, command: str = "ruok", host: str = "127.0.0.1", timeout_s: float = 2.0) -> str:
-    """Send a ZooKeeper four-letter-word command (``ruok``, ``srvr``,
-    ``conf``, ``cons``, ``mntr`` ...) and return the reply ("" if the server
-    closed the connection without one). Raises OSError if nobody listens."""
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
-        sock.sendall(command.encode())
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free on ``host`` a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-# --------------------------------------------------------------------------
-# dying with the parent (Linux)
-
-
-def _parent_death_signal():
-    """A ``preexec_fn`` that asks Linux to SIGKILL the child when its parent
-    thread exits, or None where that is not possible.
-
-    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits,
-    so it is only used from the main thread (whose end is the process's end).
-    The libc function is looked up here, before the fork, so the child only
-    makes one foreign call between fork and exec.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-    sigkill = int(signal.SIGKILL)
-
-    def preexec():
-        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
-
-    return preexec
 
 
 # --------------------------------------------------------------------------
@@ -405,56 +254,15 @@ class EmbeddedZooKeeper:
 
     # ------------------------------------------------------------- internals
 
-    def _write_config(self) -> str:
-        cfg = os.path.join(self._data_dir, CFG_NAME)
-        lines = [
-            f"tickTime={self.tick_ms}",
-            f"dataDir={os.path.join(self._data_dir, 'data')}",
-            f"clientPort={self._port}",
-            f"clientPortAddress={self.host}",
-            f"minSessionTimeout={self.min_session_timeout_ms}",
-            f"maxSessionTimeout={self.max_session_timeout_ms}",
-            "maxClientCnxns=0",
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=*",
-            # keep a test machine's disk from filling with old snapshots
-            "autopurge.snapRetainCount=3",
-            "autopurge.purgeInterval=1",
-        ]
-        with open(cfg, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        return cfg
-
     def _launch(self, java: str, classpath: str) -> None:
-        cfg = self._write_config()
-        log4j_cfg = os.path.join(self._data_dir, LOG4J_CFG_NAME)
-        with open(log4j_cfg, "w") as f:
-            f.write(_LOG4J_CONFIG.replace("{level}", self.log_level))
-        cmd = [
-            java,
-            f"-Xmx{self.heap_mb}m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            "-Djava.net.preferIPv4Stack=true",
-            "-Dzookeeper.jmx.log4j.disable=true",
-            f"-Dlog4j2.configurationFile={log4j_cfg}",
-            "-cp",
-            classpath,
-            MAIN_CLASS,
-            cfg,
-        ]
-        self._log_file = open(os.path.join(self._data_dir, LOG_NAME), "ab")
-        self._log_file.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(cmd)}\n".encode())
-        self._log_file.flush()
-        self._proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            cwd=self._data_dir,
-            close_fds=True,
-            preexec_fn=_parent_death_signal(),
+        settings = ServerSettings(
+            data_dir=self._data_dir, port=self._port, host=self.host, tick_ms=self.tick_ms,
+            min_session_timeout_ms=self.min_session_timeout_ms,
+            max_session_timeout_ms=self.max_session_timeout_ms,
+            heap_mb=self.heap_mb, log_level=self.log_level,
         )
+        self._log_file = open(os.path.join(self._data_dir, LOG_NAME), "ab")
+        self._proc = launch(settings, self._log_file, java=java, classpath=classpath)
 
     def _wait_ready(self) -> None:
         """Wait until a kazoo client connects; raise _ServerExited if the
@@ -556,34 +364,3 @@ class _ServerExited(Exception):
 
 # --------------------------------------------------------------------------
 # a client
-
-
-def connect_kazoo(hosts: str, timeout_s: float = 10.0, **kw):
-    """Start a :class:`kazoo.client.KazooClient` on ``hosts`` and return it,
-    connected. ``kw`` goes to ``KazooClient`` (e.g. ``timeout``, the session
-    timeout in seconds).
-
-    Raises :class:`raylog.ZooKeeperUnavailableError` if no connection is
-    made within ``timeout_s``; the client is stopped and closed then.
-    """
-    from kazoo.client import KazooClient
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    client = KazooClient(hosts=hosts, **kw)
-    try:
-        client.start(timeout=timeout_s)
-    except KazooTimeoutError:
-        client.stop()
-        client.close()
-        raise ZooKeeperUnavailableError(
-            f"could not connect to ZooKeeper at {hosts} within {timeout_s:g}s; "
-            f"check that it runs and listens there (e.g. 'echo ruok | nc "
-            f"{hosts.split(',')[0].split('/')[0].replace(':', ' ')}'), or use "
-            f"raylog.connect() without zookeeper= to start an embedded one",
-            hosts=hosts,
-        ) from None
-    except Exception:
-        client.stop()
-        client.close()
-        raise
-    return client

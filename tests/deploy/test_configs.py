@@ -138,7 +138,8 @@ def _script(*args, timeout=180) -> subprocess.CompletedProcess:
 
 
 def test_cluster_zookeeper_starts_once_and_stops_by_pid(tmp_path):
-    from raylog.zk.server import connect_kazoo, free_port
+    from raylog.zk.launcher import free_port
+    from raylog.zk.session import connect_kazoo
 
     data_dir = str(tmp_path / "zk")
     port = free_port()

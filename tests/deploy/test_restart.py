@@ -131,7 +131,7 @@ def _segment_files(log_dir: str) -> list[str]:
 
 
 def test_local_cluster_restart_serves_every_topic_again_and_a_delete_while_down_is_honoured(tmp_path):
-    from raylog.zk.server import free_port
+    from raylog.zk.launcher import free_port
 
     # Ray's socket paths under the state dir must stay short (107 bytes)
     state_dir, data_dir = tempfile.mkdtemp(prefix="rl-"), str(tmp_path / "data")
@@ -187,7 +187,7 @@ def test_connect_joins_a_token_auth_cluster_without_ray_auth_mode():
     """The local cluster's head runs with Ray's token auth; a process with
     RAY_AUTH_MODE unset joins it with raylog.connect(ray_address=...) (and
     the CLI through it) at once, with no warnings' worth of retries."""
-    from raylog.zk.server import free_port
+    from raylog.zk.launcher import free_port
 
     state_dir = tempfile.mkdtemp(prefix="rl-")
     try:

@@ -23,7 +23,8 @@ import time
 
 import pytest
 
-from raylog.zk.server import connect_kazoo, four_letter_word, free_port
+from raylog.zk.launcher import four_letter_word, free_port
+from raylog.zk.session import connect_kazoo
 
 RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
 #: a bound on one command; generous, for a loaded machine

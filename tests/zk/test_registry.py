@@ -21,7 +21,7 @@ from raylog.errors import (
 )
 from raylog.testing.faults import drop_connection, expire_session
 from raylog.zk.registry import Registry
-from raylog.zk.server import connect_kazoo
+from raylog.zk.session import connect_kazoo
 
 
 def wait_until(predicate, timeout_s: float = 30.0, interval_s: float = 0.05) -> bool:
@@ -413,7 +413,7 @@ def test_kazoo_failures_become_actionable_raylog_errors(zk, raised, expected, wo
     import kazoo.exceptions
 
     import raylog.errors
-    from raylog.zk.registry import zookeeper_errors
+    from raylog.zk.errors import zookeeper_errors
 
     with pytest.raises(getattr(raylog.errors, expected), match=words) as info:
         with zookeeper_errors(zk, "do a thing"):
@@ -425,7 +425,7 @@ def test_kazoo_failures_become_actionable_raylog_errors(zk, raised, expected, wo
 def test_node_errors_pass_through_the_translation(zk):
     from kazoo.exceptions import NoNodeError
 
-    from raylog.zk.registry import zookeeper_errors
+    from raylog.zk.errors import zookeeper_errors
 
     with pytest.raises(NoNodeError):
         with zookeeper_errors(zk, "read"):

@@ -11,14 +11,10 @@ import time
 import pytest
 
 from raylog.errors import ZooKeeperUnavailableError
-from raylog.zk.server import (
-    EmbeddedZooKeeper,
-    EmbeddedZooKeeperError,
-    connect_kazoo,
-    find_jars,
-    four_letter_word,
-    free_port,
-)
+from raylog.errors import EmbeddedZooKeeperError
+from raylog.zk.launcher import find_jars, four_letter_word, free_port
+from raylog.zk.server import EmbeddedZooKeeper
+from raylog.zk.session import connect_kazoo
 
 
 def process_gone(pid: int) -> bool:

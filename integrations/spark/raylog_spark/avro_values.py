@@ -22,7 +22,7 @@ from raylog.avro import HEADER, AvroDeserializer, avro_to_spark_schema, unframe
 from raylog.errors import ConfigError
 from raylog.read import ReadPlan, head_values, resolve_connection
 from raylog.zk.schemas import SchemaRegistry
-from raylog.zk.server import connect_kazoo
+from raylog.zk.session import connect_kazoo
 from raylog_spark.columns import META_COLUMNS, typed_schema
 
 #: values read on the driver to find an Avro schema id

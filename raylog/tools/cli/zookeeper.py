@@ -56,7 +56,7 @@ def _is_our_zookeeper(pid: int) -> bool:
 
 
 def _client_port(data_dir: str) -> int | None:
-    from raylog.zk.server import CFG_NAME
+    from raylog.zk.launcher import CFG_NAME
 
     try:
         with open(os.path.join(data_dir, CFG_NAME)) as f:

@@ -81,6 +81,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(70, "LogInUseError");
     NAMES.put(71, "ConcurrentLoadError");
     NAMES.put(72, "FaultInjectionError");
+    NAMES.put(90, "EmbeddedZooKeeperError");
     NAMES.put(110, "DataLossError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
