@@ -25,17 +25,13 @@ shared with the sender (whose conditions use it).
 from __future__ import annotations
 
 import collections
-import itertools
-import operator
 import threading
 import time
 from typing import Sequence
 
-from crc32c import crc32c
-
 from raylog.errors import ClosedError, RequestTimeoutError
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
-from raylog.producer.partitioner import StickyPartitioner, partition_for_key
+from raylog.producer.partitioner import StickyPartitioner, group_by_partition, partition_for_key
 from raylog.storage.message import HEADER_SIZE
 
 #: how long a caller waits for buffer space before RequestTimeoutError
@@ -212,21 +208,12 @@ class RecordAccumulator:
             with self.lock:
                 self._fill(topic, partition, values, keys, sizes, 0, count, call)
             return call
-        # Keyed: split the call by partition (partition_for_key's CRC32C
-        # modulo, inlined), keeping the call's order within each; C-level
-        # passes (a stable sort, groupby, map) instead of a loop per message.
-        if None in keys:
-            parts = [crc32c(k) % count if k is not None else -1 for k in keys]
-            sizes = list(map(_add_key_size, sizes, keys))
-        else:
-            parts = [crc32c(k) % count for k in keys]
-            sizes = list(map(operator.add, sizes, map(len, keys)))
-        order = sorted(range(n), key=parts.__getitem__)
-        largest = HEADER_SIZE + max(sizes)
+        # Keyed: split the call by partition (crc32c(key) mod partitions),
+        # keeping the call's order within each; one compiled pass when built.
+        groups = group_by_partition(values, keys, count)
         with self.lock:
             open_batches = self.open
-            for p, group in itertools.groupby(order, parts.__getitem__):
-                positions = list(group)
+            for p, positions, group_values, group_keys, total, largest in groups:
                 k = len(positions)
                 batch = open_batches.get((topic, p))
                 if (
@@ -235,28 +222,19 @@ class RecordAccumulator:
                     and batch.keys is not None
                     and batch.timestamps is None
                     and len(batch.values) + k < self.batch_size
-                    and batch.size + k * largest <= batch.limit
+                    and batch.size + k * (HEADER_SIZE + largest) <= batch.limit
                     and self.buffered + k < self.max_buffered
                 ):
                     # The common case: the partition's open batch takes the
                     # whole group and stays open (what _fill does, inlined).
-                    first = len(batch.values)
-                    batch.values.extend(map(values.__getitem__, positions))
-                    batch.keys.extend(map(keys.__getitem__, positions))
-                    batch.size += k * HEADER_SIZE + sum(map(sizes.__getitem__, positions))
+                    call._add(batch.future, len(batch.values), k, positions)
+                    batch.values.extend(group_values)
+                    batch.keys.extend(group_keys)
+                    batch.size += k * HEADER_SIZE + total
                     self.buffered += k
-                    call._add(batch.future, first, k, positions)
                     continue
-                self._fill(
-                    topic,
-                    None if p < 0 else p,
-                    list(map(values.__getitem__, positions)),
-                    list(map(keys.__getitem__, positions)),
-                    list(map(sizes.__getitem__, positions)),
-                    positions,
-                    count,
-                    call,
-                )
+                sizes = list(map(_add_key_size, map(len, group_values), group_keys))
+                self._fill(topic, None if p < 0 else p, group_values, group_keys, sizes, positions, count, call)
         return call
 
     def _fill(self, topic, partition, values, keys, sizes, positions, count, call: CallFuture) -> None:

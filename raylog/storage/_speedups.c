@@ -547,6 +547,267 @@ error:
 }
 
 /* ------------------------------------------------------------------------ */
+/* encode (the producer's message sets) */
+
+static inline void
+store_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void
+store_i64(unsigned char *p, int64_t s)
+{
+    uint64_t v;
+    memcpy(&v, &s, 8);
+    store_u32(p, (uint32_t)(v >> 32));
+    store_u32(p + 4, (uint32_t)v);
+}
+
+/* An int (or int subclass) as an int64; 0 when obj is something else or out
+ * of range (the reference raises for those). */
+static int
+ts_arg(PyObject *obj, int64_t *out)
+{
+    int overflow;
+    long long v;
+    if (!PyLong_Check(obj))
+        return 0;
+    v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = (int64_t)v;
+    return 1;
+}
+
+PyDoc_STRVAR(encode_doc,
+"encode(values, keys, timestamp) -> bytes | None\n\n"
+"The uncompressed message set of values (a list or tuple of bytes) with\n"
+"keys (None, or one bytes or None per value) and timestamp (one int for\n"
+"every message, or a list or tuple of one int per value), byte for byte as\n"
+"raylog.storage.message.encode_message_set (the reference) builds it.\n"
+"None when an argument is not one of those (not exact bytes, a length that\n"
+"differs, a timestamp outside int64, a message over 4 GiB): the reference\n"
+"then builds the set or raises.");
+
+static PyObject *
+speedups_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *values, *keys, *tss, *out;
+    PyObject **vitems, **kitems = NULL, **titems = NULL;
+    Py_ssize_t n, i;
+    int64_t one_ts = 0;
+    uint64_t total = 0;
+    unsigned char *p;
+    uint32_t (*crc)(uint32_t, const unsigned char *, size_t) = crc32c_fn;
+
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "encode() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    values = args[0];
+    keys = args[1];
+    tss = args[2];
+    if (!PyList_CheckExact(values) && !PyTuple_CheckExact(values))
+        Py_RETURN_NONE;
+    n = PySequence_Fast_GET_SIZE(values);
+    vitems = PySequence_Fast_ITEMS(values);
+    if (keys != Py_None) {
+        if ((!PyList_CheckExact(keys) && !PyTuple_CheckExact(keys)) || PySequence_Fast_GET_SIZE(keys) != n)
+            Py_RETURN_NONE;
+        kitems = PySequence_Fast_ITEMS(keys);
+    }
+    if (PyList_CheckExact(tss) || PyTuple_CheckExact(tss)) {
+        if (PySequence_Fast_GET_SIZE(tss) != n)
+            Py_RETURN_NONE;
+        titems = PySequence_Fast_ITEMS(tss);
+    }
+    else if (!ts_arg(tss, &one_ts))
+        Py_RETURN_NONE;
+
+    /* pass 1: check every item, add up the sizes (the lists are not changed
+     * meanwhile: no Python code runs between the passes) */
+    for (i = 0; i < n; i++) {
+        PyObject *k = kitems ? kitems[i] : Py_None;
+        uint64_t size;
+        int64_t ts;
+        if (!PyBytes_CheckExact(vitems[i]) || (k != Py_None && !PyBytes_CheckExact(k)))
+            Py_RETURN_NONE;
+        if (titems && !ts_arg(titems[i], &ts))
+            Py_RETURN_NONE;
+        size = (uint64_t)MIN_MESSAGE_SIZE + (uint64_t)PyBytes_GET_SIZE(vitems[i]) +
+               (k == Py_None ? 0 : (uint64_t)PyBytes_GET_SIZE(k));
+        if (size > 0xFFFFFFFFu || (k != Py_None && PyBytes_GET_SIZE(k) > INT32_MAX))
+            Py_RETURN_NONE;
+        total += LOG_OVERHEAD + size;
+    }
+    if (total > (uint64_t)PY_SSIZE_T_MAX)
+        Py_RETURN_NONE;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (out == NULL)
+        return NULL;
+
+    /* pass 2: write the messages (fields 1-8 of DESIGN section 2) */
+    p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (i = 0; i < n; i++) {
+        PyObject *k = kitems ? kitems[i] : Py_None;
+        Py_ssize_t vlen = PyBytes_GET_SIZE(vitems[i]);
+        Py_ssize_t klen = k == Py_None ? 0 : PyBytes_GET_SIZE(k);
+        uint32_t size = (uint32_t)(MIN_MESSAGE_SIZE + klen + vlen);
+        int64_t ts = one_ts;
+        if (titems)
+            ts_arg(titems[i], &ts);  /* checked in pass 1 */
+        store_u32(p, size);
+        p[8] = MAGIC;
+        p[9] = 0;
+        store_i64(p + 10, ts);
+        store_u32(p + 18, k == Py_None ? 0xFFFFFFFFu : (uint32_t)klen);
+        if (klen)
+            memcpy(p + HEADER_SIZE, PyBytes_AS_STRING(k), (size_t)klen);
+        memcpy(p + HEADER_SIZE + klen, PyBytes_AS_STRING(vitems[i]), (size_t)vlen);
+        store_u32(p + 4, crc(0, p + 8, (size_t)size - 4));
+        p += LOG_OVERHEAD + size;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------------ */
+/* group (the producer's keyed batches) */
+
+PyDoc_STRVAR(group_doc,
+"group(values, keys, partitions) -> list | None\n\n"
+"values and keys split by partition: keyed messages by crc32c(key) mod\n"
+"partitions, keyless ones (key None) under -1. One tuple per partition met,\n"
+"by increasing partition: (partition, positions, values, keys, total,\n"
+"largest), with positions the places in the call (increasing), total the\n"
+"sum and largest the maximum of len(key) + len(value) over the group.\n"
+"Exactly raylog.producer.partitioner.group_by_partition (the reference);\n"
+"None when an argument is not a list or tuple of bytes (keys: bytes or\n"
+"None) of the same length, or partitions not an int from 1 to 2**20.");
+
+static PyObject *
+speedups_group(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *values, *keys, *res = NULL;
+    PyObject **vitems, **kitems;
+    Py_ssize_t n, i, groups = 0;
+    int64_t parts;
+    int32_t *of = NULL;
+    Py_ssize_t *counts = NULL, *fill = NULL;
+    PyObject **lists = NULL, *out = NULL;
+    uint64_t *sums = NULL;
+    uint32_t (*crc)(uint32_t, const unsigned char *, size_t) = crc32c_fn;
+
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "group() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    values = args[0];
+    keys = args[1];
+    if ((!PyList_CheckExact(values) && !PyTuple_CheckExact(values)) ||
+        (!PyList_CheckExact(keys) && !PyTuple_CheckExact(keys)) ||
+        PySequence_Fast_GET_SIZE(values) != PySequence_Fast_GET_SIZE(keys) ||
+        !limit_arg(args[2], &parts) || parts < 1 || parts > (1 << 20))
+        Py_RETURN_NONE;
+    n = PySequence_Fast_GET_SIZE(values);
+    vitems = PySequence_Fast_ITEMS(values);
+    kitems = PySequence_Fast_ITEMS(keys);
+    of = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    /* counts[0] holds the keyless ones, counts[p + 1] partition p */
+    counts = PyMem_Calloc((size_t)parts + 1, sizeof(Py_ssize_t));
+    if (of == NULL || counts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *k = kitems[i];
+        if (!PyBytes_CheckExact(vitems[i]))
+            goto none;
+        if (k == Py_None)
+            of[i] = -1;
+        else if (PyBytes_CheckExact(k))
+            of[i] = (int32_t)(crc(0, (const unsigned char *)PyBytes_AS_STRING(k), (size_t)PyBytes_GET_SIZE(k)) %
+                              (uint32_t)parts);
+        else
+            goto none;
+        if (counts[of[i] + 1]++ == 0)
+            groups++;
+    }
+    /* one pass: each message into its group's lists (counting sort) */
+    lists = PyMem_Calloc((size_t)(parts + 1) * 3, sizeof(PyObject *));
+    fill = PyMem_Calloc((size_t)parts + 1, sizeof(Py_ssize_t));
+    sums = PyMem_Calloc((size_t)(parts + 1) * 2, sizeof(uint64_t));
+    if (lists == NULL || fill == NULL || sums == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int64_t slot = 0; slot <= parts; slot++) {
+        if (counts[slot] == 0)
+            continue;
+        for (int f = 0; f < 3; f++)
+            if ((lists[slot * 3 + f] = PyList_New(counts[slot])) == NULL)
+                goto done;
+    }
+    for (i = 0; i < n; i++) {
+        Py_ssize_t slot = of[i] + 1, j = fill[slot]++;
+        PyObject *index = PyLong_FromSsize_t(i);
+        uint64_t len = (uint64_t)PyBytes_GET_SIZE(vitems[i]) +
+                       (kitems[i] == Py_None ? 0 : (uint64_t)PyBytes_GET_SIZE(kitems[i]));
+        if (index == NULL)
+            goto done;
+        PyList_SET_ITEM(lists[slot * 3], j, index);
+        Py_INCREF(vitems[i]);
+        PyList_SET_ITEM(lists[slot * 3 + 1], j, vitems[i]);
+        Py_INCREF(kitems[i]);
+        PyList_SET_ITEM(lists[slot * 3 + 2], j, kitems[i]);
+        sums[slot * 2] += len;
+        if (len > sums[slot * 2 + 1])
+            sums[slot * 2 + 1] = len;
+    }
+    out = PyList_New(groups);
+    if (out == NULL)
+        goto done;
+    {
+        Py_ssize_t g = 0;
+        for (int64_t slot = 0; slot <= parts; slot++) {
+            PyObject *item;
+            if (counts[slot] == 0)
+                continue;
+            /* N steals the three lists */
+            item = Py_BuildValue("(LNNNKK)", (long long)(slot - 1), lists[slot * 3], lists[slot * 3 + 1],
+                                 lists[slot * 3 + 2], (unsigned long long)sums[slot * 2],
+                                 (unsigned long long)sums[slot * 2 + 1]);
+            lists[slot * 3] = lists[slot * 3 + 1] = lists[slot * 3 + 2] = NULL;
+            if (item == NULL) {
+                Py_CLEAR(out);
+                goto done;
+            }
+            PyList_SET_ITEM(out, g++, item);
+        }
+    }
+    res = out;
+    goto done;
+none:
+    res = Py_None;
+    Py_INCREF(res);
+done:
+    if (lists != NULL)
+        for (int64_t s = 0; s < (parts + 1) * 3; s++)
+            Py_XDECREF(lists[s]);
+    PyMem_Free(lists);
+    PyMem_Free(fill);
+    PyMem_Free(sums);
+    PyMem_Free(of);
+    PyMem_Free(counts);
+    return res;
+}
+
+/* ------------------------------------------------------------------------ */
 /* crc32c */
 
 static PyObject *
@@ -610,6 +871,8 @@ static PyMethodDef speedups_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))speedups_scan, METH_FASTCALL, scan_doc},
     {"timestamps", (PyCFunction)(void (*)(void))speedups_timestamps, METH_FASTCALL, timestamps_doc},
     {"decode", (PyCFunction)(void (*)(void))speedups_decode, METH_FASTCALL, decode_doc},
+    {"encode", (PyCFunction)(void (*)(void))speedups_encode, METH_FASTCALL, encode_doc},
+    {"group", (PyCFunction)(void (*)(void))speedups_group, METH_FASTCALL, group_doc},
     {"crc32c", (PyCFunction)(void (*)(void))speedups_crc32c, METH_FASTCALL, crc32c_doc},
     {"crc32c_table", (PyCFunction)(void (*)(void))speedups_crc32c_table, METH_FASTCALL, crc32c_table_doc},
     {NULL, NULL, 0, NULL},

@@ -183,6 +183,13 @@ def encode_message_set(
         raise ConfigError(f"got {count} values but {len(keys)} keys; pass one key (or None) per value")
     if timestamp_ms is None:
         timestamp_ms = _now_ms()
+    if _speedups is not None and (isinstance(timestamp_ms, int) or len(timestamp_ms) == count):
+        inner = _speedups.encode(values, keys, timestamp_ms)  # None: the code below builds it
+        if inner is not None:
+            if codec == CODEC_NONE or not inner:
+                return inner
+            wrapper_ts = timestamp_ms if isinstance(timestamp_ms, int) else max(timestamp_ms)
+            return encode_message(compress(codec, inner), None, wrapper_ts, codec)
     parts: list[bytes] = []
     append = parts.append
     prefix = _PREFIX.pack

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raylog.errors import ConfigError
-from raylog.producer.partitioner import StickyPartitioner, partition_for_key
+from raylog.producer.partitioner import StickyPartitioner, group_by_partition, partition_for_key
 
 
 @given(st.binary(max_size=64), st.integers(min_value=1, max_value=10_000))
@@ -52,3 +52,42 @@ def test_sticky_with_one_partition_stays_put():
     sticky = StickyPartitioner(seed=1)
     sticky.batch_sent("t", 1)
     assert sticky.partition("t", 1) == 0
+
+
+def _group_both(values, keys, partitions):
+    from raylog.storage import message as message_module
+
+    saved = message_module._speedups
+    try:
+        fast = group_by_partition(values, keys, partitions)
+        message_module._speedups = None
+        pure = group_by_partition(values, keys, partitions)
+    finally:
+        message_module._speedups = saved
+    return fast, pure
+
+
+@given(
+    st.lists(st.tuples(st.binary(max_size=30), st.one_of(st.none(), st.binary(max_size=12))), max_size=60),
+    st.integers(min_value=1, max_value=40),
+)
+def test_grouping_by_partition_is_the_same_compiled_and_in_python(msgs, partitions):
+    values = [v for v, _ in msgs]
+    keys = [k for _, k in msgs]
+    fast, pure = _group_both(values, keys, partitions)
+    assert fast == pure
+    # every message exactly once, in the call's order within its partition
+    assert sorted(i for g in pure for i in g[1]) == list(range(len(msgs)))
+    for p, positions, vs, ks, total, largest in pure:
+        assert all(partition_for_key(keys[i], partitions) == p if keys[i] is not None else p == -1 for i in positions)
+        assert positions == sorted(positions) and vs == [values[i] for i in positions] and ks == [keys[i] for i in positions]
+        assert total == sum(len(v) + len(k or b"") for v, k in zip(vs, ks))
+        assert largest == max(len(v) + len(k or b"") for v, k in zip(vs, ks))
+    assert [g[0] for g in pure] == sorted(g[0] for g in pure)
+
+
+def test_grouping_odd_arguments_falls_back_or_raises():
+    fast, pure = _group_both((bytearray(b"v"),), (b"k",), 3)  # not bytes: the Python code
+    assert fast == pure
+    with pytest.raises(ConfigError):
+        group_by_partition([b"v"], [b"k"], 0)
