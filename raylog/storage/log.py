@@ -14,7 +14,7 @@ message is its byte position in the concatenation of the segments; segment
 Life of a message set:
 
 1. :meth:`PartitionLog.append` validates it (every CRC, see
-   :func:`~raylog.storage.message.validate_message_set`; wrappers inflate to
+   :func:`~raylog.storage.validation.validate_message_set`; wrappers inflate to
    at most ``max_inflated_bytes``), rolls to a new
    segment if the set would take the active one past ``segment_bytes``, and
    writes it with one ``os.write``. It is not visible yet.
@@ -59,7 +59,7 @@ from typing import Callable
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, MessageTooLargeError, OutOfOrderSequenceError, StorageError
 from raylog.storage import faults as _faults
-from raylog.storage.message import validate_message_set
+from raylog.storage.validation import validate_message_set
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.segment import LogSegment
 

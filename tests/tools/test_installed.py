@@ -10,6 +10,7 @@ resolves the bench's cluster config inside the installed package, and
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,9 +27,13 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     target = tmp_path_factory.mktemp("site")
+    # a copy of the sources: a build leaves build/ behind, not in the checkout
+    source = tmp_path_factory.mktemp("src") / "raylog"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                 "*.so", "jars", ".pytest_cache"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "--target", str(target), REPO],
+         "--target", str(target), str(source)],
         capture_output=True, text=True, timeout=540,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
