@@ -53,7 +53,8 @@ from crc32c import crc32c  # noqa: E402
 from raylog.config import MiB, TopicConfig  # noqa: E402
 from raylog.storage import message as message_module  # noqa: E402
 from raylog.storage.log import PartitionLog  # noqa: E402
-from raylog.storage.message import decode_messages, encode_message_set  # noqa: E402
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set  # noqa: E402
 
 try:
     from raylog.storage import _speedups  # noqa: E402

@@ -48,7 +48,8 @@ SCENARIOS = ("produce_b50_acks0", "produce_b50_acks1", "produce_b1_acks0", "prod
 
 def client(address, scenario: str, seconds: float, results, socket_buffer_bytes=None) -> None:
     """The child process: run one scenario, send back ``(messages, bytes, elapsed)``."""
-    from raylog.storage.message import decode_messages, encode_message_set
+    from raylog.storage.decoding import decode_messages
+    from raylog.storage.message import encode_message_set
     from raylog.transfer.connection import BrokerConnection
 
     conn = BrokerConnection(*address, socket_buffer_bytes=socket_buffer_bytes)

@@ -97,7 +97,7 @@ class TopicConfig:
     @property
     def max_inflated_limit(self) -> int:
         """The bound on a wrapper's inflated size in effect (pass it to
-        :func:`raylog.storage.message.decode_messages` as ``max_inflated_bytes``)."""
+        :func:`raylog.storage.decoding.decode_messages` as ``max_inflated_bytes``)."""
         return self.max_inflated_bytes or INFLATED_FACTOR * self.max_message_bytes
 
     def replace(self, **changes) -> "TopicConfig":

@@ -135,6 +135,11 @@ class OffsetOutOfRangeError(RaylogError):
     """
 
 
+@_code(100)
+class BenchError(RaylogError):
+    """The benchmark could not run to the end; the message says where it stopped."""
+
+
 @_code(110)
 class DataLossError(OffsetOutOfRangeError):
     """A range to read was (in part) deleted by retention before it was read.

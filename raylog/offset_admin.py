@@ -16,7 +16,7 @@ from __future__ import annotations
 from raylog.config import EARLIEST, LATEST
 from raylog.errors import ConfigError, InvalidOffsetError, OffsetOutOfRangeError, RaylogError
 from raylog.groups import admin as groups
-from raylog.storage.message import decode_messages
+from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 
 #: the targets of :meth:`OffsetAdmin.reset_offsets`

@@ -10,7 +10,8 @@ import pytest
 
 from raylog import auth
 from raylog.errors import AuthenticationError
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.transfer.connection import BrokerConnection
 
 

@@ -40,7 +40,7 @@ from raylog.config import EARLIEST, LATEST
 from raylog.consumer.record import Message, with_next_offsets
 from raylog.errors import InvalidMessageError, OffsetOutOfRangeError, RaylogError
 from raylog.retry import RetryPolicy
-from raylog.storage.message import decode_messages
+from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 

@@ -20,7 +20,7 @@ the partition, so readers can run next to the data.
 executors, Ray tasks). They need nothing but TCP to the partition's data
 socket (and ZooKeeper, only to find a partition actor that moved since the
 plan): they fetch the range in large chunks, check every message's CRC
-(:func:`raylog.storage.message.decode_messages`), and yield
+(:func:`raylog.storage.decoding.decode_messages`), and yield
 ``pyarrow.RecordBatch`` es of :data:`ARROW_SCHEMA`, the columns of Spark's
 Kafka source:
 

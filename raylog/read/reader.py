@@ -86,7 +86,7 @@ def read_range(
     deleted since planning raise :class:`DataLossError`, or with
     ``fail_on_data_loss=False`` are skipped, logged and appended to ``lost``.
     """
-    from raylog.storage.message import decode_messages
+    from raylog.storage.decoding import decode_messages
 
     topic, partition, end = rng.topic, rng.partition, rng.end
     endpoint = _Endpoint(settings, rng, timeout_s, max_message_bytes)

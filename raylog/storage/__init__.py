@@ -13,6 +13,7 @@ Modules, one per concept:
 """
 
 from raylog.storage.log import FileSlice, PartitionLog, RecoveryReport
+from raylog.storage.decoding import decode_messages
 from raylog.storage.message import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -23,11 +24,10 @@ from raylog.storage.message import (
     LOG_OVERHEAD,
     MAGIC,
     codec_id,
-    decode_messages,
     encode_message,
     encode_message_set,
-    validate_message_set,
 )
+from raylog.storage.validation import validate_message_set
 
 __all__ = [
     "PartitionLog",

@@ -24,7 +24,8 @@ import io
 import os
 import re
 
-from raylog.storage.message import LOG_OVERHEAD, message_size_at, scan_message_set
+from raylog.storage.message import LOG_OVERHEAD
+from raylog.storage.validation import message_size_at, scan_message_set
 from raylog.storage.timeindex import TimeIndex
 
 SUFFIX = ".log"

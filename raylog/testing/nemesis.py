@@ -242,7 +242,7 @@ class Nemesis:
         poll of the process ``nemesis-reader`` (so a damaged value served as
         good is a garbage-read)."""
         from raylog.errors import CorruptMessageError, RaylogError
-        from raylog.storage.message import decode_messages
+        from raylog.storage.decoding import decode_messages
         from raylog.transfer.connection import BrokerConnection
 
         t = self.target

@@ -12,7 +12,8 @@ import threading
 import time
 
 from raylog.errors import RaylogError
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import encode_auth
 

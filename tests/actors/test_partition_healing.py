@@ -18,7 +18,8 @@ import pytest
 from raylog.errors import InflatedSizeTooLargeError, RaylogError
 from raylog.storage import faults
 from raylog.storage.compression import CODEC_ZSTD, compress
-from raylog.storage.message import decode_messages, encode_message, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message, encode_message_set
 from raylog.transfer import protocol as p
 from raylog.transfer.connection import BrokerConnection
 

@@ -8,7 +8,8 @@ import socket
 
 from raylog.errors import BrokerUnavailableError
 from raylog.retry import RetryPolicy
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.transfer import protocol as p
 from raylog.transfer.connection import BrokerConnection
 

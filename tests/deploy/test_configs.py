@@ -3,7 +3,6 @@ each config, the cluster ZooKeeper script, and the local cluster's stop by PID."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -177,10 +176,9 @@ def _kill_pid_file(path: str) -> None:
 
 
 def _local_cluster():
-    spec = importlib.util.spec_from_file_location("local_cluster", os.path.join(DEPLOY, "local_cluster.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import raylog.tools.local_cluster
+
+    return raylog.tools.local_cluster
 
 
 def test_local_cluster_stop_ends_the_recorded_process_tree_by_pid(tmp_path):

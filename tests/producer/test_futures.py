@@ -8,7 +8,8 @@ import pytest
 
 from raylog.errors import DeliveryError, MessageTooLargeError, RequestTimeoutError
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture, scoped_error
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 
 
 def test_offsets_of_an_uncompressed_set_are_where_decoding_finds_the_messages():

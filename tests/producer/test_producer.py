@@ -15,7 +15,7 @@ import pytest
 from raylog.errors import DeliveryError, MessageTooLargeError, RaylogError, UnknownPartitionError
 from raylog.producer.partitioner import partition_for_key
 from raylog.retry import RetryPolicy
-from raylog.storage.message import decode_messages
+from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 
 

@@ -17,7 +17,7 @@ from raylog.errors import (
 )
 from raylog.producer.producer import Producer
 from raylog.retry import RetryPolicy
-from raylog.storage.message import decode_messages
+from raylog.storage.decoding import decode_messages
 
 
 class FakeMetadata:

@@ -30,7 +30,8 @@ from raylog.errors import (
     UnknownTopicError,
 )
 from raylog.storage.log import PartitionLog
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.transfer.connection import BrokerConnection
 
 pytestmark = pytest.mark.timeout(300)

@@ -54,7 +54,7 @@ def compression(request):
 
 import os  # noqa: E402
 
-from raylog.storage.message import decode_messages  # noqa: E402
+from raylog.storage.decoding import decode_messages  # noqa: E402
 
 
 def read_all(log, start=None, max_bytes=4096):

@@ -12,7 +12,9 @@ from raylog.config import TopicConfig
 from raylog.errors import ConfigError, InflatedSizeTooLargeError, MessageTooLargeError
 from raylog.storage.compression import CODEC_GZIP, CODEC_LZ4, CODEC_ZSTD, compress
 from raylog.storage.log import PartitionLog
-from raylog.storage.message import decode_messages, encode_message, encode_message_set, validate_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message, encode_message_set
+from raylog.storage.validation import validate_message_set
 
 MiB = 1 << 20
 

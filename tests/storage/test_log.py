@@ -16,7 +16,8 @@ from raylog.errors import (
     OffsetOutOfRangeError,
 )
 from raylog.storage.log import FileSlice, PartitionLog
-from raylog.storage.message import HEADER_SIZE, decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import HEADER_SIZE, encode_message_set
 from raylog.storage.segment import segment_name
 
 from conftest import flip_byte, read_all

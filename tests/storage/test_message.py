@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from raylog.errors import ConfigError, CorruptMessageError, InvalidMessageError, MessageTooLargeError
 from raylog.storage import compression as comp
+from raylog.storage.decoding import decode_messages
 from raylog.storage.message import (
     CODEC_GZIP,
     CODEC_LZ4,
@@ -20,11 +21,10 @@ from raylog.storage.message import (
     LOG_OVERHEAD,
     MAGIC,
     codec_id,
-    decode_messages,
     encode_message,
     encode_message_set,
-    validate_message_set,
 )
+from raylog.storage.validation import validate_message_set
 
 from conftest import COMPRESSIONS
 

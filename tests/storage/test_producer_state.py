@@ -11,7 +11,8 @@ import pytest
 from raylog.config import TopicConfig
 from raylog.errors import LogDirectoryLockedError, OutOfOrderSequenceError
 from raylog.storage.log import PartitionLog
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.storage.producer_state import FILE_NAME, RECORD_SIZE, SEQUENCES_REMEMBERED
 
 CONFIG = TopicConfig(flush_messages=10**9, flush_ms=10**9)

@@ -8,7 +8,8 @@ import pytest
 from raylog.config import TopicConfig
 from raylog.errors import CorruptMessageError, StorageError
 from raylog.storage.log import CHECKPOINT_NAME, LOCK_NAME, PartitionLog
-from raylog.storage.message import HEADER_SIZE, decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import HEADER_SIZE, encode_message_set
 from raylog.storage.segment import segment_name
 
 from conftest import crash, flip_byte, read_all

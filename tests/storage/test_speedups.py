@@ -21,16 +21,9 @@ from raylog.errors import InvalidMessageError, RaylogError
 from raylog.consumer.record import Message
 from raylog.storage import compression as comp
 from raylog.storage import message as message_module
-from raylog.storage.message import (
-    CODEC_LZ4,
-    CODEC_ZSTD,
-    HEADER_SIZE,
-    decode_messages,
-    encode_message,
-    encode_message_set,
-    scan_message_set,
-    validate_message_set,
-)
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import CODEC_LZ4, CODEC_ZSTD, HEADER_SIZE, encode_message, encode_message_set
+from raylog.storage.validation import scan_message_set, validate_message_set
 
 from conftest import COMPRESSIONS, SPEEDUPS
 

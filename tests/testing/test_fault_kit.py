@@ -17,7 +17,8 @@ from kazoo.client import KazooClient
 from raylog.config import TopicConfig
 from raylog.errors import CorruptMessageError
 from raylog.storage.log import PartitionLog
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.testing import faults
 
 

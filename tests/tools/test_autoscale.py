@@ -1,5 +1,5 @@
 """The autoscaled benchmark's own logic (raylog.tools.bench, bench/autoscale.py,
-bench/autoscale.yaml) and the argument handling of ``raylog bench``.
+raylog/tools/configs/bench-autoscale.yaml) and the argument handling of ``raylog bench``.
 
 No cluster runs here: a real run starts a local autoscaling cluster and
 takes minutes, so it is run by hand (see the README's benchmarks section).
@@ -19,9 +19,10 @@ import yaml
 from raylog.tools import bench as benchmark
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.tools.bench import BenchSettings, NodeTracker, format_table, parse_phases, phase_report
+from raylog.tools.bench.settings import _disk_node_types
 from raylog.errors import ConfigError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
 SCRIPT = os.path.join(REPO, "bench", "autoscale.py")
 
@@ -177,7 +178,7 @@ def test_bench_config_makes_load_add_nodes_and_lets_them_go_soon():
     assert computes and all(t["min_workers"] == 0 and t["resources"]["CPU"] >= 1 for t in computes)
     assert sum(t["max_workers"] for t in workers.values()) == config["max_workers"] <= 4
     assert 0 < config["idle_timeout_minutes"] < 1
-    assert benchmark._disk_node_types(config) == 2
+    assert _disk_node_types(config) == 2
 
 
 # -- the command line ------------------------------------------------------------

@@ -25,7 +25,8 @@ from raylog.errors import (
     ProtocolError,
     RaylogError,
 )
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.transfer import protocol as p
 
 TOPIC = "clicks"  # the topic the fixtures serve (conftest.TOPIC)

@@ -26,7 +26,8 @@ from raylog.errors import (
     RequestTimeoutError,
     TooManyConnectionsError,
 )
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.transfer import protocol as p
 from raylog.transfer.connection import BrokerConnection
 

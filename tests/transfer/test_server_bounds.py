@@ -11,7 +11,8 @@ import pytest
 
 from raylog.errors import AuthenticationError, BrokerUnavailableError
 from raylog.retry import RetryPolicy
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 from raylog.transfer import protocol as p
 
 TOPIC = "clicks"

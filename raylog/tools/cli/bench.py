@@ -45,7 +45,7 @@ def bench(target: Target, phases, phase_seconds, partitions, disk_nodes, message
     and node events) and a table; a progress bar on stderr meanwhile.
 
     Without --zookeeper and --ray-address it starts a local autoscaling
-    cluster for the run (deploy/local_cluster.py with bench/autoscale.yaml:
+    cluster for the run (raylog.tools.local_cluster with its bench-autoscale.yaml:
     Ray's fake multi-node provider, every node a set of processes of this
     machine) and stops it by PID at the end, also on error or Ctrl-C; with
     both, it runs on that cluster (which needs an autoscaler and disk node

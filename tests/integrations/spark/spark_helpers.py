@@ -4,7 +4,7 @@ from the partitions' data sockets, not through the code under test."""
 
 from __future__ import annotations
 
-from raylog.storage.message import decode_messages
+from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 
 

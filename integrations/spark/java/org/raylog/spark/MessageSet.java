@@ -26,7 +26,7 @@ import java.util.zip.CRC32C;
  * inner set ({@link Codecs}); its inner messages are returned in turn, each
  * reporting the wrapper's offset, and may not be wrappers themselves.
  *
- * <p>Checks, as {@code raylog.storage.message.decode_messages} does: every
+ * <p>Checks, as {@code raylog.storage.decoding.decode_messages} does: every
  * CRC32C (CorruptMessageError), magic, attributes and key length
  * (InvalidMessageError), the size bound before anything of that size is
  * allocated (MessageTooLargeError), and whole inner sets. Errors name log

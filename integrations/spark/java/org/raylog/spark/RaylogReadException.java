@@ -82,6 +82,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(71, "ConcurrentLoadError");
     NAMES.put(72, "FaultInjectionError");
     NAMES.put(90, "EmbeddedZooKeeperError");
+    NAMES.put(100, "BenchError");
     NAMES.put(110, "DataLossError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }

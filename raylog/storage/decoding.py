@@ -1,0 +1,190 @@
+"""Decoding of message sets, consumer side: ``(offset, timestamp, key, value)``
+records, every CRC checked, wrappers unpacked (the format:
+:mod:`raylog.storage.message`; the compiled fast path decodes runs of plain
+messages, the code here is the reference)."""
+
+from __future__ import annotations
+
+
+from crc32c import crc32c
+
+from raylog.errors import ConfigError, InvalidMessageError
+
+from raylog.storage import message as _format
+from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES, _CODEC_MASK, _HEADER_FAST, _SIZE, _STOP_HEADER
+from raylog.storage.message_errors import _corrupt, _bad_header, _tail_error, _nested, _in_wrapper, _inner_set
+
+def decode_messages(
+    buf,
+    base_offset: int,
+    *,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    partial_tail_ok: bool = True,
+    record_type: type | None = None,
+    prefix: tuple = (),
+    max_inflated_bytes: int | None = None,
+) -> tuple[list[tuple[int, int, bytes | None, bytes]], int]:
+    """Parse the whole messages of ``buf``, which starts at log offset ``base_offset``.
+
+    Returns ``(records, consumed)``: each record is ``(offset, timestamp_ms,
+    key, value)`` and ``consumed`` is the number of bytes of whole messages
+    parsed, so the next fetch starts at ``base_offset + consumed``. Every CRC
+    is checked (:class:`CorruptMessageError` with ``offset``), as are magic,
+    attributes and key length (:class:`InvalidMessageError`) and the size
+    bound (:class:`MessageTooLargeError`, before any allocation). A message
+    cut off by the end of ``buf`` is left for the next fetch when
+    ``partial_tail_ok`` (a fetch bounded by max_bytes ends like that), else
+    it raises :class:`InvalidMessageError`. Wrappers are decompressed and
+    every inner message reports the wrapper's offset; a wrapper that would
+    inflate past ``max_inflated_bytes`` (pass the topic's
+    ``TopicConfig.max_inflated_limit``; default ``INNER_SET_FACTOR *
+    max_message_bytes``) raises :class:`InflatedSizeTooLargeError` before it
+    is inflated past that bound.
+
+    With ``record_type`` (a tuple subclass, such as :class:`raylog.Message`)
+    and a two-field ``prefix`` (the consumer passes topic and partition) each
+    record is built directly as ``record_type((*prefix, offset, timestamp_ms,
+    key, value))``, sparing the consumer a second pass.
+    """
+    if record_type is not None and len(prefix) != 2:
+        raise ConfigError(f"prefix must hold two fields (topic, partition), got {prefix!r}")
+    fast = _format._speedups  # looked up per call: tests swap the fast path
+    kind = type(buf)
+    if fast is not None and (kind is bytes or kind is bytearray or kind is memoryview and buf.c_contiguous):
+        # read in place, without the copy to bytes
+        return _decode_fast(
+            fast, buf, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix, max_inflated_bytes
+        )
+    data = buf if type(buf) is bytes else bytes(buf)
+    return _decode_set(data, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix, max_inflated_bytes)
+
+
+def _decode_set(
+    data: bytes,
+    base_offset: int,
+    max_message_bytes: int,
+    partial_tail_ok: bool,
+    outer: bool,
+    record_type: type | None = None,
+    prefix: tuple = (),
+    max_inflated_bytes: int | None = None,
+):
+    """:func:`_decode` by the fast path when there is one."""
+    fast = _format._speedups  # looked up per call: tests swap the fast path
+    if fast is None:
+        return _decode(data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes)
+    return _decode_fast(
+        fast, data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes
+    )
+
+
+def _decode_fast(
+    fast, buf, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes=None
+):
+    """:func:`_decode` of any contiguous buffer: the compiled loop for runs of
+    plain messages, the reference for whatever it stops at."""
+    p0, p1 = prefix if record_type is not None else (None, None)
+    records, pos, status = fast.decode(buf, base_offset, max_message_bytes, record_type, p0, p1)
+    if not status:
+        return records, pos
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    while status == _STOP_HEADER:
+        # a wrapper, or a bad header: the reference decodes (or refuses) this one message
+        end = pos + 4 + _SIZE.unpack_from(mv, pos)[0]
+        one = bytes(mv[pos:end])
+        more, _used = _decode(
+            one, base_offset + pos, max_message_bytes, False, outer, record_type, prefix, max_inflated_bytes
+        )
+        records += more
+        pos = end
+        more, used, status = fast.decode(mv[pos:], base_offset + pos, max_message_bytes, record_type, p0, p1)
+        records += more
+        pos += used
+    if status:
+        # a bad CRC, a cut or oversized message, or arguments the fast path
+        # leaves alone: the reference takes over from here
+        rest = buf if pos == 0 and type(buf) is bytes else bytes(mv[pos:])
+        more, used = _decode(
+            rest, base_offset + pos, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes
+        )
+        records += more
+        pos += used
+    return records, pos
+
+
+def _decode(
+    data: bytes,
+    base_offset: int,
+    max_message_bytes: int,
+    partial_tail_ok: bool,
+    outer: bool,
+    record_type: type | None = None,
+    prefix: tuple = (),
+    max_inflated_bytes: int | None = None,
+):
+    new = tuple.__new__
+    typed = record_type is not None
+    p0, p1 = prefix if typed else (None, None)
+    mv = memoryview(data)
+    n = len(data)
+    records: list[tuple[int, int, bytes | None, bytes]] = []
+    append = records.append
+    unpack = _HEADER_FAST.unpack_from
+    pos = 0
+    last = n - 22
+    # The CRC of a plain message without key covers 14 header bytes that depend
+    # on the timestamp only (magic 1, attributes 0, key_length -1, all checked
+    # from the unpacked fields): their CRC is computed once per run of equal
+    # timestamps and continued over the value, which is sliced out anyway.
+    # Every byte of every message is still covered by its CRC.
+    run_ts = None
+    run_crc = 0
+    while pos <= last:
+        size, crc, magic_attrs, ts, klen = unpack(data, pos)
+        end = pos + 4 + size
+        if end > n or size > max_message_bytes or size < 18:
+            break
+        if magic_attrs == 256 and klen == -1:
+            value = data[pos + 22 : end]
+            if ts != run_ts:
+                run_ts = ts
+                run_crc = crc32c(mv[pos + 8 : pos + 22])
+            if crc32c(value, run_crc) != crc:
+                raise _corrupt(data, pos, base_offset + pos)
+            if typed:
+                append(new(record_type, (p0, p1, base_offset + pos, ts, None, value)))
+            else:
+                append((base_offset + pos, ts, None, value))
+        elif crc32c(mv[pos + 8 : end]) != crc:
+            raise _corrupt(data, pos, base_offset + pos)
+        elif magic_attrs != 256 or klen < -1 or klen > size - 18:
+            magic, attrs = magic_attrs >> 8, magic_attrs & 0xFF
+            err = _bad_header(magic, attrs, klen, size, base_offset + pos)
+            if err is not None:
+                raise err
+            if not outer:
+                raise _nested(base_offset + pos)
+            offset = base_offset + pos
+            inner = _inner_set(data, pos, end, attrs, klen, max_message_bytes, offset, max_inflated_bytes)
+            try:
+                inner_records, _consumed = _decode_set(inner, 0, max_message_bytes, False, False)
+            except InvalidMessageError as err:
+                raise _in_wrapper(err, attrs & _CODEC_MASK, offset) from None
+            if typed:
+                records.extend([new(record_type, (p0, p1, offset, its, key, value)) for _o, its, key, value in inner_records])
+            else:
+                records.extend([(offset, its, key, value) for _o, its, key, value in inner_records])
+        else:
+            kend = pos + 22 + klen
+            if typed:
+                append(new(record_type, (p0, p1, base_offset + pos, ts, data[pos + 22 : kend], data[kend:end])))
+            else:
+                append((base_offset + pos, ts, data[pos + 22 : kend], data[kend:end]))
+        pos = end
+    if pos < n:
+        err = _tail_error(data, pos, n, max_message_bytes, base_offset + pos)
+        if not partial_tail_ok or not err.details.get("partial"):
+            raise err
+    return records, pos

@@ -1,0 +1,70 @@
+"""File-system helpers of the partition log: the flush threads, the
+directory lock (``lock``, an exclusive ``flock``) and directory syncs."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+
+from raylog.errors import LogDirectoryLockedError
+
+
+#: the file a log's owner holds an exclusive ``flock`` on while the log is open
+LOCK_NAME = "lock"
+#: threads per process that run the flushes triggered by flush_messages
+FLUSH_THREADS = 2
+
+_flush_pool: ThreadPoolExecutor | None = None
+_flush_pool_lock = threading.Lock()
+
+
+def _flusher() -> ThreadPoolExecutor:
+    """The threads that run flushes triggered by ``flush_messages`` (shared by
+    the logs of a process; a sync waits on the disk, not on the interpreter)."""
+    global _flush_pool
+    with _flush_pool_lock:
+        if _flush_pool is None:
+            _flush_pool = ThreadPoolExecutor(max_workers=FLUSH_THREADS, thread_name_prefix="raylog-flush")
+        return _flush_pool
+
+
+def _reset_flusher_after_fork() -> None:
+    # A forked child has none of the parent's threads: start a new pool on demand.
+    global _flush_pool, _flush_pool_lock
+    _flush_pool = None
+    _flush_pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_flusher_after_fork)
+
+
+def _lock_directory(directory: str) -> int:
+    """Take the exclusive lock of a partition directory (``fcntl.flock`` on
+    its file ``lock``, held until :meth:`PartitionLog.close` or the process
+    ends); :class:`LogDirectoryLockedError` if another owner holds it."""
+    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LogDirectoryLockedError(
+            f"the partition directory {directory} is locked by another owner (a partition actor of "
+            f"this or another cluster still runs on it); stop that owner, or give this cluster a "
+            f"directory of its own",
+            directory=directory,
+        ) from None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _sync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

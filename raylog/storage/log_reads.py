@@ -1,0 +1,210 @@
+"""Reading a partition log: slices for ``os.sendfile``, message boundaries,
+long-poll waits and lookups by time (a mixin of
+:class:`~raylog.storage.log.PartitionLog`; see :mod:`raylog.storage.log`)."""
+
+from __future__ import annotations
+import bisect
+import struct
+from typing import Any, NamedTuple
+from crc32c import crc32c
+from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
+from raylog.storage.message import HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
+from raylog.storage.segment import LogSegment
+from raylog.storage.fileops import _flusher
+from raylog.storage.recovery import RECOVERY_MAX_MESSAGE_BYTES
+
+#: bytes read to check the message at the start of a read
+_PEEK_BYTES = 4096
+#: bytes read at a time when :meth:`PartitionLog.message_boundaries` walks size fields
+BOUNDARY_BLOCK_BYTES = 1 << 20
+_SIZE_FIELD = struct.Struct(">I")
+
+_u32 = int.from_bytes
+
+
+class FileSlice(NamedTuple):
+    """Bytes of a segment file to send: ``os.sendfile(out, file.fileno(), position, length)``.
+
+    ``offset`` is the log offset of the first byte. The slice keeps the segment
+    file open (even if retention deletes the segment meanwhile). Read it only
+    with ``os.pread``/``os.sendfile`` at an explicit position: the file object
+    is shared with the log's writer.
+    """
+
+    file: Any
+    position: int
+    length: int
+    offset: int
+
+
+class LogReads:
+    """The readers of :class:`~raylog.storage.log.PartitionLog` (any thread;
+    they never take the writer's lock)."""
+
+    def read(self, offset: int, max_bytes: int) -> FileSlice:
+        """The bytes from ``offset``: at most ``max_bytes`` (but at least the
+        whole first message), below the high watermark, within one segment.
+
+        ``offset == high_watermark`` gives an empty slice. The slice may end
+        inside a message; parse it with ``decode_messages`` and continue at
+        ``offset + consumed``. Raises :class:`OffsetOutOfRangeError` outside
+        ``[log_start_offset, high_watermark]`` and :class:`InvalidOffsetError`
+        for an offset that is not the start of a message.
+        """
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw
+        bases, segments = self._view
+        start = bases[0]
+        if offset < start or offset > hw:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the log [{start}, {hw}]; seek to the earliest "
+                f"({start}) or latest ({hw}) offset",
+                offset=offset,
+                earliest=start,
+                latest=hw,
+            )
+        segment = segments[bisect.bisect_right(bases, offset) - 1]
+        position = offset - segment.base_offset
+        available = min(hw, segment.base_offset + segment.size) - offset
+        if available <= 0:
+            return FileSlice(segment.file, position, 0, offset)
+        first = self._check_boundary(segment, position, offset, available)
+        return FileSlice(segment.file, position, max(first, min(max_bytes, available)), offset)
+
+    def _check_boundary(self, segment: LogSegment, position: int, offset: int, available: int) -> int:
+        """The length of the message at ``position``; InvalidOffsetError if none starts there."""
+        head = segment.read_at(position, min(available, _PEEK_BYTES))
+        if len(head) >= HEADER_SIZE:
+            size = _u32(head[:4], "big")
+            length = 4 + size
+            if MIN_MESSAGE_SIZE <= size <= self._config.max_message_bytes and length <= available:
+                body = head if length <= len(head) else segment.read_at(position, length)
+                if len(body) >= length:
+                    if crc32c(memoryview(body)[8:length]) == _u32(body[4:8], "big"):
+                        return length
+                    key_length = int.from_bytes(body[18:22], "big", signed=True)
+                    if body[8] == MAGIC and body[9] < 8 and -1 <= key_length <= size - MIN_MESSAGE_SIZE:
+                        # Everything but the CRC fits: a damaged message, not a bad offset.
+                        raise CorruptMessageError(
+                            f"message at offset {offset} fails its CRC32C check: the segment "
+                            f"{segment.path} is damaged there",
+                            offset=offset,
+                        )
+        raise InvalidOffsetError(
+            f"offset {offset} is not the start of a message in the log; use an offset "
+            f"returned by the log (a message's offset or a committed offset)",
+            offset=offset,
+        )
+
+    def message_boundaries(self, start: int, end: int, targets) -> list[int]:
+        """For each of ``targets``, the first message boundary at or after it,
+        within ``[start, end]`` (a target below ``start`` gives ``start``, one
+        at or past ``end`` gives ``end``).
+
+        ``start`` must be a message boundary (the log start, a message's
+        offset, a committed offset) and ``end`` one or the high watermark.
+        The walk reads only the 4-byte size fields, in blocks of
+        :data:`BOUNDARY_BLOCK_BYTES`, from the nearest known boundary before
+        each target: ``start``, the previous answer, or the base of the
+        target's segment (segments hold whole messages). No CRC is checked;
+        a size field that cannot be one raises :class:`CorruptMessageError`.
+        Used to split a large range of a partition into pieces that never
+        cut a message (``raylog_spark.read_topic(min_partitions=...)``).
+        """
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw
+        bases, segments = self._view
+        if not bases[0] <= start <= end <= hw:
+            raise OffsetOutOfRangeError(
+                f"range [{start}, {end}) is not within the log [{bases[0]}, {hw}]",
+                offset=start if start < bases[0] else end,
+                earliest=bases[0],
+                latest=hw,
+            )
+        if start < end:
+            segment = segments[bisect.bisect_right(bases, start) - 1]
+            available = min(hw, segment.base_offset + segment.size) - start
+            if start != segment.base_offset and available > 0:
+                self._check_boundary(segment, start - segment.base_offset, start, available)
+        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        found: dict[int, int] = {}
+        known = start
+        for target in sorted(set(targets)):
+            if target <= start or target >= end:
+                found[target] = start if target <= start else end
+                continue
+            segment = segments[bisect.bisect_right(bases, target) - 1]
+            seg_base = segment.base_offset
+            seg_end = min(end, seg_base + segment.size)
+            pos = max(known, seg_base)
+            block, block_start = b"", pos
+            while pos < target:
+                rel = pos - block_start
+                if rel + 4 > len(block):
+                    block = segment.read_at(pos - seg_base, min(BOUNDARY_BLOCK_BYTES, seg_end - pos))
+                    block_start, rel = pos, 0
+                    if len(block) < 4:
+                        raise CorruptMessageError(
+                            f"the size field at offset {pos} of {self._dir} is cut short", offset=pos
+                        )
+                (size,) = _SIZE_FIELD.unpack_from(block, rel)
+                if size < MIN_MESSAGE_SIZE or size > limit or pos + 4 + size > seg_end:
+                    raise CorruptMessageError(
+                        f"offset {pos} of {self._dir} holds a size field of {size}, which is not a "
+                        f"message's (the walk from {max(known, seg_base)} lost the message boundaries)",
+                        offset=pos,
+                    )
+                pos += 4 + size
+            found[target] = known = pos
+        return [found[t] for t in targets]
+
+    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
+        """Block until the high watermark passes ``offset`` (or timeout, or close).
+        Returns whether data at ``offset`` is readable."""
+        with self._cond:
+            if self._hw <= offset and not self._closed:
+                # A waiting reader makes appends flush at once (group commit:
+                # one sync at a time, appends during it go with the next) rather
+                # than after flush_ms.
+                self._waiting += 1
+                try:
+                    if self._unflushed and not self._flush_requested:
+                        self._flush_requested = True
+                        _flusher().submit(self._flush_in_background)
+                    self._cond.wait_for(lambda: self._hw > offset or self._closed, max(0.0, timeout_s))
+                finally:
+                    self._waiting -= 1
+            return self._hw > offset
+
+    def offsets_before(self, timestamp_ms: int, max_offsets: int = 1) -> list[int]:
+        """Offsets to start reading from for data written before ``timestamp_ms``.
+
+        As Kafka 0.7's ``getOffsetsBefore``: the base offsets of segments last
+        modified before ``timestamp_ms`` (newest first, at most
+        ``max_offsets``); ``-1`` means latest (the high watermark) and ``-2``
+        earliest (the log start).
+        """
+        bases, segments = self._view
+        if timestamp_ms == -1:
+            return [self._hw][:max_offsets]
+        if timestamp_ms == -2:
+            return [bases[0]][:max_offsets]
+        found = [s.base_offset for s in segments if s.mtime_ms() < timestamp_ms]
+        return found[::-1][:max_offsets]
+
+    def offset_for_time(self, timestamp_ms: int) -> int:
+        """The offset of the first message at or after ``timestamp_ms``
+        (below the high watermark), found with the segments' time indexes
+        (:mod:`raylog.storage.timeindex`); the high watermark when there is
+        none. Any thread."""
+        hw = self._hw
+        _bases, segments = self._view
+        for segment in segments:
+            if segment.base_offset >= hw:
+                break
+            found = segment.timeindex.lookup(segment, timestamp_ms, min(segment.end_offset, hw))
+            if found is not None:
+                return found
+        return hw

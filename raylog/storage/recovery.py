@@ -1,0 +1,137 @@
+"""Opening a partition log: the checkpoint (``recovery-point``) and recovery
+of the segments past it (a mixin of :class:`~raylog.storage.log.PartitionLog`;
+see :mod:`raylog.storage.log`)."""
+
+from __future__ import annotations
+import logging
+import os
+from typing import NamedTuple
+from crc32c import crc32c
+from raylog.errors import StorageError
+from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
+
+from raylog.storage.fileops import _sync_directory
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_NAME = "recovery-point"
+#: the checkpoint record: 20 offset digits, a space, 8 hex digits of CRC32C, newline
+_CHECKPOINT_SIZE = 30
+#: recovery accepts stored messages up to this size even if ``max_message_bytes``
+#: was lowered since they were written (it only cuts what is really damaged)
+RECOVERY_MAX_MESSAGE_BYTES = 64 << 20
+
+
+class RecoveryReport(NamedTuple):
+    """Bytes cut off a segment by recovery: log offsets ``[start_offset, end_offset)``."""
+
+    segment_base: int
+    start_offset: int
+    end_offset: int
+    truncated_bytes: int
+    reason: str
+
+
+class LogRecovery:
+    """Checkpoint and recovery of :class:`~raylog.storage.log.PartitionLog`
+    (run by its constructor and its flush, under the writer's locks)."""
+
+    def _checkpoint_path(self) -> str:
+        return os.path.join(self._dir, CHECKPOINT_NAME)
+
+    def _write_checkpoint(self, offset: int) -> None:
+        # One fixed-size record rewritten in place, with its own CRC: a torn
+        # record is detected and treated as missing (the whole last segment is
+        # checked then). No fsync of its own: it never claims more than the
+        # data just synced, and a stale record only makes recovery check more.
+        # (Not write-and-rename: ext4 flushes a file renamed over another,
+        # which costs more than the rest of a flush.)
+        digits = b"%020d" % offset
+        record = b"%s %08x\n" % (digits, crc32c(digits))
+        os.pwrite(self._checkpoint_file.fileno(), record, 0)
+
+    def _read_checkpoint(self) -> int | None:
+        text = os.pread(self._checkpoint_file.fileno(), 64, 0)
+        if not text:
+            return None
+        if len(text) == _CHECKPOINT_SIZE and text[20:21] == b" " and text[-1:] == b"\n":
+            digits = text[:20]
+            if digits.isdigit() and b"%08x" % crc32c(digits) == text[21:29]:
+                return int(digits)
+        log.warning("ignoring the damaged recovery point %r in %s", text[:40], self._dir)
+        return None
+
+    def _recover(self) -> list[LogSegment]:
+        """Open the segments, check everything past the checkpoint, cut a bad tail."""
+        fd = os.open(self._checkpoint_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._checkpoint_file = SegmentFile(fd, "r+")
+        bases = []
+        for name in os.listdir(self._dir):
+            base = parse_segment_name(name)
+            if base is not None:
+                bases.append(base)
+            elif name.endswith(".log"):
+                log.warning("ignoring %s in %s: not a segment name", name, self._dir)
+        if not bases:
+            segment = LogSegment.open(self._dir, 0)
+            _sync_directory(self._dir)
+            self._write_checkpoint(0)
+            return [segment]
+        segments = [LogSegment.open(self._dir, base) for base in sorted(bases)]
+        for prev, nxt in zip(segments, segments[1:]):
+            if prev.end_offset != nxt.base_offset:
+                raise StorageError(
+                    f"segments of {self._dir} are not contiguous: {segment_name(prev.base_offset)} "
+                    f"ends at {prev.end_offset} but the next starts at {nxt.base_offset}. "
+                    f"The directory was changed by hand; move the stray segment away and reopen.",
+                    directory=self._dir,
+                )
+        end = segments[-1].end_offset
+        checkpoint = self._read_checkpoint()
+        if checkpoint is None:
+            log.warning("no recovery point in %s; checking the whole last segment", self._dir)
+            scan_from = segments[-1].base_offset
+        elif checkpoint > end:
+            self._report(
+                segments[-1].base_offset, end, checkpoint, 0,
+                f"the recovery point says {checkpoint} was flushed but the log ends at {end}: "
+                f"{checkpoint - end} flushed bytes are missing (the disk lost synced data)",
+            )
+            scan_from = segments[-1].base_offset
+        else:
+            scan_from = max(checkpoint, segments[0].base_offset)
+        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        for index, segment in enumerate(segments):
+            if segment.end_offset <= scan_from and segment is not segments[-1]:
+                continue
+            start = max(scan_from - segment.base_offset, 0)
+            valid_end, err = segment.scan(start, limit)
+            if err is None:
+                continue
+            cut_at = segment.base_offset + valid_end
+            # Later segments follow damaged data: drop them, newest first, so a
+            # crash meanwhile leaves a contiguous log that recovers the same way.
+            for later in reversed(segments[index + 1 :]):
+                self._report(
+                    later.base_offset, later.base_offset, later.end_offset, later.size,
+                    f"the whole segment follows the damaged data at offset {cut_at}",
+                )
+                later.delete()
+            if index + 1 < len(segments):
+                _sync_directory(self._dir)
+            what = "torn (incomplete) message" if err.details.get("partial") else str(err)
+            self._report(segment.base_offset, cut_at, segment.end_offset, segment.size - valid_end, what)
+            segment.truncate(valid_end)
+            del segments[index + 1 :]
+            break
+        segments[-1].flush()
+        self._write_checkpoint(segments[-1].end_offset)
+        return segments
+
+    def _report(self, segment_base: int, start: int, end: int, size: int, reason: str) -> None:
+        report = RecoveryReport(segment_base, start, end, size, reason)
+        self._reports.append(report)
+        log.warning(
+            "recovery of %s cut %d bytes, offsets [%d, %d) of segment %s: %s",
+            self._dir, size, start, end, segment_name(segment_base), reason,
+        )

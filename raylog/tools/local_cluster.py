@@ -1,0 +1,310 @@
+"""Start and stop a local autoscaling raylog cluster (its Ray config,
+``configs/local-autoscaling.yaml``, ships with the package)::
+
+    python -m raylog.tools.local_cluster start [--disk-nodes 2]
+    python -m raylog.tools.local_cluster status
+    python -m raylog.tools.local_cluster stop
+
+(``deploy/local_cluster.py`` in a checkout is the same.) ``start`` runs, from
+the virtualenv of the Python that runs it:
+
+1. a ZooKeeper on 127.0.0.1 (``raylog zookeeper start``; data under the
+   state dir);
+2. a Ray head with Ray's fake multi-node autoscaler
+   (``RAY_FAKE_CLUSTER=1 ray start --head --block --autoscaling-config=...``)
+   in a session of its own, with a Ray temp dir under the state dir (so
+   that other Ray users of the machine never find this cluster through
+   ``/tmp/ray``);
+3. with ``--disk-nodes N``, a standing request for N nodes with
+   ``raylog_disk``, which the autoscaler answers by starting disk nodes
+   (``ray.autoscaler.sdk.request_resources``; kept until replaced);
+4. raylog's supervisor (:mod:`raylog.actors.supervisor`): every topic
+   registered in ZooKeeper (kept under the state dir across ``stop`` and
+   ``start``) is served again on its node, with no client call, and the
+   logs of topics deleted meanwhile are removed.
+
+It writes the PIDs and addresses to ``<state dir>/cluster.json`` and prints
+the options that point ``raylog`` at the cluster.
+
+``stop`` ends exactly what ``start`` started, by PID: the ``ray start``
+process and every process below it (GCS, raylets, the autoscaler, the
+nodes it launched, their workers), plus any process that names this
+cluster's Ray temp dir on its command line; then the ZooKeeper by its pid
+file. It never runs ``ray stop``, which would end every Ray process of the
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIG = os.path.join(HERE, "configs", "local-autoscaling.yaml")
+DEFAULT_STATE_DIR = "/tmp/raylog-local"
+STATE_FILE = "cluster.json"
+BIN = os.path.dirname(sys.executable)
+
+
+def _state_path(state_dir: str) -> str:
+    return os.path.join(state_dir, STATE_FILE)
+
+
+def _load_state(state_dir: str) -> dict | None:
+    try:
+        with open(_state_path(state_dir)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _save_state(state_dir: str, state: dict) -> None:
+    tmp = _state_path(state_dir) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=2)
+    os.replace(tmp, _state_path(state_dir))
+
+
+def _config(port: int, out_path: str) -> dict:
+    """The autoscaling config with the provider pointed at the head's port."""
+    import yaml
+
+    with open(CONFIG) as f:
+        config = yaml.safe_load(f)
+    config["provider"]["gcs_address"] = f"127.0.0.1:{port}"
+    with open(out_path, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    return config
+
+
+def _wait_for_gcs(port: int, head, deadline: float) -> None:
+    import socket
+
+    while True:
+        if head.poll() is not None:
+            raise SystemExit(f"ray start exited with {head.returncode}; see its log")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the Ray head did not listen on 127.0.0.1:{port} in time") from None
+            time.sleep(0.5)
+
+
+def _token_mode() -> bool:
+    """Whether drivers must present Ray's token to this cluster: as ``ray
+    start`` decides for the head, token mode unless RAY_AUTH_MODE says
+    otherwise, when a token is at hand."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None:
+        return mode.lower() == "token"
+    return bool(
+        os.environ.get("RAY_AUTH_TOKEN")
+        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or os.path.exists(os.path.expanduser("~/.ray/auth_token"))
+    )
+
+
+def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluster: str) -> int:
+    """Ask the autoscaler for ``count`` disk nodes and wait for them
+    (bounded); then start raylog's supervisor, which serves every topic
+    registered in ZooKeeper again on its node (and removes the logs of
+    topics deleted meanwhile). Returns the disk nodes alive."""
+    if _token_mode():
+        # An explicit address never turns token mode on by itself; Ray reads
+        # the mode when it is imported.
+        os.environ["RAY_AUTH_MODE"] = "token"
+    import ray
+    from ray.autoscaler.sdk import request_resources
+
+    from raylog.actors.supervisor import start_supervisor
+
+    ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    try:
+        alive = 0
+        if count:
+            request_resources(bundles=[{"raylog_disk": 1}] * count)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                alive = sum(
+                    1 for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("raylog_disk", 0) > 0
+                )
+                if alive >= count or time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+        start_supervisor(zookeeper, cluster, timeout_s=timeout_s)
+        return alive
+    finally:
+        ray.shutdown()
+
+
+def start(args) -> None:
+    state_dir = os.path.abspath(args.state_dir)
+    state = _load_state(state_dir)
+    if state is not None and _alive(state.get("ray_start_pid")):
+        raise SystemExit(f"a local cluster from {state_dir} runs already; stop it first: {sys.argv[0]} stop")
+    os.makedirs(state_dir, exist_ok=True)
+    temp_dir = os.path.join(state_dir, "ray")
+    zk_dir = os.path.join(state_dir, "zookeeper")
+    state = {"state_dir": state_dir, "ray_temp_dir": temp_dir, "zookeeper_data_dir": zk_dir}
+    _save_state(state_dir, state)
+
+    # 1. ZooKeeper
+    out = subprocess.run(
+        [sys.executable, "-m", "raylog.tools.cli", "zookeeper", "start", "--port", str(args.zookeeper_port),
+         "--data-dir", zk_dir],
+        capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        raise SystemExit(out.stderr.strip())
+    match = re.search(r"at (\S+) \(pid (\d+)", out.stdout)
+    state.update(zookeeper=match.group(1), zookeeper_pid=int(match.group(2)))
+    _save_state(state_dir, state)
+
+    # 2. the Ray head with the fake multi-node autoscaler
+    config = _config(args.port, os.path.join(state_dir, "autoscaling.yaml"))
+    head_cpus = config["available_node_types"][config["head_node_type"]]["resources"].get("CPU", 1)
+    log_path = os.path.join(state_dir, "ray-head.log")
+    cmd = [
+        os.path.join(BIN, "ray"), "start", "--head", "--block",
+        f"--port={args.port}", "--node-ip-address=127.0.0.1", f"--num-cpus={head_cpus}",
+        "--include-dashboard=false", "--disable-usage-stats",
+        f"--temp-dir={temp_dir}", f"--autoscaling-config={os.path.join(state_dir, 'autoscaling.yaml')}",
+    ]
+    env = {**os.environ, "RAY_FAKE_CLUSTER": "1"}
+    env.pop("RAY_ADDRESS", None)
+    with open(log_path, "ab") as log:
+        head = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True, close_fds=True)
+    address = f"127.0.0.1:{args.port}"
+    state.update(ray_start_pid=head.pid, ray_address=address, ray_log=log_path)
+    _save_state(state_dir, state)
+    try:
+        _wait_for_gcs(args.port, head, time.monotonic() + args.timeout_s)
+        alive = _bring_up(address, args.disk_nodes, args.timeout_s, state["zookeeper"], args.cluster)
+        if args.disk_nodes:
+            print(f"{alive} of {args.disk_nodes} disk nodes up", file=sys.stderr)
+        print(f"raylog supervisor of cluster {args.cluster!r} started: it serves every registered topic "
+              f"again", file=sys.stderr)
+    except BaseException:
+        stop(args)
+        raise
+    print(f"Ray head {address} (pid {head.pid}), ZooKeeper {state['zookeeper']}; state in {state_dir}")
+    # raylog presents Ray's token by itself (raylog.connect); other drivers
+    # need RAY_AUTH_MODE=token when _token_mode() holds.
+    print(f"use: raylog --zookeeper {state['zookeeper']} --ray-address {address} topics create clicks --partitions 4")
+    print(f"stop: {sys.executable} -m raylog.tools.local_cluster stop --state-dir {state_dir}")
+
+
+# -- stopping by PID -----------------------------------------------------------
+
+
+def _alive(pid) -> bool:
+    if not pid:
+        return False
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def cluster_processes(state: dict) -> list:
+    """The processes of the cluster: the ``ray start`` process, everything
+    below it, and whatever names the cluster's Ray temp dir (a process whose
+    parent died is adopted by init and leaves the tree)."""
+    import psutil
+
+    found = {}
+    pid = state.get("ray_start_pid")
+    if _alive(pid):
+        root = psutil.Process(pid)
+        found[root.pid] = root
+        for child in root.children(recursive=True):
+            found[child.pid] = child
+    temp_dir = state.get("ray_temp_dir")
+    if temp_dir:
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if any(temp_dir in arg for arg in proc.info["cmdline"] or ()):
+                    found.setdefault(proc.pid, proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+    found.pop(os.getpid(), None)
+    return list(found.values())
+
+
+def _terminate(procs: list, timeout_s: float) -> list:
+    import psutil
+
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    return alive
+
+
+def stop(args) -> None:
+    import psutil
+
+    state_dir = os.path.abspath(args.state_dir)
+    state = _load_state(state_dir)
+    if state is None:
+        raise SystemExit(f"no local cluster recorded in {state_dir}")
+    procs = cluster_processes(state)
+    head = [p for p in procs if p.pid == state.get("ray_start_pid")]
+    # The ray start process first (it shuts its node down), then the rest.
+    _terminate(head, 15)
+    rest = [p for p in procs if p.is_running() and p.pid not in {h.pid for h in head}]
+    for proc in _terminate(rest + cluster_processes(state), 15):
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    print(f"stopped {len(procs)} Ray processes", file=sys.stderr)
+    if state.get("zookeeper_data_dir") and os.path.exists(os.path.join(state["zookeeper_data_dir"], "raylog-zookeeper.pid")):
+        subprocess.run([sys.executable, "-m", "raylog.tools.cli", "zookeeper", "stop", "--data-dir",
+                        state["zookeeper_data_dir"]], check=False)
+    os.unlink(_state_path(state_dir))
+
+
+def status(args) -> None:
+    state = _load_state(os.path.abspath(args.state_dir))
+    if state is None:
+        raise SystemExit(f"no local cluster recorded in {args.state_dir}")
+    procs = cluster_processes(state)
+    print(json.dumps({**state, "ray_processes": len(procs), "running": _alive(state.get("ray_start_pid"))}, indent=2))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+                        help=f"PIDs, logs, the Ray temp dir, ZooKeeper's data (default {DEFAULT_STATE_DIR})")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("start", parents=[common], help="start ZooKeeper and the autoscaling Ray head")
+    p.add_argument("--port", type=int, default=6390, help="the head's GCS port on 127.0.0.1")
+    p.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper's port on 127.0.0.1 (0: a free one)")
+    p.add_argument("--disk-nodes", type=int, default=0, help="ask the autoscaler for this many disk nodes")
+    p.add_argument("--cluster", default=os.environ.get("RAYLOG_CLUSTER", "default"),
+                   help="the raylog cluster whose supervisor to start (default: $RAYLOG_CLUSTER or 'default')")
+    p.add_argument("--timeout-s", type=float, default=180, help="wait this long for the head and the nodes")
+    p.set_defaults(run=start)
+    commands.add_parser("stop", parents=[common], help="stop what start started, by PID").set_defaults(run=stop)
+    commands.add_parser("status", parents=[common], help="show the recorded cluster").set_defaults(run=status)
+    args = parser.parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
