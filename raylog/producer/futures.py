@@ -222,6 +222,14 @@ class CallFuture:
         self._parts.append((batch, first, count, positions))
         self._count += count
 
+    def _merge(self, other: "CallFuture") -> None:
+        """Take ``other``'s parts, as the messages after this call's (``send_many``'s slices)."""
+        base = self._count
+        for batch, first, count, positions in other._parts:
+            where = positions + base if isinstance(positions, int) else [p + base for p in positions]
+            self._parts.append((batch, first, count, where))
+        self._count += other._count
+
     def __len__(self) -> int:
         return self._count
 

@@ -48,10 +48,11 @@ batches, and only the sender's threads touch the sockets.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from raylog.errors import ConfigError, DeliveryError, RequestTimeoutError, UnknownPartitionError
 from raylog.producer.accumulator import DEFAULT_MAX_BLOCK_S, RecordAccumulator
@@ -65,6 +66,8 @@ log = logging.getLogger(__name__)
 _ACKS = {0: 0, 1: 1, "all": ACKS_ALL, ACKS_ALL: ACKS_ALL}
 _BYTES = {bytes}
 _KEY_TYPES = {bytes, type(None)}
+#: messages per slice of ``send_many``
+SEND_MANY_SLICE = 10_000
 
 
 class Producer:
@@ -191,6 +194,35 @@ class Producer:
         if partition is not None:
             self._check_partition(topic, partition)
         return self._acc.append_many(topic, values, keys, partition)
+
+    def send_many(
+        self,
+        topic: str,
+        values: Iterable[bytes],
+        keys: Iterable[bytes | None] | None = None,
+        *,
+        partition: int | None = None,
+    ) -> CallFuture:
+        """Queue any number of messages, from a list or any iterable (a
+        generator too), as ``send_batch`` would in slices of
+        :data:`SEND_MANY_SLICE`: each message is partitioned by its key (or
+        all go to ``partition``), and the call blocks like ``send`` while the
+        buffer is full, so memory stays bounded however many values come.
+        Returns one :class:`CallFuture` for them all (``result()``:
+        ``(partition, offset)`` in the order given). ``keys``, when given,
+        has one key (or ``None``) per value; a length mismatch raises
+        ConfigError after the messages before it are queued."""
+        call = CallFuture()
+        values_it = iter(values)
+        keys_it = None if keys is None else iter(keys)
+        while True:
+            chunk = list(itertools.islice(values_it, SEND_MANY_SLICE))
+            chunk_keys = None if keys_it is None else list(itertools.islice(keys_it, len(chunk) or 1))
+            if not chunk:
+                if chunk_keys:
+                    raise ConfigError(f"{len(call)} values but more keys; pass one key (or None) per value")
+                return call
+            call._merge(self.send_batch(topic, chunk, chunk_keys, partition=partition))
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send everything queued so far and wait for its outcome. Raises one

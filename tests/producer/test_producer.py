@@ -338,4 +338,5 @@ def test_the_readme_producing_example_runs_as_written(raylog_client, make_topic,
         raylog_client.create_topic("clicks", partitions=8)
     exec(compile(code, "README.md", "exec"), {"client": raylog_client, "raylog": raylog})
     printed = capsys.readouterr().out
+    assert "20000 sent" in printed
     assert re.search(r"\[RecordMetadata\(partition=\d, offset=\d+\), RecordMetadata\(partition=\d, offset=\d+\)\]", printed)

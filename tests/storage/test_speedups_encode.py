@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from raylog.errors import ConfigError
 from raylog.storage import message as message_module
 from raylog.storage.compression import decompress
-from raylog.storage.message import decode_messages, encode_message_set
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
 
 from conftest import SPEEDUPS
 
