@@ -80,7 +80,9 @@ from raylog.transfer.protocol import (
     REQUEST_HEADER,
     SIZE,
     VERSION,
-    decode_error,
+)
+from raylog.transfer.replies import decode_error
+from raylog.transfer.requests import (
     encode_auth,
     encode_fetch,
     encode_offsets,

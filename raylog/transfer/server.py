@@ -71,18 +71,22 @@ from raylog.transfer.protocol import (
     NO_CORRELATION,
     REQUEST_HEADER,
     SIZE,
-    AuthRequest,
-    FetchRequest,
-    OffsetsForTimeRequest,
-    OffsetsRequest,
-    ProduceRequest,
-    decode_request,
+)
+from raylog.transfer.replies import (
     encode_auth_reply,
     encode_error,
     encode_fetch_reply_header,
     encode_offsets_for_time_reply,
     encode_offsets_reply,
     encode_produce_reply,
+)
+from raylog.transfer.requests import (
+    AuthRequest,
+    FetchRequest,
+    OffsetsForTimeRequest,
+    OffsetsRequest,
+    ProduceRequest,
+    decode_request,
 )
 
 log = logging.getLogger(__name__)

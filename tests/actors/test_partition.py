@@ -15,7 +15,7 @@ from raylog.errors import RaylogError
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer.connection import BrokerConnection
-from raylog.transfer.protocol import encode_auth
+from raylog.transfer.requests import encode_auth
 
 
 def _wait_for(predicate, timeout_s: float, what: str):

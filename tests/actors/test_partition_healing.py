@@ -21,6 +21,8 @@ from raylog.storage.compression import CODEC_ZSTD, compress
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message, encode_message_set
 from raylog.transfer import protocol as p
+from raylog.transfer import replies as rep
+from raylog.transfer import requests as req
 from raylog.transfer.connection import BrokerConnection
 
 
@@ -85,7 +87,7 @@ class Raw:
         self.correlation = 0
         token = token_of(client)
         if token is not None:
-            self.sock.sendall(p.encode_auth(0, token))
+            self.sock.sendall(req.encode_auth(0, token))
             assert self.reply()[1] == 0
 
     def reply(self):
@@ -106,14 +108,14 @@ class Raw:
     def produce(self, message_set: bytes, producer_id: int, sequence: int, acks: int = 1):
         self.correlation += 1
         self.sock.sendall(
-            p.encode_produce_v1(self.correlation, self.topic, 0, acks, message_set, producer_id=producer_id, sequence=sequence)
+            req.encode_produce_v1(self.correlation, self.topic, 0, acks, message_set, producer_id=producer_id, sequence=sequence)
         )
         if acks == 0:
             return None
         cid, code, body = self.reply()
         assert cid == self.correlation
         if code:
-            raise p.decode_error(code, body)
+            raise rep.decode_error(code, body)
         return p.PRODUCE_REPLY_FIELDS.unpack(body)[0]
 
     def close(self):

@@ -10,7 +10,7 @@ from raylog.errors import BrokerUnavailableError
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
-from raylog.transfer import protocol as p
+from raylog.transfer import requests as req
 from raylog.transfer.connection import BrokerConnection
 
 
@@ -26,7 +26,7 @@ def test_300_idle_connections_do_not_lock_a_new_client_out_of_a_partition(raylog
         for i in range(300):
             sock = socket.create_connection((host, port), timeout=10)
             if i % 2:  # half of them authenticated clients that went quiet, half strangers
-                sock.sendall(p.encode_auth(i, token))
+                sock.sendall(req.encode_auth(i, token))
             idle.append(sock)
         holder = {}
 

@@ -28,6 +28,8 @@ from raylog.errors import (
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer import protocol as p
+from raylog.transfer import replies as rep
+from raylog.transfer import requests as req
 
 TOPIC = "clicks"  # the topic the fixtures serve (conftest.TOPIC)
 SEED = 20110622
@@ -102,24 +104,24 @@ class FrameMaker:
 
     def garbage_produce(self) -> bytes:
         junk = self.rng.randbytes(self.rng.randint(0, 2000))
-        return p.encode_produce(self.correlation(), _random_topic(self.rng), self.rng.randint(-1, 2), 1, junk)
+        return req.encode_produce(self.correlation(), _random_topic(self.rng), self.rng.randint(-1, 2), 1, junk)
 
     def corrupt_produce(self) -> bytes:
         damaged = bytearray(self.rng.choice(self.good))
         at = self.rng.randrange(4, len(damaged))
         damaged[at] ^= 1 << self.rng.randrange(8)
         acks = self.rng.choice([0, 1, 1, 1])
-        return p.encode_produce(self.correlation(), TOPIC, 0, acks, bytes(damaged))
+        return req.encode_produce(self.correlation(), TOPIC, 0, acks, bytes(damaged))
 
     def mismatched_lengths(self) -> bytes:
-        frame = bytearray(p.encode_produce(self.correlation(), TOPIC, 0, 1, self.rng.choice(self.good)))
+        frame = bytearray(req.encode_produce(self.correlation(), TOPIC, 0, 1, self.rng.choice(self.good)))
         at = p.REQUEST_HEADER.size + 2 + len(TOPIC) + 4 + 1
         frame[at : at + 4] = self.rng.randint(0, 2**31 - 1).to_bytes(4, "big")
         return bytes(frame)
 
     def fetch(self) -> bytes:
         offset = self.rng.choice([self.rng.randint(-(2**40), 2**40), self.rng.randint(-10, self.hw + 10), 0])
-        return p.encode_fetch(
+        return req.encode_fetch(
             self.correlation(),
             _random_topic(self.rng),
             self.rng.randint(-1, 2),
@@ -129,10 +131,10 @@ class FrameMaker:
         )
 
     def offsets(self) -> bytes:
-        return p.encode_offsets(self.correlation(), _random_topic(self.rng), self.rng.randint(-3, 3))
+        return req.encode_offsets(self.correlation(), _random_topic(self.rng), self.rng.randint(-3, 3))
 
     def mutated_produce(self) -> bytes:
-        frame = bytearray(p.encode_produce(self.correlation(), TOPIC, 0, 1, self.rng.choice(self.good)))
+        frame = bytearray(req.encode_produce(self.correlation(), TOPIC, 0, 1, self.rng.choice(self.good)))
         for _ in range(self.rng.randint(1, 4)):
             frame[self.rng.randrange(len(frame))] = self.rng.randrange(256)
         return bytes(frame)
@@ -166,7 +168,7 @@ def _parse(data: bytes, replies: list) -> list[tuple[int, int]]:
         if len(data) - pos < 4 + size:
             break
         if code:
-            error = p.decode_error(code, data[pos + p.REPLY_HEADER.size : pos + 4 + size])
+            error = rep.decode_error(code, data[pos + p.REPLY_HEADER.size : pos + 4 + size])
             assert isinstance(error, RaylogError)
             assert code in EXPECTED_CODES, f"unexpected error reply {code}: {error}"
         replies.append((correlation_id, code))
@@ -261,16 +263,16 @@ def test_request_errors_keep_one_connection_in_step(server, conn, plog, make_con
                 kind = rng.randrange(4)
                 if kind == 0:
                     junk = rng.randbytes(rng.randint(1, 500))
-                    frames.append(p.encode_produce(correlation_id, TOPIC, 0, 1, junk))
+                    frames.append(req.encode_produce(correlation_id, TOPIC, 0, 1, junk))
                 elif kind == 1:
                     damaged = bytearray(rng.choice(good))
                     damaged[rng.randrange(4, len(damaged))] ^= 0x10
-                    frames.append(p.encode_produce(correlation_id, TOPIC, 0, 1, bytes(damaged)))
+                    frames.append(req.encode_produce(correlation_id, TOPIC, 0, 1, bytes(damaged)))
                 elif kind == 2:
                     offset = rng.choice([plog.high_watermark + rng.randint(1, 10**6), -rng.randint(1, 10**6), 1])
-                    frames.append(p.encode_fetch(correlation_id, TOPIC, 0, offset, 4096))
+                    frames.append(req.encode_fetch(correlation_id, TOPIC, 0, offset, 4096))
                 else:
-                    frames.append(p.encode_offsets(correlation_id, "nobody", rng.randint(0, 5)))
+                    frames.append(req.encode_offsets(correlation_id, "nobody", rng.randint(0, 5)))
                 expected.append(correlation_id)
             sock.sendall(b"".join(frames))
             data = b""

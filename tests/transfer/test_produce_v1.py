@@ -17,6 +17,8 @@ from raylog.errors import (
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer import protocol as p
+from raylog.transfer import replies as rep
+from raylog.transfer import requests as req
 
 TOPIC = "clicks"  # the topic the fixtures serve (conftest.TOPIC)
 PID = 7_000_000_000_123
@@ -44,7 +46,7 @@ class Raw:
 
     def frame(self, message_set: bytes, sequence: int, *, acks: int = 1, producer_id: int = PID) -> tuple[int, bytes]:
         self.correlation += 1
-        frame = p.encode_produce_v1(
+        frame = req.encode_produce_v1(
             self.correlation, TOPIC, 0, acks, message_set, producer_id=producer_id, sequence=sequence
         )
         return self.correlation, frame
@@ -67,7 +69,7 @@ class Raw:
         for cid in ids:
             got, code, body = self.reply()
             assert got == cid
-            results.append(p.decode_error(code, body) if code else p.PRODUCE_REPLY_FIELDS.unpack(body)[0])
+            results.append(rep.decode_error(code, body) if code else p.PRODUCE_REPLY_FIELDS.unpack(body)[0])
         return results
 
     def produce(self, message_set: bytes, sequence: int, **kw):
@@ -78,11 +80,11 @@ class Raw:
 
     def fetch(self, offset: int, max_bytes: int = 1 << 20) -> tuple[int, bytes]:
         self.correlation += 1
-        self.sock.sendall(p.encode_fetch(self.correlation, TOPIC, 0, offset, max_bytes, 0))
+        self.sock.sendall(req.encode_fetch(self.correlation, TOPIC, 0, offset, max_bytes, 0))
         cid, code, body = self.reply()
         assert cid == self.correlation
         if code:
-            raise p.decode_error(code, body)
+            raise rep.decode_error(code, body)
         high_watermark, _start, length = p.FETCH_REPLY_FIELDS.unpack_from(body)
         return high_watermark, body[p.FETCH_REPLY_FIELDS.size :][:length]
 
@@ -112,20 +114,20 @@ def one(value: bytes) -> bytes:
 
 
 def test_v1_frame_round_trips_through_the_decoder_fast_and_slow():
-    frame = p.encode_produce_v1(5, TOPIC, 3, p.ACKS_ALL, one(b"x"), producer_id=PID, producer_epoch=0, sequence=9)
+    frame = req.encode_produce_v1(5, TOPIC, 3, p.ACKS_ALL, one(b"x"), producer_id=PID, producer_epoch=0, sequence=9)
     (size,) = p.SIZE.unpack_from(frame)
-    request = p.decode_request(bytearray(frame), 0, size)
+    request = req.decode_request(bytearray(frame), 0, size)
     assert (request.correlation_id, request.topic, request.partition, request.acks) == (5, TOPIC, 3, -1)
     assert (request.producer_id, request.producer_epoch, request.sequence) == (PID, 0, 9)
     assert bytes(request.message_set) == one(b"x")
     # the precompiled whole-header struct gives the same bytes
-    topic = p.encode_string(TOPIC)
-    st = p.produce_v1_header_struct(topic)
+    topic = req.encode_string(TOPIC)
+    st = req.produce_v1_header_struct(topic)
     header = st.pack(st.size - 4 + len(one(b"x")), p.API_PRODUCE, 1, 5, topic, 3, -1, PID, 0, 9, len(one(b"x")))
     assert header + one(b"x") == frame
     # a version 0 frame decodes with no producer id
-    v0 = p.encode_produce(1, TOPIC, 0, 1, one(b"y"))
-    request = p.decode_request(bytearray(v0), 0, p.SIZE.unpack_from(v0)[0])
+    v0 = req.encode_produce(1, TOPIC, 0, 1, one(b"y"))
+    request = req.decode_request(bytearray(v0), 0, p.SIZE.unpack_from(v0)[0])
     assert (request.producer_id, request.sequence) == (p.NO_PRODUCER_ID, p.NO_SEQUENCE)
 
 
@@ -135,12 +137,12 @@ def test_v1_frame_round_trips_through_the_decoder_fast_and_slow():
 )
 def test_v1_encoder_and_decoder_refuse_fields_that_do_not_go_together(acks, producer_id, sequence):
     with pytest.raises(ProtocolError):
-        p.encode_produce_v1(1, TOPIC, 0, acks, one(b"x"), producer_id=producer_id, sequence=sequence)
+        req.encode_produce_v1(1, TOPIC, 0, acks, one(b"x"), producer_id=producer_id, sequence=sequence)
     fields = p.PRODUCE_V1_FIELDS.pack(0, acks, producer_id, 0, sequence, len(one(b"x")))
-    body = p.encode_string(TOPIC) + fields + one(b"x")
+    body = req.encode_string(TOPIC) + fields + one(b"x")
     frame = p.REQUEST_HEADER.pack(p.REQUEST_HEADER_BODY + len(body), p.API_PRODUCE, 1, 3) + body
     with pytest.raises(ProtocolError, match="malformed PRODUCE"):
-        p.decode_request(bytearray(frame), 0, p.SIZE.unpack_from(frame)[0])
+        req.decode_request(bytearray(frame), 0, p.SIZE.unpack_from(frame)[0])
 
 
 # -- the server's rules ---------------------------------------------------------------

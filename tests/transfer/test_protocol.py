@@ -14,11 +14,13 @@ from raylog.errors import (
     RaylogError,
 )
 from raylog.transfer import protocol as p
+from raylog.transfer import replies as rep
+from raylog.transfer import requests as req
 
 
 def frame_at(buf: bytes, pos: int = 0):
     (size,) = p.SIZE.unpack_from(buf, pos)
-    return p.decode_request(memoryview(buf), pos, size)
+    return req.decode_request(memoryview(buf), pos, size)
 
 
 # -- malformed frames ----------------------------------------------------------
@@ -38,14 +40,14 @@ def test_unknown_api_key_is_refused_with_its_correlation_id():
 
 
 def test_unknown_version_is_refused():
-    frame = bytearray(p.encode_offsets(7, "t", 0))
+    frame = bytearray(req.encode_offsets(7, "t", 0))
     p.REQUEST_HEADER.pack_into(frame, 0, len(frame) - 4, p.API_OFFSETS, 5, 7)
     with pytest.raises(ProtocolError, match="unsupported version 5"):
         frame_at(bytes(frame))
 
 
 def test_produce_whose_set_length_does_not_match_the_frame_is_refused():
-    frame = bytearray(p.encode_produce(3, "clicks", 0, 1, b"x" * 40))
+    frame = bytearray(req.encode_produce(3, "clicks", 0, 1, b"x" * 40))
     # claim one byte more than the frame holds
     at = p.REQUEST_HEADER.size + 2 + len("clicks") + 4 + 1
     frame[at : at + 4] = (41).to_bytes(4, "big")
@@ -55,7 +57,7 @@ def test_produce_whose_set_length_does_not_match_the_frame_is_refused():
 
 
 def test_topic_running_past_the_frame_is_refused():
-    frame = bytearray(p.encode_fetch(4, "clicks", 0, 0, 100))
+    frame = bytearray(req.encode_fetch(4, "clicks", 0, 0, 100))
     frame[p.REQUEST_HEADER.size : p.REQUEST_HEADER.size + 2] = (5000).to_bytes(2, "big")
     with pytest.raises(ProtocolError, match="topic length 5000 runs past the frame"):
         frame_at(bytes(frame))
@@ -69,39 +71,39 @@ def test_topic_that_is_not_utf8_is_refused():
 
 
 def test_fetch_with_trailing_bytes_or_negative_bounds_is_refused():
-    frame = p.encode_fetch(5, "t", 0, 0, 100)
+    frame = req.encode_fetch(5, "t", 0, 0, 100)
     longer = p.SIZE.pack(len(frame) - 4 + 1) + frame[4:] + b"!"
     with pytest.raises(ProtocolError, match="bytes after the topic"):
         frame_at(longer)
     with pytest.raises(ProtocolError, match="negative"):
-        frame_at(p.encode_fetch(5, "t", 0, 0, -1))
+        frame_at(req.encode_fetch(5, "t", 0, 0, -1))
     with pytest.raises(ProtocolError, match="negative"):
-        frame_at(p.encode_fetch(5, "t", 0, 0, 10, -5))
+        frame_at(req.encode_fetch(5, "t", 0, 0, 10, -5))
 
 
 def test_produce_with_acks_other_than_0_or_1_is_refused():
     with pytest.raises(ProtocolError, match="acks must be 0 or 1"):
-        frame_at(p.encode_produce(1, "t", 0, -1, b""))
+        frame_at(req.encode_produce(1, "t", 0, -1, b""))
 
 
 def test_auth_token_length_must_match():
-    frame = bytearray(p.encode_auth(1, b"secret"))
+    frame = bytearray(req.encode_auth(1, b"secret"))
     frame[p.REQUEST_HEADER.size + 1] = 99
     with pytest.raises(ProtocolError, match="token length 99"):
         frame_at(bytes(frame))
 
 
 def test_frame_size_check_refuses_before_allocating():
-    p.check_frame_size(p.DEFAULT_MAX_FRAME_BYTES, p.DEFAULT_MAX_FRAME_BYTES)
+    req.check_frame_size(p.DEFAULT_MAX_FRAME_BYTES, p.DEFAULT_MAX_FRAME_BYTES)
     with pytest.raises(FrameTooLargeError) as info:
-        p.check_frame_size(2**31, p.DEFAULT_MAX_FRAME_BYTES)
+        req.check_frame_size(2**31, p.DEFAULT_MAX_FRAME_BYTES)
     assert info.value.size == 2**31
     assert isinstance(info.value, ProtocolError)
 
 
 def test_topic_longer_than_a_u16_cannot_be_encoded():
     with pytest.raises(ProtocolError, match="does not fit a u16"):
-        p.encode_string("x" * 70_000)
+        req.encode_string("x" * 70_000)
 
 
 def test_default_max_frame_leaves_header_room_over_the_largest_message():
@@ -112,38 +114,38 @@ def test_default_max_frame_leaves_header_room_over_the_largest_message():
 
 
 def test_requests_round_trip_field_by_field():
-    produce = frame_at(p.encode_produce(11, "clicks-ü", 3, 1, b"abc"))
-    assert isinstance(produce, p.ProduceRequest)
+    produce = frame_at(req.encode_produce(11, "clicks-ü", 3, 1, b"abc"))
+    assert isinstance(produce, req.ProduceRequest)
     assert (produce.correlation_id, produce.topic, produce.partition, produce.acks) == (11, "clicks-ü", 3, 1)
     assert bytes(produce.message_set) == b"abc"
 
-    fetch = frame_at(p.encode_fetch(12, "clicks", 2, 2**40, 65536, 1500))
-    assert fetch == p.FetchRequest(12, "clicks", 2, 2**40, 65536, 1500)
+    fetch = frame_at(req.encode_fetch(12, "clicks", 2, 2**40, 65536, 1500))
+    assert fetch == req.FetchRequest(12, "clicks", 2, 2**40, 65536, 1500)
 
-    offsets = frame_at(p.encode_offsets(13, "clicks", 7))
-    assert offsets == p.OffsetsRequest(13, "clicks", 7)
+    offsets = frame_at(req.encode_offsets(13, "clicks", 7))
+    assert offsets == req.OffsetsRequest(13, "clicks", 7)
 
-    for_time = frame_at(p.encode_offsets_for_time(14, "clicks", 1, 1_700_000_000_123))
-    assert for_time == p.OffsetsForTimeRequest(14, "clicks", 1, 1_700_000_000_123)
-    reply = p.encode_offsets_for_time_reply(14, 4096)
+    for_time = frame_at(req.encode_offsets_for_time(14, "clicks", 1, 1_700_000_000_123))
+    assert for_time == req.OffsetsForTimeRequest(14, "clicks", 1, 1_700_000_000_123)
+    reply = rep.encode_offsets_for_time_reply(14, 4096)
     assert p.OFFSETS_FOR_TIME_REPLY.unpack(reply) == (len(reply) - 4, 14, 0, 4096)
 
-    auth = frame_at(p.encode_auth(-5, b"\x00token"))
-    assert auth == p.AuthRequest(-5, b"\x00token")
+    auth = frame_at(req.encode_auth(-5, b"\x00token"))
+    assert auth == req.AuthRequest(-5, b"\x00token")
 
 
 def test_frames_back_to_back_decode_in_place():
-    frames = p.encode_produce(1, "a", 0, 0, b"12345") + p.encode_fetch(2, "a", 0, 5, 10) + p.encode_offsets(3, "b", 1)
+    frames = req.encode_produce(1, "a", 0, 0, b"12345") + req.encode_fetch(2, "a", 0, 5, 10) + req.encode_offsets(3, "b", 1)
     pos, seen = 0, []
     while pos < len(frames):
         (size,) = p.SIZE.unpack_from(frames, pos)
-        seen.append(p.decode_request(memoryview(frames), pos, size).correlation_id)
+        seen.append(req.decode_request(memoryview(frames), pos, size).correlation_id)
         pos += 4 + size
     assert seen == [1, 2, 3] and pos == len(frames)
 
 
 def test_header_layout_is_big_endian_size_api_version_correlation():
-    frame = p.encode_offsets(0x01020304, "t", 0)
+    frame = req.encode_offsets(0x01020304, "t", 0)
     assert frame[:4] == (len(frame) - 4).to_bytes(4, "big")
     assert frame[4:6] == p.API_OFFSETS.to_bytes(2, "big")
     assert frame[6:8] == b"\x00\x00"
@@ -155,10 +157,10 @@ def test_header_layout_is_big_endian_size_api_version_correlation():
 
 
 def _error_round_trip(err: RaylogError) -> tuple[int, RaylogError]:
-    reply = p.encode_error(77, err)
+    reply = rep.encode_error(77, err)
     size, corr, code = p.REPLY_HEADER.unpack_from(reply)
     assert size == len(reply) - 4 and corr == 77
-    return code, p.decode_error(code, reply[p.REPLY_HEADER.size :])
+    return code, rep.decode_error(code, reply[p.REPLY_HEADER.size :])
 
 
 def test_offset_out_of_range_round_trips_with_earliest_and_latest():
@@ -195,12 +197,12 @@ def test_error_details_cannot_shadow_error_attributes():
     body = p.STRING_LENGTH.pack(1) + b"m"
     details = b'{"code":99,"retriable":true,"message":"x","earliest":3}'
     body += p.STRING_LENGTH.pack(len(details)) + details
-    back = p.decode_error(OffsetOutOfRangeError.code, body)
+    back = rep.decode_error(OffsetOutOfRangeError.code, body)
     assert back.code == OffsetOutOfRangeError.code and back.retriable is False and back.earliest == 3
 
 
 def test_malformed_error_reply_gives_a_protocol_error():
-    back = p.decode_error(OffsetOutOfRangeError.code, b"\x00")
+    back = rep.decode_error(OffsetOutOfRangeError.code, b"\x00")
     assert isinstance(back, ProtocolError)
 
 
@@ -210,8 +212,8 @@ def test_long_error_messages_are_clipped_to_a_u16():
 
 
 def test_success_replies_have_the_documented_sizes():
-    assert p.SIZE.unpack_from(p.encode_auth_reply(1))[0] == 6
-    assert p.SIZE.unpack_from(p.encode_produce_reply(1, 5))[0] == 14
-    assert p.SIZE.unpack_from(p.encode_offsets_reply(1, 0, 5))[0] == 22
-    header = p.encode_fetch_reply_header(1, 100, 0, 4096)
+    assert p.SIZE.unpack_from(rep.encode_auth_reply(1))[0] == 6
+    assert p.SIZE.unpack_from(rep.encode_produce_reply(1, 5))[0] == 14
+    assert p.SIZE.unpack_from(rep.encode_offsets_reply(1, 0, 5))[0] == 22
+    header = rep.encode_fetch_reply_header(1, 100, 0, 4096)
     assert len(header) == p.FETCH_REPLY.size and p.SIZE.unpack_from(header)[0] == 26 + 4096

@@ -29,6 +29,8 @@ from raylog.errors import (
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer import protocol as p
+from raylog.transfer import replies as rep
+from raylog.transfer import requests as req
 from raylog.transfer.connection import BrokerConnection
 
 TOPIC = "clicks"  # the topic the fixtures serve (conftest.TOPIC)
@@ -178,7 +180,7 @@ def test_oversized_frame_is_refused_before_allocation_and_only_that_connection_c
             sock.sendall(p.REQUEST_HEADER.pack(2**31, p.API_PRODUCE, p.VERSION, 77) + b"\x00" * 64)
             correlation_id, code, body = read_reply(sock)
             assert (correlation_id, code) == (77, FrameTooLargeError.code)
-            assert "exceeds the maximum" in str(p.decode_error(code, body))
+            assert "exceeds the maximum" in str(rep.decode_error(code, body))
             assert_closed(sock)
         finally:
             sock.close()
@@ -206,21 +208,21 @@ def test_unknown_api_key_gets_a_protocol_error_then_close(server, conn, plog):
 
 
 def test_frame_cut_short_by_the_peer_gets_a_protocol_error(server):
-    frame = p.encode_produce(5, TOPIC, 0, 1, encode_message_set([b"cut"]))
+    frame = req.encode_produce(5, TOPIC, 0, 1, encode_message_set([b"cut"]))
     sock = raw_socket(server)
     try:
         sock.sendall(frame[:-7])
         sock.shutdown(socket.SHUT_WR)
         correlation_id, code, body = read_reply(sock)
         assert code == ProtocolError.code and correlation_id == p.NO_CORRELATION
-        assert "closed inside a frame" in str(p.decode_error(code, body))
+        assert "closed inside a frame" in str(rep.decode_error(code, body))
         assert_closed(sock)
     finally:
         sock.close()
 
 
 def test_lengths_that_do_not_add_up_get_a_protocol_error(server):
-    frame = bytearray(p.encode_produce(6, TOPIC, 0, 1, encode_message_set([b"x"])))
+    frame = bytearray(req.encode_produce(6, TOPIC, 0, 1, encode_message_set([b"x"])))
     frame[-30] ^= 0xFF  # inside the set: harmless, the log checks it
     bad_length = bytearray(frame)
     at = p.REQUEST_HEADER.size + 2 + len(TOPIC) + 4 + 1

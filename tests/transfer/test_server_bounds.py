@@ -14,6 +14,8 @@ from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer import protocol as p
+from raylog.transfer import replies as rep
+from raylog.transfer import requests as req
 
 TOPIC = "clicks"
 TOKEN = b"cluster-token"
@@ -63,7 +65,7 @@ def test_a_connection_without_auth_frame_is_refused_after_the_deadline(make_serv
         sock.settimeout(10)
         reply = read_reply(sock)
         assert reply is not None and reply[1] == AuthenticationError.code
-        assert "no AUTH frame within" in str(p.decode_error(reply[1], reply[2]))
+        assert "no AUTH frame within" in str(rep.decode_error(reply[1], reply[2]))
         assert closed_within(sock, 10)
     finally:
         sock.close()
@@ -85,7 +87,7 @@ def test_a_frame_that_stops_arriving_is_timed_out_too(make_server, plog):
     server = make_server({(TOPIC, 0): plog}, idle_timeout_s=0.3)
     sock = socket.create_connection(server.address)
     try:
-        sock.sendall(p.encode_offsets(1, TOPIC, 0)[:7])  # half a frame, then nothing
+        sock.sendall(req.encode_offsets(1, TOPIC, 0)[:7])  # half a frame, then nothing
         assert closed_within(sock, 10)
     finally:
         sock.close()
@@ -108,7 +110,7 @@ def test_300_idle_connections_do_not_lock_a_new_client_out(make_server, make_con
         for i in range(300):
             sock = socket.create_connection(server.address)
             if authenticated:
-                sock.sendall(p.encode_auth(i, TOKEN))
+                sock.sendall(req.encode_auth(i, TOKEN))
             idle.append(sock)
         conn = make_conn(server, token=TOKEN, timeout_s=5)
 

@@ -1,0 +1,90 @@
+"""Replies of the data channel: encoders (server side) and error decoding
+(client side); the frames are defined field by field in
+:mod:`raylog.transfer.protocol`."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from raylog.errors import ProtocolError, RaylogError, error_for_code
+from raylog.transfer.protocol import (
+    MAX_STRING_BYTES,
+    SIZE,
+    STRING_LENGTH,
+    REPLY_HEADER,
+    REPLY_HEADER_BODY,
+    PRODUCE_REPLY,
+    FETCH_REPLY,
+    OFFSETS_REPLY,
+    OFFSETS_FOR_TIME_REPLY,
+)
+
+
+def encode_auth_reply(correlation_id: int) -> bytes:
+    return REPLY_HEADER.pack(REPLY_HEADER_BODY, correlation_id, 0)
+
+
+def encode_produce_reply(correlation_id: int, base_offset: int) -> bytes:
+    return PRODUCE_REPLY.pack(PRODUCE_REPLY.size - SIZE.size, correlation_id, 0, base_offset)
+
+
+def encode_fetch_reply_header(correlation_id: int, high_watermark: int, log_start_offset: int, length: int) -> bytes:
+    """The FETCH reply up to its data; ``length`` bytes of log follow."""
+    return FETCH_REPLY.pack(
+        FETCH_REPLY.size - SIZE.size + length, correlation_id, 0, high_watermark, log_start_offset, length
+    )
+
+
+def encode_offsets_reply(correlation_id: int, log_start_offset: int, high_watermark: int) -> bytes:
+    return OFFSETS_REPLY.pack(OFFSETS_REPLY.size - SIZE.size, correlation_id, 0, log_start_offset, high_watermark)
+
+
+def encode_offsets_for_time_reply(correlation_id: int, offset: int) -> bytes:
+    return OFFSETS_FOR_TIME_REPLY.pack(OFFSETS_FOR_TIME_REPLY.size - SIZE.size, correlation_id, 0, offset)
+
+
+def _clip_utf8(raw: bytes, limit: int) -> bytes:
+    if len(raw) <= limit:
+        return raw
+    return raw[:limit].decode("utf-8", "ignore").encode("utf-8")
+
+
+def encode_error(correlation_id: int, error: BaseException) -> bytes:
+    """An error reply carrying ``error``'s code, message and details."""
+    if isinstance(error, RaylogError):
+        code, details = error.code, dict(error.details)
+    else:
+        code, details = RaylogError.code, {}
+    details.pop("correlation_id", None)
+    message = _clip_utf8(str(error).encode("utf-8", "replace"), MAX_STRING_BYTES)
+    raw = json.dumps(details, default=str, separators=(",", ":")).encode("utf-8")
+    if len(raw) > MAX_STRING_BYTES:
+        raw = b"{}"
+    body = STRING_LENGTH.pack(len(message)) + message + STRING_LENGTH.pack(len(raw)) + raw
+    return REPLY_HEADER.pack(REPLY_HEADER_BODY + len(body), correlation_id, code) + body
+
+
+#: names a detail may not take: they would shadow the error's own attributes
+_RESERVED_DETAILS = frozenset({"message", "code", "retriable", "details", "args"})
+
+
+def decode_error(code: int, body) -> RaylogError:
+    """Rebuild the typed raylog error from an error reply's body (the bytes
+    after the reply header)."""
+    body = memoryview(body)
+    try:
+        (length,) = STRING_LENGTH.unpack_from(body, 0)
+        pos = STRING_LENGTH.size
+        message = str(body[pos : pos + length], "utf-8", "replace")
+        pos += length
+        (length,) = STRING_LENGTH.unpack_from(body, pos)
+        pos += STRING_LENGTH.size
+        raw = bytes(body[pos : pos + length])
+        details = json.loads(raw) if raw else {}
+    except (struct.error, ValueError):
+        return ProtocolError(f"malformed error reply (error code {code})", error_code=code)
+    if not isinstance(details, dict):
+        details = {}
+    details = {str(k): v for k, v in details.items() if k not in _RESERVED_DETAILS}
+    return error_for_code(code, message, **details)
