@@ -9,21 +9,8 @@ import pytest
 from raylog.errors import ConfigError
 from raylog.producer import producer as producer_module
 from raylog.producer.partitioner import partition_for_key
-from raylog.storage.decoding import decode_messages
-from raylog.transfer.connection import BrokerConnection
 
-
-def _values(client, topic: str, partition: int) -> list:
-    start, end = client.offsets(topic, partition)
-    host, port = client.metadata.endpoint(topic, partition, refresh=True)
-    out = []
-    with BrokerConnection(host, port, token=client.settings.token) as conn:
-        offset = start
-        while offset < end:
-            records, consumed = decode_messages(conn.fetch(topic, partition, offset, 1 << 20).data, offset)
-            out.extend((o, k, v) for o, _, k, v in records)
-            offset += consumed
-    return out
+from test_producer import _read as _values  # (offset, key, value) of a partition
 
 
 def test_send_many_takes_a_generator_in_slices_and_keeps_the_call_order(raylog_client, make_topic, monkeypatch):
