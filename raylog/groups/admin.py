@@ -44,7 +44,6 @@ Thread-safety: stateless functions; kazoo's client is thread-safe.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import time
 from typing import Callable, Mapping
 

@@ -56,7 +56,7 @@ from raylog.errors import (
 )
 from raylog.producer.futures import UNKNOWN_OFFSET
 from raylog.retry import RetryPolicy
-from raylog.transfer.protocol import ACKS_ALL, MAX_IN_FLIGHT_PER_PARTITION
+from raylog.transfer.protocol import MAX_IN_FLIGHT_PER_PARTITION
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ import logging
 import os
 from typing import Mapping, Sequence
 
-
 from raylog.errors import (
     BrokerUnavailableError,
     ConfigError,

@@ -5,11 +5,9 @@ messages, the code here is the reference)."""
 
 from __future__ import annotations
 
-
 from crc32c import crc32c
 
 from raylog.errors import ConfigError, InvalidMessageError
-
 from raylog.storage import message as _format
 from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES, _CODEC_MASK, _HEADER_FAST, _SIZE, _STOP_HEADER
 from raylog.storage.message_errors import _corrupt, _bad_header, _tail_error, _nested, _in_wrapper, _inner_set

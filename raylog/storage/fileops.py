@@ -8,7 +8,6 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-
 from raylog.errors import LogDirectoryLockedError
 
 

@@ -55,14 +55,12 @@ import threading
 import time
 from typing import Callable
 
-
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, MessageTooLargeError, OutOfOrderSequenceError, StorageError
 from raylog.storage import faults as _faults
 from raylog.storage.validation import validate_message_set
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.segment import LogSegment
-
 from raylog.storage.fileops import LOCK_NAME, _flusher, _lock_directory
 from raylog.storage.log_reads import FileSlice, LogReads
 from raylog.storage.recovery import CHECKPOINT_NAME, LogRecovery, RecoveryReport

@@ -3,10 +3,13 @@ long-poll waits and lookups by time (a mixin of
 :class:`~raylog.storage.log.PartitionLog`; see :mod:`raylog.storage.log`)."""
 
 from __future__ import annotations
+
 import bisect
 import struct
 from typing import Any, NamedTuple
+
 from crc32c import crc32c
+
 from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
 from raylog.storage.message import HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
 from raylog.storage.segment import LogSegment

@@ -4,12 +4,10 @@ a bad header, a cut tail, a nested or oversized wrapper (used by
 
 from __future__ import annotations
 
-
 from crc32c import crc32c
 
 from raylog.errors import CorruptMessageError, InvalidMessageError, MessageTooLargeError
 from raylog.storage.compression import CODEC_NAMES, decompress
-
 from raylog.storage.message import MAGIC, LOG_OVERHEAD, HEADER_SIZE, MIN_MESSAGE_SIZE, INNER_SET_FACTOR, _CODEC_MASK, _PREFIX, _SIZE
 
 

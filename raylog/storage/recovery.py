@@ -3,13 +3,15 @@ of the segments past it (a mixin of :class:`~raylog.storage.log.PartitionLog`;
 see :mod:`raylog.storage.log`)."""
 
 from __future__ import annotations
+
 import logging
 import os
 from typing import NamedTuple
+
 from crc32c import crc32c
+
 from raylog.errors import StorageError
 from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
-
 from raylog.storage.fileops import _sync_directory
 
 log = logging.getLogger(__name__)

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import logging
 
-
 from raylog.errors import StorageError
 from raylog.storage import faults as _faults
 from raylog.storage.segment import LogSegment
-
 from raylog.storage.fileops import _sync_directory
 
 log = logging.getLogger(__name__)

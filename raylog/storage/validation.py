@@ -5,11 +5,9 @@ runs of plain messages, the code here is the reference)."""
 
 from __future__ import annotations
 
-
 from crc32c import crc32c
 
 from raylog.errors import InvalidMessageError
-
 from raylog.storage import message as _format
 from raylog.storage.message import (
     LOG_OVERHEAD,

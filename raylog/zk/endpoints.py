@@ -12,7 +12,6 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from raylog.errors import ConfigError, StaleEpochError, RaylogError
-
 from raylog.zk.registry_base import _CONTENDED_TRIES, RegistryBase, _dump, _first_failure, _load, _translated
 
 log = logging.getLogger(__name__)

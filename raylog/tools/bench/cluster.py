@@ -3,6 +3,7 @@
 (see :mod:`raylog.tools.bench`)."""
 
 from __future__ import annotations
+
 import contextlib
 import importlib.util
 import io
@@ -10,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+
 from raylog.tools.bench.settings import AUTOSCALER_UPDATE_INTERVAL_S, BenchError, CONFIG
 
 

@@ -2,8 +2,10 @@
 phase's figures, and the table (pure; see :mod:`raylog.tools.bench`)."""
 
 from __future__ import annotations
+
 import dataclasses
 from typing import Iterable
+
 from raylog.actors.placement import DISK_RESOURCE
 
 

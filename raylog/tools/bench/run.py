@@ -3,6 +3,7 @@ topic, the phases of producer actors and consumer tasks, the scale-down
 (see :mod:`raylog.tools.bench`)."""
 
 from __future__ import annotations
+
 import contextlib
 import json
 import os
@@ -10,6 +11,7 @@ import signal
 import sys
 import time
 from typing import Callable
+
 from raylog.actors.placement import DISK_RESOURCE
 from raylog.errors import RaylogError
 from raylog.tools.bench.settings import BenchError, BenchSettings, CONFIG, CONSUMER_GRACE_S, IN_FLIGHT_PER_PRODUCER, PRODUCER_CLOSE_S, SEND_BATCH, TOPIC_RETENTION_BYTES, TOPIC_SEGMENT_BYTES

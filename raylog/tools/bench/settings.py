@@ -2,8 +2,10 @@
 :mod:`raylog.tools.bench`)."""
 
 from __future__ import annotations
+
 import dataclasses
 from pathlib import Path
+
 from raylog.actors.placement import DISK_RESOURCE
 from raylog.errors import BenchError, ConfigError
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from raylog.errors import ConfigError, RaylogError
-
 from raylog.tools.cli.base import CommandError, Target, _refused_token, pass_target, cli
 
 

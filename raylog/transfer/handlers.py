@@ -1,0 +1,243 @@
+"""The requests of the data channel, served against a partition's log
+(:class:`~raylog.storage.base.Log`): PRODUCE (joined runs, idempotent
+sequences, acks), FETCH (long polls, the reply's bytes sent by the log's
+slice: ``os.sendfile`` from a segment file), OFFSETS and OFFSETS_FOR_TIME
+(a mixin of :class:`~raylog.transfer.server.DataServer`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+from raylog.config import MiB
+from raylog.errors import ClosedError, NotOwnerError, RaylogError
+from raylog.transfer.protocol import ACKS_ALL
+from raylog.transfer.replies import (
+    encode_error,
+    encode_fetch_reply_header,
+    encode_offsets_for_time_reply,
+    encode_offsets_reply,
+    encode_produce_reply,
+)
+from raylog.transfer.requests import FetchRequest, OffsetsForTimeRequest, OffsetsRequest, ProduceRequest
+from raylog.transfer.serving import _Close, _Connection
+
+# one logger for the whole data server, as before it was split in modules
+log = logging.getLogger("raylog.transfer.server")
+
+
+#: joined produce sets stay below this when the log does not say its limit
+DEFAULT_JOIN_LIMIT = 1 * MiB
+
+
+#: a long poll re-checks for ``stop()`` this often while it waits
+LONG_POLL_SLICE_S = 0.5
+
+
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
+
+
+def _closing(topic: str, partition: int) -> NotOwnerError:
+    """What a client hears when the log was closed under a request: the
+    partition is going away here, so look up where it serves next."""
+    return NotOwnerError(
+        f"{topic}-{partition} is closing on this endpoint; refresh its endpoint from the registry",
+        topic=topic,
+        partition=partition,
+    )
+
+
+class RequestHandlers:
+    """The request handlers of :class:`~raylog.transfer.server.DataServer`
+    (run on a connection's thread)."""
+
+    def _lookup(self, topic: str, partition: int):
+        owner = self._resolve(topic, partition)
+        if owner is None:
+            raise NotOwnerError(
+                f"this endpoint does not serve {topic}-{partition}; refresh its endpoint from the registry",
+                topic=topic,
+                partition=partition,
+            )
+        return owner
+
+    def _produce(self, conn: _Connection, group: list[ProduceRequest], out: list) -> None:
+        """Append a run of PRODUCE frames for one partition (clears ``group``):
+        joined into sets of at most the log's ``max_message_bytes``."""
+        requests = list(group)
+        group.clear()
+        first = requests[0]
+        try:
+            partition_log = self._lookup(first.topic, first.partition)
+        except RaylogError as err:
+            for request in requests:
+                self._produce_failed(conn, request, err, out)
+            return
+        config = getattr(partition_log, "config", None)
+        limit = getattr(config, "max_message_bytes", DEFAULT_JOIN_LIMIT)
+        run: list[ProduceRequest] = []
+        run_bytes = 0
+        run_pid = next_sequence = -1
+        for request in requests:
+            length = len(request.message_set)
+            pid = request.producer_id
+            # A run joins sets of one producer id (or of none), in sequence.
+            if run and (
+                run_bytes + length > limit or pid != run_pid or (pid >= 0 and request.sequence != next_sequence)
+            ):
+                self._append(conn, partition_log, run, out)
+                run, run_bytes = [], 0
+            if pid >= 0:
+                next_sequence = request.sequence + 1
+            run_pid = pid
+            run.append(request)
+            run_bytes += length
+        self._append(conn, partition_log, run, out)
+
+    def _append(self, conn: _Connection, partition_log, run: list[ProduceRequest], out: list) -> None:
+        first = run[0]
+        try:
+            if len(run) == 1:
+                data = bytes(first.message_set)
+            else:
+                data = b"".join([request.message_set for request in run])
+            if first.producer_id < 0:
+                base = partition_log.append(data)
+            else:
+                base = partition_log.append_sequenced(
+                    data,
+                    first.producer_id,
+                    first.producer_epoch,
+                    first.sequence,
+                    [len(request.message_set) for request in run],
+                    name=f"{first.topic}-{first.partition}",
+                )
+        except ClosedError:
+            err = _closing(run[0].topic, run[0].partition)
+            for request in run:
+                self._produce_failed(conn, request, err, out)
+            return
+        except RaylogError as err:
+            if len(run) == 1:
+                self._produce_failed(conn, run[0], err, out)
+                return
+            # A set of the run was refused: append them one by one so that
+            # each frame gets its own answer, as if they had come apart.
+            for request in run:
+                self._append(conn, partition_log, [request], out)
+            return
+        conn.message_sets_in += len(run)
+        replies = []
+        wait_for_sync = False
+        end = base + len(data)
+        for request in run:
+            acks = request.acks
+            if acks:
+                replies.append(encode_produce_reply(request.correlation_id, base))
+                if acks == ACKS_ALL:
+                    wait_for_sync = True
+            base += len(request.message_set)
+        if wait_for_sync and partition_log.high_watermark < end:
+            # acks=-1: reply once the sets are synced and below the high
+            # watermark (a flush covers every append before it).
+            try:
+                partition_log.flush()
+            except RaylogError as err:
+                if isinstance(err, ClosedError):
+                    err = _closing(first.topic, first.partition)
+                for request in run:
+                    self._produce_failed(conn, request, err, out)
+                return
+        out.extend(replies)
+
+    def _produce_failed(self, conn: _Connection, request: ProduceRequest, err: RaylogError, out: list) -> None:
+        if request.acks:
+            self._count_error(conn, err)
+            out.append(encode_error(request.correlation_id, err))
+        else:
+            # No reply is expected: answer anyway and close, so that the
+            # producer learns of it on its next call instead of never.
+            self._fail(conn, err, request.correlation_id, out)
+
+    def _fetch(self, conn: _Connection, request: FetchRequest, out: list) -> None:
+        max_bytes = min(request.max_bytes, self._max_fetch_bytes)
+        try:
+            partition_log = self._lookup(request.topic, request.partition)
+            chunk = partition_log.read(request.offset, max_bytes)
+            if chunk.length == 0 and request.max_wait_ms > 0:
+                max_wait_ms = min(request.max_wait_ms, self.max_wait_ms_cap)
+                if out:  # earlier replies do not wait for the long poll
+                    self._send(conn, b"".join(out))
+                    out.clear()
+                deadline = time.monotonic() + max_wait_ms / 1000.0
+                while not self._stopping.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    partition_log.wait_for_data(request.offset, min(left, LONG_POLL_SLICE_S))
+                    # Read again after every wait, whatever it said: a closed
+                    # log says so here (instead of returning at once forever).
+                    chunk = partition_log.read(request.offset, max_bytes)
+                    if chunk.length:
+                        break
+            high_watermark = partition_log.high_watermark
+            log_start = partition_log.log_start_offset
+        except ClosedError:
+            err = _closing(request.topic, request.partition)
+            self._count_error(conn, err)
+            out.append(encode_error(request.correlation_id, err))
+            return
+        except RaylogError as err:
+            self._count_error(conn, err)
+            out.append(encode_error(request.correlation_id, err))
+            return
+        length = min(chunk.length, self._max_fetch_bytes)
+        out.append(encode_fetch_reply_header(request.correlation_id, high_watermark, log_start, length))
+        if not length:
+            return
+        data = b"".join(out)
+        out.clear()
+        sock = conn.sock
+        sock.sendall(data, _MSG_MORE)  # the header leaves with the first data
+        conn.bytes_out += len(data)
+        fd = chunk.file if isinstance(chunk.file, int) else chunk.file.fileno()
+        position = chunk.position
+        left = length
+        out_fd = sock.fileno()
+        while left:
+            sent = os.sendfile(out_fd, fd, position, left)
+            if sent == 0:
+                # The segment is shorter than the slice (deleted or truncated
+                # under us); the reply cannot be completed.
+                raise _Close()
+            position += sent
+            left -= sent
+            conn.bytes_out += sent
+
+    def _offsets(self, conn: _Connection, request: OffsetsRequest, out: list) -> None:
+        try:
+            partition_log = self._lookup(request.topic, request.partition)
+            reply = encode_offsets_reply(
+                request.correlation_id, partition_log.log_start_offset, partition_log.high_watermark
+            )
+        except RaylogError as err:
+            self._count_error(conn, err)
+            reply = encode_error(request.correlation_id, err)
+        out.append(reply)
+
+    def _offsets_for_time(self, conn: _Connection, request: OffsetsForTimeRequest, out: list) -> None:
+        try:
+            partition_log = self._lookup(request.topic, request.partition)
+            reply = encode_offsets_for_time_reply(
+                request.correlation_id, partition_log.offset_for_time(request.timestamp_ms)
+            )
+        except ClosedError:
+            err = _closing(request.topic, request.partition)
+            self._count_error(conn, err)
+            reply = encode_error(request.correlation_id, err)
+        except RaylogError as err:
+            self._count_error(conn, err)
+            reply = encode_error(request.correlation_id, err)
+        out.append(reply)
