@@ -130,6 +130,8 @@ class RecordAccumulator:
         count = self._counts.get(topic) or self.partitions(topic)
         grow = HEADER_SIZE + len(value)
         if key is None and partition is None and timestamp_ms is None:
+            if self.batch_size == 1:
+                return self._append_alone(topic, value, count, grow)
             with self.lock:
                 # The hot path: the open sticky batch of the topic takes it.
                 batch = self.keyless.get(topic)
@@ -185,6 +187,29 @@ class RecordAccumulator:
             if index + 1 >= self.batch_size:
                 self._seal(batch)
             return SendFuture(batch.future, index)
+
+    def _append_alone(self, topic: str, value: bytes, count: int, grow: int) -> SendFuture:
+        """A keyless message with ``batch_size`` 1: its batch is sealed as it
+        is made (no batch is ever open then), straight into the ready queue."""
+        with self.lock:
+            if self.closed or self.buffered >= self.max_buffered:
+                self._wait_for_space()
+            partition = self._sticky.partition(topic, count)
+            batch = ProducerBatch(topic, partition, self.linger_s, self._limits[topic], self.compressed)
+            batch.values.append(value)
+            batch.size = grow
+            self.buffered += 1
+            tp = (topic, partition)
+            queue = self.ready.get(tp)
+            if queue is None:
+                queue = self.ready[tp] = collections.deque()
+            queue.append(batch)
+            self.on_seal(batch)
+            if count > 1:
+                self._sticky.batch_sent(topic, count)
+            if self.sender_waiting and tp not in self.draining:
+                self.wake.notify()
+            return SendFuture(batch.future, 0)
 
     def append_many(
         self,
