@@ -221,7 +221,7 @@ class Fetcher(threading.Thread):
                 if not data:
                     continue
                 try:
-                    decoder = s.fetch_decoder or _decode
+                    decoder = getattr(s, "fetch_decoder", None) or _decode
                     records, consumed = decoder(data, self.offset, self.tp, max_message, max_inflated)
                 except InvalidMessageError as err:
                     # Hand over the whole messages before the bad one, then the error.
