@@ -52,7 +52,7 @@ import struct
 from typing import NamedTuple, Sequence
 
 from raylog.config import KiB, MiB
-from raylog.errors import BrokerUnavailableError, ClosedError, ProtocolError, RaylogError
+from raylog.errors import BrokerUnavailableError, ClosedError, ConfigError, ProtocolError, RaylogError
 from raylog.transfer.protocol import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
@@ -107,7 +107,7 @@ class BrokerConnection(SocketIO, ReplyReader):
         socket_buffer_bytes: int | None = None,
     ):
         if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+            raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
         self.host, self.port = host, port
         self.timeout_s = timeout_s
         self.max_frame_bytes = max_frame_bytes

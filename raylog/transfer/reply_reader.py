@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from raylog.errors import AuthenticationError, FrameTooLargeError, ProtocolError, RaylogError
+from raylog.errors import AuthenticationError, ConfigError, FrameTooLargeError, ProtocolError, RaylogError
 from raylog.transfer.protocol import (
     ACKS_ALL,
     API_PRODUCE,
@@ -74,7 +74,7 @@ class ReplyReader:
         (producer id, epoch, sequence) when idempotent or with acks=-1."""
         encoded, v0, v1 = self._topic(topic)
         if acks not in (0, 1, ACKS_ALL):
-            raise ValueError(f"acks must be 0, 1 or {ACKS_ALL}, got {acks}")
+            raise ConfigError(f"acks must be 0, 1 or {ACKS_ALL}, got {acks}")
         plain = producer_id == NO_PRODUCER_ID and acks != ACKS_ALL
         header = v0 if plain else v1
         size = header.size - SIZE.size + length
