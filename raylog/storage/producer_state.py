@@ -125,9 +125,11 @@ class _Producer:
 class ProducerStateTable:
     """The remembered sequences of one partition (see the module docstring)."""
 
-    def __init__(self, directory: str, max_producer_ids: int = 10_000):
+    def __init__(self, directory: str | None, max_producer_ids: int = 10_000):
+        """``directory=None``: remembered in memory only, with no journal (the
+        in-memory log's table)."""
         self._dir = directory
-        self._path = os.path.join(directory, FILE_NAME)
+        self._path = os.path.join(directory, FILE_NAME) if directory is not None else None
         self._max = max_producer_ids
         self._producers: OrderedDict[int, _Producer] = OrderedDict()
         self._fd: int | None = None
@@ -141,6 +143,8 @@ class ProducerStateTable:
         ``log_end_offset``) and rewrite it compacted. Returns notes on what
         was dropped (for the recovery log)."""
         notes: list[str] = []
+        if self._path is None:
+            return notes
         try:
             with open(self._path, "rb") as f:
                 data = f.read()
@@ -195,6 +199,8 @@ class ProducerStateTable:
 
     def _rewrite(self) -> None:
         """Replace the journal with a snapshot of what is remembered."""
+        if self._path is None:
+            return
         data = self._records()
         tmp = self._path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -250,6 +256,8 @@ class ProducerStateTable:
     def journal(self, producer_id: int, epoch: int, first_sequence: int, base: int, lengths) -> None:
         """Write the records of the sets about to be appended (before the
         segment write; raises ``OSError``)."""
+        if self._path is None:
+            return
         data = _record(producer_id, epoch, first_sequence, base, lengths)
         if self._fd is None:
             self._rewrite()

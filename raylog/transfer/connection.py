@@ -49,47 +49,22 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 from typing import NamedTuple, Sequence
 
 from raylog.config import KiB, MiB
-from raylog.errors import (
-    AuthenticationError,
-    BrokerUnavailableError,
-    ClosedError,
-    FrameTooLargeError,
-    ProtocolError,
-    RaylogError,
-    RequestTimeoutError,
-)
+from raylog.errors import BrokerUnavailableError, ClosedError, ConfigError, ProtocolError, RaylogError
 from raylog.transfer.protocol import (
-    ACKS_ALL,
-    API_PRODUCE,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
-    PRODUCE_V1_FIELDS,
-    PRODUCE_VERSION_IDEMPOTENT,
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY_FIELDS,
     OFFSETS_FOR_TIME_REPLY_FIELDS,
     OFFSETS_REPLY_FIELDS,
-    PRODUCE_FIELDS,
-    PRODUCE_REPLY_FIELDS,
-    REPLY_HEADER,
     REPLY_HEADER_BODY,
-    REQUEST_HEADER,
-    SIZE,
-    VERSION,
 )
-from raylog.transfer.replies import decode_error
-from raylog.transfer.requests import (
-    encode_auth,
-    encode_fetch,
-    encode_offsets,
-    encode_offsets_for_time,
-    encode_string,
-)
-
+from raylog.transfer.requests import encode_auth, encode_fetch, encode_offsets, encode_offsets_for_time
+from raylog.transfer.reply_reader import ReplyReader
+from raylog.transfer.socket_io import SocketIO, set_timeout
 
 #: receive buffer for reply headers and small replies
 READ_BUFFER_BYTES = 64 * KiB
@@ -97,20 +72,9 @@ READ_BUFFER_BYTES = 64 * KiB
 PIPELINE_FRAMES = 1024
 #: ... or this many bytes before it reads their replies
 PIPELINE_BYTES = 4 * MiB
-#: a stream of acks=0 produces looks for an error reply at most this often
-UNACKED_CHECK_S = 0.001
 #: message sets larger than this are sent with sendmsg instead of being
 #: copied behind their header
 GATHER_THRESHOLD = 64 * KiB
-
-#: errors after which the server closes the connection
-_CONNECTION_ERRORS = (ProtocolError, AuthenticationError)
-#: a correlation id no request has: what arrives for it is unsolicited
-_NO_REQUEST = -2
-
-_TIMEVAL = struct.Struct("@ll")
-_MAX_CORRELATION = 0x7FFFFFFF
-
 
 class FetchResult(NamedTuple):
     """A fetch reply: ``data`` is the log from ``offset`` on as the server sent
@@ -128,7 +92,7 @@ class Offsets(NamedTuple):
     high_watermark: int
 
 
-class BrokerConnection:
+class BrokerConnection(SocketIO, ReplyReader):
     """One connection to a :class:`~raylog.transfer.server.DataServer` (see
     the module docstring). Not thread-safe: one connection per thread."""
 
@@ -143,7 +107,7 @@ class BrokerConnection:
         socket_buffer_bytes: int | None = None,
     ):
         if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+            raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
         self.host, self.port = host, port
         self.timeout_s = timeout_s
         self.max_frame_bytes = max_frame_bytes
@@ -192,8 +156,8 @@ class BrokerConnection:
             if self._socket_buffer_bytes:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._socket_buffer_bytes)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._socket_buffer_bytes)
-            _set_timeout(sock, socket.SO_SNDTIMEO, self.timeout_s)
-            _set_timeout(sock, socket.SO_RCVTIMEO, self.timeout_s)
+            set_timeout(sock, socket.SO_SNDTIMEO, self.timeout_s)
+            set_timeout(sock, socket.SO_RCVTIMEO, self.timeout_s)
         except OSError as err:
             sock.close()
             raise BrokerUnavailableError(f"cannot set up the connection to {where}: {err}") from err
@@ -391,271 +355,4 @@ class BrokerConnection:
 
     # -- frames ------------------------------------------------------------------
 
-    def _next_correlation(self) -> int:
-        self._correlation = _wrap(self._correlation + 1)
-        return self._correlation
-
-    def _topic(self, topic: str) -> tuple[bytes, struct.Struct, struct.Struct]:
-        """The encoded topic and the precompiled PRODUCE headers (version 0
-        and version 1) of ``topic``."""
-        entry = self._topics.get(topic)
-        if entry is None:
-            encoded = encode_string(topic)
-            prefix = REQUEST_HEADER.format + f"{len(encoded)}s"
-            entry = (
-                encoded,
-                struct.Struct(prefix + PRODUCE_FIELDS.format.lstrip(">")),
-                struct.Struct(prefix + PRODUCE_V1_FIELDS.format.lstrip(">")),
-            )
-            self._topics[topic] = entry
-        return entry
-
-    def _produce_header(
-        self,
-        topic: str,
-        partition: int,
-        acks: int,
-        length: int,
-        correlation_id: int,
-        producer_id: int = NO_PRODUCER_ID,
-        sequence: int = NO_SEQUENCE,
-    ) -> bytes:
-        """A PRODUCE header: version 0 for a plain acks 0/1 request, version 1
-        (producer id, epoch, sequence) when idempotent or with acks=-1."""
-        encoded, v0, v1 = self._topic(topic)
-        if acks not in (0, 1, ACKS_ALL):
-            raise ValueError(f"acks must be 0, 1 or {ACKS_ALL}, got {acks}")
-        plain = producer_id == NO_PRODUCER_ID and acks != ACKS_ALL
-        header = v0 if plain else v1
-        size = header.size - SIZE.size + length
-        if size > self.max_frame_bytes:
-            raise FrameTooLargeError(
-                f"a message set of {length} bytes makes a frame of {size} bytes, more than the "
-                f"maximum of {self.max_frame_bytes}; send smaller message sets",
-                size=size,
-                max_frame_bytes=self.max_frame_bytes,
-            )
-        if plain:
-            return v0.pack(size, API_PRODUCE, VERSION, correlation_id, encoded, partition, acks, length)
-        return v1.pack(
-            size, API_PRODUCE, PRODUCE_VERSION_IDEMPOTENT, correlation_id, encoded, partition, acks, producer_id, 0, sequence, length
-        )
-
-    def _read_produce_reply(self, correlation_id: int) -> int:
-        pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + PRODUCE_REPLY_FIELDS.size)
-        (base,) = PRODUCE_REPLY_FIELDS.unpack_from(self._rbuf, pos)
-        self._consume_reply()
-        return base
-
-    def _read_reply(self, correlation_id: int, expected: int, whole: bool = True) -> int:
-        """Read the next reply's header, raise its error if it has one, and
-        return where its body starts in the read buffer. With ``whole`` the
-        reply must be exactly ``expected`` bytes (after the size field) and is
-        read completely; otherwise at least ``expected`` bytes are read."""
-        self._fill(REPLY_HEADER.size)
-        size, got_id, code = REPLY_HEADER.unpack_from(self._rbuf, self._rstart)
-        if size > self.max_frame_bytes or size < REPLY_HEADER_BODY:
-            self._drop()
-            raise (FrameTooLargeError if size > self.max_frame_bytes else ProtocolError)(
-                f"reply of {size} bytes from {self.host}:{self.port} is outside [{REPLY_HEADER_BODY}, "
-                f"{self.max_frame_bytes}]; the connection is out of step and was closed"
-            )
-        self._reply_start = self._rstart
-        self._reply_size = size
-        if code:
-            self._fill(SIZE.size + size)
-            body = self._rview[self._rstart + REPLY_HEADER.size : self._rstart + SIZE.size + size]
-            error = decode_error(code, body)
-            self._consume_reply()
-            raise self._reply_error(error, got_id, correlation_id)
-        if got_id != correlation_id:
-            self._drop()
-            raise ProtocolError(
-                f"reply for correlation id {got_id} while waiting for {correlation_id}; "
-                "the connection is out of step and was closed"
-            )
-        if whole and size != expected:
-            self._drop()
-            raise ProtocolError(f"reply of {size} bytes, expected {expected}; the connection was closed")
-        # The server handles frames in order and closes after a failed acks=0
-        # produce: a good reply means every earlier produce was taken.
-        self._unacked = None
-        self._fill(SIZE.size + (size if whole else expected))
-        return self._rstart + REPLY_HEADER.size
-
-    def _reply_error(self, error: RaylogError, got_id: int, correlation_id: int) -> RaylogError:
-        if got_id == correlation_id and not isinstance(error, _CONNECTION_ERRORS):
-            return error  # a request's own error: the connection stays
-        # An error about the connection itself or about an earlier acks=0
-        # produce: the server closes the connection after it.
-        self._drop()
-        if got_id != correlation_id and got_id >= 0:
-            error = type(error)(
-                f"an earlier acks=0 produce (correlation id {got_id}) failed: {error}", **error.details
-            )
-        return error
-
-    def _consume_reply(self) -> None:
-        """Move past the reply whose header :meth:`_read_reply` read."""
-        self._rstart = self._reply_start + SIZE.size + self._reply_size
-        if self._rstart == self._rend:
-            self._rstart = self._rend = 0
-
     # -- socket I/O ------------------------------------------------------------
-
-    def _before_request(self, replies: bool = True) -> None:
-        """Connect if needed; after acks=0 produces, check whether the server
-        answered one with an error. A request that reads replies checks every
-        time; an acks=0 produce at most every :data:`UNACKED_CHECK_S`, so that
-        a stream of them does not pay a system call each."""
-        if self._sock is None:
-            self.connect()
-        elif self._unacked is not None:
-            if not replies:
-                now = time.monotonic()
-                if now < self._next_check:
-                    return
-                self._next_check = now + UNACKED_CHECK_S
-            self._check_unacked()
-
-    def _check_unacked(self) -> None:
-        """After acks=0 produces: has the server answered one with an error
-        (and closed)? One non-blocking receive, no wait."""
-        sock = self._live()
-        if self._rstart == self._rend:
-            self._rstart = self._rend = 0
-        if self._rend == len(self._rbuf):
-            return  # unread bytes fill the buffer; the next reply read sees them
-        try:
-            n = sock.recv_into(self._rview[self._rend :], 0, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return
-        except OSError as err:
-            raise self._failed(f"connection to {self.host}:{self.port} failed: {err}") from err
-        if n == 0:
-            raise self._failed(
-                f"{self.host}:{self.port} closed the connection after acks=0 produce(s) (last correlation id "
-                f"{self._unacked}); some of them may be lost"
-            )
-        self._rend += n
-        # Nothing answers an acks=0 produce but its error: this raises it
-        # (or a ProtocolError for anything else) and drops the connection.
-        self._read_reply(_NO_REQUEST, 0)
-
-    def _expect_wait(self, max_wait_ms: int) -> None:
-        timeout = self.timeout_s + max_wait_ms / 1000.0
-        if timeout != self._recv_timeout:
-            try:
-                _set_timeout(self._live(), socket.SO_RCVTIMEO, timeout)
-            except OSError as err:
-                raise self._failed(f"connection to {self.host}:{self.port} failed: {err}") from err
-            self._recv_timeout = timeout
-
-    def _send(self, data) -> None:
-        sock = self._live()
-        try:
-            sock.sendall(data)
-        except BlockingIOError:
-            raise self._failed(
-                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed",
-                timeout=True,
-            ) from None
-        except OSError as err:
-            raise self._failed(f"sending to {self.host}:{self.port} failed: {err}") from err
-
-    def _send_gather(self, parts: list) -> None:
-        sock = self._live()
-        views = [memoryview(p).cast("B") for p in parts]
-        try:
-            while views:
-                sent = sock.sendmsg(views)
-                while views and sent >= len(views[0]):
-                    sent -= len(views[0])
-                    views.pop(0)
-                if views and sent:
-                    views[0] = views[0][sent:]
-        except BlockingIOError:
-            raise self._failed(
-                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed",
-                timeout=True,
-            ) from None
-        except OSError as err:
-            raise self._failed(f"sending to {self.host}:{self.port} failed: {err}") from err
-
-    def _fill(self, n: int) -> None:
-        """Make ``n`` bytes from ``_rstart`` on available in the read buffer."""
-        if self._rend - self._rstart >= n:
-            return
-        if self._rstart + n > len(self._rbuf):
-            remaining = self._rend - self._rstart
-            if n > len(self._rbuf):  # n was checked against max_frame_bytes
-                grown = bytearray(max(n, 2 * len(self._rbuf)))
-                grown[:remaining] = self._rview[self._rstart : self._rend]
-                self._rbuf, self._rview = grown, memoryview(grown)
-            else:
-                self._rview[:remaining] = self._rview[self._rstart : self._rend]
-            self._rstart, self._rend = 0, remaining
-        while self._rend - self._rstart < n:
-            self._rend += self._recv(self._rview[self._rend :])
-
-    def _recv_exactly(self, view: memoryview) -> None:
-        got, total = 0, len(view)
-        while got < total:
-            got += self._recv(view[got:])
-
-    def _recv(self, view: memoryview) -> int:
-        sock = self._live()
-        try:
-            n = sock.recv_into(view)
-        except BlockingIOError:
-            raise self._failed(
-                f"no reply from {self.host}:{self.port} within {self._recv_timeout}s; the connection was closed",
-                timeout=True,
-            ) from None
-        except OSError as err:
-            raise self._failed(f"receiving from {self.host}:{self.port} failed: {err}") from err
-        if n == 0:
-            raise self._failed(
-                f"{self.host}:{self.port} closed the connection before its reply was complete; "
-                "the endpoint may be restarting"
-            )
-        return n
-
-    def _live(self) -> socket.socket:
-        """The connected socket, or the error of a connection that is gone."""
-        sock = self._sock
-        if sock is None:
-            raise self._failed(f"the connection to {self.host}:{self.port} was dropped")
-        return sock
-
-    def _failed(self, message: str, timeout: bool = False) -> RaylogError:
-        """Drop the connection; the error to raise for ``message``."""
-        self._drop()
-        if self._closed:  # close() from another thread ended the call
-            return ClosedError("connection was closed while a call was in progress; create a new BrokerConnection")
-        if timeout:
-            return RequestTimeoutError(message)
-        return BrokerUnavailableError(message, host=self.host, port=self.port)
-
-    def _drop(self) -> None:
-        sock, self._sock = self._sock, None
-        self._rstart = self._rend = 0
-        self._unacked = None
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a call blocked on it in another thread
-            except OSError:
-                pass
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-
-def _wrap(correlation_id: int) -> int:
-    return correlation_id if correlation_id <= _MAX_CORRELATION else 1
-
-
-def _set_timeout(sock: socket.socket, option: int, seconds: float) -> None:
-    whole = int(seconds)
-    sock.setsockopt(socket.SOL_SOCKET, option, _TIMEVAL.pack(whole, int((seconds - whole) * 1_000_000)))

@@ -7,12 +7,11 @@ slice: ``os.sendfile`` from a segment file), OFFSETS and OFFSETS_FOR_TIME
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 
-from raylog.config import MiB
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
+from raylog.storage.base import Log
 from raylog.transfer.protocol import ACKS_ALL
 from raylog.transfer.replies import (
     encode_error,
@@ -26,10 +25,6 @@ from raylog.transfer.serving import _Close, _Connection
 
 # one logger for the whole data server, as before it was split in modules
 log = logging.getLogger("raylog.transfer.server")
-
-
-#: joined produce sets stay below this when the log does not say its limit
-DEFAULT_JOIN_LIMIT = 1 * MiB
 
 
 #: a long poll re-checks for ``stop()`` this often while it waits
@@ -53,7 +48,7 @@ class RequestHandlers:
     """The request handlers of :class:`~raylog.transfer.server.DataServer`
     (run on a connection's thread)."""
 
-    def _lookup(self, topic: str, partition: int):
+    def _lookup(self, topic: str, partition: int) -> Log:
         owner = self._resolve(topic, partition)
         if owner is None:
             raise NotOwnerError(
@@ -75,8 +70,7 @@ class RequestHandlers:
             for request in requests:
                 self._produce_failed(conn, request, err, out)
             return
-        config = getattr(partition_log, "config", None)
-        limit = getattr(config, "max_message_bytes", DEFAULT_JOIN_LIMIT)
+        limit = partition_log.config.max_message_bytes
         run: list[ProduceRequest] = []
         run_bytes = 0
         run_pid = next_sequence = -1
@@ -96,7 +90,7 @@ class RequestHandlers:
             run_bytes += length
         self._append(conn, partition_log, run, out)
 
-    def _append(self, conn: _Connection, partition_log, run: list[ProduceRequest], out: list) -> None:
+    def _append(self, conn: _Connection, partition_log: Log, run: list[ProduceRequest], out: list) -> None:
         first = run[0]
         try:
             if len(run) == 1:
@@ -202,19 +196,12 @@ class RequestHandlers:
         sock = conn.sock
         sock.sendall(data, _MSG_MORE)  # the header leaves with the first data
         conn.bytes_out += len(data)
-        fd = chunk.file if isinstance(chunk.file, int) else chunk.file.fileno()
-        position = chunk.position
-        left = length
-        out_fd = sock.fileno()
-        while left:
-            sent = os.sendfile(out_fd, fd, position, left)
-            if sent == 0:
-                # The segment is shorter than the slice (deleted or truncated
-                # under us); the reply cannot be completed.
-                raise _Close()
-            position += sent
-            left -= sent
-            conn.bytes_out += sent
+        sent = chunk.send_to(sock, length)  # sendfile from a segment file
+        conn.bytes_out += sent
+        if sent < length:
+            # The log lost bytes of the slice (a segment deleted and cut
+            # under us); the reply cannot be completed.
+            raise _Close()
 
     def _offsets(self, conn: _Connection, request: OffsetsRequest, out: list) -> None:
         try:

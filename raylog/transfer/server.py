@@ -1,8 +1,10 @@
 """The data server: produce requests in, fetch replies out with ``os.sendfile``.
 
 One :class:`DataServer` per partition actor (or one for several partitions:
-``resolve`` maps a topic and partition to the :class:`PartitionLog` served
-here, or ``None`` when this endpoint does not serve it). It speaks the frame
+``resolve`` maps a topic and partition to the log served here, any
+:class:`~raylog.storage.base.Log` (a :class:`~raylog.storage.log.PartitionLog`
+on disk, or a :class:`~raylog.storage.memory.MemoryLog`), or ``None`` when
+this endpoint does not serve it). It speaks the frame
 protocol of :mod:`raylog.transfer.protocol` over plain blocking TCP sockets:
 an accept loop in a daemon thread and one daemon thread per connection.
 
@@ -50,6 +52,8 @@ import threading
 import time
 from typing import Callable
 
+from raylog.errors import ClosedError, ConfigError
+from raylog.storage.base import Log
 from raylog.transfer.protocol import DEFAULT_MAX_FRAME_BYTES, FETCH_REPLY, SIZE
 from raylog.transfer.handlers import RequestHandlers
 from raylog.transfer.serving import ConnectionLoop, _Connection
@@ -71,10 +75,11 @@ DEFAULT_MAX_WAIT_MS_CAP = 30_000
 #: (or not yet authenticated) is closed to make room for a new one
 DEFAULT_SHED_IDLE_AFTER_S = 0.5
 
+
 class DataServer(ConnectionLoop, RequestHandlers):
     """Serves partition logs on one TCP port (see the module docstring).
 
-    ``resolve(topic, partition)`` returns the :class:`PartitionLog` to use or
+    ``resolve(topic, partition)`` returns the :class:`~raylog.storage.base.Log` to use or
     ``None`` (the client gets NotOwnerError and refreshes its endpoint).
     ``token``, when set, must be presented by an AUTH frame first on every
     connection. ``max_frame_bytes`` bounds every request frame (and so the
@@ -87,7 +92,7 @@ class DataServer(ConnectionLoop, RequestHandlers):
 
     def __init__(
         self,
-        resolve: Callable[[str, int], object | None],
+        resolve: Callable[[str, int], Log | None],
         host: str = "127.0.0.1",
         port: int = 0,
         *,
@@ -101,7 +106,7 @@ class DataServer(ConnectionLoop, RequestHandlers):
         shed_idle_after_s: float = DEFAULT_SHED_IDLE_AFTER_S,
     ):
         if max_frame_bytes < FETCH_REPLY.size + 64:
-            raise ValueError(f"max_frame_bytes must be at least {FETCH_REPLY.size + 64}, got {max_frame_bytes}")
+            raise ConfigError(f"max_frame_bytes must be at least {FETCH_REPLY.size + 64}, got {max_frame_bytes}")
         self._resolve = resolve
         self._host = host
         self._port = port
@@ -111,7 +116,7 @@ class DataServer(ConnectionLoop, RequestHandlers):
         self._socket_buffer_bytes = socket_buffer_bytes
         for name, value in (("auth_timeout_s", auth_timeout_s), ("idle_timeout_s", idle_timeout_s)):
             if not value > 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+                raise ConfigError(f"{name} must be positive, got {value}")
         self.auth_timeout_s = auth_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.max_wait_ms_cap = max_wait_ms_cap
@@ -144,9 +149,9 @@ class DataServer(ConnectionLoop, RequestHandlers):
         OS chose when it was 0)."""
         with self._lock:
             if self._listener is not None:
-                raise RuntimeError("DataServer already started")
+                raise ConfigError("this DataServer is already started; start() runs once")
             if self._stopping.is_set():
-                raise RuntimeError("DataServer was stopped; create a new one")
+                raise ClosedError("this DataServer was stopped; create a new one")
             family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
             listener = socket.create_server((self._host, self._port), family=family, backlog=128)
             self._listener = listener

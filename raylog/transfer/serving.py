@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import hmac
 import socket
-import struct
 import threading
 import time
 
@@ -22,6 +21,7 @@ from raylog.errors import (
 )
 from raylog.transfer.protocol import NO_CORRELATION, REQUEST_HEADER, SIZE
 from raylog.transfer.replies import encode_auth_reply, encode_error
+from raylog.transfer.socket_io import set_timeout
 from raylog.transfer.requests import (
     AuthRequest,
     FetchRequest,
@@ -45,9 +45,6 @@ LINGER_S = 0.5
 
 
 LINGER_BYTES = 4 * MiB
-
-
-_TIMEVAL = struct.Struct("@ll")
 
 
 class _Close(Exception):
@@ -74,11 +71,6 @@ class _Connection:
         self.bytes_out = 0
         self.message_sets_in = 0
         self.errors: dict[int, int] = {}
-
-
-def _set_timeout(sock: socket.socket, option: int, seconds: float) -> None:
-    whole = int(seconds)
-    sock.setsockopt(socket.SOL_SOCKET, option, _TIMEVAL.pack(whole, int((seconds - whole) * 1_000_000)))
 
 
 class _State:
@@ -170,8 +162,8 @@ class ConnectionLoop:
             # Kernel timeouts on the blocking socket (no poll() per recv): the
             # token must come within auth_timeout_s; then nothing to read, or
             # a peer that stops reading, for idle_timeout_s ends the connection.
-            _set_timeout(sock, socket.SO_RCVTIMEO, self.auth_timeout_s if self._token is not None else self.idle_timeout_s)
-            _set_timeout(sock, socket.SO_SNDTIMEO, self.idle_timeout_s)
+            set_timeout(sock, socket.SO_RCVTIMEO, self.auth_timeout_s if self._token is not None else self.idle_timeout_s)
+            set_timeout(sock, socket.SO_SNDTIMEO, self.idle_timeout_s)
             if self._socket_buffer_bytes:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._socket_buffer_bytes)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._socket_buffer_bytes)
@@ -314,7 +306,7 @@ class ConnectionLoop:
         ):
             if not state.authenticated:
                 state.authenticated = conn.authenticated = True
-                _set_timeout(conn.sock, socket.SO_RCVTIMEO, self.idle_timeout_s)
+                set_timeout(conn.sock, socket.SO_RCVTIMEO, self.idle_timeout_s)
             out.append(encode_auth_reply(request.correlation_id))
             return
         what = "a wrong token" if type(request) is AuthRequest else "no AUTH frame first"

@@ -1,8 +1,11 @@
 """Fixtures of the data channel tests: real partition logs in ``tmp_path``,
 real servers and connections on 127.0.0.1, all closed after each test.
 
-* ``make_log(name, **config)``: a :class:`PartitionLog` (flushes only when
-  the test calls ``flush()`` unless the config says otherwise).
+* ``make_log(name, **config)``: a partition log (flushes only when the test
+  calls ``flush()`` unless the config says otherwise). Every test runs twice,
+  against the file log (:class:`PartitionLog`) and the in-memory log
+  (:class:`MemoryLog`), both behind :class:`raylog.storage.base.Log`; a test
+  about files alone is marked ``file_log_only``.
 * ``plog``: the log of ``clicks``/0.
 * ``make_server(logs, **kw)``: a started :class:`DataServer` serving the
   ``{(topic, partition): log}`` mapping.
@@ -15,7 +18,9 @@ from __future__ import annotations
 import pytest
 
 from raylog.config import TopicConfig
+from raylog.storage.base import Log
 from raylog.storage.log import PartitionLog
+from raylog.storage.memory import MemoryLog
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.server import DataServer
 
@@ -25,12 +30,21 @@ TOPIC = "clicks"
 MANUAL_FLUSH = {"flush_messages": 10**9, "flush_ms": 10**9}
 
 
+@pytest.fixture(params=["file", "memory"])
+def log_kind(request) -> str:
+    if request.param == "memory" and request.node.get_closest_marker("file_log_only"):
+        pytest.skip("about the file log alone")
+    return request.param
+
+
 @pytest.fixture
-def make_log(tmp_path):
+def make_log(tmp_path, log_kind):
     logs = []
 
-    def make(name: str = f"{TOPIC}-0", **config) -> PartitionLog:
-        plog = PartitionLog(tmp_path / name, TopicConfig(**{**MANUAL_FLUSH, **config}))
+    def make(name: str = f"{TOPIC}-0", **config) -> Log:
+        settings = TopicConfig(**{**MANUAL_FLUSH, **config})
+        plog = PartitionLog(tmp_path / name, settings) if log_kind == "file" else MemoryLog(settings)
+        assert isinstance(plog, Log)
         logs.append(plog)
         return plog
 
@@ -42,7 +56,7 @@ def make_log(tmp_path):
 
 
 @pytest.fixture
-def plog(make_log) -> PartitionLog:
+def plog(make_log) -> Log:
     return make_log()
 
 

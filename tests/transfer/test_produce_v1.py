@@ -99,10 +99,7 @@ def raw(server):
 def values(plog) -> list[bytes]:
     plog.flush()
     chunk = plog.read(plog.log_start_offset, 1 << 24)
-    import os
-
-    data = os.pread(chunk.file.fileno(), chunk.length, chunk.position)
-    records, _ = decode_messages(data, chunk.offset)
+    records, _ = decode_messages(chunk.tobytes(), chunk.offset)
     return [value for _o, _t, _k, value in records]
 
 

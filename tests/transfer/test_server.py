@@ -92,6 +92,7 @@ def test_fetch_past_the_high_watermark_raises_out_of_range_with_earliest_and_lat
     assert conn.fetch(TOPIC, 0, 0, 4096).high_watermark == hw
 
 
+@pytest.mark.file_log_only  # retention: the in-memory log keeps everything
 def test_fetch_before_the_log_start_raises_out_of_range(make_log, make_server, make_conn):
     plog = make_log(segment_bytes=4096, max_message_bytes=4096, retention_bytes=0)
     server = make_server({(TOPIC, 0): plog})
@@ -442,6 +443,7 @@ def test_fetch_at_the_high_watermark_is_empty(conn, plog):
     assert len(conn.fetch(TOPIC, 0, plog.high_watermark, 4096).data) == 0
 
 
+@pytest.mark.file_log_only
 def test_fetch_data_is_sent_with_sendfile(conn, plog, monkeypatch):
     calls = []
     sendfile = os.sendfile

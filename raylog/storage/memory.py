@@ -1,0 +1,198 @@
+"""A partition log in memory: the :class:`~raylog.storage.base.Log` contract
+without files.
+
+It validates and stores message sets exactly as the file log does (the same
+:func:`~raylog.storage.validation.validate_message_set`, the same offsets:
+byte positions from 0), remembers idempotent producers' sequences with the
+same :class:`~raylog.storage.producer_state.ProducerStateTable` (without a
+journal), makes appends readable at :meth:`MemoryLog.flush` (or at once with
+``flush_on_append``) and hands out :class:`~raylog.storage.base.BytesSlice`
+reads. Nothing survives the process: it is for tests (the data channel's
+tests run against both logs) and for tools that need a log without a disk.
+No retention: the log start stays 0.
+
+Thread-safety: appends, flushes and ``close`` serialize on one lock; reads
+take the same lock briefly; ``wait_for_data`` waits on a condition.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from typing import Sequence
+
+from raylog.config import TopicConfig
+from raylog.errors import (
+    ClosedError,
+    CorruptMessageError,
+    InvalidOffsetError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+)
+from raylog.storage.base import BytesSlice
+from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD
+from raylog.storage.producer_state import ProducerStateTable
+from raylog.storage.validation import validate_message_set
+
+_TS_AT = 10  # a message's timestamp: after size, crc, magic, attributes
+
+
+class MemoryLog:
+    """The log of one partition in memory (see the module docstring)."""
+
+    def __init__(self, config: TopicConfig = TopicConfig(), *, flush_on_append: bool = False):
+        self._config = config
+        self._flush_on_append = flush_on_append
+        self._data = bytearray()
+        self._starts: list[int] = []  # the offset of every outer message, in order
+        self._hw = 0
+        self._closed = False
+        self._producers = ProducerStateTable(None, config.max_producer_ids)
+        self._cond = threading.Condition(threading.Lock())
+
+    # -- the contract's properties ------------------------------------------------
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def log_start_offset(self) -> int:
+        return 0
+
+    @property
+    def log_end_offset(self) -> int:
+        return len(self._data)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"MemoryLog(hw={self._hw}, end={len(self._data)})"
+
+    # -- writes ----------------------------------------------------------------------
+
+    def append(self, message_set: bytes) -> int:
+        self._validate(message_set)
+        with self._cond:
+            self._check_open()
+            return self._append_locked(message_set)
+
+    def append_sequenced(
+        self, message_set, producer_id: int, producer_epoch: int, first_sequence: int,
+        lengths: Sequence[int], *, name: str = "",
+    ) -> int:
+        self._validate(message_set)
+        with self._cond:
+            self._check_open()
+            producers = self._producers
+            if len(lengths) == 1:
+                stored = producers.check(producer_id, producer_epoch, first_sequence, topic_partition=name)
+                if stored is not None:
+                    return stored
+            elif not producers.check_run(producer_id, first_sequence):
+                raise OutOfOrderSequenceError(
+                    f"{name}: the run of sets from sequence {first_sequence} is not all new and in order",
+                    producer_id=producer_id,
+                    sequence=first_sequence,
+                )
+            base = self._append_locked(message_set)
+            producers.remember(producer_id, producer_epoch, first_sequence, base, lengths)
+            return base
+
+    def _validate(self, message_set) -> None:
+        size, limit = len(message_set), self._config.max_message_bytes
+        if size > limit:
+            raise MessageTooLargeError(
+                f"message set of {size} bytes is larger than max_message_bytes ({limit}); "
+                f"send smaller batches or raise max_message_bytes on the topic",
+                size=size,
+                limit=limit,
+            )
+        validate_message_set(message_set, limit, self._config.max_inflated_limit)
+
+    def _append_locked(self, message_set) -> int:
+        base = len(self._data)
+        view = memoryview(message_set)
+        pos = 0
+        while pos < len(view):  # validated: whole messages
+            self._starts.append(base + pos)
+            pos += LOG_OVERHEAD + int.from_bytes(view[pos : pos + 4], "big")
+        self._data += message_set
+        if self._flush_on_append:
+            self._advance()
+        return base
+
+    def flush(self) -> bool:
+        with self._cond:
+            self._check_open()
+            return self._advance()
+
+    def _advance(self) -> bool:
+        moved = self._hw != len(self._data)
+        self._hw = len(self._data)
+        self._cond.notify_all()
+        return moved
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the in-memory partition log is closed")
+
+    # -- reads -----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> BytesSlice:
+        with self._cond:
+            self._check_open()
+            hw = self._hw
+            if offset < 0 or offset > hw:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is outside the log [0, {hw}]; seek to the earliest (0) or latest ({hw}) offset",
+                    offset=offset,
+                    earliest=0,
+                    latest=hw,
+                )
+            if offset == hw:
+                return BytesSlice(b"", offset)
+            first = self._message_length(offset)
+            end = min(hw, offset + max(first, max_bytes))
+            return BytesSlice(bytes(self._data[offset:end]), offset)
+
+    def _message_length(self, offset: int) -> int:
+        """The whole length of the message at ``offset`` (a boundary, else InvalidOffsetError)."""
+        i = bisect.bisect_left(self._starts, offset)
+        if i == len(self._starts) or self._starts[i] != offset:
+            raise InvalidOffsetError(
+                f"offset {offset} is not the start of a message in the log; use an offset "
+                f"returned by the log (a message's offset or a committed offset)",
+                offset=offset,
+            )
+        size = int.from_bytes(self._data[offset : offset + 4], "big")
+        if size < HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptMessageError(f"message at offset {offset} has an impossible size {size}", offset=offset)
+        return LOG_OVERHEAD + size
+
+    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
+        with self._cond:
+            self._cond.wait_for(lambda: self._hw > offset or self._closed, max(0.0, timeout_s))
+            return self._hw > offset
+
+    def offset_for_time(self, timestamp_ms: int) -> int:
+        with self._cond:
+            hw, data = self._hw, self._data
+            for start in self._starts:
+                if start >= hw:
+                    break
+                if int.from_bytes(data[start + _TS_AT : start + _TS_AT + 8], "big", signed=True) >= timestamp_ms:
+                    return start
+            return hw
