@@ -56,9 +56,9 @@ import time
 from typing import Callable
 
 from raylog.config import TopicConfig
-from raylog.errors import ClosedError, MessageTooLargeError, OutOfOrderSequenceError, StorageError
+from raylog.errors import ClosedError, StorageError
 from raylog.storage import faults as _faults
-from raylog.storage.validation import validate_message_set
+from raylog.storage.validation import validate_append
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.segment import LogSegment
 from raylog.storage.fileops import LOCK_NAME, _flusher, _lock_directory
@@ -227,33 +227,18 @@ class PartitionLog(LogReads, LogRecovery, LogRetention):
         size, count = len(message_set), self._validate(message_set)
         with self._lock:
             self._check_writable()
-            producers = self._producers
-            if len(lengths) == 1:
-                stored = producers.check(producer_id, producer_epoch, first_sequence, topic_partition=name)
-                if stored is not None:
-                    return stored
-            elif not producers.check_run(producer_id, first_sequence):
-                raise OutOfOrderSequenceError(
-                    f"{name}: the run of sets from sequence {first_sequence} is not all new and in order",
-                    producer_id=producer_id,
-                    sequence=first_sequence,
-                )
+            stored = self._producers.judge(
+                producer_id, producer_epoch, first_sequence, len(lengths), topic_partition=name
+            )
+            if stored is not None:
+                return stored
             if not count:
                 return self._leo
             return self._append_locked(message_set, size, count, (producer_id, producer_epoch, first_sequence, lengths))
 
     def _validate(self, message_set) -> int:
-        """Check a set's size and every message (nothing is written yet);
-        return its number of (outer) messages."""
-        size, limit = len(message_set), self._config.max_message_bytes
-        if size > limit:
-            raise MessageTooLargeError(
-                f"message set of {size} bytes is larger than max_message_bytes ({limit}); "
-                f"send smaller batches or raise max_message_bytes on the topic",
-                size=size,
-                limit=limit,
-            )
-        return validate_message_set(message_set, limit, self._max_inflated)
+        """Check a set (nothing is written yet); its number of (outer) messages."""
+        return validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
 
     def _append_locked(self, message_set, size: int, count: int, sequenced) -> int:
         """Write a validated set at the log end (writer lock held)."""

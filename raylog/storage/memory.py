@@ -22,18 +22,11 @@ import threading
 from typing import Sequence
 
 from raylog.config import TopicConfig
-from raylog.errors import (
-    ClosedError,
-    CorruptMessageError,
-    InvalidOffsetError,
-    MessageTooLargeError,
-    OffsetOutOfRangeError,
-    OutOfOrderSequenceError,
-)
+from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
 from raylog.storage.base import BytesSlice
 from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD
 from raylog.storage.producer_state import ProducerStateTable
-from raylog.storage.validation import validate_message_set
+from raylog.storage.validation import validate_append
 
 _TS_AT = 10  # a message's timestamp: after size, crc, magic, attributes
 
@@ -91,31 +84,17 @@ class MemoryLog:
         self._validate(message_set)
         with self._cond:
             self._check_open()
-            producers = self._producers
-            if len(lengths) == 1:
-                stored = producers.check(producer_id, producer_epoch, first_sequence, topic_partition=name)
-                if stored is not None:
-                    return stored
-            elif not producers.check_run(producer_id, first_sequence):
-                raise OutOfOrderSequenceError(
-                    f"{name}: the run of sets from sequence {first_sequence} is not all new and in order",
-                    producer_id=producer_id,
-                    sequence=first_sequence,
-                )
+            stored = self._producers.judge(
+                producer_id, producer_epoch, first_sequence, len(lengths), topic_partition=name
+            )
+            if stored is not None:
+                return stored
             base = self._append_locked(message_set)
-            producers.remember(producer_id, producer_epoch, first_sequence, base, lengths)
+            self._producers.remember(producer_id, producer_epoch, first_sequence, base, lengths)
             return base
 
     def _validate(self, message_set) -> None:
-        size, limit = len(message_set), self._config.max_message_bytes
-        if size > limit:
-            raise MessageTooLargeError(
-                f"message set of {size} bytes is larger than max_message_bytes ({limit}); "
-                f"send smaller batches or raise max_message_bytes on the topic",
-                size=size,
-                limit=limit,
-            )
-        validate_message_set(message_set, limit, self._config.max_inflated_limit)
+        validate_append(message_set, self._config.max_message_bytes, self._config.max_inflated_limit)
 
     def _append_locked(self, message_set) -> int:
         base = len(self._data)

@@ -247,6 +247,22 @@ class ProducerStateTable:
             )
         return base
 
+    def judge(self, producer_id: int, epoch: int, first_sequence: int, sets: int, *, topic_partition: str = "") -> int | None:
+        """Judge the ``sets`` sets of one append: ``None`` to append them,
+        else (one set, a duplicate) the base offset of its first store. One
+        set goes by :meth:`check`; several are appended together only when
+        all are new and in order, else :class:`OutOfOrderSequenceError` (the
+        caller offers them one by one)."""
+        if sets == 1:
+            return self.check(producer_id, epoch, first_sequence, topic_partition=topic_partition)
+        if not self.check_run(producer_id, first_sequence):
+            raise OutOfOrderSequenceError(
+                f"{topic_partition}: the run of sets from sequence {first_sequence} is not all new and in order",
+                producer_id=producer_id,
+                sequence=first_sequence,
+            )
+        return None
+
     def check_run(self, producer_id: int, first_sequence: int) -> bool:
         """Whether a run of consecutive sets from ``first_sequence`` on may be
         appended as one (all of them new, in order)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from crc32c import crc32c
 
-from raylog.errors import InvalidMessageError
+from raylog.errors import MessageTooLargeError, InvalidMessageError
 from raylog.storage import message as _format
 from raylog.storage.message import (
     LOG_OVERHEAD,
@@ -132,3 +132,18 @@ def validate_message_set(
 def message_size_at(buf, pos: int = 0) -> int:
     """``LOG_OVERHEAD + size`` of the message whose size field is at ``pos``."""
     return LOG_OVERHEAD + _SIZE.unpack_from(buf, pos)[0]
+
+
+def validate_append(message_set, max_message_bytes: int, max_inflated_bytes: int | None = None) -> int:
+    """A log's check before an append: the set's size against
+    ``max_message_bytes`` (:class:`MessageTooLargeError`), then
+    :func:`validate_message_set`; returns its number of (outer) messages."""
+    size = len(message_set)
+    if size > max_message_bytes:
+        raise MessageTooLargeError(
+            f"message set of {size} bytes is larger than max_message_bytes ({max_message_bytes}); "
+            f"send smaller batches or raise max_message_bytes on the topic",
+            size=size,
+            limit=max_message_bytes,
+        )
+    return validate_message_set(message_set, max_message_bytes, max_inflated_bytes)
