@@ -56,7 +56,7 @@ import time
 from typing import Callable
 
 from raylog.config import TopicConfig
-from raylog.errors import ClosedError, StorageError
+from raylog.errors import ClosedError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
 from raylog.storage.validation import validate_append
 from raylog.storage.producer_state import ProducerStateTable
@@ -235,6 +235,18 @@ class PartitionLog(LogReads, LogRecovery, LogRetention):
             if not count:
                 return self._leo
             return self._append_locked(message_set, size, count, (producer_id, producer_epoch, first_sequence, lengths))
+
+    def append_replica(self, message_set, offset: int) -> int:
+        """Append a leader's set at ``offset``, which must be this log's end
+        (replication: the same bytes at the same byte offset on every
+        replica). Validated like :meth:`append`; :class:`InvalidOffsetError`
+        when ``offset`` is not the log end."""
+        size, count = len(message_set), self._validate(message_set)
+        with self._lock:
+            self._check_writable()
+            if offset != self._leo:
+                raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
+            return self._append_locked(message_set, size, count, None) if count else self._leo
 
     def _validate(self, message_set) -> int:
         """Check a set (nothing is written yet); its number of (outer) messages."""
