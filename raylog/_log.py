@@ -17,9 +17,12 @@ default and ``raylog_spark.init_spark`` start are kept to what matters:
   (``gcs_client.cc: GcsClient has no Cluster ID set``) is dropped from what
   Ray forwards to the driver (:func:`quiet_forwarded_lines`).
 
-Not silenced: that same line from Spark's driver JVM, which writes straight
-to this process's stderr (twice per session); ``RAY_BACKEND_LOG_LEVEL``
-would only replace it with a line saying the level was set.
+- that same line from Spark's driver JVM, which writes straight to this
+  process's stderr (twice per session: Ray's Java runtime connects to the
+  GCS before its logging is set up, so neither ``RAY_BACKEND_LOG_LEVEL``
+  nor a Java setting reaches it), is dropped by a filter on the stderr that
+  child processes started in a block inherit
+  (:func:`children_stderr_filtered`, used around ``init_spark`` by the demo).
 
 ``verbose=True`` (``raylog.connect``, ``init_spark``) or the environment
 variable ``RAYLOG_LOG_LEVEL`` (a level name or number, e.g. ``INFO`` or
@@ -34,9 +37,12 @@ Python's last-resort handler prints WARNING and above to stderr).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import sys
+import threading
 
 from raylog.errors import ConfigError
 
@@ -135,3 +141,66 @@ def quiet_forwarded_lines() -> None:
         filtered.raylog_filtered = True
         dispatcher.remove_handler(name)
         dispatcher.add_handler(name, filtered)
+
+
+#: the longest partial line held back from a child's stderr while its end
+#: is awaited (longer ones pass at once: they are not the start-up line)
+PARTIAL_LINE_LIMIT = 64 * 1024
+
+
+def _forward_filtered(source: int, target: int) -> None:
+    """Copy ``source`` to ``target`` until end of file, dropping whole lines
+    that match :data:`_CORE_STARTUP_LINE`; closes both descriptors. A
+    partial line that cannot be the start-up line passes at once (progress
+    bars end in ``\\r``), others wait for their end, up to
+    :data:`PARTIAL_LINE_LIMIT` bytes. Write errors are ignored, so a child
+    never blocks on a full pipe."""
+
+    def write(data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            os.write(target, data)
+
+    pending = b""
+    try:
+        while chunk := os.read(source, 65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                if not _CORE_STARTUP_LINE.match(line.decode(errors="replace")):
+                    write(line + b"\n")
+            if pending and (not pending.startswith(b"[") or len(pending) > PARTIAL_LINE_LIMIT):
+                write(pending)
+                pending = b""
+        write(pending)
+    finally:
+        os.close(source)
+        os.close(target)
+
+
+@contextlib.contextmanager
+def children_stderr_filtered(quiet: bool = True):
+    """While the block runs, child processes started in it (Spark's driver
+    JVM) get a stderr that drops Ray's C++ start-up line
+    (:data:`_CORE_STARTUP_LINE`) and passes everything else, in order, to
+    this process's stderr; they keep it for their lifetime (a daemon thread
+    forwards until the last of them has exited). This process's own stderr
+    is its own again after the block. A no-op unless ``quiet``.
+
+    Not thread-safe: it swaps file descriptor 2 of the whole process for the
+    block's duration; call it from the thread that starts the children."""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    own = os.dup(2)
+    threading.Thread(
+        target=_forward_filtered, args=(read_end, os.dup(own)), name="raylog-child-stderr", daemon=True
+    ).start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(own, 2)
+        os.close(own)

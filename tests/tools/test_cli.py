@@ -248,7 +248,7 @@ def test_topics_on_the_embedded_default_live_for_one_command():
 def test_produce_and_consume_keys_values_and_offsets(cluster, make_topic):
     topic = make_topic(partitions=1)
     lines = [f"user-{i}\t{v}" for i, v in enumerate(_values(5))]
-    proc = raylog(*cluster, "produce", topic, "--key-separator", "\t", input="\n".join(lines) + "\n")
+    proc = raylog(*cluster, "produce", topic, "--key-separator", "\t", "--acks", "all", input="\n".join(lines) + "\n")
     assert proc.returncode == 0, proc.stderr
     assert f"produced 5 messages to {topic}" in proc.stderr
 

@@ -174,8 +174,10 @@ def _table(headers: list[str], rows: list[list]) -> str:
     "--token",
     envvar="RAYLOG_TOKEN",
     show_envvar=True,
-    help="The cluster's data token, if its partitions require one (prefer the environment "
-    "variable: command lines are visible to other users).",
+    help="The cluster token that every data port requires. Not needed where it can be derived: "
+    "on a node holding Ray's auth token (~/.ray/auth_token, RAY_AUTH_TOKEN) or in a process that "
+    "joins the Ray cluster. Pass it elsewhere (prefer the environment variable: command lines are "
+    "visible to other users).",
 )
 @click.version_option(package_name="raylog", prog_name="raylog")
 @click.pass_context

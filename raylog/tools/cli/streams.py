@@ -28,8 +28,9 @@ def _progress(unit: str):
     help="Split each line at the first SEP into key and value (e.g. $'\\t'); "
     "a line without SEP is an error.",
 )
-@click.option("--acks", type=click.Choice(["0", "1"]), default="1", show_default=True,
-              help="0: send and do not wait; 1: wait until each batch is in the partition log.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="1", show_default=True,
+              help="0: send and do not wait; 1: wait until each batch is in the partition log; "
+              "all: wait until each batch is flushed (fsynced) and visible to consumers.")
 @click.option("--compression", type=click.Choice(["none", "gzip", "zstd", "lz4"]), default="none",
               show_default=True, help="Compress each batch into one wrapper message.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=200, show_default=True,
@@ -51,7 +52,7 @@ def produce(target: Target, topic, key_separator, acks, compression, batch_size,
             batch_size=batch_size,
             linger_ms=linger_ms,
             compression=None if compression == "none" else compression,
-            acks=int(acks),
+            acks="all" if acks == "all" else int(acks),
         )
         try:
             with _progress("msg") as bar:
