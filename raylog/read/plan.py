@@ -15,7 +15,10 @@ from raylog.errors import (
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
-from raylog.metadata import ConnectionSettings
+from raylog.actors.placement import node_identity
+from raylog.auth import cluster_token
+from raylog.config import NAMESPACE
+from raylog.metadata import ConnectionSettings, Metadata
 from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, _NAMED
 
 log = logging.getLogger(__name__)
@@ -27,7 +30,7 @@ def default_settings() -> ConnectionSettings | None:
     ``RAYLOG_ZOOKEEPER`` (with ``RAYLOG_CLUSTER``, default ``"default"``, and
     ``RAYLOG_TOKEN``, by default the token this process derives, see
     :mod:`raylog.auth`), else None."""
-    from raylog.client import current_client
+    from raylog.client import current_client  # lazy on purpose: the client module imports Ray
 
     client = current_client()
     if client is not None:
@@ -40,8 +43,6 @@ def default_settings() -> ConnectionSettings | None:
     if token:
         token = token.encode()
     else:
-        from raylog.auth import cluster_token
-
         token = cluster_token(cluster)  # derived, as a client does (see raylog.auth)
     return ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
 
@@ -51,7 +52,7 @@ def resolve_connection(client=None, settings: ConnectionSettings | None = None):
     :class:`ConnectionSettings`, or with neither the cluster of
     :func:`default_settings`; ``owned`` is a metadata view to close."""
     if client is None and settings is None:
-        from raylog.client import current_client
+        from raylog.client import current_client  # lazy on purpose: the client module imports Ray
 
         client = current_client()
         if client is None:
@@ -66,8 +67,6 @@ def resolve_connection(client=None, settings: ConnectionSettings | None = None):
         )
     if not isinstance(settings, ConnectionSettings):
         raise ConfigError(f"settings must be a raylog ConnectionSettings, got {type(settings).__name__}")
-    from raylog.metadata import Metadata
-
     metadata = Metadata.connect(settings)
     return metadata, metadata.settings, metadata  # metadata.settings: with the derived token
 
@@ -106,8 +105,6 @@ def _node_of(registry, topic: str, partition: int, nodes: list[dict] | None) -> 
     """``(Ray node id, node IP)`` of the node holding the partition's log."""
     if not nodes:
         return None, None
-    from raylog.actors.placement import node_identity
-
     place = registry.placement(topic, partition) or {}
     identity = place.get("node")
     for node in nodes:
@@ -118,7 +115,7 @@ def _node_of(registry, topic: str, partition: int, nodes: list[dict] | None) -> 
 
 def _ray_nodes() -> list[dict] | None:
     try:
-        import ray
+        import ray  # lazy on purpose: heavy, and only the driver asks
 
         return ray.nodes() if ray.is_initialized() else None
     except Exception:  # noqa: BLE001 - locality is a preference, not a need
@@ -155,8 +152,6 @@ def plan_read(
     ``min_partitions``: split ranges (the larger ones more) so that there are
     at least this many, at message boundaries found by the partition actors.
     """
-    from raylog.transfer.connection import BrokerConnection
-
     if min_partitions is not None and (not isinstance(min_partitions, int) or min_partitions < 1):
         raise ConfigError(f"min_partitions must be a positive integer, got {min_partitions!r}")
     metadata, settings, owned = resolve_connection(client, settings)
@@ -172,7 +167,7 @@ def plan_read(
         start_offsets, end_offsets, log_starts, hws = {}, {}, {}, {}
         for p in range(partitions):
             host, port = metadata.endpoint(topic, p, refresh=True, wait_s=10.0)
-            with BrokerConnection(host, port, token=settings.token, timeout_s=30) as conn:
+            with settings.broker_connection(host, port, timeout_s=30) as conn:
                 log_start, hw = conn.offsets(topic, p)
                 named = {EARLIEST: log_start, LATEST: hw}
                 start, end = named.get(starts[p], starts[p]), named.get(ends[p], ends[p])
@@ -259,11 +254,9 @@ def split_counts(sizes: Sequence[int], min_partitions: int) -> list[int]:
 
 def _split(settings: ConnectionSettings, ranges: list[ReadRange], min_partitions: int) -> list[ReadRange]:
     """Ranges cut into pieces at message boundaries found by the partition actors."""
-    import ray
+    import ray  # lazy on purpose: heavy, and planning without splits needs no Ray
 
-    from raylog.config import NAMESPACE
-
-    from raylog.actors.partition import actor_name
+    from raylog.actors.partition import actor_name  # lazy on purpose: the actor module imports Ray
 
     counts = split_counts([r.size for r in ranges], min_partitions)
     calls = []
