@@ -16,6 +16,8 @@ import dataclasses
 
 from raylog.errors import BrokerUnavailableError, UnknownPartitionError
 from raylog.retry import RetryPolicy
+from raylog.zk.registry import Registry
+from raylog.zk.session import connect_kazoo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +52,6 @@ class Metadata:
     def connect(cls, settings: ConnectionSettings) -> "Metadata":
         """A metadata view with its own ZooKeeper session (for producers and
         consumers outside the process that holds the :class:`Client`)."""
-        from raylog.zk.registry import Registry
-        from raylog.zk.session import connect_kazoo
 
         zk = connect_kazoo(settings.zookeeper)
         return cls(Registry(zk, settings.cluster), settings, owns_zk=zk)

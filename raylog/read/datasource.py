@@ -15,8 +15,8 @@ from raylog.errors import (
     ResourcesUnavailableError,
 )
 from raylog.metadata import ConnectionSettings
-from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
 from raylog.read.plan import plan_read
+from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
 from raylog.read.reader import read_range
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,8 @@ def _read_task_tables(rng: ReadRange, settings: ConnectionSettings, options: dic
 
 
 def _datasource_class():
-    from ray.data.block import BlockMetadata
-    from ray.data.datasource import Datasource, ReadTask
+    from ray.data.block import BlockMetadata  # heavy (Ray): imported when used
+    from ray.data.datasource import Datasource, ReadTask  # heavy (Ray): imported when used
 
     class RaylogDatasource(Datasource):
         """Ranges of a :class:`ReadPlan` as a Ray Data source: one read task per range."""
@@ -94,7 +94,7 @@ def read_raylog(
 
     The dataset converts to Spark with RayDP: ``ds.to_spark(spark)``.
     """
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     if plan is None:
         plan = plan_read(
@@ -129,7 +129,7 @@ def read_raylog(
 
 def _free_cpus() -> tuple[float, float]:
     """``(CPUs free now, CPUs of the largest alive node)`` of the Ray cluster."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     largest = max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
     return ray.available_resources().get("CPU", 0.0), largest

@@ -8,6 +8,10 @@ import logging
 import os
 from typing import Mapping, Sequence
 
+from raylog.actors.partition import actor_name
+from raylog.actors.placement import node_identity
+from raylog.client import current_client
+from raylog.config import NAMESPACE
 from raylog.errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -16,7 +20,9 @@ from raylog.errors import (
     UnknownPartitionError,
 )
 from raylog.metadata import ConnectionSettings
+from raylog.metadata import Metadata
 from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, _NAMED
+from raylog.transfer.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +33,6 @@ def default_settings() -> ConnectionSettings | None:
     ``RAYLOG_ZOOKEEPER`` (with ``RAYLOG_CLUSTER``, default ``"default"``, and
     ``RAYLOG_TOKEN``, by default the token this process derives, see
     :mod:`raylog.auth`), else None."""
-    from raylog.client import current_client
 
     client = current_client()
     if client is not None:
@@ -66,7 +71,6 @@ def resolve_connection(client=None, settings: ConnectionSettings | None = None):
         )
     if not isinstance(settings, ConnectionSettings):
         raise ConfigError(f"settings must be a raylog ConnectionSettings, got {type(settings).__name__}")
-    from raylog.metadata import Metadata
 
     metadata = Metadata.connect(settings)
     return metadata, metadata.settings, metadata  # metadata.settings: with the derived token
@@ -106,7 +110,6 @@ def _node_of(registry, topic: str, partition: int, nodes: list[dict] | None) -> 
     """``(Ray node id, node IP)`` of the node holding the partition's log."""
     if not nodes:
         return None, None
-    from raylog.actors.placement import node_identity
 
     place = registry.placement(topic, partition) or {}
     identity = place.get("node")
@@ -118,7 +121,7 @@ def _node_of(registry, topic: str, partition: int, nodes: list[dict] | None) -> 
 
 def _ray_nodes() -> list[dict] | None:
     try:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         return ray.nodes() if ray.is_initialized() else None
     except Exception:  # noqa: BLE001 - locality is a preference, not a need
@@ -155,7 +158,6 @@ def plan_read(
     ``min_partitions``: split ranges (the larger ones more) so that there are
     at least this many, at message boundaries found by the partition actors.
     """
-    from raylog.transfer.connection import BrokerConnection
 
     if min_partitions is not None and (not isinstance(min_partitions, int) or min_partitions < 1):
         raise ConfigError(f"min_partitions must be a positive integer, got {min_partitions!r}")
@@ -259,11 +261,9 @@ def split_counts(sizes: Sequence[int], min_partitions: int) -> list[int]:
 
 def _split(settings: ConnectionSettings, ranges: list[ReadRange], min_partitions: int) -> list[ReadRange]:
     """Ranges cut into pieces at message boundaries found by the partition actors."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
-    from raylog.config import NAMESPACE
 
-    from raylog.actors.partition import actor_name
 
     counts = split_counts([r.size for r in ranges], min_partitions)
     calls = []

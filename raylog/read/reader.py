@@ -19,8 +19,12 @@ from raylog.errors import (
     RaylogError,
 )
 from raylog.metadata import ConnectionSettings
-from raylog.retry import RetryPolicy
+from raylog.metadata import Metadata
 from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DEADLINE_S, ReadPlan, ReadRange, records_to_batch
+from raylog.retry import RetryPolicy
+from raylog.storage.decoding import decode_messages
+from raylog.transfer.connection import BrokerConnection
+from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +40,6 @@ class _Endpoint:
         self.conn = None
 
     def connection(self):
-        from raylog.transfer.connection import BrokerConnection
-        from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
         if self.conn is None:
             self.conn = BrokerConnection(
@@ -50,7 +52,6 @@ class _Endpoint:
         return self.conn
 
     def refresh(self) -> None:
-        from raylog.metadata import Metadata
 
         self.close()
         metadata = Metadata.connect(self.settings)
@@ -86,7 +87,6 @@ def read_range(
     deleted since planning raise :class:`DataLossError`, or with
     ``fail_on_data_loss=False`` are skipped, logged and appended to ``lost``.
     """
-    from raylog.storage.decoding import decode_messages
 
     topic, partition, end = rng.topic, rng.partition, rng.end
     endpoint = _Endpoint(settings, rng, timeout_s, max_message_bytes)

@@ -61,8 +61,8 @@ from raylog.transfer.protocol import (
     OFFSETS_REPLY_FIELDS,
     REPLY_HEADER_BODY,
 )
-from raylog.transfer.requests import ProduceHeader, encode_auth, encode_fetch, encode_offsets, encode_offsets_for_time
 from raylog.transfer.reply_reader import ReplyReader
+from raylog.transfer.requests import ProduceHeader, encode_auth, encode_fetch, encode_offsets, encode_offsets_for_time
 from raylog.transfer.socket_io import SocketIO, set_timeout
 
 #: receive buffer for reply headers and small replies

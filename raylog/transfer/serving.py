@@ -5,8 +5,8 @@ buffer, authentication, replies and failures (a mixin of
 
 from __future__ import annotations
 
-import logging
 import hmac
+import logging
 import socket
 import threading
 import time
@@ -21,7 +21,6 @@ from raylog.errors import (
 )
 from raylog.transfer.protocol import NO_CORRELATION, REQUEST_HEADER, SIZE
 from raylog.transfer.replies import encode_auth_reply, encode_error
-from raylog.transfer.socket_io import set_timeout
 from raylog.transfer.requests import (
     AuthRequest,
     FetchRequest,
@@ -30,6 +29,7 @@ from raylog.transfer.requests import (
     check_frame_size,
     decode_request,
 )
+from raylog.transfer.socket_io import set_timeout
 
 # one logger for the whole data server, as before it was split in modules
 log = logging.getLogger("raylog.transfer.server")
