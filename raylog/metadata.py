@@ -19,6 +19,8 @@ from raylog.errors import BrokerUnavailableError, UnknownPartitionError
 from raylog.retry import RetryPolicy
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
+from raylog.zk.registry import Registry
+from raylog.zk.session import connect_kazoo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,11 +62,6 @@ class Metadata:
     def connect(cls, settings: ConnectionSettings) -> "Metadata":
         """A metadata view with its own ZooKeeper session (for producers and
         consumers outside the process that holds the :class:`Client`)."""
-        # lazy on purpose: kazoo is needed only here, not by range readers on
-        # Spark executors that import ConnectionSettings
-        from raylog.zk.registry import Registry
-        from raylog.zk.session import connect_kazoo
-
         zk = connect_kazoo(settings.zookeeper)
         return cls(Registry(zk, settings.cluster), settings, owns_zk=zk)
 

@@ -15,8 +15,8 @@ from raylog.errors import (
     ResourcesUnavailableError,
 )
 from raylog.metadata import ConnectionSettings
-from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
 from raylog.read.plan import plan_read
+from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
 from raylog.read.reader import read_range
 
 log = logging.getLogger(__name__)
@@ -28,9 +28,8 @@ def _read_task_tables(rng: ReadRange, settings: ConnectionSettings, options: dic
 
 
 def _datasource_class():
-    # lazy on purpose: ray.data is heavy, and the class must derive from its Datasource
-    from ray.data.block import BlockMetadata
-    from ray.data.datasource import Datasource, ReadTask
+    from ray.data.block import BlockMetadata  # heavy (Ray): imported when used
+    from ray.data.datasource import Datasource, ReadTask  # heavy (Ray): imported when used
 
     class RaylogDatasource(Datasource):
         """Ranges of a :class:`ReadPlan` as a Ray Data source: one read task per range."""
@@ -89,7 +88,7 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
 
     The dataset converts to Spark with RayDP: ``ds.to_spark(spark)``.
     """
-    import ray  # lazy on purpose: Ray Data is heavy; range readers and planning do without it
+    import ray  # heavy (Ray): imported when used
 
     plan_options = {name: options.pop(name) for name in PLAN_OPTIONS if name in options}
     if plan is None:
@@ -117,7 +116,7 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
 
 def _free_cpus() -> tuple[float, float]:
     """``(CPUs free now, CPUs of the largest alive node)`` of the Ray cluster."""
-    import ray  # lazy on purpose: heavy (see read_raylog)
+    import ray  # heavy (Ray): imported when used
 
     largest = max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
     return ray.available_resources().get("CPU", 0.0), largest

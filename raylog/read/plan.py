@@ -8,6 +8,11 @@ import logging
 import os
 from typing import Mapping, Sequence
 
+from raylog.actors.partition import actor_name
+from raylog.actors.placement import node_identity
+from raylog.auth import cluster_token
+from raylog.client import current_client
+from raylog.config import NAMESPACE
 from raylog.errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -15,9 +20,6 @@ from raylog.errors import (
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
-from raylog.actors.placement import node_identity
-from raylog.auth import cluster_token
-from raylog.config import NAMESPACE
 from raylog.metadata import ConnectionSettings, Metadata
 from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, _NAMED
 
@@ -30,8 +32,6 @@ def default_settings() -> ConnectionSettings | None:
     ``RAYLOG_ZOOKEEPER`` (with ``RAYLOG_CLUSTER``, default ``"default"``, and
     ``RAYLOG_TOKEN``, by default the token this process derives, see
     :mod:`raylog.auth`), else None."""
-    from raylog.client import current_client  # lazy on purpose: the client module imports Ray
-
     client = current_client()
     if client is not None:
         return client.settings
@@ -52,8 +52,6 @@ def resolve_connection(client=None, settings: ConnectionSettings | None = None):
     :class:`ConnectionSettings`, or with neither the cluster of
     :func:`default_settings`; ``owned`` is a metadata view to close."""
     if client is None and settings is None:
-        from raylog.client import current_client  # lazy on purpose: the client module imports Ray
-
         client = current_client()
         if client is None:
             settings = default_settings()
@@ -115,7 +113,7 @@ def _node_of(registry, topic: str, partition: int, nodes: list[dict] | None) -> 
 
 def _ray_nodes() -> list[dict] | None:
     try:
-        import ray  # lazy on purpose: heavy, and only the driver asks
+        import ray  # heavy (Ray): imported when used
 
         return ray.nodes() if ray.is_initialized() else None
     except Exception:  # noqa: BLE001 - locality is a preference, not a need
@@ -254,9 +252,7 @@ def split_counts(sizes: Sequence[int], min_partitions: int) -> list[int]:
 
 def _split(settings: ConnectionSettings, ranges: list[ReadRange], min_partitions: int) -> list[ReadRange]:
     """Ranges cut into pieces at message boundaries found by the partition actors."""
-    import ray  # lazy on purpose: heavy, and planning without splits needs no Ray
-
-    from raylog.actors.partition import actor_name  # lazy on purpose: the actor module imports Ray
+    import ray  # heavy (Ray): imported when used
 
     counts = split_counts([r.size for r in ranges], min_partitions)
     calls = []

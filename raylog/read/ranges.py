@@ -8,7 +8,6 @@ import dataclasses
 import time
 from typing import Mapping, NamedTuple
 
-import numpy as np
 import pyarrow as pa
 
 from raylog.config import MiB
@@ -120,6 +119,8 @@ class ReadPlan:
 def records_to_batch(records: list, topic: str, partition: int) -> pa.RecordBatch:
     """``decode_messages`` records ``(offset, timestamp_ms, key, value)`` as a
     RecordBatch of :data:`ARROW_SCHEMA`."""
+    import numpy as np  # heavy: imported when used
+
     n = len(records)
     keys = [r[2] for r in records]
     ts = np.fromiter([r[1] for r in records], dtype=np.int64, count=n)

@@ -19,9 +19,9 @@ from raylog.errors import (
     RaylogError,
 )
 from raylog.metadata import ConnectionSettings, Metadata
+from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DEADLINE_S, ReadPlan, ReadRange, records_to_batch
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
-from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DEADLINE_S, ReadPlan, ReadRange, records_to_batch
 
 log = logging.getLogger(__name__)
 

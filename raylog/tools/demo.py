@@ -19,6 +19,9 @@ import json
 import sys
 import time
 
+import raylog_spark
+from raylog.errors import RaylogError
+
 
 def _events(task: int, count: int) -> tuple[list[bytes], list[bytes]]:
     pages = ["/", "/search", "/item", "/cart", "/checkout"]
@@ -34,8 +37,7 @@ def _events(task: int, count: int) -> tuple[list[bytes], list[bytes]]:
 def _spark_step(client, produced: int) -> dict:
     """The events read back as a Spark DataFrame (Spark on the same Ray
     cluster through RayDP), their JSON values parsed, views per page."""
-    import raylog_spark
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy (Spark): imported when used
 
     print("starting Spark on the same Ray cluster (RayDP) ...", flush=True)
     spark = raylog_spark.init_spark(app_name="raylog-demo", num_executors=1, executor_cores=1, executor_memory="1G")
@@ -71,8 +73,8 @@ def _spark_step(client, produced: int) -> dict:
 def run(
     tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, consumers: int = 3, spark: bool = True
 ) -> dict:
-    import ray
-    from tqdm import tqdm
+    import ray  # heavy (Ray): imported when used
+    from tqdm import tqdm  # optional: imported when used
 
     import raylog
 
@@ -185,7 +187,6 @@ def main(argv=None) -> None:
     parser.add_argument("--consumers", type=int, default=3, help="members of the consumer group")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark step")
     args = parser.parse_args(argv)
-    from raylog.errors import RaylogError
 
     try:
         run(args.tasks, args.events_per_task, args.partitions, args.consumers, spark=not args.no_spark)
