@@ -12,6 +12,12 @@ log and flushed), then one consumer reads them all back. In the same run:
 * the naive baseline: the same 200-byte messages, 50 per call, moved into
   a plain Ray actor by method calls and fetched back the same way.
 
+Also ``send_many`` of all N values in one call, and the consume side
+through ``poll_batch`` (views of the fetched sets) beside ``poll``. The
+machine's floor (bench/floor.py: framing + CRC32C, parsing + CRC, one
+send() per message) is measured first, in the same run, and every produce
+and consume figure is set beside it.
+
 Prints one JSON line per measurement, then a table with the ratios and the
 load average (the machine may be shared).
 
@@ -56,6 +62,8 @@ def bench_produce(client, topic: str, n: int, batch: int, per_call: int = 1) -> 
         send = producer.send
         for _ in range(n):
             send(topic, MESSAGE)
+    elif per_call == n:
+        producer.send_many(topic, [MESSAGE] * n)
     else:
         values = [MESSAGE] * per_call
         send_batch = producer.send_batch
@@ -69,7 +77,8 @@ def bench_produce(client, topic: str, n: int, batch: int, per_call: int = 1) -> 
     seconds = time.perf_counter() - t0
     producer.close()
     return {
-        "case": f"raylog produce batch {batch}" + ("" if per_call == 1 else f", {per_call} per call"),
+        "case": f"raylog produce batch {batch}"
+        + ("" if per_call == 1 else ", send_many" if per_call == n else f", {per_call} per call"),
         "messages": n,
         "seconds": round(seconds, 3),
         "send_seconds": round(sent_s, 3),
@@ -161,19 +170,22 @@ def bench_idempotence(client, topic: str, n: int, idempotent: bool) -> dict:
     }
 
 
-def bench_consume(client, topic: str, n: int) -> dict:
+def bench_consume(client, topic: str, n: int, batches: bool = False) -> dict:
+    """Read ``n`` messages back through ``poll`` (Message tuples) or, with
+    ``batches``, through ``poll_batch`` (views of the fetched sets)."""
     consumer = client.consumer(topic, auto_offset_reset="earliest", fetch_max_bytes=1 << 20)
+    poll = consumer.poll_batch if batches else consumer.poll
     received = 0
     t0 = time.perf_counter()
     while received < n:
-        batch = consumer.poll(timeout_ms=10_000, max_messages=100_000)
-        if not batch:
+        got = poll(timeout_ms=10_000, max_messages=100_000)
+        if not got:
             raise RuntimeError(f"consumer stalled after {received} of {n} messages")
-        received += len(batch)
+        received += sum(map(len, got)) if batches else len(got)
     seconds = time.perf_counter() - t0
     consumer.close()
     return {
-        "case": "raylog consume",
+        "case": "raylog consume" + (" (poll_batch)" if batches else " (poll)"),
         "messages": received,
         "seconds": round(seconds, 3),
         "msg_per_s": round(received / seconds),
@@ -238,7 +250,23 @@ def bench_actor_baseline(n: int, batch: int = 50) -> list[dict]:
 #: partitions of the keyed/keyless comparison
 KEYED_PARTITIONS = 8
 #: alternated rounds of each paired comparison; the best of each side is kept
-ROUNDS = 5
+ROUNDS = 3
+#: the floor each case is set beside (bench/floor.py)
+FLOOR_OF = {"produce": "floor: framing + CRC32C", "consume": "floor: parsing + CRC"}
+
+
+def _has_poll_batch() -> bool:
+    from raylog.consumer.consumer import Consumer
+
+    return hasattr(Consumer, "poll_batch")
+
+
+def _uptime() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
 
 
 def _best(rows: list[dict]) -> dict:
@@ -260,13 +288,23 @@ def main(argv=None) -> int:
 
     rows: list[dict] = []
     load_before = os.getloadavg()
+    uptime_before = _uptime()
+    from floor import measure  # bench/floor.py, beside this file
+
+    floor = {}
+    for row in measure():
+        floor[row["case"]] = row["msg_per_s"]
+        _emit(rows, row, args.json_only)
     with raylog.connect() as client:
         topic = "bench"
         client.create_topic(topic, partitions=1)
         _emit(rows, bench_produce(client, topic, n, 50), args.json_only)
         _emit(rows, bench_produce(client, topic, n1, 1), args.json_only)
         _emit(rows, bench_produce(client, topic, n, 50, per_call=50), args.json_only)
-        _emit(rows, bench_consume(client, topic, 2 * n + n1), args.json_only)
+        _emit(rows, bench_produce(client, topic, n, 50, per_call=n), args.json_only)
+        _emit(rows, bench_consume(client, topic, 3 * n + n1), args.json_only)
+        if _has_poll_batch():
+            _emit(rows, bench_consume(client, topic, 3 * n + n1, batches=True), args.json_only)
 
         client.create_topic("bench-keyed", partitions=KEYED_PARTITIONS)
         keyed_rows: dict[bool, list] = {True: [], False: []}
@@ -292,7 +330,7 @@ def main(argv=None) -> int:
     produce_ratio = (
         by_case["raylog produce batch 50, 50 per call"]["msg_per_s"] / by_case["actor calls produce batch 50"]["msg_per_s"]
     )
-    consume_ratio = by_case["raylog consume"]["msg_per_s"] / by_case["actor calls fetch batch 50"]["msg_per_s"]
+    consume_ratio = by_case["raylog consume (poll)"]["msg_per_s"] / by_case["actor calls fetch batch 50"]["msg_per_s"]
     keyed_ratio = (
         by_case[f"raylog produce keyed batch 50, 50 per call, {KEYED_PARTITIONS} partitions"]["msg_per_s"]
         / by_case[f"raylog produce keyless batch 50, 50 per call, {KEYED_PARTITIONS} partitions"]["msg_per_s"]
@@ -311,18 +349,30 @@ def main(argv=None) -> int:
         "loadavg_1m_before": round(load_before[0], 2),
         "loadavg_1m_after": round(os.getloadavg()[0], 2),
     }
+    summary["load_before"], summary["load_after"] = uptime_before, _uptime()
+    for r in rows:
+        kind = "produce" if "produce" in r["case"] else "consume" if "consume" in r["case"] else None
+        if kind is not None:
+            r["vs_floor"] = round(r["msg_per_s"] / floor[FLOOR_OF[kind]], 2)
+    summary["vs_floor"] = {r["case"]: r["vs_floor"] for r in rows if "vs_floor" in r}
+    summary["batch1_vs_send_floor"] = round(
+        by_case["raylog produce batch 1"]["msg_per_s"] / floor["floor: one send() per message"], 2
+    )
     print(json.dumps(summary), flush=True)
     if not args.json_only:
         print()
-        print(f"{'case':<60} {'messages':>10} {'seconds':>8} {'msg/s':>11} {'MB/s':>8}")
+        print(f"{'case':<60} {'messages':>10} {'seconds':>8} {'msg/s':>11} {'MB/s':>8} {'/floor':>7}")
         for r in rows:
-            print(f"{r['case']:<60} {r['messages']:>10,} {r['seconds']:>8.2f} {r['msg_per_s']:>11,} {r['mb_per_s']:>8.1f}")
+            ratio = f"{r['vs_floor']:>7.2f}" if "vs_floor" in r else f"{'':>7}"
+            seconds = f"{r['seconds']:>8.2f}" if "seconds" in r else f"{'':>8}"
+            print(f"{r['case']:<60} {r['messages']:>10,} {seconds} {r['msg_per_s']:>11,} {r['mb_per_s']:>8.1f} {ratio}")
+        print("/floor: produce cases against framing + CRC32C, consume cases against parsing + CRC (same run)")
         print(
             f"\nsendfile channel vs actor calls (50 messages per call on both sides): "
             f"produce x{produce_ratio:.1f}, consume x{consume_ratio:.1f}"
         )
         print(f"keyed vs keyless batch 50: x{keyed_ratio:.2f}; idempotence on vs off (acks=1): x{idempotence_ratio:.2f}")
-        print(f"load average (1 min) before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; {os.cpu_count()} cpus")
+        print(f"load average (1/5/15 min) before {uptime_before}, after {_uptime()}; {os.cpu_count()} cpus")
         print("paper (2011, one broker): produce batch 50 ~400k msg/s, batch 1 ~50k msg/s, consume ~22k msg/s")
     return 0
 

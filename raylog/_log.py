@@ -17,12 +17,11 @@ default and ``raylog_spark.init_spark`` start are kept to what matters:
   (``gcs_client.cc: GcsClient has no Cluster ID set``) is dropped from what
   Ray forwards to the driver (:func:`quiet_forwarded_lines`).
 
-- that same line from Spark's driver JVM, which writes straight to this
-  process's stderr (twice per session: Ray's Java runtime connects to the
-  GCS before its logging is set up, so neither ``RAY_BACKEND_LOG_LEVEL``
-  nor a Java setting reaches it), is dropped by a filter on the stderr that
-  child processes started in a block inherit
-  (:func:`children_stderr_filtered`, used around ``init_spark`` by the demo).
+- that same line from Spark's driver JVM, which inherits this process's
+  stderr, is dropped by :func:`filter_child_stderr`: the JVM is started
+  with a pipe for its stderr, and a thread forwards every other line
+  (``RAY_BACKEND_LOG_LEVEL`` would only replace the line with one saying the
+  level was set).
 
 ``verbose=True`` (``raylog.connect``, ``init_spark``) or the environment
 variable ``RAYLOG_LOG_LEVEL`` (a level name or number, e.g. ``INFO`` or
@@ -41,7 +40,6 @@ import contextlib
 import logging
 import os
 import re
-import sys
 import threading
 
 from raylog.errors import ConfigError
@@ -120,7 +118,7 @@ def quiet_forwarded_lines() -> None:
     what Ray forwards from workers to this driver; every other line passes.
     Needs ``ray.init`` first; a no-op where Ray's dispatcher differs."""
     try:
-        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher  # heavy (Ray): imported when used
     except ImportError:
         return
     handlers = [pair for pair in getattr(dispatcher, "handlers", []) if pair[0] == "ray_print_logs"]
@@ -143,64 +141,53 @@ def quiet_forwarded_lines() -> None:
         dispatcher.add_handler(name, filtered)
 
 
-#: the longest partial line held back from a child's stderr while its end
-#: is awaited (longer ones pass at once: they are not the start-up line)
-PARTIAL_LINE_LIMIT = 64 * 1024
-
-
-def _forward_filtered(source: int, target: int) -> None:
-    """Copy ``source`` to ``target`` until end of file, dropping whole lines
-    that match :data:`_CORE_STARTUP_LINE`; closes both descriptors. A
-    partial line that cannot be the start-up line passes at once (progress
-    bars end in ``\\r``), others wait for their end, up to
-    :data:`PARTIAL_LINE_LIMIT` bytes. Write errors are ignored, so a child
-    never blocks on a full pipe."""
-
-    def write(data: bytes) -> None:
-        with contextlib.suppress(OSError):
-            os.write(target, data)
-
-    pending = b""
-    try:
-        while chunk := os.read(source, 65536):
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                if not _CORE_STARTUP_LINE.match(line.decode(errors="replace")):
-                    write(line + b"\n")
-            if pending and (not pending.startswith(b"[") or len(pending) > PARTIAL_LINE_LIMIT):
-                write(pending)
-                pending = b""
-        write(pending)
-    finally:
-        os.close(source)
-        os.close(target)
+#: the same line as Spark's driver JVM writes it to its stderr
+_CORE_STARTUP_STDERR = re.compile(rb"^\[[\d\- :,.]+ I \d+ \d+\] gcs_client\.cc:\d+: GcsClient has no Cluster ID set")
 
 
 @contextlib.contextmanager
-def children_stderr_filtered(quiet: bool = True):
-    """While the block runs, child processes started in it (Spark's driver
-    JVM) get a stderr that drops Ray's C++ start-up line
-    (:data:`_CORE_STARTUP_LINE`) and passes everything else, in order, to
-    this process's stderr; they keep it for their lifetime (a daemon thread
-    forwards until the last of them has exited). This process's own stderr
-    is its own again after the block. A no-op unless ``quiet``.
-
-    Not thread-safe: it swaps file descriptor 2 of the whole process for the
-    block's duration; call it from the thread that starts the children."""
-    if not quiet:
+def filter_child_stderr(pattern=_CORE_STARTUP_STDERR):
+    """Processes started inside the ``with`` block (Spark's driver JVM) get a
+    pipe for their stderr; a daemon thread copies every line to the real
+    stderr except those matching ``pattern``, for as long as any of them
+    writes. This process's own stderr is restored when the block ends (what
+    it wrote meanwhile went through the same filter). Bounded: one line at a
+    time, up to 64 KiB per line."""
+    try:
+        target = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError:  # no stderr to filter (closed): nothing to do
         yield
         return
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    own = os.dup(2)
-    threading.Thread(
-        target=_forward_filtered, args=(read_end, os.dup(own)), name="raylog-child-stderr", daemon=True
-    ).start()
+
+    def forward() -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as source, os.fdopen(target, "wb", buffering=0) as sink:
+            pending = b""
+            while True:
+                chunk = source.read(65536)
+                if not chunk:
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if len(pending) > 65536:  # a line without end: pass it on
+                    lines.append(pending)
+                    pending = b""
+                kept = b"".join(line + b"\n" for line in lines if not pattern.match(line))
+                if kept:
+                    try:
+                        sink.write(kept)
+                    except OSError:
+                        return
+            if pending and not pattern.match(pending):
+                with contextlib.suppress(OSError):
+                    sink.write(pending)
+
+    saved = os.dup(2)
     os.dup2(write_end, 2)
     os.close(write_end)
+    threading.Thread(target=forward, name="raylog-stderr-filter", daemon=True).start()
     try:
         yield
     finally:
-        sys.stderr.flush()
-        os.dup2(own, 2)
-        os.close(own)
+        os.dup2(saved, 2)  # ours again; the children keep the pipe
+        os.close(saved)

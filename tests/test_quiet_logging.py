@@ -88,7 +88,7 @@ def test_forwarded_lines_lose_only_rays_core_startup_line():
     assert len(dispatcher.handlers) == 1
 
 
-def test_children_stderr_filtered_drops_the_core_line_and_passes_the_rest(capfd):
+def test_filter_child_stderr_drops_the_core_line_and_passes_the_rest(capfd):
     """A child started in the block writes Ray's C++ start-up line among
     others: only that line is gone, the rest arrives in order; this
     process's own stderr is direct again after the block."""
@@ -99,11 +99,11 @@ def test_children_stderr_filtered_drops_the_core_line_and_passes_the_rest(capfd)
     lines = ["first", core, "[2026-11-23 06:50:52,011 W 1 2] other.cc:1: kept", "last, no newline"]
     script = "import sys; sys.stderr.write(%r)" % "\n".join(lines)
     before = {t.ident for t in threading.enumerate()}
-    with _log.children_stderr_filtered():
+    with _log.filter_child_stderr():
         child = subprocess.Popen([sys.executable, "-c", script])
     child.wait(timeout=60)
     for thread in threading.enumerate():
-        if thread.ident not in before and thread.name == "raylog-child-stderr":
+        if thread.ident not in before and thread.name == "raylog-stderr-filter":
             thread.join(timeout=30)  # ends at the child's end of file
             assert not thread.is_alive()
     os.write(2, b"|own\n")

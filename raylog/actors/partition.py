@@ -37,7 +37,18 @@ import shutil
 import threading
 import time
 
+from raylog.actors.placement import scheduling_options
+from raylog.auth import cluster_token
 from raylog.config import NAMESPACE, TopicConfig
+from raylog.errors import AuthenticationError
+from raylog.metrics import PartitionMetrics
+from raylog.retry import RetryPolicy
+from raylog.storage import faults
+from raylog.storage.log import PartitionLog
+from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
+from raylog.transfer.server import DataServer
+from raylog.zk.registry import Registry
+from raylog.zk.session import connect_kazoo
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +75,11 @@ class PartitionActor:
         host: str | None = None,
         token: bytes | None = None,
     ):
-        from kazoo.protocol.states import KazooState
+        from kazoo.protocol.states import KazooState  # only here: imported when used
 
-        from raylog.zk.registry import Registry
-        from raylog.zk.session import connect_kazoo
-        from raylog.metrics import PartitionMetrics
-        from raylog.storage.log import PartitionLog
-        from raylog.transfer.server import DataServer
 
-        import hmac
+        import hmac  # only here: imported when used
 
-        from raylog.auth import cluster_token
-        from raylog.errors import AuthenticationError
 
         self.topic, self.partition, self.cluster = topic, partition, cluster
         # The actor derives the cluster token itself (raylog.auth); a caller
@@ -91,7 +95,7 @@ class PartitionActor:
         self.started_at = time.time()
         self._closed = threading.Event()
 
-        from raylog.actors.supervisor import check_before_serving
+        from raylog.actors.supervisor import check_before_serving  # here: supervisor imports this module
 
         check_before_serving(zookeeper, cluster, topic, partition, log_dir)  # a delete is honoured first
         self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error)
@@ -100,10 +104,9 @@ class PartitionActor:
         self._metrics = PartitionMetrics(cluster, topic, partition, self.log)
 
         if host is None:
-            import ray
+            import ray  # heavy (Ray): imported when used
 
             host = ray.util.get_node_ip_address()
-        from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
         self.server = DataServer(
             self._resolve,
@@ -168,7 +171,6 @@ class PartitionActor:
         )
 
     def _reregister(self):
-        from raylog.retry import RetryPolicy
 
         try:
             # Retries what is retriable (ZooKeeper still away); a newer epoch
@@ -216,7 +218,7 @@ class PartitionActor:
 
     def node_id(self) -> str:
         """The Ray node id this actor runs on (changes with a node restart)."""
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         return ray.get_runtime_context().get_node_id()
 
@@ -267,9 +269,8 @@ class PartitionActor:
     def shutdown(self, delete_data: bool = False, token: bytes | None = None) -> None:
         """Stop serving: endpoint gone, server stopped, log flushed and closed
         (``delete_data``: its directory removed). Requires the cluster token."""
-        import hmac
+        import hmac  # only here: imported when used
 
-        from raylog.errors import AuthenticationError
 
         if token is None or not hmac.compare_digest(bytes(token), self._token):
             raise AuthenticationError(
@@ -299,7 +300,7 @@ class PartitionActor:
 
 
 def partition_actor_class():
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     return ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)(PartitionActor)
 
@@ -318,9 +319,6 @@ def start_partition_actor(
     token: bytes | None = None,
 ):
     """Start (or find, if it runs) the partition actor pinned to its node."""
-    from raylog.actors.placement import scheduling_options
-
-    from raylog.storage import faults
 
     options = scheduling_options(node_identity, nodes)
     if faults.ENV in os.environ:

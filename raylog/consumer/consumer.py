@@ -40,6 +40,7 @@ from typing import Iterable, Iterator, Sequence
 
 from raylog.audit import AUDIT_TOPIC, DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
 from raylog.config import LATEST, OFFSET_RESETS, RESET_ERROR
+from raylog.consumer.batch import BatchPolling
 from raylog.consumer.fetcher import Chunk, Fetcher
 from raylog.consumer.positions import Positions, TopicPartition
 from raylog.consumer.record import Message
@@ -64,7 +65,7 @@ class _Partition:
         self.error: BaseException | None = None  # raised on every poll until a seek
 
 
-class Consumer(Positions, GroupNotices):
+class Consumer(Positions, GroupNotices, BatchPolling):
     """A consumer of topics, alone (every partition) or in a group (see the
     module docstring; ``raylog.Client.consumer`` makes one)."""
 
@@ -226,13 +227,14 @@ class Consumer(Positions, GroupNotices):
         self._unyielded.clear()  # a direct poll ends the iterator's batch
         return self._poll(timeout_ms, max_messages)
 
-    def _poll(self, timeout_ms: int, max_messages: int) -> list[Message]:
+    def _poll(self, timeout_ms: int, max_messages: int, out: list | None = None) -> list[Message]:
         self._run_notices()
         if self.enable_auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
             self._auto_commit()
         self._raise_pending_error()
         deadline = time.monotonic() + timeout_ms / 1000.0
-        out: list[Message] = []
+        if out is None:
+            out = []
         while True:
             with self._lock:
                 self._take_pending(out, max_messages)

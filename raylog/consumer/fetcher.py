@@ -53,6 +53,16 @@ TopicPartition = tuple[str, int]
 TRANSIENT_RETRY = RetryPolicy.forever(delay_s=0.05, max_delay_s=1.0, jitter=0.5)
 
 
+def _decode(data, offset: int, tp, max_message: int, max_inflated: int):
+    """The messages of a fetched set (each with its ``next_offset``) and the
+    bytes they take; the consumer's ``fetch_decoder`` replaces this for the
+    batch path (:mod:`raylog.consumer.batch`)."""
+    records, consumed = decode_messages(
+        data, offset, max_message_bytes=max_message, record_type=Message, prefix=tp, max_inflated_bytes=max_inflated
+    )
+    return with_next_offsets(records, offset + consumed), consumed
+
+
 class Chunk:
     """What a fetcher hands over: messages and the position after them, a
     resolved or reset position (no messages), or an error."""
@@ -211,10 +221,8 @@ class Fetcher(threading.Thread):
                 if not data:
                     continue
                 try:
-                    records, consumed = decode_messages(
-                        data, self.offset, max_message_bytes=max_message, record_type=Message, prefix=self.tp,
-                        max_inflated_bytes=max_inflated,
-                    )
+                    decoder = getattr(s, "fetch_decoder", None) or _decode
+                    records, consumed = decoder(data, self.offset, self.tp, max_message, max_inflated)
                 except InvalidMessageError as err:
                     # Hand over the whole messages before the bad one, then the error.
                     bad = getattr(err, "offset", None)
@@ -231,7 +239,7 @@ class Fetcher(threading.Thread):
                     continue  # the server always sends a whole first message; nothing to do
                 end = self.offset + consumed
                 self.offset = end
-                self._put(Chunk(self.tp, self.epoch, with_next_offsets(records, end), end))
+                self._put(Chunk(self.tp, self.epoch, records, end))
         except Exception as err:  # noqa: BLE001 - reported through poll, on every poll until a seek
             if not self.stopped.is_set():
                 if not isinstance(err, RaylogError):

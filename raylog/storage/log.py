@@ -58,13 +58,13 @@ from typing import Callable
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, StorageError
 from raylog.storage import faults as _faults
-from raylog.storage.validation import validate_append
-from raylog.storage.producer_state import ProducerStateTable
-from raylog.storage.segment import LogSegment
 from raylog.storage.fileops import LOCK_NAME, _flusher, _lock_directory
 from raylog.storage.log_reads import FileSlice, LogReads
+from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.recovery import CHECKPOINT_NAME, LogRecovery, RecoveryReport
 from raylog.storage.retention import LogRetention
+from raylog.storage.segment import LogSegment
+from raylog.storage.validation import validate_append
 
 __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "RecoveryReport"]
 

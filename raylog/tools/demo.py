@@ -19,7 +19,8 @@ import json
 import sys
 import time
 
-from raylog import _log
+import raylog_spark
+from raylog.errors import RaylogError
 
 #: events per ``send_batch`` call of a producing task, and how many of its
 #: calls may await their acks at once (the producer actor batches them
@@ -42,13 +43,10 @@ def _events(task: int, count: int) -> tuple[list[bytes], list[bytes]]:
 def _spark_step(client, produced: int) -> dict:
     """The events read back as a Spark DataFrame (Spark on the same Ray
     cluster through RayDP), their JSON values parsed, views per page."""
-    import raylog_spark
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy (Spark): imported when used
 
     print("starting Spark on the same Ray cluster (RayDP) ...", flush=True)
-    # Spark's driver JVM prints Ray's C++ start-up line straight to stderr
-    with _log.children_stderr_filtered(_log.is_quiet()):
-        spark = raylog_spark.init_spark(app_name="raylog-demo", num_executors=1, executor_cores=1, executor_memory="1G")
+    spark = raylog_spark.init_spark(app_name="raylog-demo", num_executors=1, executor_cores=1, executor_memory="1G")
     try:
         t0 = time.time()
         events = raylog_spark.read_topic(
@@ -81,8 +79,8 @@ def _spark_step(client, produced: int) -> dict:
 def run(
     tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, consumers: int = 3, spark: bool = True
 ) -> dict:
-    import ray
-    from tqdm import tqdm
+    import ray  # heavy (Ray): imported when used
+    from tqdm import tqdm  # optional: imported when used
 
     import raylog
 
@@ -201,7 +199,6 @@ def main(argv=None) -> None:
     parser.add_argument("--consumers", type=int, default=3, help="members of the consumer group")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark step")
     args = parser.parse_args(argv)
-    from raylog.errors import RaylogError
 
     try:
         run(args.tasks, args.events_per_task, args.partitions, args.consumers, spark=not args.no_spark)

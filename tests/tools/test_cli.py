@@ -248,7 +248,7 @@ def test_topics_on_the_embedded_default_live_for_one_command():
 def test_produce_and_consume_keys_values_and_offsets(cluster, make_topic):
     topic = make_topic(partitions=1)
     lines = [f"user-{i}\t{v}" for i, v in enumerate(_values(5))]
-    proc = raylog(*cluster, "produce", topic, "--key-separator", "\t", "--acks", "all", input="\n".join(lines) + "\n")
+    proc = raylog(*cluster, "produce", topic, "--key-separator", "\t", input="\n".join(lines) + "\n")
     assert proc.returncode == 0, proc.stderr
     assert f"produced 5 messages to {topic}" in proc.stderr
 
@@ -280,6 +280,15 @@ def test_produce_compressed_without_acks_and_consume_unkeyed(cluster, make_topic
     got = [line.split("\t", 1) for line in proc.stdout.splitlines()]
     assert {key for key, _ in got} == {"null"}
     assert sorted(value for _, value in got) == sorted(values)  # \r\n line ends stripped
+
+
+def test_produce_with_acks_all_is_readable_at_once(cluster, make_topic):
+    topic = make_topic(partitions=1, flush_ms=600_000, flush_messages=10**9)  # only acks=all flushes
+    proc = raylog(*cluster, "produce", topic, "--acks", "all", input="a\nb\nc\n")
+    assert proc.returncode == 0, proc.stderr
+    proc = raylog(*cluster, "consume", topic, "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["a", "b", "c"]
 
 
 def test_produce_stops_at_a_line_without_the_key_separator(cluster, make_topic):

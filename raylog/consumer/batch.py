@@ -1,0 +1,204 @@
+"""The consumer's batch path: fetched message sets handed out as views.
+
+``consumer.poll_batch(timeout_ms, max_messages)`` returns a list of
+:class:`MessageBatch`, one per run of messages of one partition, with at
+most ``max_messages`` messages in all. Positions, commits, errors and group
+notices work exactly as for ``poll`` (a batch counts as handed out when it
+is returned). A batch is a view of the fetched bytes: its columns
+``offsets`` and ``timestamps`` are int64 memoryviews (``numpy.frombuffer``
+takes them as they are), ``values`` / ``keys`` are memoryviews of the
+fetched set, and no per-message object is made until one is asked for
+(``batch[i]`` and iteration give :class:`~raylog.consumer.record.Message`
+tuples; ``to_arrow()`` a ``pyarrow.RecordBatch``).
+
+How: after the first ``poll_batch`` the consumer's fetchers index each
+fetched set with the compiled ``_speedups.index`` (one pass: sizes, CRC32C,
+headers; every check of the decoder) instead of building a tuple per
+message. A set the index does not fully cover (a compressed wrapper, a bad
+message) and every set without the compiled module go through the
+reference decoder, so errors and wrapper offsets are the decoder's; such a
+batch holds those decoded messages. ``poll`` keeps working on the same
+consumer (batches are taken apart into messages).
+
+Thread-safety: a MessageBatch is immutable and may be shared between threads.
+"""
+
+from __future__ import annotations
+
+from raylog.consumer.record import Message, with_next_offsets
+from raylog.storage import message as _format
+from raylog.storage.decoding import decode_messages
+
+_EMPTY = memoryview(b"").cast("q")
+
+
+class MessageBatch:
+    """Messages of one partition, in order: an index over fetched bytes (or
+    the decoded messages of a set the index does not cover)."""
+
+    __slots__ = ("topic", "partition", "_buf", "_offsets", "_timestamps", "_bounds", "_records", "next_offset")
+
+    def __init__(self, topic, partition, buf, offsets, timestamps, bounds, next_offset, records=None):
+        self.topic = topic
+        self.partition = partition
+        self._buf = buf  # a memoryview of the fetched bytes (None with records)
+        self._offsets = offsets  # int64 memoryviews
+        self._timestamps = timestamps
+        self._bounds = bounds  # three int64s per message: key start (-1: none), value start, value end
+        self._records = records  # the decoded messages, when not indexed
+        #: where to resume after the batch's last message
+        self.next_offset = next_offset
+
+    @classmethod
+    def of_records(cls, records: list) -> "MessageBatch":
+        """A batch of decoded messages (of one partition)."""
+        first = records[0]
+        return cls(first.topic, first.partition, None, None, None, None, records[-1].next_offset, records)
+
+    def __len__(self) -> int:
+        return len(self._records) if self._records is not None else len(self._offsets)
+
+    @property
+    def offsets(self) -> memoryview:
+        """The messages' offsets (int64; wrappers' inner messages report the wrapper's)."""
+        if self._records is not None:
+            return memoryview(_int64s([m.offset for m in self._records]))
+        return self._offsets
+
+    @property
+    def timestamps(self) -> memoryview:
+        if self._records is not None:
+            return memoryview(_int64s([m.timestamp for m in self._records]))
+        return self._timestamps
+
+    @property
+    def values(self) -> list:
+        """The values, as memoryviews of the fetched bytes (bytes when decoded)."""
+        if self._records is not None:
+            return [m.value for m in self._records]
+        buf, b = self._buf, self._bounds
+        return [buf[b[i + 1] : b[i + 2]] for i in range(0, len(b), 3)]
+
+    @property
+    def keys(self) -> list:
+        if self._records is not None:
+            return [m.key for m in self._records]
+        buf, b = self._buf, self._bounds
+        return [None if b[i] < 0 else buf[b[i] : b[i + 1]] for i in range(0, len(b), 3)]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            if self._records is not None:
+                records = self._records[i]
+                return MessageBatch.of_records(records) if records else None
+            start, stop, step = i.indices(len(self))
+            if step != 1 or start >= stop:
+                raise IndexError("a MessageBatch slices into a non-empty run of messages")
+            b = self._bounds
+            after = self.next_offset if stop == len(self) else self._offsets[stop]
+            return MessageBatch(self.topic, self.partition, self._buf, self._offsets[start:stop],
+                                self._timestamps[start:stop], b[3 * start : 3 * stop], after)
+        if self._records is not None:
+            return self._records[i]
+        if i < 0:
+            i += len(self)
+        b, buf = self._bounds, self._buf
+        key = None if b[3 * i] < 0 else bytes(buf[b[3 * i] : b[3 * i + 1]])
+        value = bytes(buf[b[3 * i + 1] : b[3 * i + 2]])
+        return Message(self.topic, self.partition, self._offsets[i], self._timestamps[i], key, value)
+
+    def __iter__(self):
+        if self._records is not None:
+            return iter(self._records)
+        return (self[i] for i in range(len(self)))
+
+    def to_arrow(self):
+        """A ``pyarrow.RecordBatch`` (offset, timestamp, key, value); the
+        int64 columns are not copied, keys and values are."""
+        import pyarrow as pa  # heavy, and only this method needs it: imported here on purpose
+
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.offsets, pa.int64()), pa.array(self.timestamps, pa.int64()),
+             pa.array([None if k is None else bytes(k) for k in self.keys], pa.binary()),
+             pa.array([bytes(v) for v in self.values], pa.binary())],
+            names=["offset", "timestamp", "key", "value"],
+        )
+
+    def __repr__(self) -> str:
+        return f"MessageBatch({self.topic}-{self.partition}, {len(self)} messages, next_offset={self.next_offset})"
+
+
+def _int64s(values: list):
+    import array
+
+    return array.array("q", values)
+
+
+def fetched_batch(data, offset: int, tp, max_message: int, max_inflated: int):
+    """The records of a fetched set as a fetcher hands them over, and the
+    bytes they take: a :class:`MessageBatch` indexing ``data`` when the
+    compiled index covers all of its whole messages, else the decoder's
+    messages (which raises for a bad message, as ``poll`` does)."""
+    fast = _format._speedups
+    if fast is not None:
+        mv = memoryview(data)
+        offsets, timestamps, bounds, used, status = fast.index(mv, offset, max_message)
+        if offsets and (status == 0 or (status == 1 and _whole_tail(mv, used, max_message))):
+            batch = MessageBatch(tp[0], tp[1], mv, memoryview(offsets).cast("q"), memoryview(timestamps).cast("q"),
+                                 memoryview(bounds).cast("q"), offset + used)
+            return batch, used
+    records, consumed = decode_messages(
+        data, offset, max_message_bytes=max_message, record_type=Message, prefix=tp, max_inflated_bytes=max_inflated
+    )
+    return with_next_offsets(records, offset + consumed), consumed
+
+
+def _whole_tail(mv, used: int, max_message: int) -> bool:
+    """Whether the bytes after ``used`` are only a message cut by the end of
+    the fetch (left for the next one), not a bad one."""
+    rest = len(mv) - used
+    if rest < 4:
+        return True
+    size = int.from_bytes(mv[used : used + 4], "big")
+    return _format.MIN_MESSAGE_SIZE <= size <= max_message and 4 + size > rest
+
+
+class _Batches(list):
+    """The list ``poll_batch`` fills: one batch per run handed over; its
+    length is the number of messages (what the consumer's take counts)."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self):
+        super().__init__()
+        self.messages = 0
+
+    def extend(self, handed) -> None:
+        self.append(handed if isinstance(handed, MessageBatch) else MessageBatch.of_records(handed))
+        self.messages += len(handed)
+
+    def __len__(self) -> int:
+        return self.messages
+
+    def __bool__(self) -> bool:
+        return self.messages > 0
+
+
+class BatchPolling:
+    """``poll_batch`` for :class:`~raylog.consumer.consumer.Consumer` (a mixin)."""
+
+    #: what the fetchers decode with (set by the first poll_batch)
+    fetch_decoder = None
+
+    def poll_batch(self, timeout_ms: int = 1000, max_messages: int = 100_000) -> list[MessageBatch]:
+        """Like ``poll``, but the messages come as :class:`MessageBatch`
+        views (see the module docstring): at most ``max_messages`` in all."""
+        from raylog.errors import ClosedError
+
+        if self._closed:
+            raise ClosedError("the consumer is closed; create a new one with client.consumer()")
+        self.fetch_decoder = fetched_batch
+        self._unyielded.clear()
+        out = _Batches()
+        self._poll(timeout_ms, max_messages, out)
+        return list(out)
