@@ -17,9 +17,11 @@ default and ``raylog_spark.init_spark`` start are kept to what matters:
   (``gcs_client.cc: GcsClient has no Cluster ID set``) is dropped from what
   Ray forwards to the driver (:func:`quiet_forwarded_lines`).
 
-Not silenced: that same line from Spark's driver JVM, which writes straight
-to this process's stderr (twice per session); ``RAY_BACKEND_LOG_LEVEL``
-would only replace it with a line saying the level was set.
+- that same line from Spark's driver JVM, which inherits this process's
+  stderr, is dropped by :func:`filter_child_stderr`: the JVM is started
+  with a pipe for its stderr, and a thread forwards every other line
+  (``RAY_BACKEND_LOG_LEVEL`` would only replace the line with one saying the
+  level was set).
 
 ``verbose=True`` (``raylog.connect``, ``init_spark``) or the environment
 variable ``RAYLOG_LOG_LEVEL`` (a level name or number, e.g. ``INFO`` or
@@ -34,9 +36,11 @@ Python's last-resort handler prints WARNING and above to stderr).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import threading
 
 from raylog.errors import ConfigError
 
@@ -114,7 +118,7 @@ def quiet_forwarded_lines() -> None:
     what Ray forwards from workers to this driver; every other line passes.
     Needs ``ray.init`` first; a no-op where Ray's dispatcher differs."""
     try:
-        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher  # heavy (Ray): imported when used
     except ImportError:
         return
     handlers = [pair for pair in getattr(dispatcher, "handlers", []) if pair[0] == "ray_print_logs"]
@@ -135,3 +139,55 @@ def quiet_forwarded_lines() -> None:
         filtered.raylog_filtered = True
         dispatcher.remove_handler(name)
         dispatcher.add_handler(name, filtered)
+
+
+#: the same line as Spark's driver JVM writes it to its stderr
+_CORE_STARTUP_STDERR = re.compile(rb"^\[[\d\- :,.]+ I \d+ \d+\] gcs_client\.cc:\d+: GcsClient has no Cluster ID set")
+
+
+@contextlib.contextmanager
+def filter_child_stderr(pattern=_CORE_STARTUP_STDERR):
+    """Processes started inside the ``with`` block (Spark's driver JVM) get a
+    pipe for their stderr; a daemon thread copies every line to the real
+    stderr except those matching ``pattern``, for as long as any of them
+    writes. This process's own stderr is restored when the block ends (what
+    it wrote meanwhile went through the same filter). Bounded: one line at a
+    time, up to 64 KiB per line."""
+    try:
+        target = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError:  # no stderr to filter (closed): nothing to do
+        yield
+        return
+
+    def forward() -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as source, os.fdopen(target, "wb", buffering=0) as sink:
+            pending = b""
+            while True:
+                chunk = source.read(65536)
+                if not chunk:
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if len(pending) > 65536:  # a line without end: pass it on
+                    lines.append(pending)
+                    pending = b""
+                kept = b"".join(line + b"\n" for line in lines if not pattern.match(line))
+                if kept:
+                    try:
+                        sink.write(kept)
+                    except OSError:
+                        return
+            if pending and not pattern.match(pending):
+                with contextlib.suppress(OSError):
+                    sink.write(pending)
+
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=forward, name="raylog-stderr-filter", daemon=True).start()
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)  # ours again; the children keep the pipe
+        os.close(saved)

@@ -64,16 +64,16 @@ def _ray_token_outside_ray() -> bytes | None:
 def _ray_token() -> tuple[bool, bytes | None]:
     """``(inside Ray, Ray's auth token or None)``."""
     try:
-        import ray
+        import ray  # heavy (Ray): imported when used
     except ImportError:
         return False, _ray_token_outside_ray()
     if not ray.is_initialized():
         return False, _ray_token_outside_ray()
-    from ray._private.authentication.authentication_utils import is_token_auth_enabled
+    from ray._private.authentication.authentication_utils import is_token_auth_enabled  # heavy (Ray): imported when used
 
     if not is_token_auth_enabled():
         return True, None
-    from ray._raylet import AuthenticationTokenLoader
+    from ray._raylet import AuthenticationTokenLoader  # heavy (Ray): imported when used
 
     loader = AuthenticationTokenLoader.instance()
     if not loader.has_token():
@@ -88,7 +88,7 @@ def derive(ray_token: bytes, cluster: str) -> bytes:
 
 
 def _kv_secret(cluster: str) -> bytes:
-    from ray.experimental import internal_kv
+    from ray.experimental import internal_kv  # heavy (Ray): imported when used
 
     key = f"token/{cluster}".encode()
     internal_kv._internal_kv_put(key, secrets.token_hex(32).encode(), overwrite=False, namespace=KV_NAMESPACE)

@@ -233,7 +233,7 @@ def avro_to_spark_schema(schema: Schema):
     underlying type. Recursive records cannot be represented in Spark and
     raise :class:`SchemaError`, as does an invalid schema.
     """
-    from pyspark.sql import types as T
+    from pyspark.sql import types as T  # heavy (Spark): imported when used
 
     parsed = _parse(schema)
     named: dict[str, Any] = {}

@@ -37,7 +37,7 @@ def present_ray_token() -> None:
     ):
         return
     os.environ["RAY_AUTH_MODE"] = "token"
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from ray._raylet import AuthenticationTokenLoader, Config  # heavy (Ray): imported when used
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
@@ -48,7 +48,7 @@ def ray_head(ray_address: str) -> tuple[str, int] | None:
     would join (``"auto"`` read from ``RAY_ADDRESS`` or this node's last
     ``ray start``), or None when there is no address to probe (``"auto"``
     with nothing found: Ray then fails at once by itself)."""
-    from ray._private.services import canonicalize_bootstrap_address
+    from ray._private.services import canonicalize_bootstrap_address  # heavy (Ray): imported when used
 
     address = ray_address.strip()
     if address.startswith("ray://"):  # Ray Client: probe its server port

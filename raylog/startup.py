@@ -68,7 +68,7 @@ def connect(
     workers' info lines out of the output; ``verbose=True`` (or
     ``RAYLOG_LOG_LEVEL=INFO``) lets them through.
     """
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     quiet = _log.configure(verbose)
     if isinstance(token, str):

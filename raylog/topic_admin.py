@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 
-
 from raylog.actors.partition import actor_name, start_partition_actor
 from raylog.actors.placement import disk_nodes, spread
 from raylog.actors.supervisor import DEFAULT_INTERVAL_S, remove_deleted
@@ -63,7 +62,7 @@ class TopicAdmin:
         delete left to do (tombstones, an actor still running) is done
         first, and a partition actor empties a directory a tombstone names
         before it serves (:mod:`raylog.actors.supervisor`)."""
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         self._check_open()
         config = TopicConfig(partitions=partitions, **settings)
@@ -99,7 +98,7 @@ class TopicAdmin:
         ``{"topic", "partition", "node", "state", "detail"}`` with state
         ``serving``, ``started``, ``starting``, ``node down``, ``removed``,
         ``pending`` or ``failed``. Joins the Ray cluster."""
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         self._check_open()
         check(self.settings.cluster, self.settings.token, "repairing partitions")
@@ -121,7 +120,7 @@ class TopicAdmin:
         )
 
     def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float) -> None:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         check(self.settings.cluster, self.settings.token, f"serving topic {name!r}")
         actors = []
@@ -145,7 +144,7 @@ class TopicAdmin:
         ray.get(ready)  # raise a constructor's error, if any
 
     def _actor(self, topic: str, partition: int):
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         try:
             return ray.get_actor(actor_name(self.settings.cluster, topic, partition), namespace=NAMESPACE)
@@ -160,7 +159,7 @@ class TopicAdmin:
         return actor
 
     def _stop_actors(self, topic: str, partitions: int, delete_data: bool) -> None:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         check(self.settings.cluster, self.settings.token, f"stopping the partitions of {topic!r}")
         actors = [a for a in (self._actor(topic, p) for p in range(partitions)) if a is not None]
@@ -182,7 +181,7 @@ class TopicAdmin:
         client outside Ray, every log) keeps its tombstone, which the
         cluster's supervisor honours as soon as it can, and which a
         partition actor honours before it serves that directory again."""
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         self._check_open()
         config = self.registry.topic_config(name)

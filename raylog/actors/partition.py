@@ -37,7 +37,19 @@ import shutil
 import threading
 import time
 
+from raylog.actors.placement import scheduling_options
+from raylog.auth import cluster_token
 from raylog.config import NAMESPACE, TopicConfig
+from raylog.errors import AuthenticationError
+from raylog.metrics import PartitionMetrics
+from raylog.replication.replica import ReplicaRole
+from raylog.retry import RetryPolicy
+from raylog.storage import faults
+from raylog.storage.log import PartitionLog
+from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
+from raylog.transfer.server import DataServer
+from raylog.zk.registry import Registry
+from raylog.zk.session import connect_kazoo
 
 log = logging.getLogger(__name__)
 
@@ -66,18 +78,11 @@ class PartitionActor:
         replica: str | None = None,
         name: str | None = None,
     ):
-        from kazoo.protocol.states import KazooState
+        from kazoo.protocol.states import KazooState  # only here: imported when used
 
-        from raylog.zk.registry import Registry
-        from raylog.zk.session import connect_kazoo
-        from raylog.metrics import PartitionMetrics
-        from raylog.storage.log import PartitionLog
-        from raylog.transfer.server import DataServer
 
-        import hmac
+        import hmac  # only here: imported when used
 
-        from raylog.auth import cluster_token
-        from raylog.errors import AuthenticationError
 
         self.topic, self.partition, self.cluster = topic, partition, cluster
         # The actor derives the cluster token itself (raylog.auth); a caller
@@ -96,7 +101,7 @@ class PartitionActor:
         self.replica, self.role = replica, None
         self.name = name or actor_name(cluster, topic, partition)
 
-        from raylog.actors.supervisor import check_before_serving
+        from raylog.actors.supervisor import check_before_serving  # here: supervisor imports this module
 
         check_before_serving(zookeeper, cluster, topic, partition, log_dir)  # a delete is honoured first
         self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error)
@@ -105,10 +110,9 @@ class PartitionActor:
         self._metrics = PartitionMetrics(cluster, topic, partition, self.log)
 
         if host is None:
-            import ray
+            import ray  # heavy (Ray): imported when used
 
             host = ray.util.get_node_ip_address()
-        from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
         self.server = DataServer(
             self._resolve,
@@ -124,8 +128,6 @@ class PartitionActor:
         if replica is None and self.config.replication_factor > 1:  # started by name alone (a repair)
             self.replica = replica = self.registry.placement(topic, partition)["node"]
         if replica is not None:
-            from raylog.replication.replica import ReplicaRole
-
             self.role = ReplicaRole(self.zk, self.registry, topic, partition, replica, self.log, self._token)
         self.epoch = 0
         if self.role is None or self.role.is_leader:  # followers leave the endpoint's epoch alone
@@ -187,7 +189,6 @@ class PartitionActor:
         )
 
     def _reregister(self):
-        from raylog.retry import RetryPolicy
 
         try:
             # Retries what is retriable (ZooKeeper still away); a newer epoch
@@ -237,7 +238,7 @@ class PartitionActor:
 
     def node_id(self) -> str:
         """The Ray node id this actor runs on (changes with a node restart)."""
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         return ray.get_runtime_context().get_node_id()
 
@@ -294,9 +295,8 @@ class PartitionActor:
     def shutdown(self, delete_data: bool = False, token: bytes | None = None) -> None:
         """Stop serving: endpoint gone, server stopped, log flushed and closed
         (``delete_data``: its directory removed). Requires the cluster token."""
-        import hmac
+        import hmac  # only here: imported when used
 
-        from raylog.errors import AuthenticationError
 
         if token is None or not hmac.compare_digest(bytes(token), self._token):
             raise AuthenticationError(
@@ -329,7 +329,7 @@ class PartitionActor:
 
 
 def partition_actor_class():
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     return ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)(PartitionActor)
 
@@ -352,9 +352,6 @@ def start_partition_actor(
     """Start (or find, if it runs) the partition actor pinned to its node
     (``replica``, ``name``: a replica of a replicated partition, see
     :mod:`raylog.replication`)."""
-    from raylog.actors.placement import scheduling_options
-
-    from raylog.storage import faults
 
     options = scheduling_options(node_identity, nodes)
     if faults.ENV in os.environ:

@@ -81,7 +81,7 @@ def scheduling_options(identity: str, nodes: list[dict]) -> dict:
     """
     if not identity.startswith("ip:"):
         return {"label_selector": {NODE_LABEL: identity}}
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # heavy (Ray): imported when used
 
     for node in nodes:
         if node.get("Alive") and node_identity(node) == identity:

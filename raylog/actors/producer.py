@@ -35,6 +35,7 @@ from typing import Sequence
 from raylog.config import NAMESPACE
 from raylog.errors import DeliveryError
 from raylog.metadata import ConnectionSettings, Metadata
+from raylog.producer import Producer
 
 
 def _when_done(future) -> asyncio.Future:
@@ -52,7 +53,6 @@ def _when_done(future) -> asyncio.Future:
 
 class ProducerActor:
     def __init__(self, settings: ConnectionSettings, options: dict):
-        from raylog.producer import Producer
 
         self._metadata = Metadata.connect(settings)
         self._producer = Producer(self._metadata, **options)
@@ -99,7 +99,7 @@ class ProducerActor:
 
 def producer_actor(settings: ConnectionSettings, *, name: str | None = None, num_cpus: float = 0.5, **options):
     """Start a producer actor; ``options`` go to :class:`raylog.Producer`."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     cls = ray.remote(num_cpus=num_cpus)(ProducerActor)
     if name is not None:

@@ -47,10 +47,13 @@ import shutil
 import threading
 import time
 
-from raylog.config import NAMESPACE
-
 from raylog.actors.partition import actor_name, start_partition_actor
+from raylog.actors.placement import disk_nodes, scheduling_options
+from raylog.auth import cluster_token
+from raylog.config import NAMESPACE
 from raylog.errors import LogInUseError, RaylogError, UnknownTopicError
+from raylog.zk.registry import Registry
+from raylog.zk.session import connect_kazoo
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +114,6 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
     """What a (returning) partition actor does before it opens its log:
     refuse a topic that is gone (:class:`UnknownTopicError`), and empty a
     directory that a delete left a tombstone on, then remove the tombstone."""
-    from raylog.zk.registry import Registry
-    from raylog.zk.session import connect_kazoo
 
     zk = connect_kazoo(zookeeper)
     try:
@@ -137,9 +138,6 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
 
 def _remove_log_task(zookeeper: str, cluster: str, node: str, log_dir: str) -> str:
     """Body of the task that honours one tombstone on its node."""
-    from raylog.zk.registry import Registry
-    from raylog.zk.session import connect_kazoo
-
     zk = connect_kazoo(zookeeper)
     try:
         registry = Registry(zk, cluster)
@@ -165,7 +163,7 @@ def _row(topic, partition, node, state, detail="") -> dict:
 
 
 def _running_actor(cluster: str, topic: str, partition: int):
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     try:
         return ray.get_actor(actor_name(cluster, topic, partition), namespace=NAMESPACE)
@@ -179,9 +177,8 @@ def remove_deleted(registry, zookeeper: str, nodes: list[dict], *, topic: str | 
     Returns one row per tombstone: ``removed``, ``pending`` (node down, or
     the log still open) or ``failed``. ``token``: the cluster's, which a
     partition actor's shutdown requires."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
-    from raylog.actors.placement import disk_nodes, scheduling_options
 
     alive = {n.identity for n in disk_nodes(nodes)}
     rows, pending = [], []
@@ -232,9 +229,8 @@ def serve_registered(registry, zookeeper: str, nodes: list[dict], *, topic: str 
     node if that is alive. Returns one row per partition: ``serving``
     (already), ``started``, ``starting`` (not answering within ``wait_s``),
     ``node down`` or ``failed``."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
-    from raylog.actors.placement import disk_nodes
 
     alive = {n.identity for n in disk_nodes(nodes)}
     names = [topic] if topic is not None else registry.list_topics()
@@ -285,7 +281,7 @@ def serve_registered(registry, zookeeper: str, nodes: list[dict], *, topic: str 
 def repair(registry, zookeeper: str, *, topic: str | None = None, host: str | None = None,
            token: bytes | None = None, wait_s: float = START_WAIT_S) -> list[dict]:
     """One repair pass: :func:`remove_deleted`, then :func:`serve_registered`."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     nodes = ray.nodes()
     removed = remove_deleted(registry, zookeeper, nodes, topic=topic, token=token, wait_s=wait_s)
@@ -299,12 +295,8 @@ def repair(registry, zookeeper: str, *, topic: str | None = None, host: str | No
 
 class Supervisor:
     """The body of the supervisor actor (see the module docstring)."""
-
     def __init__(self, zookeeper: str, cluster: str, host: str | None = None,
                  interval_s: float = DEFAULT_INTERVAL_S):
-        from raylog.auth import cluster_token
-        from raylog.zk.registry import Registry
-        from raylog.zk.session import connect_kazoo
 
         self.zookeeper, self.cluster, self.host = zookeeper, cluster, host
         # Derived here, as the partition actors do (raylog.auth): never
@@ -358,7 +350,7 @@ class Supervisor:
 def start_supervisor(zookeeper: str, cluster: str, *, host: str | None = None, interval_s: float = DEFAULT_INTERVAL_S, timeout_s: float = 60.0, wait: bool = True):
     """Start the cluster's supervisor unless it runs; return its handle,
     with ``wait`` once it answers (it has then started its first pass)."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     actor = (
         ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)(Supervisor)
@@ -376,7 +368,7 @@ def start_supervisor(zookeeper: str, cluster: str, *, host: str | None = None, i
 
 def find_supervisor(cluster: str):
     """The running supervisor of ``cluster``, or None."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     try:
         return ray.get_actor(supervisor_name(cluster), namespace=NAMESPACE)
@@ -386,7 +378,7 @@ def find_supervisor(cluster: str):
 
 def stop_supervisor(cluster: str, timeout_s: float = 10.0) -> bool:
     """Stop the cluster's supervisor (True if one ran)."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     actor = find_supervisor(cluster)
     if actor is None:

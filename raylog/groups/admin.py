@@ -53,8 +53,8 @@ from kazoo.exceptions import NoNodeError, NotEmptyError
 from raylog.errors import ConfigError, GroupActiveError, UnknownGroupError
 from raylog.groups.assignment import parse_subscription, partition_count
 from raylog.groups.offsets import OffsetStore, REQUEST_TIMEOUT_S
-from raylog.zk.paths import Paths
 from raylog.zk.errors import ensure_connected, zookeeper_errors
+from raylog.zk.paths import Paths
 
 #: the most partitions queried at once by describe_group
 DESCRIBE_CONCURRENCY = 16

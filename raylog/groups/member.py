@@ -72,12 +72,12 @@ from raylog.errors import (
     ZooKeeperUnavailableError,
 )
 from raylog.groups.assignment import Assignment, TopicPartition
+from raylog.groups.member_thread import MemberThread
 from raylog.groups.offsets import REQUEST_TIMEOUT_S, OffsetStore
 from raylog.groups.ownership import Ownership
-from raylog.groups.member_thread import MemberThread
 from raylog.groups.states import Event, MemberState, hands_out
-from raylog.zk.errors import zookeeper_errors
 from raylog.retry import RetryPolicy
+from raylog.zk.errors import zookeeper_errors
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from raylog.errors import ConfigError
-from raylog.zk.paths import Paths
 from raylog.zk.errors import ensure_connected, zookeeper_errors
+from raylog.zk.paths import Paths
 
 #: the longest a single ZooKeeper request may take before it is reported as
 #: unavailable (a request queued behind a reconnection waits at most this long)

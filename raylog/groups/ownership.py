@@ -34,8 +34,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from raylog.groups.assignment import TopicPartition, parse_subscription, partition_count
-from raylog.zk.paths import Paths
 from raylog.zk.errors import ensure_connected, zookeeper_errors
+from raylog.zk.paths import Paths
 
 
 class Held(dict):

@@ -48,14 +48,15 @@ class ProducerBatch:
     __slots__ = ("topic", "partition", "values", "keys", "timestamps", "created", "deadline", "size", "limit",
                  "future")
 
-    def __init__(self, topic: str, partition: int, linger_s: float, limit: int, compressed: bool):
+    def __init__(self, topic: str, partition: int, linger_s: float | None, limit: int, compressed: bool, values=None):
         self.topic = topic
         self.partition = partition
-        self.values: list[bytes] = []
+        self.values: list[bytes] = [] if values is None else values
         self.keys: list[bytes | None] | None = None  # made when a keyed message joins
         self.timestamps: list[int] | None = None  # made when a message brings its own
         self.created = time.time()
-        self.deadline = time.monotonic() + linger_s
+        # (linger_s None: sealed as it is made, no linger deadline)
+        self.deadline = 0.0 if linger_s is None else time.monotonic() + linger_s
         self.size = 0  # bytes of the uncompressed message set so far
         self.limit = limit  # max_message_bytes of the topic
         self.future = BatchFuture(topic, partition, self.values, compressed)
@@ -188,15 +189,19 @@ class RecordAccumulator:
                 self._seal(batch)
             return SendFuture(batch.future, index)
 
+    def append_alone(self, topic: str, value: bytes) -> SendFuture:
+        """A keyless message with ``batch_size`` 1 (the caller checks): its
+        batch is sealed as it is made (no batch is ever open then), straight
+        into the ready queue."""
+        count = self._counts.get(topic) or self.partitions(topic)
+        return self._append_alone(topic, value, count, HEADER_SIZE + len(value))
+
     def _append_alone(self, topic: str, value: bytes, count: int, grow: int) -> SendFuture:
-        """A keyless message with ``batch_size`` 1: its batch is sealed as it
-        is made (no batch is ever open then), straight into the ready queue."""
         with self.lock:
             if self.closed or self.buffered >= self.max_buffered:
                 self._wait_for_space()
-            partition = self._sticky.partition(topic, count)
-            batch = ProducerBatch(topic, partition, self.linger_s, self._limits[topic], self.compressed)
-            batch.values.append(value)
+            partition = self._sticky.partition(topic, count) if count > 1 else 0
+            batch = ProducerBatch(topic, partition, None, self._limits[topic], self.compressed, [value])
             batch.size = grow
             self.buffered += 1
             tp = (topic, partition)

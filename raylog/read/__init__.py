@@ -59,6 +59,17 @@ the functions here share no state.
 from __future__ import annotations
 
 from raylog.errors import DataLossError
+from raylog.read.datasource import (
+    PLAN_OPTIONS,
+    placement_options,
+    read_raylog,
+)
+from raylog.read.plan import (
+    default_settings,
+    plan_read,
+    resolve_connection,
+    split_counts,
+)
 from raylog.read.ranges import (
     ARROW_SCHEMA,
     BATCH_BYTES,
@@ -72,20 +83,10 @@ from raylog.read.ranges import (
     ReadRange,
     records_to_batch,
 )
-from raylog.read.plan import (
-    default_settings,
-    plan_read,
-    resolve_connection,
-    split_counts,
-)
 from raylog.read.reader import (
     head_values,
     read_range,
     read_ranges,
-)
-from raylog.read.datasource import (
-    placement_options,
-    read_raylog,
 )
 
 __all__ = [
@@ -97,6 +98,7 @@ __all__ = [
     "LATEST",
     "LostRange",
     "NODE_ID_LABEL",
+    "PLAN_OPTIONS",
     "RECONNECT_DEADLINE_S",
     "ReadPlan",
     "ReadRange",

@@ -15,8 +15,8 @@ from raylog.errors import (
     ResourcesUnavailableError,
 )
 from raylog.metadata import ConnectionSettings
-from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
 from raylog.read.plan import plan_read
+from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
 from raylog.read.reader import read_range
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,8 @@ def _read_task_tables(rng: ReadRange, settings: ConnectionSettings, options: dic
 
 
 def _datasource_class():
-    from ray.data.block import BlockMetadata
-    from ray.data.datasource import Datasource, ReadTask
+    from ray.data.block import BlockMetadata  # heavy (Ray): imported when used
+    from ray.data.datasource import Datasource, ReadTask  # heavy (Ray): imported when used
 
     class RaylogDatasource(Datasource):
         """Ranges of a :class:`ReadPlan` as a Ray Data source: one read task per range."""
@@ -61,28 +61,22 @@ def _datasource_class():
     return RaylogDatasource
 
 
-def read_raylog(
-    topic: str,
-    starting_offsets="earliest",
-    ending_offsets="latest",
-    *,
-    min_partitions: int | None = None,
-    fail_on_data_loss: bool = True,
-    client=None,
-    settings: ConnectionSettings | None = None,
-    plan: ReadPlan | None = None,
-    locality: bool = True,
-    fetch_bytes: int = FETCH_BYTES,
-    **read_options,
-):
+#: The keyword arguments of :func:`read_raylog` that go to :func:`plan_read`.
+PLAN_OPTIONS = ("min_partitions", "fail_on_data_loss", "client", "settings")
+
+
+def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest", *,
+                plan: ReadPlan | None = None, locality: bool = True, fetch_bytes: int = FETCH_BYTES, **options):
     """A bounded ``ray.data.Dataset`` of ``topic`` with :data:`ARROW_SCHEMA`.
 
-    The arguments are those of :func:`plan_read` (or pass a ``plan``). One
+    ``topic``, the offsets and the keywords of :data:`PLAN_OPTIONS`
+    (``min_partitions``, ``fail_on_data_loss``, ``client``, ``settings``)
+    are those of :func:`plan_read`; or pass a ``plan``. One
     read task per range; with ``locality`` the tasks of each node's ranges
     prefer that node: a label selector on the node's id (``ray.io/node-id``)
     with a fallback to any node, so a read still runs when that node has no
-    free CPU for it or is gone (see the module docstring). ``read_options``
-    go to ``ray.data.read_datasource`` (``num_cpus``, ``memory``,
+    free CPU for it or is gone (see the module docstring). The other
+    ``options`` go to ``ray.data.read_datasource`` (``num_cpus``, ``memory``,
     ``concurrency`` ...).
 
     It never waits for good for CPUs that others hold: without
@@ -94,21 +88,14 @@ def read_raylog(
 
     The dataset converts to Spark with RayDP: ``ds.to_spark(spark)``.
     """
-    import ray
+    import ray  # heavy (Ray): imported when used
 
+    plan_options = {name: options.pop(name) for name in PLAN_OPTIONS if name in options}
     if plan is None:
-        plan = plan_read(
-            topic,
-            starting_offsets,
-            ending_offsets,
-            min_partitions=min_partitions,
-            fail_on_data_loss=fail_on_data_loss,
-            client=client,
-            settings=settings,
-        )
+        plan = plan_read(topic, starting_offsets, ending_offsets, **plan_options)
     if not plan.ranges:
         return ray.data.from_arrow(ARROW_SCHEMA.empty_table())
-    read_options, materialize = _read_resources(read_options)
+    read_options, materialize = _read_resources(options)
     datasource = _datasource_class()
     groups: dict[str | None, list[ReadRange]] = {}
     for rng in plan.ranges:
@@ -129,7 +116,7 @@ def read_raylog(
 
 def _free_cpus() -> tuple[float, float]:
     """``(CPUs free now, CPUs of the largest alive node)`` of the Ray cluster."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     largest = max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
     return ray.available_resources().get("CPU", 0.0), largest

@@ -119,7 +119,7 @@ class ReadPlan:
 def records_to_batch(records: list, topic: str, partition: int) -> pa.RecordBatch:
     """``decode_messages`` records ``(offset, timestamp_ms, key, value)`` as a
     RecordBatch of :data:`ARROW_SCHEMA`."""
-    import numpy as np
+    import numpy as np  # heavy: imported when used
 
     n = len(records)
     keys = [r[2] for r in records]

@@ -8,7 +8,8 @@ purpose, as in :mod:`raylog.topic_admin`).
 
 from __future__ import annotations
 
-from raylog.actors.partition import NAMESPACE, actor_name, start_partition_actor
+from raylog.actors.partition import actor_name, start_partition_actor
+from raylog.config import NAMESPACE
 from raylog.replication.assignment import replica_actor_name, replica_log_dir
 from raylog.replication.state import create_state, read_state
 

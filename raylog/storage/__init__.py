@@ -12,8 +12,8 @@ Modules, one per concept:
   and recovery.
 """
 
-from raylog.storage.log import FileSlice, PartitionLog, RecoveryReport
 from raylog.storage.decoding import decode_messages
+from raylog.storage.log import FileSlice, PartitionLog, RecoveryReport
 from raylog.storage.message import (
     CODEC_GZIP,
     CODEC_LZ4,

@@ -58,19 +58,20 @@ from typing import Callable
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
-from raylog.storage.validation import validate_append
-from raylog.storage.producer_state import ProducerStateTable
-from raylog.storage.segment import LogSegment
+from raylog.storage.base import LogSettings
 from raylog.storage.fileops import LOCK_NAME, _flusher, _lock_directory
 from raylog.storage.log_reads import FileSlice, LogReads
+from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.recovery import CHECKPOINT_NAME, LogRecovery, RecoveryReport
 from raylog.storage.retention import LogRetention
+from raylog.storage.segment import LogSegment
+from raylog.storage.validation import validate_append
 
 __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "RecoveryReport"]
 
 log = logging.getLogger(__name__)
 
-class PartitionLog(LogReads, LogRecovery, LogRetention):
+class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention):
     """The log of one partition, in ``directory``.
 
     Thread-safety: one writer at a time (``append``, ``flush``,
@@ -140,15 +141,6 @@ class PartitionLog(LogReads, LogRecovery, LogRetention):
     @property
     def directory(self) -> str:
         return self._dir
-
-    @property
-    def config(self) -> TopicConfig:
-        return self._config
-
-    @property
-    def high_watermark(self) -> int:
-        """Bytes below this offset are flushed and visible to readers."""
-        return self._hw
 
     @property
     def log_start_offset(self) -> int:

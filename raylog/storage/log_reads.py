@@ -4,18 +4,18 @@ long-poll waits and lookups by time (a mixin of
 
 from __future__ import annotations
 
-import os
 import bisect
+import os
 import struct
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
 from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.message import HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
-from raylog.storage.segment import LogSegment
 from raylog.storage.fileops import _flusher
+from raylog.storage.message import HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
 from raylog.storage.recovery import RECOVERY_MAX_MESSAGE_BYTES
+from raylog.storage.segment import LogSegment
 
 #: bytes read to check the message at the start of a read
 _PEEK_BYTES = 4096

@@ -11,8 +11,8 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from raylog.errors import StorageError
-from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
 from raylog.storage.fileops import _sync_directory
+from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
 
 log = logging.getLogger(__name__)
 

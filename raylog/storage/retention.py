@@ -9,8 +9,8 @@ import logging
 
 from raylog.errors import StorageError
 from raylog.storage import faults as _faults
-from raylog.storage.segment import LogSegment
 from raylog.storage.fileops import _sync_directory
+from raylog.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 

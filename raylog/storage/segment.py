@@ -25,8 +25,8 @@ import os
 import re
 
 from raylog.storage.message import LOG_OVERHEAD
-from raylog.storage.validation import message_size_at, scan_message_set
 from raylog.storage.timeindex import TimeIndex
+from raylog.storage.validation import message_size_at, scan_message_set
 
 SUFFIX = ".log"
 _NAME = re.compile(r"^(\d{20})\.log$")

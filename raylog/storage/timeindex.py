@@ -44,8 +44,8 @@ import os
 import struct
 import threading
 
-from raylog.storage.message import _speedups  # None in pure-Python mode
 from raylog.storage.message import LOG_OVERHEAD
+from raylog.storage.message import _speedups  # None in pure-Python mode
 
 log = logging.getLogger(__name__)
 

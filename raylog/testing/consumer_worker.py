@@ -22,6 +22,9 @@ import random
 import threading
 import time
 
+from raylog.client import Client
+from raylog.testing.faults import drop_connection
+from raylog.testing.faults import expire_session
 from raylog.testing.history import OK, Recorder
 from raylog.testing.workload import DAMAGED_FILE
 
@@ -30,7 +33,6 @@ log = logging.getLogger(__name__)
 
 class ConsumerWorker:
     """The body of a consumer-group member actor (wrapped by :func:`consumer_actor_class`)."""
-
     def __init__(
         self,
         zookeeper: str,
@@ -44,7 +46,6 @@ class ConsumerWorker:
         session_timeout_ms: int = 6000,
         seed: int = 0,
     ):
-        from raylog.client import Client
 
         self.slot = slot
         self.topic = topic
@@ -175,12 +176,10 @@ class ConsumerWorker:
         return zk
 
     def expire_session(self) -> None:
-        from raylog.testing.faults import expire_session
 
         expire_session(self._group_zk(), timeout_s=30)
 
     def drop_connection(self) -> None:
-        from raylog.testing.faults import drop_connection
 
         drop_connection(self._group_zk(), timeout_s=30)
 
@@ -198,6 +197,6 @@ class ConsumerWorker:
 
 
 def consumer_actor_class():
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     return ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0, max_concurrency=4)(ConsumerWorker)

@@ -175,7 +175,7 @@ def pause_process(pid: int, seconds: float) -> None:
 def actor_pid(actor, timeout_s: float = 30.0) -> int:
     """The pid of a Ray actor that has a ``pid()`` method (the partition
     actor, the fault runner's consumers)."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     try:
         return ray.get(actor.pid.remote(), timeout=timeout_s)

@@ -37,8 +37,11 @@ import threading
 import time
 from typing import Sequence
 
+from raylog.errors import CorruptMessageError, RaylogError
+from raylog.storage.decoding import decode_messages
 from raylog.testing import faults as kit
 from raylog.testing.workload import DAMAGED_FILE
+from raylog.transfer.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
 
@@ -194,14 +197,14 @@ class Nemesis:
         return f"consumer-{i}", {"pid": pid}
 
     def _expire_session(self):
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         i, actor = self._consumer()
         ray.get(actor.expire_session.remote(), timeout=60)
         return f"consumer-{i}", {}
 
     def _drop_connection(self):
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         i, actor = self._consumer()
         ray.get(actor.drop_connection.remote(), timeout=60)
@@ -213,7 +216,7 @@ class Nemesis:
         return "zookeeper", {"seconds": seconds}
 
     def _flip_byte(self):
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         t = self.target
         p, actor = self._partition_actor()
@@ -241,9 +244,6 @@ class Nemesis:
         would: the damage must be detected. What was served is recorded as a
         poll of the process ``nemesis-reader`` (so a damaged value served as
         good is a garbage-read)."""
-        from raylog.errors import CorruptMessageError, RaylogError
-        from raylog.storage.decoding import decode_messages
-        from raylog.transfer.connection import BrokerConnection
 
         t = self.target
         t0 = time.time()

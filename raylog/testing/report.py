@@ -84,10 +84,10 @@ def per_second(ops: list[dict]) -> dict:
 
 def timeline_png(ops: list[dict], path: str, title: str = "raylog fault run") -> str:
     """Write the timeline PNG to ``path`` (needs matplotlib); returns ``path``."""
-    import matplotlib
+    import matplotlib  # optional, for plots: imported when used
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional, for plots: imported when used
 
     series = per_second(ops)
     seconds = list(range(len(series["produced"])))

@@ -43,9 +43,14 @@ import sys
 import threading
 import time
 
+from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+from raylog.client import Client
 from raylog.testing import checker, report as reporting
+from raylog.testing.consumer_worker import consumer_actor_class
 from raylog.testing.history import Recorder, history_files, read_history
 from raylog.testing.nemesis import FAULT_KINDS, MULTI_NODE_KINDS, Nemesis, Target, plan
+from raylog.testing.workload import ProducerWorker
+from raylog.zk.server import EmbeddedZooKeeper
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +87,8 @@ class RunOptions:
 
 def _start_ray(options: RunOptions, ray_tmp: str):
     """``(cluster or None, {label: (node, add_node kwargs)})``, Ray initialised."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
-    from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 
     store = 200 * 1024 * 1024
     if options.nodes < 2:
@@ -94,7 +98,7 @@ def _start_ray(options: RunOptions, ray_tmp: str):
             _temp_dir=ray_tmp,
         )
         return None, {}
-    from ray.cluster_utils import Cluster
+    from ray.cluster_utils import Cluster  # heavy (Ray): imported when used
 
     cluster = Cluster(
         initialize_head=True,
@@ -118,13 +122,9 @@ def _start_ray(options: RunOptions, ray_tmp: str):
 def run(options: RunOptions) -> dict:
     """Run, check, write the report files; returns the report (see
     :func:`raylog.testing.checker.check`, plus ``"run"``: what ran)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    import ray  # heavy (Ray): imported when used
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # heavy (Ray): imported when used
 
-    from raylog.client import Client
-    from raylog.zk.server import EmbeddedZooKeeper
-    from raylog.testing.consumer_worker import consumer_actor_class
-    from raylog.testing.workload import ProducerWorker
 
     kinds = tuple(options.faults)
     if options.nodes < 2:
@@ -248,9 +248,8 @@ def run(options: RunOptions) -> dict:
 
 class _Progress:
     """A progress bar of the workload's seconds, updated by a thread of its own."""
-
     def __init__(self, options, workload_start, producers, nemesis):
-        from tqdm import tqdm
+        from tqdm import tqdm  # optional: imported when used
 
         self._bar = tqdm(total=int(options.duration_s), unit="s", desc="fault run", file=sys.stderr)
         self._stop = threading.Event()
@@ -275,7 +274,7 @@ class _Progress:
 
 def _drain(client, consumers, options) -> dict:
     """Wait until the group has read every partition to its end (or ``drain_s``)."""
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     deadline = time.time() + options.drain_s
     time.sleep(0.5)  # acknowledged (acks=1) sets become readable at the next flush
@@ -299,7 +298,7 @@ def _drain(client, consumers, options) -> dict:
 
 
 def _stop_consumers(consumers) -> list:
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     out = []
     refs = [c.stop.remote() for c in consumers]

@@ -25,6 +25,7 @@ import random
 import threading
 import time
 
+from raylog.producer.partitioner import partition_for_key
 from raylog.testing.history import FAILED, OK, UNKNOWN, Recorder
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,6 @@ def _future_result(fut):
 
 class ProducerWorker:
     """Sends unique values to ``topic`` at ``rate`` messages a second."""
-
     def __init__(
         self,
         client,
@@ -232,7 +232,6 @@ class ProducerWorker:
     def _partition_of(self, key):
         if key is None:
             return None
-        from raylog.producer.partitioner import partition_for_key
 
         return partition_for_key(key, self.producer._partitions(self.topic))
 

@@ -19,6 +19,15 @@ import json
 import sys
 import time
 
+import raylog_spark
+from raylog.errors import RaylogError
+
+#: events per ``send_batch`` call of a producing task, and how many of its
+#: calls may await their acks at once (the producer actor batches them
+#: together across tasks)
+SEND_BATCH = 5_000
+SEND_IN_FLIGHT = 4
+
 
 def _events(task: int, count: int) -> tuple[list[bytes], list[bytes]]:
     pages = ["/", "/search", "/item", "/cart", "/checkout"]
@@ -34,8 +43,7 @@ def _events(task: int, count: int) -> tuple[list[bytes], list[bytes]]:
 def _spark_step(client, produced: int) -> dict:
     """The events read back as a Spark DataFrame (Spark on the same Ray
     cluster through RayDP), their JSON values parsed, views per page."""
-    import raylog_spark
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy (Spark): imported when used
 
     print("starting Spark on the same Ray cluster (RayDP) ...", flush=True)
     spark = raylog_spark.init_spark(app_name="raylog-demo", num_executors=1, executor_cores=1, executor_memory="1G")
@@ -71,8 +79,8 @@ def _spark_step(client, produced: int) -> dict:
 def run(
     tasks: int = 4, events_per_task: int = 25_000, partitions: int = 6, consumers: int = 3, spark: bool = True
 ) -> dict:
-    import ray
-    from tqdm import tqdm
+    import ray  # heavy (Ray): imported when used
+    from tqdm import tqdm  # optional: imported when used
 
     import raylog
 
@@ -87,8 +95,14 @@ def run(
         @ray.remote(num_cpus=0)
         def produce(task: int) -> int:
             values, keys = _events(task, events_per_task)
-            for start in range(0, len(values), 5_000):
-                ray.get(producer.send_batch.remote("page_views", values[start : start + 5_000], keys[start : start + 5_000]))
+            in_flight = []  # at most SEND_IN_FLIGHT calls, each resolved when its messages are acked
+            for start in range(0, len(values), SEND_BATCH):
+                if len(in_flight) >= SEND_IN_FLIGHT:
+                    done, in_flight = ray.wait(in_flight, num_returns=1)
+                    ray.get(done)  # raises what the call ran into
+                end = start + SEND_BATCH
+                in_flight.append(producer.send_batch.remote("page_views", values[start:end], keys[start:end]))
+            ray.get(in_flight)
             return len(values)
 
         t0 = time.time()
@@ -185,7 +199,6 @@ def main(argv=None) -> None:
     parser.add_argument("--consumers", type=int, default=3, help="members of the consumer group")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark step")
     args = parser.parse_args(argv)
-    from raylog.errors import RaylogError
 
     try:
         run(args.tasks, args.events_per_task, args.partitions, args.consumers, spark=not args.no_spark)

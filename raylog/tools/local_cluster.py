@@ -41,9 +41,12 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+
+from raylog.actors.supervisor import start_supervisor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "configs", "local-autoscaling.yaml")
@@ -73,7 +76,7 @@ def _save_state(state_dir: str, state: dict) -> None:
 
 def _config(port: int, out_path: str) -> dict:
     """The autoscaling config with the provider pointed at the head's port."""
-    import yaml
+    import yaml  # only here: imported when used
 
     with open(CONFIG) as f:
         config = yaml.safe_load(f)
@@ -84,7 +87,6 @@ def _config(port: int, out_path: str) -> dict:
 
 
 def _wait_for_gcs(port: int, head, deadline: float) -> None:
-    import socket
 
     while True:
         if head.poll() is not None:
@@ -121,10 +123,9 @@ def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluste
         # An explicit address never turns token mode on by itself; Ray reads
         # the mode when it is imported.
         os.environ["RAY_AUTH_MODE"] = "token"
-    import ray
-    from ray.autoscaler.sdk import request_resources
+    import ray  # heavy (Ray): imported when used
+    from ray.autoscaler.sdk import request_resources  # heavy (Ray): imported when used
 
-    from raylog.actors.supervisor import start_supervisor
 
     ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     try:
@@ -209,7 +210,7 @@ def start(args) -> None:
 def _alive(pid) -> bool:
     if not pid:
         return False
-    import psutil
+    import psutil  # only here: imported when used
 
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -221,7 +222,7 @@ def cluster_processes(state: dict) -> list:
     """The processes of the cluster: the ``ray start`` process, everything
     below it, and whatever names the cluster's Ray temp dir (a process whose
     parent died is adopted by init and leaves the tree)."""
-    import psutil
+    import psutil  # only here: imported when used
 
     found = {}
     pid = state.get("ray_start_pid")
@@ -243,7 +244,7 @@ def cluster_processes(state: dict) -> list:
 
 
 def _terminate(procs: list, timeout_s: float) -> list:
-    import psutil
+    import psutil  # only here: imported when used
 
     for proc in procs:
         try:
@@ -255,7 +256,7 @@ def _terminate(procs: list, timeout_s: float) -> list:
 
 
 def stop(args) -> None:
-    import psutil
+    import psutil  # only here: imported when used
 
     state_dir = os.path.abspath(args.state_dir)
     state = _load_state(state_dir)

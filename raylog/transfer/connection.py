@@ -48,7 +48,6 @@ is used by one thread at a time; give each thread its own connection.
 from __future__ import annotations
 
 import socket
-import struct
 from typing import NamedTuple, Sequence
 
 from raylog.config import KiB, MiB
@@ -62,8 +61,8 @@ from raylog.transfer.protocol import (
     OFFSETS_REPLY_FIELDS,
     REPLY_HEADER_BODY,
 )
-from raylog.transfer.requests import encode_auth, encode_fetch, encode_offsets, encode_offsets_for_time
 from raylog.transfer.reply_reader import ReplyReader
+from raylog.transfer.requests import ProduceHeader, encode_auth, encode_fetch, encode_offsets, encode_offsets_for_time
 from raylog.transfer.socket_io import SocketIO, set_timeout
 
 #: receive buffer for reply headers and small replies
@@ -126,8 +125,8 @@ class BrokerConnection(SocketIO, ReplyReader):
         #: correlation id of the last acks=0 produce not yet known to be fine
         self._unacked: int | None = None
         self._next_check = 0.0
-        #: topic -> its encoded string and the precompiled PRODUCE header
-        self._topics: dict[str, tuple[bytes, struct.Struct, struct.Struct]] = {}
+        #: topic -> its precompiled PRODUCE headers
+        self._topics: dict[str, ProduceHeader] = {}
 
     # -- life cycle ------------------------------------------------------------
 
@@ -306,7 +305,7 @@ class BrokerConnection(SocketIO, ReplyReader):
         waits up to that long for data when there is none yet."""
         self._before_request()
         correlation_id = self._next_correlation()
-        frame = encode_fetch(correlation_id, self._topic(topic)[0], partition, offset, max_bytes, max_wait_ms)
+        frame = encode_fetch(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes, max_wait_ms)
         self._expect_wait(max_wait_ms)
         self._send(frame)
         header = self._read_reply(correlation_id, REPLY_HEADER_BODY + FETCH_REPLY_FIELDS.size, whole=False)
@@ -333,7 +332,7 @@ class BrokerConnection(SocketIO, ReplyReader):
         """``(log start offset, high watermark)`` of the partition."""
         self._before_request()
         correlation_id = self._next_correlation()
-        self._send(encode_offsets(correlation_id, self._topic(topic)[0], partition))
+        self._send(encode_offsets(correlation_id, self._topic(topic).encoded_topic, partition))
         self._expect_wait(0)
         pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + OFFSETS_REPLY_FIELDS.size)
         result = Offsets(*OFFSETS_REPLY_FIELDS.unpack_from(self._rbuf, pos))
@@ -346,7 +345,7 @@ class BrokerConnection(SocketIO, ReplyReader):
         OFFSETS_FOR_TIME in :mod:`raylog.transfer.protocol`."""
         self._before_request()
         correlation_id = self._next_correlation()
-        self._send(encode_offsets_for_time(correlation_id, self._topic(topic)[0], partition, int(timestamp_ms)))
+        self._send(encode_offsets_for_time(correlation_id, self._topic(topic).encoded_topic, partition, int(timestamp_ms)))
         self._expect_wait(0)
         pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + OFFSETS_FOR_TIME_REPLY_FIELDS.size)
         (offset,) = OFFSETS_FOR_TIME_REPLY_FIELDS.unpack_from(self._rbuf, pos)

@@ -4,26 +4,17 @@ mixin of :class:`~raylog.transfer.connection.BrokerConnection`)."""
 
 from __future__ import annotations
 
-import struct
-
-from raylog.errors import AuthenticationError, ConfigError, FrameTooLargeError, ProtocolError, RaylogError
+from raylog.errors import AuthenticationError, FrameTooLargeError, ProtocolError, RaylogError
 from raylog.transfer.protocol import (
-    ACKS_ALL,
-    API_PRODUCE,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
-    PRODUCE_V1_FIELDS,
-    PRODUCE_VERSION_IDEMPOTENT,
-    PRODUCE_FIELDS,
     PRODUCE_REPLY_FIELDS,
     REPLY_HEADER,
     REPLY_HEADER_BODY,
-    REQUEST_HEADER,
     SIZE,
-    VERSION,
 )
 from raylog.transfer.replies import decode_error
-from raylog.transfer.requests import encode_string
+from raylog.transfer.requests import ProduceHeader
 
 
 #: errors after which the server closes the connection
@@ -45,20 +36,12 @@ class ReplyReader:
         self._correlation = _wrap(self._correlation + 1)
         return self._correlation
 
-    def _topic(self, topic: str) -> tuple[bytes, struct.Struct, struct.Struct]:
-        """The encoded topic and the precompiled PRODUCE headers (version 0
-        and version 1) of ``topic``."""
-        entry = self._topics.get(topic)
-        if entry is None:
-            encoded = encode_string(topic)
-            prefix = REQUEST_HEADER.format + f"{len(encoded)}s"
-            entry = (
-                encoded,
-                struct.Struct(prefix + PRODUCE_FIELDS.format.lstrip(">")),
-                struct.Struct(prefix + PRODUCE_V1_FIELDS.format.lstrip(">")),
-            )
-            self._topics[topic] = entry
-        return entry
+    def _topic(self, topic: str) -> ProduceHeader:
+        """The encoded topic and its precompiled PRODUCE headers (kept per topic)."""
+        header = self._topics.get(topic)
+        if header is None:
+            header = self._topics[topic] = ProduceHeader(topic)
+        return header
 
     def _produce_header(
         self,
@@ -70,25 +53,12 @@ class ReplyReader:
         producer_id: int = NO_PRODUCER_ID,
         sequence: int = NO_SEQUENCE,
     ) -> bytes:
-        """A PRODUCE header: version 0 for a plain acks 0/1 request, version 1
-        (producer id, epoch, sequence) when idempotent or with acks=-1."""
-        encoded, v0, v1 = self._topic(topic)
-        if acks not in (0, 1, ACKS_ALL):
-            raise ConfigError(f"acks must be 0, 1 or {ACKS_ALL}, got {acks}")
-        plain = producer_id == NO_PRODUCER_ID and acks != ACKS_ALL
-        header = v0 if plain else v1
-        size = header.size - SIZE.size + length
-        if size > self.max_frame_bytes:
-            raise FrameTooLargeError(
-                f"a message set of {length} bytes makes a frame of {size} bytes, more than the "
-                f"maximum of {self.max_frame_bytes}; send smaller message sets",
-                size=size,
-                max_frame_bytes=self.max_frame_bytes,
-            )
-        if plain:
-            return v0.pack(size, API_PRODUCE, VERSION, correlation_id, encoded, partition, acks, length)
-        return v1.pack(
-            size, API_PRODUCE, PRODUCE_VERSION_IDEMPOTENT, correlation_id, encoded, partition, acks, producer_id, 0, sequence, length
+        """A PRODUCE header (:meth:`~raylog.transfer.requests.ProduceHeader.pack`):
+        version 0 for a plain acks 0/1 request, version 1 when idempotent or
+        with acks=-1; a frame over ``max_frame_bytes`` is refused before
+        anything is sent."""
+        return self._topic(topic).pack(
+            correlation_id, partition, acks, length, producer_id, sequence, max_frame_bytes=self.max_frame_bytes
         )
 
     def _read_produce_reply(self, correlation_id: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from raylog.errors import FrameTooLargeError, ProtocolError
+from raylog.errors import ConfigError, FrameTooLargeError, ProtocolError
 from raylog.transfer.protocol import (
     API_PRODUCE,
     API_FETCH,
@@ -85,10 +85,11 @@ def encode_string(text: str) -> bytes:
 
 
 def check_frame_size(size: int, max_frame_bytes: int) -> None:
-    """Refuse a frame by its size field alone, before anything is allocated."""
+    """Refuse a frame by its size field alone, before anything is allocated
+    (the server's reading of requests and the client's writing of them)."""
     if size > max_frame_bytes:
         raise FrameTooLargeError(
-            f"frame of {size} bytes exceeds the maximum of {max_frame_bytes} bytes",
+            f"frame of {size} bytes exceeds the maximum of {max_frame_bytes} bytes; send smaller message sets",
             size=size,
             max_frame_bytes=max_frame_bytes,
         )
@@ -105,70 +106,83 @@ def encode_auth(correlation_id: int, token: bytes) -> bytes:
     return _request_header(API_AUTH, correlation_id, len(body)) + body
 
 
-def encode_produce_header(
-    correlation_id: int, topic: bytes, partition: int, acks: int, set_length: int
-) -> bytes:
-    """Everything of a PRODUCE frame before its message set; ``topic`` is
-    already encoded by :func:`encode_string` (clients cache it)."""
-    body_length = len(topic) + PRODUCE_FIELDS.size + set_length
-    return (
-        _request_header(API_PRODUCE, correlation_id, body_length)
-        + topic
-        + PRODUCE_FIELDS.pack(partition, acks, set_length)
-    )
-
-
-def encode_produce(correlation_id: int, topic: str, partition: int, acks: int, message_set: bytes) -> bytes:
-    header = encode_produce_header(correlation_id, encode_string(topic), partition, acks, len(message_set))
-    return header + bytes(message_set)
-
-
-def produce_v1_header_struct(topic: bytes) -> struct.Struct:
-    """A precompiled struct of a whole version-1 PRODUCE header for one
-    encoded topic: pack it with ``(size, API_PRODUCE,
-    PRODUCE_VERSION_IDEMPOTENT, correlation id, topic, partition, acks,
-    producer id, producer epoch, sequence, set length)``; ``size`` is
-    ``struct.size - 4 + set length``. :func:`encode_produce_v1_header` uses it."""
-    return struct.Struct(f">Ihhi{len(topic)}sibqhii")
-
-
-def _check_produce_v1(acks: int, producer_id: int, sequence: int) -> None:
+def _produce_fields_wrong(acks: int, producer_id: int, sequence: int) -> str | None:
+    """Why acks, producer id and sequence of a PRODUCE do not go together
+    (``None`` when they do)."""
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
-        raise ProtocolError(f"acks must be 0, 1 or -1, got {acks}")
+        return f"acks must be 0, 1 or -1, got {acks}"
     if producer_id == NO_PRODUCER_ID:
         if sequence != NO_SEQUENCE:
-            raise ProtocolError(f"a set without producer id must have sequence -1, got {sequence}")
+            return f"a set without producer id must have sequence -1, got {sequence}"
     elif producer_id < 0 or sequence < 0:
-        raise ProtocolError(
-            f"producer id {producer_id} and sequence {sequence} must be non-negative (or both -1)"
+        return f"producer id {producer_id} and sequence {sequence} must be non-negative (or both -1)"
+    return None
+
+
+class ProduceHeader:
+    """Everything of a PRODUCE frame before its message set, for one topic:
+    the topic is encoded and the whole header of each version precompiled
+    once (a client keeps one per topic). The one PRODUCE encoder, used by
+    :class:`~raylog.transfer.connection.BrokerConnection` and by
+    :func:`encode_produce`.
+
+    :meth:`pack` writes version 0 for a plain set with acks 0 or 1 and
+    version 1 (producer id, epoch, sequence) for an idempotent set or
+    acks=-1, unless ``version`` says which.
+
+    Thread-safety: immutable once built.
+    """
+
+    __slots__ = ("encoded_topic", "_v0", "_v1")
+
+    def __init__(self, topic: str):
+        #: the topic as a u16-length-prefixed string
+        self.encoded_topic = encode_string(topic)
+        prefix = REQUEST_HEADER.format + f"{len(self.encoded_topic)}s"
+        self._v0 = struct.Struct(prefix + PRODUCE_FIELDS.format.lstrip(">"))
+        self._v1 = struct.Struct(prefix + PRODUCE_V1_FIELDS.format.lstrip(">"))
+
+    def pack(
+        self,
+        correlation_id: int,
+        partition: int,
+        acks: int,
+        set_length: int,
+        producer_id: int = NO_PRODUCER_ID,
+        sequence: int = NO_SEQUENCE,
+        *,
+        producer_epoch: int = 0,
+        version: int | None = None,
+        max_frame_bytes: int | None = None,
+    ) -> bytes:
+        """The header of a frame carrying a set of ``set_length`` bytes.
+
+        Raises :class:`ConfigError` for acks outside {0, 1, -1}, a producer
+        id and sequence that do not go together or fields version 0 cannot
+        carry, and :class:`FrameTooLargeError` when the frame would exceed
+        ``max_frame_bytes``."""
+        plain = producer_id == NO_PRODUCER_ID and sequence == NO_SEQUENCE and (acks == 0 or acks == 1)
+        if not plain:
+            wrong = _produce_fields_wrong(acks, producer_id, sequence)
+            if wrong:
+                raise ConfigError(wrong)
+        if version is None:
+            version = VERSION if plain else PRODUCE_VERSION_IDEMPOTENT
+        elif version == VERSION and not plain:
+            raise ConfigError("a PRODUCE version 0 carries no producer id, sequence or acks=-1; use version 1")
+        header = self._v0 if version == VERSION else self._v1
+        size = header.size - SIZE.size + set_length
+        if max_frame_bytes is not None and size > max_frame_bytes:
+            check_frame_size(size, max_frame_bytes)
+        if version == VERSION:
+            return header.pack(size, API_PRODUCE, VERSION, correlation_id, self.encoded_topic, partition, acks, set_length)
+        return header.pack(
+            size, API_PRODUCE, PRODUCE_VERSION_IDEMPOTENT, correlation_id, self.encoded_topic,
+            partition, acks, producer_id, producer_epoch, sequence, set_length,
         )
 
 
-def encode_produce_v1_header(
-    correlation_id: int,
-    topic: bytes,
-    partition: int,
-    acks: int,
-    producer_id: int,
-    producer_epoch: int,
-    sequence: int,
-    set_length: int,
-) -> bytes:
-    """Everything of a version-1 PRODUCE frame before its message set;
-    ``topic`` is already encoded by :func:`encode_string`. Raises
-    :class:`ProtocolError` for acks outside {0, 1, -1} or a producer id and
-    sequence that do not go together."""
-    _check_produce_v1(acks, producer_id, sequence)
-    fields = PRODUCE_V1_FIELDS.pack(partition, acks, producer_id, producer_epoch, sequence, set_length)
-    body_length = len(topic) + len(fields) + set_length
-    return (
-        REQUEST_HEADER.pack(REQUEST_HEADER_BODY + body_length, API_PRODUCE, PRODUCE_VERSION_IDEMPOTENT, correlation_id)
-        + topic
-        + fields
-    )
-
-
-def encode_produce_v1(
+def encode_produce(
     correlation_id: int,
     topic: str,
     partition: int,
@@ -178,10 +192,12 @@ def encode_produce_v1(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = 0,
     sequence: int = NO_SEQUENCE,
+    version: int | None = None,
 ) -> bytes:
-    """A whole version-1 PRODUCE frame."""
-    header = encode_produce_v1_header(
-        correlation_id, encode_string(topic), partition, acks, producer_id, producer_epoch, sequence, len(message_set)
+    """A whole PRODUCE frame (the version as :meth:`ProduceHeader.pack` chooses it)."""
+    header = ProduceHeader(topic).pack(
+        correlation_id, partition, acks, len(message_set), producer_id, sequence,
+        producer_epoch=producer_epoch, version=version,
     )
     return header + bytes(message_set)
 
@@ -346,10 +362,9 @@ def _decode_produce_v1(buf, pos: int, end: int, correlation_id: int) -> ProduceR
         raise _malformed(
             API_PRODUCE, correlation_id, f"set length {set_length} but {end - pos} bytes left in the frame"
         )
-    try:
-        _check_produce_v1(acks, producer_id, sequence)
-    except ProtocolError as err:
-        raise _malformed(API_PRODUCE, correlation_id, str(err)) from None
+    wrong = _produce_fields_wrong(acks, producer_id, sequence)
+    if wrong:
+        raise _malformed(API_PRODUCE, correlation_id, wrong)
     view = buf if type(buf) is memoryview else memoryview(buf)
     return _tuple_new(
         ProduceRequest, (correlation_id, topic, partition, acks, view[pos:end], producer_id, epoch, sequence)

@@ -54,8 +54,8 @@ from typing import Callable
 
 from raylog.errors import ClosedError, ConfigError
 from raylog.storage.base import Log
-from raylog.transfer.protocol import DEFAULT_MAX_FRAME_BYTES, FETCH_REPLY, SIZE
 from raylog.transfer.handlers import RequestHandlers
+from raylog.transfer.protocol import DEFAULT_MAX_FRAME_BYTES, FETCH_REPLY, SIZE
 from raylog.transfer.serving import ConnectionLoop, _Connection
 
 log = logging.getLogger(__name__)

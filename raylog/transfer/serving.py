@@ -5,8 +5,8 @@ buffer, authentication, replies and failures (a mixin of
 
 from __future__ import annotations
 
-import logging
 import hmac
+import logging
 import socket
 import threading
 import time
@@ -21,14 +21,15 @@ from raylog.errors import (
 )
 from raylog.transfer.protocol import NO_CORRELATION, REQUEST_HEADER, SIZE
 from raylog.transfer.replies import encode_auth_reply, encode_error
-from raylog.transfer.socket_io import set_timeout
 from raylog.transfer.requests import (
     AuthRequest,
     FetchRequest,
     OffsetsForTimeRequest,
     ProduceRequest,
+    check_frame_size,
     decode_request,
 )
+from raylog.transfer.socket_io import set_timeout
 
 # one logger for the whole data server, as before it was split in modules
 log = logging.getLogger("raylog.transfer.server")
@@ -175,9 +176,10 @@ class ConnectionLoop:
                 log.debug("data server connection %s: %s", conn.peer, err)
         except Exception as err:  # noqa: BLE001 - a bug must cost one connection only
             log.exception("data server connection %s failed", conn.peer)
-            self._count_error(conn, err)
+            internal = RaylogError(f"internal error in the data server: {err!r}")
+            self._count_error(conn, internal)
             try:
-                sock.sendall(encode_error(NO_CORRELATION, RaylogError(f"internal error in the data server: {err!r}")))
+                sock.sendall(encode_error(NO_CORRELATION, internal))
             except OSError:
                 pass
         finally:
@@ -251,17 +253,10 @@ class ConnectionLoop:
                         corr = REQUEST_HEADER.unpack_from(view, pos)[3]
                     if group:
                         self._produce(conn, group, out)
-                    self._fail(
-                        conn,
-                        FrameTooLargeError(
-                            f"frame of {size} bytes exceeds the maximum of {max_frame} bytes; "
-                            "send smaller message sets",
-                            size=size,
-                            max_frame_bytes=max_frame,
-                        ),
-                        corr,
-                        out,
-                    )
+                    try:
+                        check_frame_size(size, max_frame)
+                    except FrameTooLargeError as err:
+                        self._fail(conn, err, corr, out)
                 if end - pos < SIZE.size + size:
                     need = SIZE.size + size
                     break
@@ -322,9 +317,8 @@ class ConnectionLoop:
         conn.bytes_out += len(data)
 
     @staticmethod
-    def _count_error(conn: _Connection, err: BaseException) -> None:
-        code = getattr(err, "code", RaylogError.code)
-        conn.errors[code] = conn.errors.get(code, 0) + 1
+    def _count_error(conn: _Connection, err: RaylogError) -> None:
+        conn.errors[err.code] = conn.errors.get(err.code, 0) + 1
 
     def _fail(self, conn: _Connection, err: RaylogError, correlation_id: int = NO_CORRELATION, out=None):
         """Reply ``err`` after whatever is pending in ``out``, then close."""

@@ -83,17 +83,20 @@ class SocketIO:
             self._recv_timeout = timeout
 
     @contextlib.contextmanager
-    def _sending(self):
-        """Socket errors of a send as raylog errors (the connection is closed)."""
+    def _socket_errors(self, doing: str, timed_out: str):
+        """Socket errors as raylog errors (the connection is closed): a
+        timeout says ``timed_out``, any other error ``<doing> host:port failed``."""
         try:
             yield
         except BlockingIOError:
-            raise self._failed(
-                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed",
-                timeout=True,
-            ) from None
+            raise self._failed(f"{timed_out}; the connection was closed", timeout=True) from None
         except OSError as err:
-            raise self._failed(f"sending to {self.host}:{self.port} failed: {err}") from err
+            raise self._failed(f"{doing} {self.host}:{self.port} failed: {err}") from err
+
+    def _sending(self):
+        return self._socket_errors(
+            "sending to", f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s"
+        )
 
     def _send(self, data) -> None:
         sock = self._live()
@@ -135,15 +138,8 @@ class SocketIO:
 
     def _recv(self, view: memoryview) -> int:
         sock = self._live()
-        try:
+        with self._socket_errors("receiving from", f"no reply from {self.host}:{self.port} within {self._recv_timeout}s"):
             n = sock.recv_into(view)
-        except BlockingIOError:
-            raise self._failed(
-                f"no reply from {self.host}:{self.port} within {self._recv_timeout}s; the connection was closed",
-                timeout=True,
-            ) from None
-        except OSError as err:
-            raise self._failed(f"receiving from {self.host}:{self.port} failed: {err}") from err
         if n == 0:
             raise self._failed(
                 f"{self.host}:{self.port} closed the connection before its reply was complete; "

@@ -254,7 +254,7 @@ def _parent_death_signal():
     if threading.current_thread() is not threading.main_thread():
         return None
     try:
-        import ctypes
+        import ctypes  # only on Linux, before a fork: imported when used
 
         prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except (OSError, AttributeError):

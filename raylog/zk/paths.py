@@ -23,12 +23,13 @@ that one directory has at most one tombstone however often it is deleted.
 
 from __future__ import annotations
 
+import hashlib
+
 DEFAULT_CLUSTER = "default"
 
 
 class Paths:
     """Path builder for one cluster's root. Immutable; safe to share."""
-
     __slots__ = ("root",)
 
     def __init__(self, cluster: str = DEFAULT_CLUSTER):
@@ -101,6 +102,5 @@ class Paths:
 def tombstone_id(node: str, log_dir: str) -> str:
     """The stable id of the tombstone of ``log_dir`` on ``node``: 32 hex
     digits of SHA-256 over both (never Python's ``hash()``)."""
-    import hashlib
 
     return hashlib.sha256(f"{node}\0{log_dir}".encode()).hexdigest()[:32]

@@ -45,8 +45,8 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 from raylog.config import TopicConfig
 from raylog.errors import ConfigError, RaylogError, TopicExistsError
-from raylog.zk.paths import tombstone_id
 from raylog.zk.endpoints import EndpointRegistry
+from raylog.zk.paths import tombstone_id
 from raylog.zk.registry_base import _CONTENDED_TRIES, _dump, _first_failure, _load, _translated
 
 log = logging.getLogger(__name__)

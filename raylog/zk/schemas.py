@@ -46,8 +46,8 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from raylog.errors import SchemaError, UnknownSchemaError
-from raylog.zk.paths import DEFAULT_CLUSTER, Paths
 from raylog.zk.errors import zookeeper_errors
+from raylog.zk.paths import DEFAULT_CLUSTER, Paths
 
 #: the longest one ZooKeeper request may take (a request queued while kazoo
 #: reconnects waits at most this long) before it fails as unavailable
@@ -84,7 +84,7 @@ def canonical_schema(schema: Schema) -> tuple[Any, str]:
     written with sorted keys and no whitespace. Raises :class:`SchemaError`
     if the schema is not a valid Avro schema.
     """
-    from fastavro import parse_schema
+    from fastavro import parse_schema  # only for Avro: imported when used
 
     loaded = load_schema(schema)
     try:

@@ -287,7 +287,7 @@ class EmbeddedZooKeeper:
             time.sleep(0.05)
         # Then a real client session.
         from kazoo.client import KazooClient
-        from kazoo.handlers.threading import KazooTimeoutError
+        from kazoo.handlers.threading import KazooTimeoutError  # only here: imported when used
 
         while True:
             self._check_alive()

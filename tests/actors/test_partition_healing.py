@@ -108,7 +108,7 @@ class Raw:
     def produce(self, message_set: bytes, producer_id: int, sequence: int, acks: int = 1):
         self.correlation += 1
         self.sock.sendall(
-            req.encode_produce_v1(self.correlation, self.topic, 0, acks, message_set, producer_id=producer_id, sequence=sequence)
+            req.encode_produce(self.correlation, self.topic, 0, acks, message_set, producer_id=producer_id, sequence=sequence, version=1)
         )
         if acks == 0:
             return None

@@ -203,3 +203,18 @@ def test_acks_0_an_earlier_refusal_does_not_fail_the_sets_not_yet_written():
     assert part.log == [b"m0", b"m1", b"m2"]
     assert [f.result().offset for f in futures] == [-1, -1, -1]
     producer.close()
+
+
+def test_batch_one_sends_each_keyless_message_as_its_own_set():
+    part = FakePartition()
+    # one partition (the fake keeps one sequence state per producer); linger_ms=1000: sealed at send
+    producer = Producer(FakeMetadata(partitions=1), linger_ms=1000, batch_size=1, acks=1)
+    producer._sender._connection = lambda tp: part
+    futures = [producer.send("t", b"m%d" % i) for i in range(20)]
+    results = [f.result(timeout_s=5) for f in futures]
+    assert part.log == [b"m%d" % i for i in range(20)]
+    assert sum(len(seqs) for _, seqs in part.requests) == 20  # one set (one sequence) per message
+    offsets = [offset for _, offset in results]
+    assert offsets == sorted(set(offsets)) and {p for p, _ in results} == {0}
+    assert producer.stats()["sent_batches"] == 20
+    producer.close()

@@ -282,6 +282,15 @@ def test_produce_compressed_without_acks_and_consume_unkeyed(cluster, make_topic
     assert sorted(value for _, value in got) == sorted(values)  # \r\n line ends stripped
 
 
+def test_produce_with_acks_all_is_readable_at_once(cluster, make_topic):
+    topic = make_topic(partitions=1, flush_ms=600_000, flush_messages=10**9)  # only acks=all flushes
+    proc = raylog(*cluster, "produce", topic, "--acks", "all", input="a\nb\nc\n")
+    assert proc.returncode == 0, proc.stderr
+    proc = raylog(*cluster, "consume", topic, "--from-beginning", "--max-messages", "3", "--timeout-ms", "20000")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["a", "b", "c"]
+
+
 def test_produce_stops_at_a_line_without_the_key_separator(cluster, make_topic):
     topic = make_topic(partitions=1)
     proc = raylog(*cluster, "produce", topic, "--key-separator", ":", input="k:v\nno separator\nk:w\n")

@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from raylog.errors import (
+    ConfigError,
     DuplicateSequenceError,
     OutOfOrderSequenceError,
     ProtocolError,
@@ -46,8 +47,8 @@ class Raw:
 
     def frame(self, message_set: bytes, sequence: int, *, acks: int = 1, producer_id: int = PID) -> tuple[int, bytes]:
         self.correlation += 1
-        frame = req.encode_produce_v1(
-            self.correlation, TOPIC, 0, acks, message_set, producer_id=producer_id, sequence=sequence
+        frame = req.encode_produce(
+            self.correlation, TOPIC, 0, acks, message_set, producer_id=producer_id, sequence=sequence, version=1
         )
         return self.correlation, frame
 
@@ -111,19 +112,19 @@ def one(value: bytes) -> bytes:
 
 
 def test_v1_frame_round_trips_through_the_decoder_fast_and_slow():
-    frame = req.encode_produce_v1(5, TOPIC, 3, p.ACKS_ALL, one(b"x"), producer_id=PID, producer_epoch=0, sequence=9)
+    frame = req.encode_produce(5, TOPIC, 3, p.ACKS_ALL, one(b"x"), producer_id=PID, producer_epoch=0, sequence=9)
     (size,) = p.SIZE.unpack_from(frame)
+    assert p.REQUEST_HEADER.unpack_from(frame)[2] == p.PRODUCE_VERSION_IDEMPOTENT
     request = req.decode_request(bytearray(frame), 0, size)
     assert (request.correlation_id, request.topic, request.partition, request.acks) == (5, TOPIC, 3, -1)
     assert (request.producer_id, request.producer_epoch, request.sequence) == (PID, 0, 9)
     assert bytes(request.message_set) == one(b"x")
-    # the precompiled whole-header struct gives the same bytes
-    topic = req.encode_string(TOPIC)
-    st = req.produce_v1_header_struct(topic)
-    header = st.pack(st.size - 4 + len(one(b"x")), p.API_PRODUCE, 1, 5, topic, 3, -1, PID, 0, 9, len(one(b"x")))
-    assert header + one(b"x") == frame
-    # a version 0 frame decodes with no producer id
+    # field by field as protocol.py defines it
+    body = req.encode_string(TOPIC) + p.PRODUCE_V1_FIELDS.pack(3, -1, PID, 0, 9, len(one(b"x"))) + one(b"x")
+    assert p.REQUEST_HEADER.pack(p.REQUEST_HEADER_BODY + len(body), p.API_PRODUCE, 1, 5) + body == frame
+    # a plain set is written as version 0 and decodes with no producer id
     v0 = req.encode_produce(1, TOPIC, 0, 1, one(b"y"))
+    assert p.REQUEST_HEADER.unpack_from(v0)[2] == p.VERSION
     request = req.decode_request(bytearray(v0), 0, p.SIZE.unpack_from(v0)[0])
     assert (request.producer_id, request.sequence) == (p.NO_PRODUCER_ID, p.NO_SEQUENCE)
 
@@ -133,8 +134,8 @@ def test_v1_frame_round_trips_through_the_decoder_fast_and_slow():
     [(2, PID, 0), (-2, -1, -1), (1, -1, 4), (1, PID, -1), (1, -5, 0)],
 )
 def test_v1_encoder_and_decoder_refuse_fields_that_do_not_go_together(acks, producer_id, sequence):
-    with pytest.raises(ProtocolError):
-        req.encode_produce_v1(1, TOPIC, 0, acks, one(b"x"), producer_id=producer_id, sequence=sequence)
+    with pytest.raises(ConfigError):
+        req.encode_produce(1, TOPIC, 0, acks, one(b"x"), producer_id=producer_id, sequence=sequence)
     fields = p.PRODUCE_V1_FIELDS.pack(0, acks, producer_id, 0, sequence, len(one(b"x")))
     body = req.encode_string(TOPIC) + fields + one(b"x")
     frame = p.REQUEST_HEADER.pack(p.REQUEST_HEADER_BODY + len(body), p.API_PRODUCE, 1, 3) + body

@@ -6,6 +6,7 @@ import pytest
 
 from raylog.errors import (
     BrokerUnavailableError,
+    ConfigError,
     CorruptMessageError,
     FrameTooLargeError,
     NotOwnerError,
@@ -82,8 +83,13 @@ def test_fetch_with_trailing_bytes_or_negative_bounds_is_refused():
 
 
 def test_produce_with_acks_other_than_0_or_1_is_refused():
+    body = req.encode_string("t") + p.PRODUCE_FIELDS.pack(0, -1, 0)
+    frame = p.REQUEST_HEADER.pack(p.REQUEST_HEADER_BODY + len(body), p.API_PRODUCE, p.VERSION, 1) + body
     with pytest.raises(ProtocolError, match="acks must be 0 or 1"):
-        frame_at(req.encode_produce(1, "t", 0, -1, b""))
+        frame_at(frame)
+    # the encoder does not write such a frame
+    with pytest.raises(ConfigError, match="version 0"):
+        req.encode_produce(1, "t", 0, -1, b"", version=p.VERSION)
 
 
 def test_auth_token_length_must_match():

@@ -17,7 +17,7 @@ META_COLUMNS = ("key", "topic", "partition", "offset", "timestamp")
 
 def spark_schema():
     """The Spark schema of a binary read (Spark's Kafka source)."""
-    from pyspark.sql import types as T
+    from pyspark.sql import types as T  # heavy (Spark): imported when used
 
     return T.StructType(
         [
@@ -43,7 +43,7 @@ def check_flattened(value_fields) -> None:
 
 def typed_schema(value_schema, flatten: bool):
     """The Spark schema of a typed read whose value has ``value_schema`` (a StructType)."""
-    from pyspark.sql import types as T
+    from pyspark.sql import types as T  # heavy (Spark): imported when used
 
     meta = [f for f in spark_schema().fields if f.name in META_COLUMNS]
     if not flatten:

@@ -14,8 +14,8 @@ def parse_json(spark, df, plan: ReadPlan, schema, json_options, flatten: bool, s
     objects of ``schema`` (a StructType, a DDL string, or None: inferred
     from the first ``sample`` values; ConfigError when there are none,
     SchemaError when they are not all JSON objects)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    from pyspark.sql import functions as F  # heavy (Spark): imported when used
+    from pyspark.sql import types as T  # heavy (Spark): imported when used
 
     if schema is None:
         values = [v.decode("utf-8", "replace") for v in head_values(plan, sample)]

@@ -77,7 +77,7 @@ def spark_jars() -> Path:
     """The folder of the jars Spark runs with (``$SPARK_HOME/jars`` or pyspark's)."""
     home = os.environ.get("SPARK_HOME")
     if not home:
-        import pyspark
+        import pyspark  # heavy (Spark): imported when used
 
         home = os.path.dirname(pyspark.__file__)
     jars = Path(home) / "jars"

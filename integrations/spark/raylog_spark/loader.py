@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import logging
 
-from raylog.read import ReadPlan, plan_read, resolve_connection
 from raylog.errors import ConcurrentLoadError, ConfigError
+from raylog.groups.offsets import OffsetStore
+from raylog.read import ReadPlan, plan_read, resolve_connection
+from raylog_spark.reader import plan_dataframe
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,6 @@ class IncrementalLoad:
         it once the job's output is written. Returns the offsets stored.
         Raises :class:`ConcurrentLoadError` if the group's offsets moved since
         the run started; a second call does nothing."""
-        from raylog.groups.offsets import OffsetStore
 
         if self.committed:
             return self.end_offsets
@@ -116,8 +117,6 @@ def load_incremental(
     part is skipped and reported in ``handle.plan.lost``). ``value_format``
     and ``read_options`` are those of :func:`raylog_spark.read_topic`.
     """
-    from raylog.groups.offsets import OffsetStore
-    from raylog_spark.reader import plan_dataframe
 
     if not group or not isinstance(group, str):
         raise ConfigError(f"group must be a non-empty string, got {group!r}")

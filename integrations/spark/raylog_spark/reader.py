@@ -212,12 +212,12 @@ def _use_jvm(spark, engine: str) -> bool:
 def _ranges_dataframe(spark, plan: ReadPlan, locality: bool):
     """One row (``idx``, the range's index) and one Spark partition per range,
     preferring the node that holds the range's partition."""
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame  # heavy (Spark): imported when used
 
     count = len(plan.ranges)
     if count and locality and all(r.node_ip for r in plan.ranges):
         try:
-            from ray.core.generated.common_pb2 import Address
+            from ray.core.generated.common_pb2 import Address  # heavy (Ray): imported when used
 
             locations = [Address(ip_address=r.node_ip).SerializeToString() for r in plan.ranges]
             reader = spark.sparkContext._jvm.org.apache.spark.sql.raydp.ObjectStoreReader

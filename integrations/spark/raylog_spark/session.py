@@ -43,13 +43,17 @@ starting another.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import sys
+import tempfile
 from typing import Mapping, Sequence
 
+from raylog import _log
 from raylog.errors import ConfigError
+from raylog_spark.source import use_cluster
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +131,7 @@ def init_spark(
     when ``java`` cannot be found, when a Spark session already runs in this
     process, or for a non-positive executor count or core count.
     """
-    import ray
+    import ray  # heavy (Ray): imported when used
 
     if not ray.is_initialized():
         raise ConfigError(
@@ -139,8 +143,8 @@ def init_spark(
         )
     check_java()
 
-    import raydp
-    import raydp.context
+    import raydp  # heavy (RayDP): imported when used
+    import raydp.context  # heavy (RayDP): imported when used
 
     if getattr(raydp.context, "_global_spark_context", None) is not None:
         raise ConfigError(
@@ -163,20 +167,22 @@ def init_spark(
     )
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from raylog import _log
     quiet = _log.configure(verbose)
     if quiet:
         _log.quiet_forwarded_lines()  # the JVMs' start-up lines Ray forwards
         if "SPARK_LOG4J_CONFIG_FILE_NAME" not in os.environ:
             merged.setdefault(LOG4J_CONFIG_KEY, quiet_log4j_config())
-    spark = raydp.init_spark(
-        app_name,
-        num_executors,
-        executor_cores,
-        executor_memory,
-        configs=merged,
-        **kw,
-    )
+    # Spark's driver JVM starts here; quiet, its stderr goes through a filter
+    # that drops the start-up line of Ray's C++ core (see raylog._log)
+    with _log.filter_child_stderr() if quiet else contextlib.nullcontext():
+        spark = raydp.init_spark(
+            app_name,
+            num_executors,
+            executor_cores,
+            executor_memory,
+            configs=merged,
+            **kw,
+        )
     if jars:
         from raylog_spark import jvm
 
@@ -184,7 +190,6 @@ def init_spark(
         # since) did not get the jar at launch: add it to this session.
         if not jvm.add_to_session(spark, jars[0]):
             log.warning("the Spark driver cannot load %s; reads will use the Python reader", jars[0])
-    from raylog_spark.source import use_cluster
 
     use_cluster(spark)  # spark.read.format("raylog") finds this process's cluster
     return spark
@@ -216,7 +221,6 @@ def quiet_log4j_config() -> str:
     (written once per user under the temp directory). RayDP otherwise points
     the driver at ``log4j2-default.properties``, which no jar holds: log4j
     then prints "Reconfiguration failed" and Spark its warnings."""
-    import tempfile
 
     path = os.path.join(tempfile.gettempdir(), f"raylog-spark-log4j2-{os.getuid()}.properties")
     try:
@@ -239,7 +243,7 @@ def stop_spark(cleanup_data: bool = True) -> None:
     master actor is kept so that DataFrames converted to Ray datasets stay
     readable; a later call with ``True`` removes it.
     """
-    import raydp
+    import raydp  # heavy (RayDP): imported when used
 
     raydp.stop_spark(cleanup_data=cleanup_data)
 

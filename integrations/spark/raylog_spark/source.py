@@ -13,7 +13,9 @@ import base64
 import json
 
 from raylog.read import FETCH_BYTES, ReadPlan
+from raylog.read import default_settings
 from raylog_spark.columns import spark_schema
+from raylog_spark.jvm import FORMAT
 
 #: the Spark conf keys the data source ``raylog`` reads its cluster from when
 #: a read by name has no ``zookeeper``/``cluster``/``token`` option
@@ -58,7 +60,6 @@ def jvm_dataframe(
     :func:`spark_schema` (binary values), or with ``avro`` (an
     :class:`raylog_spark.avro_values.AvroColumns`) its typed columns, the
     values decoded in the executors' JVMs (``org.raylog.spark.AvroSpec``)."""
-    from raylog_spark.jvm import FORMAT
 
     options = jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)
     columns = spark_schema().fieldNames()
@@ -78,7 +79,6 @@ def use_cluster(spark, client=None, settings=None) -> bool:
     ``spark.raylog.cluster`` and ``spark.raylog.token`` (base64).
     :func:`raylog_spark.init_spark` calls it. Returns False when there is no
     cluster to use (nothing is set)."""
-    from raylog.read import default_settings
 
     if client is not None:
         settings = client.settings

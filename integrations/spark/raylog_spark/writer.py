@@ -28,13 +28,15 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from raylog.read import resolve_connection
 from raylog.errors import ConfigError
+from raylog.metadata import Metadata
+from raylog.producer import Producer
+from raylog.read import resolve_connection
 
 
 def _as_binary(df, name: str):
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    from pyspark.sql import functions as F  # heavy (Spark): imported when used
+    from pyspark.sql import types as T  # heavy (Spark): imported when used
 
     if name not in df.columns:
         raise ConfigError(f"the DataFrame has no column {name!r}; its columns are {df.columns}")
@@ -95,8 +97,6 @@ def write_topic(
 def write_batches(topic: str, settings, options: dict, partitions: int, batches: Iterator[pa.RecordBatch]):
     """The ``mapInArrow`` function of :func:`write_topic`: one producer per
     task; yields one row, the number of messages it wrote."""
-    from raylog.metadata import Metadata
-    from raylog.producer import Producer
 
     metadata = Metadata.connect(settings)
     producer = Producer(metadata, **options)

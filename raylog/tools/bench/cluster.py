@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -12,13 +13,14 @@ import shutil
 import sys
 import tempfile
 
+import raylog.tools.local_cluster as shared
 from raylog.tools.bench.settings import AUTOSCALER_UPDATE_INTERVAL_S, BenchError, CONFIG
+from raylog.zk.launcher import free_port
 
 
 def _local_cluster_module():
     """A private copy of :mod:`raylog.tools.local_cluster` pointed at the
     bench's config (the shared module keeps its own)."""
-    import raylog.tools.local_cluster as shared
 
     spec = importlib.util.spec_from_file_location("raylog_bench_local_cluster", shared.__file__)
     module = importlib.util.module_from_spec(spec)
@@ -59,11 +61,8 @@ def _environ(**values):
 
 class LocalCluster:
     """A local autoscaling cluster started for one run and stopped by PID."""
-
     def __init__(self, timeout_s: float):
-        import argparse
 
-        from raylog.zk.launcher import free_port
 
         self.module = _local_cluster_module()
         self.state_dir = tempfile.mkdtemp(prefix="raylog-autoscale-", dir="/tmp")  # short: Ray's socket paths

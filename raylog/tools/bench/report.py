@@ -7,6 +7,7 @@ import dataclasses
 from typing import Iterable
 
 from raylog.actors.placement import DISK_RESOURCE
+from raylog.actors.placement import NODE_LABEL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,6 @@ class NodeInfo:
 
     @classmethod
     def from_ray(cls, node: dict) -> "NodeInfo":
-        from raylog.actors.placement import NODE_LABEL
 
         resources = node.get("Resources") or {}
         cpus = float(resources.get("CPU", 0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -13,18 +14,19 @@ import time
 from typing import Callable
 
 from raylog.actors.placement import DISK_RESOURCE
+from raylog.client import DEFAULT_DATA_DIR, Client
+from raylog.consumer import Consumer
 from raylog.errors import RaylogError
-from raylog.tools.bench.settings import BenchError, BenchSettings, CONFIG, CONSUMER_GRACE_S, IN_FLIGHT_PER_PRODUCER, PRODUCER_CLOSE_S, SEND_BATCH, TOPIC_RETENTION_BYTES, TOPIC_SEGMENT_BYTES
-from raylog.tools.bench.report import NodeTracker, phase_report
+from raylog.metadata import Metadata
 from raylog.tools.bench.cluster import LocalCluster
+from raylog.tools.bench.report import NodeTracker, phase_report
+from raylog.tools.bench.settings import BenchError, BenchSettings, CONFIG, CONSUMER_GRACE_S, IN_FLIGHT_PER_PRODUCER, PRODUCER_CLOSE_S, SEND_BATCH, TOPIC_RETENTION_BYTES, TOPIC_SEGMENT_BYTES
 
 
 def consume_until(settings, topic: str, group: str, until: float) -> dict:
     """A consumer task: read ``topic`` in ``group`` until the wall clock
     reaches ``until``; the count and when it ran. A task that starts after
     ``until`` (its node came too late) reads nothing."""
-    from raylog.consumer import Consumer
-    from raylog.metadata import Metadata
 
     started = time.time()
     if started >= until:
@@ -48,7 +50,6 @@ def consume_until(settings, topic: str, group: str, until: float) -> dict:
 
 class Run:
     """One benchmark run on a cluster that is up (the driver joined it)."""
-
     def __init__(self, settings: BenchSettings, client, emit: Callable[[dict], None], bar, about: dict | None = None):
         self.settings = settings
         self.about = about or {}
@@ -79,7 +80,7 @@ class Run:
         self.emit(row)
 
     def poll_nodes(self, force: bool = False) -> None:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         now = time.monotonic()
         if not force and now - self._last_poll < 1.0:
@@ -105,7 +106,7 @@ class Run:
     # -- stages ---------------------------------------------------------------
 
     def run(self) -> list[dict]:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         s = self.settings
         self.nodes.update(ray.nodes())  # what runs already is no event
@@ -131,7 +132,7 @@ class Run:
         return self.rows
 
     def disk_nodes(self) -> None:
-        from ray.autoscaler.sdk import request_resources
+        from ray.autoscaler.sdk import request_resources  # heavy (Ray): imported when used
 
         s = self.settings
         self.stage = "disk nodes"
@@ -167,7 +168,7 @@ class Run:
     def _producer_counts(self, timeout_s: float) -> set[int]:
         """Refresh ``self.sent`` from the producer actors that answer within
         ``timeout_s`` (a pending actor does not); the indexes that answered."""
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         refs = {p.stats.remote(): i for i, p in enumerate(self.producers)}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
@@ -181,7 +182,7 @@ class Run:
         return answered
 
     def _resize_producers(self, workers: int) -> None:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         while len(self.producers) < workers:
             self.producers.append(
@@ -195,13 +196,13 @@ class Run:
             ray.kill(actor)
 
     def _close_producers(self, actors: list) -> None:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         refs = [a.close.remote() for a in actors]
         ray.wait(refs, num_returns=len(refs), timeout=PRODUCER_CLOSE_S)
 
     def run_phase(self, k: int, workers: int) -> None:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         s = self.settings
         self.stage = f"phase {k}"
@@ -263,7 +264,7 @@ class Run:
         ))
 
     def stop_load(self) -> None:
-        import ray
+        import ray  # heavy (Ray): imported when used
 
         self.stage = "stop load"
         self.bar.set_description_str("stopping the load")
@@ -301,14 +302,14 @@ def _first_line(err: BaseException) -> str:
 
 
 def _progress(total: float):
-    from tqdm import tqdm
+    from tqdm import tqdm  # optional: imported when used
 
     return tqdm(total=total, unit="s", file=sys.stderr, disable=not sys.stderr.isatty(), leave=False,
                 bar_format="{desc} {bar} {n:.0f}/{total:.0f} s{postfix}")
 
 
 def _emit_line(row: dict) -> None:
-    from tqdm import tqdm
+    from tqdm import tqdm  # optional: imported when used
 
     tqdm.write(json.dumps(row), file=sys.stdout)
     sys.stdout.flush()
@@ -317,7 +318,6 @@ def _emit_line(row: dict) -> None:
 @contextlib.contextmanager
 def _sigterm_interrupts():
     """SIGTERM ends the run like Ctrl-C does: through the clean-up."""
-
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
@@ -368,11 +368,9 @@ def run(settings: BenchSettings, emit: Callable[[dict], None] = _emit_line) -> l
 
 def _run_on(settings: BenchSettings, zookeeper: str, ray_address: str, data_dir: str | None, emit, bar,
             about: dict) -> list[dict]:
-    import logging
 
-    import ray
+    import ray  # heavy (Ray): imported when used
 
-    from raylog.client import DEFAULT_DATA_DIR, Client
 
     ray.init(address=ray_address, logging_level=logging.WARNING, log_to_driver=False)
     client = None

@@ -106,7 +106,7 @@ def parse_phases(text: str) -> tuple[int, ...]:
 
 
 def _load_config() -> dict:
-    import yaml
+    import yaml  # only here: imported when used
 
     with open(CONFIG) as f:
         return yaml.safe_load(f)

@@ -49,6 +49,7 @@ import sys
 import click
 
 from raylog.errors import ConfigError, RaylogError
+from raylog.testing.runner import main as run_faults
 from raylog.tools.cli import audit, bench, groups, streams, topics, zookeeper  # noqa: F401 - registers the commands
 from raylog.tools.cli.base import _fail, cli
 
@@ -62,7 +63,6 @@ def faults(ctx):
     faults, then Jepsen-style checks of the whole history (raylog faults
     --help for its options: --duration, --seed, --faults, --out ...).
     Starts its own ZooKeeper and Ray cluster; exit code 1 on an anomaly."""
-    from raylog.testing.runner import main as run_faults
 
     ctx.exit(run_faults(ctx.args))
 

@@ -7,6 +7,7 @@ import datetime
 
 import click
 
+from raylog.errors import UnknownTopicError
 from raylog.tools.cli.base import CommandError, Target, pass_target, _table, cli
 
 
@@ -24,7 +25,6 @@ def audit(target: Target, topic, group):
     messages than were produced in it (more is fine: delivery is
     at-least-once). Joins the Ray cluster (see --ray-address): it flushes
     the audit topic's partition first, so the latest counts are in."""
-    from raylog.errors import UnknownTopicError
 
     with target.client("audit", ray=True) as client:
         rows = client.audit(topic=topic, group=group)

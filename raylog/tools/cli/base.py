@@ -8,6 +8,7 @@ import contextlib
 
 import click
 
+from raylog import _log
 from raylog.errors import RaylogError
 
 #: where ``zookeeper start`` and ``zookeeper stop`` keep a local ZooKeeper's data
@@ -29,7 +30,6 @@ _EMBEDDED_NOTE = (
 
 class CommandError(click.ClickException):
     """A failure of a command that is not a raylog error (exit code 1)."""
-
     exit_code = 1
 
     def show(self, file=None) -> None:
@@ -46,7 +46,6 @@ def _fail(err: BaseException) -> None:
 
 class Target:
     """The cluster the global options name; makes the command's client."""
-
     def __init__(self, zookeeper: str | None, ray_address: str | None, cluster: str, token: str | None):
         self.zookeeper = zookeeper or None
         self.ray_address = ray_address or None
@@ -174,8 +173,9 @@ def _table(headers: list[str], rows: list[list]) -> str:
     "--token",
     envvar="RAYLOG_TOKEN",
     show_envvar=True,
-    help="The cluster's data token, if its partitions require one (prefer the environment "
-    "variable: command lines are visible to other users).",
+    help="The cluster's data token. Every data port requires it; on a node of the Ray cluster it is "
+    "derived (from Ray's auth token, or read from Ray's key-value store), so pass it only from "
+    "outside Ray (prefer the environment variable: command lines are visible to other users).",
 )
 @click.version_option(package_name="raylog", prog_name="raylog")
 @click.pass_context
@@ -196,7 +196,6 @@ def cli(ctx, zookeeper, ray_address, cluster, token):
     Exit codes: 0 done, 1 error (one line 'error: ...' on stderr), 2 bad
     usage or setting, 130 interrupted (Ctrl-C), 143 'consume' after SIGTERM.
     """
-    from raylog import _log
 
     _log.configure()  # warnings only, no ZooKeeper retry chatter (RAYLOG_LOG_LEVEL to change)
     ctx.obj = Target(zookeeper, ray_address, cluster, token)

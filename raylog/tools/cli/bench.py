@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from raylog.errors import ConfigError, RaylogError
+from raylog.tools import bench as benchmark
+from raylog.tools.bench import parse_phases
 from raylog.tools.cli.base import CommandError, Target, _refused_token, pass_target, cli
 
 
 def _phases(ctx, param, value):
-    from raylog.tools.bench import parse_phases
 
     try:
         return parse_phases(value)
@@ -49,7 +50,6 @@ def bench(target: Target, phases, phase_seconds, partitions, disk_nodes, message
     machine) and stops it by PID at the end, also on error or Ctrl-C; with
     both, it runs on that cluster (which needs an autoscaler and disk node
     types). bench/autoscale.py takes the same options."""
-    from raylog.tools import bench as benchmark
 
     if (target.zookeeper is None) != (target.ray_address is None):
         raise click.UsageError(

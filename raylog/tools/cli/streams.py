@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 
 import click
@@ -15,7 +16,7 @@ from raylog.tools.cli.base import ASSIGNMENT_WAIT_S, COMMIT_INTERVAL_MS, Command
 
 
 def _progress(unit: str):
-    from tqdm import tqdm
+    from tqdm import tqdm  # optional: imported when used
 
     return tqdm(unit=unit, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
 
@@ -28,8 +29,9 @@ def _progress(unit: str):
     help="Split each line at the first SEP into key and value (e.g. $'\\t'); "
     "a line without SEP is an error.",
 )
-@click.option("--acks", type=click.Choice(["0", "1"]), default="1", show_default=True,
-              help="0: send and do not wait; 1: wait until each batch is in the partition log.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="1", show_default=True,
+              help="0: send and do not wait; 1: wait until each batch is in the partition log; "
+                   "all: wait until it is flushed (fsynced) and readable.")
 @click.option("--compression", type=click.Choice(["none", "gzip", "zstd", "lz4"]), default="none",
               show_default=True, help="Compress each batch into one wrapper message.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=200, show_default=True,
@@ -51,7 +53,7 @@ def produce(target: Target, topic, key_separator, acks, compression, batch_size,
             batch_size=batch_size,
             linger_ms=linger_ms,
             compression=None if compression == "none" else compression,
-            acks=int(acks),
+            acks=acks if acks == "all" else int(acks),
         )
         try:
             with _progress("msg") as bar:
@@ -157,7 +159,6 @@ def _stop_signals():
     yields gets the signal's number and the loop ends at its next check
     (so the last commit still runs); a second signal stops at once
     (KeyboardInterrupt). Outside the main thread signals are left alone."""
-    import threading
 
     stopped: list[int] = []
     if threading.current_thread() is not threading.main_thread():

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import click
 
+from raylog.config import TopicConfig
 from raylog.tools.cli.base import CommandError, Target, pass_target, _table, cli
 
 
 @cli.group()
 def topics():
     """Create, list, describe and delete topics."""
-
 
 @topics.command("create")
 @click.argument("name")
@@ -34,7 +34,6 @@ def topics_create(target: Target, name, partitions, data_dir, **settings):
     """Create topic NAME and start its partition actors, spread over the
     nodes that offer disk (joins the Ray cluster: see --ray-address)."""
     settings = {k: v for k, v in settings.items() if v is not None}
-    from raylog.config import TopicConfig
 
     TopicConfig(partitions=partitions, **settings)  # bad settings fail before any connection
     with target.client("topics create", ray=True, embedded_ok=True, data_dir=data_dir) as client:

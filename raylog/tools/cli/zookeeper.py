@@ -12,12 +12,13 @@ import time
 import click
 
 from raylog.tools.cli.base import DEFAULT_ZOOKEEPER_DIR, ZOOKEEPER_PID_FILE, ZOOKEEPER_LOG_FILE, CommandError, cli
+from raylog.zk.launcher import CFG_NAME
+from raylog.zk.server import EmbeddedZooKeeper
 
 
 @cli.group()
 def zookeeper():
     """Start and stop a local ZooKeeper (on 127.0.0.1) that outlives the command."""
-
 
 def _pid_path(data_dir: str) -> str:
     return os.path.join(data_dir, ZOOKEEPER_PID_FILE)
@@ -56,7 +57,6 @@ def _is_our_zookeeper(pid: int) -> bool:
 
 
 def _client_port(data_dir: str) -> int | None:
-    from raylog.zk.launcher import CFG_NAME
 
     try:
         with open(os.path.join(data_dir, CFG_NAME)) as f:
@@ -135,8 +135,6 @@ def _last_error(log_path: str) -> str:
 
 def _run_zookeeper(port: int, data_dir: str, timeout_s: float) -> None:
     """The detached process of 'zookeeper start': run the server until told to stop."""
-    from raylog.zk.server import EmbeddedZooKeeper
-
     def stop_on_signal(signum, frame):
         raise SystemExit(0)
 

@@ -33,6 +33,10 @@ def test_the_readme_spark_example_runs_as_written(tmp_path):
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=840
     )
     assert done.returncode == 0, done.stderr[-5000:]
+    # quiet by default: no start-up chatter of Ray's core in Spark's JVMs,
+    # no log4j complaint, no stack trace
+    for chatter in ("gcs_client.cc", "Reconfiguration failed", "Traceback"):
+        assert chatter not in done.stderr, done.stderr[-5000:]
     streamed = pq.read_table(tmp_path / "out" / "clicks").to_pylist()
     assert len(streamed) == 1000
     assert len({(r["partition"], r["offset"], r["inner_index"]) for r in streamed}) == 1000
