@@ -128,7 +128,8 @@ class PartitionActor:
         if replica is None and self.config.replication_factor > 1:  # started by name alone (a repair)
             self.replica = replica = self.registry.placement(topic, partition)["node"]
         if replica is not None:
-            self.role = ReplicaRole(self.zk, self.registry, topic, partition, replica, self.log, self._token)
+            self.role = ReplicaRole(self.zk, self.registry, topic, partition, replica, self.log, self._token,
+                                    on_promoted=self._take_lead)
         self.epoch = 0
         if self.role is None or self.role.is_leader:  # followers leave the endpoint's epoch alone
             placement_path = self.registry.paths.partition(topic, partition)
@@ -187,6 +188,14 @@ class PartitionActor:
             self.name,
             self.epoch,
         )
+
+    def _take_lead(self):
+        """This follower became the leader: a new epoch, the endpoint."""
+        placement_path = self.registry.paths.partition(self.topic, self.partition)
+        data, _ = self.zk.get(placement_path)
+        self.epoch = self.zk.set(placement_path, data).version
+        log.warning("partition %s-%d: replica %s is the leader now", self.topic, self.partition, self.replica)
+        self._reregister()
 
     def _reregister(self):
 

@@ -9,6 +9,15 @@ them with :meth:`PartitionLog.append_replica` at the offset they have on the
 leader, and flushes before the next fetch, so that the offset it asks for
 next (which tells the leader how far it reaches) is on its disk.
 
+Before it follows, a follower whose data is of an older leader epoch than
+the ``state`` node's truncates to the boundary where the next epoch began
+(:meth:`PartitionState.boundary_after`); the epoch of its data is kept in
+the file ``leader-epoch`` of its log directory. When the leader's replica
+is gone (its ephemeral ``replicas/<node>`` expired with its session), an
+in-sync follower takes over (:func:`~raylog.replication.state.take_over`)
+and hands itself to ``on_promoted``, once no leader has served for
+``replica_lag_ms`` (a leader still starting is not replaced).
+
 Errors (the leader moving or restarting, ZooKeeper away) close the
 connection and retry under a :class:`RetryPolicy` until the follower stops.
 
@@ -19,18 +28,42 @@ may be called from any thread.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
+import time
 
 from raylog.errors import RaylogError
 from raylog.replication.leader import replica_topic
+from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
+from raylog.transfer.connection import BrokerConnection
+from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
 
 #: how long one fetch waits at the leader for new bytes
 FETCH_WAIT_MS = 500
 _SIZE = struct.Struct(">I")
+#: the file in a replica's log directory holding the leader epoch of its data
+EPOCH_FILE = "leader-epoch"
+
+
+def read_epoch(directory: str) -> int:
+    try:
+        with open(os.path.join(directory, EPOCH_FILE)) as f:
+            return int(f.read().strip() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+def write_epoch(directory: str, epoch: int) -> None:
+    path = os.path.join(directory, EPOCH_FILE)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(epoch))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
 
 
 def whole_messages(data) -> int:
@@ -48,9 +81,12 @@ def whole_messages(data) -> int:
 class Follower:
     """Replicates one partition from its leader (see the module docstring)."""
 
-    def __init__(self, registry, topic: str, partition: int, node: str, partition_log, token: bytes):
+    def __init__(self, registry, topic: str, partition: int, node: str, partition_log, token: bytes,
+                 on_promoted=None):
         self.registry, self.topic, self.partition, self.node = registry, topic, partition, node
-        self.log, self._token = partition_log, token
+        self.log, self._token, self._on_promoted = partition_log, token, on_promoted
+        self.epoch = read_epoch(partition_log.directory)
+        self._missing_since: float | None = None  # since when no leader serves
         self._stopped = threading.Event()
         self.fetched_bytes = 0
         self._thread = threading.Thread(target=self._run, name="raylog-follower", daemon=True)
@@ -74,11 +110,28 @@ class Follower:
             backoff.wait(self._stopped)
 
     def _follow(self, backoff) -> None:
-        from raylog.transfer.connection import BrokerConnection
-        from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
-
+        zk, paths = self.registry.zk, self.registry.paths
+        state, _ = read_state(zk, paths, self.topic, self.partition)
+        if state.leader_epoch > self.epoch:
+            boundary = state.boundary_after(self.epoch)
+            if boundary is not None and boundary < self.log.log_end_offset:
+                log.warning("replica %s of %s-%d truncates %d..%d (data of leader epoch %d)", self.node,
+                            self.topic, self.partition, boundary, self.log.log_end_offset, self.epoch)
+                self.log.truncate_replica(boundary)
+            self.epoch = state.leader_epoch
+            write_epoch(self.log.directory, self.epoch)
         endpoint = self.registry.endpoint(self.topic, self.partition)
-        if endpoint is None:
+        if endpoint is not None and state.leader != self.node:
+            self._missing_since = None
+        elif self._missing_since is None:
+            self._missing_since = time.monotonic()  # a leader still starting up gets replica_lag_ms
+        elif (time.monotonic() - self._missing_since) * 1000 >= self.log.config.replica_lag_ms:
+            won = take_over(zk, paths, self.topic, self.partition, self.node, self.log.log_end_offset)
+            if won is not None and self._on_promoted is not None:
+                write_epoch(self.log.directory, won[0].leader_epoch)
+                self._stopped.set()
+                self._on_promoted(*won)
+        if endpoint is None or state.leader == self.node:
             return
         max_bytes = self.log.config.max_message_bytes
         name = replica_topic(self.topic, self.node)

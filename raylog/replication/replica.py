@@ -19,7 +19,11 @@ MAINTAIN_INTERVAL_S = 0.1
 
 
 class ReplicaRole:
-    def __init__(self, zk, registry, topic: str, partition: int, node: str, partition_log, token: bytes):
+    """``on_promoted()``: called (on the follower's thread) once this
+    follower has become the leader; the actor registers its endpoint then."""
+
+    def __init__(self, zk, registry, topic: str, partition: int, node: str, partition_log, token: bytes,
+                 on_promoted=None):
         found = read_state(zk, registry.paths, topic, partition)
         if found is None:
             raise ConfigError(f"{topic}-{partition} has no replication state in ZooKeeper; it is not replicated")
@@ -30,12 +34,22 @@ class ReplicaRole:
         self.leader = self.follower = None
         self._views: dict[str, object] = {}
         self._next_maintain = 0.0
+        self._on_promoted = on_promoted
         if self.is_leader:
-            self.leader = Leader(zk, registry.paths, topic, partition, node, partition_log, state, version)
-            self._client_view = ClientView(self.leader)
+            self._lead(state, version)
         else:
-            self.follower = Follower(registry, topic, partition, node, partition_log, token)
+            self.follower = Follower(registry, topic, partition, node, partition_log, token, self._promoted)
             self.follower.start()
+
+    def _lead(self, state, version) -> None:
+        self.leader = Leader(self.zk, self.paths, self.topic, self.partition, self.node, self.log, state, version)
+        self._client_view = ClientView(self.leader)
+        self.is_leader = True
+
+    def _promoted(self, state, version) -> None:
+        self._lead(state, version)
+        if self._on_promoted is not None:
+            self._on_promoted()
 
     def resolve(self, topic: str):
         """What the data server serves under ``topic`` (None: not here)."""

@@ -3,12 +3,15 @@
 ``topics/<topic>/partitions/<p>/state`` (persistent) holds JSON::
 
     {"leader": <node identity>, "leader_epoch": <int>, "isr": [<node>, ...],
-     "replicas": [<node>, ...]}
+     "replicas": [<node>, ...], "epochs": [[<epoch>, <start offset>], ...]}
 
 ``leader`` serves the partition; ``leader_epoch`` grows by one with every
 change of leader; ``isr`` lists the in-sync replicas (the leader always
 among them); ``replicas`` all the nodes that hold a replica, the first being
-the preferred leader. The node is written only by a compare-and-set on its
+the preferred leader; ``epochs`` the offset at which each leader epoch after
+the first began (the new leader's log end when it took over): a replica
+whose data is of an older epoch truncates to that boundary before it
+follows (Kafka's leader-epoch truncation), so logs never diverge. The node is written only by a compare-and-set on its
 ZooKeeper version (:func:`compare_and_set`), so two writers never both win.
 
 ``topics/<topic>/partitions/<p>/replicas/<node>`` (ephemeral) holds the JSON
@@ -35,18 +38,24 @@ class PartitionState:
     leader_epoch: int
     isr: tuple[str, ...]
     replicas: tuple[str, ...]
+    epochs: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> bytes:
         return json.dumps(
             {"leader": self.leader, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
-             "replicas": list(self.replicas)},
+             "replicas": list(self.replicas), "epochs": [list(e) for e in self.epochs]},
             sort_keys=True,
         ).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> "PartitionState":
         raw = json.loads(data)
-        return cls(raw["leader"], int(raw["leader_epoch"]), tuple(raw["isr"]), tuple(raw["replicas"]))
+        return cls(raw["leader"], int(raw["leader_epoch"]), tuple(raw["isr"]), tuple(raw["replicas"]),
+                   tuple((int(e), int(o)) for e, o in raw.get("epochs", ())))
+
+    def boundary_after(self, epoch: int) -> int | None:
+        """Where the first leader epoch after ``epoch`` began (None: none did)."""
+        return min((start for e, start in self.epochs if e > epoch), default=None)
 
     def with_isr(self, isr) -> "PartitionState":
         """The same state with ``isr`` (kept in the order of ``replicas``)."""
@@ -102,8 +111,12 @@ def register_replica(zk, paths, topic: str, partition: int, node: str, endpoint:
     data = json.dumps(endpoint, sort_keys=True).encode()
     try:
         zk.create(path, data, ephemeral=True, makepath=True)
-    except NodeExistsError:  # left by our own earlier session, or a restart
-        zk.delete(path)
+    except NodeExistsError:
+        stat = zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == zk.client_id[0]:
+            zk.set(path, data)  # ours already: never absent for a moment (a follower would take over)
+            return
+        zk.delete(path)  # left by an earlier session of this replica
         zk.create(path, data, ephemeral=True, makepath=True)
 
 
@@ -121,3 +134,23 @@ def running_replicas(zk, paths, topic: str, partition: int) -> dict[str, dict]:
         except NoNodeError:
             continue
     return found
+
+
+def take_over(zk, paths, topic: str, partition: int, node: str, log_end: int):
+    """Make ``node`` the leader when the leader's replica is gone: only an
+    ISR member may (no unclean election), by a compare-and-set with the
+    next leader epoch, which begins at ``log_end``. ``(state, version)`` when
+    ``node`` leads, else None."""
+    found = read_state(zk, paths, topic, partition)
+    if found is None:
+        return None
+    state, version = found
+    if state.leader == node:
+        return found
+    if node not in state.isr or zk.exists(replica_path(paths, topic, partition, state.leader)):
+        return None
+    epoch = state.leader_epoch + 1
+    new = dataclasses.replace(state, leader=node, leader_epoch=epoch, isr=tuple(n for n in state.isr if n != state.leader),
+                              epochs=state.epochs + ((epoch, log_end),))
+    version = compare_and_set(zk, paths, topic, partition, new, version)
+    return None if version is None else (new, version)

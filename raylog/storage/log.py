@@ -240,6 +240,23 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention):
                 raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
             return self._append_locked(message_set, size, count, None) if count else self._leo
 
+    def truncate_replica(self, offset: int) -> None:
+        """Cut the log back to ``offset`` (a replica of an older leader epoch,
+        see :mod:`raylog.replication.state`); nothing at or past the end."""
+        with self._flush_lock, self._lock:
+            self._check_writable()
+            if offset >= self._leo:
+                return
+            segments = self._view[1]
+            keep = [s for s in segments if s.base_offset <= offset] or segments[:1]
+            for segment in segments[len(keep):]:
+                segment.delete()
+            keep[-1].truncate(offset - keep[-1].base_offset)
+            self._view, self._active, self._leo = ([s.base_offset for s in keep], keep), keep[-1], offset
+            self._write_checkpoint(offset)
+            with self._cond:
+                self._hw = min(self._hw, offset)
+
     def _validate(self, message_set) -> int:
         """Check a set (nothing is written yet); its number of (outer) messages."""
         return validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
