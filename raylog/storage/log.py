@@ -58,6 +58,7 @@ from typing import Callable
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, StorageError
 from raylog.storage import faults as _faults
+from raylog.storage.base import LogSettingsAndWatermark
 from raylog.storage.fileops import LOCK_NAME, _flusher, _lock_directory
 from raylog.storage.log_reads import FileSlice, LogReads
 from raylog.storage.producer_state import ProducerStateTable
@@ -70,7 +71,7 @@ __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "Recover
 
 log = logging.getLogger(__name__)
 
-class PartitionLog(LogReads, LogRecovery, LogRetention):
+class PartitionLog(LogSettingsAndWatermark, LogReads, LogRecovery, LogRetention):
     """The log of one partition, in ``directory``.
 
     Thread-safety: one writer at a time (``append``, ``flush``,
@@ -140,15 +141,6 @@ class PartitionLog(LogReads, LogRecovery, LogRetention):
     @property
     def directory(self) -> str:
         return self._dir
-
-    @property
-    def config(self) -> TopicConfig:
-        return self._config
-
-    @property
-    def high_watermark(self) -> int:
-        """Bytes below this offset are flushed and visible to readers."""
-        return self._hw
 
     @property
     def log_start_offset(self) -> int:

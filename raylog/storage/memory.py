@@ -23,7 +23,7 @@ from typing import Sequence
 
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.base import BytesSlice
+from raylog.storage.base import BytesSlice, LogSettingsAndWatermark
 from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.validation import validate_append
@@ -31,7 +31,7 @@ from raylog.storage.validation import validate_append
 _TS_AT = 10  # a message's timestamp: after size, crc, magic, attributes
 
 
-class MemoryLog:
+class MemoryLog(LogSettingsAndWatermark):
     """The log of one partition in memory (see the module docstring)."""
 
     def __init__(self, config: TopicConfig = TopicConfig(), *, flush_on_append: bool = False):
@@ -45,14 +45,6 @@ class MemoryLog:
         self._cond = threading.Condition(threading.Lock())
 
     # -- the contract's properties ------------------------------------------------
-
-    @property
-    def config(self) -> TopicConfig:
-        return self._config
-
-    @property
-    def high_watermark(self) -> int:
-        return self._hw
 
     @property
     def log_start_offset(self) -> int:
@@ -84,9 +76,7 @@ class MemoryLog:
         self._validate(message_set)
         with self._cond:
             self._check_open()
-            stored = self._producers.judge(
-                producer_id, producer_epoch, first_sequence, len(lengths), topic_partition=name
-            )
+            stored = self._producers.judge(producer_id, producer_epoch, first_sequence, len(lengths), topic_partition=name)
             if stored is not None:
                 return stored
             base = self._append_locked(message_set)

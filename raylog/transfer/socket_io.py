@@ -87,13 +87,17 @@ class SocketIO:
         """Socket errors of a send as raylog errors (the connection is closed)."""
         try:
             yield
-        except BlockingIOError:
-            raise self._failed(
-                f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s; the connection was closed",
-                timeout=True,
-            ) from None
         except OSError as err:
-            raise self._failed(f"sending to {self.host}:{self.port} failed: {err}") from err
+            raise self._io_failed(err, "sending to", f"timed out after {self.timeout_s}s") from err
+
+    def _io_failed(self, err: OSError, doing: str, timed_out: str) -> RaylogError:
+        """The raylog error of a send or receive that failed with ``err`` (a
+        ``BlockingIOError`` is the kernel's SO_SNDTIMEO/SO_RCVTIMEO expiring);
+        the connection is dropped."""
+        where = f"{doing} {self.host}:{self.port}"
+        if isinstance(err, BlockingIOError):
+            return self._failed(f"{where} {timed_out}; the connection was closed", timeout=True)
+        return self._failed(f"{where} failed: {err}")
 
     def _send(self, data) -> None:
         sock = self._live()
@@ -137,13 +141,8 @@ class SocketIO:
         sock = self._live()
         try:
             n = sock.recv_into(view)
-        except BlockingIOError:
-            raise self._failed(
-                f"no reply from {self.host}:{self.port} within {self._recv_timeout}s; the connection was closed",
-                timeout=True,
-            ) from None
         except OSError as err:
-            raise self._failed(f"receiving from {self.host}:{self.port} failed: {err}") from err
+            raise self._io_failed(err, "receiving from", f"gave no reply within {self._recv_timeout}s") from err
         if n == 0:
             raise self._failed(
                 f"{self.host}:{self.port} closed the connection before its reply was complete; "
