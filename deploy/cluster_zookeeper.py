@@ -102,11 +102,18 @@ def start(args) -> int:
     return 0
 
 
-def stop(args) -> int:
+def _running(args) -> tuple[str, int | None]:
+    """The data dir and the PID of its running server (None, said, if none)."""
     data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
     pid = _pid(data_dir)
     if pid is None:
         print(f"no ZooKeeper running from {data_dir}")
+    return data_dir, pid
+
+
+def stop(args) -> int:
+    data_dir, pid = _running(args)
+    if pid is None:
         return 0
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + args.timeout_s
@@ -123,10 +130,8 @@ def stop(args) -> int:
 
 
 def status(args) -> int:
-    data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
-    pid = _pid(data_dir)
+    data_dir, pid = _running(args)
     if pid is None:
-        print(f"no ZooKeeper running from {data_dir}")
         return 3
     print(f"ZooKeeper running from {data_dir} (pid {pid})")
     return 0

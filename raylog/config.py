@@ -66,9 +66,16 @@ class TopicConfig:
     #: producer ids whose sequences a partition remembers (idempotence);
     #: the least recently active is forgotten first
     max_producer_ids: int = 10_000
+    #: replicas per partition, each on its own disk node (DESIGN section 7)
+    replication_factor: int = 1
+    #: the fewest in-sync replicas with which ``acks="all"`` is accepted
+    min_insync_replicas: int = 1
+    #: a follower that has not caught up for this long leaves the ISR
+    replica_lag_ms: int = 10_000
 
     def __post_init__(self):
-        positive = ("partitions", "segment_bytes", "flush_messages", "max_message_bytes", "segment_ms", "max_producer_ids")
+        positive = ("partitions", "segment_bytes", "flush_messages", "max_message_bytes", "segment_ms",
+                    "max_producer_ids", "replication_factor", "min_insync_replicas", "replica_lag_ms")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -88,6 +95,11 @@ class TopicConfig:
                 f"segment_bytes ({self.segment_bytes})"
             )
 
+        if self.min_insync_replicas > self.replication_factor:
+            raise ConfigError(
+                f"min_insync_replicas ({self.min_insync_replicas}) must not exceed "
+                f"replication_factor ({self.replication_factor})"
+            )
         if self.max_inflated_bytes and self.max_inflated_bytes < self.max_message_bytes:
             raise ConfigError(
                 f"max_inflated_bytes ({self.max_inflated_bytes}) must be 0 (the default) or at least "

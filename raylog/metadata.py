@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from raylog.auth import cluster_token
 from raylog.errors import BrokerUnavailableError, UnknownPartitionError
 from raylog.retry import RetryPolicy
+from raylog.transfer.connection import BrokerConnection
+from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
 
@@ -33,11 +36,18 @@ class ConnectionSettings:
 
     def __post_init__(self):
         if self.token is None:
-            from raylog.auth import cluster_token
-
             token = cluster_token(self.cluster)  # closed by default
             if token is not None:
                 object.__setattr__(self, "token", token)
+
+    def broker_connection(
+        self, host: str, port: int, *, timeout_s: float = 30.0, max_message_bytes: int | None = None
+    ) -> BrokerConnection:
+        """A :class:`~raylog.transfer.connection.BrokerConnection` to a data
+        server of this cluster, authenticated with its token; with
+        ``max_message_bytes``, replies may hold messages up to that size."""
+        options = {} if max_message_bytes is None else {"max_frame_bytes": max_message_bytes + FRAME_OVERHEAD_BYTES}
+        return BrokerConnection(host, port, token=self.token, timeout_s=timeout_s, **options)
 
 
 class Metadata:
@@ -52,7 +62,6 @@ class Metadata:
     def connect(cls, settings: ConnectionSettings) -> "Metadata":
         """A metadata view with its own ZooKeeper session (for producers and
         consumers outside the process that holds the :class:`Client`)."""
-
         zk = connect_kazoo(settings.zookeeper)
         return cls(Registry(zk, settings.cluster), settings, owns_zk=zk)
 

@@ -28,6 +28,8 @@ from raylog.config import NAMESPACE, TopicConfig
 from raylog.errors import BrokerUnavailableError
 from raylog.groups.admin import delete_topic_offsets
 from raylog.producer.partitioner import partition_for_key
+from raylog.replication.admin import describe_replicas, follower_actors, record_replicas, start_followers
+from raylog.replication.assignment import assign_replicas
 
 
 def place_partitions(topic: str, partitions: int, disks: list) -> list:
@@ -35,6 +37,14 @@ def place_partitions(topic: str, partitions: int, disks: list) -> list:
     from the node the stable hash of the topic's name picks (the same in
     every process, unlike Python's ``hash()``)."""
     return spread(partitions, disks, offset=partition_for_key(topic.encode(), max(1, len(disks))))
+
+
+def place_replicas(topic: str, partitions: int, disks: list, replication_factor: int) -> list:
+    """Per partition, the nodes of its replicas (leader first); for one
+    replica the same nodes as :func:`place_partitions`."""
+    place_partitions(topic, partitions, disks)  # no disk node at all: its error
+    offset = partition_for_key(topic.encode(), max(1, len(disks)))
+    return assign_replicas(partitions, disks, replication_factor, offset=offset)
 
 
 class TopicAdmin:
@@ -58,12 +68,12 @@ class TopicAdmin:
         config = TopicConfig(partitions=partitions, **settings)
         nodes = ray.nodes()
         disks = disk_nodes(nodes)
-        placement = place_partitions(name, partitions, disks)
+        placement = place_replicas(name, partitions, disks, config.replication_factor)
         remove_deleted(self.registry, self.settings.zookeeper, nodes, topic=name, token=self.settings.token)
         self.registry.create_topic(name, config)
         try:
-            for p, node in enumerate(placement):
-                self.registry.set_placement(name, p, node.identity, self.log_dir(name, p))
+            for p, replicas in enumerate(placement):
+                record_replicas(self._zk, self.registry, name, p, replicas, self.log_dir(name, p))
             self._serve(name, config, nodes, timeout_s)
         except BaseException:
             self._stop_actors(name, partitions, delete_data=True)
@@ -116,20 +126,14 @@ class TopicAdmin:
         actors = []
         for p in range(config.partitions):
             place = self.registry.placement(name, p)
-            actors.append(
-                start_partition_actor(
-                    zookeeper=self.settings.zookeeper,
-                    cluster=self.settings.cluster,
-                    topic=name,
-                    partition=p,
-                    log_dir=place["log_dir"],
-                    config=config,
-                    node_identity=place["node"],
-                    nodes=nodes,
-                    host=self.data_host,
-                    token=self.settings.token,
-                )
-            )
+            replicated = config.replication_factor > 1
+            start = dict(zookeeper=self.settings.zookeeper, cluster=self.settings.cluster, topic=name, partition=p,
+                         log_dir=place["log_dir"], config=config, nodes=nodes, host=self.data_host,
+                         token=self.settings.token)
+            if replicated:
+                actors.extend(start_followers(self._zk, self.registry, **start))
+            actors.append(start_partition_actor(**start, node_identity=place["node"],
+                                                replica=place["node"] if replicated else None))
         refs = [a.ping.remote() for a in actors]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         if len(ready) < len(refs):
@@ -159,6 +163,7 @@ class TopicAdmin:
 
         check(self.settings.cluster, self.settings.token, f"stopping the partitions of {topic!r}")
         actors = [a for a in (self._actor(topic, p) for p in range(partitions)) if a is not None]
+        actors += follower_actors(self.settings.cluster, topic, partitions)
         refs = [a.shutdown.remote(delete_data=delete_data, token=self.settings.token) for a in actors]
         try:
             ray.wait(refs, num_returns=len(refs), timeout=30)
@@ -219,5 +224,7 @@ class TopicAdmin:
                     row["log_start_offset"], row["high_watermark"] = self.offsets(name, p)
                 except BrokerUnavailableError:
                     pass
+            if config.replication_factor > 1:
+                row.update(describe_replicas(self._zk, self.registry, self.settings.cluster, name, p))
             partitions.append(row)
         return {"topic": name, "config": config, "partitions": partitions}

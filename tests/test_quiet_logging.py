@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 import pytest
 
@@ -84,3 +86,25 @@ def test_forwarded_lines_lose_only_rays_core_startup_line():
     dispatcher.emit({"lines": ["[2026-11-23 02:49:42,550 W 1 2] gcs_client.cc:210: Failed to get cluster ID"]})
     assert printed == [["an executor's own line"], ["[2026-11-23 02:49:42,550 W 1 2] gcs_client.cc:210: Failed to get cluster ID"]]
     assert len(dispatcher.handlers) == 1
+
+
+def test_filter_child_stderr_drops_the_core_line_and_passes_the_rest(capfd):
+    """A child started in the block writes Ray's C++ start-up line among
+    others: only that line is gone, the rest arrives in order; this
+    process's own stderr is direct again after the block."""
+    import subprocess
+    import threading
+
+    core = "[2026-11-23 06:50:52,010 I 1333 1426] gcs_client.cc:96: GcsClient has no Cluster ID set, and won't fetch."
+    lines = ["first", core, "[2026-11-23 06:50:52,011 W 1 2] other.cc:1: kept", "last, no newline"]
+    script = "import sys; sys.stderr.write(%r)" % "\n".join(lines)
+    before = {t.ident for t in threading.enumerate()}
+    with _log.filter_child_stderr():
+        child = subprocess.Popen([sys.executable, "-c", script])
+    child.wait(timeout=60)
+    for thread in threading.enumerate():
+        if thread.ident not in before and thread.name == "raylog-stderr-filter":
+            thread.join(timeout=30)  # ends at the child's end of file
+            assert not thread.is_alive()
+    os.write(2, b"|own\n")
+    assert capfd.readouterr().err == "first\n" + lines[2] + "\nlast, no newline|own\n"

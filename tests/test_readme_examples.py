@@ -149,13 +149,35 @@ def test_the_group_administration_example_runs_as_written(raylog_client, make_to
     assert "analytics" in raylog_client.list_groups()
 
 
+def test_the_ray_data_example_runs_as_written(raylog_client, capsys):
+    """The README's Ray Data block on the module's client, its topic
+    "clicks" of two partitions holding 40 messages."""
+    raylog_client.create_topic("clicks", partitions=2)
+    producer = raylog_client.producer(acks="all")
+    for i in range(40):
+        producer.send("clicks", b"v%d" % i, key=b"k%d" % (i % 5))
+    producer.flush()
+    producer.close()
+    namespace = {"client": raylog_client}
+    exec(compile(readme_block("### Ray Data without Spark"), "README.md", "exec"), namespace)
+    assert len(namespace["plan"].ranges) >= 4
+    count, names = capsys.readouterr().out.splitlines()[-1].split(" ", 1)
+    assert int(count) == 40
+    assert eval(names) == ["key", "value", "topic", "partition", "offset", "timestamp"]
+
+
 def test_the_quickstart_demo_runs_clean_and_stops_the_cluster(tmp_path):
-    """``make demo`` (``python -m raylog.tools.demo``), smaller and without its
-    Spark step: its own lines only, ending with the cluster stopped."""
+    """``make demo`` (``python -m raylog.tools.demo``), smaller: its own lines
+    only, ending with the cluster stopped. Its Spark step included: Spark's
+    driver JVM writes Ray's ``gcs_client.cc`` start-up lines straight to
+    stderr unless ``init_spark`` filters them. Three send calls per task, so more
+    than one is in flight at a time."""
     assert "make demo" in readme_block("## Quickstart", "bash")
-    code = "from raylog.tools.demo import main\nmain(['--tasks', '2', '--events-per-task', '2000', '--no-spark'])\n"
+    code = "from raylog.tools.demo import main\nmain(['--tasks', '2', '--events-per-task', '12000'])\n"
     proc = run_example(code, tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert "gcs_client.cc" not in proc.stderr, proc.stderr
     assert proc.stderr == "", proc.stderr
     assert proc.stdout.rstrip().splitlines()[-1].endswith("cluster stopped."), proc.stdout
-    assert "nothing lost" in proc.stdout
+    assert "produced 24,000 events" in proc.stdout and "nothing lost" in proc.stdout
+    assert "24,000 events\n" in proc.stdout.split("Spark: read_topic", 1)[1], proc.stdout

@@ -42,6 +42,7 @@ from raylog.auth import cluster_token
 from raylog.config import NAMESPACE, TopicConfig
 from raylog.errors import AuthenticationError
 from raylog.metrics import PartitionMetrics
+from raylog.replication.replica import ReplicaRole
 from raylog.retry import RetryPolicy
 from raylog.storage import faults
 from raylog.storage.log import PartitionLog
@@ -74,6 +75,8 @@ class PartitionActor:
         config_json: bytes,
         host: str | None = None,
         token: bytes | None = None,
+        replica: str | None = None,
+        name: str | None = None,
     ):
         from kazoo.protocol.states import KazooState  # only here: imported when used
 
@@ -94,6 +97,9 @@ class PartitionActor:
         self.log_dir = log_dir
         self.started_at = time.time()
         self._closed = threading.Event()
+        #: replication (raylog.replication): this replica's node, its role once known
+        self.replica, self.role = replica, None
+        self.name = name or actor_name(cluster, topic, partition)
 
         from raylog.actors.supervisor import check_before_serving  # here: supervisor imports this module
 
@@ -119,9 +125,15 @@ class PartitionActor:
 
         self.zk = connect_kazoo(zookeeper)
         self.registry = Registry(self.zk, cluster)
-        placement_path = self.registry.paths.partition(topic, partition)
-        data, _ = self.zk.get(placement_path)
-        self.epoch = self.zk.set(placement_path, data).version
+        if replica is None and self.config.replication_factor > 1:  # started by name alone (a repair)
+            self.replica = replica = self.registry.placement(topic, partition)["node"]
+        if replica is not None:
+            self.role = ReplicaRole(self.zk, self.registry, topic, partition, replica, self.log, self._token)
+        self.epoch = 0
+        if self.role is None or self.role.is_leader:  # followers leave the endpoint's epoch alone
+            placement_path = self.registry.paths.partition(topic, partition)
+            data, _ = self.zk.get(placement_path)
+            self.epoch = self.zk.set(placement_path, data).version
         self._register()
 
         def on_state(state):
@@ -154,19 +166,25 @@ class PartitionActor:
     # -- data server ---------------------------------------------------------
 
     def _resolve(self, topic: str, partition: int):
-        if topic == self.topic and partition == self.partition and not self._closed.is_set():
-            return self.log
-        return None
+        if partition != self.partition or self._closed.is_set():
+            return None
+        if self.replica is not None:  # replicated: the role decides (nothing before it is known)
+            return None if self.role is None else self.role.resolve(topic)
+        return self.log if topic == self.topic else None
 
     # -- registration --------------------------------------------------------
 
     def _register(self):
+        if self.role is not None:
+            self.role.register(self.host, self.port, self.name)
+            if not self.role.is_leader:
+                return
         self.registry.register_endpoint(
             self.topic,
             self.partition,
             self.host,
             self.port,
-            actor_name(self.cluster, self.topic, self.partition),
+            self.name,
             self.epoch,
         )
 
@@ -190,6 +208,8 @@ class PartitionActor:
                 started = time.perf_counter()
                 if self.log.maybe_flush():
                     self._metrics.observe_flush(time.perf_counter() - started)
+                if self.role is not None:
+                    self.role.tick()
                 if self.log.maybe_roll():
                     log.info("partition %s-%d rolled its segment after segment_ms", self.topic, self.partition)
                 if time.monotonic() >= next_sample:
@@ -252,6 +272,12 @@ class PartitionActor:
             "server": self.server.stats(),
         }
 
+    def replica_status(self) -> dict:
+        """This replica's node, role and log end (replicated partitions)."""
+        if self.role is None:
+            return {"node": self.replica, "role": "single", "log_end_offset": self.log.log_end_offset}
+        return self.role.status()
+
     def metrics(self) -> dict:
         """The partition's metric values (sampled now; see :mod:`raylog.metrics`)."""
         self._metrics.sample(self.log, self.server.stats())
@@ -280,8 +306,11 @@ class PartitionActor:
         if self._closed.is_set():
             return
         self._closed.set()
+        if self.role is not None:
+            self.role.stop()
         try:
-            self.registry.unregister_endpoint(self.topic, self.partition, self.epoch)
+            if self.role is None or self.role.is_leader:
+                self.registry.unregister_endpoint(self.topic, self.partition, self.epoch)
         except Exception:  # noqa: BLE001 - ZooKeeper may already be gone
             pass
         self.server.stop()
@@ -317,8 +346,12 @@ def start_partition_actor(
     nodes: list[dict],
     host: str | None = None,
     token: bytes | None = None,
+    replica: str | None = None,
+    name: str | None = None,
 ):
-    """Start (or find, if it runs) the partition actor pinned to its node."""
+    """Start (or find, if it runs) the partition actor pinned to its node
+    (``replica``, ``name``: a replica of a replicated partition, see
+    :mod:`raylog.replication`)."""
 
     options = scheduling_options(node_identity, nodes)
     if faults.ENV in os.environ:
@@ -328,11 +361,11 @@ def start_partition_actor(
     return (
         partition_actor_class()
         .options(
-            name=actor_name(cluster, topic, partition),
+            name=name or actor_name(cluster, topic, partition),
             namespace=NAMESPACE,
             lifetime="detached",
             get_if_exists=True,
             **options,
         )
-        .remote(zookeeper, cluster, topic, partition, log_dir, config.to_json(), host, token)
+        .remote(zookeeper, cluster, topic, partition, log_dir, config.to_json(), host, token, replica, name)
     )

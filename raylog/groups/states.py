@@ -58,7 +58,14 @@ import enum
 from typing import NamedTuple
 
 
-class MemberState(str, enum.Enum):
+class _Named(str, enum.Enum):
+    """An enum whose members print as their names."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class MemberState(_Named):
     CREATED = "CREATED"
     JOINING = "JOINING"
     SETTLING = "SETTLING"
@@ -69,11 +76,8 @@ class MemberState(str, enum.Enum):
     CLOSING = "CLOSING"
     CLOSED = "CLOSED"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Event(str, enum.Enum):
+class Event(_Named):
     START = "START"
     JOINED = "JOINED"
     CHANGED = "CHANGED"
@@ -87,11 +91,8 @@ class Event(str, enum.Enum):
     CLOSE = "CLOSE"
     LEFT = "LEFT"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Action(str, enum.Enum):
+class Action(_Named):
     REGISTER = "REGISTER"            # create the ids node (adopt it if this session made it)
     WAIT_SETTLE = "WAIT_SETTLE"      # (re)start the settle timer; SETTLED when it runs out
     REBALANCE = "REBALANCE"          # one cooperative step; REBALANCED, INCOMPLETE or FAILED_STEP
@@ -100,9 +101,6 @@ class Action(str, enum.Enum):
     FORGET_OWNED = "FORGET_OWNED"    # the session's owner nodes are gone: drop them from memory
     REVOKE_ALL = "REVOKE_ALL"        # on_revoked for everything handed out
     LEAVE = "LEAVE"                  # revoke all, release own owner nodes, delete the ids node; then LEFT
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Step(NamedTuple):

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 from raylog.errors import DataLossError
 from raylog.read.datasource import (
+    PLAN_OPTIONS,
     placement_options,
     read_raylog,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "LATEST",
     "LostRange",
     "NODE_ID_LABEL",
+    "PLAN_OPTIONS",
     "RECONNECT_DEADLINE_S",
     "ReadPlan",
     "ReadRange",

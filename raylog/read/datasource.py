@@ -61,28 +61,22 @@ def _datasource_class():
     return RaylogDatasource
 
 
-def read_raylog(
-    topic: str,
-    starting_offsets="earliest",
-    ending_offsets="latest",
-    *,
-    min_partitions: int | None = None,
-    fail_on_data_loss: bool = True,
-    client=None,
-    settings: ConnectionSettings | None = None,
-    plan: ReadPlan | None = None,
-    locality: bool = True,
-    fetch_bytes: int = FETCH_BYTES,
-    **read_options,
-):
+#: The keyword arguments of :func:`read_raylog` that go to :func:`plan_read`.
+PLAN_OPTIONS = ("min_partitions", "fail_on_data_loss", "client", "settings")
+
+
+def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest", *,
+                plan: ReadPlan | None = None, locality: bool = True, fetch_bytes: int = FETCH_BYTES, **options):
     """A bounded ``ray.data.Dataset`` of ``topic`` with :data:`ARROW_SCHEMA`.
 
-    The arguments are those of :func:`plan_read` (or pass a ``plan``). One
+    ``topic``, the offsets and the keywords of :data:`PLAN_OPTIONS`
+    (``min_partitions``, ``fail_on_data_loss``, ``client``, ``settings``)
+    are those of :func:`plan_read`; or pass a ``plan``. One
     read task per range; with ``locality`` the tasks of each node's ranges
     prefer that node: a label selector on the node's id (``ray.io/node-id``)
     with a fallback to any node, so a read still runs when that node has no
-    free CPU for it or is gone (see the module docstring). ``read_options``
-    go to ``ray.data.read_datasource`` (``num_cpus``, ``memory``,
+    free CPU for it or is gone (see the module docstring). The other
+    ``options`` go to ``ray.data.read_datasource`` (``num_cpus``, ``memory``,
     ``concurrency`` ...).
 
     It never waits for good for CPUs that others hold: without
@@ -96,19 +90,12 @@ def read_raylog(
     """
     import ray  # heavy (Ray): imported when used
 
+    plan_options = {name: options.pop(name) for name in PLAN_OPTIONS if name in options}
     if plan is None:
-        plan = plan_read(
-            topic,
-            starting_offsets,
-            ending_offsets,
-            min_partitions=min_partitions,
-            fail_on_data_loss=fail_on_data_loss,
-            client=client,
-            settings=settings,
-        )
+        plan = plan_read(topic, starting_offsets, ending_offsets, **plan_options)
     if not plan.ranges:
         return ray.data.from_arrow(ARROW_SCHEMA.empty_table())
-    read_options, materialize = _read_resources(read_options)
+    read_options, materialize = _read_resources(options)
     datasource = _datasource_class()
     groups: dict[str | None, list[ReadRange]] = {}
     for rng in plan.ranges:

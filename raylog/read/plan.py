@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 
 from raylog.actors.partition import actor_name
 from raylog.actors.placement import node_identity
+from raylog.auth import cluster_token
 from raylog.client import current_client
 from raylog.config import NAMESPACE
 from raylog.errors import (
@@ -19,10 +20,8 @@ from raylog.errors import (
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
-from raylog.metadata import ConnectionSettings
-from raylog.metadata import Metadata
+from raylog.metadata import ConnectionSettings, Metadata
 from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, _NAMED
-from raylog.transfer.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,6 @@ def default_settings() -> ConnectionSettings | None:
     ``RAYLOG_ZOOKEEPER`` (with ``RAYLOG_CLUSTER``, default ``"default"``, and
     ``RAYLOG_TOKEN``, by default the token this process derives, see
     :mod:`raylog.auth`), else None."""
-
     client = current_client()
     if client is not None:
         return client.settings
@@ -45,8 +43,6 @@ def default_settings() -> ConnectionSettings | None:
     if token:
         token = token.encode()
     else:
-        from raylog.auth import cluster_token
-
         token = cluster_token(cluster)  # derived, as a client does (see raylog.auth)
     return ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
 
@@ -56,8 +52,6 @@ def resolve_connection(client=None, settings: ConnectionSettings | None = None):
     :class:`ConnectionSettings`, or with neither the cluster of
     :func:`default_settings`; ``owned`` is a metadata view to close."""
     if client is None and settings is None:
-        from raylog.client import current_client
-
         client = current_client()
         if client is None:
             settings = default_settings()
@@ -71,7 +65,6 @@ def resolve_connection(client=None, settings: ConnectionSettings | None = None):
         )
     if not isinstance(settings, ConnectionSettings):
         raise ConfigError(f"settings must be a raylog ConnectionSettings, got {type(settings).__name__}")
-
     metadata = Metadata.connect(settings)
     return metadata, metadata.settings, metadata  # metadata.settings: with the derived token
 
@@ -110,7 +103,6 @@ def _node_of(registry, topic: str, partition: int, nodes: list[dict] | None) -> 
     """``(Ray node id, node IP)`` of the node holding the partition's log."""
     if not nodes:
         return None, None
-
     place = registry.placement(topic, partition) or {}
     identity = place.get("node")
     for node in nodes:
@@ -158,7 +150,6 @@ def plan_read(
     ``min_partitions``: split ranges (the larger ones more) so that there are
     at least this many, at message boundaries found by the partition actors.
     """
-
     if min_partitions is not None and (not isinstance(min_partitions, int) or min_partitions < 1):
         raise ConfigError(f"min_partitions must be a positive integer, got {min_partitions!r}")
     metadata, settings, owned = resolve_connection(client, settings)
@@ -174,7 +165,7 @@ def plan_read(
         start_offsets, end_offsets, log_starts, hws = {}, {}, {}, {}
         for p in range(partitions):
             host, port = metadata.endpoint(topic, p, refresh=True, wait_s=10.0)
-            with BrokerConnection(host, port, token=settings.token, timeout_s=30) as conn:
+            with settings.broker_connection(host, port, timeout_s=30) as conn:
                 log_start, hw = conn.offsets(topic, p)
                 named = {EARLIEST: log_start, LATEST: hw}
                 start, end = named.get(starts[p], starts[p]), named.get(ends[p], ends[p])
@@ -262,8 +253,6 @@ def split_counts(sizes: Sequence[int], min_partitions: int) -> list[int]:
 def _split(settings: ConnectionSettings, ranges: list[ReadRange], min_partitions: int) -> list[ReadRange]:
     """Ranges cut into pieces at message boundaries found by the partition actors."""
     import ray  # heavy (Ray): imported when used
-
-
 
     counts = split_counts([r.size for r in ranges], min_partitions)
     calls = []

@@ -18,13 +18,10 @@ from raylog.errors import (
     OffsetOutOfRangeError,
     RaylogError,
 )
-from raylog.metadata import ConnectionSettings
-from raylog.metadata import Metadata
+from raylog.metadata import ConnectionSettings, Metadata
 from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DEADLINE_S, ReadPlan, ReadRange, records_to_batch
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
-from raylog.transfer.connection import BrokerConnection
-from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +37,13 @@ class _Endpoint:
         self.conn = None
 
     def connection(self):
-
         if self.conn is None:
-            self.conn = BrokerConnection(
-                self.host,
-                self.port,
-                token=self.settings.token,
-                timeout_s=self.timeout_s,
-                max_frame_bytes=self.max_message_bytes + FRAME_OVERHEAD_BYTES,
+            self.conn = self.settings.broker_connection(
+                self.host, self.port, timeout_s=self.timeout_s, max_message_bytes=self.max_message_bytes
             )
         return self.conn
 
     def refresh(self) -> None:
-
         self.close()
         metadata = Metadata.connect(self.settings)
         try:
@@ -87,7 +78,6 @@ def read_range(
     deleted since planning raise :class:`DataLossError`, or with
     ``fail_on_data_loss=False`` are skipped, logged and appended to ``lost``.
     """
-
     topic, partition, end = rng.topic, rng.partition, rng.end
     endpoint = _Endpoint(settings, rng, timeout_s, max_message_bytes)
     offset = rng.start

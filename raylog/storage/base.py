@@ -57,27 +57,6 @@ class BytesSlice(NamedTuple):
         return self.data
 
 
-class LogSettingsAndWatermark:
-    """The two properties of :class:`Log` every implementation reads alike,
-    from its ``_config`` and ``_hw`` (a base of both logs).
-
-    Thread-safety: reads of attributes, safe from any thread.
-    """
-
-    _config: TopicConfig
-    _hw: int
-
-    @property
-    def config(self) -> TopicConfig:
-        """The topic's settings."""
-        return self._config
-
-    @property
-    def high_watermark(self) -> int:
-        """Bytes below this offset are flushed and visible to readers."""
-        return self._hw
-
-
 @runtime_checkable
 class Log(Protocol):
     """A partition's log, as the data server and the partition actor use it.
@@ -130,3 +109,20 @@ class Log(Protocol):
 
     def close(self) -> None:
         """Stop serving; later calls raise :class:`~raylog.errors.ClosedError`."""
+
+
+class LogSettings:
+    """What both logs expose the same way (a base of each): the topic's
+    settings and the high watermark, read from ``_config`` and ``_hw``."""
+
+    _config: TopicConfig
+    _hw: int
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    @property
+    def high_watermark(self) -> int:
+        """Bytes below this offset are flushed and visible to readers."""
+        return self._hw

@@ -56,9 +56,9 @@ import time
 from typing import Callable
 
 from raylog.config import TopicConfig
-from raylog.errors import ClosedError, StorageError
+from raylog.errors import ClosedError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
-from raylog.storage.base import LogSettingsAndWatermark
+from raylog.storage.base import LogSettings
 from raylog.storage.fileops import LOCK_NAME, _flusher, _lock_directory
 from raylog.storage.log_reads import FileSlice, LogReads
 from raylog.storage.producer_state import ProducerStateTable
@@ -71,7 +71,7 @@ __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "Recover
 
 log = logging.getLogger(__name__)
 
-class PartitionLog(LogSettingsAndWatermark, LogReads, LogRecovery, LogRetention):
+class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention):
     """The log of one partition, in ``directory``.
 
     Thread-safety: one writer at a time (``append``, ``flush``,
@@ -227,6 +227,18 @@ class PartitionLog(LogSettingsAndWatermark, LogReads, LogRecovery, LogRetention)
             if not count:
                 return self._leo
             return self._append_locked(message_set, size, count, (producer_id, producer_epoch, first_sequence, lengths))
+
+    def append_replica(self, message_set, offset: int) -> int:
+        """Append a leader's set at ``offset``, which must be this log's end
+        (replication: the same bytes at the same byte offset on every
+        replica). Validated like :meth:`append`; :class:`InvalidOffsetError`
+        when ``offset`` is not the log end."""
+        size, count = len(message_set), self._validate(message_set)
+        with self._lock:
+            self._check_writable()
+            if offset != self._leo:
+                raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
+            return self._append_locked(message_set, size, count, None) if count else self._leo
 
     def _validate(self, message_set) -> int:
         """Check a set (nothing is written yet); its number of (outer) messages."""

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.base import BytesSlice, LogSettingsAndWatermark
+from raylog.storage.base import BytesSlice, LogSettings
 from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.validation import validate_append
@@ -31,7 +31,7 @@ from raylog.storage.validation import validate_append
 _TS_AT = 10  # a message's timestamp: after size, crc, magic, attributes
 
 
-class MemoryLog(LogSettingsAndWatermark):
+class MemoryLog(LogSettings):
     """The log of one partition in memory (see the module docstring)."""
 
     def __init__(self, config: TopicConfig = TopicConfig(), *, flush_on_append: bool = False):
@@ -76,7 +76,9 @@ class MemoryLog(LogSettingsAndWatermark):
         self._validate(message_set)
         with self._cond:
             self._check_open()
-            stored = self._producers.judge(producer_id, producer_epoch, first_sequence, len(lengths), topic_partition=name)
+            stored = self._producers.judge(
+                producer_id, producer_epoch, first_sequence, len(lengths), topic_partition=name
+            )
             if stored is not None:
                 return stored
             base = self._append_locked(message_set)

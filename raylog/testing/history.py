@@ -57,6 +57,17 @@ OUTCOMES = (OK, FAILED, UNKNOWN)
 KINDS = ("send", "poll", "commit", "assign", "revoke", "seek", "fault", "start", "stop")
 
 
+
+def _new_op(recorder, type: str, t0: float | None, t1: float | None, fields: dict) -> dict:
+    """The next operation of a recorder (its lock held): ``t1`` defaults to
+    now, ``t0`` to ``t1``."""
+    if t1 is None:
+        t1 = time.time()
+    op = {"process": recorder.process, "seq": recorder._seq, "type": type, "t0": t1 if t0 is None else t0, "t1": t1}
+    op.update(fields)
+    recorder._seq += 1
+    return op
+
 class Recorder:
     """Appends one process's operations to a JSON-lines file (and keeps none
     in memory). Each line is written with one ``os.write`` on a file opened
@@ -73,12 +84,8 @@ class Recorder:
         """Write one operation now; ``t1`` defaults to now, ``t0`` to ``t1``."""
         if type not in KINDS:
             raise ValueError(f"unknown operation type {type!r}; one of {KINDS}")
-        if t1 is None:
-            t1 = time.time()
         with self._lock:
-            op = {"process": self.process, "seq": self._seq, "type": type, "t0": t1 if t0 is None else t0, "t1": t1}
-            op.update(fields)
-            self._seq += 1
+            op = _new_op(self, type, t0, t1, fields)
             os.write(self._fd, (json.dumps(op, separators=(",", ":")) + "\n").encode())
         return op
 
@@ -99,12 +106,8 @@ class MemoryRecorder:
         self._lock = threading.Lock()
 
     def record(self, type: str, t0: float | None = None, t1: float | None = None, **fields) -> dict:
-        if t1 is None:
-            t1 = time.time()
         with self._lock:
-            op = {"process": self.process, "seq": self._seq, "type": type, "t0": t1 if t0 is None else t0, "t1": t1}
-            op.update(fields)
-            self._seq += 1
+            op = _new_op(self, type, t0, t1, fields)
             self.ops.append(op)
         return op
 

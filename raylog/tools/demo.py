@@ -22,6 +22,12 @@ import time
 import raylog_spark
 from raylog.errors import RaylogError
 
+#: events per ``send_batch`` call of a producing task, and how many of its
+#: calls may await their acks at once (the producer actor batches them
+#: together across tasks)
+SEND_BATCH = 5_000
+SEND_IN_FLIGHT = 4
+
 
 def _events(task: int, count: int) -> tuple[list[bytes], list[bytes]]:
     pages = ["/", "/search", "/item", "/cart", "/checkout"]
@@ -89,8 +95,14 @@ def run(
         @ray.remote(num_cpus=0)
         def produce(task: int) -> int:
             values, keys = _events(task, events_per_task)
-            for start in range(0, len(values), 5_000):
-                ray.get(producer.send_batch.remote("page_views", values[start : start + 5_000], keys[start : start + 5_000]))
+            in_flight = []  # at most SEND_IN_FLIGHT calls, each resolved when its messages are acked
+            for start in range(0, len(values), SEND_BATCH):
+                if len(in_flight) >= SEND_IN_FLIGHT:
+                    done, in_flight = ray.wait(in_flight, num_returns=1)
+                    ray.get(done)  # raises what the call ran into
+                end = start + SEND_BATCH
+                in_flight.append(producer.send_batch.remote("page_views", values[start:end], keys[start:end]))
+            ray.get(in_flight)
             return len(values)
 
         t0 = time.time()

@@ -93,6 +93,11 @@ class RequestHandlers:
     def _append(self, conn: _Connection, partition_log: Log, run: list[ProduceRequest], out: list) -> None:
         first = run[0]
         try:
+            # A replicated leader refuses acks="all" while its ISR is below
+            # min_insync_replicas, before appending (raylog.replication.leader).
+            hook = getattr(partition_log, "before_acks_all", None)
+            if hook is not None and any(request.acks == ACKS_ALL for request in run):
+                hook()
             if len(run) == 1:
                 data = bytes(first.message_set)
             else:

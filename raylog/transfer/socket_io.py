@@ -83,21 +83,20 @@ class SocketIO:
             self._recv_timeout = timeout
 
     @contextlib.contextmanager
-    def _sending(self):
-        """Socket errors of a send as raylog errors (the connection is closed)."""
+    def _socket_errors(self, doing: str, timed_out: str):
+        """Socket errors as raylog errors (the connection is closed): a
+        timeout says ``timed_out``, any other error ``<doing> host:port failed``."""
         try:
             yield
+        except BlockingIOError:
+            raise self._failed(f"{timed_out}; the connection was closed", timeout=True) from None
         except OSError as err:
-            raise self._io_failed(err, "sending to", f"timed out after {self.timeout_s}s") from err
+            raise self._failed(f"{doing} {self.host}:{self.port} failed: {err}") from err
 
-    def _io_failed(self, err: OSError, doing: str, timed_out: str) -> RaylogError:
-        """The raylog error of a send or receive that failed with ``err`` (a
-        ``BlockingIOError`` is the kernel's SO_SNDTIMEO/SO_RCVTIMEO expiring);
-        the connection is dropped."""
-        where = f"{doing} {self.host}:{self.port}"
-        if isinstance(err, BlockingIOError):
-            return self._failed(f"{where} {timed_out}; the connection was closed", timeout=True)
-        return self._failed(f"{where} failed: {err}")
+    def _sending(self):
+        return self._socket_errors(
+            "sending to", f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s"
+        )
 
     def _send(self, data) -> None:
         sock = self._live()
@@ -139,10 +138,8 @@ class SocketIO:
 
     def _recv(self, view: memoryview) -> int:
         sock = self._live()
-        try:
+        with self._socket_errors("receiving from", f"no reply from {self.host}:{self.port} within {self._recv_timeout}s"):
             n = sock.recv_into(view)
-        except OSError as err:
-            raise self._io_failed(err, "receiving from", f"gave no reply within {self._recv_timeout}s") from err
         if n == 0:
             raise self._failed(
                 f"{self.host}:{self.port} closed the connection before its reply was complete; "

@@ -119,8 +119,7 @@ class EndpointRegistry(RegistryBase):
     def endpoints(self, topic: str) -> dict[int, dict]:
         """``{partition: endpoint}`` for the partitions being served.
         Raises UnknownTopicError if there is no such topic."""
-        found = self._read_partitions(topic, self.paths.endpoint)
-        return {p: value for p, value in found.items() if value is not None}
+        return self._present(topic, self.paths.endpoint)
 
     @_translated("unregister a partition endpoint")
     def unregister_endpoint(self, topic: str, partition: int, epoch: int) -> bool:

@@ -187,8 +187,7 @@ class Registry(EndpointRegistry):
     def placements(self, topic: str) -> dict[int, dict]:
         """``{partition: placement}`` for the partitions that have one.
         Raises UnknownTopicError if there is no such topic."""
-        found = self._read_partitions(topic, self.paths.partition)
-        return {p: value for p, value in found.items() if value is not None}
+        return self._present(topic, self.paths.partition)
 
     def _tombstones_of(self, topic: str) -> list[dict]:
         now_ms = int(time.time() * 1000)

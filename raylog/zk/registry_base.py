@@ -165,6 +165,11 @@ class RegistryBase:
         except NoNodeError:
             raise self._unknown_topic(topic) from None
 
+    def _present(self, topic: str, path_of) -> dict[int, dict]:
+        """``{partition: value}`` of the partitions whose ``path_of`` node
+        holds one (UnknownTopicError if there is no such topic)."""
+        return {p: value for p, value in self._read_partitions(topic, path_of).items() if value is not None}
+
     def _read_partitions(self, topic: str, path_of) -> dict[int, dict | None]:
         """Read ``path_of(topic, p)`` for every partition node, pipelined."""
         try:

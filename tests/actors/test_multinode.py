@@ -9,12 +9,6 @@ its cluster through the cluster's own handle in ``finally``.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import textwrap
 
 SCRIPT = textwrap.dedent(
@@ -87,24 +81,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_partitions_spread_over_disk_nodes_and_stay_pinned(zookeeper, cluster_name, tmp_path):
-    # The child gets a Ray temp dir of its own, so it never touches this
-    # session's Ray or another cluster on the machine.
-    # (short: Ray's socket paths must fit in 107 bytes)
-    ray_tmp = tempfile.mkdtemp(prefix="rl-", dir="/tmp")
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", SCRIPT, zookeeper.connect_string, cluster_name, str(tmp_path / "data")],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "RAY_TMPDIR": ray_tmp},
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+def test_partitions_spread_over_disk_nodes_and_stay_pinned(run_cluster_script):
+    result = run_cluster_script(SCRIPT)
 
     placed = {int(p): w for p, w in result["placed"].items()}
     assert sorted(w["registered"] for w in placed.values()) == ["disk-a", "disk-a", "disk-b", "disk-b"]

@@ -85,3 +85,20 @@ def test_read_raylog_with_cpus_free_is_lazy_as_before(raylog_client, filled):
     ds = read_raylog(filled, client=raylog_client)
     assert "Materialized" not in type(ds).__name__
     assert ds.count() == MESSAGES
+
+
+def test_read_raylog_hands_plan_read_every_planning_keyword():
+    """read_raylog forwards PLAN_OPTIONS to plan_read: they must be exactly
+    plan_read's keyword-only parameters, or a keyword would go to Ray Data."""
+    import inspect
+
+    from raylog.read import PLAN_OPTIONS, plan_read
+
+    keywords = [n for n, p in inspect.signature(plan_read).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    assert sorted(PLAN_OPTIONS) == sorted(keywords)
+
+
+def test_read_raylog_plans_with_its_planning_keywords(raylog_client, filled):
+    ds = read_raylog(filled, client=raylog_client, min_partitions=4, fail_on_data_loss=False, num_cpus=0)
+    assert ds.count() == MESSAGES
+    assert ds.materialize().num_blocks() >= 4

@@ -4,7 +4,8 @@ The package is installed (not editable: a real build, with its package data)
 into a temporary folder, and the ``raylog`` command runs from another
 directory with that folder first on the path: ``raylog bench --help``
 resolves the bench's cluster config inside the installed package, and
-``raylog zookeeper start`` / ``stop`` run a ZooKeeper and end it.
+``raylog zookeeper start`` / ``stop`` run a ZooKeeper and end it, each through
+the console script the install wrote (``raylog = raylog.tools.cli:main``).
 """
 
 from __future__ import annotations
@@ -43,9 +44,8 @@ def installed(tmp_path_factory):
 def _raylog(installed: str, cwd, *args, timeout_s: float = 180) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYLOG_") and k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = installed  # before the checkout's editable install
-    code = "import sys; from raylog.tools.cli import main; sys.argv[0] = 'raylog'; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout_s)
+    script = os.path.join(installed, "bin", "raylog")  # the console script the install wrote
+    return subprocess.run([script, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 def test_the_installed_package_is_the_one_that_runs_and_carries_its_configs(installed, tmp_path):

@@ -1,0 +1,19 @@
+"""Replication of partitions (DESIGN section 7).
+
+A topic with ``replication_factor`` N > 1 has, per partition, N replica
+actors (:class:`raylog.actors.partition.PartitionActor`), each pinned to its
+own disk node and owning its own log directory. One is the **leader**: it
+registers the partition's endpoint and serves producers and consumers. The
+others are **followers**: they fetch the leader's bytes over the data channel
+and append them at the same byte offsets (:mod:`raylog.replication.follower`).
+
+- :mod:`raylog.replication.state`: the ZooKeeper ``state`` node (leader,
+  leader epoch, ISR, replicas) and the ``replicas/<node>`` nodes;
+- :mod:`raylog.replication.assignment`: which nodes hold a partition's
+  replicas, their actor names and log directories;
+- :mod:`raylog.replication.leader`: the leader's view of its followers
+  (their log ends, the ISR, the high watermark);
+- :mod:`raylog.replication.follower`: the follower's fetch loop;
+- :mod:`raylog.replication.admin`: creating, describing and stopping the
+  replicas of a topic.
+"""

@@ -1,0 +1,87 @@
+"""Creating, describing and stopping the replicas of a topic (the client's
+side; :mod:`raylog.topic_admin` calls these for a topic whose
+``replication_factor`` is above 1).
+
+The functions keep no state. Ray is imported inside them (heavy, lazy on
+purpose, as in :mod:`raylog.topic_admin`).
+"""
+
+from __future__ import annotations
+
+from raylog.actors.partition import actor_name, start_partition_actor
+from raylog.config import NAMESPACE
+from raylog.replication.assignment import replica_actor_name, replica_log_dir
+from raylog.replication.state import create_state, read_state
+
+#: how long describe waits for one replica's answer
+STATUS_WAIT_S = 5.0
+
+
+def record_replicas(zk, registry, topic: str, partition: int, nodes: list, log_dir: str) -> None:
+    """The placement (the first replica) and the ``state`` of a new partition."""
+    registry.set_placement(topic, partition, nodes[0].identity, log_dir)
+    if len(nodes) > 1:
+        create_state(zk, registry.paths, topic, partition, [n.identity for n in nodes])
+
+
+def start_followers(zk, registry, *, zookeeper, cluster, topic, partition, log_dir, config, nodes, host,
+                    token) -> list:
+    """Start every replica actor of a partition but the first leader's."""
+    found = read_state(zk, registry.paths, topic, partition)
+    if found is None:
+        return []
+    state = found[0]
+    first, plain = state.replicas[0], actor_name(cluster, topic, partition)
+    return [
+        start_partition_actor(
+            zookeeper=zookeeper, cluster=cluster, topic=topic, partition=partition,
+            log_dir=replica_log_dir(log_dir, node, first), config=config, node_identity=node, nodes=nodes,
+            host=host, token=token, replica=node, name=replica_actor_name(plain, node, first),
+        )
+        for node in state.replicas[1:]
+    ]
+
+
+def follower_actors(cluster: str, topic: str, partitions: int) -> list:
+    """The running follower actors of a topic's partitions (by name)."""
+    import ray
+
+    prefixes = tuple(f"{actor_name(cluster, topic, p)}@" for p in range(partitions))
+    found = []
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry.get("namespace") == NAMESPACE and entry["name"].startswith(prefixes):
+            try:
+                found.append(ray.get_actor(entry["name"], namespace=NAMESPACE))
+            except ValueError:
+                continue
+    return found
+
+
+def describe_replicas(zk, registry, cluster: str, topic: str, partition: int) -> dict:
+    """Leader, leader epoch, replicas, ISR, each replica's log end (None if
+    it does not answer) and whether the partition is under-replicated."""
+    import ray
+
+    found = read_state(zk, registry.paths, topic, partition)
+    if found is None:
+        return {}
+    state = found[0]
+    plain, first = actor_name(cluster, topic, partition), state.replicas[0]
+    pending = {}
+    for node in state.replicas:
+        try:
+            actor = ray.get_actor(replica_actor_name(plain, node, first), namespace=NAMESPACE)
+            pending[node] = actor.replica_status.remote()
+        except ValueError:
+            continue
+    ends = {node: None for node in state.replicas}
+    if pending:
+        ray.wait(list(pending.values()), num_returns=len(pending), timeout=STATUS_WAIT_S)
+    for node, ref in pending.items():
+        try:
+            ends[node] = ray.get(ref, timeout=0)["log_end_offset"]
+        except Exception:  # noqa: BLE001 - a replica that does not answer shows None
+            pass
+    return {"leader": state.leader, "leader_epoch": state.leader_epoch, "replicas": list(state.replicas),
+            "isr": list(state.isr), "replica_log_end_offsets": ends,
+            "under_replicated": len(state.isr) < len(state.replicas)}

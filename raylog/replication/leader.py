@@ -1,0 +1,229 @@
+"""The leader's side of replication: its followers' log ends, the ISR and
+the high watermark, and the two views of its log that its data server
+serves.
+
+- Clients (producers, consumers) see :class:`ClientView`: reads and the
+  high watermark stop at the **committed** offset, the smallest log end
+  among the in-sync replicas (the leader's own flushed end included); a
+  flush (what ``acks="all"`` calls) returns once every ISR member has the
+  appended bytes, or raises the retriable :class:`NotEnoughReplicasError`
+  while the ISR is smaller than ``min_insync_replicas``.
+- A follower fetches through :class:`ReplicaView` under the topic name
+  :func:`replica_topic` (the existing fetch request): it reads the leader's
+  flushed bytes (beyond the committed offset), and the offset it asks for
+  tells the leader how far its log reaches (as in Kafka, a fetch at offset
+  ``o`` says the follower has everything below ``o``).
+
+ISR: a follower whose fetches have not reached the leader's flushed end for
+``replica_lag_ms`` leaves the ISR; one that reaches the committed offset
+rejoins. :meth:`Leader.maintain` (the actor's timer) writes such changes to
+the ``state`` node by compare-and-set.
+
+Thread-safety: :class:`Leader` guards its fields with one condition; the
+views keep no state of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from raylog.errors import NotEnoughReplicasError, NotOwnerError, OffsetOutOfRangeError
+from raylog.replication.state import compare_and_set, read_state
+
+log = logging.getLogger(__name__)
+
+#: the prefix of the topic name a follower fetches under
+REPLICA_PREFIX = "__replica__/"
+
+
+def replica_topic(topic: str, node: str) -> str:
+    """The name a follower on ``node`` fetches ``topic`` under."""
+    return f"{REPLICA_PREFIX}{node}/{topic}"
+
+
+def parse_replica_topic(name: str) -> tuple[str, str] | None:
+    """``(node, topic)`` of a follower's fetch name, else None."""
+    if not name.startswith(REPLICA_PREFIX):
+        return None
+    node, _, topic = name[len(REPLICA_PREFIX):].partition("/")
+    return (node, topic) if topic else None
+
+
+class Leader:
+    """The leader of one partition (see the module docstring)."""
+
+    def __init__(self, zk, paths, topic: str, partition: int, node: str, partition_log, state, version: int):
+        self.zk, self.paths, self.topic, self.partition, self.node = zk, paths, topic, partition, node
+        self.log = partition_log
+        self.config = partition_log.config
+        self._state, self._version = state, version
+        self._cond = threading.Condition()
+        now = time.monotonic()
+        #: follower -> (log end it asked for last, when it was last caught up,
+        #: the leader's flushed end at its previous fetch); caught up (Kafka's
+        #: rule) is a fetch at or past the flushed end of the fetch before
+        self._progress = {n: (None, now, 0) for n in state.replicas if n != node}
+        # Restarted on its own node the leader keeps what it flushed visible.
+        self._committed = partition_log.high_watermark
+
+    @property
+    def state(self):
+        return self._state
+
+    @property
+    def committed(self) -> int:
+        return self._committed
+
+    def follower_ends(self) -> dict[str, int | None]:
+        with self._cond:
+            return {n: progress[0] for n, progress in self._progress.items()}
+
+    def _advance(self) -> None:
+        """Recompute the committed offset (condition held); wake waiters."""
+        ends = [self.log.high_watermark]
+        for n in self._state.isr:
+            if n != self.node:
+                end = self._progress.get(n, (None,))[0]
+                ends.append(self.log.log_start_offset if end is None else end)
+        committed = min(ends)
+        if committed > self._committed:
+            self._committed = committed
+            self._cond.notify_all()
+
+    def on_fetch(self, follower: str, offset: int) -> None:
+        """A follower asked for ``offset``: it holds everything below it."""
+        with self._cond:
+            if follower not in self._progress:
+                return
+            _, caught_up_at, previous = self._progress[follower]
+            flushed = self.log.high_watermark
+            if offset >= min(previous, flushed):
+                caught_up_at = time.monotonic()
+            self._progress[follower] = (offset, caught_up_at, flushed)
+            self._advance()
+
+    def on_flush(self) -> None:
+        with self._cond:
+            self._advance()
+
+    def maintain(self) -> None:
+        """Shrink or expand the ISR by ``replica_lag_ms`` (timer thread)."""
+        now = time.monotonic()
+        lag_s = self.config.replica_lag_ms / 1000.0
+        with self._cond:
+            self._advance()
+            isr = set(self._state.isr)
+            for n, (end, caught_up_at, _) in self._progress.items():
+                if n in isr and now - caught_up_at > lag_s:
+                    isr.discard(n)
+                elif n not in isr and end is not None and end >= self._committed and now - caught_up_at <= lag_s:
+                    isr.add(n)
+            if isr == set(self._state.isr):
+                return
+            proposed = self._state.with_isr(isr)
+        version = compare_and_set(self.zk, self.paths, self.topic, self.partition, proposed, self._version)
+        if version is None:  # changed by someone else: take what is there
+            proposed, version = read_state(self.zk, self.paths, self.topic, self.partition)
+        log.info("%s-%d ISR is now %s", self.topic, self.partition, list(proposed.isr))
+        with self._cond:
+            self._state, self._version = proposed, version
+            self._advance()
+            self._cond.notify_all()
+
+    def check_isr(self) -> None:
+        isr = self._state.isr
+        if len(isr) < self.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.partition} has {len(isr)} in-sync replicas ({', '.join(isr)}), fewer than "
+                f"min_insync_replicas={self.config.min_insync_replicas}; retry once followers catch up",
+                topic=self.topic, partition=self.partition,
+            )
+
+    def wait_committed(self, target: int, timeout_s: float) -> None:
+        """Return once the committed offset reaches ``target``; raise
+        :class:`NotEnoughReplicasError` when the ISR falls below
+        ``min_insync_replicas`` or ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._advance()
+            while self._committed < target:
+                self.check_isr()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise NotEnoughReplicasError(
+                        f"{self.topic}-{self.partition}: the in-sync replicas did not confirm offset {target} "
+                        f"within {timeout_s:g} s; retry", topic=self.topic, partition=self.partition,
+                    )
+                self._cond.wait(min(left, 0.1))
+                self._advance()
+
+
+class ClientView:
+    """The leader's log as producers and consumers see it (see the module
+    docstring); every other call goes to the log."""
+
+    def __init__(self, leader: Leader):
+        self._leader, self._log = leader, leader.log
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+    @property
+    def high_watermark(self) -> int:
+        return self._leader.committed
+
+    def before_acks_all(self) -> None:
+        """The data server's check before an ``acks="all"`` append."""
+        self._leader.check_isr()
+
+    def flush(self) -> bool:
+        self._leader.check_isr()
+        target = self._log.log_end_offset
+        flushed = self._log.flush()
+        self._leader.wait_committed(target, self._log.config.replica_lag_ms / 1000.0)
+        return flushed
+
+    def read(self, offset: int, max_bytes: int):
+        committed = self._leader.committed
+        if offset > committed:
+            start = self._log.log_start_offset
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the log [{start}, {committed}]; seek to the earliest "
+                f"({start}) or latest ({committed}) offset", offset=offset, earliest=start, latest=committed,
+            )
+        chunk = self._log.read(offset, max_bytes)
+        return chunk._replace(length=max(0, min(chunk.length, committed - offset)))
+
+    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
+        leader = self._leader
+        with leader._cond:
+            leader._cond.wait_for(lambda: leader.committed > offset or self._log.closed, max(0.0, timeout_s))
+        return leader.committed > offset
+
+    def offset_for_time(self, timestamp_ms: int) -> int:
+        return min(self._log.offset_for_time(timestamp_ms), self._leader.committed)
+
+
+class ReplicaView:
+    """The leader's log as the follower on ``node`` fetches it."""
+
+    def __init__(self, leader: Leader, node: str):
+        self._leader, self._log, self._node = leader, leader.log, node
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+    @property
+    def high_watermark(self) -> int:
+        return self._leader.committed
+
+    def read(self, offset: int, max_bytes: int):
+        self._leader.on_fetch(self._node, offset)
+        return self._log.read(offset, max_bytes)
+
+    def _refuse(self, *args, **kwargs):
+        raise NotOwnerError(f"replica fetch names accept no writes ({self._node})")
+
+    append = append_sequenced = _refuse

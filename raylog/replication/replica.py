@@ -1,0 +1,74 @@
+"""The replication role of one partition actor: leader or follower, chosen
+from the partition's ``state`` node when the actor starts.
+
+Thread-safety: written in ``__init__`` only; the leader and follower it
+holds are thread-safe (see their modules).
+"""
+
+from __future__ import annotations
+
+import time
+
+from raylog.errors import ConfigError
+from raylog.replication.follower import Follower
+from raylog.replication.leader import ClientView, Leader, ReplicaView, parse_replica_topic
+from raylog.replication.state import read_state, register_replica
+
+#: how often the leader reviews its ISR
+MAINTAIN_INTERVAL_S = 0.1
+
+
+class ReplicaRole:
+    def __init__(self, zk, registry, topic: str, partition: int, node: str, partition_log, token: bytes):
+        found = read_state(zk, registry.paths, topic, partition)
+        if found is None:
+            raise ConfigError(f"{topic}-{partition} has no replication state in ZooKeeper; it is not replicated")
+        state, version = found
+        self.zk, self.paths, self.topic, self.partition, self.node = zk, registry.paths, topic, partition, node
+        self.log = partition_log
+        self.is_leader = state.leader == node
+        self.leader = self.follower = None
+        self._views: dict[str, object] = {}
+        self._next_maintain = 0.0
+        if self.is_leader:
+            self.leader = Leader(zk, registry.paths, topic, partition, node, partition_log, state, version)
+            self._client_view = ClientView(self.leader)
+        else:
+            self.follower = Follower(registry, topic, partition, node, partition_log, token)
+            self.follower.start()
+
+    def resolve(self, topic: str):
+        """What the data server serves under ``topic`` (None: not here)."""
+        if self.leader is None:
+            return None
+        if topic == self.topic:
+            return self._client_view
+        parsed = parse_replica_topic(topic)
+        if parsed is None or parsed[1] != self.topic or parsed[0] not in self.leader.state.replicas:
+            return None
+        view = self._views.get(parsed[0])
+        if view is None:
+            view = self._views.setdefault(parsed[0], ReplicaView(self.leader, parsed[0]))
+        return view
+
+    def register(self, host: str, port: int, actor: str) -> None:
+        register_replica(self.zk, self.paths, self.topic, self.partition, self.node,
+                         {"host": host, "port": port, "actor": actor})
+
+    def tick(self) -> None:
+        """The actor's timer: the leader reviews its ISR now and then."""
+        if self.leader is not None and time.monotonic() >= self._next_maintain:
+            self.leader.maintain()
+            self._next_maintain = time.monotonic() + MAINTAIN_INTERVAL_S
+
+    def status(self) -> dict:
+        row = {"node": self.node, "role": "leader" if self.is_leader else "follower",
+               "log_end_offset": self.log.log_end_offset, "flushed_offset": self.log.high_watermark}
+        if self.leader is not None:
+            row.update(committed=self.leader.committed, isr=list(self.leader.state.isr),
+                       follower_ends=self.leader.follower_ends())
+        return row
+
+    def stop(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()

@@ -1,0 +1,123 @@
+"""The replication state of a partition in ZooKeeper (DESIGN section 4).
+
+``topics/<topic>/partitions/<p>/state`` (persistent) holds JSON::
+
+    {"leader": <node identity>, "leader_epoch": <int>, "isr": [<node>, ...],
+     "replicas": [<node>, ...]}
+
+``leader`` serves the partition; ``leader_epoch`` grows by one with every
+change of leader; ``isr`` lists the in-sync replicas (the leader always
+among them); ``replicas`` all the nodes that hold a replica, the first being
+the preferred leader. The node is written only by a compare-and-set on its
+ZooKeeper version (:func:`compare_and_set`), so two writers never both win.
+
+``topics/<topic>/partitions/<p>/replicas/<node>`` (ephemeral) holds the JSON
+endpoint of one replica actor, ``{"host", "port", "actor"}``, present while
+it runs.
+
+A partition of a topic with replication factor 1 has no ``state`` node.
+
+Thread-safety: :class:`PartitionState` is immutable; the functions keep no
+state (kazoo clients are thread-safe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionState:
+    leader: str
+    leader_epoch: int
+    isr: tuple[str, ...]
+    replicas: tuple[str, ...]
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"leader": self.leader, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
+             "replicas": list(self.replicas)},
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "PartitionState":
+        raw = json.loads(data)
+        return cls(raw["leader"], int(raw["leader_epoch"]), tuple(raw["isr"]), tuple(raw["replicas"]))
+
+    def with_isr(self, isr) -> "PartitionState":
+        """The same state with ``isr`` (kept in the order of ``replicas``)."""
+        members = set(isr)
+        return dataclasses.replace(self, isr=tuple(r for r in self.replicas if r in members))
+
+
+def state_path(paths, topic: str, partition: int) -> str:
+    return f"{paths.partition(topic, partition)}/state"
+
+
+def replicas_path(paths, topic: str, partition: int) -> str:
+    return f"{paths.partition(topic, partition)}/replicas"
+
+
+def replica_path(paths, topic: str, partition: int, node: str) -> str:
+    return f"{replicas_path(paths, topic, partition)}/{node}"
+
+
+def create_state(zk, paths, topic: str, partition: int, replicas: list[str]) -> PartitionState:
+    """The first state of a new partition: the first replica leads, epoch 0,
+    every replica in sync (all logs are empty)."""
+    state = PartitionState(replicas[0], 0, tuple(replicas), tuple(replicas))
+    path = state_path(paths, topic, partition)
+    try:
+        zk.create(path, state.to_json(), makepath=True)
+    except NodeExistsError:
+        zk.set(path, state.to_json())
+    return state
+
+
+def read_state(zk, paths, topic: str, partition: int) -> tuple[PartitionState, int] | None:
+    """``(state, version)``, or None for a partition without replication."""
+    try:
+        data, stat = zk.get(state_path(paths, topic, partition))
+    except NoNodeError:
+        return None
+    return PartitionState.from_json(data), stat.version
+
+
+def compare_and_set(zk, paths, topic: str, partition: int, state: PartitionState, version: int) -> int | None:
+    """Write ``state`` if the node still has ``version``; the new version,
+    or None when another writer changed it first (read it again)."""
+    try:
+        return zk.set(state_path(paths, topic, partition), state.to_json(), version=version).version
+    except BadVersionError:
+        return None
+
+
+def register_replica(zk, paths, topic: str, partition: int, node: str, endpoint: dict) -> None:
+    """The ephemeral ``replicas/<node>`` node of a running replica actor."""
+    path = replica_path(paths, topic, partition, node)
+    data = json.dumps(endpoint, sort_keys=True).encode()
+    try:
+        zk.create(path, data, ephemeral=True, makepath=True)
+    except NodeExistsError:  # left by our own earlier session, or a restart
+        zk.delete(path)
+        zk.create(path, data, ephemeral=True, makepath=True)
+
+
+def running_replicas(zk, paths, topic: str, partition: int) -> dict[str, dict]:
+    """``{node: endpoint}`` of the replica actors that run now."""
+    root = replicas_path(paths, topic, partition)
+    try:
+        children = zk.get_children(root)
+    except NoNodeError:
+        return {}
+    found = {}
+    for node in children:
+        try:
+            found[node] = json.loads(zk.get(f"{root}/{node}")[0])
+        except NoNodeError:
+            continue
+    return found
