@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from raylog.auth import cluster_token
+from raylog import auth
 from raylog.errors import BrokerUnavailableError, UnknownPartitionError
 from raylog.retry import RetryPolicy
 from raylog.transfer.connection import BrokerConnection
@@ -36,7 +36,7 @@ class ConnectionSettings:
 
     def __post_init__(self):
         if self.token is None:
-            token = cluster_token(self.cluster)  # closed by default
+            token = auth.cluster_token(self.cluster)  # closed by default
             if token is not None:
                 object.__setattr__(self, "token", token)
 

@@ -37,8 +37,8 @@ import shutil
 import threading
 import time
 
+from raylog import auth
 from raylog.actors.placement import scheduling_options
-from raylog.auth import cluster_token
 from raylog.config import NAMESPACE, TopicConfig
 from raylog.errors import AuthenticationError
 from raylog.metrics import PartitionMetrics
@@ -87,7 +87,7 @@ class PartitionActor:
         self.topic, self.partition, self.cluster = topic, partition, cluster
         # The actor derives the cluster token itself (raylog.auth); a caller
         # that names another one may not serve or restart the partition.
-        self._token = cluster_token(cluster)
+        self._token = auth.cluster_token(cluster)
         if token is not None and not hmac.compare_digest(bytes(token), self._token):
             raise AuthenticationError(
                 f"refusing to serve {topic}-{partition}: the caller's token is not the token of "

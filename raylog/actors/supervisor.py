@@ -47,9 +47,9 @@ import shutil
 import threading
 import time
 
+from raylog import auth
 from raylog.actors.partition import actor_name, start_partition_actor
 from raylog.actors.placement import disk_nodes, scheduling_options
-from raylog.auth import cluster_token
 from raylog.config import NAMESPACE
 from raylog.errors import LogInUseError, RaylogError, UnknownTopicError
 from raylog.zk.registry import Registry
@@ -301,7 +301,7 @@ class Supervisor:
         self.zookeeper, self.cluster, self.host = zookeeper, cluster, host
         # Derived here, as the partition actors do (raylog.auth): never
         # taken from whoever starts the supervisor.
-        self.token = cluster_token(cluster)
+        self.token = auth.cluster_token(cluster)
         self.interval_s = interval_s
         self.zk = connect_kazoo(zookeeper)
         self.registry = Registry(self.zk, cluster)

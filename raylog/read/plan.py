@@ -8,9 +8,9 @@ import logging
 import os
 from typing import Mapping, Sequence
 
+from raylog import auth
 from raylog.actors.partition import actor_name
 from raylog.actors.placement import node_identity
-from raylog.auth import cluster_token
 from raylog.client import current_client
 from raylog.config import NAMESPACE
 from raylog.errors import (
@@ -43,7 +43,7 @@ def default_settings() -> ConnectionSettings | None:
     if token:
         token = token.encode()
     else:
-        token = cluster_token(cluster)  # derived, as a client does (see raylog.auth)
+        token = auth.cluster_token(cluster)  # derived, as a client does (see raylog.auth)
     return ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
 
 

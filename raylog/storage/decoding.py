@@ -57,27 +57,16 @@ def decode_messages(
     return _decode_set(data, base_offset, max_message_bytes, partial_tail_ok, True, record_type, prefix, max_inflated_bytes)
 
 
-def _decode_set(
-    data: bytes,
-    base_offset: int,
-    max_message_bytes: int,
-    partial_tail_ok: bool,
-    outer: bool,
-    record_type: type | None = None,
-    prefix: tuple = (),
-    max_inflated_bytes: int | None = None,
-):
-    """:func:`_decode` by the fast path when there is one."""
+def _decode_set(*args):
+    """:func:`_decode` (the same arguments) by the fast path when there is one."""
     fast = _format._speedups  # looked up per call: tests swap the fast path
     if fast is None:
-        return _decode(data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes)
-    return _decode_fast(
-        fast, data, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes
-    )
+        return _decode(*args)
+    return _decode_fast(fast, *args)
 
 
 def _decode_fast(
-    fast, buf, base_offset, max_message_bytes, partial_tail_ok, outer, record_type, prefix, max_inflated_bytes=None
+    fast, buf, base_offset, max_message_bytes, partial_tail_ok, outer, record_type=None, prefix=(), max_inflated_bytes=None
 ):
     """:func:`_decode` of any contiguous buffer: the compiled loop for runs of
     plain messages, the reference for whatever it stops at."""

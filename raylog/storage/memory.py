@@ -76,9 +76,7 @@ class MemoryLog(LogSettings):
         self._validate(message_set)
         with self._cond:
             self._check_open()
-            stored = self._producers.judge(
-                producer_id, producer_epoch, first_sequence, len(lengths), topic_partition=name
-            )
+            stored = self._producers.judge(producer_id, producer_epoch, first_sequence, len(lengths), topic_partition=name)
             if stored is not None:
                 return stored
             base = self._append_locked(message_set)

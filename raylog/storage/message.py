@@ -165,6 +165,20 @@ def encode_message(
     return b"".join((_PREFIX.pack(MIN_MESSAGE_SIZE + len(key) + len(value), crc), head, key, value))
 
 
+def _append_message(append, value: bytes, key: bytes | None, timestamp_ms: int) -> None:
+    """Append the parts of one uncompressed message (the reference encoder's
+    step for a keyed message or one with its own timestamp)."""
+    head = _BODY_HEAD.pack(MAGIC, 0, timestamp_ms, -1 if key is None else len(key))
+    if key is None:
+        append(_PREFIX.pack(MIN_MESSAGE_SIZE + len(value), crc32c(value, crc32c(head))))
+        append(head)
+    else:
+        append(_PREFIX.pack(MIN_MESSAGE_SIZE + len(key) + len(value), crc32c(value, crc32c(key, crc32c(head)))))
+        append(head)
+        append(key)
+    append(value)
+
+
 def encode_message_set(
     values: Sequence[bytes],
     keys: Sequence[bytes | None] | None = None,
@@ -203,33 +217,19 @@ def encode_message_set(
                 append(plain)
                 append(value)
         else:
-            head_pack = _BODY_HEAD.pack
             for value, key in zip(values, keys):
                 if key is None:
                     append(prefix(MIN_MESSAGE_SIZE + len(value), crc32c(value, plain_crc)))
                     append(plain)
+                    append(value)
                 else:
-                    head = head_pack(MAGIC, 0, timestamp_ms, len(key))
-                    append(prefix(MIN_MESSAGE_SIZE + len(key) + len(value), crc32c(value, crc32c(key, crc32c(head)))))
-                    append(head)
-                    append(key)
-                append(value)
+                    _append_message(append, value, key, timestamp_ms)
     else:
         if len(timestamp_ms) != count:
             raise ConfigError(f"got {count} values but {len(timestamp_ms)} timestamps")
         wrapper_ts = max(timestamp_ms, default=0)
-        head_pack = _BODY_HEAD.pack
         for value, key, ts in zip(values, keys if keys is not None else (None,) * count, timestamp_ms):
-            if key is None:
-                head = head_pack(MAGIC, 0, ts, -1)
-                append(prefix(MIN_MESSAGE_SIZE + len(value), crc32c(value, crc32c(head))))
-                append(head)
-            else:
-                head = head_pack(MAGIC, 0, ts, len(key))
-                append(prefix(MIN_MESSAGE_SIZE + len(key) + len(value), crc32c(value, crc32c(key, crc32c(head)))))
-                append(head)
-                append(key)
-            append(value)
+            _append_message(append, value, key, ts)
     inner = b"".join(parts)
     if codec == CODEC_NONE or not inner:
         return inner

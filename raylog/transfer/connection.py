@@ -212,7 +212,9 @@ class BrokerConnection(SocketIO, ReplyReader):
         request is an idempotent PRODUCE version 1 carrying ``sequence``."""
         self._before_request(replies=bool(acks))
         correlation_id = self._next_correlation()
-        header = self._produce_header(topic, partition, acks, len(message_set), correlation_id, producer_id, sequence)
+        header = self._topic(topic).pack(
+            correlation_id, partition, acks, len(message_set), producer_id, sequence, max_frame_bytes=self.max_frame_bytes
+        )
         if len(message_set) > GATHER_THRESHOLD:
             self._send_gather([header, message_set])
         else:
@@ -267,6 +269,7 @@ class BrokerConnection(SocketIO, ReplyReader):
         i, total = 0, len(message_sets)
         if acks:
             self._expect_wait(0)
+        header = self._topic(topic)
         while i < total:
             parts = []
             ids = []
@@ -278,8 +281,9 @@ class BrokerConnection(SocketIO, ReplyReader):
                 ids.append(correlation_id)
                 sequence = NO_SEQUENCE if sequences is None else sequences[j]
                 parts.append(
-                    self._produce_header(
-                        topic, partition, acks, len(message_set), correlation_id, producer_id, sequence
+                    header.pack(
+                        correlation_id, partition, acks, len(message_set), producer_id, sequence,
+                        max_frame_bytes=self.max_frame_bytes,
                     )
                 )
                 parts.append(message_set)

@@ -195,23 +195,27 @@ PRODUCE_V1_FIELDS = struct.Struct(">ibqhii")
 FETCH_FIELDS = struct.Struct(">iqii")
 #: OFFSETS after the topic: partition
 OFFSETS_FIELDS = struct.Struct(">i")
+#: OFFSETS_FOR_TIME after the topic: partition, timestamp
+OFFSETS_FOR_TIME_FIELDS = struct.Struct(">iq")
 
 #: size, correlation id, error code
 REPLY_HEADER = struct.Struct(">Iih")
 #: bytes of the reply header after the size field
 REPLY_HEADER_BODY = REPLY_HEADER.size - SIZE.size
-#: a PRODUCE reply: header and base offset
-PRODUCE_REPLY = struct.Struct(">Iihq")
-#: a FETCH reply header: header, high watermark, log start offset, data length
-FETCH_REPLY = struct.Struct(">Iihqqi")
-#: an OFFSETS reply: header, log start offset, high watermark
-OFFSETS_REPLY = struct.Struct(">Iihqq")
-#: the fixed fields of a FETCH reply after its reply header
-FETCH_REPLY_FIELDS = struct.Struct(">qqi")
-PRODUCE_REPLY_FIELDS = struct.Struct(">q")
-OFFSETS_REPLY_FIELDS = struct.Struct(">qq")
-#: OFFSETS_FOR_TIME after the topic: partition, timestamp
-OFFSETS_FOR_TIME_FIELDS = struct.Struct(">iq")
-#: an OFFSETS_FOR_TIME reply: header, offset
-OFFSETS_FOR_TIME_REPLY = struct.Struct(">Iihq")
-OFFSETS_FOR_TIME_REPLY_FIELDS = struct.Struct(">q")
+
+# the fixed fields of each successful reply after its reply header
+PRODUCE_REPLY_FIELDS = struct.Struct(">q")  # base offset
+FETCH_REPLY_FIELDS = struct.Struct(">qqi")  # high watermark, log start offset, data length
+OFFSETS_REPLY_FIELDS = struct.Struct(">qq")  # log start offset, high watermark
+OFFSETS_FOR_TIME_REPLY_FIELDS = struct.Struct(">q")  # offset
+
+
+def _after_reply_header(fields: struct.Struct) -> struct.Struct:
+    return struct.Struct(REPLY_HEADER.format + fields.format.lstrip(">"))
+
+
+#: whole replies (header and fields) of each api
+PRODUCE_REPLY = _after_reply_header(PRODUCE_REPLY_FIELDS)
+FETCH_REPLY = _after_reply_header(FETCH_REPLY_FIELDS)
+OFFSETS_REPLY = _after_reply_header(OFFSETS_REPLY_FIELDS)
+OFFSETS_FOR_TIME_REPLY = _after_reply_header(OFFSETS_FOR_TIME_REPLY_FIELDS)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from raylog.errors import AuthenticationError, FrameTooLargeError, ProtocolError, RaylogError
 from raylog.transfer.protocol import (
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
     PRODUCE_REPLY_FIELDS,
     REPLY_HEADER,
     REPLY_HEADER_BODY,
@@ -37,29 +35,14 @@ class ReplyReader:
         return self._correlation
 
     def _topic(self, topic: str) -> ProduceHeader:
-        """The encoded topic and its precompiled PRODUCE headers (kept per topic)."""
+        """The encoded topic and its precompiled PRODUCE headers (kept per
+        topic): ``pack`` writes version 0 for a plain acks 0/1 request,
+        version 1 when idempotent or with acks=-1, and refuses a frame over
+        ``max_frame_bytes`` before anything is sent."""
         header = self._topics.get(topic)
         if header is None:
             header = self._topics[topic] = ProduceHeader(topic)
         return header
-
-    def _produce_header(
-        self,
-        topic: str,
-        partition: int,
-        acks: int,
-        length: int,
-        correlation_id: int,
-        producer_id: int = NO_PRODUCER_ID,
-        sequence: int = NO_SEQUENCE,
-    ) -> bytes:
-        """A PRODUCE header (:meth:`~raylog.transfer.requests.ProduceHeader.pack`):
-        version 0 for a plain acks 0/1 request, version 1 when idempotent or
-        with acks=-1; a frame over ``max_frame_bytes`` is refused before
-        anything is sent."""
-        return self._topic(topic).pack(
-            correlation_id, partition, acks, length, producer_id, sequence, max_frame_bytes=self.max_frame_bytes
-        )
 
     def _read_produce_reply(self, correlation_id: int) -> int:
         pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + PRODUCE_REPLY_FIELDS.size)
