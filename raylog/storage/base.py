@@ -107,6 +107,11 @@ class Log(Protocol):
         """The first offset whose message is at or after ``timestamp_ms``
         (the high watermark when none is)."""
 
+    def before_acks_all(self) -> None:
+        """Called before an ``acks="all"`` append: a replicated leader raises
+        :class:`~raylog.errors.NotEnoughReplicasError` here while its ISR is
+        below ``min_insync_replicas`` (a single log does nothing)."""
+
     def close(self) -> None:
         """Stop serving; later calls raise :class:`~raylog.errors.ClosedError`."""
 
@@ -126,3 +131,6 @@ class LogSettings:
     def high_watermark(self) -> int:
         """Bytes below this offset are flushed and visible to readers."""
         return self._hw
+
+    def before_acks_all(self) -> None:
+        """A log of one replica has no ISR to check."""

@@ -95,9 +95,8 @@ class RequestHandlers:
         try:
             # A replicated leader refuses acks="all" while its ISR is below
             # min_insync_replicas, before appending (raylog.replication.leader).
-            hook = getattr(partition_log, "before_acks_all", None)
-            if hook is not None and any(request.acks == ACKS_ALL for request in run):
-                hook()
+            if any(request.acks == ACKS_ALL for request in run):
+                partition_log.before_acks_all()
             if len(run) == 1:
                 data = bytes(first.message_set)
             else:
