@@ -308,14 +308,20 @@ def test_consume_exits_after_the_idle_timeout(cluster, make_topic):
 # -- consumer groups ---------------------------------------------------------
 
 
-def test_consume_in_a_group_commits_and_groups_show_the_lag(cluster, make_topic, raylog_client):
-    topic = make_topic(partitions=1)
+def _produce_ten(raylog_client, topic: str) -> tuple[int, int]:
+    """Ten values of one size into ``topic``'s partition 0, flushed:
+    ``(log end, size of one message)``."""
     producer = raylog_client.producer(acks=1)
     for value in _values(10):
         producer.send(topic, value.encode())
     producer.close()
     end = _wait_flushed(raylog_client, topic)
-    size = end // 10
+    return end, end // 10
+
+
+def test_consume_in_a_group_commits_and_groups_show_the_lag(cluster, make_topic, raylog_client):
+    topic = make_topic(partitions=1)
+    end, size = _produce_ten(raylog_client, topic)
     group = f"g-{topic}"
 
     proc = raylog(*cluster, "consume", topic, "--group", group, "--from-beginning", "--max-messages", "4")
@@ -343,12 +349,7 @@ def test_consume_in_a_group_commits_and_groups_show_the_lag(cluster, make_topic,
 
 def test_groups_reset_offsets_dry_run_execute_and_delete(cluster, make_topic, raylog_client):
     topic = make_topic(partitions=1)
-    producer = raylog_client.producer(acks=1)
-    for value in _values(10):
-        producer.send(topic, value.encode())
-    producer.close()
-    end = _wait_flushed(raylog_client, topic)
-    size = end // 10
+    end, size = _produce_ten(raylog_client, topic)
     group = f"g-reset-{topic}"
     proc = raylog(*cluster, "consume", topic, "--group", group, "--from-beginning", "--max-messages", "10")
     assert proc.returncode == 0, proc.stderr
