@@ -12,6 +12,11 @@ against rate (matplotlib, the ``bench`` extra) next to the JSON lines.
     python bench/latency.py                       # every rate, ~3 minutes
     python bench/latency.py --rates 20 10000 --presets default
     python bench/latency.py --out bench/results/latency
+
+Each case starts on a settled disk (``os.sync()`` and a second's pause):
+a log's sync waits behind the write-back of the previous case's data.
+``ack_p99_ms`` (send -> acknowledgement, sampled) beside the end-to-end
+figures tells a slow append from slow visibility (the flush, the long poll).
 """
 
 from __future__ import annotations
@@ -53,6 +58,12 @@ def run_case(client, rate: int, acks, preset: str, seconds: float) -> dict:
 
     settings = PRESETS[preset]
     topic = f"latency-{uuid.uuid4().hex[:8]}"
+    # The previous case's writes and deleted segments are still being written
+    # back and discarded; a sync (fsync) in the log waits behind them for
+    # hundreds of ms on a virtual disk. Let the disk settle first, so that each
+    # case measures its own traffic.
+    os.sync()
+    time.sleep(1.0)
     client.create_topic(topic, partitions=1, **settings["topic"])
     try:
         return _measure(client, topic, rate, acks, preset, settings, _duration(rate, seconds))
@@ -63,6 +74,11 @@ def run_case(client, rate: int, acks, preset: str, seconds: float) -> dict:
 def _measure(client, topic, rate, acks, preset, settings, duration) -> dict:
     consumer = client.consumer(topic, auto_offset_reset="earliest")
     latencies: list[float] = []
+    # send -> acknowledgement, sampled (at most ~1,000 a second): tells a
+    # slow append (producer, network, the log's append) from slow visibility
+    # (flush, the long poll) when the end-to-end figure is high
+    acks_ms: list[float] = []
+    sample_every = max(1, rate // 1000)
     expected = [0]
     stop = threading.Event()
     sending_done = threading.Event()
@@ -95,7 +111,9 @@ def _measure(client, topic, rate, acks, preset, settings, duration) -> dict:
             due = min(int(elapsed * rate) + 1, int(duration * rate))
             send = producer.send
             while sent < due:
-                send(topic, _STAMP.pack(wall + time.perf_counter(), sent) + pad)
+                future = send(topic, _STAMP.pack(wall + time.perf_counter(), sent) + pad)
+                if not sent % sample_every:
+                    future.add_done_callback(_ack_timer(acks_ms))
                 sent += 1
             next_at = start + sent * interval
             pause = next_at - time.perf_counter()
@@ -112,6 +130,7 @@ def _measure(client, topic, rate, acks, preset, settings, duration) -> dict:
         producer.close()
         consumer.close()
     ms = sorted(x * 1000.0 for x in latencies)
+    ack_ms = sorted(acks_ms)
     return {
         "case": "latency",
         "preset": preset,
@@ -123,7 +142,15 @@ def _measure(client, topic, rate, acks, preset, settings, duration) -> dict:
         "p50_ms": round(_percentile(ms, 0.50), 2),
         "p99_ms": round(_percentile(ms, 0.99), 2),
         "max_ms": round(ms[-1], 2) if ms else None,
+        "ack_p99_ms": round(_percentile(ack_ms, 0.99), 2),
+        "ack_max_ms": round(ack_ms[-1], 2) if ack_ms else None,
     }
+
+
+def _ack_timer(out: list):
+    """A done-callback recording send -> acknowledgement in ms."""
+    sent_at = time.perf_counter()
+    return lambda _future: out.append((time.perf_counter() - sent_at) * 1000.0)
 
 
 def plot(rows: list[dict], path: str) -> str | None:
@@ -183,11 +210,14 @@ def main(argv=None) -> int:
     png = plot(rows, args.out + ".png")
     print()
     print(f"load average before: {load_before[0]:.2f} (1 min), cpus: {os.cpu_count()}")
-    print(f"{'preset':<12} {'acks':>4} {'rate':>8} {'achieved':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'recv':>8}")
+    print(
+        f"{'preset':<12} {'acks':>4} {'rate':>8} {'achieved':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+        f"{'ack p99':>8} {'recv':>8}"
+    )
     for r in rows:
         print(
             f"{r['preset']:<12} {str(r['acks']):>4} {r['rate']:>8,} {r['achieved_rate']:>9,} {r['p50_ms']:>8.1f} "
-            f"{r['p99_ms']:>8.1f} {r['max_ms'] or float('nan'):>8.1f} {r['received']:>8,}"
+            f"{r['p99_ms']:>8.1f} {r['max_ms'] or float('nan'):>8.1f} {r['ack_p99_ms']:>8.1f} {r['received']:>8,}"
         )
     if png:
         print(f"\nplot: {png}")
