@@ -118,7 +118,7 @@ def one_kill(client, steady: SteadyProducer, i: int) -> dict:
 
     def registered():
         now = registry.endpoint(TOPIC, 0)
-        return now is not None and now.get("epoch") != before.get("epoch") and time.monotonic()
+        return now is not None and now.get("epoch") != (before or {}).get("epoch") and time.monotonic()
 
     leader_at = wait_for(registered)
     acked_at = wait_for(lambda: steady.first_ack_after(killed), interval_s=0.01)
