@@ -30,39 +30,15 @@ import time
 from typing import Sequence
 
 from raylog.errors import ClosedError, RequestTimeoutError
-from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
+from raylog.producer.batch import ProducerBatch, add_key_size
+from raylog.producer.futures import CallFuture, SendFuture
 from raylog.producer.partitioner import StickyPartitioner, group_by_partition, partition_for_key
 from raylog.storage.message import HEADER_SIZE
 
+_new_object = object.__new__
+
 #: how long a caller waits for buffer space before RequestTimeoutError
 DEFAULT_MAX_BLOCK_S = 60.0
-
-
-def _add_key_size(size: int, key: bytes | None) -> int:
-    return size + len(key) if key is not None else size
-
-
-class ProducerBatch:
-    """Messages for one topic-partition that travel as one message set."""
-
-    __slots__ = ("topic", "partition", "values", "keys", "timestamps", "created", "deadline", "size", "limit",
-                 "future")
-
-    def __init__(self, topic: str, partition: int, linger_s: float | None, limit: int, compressed: bool, values=None):
-        self.topic = topic
-        self.partition = partition
-        self.values: list[bytes] = [] if values is None else values
-        self.keys: list[bytes | None] | None = None  # made when a keyed message joins
-        self.timestamps: list[int] | None = None  # made when a message brings its own
-        self.created = time.time()
-        # (linger_s None: sealed as it is made, no linger deadline)
-        self.deadline = 0.0 if linger_s is None else time.monotonic() + linger_s
-        self.size = 0  # bytes of the uncompressed message set so far
-        self.limit = limit  # max_message_bytes of the topic
-        self.future = BatchFuture(topic, partition, self.values, compressed)
-
-    def __len__(self) -> int:
-        return len(self.values)
 
 
 class RecordAccumulator:
@@ -128,36 +104,10 @@ class RecordAccumulator:
         timestamp_ms: int | None = None,
     ) -> SendFuture:
         """One message (keyless ones join the topic's sticky batch)."""
+        if key is None and partition is None and timestamp_ms is None:
+            return self.append_keyless(topic, value)
         count = self._counts.get(topic) or self.partitions(topic)
         grow = HEADER_SIZE + len(value)
-        if key is None and partition is None and timestamp_ms is None:
-            if self.batch_size == 1:
-                return self._append_alone(topic, value, count, grow)
-            with self.lock:
-                # The hot path: the open sticky batch of the topic takes it.
-                batch = self.keyless.get(topic)
-                if (
-                    batch is None
-                    or batch.keys is not None
-                    or batch.timestamps is not None
-                    or self.buffered >= self.max_buffered
-                    or batch.size + grow > batch.limit
-                ):
-                    self._wait_for_space()
-                    batch = self._batch_for(topic, self._sticky.partition(topic, count), grow)
-                    self.keyless[topic] = batch
-                    if batch.keys is not None:
-                        batch.keys.append(None)
-                    if batch.timestamps is not None:
-                        batch.timestamps.append(int(batch.created * 1000))
-                values = batch.values
-                index = len(values)
-                values.append(value)
-                batch.size += grow
-                self.buffered += 1
-                if index + 1 >= self.batch_size:
-                    self._seal(batch)
-                return SendFuture(batch.future, index)
         if partition is None and key is not None:
             partition = partition_for_key(key, count)
         if key is not None:
@@ -188,6 +138,64 @@ class RecordAccumulator:
             if index + 1 >= self.batch_size:
                 self._seal(batch)
             return SendFuture(batch.future, index)
+
+    def append_keyless(self, topic: str, value: bytes) -> SendFuture:
+        """A keyless message without partition or timestamp: the hot path of
+        ``send``. The open sticky batch of the topic takes it; a new batch
+        is opened only when there is none, it is full or it carries keys or
+        timestamps."""
+        if self.batch_size == 1:
+            return self.append_alone(topic, value)
+        grow = HEADER_SIZE + len(value)
+        lock = self.lock
+        lock.acquire()
+        try:
+            batch = self.keyless.get(topic)
+            if (
+                batch is None
+                or batch.keys is not None
+                or batch.timestamps is not None
+                or self.buffered >= self.max_buffered
+                or batch.size + grow > batch.limit
+            ):
+                batch = self._open_keyless(topic, grow)
+            values = batch.values
+            index = len(values)
+            values.append(value)
+            batch.size += grow
+            self.buffered += 1
+            if index + 1 >= self.batch_size:
+                self._seal(batch)
+            # (SendFuture(batch.future, index) without the cost of __init__)
+            future = _new_object(SendFuture)
+            future._batch = batch.future
+            future._index = index
+            return future
+        finally:
+            lock.release()
+
+    def _open_keyless(self, topic: str, grow: int) -> ProducerBatch:
+        """The topic's sticky batch with room for ``grow`` bytes, waiting for
+        buffer space first (lock held); a batch with keys or timestamps
+        gets a ``None`` key or the batch's time for the message to come."""
+        count = self._counts.get(topic) or self._count_unlocked(topic)
+        self._wait_for_space()
+        batch = self._batch_for(topic, self._sticky.partition(topic, count), grow)
+        self.keyless[topic] = batch
+        if batch.keys is not None:
+            batch.keys.append(None)
+        if batch.timestamps is not None:
+            batch.timestamps.append(int(batch.created * 1000))
+        return batch
+
+    def _count_unlocked(self, topic: str) -> int:
+        """:meth:`partitions` for a topic not cached yet, asked with the lock
+        held: the lock is released around the metadata call."""
+        self.lock.release()
+        try:
+            return self.partitions(topic)
+        finally:
+            self.lock.acquire()
 
     def append_alone(self, topic: str, value: bytes) -> SendFuture:
         """A keyless message with ``batch_size`` 1 (the caller checks): its
@@ -234,7 +242,7 @@ class RecordAccumulator:
         sizes = list(map(len, values))
         if keys is None or partition is not None:
             if keys is not None:
-                sizes = list(map(_add_key_size, sizes, keys))
+                sizes = list(map(add_key_size, sizes, keys))
             with self.lock:
                 self._fill(topic, partition, values, keys, sizes, 0, count, call)
             return call
@@ -263,7 +271,7 @@ class RecordAccumulator:
                     batch.size += k * HEADER_SIZE + total
                     self.buffered += k
                     continue
-                sizes = list(map(_add_key_size, map(len, group_values), group_keys))
+                sizes = list(map(add_key_size, map(len, group_values), group_keys))
                 self._fill(topic, None if p < 0 else p, group_values, group_keys, sizes, positions, count, call)
         return call
 
