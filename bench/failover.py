@@ -130,12 +130,11 @@ def one_kill(client, steady: SteadyProducer, i: int, ray_cluster=None, nodes=Non
     pid = ray.get(actor.pid.remote(), timeout=30)
     before = registry.endpoint(TOPIC, 0)
     killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
     if ray_cluster is not None:
+        # after the kill: a lost machine's processes stop at once, and removing
+        # a node takes a while, during which its worker could go on serving
         ray_cluster.remove_node(nodes[state.leader], allow_graceful=False)
-    try:  # a lost node takes its processes at once (the test cluster's worker could linger)
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
     def registered():
         now = registry.endpoint(TOPIC, 0)
