@@ -13,7 +13,7 @@ is kept (the machine may be shared).
 Prints one JSON line per measurement (the same fields as bench/throughput.py),
 a line of ratios RF3/RF1, then a table. Usage::
 
-    python bench/replication.py [-n 100000] [--rounds 2] [--json-only]
+    python bench/replication.py [-n 200000] [--rounds 3] [--json-only]
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def topic_name(factor: int, acks) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("-n", "--messages", type=int, default=100_000)
-    p.add_argument("--rounds", type=int, default=2, help="alternated rounds; the best of each case is kept")
+    p.add_argument("-n", "--messages", type=int, default=200_000)
+    p.add_argument("--rounds", type=int, default=3, help="alternated rounds; the best of each case is kept")
     p.add_argument("--json-only", action="store_true")
     args = p.parse_args(argv)
     n = args.messages
@@ -74,12 +74,13 @@ def main(argv=None) -> int:
             for acks in ACKS:
                 client.create_topic(topic_name(factor, acks), partitions=1, replication_factor=factor,
                                     min_insync_replicas=min(2, factor))
+                bench_produce(client, topic_name(factor, acks), 1000, acks, factor)  # warm-up: connections, caches
         steps = [(r, f) for r in range(args.rounds) for f in FACTORS]
         for _round, factor in tqdm(steps, desc="replication", unit="case", file=sys.stderr):
             for acks in ACKS:
                 row = bench_produce(client, topic_name(factor, acks), n, acks, factor)
                 measured.setdefault(row["case"], []).append(row)
-            row = bench_consume(client, topic_name(factor, 1), n)  # only new data: a fresh consumer reads all
+            row = bench_consume(client, topic_name(factor, 1), n)  # a fresh consumer: the first n from the start
             row.update(case=f"RF{factor} consume (poll)", replication_factor=factor)
             measured.setdefault(row["case"], []).append(row)
     rows = [_best(v) for v in measured.values()]
