@@ -175,10 +175,15 @@ class RecordAccumulator:
             lock.release()
 
     def _open_keyless(self, topic: str, grow: int) -> ProducerBatch:
-        """The topic's sticky batch with room for ``grow`` bytes, waiting for
-        buffer space first (lock held); a batch with keys or timestamps
-        gets a ``None`` key or the batch's time for the message to come."""
-        count = self._counts.get(topic) or self._count_unlocked(topic)
+        """The topic's sticky batch with room for ``grow`` more bytes (lock
+        held), its keys or timestamps extended for the message to come."""
+        count = self._counts.get(topic)
+        if count is None:
+            self.lock.release()  # (no metadata call under the lock)
+            try:
+                count = self.partitions(topic)
+            finally:
+                self.lock.acquire()
         self._wait_for_space()
         batch = self._batch_for(topic, self._sticky.partition(topic, count), grow)
         self.keyless[topic] = batch
@@ -188,29 +193,17 @@ class RecordAccumulator:
             batch.timestamps.append(int(batch.created * 1000))
         return batch
 
-    def _count_unlocked(self, topic: str) -> int:
-        """:meth:`partitions` for a topic not cached yet, asked with the lock
-        held: the lock is released around the metadata call."""
-        self.lock.release()
-        try:
-            return self.partitions(topic)
-        finally:
-            self.lock.acquire()
-
     def append_alone(self, topic: str, value: bytes) -> SendFuture:
         """A keyless message with ``batch_size`` 1 (the caller checks): its
         batch is sealed as it is made (no batch is ever open then), straight
         into the ready queue."""
         count = self._counts.get(topic) or self.partitions(topic)
-        return self._append_alone(topic, value, count, HEADER_SIZE + len(value))
-
-    def _append_alone(self, topic: str, value: bytes, count: int, grow: int) -> SendFuture:
         with self.lock:
             if self.closed or self.buffered >= self.max_buffered:
                 self._wait_for_space()
             partition = self._sticky.partition(topic, count) if count > 1 else 0
             batch = ProducerBatch(topic, partition, None, self._limits[topic], self.compressed, [value])
-            batch.size = grow
+            batch.size = HEADER_SIZE + len(value)
             self.buffered += 1
             tp = (topic, partition)
             queue = self.ready.get(tp)
@@ -239,40 +232,49 @@ class RecordAccumulator:
         if not n:
             return call
         count = self._counts.get(topic) or self.partitions(topic)
-        sizes = list(map(len, values))
         if keys is None or partition is not None:
-            if keys is not None:
-                sizes = list(map(add_key_size, sizes, keys))
+            sizes = list(map(len, values)) if keys is None else list(map(add_key_size, map(len, values), keys))
             with self.lock:
                 self._fill(topic, partition, values, keys, sizes, 0, count, call)
             return call
         # Keyed: split the call by partition (crc32c(key) mod partitions),
         # keeping the call's order within each; one compiled pass when built.
         groups = group_by_partition(values, keys, count)
+        batch_size = self.batch_size
+        parts = call._parts
+        taken = 0  # messages of the fast path, not yet counted in buffered
         with self.lock:
-            open_batches = self.open
+            # Buffer room for the whole call: then no group needs its own check.
+            room = not self.closed and self.buffered + n < self.max_buffered
             for p, positions, group_values, group_keys, total, largest in groups:
                 k = len(positions)
-                batch = open_batches.get((topic, p))
-                if (
-                    batch is not None
-                    and not self.closed
-                    and batch.keys is not None
-                    and batch.timestamps is None
-                    and len(batch.values) + k < self.batch_size
-                    and batch.size + k * (HEADER_SIZE + largest) <= batch.limit
-                    and self.buffered + k < self.max_buffered
-                ):
-                    # The common case: the partition's open batch takes the
-                    # whole group and stays open (what _fill does, inlined).
-                    call._add(batch.future, len(batch.values), k, positions)
-                    batch.values.extend(group_values)
-                    batch.keys.extend(group_keys)
-                    batch.size += k * HEADER_SIZE + total
-                    self.buffered += k
-                    continue
+                if room and p >= 0:
+                    batch = self.open.get((topic, p))
+                    if batch is None:
+                        batch = self._batch_for(topic, p, 0)
+                        batch.keys = []
+                    first = len(batch.values)
+                    if (
+                        first + k <= batch_size
+                        and batch.keys is not None
+                        and batch.timestamps is None
+                        and batch.size + k * (HEADER_SIZE + largest) <= batch.limit
+                    ):
+                        # the common case: the open batch takes the whole group
+                        parts.append((batch.future, first, k, positions))
+                        batch.values += group_values
+                        batch.keys += group_keys
+                        batch.size += k * HEADER_SIZE + total
+                        taken += k
+                        if first + k == batch_size:
+                            self._seal(batch)
+                        continue
+                self.buffered += taken
+                taken = 0
                 sizes = list(map(add_key_size, map(len, group_values), group_keys))
                 self._fill(topic, None if p < 0 else p, group_values, group_keys, sizes, positions, count, call)
+            self.buffered += taken
+        call._count = n  # (_fill counted its own: now all n are in)
         return call
 
     def _fill(self, topic, partition, values, keys, sizes, positions, count, call: CallFuture) -> None:

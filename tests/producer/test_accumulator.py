@@ -144,3 +144,44 @@ def test_keyless_sends_with_batch_size_1_each_make_a_sealed_set():
     for b in _sealed(acc):
         b.future.resolve(40)
     assert [f.result().offset for f in futures] == [40, 40, 40]
+
+
+def test_keyed_calls_fill_seal_and_open_batches_without_losing_or_reordering():
+    """Keyed calls whose groups exactly fill a batch, overflow it, or find
+    no open batch: every message lands once, in call order within its
+    partition, no batch holds more than batch_size, buffered counts them
+    all, and each call's future finds its own messages."""
+    import random
+
+    from raylog.producer.partitioner import partition_for_key
+
+    rng = random.Random(5)
+    acc = _acc(batch_size=6)
+    calls, sent = [], []
+    for c in range(40):
+        n = rng.choice([1, 3, 6, 7, 12, 20])
+        keys = [b"k%d" % rng.randrange(9) for _ in range(n)]
+        values = [b"c%d-%d" % (c, i) for i in range(n)]
+        calls.append((acc.append_many("t", values, keys, None), values, keys))
+        sent.extend(zip(values, keys))
+    assert acc.buffered == len(sent)
+    sealed_early = _sealed(acc)
+    assert sealed_early and all(len(b) == 6 for b in sealed_early)
+    acc.seal_all()
+    batches = _sealed(acc)
+    assert all(1 <= len(b) <= 6 and len(b.keys) == len(b.values) for b in batches)
+    where = {}
+    for p in range(3):
+        mine = [b for b in batches if b.partition == p]
+        got = [(v, k) for b in mine for v, k in zip(b.values, b.keys)]
+        assert got == [(v, k) for v, k in sent if partition_for_key(k, 3) == p]
+        base = 1000 * p
+        for b in mine:
+            b.future.resolve(base)
+            offset = base
+            for v, k in zip(b.values, b.keys):
+                where[v] = (p, offset)
+                offset += HEADER_SIZE + len(v) + len(k)
+            base = offset
+    for call, values, _ in calls:
+        assert call.result() == [where[v] for v in values]
