@@ -6,7 +6,8 @@ multi-partition topic on a multi-node Ray cluster while the nemesis injects
 every fault kind of :mod:`raylog.testing.faults` (kill or pause a partition
 actor, kill a consumer process, expire a ZooKeeper session, drop a
 connection, stop and restart ZooKeeper, flip a byte of a flushed segment,
-remove a Ray node); then the checker reads the whole history (see
+remove a Ray node; with ``--replication-factor`` above 1, kill the current
+leader replica); then the checker reads the whole history (see
 :mod:`raylog.testing.checker` for the anomaly names).
 
 Prints one JSON line (operations, faults by kind, each anomaly count,
@@ -18,6 +19,7 @@ Exit code 1 when a forbidden anomaly occurred.
 Usage::
 
     python bench/faults.py --duration 600 --seed 1 [--faults kill-partition,flip-byte] [--out bench/results/faults]
+    python bench/faults.py --nodes 3 --replication-factor 3 --min-insync 2   # replicated, kill-leader too
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def main(argv=None) -> int:
         "faults": result["faults"],
         "anomalies": result["counts"],
         "unseen_by_acks": result["unseen_by_acks"],
+        "lost_by_acks": result["lost_by_acks"],
+        "replication_factor": args.replication_factor,
         "delivery_duplicates": result["delivery_duplicates"],
         "destroyed_by_faults": result["destroyed_by_faults"],
         "longest_unread_s": result["longest_unread_s"]["max"],

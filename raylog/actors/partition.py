@@ -21,7 +21,9 @@ Data never goes through Ray method calls; the methods here are small control
 calls (stats, offsets, flush, shutdown). Any disk error of the log (append,
 fsync, roll, retention; in any thread) ends the process (exit status
 :data:`EXIT_DISK_ERROR`, after logging) so that Ray restarts the actor and
-recovery runs again: a partition is never left wedged.
+recovery runs again: a partition is never left wedged. Starting while
+ZooKeeper is away, the actor retries it for a while, then ends its process
+the same way (:mod:`raylog.actors.process_exit`).
 
 Actor-confinement: the log is shared by the server's connection threads,
 the timer thread and the method threads; :class:`PartitionLog` serializes its
@@ -39,6 +41,7 @@ import time
 
 from raylog import auth
 from raylog.actors.placement import scheduling_options
+from raylog.actors.process_exit import EXIT_DISK_ERROR, STARTUP_ZOOKEEPER_WAIT_S, exit_process, until_zookeeper
 from raylog.config import NAMESPACE, TopicConfig
 from raylog.errors import AuthenticationError
 from raylog.metrics import PartitionMetrics
@@ -48,13 +51,12 @@ from raylog.storage import faults
 from raylog.storage.log import PartitionLog
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 from raylog.transfer.server import DataServer
+from raylog.zk.errors import zookeeper_errors
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
 
 log = logging.getLogger(__name__)
 
-#: exit status of an actor process ended by a disk error
-EXIT_DISK_ERROR = 75
 
 
 def actor_name(cluster: str, topic: str, partition: int) -> str:
@@ -103,7 +105,9 @@ class PartitionActor:
 
         from raylog.actors.supervisor import check_before_serving  # here: supervisor imports this module
 
-        check_before_serving(zookeeper, cluster, topic, partition, log_dir)  # a delete is honoured first
+        deadline = time.monotonic() + STARTUP_ZOOKEEPER_WAIT_S
+        what = f"partition {topic}-{partition}"
+        until_zookeeper(deadline, what, check_before_serving, zookeeper, cluster, topic, partition, log_dir)
         self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error)
         for report in self.log.recovery_reports:
             log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)
@@ -123,19 +127,8 @@ class PartitionActor:
         )
         self.host, self.port = self.server.start()
 
-        self.zk = connect_kazoo(zookeeper)
-        self.registry = Registry(self.zk, cluster)
-        if replica is None and self.config.replication_factor > 1:  # started by name alone (a repair)
-            self.replica = replica = self.registry.placement(topic, partition)["node"]
-        if replica is not None:
-            self.role = ReplicaRole(self.zk, self.registry, topic, partition, replica, self.log, self._token,
-                                    on_promoted=self._take_lead)
-        self.epoch = 0
-        if self.role is None or self.role.is_leader:  # followers leave the endpoint's epoch alone
-            placement_path = self.registry.paths.partition(topic, partition)
-            data, _ = self.zk.get(placement_path)
-            self.epoch = self.zk.set(placement_path, data).version
-        self._register()
+        self.zk = None
+        until_zookeeper(deadline, what, self._join, zookeeper)
 
         def on_state(state):
             if state == KazooState.LOST and not self._closed.is_set():
@@ -147,22 +140,37 @@ class PartitionActor:
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
 
+    def _join(self, zookeeper: str) -> None:
+        """Connect to ZooKeeper, take the replica's role, a new endpoint epoch
+        (leaders), and register the endpoint. Run again from the start when
+        ZooKeeper went away in between."""
+        if self.zk is not None:
+            self.zk.stop()
+            self.zk.close()
+        self.zk = connect_kazoo(zookeeper)
+        self.registry = Registry(self.zk, self.cluster)
+        topic, partition = self.topic, self.partition
+        with zookeeper_errors(self.zk, f"start serving {topic}-{partition}"):
+            if self.replica is None and self.config.replication_factor > 1:  # started by name alone (a repair)
+                self.replica = self.registry.placement(topic, partition)["node"]
+            if self.replica is not None:
+                self.role = ReplicaRole(self.zk, self.registry, topic, partition, self.replica, self.log,
+                                        self._token, on_promoted=self._take_lead)
+            self.epoch = 0
+            if self.role is None or self.role.is_leader:  # followers leave the endpoint's epoch alone
+                placement_path = self.registry.paths.partition(topic, partition)
+                data, _ = self.zk.get(placement_path)
+                self.epoch = self.zk.set(placement_path, data).version
+            self._register()
+
     def _disk_error(self, err: BaseException) -> None:
         """Any disk error of the log (append, fsync, roll, retention): end the
         process so that Ray restarts the actor and recovery runs. Never a
         wedged partition that answers a retriable error forever."""
         if self._closed.is_set():
             return
-        log.critical(
-            "disk error in partition %s-%d (%s); exiting so that Ray restarts the actor and recovers the log",
-            self.topic, self.partition, err,
-        )
-        for handler in logging.getLogger().handlers:
-            try:
-                handler.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(EXIT_DISK_ERROR)
+        exit_process(EXIT_DISK_ERROR, "disk error in partition %s-%d (%s); exiting so that Ray restarts the actor "
+                     "and recovers the log", self.topic, self.partition, err)
 
     # -- data server ---------------------------------------------------------
 

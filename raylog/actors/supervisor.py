@@ -198,6 +198,8 @@ def remove_deleted(registry, zookeeper: str, nodes: list[dict], *, topic: str | 
                     registry.remove_tombstone(node, log_dir)
                     rows.append(_row(name, p, node, "removed", "stopped the deleted topic's actor"))
                     continue
+            except ray.exceptions.RayActorError:
+                pass  # gone meanwhile (delete_topic stops it too): its log is removed below
             except Exception as err:  # noqa: BLE001 - one actor's failure stays its own
                 rows.append(_row(name, p, node, "failed", f"stopping its actor: {err}"))
                 continue

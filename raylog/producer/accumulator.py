@@ -30,39 +30,15 @@ import time
 from typing import Sequence
 
 from raylog.errors import ClosedError, RequestTimeoutError
-from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
+from raylog.producer.batch import ProducerBatch, add_key_size
+from raylog.producer.futures import CallFuture, SendFuture
 from raylog.producer.partitioner import StickyPartitioner, group_by_partition, partition_for_key
 from raylog.storage.message import HEADER_SIZE
 
+_new_object = object.__new__
+
 #: how long a caller waits for buffer space before RequestTimeoutError
 DEFAULT_MAX_BLOCK_S = 60.0
-
-
-def _add_key_size(size: int, key: bytes | None) -> int:
-    return size + len(key) if key is not None else size
-
-
-class ProducerBatch:
-    """Messages for one topic-partition that travel as one message set."""
-
-    __slots__ = ("topic", "partition", "values", "keys", "timestamps", "created", "deadline", "size", "limit",
-                 "future")
-
-    def __init__(self, topic: str, partition: int, linger_s: float | None, limit: int, compressed: bool, values=None):
-        self.topic = topic
-        self.partition = partition
-        self.values: list[bytes] = [] if values is None else values
-        self.keys: list[bytes | None] | None = None  # made when a keyed message joins
-        self.timestamps: list[int] | None = None  # made when a message brings its own
-        self.created = time.time()
-        # (linger_s None: sealed as it is made, no linger deadline)
-        self.deadline = 0.0 if linger_s is None else time.monotonic() + linger_s
-        self.size = 0  # bytes of the uncompressed message set so far
-        self.limit = limit  # max_message_bytes of the topic
-        self.future = BatchFuture(topic, partition, self.values, compressed)
-
-    def __len__(self) -> int:
-        return len(self.values)
 
 
 class RecordAccumulator:
@@ -128,36 +104,10 @@ class RecordAccumulator:
         timestamp_ms: int | None = None,
     ) -> SendFuture:
         """One message (keyless ones join the topic's sticky batch)."""
+        if key is None and partition is None and timestamp_ms is None:
+            return self.append_keyless(topic, value)
         count = self._counts.get(topic) or self.partitions(topic)
         grow = HEADER_SIZE + len(value)
-        if key is None and partition is None and timestamp_ms is None:
-            if self.batch_size == 1:
-                return self._append_alone(topic, value, count, grow)
-            with self.lock:
-                # The hot path: the open sticky batch of the topic takes it.
-                batch = self.keyless.get(topic)
-                if (
-                    batch is None
-                    or batch.keys is not None
-                    or batch.timestamps is not None
-                    or self.buffered >= self.max_buffered
-                    or batch.size + grow > batch.limit
-                ):
-                    self._wait_for_space()
-                    batch = self._batch_for(topic, self._sticky.partition(topic, count), grow)
-                    self.keyless[topic] = batch
-                    if batch.keys is not None:
-                        batch.keys.append(None)
-                    if batch.timestamps is not None:
-                        batch.timestamps.append(int(batch.created * 1000))
-                values = batch.values
-                index = len(values)
-                values.append(value)
-                batch.size += grow
-                self.buffered += 1
-                if index + 1 >= self.batch_size:
-                    self._seal(batch)
-                return SendFuture(batch.future, index)
         if partition is None and key is not None:
             partition = partition_for_key(key, count)
         if key is not None:
@@ -189,20 +139,71 @@ class RecordAccumulator:
                 self._seal(batch)
             return SendFuture(batch.future, index)
 
+    def append_keyless(self, topic: str, value: bytes) -> SendFuture:
+        """A keyless message without partition or timestamp: the hot path of
+        ``send``. The open sticky batch of the topic takes it; a new batch
+        is opened only when there is none, it is full or it carries keys or
+        timestamps."""
+        if self.batch_size == 1:
+            return self.append_alone(topic, value)
+        grow = HEADER_SIZE + len(value)
+        lock = self.lock
+        lock.acquire()
+        try:
+            batch = self.keyless.get(topic)
+            if (
+                batch is None
+                or batch.keys is not None
+                or batch.timestamps is not None
+                or self.buffered >= self.max_buffered
+                or batch.size + grow > batch.limit
+            ):
+                batch = self._open_keyless(topic, grow)
+            values = batch.values
+            index = len(values)
+            values.append(value)
+            batch.size += grow
+            self.buffered += 1
+            if index + 1 >= self.batch_size:
+                self._seal(batch)
+            # (SendFuture(batch.future, index) without the cost of __init__)
+            future = _new_object(SendFuture)
+            future._batch = batch.future
+            future._index = index
+            return future
+        finally:
+            lock.release()
+
+    def _open_keyless(self, topic: str, grow: int) -> ProducerBatch:
+        """The topic's sticky batch with room for ``grow`` more bytes (lock
+        held), its keys or timestamps extended for the message to come."""
+        count = self._counts.get(topic)
+        if count is None:
+            self.lock.release()  # (no metadata call under the lock)
+            try:
+                count = self.partitions(topic)
+            finally:
+                self.lock.acquire()
+        self._wait_for_space()
+        batch = self._batch_for(topic, self._sticky.partition(topic, count), grow)
+        self.keyless[topic] = batch
+        if batch.keys is not None:
+            batch.keys.append(None)
+        if batch.timestamps is not None:
+            batch.timestamps.append(int(batch.created * 1000))
+        return batch
+
     def append_alone(self, topic: str, value: bytes) -> SendFuture:
         """A keyless message with ``batch_size`` 1 (the caller checks): its
         batch is sealed as it is made (no batch is ever open then), straight
         into the ready queue."""
         count = self._counts.get(topic) or self.partitions(topic)
-        return self._append_alone(topic, value, count, HEADER_SIZE + len(value))
-
-    def _append_alone(self, topic: str, value: bytes, count: int, grow: int) -> SendFuture:
         with self.lock:
             if self.closed or self.buffered >= self.max_buffered:
                 self._wait_for_space()
             partition = self._sticky.partition(topic, count) if count > 1 else 0
             batch = ProducerBatch(topic, partition, None, self._limits[topic], self.compressed, [value])
-            batch.size = grow
+            batch.size = HEADER_SIZE + len(value)
             self.buffered += 1
             tp = (topic, partition)
             queue = self.ready.get(tp)
@@ -231,40 +232,49 @@ class RecordAccumulator:
         if not n:
             return call
         count = self._counts.get(topic) or self.partitions(topic)
-        sizes = list(map(len, values))
         if keys is None or partition is not None:
-            if keys is not None:
-                sizes = list(map(_add_key_size, sizes, keys))
+            sizes = list(map(len, values)) if keys is None else list(map(add_key_size, map(len, values), keys))
             with self.lock:
                 self._fill(topic, partition, values, keys, sizes, 0, count, call)
             return call
         # Keyed: split the call by partition (crc32c(key) mod partitions),
         # keeping the call's order within each; one compiled pass when built.
         groups = group_by_partition(values, keys, count)
+        batch_size = self.batch_size
+        parts = call._parts
+        taken = 0  # messages of the fast path, not yet counted in buffered
         with self.lock:
-            open_batches = self.open
+            # Buffer room for the whole call: then no group needs its own check.
+            room = not self.closed and self.buffered + n < self.max_buffered
             for p, positions, group_values, group_keys, total, largest in groups:
                 k = len(positions)
-                batch = open_batches.get((topic, p))
-                if (
-                    batch is not None
-                    and not self.closed
-                    and batch.keys is not None
-                    and batch.timestamps is None
-                    and len(batch.values) + k < self.batch_size
-                    and batch.size + k * (HEADER_SIZE + largest) <= batch.limit
-                    and self.buffered + k < self.max_buffered
-                ):
-                    # The common case: the partition's open batch takes the
-                    # whole group and stays open (what _fill does, inlined).
-                    call._add(batch.future, len(batch.values), k, positions)
-                    batch.values.extend(group_values)
-                    batch.keys.extend(group_keys)
-                    batch.size += k * HEADER_SIZE + total
-                    self.buffered += k
-                    continue
-                sizes = list(map(_add_key_size, map(len, group_values), group_keys))
+                if room and p >= 0:
+                    batch = self.open.get((topic, p))
+                    if batch is None:
+                        batch = self._batch_for(topic, p, 0)
+                        batch.keys = []
+                    first = len(batch.values)
+                    if (
+                        first + k <= batch_size
+                        and batch.keys is not None
+                        and batch.timestamps is None
+                        and batch.size + k * (HEADER_SIZE + largest) <= batch.limit
+                    ):
+                        # the common case: the open batch takes the whole group
+                        parts.append((batch.future, first, k, positions))
+                        batch.values += group_values
+                        batch.keys += group_keys
+                        batch.size += k * HEADER_SIZE + total
+                        taken += k
+                        if first + k == batch_size:
+                            self._seal(batch)
+                        continue
+                self.buffered += taken
+                taken = 0
+                sizes = list(map(add_key_size, map(len, group_values), group_keys))
                 self._fill(topic, None if p < 0 else p, group_values, group_keys, sizes, positions, count, call)
+            self.buffered += taken
+        call._count = n  # (_fill counted its own: now all n are in)
         return call
 
     def _fill(self, topic, partition, values, keys, sizes, positions, count, call: CallFuture) -> None:

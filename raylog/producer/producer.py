@@ -166,10 +166,10 @@ class Producer:
         is full: then it waits up to ``max_block_s`` for room)."""
         if type(value) is not bytes:
             raise TypeError(f"value must be bytes, got {type(value).__name__}; encode it first")
+        if key is None and partition is None and timestamp_ms is None:
+            return self._acc.append_keyless(topic, value)  # the hot path (batch 1: one set per message)
         if partition is not None:
             self._check_partition(topic, partition)
-        elif key is None and timestamp_ms is None and self.batch_size == 1:
-            return self._acc.append_alone(topic, value)  # the paper's batch 1: one set per message
         return self._acc.append(topic, value, key, partition, timestamp_ms)
 
     def send_batch(

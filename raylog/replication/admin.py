@@ -85,3 +85,18 @@ def describe_replicas(zk, registry, cluster: str, topic: str, partition: int) ->
     return {"leader": state.leader, "leader_epoch": state.leader_epoch, "replicas": list(state.replicas),
             "isr": list(state.isr), "replica_log_end_offsets": ends,
             "under_replicated": len(state.isr) < len(state.replicas)}
+
+
+def leader_actor(zk, registry, cluster: str, topic: str, partition: int):
+    """``(state, actor)``: the partition's replication state and the Ray
+    actor of the replica that leads it now (by the ``state`` node). Raises
+    ``ValueError`` when the partition is not replicated or the leader's
+    actor does not run."""
+    import ray
+
+    found = read_state(zk, registry.paths, topic, partition)
+    if found is None:
+        raise ValueError(f"{topic}-{partition} is not replicated (no state node)")
+    state = found[0]
+    name = replica_actor_name(actor_name(cluster, topic, partition), state.leader, state.replicas[0])
+    return state, ray.get_actor(name, namespace=NAMESPACE)

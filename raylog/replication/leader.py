@@ -69,8 +69,14 @@ class Leader:
         #: the leader's flushed end at its previous fetch); caught up (Kafka's
         #: rule) is a fetch at or past the flushed end of the fetch before
         self._progress = {n: (None, now, 0) for n in state.replicas if n != node}
-        # Restarted on its own node the leader keeps what it flushed visible.
-        self._committed = partition_log.high_watermark
+        # Starting (restarted on its node, or promoted) the leader does not
+        # know how far the other ISR members reach: what it flushed becomes
+        # visible as their first fetches say they hold it, not before (a
+        # leader lost again right away would otherwise have shown, and
+        # acknowledged acks="all" retries of, bytes no follower has).
+        self._committed = partition_log.log_start_offset
+        with self._cond:
+            self._advance()
 
     @property
     def state(self):
@@ -191,6 +197,9 @@ class ClientView:
 
     def read(self, offset: int, max_bytes: int):
         committed = self._leader.committed
+        if committed < offset <= self._log.high_watermark:
+            # a position read before this leader started: nothing yet, no error
+            return self._log.read(offset, max_bytes)._replace(length=0)
         if offset > committed:
             start = self._log.log_start_offset
             raise OffsetOutOfRangeError(

@@ -26,6 +26,17 @@ Anomalies (the names of Jepsen's Kafka queue workload):
 ``garbage-read``
     a value was read that no send ever produced (damaged data served).
 
+**Acknowledgements that replication may drop.** With replication, an
+``acks=1`` acknowledgement says the leader appended the set, not that any
+follower has it: a leader change before the followers fetched it truncates it
+(Kafka's semantics). The acks levels passed as ``lossy_acks`` are checked so:
+their lost and unseen writes are counted (``lost_by_acks``,
+``unseen_by_acks``) but do not make the history invalid, and the
+acknowledged position of such a send that nobody ever read is not taken as
+what the log holds there (no ``poll-skip`` or ``inconsistent-offsets`` from
+it). Everything else about them (a value read twice, read garbage) still
+counts.
+
 Besides, **delivery duplicates** (one value handed to the group more than
 once) are counted: at-least-once allows them after faults.
 
@@ -96,11 +107,14 @@ def _tp(topic, partition) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNSEEN_ACKS) -> dict:
+def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNSEEN_ACKS,
+          lossy_acks: Iterable[str] = ()) -> dict:
     """Check a history; returns the report (``report["valid"]`` is False when a
     forbidden anomaly occurred). See the module docstring for the names."""
     ops = list(ops)
     forbid_unseen_acks = {str(a) for a in forbid_unseen_acks}
+    lossy = {str(a) for a in lossy_acks}
+    forbid_unseen_acks -= lossy
     found: dict[str, list[dict]] = {name: [] for name in ANOMALIES}
 
     def flag(name: str, **detail):
@@ -169,6 +183,14 @@ def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNS
                     if value not in sends:
                         flag(GARBAGE_READ, process=process, seq=op["seq"], topic=tp[0], partition=tp[1],
                              offset=offset, value=value)
+
+    # -- acknowledgements replication may have dropped: not what the log holds
+    for key in [k for k, acks in acked_at.items() if any(str(a.get("acks")) in lossy for a in acks)]:
+        kept = [a for a in acked_at[key] if str(a.get("acks")) not in lossy or a["value"] in deliveries]
+        if kept:
+            acked_at[key] = kept
+        else:
+            del acked_at[key]
 
     # -- poll-skip: consecutive reads that jump over a known position ---------
     known: dict[tuple, set] = collections.defaultdict(set)
@@ -240,6 +262,7 @@ def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNS
                 flips[{True: "detected", False: "served", None: "not read back"}[detail.get("detected")]] += 1
     destroyed = 0
     unseen_by_acks = collections.Counter()
+    lost_by_acks = collections.Counter()
     failed_read = unknown_read = 0
     for value, send in sends.items():
         read = value in deliveries
@@ -260,13 +283,17 @@ def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNS
         detail = dict(value=value, process=send["process"], topic=send["topic"], partition=partition,
                       offset=offset, acks=str(send.get("acks")), acknowledged_t=send["t1"])
         if tp is not None and offset is not None and max_read_offset.get(tp, -1) > offset:
+            lost_by_acks[str(send.get("acks"))] += 1
             flag(LOST_WRITE, read_up_to=max_read_offset[tp], **detail)
         else:
             unseen_by_acks[str(send.get("acks"))] += 1
             flag(UNSEEN, **detail)
 
     counts = {name: len(found[name]) for name in ANOMALIES}
-    forbidden = {name: n for name, n in counts.items() if name != UNSEEN and n}
+    forbidden = {name: n for name, n in counts.items() if name not in (UNSEEN, LOST_WRITE) and n}
+    lost_forbidden = sum(n for acks, n in lost_by_acks.items() if acks not in lossy)
+    if lost_forbidden:
+        forbidden[LOST_WRITE] = lost_forbidden
     unseen_forbidden = sum(n for acks, n in unseen_by_acks.items() if acks in forbid_unseen_acks)
     if unseen_forbidden:
         forbidden[UNSEEN] = unseen_forbidden
@@ -280,6 +307,8 @@ def check(ops: Iterable[dict], *, forbid_unseen_acks: Iterable[str] = FORBID_UNS
         "forbidden": forbidden,
         "counts": counts,
         "unseen_by_acks": dict(sorted(unseen_by_acks.items())),
+        "lost_by_acks": dict(sorted(lost_by_acks.items())),
+        "lossy_acks": sorted(lossy),
         "anomalies": {name: found[name][:EXAMPLES] for name in ANOMALIES if found[name]},
         "delivery_duplicates": {
             "values": sum(1 for n in deliveries.values() if n > 1),

@@ -21,7 +21,13 @@ The kinds:
 ``zookeeper-outage`` stop ZooKeeper for 2-4 s, then start it again
 ``flip-byte``        damage one byte of a flushed message of a partition
 ``remove-node``      remove a Ray node holding partitions, then add it back after 2-4 s
+``kill-leader``      SIGKILL the process of a replicated partition's current leader
+                     replica (only with a replication factor above 1; a partition
+                     whose ISR is whole is chosen), then wait for a leader to serve
 ==================== ================================================================
+
+:data:`FAULT_KINDS` are the kinds of every run; :data:`REPLICATED_KINDS`
+join them when the topic is replicated.
 
 Thread-safety: a :class:`Nemesis` runs on one thread (``run``); ``stop`` may
 be called from another.
@@ -53,6 +59,7 @@ DROP_CONNECTION = "drop-connection"
 ZOOKEEPER_OUTAGE = "zookeeper-outage"
 FLIP_BYTE = "flip-byte"
 REMOVE_NODE = "remove-node"
+KILL_LEADER = "kill-leader"
 
 FAULT_KINDS = (
     KILL_PARTITION, PAUSE_PARTITION, KILL_CONSUMER, EXPIRE_SESSION, DROP_CONNECTION, ZOOKEEPER_OUTAGE,
@@ -60,6 +67,11 @@ FAULT_KINDS = (
 )
 #: kinds that need a multi-node Ray cluster
 MULTI_NODE_KINDS = (REMOVE_NODE,)
+#: kinds that need a replicated topic (replication factor above 1)
+REPLICATED_KINDS = (KILL_LEADER,)
+KNOWN_KINDS = FAULT_KINDS + REPLICATED_KINDS
+#: how long kill-leader waits for a leader to serve again
+LEADER_WAIT_S = 60.0
 
 
 def plan(seed: int, duration_s: float, kinds: Sequence[str], *, start_s: float = 3.0, mean_gap_s: float = 6.0) -> list[tuple[float, str]]:
@@ -67,9 +79,9 @@ def plan(seed: int, duration_s: float, kinds: Sequence[str], *, start_s: float =
     order) from ``start_s`` on, then random kinds until ``duration_s``; gaps
     uniform in ``[0.5, 1.5] * mean_gap_s``, shrunk so that the first round
     fits in the run."""
-    unknown = set(kinds) - set(FAULT_KINDS)
+    unknown = set(kinds) - set(KNOWN_KINDS)
     if unknown:
-        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KNOWN_KINDS)}")
     if not kinds:
         return []
     rng = random.Random(seed)
@@ -180,6 +192,45 @@ class Nemesis:
         p, actor = self._partition_actor()
         pid = kit.kill_actor(actor)
         return f"{self.target.topic}/{p}", {"partition": p, "pid": pid}
+
+    def _kill_leader(self):
+        from raylog.replication.admin import leader_actor
+
+        t = self.target
+        zk, registry, cluster = t.client._zk, t.client.registry, t.client.settings.cluster
+        whole = []
+        for p in range(t.partitions):
+            try:
+                state, actor = leader_actor(zk, registry, cluster, t.topic, p)
+            except ValueError:
+                continue
+            if len(state.isr) == len(state.replicas) and registry.endpoint(t.topic, p) is not None:
+                whole.append((p, state, actor))
+        if not whole:
+            raise kit.FaultInjectionError(f"no partition of {t.topic} is replicated with a whole ISR and a leader")
+        p, state, actor = self.rng.choice(whole)
+        before = registry.endpoint(t.topic, p)
+        pid = kit.kill_actor(actor)
+        detail = {"partition": p, "pid": pid, "leader": state.leader, "leader_epoch": state.leader_epoch}
+        detail.update(self._wait_for_leader(p, before))
+        return f"{t.topic}/{p}", detail
+
+    def _wait_for_leader(self, partition: int, before) -> dict:
+        """Wait until the partition's endpoint is registered anew (a new
+        epoch: the restarted replica or a follower that took over)."""
+        from raylog.replication.state import read_state
+
+        t = self.target
+        registry = t.client.registry
+        started = time.time()
+        while time.time() - started < LEADER_WAIT_S and not self._stop.is_set():
+            now = registry.endpoint(t.topic, partition)
+            if now is not None and (before is None or now.get("epoch") != before.get("epoch")):
+                state = read_state(t.client._zk, registry.paths, t.topic, partition)[0]
+                return {"new_leader": state.leader, "new_leader_epoch": state.leader_epoch,
+                        "serving_after_s": round(time.time() - started, 3)}
+            time.sleep(0.05)
+        return {"new_leader": None, "serving_after_s": None}
 
     def _pause_partition(self):
         p, actor = self._partition_actor()

@@ -29,6 +29,10 @@ def table(report: dict) -> str:
         extra = ""
         if name == "unseen" and report["unseen_by_acks"]:
             extra = "  (by acks: " + ", ".join(f"{k}: {v}" for k, v in report["unseen_by_acks"].items()) + ")"
+        if name == "lost-write" and report.get("lost_by_acks"):
+            extra = "  (by acks: " + ", ".join(f"{k}: {v}" for k, v in report["lost_by_acks"].items()) + ")"
+        if name in ("unseen", "lost-write") and report.get("lossy_acks"):
+            extra += f"  acks {', '.join(report['lossy_acks'])} allowed (replicated: a leader change drops them)"
         lines.append(f"{name:<21}{n}{extra}")
     dd = report["delivery_duplicates"]
     lines.append(f"delivery dups      {dd['values']} values, {dd['extra_deliveries']} extra deliveries (allowed)")

@@ -17,7 +17,10 @@ What it does, in this order:
    ``ray.cluster_utils.Cluster`` (a head for the driver and the consumers,
    plus ``nodes`` nodes labelled ``disk-a``, ``disk-b`` ... that hold the
    partitions), else a local Ray of one node;
-2. creates a topic of ``partitions`` partitions (logs under ``<out>/data``);
+2. creates a topic of ``partitions`` partitions (logs under ``<out>/data``),
+   with ``replication_factor`` replicas each (on as many disk nodes) and
+   ``min_insync_replicas``; the ``kill-leader`` fault runs only when the
+   topic is replicated;
 3. starts the consumer group (``consumers`` member actors, manual and
    automatic commits alternating) and the producers (acks ``"all"`` and
    ``1``, keyed and keyless, plain and compressed), see
@@ -48,7 +51,7 @@ from raylog.client import Client
 from raylog.testing import checker, report as reporting
 from raylog.testing.consumer_worker import consumer_actor_class
 from raylog.testing.history import Recorder, history_files, read_history
-from raylog.testing.nemesis import FAULT_KINDS, MULTI_NODE_KINDS, Nemesis, Target, plan
+from raylog.testing.nemesis import FAULT_KINDS, MULTI_NODE_KINDS, REPLICATED_KINDS, Nemesis, Target, plan
 from raylog.testing.workload import ProducerWorker
 from raylog.zk.server import EmbeddedZooKeeper
 
@@ -70,7 +73,8 @@ PRODUCERS = (
 class RunOptions:
     duration_s: float = 60.0
     seed: int = 0
-    faults: tuple = FAULT_KINDS
+    #: None: every kind that applies (FAULT_KINDS, and REPLICATED_KINDS when replicated)
+    faults: tuple | None = None
     out_dir: str = "faults-run"
     nodes: int = 2
     partitions: int = 6
@@ -79,6 +83,9 @@ class RunOptions:
     rate: float = 150.0  # messages a second per producer
     drain_s: float = 60.0
     mean_gap_s: float = 6.0
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    replica_lag_ms: int = 3000
     png: bool = True
     progress: bool = False
     #: acks levels whose unseen writes fail the run
@@ -126,9 +133,7 @@ def run(options: RunOptions) -> dict:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # heavy (Ray): imported when used
 
 
-    kinds = tuple(options.faults)
-    if options.nodes < 2:
-        kinds = tuple(k for k in kinds if k not in MULTI_NODE_KINDS)
+    kinds = run_kinds(options)
     schedule = plan(options.seed, options.duration_s, kinds, mean_gap_s=options.mean_gap_s)  # checks the kinds
     out = os.path.abspath(options.out_dir)
     history_dir = os.path.join(out, "history")
@@ -147,7 +152,8 @@ def run(options: RunOptions) -> dict:
     consumers: list = []
     nemesis = None
     run_info = {"seed": options.seed, "duration_s": options.duration_s, "nodes": options.nodes,
-                "partitions": options.partitions, "fault_kinds": list(kinds)}
+                "partitions": options.partitions, "replication_factor": options.replication_factor,
+                "min_insync_replicas": options.min_insync_replicas, "fault_kinds": list(kinds)}
     started = time.time()
     try:
         zookeeper.start()
@@ -158,7 +164,12 @@ def run(options: RunOptions) -> dict:
             data_dir=os.path.join(out, "data"),
             data_host="127.0.0.1",
         )
-        client.create_topic(TOPIC, partitions=options.partitions, flush_ms=20)
+        replication = {}
+        if options.replication_factor > 1:
+            replication = dict(replication_factor=options.replication_factor,
+                               min_insync_replicas=options.min_insync_replicas,
+                               replica_lag_ms=options.replica_lag_ms)
+        client.create_topic(TOPIC, partitions=options.partitions, flush_ms=20, **replication)
         head = ray.get_runtime_context().get_node_id()
         actor_class = consumer_actor_class().options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False)
@@ -231,7 +242,9 @@ def run(options: RunOptions) -> dict:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
     ops = read_history(history_files(history_dir))
-    result = checker.check(ops, forbid_unseen_acks=options.forbid_unseen_acks)
+    # replicated: an acks=1 set the followers had not fetched is dropped at a leader change
+    lossy = ("1",) if options.replication_factor > 1 else ()
+    result = checker.check(ops, forbid_unseen_acks=options.forbid_unseen_acks, lossy_acks=lossy)
     run_info["elapsed_s"] = round(time.time() - started, 1)
     result["run"] = run_info
     with open(os.path.join(out, "report.json"), "w") as f:
@@ -244,6 +257,18 @@ def run(options: RunOptions) -> dict:
         except ImportError:
             result["run"]["timeline"] = None  # matplotlib is in the bench extra
     return result
+
+
+def run_kinds(options: RunOptions) -> tuple:
+    """The fault kinds a run schedules: ``options.faults`` (None: all), less
+    those its cluster cannot have (a single node, no replication)."""
+    replicated = options.replication_factor > 1
+    kinds = tuple(options.faults) if options.faults is not None else FAULT_KINDS + (REPLICATED_KINDS if replicated else ())
+    if options.nodes < 2:
+        kinds = tuple(k for k in kinds if k not in MULTI_NODE_KINDS)
+    if not replicated:
+        kinds = tuple(k for k in kinds if k not in REPLICATED_KINDS)
+    return kinds
 
 
 class _Progress:
@@ -320,11 +345,18 @@ def main(argv=None) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=60.0, help="seconds of workload under faults (default 60)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault plan and the workload (default 0)")
-    p.add_argument("--faults", default=",".join(FAULT_KINDS),
-                   help=f"comma-separated fault kinds (default all: {','.join(FAULT_KINDS)})")
+    p.add_argument("--faults", default=None,
+                   help=f"comma-separated fault kinds (default all: {','.join(FAULT_KINDS)}, and "
+                        f"{','.join(REPLICATED_KINDS)} with --replication-factor above 1)")
     p.add_argument("--out", default="faults-run", help="directory for history, report.json, timeline.png")
     p.add_argument("--nodes", type=int, default=2, help="disk nodes (>= 2: a multi-node Ray cluster; 1: local Ray)")
     p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--replication-factor", type=int, default=1,
+                   help="replicas of each partition, on distinct disk nodes (default 1; needs --nodes at least this)")
+    p.add_argument("--min-insync", type=int, default=1,
+                   help="min_insync_replicas of the topic: acks=all fails below this ISR size (default 1)")
+    p.add_argument("--replica-lag-ms", type=int, default=3000,
+                   help="replica_lag_ms of the topic: a follower this far behind leaves the ISR (default 3000)")
     p.add_argument("--producers", type=int, default=4)
     p.add_argument("--consumers", type=int, default=3)
     p.add_argument("--rate", type=float, default=150.0, help="messages a second per producer")
@@ -336,11 +368,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args) -> RunOptions:
-    faults = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+    faults = None if args.faults is None else tuple(k.strip() for k in args.faults.split(",") if k.strip())
     return RunOptions(
         duration_s=args.duration, seed=args.seed, faults=faults, out_dir=args.out, nodes=args.nodes,
         partitions=args.partitions, producers=args.producers, consumers=args.consumers, rate=args.rate,
         drain_s=args.drain, mean_gap_s=args.gap, png=not args.no_png, progress=args.progress,
+        replication_factor=args.replication_factor, min_insync_replicas=args.min_insync,
+        replica_lag_ms=args.replica_lag_ms,
     )
 
 

@@ -310,3 +310,47 @@ def test_a_second_actor_on_a_locked_directory_fails_with_a_clear_error(raylog_cl
         ray.get(intruder.ping.remote(), timeout=60)
     ray.kill(intruder)
     assert read_all(raylog_client, topic) == []
+
+
+def test_an_actor_restarting_while_zookeeper_is_down_serves_once_it_is_back(ray_local, private_zookeeper, tmp_path):
+    """The actor's constructor needs ZooKeeper (the delete check, its
+    endpoint). Restarted during an outage longer than one connection attempt
+    (10 s), it waits for ZooKeeper instead of failing: Ray never restarts an
+    actor whose constructor raised, and the partition would stay unserved."""
+    from raylog.client import Client
+    from raylog.testing import faults as kit
+
+    client = Client(zookeeper=private_zookeeper.connect_string, cluster=f"zkdown-{uuid.uuid4().hex[:8]}",
+                    data_dir=str(tmp_path / "data"), data_host="127.0.0.1")
+    try:
+        client.create_topic("t", partitions=1)
+        values = [b"before-%d" % i for i in range(10)]
+        producer = client.producer(acks="all")
+        for value in values:
+            producer.send("t", value)
+        producer.close()
+        actor = client.partition_actor("t", 0)
+        pid = kit.actor_pid(actor)
+        private_zookeeper.kill_process()
+        try:
+            kit.kill_process(pid)  # Ray starts the actor again now, with ZooKeeper away
+            time.sleep(15)  # longer than a connection attempt (10 s)
+        finally:
+            private_zookeeper.start()
+        import ray
+
+        # the restarted actor answers once its constructor is done
+        wait_for(lambda: ray.get(actor.offsets.remote(), timeout=10), 120, "the restarted actor serving")
+        consumer = client.consumer("t", auto_offset_reset="earliest")
+        try:
+            got, deadline = [], time.monotonic() + 120
+            while len(got) < len(values):
+                assert time.monotonic() < deadline, f"read {len(got)} of {len(values)} after the outage"
+                got += [m.value for m in consumer.poll(timeout_ms=500)]
+        finally:
+            consumer.close()
+        assert got == values
+        assert kit.actor_pid(actor) != pid
+    finally:
+        client.delete_topic("t")
+        client.close()

@@ -173,6 +173,29 @@ def test_a_repair_pass_removes_deleted_logs_and_stops_actors_of_deleted_topics(c
     assert ray.is_initialized()
 
 
+def test_an_actor_that_dies_while_the_pass_stops_it_is_not_a_failure(client, monkeypatch):
+    """delete_topic stops the actors too: one found by the pass may be gone
+    (killed) by the time the pass asks it; the log is then removed on its node."""
+    import ray
+
+    from raylog.actors import supervisor
+
+    topic = "deleted-racing"
+    _fill(client, topic, partitions=1, n=5)
+    log_dir = client.registry.placement(topic, 0)["log_dir"]
+    actor = client.partition_actor(topic, 0)
+    client.registry.delete_topic(topic)
+    stop_supervisor(client.settings.cluster)
+    found = supervisor._running_actor(client.registry.cluster, topic, 0)
+    assert found is not None
+    ray.kill(actor, no_restart=True)  # as delete_topic does, just after the pass found it
+    monkeypatch.setattr(supervisor, "_running_actor", lambda *_: found)
+    rows = supervisor.remove_deleted(client.registry, client.settings.zookeeper, ray.nodes(), topic=topic,
+                                     token=client.settings.token)
+    assert [r["state"] for r in rows] == ["removed"], rows
+    assert not _segments(log_dir)
+
+
 def test_removing_a_log_that_its_owner_holds_is_refused_and_keeps_it(tmp_path):
     from raylog.config import TopicConfig
     from raylog.storage.log import PartitionLog

@@ -110,3 +110,78 @@ def test_keyed_calls_join_the_open_batches_in_order_and_report_each_message():
             assert p == partition_for_key(key, 3)
             index = batch.values.index(value)
             assert offset == sum(HEADER_SIZE + len(v) + len(k) for v, k in zip(batch.values[:index], batch.keys))
+
+
+def test_keyless_keyed_and_timestamped_sends_share_the_sticky_batch_in_step():
+    """``send``'s keyless fast path joins a sticky batch that keyed or
+    timestamped messages made (a None key, the batch's time): keys and
+    timestamps stay one per value, and each future finds its own message."""
+    from raylog.storage.decoding import decode_messages
+
+    acc = RecordAccumulator(Metadata(partitions=1), batch_size=6, linger_ms=5, compression=None,
+                            max_buffered_messages=100)
+    sent = [(b"a", None, None), (b"b", b"k", None), (b"c", None, None), (b"d", None, 7), (b"e", None, None),
+            (b"f", b"kk", None), (b"g", None, None)]
+    futures = [acc.append("t", v, k, None, ts) for v, k, ts in sent]
+    acc.seal_all()
+    first, second = _sealed(acc)
+    created = int(first.created * 1000)
+    assert first.values == [v for v, _, _ in sent[:6]] and second.values == [b"g"]
+    assert first.keys == [None, b"k", None, None, None, b"kk"] and second.keys is None
+    assert first.timestamps == [created, created, created, 7, created, created] and second.timestamps is None
+    for b in (first, second):
+        b.future.resolve(1000)
+    decoded, _ = decode_messages(encode_message_set(first.values, first.keys, first.timestamps), 1000)
+    assert [f.result() for f in futures[:6]] == [(0, offset) for offset, *_ in decoded]
+    assert [(ts, k, v) for _, ts, k, v in decoded] == [(ts or created, k, v) for v, k, ts in sent[:6]]
+    assert futures[6].result() == (0, 1000)
+
+
+def test_keyless_sends_with_batch_size_1_each_make_a_sealed_set():
+    acc = _acc(batch_size=1)
+    futures = [acc.append("t", b"v%d" % i) for i in range(3)]
+    assert not acc.open and sorted(b.values for b in _sealed(acc)) == [[b"v0"], [b"v1"], [b"v2"]]
+    for b in _sealed(acc):
+        b.future.resolve(40)
+    assert [f.result().offset for f in futures] == [40, 40, 40]
+
+
+def test_keyed_calls_fill_seal_and_open_batches_without_losing_or_reordering():
+    """Keyed calls whose groups exactly fill a batch, overflow it, or find
+    no open batch: every message lands once, in call order within its
+    partition, no batch holds more than batch_size, buffered counts them
+    all, and each call's future finds its own messages."""
+    import random
+
+    from raylog.producer.partitioner import partition_for_key
+
+    rng = random.Random(5)
+    acc = _acc(batch_size=6)
+    calls, sent = [], []
+    for c in range(40):
+        n = rng.choice([1, 3, 6, 7, 12, 20])
+        keys = [b"k%d" % rng.randrange(9) for _ in range(n)]
+        values = [b"c%d-%d" % (c, i) for i in range(n)]
+        calls.append((acc.append_many("t", values, keys, None), values, keys))
+        sent.extend(zip(values, keys))
+    assert acc.buffered == len(sent)
+    sealed_early = _sealed(acc)
+    assert sealed_early and all(len(b) == 6 for b in sealed_early)
+    acc.seal_all()
+    batches = _sealed(acc)
+    assert all(1 <= len(b) <= 6 and len(b.keys) == len(b.values) for b in batches)
+    where = {}
+    for p in range(3):
+        mine = [b for b in batches if b.partition == p]
+        got = [(v, k) for b in mine for v, k in zip(b.values, b.keys)]
+        assert got == [(v, k) for v, k in sent if partition_for_key(k, 3) == p]
+        base = 1000 * p
+        for b in mine:
+            b.future.resolve(base)
+            offset = base
+            for v, k in zip(b.values, b.keys):
+                where[v] = (p, offset)
+                offset += HEADER_SIZE + len(v) + len(k)
+            base = offset
+    for call, values, _ in calls:
+        assert call.result() == [where[v] for v in values]

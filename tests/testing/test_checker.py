@@ -288,6 +288,37 @@ def test_poll_skip_of_an_acknowledged_position_is_also_a_lost_write():
     only(h.check(), "poll-skip", "lost-write")
 
 
+def test_lossy_acks_lost_at_a_leader_change_are_counted_not_forbidden():
+    """Replicated: an acks=1 set the followers had not fetched is truncated
+    when a follower takes over, and the next set takes its offset."""
+    def history() -> H:
+        h = H()
+        h.send("x0", 0, 0).send("x1", 0, 30, acks="1", process="producer-1")  # x1 only on the old leader
+        h.send("y1", 0, 30, acks="1", process="producer-2")  # the new leader's set at the same offset
+        h.send("x2", 0, 60).send("x3", 0, 90, acks="1", process="producer-1")  # x3 never read, nothing after
+        h.assign([0])
+        h.poll([(0, 0, "x0"), (0, 30, "y1"), (0, 60, "x2")])
+        return h
+
+    strict = history().check()
+    only(strict, "lost-write", "inconsistent-offsets", "unseen")
+    assert not strict["valid"]
+    report = history().check(lossy_acks=("1",))
+    assert report["valid"], report["forbidden"]
+    assert report["lost_by_acks"] == {"1": 1} and report["unseen_by_acks"] == {"1": 1}
+    only(report, "lost-write", "unseen")  # still reported
+
+
+def test_lossy_acks_do_not_excuse_acks_all_or_a_duplicate():
+    h = H()
+    h.send("x0", 0, 0).send("x1", 0, 30, acks="all").send("x2", 0, 60, acks="1")
+    h.assign([0])
+    h.poll([(0, 0, "x0"), (0, 60, "x2"), (0, 90, "x2")])
+    report = h.check(lossy_acks=("1",))
+    assert report["lost_by_acks"] == {"all": 1}
+    assert set(report["forbidden"]) == {"lost-write", "duplicate", "poll-skip"}
+
+
 def test_poll_skip_rest_of_a_wrapper():
     h = H()
     for i in range(3):

@@ -26,3 +26,25 @@ def test_an_unknown_fault_kind_is_refused_before_anything_starts(tmp_path):
 
 def test_readme_import_line():
     from raylog.testing.faults import drop_connection, expire_session, flip_byte, kill_actor, pause_actor  # noqa: F401
+
+
+def test_kill_leader_is_scheduled_only_when_the_topic_is_replicated():
+    from raylog.testing.nemesis import FAULT_KINDS, KILL_LEADER, REMOVE_NODE
+    from raylog.testing.runner import RunOptions, run_kinds
+
+    assert run_kinds(RunOptions(nodes=3)) == FAULT_KINDS
+    assert run_kinds(RunOptions(nodes=3, replication_factor=3)) == FAULT_KINDS + (KILL_LEADER,)
+    # asked for by name, it is still left out without replication (as remove-node on one node)
+    assert run_kinds(RunOptions(nodes=3, faults=(KILL_LEADER, "kill-partition"))) == ("kill-partition",)
+    assert run_kinds(RunOptions(nodes=1, faults=(REMOVE_NODE, KILL_LEADER))) == ()
+
+
+def test_replication_options_reach_the_run():
+    import argparse
+
+    from raylog.testing.runner import add_arguments, options_from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    options = options_from_args(p.parse_args(["--nodes", "3", "--replication-factor", "3", "--min-insync", "2"]))
+    assert (options.replication_factor, options.min_insync_replicas, options.faults) == (3, 2, None)
