@@ -5,7 +5,8 @@ logs, ``acks="all"`` through the ISR, and ``NotEnoughReplicasError`` below
 node lost: an ISR member takes over (leader epoch + 1), nothing acknowledged
 is lost, a set whose ack was lost with the leader is stored once (the
 followers keep the idempotent producers' sequences), the old leader comes
-back, truncates to the new epoch and rejoins.
+back, truncates to the new epoch and rejoins; a follower whose node is lost
+and comes back on the same disk catches up and rejoins the ISR.
 
 The cluster runs in a child process of its own, as in test_multinode.py.
 """
@@ -242,3 +243,54 @@ def test_leader_node_lost_an_isr_member_takes_over_and_nothing_acknowledged_is_l
     assert out["rejoined"] == ["disk-a", "disk-b", "disk-c"] and out["all_identical"] == [3, 1]
     # Followers keep the idempotent producers' sequences: a set retried across the failover is stored once.
     assert out["seen_exactly"], f"{out['seen']} messages for 200"
+
+
+REJOIN = script(
+    """
+        from raylog.actors.partition import actor_name
+        from raylog.config import NAMESPACE
+        from raylog.replication.assignment import replica_actor_name
+
+        client = Client(zookeeper=zookeeper, cluster=cluster_name, data_dir=data_dir, data_host="127.0.0.1")
+        client.create_topic("j", replication_factor=3, min_insync_replicas=2, replica_lag_ms=1500, flush_ms=5)
+        producer = client.producer(acks="all")
+        acked = [producer.send("j", b"v%d" % i).result(60) for i in range(100)]
+        before = client.describe_topic("j")["partitions"][0]
+        gone = [n for n in before["replicas"] if n != before["leader"]][0]
+        follower = ray.get_actor(replica_actor_name(actor_name(cluster_name, "j", 0), gone, before["replicas"][0]),
+                                 namespace=NAMESPACE)
+        follower_pid = ray.get(follower.pid.remote())
+        cluster.remove_node(nodes[gone], allow_graceful=False)
+        try:  # a lost node takes all its processes: the follower's too, at once
+            os.kill(follower_pid, 9)
+        except ProcessLookupError:
+            pass
+        out["shrunk"] = wait_until(lambda: gone not in client.describe_topic("j")["partitions"][0]["isr"], 60)
+        acked += [producer.send("j", b"w%d" % i).result(60) for i in range(100)]
+        out["acked"] = len(acked)
+
+        # The node comes back on the same disk: the follower recovers its log, catches up and rejoins.
+        cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": gone})
+        out["rejoined"] = wait_until(lambda: gone in client.describe_topic("j")["partitions"][0]["isr"], 90)
+        after = client.describe_topic("j")["partitions"][0]
+        out["after"] = {k: after.get(k) for k in ("leader", "leader_epoch", "isr", "under_replicated")}
+        out["leader"] = [before["leader"], after["leader"]]
+        leader_dir = client.registry.placement("j", 0)["log_dir"]
+        every = [leader_dir] + sorted(glob.glob(leader_dir + "@*"))
+        out["caught_up"] = wait_until(lambda: len({log_bytes(d) for d in every}) == 1, 60)
+        out["identical"] = [len(every), len({log_bytes(d) for d in every}), len(log_bytes(leader_dir))]
+        out["ends"] = after["replica_log_end_offsets"]
+        out["end"] = client.offsets("j", 0)[1]
+        producer.close()
+        client.close()
+    """
+)
+
+
+def test_a_follower_whose_node_returns_catches_up_and_rejoins_the_isr(run_cluster_script):
+    out = run_cluster_script(REJOIN)
+    assert out["shrunk"] and out["acked"] == 200
+    assert out["rejoined"], out["after"]
+    assert out["leader"][0] == out["leader"][1] and out["after"]["leader_epoch"] == 0
+    assert sorted(out["after"]["isr"]) == ["disk-a", "disk-b", "disk-c"] and not out["after"]["under_replicated"]
+    assert out["caught_up"] and out["identical"][:2] == [3, 1] and out["identical"][2] == out["end"]
