@@ -15,13 +15,21 @@ is SIGKILLed, and measured are
   made after the kill.
 
 Before the next kill the ISR must be whole again (all three replicas) and the
-producer acknowledged again. Both times are set against twice the ZooKeeper
+producer acknowledged again.
+
+``--mode process`` (the default) kills the leader's process alone: Ray
+restarts the actor on its node, and it usually leads again before its old
+ZooKeeper session has expired, so no follower takes over. ``--mode node``
+removes the leader's Ray node as well (its process killed with it, as a lost
+machine): a follower of the ISR takes over once the old session has expired
+and no leader has served for ``replica_lag_ms``; the node is added back after
+the first acknowledgement and its replica rejoins before the next kill. Both times are set against twice the ZooKeeper
 session timeout (the longest a dead leader's ephemeral nodes can outlive it).
 
 Prints one JSON line per kill, a summary line (median and max), then a
 table. Usage::
 
-    python bench/failover.py [--kills 10] [--rate 200] [--json-only]
+    python bench/failover.py [--kills 10] [--rate 200] [--mode process|node] [--json-only]
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from disk_cluster import disk_cluster  # noqa: E402 - bench/disk_cluster.py, beside this file
+from disk_cluster import disk_cluster, node_kwargs  # noqa: E402 - bench/disk_cluster.py, beside this file
 
 TOPIC = "failover"
 #: at most this long for one kill's leader, first acknowledgement and whole ISR
@@ -84,13 +92,19 @@ class SteadyProducer:
         return min((r[1] for r in rows), default=None)
 
     def stop(self) -> dict:
+        from raylog.errors import RaylogError
+
         self._stop.set()
         self._thread.join(5)
-        self.producer.flush()
-        self.producer.close()
+        errors = []
+        for finish in (self.producer.flush, self.producer.close):
+            try:  # a failed send is reported again here; it is counted below
+                finish()
+            except RaylogError as err:
+                errors.append(f"{type(err).__name__}: {err}"[:300])
         with self._lock:
             return {"sent": len(self.sends), "acked": sum(1 for r in self.sends if r[2]),
-                    "failed": sum(1 for r in self.sends if r[2] is False)}
+                    "failed": sum(1 for r in self.sends if r[2] is False), "errors": errors[:1]}
 
 
 def wait_for(check, timeout_s: float = WAIT_S, interval_s: float = 0.005):
@@ -103,7 +117,9 @@ def wait_for(check, timeout_s: float = WAIT_S, interval_s: float = 0.005):
     return None
 
 
-def one_kill(client, steady: SteadyProducer, i: int) -> dict:
+def one_kill(client, steady: SteadyProducer, i: int, ray_cluster=None, nodes=None) -> dict:
+    """Kill the leader's process (with ``ray_cluster`` and ``nodes``: remove its
+    node too, and add it back once a follower leads)."""
     import ray
 
     from raylog.replication.admin import leader_actor
@@ -115,6 +131,10 @@ def one_kill(client, steady: SteadyProducer, i: int) -> dict:
     before = registry.endpoint(TOPIC, 0)
     killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
+    if ray_cluster is not None:
+        # after the kill: a lost machine's processes stop at once, and removing
+        # a node takes a while, during which its worker could go on serving
+        ray_cluster.remove_node(nodes[state.leader], allow_graceful=False)
 
     def registered():
         now = registry.endpoint(TOPIC, 0)
@@ -123,6 +143,8 @@ def one_kill(client, steady: SteadyProducer, i: int) -> dict:
     leader_at = wait_for(registered)
     acked_at = wait_for(lambda: steady.first_ack_after(killed), interval_s=0.01)
     after = read_state(zk, registry.paths, TOPIC, 0)[0]
+    if ray_cluster is not None:
+        nodes[state.leader] = ray_cluster.add_node(**node_kwargs(state.leader))
     whole_at = wait_for(lambda: len(read_state(zk, registry.paths, TOPIC, 0)[0].isr) == len(after.replicas)
                         and time.monotonic(), interval_s=0.05)
     return {
@@ -131,11 +153,12 @@ def one_kill(client, steady: SteadyProducer, i: int) -> dict:
         "to_leader_s": None if leader_at is None else round(leader_at - killed, 3),
         "to_first_ack_s": None if acked_at is None else round(acked_at - killed, 3),
         "isr_whole_s": None if whole_at is None else round(whole_at - killed, 3),
+        "mode": "process" if ray_cluster is None else "node",
     }
 
 
 def summarize(rows: list[dict], session_s: float) -> dict:
-    out = {"bench": "failover", "case": "summary", "kills": len(rows), "session_timeout_s": session_s,
+    out = {"bench": "failover", "case": "summary", "mode": rows[0]["mode"] if rows else None, "kills": len(rows), "session_timeout_s": session_s,
            "bound_s": 2 * session_s}
     for key in ("to_leader_s", "to_first_ack_s"):
         values = [r[key] for r in rows if r[key] is not None]
@@ -171,11 +194,13 @@ def main(argv=None) -> int:
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--rate", type=float, default=200.0, help="messages a second of the acks=all producer")
     p.add_argument("--replica-lag-ms", type=int, default=3000)
+    p.add_argument("--mode", choices=("process", "node"), default="process",
+                   help="kill the leader's process (Ray restarts it), or remove its node as well")
     p.add_argument("--json-only", action="store_true")
     args = p.parse_args(argv)
     from tqdm import tqdm
 
-    with disk_cluster(3, name="bench-failover") as (_cluster, _nodes, client):
+    with disk_cluster(3, name="bench-failover") as (cluster, nodes, client):
         client.create_topic(TOPIC, partitions=1, replication_factor=3, min_insync_replicas=2,
                             replica_lag_ms=args.replica_lag_ms, flush_ms=5)
         session_s = client._zk._session_timeout / 1000.0  # partition actors connect with the same default
@@ -186,7 +211,7 @@ def main(argv=None) -> int:
                 raise RuntimeError("the producer got no acknowledgement within 60 s")
             for i in tqdm(range(args.kills), desc="failover", unit="kill", file=sys.stderr):
                 time.sleep(1.0)  # steady producing before each kill
-                row = one_kill(client, steady, i)
+                row = one_kill(client, steady, i, *((cluster, nodes) if args.mode == "node" else ()))
                 rows.append(row)
                 print(json.dumps(row, sort_keys=True), flush=True)
         finally:

@@ -19,7 +19,12 @@ one connection, and reads a reply per set (acks 1 or "all"):
 * a failure of the connection itself, or a retriable reply, resends every
   set of the round not yet acknowledged, in order, under the producer's
   :class:`~raylog.retry.RetryPolicy` (bounded tries and a deadline); when
-  the policy gives up, those sets fail with the last error.
+  the policy gives up, those sets fail with the last error. The deadline
+  counts from each batch's creation (Kafka's ``delivery.timeout.ms``): a
+  partition that stays away fails its queued batches once they are due,
+  after one more try each, rather than granting every one a deadline of
+  its own. Closing the producer abandons what is still being retried: it
+  fails with :class:`~raylog.errors.ClosedError` (outcome unknown).
 
 Idempotence (on by default, off with acks=0; wire layout in
 :mod:`raylog.transfer.protocol`): the producer picks a random producer id
@@ -42,6 +47,7 @@ are used only by the one worker draining that partition.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -49,6 +55,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from raylog.errors import (
+    ClosedError,
     DuplicateSequenceError,
     MessageTooLargeError,
     OutOfOrderSequenceError,
@@ -133,6 +140,7 @@ class Sender:
         self.producer_id = new_producer_id() if idempotent else -1
         self._draining = accumulator.draining  # guarded by the accumulator's lock
         self._connections: dict[tuple[str, int], object] = {}
+        self._abandon = threading.Event()  # set by close(): stop retrying
         self._sequences: dict[tuple[str, int], _Sequences] = {}
         self._pool = ThreadPoolExecutor(max_in_flight_partitions, thread_name_prefix="raylog-sender")
         self._thread = threading.Thread(target=self._run, name="raylog-producer", daemon=True)
@@ -218,6 +226,10 @@ class Sender:
         from raylog.storage.message import encode_message_set
 
         topic, partition = tp
+        if self._abandon.is_set():
+            for b in batches:
+                self._resolve(b, error=ClosedError("the producer was closed before this message was sent"))
+            return
         sets = []
         for b in batches:
             timestamps = b.timestamps if b.timestamps is not None else int(b.created * 1000)
@@ -246,7 +258,7 @@ class Sender:
                 s.sequence = state.take()
         pending = sets
         try:
-            self.retry.call(self._attempt, tp, pending, state, on_retry=lambda err: self._reset(tp))
+            self._retry_for(sets).call(self._attempt, tp, pending, state, on_retry=lambda err: self._on_retry(tp, err))
         except RaylogError as err:
             # Given up: these sets may or may not be stored. Later sets must
             # not wait on them, so the partition gets a fresh producer id.
@@ -344,6 +356,24 @@ class Sender:
             self._connections[tp] = conn
         return conn
 
+    def _retry_for(self, sets: list) -> RetryPolicy:
+        """The producer's policy with its deadline counted from the oldest
+        batch's creation (at least one try is always made)."""
+        policy = self.retry
+        if policy.deadline_s is None or not sets:
+            return policy
+        oldest = min(s.batch.created for s in sets)
+        left = max(0.0, oldest + policy.deadline_s - time.time())
+        return dataclasses.replace(policy, deadline_s=left)
+
+    def _on_retry(self, tp: tuple[str, int], err: BaseException) -> None:
+        if self._abandon.is_set():
+            raise ClosedError(
+                f"the producer was closed while {tp[0]}-{tp[1]} was being retried ({err}); "
+                f"these messages may or may not be stored"
+            ) from err
+        self._reset(tp)
+
     def _reset(self, tp: tuple[str, int]) -> None:
         """Before a retry: a new connection to a freshly looked-up endpoint
         (the actor may have moved or restarted)."""
@@ -360,6 +390,7 @@ class Sender:
         with self._acc.lock:
             self._acc.wake.notify_all()
         self._thread.join(timeout=timeout_s)
+        self._abandon.set()  # what is still retried fails now (queued sets get one try)
         self._pool.shutdown(wait=True, cancel_futures=False)
         for conn in list(self._connections.values()):
             conn.close()

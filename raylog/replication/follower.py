@@ -7,7 +7,11 @@ registry, fetches from its own log end under the name
 sends with ``os.sendfile``), keeps the whole messages of the reply, appends
 them with :meth:`PartitionLog.append_replica` at the offset they have on the
 leader, and flushes before the next fetch, so that the offset it asks for
-next (which tells the leader how far it reaches) is on its disk.
+next (which tells the leader how far it reaches) is on its disk. With the
+bytes go the idempotent producers' sets they hold, fetched from the leader
+under the name ``replica_topic(topic, node, PRODUCERS_PREFIX)`` right after
+the bytes and appended with them (:mod:`raylog.storage.log_replica`), so
+that a follower that takes over deduplicates a retry as its leader would.
 
 Before it follows, a follower whose data is of an older leader epoch than
 the ``state`` node's truncates to the boundary where the next epoch began
@@ -34,9 +38,10 @@ import threading
 import time
 
 from raylog.errors import RaylogError
-from raylog.replication.leader import replica_topic
+from raylog.replication.leader import PRODUCERS_PREFIX, replica_topic
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
+from raylog.storage.producer_state import RECORD_SIZE, parse_records
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
@@ -76,6 +81,32 @@ def whole_messages(data) -> int:
             break
         pos += 4 + size
     return pos
+
+
+def replicable(offset: int, length: int, records, full: bool) -> tuple[int, list]:
+    """How much of ``length`` fetched bytes (whole messages from ``offset``)
+    to append, and the producers' sets within it, from ``records`` (the
+    leader's sets at or after ``offset``, in base-offset order; ``full``:
+    there may be more than these).
+
+    The bytes are cut before a set that reaches past them (its record would
+    not be fetched again: the next fetch asks from past its base), and, when
+    the records were cut short, after the last set described. A set longer
+    than one fetch is appended without its record (logged: were it its
+    producer's last, a retry of it after a failover would be stored again)."""
+    end = offset + length
+    if full and records:
+        end = min(end, records[-1][3] + sum(records[-1][4]))
+    for record in records:
+        base = record[3]
+        if base < end < base + sum(record[4]):
+            if base > offset:
+                end = base
+            else:
+                log.warning("a producer's set of %d bytes at %d is longer than one fetch; replicated without "
+                            "its sequence", sum(record[4]), base)
+            break
+    return end - offset, [r for r in records if r[3] + sum(r[4]) <= end]
 
 
 class Follower:
@@ -135,6 +166,7 @@ class Follower:
             return
         max_bytes = self.log.config.max_message_bytes
         name = replica_topic(self.topic, self.node)
+        producers = replica_topic(self.topic, self.node, PRODUCERS_PREFIX)
         with BrokerConnection(
             endpoint["host"], endpoint["port"], token=self._token, timeout_s=30.0,
             max_frame_bytes=max_bytes + FRAME_OVERHEAD_BYTES,
@@ -144,7 +176,10 @@ class Follower:
                 reply = conn.fetch(name, self.partition, offset, max_bytes, max_wait_ms=FETCH_WAIT_MS)
                 length = whole_messages(reply.data)
                 if length:
-                    self.log.append_replica(bytes(reply.data[:length]), offset)
+                    sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)
+                    length, sequences = replicable(offset, length, parse_records(sets.data),
+                                                   full=len(sets.data) + RECORD_SIZE > max_bytes)
+                    self.log.append_replica(bytes(reply.data[:length]), offset, sequences)
                     self.log.flush()
                     self.fetched_bytes += length
                 backoff.reset()

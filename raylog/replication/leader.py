@@ -31,23 +31,27 @@ import time
 
 from raylog.errors import NotEnoughReplicasError, NotOwnerError, OffsetOutOfRangeError
 from raylog.replication.state import compare_and_set, read_state
+from raylog.storage.base import BytesSlice
 
 log = logging.getLogger(__name__)
 
 #: the prefix of the topic name a follower fetches under
 REPLICA_PREFIX = "__replica__/"
+#: the prefix of the name a follower fetches the producers' sets under
+PRODUCERS_PREFIX = "__producers__/"
 
 
-def replica_topic(topic: str, node: str) -> str:
-    """The name a follower on ``node`` fetches ``topic`` under."""
-    return f"{REPLICA_PREFIX}{node}/{topic}"
+def replica_topic(topic: str, node: str, prefix: str = REPLICA_PREFIX) -> str:
+    """The name a follower on ``node`` fetches ``topic`` under (its bytes;
+    with ``prefix=PRODUCERS_PREFIX``, the idempotent producers' sets)."""
+    return f"{prefix}{node}/{topic}"
 
 
-def parse_replica_topic(name: str) -> tuple[str, str] | None:
+def parse_replica_topic(name: str, prefix: str = REPLICA_PREFIX) -> tuple[str, str] | None:
     """``(node, topic)`` of a follower's fetch name, else None."""
-    if not name.startswith(REPLICA_PREFIX):
+    if not name.startswith(prefix):
         return None
-    node, _, topic = name[len(REPLICA_PREFIX):].partition("/")
+    node, _, topic = name[len(prefix):].partition("/")
     return (node, topic) if topic else None
 
 
@@ -65,8 +69,14 @@ class Leader:
         #: the leader's flushed end at its previous fetch); caught up (Kafka's
         #: rule) is a fetch at or past the flushed end of the fetch before
         self._progress = {n: (None, now, 0) for n in state.replicas if n != node}
-        # Restarted on its own node the leader keeps what it flushed visible.
-        self._committed = partition_log.high_watermark
+        # Starting (restarted on its node, or promoted) the leader does not
+        # know how far the other ISR members reach: what it flushed becomes
+        # visible as their first fetches say they hold it, not before (a
+        # leader lost again right away would otherwise have shown, and
+        # acknowledged acks="all" retries of, bytes no follower has).
+        self._committed = partition_log.log_start_offset
+        with self._cond:
+            self._advance()
 
     @property
     def state(self):
@@ -187,6 +197,9 @@ class ClientView:
 
     def read(self, offset: int, max_bytes: int):
         committed = self._leader.committed
+        if committed < offset <= self._log.high_watermark:
+            # a position read before this leader started: nothing yet, no error
+            return self._log.read(offset, max_bytes)._replace(length=0)
         if offset > committed:
             start = self._log.log_start_offset
             raise OffsetOutOfRangeError(
@@ -227,3 +240,16 @@ class ReplicaView:
         raise NotOwnerError(f"replica fetch names accept no writes ({self._node})")
 
     append = append_sequenced = _refuse
+
+
+class ProducersView(ReplicaView):
+    """The idempotent producers' sets as the follower on ``node`` fetches
+    them: a read at ``offset`` answers the sets the leader remembers at or
+    after it, as producer-state journal records (never a long poll: the
+    follower asks right after fetching the bytes they lie in)."""
+
+    def read(self, offset: int, max_bytes: int) -> BytesSlice:
+        return BytesSlice(self._log.producer_records(offset, max_bytes), offset)
+
+    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
+        return False

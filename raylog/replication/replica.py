@@ -11,7 +11,15 @@ import time
 
 from raylog.errors import ConfigError
 from raylog.replication.follower import Follower
-from raylog.replication.leader import ClientView, Leader, ReplicaView, parse_replica_topic
+from raylog.replication.leader import (
+    PRODUCERS_PREFIX,
+    REPLICA_PREFIX,
+    ClientView,
+    Leader,
+    ProducersView,
+    ReplicaView,
+    parse_replica_topic,
+)
 from raylog.replication.state import read_state, register_replica
 
 #: how often the leader reviews its ISR
@@ -57,12 +65,15 @@ class ReplicaRole:
             return None
         if topic == self.topic:
             return self._client_view
-        parsed = parse_replica_topic(topic)
+        for prefix, kind in ((REPLICA_PREFIX, ReplicaView), (PRODUCERS_PREFIX, ProducersView)):
+            parsed = parse_replica_topic(topic, prefix)
+            if parsed is not None:
+                break
         if parsed is None or parsed[1] != self.topic or parsed[0] not in self.leader.state.replicas:
             return None
-        view = self._views.get(parsed[0])
+        view = self._views.get(topic)
         if view is None:
-            view = self._views.setdefault(parsed[0], ReplicaView(self.leader, parsed[0]))
+            view = self._views.setdefault(topic, kind(self.leader, parsed[0]))
         return view
 
     def register(self, host: str, port: int, actor: str) -> None:

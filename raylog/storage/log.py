@@ -61,6 +61,7 @@ from raylog.storage import faults as _faults
 from raylog.storage.base import LogSettings
 from raylog.storage.fileops import LOCK_NAME, _flusher, _lock_directory
 from raylog.storage.log_reads import FileSlice, LogReads
+from raylog.storage.log_replica import LogReplica
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.recovery import CHECKPOINT_NAME, LogRecovery, RecoveryReport
 from raylog.storage.retention import LogRetention
@@ -71,7 +72,7 @@ __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "Recover
 
 log = logging.getLogger(__name__)
 
-class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention):
+class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica):
     """The log of one partition, in ``directory``.
 
     Thread-safety: one writer at a time (``append``, ``flush``,
@@ -199,7 +200,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention):
             self._check_writable()
             if not count:
                 return self._leo
-            return self._append_locked(message_set, size, count, None)
+            return self._append_locked(message_set, size, count, ())
 
     def append_sequenced(
         self, message_set, producer_id: int, producer_epoch: int, first_sequence: int, lengths, *, name: str = ""
@@ -226,64 +227,37 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention):
                 return stored
             if not count:
                 return self._leo
-            return self._append_locked(message_set, size, count, (producer_id, producer_epoch, first_sequence, lengths))
-
-    def append_replica(self, message_set, offset: int) -> int:
-        """Append a leader's set at ``offset``, which must be this log's end
-        (replication: the same bytes at the same byte offset on every
-        replica). Validated like :meth:`append`; :class:`InvalidOffsetError`
-        when ``offset`` is not the log end."""
-        size, count = len(message_set), self._validate(message_set)
-        with self._lock:
-            self._check_writable()
-            if offset != self._leo:
-                raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
-            return self._append_locked(message_set, size, count, None) if count else self._leo
-
-    def truncate_replica(self, offset: int) -> None:
-        """Cut the log back to ``offset`` (a replica of an older leader epoch,
-        see :mod:`raylog.replication.state`); nothing at or past the end."""
-        with self._flush_lock, self._lock:
-            self._check_writable()
-            if offset >= self._leo:
-                return
-            segments = self._view[1]
-            keep = [s for s in segments if s.base_offset <= offset] or segments[:1]
-            for segment in segments[len(keep):]:
-                segment.delete()
-            keep[-1].truncate(offset - keep[-1].base_offset)
-            self._view, self._active, self._leo = ([s.base_offset for s in keep], keep), keep[-1], offset
-            self._write_checkpoint(offset)
-            with self._cond:
-                self._hw = min(self._hw, offset)
+            sequenced = ((producer_id, producer_epoch, first_sequence, 0, lengths),)
+            return self._append_locked(message_set, size, count, sequenced)
 
     def _validate(self, message_set) -> int:
         """Check a set (nothing is written yet); its number of (outer) messages."""
         return validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
 
     def _append_locked(self, message_set, size: int, count: int, sequenced) -> int:
-        """Write a validated set at the log end (writer lock held)."""
+        """Write a validated set at the log end (writer lock held);
+        ``sequenced``: the producers' sets in it, ``(producer id, epoch,
+        first sequence, offset within message_set, lengths)`` each."""
         active = self._active
         if active.size and active.size + size > self._config.segment_bytes:
             active = self._roll()
         base = self._leo
         try:
-            if sequenced is not None:
-                # The journal first: a record whose set never reaches the
-                # segment is dropped on recovery (it lies beyond the log end).
-                producer_id, epoch, first_sequence, lengths = sequenced
-                self._producers.journal(producer_id, epoch, first_sequence, base, lengths)
+            # The journal first: a record whose set never reaches the
+            # segment is dropped on recovery (it lies beyond the log end).
+            for producer_id, epoch, first_sequence, at, lengths in sequenced:
+                self._producers.journal(producer_id, epoch, first_sequence, base + at, lengths)
             active.append(message_set)
         except OSError as err:
             # The segment cut the partial write back, but the disk failed:
             # stop writing and let the owner recover the log.
             self._fail(err)
             raise StorageError(f"cannot append to {active.path}: {err}") from err
-        if sequenced is not None:
-            try:
-                self._producers.remember(producer_id, epoch, first_sequence, base, lengths)
-            except OSError as err:  # compacting the journal failed; the set is in the log
-                self._fail(err)
+        try:
+            for producer_id, epoch, first_sequence, at, lengths in sequenced:
+                self._producers.remember(producer_id, epoch, first_sequence, base + at, lengths)
+        except OSError as err:  # compacting the journal failed; the set is in the log
+            self._fail(err)
         active.timeindex.on_append(active, message_set, base)
         if not active.size - size:
             self._active_since = self._clock()

@@ -50,6 +50,16 @@ rewritten the same way whenever it grows past twice that size plus
 synced with the log's flush (:meth:`sync`), so a machine crash keeps what a
 flush made durable.
 
+Replication
+-----------
+
+A follower keeps its leader's table: it appends the leader's remembered sets
+(:meth:`ProducerStateTable.records_from`, journal records read back by
+:func:`parse_records`) with the bytes they describe, so that once it leads
+it judges a retry as the old leader would. :meth:`ProducerStateTable.truncate`
+forgets the sets a truncation cut off. Producer ids are kept in the order of
+their last set, so ``records_from`` stops at the first id with none after the offset.
+
 Thread-safety: not thread-safe; the owning :class:`PartitionLog` calls it
 under its writer lock only.
 """
@@ -63,7 +73,7 @@ from collections import OrderedDict
 
 from crc32c import crc32c
 
-from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
+from raylog.errors import CorruptMessageError, DuplicateSequenceError, OutOfOrderSequenceError
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +106,23 @@ def _record(producer_id: int, epoch: int, first_sequence: int, base: int, length
     return _CRC.pack(crc32c(body)) + body
 
 
+def parse_records(data) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
+    """The records of ``data`` (journal format) as ``(producer id, epoch,
+    first sequence, base offset, lengths)``; :class:`CorruptMessageError`
+    for a record cut short or failing its CRC."""
+    records, pos, size = [], 0, len(data)
+    while pos < size:
+        if pos + HEADER_SIZE > size:
+            raise CorruptMessageError(f"a producer-state record cut short at byte {pos}", offset=pos)
+        crc, count, producer_id, epoch, sequence, base = HEADER.unpack_from(data, pos)
+        end = pos + HEADER_SIZE + 4 * count
+        if not count or end > size or crc32c(memoryview(data)[pos + 4 : end]) != crc:
+            raise CorruptMessageError(f"a damaged producer-state record at byte {pos}", offset=pos)
+        records.append((producer_id, epoch, sequence, base, _lengths(count).unpack_from(data, pos + HEADER_SIZE)))
+        pos = end
+    return records
+
+
 class _Producer:
     """What is remembered of one producer id."""
 
@@ -116,8 +143,12 @@ class _Producer:
         self.lengths[slot] = length
         self.last = sequence
 
+    def window(self) -> range:
+        """The sequences remembered."""
+        return range(max(self.first, self.last - SEQUENCES_REMEMBERED + 1), self.last + 1)
+
     def remembered(self, sequence: int) -> int | None:
-        if max(self.first, self.last - SEQUENCES_REMEMBERED + 1) <= sequence <= self.last:
+        if sequence in self.window():
             return self.bases[sequence % SEQUENCES_REMEMBERED]
         return None
 
@@ -191,8 +222,7 @@ class ProducerStateTable:
     def _records(self) -> bytes:
         parts = []
         for producer_id, state in self._producers.items():
-            start = max(state.first, state.last - SEQUENCES_REMEMBERED + 1)
-            for sequence in range(start, state.last + 1):
+            for sequence in state.window():
                 slot = sequence % SEQUENCES_REMEMBERED
                 parts.append(_record(producer_id, state.epoch, sequence, state.bases[slot], (state.lengths[slot],)))
         return b"".join(parts)
@@ -306,6 +336,47 @@ class ProducerStateTable:
         limit = 2 * len(self._producers) * SEQUENCES_REMEMBERED * RECORD_SIZE + COMPACT_SLACK_BYTES
         if self._journal_bytes > limit:
             self._rewrite()
+
+    # -- replication ------------------------------------------------------------------
+
+    def records_from(self, offset: int, max_bytes: int) -> bytes:
+        """The remembered sets whose base offset is at least ``offset``, as
+        single-set records in base-offset order, as many as fit in ``max_bytes``."""
+        found = []
+        for producer_id in reversed(self._producers):
+            state = self._producers[producer_id]
+            window = state.window()
+            if not window or state.bases[window[-1] % SEQUENCES_REMEMBERED] < offset:
+                break  # ids are in the order of their last set: the rest lie before offset
+            for sequence in reversed(window):
+                slot = sequence % SEQUENCES_REMEMBERED
+                if state.bases[slot] < offset:
+                    break
+                found.append((state.bases[slot], producer_id, state.epoch, sequence, state.lengths[slot]))
+        found.sort()
+        del found[max(0, max_bytes) // RECORD_SIZE :]
+        return b"".join(_record(pid, epoch, seq, base, (length,)) for base, pid, epoch, seq, length in found)
+
+    def truncate(self, log_end_offset: int) -> None:
+        """Forget the sets that do not lie wholly below ``log_end_offset``
+        (the log was cut back there) and rewrite the journal. A producer id
+        keeps its last sequence below the cut, so that an older retry is
+        still refused; an id learnt at a set that was cut is forgotten."""
+        kept = []
+        for producer_id, state in self._producers.items():
+            window = state.window()
+            cut = next((seq for seq in window if state.bases[seq % SEQUENCES_REMEMBERED]
+                        + state.lengths[seq % SEQUENCES_REMEMBERED] > log_end_offset), None)
+            if cut is not None:
+                if cut == state.first:
+                    continue
+                state.first, state.last = window[0], cut - 1
+            window = state.window()
+            last_base = state.bases[window[-1] % SEQUENCES_REMEMBERED] if window else -1
+            kept.append((last_base, producer_id, state))
+        kept.sort(key=lambda row: row[0])  # keep the order of the last sets (records_from)
+        self._producers = OrderedDict((producer_id, state) for _, producer_id, state in kept)
+        self._rewrite()
 
     def sync(self) -> None:
         """Make the journal durable (with the log's flush)."""

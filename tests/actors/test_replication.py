@@ -3,7 +3,9 @@ real ZooKeeper: replicas on distinct nodes, followers with byte-identical
 logs, ``acks="all"`` through the ISR, and ``NotEnoughReplicasError`` below
 ``min_insync_replicas`` with the data already accepted intact; the leader's
 node lost: an ISR member takes over (leader epoch + 1), nothing acknowledged
-is lost, the old leader comes back, truncates to the new epoch and rejoins.
+is lost, a set whose ack was lost with the leader is stored once (the
+followers keep the idempotent producers' sequences), the old leader comes
+back, truncates to the new epoch and rejoins.
 
 The cluster runs in a child process of its own, as in test_multinode.py.
 """
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
 
 PREAMBLE = textwrap.dedent(
     """
@@ -151,20 +152,47 @@ def test_replicas_on_three_nodes_acks_all_and_not_enough_replicas(run_cluster_sc
 
 FAILOVER = script(
     """
+        import signal
+        from raylog.actors.partition import actor_name
+        from raylog.config import NAMESPACE
+        from raylog.replication.assignment import replica_actor_name, replica_log_dir
+        from raylog.replication.state import read_state
+
         client = Client(zookeeper=zookeeper, cluster=cluster_name, data_dir=data_dir, data_host="127.0.0.1")
-        client.create_topic("f", replication_factor=3, min_insync_replicas=2, replica_lag_ms=3000, flush_ms=5)
+        client.create_topic("f", replication_factor=3, min_insync_replicas=2, replica_lag_ms=5000, flush_ms=5)
         producer = client.producer(acks="all", retry=RetryPolicy(max_tries=200, delay_s=0.2, max_delay_s=1.0,
                                                                   deadline_s=90))
         acked = [producer.send("f", b"v%d" % i).result(60) for i in range(100)]
         before = client.describe_topic("f")["partitions"][0]
         leader_pid = ray.get(client.partition_actor("f", 0).pid.remote())
-        cluster.remove_node(nodes[before["leader"]], allow_graceful=False)
-        try:  # a lost node takes all its processes: the leader's too, at once
-            os.kill(leader_pid, 9)
-        except ProcessLookupError:
-            pass
+
+        # One follower stalls (SIGSTOP): the leader appends v100 and the other follower (the keeper)
+        # replicates it, but acks="all" waits for the stalled ISR member, so v100's ack is still owed
+        # when the leader's node is lost. The producer retries v100 at the keeper, which must answer
+        # it as a duplicate (the sequences were replicated with the bytes), not store it again.
+        first = before["replicas"][0]
+        keeper, stalled = [n for n in before["replicas"] if n != before["leader"]]
+        stalled_actor = ray.get_actor(replica_actor_name(actor_name(cluster_name, "f", 0), stalled, first),
+                                      namespace=NAMESPACE)
+        stalled_pid = ray.get(stalled_actor.pid.remote())
+        keeper_dir = replica_log_dir(client.registry.placement("f", 0)["log_dir"], keeper, first)
+        zk, paths = client.registry.zk, client.registry.paths
+        os.kill(stalled_pid, signal.SIGSTOP)
+        try:
+            size = len(log_bytes(keeper_dir))
+            pending = producer.send("f", b"v100")
+            out["replicated_unacked"] = [wait_until(lambda: len(log_bytes(keeper_dir)) > size), pending.done()]
+            try:  # a lost node takes all its processes: the leader's too, at once
+                os.kill(leader_pid, 9)
+            except ProcessLookupError:
+                pass
+            cluster.remove_node(nodes[before["leader"]], allow_graceful=False)
+            out["keeper_leads"] = wait_until(lambda: read_state(zk, paths, "f", 0)[0].leader == keeper, 90)
+        finally:
+            os.kill(stalled_pid, signal.SIGCONT)
         started = time.monotonic()
-        acked += [producer.send("f", b"v%d" % i).result(120) for i in range(100, 200)]
+        acked.append(pending.result(120))
+        acked += [producer.send("f", b"v%d" % i).result(120) for i in range(101, 200)]
         out["failover_s"] = time.monotonic() - started
         after = client.describe_topic("f")["partitions"][0]
         out["leaders"] = [before["leader"], after["leader"], after["leader_epoch"]]
@@ -204,13 +232,13 @@ FAILOVER = script(
 
 def test_leader_node_lost_an_isr_member_takes_over_and_nothing_acknowledged_is_lost(run_cluster_script):
     out = run_cluster_script(FAILOVER)
+    assert out["replicated_unacked"] == [True, False]  # v100 was on the keeper, its ack still owed
+    assert out["keeper_leads"]
     old, new, epoch = out["leaders"]
     assert new != old and epoch == 1
     assert out["offsets_increase"]
     assert out["seen_all_in_order"], out["seen"]  # nothing acknowledged is lost
     assert out["identical"] == [2, 1]  # the two surviving replicas hold the same bytes
     assert out["rejoined"] == ["disk-a", "disk-b", "disk-c"] and out["all_identical"] == [3, 1]
-    if not out["seen_exactly"]:
-        # Known gap: followers do not replicate the idempotent producers'
-        # sequences, so a set retried across the failover may be stored twice.
-        pytest.xfail(f"a retried set was stored twice across the failover ({out['seen']} messages for 200)")
+    # Followers keep the idempotent producers' sequences: a set retried across the failover is stored once.
+    assert out["seen_exactly"], f"{out['seen']} messages for 200"

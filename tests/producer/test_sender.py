@@ -13,6 +13,7 @@ from raylog.errors import (
     DuplicateSequenceError,
     InvalidMessageError,
     OutOfOrderSequenceError,
+    RaylogError,
     StorageError,
 )
 from raylog.producer.producer import Producer
@@ -218,3 +219,48 @@ def test_batch_one_sends_each_keyless_message_as_its_own_set():
     assert offsets == sorted(set(offsets)) and {p for p, _ in results} == {0}
     assert producer.stats()["sent_batches"] == 20
     producer.close()
+
+
+class AwayPartition(FakePartition):
+    """A partition whose every request fails as if its actor were gone."""
+
+    def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
+        self.requests.append((producer_id, list(sequences or [])))
+        raise BrokerUnavailableError("partition t-0 has no live endpoint")
+
+
+def test_the_retry_deadline_counts_from_each_batchs_creation():
+    import time
+    from types import SimpleNamespace
+
+    producer = _producer(FakePartition(), retry=RetryPolicy(max_tries=100, delay_s=0.01, deadline_s=30))
+    try:
+        sender = producer._sender
+
+        def sets(*ages):
+            return [SimpleNamespace(batch=SimpleNamespace(created=time.time() - age)) for age in ages]
+
+        assert sender._retry_for(sets(100.0, 1.0)).deadline_s == 0.0  # due already: one try, no retry
+        assert 0.0 < sender._retry_for(sets(10.0, 1.0)).deadline_s <= 20.0  # the oldest decides
+        assert 25.0 < sender._retry_for(sets(0.0)).deadline_s <= 30.0
+        assert sender._retry_for(sets(10.0)).max_tries == 100  # the rest of the policy is the producer's
+    finally:
+        producer.close()
+
+
+@pytest.mark.timeout(120)
+def test_close_abandons_sets_still_retried_and_fails_them_as_closed():
+    """A partition that stays away: close(timeout_s) returns after its
+    timeout instead of waiting out the retry deadline (an hour here), and
+    every message fails with ClosedError, its outcome unknown."""
+    from raylog.errors import ClosedError
+
+    partition = AwayPartition()
+    producer = _producer(partition, retry=RetryPolicy(max_tries=10**9, delay_s=0.01, max_delay_s=0.05,
+                                                      deadline_s=3600), batch_size=1)
+    futures = [producer.send("t", b"v%d" % i, partition=0) for i in range(40)]
+    with pytest.raises(RaylogError):
+        producer.close(timeout_s=0.5)
+    assert all(f.done() for f in futures)
+    assert all(isinstance(f.exception(), ClosedError) for f in futures), {type(f.exception()) for f in futures}
+    assert partition.requests  # it was tried before the close

@@ -1,0 +1,171 @@
+"""Idempotent producers' sequences follow the bytes to a follower: a follower
+that becomes leader answers a retry of a set its old leader stored with that
+set's offset, and a truncation to a leader epoch's boundary forgets the sets
+it cuts off (pure: two logs, the follower's fetch steps done by hand)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylog.config import TopicConfig
+from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
+from raylog.replication.follower import replicable, whole_messages
+from raylog.storage.decoding import decode_messages
+from raylog.storage.log import PartitionLog
+from raylog.storage.message import encode_message_set
+from raylog.storage.producer_state import RECORD_SIZE, parse_records
+
+CONFIG = TopicConfig(flush_messages=10**9, flush_ms=10**9)
+A, B = 7, 8
+
+
+def put(plog: PartitionLog, value: bytes, sequence: int, pid: int = A, messages: int = 1) -> int:
+    data = encode_message_set([value] * messages, timestamp_ms=1)
+    return plog.append_sequenced(data, pid, 0, sequence, [len(data)], name="t-0")
+
+
+def replicate(leader: PartitionLog, follower: PartitionLog, max_bytes: int = 1 << 20) -> int:
+    """The follower's fetch loop, one round: the leader's bytes from the
+    follower's end, then the producers' sets at or after it; returns the
+    bytes appended."""
+    leader.flush()
+    offset = follower.log_end_offset
+    data = leader.read(offset, max_bytes).tobytes()[:max_bytes]
+    length = whole_messages(data)
+    if not length:
+        return 0
+    sets = leader.producer_records(offset, max_bytes)
+    length, sequences = replicable(offset, length, parse_records(sets), full=len(sets) + RECORD_SIZE > max_bytes)
+    follower.append_replica(data[:length], offset, sequences)
+    follower.flush()
+    return length
+
+
+def replicate_all(leader, follower, max_bytes: int = 1 << 20) -> None:
+    while replicate(leader, follower, max_bytes):
+        pass
+    assert follower.log_end_offset == leader.log_end_offset
+
+
+def values(plog: PartitionLog) -> list[bytes]:
+    plog.flush()
+    data = plog.read(plog.log_start_offset, 1 << 24).tobytes()
+    return [m[3] for m in decode_messages(data, plog.log_start_offset)[0]]
+
+
+@pytest.fixture
+def logs(tmp_path):
+    opened = []
+
+    def open_log(name: str) -> PartitionLog:
+        plog = PartitionLog(tmp_path / name, CONFIG)
+        opened.append(plog)
+        return plog
+
+    yield open_log
+    for plog in opened:
+        plog.close()
+
+
+def test_a_follower_that_takes_over_answers_a_retry_with_the_offset_its_leader_stored(logs):
+    leader, follower = logs("leader"), logs("follower")
+    offsets = {(pid, seq): put(leader, b"%d-%d" % (pid, seq), seq, pid) for seq in range(5) for pid in (A, B)}
+    replicate_all(leader, follower)
+
+    # The leader is lost; the follower leads and the producers retry their last sets.
+    for (pid, seq), offset in offsets.items():
+        assert put(follower, b"retry", seq, pid) == offset
+    assert values(follower) == values(leader)  # nothing stored twice
+    with pytest.raises(OutOfOrderSequenceError):
+        put(follower, b"gap", 7, A)
+    assert put(follower, b"next", 5, A) == leader.log_end_offset
+    assert follower.producer_records(0, 1 << 20) != b""
+
+
+def test_the_replicated_sequences_survive_a_restart_of_the_follower(tmp_path):
+    leader = PartitionLog(tmp_path / "leader", CONFIG)
+    follower = PartitionLog(tmp_path / "follower", CONFIG)
+    stored = [put(leader, b"v%d" % seq, seq) for seq in range(3)]
+    replicate_all(leader, follower)
+    follower.close()
+    with PartitionLog(tmp_path / "follower", CONFIG) as again:
+        assert put(again, b"retry", 2) == stored[2]
+        assert values(again) == [b"v0", b"v1", b"v2"]
+    leader.close()
+
+
+def test_truncation_to_an_epoch_boundary_forgets_the_sets_it_cuts_off(tmp_path, logs):
+    leader, follower = logs("leader"), logs("follower")
+    stored = [put(leader, b"v%d" % seq, seq) for seq in range(5)]
+    replicate_all(leader, follower)
+
+    follower.truncate_replica(stored[3])  # sets 3 and 4 were of an older epoch past the boundary
+    assert put(follower, b"v1-retry", 1) == stored[1]  # still remembered below the cut
+    assert put(follower, b"v3-again", 3) == stored[3]  # stored anew at the boundary
+    assert values(follower) == [b"v0", b"v1", b"v2", b"v3-again"]
+
+    follower.truncate_replica(stored[1])  # the journal was rewritten: a reopen agrees
+    follower.close()
+    again = logs("follower")
+    assert put(again, b"v0-retry", 0) == stored[0]
+    assert put(again, b"v1-again", 1) == stored[1]
+    assert values(again) == [b"v0", b"v1-again"]
+
+
+def test_truncation_past_every_remembered_set_keeps_refusing_older_retries(logs):
+    leader, follower = logs("leader"), logs("follower")
+    stored = []
+    for seq in range(40):  # replicated as they come: the follower knows the producer from 0
+        stored.append(put(leader, b"v%d" % seq, seq))
+        replicate_all(leader, follower)
+    # 32 remembered (8..39), all cut off: the last sequence below the cut (7) is still known
+    follower.truncate_replica(stored[8])
+    with pytest.raises(DuplicateSequenceError):
+        put(follower, b"old", 3)
+    assert put(follower, b"v8-again", 8) == stored[8]
+    assert values(follower)[-1] == b"v8-again"
+
+
+def test_a_producer_learnt_at_a_cut_set_is_forgotten(logs):
+    leader, follower = logs("leader"), logs("follower")
+    leader.append(encode_message_set([b"plain"]))
+    stored = [put(leader, b"b%d" % seq, seq, B) for seq in (10, 11)]
+    replicate_all(leader, follower)
+    follower.truncate_replica(stored[0])
+    assert put(follower, b"any", 4, B) == stored[0]  # unknown again: any sequence starts it
+
+
+def test_records_after_an_offset_come_in_log_order_after_a_truncation_reordered_producers(logs):
+    plog = logs("p")
+    stored = {}
+    for seq in range(3):
+        stored[A, seq] = put(plog, b"a", seq, A)
+    stored[B, 0] = put(plog, b"b", 0, B)
+    stored[A, 3] = put(plog, b"a", 3, A)  # A appended last
+    plog.truncate_replica(stored[A, 3])  # now B's set is the last one in the log
+    records = parse_records(plog.producer_records(stored[A, 2], 1 << 20))
+    assert [(r[0], r[2], r[3]) for r in records] == [(A, 2, stored[A, 2]), (B, 0, stored[B, 0])]
+    assert [r[0] for r in parse_records(plog.producer_records(stored[B, 0], 1 << 20))] == [B]
+    assert parse_records(plog.producer_records(stored[B, 0] + 1, 1 << 20)) == []
+
+
+def test_a_fetch_cut_inside_a_set_stops_before_it_and_short_records_stop_the_bytes(logs):
+    leader, follower = logs("leader"), logs("follower")
+    small = [put(leader, b"s", seq) for seq in range(3)]
+    big = put(leader, b"x" * 100, 3, messages=20)  # one set of 20 messages
+    last = put(leader, b"t", 4)
+    leader.flush()
+    # A fetch that ends inside the big set: the bytes stop before it, with its record later.
+    length, sequences = replicable(0, big + 500, parse_records(leader.producer_records(0, 1 << 20)), False)
+    assert length == big and [r[2] for r in sequences] == [0, 1, 2]
+    # Records cut short (room for two): the bytes stop after the second set.
+    length, sequences = replicable(0, big, parse_records(leader.producer_records(0, 2 * RECORD_SIZE)), True)
+    assert length == small[2] and [r[2] for r in sequences] == [0, 1]
+    # Fetches smaller than the big set: the set goes without its record, the rest with theirs.
+    replicate_all(leader, follower, max_bytes=600)
+    assert put(follower, b"retry", 4) == last
+    # The producer's sequences restart at 4 there (3 is not known): older retries are refused, never stored.
+    for seq in (1, 3):
+        with pytest.raises(DuplicateSequenceError):
+            put(follower, b"old", seq)
+    assert values(follower) == values(leader)
