@@ -123,6 +123,7 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         self._unyielded: collections.deque = collections.deque()  # the iterator's batch, not yet yielded
         self._notices: collections.deque = collections.deque()  # revocation._Notice, oldest first
         self._revoking: set[TopicPartition] = set()
+        self._assigning: set[TopicPartition] = set()  # assigned, on_assigned not run yet: not handed out
         self._epoch = 0
         self._closed = False
         self._closing = False
@@ -236,6 +237,8 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         if out is None:
             out = []
         while True:
+            if self._notices:
+                self._run_notices()  # a change since: on_assigned runs before its partitions' messages
             with self._lock:
                 self._take_pending(out, max_messages)
             if out:
@@ -289,7 +292,8 @@ class Consumer(Positions, GroupNotices, BatchPolling):
                 continue
             tp = chunk.tp
             part = self._parts[tp]
-            if (owned is not None and tp not in owned) or tp in self._revoking or part.error is not None:
+            if ((owned is not None and tp not in owned) or tp in self._revoking or tp in self._assigning
+                    or part.error is not None):
                 # Not sure we own it now (disconnected, rebalancing) or it is
                 # stopped at an error: keep the chunk, in order, for later.
                 held_back.append((chunk, start))

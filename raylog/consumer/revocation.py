@@ -10,14 +10,15 @@ manual ``commit()`` also stores them. Only then are the owner nodes
 released. If the application does not poll within ``revoke_timeout_ms`` the
 partitions are released without a commit (their messages come again to the
 next owner). ``on_assigned`` runs on the application's thread too, in the
-next ``poll``; the partitions' starting positions are resolved by their
+next ``poll``, before any message of those partitions is handed out (as
+in Kafka); the partitions' starting positions are resolved by their
 fetchers, concurrently and outside any lock.
 
 :class:`GroupNotices` is a part of :class:`raylog.Consumer` (a mixin):
 ``_on_assigned``/``_on_revoked`` run on the group member's thread and only
 queue a :class:`_Notice`; ``_run_notices`` runs them on the application's
 thread. It uses the consumer's ``_lock``, ``_parts``, ``_notices``,
-``_revoking``, ``_member``, the user's callbacks and the fetchers.
+``_revoking``, ``_assigning``, ``_member``, the user's callbacks and the fetchers.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class GroupNotices:
             for tp in sorted(partitions):
                 if tp not in self._parts:
                     self._start_fetcher(tp, None)  # resolves its committed offset itself
+            self._assigning |= partitions  # handed out once on_assigned has run
             self._notices.append(_Notice("assigned", partitions))
 
     def _on_revoked(self, partitions: frozenset) -> None:
@@ -88,8 +90,12 @@ class GroupNotices:
                     return
                 notice = self._notices.popleft()
             if notice.kind == "assigned":
-                if self._user_on_assigned is not None:
-                    self._user_on_assigned(notice.partitions)
+                try:
+                    if self._user_on_assigned is not None:
+                        self._user_on_assigned(notice.partitions)
+                finally:
+                    with self._lock:
+                        self._assigning -= notice.partitions
                 continue
             try:
                 if not notice.abandoned:

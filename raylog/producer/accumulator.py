@@ -27,12 +27,12 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Sequence
 
 from raylog.errors import ClosedError, RequestTimeoutError
-from raylog.producer.batch import ProducerBatch, add_key_size
-from raylog.producer.futures import CallFuture, SendFuture
-from raylog.producer.partitioner import StickyPartitioner, group_by_partition, partition_for_key
+from raylog.producer.batch import ProducerBatch
+from raylog.producer.bulk import BulkAppends
+from raylog.producer.futures import BatchFuture, SendFuture
+from raylog.producer.partitioner import StickyPartitioner, partition_for_key
 from raylog.storage.message import HEADER_SIZE
 
 _new_object = object.__new__
@@ -41,7 +41,7 @@ _new_object = object.__new__
 DEFAULT_MAX_BLOCK_S = 60.0
 
 
-class RecordAccumulator:
+class RecordAccumulator(BulkAppends):
     """Open and sealed batches (see the module docstring). A topic's
     partition count and ``max_message_bytes`` come from ``metadata`` once
     and are cached here."""
@@ -79,6 +79,9 @@ class RecordAccumulator:
         #: whether the sender waits on :attr:`wake`, and until when (monotonic;
         #: inf: until notified)
         self.sender_waiting = False
+        #: inside a call that wakes the sender once, as it lets go of the lock
+        self.deferring = False
+        self.wake_deferred = False
         self.sender_wakes_at = float("inf")
         self._sticky = StickyPartitioner()
         self._counts: dict[str, int] = {}
@@ -217,109 +220,6 @@ class RecordAccumulator:
                 self.wake.notify()
             return SendFuture(batch.future, 0)
 
-    def append_many(
-        self,
-        topic: str,
-        values: Sequence[bytes],
-        keys: Sequence[bytes | None] | None,
-        partition: int | None,
-    ) -> CallFuture:
-        """Many messages at once, each partitioned by its key (or all to
-        ``partition``, or keyless and sticky); batches fill a slice at a
-        time, without a per-message lookup of the open batch."""
-        call = CallFuture()
-        n = len(values)
-        if not n:
-            return call
-        count = self._counts.get(topic) or self.partitions(topic)
-        if keys is None or partition is not None:
-            sizes = list(map(len, values)) if keys is None else list(map(add_key_size, map(len, values), keys))
-            with self.lock:
-                self._fill(topic, partition, values, keys, sizes, 0, count, call)
-            return call
-        # Keyed: split the call by partition (crc32c(key) mod partitions),
-        # keeping the call's order within each; one compiled pass when built.
-        groups = group_by_partition(values, keys, count)
-        batch_size = self.batch_size
-        parts = call._parts
-        taken = 0  # messages of the fast path, not yet counted in buffered
-        with self.lock:
-            # Buffer room for the whole call: then no group needs its own check.
-            room = not self.closed and self.buffered + n < self.max_buffered
-            for p, positions, group_values, group_keys, total, largest in groups:
-                k = len(positions)
-                if room and p >= 0:
-                    batch = self.open.get((topic, p))
-                    if batch is None:
-                        batch = self._batch_for(topic, p, 0)
-                        batch.keys = []
-                    first = len(batch.values)
-                    if (
-                        first + k <= batch_size
-                        and batch.keys is not None
-                        and batch.timestamps is None
-                        and batch.size + k * (HEADER_SIZE + largest) <= batch.limit
-                    ):
-                        # the common case: the open batch takes the whole group
-                        parts.append((batch.future, first, k, positions))
-                        batch.values += group_values
-                        batch.keys += group_keys
-                        batch.size += k * HEADER_SIZE + total
-                        taken += k
-                        if first + k == batch_size:
-                            self._seal(batch)
-                        continue
-                self.buffered += taken
-                taken = 0
-                sizes = list(map(add_key_size, map(len, group_values), group_keys))
-                self._fill(topic, None if p < 0 else p, group_values, group_keys, sizes, positions, count, call)
-            self.buffered += taken
-        call._count = n  # (_fill counted its own: now all n are in)
-        return call
-
-    def _fill(self, topic, partition, values, keys, sizes, positions, count, call: CallFuture) -> None:
-        """Put ``values`` (with ``keys`` and their ``sizes`` without headers)
-        into batches of ``partition`` (sticky when ``None``), a slice per
-        batch; ``positions`` are their places in the call (a list, or the
-        first place when consecutive). Lock held."""
-        start, total = 0, len(values)
-        largest = HEADER_SIZE + max(sizes)
-        while start < total:
-            self._wait_for_space()
-            sticky = partition is None
-            p = self._sticky.partition(topic, count) if sticky else partition
-            batch = self._batch_for(topic, p, HEADER_SIZE + sizes[start])
-            if sticky:
-                self.keyless[topic] = batch
-            room = max(1, min(self.batch_size - len(batch.values), total - start, self.max_buffered - self.buffered))
-            size = batch.size
-            if size + room * largest <= batch.limit:
-                take = room  # the common case: it all fits, no per-message check
-                size += room * HEADER_SIZE + sum(sizes[start : start + room])
-            else:
-                take = 0
-                while take < room:
-                    grow = HEADER_SIZE + sizes[start + take]
-                    if take and size + grow > batch.limit:
-                        break
-                    size += grow
-                    take += 1
-            end = start + take
-            first = len(batch.values)
-            batch.values.extend(values[start:end])
-            if keys is not None or batch.keys is not None:
-                if batch.keys is None:
-                    batch.keys = [None] * first
-                batch.keys.extend(keys[start:end] if keys is not None else [None] * take)
-            if batch.timestamps is not None:
-                batch.timestamps.extend([int(batch.created * 1000)] * take)
-            batch.size = size
-            self.buffered += take
-            call._add(batch.future, first, take, positions + start if isinstance(positions, int) else positions[start:end])
-            start = end
-            if len(batch.values) >= self.batch_size or start < total:
-                self._seal(batch)
-
     def _batch_for(self, topic: str, partition: int, grow: int) -> ProducerBatch:
         """The open batch of the topic-partition with room for ``grow`` more
         bytes, sealing the open one if it has not (lock held)."""
@@ -334,8 +234,21 @@ class RecordAccumulator:
             if self.sender_waiting and batch.deadline < self.sender_wakes_at and self.batch_size > 1:
                 # The sender sleeps past this batch's linger: wake it (a batch of
                 # one is sealed at once, which wakes it anyway).
-                self.wake.notify()
+                self._wake_sender()
         return batch
+
+    def _wake_sender(self) -> None:
+        if self.deferring:
+            self.wake_deferred = True
+        else:
+            self.wake.notify()
+
+    def _end_deferring(self) -> None:
+        """Wake the sender if a deferred call would have (lock held)."""
+        self.deferring = False
+        if self.wake_deferred:
+            self.wake_deferred = False
+            self.wake.notify()
 
     def _wait_for_space(self) -> None:
         if self.closed:
@@ -343,6 +256,7 @@ class RecordAccumulator:
         if self.buffered < self.max_buffered:
             return
         self.seal_all()
+        self._end_deferring()  # (the sender must send while this caller waits)
         deadline = time.monotonic() + self.max_block_s
         while self.buffered >= self.max_buffered and not self.closed:
             left = deadline - time.monotonic()
@@ -370,7 +284,7 @@ class RecordAccumulator:
         queue.append(batch)
         self.on_seal(batch)
         if self.sender_waiting and (batch.topic, batch.partition) not in self.draining:
-            self.wake.notify()  # (a worker draining the partition takes it without the sender)
+            self._wake_sender()  # (a worker draining the partition takes it without the sender)
 
     def on_seal(self, batch: ProducerBatch) -> None:
         """Hook for the owner (audit counts), called with the lock held."""

@@ -122,6 +122,53 @@ def test_a_manual_commit_inside_on_revoked_runs_on_the_application_thread_and_st
             b.close()
 
 
+def test_on_assigned_runs_before_any_message_of_the_partitions_it_names(raylog_client, make_topic):
+    """A partition revoked and assigned again while the application polls
+    (a session expiry does that): its messages come only after on_assigned
+    has run, as in Kafka. The fault run found a message handed out between
+    the two callbacks."""
+    topic = make_topic(partitions=1)
+    tp = (topic, 0)
+    _produce(raylog_client, topic, [b"a-%03d" % i for i in range(100)])
+    events = []
+    box = []
+
+    def reassign_once_dropped():
+        consumer = box[0]
+        deadline = time.monotonic() + 30
+        while tp in consumer._parts and time.monotonic() < deadline:  # dropped after on_revoked returns
+            time.sleep(0.001)
+        consumer._on_assigned(frozenset({tp}))  # what the group thread does on a re-assignment
+
+    def on_revoked(parts):
+        events.append(("revoked", sorted(parts)))
+        threading.Thread(target=reassign_once_dropped, daemon=True).start()
+
+    def on_assigned(parts):
+        events.append(("assigned", sorted(parts)))
+
+    consumer = raylog_client.consumer(topic, group=f"g-{topic}", auto_offset_reset="earliest",
+                                      session_timeout_ms=SESSION_MS, enable_auto_commit=False,
+                                      on_revoked=on_revoked, on_assigned=on_assigned)
+    box.append(consumer)
+    try:
+        got = []
+        wait_for(lambda: len(got) >= 100, 60, "the first read", polling=[consumer], sink=got)
+        events.clear()
+        revoke = threading.Thread(target=consumer._on_revoked, args=(frozenset({tp}),), daemon=True)
+        revoke.start()  # as the group thread does: waits for the application's next poll
+        deadline = time.monotonic() + 60
+        while not any(kind == "message" for kind, _ in events):
+            assert time.monotonic() < deadline, f"messages after the re-assignment: {events}"
+            for m in consumer.poll(timeout_ms=200):
+                events.append(("message", (m.topic, m.partition)))
+        revoke.join(10)
+        kinds = [kind for kind, _ in events]
+        assert kinds[:2] == ["revoked", "assigned"], events[:5]
+    finally:
+        consumer.close()
+
+
 # -- no owned-but-unread partition -------------------------------------------------
 
 
