@@ -59,7 +59,8 @@ def follower_actors(cluster: str, topic: str, partitions: int) -> list:
 
 def describe_replicas(zk, registry, cluster: str, topic: str, partition: int) -> dict:
     """Leader, leader epoch, replicas, ISR, each replica's log end (None if
-    it does not answer) and whether the partition is under-replicated."""
+    it does not answer, or when this process has not joined Ray: it is not
+    joined here) and whether the partition is under-replicated."""
     import ray
 
     found = read_state(zk, registry.paths, topic, partition)
@@ -68,7 +69,7 @@ def describe_replicas(zk, registry, cluster: str, topic: str, partition: int) ->
     state = found[0]
     plain, first = actor_name(cluster, topic, partition), state.replicas[0]
     pending = {}
-    for node in state.replicas:
+    for node in state.replicas if ray.is_initialized() else ():
         try:
             actor = ray.get_actor(replica_actor_name(plain, node, first), namespace=NAMESPACE)
             pending[node] = actor.replica_status.remote()

@@ -247,6 +247,18 @@ def test_leader_node_lost_an_isr_member_takes_over_and_nothing_acknowledged_is_l
 
 REJOIN = script(
     """
+        import subprocess
+
+        def describe_cli(topic):
+            # `raylog topics describe` against this cluster: [exit code, stdout lines, stderr]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("RAYLOG_") and k != "RAY_ADDRESS"}
+            env["RAYLOG_TOKEN"] = client.settings.token.decode()  # this cluster's, as from outside Ray
+            proc = subprocess.run(
+                [os.path.join(os.path.dirname(sys.executable), "raylog"), "--zookeeper", zookeeper,
+                 "--ray-address", cluster.address, "--cluster", cluster_name, "topics", "describe", topic],
+                capture_output=True, text=True, timeout=300, env=env)
+            return [proc.returncode, proc.stdout.splitlines(), proc.stderr]
+
         from raylog.actors.partition import actor_name
         from raylog.config import NAMESPACE
         from raylog.replication.assignment import replica_actor_name
@@ -268,6 +280,8 @@ REJOIN = script(
         out["shrunk"] = wait_until(lambda: gone not in client.describe_topic("j")["partitions"][0]["isr"], 60)
         acked += [producer.send("j", b"w%d" % i).result(60) for i in range(100)]
         out["acked"] = len(acked)
+        out["cli_gone_end"] = client.offsets("j", 0)[1]
+        out["cli_gone"] = describe_cli("j")
 
         # The node comes back on the same disk: the follower recovers its log, catches up and rejoins.
         cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": gone})
@@ -281,6 +295,7 @@ REJOIN = script(
         out["identical"] = [len(every), len({log_bytes(d) for d in every}), len(log_bytes(leader_dir))]
         out["ends"] = after["replica_log_end_offsets"]
         out["end"] = client.offsets("j", 0)[1]
+        out["cli_back"] = describe_cli("j")
         producer.close()
         client.close()
     """
@@ -294,3 +309,21 @@ def test_a_follower_whose_node_returns_catches_up_and_rejoins_the_isr(run_cluste
     assert out["leader"][0] == out["leader"][1] and out["after"]["leader_epoch"] == 0
     assert sorted(out["after"]["isr"]) == ["disk-a", "disk-b", "disk-c"] and not out["after"]["under_replicated"]
     assert out["caught_up"] and out["identical"][:2] == [3, 1] and out["identical"][2] == out["end"]
+
+    # `raylog topics describe` shows the leader, epoch, replicas, ISR and log ends, and marks the gap.
+    code, lines, err = out["cli_gone"]
+    assert code == 0, err
+    assert "replication_factor: 3  min_insync_replicas: 2" in lines[0]
+    columns, row = lines[-2].split(), lines[-1].split()
+    assert columns == ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "REPLICA_LOG_ENDS", "REPLICATION"]
+    leader = out["leader"][0]
+    gone = sorted({"disk-a", "disk-b", "disk-c"} - set(row[4].split(",")))
+    assert row[:3] == ["0", leader, "0"] and sorted(row[3].split(",")) == ["disk-a", "disk-b", "disk-c"]
+    assert len(gone) == 1 and row[6] == "UNDER-REPLICATED" and "1 of 1 partitions under-replicated" in err
+    ends = dict(pair.split("=") for pair in row[5].split(","))
+    assert ends[gone[0]] == "-" and ends[leader] == str(out["cli_gone_end"])
+    code, lines, err = out["cli_back"]
+    assert code == 0, err
+    row = lines[-1].split()
+    assert sorted(row[4].split(",")) == ["disk-a", "disk-b", "disk-c"] and row[6] == "ok"
+    assert set(dict(pair.split("=") for pair in row[5].split(",")).values()) == {str(out["end"])}

@@ -58,15 +58,24 @@ def topics_describe(target: Target, name):
     ('serving' or 'NOT SERVED'), endpoint, log start offset and high
     watermark ('-' where a partition is not served right now). A partition
     not served is served again by the cluster's supervisor within seconds,
-    or at once by 'raylog topics repair NAME'."""
+    or at once by 'raylog topics repair NAME'. For a replicated topic a
+    second table shows each partition's leader, leader epoch, replicas,
+    in-sync replicas (ISR), each replica's log end, and marks the
+    partitions whose ISR is smaller than their replicas UNDER-REPLICATED."""
     with target.client("topics describe") as client:
         info = client.describe_topic(name)
+    if info["config"].replication_factor > 1 and target.ray_address is not None:
+        # Each replica's log end comes from its actor: join Ray to ask (else shown as '-').
+        with target.client("topics describe", ray=True) as client:
+            info = client.describe_topic(name)
     config = info["config"]
     click.echo(
         f"Topic: {name}  partitions: {config.partitions}  retention_ms: {config.retention_ms}  "
         f"retention_bytes: {config.retention_bytes}  segment_bytes: {config.segment_bytes}  "
         f"flush_messages: {config.flush_messages}  flush_ms: {config.flush_ms}  "
         f"max_message_bytes: {config.max_message_bytes}"
+        + (f"  replication_factor: {config.replication_factor}  min_insync_replicas: "
+           f"{config.min_insync_replicas}" if config.replication_factor > 1 else "")
     )
     rows = [
         [p["partition"], p["node"], "serving" if p["served"] else "NOT SERVED", p["endpoint"],
@@ -74,6 +83,15 @@ def topics_describe(target: Target, name):
         for p in info["partitions"]
     ]
     click.echo(_table(["PARTITION", "NODE", "STATE", "ENDPOINT", "LOG START", "HIGH WATERMARK"], rows))
+    if config.replication_factor > 1:
+        click.echo(_replicas_table(info["partitions"]))
+        under = sum(1 for p in info["partitions"] if p.get("under_replicated"))
+        if under:
+            click.echo(
+                f"{under} of {len(rows)} partitions under-replicated (fewer in-sync replicas than replicas): a "
+                f"follower whose node is back catches up and rejoins; a node that is gone needs adding back",
+                err=True,
+            )
     unserved = sum(1 for p in info["partitions"] if not p["served"])
     if unserved:
         click.echo(
@@ -81,6 +99,22 @@ def topics_describe(target: Target, name):
             f"when their nodes are alive; to do it now: raylog topics repair {name}",
             err=True,
         )
+
+
+def _replicas_table(partitions: list[dict]) -> str:
+    """Per partition of a replicated topic: leader, leader epoch, replicas,
+    in-sync replicas, each replica's log end ('-': it did not answer) and
+    'UNDER-REPLICATED' when the ISR is smaller than the replicas."""
+    rows = []
+    for p in partitions:
+        ends = p.get("replica_log_end_offsets") or {}
+        rows.append([
+            p["partition"], p.get("leader"), p.get("leader_epoch"), ",".join(p.get("replicas") or []) or None,
+            ",".join(p.get("isr") or []) or None,
+            ",".join(f"{node}={'-' if end is None else end}" for node, end in ends.items()) or None,
+            "UNDER-REPLICATED" if p.get("under_replicated") else "ok",
+        ])
+    return _table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "REPLICA_LOG_ENDS", "REPLICATION"], rows)
 
 
 @topics.command("repair")
