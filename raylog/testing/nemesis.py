@@ -298,6 +298,10 @@ class Nemesis:
 
         t = self.target
         t0 = time.time()
+        # Each read-back is a point read (a seek, then one fetch), not the
+        # next read of a stream: without the seek, two read-backs of one
+        # partition that were served would look like a poll-skip.
+        self.reader.record("seek", t0=t0, topic=t.topic, partition=partition, offset=offset, reason="read back")
         try:
             host, port = t.client.metadata.endpoint(t.topic, partition, refresh=True, wait_s=5.0)
             with BrokerConnection(host, port, token=t.client.settings.token, timeout_s=10) as conn:

@@ -28,3 +28,42 @@ def test_plan_refuses_unknown_kinds():
     with pytest.raises(ValueError, match="unknown fault kinds"):
         plan(1, 10, ["kill-partition", "meteor"])
     assert plan(1, 10, []) == []
+
+
+def test_read_backs_served_from_two_places_of_one_partition_are_no_poll_skip(monkeypatch):
+    """A flipped byte's read-back is a point read. Replicated, a read-back
+    can be served undamaged (the byte was flipped on a follower); two such
+    read-backs of one partition were taken for one stream that skipped
+    everything between them (a 10-minute RF 3 run flagged a poll-skip)."""
+    from types import SimpleNamespace
+
+    from raylog.storage.message import encode_message_set
+    from raylog.testing import nemesis as nem
+    from raylog.testing.checker import check
+    from raylog.testing.history import MemoryRecorder
+
+    class Connection:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def fetch(self, topic, partition, offset, size):
+            return SimpleNamespace(data=encode_message_set([b"at-%d" % offset]))
+
+    monkeypatch.setattr(nem, "BrokerConnection", Connection)
+    client = SimpleNamespace(metadata=SimpleNamespace(endpoint=lambda *a, **k: ("127.0.0.1", 1)),
+                             settings=SimpleNamespace(token=None))
+    nemesis = nem.Nemesis.__new__(nem.Nemesis)
+    nemesis.target = SimpleNamespace(topic="t", client=client)
+    nemesis.reader = MemoryRecorder("nemesis-reader")
+    assert nemesis._read_back(0, 100, 4096) == {"detected": False}
+    assert nemesis._read_back(0, 90_000, 4096) == {"detected": False}
+    assert [op["type"] for op in nemesis.reader.ops] == ["seek", "poll", "seek", "poll"]
+    consumer = MemoryRecorder("consumer-0")  # a consumer read what lies between
+    consumer.record("poll", reads=[["t", 0, 50_000, "between"]], error=None)
+    assert check(nemesis.reader.ops + consumer.ops)["anomalies"].get("poll-skip", []) == []
