@@ -188,7 +188,14 @@ def test_an_actor_that_dies_while_the_pass_stops_it_is_not_a_failure(client, mon
     stop_supervisor(client.settings.cluster)
     found = supervisor._running_actor(client.registry.cluster, topic, 0)
     assert found is not None
+    from raylog.testing.faults import actor_pid
+
+    pid = actor_pid(actor)
     ray.kill(actor, no_restart=True)  # as delete_topic does, just after the pass found it
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{pid}"):  # its log's lock goes with its process
+        assert time.monotonic() < deadline, "the killed actor's process to end"
+        time.sleep(0.05)
     monkeypatch.setattr(supervisor, "_running_actor", lambda *_: found)
     rows = supervisor.remove_deleted(client.registry, client.settings.zookeeper, ray.nodes(), topic=topic,
                                      token=client.settings.token)
