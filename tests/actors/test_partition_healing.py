@@ -331,6 +331,7 @@ def test_an_actor_restarting_while_zookeeper_is_down_serves_once_it_is_back(ray_
         producer.close()
         actor = client.partition_actor("t", 0)
         pid = kit.actor_pid(actor)
+        old_endpoint = client.metadata.endpoint("t", 0, refresh=True)
         private_zookeeper.kill_process()
         try:
             kit.kill_process(pid)  # Ray starts the actor again now, with ZooKeeper away
@@ -341,6 +342,9 @@ def test_an_actor_restarting_while_zookeeper_is_down_serves_once_it_is_back(ray_
 
         # the restarted actor answers once its constructor is done
         wait_for(lambda: ray.get(actor.offsets.remote(), timeout=10), 120, "the restarted actor serving")
+        # this client's own session expired in the outage: its new one sees the new endpoint
+        wait_for(lambda: client.metadata.endpoint("t", 0, refresh=True) != old_endpoint, 120,
+                 "the new endpoint through a new session")
         consumer = client.consumer("t", auto_offset_reset="earliest")
         try:
             got, deadline = [], time.monotonic() + 120
