@@ -58,11 +58,19 @@ from raylog.transfer.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY_FIELDS,
     OFFSETS_FOR_TIME_REPLY_FIELDS,
+    COUNT_REPLY_FIELDS,
     OFFSETS_REPLY_FIELDS,
     REPLY_HEADER_BODY,
 )
 from raylog.transfer.reply_reader import ReplyReader
-from raylog.transfer.requests import ProduceHeader, encode_auth, encode_fetch, encode_offsets, encode_offsets_for_time
+from raylog.transfer.requests import (
+    ProduceHeader,
+    encode_auth,
+    encode_count,
+    encode_fetch,
+    encode_offsets,
+    encode_offsets_for_time,
+)
 from raylog.transfer.socket_io import SocketIO, set_timeout
 
 #: receive buffer for reply headers and small replies
@@ -355,6 +363,20 @@ class BrokerConnection(SocketIO, ReplyReader):
         (offset,) = OFFSETS_FOR_TIME_REPLY_FIELDS.unpack_from(self._rbuf, pos)
         self._consume_reply()
         return offset
+
+    def count(self, topic: str, partition: int, start: int, end: int, max_bytes: int) -> tuple[int, int]:
+        """``(messages, next offset)``: how many messages a read of
+        ``[start, next offset)`` returns, counted and checked by the
+        partition (at most ``max_bytes`` walked; ``next offset`` is ``end``
+        when the range is done); see COUNT in :mod:`raylog.transfer.protocol`."""
+        self._before_request()
+        correlation_id = self._next_correlation()
+        self._send(encode_count(correlation_id, self._topic(topic).encoded_topic, partition, start, end, max_bytes))
+        self._expect_wait(0)
+        pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + COUNT_REPLY_FIELDS.size)
+        messages, next_offset = COUNT_REPLY_FIELDS.unpack_from(self._rbuf, pos)
+        self._consume_reply()
+        return messages, next_offset
 
     # -- frames ------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 (:class:`~raylog.storage.base.Log`): PRODUCE (joined runs, idempotent
 sequences, acks), FETCH (long polls, the reply's bytes sent by the log's
 slice: ``os.sendfile`` from a segment file), OFFSETS and OFFSETS_FOR_TIME
+and COUNT (the messages of a range, walked and checked here: no data sent)
 (a mixin of :class:`~raylog.transfer.server.DataServer`)."""
 
 from __future__ import annotations
@@ -12,15 +13,23 @@ import time
 
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
 from raylog.storage.base import Log
-from raylog.transfer.protocol import ACKS_ALL
+from raylog.storage.counting import count_range
+from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES
 from raylog.transfer.replies import (
+    encode_count_reply,
     encode_error,
     encode_fetch_reply_header,
     encode_offsets_for_time_reply,
     encode_offsets_reply,
     encode_produce_reply,
 )
-from raylog.transfer.requests import FetchRequest, OffsetsForTimeRequest, OffsetsRequest, ProduceRequest
+from raylog.transfer.requests import (
+    CountRequest,
+    FetchRequest,
+    OffsetsForTimeRequest,
+    OffsetsRequest,
+    ProduceRequest,
+)
 from raylog.transfer.serving import _Close, _Connection
 
 # one logger for the whole data server, as before it was split in modules
@@ -224,6 +233,24 @@ class RequestHandlers:
             reply = encode_offsets_for_time_reply(
                 request.correlation_id, partition_log.offset_for_time(request.timestamp_ms)
             )
+        except ClosedError:
+            err = _closing(request.topic, request.partition)
+            self._count_error(conn, err)
+            reply = encode_error(request.correlation_id, err)
+        except RaylogError as err:
+            self._count_error(conn, err)
+            reply = encode_error(request.correlation_id, err)
+        out.append(reply)
+
+    def _count(self, conn: _Connection, request: CountRequest, out: list) -> None:
+        """COUNT: the messages of [start, end), walked and checked on this
+        node (at most ``COUNT_MAX_BYTES`` of log per request)."""
+        try:
+            partition_log = self._lookup(request.topic, request.partition)
+            counted = count_range(
+                partition_log, request.start, request.end, min(request.max_bytes, COUNT_MAX_BYTES)
+            )
+            reply = encode_count_reply(request.correlation_id, counted.messages, counted.next_offset)
         except ClosedError:
             err = _closing(request.topic, request.partition)
             self._count_error(conn, err)

@@ -9,7 +9,8 @@ Request frame
 -------------
 
 1. size            u32  number of bytes that follow this field
-2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH, 4 OFFSETS_FOR_TIME
+2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH, 4 OFFSETS_FOR_TIME,
+                        5 COUNT
 3. version         i16  0; PRODUCE also 1 (idempotence and acks=-1, below)
 4. correlation id  i32  chosen by the client, echoed in the reply
 
@@ -75,6 +76,27 @@ OFFSETS_FOR_TIME
     7. partition      i32
     8. timestamp      i64  ms since the epoch
 
+COUNT (how many messages a read of a range would return, without the data)
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+    8. start          i64  byte offset of the first message to count: a
+                           message boundary in [log start, high watermark]
+    9. end            i64  byte offset where the count ends (exclusive): a
+                           message boundary, start <= end <= high watermark
+    10. max bytes     i32  how much of the range to walk in this request
+                           (at least one message); the server walks at most
+                           :data:`COUNT_MAX_BYTES` (64 MiB) whatever is asked
+
+    The partition walks the range's messages on its own node and checks
+    each as a FETCH's reader does: sizes, headers and every CRC32C; a
+    compressed wrapper is decompressed (bounded by the topic's
+    ``max_inflated_bytes``) and counts its inner messages, each checked
+    (:mod:`raylog.storage.counting`). Errors as FETCH's: OffsetOutOfRangeError
+    for a start or end outside the log (or end < start), InvalidOffsetError
+    for one off a message boundary, CorruptMessageError (InvalidMessageError)
+    for a damaged message: never a count that skips or adds messages.
+
 Reply frame
 -----------
 
@@ -107,6 +129,9 @@ OFFSETS_FOR_TIME
              whose timestamp is at or after the request's, found with the
              segments' time indexes (:mod:`raylog.storage.timeindex`); for a
              compressed set, its wrapper; the high watermark when there is none
+COUNT     4. messages i64: the messages a read of [start, next offset) returns
+          5. next offset i64: where the count stopped: the request's end, or
+             (past max bytes) the first boundary after it; ask again from there
 
 Errors and the connection
 -------------------------
@@ -141,12 +166,14 @@ API_FETCH = 1
 API_OFFSETS = 2
 API_AUTH = 3
 API_OFFSETS_FOR_TIME = 4
+API_COUNT = 5
 API_NAMES = {
     API_PRODUCE: "PRODUCE",
     API_FETCH: "FETCH",
     API_OFFSETS: "OFFSETS",
     API_AUTH: "AUTH",
     API_OFFSETS_FOR_TIME: "OFFSETS_FOR_TIME",
+    API_COUNT: "COUNT",
 }
 
 VERSION = 0
@@ -176,6 +203,10 @@ DEFAULT_MAX_FRAME_BYTES = TopicConfig().max_message_bytes + FRAME_OVERHEAD_BYTES
 
 MAX_STRING_BYTES = 0xFFFF
 
+#: the most log one COUNT request walks (its max bytes is capped to this):
+#: a count holds its connection's thread for tens of milliseconds at most
+COUNT_MAX_BYTES = 64 * 1024 * KiB
+
 # -- precompiled headers -----------------------------------------------------
 
 #: size field alone
@@ -197,6 +228,8 @@ FETCH_FIELDS = struct.Struct(">iqii")
 OFFSETS_FIELDS = struct.Struct(">i")
 #: OFFSETS_FOR_TIME after the topic: partition, timestamp
 OFFSETS_FOR_TIME_FIELDS = struct.Struct(">iq")
+#: COUNT after the topic: partition, start, end, max bytes
+COUNT_FIELDS = struct.Struct(">iqqi")
 
 #: size, correlation id, error code
 REPLY_HEADER = struct.Struct(">Iih")
@@ -208,6 +241,7 @@ PRODUCE_REPLY_FIELDS = struct.Struct(">q")  # base offset
 FETCH_REPLY_FIELDS = struct.Struct(">qqi")  # high watermark, log start offset, data length
 OFFSETS_REPLY_FIELDS = struct.Struct(">qq")  # log start offset, high watermark
 OFFSETS_FOR_TIME_REPLY_FIELDS = struct.Struct(">q")  # offset
+COUNT_REPLY_FIELDS = struct.Struct(">qq")  # messages, next offset
 
 
 def _after_reply_header(fields: struct.Struct) -> struct.Struct:
@@ -219,3 +253,4 @@ PRODUCE_REPLY = _after_reply_header(PRODUCE_REPLY_FIELDS)
 FETCH_REPLY = _after_reply_header(FETCH_REPLY_FIELDS)
 OFFSETS_REPLY = _after_reply_header(OFFSETS_REPLY_FIELDS)
 OFFSETS_FOR_TIME_REPLY = _after_reply_header(OFFSETS_FOR_TIME_REPLY_FIELDS)
+COUNT_REPLY = _after_reply_header(COUNT_REPLY_FIELDS)

@@ -18,6 +18,7 @@ from raylog.transfer.protocol import (
     FETCH_REPLY,
     OFFSETS_REPLY,
     OFFSETS_FOR_TIME_REPLY,
+    COUNT_REPLY,
 )
 
 
@@ -42,6 +43,10 @@ def encode_offsets_reply(correlation_id: int, log_start_offset: int, high_waterm
 
 def encode_offsets_for_time_reply(correlation_id: int, offset: int) -> bytes:
     return OFFSETS_FOR_TIME_REPLY.pack(OFFSETS_FOR_TIME_REPLY.size - SIZE.size, correlation_id, 0, offset)
+
+
+def encode_count_reply(correlation_id: int, messages: int, next_offset: int) -> bytes:
+    return COUNT_REPLY.pack(COUNT_REPLY.size - SIZE.size, correlation_id, 0, messages, next_offset)
 
 
 def _clip_utf8(raw: bytes, limit: int) -> bytes:

@@ -14,6 +14,7 @@ from raylog.transfer.protocol import (
     API_OFFSETS,
     API_AUTH,
     API_OFFSETS_FOR_TIME,
+    API_COUNT,
     API_NAMES,
     VERSION,
     PRODUCE_VERSION_IDEMPOTENT,
@@ -33,6 +34,7 @@ from raylog.transfer.protocol import (
     FETCH_FIELDS,
     OFFSETS_FIELDS,
     OFFSETS_FOR_TIME_FIELDS,
+    COUNT_FIELDS,
 )
 
 
@@ -74,6 +76,15 @@ class OffsetsForTimeRequest(NamedTuple):
     topic: str
     partition: int
     timestamp_ms: int
+
+
+class CountRequest(NamedTuple):
+    correlation_id: int
+    topic: str
+    partition: int
+    start: int
+    end: int
+    max_bytes: int
 
 
 def encode_string(text: str) -> bytes:
@@ -222,6 +233,12 @@ def encode_offsets_for_time(correlation_id: int, topic: str | bytes, partition: 
     return _request_header(API_OFFSETS_FOR_TIME, correlation_id, len(topic) + len(fields)) + topic + fields
 
 
+def encode_count(correlation_id: int, topic: str | bytes, partition: int, start: int, end: int, max_bytes: int) -> bytes:
+    topic = encode_string(topic) if isinstance(topic, str) else topic
+    fields = COUNT_FIELDS.pack(partition, start, end, max_bytes)
+    return _request_header(API_COUNT, correlation_id, len(topic) + len(fields)) + topic + fields
+
+
 def _malformed(api_key: int, correlation_id: int, what: str) -> ProtocolError:
     name = API_NAMES.get(api_key, str(api_key))
     return ProtocolError(f"malformed {name} frame: {what}", correlation_id=correlation_id)
@@ -341,6 +358,14 @@ def decode_request(buf, pos: int, size: int):
             raise _malformed(api_key, correlation_id, what)
         partition, timestamp_ms = OFFSETS_FOR_TIME_FIELDS.unpack_from(buf, pos)
         return OffsetsForTimeRequest(correlation_id, topic, partition, timestamp_ms)
+    if api_key == API_COUNT:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos != COUNT_FIELDS.size:
+            raise _malformed(api_key, correlation_id, f"{end - pos} bytes after the topic, expected {COUNT_FIELDS.size}")
+        partition, start, stop, max_bytes = COUNT_FIELDS.unpack_from(buf, pos)
+        if max_bytes < 0:
+            raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes})")
+        return CountRequest(correlation_id, topic, partition, start, stop, max_bytes)
     if api_key == API_AUTH:
         if end - pos < STRING_LENGTH.size:
             raise _malformed(api_key, correlation_id, "truncated before the token length")

@@ -23,6 +23,7 @@ from raylog.transfer.protocol import NO_CORRELATION, REQUEST_HEADER, SIZE
 from raylog.transfer.replies import encode_auth_reply, encode_error
 from raylog.transfer.requests import (
     AuthRequest,
+    CountRequest,
     FetchRequest,
     OffsetsForTimeRequest,
     ProduceRequest,
@@ -285,6 +286,8 @@ class ConnectionLoop:
                     self._fetch(conn, request, out)
                 elif kind is OffsetsForTimeRequest:
                     self._offsets_for_time(conn, request, out)
+                elif kind is CountRequest:
+                    self._count(conn, request, out)
                 else:
                     self._offsets(conn, request, out)
             if group:

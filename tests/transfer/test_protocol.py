@@ -136,6 +136,11 @@ def test_requests_round_trip_field_by_field():
     reply = rep.encode_offsets_for_time_reply(14, 4096)
     assert p.OFFSETS_FOR_TIME_REPLY.unpack(reply) == (len(reply) - 4, 14, 0, 4096)
 
+    count = frame_at(req.encode_count(15, "clicks", 3, 4096, 2**40, 1 << 20))
+    assert count == req.CountRequest(15, "clicks", 3, 4096, 2**40, 1 << 20)
+    reply = rep.encode_count_reply(15, 1234, 2**40)
+    assert p.COUNT_REPLY.unpack(reply) == (len(reply) - 4, 15, 0, 1234, 2**40)
+
     auth = frame_at(req.encode_auth(-5, b"\x00token"))
     assert auth == req.AuthRequest(-5, b"\x00token")
 

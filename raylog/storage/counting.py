@@ -1,0 +1,156 @@
+"""Counting the messages of a log range without handing them out: what a
+full read of ``[start, end)`` would return, checked as a read checks it.
+
+A count is what :func:`~raylog.storage.decoding.decode_messages` would
+yield over the same bytes: one per plain message, and for a compressed
+wrapper one per *inner* message (the wrapper is decompressed, bounded by
+``max_inflated_bytes``, and its inner set checked). Every CRC32C is
+verified, of the wrappers and of their inner messages: a damaged byte is a
+:class:`~raylog.errors.CorruptMessageError` (an
+:class:`~raylog.errors.InvalidMessageError` for a bad header or size),
+never a smaller or larger count.
+
+The compiled walker of :mod:`raylog.storage._speedups` (``scan``: sizes,
+headers and CRC32C of runs of plain messages, without the GIL) counts runs
+of plain messages; the Python code here is the reference and judges each
+message the walker stops at (a wrapper, a damaged message, a cut tail), so
+the errors are the same with and without it (``RAYLOG_PURE_PYTHON=1``).
+
+Used by the data server's COUNT request (:mod:`raylog.transfer.protocol`).
+All functions are pure or read-only on the log; thread-safe.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from raylog.errors import InvalidMessageError, InvalidOffsetError, OffsetOutOfRangeError
+from raylog.storage import message as _format
+from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, _CODEC_MASK, _HEADER_CHECK, _STOP_HEADER
+from raylog.storage.message_errors import _in_wrapper, _inner_set
+from raylog.storage.validation import _scan, scan_message_set
+
+#: bytes of log read (``os.pread``) and walked at a time by :func:`count_range`
+COUNT_BLOCK_BYTES = 4 << 20
+
+
+def count_message_set(
+    buf,
+    max_message_bytes: int,
+    *,
+    base_offset: int = 0,
+    max_inflated_bytes: int | None = None,
+) -> tuple[int, int, InvalidMessageError | None]:
+    """Count the whole messages at the start of ``buf`` without raising.
+
+    Returns ``(valid_bytes, messages, error)``: the length of the run of
+    valid messages from the start, how many messages a reader gets from it
+    (a wrapper's inner messages each count), and the error about the bytes
+    at ``valid_bytes`` (``None`` when all of ``buf`` is valid; a message cut
+    by the end of ``buf`` gives one with ``partial=True``). Errors name log
+    offsets (``base_offset`` + position).
+    """
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    n = len(mv)
+    fast = _format._speedups  # looked up per call: tests swap the fast path
+    pos = count = 0
+    while pos < n:
+        if fast is not None:
+            valid, more, status = fast.scan(mv[pos:] if pos else mv, max_message_bytes)
+            pos += valid
+            count += more
+            if not status:
+                break
+        # The reference judges one message: bounds, CRC32C, header.
+        end = n
+        if n - pos >= HEADER_SIZE:
+            size, _crc, magic_attrs, klen = _HEADER_CHECK.unpack_from(mv, pos)
+            end = min(n, pos + LOG_OVERHEAD + size)
+        _valid, one, err = _scan(mv[pos:end], max_message_bytes, base_offset + pos, False, True, None)
+        if err is not None:
+            return pos, count, err
+        if not one:  # nothing whole at pos (cannot happen after the checks above)
+            break
+        codec = (magic_attrs & 0xFF) & _CODEC_MASK
+        if codec:
+            try:
+                inner = _inner_set(
+                    mv, pos, end, magic_attrs & 0xFF, klen, max_message_bytes, base_offset + pos, max_inflated_bytes
+                )
+            except InvalidMessageError as raised:
+                return pos, count, raised
+            _ok, inner_count, err = scan_message_set(inner, max_message_bytes, _allow_wrappers=False)
+            if err is not None:
+                return pos, count, _in_wrapper(err, codec, base_offset + pos)
+            count += inner_count
+        else:
+            count += 1
+        pos = end
+    return pos, count, None
+
+
+class Counted(NamedTuple):
+    """The answer of :func:`count_range`: ``messages`` in ``[start, next_offset)``."""
+
+    messages: int
+    next_offset: int
+
+
+def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
+    """Count the messages of ``log`` (a :class:`~raylog.storage.base.Log`)
+    in ``[start, end)``, walking at most about ``max_bytes`` of it: the
+    count stops at the first message boundary at or after ``start +
+    max_bytes`` (at least one message is counted) and says where
+    (``next_offset``; ``end`` when the range is done).
+
+    ``start`` and ``end`` must lie in the log and be message boundaries, as
+    a FETCH's offset: :class:`~raylog.errors.OffsetOutOfRangeError` outside
+    ``[log start, high watermark]`` or for ``end < start``,
+    :class:`~raylog.errors.InvalidOffsetError` off a boundary. A damaged
+    message raises its :class:`~raylog.errors.InvalidMessageError`.
+    """
+    earliest, latest = log.log_start_offset, log.high_watermark
+    if end < start or end > latest:
+        raise OffsetOutOfRangeError(
+            f"count range [{start}, {end}) is not within the log [{earliest}, {latest}]; count up to an offset "
+            f"the log gave out",
+            offset=end,
+            earliest=earliest,
+            latest=latest,
+        )
+    config = log.config
+    max_message_bytes = config.max_message_bytes
+    max_inflated = config.max_inflated_limit
+    limit = start + max(0, max_bytes)
+    pos = start
+    count = 0
+    if start == end:
+        log.read(start, 0)  # the bounds and the boundary are checked all the same
+    while pos < end and (pos == start or pos < limit):
+        # at least the whole message at pos (the read's rule), at most the block
+        piece = log.read(pos, min(COUNT_BLOCK_BYTES, end - pos, max(1, limit - pos)))
+        if piece.length == 0:  # the log was cut under the count (a replica truncated)
+            raise OffsetOutOfRangeError(
+                f"the log ends at {pos}, before the count's end {end}",
+                offset=end,
+                earliest=log.log_start_offset,
+                latest=pos,
+            )
+        data = piece.tobytes()
+        cut = min(len(data), end - pos)
+        valid, more, err = count_message_set(
+            memoryview(data)[:cut], max_message_bytes, base_offset=pos, max_inflated_bytes=max_inflated
+        )
+        count += more
+        if err is not None and not (valid and err.details.get("partial")):
+            if err.details.get("partial") and cut < len(data):
+                raise InvalidOffsetError(
+                    f"offset {end} is not the start of a message in the log (the message at "
+                    f"{pos + valid} runs past it); count up to an offset the log gave out",
+                    offset=end,
+                )
+            raise err
+        pos += valid
+    return Counted(count, pos)
