@@ -6,14 +6,11 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
-import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.TimeUnit;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
 import org.apache.zookeeper.KeeperException;
-import org.apache.zookeeper.Watcher;
 import org.apache.zookeeper.ZooKeeper;
 
 /**
@@ -23,7 +20,8 @@ import org.apache.zookeeper.ZooKeeper;
  * ({@code topics/<topic>/partitions/<p>/endpoint}, JSON with {@code host} and
  * {@code port}, present while a partition actor serves) and the registered
  * Avro schemas ({@code schemas/<id>}, see raylog/zk/schemas.py). Reads only; no
- * watches. The session waits at most {@code timeoutMs} to connect.
+ * watches. The session is the JVM's shared one with that ZooKeeper
+ * ({@link ZkSessions}); opening one waits at most {@code timeoutMs}.
  *
  * <p>Thread-safe (the ZooKeeper client is).
  */
@@ -32,8 +30,10 @@ final class Zk implements Closeable {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final ZooKeeper zk;
+  private final ZkSessions.Session session;
   private final String root;
   private final String connect;
+  private boolean closed;
 
   /** Endpoint of a partition: its data socket. Immutable. */
   static final class Endpoint {
@@ -46,33 +46,16 @@ final class Zk implements Closeable {
     }
   }
 
+  /**
+   * A view of {@code cluster} in the ZooKeeper at {@code connect}, on the
+   * JVM's shared session with it ({@link ZkSessions}: opened when there is
+   * none, waiting at most {@code timeoutMs}); {@link #close} gives it back.
+   */
   Zk(String connect, String cluster, int timeoutMs) {
     this.connect = connect;
     this.root = "/raylog/" + cluster;
-    CountDownLatch connected = new CountDownLatch(1);
-    try {
-      zk = new ZooKeeper(connect, Math.max(timeoutMs, 4000), event -> {
-        if (event.getState() == Watcher.Event.KeeperState.SyncConnected) {
-          connected.countDown();
-        }
-      });
-    } catch (IOException e) {
-      throw new RaylogReadException(RaylogReadException.ZOOKEEPER_UNAVAILABLE,
-          "cannot reach ZooKeeper at " + connect + ": " + e, null, e);
-    }
-    boolean ok;
-    try {
-      ok = connected.await(timeoutMs, TimeUnit.MILLISECONDS);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      ok = false;
-    }
-    if (!ok) {
-      close();
-      throw new RaylogReadException(RaylogReadException.ZOOKEEPER_UNAVAILABLE,
-          "no ZooKeeper session with " + connect + " within " + timeoutMs + " ms; check the option "
-              + "'zookeeper' (host:port of the raylog cluster's ZooKeeper)");
-    }
+    this.session = ZkSessions.acquire(connect, timeoutMs);
+    this.zk = session.zk;
   }
 
   /** The topics of the cluster, sorted. */
@@ -169,14 +152,12 @@ final class Zk implements Closeable {
         "reading " + path + " from ZooKeeper at " + connect + " failed: " + e, null, e);
   }
 
+  /** Give the shared session back (once; it closes when unused for a while, see {@link ZkSessions}). */
   @Override
-  public void close() {
-    try {
-      if (zk != null) {
-        zk.close();
-      }
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
+  public synchronized void close() {
+    if (!closed) {
+      closed = true;
+      ZkSessions.release(session);
     }
   }
 }
