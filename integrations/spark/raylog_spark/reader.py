@@ -24,8 +24,10 @@ How a read runs:
      in the executors' JVMs: ``spark.read.format("raylog")`` with the plan's
      ranges as an option; it fetches from the data sockets, checks every
      message's CRC32C, unpacks compressed wrappers and builds Spark rows
-     without any Python worker. A query that needs no column (a count)
-     copies no key or value, but still fetches and checks every message.
+     without any Python worker. A bare ``df.count()`` is pushed down to
+     the partition actors (the COUNT request: each counts and checks its
+     range on its node and sends only the number); a query that needs few
+     columns copies only those.
    * ``"python"``: ``mapInArrow`` runs :func:`raylog.read.read_range` in
      Spark's Python workers over a DataFrame of range numbers (RayDP's
      ``RayObjectRefRDD`` gives each its node as preferred location) and
@@ -111,7 +113,7 @@ def read_topic(
     ``RAYLOG_ZOOKEEPER``, see :func:`raylog.read.default_settings`).
     ``read_options`` are the keyword arguments of :func:`plan_dataframe`:
     ``schema``, ``schema_id``, ``json_options``, ``flatten``, ``sample``,
-    ``locality``, ``fetch_bytes`` and ``engine``.
+    ``locality``, ``fetch_bytes``, ``engine`` and ``count_pushdown``.
 
     ``value_format``:
 
@@ -165,9 +167,12 @@ def plan_dataframe(
     locality: bool = True,
     fetch_bytes: int = FETCH_BYTES,
     engine: str = "auto",
+    count_pushdown: bool = True,
 ):
     """The DataFrame that reads ``plan`` (see :func:`read_topic`); the
-    engine that reads it is ``df.raylog_engine``."""
+    engine that reads it is ``df.raylog_engine``. ``count_pushdown=False``
+    makes the JVM reader read every row of a bare ``count()`` instead of
+    asking the partitions for the number."""
     check_formats(value_format, engine)
     options = {
         "fail_on_data_loss": plan.fail_on_data_loss,
@@ -178,7 +183,9 @@ def plan_dataframe(
     if value_format == "avro":  # checked on the driver: schema ids, unions, column names
         decoder = AvroColumns.for_plan(plan, client=client, schema_id=schema_id, flatten=flatten, sample=sample)
     if _use_jvm(spark, engine):
-        df = jvm_dataframe(spark, plan, locality=locality, fetch_bytes=fetch_bytes, avro=decoder)
+        df = jvm_dataframe(
+            spark, plan, locality=locality, fetch_bytes=fetch_bytes, avro=decoder, count_pushdown=count_pushdown
+        )
         used = "jvm"
     else:
         df = _ranges_dataframe(spark, plan, locality).mapInArrow(

@@ -54,14 +54,17 @@ def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FET
 
 
 def jvm_dataframe(
-    spark, plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES, avro=None
+    spark, plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES, avro=None, count_pushdown=True
 ):
     """The DataFrame of ``plan`` read by the JVM reader: the columns of
     :func:`spark_schema` (binary values), or with ``avro`` (an
     :class:`raylog_spark.avro_values.AvroColumns`) its typed columns, the
-    values decoded in the executors' JVMs (``org.raylog.spark.AvroSpec``)."""
+    values decoded in the executors' JVMs (``org.raylog.spark.AvroSpec``).
+    A bare ``count()`` is answered by the partitions' COUNT unless
+    ``count_pushdown`` is false."""
 
     options = jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)
+    options["count_pushdown"] = "true" if count_pushdown else "false"
     columns = spark_schema().fieldNames()
     if avro is not None:
         options.update(

@@ -15,8 +15,9 @@ import java.util.Map;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
 /**
- * The client end of a partition actor's data socket, for FETCH only: the
- * wire protocol of {@code raylog/transfer/protocol.py}, big-endian throughout.
+ * The client end of a partition actor's data socket (FETCH, COUNT, OFFSETS,
+ * OFFSETS_FOR_TIME, PRODUCE): the wire protocol of
+ * {@code raylog/transfer/protocol.py}, big-endian throughout.
  *
  * <pre>
  * request frame                         FETCH body                    AUTH body
@@ -32,6 +33,9 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  * OFFSETS_FOR_TIME reply body (error code 0): 4. offset i64 (of the first message whose timestamp
  *   is at or after the time; the high watermark when there is none)
  * OFFSETS reply body (error code 0): 4. log start offset i64, 5. high watermark i64
+ * COUNT body: 5. topic length u16, 6. topic UTF-8, 7. partition i32, 8. start i64, 9. end i64, 10. max bytes i32
+ * COUNT reply body (error code 0): 4. messages i64 (in [start, next offset), counted and CRC-checked by
+ *   the partition), 5. next offset i64 (the end, or where max bytes stopped the walk)
  *
  * reply frame                           FETCH reply body (error code 0)
  *   1. size            u32                4. high watermark   i64
@@ -54,6 +58,7 @@ final class FetchClient implements Closeable {
   static final short API_OFFSETS = 2;
   static final short API_AUTH = 3;
   static final short API_OFFSETS_FOR_TIME = 4;
+  static final short API_COUNT = 5;
   static final short VERSION = 0;
   /** header room on top of the largest message (protocol.FRAME_OVERHEAD_BYTES) */
   static final int FRAME_OVERHEAD_BYTES = 64 * 1024;
@@ -75,7 +80,7 @@ final class FetchClient implements Closeable {
   /** the correlation id of the request {@link #frame} built last, and the position after its first field */
   private int lastId;
   private int cursor;
-  /** correlation id of the FETCH sent and not read yet, or null */
+  /** correlation id of the FETCH or COUNT sent and not read yet, or null */
   private Integer outstanding;
   private final byte[] header = new byte[REPLY_HEADER + FETCH_FIELDS];
   private final byte[] request = new byte[256];
@@ -180,6 +185,33 @@ final class FetchClient implements Closeable {
     pos = putInt(frame, pos, 0);
     write(frame, pos);
     outstanding = lastId;
+  }
+
+  /**
+   * Send a COUNT of the messages in {@code [start, end)}, walking at most
+   * {@code maxBytes} of log (the server caps it); its reply: {@link #readCount}.
+   */
+  void sendCount(byte[] topic, int partition, long start, long end, int maxBytes) {
+    if (outstanding != null) {
+      throw new IllegalStateException("a request is already outstanding");
+    }
+    connect();
+    int body = 2 + topic.length + 4 + 8 + 8 + 4;
+    byte[] frame = frame(API_COUNT, topic, body, body);
+    int pos = putLong(frame, putLong(frame, putInt(frame, cursor, partition), start), end);
+    write(frame, putInt(frame, pos, maxBytes));
+    outstanding = lastId;
+  }
+
+  /** The reply of the outstanding COUNT: {@code {messages, next offset}}; an error reply raises its error. */
+  long[] readCount() {
+    if (outstanding == null) {
+      throw new IllegalStateException("no COUNT is outstanding");
+    }
+    int id = outstanding;
+    outstanding = null;
+    readReply(id, "COUNT", 16);
+    return new long[] {readLong(header, REPLY_HEADER), readLong(header, REPLY_HEADER + 8)};
   }
 
   /**

@@ -40,6 +40,8 @@ final class RangeReader implements PartitionReader<InternalRow> {
 
   private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
   private static final InternalRow NO_COLUMNS = new UnsafeRowWriter(0).getRow();
+  /** log one COUNT request asks the partition to walk (the server walks at most 64 MiB) */
+  static final int COUNT_REQUEST_BYTES = 64 << 20;
 
   private final ReadOptions.Range range;
   private final ReadOptions.Settings settings;
@@ -60,9 +62,11 @@ final class RangeReader implements PartitionReader<InternalRow> {
 
   /** the offset of the next FETCH: everything before it was fetched */
   private long next;
-  /** whether a FETCH at {@link #next} was sent and not read */
+  /** whether a FETCH (or COUNT) at {@link #next} was sent and not read */
   private boolean pending;
   private long rows;
+  /** the messages COUNT replies gave for {@code [range.start, next)} */
+  private long counted;
 
   RangeReader(ReadOptions.Range range, ReadOptions.Settings settings, int[] columns, AvroSpec avro) {
     this.range = range;
@@ -199,6 +203,73 @@ final class RangeReader implements PartitionReader<InternalRow> {
       }
       return;
     }
+  }
+
+  /**
+   * Send a COUNT of {@code [next, range.end)} (a pushed-down count, see
+   * {@link CountReader}) unless one is pending; a partition actor that
+   * cannot be reached is left to {@link #readCount}, which looks it up again.
+   */
+  void sendCount() {
+    if (pending || next >= range.end) {
+      return;
+    }
+    try {
+      client.sendCount(topicBytes, range.partition, next, range.end, COUNT_REQUEST_BYTES);
+      pending = true;
+    } catch (RaylogReadException e) {
+      if (!moved(e)) {
+        throw located(e);
+      }
+    }
+  }
+
+  /**
+   * Read the reply of the COUNT sent (sending it first when none is
+   * pending) and add its messages; true when the whole range is counted.
+   * Failures as for FETCH: a moved partition is found again, data deleted
+   * by retention is a DataLossError or skipped (fail_on_data_loss), a
+   * damaged message fails with its error.
+   */
+  boolean readCount() {
+    if (next >= range.end) {
+      return true;
+    }
+    for (;;) {
+      long[] reply;
+      try {
+        if (!pending) {
+          client.sendCount(topicBytes, range.partition, next, range.end, COUNT_REQUEST_BYTES);
+        }
+        pending = false;
+        reply = client.readCount();
+        refindDeadline = 0;
+      } catch (RaylogReadException e) {
+        if (moved(e) && refind(e)) {
+          continue;
+        }
+        if (e.code() != RaylogReadException.OFFSET_OUT_OF_RANGE) {
+          throw located(e);
+        }
+        skipLost(e);
+        if (next >= range.end) {
+          return true;
+        }
+        continue;
+      }
+      if (reply[0] < 0 || reply[1] <= next || reply[1] > range.end) {
+        throw located(new RaylogReadException(RaylogReadException.PROTOCOL,
+            "COUNT reply of " + reply[0] + " messages up to " + reply[1] + " for a count from " + next));
+      }
+      counted += reply[0];
+      next = reply[1];
+      return next >= range.end;
+    }
+  }
+
+  /** The messages counted so far ({@link #readCount}). */
+  long counted() {
+    return counted;
   }
 
   /** Errors after which the partition may be served elsewhere: its endpoint is looked up again. */

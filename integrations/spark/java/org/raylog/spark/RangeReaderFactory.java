@@ -23,6 +23,9 @@ final class RangeReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<InternalRow> createReader(InputPartition partition) {
+    if (partition instanceof CountReader.Ranges) {
+      return new CountReader((CountReader.Ranges) partition, settings);
+    }
     return new RangeReader(((RangePartition) partition).range, settings, columns, avro);
   }
 }

@@ -8,6 +8,7 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -29,12 +30,26 @@ final class RaylogScan implements Scan, Batch {
    */
   private final int[] columns;
   private final AvroSpec avro;
+  /** a pushed-down COUNT(*): one row of one column, the number of messages ({@link CountReader}) */
+  private final boolean count;
   private ReadOptions planned;
 
-  /** {@code required}: the columns the query needs (a value struct is read whole, as {@code table} has it). */
+  /** The schema of a pushed-down count. */
+  static final StructType COUNT_SCHEMA = new StructType().add("count", DataTypes.LongType, false);
+
+  /**
+   * {@code required}: the columns the query needs (a value struct is read
+   * whole, as {@code table} has it); null for a pushed-down COUNT(*).
+   */
   RaylogScan(CaseInsensitiveStringMap options, StructType table, StructType required, AvroSpec avro) {
     this.rawOptions = options;
     this.avro = avro;
+    this.count = required == null;
+    if (count) {
+      this.columns = new int[0];
+      this.schema = COUNT_SCHEMA;
+      return;
+    }
     StructField[] fields = required.fields();
     StructType read = new StructType();
     this.columns = new int[fields.length];
@@ -62,7 +77,8 @@ final class RaylogScan implements Scan, Batch {
     for (ReadOptions.Range r : ranges) {
       bytes += r.end - r.start;
     }
-    return "raylog " + topic + ": " + ranges.size() + " ranges, " + bytes + " bytes";
+    return "raylog " + topic + ": " + ranges.size() + " ranges, " + bytes + " bytes"
+        + (count ? ", COUNT(*) pushed down" : "");
   }
 
   @Override
@@ -102,6 +118,9 @@ final class RaylogScan implements Scan, Batch {
   public InputPartition[] planInputPartitions() {
     ReadOptions options = plan();
     List<ReadOptions.Range> ranges = options.ranges;
+    if (count) {
+      return new InputPartition[] {new CountReader.Ranges(ranges)}; // one row, even for no ranges
+    }
     InputPartition[] partitions = new InputPartition[ranges.size()];
     for (int i = 0; i < partitions.length; i++) {
       partitions[i] = new RangePartition(i, ranges.get(i), options.locality);

@@ -33,6 +33,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <tr><td>fail_on_data_loss</td><td>a range deleted by retention since planning fails the
  *       task (true) or is skipped and logged (false)</td><td>true</td></tr>
  *   <tr><td>locality</td><td>prefer the ranges' locations</td><td>true</td></tr>
+ *   <tr><td>count_pushdown</td><td>a bare COUNT(*) is answered by the partitions' COUNT
+ *       requests ({@link CountReader}); also for reads by name</td><td>true</td></tr>
  *   <tr><td>zookeeper, cluster</td><td>where readers look up the endpoint of a partition whose
  *       actor moved (its socket unreachable, NotOwnerError) for up to timeout_ms</td><td>none (no
  *       lookup: the task fails)</td></tr>
