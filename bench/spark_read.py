@@ -8,9 +8,11 @@ rows that ``read_topic`` returns to a Parquet file, then times, each case
 once (so that all cases see the same load; best and median reported):
 
 * ``count``: ``read_topic(...).count()`` vs ``spark.read.parquet(...).count()``.
-  Parquet answers a count from its footers without reading a row, so this
-  compares raylog's full read (every message fetched and CRC-checked) with a
-  metadata lookup;
+  Parquet answers a count from its footers without reading a row; raylog's
+  count is pushed down to the partition actors (COUNT: each walks its range
+  on its node, checking every message's CRC32C, and sends only the number).
+  ``raylog-jvm-read`` is the same count with the push-down off
+  (``count_pushdown=False``: every message fetched and checked in Spark);
 * ``scan``: ``agg(sum(length(value)))``, which makes both read every value;
 * ``avro``: M Avro records (Confluent framing, a registered schema) read as
   typed columns (``value_format="avro"``) and aggregated over every column
@@ -153,8 +155,10 @@ def main(argv=None) -> None:
             executor_memory="2G",
         )
 
-        def topic(value_format="binary", name="bench", engine="auto"):
-            return raylog_spark.read_topic(spark, name, value_format=value_format, client=client, engine=engine)
+        def topic(value_format="binary", name="bench", engine="auto", **options):
+            return raylog_spark.read_topic(
+                spark, name, value_format=value_format, client=client, engine=engine, **options
+            )
 
         parquet = os.path.join(workdir, "bench.parquet")
         topic().write.parquet(parquet)
@@ -162,6 +166,7 @@ def main(argv=None) -> None:
         cases = []
         for engine in ENGINES:
             cases.append(("count", f"raylog-{engine}", functools.partial(lambda e: topic(engine=e).count(), engine)))
+        cases.append(("count", "raylog-jvm-read", lambda: topic(engine="jvm", count_pushdown=False).count()))
         cases.append(("count", "parquet", lambda: spark.read.parquet(parquet).count()))
         for engine in ENGINES:
             cases.append(
@@ -170,7 +175,7 @@ def main(argv=None) -> None:
         cases.append(("scan", "parquet", lambda: spark.read.parquet(parquet).agg(scan).collect()[0][0]))
         by_name = lambda: spark.read.format("raylog").option("subscribe", "bench").load()  # noqa: E731
         cases.insert(0, ("count", "raylog-byname", lambda: by_name().count()))
-        cases.insert(len(ENGINES) + 2, ("scan", "raylog-byname", lambda: by_name().agg(scan).collect()[0][0]))
+        cases.insert(len(ENGINES) + 3, ("scan", "raylog-byname", lambda: by_name().agg(scan).collect()[0][0]))
         checkpoints = iter(range(10**6))
 
         def stream_available_now():
@@ -253,7 +258,7 @@ def main(argv=None) -> None:
                 },
                 args.json_only,
             )
-        sources = ("raylog-byname", "raylog-jvm", "raylog-python")
+        sources = ("raylog-byname", "raylog-jvm", "raylog-jvm-read", "raylog-python")
         for case in ("count", "scan", "avro"):
             for source in sources:
                 if (case, source) in results:
