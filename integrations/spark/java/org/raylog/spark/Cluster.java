@@ -34,6 +34,11 @@ final class Cluster implements Closeable {
   private final Zk zk;
   private final Map<String, FetchClient> clients = new HashMap<>();
   private final Map<String, JsonNode> configs = new HashMap<>();
+  /** how long a looked-up endpoint is used without asking ZooKeeper again (one plan's lookups) */
+  static final long ENDPOINT_TTL_MS = 1000;
+  /** endpoints looked up lately ({@code topic-partition}), with when; dropped when unreachable */
+  private final Map<String, Zk.Endpoint> endpoints = new HashMap<>();
+  private final Map<String, Long> lookedUp = new HashMap<>();
 
   Cluster(SourceOptions options) {
     this.options = options;
@@ -86,24 +91,108 @@ final class Cluster implements Closeable {
         options.timeoutMs, options.failOnDataLoss, options.zookeeper, options.cluster);
   }
 
-  /** {@code {log start offset, high watermark}} of each selected partition. */
+  /**
+   * {@code {log start offset, high watermark}} of each selected partition:
+   * the endpoints asked of ZooKeeper at once, every OFFSETS request sent
+   * before any reply is read; a partition that fails there is asked again
+   * through {@link #call} (which finds a moved actor).
+   */
   Map<String, Map<Integer, long[]>> offsets(Map<String, Integer> partitions) {
+    long now = System.currentTimeMillis();
     Map<String, Map<Integer, long[]>> out = new TreeMap<>();
+    List<Object[]> sent = new ArrayList<>(); // {topic, partition, client}
     for (Map.Entry<String, Integer> t : partitions.entrySet()) {
-      Map<Integer, long[]> parts = new TreeMap<>();
-      for (int p = 0; p < t.getValue(); p++) {
-        final int partition = p;
-        parts.put(p, call(t.getKey(), p, c -> c.offsets(bytes(t.getKey()), partition)));
+      String topic = t.getKey();
+      Zk.Endpoint[] found = zk.endpoints(topic, t.getValue(), options.timeoutMs);
+      out.put(topic, new TreeMap<>());
+      for (int p = 0; p < found.length; p++) {
+        if (found[p] == null) {
+          continue;
+        }
+        endpoints.put(topic + "-" + p, found[p]);
+        lookedUp.put(topic + "-" + p, now);
+        FetchClient c = client(found[p], topic);
+        if (!c.busy()) {
+          try {
+            c.sendOffsets(bytes(topic), p);
+            sent.add(new Object[] {topic, p, c});
+          } catch (RaylogReadException e) {
+            forget(found[p], topic, p); // asked again below
+          }
+        }
       }
-      out.put(t.getKey(), parts);
+    }
+    for (Object[] s : sent) {
+      String topic = (String) s[0];
+      int p = (Integer) s[1];
+      FetchClient c = (FetchClient) s[2];
+      try {
+        out.get(topic).put(p, c.readOffsets());
+      } catch (RaylogReadException e) {
+        if (!RangeReader.moved(e)) {
+          throw e;
+        }
+        forget(endpoints.get(topic + "-" + p), topic, p); // asked again below
+      }
+    }
+    for (Map.Entry<String, Integer> t : partitions.entrySet()) {
+      Map<Integer, long[]> parts = out.get(t.getKey());
+      for (int p = 0; p < t.getValue(); p++) {
+        if (!parts.containsKey(p)) {
+          final int partition = p;
+          parts.put(p, call(t.getKey(), p, c -> c.offsets(bytes(t.getKey()), partition)));
+        }
+      }
     }
     return out;
   }
 
+  private FetchClient client(Zk.Endpoint e, String topic) {
+    String key = e.host + ":" + e.port;
+    FetchClient c = clients.get(key);
+    if (c == null) {
+      c = new FetchClient(e.host, e.port, options.token, options.timeoutMs, maxMessageBytes(List.of(topic)));
+      clients.put(key, c);
+    }
+    return c;
+  }
+
+  /** Drop the connection to {@code e} and the partition's endpoint: the next call looks it up again. */
+  private void forget(Zk.Endpoint e, String topic, int partition) {
+    if (e != null) {
+      FetchClient c = clients.remove(e.host + ":" + e.port);
+      if (c != null) {
+        c.close();
+      }
+    }
+    endpoints.remove(topic + "-" + partition);
+  }
+
   /** The host of the partition's endpoint now (Spark's preferred location of its reads), or null. */
   String host(String topic, int partition) {
-    Zk.Endpoint e = zk.endpoint(topic, partition);
+    Zk.Endpoint e = endpoint(topic, partition);
     return e == null ? null : e.host;
+  }
+
+  /**
+   * The partition's endpoint: looked up in ZooKeeper at most once per
+   * {@link #ENDPOINT_TTL_MS} (a plan's OFFSETS and ranges share one lookup),
+   * and again at once after {@link #call} found it unreachable.
+   */
+  private Zk.Endpoint endpoint(String topic, int partition) {
+    String key = topic + "-" + partition;
+    long now = System.currentTimeMillis();
+    Zk.Endpoint e = endpoints.get(key);
+    if (e == null || now - lookedUp.get(key) >= ENDPOINT_TTL_MS) {
+      e = zk.endpoint(topic, partition);
+      if (e == null) {
+        endpoints.remove(key);
+      } else {
+        endpoints.put(key, e);
+        lookedUp.put(key, now);
+      }
+    }
+    return e;
   }
 
   /**
@@ -157,7 +246,7 @@ final class Cluster implements Closeable {
     int attempt = 0;
     for (;;) {
       RaylogReadException failure;
-      Zk.Endpoint e = zk.endpoint(topic, partition);
+      Zk.Endpoint e = endpoint(topic, partition);
       if (e == null) {
         if (partition >= config(topic).path("partitions").asInt()) {
           throw new RaylogReadException(RaylogReadException.UNKNOWN_PARTITION,
@@ -166,20 +255,14 @@ final class Cluster implements Closeable {
         failure = new RaylogReadException(RaylogReadException.BROKER_UNAVAILABLE,
             "no partition actor serves " + topic + "-" + partition + " (no endpoint in ZooKeeper)");
       } else {
-        String key = e.host + ":" + e.port;
-        FetchClient c = clients.get(key);
-        if (c == null) {
-          c = new FetchClient(e.host, e.port, options.token, options.timeoutMs, maxMessageBytes(List.of(topic)));
-          clients.put(key, c);
-        }
+        FetchClient c = client(e, topic);
         try {
           return call.apply(c);
         } catch (RaylogReadException x) {
           if (!RangeReader.moved(x)) {
             throw x;
           }
-          c.close();
-          clients.remove(key);
+          forget(e, topic, partition);
           failure = x;
         }
       }
@@ -322,7 +405,7 @@ final class Cluster implements Closeable {
       for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
         long[] b = p.getValue();
         if (b[1] > b[0]) {
-          Zk.Endpoint e = zk.endpoint(t.getKey(), p.getKey());
+          Zk.Endpoint e = endpoint(t.getKey(), p.getKey());
           String host = e == null ? "unknown" : e.host;
           int port = e == null ? 1 : e.port;
           out.add(new ReadOptions.Range(t.getKey(), p.getKey(), b[0], b[1], host, port, e == null ? null : host));

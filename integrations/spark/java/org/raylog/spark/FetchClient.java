@@ -155,7 +155,7 @@ final class FetchClient implements Closeable {
   /** Start a request that must not overlap a FETCH: connect, then {@link #frame}. */
   private byte[] call(short api, byte[] topic, int frameBody, int body) {
     if (outstanding != null) {
-      throw new IllegalStateException("a FETCH is outstanding");
+      throw new IllegalStateException("a request is outstanding");
     }
     connect();
     return frame(api, topic, frameBody, body);
@@ -232,10 +232,31 @@ final class FetchClient implements Closeable {
 
   /** {@code {log start offset, high watermark}} of the partition (an OFFSETS call). */
   long[] offsets(byte[] topic, int partition) {
+    sendOffsets(topic, partition);
+    return readOffsets();
+  }
+
+  /** Send an OFFSETS request; its reply: {@link #readOffsets}. */
+  void sendOffsets(byte[] topic, int partition) {
     byte[] frame = call(API_OFFSETS, topic, 2 + topic.length + 4, 2 + topic.length + 4);
     write(frame, putInt(frame, cursor, partition));
-    readReply(lastId, "OFFSETS", 16);
+    outstanding = lastId;
+  }
+
+  /** The reply of the outstanding OFFSETS: {@code {log start offset, high watermark}}. */
+  long[] readOffsets() {
+    if (outstanding == null) {
+      throw new IllegalStateException("no OFFSETS is outstanding");
+    }
+    int id = outstanding;
+    outstanding = null;
+    readReply(id, "OFFSETS", 16);
     return new long[] {readLong(header, REPLY_HEADER), readLong(header, REPLY_HEADER + 8)};
+  }
+
+  /** Whether a request was sent and its reply not read. */
+  boolean busy() {
+    return outstanding != null;
   }
 
   /** The offset of the first message at or after {@code timestampMs} (an OFFSETS_FOR_TIME call). */

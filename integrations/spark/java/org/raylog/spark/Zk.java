@@ -6,6 +6,9 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -81,7 +84,55 @@ final class Zk implements Closeable {
 
   /** The partition's endpoint, or null while no partition actor serves it. */
   Endpoint endpoint(String topic, int partition) {
-    byte[] data = data(root + "/topics/" + topic + "/partitions/" + partition + "/endpoint");
+    return parseEndpoint(topic, partition, data(endpointPath(topic, partition)));
+  }
+
+  /**
+   * The endpoints of partitions {@code 0..count-1} of {@code topic} (null
+   * where no partition actor serves), asked of ZooKeeper all at once and
+   * waited for at most {@code timeoutMs}.
+   */
+  Endpoint[] endpoints(String topic, int count, int timeoutMs) {
+    byte[][] found = new byte[count][];
+    AtomicInteger failure = new AtomicInteger(KeeperException.Code.OK.intValue());
+    CountDownLatch done = new CountDownLatch(count);
+    for (int p = 0; p < count; p++) {
+      final int partition = p;
+      zk.getData(endpointPath(topic, p), false, (rc, path, ctx, data, stat) -> {
+        if (rc == KeeperException.Code.OK.intValue()) {
+          found[partition] = data;
+        } else if (rc != KeeperException.Code.NONODE.intValue()) {
+          failure.set(rc);
+        }
+        done.countDown();
+      }, null);
+    }
+    boolean ok;
+    try {
+      ok = done.await(timeoutMs, TimeUnit.MILLISECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      ok = false;
+    }
+    String where = root + "/topics/" + topic + "/partitions";
+    if (!ok) {
+      throw unavailable(where, new IllegalStateException("no answer within " + timeoutMs + " ms"));
+    }
+    if (failure.get() != KeeperException.Code.OK.intValue()) {
+      throw unavailable(where, KeeperException.create(KeeperException.Code.get(failure.get())));
+    }
+    Endpoint[] out = new Endpoint[count];
+    for (int p = 0; p < count; p++) {
+      out[p] = parseEndpoint(topic, p, found[p]);
+    }
+    return out;
+  }
+
+  private String endpointPath(String topic, int partition) {
+    return root + "/topics/" + topic + "/partitions/" + partition + "/endpoint";
+  }
+
+  private static Endpoint parseEndpoint(String topic, int partition, byte[] data) {
     if (data == null) {
       return null;
     }
