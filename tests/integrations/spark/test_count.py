@@ -118,3 +118,13 @@ def flip(path: str, position: int) -> None:
         byte = f.read(1)[0]
         f.seek(position)
         f.write(bytes([byte ^ 0x20]))
+
+
+def test_reads_by_name_share_one_zookeeper_session(spark, raylog_client, mixed):
+    sessions = spark.sparkContext._jvm.org.raylog.spark.RaylogSource.zooKeeperSessionIds
+    assert by_name(spark, mixed).count() == 2100
+    first = sorted(sessions())
+    assert first  # kept open after the read, for the next one
+    assert by_name(spark, mixed).count() == 2100
+    assert len(by_name(spark, mixed, count_pushdown="false").collect()) == 2100
+    assert sorted(sessions()) == first  # the same session: none opened and closed per read

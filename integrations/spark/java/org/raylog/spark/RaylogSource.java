@@ -48,6 +48,15 @@ public final class RaylogSource implements TableProvider, DataSourceRegister {
     return SHORT_NAME;
   }
 
+  /**
+   * The ids of the ZooKeeper sessions this JVM keeps open for reads by name
+   * (one per ZooKeeper, shared by every read; see {@code ZkSessions}): for
+   * tests and monitoring.
+   */
+  public static long[] zooKeeperSessionIds() {
+    return ZkSessions.sessionIds();
+  }
+
   /** the typed Avro read of the options (null: binary), once {@link #loaded} */
   private AvroSpec avro;
   private boolean loaded;

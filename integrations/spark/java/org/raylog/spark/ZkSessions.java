@@ -98,9 +98,9 @@ final class ZkSessions {
     }
   }
 
-  /** The sessions open now (for tests): connect strings. */
-  static synchronized List<String> open() {
-    return new ArrayList<>(OPEN.keySet());
+  /** The ids of the sessions open now. */
+  static synchronized long[] sessionIds() {
+    return OPEN.values().stream().mapToLong(s -> s.zk.getSessionId()).toArray();
   }
 
   private static ZooKeeper connect(String connect, int timeoutMs) {
