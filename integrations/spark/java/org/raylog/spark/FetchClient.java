@@ -82,6 +82,8 @@ final class FetchClient implements Closeable {
   private int cursor;
   /** correlation id of the FETCH or COUNT sent and not read yet, or null */
   private Integer outstanding;
+  /** correlation id of the AUTH sent on connecting whose reply is not read yet, or null */
+  private Integer authPending;
   private final byte[] header = new byte[REPLY_HEADER + FETCH_FIELDS];
   private final byte[] request = new byte[256];
 
@@ -132,7 +134,7 @@ final class FetchClient implements Closeable {
     if (token != null) {
       byte[] frame = frame(API_AUTH, token, 2 + token.length, 2 + token.length);
       write(frame, cursor);
-      readReply(lastId, "AUTH", 0);
+      authPending = lastId; // its reply is read before the first request's (no round trip of its own)
     }
   }
 
@@ -163,6 +165,7 @@ final class FetchClient implements Closeable {
 
   /** Read the reply of request {@code id}: exactly {@code fields} bytes of body after the header, into {@link #header}. */
   private void readReply(int id, String api, int fields) {
+    settleAuth();
     readReplyHeader(id, api);
     int size = readInt(header, 0);
     if (size != REPLY_HEADER - 4 + fields) {
@@ -281,6 +284,7 @@ final class FetchClient implements Closeable {
     }
     int id = outstanding;
     outstanding = null;
+    settleAuth();
     readReplyHeader(id, "FETCH");
     int size = readInt(header, 0);
     if (size < REPLY_HEADER - 4 + FETCH_FIELDS) {
@@ -299,6 +303,15 @@ final class FetchClient implements Closeable {
     readFully(buf, 0, length);
     dataLength = length;
     return buf;
+  }
+
+  /** Read the reply of the AUTH sent on connecting (replies come in request order); a refusal is raised here. */
+  private void settleAuth() {
+    if (authPending != null) {
+      int id = authPending;
+      authPending = null;
+      readReply(id, "AUTH", 0);
+    }
   }
 
   /** Read a reply header of the request {@code id}; an error reply is raised here. */
@@ -397,6 +410,7 @@ final class FetchClient implements Closeable {
   @Override
   public void close() {
     outstanding = null;
+    authPending = null;
     if (socket != null) {
       closeQuietly(socket);
       socket = null;
