@@ -22,12 +22,10 @@ then every ``interval_s`` it runs one **repair pass** (:func:`repair`):
    a dead session's ephemeral nodes until the session times out, also
    across its own restart) gets its partition actor again, pinned to its
    node (when that node is alive): the actor recovers its log and
-   registers its endpoint with a newer epoch. For a replicated partition,
-   every replica (leader and followers) whose actor does not run
-   (:mod:`raylog.replication.repair`);
-3. **lost replicas**: a replica whose node has been gone for the topic's
-   ``replica_replace_after_s`` is reassigned to an alive disk node
-   (:func:`raylog.replication.repair.replace_lost`).
+   registers its endpoint with a newer epoch; for a replicated partition,
+   each replica, leader or follower (:mod:`raylog.replication.repair`);
+3. **lost replicas** (their node gone for ``replica_replace_after_s``) move
+   to an alive disk node (:func:`raylog.replication.repair.replace_lost`).
 
 ``raylog topics repair`` (:meth:`raylog.Client.repair`) runs the same pass
 by hand and reports per partition what it found and did.
@@ -298,9 +296,8 @@ def serve_registered(registry, zookeeper: str, nodes: list[dict], *, topic: str 
 
 def repair(registry, zookeeper: str, *, topic: str | None = None, host: str | None = None,
            token: bytes | None = None, wait_s: float = START_WAIT_S, lost_since: dict | None = None) -> list[dict]:
-    """One repair pass: :func:`remove_deleted`, then :func:`serve_registered`,
-    then (given ``lost_since``, the supervisor's memory of when replicas'
-    nodes went) :func:`~raylog.replication.repair.replace_lost`."""
+    """One repair pass: :func:`remove_deleted`, :func:`serve_registered`, and
+    with ``lost_since`` (the supervisor's) :func:`replace_lost`."""
     import ray  # heavy (Ray): imported when used
 
     nodes = ray.nodes()

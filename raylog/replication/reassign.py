@@ -137,7 +137,14 @@ class Reassignment:
             return dataclasses.replace(s, replicas=s.replicas + tuple(n for n in adding if n not in s.replicas))
 
         state = _update(zk, paths, topic, partition, add)
-        started = [self._start(node, state.origin) for node in adding]
+        try:
+            for node in adding:
+                self._start(node, state.origin, deadline)
+        except Exception as err:
+            self._roll_back(adding, state.origin)
+            raise ReassignmentTimeoutError(
+                f"{topic}-{partition}: a new replica did not start ({err}); the new replicas were removed again",
+                topic=topic, partition=partition) from err
         state = _wait_state(zk, paths, topic, partition, lambda s: set(target) <= set(s.isr), deadline)
         if not set(target) <= set(state.isr):
             self._roll_back(adding, state.origin)
@@ -145,7 +152,7 @@ class Reassignment:
                 f"{topic}-{partition}: the target replicas {', '.join(sorted(set(target) - set(state.isr)))} did "
                 f"not join the in-sync replicas within {timeout_s:g} s (ISR {', '.join(state.isr)}); the new "
                 f"replicas were removed again; retry with a longer timeout", topic=topic, partition=partition)
-        log.info("%s-%d: replicas %s in sync (started %d)", topic, partition, target, len(started))
+        log.info("%s-%d: replicas %s in sync", topic, partition, target)
 
         def shrink(s):
             removing = () if s.leader in target else (s.leader,)
@@ -173,7 +180,7 @@ class Reassignment:
             self._remove(old_leader, state.origin, alive)
         return state
 
-    def _start(self, node: str, origin: str):
+    def _start(self, node: str, origin: str, deadline: float):
         import ray
 
         name, log_dir = self._name_and_dir(node, origin)
@@ -181,7 +188,7 @@ class Reassignment:
             zookeeper=self.zookeeper, cluster=self.cluster, topic=self.topic, partition=self.partition,
             log_dir=log_dir, config=self.config, node_identity=node, nodes=self.nodes, host=self.host,
             token=self.token, replica=node, name=name)
-        ray.get(actor.ping.remote(), timeout=STOP_WAIT_S * 3)
+        ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
         return actor
 
     def _stop(self, node: str, origin: str, *, delete_data: bool) -> bool:
