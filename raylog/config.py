@@ -76,6 +76,10 @@ class TopicConfig:
     #: alive disk node holding no replica of its partition (the
     #: supervisor's pass, :mod:`raylog.replication.repair`); 0: never
     replica_replace_after_s: int = 600
+    #: when every in-sync replica is gone, let a replica outside the ISR
+    #: lead (availability over consistency: acknowledged messages it lacks
+    #: are lost); off by default, as in Kafka
+    unclean_leader_election: bool = False
 
     def __post_init__(self):
         positive = ("partitions", "segment_bytes", "flush_messages", "max_message_bytes", "segment_ms",
@@ -100,6 +104,8 @@ class TopicConfig:
                 f"segment_bytes ({self.segment_bytes})"
             )
 
+        if not isinstance(self.unclean_leader_election, bool):
+            raise ConfigError(f"unclean_leader_election must be True or False, got {self.unclean_leader_election!r}")
         if self.min_insync_replicas > self.replication_factor:
             raise ConfigError(
                 f"min_insync_replicas ({self.min_insync_replicas}) must not exceed "
