@@ -340,17 +340,22 @@ class ProducerStateTable:
     # -- replication ------------------------------------------------------------------
 
     def records_from(self, offset: int, max_bytes: int) -> bytes:
-        """The remembered sets whose base offset is at least ``offset``, as
+        """The remembered sets that end after ``offset`` (those that start at
+        or after it, and one that ``offset`` falls inside: a follower that
+        fetched part of a set learns it with the bytes that complete it), as
         single-set records in base-offset order, as many as fit in ``max_bytes``."""
         found = []
         for producer_id in reversed(self._producers):
             state = self._producers[producer_id]
             window = state.window()
-            if not window or state.bases[window[-1] % SEQUENCES_REMEMBERED] < offset:
+            if not window:
+                break  # emptied by a truncation: ordered before every id with a set
+            slot = window[-1] % SEQUENCES_REMEMBERED
+            if state.bases[slot] + state.lengths[slot] <= offset:
                 break  # ids are in the order of their last set: the rest lie before offset
             for sequence in reversed(window):
                 slot = sequence % SEQUENCES_REMEMBERED
-                if state.bases[slot] < offset:
+                if state.bases[slot] + state.lengths[slot] <= offset:
                     break
                 found.append((state.bases[slot], producer_id, state.epoch, sequence, state.lengths[slot]))
         found.sort()
