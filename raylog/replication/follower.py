@@ -12,9 +12,8 @@ bytes go the idempotent producers' sets they hold, fetched from the leader
 under the name ``replica_topic(topic, node, PRODUCERS_PREFIX)`` right after
 the bytes and appended with them (:mod:`raylog.storage.log_replica`), so
 that a follower that takes over deduplicates a retry as its leader would.
-A set is remembered with the fetch that completes it (:func:`replicable`),
-so a set larger than one fetch, or a fetch that ends inside a producer's
-batch, loses no sequence.
+A set larger than one fetch is appended in parts and remembered with the
+fetch that completes it (:func:`replicable`), so it loses no sequence.
 
 Before it follows, a follower whose data is of an older leader epoch than
 the ``state`` node's truncates to the boundary where the next epoch began
@@ -94,14 +93,21 @@ def replicable(offset: int, length: int, records, full: bool) -> tuple[int, list
     ``records`` (the leader's sets that end after ``offset``, in base-offset
     order; ``full``: there may be more than these).
 
-    A set is remembered with the append that holds its last byte: one that
-    reaches past the bytes is appended in part, and its record comes again
-    with the next fetch (which asks from inside it), however many fetches
-    the set takes. When the records were cut short, the bytes are cut after
-    the last set described, so that no set ends in them unrecorded."""
+    The bytes are cut before a set that begins in them and reaches past
+    them (the next fetch starts at it), so that a replica holds whole sets
+    only, but for a set larger than one fetch: that one is appended in
+    parts, and it is remembered with the part that completes it (its record
+    comes with every fetch from inside it). When the records were cut
+    short, the bytes are cut after the last set described, so that no set
+    ends in them unrecorded."""
     end = offset + length
     if full and records:
         end = min(end, records[-1][3] + sum(records[-1][4]))
+    for record in records:
+        base = record[3]
+        if offset < base < end < base + sum(record[4]):
+            end = base
+            break
     return end - offset, [r for r in records if offset < r[3] + sum(r[4]) <= end]
 
 

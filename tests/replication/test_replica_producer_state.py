@@ -158,11 +158,13 @@ def test_a_set_larger_than_a_fetch_is_remembered_with_the_fetch_that_completes_i
     last = put(leader, b"t", 4)
     leader.flush()
     records = parse_records(leader.producer_records(0, 1 << 20))
-    # A fetch that ends inside the big set: its bytes go in part, its record with the rest.
+    # A fetch that ends inside the big set: the bytes stop before it (replicas hold whole sets).
     length, sequences = replicable(0, big + 500, records, False)
-    assert length == big + 500 and [r[2] for r in sequences] == [0, 1, 2]
-    length, sequences = replicable(big + 500, last - big - 500, records[3:], False)
-    assert [r[2] for r in sequences] == [3]
+    assert length == big and [r[2] for r in sequences] == [0, 1, 2]
+    # A fetch from the big set that does not hold all of it: a part, its record with the rest.
+    assert replicable(big, 500, records[3:], False) == (500, [])
+    length, sequences = replicable(big + 500, last + 10 - big - 500, records[3:], False)
+    assert length == last - big - 500 and [r[2] for r in sequences] == [3]
     # Records cut short (room for two): the bytes stop after the second set.
     length, sequences = replicable(0, big, parse_records(leader.producer_records(0, 2 * RECORD_SIZE)), True)
     assert length == small[2] and [r[2] for r in sequences] == [0, 1]
