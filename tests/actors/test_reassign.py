@@ -15,7 +15,8 @@ script: the scenarios follow each other):
    catch up, so that ``acks="all"`` goes on;
 4. a follower's node lost: after the topic's ``replica_replace_after_s`` the
    supervisor moves that replica to the spare node; when the lost node
-   returns, its old log is removed.
+   returns, its old log is removed;
+5. ``raylog topics reassign --replace`` moves it back to the returned node.
 
 The cluster runs in a child process of its own, as in test_replication.py.
 """
@@ -156,6 +157,21 @@ SCRIPT = textwrap.dedent(
         cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": victim})
         out["victim_log_removed"] = wait_until(lambda: not os.path.exists(dir_of(victim)), 60)
 
+        # 5. on the command line: the replica goes back to the returned node (--replace old=new)
+        import subprocess
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAYLOG_") and k != "RAY_ADDRESS"}
+        env["RAYLOG_TOKEN"] = client.settings.token.decode()  # this cluster's, as from outside Ray
+        # the auth mode this cluster was started with (else the CLI turns token auth on by itself
+        # when ~/.ray/auth_token exists, and derives another cluster token than this cluster's)
+        env["RAY_AUTH_MODE"] = os.environ.get("RAY_AUTH_MODE", "disabled")
+        proc = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "raylog"), "--zookeeper", zookeeper, "--ray-address",
+             cluster.address, "--cluster", cluster_name, "topics", "reassign", "m", "--replace",
+             f"{old_leader}={victim}"], capture_output=True, text=True, timeout=300, env=env)
+        out["cli"] = [proc.returncode, proc.stdout.splitlines(), proc.stderr[-2000:]]
+        out["cli_state"] = [sorted(state().replicas), sorted(state().isr)]
+        produce(b"y", 30)
+
         consumer = client.consumer(["m"], group="g", auto_offset_reset="earliest")
         seen, deadline = [], time.monotonic() + 60
         while len(seen) < len(acked) and time.monotonic() < deadline:
@@ -196,5 +212,11 @@ def test_reassign_restart_and_replace_lost_replicas(run_cluster_script):
 
     assert out["replaced"], out["after_replace"]
     assert out["victim_log_removed"]
+    code, lines, err = out["cli"]
+    assert code == 0, err
+    assert lines[0].split() == ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR"]
+    replicas = out["cli_state"][0]
+    assert sorted(lines[1].split()[3].split(",")) == replicas and out["cli_state"][1] == replicas
+    assert len(replicas) == 3 and out["after_replace"][0] != replicas  # back on the returned node
     assert out["seen_exactly"] and out["offsets_increase"], out["counts"]
     assert out["no_logs_left"] == []
