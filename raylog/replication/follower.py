@@ -22,6 +22,10 @@ in-sync follower takes over (:func:`~raylog.replication.state.take_over`)
 and hands itself to ``on_promoted``, once no leader has served for
 ``replica_lag_ms`` (a leader still starting is not replaced).
 
+Each reply carries the leader's committed offset (its high watermark): the
+follower keeps it (:class:`~raylog.replication.follower_reads.ServedWatermark`)
+and serves readers up to it (:mod:`raylog.replication.follower_reads`).
+
 Errors (the leader moving or restarting, ZooKeeper away) close the
 connection and retry under a :class:`RetryPolicy` until the follower stops.
 
@@ -38,6 +42,7 @@ import threading
 import time
 
 from raylog.errors import RaylogError
+from raylog.replication.follower_reads import ServedWatermark
 from raylog.replication.leader import PRODUCERS_PREFIX, replica_topic
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
@@ -120,6 +125,8 @@ class Follower:
         self._missing_since: float | None = None  # since when no leader serves
         self._stopped = threading.Event()
         self.fetched_bytes = 0
+        #: the leader's committed offset as its replies say (what this replica serves readers up to)
+        self.watermark = ServedWatermark()
         self._thread = threading.Thread(target=self._run, name="raylog-follower", daemon=True)
 
     def start(self) -> None:
@@ -127,6 +134,7 @@ class Follower:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stopped.set()
+        self.watermark.close()
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
@@ -182,4 +190,7 @@ class Follower:
                     self.log.append_replica(bytes(reply.data[:length]), offset, sequences)
                     self.log.flush()
                     self.fetched_bytes += length
+                self.watermark.learn(reply.high_watermark)
+                if length:
+                    self.watermark.notify()
                 backoff.reset()
