@@ -254,8 +254,11 @@ def _split(settings: ConnectionSettings, ranges: list[ReadRange], min_partitions
             calls.append(None)
             continue
         targets = [rng.start + rng.size * k // count for k in range(1, count)]
+        # the leader's actor (a replicated partition's may not have the plain name after a failover)
+        name = (rng.replicas[0].actor if rng.replicas else None) or actor_name(settings.cluster, rng.topic,
+                                                                                rng.partition)
         try:
-            actor = ray.get_actor(actor_name(settings.cluster, rng.topic, rng.partition), namespace=NAMESPACE)
+            actor = ray.get_actor(name, namespace=NAMESPACE)
         except ValueError:
             raise BrokerUnavailableError(
                 f"no partition actor runs for {rng.topic}-{rng.partition} to split its range; retry shortly",

@@ -37,7 +37,8 @@ from raylog.actors.placement import node_identity
 
 class Replica(NamedTuple):
     """One candidate replica of a range: its raylog node (identity), data
-    socket, and Ray node (id and IP; None when unknown)."""
+    socket, Ray node (id and IP; None when unknown), whether it leads, and
+    its actor's name (None: the partition's plain actor name)."""
 
     node: str
     host: str
@@ -45,6 +46,7 @@ class Replica(NamedTuple):
     node_id: str | None = None
     node_ip: str | None = None
     leader: bool = False
+    actor: str | None = None
 
 
 def ray_node_of(identity: str | None, nodes: Sequence[dict] | None) -> tuple[str | None, str | None]:
@@ -75,13 +77,16 @@ def find_candidates(registry, topic: str, partition: int, leader_endpoint: tuple
         # the state names a leader whose replica endpoint is not the partition's endpoint (a change under
         # way): the one replica known to serve is the endpoint's; no followers this time
         owner = next((n for n, e in running.items() if (e.get("host"), e.get("port")) == (host, port)), None)
-        return (Replica(owner or state.leader, host, port, *ray_node_of(owner, nodes), leader=True),)
-    out = [Replica(state.leader, host, port, *ray_node_of(state.leader, nodes), leader=True)]
+        return (Replica(owner or state.leader, host, port, *ray_node_of(owner, nodes), leader=True,
+                        actor=running.get(owner, {}).get("actor")),)
+    out = [Replica(state.leader, host, port, *ray_node_of(state.leader, nodes), leader=True,
+                   actor=leader.get("actor"))]
     for node in sorted(state.isr):
         endpoint = running.get(node)
         if node == state.leader or not endpoint or not endpoint.get("host") or not endpoint.get("port"):
             continue
-        out.append(Replica(node, endpoint["host"], int(endpoint["port"]), *ray_node_of(node, nodes)))
+        out.append(Replica(node, endpoint["host"], int(endpoint["port"]), *ray_node_of(node, nodes),
+                           actor=endpoint.get("actor")))
     return tuple(out)
 
 

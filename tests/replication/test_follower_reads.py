@@ -58,7 +58,7 @@ def test_a_follower_serves_only_up_to_the_high_watermark_it_learned(follower):
     assert info.value.earliest == 0 and info.value.latest == ends[2]
 
 
-def test_a_long_poll_at_a_follower_wakes_when_it_learns_more(follower):
+def test_a_long_poll_at_a_follower_is_bounded_and_sees_what_it_learns(follower):
     view, watermark, _, ends = follower
     watermark.learn(ends[0])
     assert not view.wait_for_data(ends[0], 0.05)  # bounded: nothing learned, returns after the timeout
