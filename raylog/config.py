@@ -72,6 +72,10 @@ class TopicConfig:
     min_insync_replicas: int = 1
     #: a follower that has not caught up for this long leaves the ISR
     replica_lag_ms: int = 10_000
+    #: when every in-sync replica is gone, let a replica outside the ISR
+    #: lead (availability over consistency: acknowledged messages it lacks
+    #: are lost); off by default, as in Kafka
+    unclean_leader_election: bool = False
 
     def __post_init__(self):
         positive = ("partitions", "segment_bytes", "flush_messages", "max_message_bytes", "segment_ms",
@@ -95,6 +99,8 @@ class TopicConfig:
                 f"segment_bytes ({self.segment_bytes})"
             )
 
+        if not isinstance(self.unclean_leader_election, bool):
+            raise ConfigError(f"unclean_leader_election must be True or False, got {self.unclean_leader_election!r}")
         if self.min_insync_replicas > self.replication_factor:
             raise ConfigError(
                 f"min_insync_replicas ({self.min_insync_replicas}) must not exceed "

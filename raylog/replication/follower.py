@@ -20,7 +20,9 @@ the file ``leader-epoch`` of its log directory. When the leader's replica
 is gone (its ephemeral ``replicas/<node>`` expired with its session), an
 in-sync follower takes over (:func:`~raylog.replication.state.take_over`)
 and hands itself to ``on_promoted``, once no leader has served for
-``replica_lag_ms`` (a leader still starting is not replaced).
+``replica_lag_ms`` (a leader still starting is not replaced); with the
+topic's ``unclean_leader_election`` a follower outside the ISR may, once no
+ISR member runs.
 
 Each reply carries the leader's committed offset (its high watermark): the
 follower keeps it (:class:`~raylog.replication.follower_reads.ServedWatermark`)
@@ -165,7 +167,8 @@ class Follower:
         elif self._missing_since is None:
             self._missing_since = time.monotonic()  # a leader still starting up gets replica_lag_ms
         elif (time.monotonic() - self._missing_since) * 1000 >= self.log.config.replica_lag_ms:
-            won = take_over(zk, paths, self.topic, self.partition, self.node, self.log.log_end_offset)
+            won = take_over(zk, paths, self.topic, self.partition, self.node, self.log.log_end_offset,
+                            unclean=self.log.config.unclean_leader_election)
             if won is not None and self._on_promoted is not None:
                 write_epoch(self.log.directory, won[0].leader_epoch)
                 self._stopped.set()

@@ -136,21 +136,28 @@ def running_replicas(zk, paths, topic: str, partition: int) -> dict[str, dict]:
     return found
 
 
-def take_over(zk, paths, topic: str, partition: int, node: str, log_end: int):
+def take_over(zk, paths, topic: str, partition: int, node: str, log_end: int, *, unclean: bool = False):
     """Make ``node`` the leader when the leader's replica is gone: only an
-    ISR member may (no unclean election), by a compare-and-set with the
-    next leader epoch, which begins at ``log_end``. ``(state, version)`` when
-    ``node`` leads, else None."""
+    ISR member may, by a compare-and-set with the next leader epoch, which
+    begins at ``log_end``. With ``unclean`` (the topic's
+    ``unclean_leader_election``) a replica outside the ISR may too, once no
+    ISR member runs; the ISR is then ``node`` alone. ``(state, version)``
+    when ``node`` leads, else None."""
     found = read_state(zk, paths, topic, partition)
     if found is None:
         return None
     state, version = found
     if state.leader == node:
         return found
-    if node not in state.isr or zk.exists(replica_path(paths, topic, partition, state.leader)):
+    if zk.exists(replica_path(paths, topic, partition, state.leader)):
+        return None
+    if node in state.isr:
+        isr = tuple(n for n in state.isr if n != state.leader)
+    elif unclean and not set(state.isr) & set(running_replicas(zk, paths, topic, partition)):
+        isr = (node,)
+    else:
         return None
     epoch = state.leader_epoch + 1
-    new = dataclasses.replace(state, leader=node, leader_epoch=epoch, isr=tuple(n for n in state.isr if n != state.leader),
-                              epochs=state.epochs + ((epoch, log_end),))
+    new = dataclasses.replace(state, leader=node, leader_epoch=epoch, isr=isr, epochs=state.epochs + ((epoch, log_end),))
     version = compare_and_set(zk, paths, topic, partition, new, version)
     return None if version is None else (new, version)

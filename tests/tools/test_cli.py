@@ -146,6 +146,11 @@ def test_a_bad_topic_setting_exits_2_with_one_error_line():
     assert_one_error_line(proc, 2, "partitions must be a positive integer")
 
 
+def test_replication_settings_reach_the_topic_config():
+    proc = raylog("topics", "create", "t", "--replication-factor", "2", "--min-insync-replicas", "3")
+    assert_one_error_line(proc, 2, "min_insync_replicas (3) must not exceed replication_factor (2)")
+
+
 def test_cluster_commands_without_an_address_say_what_to_pass():
     for args in (
         ["consume", "t"],

@@ -22,6 +22,12 @@ def topics():
 @click.option("--flush-ms", type=int, help="Flush (fsync) and expose appended messages after this long (default 50).")
 @click.option("--flush-messages", type=int, help="... or after this many messages (default 10000).")
 @click.option("--max-message-bytes", type=int, help="The largest message set a partition accepts (default 1 MiB).")
+@click.option("--replication-factor", type=int, help="Replicas per partition, each on its own disk node (default 1).")
+@click.option("--min-insync-replicas", type=int,
+              help="The fewest in-sync replicas with which acks=all is accepted (default 1).")
+@click.option("--replica-lag-ms", type=int, help="A follower behind for this long leaves the ISR (default 10000).")
+@click.option("--unclean-leader-election/--no-unclean-leader-election", default=None,
+              help="Let a replica outside the ISR lead when every in-sync replica is gone (loses data; off by default).")
 @click.option(
     "--data-dir",
     envvar="RAYLOG_DATA_DIR",
