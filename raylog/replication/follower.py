@@ -159,6 +159,9 @@ class Follower:
                 log.warning("replica %s of %s-%d truncates %d..%d (data of leader epoch %d)", self.node,
                             self.topic, self.partition, boundary, self.log.log_end_offset, self.epoch)
                 self.log.truncate_replica(boundary)
+            if boundary is not None:
+                # what a former leader committed past the new epoch's start is gone (an unclean election)
+                self.watermark.cap(boundary)
             self.epoch = state.leader_epoch
             write_epoch(self.log.directory, self.epoch)
         endpoint = self.registry.endpoint(self.topic, self.partition)

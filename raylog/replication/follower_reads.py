@@ -9,7 +9,9 @@ and its own flushed end. It never serves its own log end beyond that, so it
 never hands out bytes a leader change could truncate: everything below the
 leader's committed offset is on every in-sync replica, the next leader is
 one of them, and a replica truncates only down to where that leader's epoch
-began, at or above the committed offset.
+began, at or above the committed offset (an unclean election breaks this
+for every reader, as it does for consumers; the follower then caps what it
+serves at the truncation, see below).
 
 - a fetch below the served high watermark: the follower's bytes (the same
   bytes at the same offsets as the leader's), cut at it;
@@ -24,7 +26,10 @@ began, at or above the committed offset.
 
 The learned high watermark only grows while the actor lives (a new leader
 starts low and catches up; what an earlier leader committed stays
-committed); a restarted follower serves nothing until its first reply.
+committed), except that a follower that truncates to where a new leader
+epoch began caps it there (after an unclean election, the topic's
+``unclean_leader_election``, that can be below what was committed); a
+restarted follower serves nothing until its first reply.
 
 Consumers keep reading from the leader (the ``endpoint`` node); readers find
 followers by their ``replicas/<node>`` nodes (:mod:`raylog.read.replicas`).
@@ -59,6 +64,14 @@ class ServedWatermark:
             if high_watermark > self._learned:
                 self._learned = high_watermark
                 self._cond.notify_all()
+
+    def cap(self, offset: int) -> None:
+        """The follower truncated to where a new leader epoch began: what it
+        learned past ``offset`` was committed by a leader whose data there
+        is gone (only an unclean election starts an epoch below the committed
+        offset), so it serves no more than ``offset`` until told again."""
+        with self._cond:
+            self._learned = min(self._learned, offset)
 
     def notify(self) -> None:
         """The follower's log grew (appended and flushed): wake waiting reads."""

@@ -53,6 +53,9 @@ def test_a_follower_serves_only_up_to_the_high_watermark_it_learned(follower):
     watermark.learn(ends[2] + 1000)  # the leader has more than this follower: its own log end bounds it
     assert view.high_watermark == ends[2] == log.high_watermark
     assert view.offset_for_time(0) == 0
+    watermark.cap(ends[1])  # truncated to a new epoch's start: serves no more than that
+    assert view.high_watermark == ends[1]
+    watermark.learn(ends[2])
     with pytest.raises(OffsetOutOfRangeError) as info:
         view.read(ends[2] + 7, 1 << 20)  # past the follower's log: ask the leader
     assert info.value.earliest == 0 and info.value.latest == ends[2]
