@@ -12,6 +12,8 @@ bytes go the idempotent producers' sets they hold, fetched from the leader
 under the name ``replica_topic(topic, node, PRODUCERS_PREFIX)`` right after
 the bytes and appended with them (:mod:`raylog.storage.log_replica`), so
 that a follower that takes over deduplicates a retry as its leader would.
+A set larger than one fetch is appended in parts and remembered with the
+fetch that completes it (:func:`replicable`), so it loses no sequence.
 
 Before it follows, a follower whose data is of an older leader epoch than
 the ``state`` node's truncates to the boundary where the next epoch began
@@ -92,28 +94,26 @@ def whole_messages(data) -> int:
 
 def replicable(offset: int, length: int, records, full: bool) -> tuple[int, list]:
     """How much of ``length`` fetched bytes (whole messages from ``offset``)
-    to append, and the producers' sets within it, from ``records`` (the
-    leader's sets at or after ``offset``, in base-offset order; ``full``:
-    there may be more than these).
+    to append, and the producers' sets completed within it, from
+    ``records`` (the leader's sets that end after ``offset``, in base-offset
+    order; ``full``: there may be more than these).
 
-    The bytes are cut before a set that reaches past them (its record would
-    not be fetched again: the next fetch asks from past its base), and, when
-    the records were cut short, after the last set described. A set longer
-    than one fetch is appended without its record (logged: were it its
-    producer's last, a retry of it after a failover would be stored again)."""
+    The bytes are cut before a set that begins in them and reaches past
+    them (the next fetch starts at it), so that a replica holds whole sets
+    only, but for a set larger than one fetch: that one is appended in
+    parts, and it is remembered with the part that completes it (its record
+    comes with every fetch from inside it). When the records were cut
+    short, the bytes are cut after the last set described, so that no set
+    ends in them unrecorded."""
     end = offset + length
     if full and records:
         end = min(end, records[-1][3] + sum(records[-1][4]))
     for record in records:
         base = record[3]
-        if base < end < base + sum(record[4]):
-            if base > offset:
-                end = base
-            else:
-                log.warning("a producer's set of %d bytes at %d is longer than one fetch; replicated without "
-                            "its sequence", sum(record[4]), base)
+        if offset < base < end < base + sum(record[4]):
+            end = base
             break
-    return end - offset, [r for r in records if r[3] + sum(r[4]) <= end]
+    return end - offset, [r for r in records if offset < r[3] + sum(r[4]) <= end]
 
 
 class Follower:

@@ -37,6 +37,9 @@ class ReplicaRole:
         if found is None:
             raise ConfigError(f"{topic}-{partition} has no replication state in ZooKeeper; it is not replicated")
         state, version = found
+        if node not in state.replicas:
+            raise ConfigError(f"{topic}-{partition} has no replica on {node} (replicas {', '.join(state.replicas)}: "
+                              f"it was reassigned); not serving this log")
         self.zk, self.paths, self.topic, self.partition, self.node = zk, registry.paths, topic, partition, node
         self.log = partition_log
         self.is_leader = state.leader == node

@@ -107,6 +107,7 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         ["topics", "describe"],
         ["topics", "delete"],
         ["topics", "repair"],
+        ["topics", "reassign"],
         ["supervisor"],
         ["supervisor", "start"],
         ["produce"],
@@ -135,6 +136,10 @@ def test_bad_usage_exits_2():
         ["consume", "t", "--max-messages", "0"],
         ["produce", "t", "--acks", "2"],
         ["--no-such-option", "topics", "list"],
+        ["topics", "reassign", "t"],
+        ["topics", "reassign", "t", "--replicas", "a,b", "--replace", "a=c"],
+        ["topics", "reassign", "t", "--replicas", "a,b"],
+        ["topics", "reassign", "t", "--replace", "a"],
     ):
         proc = raylog(*args)
         assert proc.returncode == 2, (args, proc.stderr)
@@ -223,6 +228,16 @@ def test_unknown_topics_exit_1_with_one_line(cluster):
                  ["consume", "no-such-topic", "--timeout-ms", "100"]):
         assert_one_error_line(raylog(*cluster, *args), 1, "no-such-topic")
     assert_one_error_line(raylog(*cluster, "topics", "delete", "no-such-topic"), 1, "no-such-topic")
+    assert_one_error_line(raylog(*cluster, "topics", "reassign", "no-such-topic", "-p", "0", "--replicas", "a"), 1,
+                          "no-such-topic")
+
+
+def test_reassigning_a_topic_that_is_not_replicated_is_refused(cluster, make_topic):
+    topic = make_topic()
+    proc = raylog(*cluster, "topics", "reassign", topic, "--partition", "0", "--replicas", "disk-a")
+    assert_one_error_line(proc, 2, "is not replicated")  # InvalidReassignmentError: a bad setting
+    proc = raylog(*cluster, "topics", "reassign", topic, "--replace", "disk-a=disk-b")
+    assert_one_error_line(proc, 1, f"no partition of {topic} has a replica on disk-a")
 
 
 def test_environment_variables_select_the_cluster(zookeeper, raylog_client, make_topic):
