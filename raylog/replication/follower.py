@@ -26,6 +26,10 @@ and hands itself to ``on_promoted``, once no leader has served for
 topic's ``unclean_leader_election`` a follower outside the ISR may, once no
 ISR member runs.
 
+Each reply carries the leader's committed offset (its high watermark): the
+follower keeps it (:class:`~raylog.replication.follower_reads.ServedWatermark`)
+and serves readers up to it (:mod:`raylog.replication.follower_reads`).
+
 Errors (the leader moving or restarting, ZooKeeper away) close the
 connection and retry under a :class:`RetryPolicy` until the follower stops.
 
@@ -42,6 +46,7 @@ import threading
 import time
 
 from raylog.errors import RaylogError
+from raylog.replication.follower_reads import ServedWatermark
 from raylog.replication.leader import PRODUCERS_PREFIX, replica_topic
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
@@ -122,6 +127,8 @@ class Follower:
         self._missing_since: float | None = None  # since when no leader serves
         self._stopped = threading.Event()
         self.fetched_bytes = 0
+        #: the leader's committed offset as its replies say (what this replica serves readers up to)
+        self.watermark = ServedWatermark()
         self._thread = threading.Thread(target=self._run, name="raylog-follower", daemon=True)
 
     def start(self) -> None:
@@ -129,6 +136,7 @@ class Follower:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stopped.set()
+        self.watermark.close()
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
@@ -151,6 +159,9 @@ class Follower:
                 log.warning("replica %s of %s-%d truncates %d..%d (data of leader epoch %d)", self.node,
                             self.topic, self.partition, boundary, self.log.log_end_offset, self.epoch)
                 self.log.truncate_replica(boundary)
+            if boundary is not None:
+                # what a former leader committed past the new epoch's start is gone (an unclean election)
+                self.watermark.cap(boundary)
             self.epoch = state.leader_epoch
             write_epoch(self.log.directory, self.epoch)
         endpoint = self.registry.endpoint(self.topic, self.partition)
@@ -185,4 +196,7 @@ class Follower:
                     self.log.append_replica(bytes(reply.data[:length]), offset, sequences)
                     self.log.flush()
                     self.fetched_bytes += length
+                self.watermark.learn(reply.high_watermark)
+                if length:
+                    self.watermark.notify()
                 backoff.reset()
