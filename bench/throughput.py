@@ -23,6 +23,7 @@ load average (the machine may be shared).
 
     python bench/throughput.py                 # N = 1,000,000
     python bench/throughput.py -n 200000 --json-only
+    python bench/throughput.py --replication   # RF 1 vs 3 on three disk nodes (bench/replication.py)
 """
 
 from __future__ import annotations
@@ -284,7 +285,17 @@ def main(argv=None) -> int:
     parser.add_argument("-n", "--messages", type=int, default=1_000_000)
     parser.add_argument("--batch1-messages", type=int, default=None, help="N for batch 1 (default: N)")
     parser.add_argument("--json-only", action="store_true")
-    args = parser.parse_args(argv)
+    parser.add_argument("--replication", action="store_true",
+                        help="replication factor 1 vs 3 side by side instead (bench/replication.py; -n as given, "
+                             "200,000 by default)")
+    args, rest = parser.parse_known_args(argv)
+    if args.replication:
+        from replication import main as replication_main  # bench/replication.py, beside this file
+
+        n = args.messages if args.messages != parser.get_default("messages") else 200_000
+        return replication_main(["-n", str(n), *(["--json-only"] if args.json_only else []), *rest])
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     n = args.messages
     n1 = args.batch1_messages or n
 

@@ -72,6 +72,14 @@ class TopicConfig:
     min_insync_replicas: int = 1
     #: a follower that has not caught up for this long leaves the ISR
     replica_lag_ms: int = 10_000
+    #: a replica whose node has not been alive for this long moves to an
+    #: alive disk node holding no replica of its partition (the
+    #: supervisor's pass, :mod:`raylog.replication.repair`); 0: never
+    replica_replace_after_s: int = 600
+    #: when every in-sync replica is gone, let a replica outside the ISR
+    #: lead (availability over consistency: acknowledged messages it lacks
+    #: are lost); off by default, as in Kafka
+    unclean_leader_election: bool = False
 
     def __post_init__(self):
         positive = ("partitions", "segment_bytes", "flush_messages", "max_message_bytes", "segment_ms",
@@ -80,7 +88,8 @@ class TopicConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("retention_ms", "flush_ms", "retention_check_ms", "max_inflated_bytes"):
+        for name in ("retention_ms", "flush_ms", "retention_check_ms", "max_inflated_bytes",
+                     "replica_replace_after_s"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
@@ -95,6 +104,8 @@ class TopicConfig:
                 f"segment_bytes ({self.segment_bytes})"
             )
 
+        if not isinstance(self.unclean_leader_election, bool):
+            raise ConfigError(f"unclean_leader_election must be True or False, got {self.unclean_leader_election!r}")
         if self.min_insync_replicas > self.replication_factor:
             raise ConfigError(
                 f"min_insync_replicas ({self.min_insync_replicas}) must not exceed "

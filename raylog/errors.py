@@ -279,6 +279,22 @@ class UnknownPartitionError(RaylogError):
     """The topic has no such partition; see ``client.describe_topic``."""
 
 
+@_code(33)
+class InvalidReassignmentError(ConfigError):
+    """A replica reassignment was refused before anything changed: the
+    topic is not replicated, or the target replicas are not distinct alive
+    disk nodes, as many as the topic's ``replication_factor``."""
+
+
+@_code(34)
+class ReassignmentTimeoutError(RaylogError):
+    """The new replicas of a reassignment did not join the in-sync replicas
+    (or no target replica took the lead) in time; what was started is
+    rolled back where it still can be. Retry, with a longer timeout."""
+
+    retriable = True
+
+
 # --------------------------------------------------------------------------
 # ZooKeeper and consumer groups
 

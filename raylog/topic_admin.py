@@ -30,6 +30,7 @@ from raylog.groups.admin import delete_topic_offsets
 from raylog.producer.partitioner import partition_for_key
 from raylog.replication.admin import describe_replicas, follower_actors, record_replicas, start_followers
 from raylog.replication.assignment import assign_replicas
+from raylog.replication.reassign import reassign_partition
 
 
 def place_partitions(topic: str, partitions: int, disks: list) -> list:
@@ -195,6 +196,31 @@ class TopicAdmin:
         self._stop_actors(name, config.partitions, delete_data=True)
         remove_deleted(self.registry, self.settings.zookeeper, ray.nodes(), topic=name, token=self.settings.token,
                        wait_s=timeout_s)
+
+    def reassign_partition(self, topic: str, partition: int, replicas: list[str], timeout_s: float = 120.0):
+        """Move the replicas of ``topic``-``partition`` to the disk nodes
+        ``replicas`` (Kafka's kafka-reassign-partitions): new replicas start
+        as followers and catch up; once all of ``replicas`` are in sync they
+        become the replicas (the lead moving to one of them, with a new
+        leader epoch, when the leader is not among them) and the others stop
+        and their logs are removed (by the supervisor once their node is
+        back, when it is down). Returns ``{"leader", "leader_epoch",
+        "replicas", "isr"}``. Raises :class:`UnknownTopicError`,
+        :class:`UnknownPartitionError`, :class:`InvalidReassignmentError`
+        (not replicated; not distinct alive disk nodes, as many as the
+        replication factor) before anything changes, and the retriable
+        :class:`ReassignmentTimeoutError` when the new replicas did not catch
+        up within ``timeout_s``. Joins the Ray cluster
+        (:mod:`raylog.replication.reassign`)."""
+        import ray  # heavy (Ray): imported when used
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, f"reassigning {topic}-{partition}")
+        state = reassign_partition(self._zk, self.registry, zookeeper=self.settings.zookeeper, topic=topic,
+                                   partition=partition, replicas=list(replicas), nodes=ray.nodes(),
+                                   host=self.data_host, token=self.settings.token, timeout_s=timeout_s)
+        return {"leader": state.leader, "leader_epoch": state.leader_epoch, "replicas": list(state.replicas),
+                "isr": list(state.isr)}
 
     def list_topics(self) -> list[str]:
         return self.registry.list_topics()

@@ -107,7 +107,8 @@ class PartitionActor:
 
         deadline = time.monotonic() + STARTUP_ZOOKEEPER_WAIT_S
         what = f"partition {topic}-{partition}"
-        until_zookeeper(deadline, what, check_before_serving, zookeeper, cluster, topic, partition, log_dir)
+        until_zookeeper(deadline, what, check_before_serving, zookeeper, cluster, topic, partition, log_dir,
+                        replica)
         self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error)
         for report in self.log.recovery_reports:
             log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)

@@ -22,7 +22,10 @@ then every ``interval_s`` it runs one **repair pass** (:func:`repair`):
    a dead session's ephemeral nodes until the session times out, also
    across its own restart) gets its partition actor again, pinned to its
    node (when that node is alive): the actor recovers its log and
-   registers its endpoint with a newer epoch.
+   registers its endpoint with a newer epoch; for a replicated partition,
+   each replica, leader or follower (:mod:`raylog.replication.repair`);
+3. **lost replicas** (their node gone for ``replica_replace_after_s``) move
+   to an alive disk node (:func:`raylog.replication.repair.replace_lost`).
 
 ``raylog topics repair`` (:meth:`raylog.Client.repair`) runs the same pass
 by hand and reports per partition what it found and did.
@@ -52,6 +55,7 @@ from raylog.actors.partition import actor_name, start_partition_actor
 from raylog.actors.placement import disk_nodes, scheduling_options
 from raylog.config import NAMESPACE
 from raylog.errors import LogInUseError, RaylogError, UnknownTopicError
+from raylog.replication.repair import replace_lost, serve_replicas
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
 
@@ -110,10 +114,12 @@ def remove_log(log_dir: str, *, remove_directory: bool) -> bool:
         os.close(fd)
 
 
-def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: int, log_dir: str) -> None:
+def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: int, log_dir: str,
+                         node: str | None = None) -> None:
     """What a (returning) partition actor does before it opens its log:
     refuse a topic that is gone (:class:`UnknownTopicError`), and empty a
-    directory that a delete left a tombstone on, then remove the tombstone."""
+    directory that a delete (or a reassignment) left a tombstone on, then
+    remove the tombstone. ``node``: the replica's (default: the placement's)."""
 
     zk = connect_kazoo(zookeeper)
     try:
@@ -125,7 +131,7 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
                 f"not serving its log {log_dir}",
                 topic=topic,
             )
-        node = place.get("node")
+        node = node or place.get("node")
         if node and registry.tombstone(node, log_dir) is not None:
             remove_log(log_dir, remove_directory=False)
             registry.remove_tombstone(node, log_dir)
@@ -145,8 +151,10 @@ def _remove_log_task(zookeeper: str, cluster: str, node: str, log_dir: str) -> s
         if stone is None:
             return "already removed"
         # Keep the directory while a topic of that name exists: its actor
-        # may be about to open it (it empties it itself before serving).
-        existed = remove_log(log_dir, remove_directory=not registry.topic_exists(stone["topic"]))
+        # may be about to open it (it empties it itself before serving);
+        # not a replica's that a reassignment took away.
+        gone = stone.get("reassigned") or not registry.topic_exists(stone["topic"])
+        existed = remove_log(log_dir, remove_directory=gone)
         registry.remove_tombstone(node, log_dir)
         return "removed" if existed else "nothing on disk"
     finally:
@@ -249,7 +257,13 @@ def serve_registered(registry, zookeeper: str, nodes: list[dict], *, topic: str 
         for p in range(config.partitions):
             place = placements.get(p) or {}
             node = place.get("node")
-            if p in endpoints and _running_actor(registry.cluster, name, p) is not None:
+            if config.replication_factor > 1 and node and place.get("log_dir"):
+                # every replica, leader and followers (raylog.replication.repair)
+                more, starting = serve_replicas(registry, zookeeper, nodes, alive, name, p, config, place,
+                                                host=host, token=token)
+                rows += more
+                started += starting
+            elif p in endpoints and _running_actor(registry.cluster, name, p) is not None:
                 rows.append(_row(name, p, node, "serving", f"{endpoints[p]['host']}:{endpoints[p]['port']}"))
             elif not node or not place.get("log_dir"):
                 rows.append(_row(name, p, node, "failed", "no placement recorded (a create that did not finish)"))
@@ -281,14 +295,19 @@ def serve_registered(registry, zookeeper: str, nodes: list[dict], *, topic: str 
 
 
 def repair(registry, zookeeper: str, *, topic: str | None = None, host: str | None = None,
-           token: bytes | None = None, wait_s: float = START_WAIT_S) -> list[dict]:
-    """One repair pass: :func:`remove_deleted`, then :func:`serve_registered`."""
+           token: bytes | None = None, wait_s: float = START_WAIT_S, lost_since: dict | None = None) -> list[dict]:
+    """One repair pass: :func:`remove_deleted`, :func:`serve_registered`, and
+    with ``lost_since`` (the supervisor's) :func:`replace_lost`."""
     import ray  # heavy (Ray): imported when used
 
     nodes = ray.nodes()
     removed = remove_deleted(registry, zookeeper, nodes, topic=topic, token=token, wait_s=wait_s)
-    return removed + serve_registered(registry, zookeeper, nodes, topic=topic, host=host, token=token,
+    rows = removed + serve_registered(registry, zookeeper, nodes, topic=topic, host=host, token=token,
                                       wait_s=wait_s)
+    if lost_since is not None:
+        alive = {n.identity for n in disk_nodes(nodes)}
+        rows += replace_lost(registry, zookeeper, nodes, alive, lost_since, topic=topic, host=host, token=token)
+    return rows
 
 
 # ----------------------------------------------------------------------------
@@ -309,6 +328,8 @@ class Supervisor:
         self.registry = Registry(self.zk, cluster)
         self.passes = 0
         self.last: list[dict] = []
+        #: (topic, partition, node) -> when a replica's node was first seen gone
+        self.lost_since: dict = {}
         self._lock = threading.Lock()  # one pass at a time
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raylog-supervisor", daemon=True)
@@ -325,7 +346,7 @@ class Supervisor:
     def repair(self, topic: str | None = None, wait_s: float = START_WAIT_S) -> list[dict]:
         with self._lock:
             rows = repair(self.registry, self.zookeeper, topic=topic, host=self.host, token=self.token,
-                          wait_s=wait_s)
+                          wait_s=wait_s, lost_since=self.lost_since)
             self.passes += 1
             before = {(r["topic"], r["partition"], r["state"]) for r in self.last}
             for row in rows:  # what changed since the last pass

@@ -13,8 +13,8 @@ The consumer's parts: positions, seeks and Kafka's commit rule
 application's thread (:mod:`raylog.consumer.revocation`); this module
 keeps assignment, the fetchers, ``poll`` and the iterator, and ``close``.
 
-**Errors keep to their partition.** A partition whose actor is down is
-retried for as long as it is owned (a warning after
+**Errors keep to their partition.** A partition whose actor is down
+(when the consumer is made, too) is retried for as long as it is owned (a warning after
 ``unavailable_warning_s``). A corrupt message, or an offset outside the log
 with ``auto_offset_reset="error"``, raises a typed error from ``poll`` for
 every call until the application seeks that partition elsewhere; other
@@ -176,10 +176,11 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         if self._member is not None:
             raise ConfigError("a consumer in a group is assigned partitions by the group; do not call assign")
         partitions = [(tp[0], int(tp[1])) for tp in partitions]
-        # Resolved here, concurrently, so that a wrong token or an unreachable
-        # partition fails the call at once (a group resolves in its fetchers).
+        # Resolved here, concurrently, so that a wrong token fails the call at
+        # once and the partitions that serve start where they are now; one
+        # unavailable now is resolved by its fetcher, retrying (as a group's are).
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(partitions)))) as pool:
-            starts = list(pool.map(self._reset_position, partitions))
+            starts = list(pool.map(self._start_position, partitions))
         with self._lock:
             self._stop_fetchers(list(self._parts))
             for tp, start in zip(partitions, starts):

@@ -73,9 +73,9 @@ class Positions:
         """``(earliest, latest)`` of a partition, asked of its data server."""
         return self._ask(tp, lambda conn: conn.offsets(*tp))
 
-    def _ask(self, tp: TopicPartition, request):
+    def _ask(self, tp: TopicPartition, request, tries: int = OFFSETS_RETRY_TRIES):
         """``request(conn)`` on a connection to the partition's data server,
-        tried up to :data:`OFFSETS_RETRY_TRIES` times within ``request_timeout_s`` while the error is
+        tried up to ``tries`` times within ``request_timeout_s`` while the error is
         retriable or says the endpoint moved; after an error whose
         ``refresh_metadata`` is set the endpoint is looked up again."""
         stale = False
@@ -91,11 +91,21 @@ class Positions:
                 stale = err.refresh_metadata
                 raise
 
-        policy = RetryPolicy(max_tries=OFFSETS_RETRY_TRIES, delay_s=0.1, deadline_s=self.request_timeout_s)
+        policy = RetryPolicy(max_tries=tries, delay_s=0.1, deadline_s=self.request_timeout_s)
         return policy.call(attempt, retry_if=_moved)
 
-    def _reset_position(self, tp: TopicPartition) -> int:
-        earliest, latest = self.offsets(tp)
+    def _start_position(self, tp: TopicPartition) -> int | None:
+        """The reset position of a partition being assigned, asked once; None
+        when its data server is unavailable now (the actor restarts, its node
+        is down): its fetcher resolves it then, retrying for as long as it
+        runs. Errors that no retry mends (a wrong token) are raised."""
+        try:
+            earliest, latest = self._ask(tp, lambda conn: conn.offsets(*tp), tries=1)
+        except RaylogError as err:
+            if isinstance(err, OffsetOutOfRangeError) or not (err.retriable or _moved(err)):
+                raise
+            logger.info("%s-%d is unavailable (%s); its fetcher resolves its position once it serves", *tp, err)
+            return None
         return earliest if self.auto_offset_reset == EARLIEST else latest
 
     # -- seeking ----------------------------------------------------------------

@@ -1,6 +1,9 @@
 """The Ray Data source: :func:`read_raylog`, a read plan as a bounded
 ``ray.data.Dataset``, its tasks placed on the nodes that hold the data (see
-:mod:`raylog.read`)."""
+:mod:`raylog.read`): each range's read task is given one of its candidate
+replicas (:func:`raylog.read.replicas.assigned_replica`, spread over the
+ranges), prefers that replica's node and reads from that replica (falling
+back to the leader, see :mod:`raylog.read.reader`)."""
 
 from __future__ import annotations
 
@@ -18,12 +21,13 @@ from raylog.metadata import ConnectionSettings
 from raylog.read.plan import plan_read
 from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
 from raylog.read.reader import read_range
+from raylog.read.replicas import assigned_replica
 
 log = logging.getLogger(__name__)
 
 
-def _read_task_tables(rng: ReadRange, settings: ConnectionSettings, options: dict):
-    for batch in read_range(rng, settings, **options):
+def _read_task_tables(rng: ReadRange, settings: ConnectionSettings, options: dict, replica: str | None):
+    for batch in read_range(rng, settings, replica=replica, **options):
         yield pa.Table.from_batches([batch])
 
 
@@ -32,9 +36,12 @@ def _datasource_class():
     from ray.data.datasource import Datasource, ReadTask  # heavy (Ray): imported when used
 
     class RaylogDatasource(Datasource):
-        """Ranges of a :class:`ReadPlan` as a Ray Data source: one read task per range."""
+        """Ranges of a :class:`ReadPlan` as a Ray Data source: one read task
+        per range, each reading from the replica on the node it names (None:
+        the leader)."""
 
-        def __init__(self, plan: ReadPlan, ranges: Sequence[ReadRange], fetch_bytes: int = FETCH_BYTES):
+        def __init__(self, plan: ReadPlan, ranges: Sequence[tuple[ReadRange, str | None]],
+                     fetch_bytes: int = FETCH_BYTES):
             super().__init__()
             self._plan = plan
             self._ranges = list(ranges)
@@ -48,13 +55,13 @@ def _datasource_class():
             return f"Raylog({self._plan.topic})"
 
         def estimate_inmemory_data_size(self) -> int:
-            return sum(r.size for r in self._ranges)
+            return sum(r.size for r, _ in self._ranges)
 
         def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list:
             tasks = []
-            for rng in self._ranges:
+            for rng, replica in self._ranges:
                 meta = BlockMetadata(num_rows=None, size_bytes=rng.size, exec_stats=None, input_files=None)
-                read_fn = functools.partial(_read_task_tables, rng, self._plan.settings, self._options)
+                read_fn = functools.partial(_read_task_tables, rng, self._plan.settings, self._options, replica)
                 tasks.append(ReadTask(read_fn, meta, schema=ARROW_SCHEMA, per_task_row_limit=per_task_row_limit))
             return tasks
 
@@ -72,10 +79,13 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
     ``topic``, the offsets and the keywords of :data:`PLAN_OPTIONS`
     (``min_partitions``, ``fail_on_data_loss``, ``client``, ``settings``)
     are those of :func:`plan_read`; or pass a ``plan``. One
-    read task per range; with ``locality`` the tasks of each node's ranges
-    prefer that node: a label selector on the node's id (``ray.io/node-id``)
-    with a fallback to any node, so a read still runs when that node has no
-    free CPU for it or is gone (see the module docstring). The other
+    read task per range; with ``locality`` each task is given one of its
+    range's candidate replicas (the in-sync replicas of a replicated
+    partition, spread over the ranges; else the leader), reads from it and
+    prefers its node: a label selector on the node's id
+    (``ray.io/node-id``) with a fallback to any node, so a read still runs
+    when that node has no free CPU for it or is gone (see the module
+    docstring). Without ``locality`` every range is read from its leader. The other
     ``options`` go to ``ray.data.read_datasource`` (``num_cpus``, ``memory``,
     ``concurrency`` ...).
 
@@ -97,9 +107,13 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
         return ray.data.from_arrow(ARROW_SCHEMA.empty_table())
     read_options, materialize = _read_resources(options)
     datasource = _datasource_class()
-    groups: dict[str | None, list[ReadRange]] = {}
-    for rng in plan.ranges:
-        groups.setdefault(rng.node_id if locality else None, []).append(rng)
+    groups: dict[str | None, list[tuple[ReadRange, str | None]]] = {}
+    for rng, replica in task_replicas(plan):
+        if not locality:
+            groups.setdefault(None, []).append((rng, None))
+            continue
+        node_id = rng.node_id if replica is None else replica.node_id
+        groups.setdefault(node_id, []).append((rng, None if replica is None or replica.leader else replica.node))
     datasets = []
     for node_id, ranges in groups.items():
         options = dict(read_options)
@@ -112,6 +126,19 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
         )
     dataset = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
     return dataset.materialize() if materialize else dataset
+
+
+def task_replicas(plan: ReadPlan) -> list:
+    """``(range, candidate or None)`` per range of ``plan``: the replica its
+    read task prefers and reads from (:func:`assigned_replica`, the
+    pieces of one partition spread over its candidates)."""
+    pieces: dict[int, int] = {}
+    out = []
+    for rng in plan.ranges:
+        piece = pieces.get(rng.partition, 0)
+        pieces[rng.partition] = piece + 1
+        out.append((rng, assigned_replica(rng.replicas, rng.topic, rng.partition, piece)))
+    return out
 
 
 def _free_cpus() -> tuple[float, float]:

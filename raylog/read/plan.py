@@ -1,6 +1,7 @@
 """Read plans, made once on the driver: per partition a byte range of
 message boundaries up to the high watermark seen, split for parallelism, with
-the partition's node for locality (see :mod:`raylog.read`)."""
+the node that serves it (the leader's) and the replicas that may serve it
+for locality (see :mod:`raylog.read` and :mod:`raylog.read.replicas`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Mapping, Sequence
 
 from raylog import auth
 from raylog.actors.partition import actor_name
-from raylog.actors.placement import node_identity
 from raylog.client import current_client
 from raylog.config import NAMESPACE
 from raylog.errors import (
@@ -22,6 +22,7 @@ from raylog.errors import (
 )
 from raylog.metadata import ConnectionSettings, Metadata
 from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, _NAMED
+from raylog.read.replicas import find_candidates
 
 log = logging.getLogger(__name__)
 
@@ -97,18 +98,6 @@ def _offset_spec(spec, partitions: int, default: int, what: str) -> dict[int, in
             )
         resolved[p] = offset
     return resolved
-
-
-def _node_of(registry, topic: str, partition: int, nodes: list[dict] | None) -> tuple[str | None, str | None]:
-    """``(Ray node id, node IP)`` of the node holding the partition's log."""
-    if not nodes:
-        return None, None
-    place = registry.placement(topic, partition) or {}
-    identity = place.get("node")
-    for node in nodes:
-        if node.get("Alive") and node_identity(node) == identity:
-            return node["NodeID"], node["NodeManagerAddress"]
-    return None, None
 
 
 def _ray_nodes() -> list[dict] | None:
@@ -213,10 +202,14 @@ def plan_read(
                 for offset in {start, end}:
                     if log_start < offset < hw:
                         conn.fetch(topic, p, offset, 1, 0)  # InvalidOffsetError
-            node_id, node_ip = _node_of(registry, topic, p, nodes)
+            # The candidates after the offsets: an ISR member listed now held the high watermark read
+            # above (the ISR shrinks only after the committed offset stopped waiting for it).
+            candidates = find_candidates(registry, topic, p, (host, port), nodes)
+            leader = candidates[0]
             start_offsets[p], end_offsets[p], log_starts[p], hws[p] = start, end, log_start, hw
             if end > start:
-                ranges.append(ReadRange(topic, p, start, end, host, port, node_id, node_ip))
+                ranges.append(ReadRange(topic, p, start, end, host, port, leader.node_id, leader.node_ip,
+                                        candidates))
         if min_partitions is not None and 0 < len(ranges) < min_partitions:
             ranges = _split(settings, ranges, min_partitions)
         return ReadPlan(
@@ -261,8 +254,11 @@ def _split(settings: ConnectionSettings, ranges: list[ReadRange], min_partitions
             calls.append(None)
             continue
         targets = [rng.start + rng.size * k // count for k in range(1, count)]
+        # the leader's actor (a replicated partition's may not have the plain name after a failover)
+        name = (rng.replicas[0].actor if rng.replicas else None) or actor_name(settings.cluster, rng.topic,
+                                                                                rng.partition)
         try:
-            actor = ray.get_actor(actor_name(settings.cluster, rng.topic, rng.partition), namespace=NAMESPACE)
+            actor = ray.get_actor(name, namespace=NAMESPACE)
         except ValueError:
             raise BrokerUnavailableError(
                 f"no partition actor runs for {rng.topic}-{rng.partition} to split its range; retry shortly",

@@ -45,8 +45,11 @@ _NAMED = {"earliest": EARLIEST, "latest": LATEST}
 
 class ReadRange(NamedTuple):
     """One piece of work: bytes ``[start, end)`` of a partition, both message
-    boundaries. ``host``/``port`` is the partition's data socket when planned,
-    ``node_id``/``node_ip`` the Ray node holding the partition (None when unknown)."""
+    boundaries. ``host``/``port`` is the partition's data socket (its leader)
+    when planned, ``node_id``/``node_ip`` the Ray node of that leader: the node
+    that serves the range (None when unknown); ``replicas`` the candidates
+    that may serve it, leader first (:class:`raylog.read.replicas.Replica`;
+    empty: the leader alone)."""
 
     topic: str
     partition: int
@@ -56,6 +59,7 @@ class ReadRange(NamedTuple):
     port: int
     node_id: str | None = None
     node_ip: str | None = None
+    replicas: tuple = ()
 
     @property
     def size(self) -> int:

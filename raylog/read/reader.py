@@ -1,11 +1,21 @@
 """Range readers, run wherever the work runs (Spark executors, Ray tasks):
 fetch a range over TCP, check every CRC, yield Arrow batches, follow a
 partition actor that moved, and handle data lost to retention (see
-:mod:`raylog.read`)."""
+:mod:`raylog.read`).
+
+A range of a replicated partition may be read from a follower
+(:mod:`raylog.read.replicas` chooses which): the reader asks it with a
+bounded long poll (:data:`FOLLOWER_WAIT_MS`), and on any error of the
+follower (not serving, behind, gone, a bad reply) reads the rest of the
+range from the leader, within the read's usual bounds. A replicated leader
+whose reply is empty below the range's end (a new leader learning its
+followers' ends after a failover) is asked again with long polls for up to
+:data:`LEADER_CATCH_UP_S` before that counts as lost data."""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -20,21 +30,56 @@ from raylog.errors import (
 )
 from raylog.metadata import ConnectionSettings, Metadata
 from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DEADLINE_S, ReadPlan, ReadRange, records_to_batch
+from raylog.read.replicas import Replica, local_replica, where_am_i
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
 
 log = logging.getLogger(__name__)
 
+#: ``read_range(replica=LOCAL)``: the candidate on the reader's node or host, else the leader
+LOCAL = "local"
+#: how long one fetch from a follower waits for it to serve the offset (to learn the high watermark)
+FOLLOWER_WAIT_MS = 2000
+#: how long a replicated leader's empty replies below a range's end are waited out (long polls)
+LEADER_CATCH_UP_S = 30.0
+#: the long poll of a fetch that waits for a leader to catch up
+_CATCH_UP_WAIT_MS = 500
+
+
+def choose_replica(rng: ReadRange, replica: str | None = LOCAL) -> Replica | None:
+    """The follower ``rng`` is read from, or None for the leader: ``replica``
+    is :data:`LOCAL` (:func:`~raylog.read.replicas.local_replica` of this
+    process's node), a node identity (that candidate, if it is one), or None
+    (the leader)."""
+    if replica is None or len(rng.replicas) < 2:
+        return None
+    if replica == LOCAL:
+        chosen = local_replica(rng.replicas, *where_am_i())
+    else:
+        chosen = next((r for r in rng.replicas if r.node == replica), None)
+    return None if chosen is None or chosen.leader else chosen
+
 
 class _Endpoint:
-    """The connection a range reader uses, refreshed from ZooKeeper when the
+    """The connection a range reader uses: a follower while it serves (see
+    the module docstring), else the leader, refreshed from ZooKeeper when the
     partition actor moved since the plan was made."""
 
-    def __init__(self, settings: ConnectionSettings, rng: ReadRange, timeout_s: float, max_message_bytes: int):
+    def __init__(self, settings: ConnectionSettings, rng: ReadRange, timeout_s: float, max_message_bytes: int,
+                 follower: Replica | None = None):
         self.settings, self.rng, self.timeout_s = settings, rng, timeout_s
         self.max_message_bytes = max_message_bytes
-        self.host, self.port = rng.host, rng.port
+        self.follower = follower
+        self.host, self.port = (follower.host, follower.port) if follower is not None else (rng.host, rng.port)
         self.conn = None
+
+    def leave_follower(self, offset: int, why) -> None:
+        """Read the rest of the range from the leader."""
+        log.info("reading %s-%d at %d from the follower %s: %s; reading from the leader", self.rng.topic,
+                 self.rng.partition, offset, self.follower.node, why)
+        self.close()
+        self.follower = None
+        self.host, self.port = self.rng.host, self.rng.port
 
     def connection(self):
         if self.conn is None:
@@ -68,6 +113,7 @@ def read_range(
     reconnect_deadline_s: float = RECONNECT_DEADLINE_S,
     timeout_s: float = 30.0,
     lost: list | None = None,
+    replica: str | None = LOCAL,
 ) -> Iterator[pa.RecordBatch]:
     """The messages of ``rng`` as RecordBatches of :data:`ARROW_SCHEMA`,
     each gathered from fetches of up to ``fetch_bytes`` until it holds about
@@ -77,9 +123,16 @@ def read_range(
     ZooKeeper, for up to ``reconnect_deadline_s``. Bytes that retention
     deleted since planning raise :class:`DataLossError`, or with
     ``fail_on_data_loss=False`` are skipped, logged and appended to ``lost``.
+
+    ``replica``: which candidate of a replicated range to read from
+    (:func:`choose_replica`: by default the one on this node, else the
+    leader; None: the leader). A follower that fails or lags is left for
+    the leader; never a byte past ``rng.end`` is read.
     """
     topic, partition, end = rng.topic, rng.partition, rng.end
-    endpoint = _Endpoint(settings, rng, timeout_s, max_message_bytes)
+    endpoint = _Endpoint(settings, rng, timeout_s, max_message_bytes, choose_replica(rng, replica))
+    replicated = len(rng.replicas) > 1
+    catch_up_until = None  # a replicated leader's empty replies are waited out until then
     offset = rng.start
     # a partition actor that moved or restarts: back off 0.05 s doubling to 1 s,
     # for up to reconnect_deadline_s since the first failure in a row
@@ -92,8 +145,24 @@ def read_range(
             if pending and offset - pending_from >= batch_bytes:
                 yield records_to_batch(pending, topic, partition)
                 pending, pending_from = [], offset
+            want = min(fetch_bytes, end - offset)
+            if endpoint.follower is not None:
+                try:
+                    result = endpoint.connection().fetch(topic, partition, offset, want, FOLLOWER_WAIT_MS)
+                    if not result.data:
+                        raise BrokerUnavailableError(f"nothing served within {FOLLOWER_WAIT_MS} ms (behind)")
+                    records, consumed = decode_messages(result.data, offset, max_message_bytes=max_message_bytes)
+                    if not consumed:
+                        raise InvalidMessageError("no whole message in the reply", offset=offset)
+                except (RaylogError, OSError) as err:
+                    endpoint.leave_follower(offset, err)
+                    continue
+                offset += consumed
+                pending.extend(records)
+                continue
             try:
-                result = endpoint.connection().fetch(topic, partition, offset, min(fetch_bytes, end - offset), 0)
+                wait_ms = _CATCH_UP_WAIT_MS if catch_up_until is not None else 0
+                result = endpoint.connection().fetch(topic, partition, offset, want, wait_ms)
             except OffsetOutOfRangeError as err:
                 if offset >= err.earliest:
                     raise DataLossError(
@@ -131,6 +200,12 @@ def read_range(
                 continue
             failing = False
             data = result.data
+            if not data and replicated and result.high_watermark <= offset:
+                # a leader that does not serve this far yet (one that took over learns its followers' ends)
+                if catch_up_until is None:
+                    catch_up_until = time.monotonic() + LEADER_CATCH_UP_S
+                if time.monotonic() < catch_up_until:
+                    continue
             if not data:
                 raise DataLossError(
                     f"{topic}-{partition} has nothing at {offset} although the plan reads it up to {end}: "
@@ -145,6 +220,7 @@ def read_range(
                 )
             offset += consumed
             pending.extend(records)
+            catch_up_until = None
         if pending:
             yield records_to_batch(pending, topic, partition)
     finally:

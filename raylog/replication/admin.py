@@ -31,7 +31,7 @@ def start_followers(zk, registry, *, zookeeper, cluster, topic, partition, log_d
     if found is None:
         return []
     state = found[0]
-    first, plain = state.replicas[0], actor_name(cluster, topic, partition)
+    first, plain = state.origin, actor_name(cluster, topic, partition)
     return [
         start_partition_actor(
             zookeeper=zookeeper, cluster=cluster, topic=topic, partition=partition,
@@ -67,7 +67,7 @@ def describe_replicas(zk, registry, cluster: str, topic: str, partition: int) ->
     if found is None:
         return {}
     state = found[0]
-    plain, first = actor_name(cluster, topic, partition), state.replicas[0]
+    plain, first = actor_name(cluster, topic, partition), state.origin
     pending = {}
     for node in state.replicas if ray.is_initialized() else ():
         try:
@@ -99,5 +99,5 @@ def leader_actor(zk, registry, cluster: str, topic: str, partition: int):
     if found is None:
         raise ValueError(f"{topic}-{partition} is not replicated (no state node)")
     state = found[0]
-    name = replica_actor_name(actor_name(cluster, topic, partition), state.leader, state.replicas[0])
+    name = replica_actor_name(actor_name(cluster, topic, partition), state.leader, state.origin)
     return state, ray.get_actor(name, namespace=NAMESPACE)

@@ -7,7 +7,9 @@ without replication (so the leaders are spread as the partitions are today);
 they are therefore on distinct nodes. The first replica is the preferred
 (and first) leader: its actor has the partition's plain actor name and its
 log the partition's plain directory; a follower's actor and directory carry
-``@<node>``.
+``@<node>``. That first node is kept in the ``state`` node as ``origin``
+(:class:`~raylog.replication.state.PartitionState`): the names stay when a
+reassignment changes the replicas, also once ``origin`` holds none.
 
 The functions keep no state.
 """

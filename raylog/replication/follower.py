@@ -12,6 +12,8 @@ bytes go the idempotent producers' sets they hold, fetched from the leader
 under the name ``replica_topic(topic, node, PRODUCERS_PREFIX)`` right after
 the bytes and appended with them (:mod:`raylog.storage.log_replica`), so
 that a follower that takes over deduplicates a retry as its leader would.
+A set larger than one fetch is appended in parts and remembered with the
+fetch that completes it (:func:`replicable`), so it loses no sequence.
 
 Before it follows, a follower whose data is of an older leader epoch than
 the ``state`` node's truncates to the boundary where the next epoch began
@@ -20,7 +22,13 @@ the file ``leader-epoch`` of its log directory. When the leader's replica
 is gone (its ephemeral ``replicas/<node>`` expired with its session), an
 in-sync follower takes over (:func:`~raylog.replication.state.take_over`)
 and hands itself to ``on_promoted``, once no leader has served for
-``replica_lag_ms`` (a leader still starting is not replaced).
+``replica_lag_ms`` (a leader still starting is not replaced); with the
+topic's ``unclean_leader_election`` a follower outside the ISR may, once no
+ISR member runs.
+
+Each reply carries the leader's committed offset (its high watermark): the
+follower keeps it (:class:`~raylog.replication.follower_reads.ServedWatermark`)
+and serves readers up to it (:mod:`raylog.replication.follower_reads`).
 
 Errors (the leader moving or restarting, ZooKeeper away) close the
 connection and retry under a :class:`RetryPolicy` until the follower stops.
@@ -38,6 +46,7 @@ import threading
 import time
 
 from raylog.errors import RaylogError
+from raylog.replication.follower_reads import ServedWatermark
 from raylog.replication.leader import PRODUCERS_PREFIX, replica_topic
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
@@ -85,28 +94,26 @@ def whole_messages(data) -> int:
 
 def replicable(offset: int, length: int, records, full: bool) -> tuple[int, list]:
     """How much of ``length`` fetched bytes (whole messages from ``offset``)
-    to append, and the producers' sets within it, from ``records`` (the
-    leader's sets at or after ``offset``, in base-offset order; ``full``:
-    there may be more than these).
+    to append, and the producers' sets completed within it, from
+    ``records`` (the leader's sets that end after ``offset``, in base-offset
+    order; ``full``: there may be more than these).
 
-    The bytes are cut before a set that reaches past them (its record would
-    not be fetched again: the next fetch asks from past its base), and, when
-    the records were cut short, after the last set described. A set longer
-    than one fetch is appended without its record (logged: were it its
-    producer's last, a retry of it after a failover would be stored again)."""
+    The bytes are cut before a set that begins in them and reaches past
+    them (the next fetch starts at it), so that a replica holds whole sets
+    only, but for a set larger than one fetch: that one is appended in
+    parts, and it is remembered with the part that completes it (its record
+    comes with every fetch from inside it). When the records were cut
+    short, the bytes are cut after the last set described, so that no set
+    ends in them unrecorded."""
     end = offset + length
     if full and records:
         end = min(end, records[-1][3] + sum(records[-1][4]))
     for record in records:
         base = record[3]
-        if base < end < base + sum(record[4]):
-            if base > offset:
-                end = base
-            else:
-                log.warning("a producer's set of %d bytes at %d is longer than one fetch; replicated without "
-                            "its sequence", sum(record[4]), base)
+        if offset < base < end < base + sum(record[4]):
+            end = base
             break
-    return end - offset, [r for r in records if r[3] + sum(r[4]) <= end]
+    return end - offset, [r for r in records if offset < r[3] + sum(r[4]) <= end]
 
 
 class Follower:
@@ -120,6 +127,8 @@ class Follower:
         self._missing_since: float | None = None  # since when no leader serves
         self._stopped = threading.Event()
         self.fetched_bytes = 0
+        #: the leader's committed offset as its replies say (what this replica serves readers up to)
+        self.watermark = ServedWatermark()
         self._thread = threading.Thread(target=self._run, name="raylog-follower", daemon=True)
 
     def start(self) -> None:
@@ -127,6 +136,7 @@ class Follower:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stopped.set()
+        self.watermark.close()
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
@@ -149,6 +159,9 @@ class Follower:
                 log.warning("replica %s of %s-%d truncates %d..%d (data of leader epoch %d)", self.node,
                             self.topic, self.partition, boundary, self.log.log_end_offset, self.epoch)
                 self.log.truncate_replica(boundary)
+            if boundary is not None:
+                # what a former leader committed past the new epoch's start is gone (an unclean election)
+                self.watermark.cap(boundary)
             self.epoch = state.leader_epoch
             write_epoch(self.log.directory, self.epoch)
         endpoint = self.registry.endpoint(self.topic, self.partition)
@@ -157,7 +170,8 @@ class Follower:
         elif self._missing_since is None:
             self._missing_since = time.monotonic()  # a leader still starting up gets replica_lag_ms
         elif (time.monotonic() - self._missing_since) * 1000 >= self.log.config.replica_lag_ms:
-            won = take_over(zk, paths, self.topic, self.partition, self.node, self.log.log_end_offset)
+            won = take_over(zk, paths, self.topic, self.partition, self.node, self.log.log_end_offset,
+                            unclean=self.log.config.unclean_leader_election)
             if won is not None and self._on_promoted is not None:
                 write_epoch(self.log.directory, won[0].leader_epoch)
                 self._stopped.set()
@@ -182,4 +196,7 @@ class Follower:
                     self.log.append_replica(bytes(reply.data[:length]), offset, sequences)
                     self.log.flush()
                     self.fetched_bytes += length
+                self.watermark.learn(reply.high_watermark)
+                if length:
+                    self.watermark.notify()
                 backoff.reset()

@@ -17,7 +17,10 @@ serves.
 ISR: a follower whose fetches have not reached the leader's flushed end for
 ``replica_lag_ms`` leaves the ISR; one that reaches the committed offset
 rejoins. :meth:`Leader.maintain` (the actor's timer) writes such changes to
-the ``state`` node by compare-and-set.
+the ``state`` node by compare-and-set. The leader also reads the ``state``
+node again every :data:`REFRESH_INTERVAL_S` (and whenever its own write
+lost): a reassignment (:mod:`raylog.replication.reassign`) adds replicas
+that then fetch from it, and removes others.
 
 Thread-safety: :class:`Leader` guards its fields with one condition; the
 views keep no state of their own.
@@ -39,6 +42,8 @@ log = logging.getLogger(__name__)
 REPLICA_PREFIX = "__replica__/"
 #: the prefix of the name a follower fetches the producers' sets under
 PRODUCERS_PREFIX = "__producers__/"
+#: how often the leader reads its ``state`` node again (replicas added or removed)
+REFRESH_INTERVAL_S = 1.0
 
 
 def replica_topic(topic: str, node: str, prefix: str = REPLICA_PREFIX) -> str:
@@ -69,6 +74,7 @@ class Leader:
         #: the leader's flushed end at its previous fetch); caught up (Kafka's
         #: rule) is a fetch at or past the flushed end of the fetch before
         self._progress = {n: (None, now, 0) for n in state.replicas if n != node}
+        self._next_refresh = now + REFRESH_INTERVAL_S
         # Starting (restarted on its node, or promoted) the leader does not
         # know how far the other ISR members reach: what it flushed becomes
         # visible as their first fetches say they hold it, not before (a
@@ -121,6 +127,11 @@ class Leader:
     def maintain(self) -> None:
         """Shrink or expand the ISR by ``replica_lag_ms`` (timer thread)."""
         now = time.monotonic()
+        if now >= self._next_refresh:
+            self._next_refresh = now + REFRESH_INTERVAL_S
+            found = read_state(self.zk, self.paths, self.topic, self.partition)
+            if found is not None and found[1] != self._version:
+                self._adopt(*found)
         lag_s = self.config.replica_lag_ms / 1000.0
         with self._cond:
             self._advance()
@@ -137,8 +148,19 @@ class Leader:
         if version is None:  # changed by someone else: take what is there
             proposed, version = read_state(self.zk, self.paths, self.topic, self.partition)
         log.info("%s-%d ISR is now %s", self.topic, self.partition, list(proposed.isr))
+        self._adopt(proposed, version)
+
+    def _adopt(self, state, version: int) -> None:
+        """Take ``state`` (read from ZooKeeper): followers a reassignment
+        added are tracked from now on, removed ones forgotten."""
+        now = time.monotonic()
         with self._cond:
-            self._state, self._version = proposed, version
+            self._state, self._version = state, version
+            for n in state.replicas:
+                if n != self.node and n not in self._progress:
+                    self._progress[n] = (None, now, 0)
+            for n in [n for n in self._progress if n not in state.replicas]:
+                del self._progress[n]
             self._advance()
             self._cond.notify_all()
 

@@ -11,6 +11,7 @@ import time
 
 from raylog.errors import ConfigError
 from raylog.replication.follower import Follower
+from raylog.replication.follower_reads import FollowerView
 from raylog.replication.leader import (
     PRODUCERS_PREFIX,
     REPLICA_PREFIX,
@@ -36,6 +37,9 @@ class ReplicaRole:
         if found is None:
             raise ConfigError(f"{topic}-{partition} has no replication state in ZooKeeper; it is not replicated")
         state, version = found
+        if node not in state.replicas:
+            raise ConfigError(f"{topic}-{partition} has no replica on {node} (replicas {', '.join(state.replicas)}: "
+                              f"it was reassigned); not serving this log")
         self.zk, self.paths, self.topic, self.partition, self.node = zk, registry.paths, topic, partition, node
         self.log = partition_log
         self.is_leader = state.leader == node
@@ -47,6 +51,7 @@ class ReplicaRole:
             self._lead(state, version)
         else:
             self.follower = Follower(registry, topic, partition, node, partition_log, token, self._promoted)
+            self._follower_view = FollowerView(partition_log, self.follower.watermark, node)
             self.follower.start()
 
     def _lead(self, state, version) -> None:
@@ -60,8 +65,12 @@ class ReplicaRole:
             self._on_promoted()
 
     def resolve(self, topic: str):
-        """What the data server serves under ``topic`` (None: not here)."""
+        """What the data server serves under ``topic`` (None: not here): a
+        follower serves readers up to the high watermark it learned
+        (:mod:`raylog.replication.follower_reads`)."""
         if self.leader is None:
+            if topic == self.topic and self.follower is not None:
+                return self._follower_view
             return None
         if topic == self.topic:
             return self._client_view
@@ -89,6 +98,8 @@ class ReplicaRole:
     def status(self) -> dict:
         row = {"node": self.node, "role": "leader" if self.is_leader else "follower",
                "log_end_offset": self.log.log_end_offset, "flushed_offset": self.log.high_watermark}
+        if self.follower is not None and self.leader is None:
+            row.update(served_high_watermark=self._follower_view.high_watermark)
         if self.leader is not None:
             row.update(committed=self.leader.committed, isr=list(self.leader.state.isr),
                        follower_ends=self.leader.follower_ends())

@@ -3,7 +3,8 @@
 ``topics/<topic>/partitions/<p>/state`` (persistent) holds JSON::
 
     {"leader": <node identity>, "leader_epoch": <int>, "isr": [<node>, ...],
-     "replicas": [<node>, ...], "epochs": [[<epoch>, <start offset>], ...]}
+     "replicas": [<node>, ...], "epochs": [[<epoch>, <start offset>], ...],
+     "origin": <node>, "removing": [<node>, ...]}
 
 ``leader`` serves the partition; ``leader_epoch`` grows by one with every
 change of leader; ``isr`` lists the in-sync replicas (the leader always
@@ -11,8 +12,15 @@ among them); ``replicas`` all the nodes that hold a replica, the first being
 the preferred leader; ``epochs`` the offset at which each leader epoch after
 the first began (the new leader's log end when it took over): a replica
 whose data is of an older epoch truncates to that boundary before it
-follows (Kafka's leader-epoch truncation), so logs never diverge. The node is written only by a compare-and-set on its
-ZooKeeper version (:func:`compare_and_set`), so two writers never both win.
+follows (Kafka's leader-epoch truncation), so logs never diverge; ``origin``
+the first leader at create, whose replica has the partition's plain actor
+name and log directory (:mod:`raylog.replication.assignment`): an identity
+that stays when a reassignment (:mod:`raylog.replication.reassign`) changes
+``replicas``; a state written before it existed means ``replicas[0]``;
+``removing`` the replicas a reassignment is taking away (the old leader
+while a target replica takes over from it), which no repair starts again. The
+node is written only by a compare-and-set on its ZooKeeper version
+(:func:`compare_and_set`), so two writers never both win.
 
 ``topics/<topic>/partitions/<p>/replicas/<node>`` (ephemeral) holds the JSON
 endpoint of one replica actor, ``{"host", "port", "actor"}``, present while
@@ -39,11 +47,20 @@ class PartitionState:
     isr: tuple[str, ...]
     replicas: tuple[str, ...]
     epochs: tuple[tuple[int, int], ...] = ()
+    #: the first leader at create (None: ``replicas[0]``, as states written before it)
+    origin: str | None = None
+    #: replicas on their way out (a reassignment's old leader); not started again by a repair
+    removing: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.origin is None:
+            object.__setattr__(self, "origin", self.replicas[0])
 
     def to_json(self) -> bytes:
         return json.dumps(
             {"leader": self.leader, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
-             "replicas": list(self.replicas), "epochs": [list(e) for e in self.epochs]},
+             "replicas": list(self.replicas), "epochs": [list(e) for e in self.epochs], "origin": self.origin,
+             "removing": list(self.removing)},
             sort_keys=True,
         ).encode()
 
@@ -51,7 +68,8 @@ class PartitionState:
     def from_json(cls, data: bytes) -> "PartitionState":
         raw = json.loads(data)
         return cls(raw["leader"], int(raw["leader_epoch"]), tuple(raw["isr"]), tuple(raw["replicas"]),
-                   tuple((int(e), int(o)) for e, o in raw.get("epochs", ())))
+                   tuple((int(e), int(o)) for e, o in raw.get("epochs", ())), raw.get("origin"),
+                   tuple(raw.get("removing", ())))
 
     def boundary_after(self, epoch: int) -> int | None:
         """Where the first leader epoch after ``epoch`` began (None: none did)."""
@@ -136,21 +154,28 @@ def running_replicas(zk, paths, topic: str, partition: int) -> dict[str, dict]:
     return found
 
 
-def take_over(zk, paths, topic: str, partition: int, node: str, log_end: int):
+def take_over(zk, paths, topic: str, partition: int, node: str, log_end: int, *, unclean: bool = False):
     """Make ``node`` the leader when the leader's replica is gone: only an
-    ISR member may (no unclean election), by a compare-and-set with the
-    next leader epoch, which begins at ``log_end``. ``(state, version)`` when
-    ``node`` leads, else None."""
+    ISR member may, by a compare-and-set with the next leader epoch, which
+    begins at ``log_end``. With ``unclean`` (the topic's
+    ``unclean_leader_election``) a replica outside the ISR may too, once no
+    ISR member runs; the ISR is then ``node`` alone. ``(state, version)``
+    when ``node`` leads, else None."""
     found = read_state(zk, paths, topic, partition)
     if found is None:
         return None
     state, version = found
     if state.leader == node:
         return found
-    if node not in state.isr or zk.exists(replica_path(paths, topic, partition, state.leader)):
+    if zk.exists(replica_path(paths, topic, partition, state.leader)):
+        return None
+    if node in state.isr:
+        isr = tuple(n for n in state.isr if n != state.leader)
+    elif unclean and not set(state.isr) & set(running_replicas(zk, paths, topic, partition)):
+        isr = (node,)
+    else:
         return None
     epoch = state.leader_epoch + 1
-    new = dataclasses.replace(state, leader=node, leader_epoch=epoch, isr=tuple(n for n in state.isr if n != state.leader),
-                              epochs=state.epochs + ((epoch, log_end),))
+    new = dataclasses.replace(state, leader=node, leader_epoch=epoch, isr=isr, epochs=state.epochs + ((epoch, log_end),))
     version = compare_and_set(zk, paths, topic, partition, new, version)
     return None if version is None else (new, version)

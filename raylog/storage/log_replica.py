@@ -31,13 +31,15 @@ class LogReplica:
         ``sequences``: the idempotent producers' sets within the bytes, as
         :func:`~raylog.storage.producer_state.parse_records` gives them
         (``(producer id, epoch, first sequence, base offset, lengths)``);
-        they are remembered as if appended here by their producers."""
+        they are remembered as if appended here by their producers. A set
+        is passed with the append that holds its end: it may begin in an
+        earlier append (a set larger than one fetch comes in parts)."""
         size, count = len(message_set), self._validate(message_set)
         sequenced = []
         for producer_id, epoch, first_sequence, base, lengths in sequences:
-            if base < offset or base + sum(lengths) > offset + size:
+            if not offset < base + sum(lengths) <= offset + size or base < self.log_start_offset:
                 raise InvalidOffsetError(
-                    f"producer {producer_id}'s sets at {base} lie outside the replica append "
+                    f"producer {producer_id}'s sets at {base} do not end within the replica append "
                     f"{offset}..{offset + size} to {self._dir}"
                 )
             sequenced.append((producer_id, epoch, first_sequence, base - offset, lengths))

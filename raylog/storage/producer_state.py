@@ -28,7 +28,7 @@ per append (a run of consecutive sets of one producer, joined), big-endian::
 
      field          type       bytes        meaning
   1. crc            u32        0..4         CRC32C of bytes 4..28+4n of the record
-  2. count          u16        4..6         n, the sets of the record (at least 1)
+  2. count          u16        4..6         n, the sets of the record (0: see below)
   3. producer id    i64        6..14        the producer's id (non-negative)
   4. epoch          i16        14..16       the producer's epoch (0; reserved)
   5. first sequence i32        16..20       the first set's sequence number
@@ -36,6 +36,13 @@ per append (a run of consecutive sets of one producer, joined), big-endian::
   7. lengths        n x i32    28..28+4n    bytes of each set: set k has sequence
                                             first + k and starts at base offset +
                                             lengths[0] + ... + lengths[k-1]
+
+A record with no sets (count 0, base offset -1) says that the producer is
+known with ``first sequence - 1`` as its last sequence and none of its sets
+remembered: what a truncation leaves of a producer all of whose remembered
+sets it cut off while earlier ones stay in the log (such a producer's
+older retries are refused, never stored again). Only snapshots hold them;
+replication (:func:`parse_records`) carries sets only.
 
 The file is created at the first sequenced append. Records are applied in file order. On open (:meth:`ProducerStateTable.open`)
 the file is read up to the first record that is cut short or fails its CRC
@@ -117,7 +124,8 @@ def parse_records(data) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
         crc, count, producer_id, epoch, sequence, base = HEADER.unpack_from(data, pos)
         end = pos + HEADER_SIZE + 4 * count
         if not count or end > size or crc32c(memoryview(data)[pos + 4 : end]) != crc:
-            raise CorruptMessageError(f"a damaged producer-state record at byte {pos}", offset=pos)
+            raise CorruptMessageError(f"a damaged producer-state record at byte {pos} (or one without sets)",
+                                      offset=pos)
         records.append((producer_id, epoch, sequence, base, _lengths(count).unpack_from(data, pos + HEADER_SIZE)))
         pos = end
     return records
@@ -187,10 +195,13 @@ class ProducerStateTable:
         while pos + HEADER_SIZE <= size:
             crc, count, producer_id, epoch, sequence, base = HEADER.unpack_from(data, pos)
             end = pos + HEADER_SIZE + 4 * count
-            if not count or end > size or crc32c(memoryview(data)[pos + 4 : end]) != crc:
+            if end > size or crc32c(memoryview(data)[pos + 4 : end]) != crc:
                 break
             lengths = _lengths(count).unpack_from(data, pos + HEADER_SIZE)
             pos = end
+            if not count:  # known, nothing remembered (a truncation's)
+                self._learn(producer_id, epoch, sequence)
+                continue
             for k, length in enumerate(lengths):
                 if base + length > log_end_offset:
                     dropped_beyond += count - k
@@ -211,17 +222,25 @@ class ProducerStateTable:
         producers = self._producers
         state = producers.get(producer_id)
         if state is None or sequence != state.last + 1 or epoch != state.epoch:
-            state = _Producer(epoch, sequence)
-            producers[producer_id] = state
-            if len(producers) > self._max:
-                producers.popitem(last=False)
+            state = self._learn(producer_id, epoch, sequence)
         else:
             producers.move_to_end(producer_id)
         state.remember(sequence, base, length)
 
+    def _learn(self, producer_id: int, epoch: int, sequence: int) -> _Producer:
+        """(Re)learn a producer id whose next sequence is ``sequence``."""
+        producers = self._producers
+        state = producers[producer_id] = _Producer(epoch, sequence)
+        producers.move_to_end(producer_id)
+        if len(producers) > self._max:
+            producers.popitem(last=False)
+        return state
+
     def _records(self) -> bytes:
         parts = []
         for producer_id, state in self._producers.items():
+            if not state.window():  # a truncation left it known, nothing remembered
+                parts.append(_record(producer_id, state.epoch, state.last + 1, -1, ()))
             for sequence in state.window():
                 slot = sequence % SEQUENCES_REMEMBERED
                 parts.append(_record(producer_id, state.epoch, sequence, state.bases[slot], (state.lengths[slot],)))
@@ -340,17 +359,22 @@ class ProducerStateTable:
     # -- replication ------------------------------------------------------------------
 
     def records_from(self, offset: int, max_bytes: int) -> bytes:
-        """The remembered sets whose base offset is at least ``offset``, as
+        """The remembered sets that end after ``offset`` (those that start at
+        or after it, and one that ``offset`` falls inside: a follower that
+        fetched part of a set learns it with the bytes that complete it), as
         single-set records in base-offset order, as many as fit in ``max_bytes``."""
         found = []
         for producer_id in reversed(self._producers):
             state = self._producers[producer_id]
             window = state.window()
-            if not window or state.bases[window[-1] % SEQUENCES_REMEMBERED] < offset:
+            if not window:
+                break  # emptied by a truncation: ordered before every id with a set
+            slot = window[-1] % SEQUENCES_REMEMBERED
+            if state.bases[slot] + state.lengths[slot] <= offset:
                 break  # ids are in the order of their last set: the rest lie before offset
             for sequence in reversed(window):
                 slot = sequence % SEQUENCES_REMEMBERED
-                if state.bases[slot] < offset:
+                if state.bases[slot] + state.lengths[slot] <= offset:
                     break
                 found.append((state.bases[slot], producer_id, state.epoch, sequence, state.lengths[slot]))
         found.sort()

@@ -45,6 +45,8 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 from raylog.config import TopicConfig
 from raylog.errors import ConfigError, RaylogError, TopicExistsError
+from raylog.replication.assignment import replica_log_dir
+from raylog.replication.state import read_state
 from raylog.zk.endpoints import EndpointRegistry
 from raylog.zk.paths import tombstone_id
 from raylog.zk.registry_base import _CONTENDED_TRIES, _dump, _first_failure, _load, _translated
@@ -190,12 +192,33 @@ class Registry(EndpointRegistry):
         return self._present(topic, self.paths.partition)
 
     def _tombstones_of(self, topic: str) -> list[dict]:
+        """One per log of the topic: the placement's, and for a replicated
+        partition every replica's (:mod:`raylog.replication`)."""
         now_ms = int(time.time() * 1000)
-        return [
-            {"topic": topic, "partition": p, "node": place["node"], "log_dir": place["log_dir"], "deleted_ms": now_ms}
-            for p, place in sorted(self.placements(topic).items())
-            if place.get("node") and place.get("log_dir")
-        ]
+        stones = []
+        for p, place in sorted(self.placements(topic).items()):
+            if not (place.get("node") and place.get("log_dir")):
+                continue
+            logs = {place["node"]: place["log_dir"]}
+            found = read_state(self._zk, self.paths, topic, p)
+            for node in found[0].replicas if found is not None else ():
+                logs.setdefault(node, replica_log_dir(place["log_dir"], node, found[0].origin))
+            stones += [{"topic": topic, "partition": p, "node": node, "log_dir": log_dir, "deleted_ms": now_ms}
+                       for node, log_dir in logs.items()]
+        return stones
+
+    @_translated("write a tombstone")
+    def add_tombstone(self, topic: str, partition: int, node: str, log_dir: str) -> None:
+        """A tombstone for one log that is to go from its node (a replica a
+        reassignment removed); honoured as a deleted topic's are."""
+        path = self.paths.tombstone(tombstone_id(node, log_dir))
+        stone = _dump({"topic": topic, "partition": partition, "node": node, "log_dir": log_dir,
+                       "deleted_ms": int(time.time() * 1000), "reassigned": True})
+        self._call(self._zk.ensure_path_async, self.paths.tombstones)
+        try:
+            self._call(self._zk.create_async, path, stone)
+        except NodeExistsError:
+            self._call(self._zk.set_async, path, stone)
 
     @_translated("list tombstones")
     def tombstones(self) -> dict[str, dict]:

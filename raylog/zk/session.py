@@ -7,18 +7,43 @@ from __future__ import annotations
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from raylog.errors import ZooKeeperUnavailableError
+
+#: the longest pause between two connection attempts while ZooKeeper is away
+#: (kazoo's own default grows to an hour: a client came back long after the
+#: server did once an outage had lasted a while)
+CONNECTION_RETRY_MAX_DELAY_S = 2.0
+#: a command retried by ``client.retry``: tries and the time it may take in all
+COMMAND_RETRY_TRIES = 10
+COMMAND_RETRY_DEADLINE_S = 30.0
+
+
+def connection_retry() -> KazooRetry:
+    """How a client reconnects: for as long as it runs (``stop`` ends it),
+    from 0.1 s, doubling, at most :data:`CONNECTION_RETRY_MAX_DELAY_S` apart."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=CONNECTION_RETRY_MAX_DELAY_S)
+
+
+def command_retry() -> KazooRetry:
+    """How ``client.retry`` retries a command on a lost connection: at most
+    :data:`COMMAND_RETRY_TRIES` tries within :data:`COMMAND_RETRY_DEADLINE_S`."""
+    return KazooRetry(max_tries=COMMAND_RETRY_TRIES, delay=0.1, backoff=2, max_jitter=0.4,
+                      max_delay=CONNECTION_RETRY_MAX_DELAY_S, deadline=COMMAND_RETRY_DEADLINE_S)
 
 
 def connect_kazoo(hosts: str, timeout_s: float = 10.0, **kw):
     """Start a :class:`kazoo.client.KazooClient` on ``hosts`` and return it,
     connected. ``kw`` goes to ``KazooClient`` (e.g. ``timeout``, the session
-    timeout in seconds).
+    timeout in seconds); unless it says otherwise, the client reconnects
+    by :func:`connection_retry` and retries commands by :func:`command_retry`.
 
     Raises :class:`raylog.ZooKeeperUnavailableError` if no connection is
     made within ``timeout_s``; the client is stopped and closed then.
     """
+    kw.setdefault("connection_retry", connection_retry())
+    kw.setdefault("command_retry", command_retry())
     client = KazooClient(hosts=hosts, **kw)
     try:
         client.start(timeout=timeout_s)

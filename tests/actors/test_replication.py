@@ -13,6 +13,8 @@ The cluster runs in a child process of its own, as in test_multinode.py.
 
 from __future__ import annotations
 
+import pathlib
+import re
 import textwrap
 
 
@@ -73,6 +75,11 @@ SCRIPT = script(
             out["too_few_nodes"] = [type(err).__name__, str(err), err.retriable]
         out["toomany_exists"] = "toomany" in client.list_topics()
 
+        # the README's replication example, as written
+        exec(README_EXAMPLE, {"client": client})
+        out["readme_topic"] = [(len(p["replicas"]), len(p["isr"])) for p in client.describe_topic("payments")["partitions"]]
+        client.delete_topic("payments")
+
         client.create_topic("r", partitions=1, replication_factor=3, min_insync_replicas=2, replica_lag_ms=1500,
                             flush_ms=5)
         producer = client.producer(acks="all")
@@ -131,8 +138,17 @@ SCRIPT = script(
 )
 
 
+def _readme_example() -> str:
+    """The README's replication example (its first python block)."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("### Replication: a partition that outlives its node", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
 def test_replicas_on_three_nodes_acks_all_and_not_enough_replicas(run_cluster_script):
-    out = run_cluster_script(SCRIPT)
+    out = run_cluster_script(f"README_EXAMPLE = {_readme_example()!r}\n" + SCRIPT)
+
+    assert out["readme_topic"] == [[3, 3]] * 4
 
     name, message, retriable = out["too_few_nodes"]
     assert name == "ConfigError" and "replication_factor 4" in message and not retriable

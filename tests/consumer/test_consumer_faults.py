@@ -13,7 +13,7 @@ import time
 import pytest
 
 from raylog.errors import CorruptMessageError
-from raylog.testing.faults import drop_connection, expire_session
+from raylog.testing.faults import actor_pid, drop_connection, expire_session
 
 from consumer_helpers import wait_for
 
@@ -196,6 +196,44 @@ def test_a_partition_down_longer_than_the_warning_is_retried_for_as_long_as_it_i
         assert consumer.assignment() == {(topic, 0)}
     finally:
         consumer.close()
+
+
+def _process_gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs (absent, or a zombie awaiting its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_consumer_made_while_one_partition_is_down_reads_the_others_then_that_one(raylog_client, make_topic):
+    import ray
+
+    topic = make_topic(partitions=2)
+    producer = raylog_client.producer(acks="all")
+    for p in (0, 1):
+        producer.send(topic, b"before-%d" % p, partition=p)
+    producer.flush()
+    actor = raylog_client.partition_actor(topic, 1)
+    pid = actor_pid(actor)
+    ray.kill(actor, no_restart=True)
+    wait_for(lambda: _process_gone(pid), 60, "the killed actor's process ended")  # its data server with it
+    consumer = raylog_client.consumer(topic, auto_offset_reset="earliest", unavailable_warning_s=1.0)
+    try:
+        got = []
+        wait_for(lambda: b"before-0" in {m.value for m in got}, 30, "partition 0's message", polling=[consumer],
+                 sink=got)
+        assert consumer.assignment() == {(topic, 0), (topic, 1)} and consumer.position(topic, 1) is None
+        raylog_client.repair(topic)
+        producer.send(topic, b"after-1", partition=1)
+        producer.flush()
+        wait_for(lambda: {m.value for m in got} >= {b"before-1", b"after-1"}, 60, "partition 1's messages",
+                 polling=[consumer], sink=got)
+        assert sorted(m.value for m in got) == [b"after-1", b"before-0", b"before-1"]
+    finally:
+        consumer.close()
+        producer.close()
 
 
 def _segment(client, topic):

@@ -146,26 +146,60 @@ def test_records_after_an_offset_come_in_log_order_after_a_truncation_reordered_
     records = parse_records(plog.producer_records(stored[A, 2], 1 << 20))
     assert [(r[0], r[2], r[3]) for r in records] == [(A, 2, stored[A, 2]), (B, 0, stored[B, 0])]
     assert [r[0] for r in parse_records(plog.producer_records(stored[B, 0], 1 << 20))] == [B]
-    assert parse_records(plog.producer_records(stored[B, 0] + 1, 1 << 20)) == []
+    # from inside B's set (a follower that fetched part of it): B's set still; from its end: none
+    assert [r[0] for r in parse_records(plog.producer_records(stored[B, 0] + 1, 1 << 20))] == [B]
+    assert parse_records(plog.producer_records(stored[A, 3], 1 << 20)) == []
 
 
-def test_a_fetch_cut_inside_a_set_stops_before_it_and_short_records_stop_the_bytes(logs):
+def test_a_set_larger_than_a_fetch_is_remembered_with_the_fetch_that_completes_it(logs):
     leader, follower = logs("leader"), logs("follower")
     small = [put(leader, b"s", seq) for seq in range(3)]
     big = put(leader, b"x" * 100, 3, messages=20)  # one set of 20 messages
     last = put(leader, b"t", 4)
     leader.flush()
-    # A fetch that ends inside the big set: the bytes stop before it, with its record later.
-    length, sequences = replicable(0, big + 500, parse_records(leader.producer_records(0, 1 << 20)), False)
+    records = parse_records(leader.producer_records(0, 1 << 20))
+    # A fetch that ends inside the big set: the bytes stop before it (replicas hold whole sets).
+    length, sequences = replicable(0, big + 500, records, False)
     assert length == big and [r[2] for r in sequences] == [0, 1, 2]
+    # A fetch from the big set that does not hold all of it: a part, its record with the rest.
+    assert replicable(big, 500, records[3:], False) == (500, [])
+    length, sequences = replicable(big + 500, last + 10 - big - 500, records[3:], False)
+    assert length == last - big - 500 and [r[2] for r in sequences] == [3]
     # Records cut short (room for two): the bytes stop after the second set.
     length, sequences = replicable(0, big, parse_records(leader.producer_records(0, 2 * RECORD_SIZE)), True)
     assert length == small[2] and [r[2] for r in sequences] == [0, 1]
-    # Fetches smaller than the big set: the set goes without its record, the rest with theirs.
+    # Fetches smaller than the big set: every set keeps its record.
     replicate_all(leader, follower, max_bytes=600)
+    assert put(follower, b"retry", 3) == big  # the big set's retry after a failover is not stored again
     assert put(follower, b"retry", 4) == last
-    # The producer's sequences restart at 4 there (3 is not known): older retries are refused, never stored.
-    for seq in (1, 3):
-        with pytest.raises(DuplicateSequenceError):
-            put(follower, b"old", seq)
+    assert values(follower) == values(leader)
+
+
+def batch(plog: PartitionLog, pid: int, first_sequence: int, sizes) -> int:
+    """One append of several sets of one producer (a producer's batch)."""
+    sets = [encode_message_set([b"%d" % pid * 90] * n, timestamp_ms=1) for n in sizes]
+    return plog.append_sequenced(b"".join(sets), pid, 0, first_sequence, [len(s) for s in sets], name="t-0")
+
+
+@pytest.mark.parametrize("fetch_bytes", [200, 333, 600, 1000, 4096, 1 << 20])
+def test_a_follower_has_its_leaders_sequences_after_any_fetch_sizes(logs, fetch_bytes):
+    leader, follower = logs("leader"), logs("follower")
+    C = 9
+    sequences = {A: 0, B: 0, C: 0}
+    for round_ in range(12):
+        for pid, sizes in ((A, [1, 7, 2]), (B, [15]), (C, [3] * (1 + round_ % 4))):
+            batch(leader, pid, sequences[pid], sizes)
+            sequences[pid] += len(sizes)
+        leader.append(encode_message_set([b"plain"], timestamp_ms=1))
+        if round_ % 3 == 2:  # replicated now and then, at the end of the run too
+            replicate_all(leader, follower, fetch_bytes)
+    replicate_all(leader, follower, fetch_bytes)
+
+    assert follower.producer_records(0, 1 << 20) == leader.producer_records(0, 1 << 20)
+    for pid, next_sequence in sequences.items():
+        assert follower._producers.last_sequence(pid) == leader._producers.last_sequence(pid) == next_sequence - 1
+    # The follower takes over: a retry of each producer's last set is answered, not stored again.
+    for pid, next_sequence in sequences.items():
+        stored = leader.append_sequenced(b"", pid, 0, next_sequence - 1, [1], name="t-0")
+        assert put(follower, b"retry", next_sequence - 1, pid) == stored
     assert values(follower) == values(leader)

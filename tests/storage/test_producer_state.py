@@ -9,11 +9,17 @@ import os
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.errors import LogDirectoryLockedError, OutOfOrderSequenceError
+from raylog.errors import DuplicateSequenceError, LogDirectoryLockedError, OutOfOrderSequenceError
 from raylog.storage.log import PartitionLog
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
-from raylog.storage.producer_state import FILE_NAME, RECORD_SIZE, SEQUENCES_REMEMBERED
+from raylog.storage.producer_state import (
+    FILE_NAME,
+    RECORD_SIZE,
+    SEQUENCES_REMEMBERED,
+    ProducerStateTable,
+    parse_records,
+)
 
 CONFIG = TopicConfig(flush_messages=10**9, flush_ms=10**9)
 PID = 99
@@ -156,3 +162,62 @@ def test_a_joined_run_cut_by_recovery_keeps_the_sets_before_the_cut(tmp_path):
         assert put(plog, b"r1", 1) == len(sets[0])  # remembered: a duplicate
         assert put(plog, b"r2", 2) == 2 * len(sets[0])  # cut off: stored again
         assert values(plog) == [b"r0", b"r1", b"r2"]
+
+
+def state(table) -> dict:
+    """``{producer id: (last sequence, {sequence: (base, length)} remembered)}``."""
+    remembered: dict = {}
+    for pid, _, sequence, base, lengths in parse_records(table.records_from(0, 1 << 30)):
+        remembered.setdefault(pid, {})[sequence] = (base, lengths[0])
+    return {pid: (table.last_sequence(pid), remembered.get(pid, {})) for pid in table._producers}
+
+
+def test_after_a_truncation_and_a_reopen_the_state_is_a_replay_of_the_remaining_log(tmp_path):
+    """Producers: LONG has more sets than are remembered and the truncation
+    cuts every remembered one (earlier ones stay in the log); GONE has all
+    its sets cut; PART some; KEPT none."""
+    LONG, GONE, PART, KEPT = 1, 2, 3, 4
+    plog = PartitionLog(tmp_path / "p", CONFIG)
+    appended = []  # (pid, sequence, base, length) in log order
+    next_sequence = dict.fromkeys((LONG, GONE, PART, KEPT), 0)
+
+    def send(pid):
+        base = put(plog, b"%d-%d" % (pid, next_sequence[pid]), next_sequence[pid], pid)
+        appended.append((pid, next_sequence[pid], base, plog.log_end_offset - base))
+        next_sequence[pid] += 1
+
+    for _ in range(4):
+        send(KEPT)
+    for _ in range(8):
+        send(LONG)
+        send(PART)
+    cut = plog.log_end_offset
+    for _ in range(SEQUENCES_REMEMBERED):
+        send(LONG)
+    for _ in range(3):
+        send(GONE)
+        send(PART)
+    plog.truncate_replica(cut)
+    truncated = state(plog._producers)
+    plog.close()
+
+    replay = ProducerStateTable(None)  # a fresh replay of what remains
+    for pid, sequence, base, length in appended:
+        if base + length <= cut:
+            replay.remember(pid, 0, sequence, base, (length,))
+    expected = state(replay)
+    with PartitionLog(tmp_path / "p", CONFIG) as again:
+        reopened = state(again._producers)
+        assert reopened == truncated
+        assert sorted(reopened) == sorted(expected) == [LONG, PART, KEPT]
+        for pid in (PART, KEPT):
+            assert reopened[pid] == expected[pid]
+        # LONG's remaining sets' offsets were forgotten with the slots the cut sets took: its last
+        # sequence is known, so an older retry is refused and never stored again.
+        assert reopened[LONG] == (expected[LONG][0], {}) and expected[LONG][0] == 7
+        with pytest.raises(DuplicateSequenceError):
+            put(again, b"old", 3, LONG)
+        with pytest.raises(OutOfOrderSequenceError):
+            put(again, b"gap", 9, LONG)
+        assert put(again, b"next", 8, LONG) == cut
+        assert put(again, b"new", 5, GONE) == again.log_end_offset - len(one(b"new"))  # unknown: any start

@@ -330,6 +330,35 @@ def test_any_tuple_subclass_and_plain_tuples():
     assert [type(r) for r in result[1]] == [tuple] * 3
 
 
+def test_decoded_messages_are_left_out_of_the_garbage_collector():
+    # A message holds only str, int, bytes and None: it cannot be in a
+    # reference cycle, so the compiled decoder untracks it at once (a
+    # consumer holding a million messages would otherwise have the collector
+    # walk them all again and again); anything that could be in a cycle
+    # stays tracked.
+    import gc
+    import weakref
+
+    data = encode_message_set([b"a", b"b"], [None, b"k"], 1)
+    with using("c"):
+        typed, _ = decode_messages(data, 0, record_type=Message, prefix=("t", 0))
+        plain, _ = decode_messages(data, 0)
+        with_dict, _ = decode_messages(data, 0, record_type=Record, prefix=("t", 0))
+        holding_a_list, _ = decode_messages(data, 0, record_type=Message, prefix=(["t"], 0))
+    assert [gc.is_tracked(r) for r in typed + plain] == [False] * 4
+    assert [gc.is_tracked(r) for r in with_dict + holding_a_list] == [True] * 4
+    # a record that can hold itself is still freed by the collector
+    class Probe:
+        pass
+
+    record, probe = with_dict[0], Probe()
+    record.me, record.probe = record, probe
+    gone = weakref.ref(probe)
+    del record, probe, with_dict
+    gc.collect()
+    assert gone() is None
+
+
 def test_decoding_leaks_no_references():
     topic = "refcount-topic-" + os.urandom(4).hex()
     data = encode_message_set([b"v"] * 50, [b"k"] * 50, 3)

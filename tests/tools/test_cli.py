@@ -107,6 +107,7 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         ["topics", "describe"],
         ["topics", "delete"],
         ["topics", "repair"],
+        ["topics", "reassign"],
         ["supervisor"],
         ["supervisor", "start"],
         ["produce"],
@@ -135,6 +136,10 @@ def test_bad_usage_exits_2():
         ["consume", "t", "--max-messages", "0"],
         ["produce", "t", "--acks", "2"],
         ["--no-such-option", "topics", "list"],
+        ["topics", "reassign", "t"],
+        ["topics", "reassign", "t", "--replicas", "a,b", "--replace", "a=c"],
+        ["topics", "reassign", "t", "--replicas", "a,b"],
+        ["topics", "reassign", "t", "--replace", "a"],
     ):
         proc = raylog(*args)
         assert proc.returncode == 2, (args, proc.stderr)
@@ -144,6 +149,11 @@ def test_bad_usage_exits_2():
 def test_a_bad_topic_setting_exits_2_with_one_error_line():
     proc = raylog("topics", "create", "t", "--partitions", "0")
     assert_one_error_line(proc, 2, "partitions must be a positive integer")
+
+
+def test_replication_settings_reach_the_topic_config():
+    proc = raylog("topics", "create", "t", "--replication-factor", "2", "--min-insync-replicas", "3")
+    assert_one_error_line(proc, 2, "min_insync_replicas (3) must not exceed replication_factor (2)")
 
 
 def test_cluster_commands_without_an_address_say_what_to_pass():
@@ -218,6 +228,16 @@ def test_unknown_topics_exit_1_with_one_line(cluster):
                  ["consume", "no-such-topic", "--timeout-ms", "100"]):
         assert_one_error_line(raylog(*cluster, *args), 1, "no-such-topic")
     assert_one_error_line(raylog(*cluster, "topics", "delete", "no-such-topic"), 1, "no-such-topic")
+    assert_one_error_line(raylog(*cluster, "topics", "reassign", "no-such-topic", "-p", "0", "--replicas", "a"), 1,
+                          "no-such-topic")
+
+
+def test_reassigning_a_topic_that_is_not_replicated_is_refused(cluster, make_topic):
+    topic = make_topic()
+    proc = raylog(*cluster, "topics", "reassign", topic, "--partition", "0", "--replicas", "disk-a")
+    assert_one_error_line(proc, 2, "is not replicated")  # InvalidReassignmentError: a bad setting
+    proc = raylog(*cluster, "topics", "reassign", topic, "--replace", "disk-a=disk-b")
+    assert_one_error_line(proc, 1, f"no partition of {topic} has a replica on disk-a")
 
 
 def test_environment_variables_select_the_cluster(zookeeper, raylog_client, make_topic):

@@ -34,6 +34,13 @@ def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FET
             "host": r.host,
             "port": r.port,
             "location": r.node_ip if locality else None,
+            # the replicas that may serve the range (leader included): Spark prefers their hosts, the
+            # reader reads from the one on its own host
+            "replicas": [
+                {"node": c.node, "host": c.host, "port": c.port, "location": c.node_ip if locality else None,
+                 "leader": c.leader}
+                for c in r.replicas
+            ],
         }
         for r in plan.ranges
     ]

@@ -157,7 +157,7 @@ def _table(headers: list[str], rows: list[list]) -> str:
     metavar="ADDR",
     envvar="RAYLOG_RAY_ADDRESS",
     show_envvar=True,
-    help="The Ray cluster, for 'topics create', 'topics delete', 'topics repair', 'supervisor "
+    help="The Ray cluster, for 'topics create', 'topics delete', 'topics repair', 'topics reassign', 'supervisor "
     "start' and 'audit' (they call partition actors) and 'bench': HOST:PORT of its head, or 'auto' (the default: the "
     "cluster this node belongs to, or RAY_ADDRESS).",
 )
@@ -185,8 +185,8 @@ def cli(ctx, zookeeper, ray_address, cluster, token):
     ZooKeeper.
 
     Point the commands at a cluster with --zookeeper HOST:PORT (and, for
-    'topics create', 'topics delete', 'topics repair', 'supervisor start' and
-    'audit', --ray-address). Without
+    'topics create', 'topics delete', 'topics repair', 'topics reassign',
+    'supervisor start' and 'audit', --ray-address). Without
     either, 'topics create' and 'topics list' run on the embedded default: a
     local Ray and a ZooKeeper of their own that exist only while the command
     runs (good for a first try, nothing is kept); 'bench' starts a local

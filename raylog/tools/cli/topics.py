@@ -11,7 +11,7 @@ from raylog.tools.cli.base import CommandError, Target, pass_target, _table, cli
 
 @cli.group()
 def topics():
-    """Create, list, describe and delete topics."""
+    """Create, list, describe, reassign, repair and delete topics."""
 
 @topics.command("create")
 @click.argument("name")
@@ -22,6 +22,14 @@ def topics():
 @click.option("--flush-ms", type=int, help="Flush (fsync) and expose appended messages after this long (default 50).")
 @click.option("--flush-messages", type=int, help="... or after this many messages (default 10000).")
 @click.option("--max-message-bytes", type=int, help="The largest message set a partition accepts (default 1 MiB).")
+@click.option("--replication-factor", type=int, help="Replicas per partition, each on its own disk node (default 1).")
+@click.option("--min-insync-replicas", type=int,
+              help="The fewest in-sync replicas with which acks=all is accepted (default 1).")
+@click.option("--replica-lag-ms", type=int, help="A follower behind for this long leaves the ISR (default 10000).")
+@click.option("--replica-replace-after-s", type=int,
+              help="Move a replica whose node is gone this long to a spare disk node (default 600; 0: never).")
+@click.option("--unclean-leader-election/--no-unclean-leader-election", default=None,
+              help="Let a replica outside the ISR lead when every in-sync replica is gone (loses data; off by default).")
 @click.option(
     "--data-dir",
     envvar="RAYLOG_DATA_DIR",
@@ -138,6 +146,53 @@ def topics_repair(target: Target, name, timeout_s):
     if bad:
         named = ", ".join(f"{r['topic']}-{r['partition']} ({r['state']})" for r in bad[:5])
         raise CommandError(f"{len(bad)} partitions not repaired: {named}{' ...' if len(bad) > 5 else ''}")
+
+
+@topics.command("reassign")
+@click.argument("name")
+@click.option("--partition", "-p", "partitions", type=int, multiple=True,
+              help="The partition to reassign (repeatable; default with --replace: every partition).")
+@click.option("--replicas", help="The target disk nodes, comma-separated, as many as the replication factor.")
+@click.option("--replace", "replace", help="OLD=NEW: in every partition (or those of --partition) holding a "
+              "replica on node OLD, move it to node NEW.")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="How long each partition's new replicas may take to catch up.")
+@pass_target
+def topics_reassign(target: Target, name, partitions, replicas, replace, timeout_s):
+    """Move the replicas of topic NAME's partitions to other disk nodes
+    (as Kafka's kafka-reassign-partitions). Either --replicas a,b,c (with
+    --partition P) or --replace old=new. New replicas start as followers
+    and catch up; once they are in sync the partition's replicas become the
+    target, the lead moves to a target replica when the leader is not one
+    (a new leader epoch, as after a failover), and the replicas that go stop
+    and their logs are removed (when their node is down: by the cluster's
+    supervisor once it is back). Refused, with nothing changed, for a topic
+    that is not replicated or target nodes that are not distinct alive disk
+    nodes. Prints the new leader, epoch, replicas and ISR per partition.
+    Joins the Ray cluster (see --ray-address)."""
+    if (replicas is None) == (replace is None):
+        raise click.UsageError("give either --replicas a,b,c (with --partition) or --replace old=new")
+    if replicas is not None and len(partitions) != 1:
+        raise click.UsageError("--replicas needs exactly one --partition")
+    if replace is not None and replace.count("=") != 1:
+        raise click.UsageError("--replace takes OLD=NEW (two node names)")
+    with target.client("topics reassign", ray=True) as client:
+        if replicas is not None:
+            plan = {partitions[0]: [n.strip() for n in replicas.split(",") if n.strip()]}
+        else:
+            old, new = (n.strip() for n in replace.split("="))
+            rows = client.describe_topic(name)["partitions"]
+            plan = {row["partition"]: [new if n == old else n for n in row.get("replicas") or []]
+                    for row in rows if (not partitions or row["partition"] in partitions)
+                    and old in (row.get("replicas") or [])}
+            if not plan:
+                raise CommandError(f"no partition of {name} has a replica on {old}")
+        done = []
+        for p, nodes in sorted(plan.items()):
+            state = client.reassign_partition(name, p, nodes, timeout_s=timeout_s)
+            done.append([p, state["leader"], state["leader_epoch"], ",".join(state["replicas"]),
+                         ",".join(state["isr"])])
+    click.echo(_table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR"], done))
 
 
 @topics.command("delete")

@@ -8,6 +8,7 @@ sockets read directly (spark_helpers)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import pytest
@@ -156,3 +157,52 @@ def test_jvm_reader_authenticates_with_the_token(spark, zookeeper, ray_local, tm
     finally:
         secured.delete_topic("secured")
         secured.close()
+
+
+def test_jvm_reader_reads_from_the_follower_on_its_host_and_falls_back_to_the_leader(
+    spark, raylog_client, clicks, tmp_path
+):
+    # A follower of partition 0 (its log a copy of the leader's bytes) that learned the high watermark only
+    # up to the middle of the range, on the executor's host: the JVM reader reads from it what it serves,
+    # then the rest from the leader; Spark prefers both hosts. One that is gone: the leader serves it all.
+    from raylog.config import TopicConfig
+    from raylog.read.replicas import Replica
+    from raylog.replication.follower_reads import FollowerView, ServedWatermark
+    from raylog.storage.log import PartitionLog
+    from raylog.transfer.server import DataServer
+    from raylog_spark.reader import plan_dataframe
+    from raylog_spark.source import jvm_options
+
+    plan = plan_read(clicks, {0: "earliest", 1: "latest", 2: "latest"}, client=raylog_client)
+    (rng,) = plan.ranges
+    expected = as_tuples(plan_dataframe(spark, plan, engine="jvm").collect())
+    log = PartitionLog(tmp_path / "follower", TopicConfig())
+    watermark = ServedWatermark()
+    server = None
+    try:
+        with plan.settings.broker_connection(rng.host, rng.port) as conn:
+            log.append_replica(bytes(conn.fetch(clicks, 0, rng.start, rng.size).data), rng.start)
+        log.flush()
+        middle = log.message_boundaries(rng.start, rng.end, [(rng.start + rng.end) // 2])[0]
+        watermark.learn(middle)
+        view = FollowerView(log, watermark, "disk-f")
+        server = DataServer(lambda topic, p: view if (topic, p) == (clicks, 0) else None, token=plan.settings.token)
+        host, port = server.start()
+        executors = {e.host() for e in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()}
+        assert len(executors) == 1, executors  # one host: the driver's and the executors'
+        here = executors.pop()
+        replicas = (Replica("disk-l", "leader.invalid", rng.port, None, "leader.invalid", leader=True),
+                    Replica("disk-f", host, port, None, here))
+        follower_plan = _with_ranges(plan, replicas=replicas)
+        ranges = json.loads(jvm_options(follower_plan)["ranges"])
+        assert [r["location"] for r in ranges[0]["replicas"]] == ["leader.invalid", here]
+        assert as_tuples(plan_dataframe(spark, follower_plan, engine="jvm").collect()) == expected
+        served = server.stats()["bytes_out"]
+        assert middle - rng.start <= served < rng.size  # the follower served its part, and no more
+        server.stop()
+        assert as_tuples(plan_dataframe(spark, follower_plan, engine="jvm").collect()) == expected
+    finally:
+        if server is not None:
+            server.stop()
+        watermark.close()
+        log.close()

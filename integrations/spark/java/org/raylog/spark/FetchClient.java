@@ -176,6 +176,14 @@ final class FetchClient implements Closeable {
 
   /** Send a FETCH of up to {@code maxBytes} of the log at {@code offset} (no long poll). */
   void sendFetch(byte[] topic, int partition, long offset, int maxBytes) {
+    sendFetch(topic, partition, offset, maxBytes, 0);
+  }
+
+  /**
+   * Send a FETCH of up to {@code maxBytes} of the log at {@code offset}; the
+   * server waits up to {@code maxWaitMs} for data when there is none yet.
+   */
+  void sendFetch(byte[] topic, int partition, long offset, int maxBytes, int maxWaitMs) {
     if (outstanding != null) {
       throw new IllegalStateException("a FETCH is already outstanding");
     }
@@ -185,7 +193,7 @@ final class FetchClient implements Closeable {
     int pos = putInt(frame, cursor, partition);
     pos = putLong(frame, pos, offset);
     pos = putInt(frame, pos, maxBytes);
-    pos = putInt(frame, pos, 0);
+    pos = putInt(frame, pos, maxWaitMs);
     write(frame, pos);
     outstanding = lastId;
   }

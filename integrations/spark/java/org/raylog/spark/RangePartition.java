@@ -17,12 +17,16 @@ final class RangePartition implements InputPartition {
     this.locality = locality;
   }
 
-  /** The node that holds the range's partition, when known: reads run next to the data. */
+  /**
+   * The hosts of the replicas that may serve the range (its leader's and its
+   * in-sync followers'), when known: reads run next to the data, and the
+   * reader reads from the replica on its own host.
+   */
   @Override
   public String[] preferredLocations() {
-    if (!locality || range.location == null) {
+    if (!locality) {
       return new String[0];
     }
-    return new String[] {range.location};
+    return range.locations();
   }
 }

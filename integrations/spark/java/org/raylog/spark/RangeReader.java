@@ -34,6 +34,13 @@ import org.slf4j.LoggerFactory;
  * failure; after that, or without ZooKeeper, the task fails with a clear
  * error.
  *
+ * <p>Replicas: when the range lists a follower on the executor's own host
+ * (and the leader is not there), the reader reads from that follower, which
+ * serves only up to the high watermark it learned from the leader; FETCHes
+ * to it wait (a long poll of {@link #FOLLOWER_WAIT_MS}) for it to catch up.
+ * Any error of the follower, or an empty reply, and the rest of the range
+ * is read from the leader (no lookup budget is spent on it).
+ *
  * <p>Not thread-safe: Spark drives each reader from one task thread.
  */
 final class RangeReader implements PartitionReader<InternalRow> {
@@ -42,6 +49,12 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private static final InternalRow NO_COLUMNS = new UnsafeRowWriter(0).getRow();
   /** log one COUNT request asks the partition to walk (the server walks at most 64 MiB) */
   static final int COUNT_REQUEST_BYTES = 64 << 20;
+  /** how long one FETCH from a follower waits for it to serve the offset */
+  static final int FOLLOWER_WAIT_MS = 2000;
+  /** how long a replicated leader's empty replies below the range's end are waited out (long polls) */
+  static final long LEADER_CATCH_UP_MS = 30_000;
+  /** the long poll of a FETCH while a leader catches up */
+  static final int CATCH_UP_WAIT_MS = 500;
 
   private final ReadOptions.Range range;
   private final ReadOptions.Settings settings;
@@ -49,11 +62,15 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private final byte[] topicBytes;
   private final UTF8String topic;
   private FetchClient client;
+  /** the follower read from, or null: the leader */
+  private ReadOptions.Replica follower;
   /** endpoint lookups of a moved partition: opened at the first failure */
   private Zk zk;
   /** when the lookups of the current failure give up (0: no failure) */
   private long refindDeadline;
   private int refindAttempt;
+  /** until when a replicated leader's empty replies are waited out (0: none now) */
+  private long catchUpDeadline;
   private final MessageSet messages;
   private final UnsafeRowWriter writer;
   /** the rows of a typed Avro read, or null */
@@ -74,7 +91,14 @@ final class RangeReader implements PartitionReader<InternalRow> {
     this.columns = columns;
     this.topicBytes = range.topic.getBytes(StandardCharsets.UTF_8);
     this.topic = UTF8String.fromBytes(topicBytes);
-    this.client = new FetchClient(range.host, range.port, settings.token, settings.timeoutMs, settings.maxMessageBytes);
+    this.follower = range.follower(ownHost());
+    if (follower != null) {
+      this.client = new FetchClient(follower.host, follower.port, settings.token, settings.timeoutMs,
+          settings.maxMessageBytes);
+    } else {
+      this.client = new FetchClient(range.host, range.port, settings.token, settings.timeoutMs,
+          settings.maxMessageBytes);
+    }
     this.messages = new MessageSet(settings.maxMessageBytes, settings.maxInflatedBytes);
     this.writer = columns.length == 0 || avro != null ? null : new UnsafeRowWriter(columns.length, 256);
     this.typed = columns.length == 0 || avro == null ? null : new TypedRows(avro, columns, settings);
@@ -162,6 +186,10 @@ final class RangeReader implements PartitionReader<InternalRow> {
         length = client.dataLength;
         refindDeadline = 0;
       } catch (RaylogReadException e) {
+        if (follower != null) {
+          leaveFollower(e.getMessage());
+          continue;
+        }
         if (moved(e) && refind(e)) {
           continue;
         }
@@ -175,14 +203,42 @@ final class RangeReader implements PartitionReader<InternalRow> {
         }
         continue;
       }
+      if (length == 0 && follower != null) {
+        leaveFollower("nothing served within " + FOLLOWER_WAIT_MS + " ms (behind)");
+        continue;
+      }
+      if (length == 0 && range.replicas.size() > 1 && client.highWatermark <= next) {
+        // a replicated leader that does not serve this far yet (one that took over learns its followers' ends)
+        long now = System.currentTimeMillis();
+        if (catchUpDeadline == 0) {
+          catchUpDeadline = now + LEADER_CATCH_UP_MS;
+        }
+        if (now < catchUpDeadline) {
+          continue;
+        }
+      }
       if (length == 0) {
         throw dataLoss(
             range.topic + "-" + range.partition + " has nothing at " + next + " although the plan reads it up to "
                 + range.end + ": the log lost flushed data since it was planned",
             next, range.end, client.logStartOffset, client.highWatermark);
       }
+      catchUpDeadline = 0;
       int n = (int) Math.min(length, range.end - next);
-      int whole = MessageSet.wholeMessages(buffer, n, settings.maxMessageBytes, next);
+      int whole;
+      try {
+        whole = MessageSet.wholeMessages(buffer, n, settings.maxMessageBytes, next);
+      } catch (RaylogReadException e) {
+        if (follower == null) {
+          throw e;
+        }
+        leaveFollower(e.getMessage());
+        continue;
+      }
+      if (whole == 0 && follower != null) {
+        leaveFollower("no whole message in the reply");
+        continue;
+      }
       if (whole == 0) {
         throw MessageSet.error(
             RaylogReadException.INVALID_MESSAGE,
@@ -195,7 +251,9 @@ final class RangeReader implements PartitionReader<InternalRow> {
         try {
           send(); // the next reply streams in while these messages become rows
         } catch (RaylogReadException e) {
-          if (!moved(e)) {
+          if (follower != null) {
+            leaveFollower(e.getMessage());
+          } else if (!moved(e)) {
             throw located(e);
           }
           pending = false; // sent again (after a lookup) by the next fetch
@@ -213,6 +271,11 @@ final class RangeReader implements PartitionReader<InternalRow> {
   void sendCount() {
     if (pending || next >= range.end) {
       return;
+    }
+    if (follower != null) { // counts are the leader's: the plan's ends are its high watermark
+      follower = null;
+      client.close();
+      client = new FetchClient(range.host, range.port, settings.token, settings.timeoutMs, settings.maxMessageBytes);
     }
     try {
       client.sendCount(topicBytes, range.partition, next, range.end, COUNT_REQUEST_BYTES);
@@ -250,6 +313,14 @@ final class RangeReader implements PartitionReader<InternalRow> {
         }
         if (e.code() != RaylogReadException.OFFSET_OUT_OF_RANGE) {
           throw located(e);
+        }
+        if (range.replicas.size() > 1 && e.longDetail("latest", -1) < range.end) {
+          // a replicated leader that does not serve this far yet (one that took
+          // over learns its followers' ends): the rest is read, with its waits
+          while (next()) {
+            counted++;
+          }
+          return true;
         }
         skipLost(e);
         if (next >= range.end) {
@@ -312,8 +383,32 @@ final class RangeReader implements PartitionReader<InternalRow> {
 
   private void send() {
     int want = (int) Math.min(Math.min((long) settings.fetchBytes, range.end - next), client.maxDataBytes());
-    client.sendFetch(topicBytes, range.partition, next, want);
+    int waitMs = follower != null ? FOLLOWER_WAIT_MS : catchUpDeadline != 0 ? CATCH_UP_WAIT_MS : 0;
+    client.sendFetch(topicBytes, range.partition, next, want, waitMs);
     pending = true;
+  }
+
+  /** Read the rest of the range from the leader (after an error or a delay of the follower). */
+  private void leaveFollower(String why) {
+    LOG.info("{}: the follower {} at {} ({}); reading from the leader {}:{}", range.describe(), follower.node,
+        client.where(), why, range.host, range.port);
+    client.close();
+    follower = null;
+    pending = false;
+    client = new FetchClient(range.host, range.port, settings.token, settings.timeoutMs, settings.maxMessageBytes);
+  }
+
+  /** The host of this executor as Spark knows it (its block manager's), else this machine's address. */
+  static String ownHost() {
+    try {
+      org.apache.spark.SparkEnv env = org.apache.spark.SparkEnv.get();
+      if (env != null && env.blockManager() != null) {
+        return env.blockManager().blockManagerId().host();
+      }
+      return java.net.InetAddress.getLocalHost().getHostAddress();
+    } catch (Exception | LinkageError e) {
+      return null; // no preference: the leader
+    }
   }
 
   /** An OffsetOutOfRangeError at {@link #next}: the range (in part) deleted by retention, or a shorter log. */

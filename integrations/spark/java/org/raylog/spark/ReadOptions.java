@@ -21,8 +21,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <tr><th>option</th><th>meaning</th><th>default</th></tr>
  *   <tr><td>ranges</td><td>JSON array of ranges, each an object with topic (string), partition
  *       (int), start and end (byte offsets, message boundaries, end exclusive), host and port
- *       (the partition's data socket) and optionally location (the host Spark should prefer
- *       for the read)</td><td>required</td></tr>
+ *       (the partition's data socket: its leader) and optionally location (the host of the node
+ *       that serves it) and replicas (the replicas that may serve it, leader included: objects
+ *       with node, host, port, location and leader; Spark prefers every one's host, and the
+ *       reader reads from the one on its own host, else from the leader)</td><td>required</td></tr>
  *   <tr><td>token</td><td>the data sockets' shared token, base64</td><td>none (no AUTH)</td></tr>
  *   <tr><td>fetch_bytes</td><td>bytes asked for by one FETCH</td><td>8 MiB</td></tr>
  *   <tr><td>max_message_bytes</td><td>the topic's message size bound; replies may be at most
@@ -47,6 +49,26 @@ final class ReadOptions implements Serializable {
   static final int KiB = 1024;
   static final int MiB = 1024 * KiB;
 
+  /** A replica that may serve a range: its raylog node, data socket and host (location). Immutable. */
+  static final class Replica implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    final String node;
+    final String host;
+    final int port;
+    /** the host of its node (Spark's location), or null */
+    final String location;
+    final boolean leader;
+
+    Replica(String node, String host, int port, String location, boolean leader) {
+      this.node = node;
+      this.host = host;
+      this.port = port;
+      this.location = location;
+      this.leader = leader;
+    }
+  }
+
   /** One range of the plan: bytes [start, end) of a partition's log. Immutable. */
   static final class Range implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -57,10 +79,17 @@ final class ReadOptions implements Serializable {
     final long end;
     final String host;
     final int port;
-    /** the host Spark should prefer for this read, or null */
+    /** the host of the node that serves the range (its leader's), or null */
     final String location;
+    /** the replicas that may serve the range, leader included (empty: the leader alone) */
+    final List<Replica> replicas;
 
     Range(String topic, int partition, long start, long end, String host, int port, String location) {
+      this(topic, partition, start, end, host, port, location, Collections.emptyList());
+    }
+
+    Range(String topic, int partition, long start, long end, String host, int port, String location,
+        List<Replica> replicas) {
       this.topic = topic;
       this.partition = partition;
       this.start = start;
@@ -68,6 +97,44 @@ final class ReadOptions implements Serializable {
       this.host = host;
       this.port = port;
       this.location = location;
+      this.replicas = replicas;
+    }
+
+    /** The hosts Spark should prefer for this read: the location and every replica's, each once. */
+    String[] locations() {
+      java.util.LinkedHashSet<String> out = new java.util.LinkedHashSet<>();
+      if (location != null) {
+        out.add(location);
+      }
+      for (Replica r : replicas) {
+        if (r.location != null) {
+          out.add(r.location);
+        }
+      }
+      return out.toArray(new String[0]);
+    }
+
+    /**
+     * The follower this range is read from by a reader on {@code ownHost}:
+     * the leader when it is on that host (or unknown), else the first
+     * follower there; null for the leader.
+     */
+    Replica follower(String ownHost) {
+      if (ownHost == null) {
+        return null;
+      }
+      Replica chosen = null;
+      for (Replica r : replicas) {
+        if (ownHost.equals(r.location) || ownHost.equals(r.host)) {
+          if (r.leader) {
+            return null;
+          }
+          if (chosen == null) {
+            chosen = r;
+          }
+        }
+      }
+      return chosen;
     }
 
     String describe() {
@@ -197,7 +264,30 @@ final class ReadOptions implements Serializable {
       if (partition < 0 || port <= 0 || port > 0xFFFF) {
         throw new IllegalArgumentException(what + " has partition " + partition + " and port " + port);
       }
-      ranges.add(new Range(topic, partition, start, end, host, port, location));
+      List<Replica> replicas = new ArrayList<>();
+      JsonNode listed = node.get("replicas");
+      if (listed != null && !listed.isNull()) {
+        if (!listed.isArray()) {
+          throw new IllegalArgumentException(what + " has 'replicas' that is not an array");
+        }
+        for (int k = 0; k < listed.size(); k++) {
+          JsonNode r = listed.get(k);
+          String in = what + ".replicas[" + k + "]";
+          if (!r.isObject()) {
+            throw new IllegalArgumentException(in + " must be an object");
+          }
+          int rport = (int) number(r, "port", in);
+          if (rport <= 0 || rport > 0xFFFF) {
+            throw new IllegalArgumentException(in + " has port " + rport);
+          }
+          JsonNode rloc = r.get("location");
+          replicas.add(new Replica(text(r, "node", in), text(r, "host", in), rport,
+              rloc == null || rloc.isNull() || rloc.asText().isEmpty() ? null : rloc.asText(),
+              r.path("leader").asBoolean(false)));
+        }
+      }
+      ranges.add(new Range(topic, partition, start, end, host, port, location,
+          Collections.unmodifiableList(replicas)));
     }
     return Collections.unmodifiableList(ranges);
   }

@@ -1,0 +1,244 @@
+"""Moving the replicas of a partition to other disk nodes (Kafka's
+kafka-reassign-partitions), by hand (:meth:`raylog.Client.reassign_partition`,
+``raylog topics reassign``) or by the supervisor for a replica whose node is
+gone (:mod:`raylog.replication.repair`).
+
+The steps, each change of the ``state`` node a compare-and-set (re-read and
+redone when another writer, such as the leader shrinking its ISR, got there
+first; never a blind write):
+
+1. **check** the target (:func:`check_target`): distinct alive disk nodes,
+   as many as the topic's ``replication_factor``;
+2. **add**: ``replicas`` becomes the current replicas followed by the new
+   ones (outside the ISR), and a follower actor starts on each new node
+   (its actor name and log directory by the partition's ``origin``,
+   :mod:`raylog.replication.assignment`); the leader reads the new
+   ``replicas`` (:data:`~raylog.replication.leader.REFRESH_INTERVAL_S`) and
+   serves their fetches;
+3. **wait** until every target node is in the ISR, at most ``timeout_s``;
+   else the new replicas are taken out again and their actors and logs
+   removed, and :class:`ReassignmentTimeoutError` (retriable) is raised;
+4. **shrink**: ``replicas`` becomes the target (plus the leader while it is
+   not in it, marked ``removing`` so that no repair starts it again), the
+   ISR loses the replicas that go;
+5. **move the lead** when the leader is not in the target: its actor shuts
+   down (its ``replicas/<node>`` node goes with its ZooKeeper session), and
+   an in-sync target replica takes over as after a failover
+   (:func:`~raylog.replication.state.take_over`: leader epoch + 1, the
+   others truncate to its boundary); then the old leader leaves
+   ``replicas``;
+6. **remove** the replicas that went: their actors are killed and their
+   logs get a tombstone, honoured at once when the node is alive, else by
+   the supervisor once it is back (:mod:`raylog.actors.supervisor`).
+
+The functions keep no state. Ray is imported inside them (heavy, lazy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from raylog.actors.partition import actor_name, start_partition_actor
+from raylog.config import NAMESPACE
+from raylog.errors import InvalidReassignmentError, ReassignmentTimeoutError, UnknownPartitionError
+from raylog.replication.assignment import replica_actor_name, replica_log_dir
+from raylog.replication.state import compare_and_set, read_state
+
+log = logging.getLogger(__name__)
+
+#: how often the waits read the ``state`` node
+POLL_S = 0.2
+#: how many times a compare-and-set is redone after losing to another writer
+CAS_TRIES = 50
+#: how long a shutdown call to a replica actor that goes may take
+STOP_WAIT_S = 10.0
+
+
+def check_target(topic: str, partition: int, config, state, target: list[str], alive: set[str]) -> list[str]:
+    """The target replicas, checked; raises :class:`InvalidReassignmentError`
+    (a :class:`ConfigError`) or :class:`UnknownPartitionError`."""
+    if not 0 <= partition < config.partitions:
+        raise UnknownPartitionError(f"topic {topic!r} has partitions 0..{config.partitions - 1}, not {partition}",
+                                    topic=topic, partition=partition)
+    if state is None or config.replication_factor < 2:
+        raise InvalidReassignmentError(
+            f"{topic}-{partition} is not replicated (replication_factor {config.replication_factor}); only the "
+            f"replicas of a replicated topic can be reassigned", topic=topic, partition=partition)
+    target = [str(n) for n in target]
+    doubled = sorted({n for n in target if target.count(n) > 1})
+    if doubled:
+        raise InvalidReassignmentError(f"the target replicas name {', '.join(doubled)} more than once",
+                                       topic=topic, partition=partition)
+    if len(target) != config.replication_factor:
+        raise InvalidReassignmentError(
+            f"{len(target)} target replicas for {topic}-{partition}, whose replication_factor is "
+            f"{config.replication_factor}; name that many nodes", topic=topic, partition=partition)
+    down = [n for n in target if n not in alive]
+    if down:
+        raise InvalidReassignmentError(
+            f"the target replicas {', '.join(down)} are not alive disk nodes (alive: "
+            f"{', '.join(sorted(alive)) or 'none'})", topic=topic, partition=partition)
+    return target
+
+
+def _update(zk, paths, topic, partition, change):
+    """Apply ``change(state) -> state | None`` by compare-and-set, re-read
+    and redone when another writer won; the state written (or read, when
+    ``change`` returns None: nothing to do)."""
+    for _ in range(CAS_TRIES):
+        state, version = read_state(zk, paths, topic, partition)
+        new = change(state)
+        if new is None or new == state:
+            return state
+        if compare_and_set(zk, paths, topic, partition, new, version) is not None:
+            return new
+    raise ReassignmentTimeoutError(f"{topic}-{partition}: the state node kept changing under {CAS_TRIES} writes",
+                                   topic=topic, partition=partition)
+
+
+def _wait_state(zk, paths, topic, partition, check, deadline: float):
+    while True:
+        state = read_state(zk, paths, topic, partition)[0]
+        if check(state) or time.monotonic() >= deadline:
+            return state
+        time.sleep(POLL_S)
+
+
+class Reassignment:
+    """One reassignment of one partition (see the module docstring)."""
+
+    def __init__(self, zk, registry, *, zookeeper: str, topic: str, partition: int, nodes: list[dict],
+                 host: str | None, token: bytes | None):
+        self.zk, self.registry, self.paths = zk, registry, registry.paths
+        self.zookeeper, self.cluster, self.topic, self.partition = zookeeper, registry.cluster, topic, partition
+        self.nodes, self.host, self.token = nodes, host, token
+        self.config = registry.topic_config(topic)
+        self.plain = actor_name(self.cluster, topic, partition)
+        self.place = registry.placement(topic, partition) or {}
+
+    def _name_and_dir(self, node: str, origin: str) -> tuple[str, str]:
+        return (replica_actor_name(self.plain, node, origin),
+                replica_log_dir(self.place["log_dir"], node, origin))
+
+    def run(self, target: list[str], timeout_s: float):
+        from raylog.actors.placement import disk_nodes
+
+        found = read_state(self.zk, self.paths, self.topic, self.partition)
+        alive = {n.identity for n in disk_nodes(self.nodes)}
+        target = check_target(self.topic, self.partition, self.config, found and found[0], target, alive)
+        deadline = time.monotonic() + timeout_s
+        topic, partition, zk, paths = self.topic, self.partition, self.zk, self.paths
+        state = found[0]
+        adding = [n for n in target if n not in state.replicas]
+
+        def add(s):
+            return dataclasses.replace(s, replicas=s.replicas + tuple(n for n in adding if n not in s.replicas))
+
+        state = _update(zk, paths, topic, partition, add)
+        try:
+            for node in adding:
+                self._start(node, state.origin, deadline)
+        except Exception as err:
+            self._roll_back(adding, state.origin)
+            raise ReassignmentTimeoutError(
+                f"{topic}-{partition}: a new replica did not start ({err}); the new replicas were removed again",
+                topic=topic, partition=partition) from err
+        state = _wait_state(zk, paths, topic, partition, lambda s: set(target) <= set(s.isr), deadline)
+        if not set(target) <= set(state.isr):
+            self._roll_back(adding, state.origin)
+            raise ReassignmentTimeoutError(
+                f"{topic}-{partition}: the target replicas {', '.join(sorted(set(target) - set(state.isr)))} did "
+                f"not join the in-sync replicas within {timeout_s:g} s (ISR {', '.join(state.isr)}); the new "
+                f"replicas were removed again; retry with a longer timeout", topic=topic, partition=partition)
+        log.info("%s-%d: replicas %s in sync", topic, partition, target)
+
+        def shrink(s):
+            removing = () if s.leader in target else (s.leader,)
+            keep = tuple(target) + removing
+            return dataclasses.replace(s, replicas=keep, isr=tuple(n for n in keep if n in s.isr),
+                                       removing=removing)
+
+        state = _update(zk, paths, topic, partition, shrink)
+        gone = [n for n in found[0].replicas + tuple(adding) if n not in target]
+        old_leader = state.leader if state.leader not in target else None
+        for node in gone:
+            if node != old_leader:
+                self._remove(node, state.origin, alive)
+        if old_leader is not None:
+            self._stop(old_leader, state.origin, delete_data=False)
+            state = _wait_state(zk, paths, topic, partition, lambda s: s.leader in target, deadline)
+            if state.leader not in target:
+                raise ReassignmentTimeoutError(
+                    f"{topic}-{partition}: no target replica took the lead from {old_leader} within "
+                    f"{timeout_s:g} s; the replicas are {', '.join(state.replicas)}: run the same reassignment "
+                    f"again", topic=topic, partition=partition)
+            state = _update(zk, paths, topic, partition, lambda s: dataclasses.replace(
+                s, replicas=tuple(n for n in s.replicas if n != old_leader),
+                isr=tuple(n for n in s.isr if n != old_leader), removing=()))
+            self._remove(old_leader, state.origin, alive)
+        return state
+
+    def _start(self, node: str, origin: str, deadline: float):
+        import ray
+
+        name, log_dir = self._name_and_dir(node, origin)
+        actor = start_partition_actor(
+            zookeeper=self.zookeeper, cluster=self.cluster, topic=self.topic, partition=self.partition,
+            log_dir=log_dir, config=self.config, node_identity=node, nodes=self.nodes, host=self.host,
+            token=self.token, replica=node, name=name)
+        ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
+        return actor
+
+    def _stop(self, node: str, origin: str, *, delete_data: bool) -> bool:
+        """Shut the replica actor on ``node`` down and kill it; True when it
+        answered (its log then closed, and deleted with ``delete_data``)."""
+        import ray
+
+        name, _ = self._name_and_dir(node, origin)
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            return False
+        answered = False
+        try:
+            ray.get(actor.shutdown.remote(delete_data=delete_data, token=self.token), timeout=STOP_WAIT_S)
+            answered = True
+        except Exception as err:  # noqa: BLE001 - its node may be gone: killed below, its log tombstoned
+            log.info("%s-%d: replica %s did not shut down (%s); killing it", self.topic, self.partition, node, err)
+        ray.kill(actor, no_restart=True)
+        return answered
+
+    def _remove(self, node: str, origin: str, alive: set[str]) -> None:
+        """The replica on ``node`` goes: its actor, then its log (now, or by
+        the supervisor when its node is back)."""
+        from raylog.actors.supervisor import remove_deleted
+
+        _, log_dir = self._name_and_dir(node, origin)
+        self._stop(node, origin, delete_data=False)
+        self.registry.add_tombstone(self.topic, self.partition, node, log_dir)
+        if node in alive:
+            remove_deleted(self.registry, self.zookeeper, self.nodes, topic=self.topic, token=self.token)
+
+    def _roll_back(self, adding: list[str], origin: str) -> None:
+        from raylog.actors.placement import disk_nodes
+
+        def drop(s):
+            return dataclasses.replace(s, replicas=tuple(n for n in s.replicas if n not in adding),
+                                       isr=tuple(n for n in s.isr if n not in adding))
+
+        _update(self.zk, self.paths, self.topic, self.partition, drop)
+        alive = {n.identity for n in disk_nodes(self.nodes)}
+        for node in adding:
+            self._remove(node, origin, alive)
+
+
+def reassign_partition(zk, registry, *, zookeeper: str, topic: str, partition: int, replicas: list[str],
+                       nodes: list[dict], host: str | None = None, token: bytes | None = None,
+                       timeout_s: float = 120.0):
+    """Move the replicas of ``topic``-``partition`` to ``replicas`` (see the
+    module docstring); returns the final :class:`PartitionState`."""
+    run = Reassignment(zk, registry, zookeeper=zookeeper, topic=topic, partition=partition, nodes=nodes,
+                       host=host, token=token)
+    return run.run(list(replicas), timeout_s)
