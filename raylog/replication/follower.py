@@ -30,6 +30,11 @@ Each reply carries the leader's committed offset (its high watermark): the
 follower keeps it (:class:`~raylog.replication.follower_reads.ServedWatermark`)
 and serves readers up to it (:mod:`raylog.replication.follower_reads`).
 
+A follower whose log end lies before the leader's log start (retention on
+the leader deleted what it would fetch next: it was away long, or it is a
+new replica) starts its log over, empty, at the leader's log start
+(:func:`start_over_if_behind`).
+
 Errors (the leader moving or restarting, ZooKeeper away) close the
 connection and retry under a :class:`RetryPolicy` until the follower stops.
 
@@ -45,7 +50,7 @@ import struct
 import threading
 import time
 
-from raylog.errors import RaylogError
+from raylog.errors import OffsetOutOfRangeError, RaylogError
 from raylog.replication.follower_reads import ServedWatermark
 from raylog.replication.leader import PRODUCERS_PREFIX, replica_topic
 from raylog.replication.state import read_state, take_over
@@ -61,6 +66,20 @@ FETCH_WAIT_MS = 500
 _SIZE = struct.Struct(">I")
 #: the file in a replica's log directory holding the leader epoch of its data
 EPOCH_FILE = "leader-epoch"
+
+
+def start_over_if_behind(partition_log, offset: int, err: OffsetOutOfRangeError, who: str) -> bool:
+    """When the leader's log now starts past ``offset`` (its retention
+    deleted what this replica would fetch next: a replica away long, or a
+    new one), start the replica's log over, empty, at the leader's log start
+    and say so; False for any other out-of-range answer."""
+    earliest = getattr(err, "earliest", None)
+    if not isinstance(earliest, int) or earliest <= offset:
+        return False
+    log.warning("replica %s starts over at %d: the leader's log no longer holds %d..%d", who, earliest, offset,
+                earliest)
+    partition_log.restart_replica_at(earliest)
+    return True
 
 
 def read_epoch(directory: str) -> int:
@@ -187,7 +206,12 @@ class Follower:
         ) as conn:
             while not self._stopped.is_set():
                 offset = self.log.log_end_offset
-                reply = conn.fetch(name, self.partition, offset, max_bytes, max_wait_ms=FETCH_WAIT_MS)
+                try:
+                    reply = conn.fetch(name, self.partition, offset, max_bytes, max_wait_ms=FETCH_WAIT_MS)
+                except OffsetOutOfRangeError as err:
+                    if not start_over_if_behind(self.log, offset, err, f"{self.node} of {self.topic}-{self.partition}"):
+                        raise
+                    continue
                 length = whole_messages(reply.data)
                 if length:
                     sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)

@@ -1,6 +1,7 @@
 """A replica's writes to a partition log: a leader's bytes at the same byte
 offsets, with the idempotent producers' sets they hold, and truncation back
-to a leader epoch's boundary (a mixin of :class:`~raylog.storage.log.PartitionLog`;
+to a leader epoch's boundary, and a fresh start at the leader's log start
+when retention there deleted what the replica would fetch next (a mixin of :class:`~raylog.storage.log.PartitionLog`;
 see :mod:`raylog.replication`).
 
 A follower's producer-state table (:mod:`raylog.storage.producer_state`)
@@ -16,7 +17,9 @@ Thread-safety: as :class:`~raylog.storage.log.PartitionLog` (the writer's lock).
 
 from __future__ import annotations
 
-from raylog.errors import InvalidOffsetError
+from raylog.errors import InvalidOffsetError, StorageError
+from raylog.storage.fileops import _sync_directory
+from raylog.storage.segment import LogSegment
 
 
 class LogReplica:
@@ -74,3 +77,33 @@ class LogReplica:
             self._write_checkpoint(offset)
             with self._cond:
                 self._hw = min(self._hw, offset)
+
+    def restart_replica_at(self, offset: int) -> None:
+        """Start over, empty, at ``offset``, past this log's end: the leader's
+        log now begins there (its retention deleted what this replica would
+        fetch next: a replica that was away long, or a new one), so the
+        replica drops what it holds and follows from the leader's log start
+        (Kafka's truncate-fully-and-start-at). The old segments go first, then
+        the new empty one is made: a crash in between leaves no segment, and
+        the log reopens empty at 0, which the follower restarts from again."""
+        with self._flush_lock, self._lock:
+            self._check_writable()
+            if offset <= self._leo:
+                raise InvalidOffsetError(
+                    f"a replica starts over only past its log end ({self._leo}), not at {offset}", offset=offset
+                )
+            try:
+                for segment in self._view[1]:
+                    segment.delete()
+                _sync_directory(self._dir)
+                new = LogSegment.open(self._dir, offset)
+                _sync_directory(self._dir)
+            except OSError as err:
+                self._fail(err)
+                raise StorageError(f"cannot start the replica in {self._dir} over at {offset}: {err}") from err
+            self._view, self._active, self._leo = ([offset], [new]), new, offset
+            self._active_since = None
+            self._producers.truncate(0)
+            self._write_checkpoint(offset)
+            with self._cond:
+                self._hw = offset
