@@ -277,14 +277,23 @@ REJOIN = script(
 
         from raylog.actors.partition import actor_name
         from raylog.config import NAMESPACE
-        from raylog.replication.assignment import replica_actor_name
+        from raylog.replication.assignment import replica_actor_name, replica_log_dir
 
         client = Client(zookeeper=zookeeper, cluster=cluster_name, data_dir=data_dir, data_host="127.0.0.1")
         client.create_topic("j", replication_factor=3, min_insync_replicas=2, replica_lag_ms=1500, flush_ms=5)
         producer = client.producer(acks="all")
         acked = [producer.send("j", b"v%d" % i).result(60) for i in range(100)]
         before = client.describe_topic("j")["partitions"][0]
-        gone = [n for n in before["replicas"] if n != before["leader"]][0]
+        # "k" deletes old segments by size: while a follower is away its leader's log start passes the
+        # follower's log end, and the follower must start over there when it is back.
+        client.create_topic("k", replication_factor=3, min_insync_replicas=2, replica_lag_ms=1500, flush_ms=5,
+                            segment_bytes=1024, max_message_bytes=1024, retention_bytes=1024, retention_check_ms=200)
+        for i in range(60):
+            producer.send("k", b"k%03d" % i).result(60)
+        k_before = client.describe_topic("k")["partitions"][0]
+        gone = [n for n in before["replicas"] if n != before["leader"] and n != k_before["leader"]][0]
+        k_dir = replica_log_dir(client.registry.placement("k", 0)["log_dir"], gone, k_before["replicas"][0])
+        k_gone_end = client.offsets("k", 0)[1]
         follower = ray.get_actor(replica_actor_name(actor_name(cluster_name, "j", 0), gone, before["replicas"][0]),
                                  namespace=NAMESPACE)
         follower_pid = ray.get(follower.pid.remote())
@@ -297,6 +306,11 @@ REJOIN = script(
         acked += [producer.send("j", b"w%d" % i).result(60) for i in range(100)]
         out["acked"] = len(acked)
         out["cli_gone_end"] = client.offsets("j", 0)[1]
+        i = 60
+        while client.offsets("k", 0)[0] <= k_gone_end and i < 2000:
+            producer.send("k", b"k%03d" % i).result(60)
+            i += 1
+        out["k_passed"] = [client.offsets("k", 0)[0], k_gone_end]
         out["cli_gone"] = describe_cli("j")
 
         # The node comes back on the same disk: the follower recovers its log, catches up and rejoins.
@@ -312,6 +326,10 @@ REJOIN = script(
         out["ends"] = after["replica_log_end_offsets"]
         out["end"] = client.offsets("j", 0)[1]
         out["cli_back"] = describe_cli("j")
+        out["k_rejoined"] = wait_until(lambda: gone in client.describe_topic("k")["partitions"][0]["isr"], 90)
+        k_after = client.describe_topic("k")["partitions"][0]
+        out["k_ends"] = sorted(set(k_after["replica_log_end_offsets"].values()))
+        out["k_follower_start"] = min(int(os.path.basename(f)[:-4]) for f in glob.glob(os.path.join(k_dir, "*.log")))
         producer.close()
         client.close()
     """
@@ -343,3 +361,9 @@ def test_a_follower_whose_node_returns_catches_up_and_rejoins_the_isr(run_cluste
     row = lines[-1].split()
     assert sorted(row[4].split(",")) == ["disk-a", "disk-b", "disk-c"] and row[6] == "ok"
     assert set(dict(pair.split("=") for pair in row[5].split(",")).values()) == {str(out["end"])}
+
+    # Back after the leader's retention passed its log end: the follower starts over at the leader's log start.
+    leader_start, gone_end = out["k_passed"]
+    assert leader_start > gone_end
+    assert out["k_rejoined"] and len(out["k_ends"]) == 1
+    assert out["k_follower_start"] > gone_end
