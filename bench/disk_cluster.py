@@ -27,10 +27,9 @@ STORE_BYTES = 200 * 1024 * 1024
 
 def node_kwargs(label: str) -> dict:
     """``Cluster.add_node`` arguments of the disk node ``label`` (the same to add it back)."""
-    from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+    from raylog.testing.clusters import disk_node_args
 
-    return {"num_cpus": 1, "resources": {DISK_RESOURCE: 1}, "labels": {NODE_LABEL: label},
-            "object_store_memory": STORE_BYTES}
+    return disk_node_args(label, object_store_memory=STORE_BYTES)
 
 
 @contextlib.contextmanager
@@ -39,6 +38,7 @@ def disk_cluster(disks: int = 3, *, name: str = "bench-replication"):
     from ray.cluster_utils import Cluster
 
     from raylog.client import Client
+    from raylog.testing.clusters import start_disk_nodes
     from raylog.zk.server import EmbeddedZooKeeper
 
     work = tempfile.mkdtemp(prefix="rlb-", dir="/tmp")  # Ray's socket paths must stay short
@@ -49,12 +49,8 @@ def disk_cluster(disks: int = 3, *, name: str = "bench-replication"):
         cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 2, "include_dashboard": False, "object_store_memory": STORE_BYTES,
             "temp_dir": os.path.join(work, "ray")})
-        nodes = {}
-        for i in range(disks):
-            label = f"disk-{chr(ord('a') + i)}"
-            nodes[label] = cluster.add_node(**node_kwargs(label))
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+        nodes = start_disk_nodes(cluster, [f"disk-{chr(ord('a') + i)}" for i in range(disks)],
+                                 object_store_memory=STORE_BYTES)
         client = Client(zookeeper=zookeeper.connect_string, cluster=name, data_dir=os.path.join(work, "data"),
                         data_host="127.0.0.1")
         yield cluster, nodes, client

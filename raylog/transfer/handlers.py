@@ -216,23 +216,11 @@ class RequestHandlers:
             # under us); the reply cannot be completed.
             raise _Close()
 
-    def _offsets(self, conn: _Connection, request: OffsetsRequest, out: list) -> None:
+    def _answer(self, conn: _Connection, request, out: list, reply_for) -> None:
+        """A one-frame reply: ``reply_for(partition_log)``, or the error frame
+        (a partition closing answers not-owner: the client looks it up again)."""
         try:
-            partition_log = self._lookup(request.topic, request.partition)
-            reply = encode_offsets_reply(
-                request.correlation_id, partition_log.log_start_offset, partition_log.high_watermark
-            )
-        except RaylogError as err:
-            self._count_error(conn, err)
-            reply = encode_error(request.correlation_id, err)
-        out.append(reply)
-
-    def _offsets_for_time(self, conn: _Connection, request: OffsetsForTimeRequest, out: list) -> None:
-        try:
-            partition_log = self._lookup(request.topic, request.partition)
-            reply = encode_offsets_for_time_reply(
-                request.correlation_id, partition_log.offset_for_time(request.timestamp_ms)
-            )
+            reply = reply_for(self._lookup(request.topic, request.partition))
         except ClosedError:
             err = _closing(request.topic, request.partition)
             self._count_error(conn, err)
@@ -241,21 +229,21 @@ class RequestHandlers:
             self._count_error(conn, err)
             reply = encode_error(request.correlation_id, err)
         out.append(reply)
+
+    def _offsets(self, conn: _Connection, request: OffsetsRequest, out: list) -> None:
+        self._answer(conn, request, out, lambda partition_log: encode_offsets_reply(
+            request.correlation_id, partition_log.log_start_offset, partition_log.high_watermark))
+
+    def _offsets_for_time(self, conn: _Connection, request: OffsetsForTimeRequest, out: list) -> None:
+        self._answer(conn, request, out, lambda partition_log: encode_offsets_for_time_reply(
+            request.correlation_id, partition_log.offset_for_time(request.timestamp_ms)))
 
     def _count(self, conn: _Connection, request: CountRequest, out: list) -> None:
         """COUNT: the messages of [start, end), walked and checked on this
         node (at most ``COUNT_MAX_BYTES`` of log per request)."""
-        try:
-            partition_log = self._lookup(request.topic, request.partition)
-            counted = count_range(
-                partition_log, request.start, request.end, min(request.max_bytes, COUNT_MAX_BYTES)
-            )
-            reply = encode_count_reply(request.correlation_id, counted.messages, counted.next_offset)
-        except ClosedError:
-            err = _closing(request.topic, request.partition)
-            self._count_error(conn, err)
-            reply = encode_error(request.correlation_id, err)
-        except RaylogError as err:
-            self._count_error(conn, err)
-            reply = encode_error(request.correlation_id, err)
-        out.append(reply)
+
+        def reply_for(partition_log):
+            counted = count_range(partition_log, request.start, request.end, min(request.max_bytes, COUNT_MAX_BYTES))
+            return encode_count_reply(request.correlation_id, counted.messages, counted.next_offset)
+
+        self._answer(conn, request, out, reply_for)

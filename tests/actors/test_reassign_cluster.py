@@ -38,32 +38,18 @@ SCRIPT = textwrap.dedent(
     from raylog.replication.assignment import replica_actor_name, replica_log_dir
     from raylog.replication.state import read_state
     from raylog.retry import RetryPolicy
+    from raylog.testing.clusters import disk_node_args, log_bytes, start_disk_nodes, wait_until
     from raylog.testing.faults import actor_pid
 
     zookeeper, cluster_name, data_dir = sys.argv[1:4]
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     out = {}
 
-    def log_bytes(directory):
-        return b"".join(open(f, "rb").read() for f in sorted(glob.glob(os.path.join(directory, "*.log"))))
-
-    def wait_until(check, timeout_s=30):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if check():
-                return True
-            time.sleep(0.2)
-        return False
-
     def gone(pid):
         return wait_until(lambda: not os.path.exists(f"/proc/{pid}"))
 
     try:
-        nodes = {}
-        for name in ("disk-a", "disk-b", "disk-c", "disk-d"):
-            nodes[name] = cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": name})
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+        nodes = start_disk_nodes(cluster, ("disk-a", "disk-b", "disk-c", "disk-d"))
         client = Client(zookeeper=zookeeper, cluster=cluster_name, data_dir=data_dir, data_host="127.0.0.1")
         client.create_topic("m", replication_factor=3, min_insync_replicas=2, replica_lag_ms=1500, flush_ms=5,
                             replica_replace_after_s=3)
@@ -154,7 +140,7 @@ SCRIPT = textwrap.dedent(
             lambda: victim not in state().replicas and old_leader in state().isr and len(state().isr) == 3, 150)
         out["after_replace"] = [list(state().replicas), list(state().isr), state().removing]
         produce(b"x", 30)
-        cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": victim})
+        cluster.add_node(**disk_node_args(victim))
         out["victim_log_removed"] = wait_until(lambda: not os.path.exists(dir_of(victim)), 60)
 
         # 5. on the command line: the replica goes back to the returned node (--replace old=new)

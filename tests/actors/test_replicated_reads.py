@@ -30,6 +30,7 @@ SCRIPT = textwrap.dedent(
     from raylog.replication.assignment import replica_actor_name
     from raylog.replication.state import read_state
     from raylog.retry import RetryPolicy
+    from raylog.testing.clusters import start_disk_nodes, wait_until
 
     zookeeper, cluster_name, data_dir = sys.argv[1:4]
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -44,24 +45,12 @@ SCRIPT = textwrap.dedent(
     logging.getLogger("raylog.read.reader").addHandler(Count())
     logging.getLogger("raylog.read.reader").setLevel(logging.INFO)
 
-    def wait_until(check, timeout_s=30):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if check():
-                return True
-            time.sleep(0.2)
-        return False
-
     def rows(batches):
         return [[b.column(3)[i].as_py(), b.column(4)[i].as_py(), b.column(1)[i].as_py().decode()]
                 for b in batches for i in range(b.num_rows)]
 
     try:
-        nodes = {}
-        for name in ("disk-a", "disk-b", "disk-c"):
-            nodes[name] = cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": name})
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+        nodes = start_disk_nodes(cluster, ("disk-a", "disk-b", "disk-c"))
         client = Client(zookeeper=zookeeper, cluster=cluster_name, data_dir=data_dir, data_host="127.0.0.1")
         zk, paths = client.registry.zk, client.registry.paths
         client.create_topic("rr", partitions=3, replication_factor=3, min_insync_replicas=2,

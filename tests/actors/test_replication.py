@@ -27,28 +27,14 @@ PREAMBLE = textwrap.dedent(
     from raylog.client import Client
     from raylog.errors import ConfigError, NotEnoughReplicasError
     from raylog.retry import RetryPolicy
+    from raylog.testing.clusters import disk_node_args, log_bytes, start_disk_nodes, wait_until
 
     zookeeper, cluster_name, data_dir = sys.argv[1:4]
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     out = {}
 
-    def log_bytes(directory):
-        return b"".join(open(f, "rb").read() for f in sorted(glob.glob(os.path.join(directory, "*.log"))))
-
-    def wait_until(check, timeout_s=30):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if check():
-                return True
-            time.sleep(0.2)
-        return False
-
     try:
-        nodes = {}
-        for name in ("disk-a", "disk-b", "disk-c"):
-            nodes[name] = cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": name})
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+        nodes = start_disk_nodes(cluster, ("disk-a", "disk-b", "disk-c"))
     """
 )
 EPILOGUE = textwrap.dedent(
@@ -231,7 +217,7 @@ FAILOVER = script(
         out["identical"] = [len(survivors), len({log_bytes(d) for d in survivors})]
 
         # The old leader's node comes back: it follows, truncated to the new epoch, and rejoins the ISR.
-        cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": before["leader"]})
+        cluster.add_node(**disk_node_args(before["leader"]))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(client.describe_topic("f")["partitions"][0]["isr"]) < 3:
             time.sleep(0.5)
@@ -314,7 +300,7 @@ REJOIN = script(
         out["cli_gone"] = describe_cli("j")
 
         # The node comes back on the same disk: the follower recovers its log, catches up and rejoins.
-        cluster.add_node(num_cpus=1, resources={"raylog_disk": 1}, labels={"raylog-node": gone})
+        cluster.add_node(**disk_node_args(gone))
         out["rejoined"] = wait_until(lambda: gone in client.describe_topic("j")["partitions"][0]["isr"], 90)
         after = client.describe_topic("j")["partitions"][0]
         out["after"] = {k: after.get(k) for k in ("leader", "leader_epoch", "isr", "under_replicated")}
