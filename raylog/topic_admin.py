@@ -226,9 +226,10 @@ class TopicAdmin:
         return self.registry.list_topics()
 
     def describe_topic(self, name: str) -> dict:
-        """Config, and per partition: node, log directory, whether it is
-        served, endpoint, log start offset and high watermark (a partition
-        not served has no endpoint: :meth:`repair` serves it again)."""
+        """Config, and per partition: node (of a replicated partition: its
+        leader's), log directory, whether it is served, endpoint, log start
+        offset and high watermark (a partition not served has no endpoint:
+        :meth:`repair` serves it again)."""
         config = self.registry.topic_config(name)
         placements = self.registry.placements(name)
         endpoints = self.registry.endpoints(name)
@@ -252,5 +253,6 @@ class TopicAdmin:
                     pass
             if config.replication_factor > 1:
                 row.update(describe_replicas(self._zk, self.registry, self.settings.cluster, name, p))
+                row["node"] = row.get("leader") or row["node"]  # the node that serves it now
             partitions.append(row)
         return {"topic": name, "config": config, "partitions": partitions}

@@ -199,6 +199,7 @@ FAILOVER = script(
         out["failover_s"] = time.monotonic() - started
         after = client.describe_topic("f")["partitions"][0]
         out["leaders"] = [before["leader"], after["leader"], after["leader_epoch"]]
+        out["node_after"] = after["node"]  # describe's node: the one serving now, not the first leader's
         out["offsets_increase"] = all(a[1] < b[1] for a, b in zip(acked, acked[1:]))
         consumer = client.consumer(["f"], group="g", auto_offset_reset="earliest")
         seen, deadline = [], time.monotonic() + 60
@@ -239,6 +240,7 @@ def test_leader_node_lost_an_isr_member_takes_over_and_nothing_acknowledged_is_l
     assert out["keeper_leads"]
     old, new, epoch = out["leaders"]
     assert new != old and epoch == 1
+    assert out["node_after"] == new
     assert out["offsets_increase"]
     assert out["seen_all_in_order"], out["seen"]  # nothing acknowledged is lost
     assert out["identical"] == [2, 1]  # the two surviving replicas hold the same bytes
