@@ -76,6 +76,8 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(19, "LogDirectoryLockedError");
     NAMES.put(26, "TooManyConnectionsError");
     NAMES.put(27, "NotEnoughReplicasError");
+    NAMES.put(33, "InvalidReassignmentError");
+    NAMES.put(34, "ReassignmentTimeoutError");
     NAMES.put(49, "RayUnavailableError");
     NAMES.put(69, "DeliveryError");
     NAMES.put(70, "LogInUseError");
