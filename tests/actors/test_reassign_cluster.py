@@ -186,7 +186,8 @@ def test_reassign_restart_and_replace_lost_replicas(run_cluster_script):
     result = out["result"]
     at, total, failures = out["acked_during"]
     assert not failures and total >= at + 50 and at >= 50
-    assert result["leader_epoch"] == 1 and result["leader"] in result["replicas"]
+    # the lead moved (epoch 1); a loaded machine may add a failover of its own (a session expiring)
+    assert result["leader_epoch"] >= 1 and result["leader"] in result["replicas"]
     assert sorted(result["isr"]) == sorted(result["replicas"]) and len(result["replicas"]) == 3
     assert out["old_actor_gone"] and out["old_log_gone"]
     assert out["identical_to_hw"] and out["hw"] > 0
