@@ -1,9 +1,10 @@
 """Build steps beyond pyproject.toml: the compiled fast path of the message
 format, and the jar of the Spark data source ``raylog``.
 
-``raylog.storage._speedups`` is optional: if it does not build (no compiler,
-no Python headers), the install goes on and raylog runs the pure-Python
-message code, which is the reference anyway.
+``raylog.storage._speedups`` and ``raylog.producer._fastsend`` are optional:
+if they do not build (no compiler, no Python headers), the install goes on
+and raylog runs the pure-Python message code and ``Producer.send``, which
+are the reference anyway.
 
 The jar (``raylog_spark/jars/raylog-spark-<digest>.jar``) is compiled from
 ``integrations/spark/java`` by ``build_spark_jar`` (part of ``build``, and of
@@ -80,6 +81,11 @@ setup(
             "raylog.storage._speedups",
             sources=["raylog/storage/_speedups.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "raylog.producer._fastsend",
+            sources=["raylog/producer/_fastsend.c"],
+            optional=True,
+        ),
     ],
 )

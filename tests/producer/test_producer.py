@@ -18,6 +18,9 @@ from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 
+#: every test runs with the compiled send and with the reference (conftest.py)
+BOTH_SEND_PATHS = True
+
 
 def _read(client, topic: str, partition: int) -> list:
     """Every message below the high watermark: ``(offset, key, value)``."""

@@ -20,6 +20,9 @@ from raylog.producer.producer import Producer
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
 
+#: every test runs with the compiled send and with the reference (conftest.py)
+BOTH_SEND_PATHS = True
+
 
 class FakeMetadata:
     """Two partitions, a small max_message_bytes."""

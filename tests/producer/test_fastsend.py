@@ -1,0 +1,195 @@
+"""The compiled keyless case of ``Producer.send`` (``raylog.producer._fastsend``)
+against the reference, on in-memory partitions: the same calls store the
+same sets and resolve the same futures, a send waits while another thread
+holds the accumulator's lock, and every call it does not take gets the
+reference's answer (errors included)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from raylog.config import TopicConfig
+from raylog.errors import ClosedError, RequestTimeoutError
+from raylog.producer import producer as producer_module
+from raylog.producer.partitioner import StickyPartitioner
+from raylog.producer.producer import Producer
+from raylog.storage.decoding import decode_messages
+
+_fastsend = pytest.importorskip("raylog.producer._fastsend")
+
+
+class Metadata:
+    class settings:
+        token = None
+
+    def __init__(self, partitions: int, max_message_bytes: int):
+        self._partitions, self._max = partitions, max_message_bytes
+
+    def partitions(self, topic):
+        return self._partitions
+
+    def config(self, topic):
+        return TopicConfig(partitions=self._partitions, max_message_bytes=self._max)
+
+    def endpoint(self, topic, partition, **kw):
+        return ("127.0.0.1", 1)
+
+    def forget(self, topic, partition):
+        pass
+
+
+class Partitions:
+    """In-memory partitions: every set stored, decoded, in order; ``gate``
+    holds every request until it is set."""
+
+    def __init__(self):
+        self.sets: dict[int, list] = {}
+        self.offsets: dict[int, int] = {}
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def connection(self, tp):
+        parts = self
+
+        class Connection:
+            def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
+                parts.gate.wait()
+                bases = []
+                for payload in payloads:
+                    records = decode_messages(payload, 0)[0]
+                    parts.sets.setdefault(partition, []).append([(k, v) for _, _, k, v in records])
+                    bases.append(parts.offsets.get(partition, 0))
+                    parts.offsets[partition] = bases[-1] + len(payload)
+                return bases if acks else None
+
+            def close(self):
+                pass
+
+        return Connection()
+
+
+def _producer(compiled: bool, monkeypatch, partitions: int = 3, max_message_bytes: int = 600, **options):
+    store = Partitions()
+    options.setdefault("batch_size", 5)
+    with monkeypatch.context() as patch:
+        if not compiled:
+            patch.setattr(producer_module, "_fastsend", None)
+        producer = Producer(Metadata(partitions, max_message_bytes), linger_ms=60_000, acks=1, **options)
+    producer._sender._connection = store.connection
+    producer._acc._sticky = StickyPartitioner(seed=7)  # the same keyless partitions on both runs
+    return producer, store
+
+
+def _script(producer):
+    """Keyless sends of many sizes (some seal a batch by size, some by
+    count), mixed with keyed, timestamped and partitioned ones that share
+    or break the open sticky batch, and calls that spell out the defaults."""
+    send = producer.send
+    futures = []
+    for i in range(120):
+        value = b"v%03d-" % i + b"x" * (i * 37 % 260)
+        if i % 17 == 3:
+            futures.append(send("t", value, b"key-%d" % (i % 4)))
+        elif i % 23 == 5:
+            futures.append(send("t", value, timestamp_ms=1_700_000_000_000 + i))
+        elif i % 29 == 7:
+            futures.append(send("t", value, partition=i % 3))
+        elif i % 11 == 0:
+            futures.append(send("t", value, None, partition=None, timestamp_ms=None))
+        elif i % 13 == 0:
+            futures.append(send("t", value, key=None))
+        else:
+            futures.append(send("t", value))
+        if i % 40 == 39:
+            futures.append(send("u", value))  # another topic's sticky batch
+    producer.flush()
+    return [f.result(timeout_s=10) for f in futures]
+
+
+def test_the_compiled_send_and_the_reference_store_the_same_sets_and_offsets(monkeypatch):
+    outcomes = []
+    for compiled in (True, False):
+        producer, store = _producer(compiled, monkeypatch)
+        assert isinstance(producer.send, _fastsend.KeylessSend) is compiled
+        results = _script(producer)
+        stats = producer.stats()
+        producer.close()
+        outcomes.append((results, store.sets, stats["sent_messages"], stats["sent_batches"], stats["buffered"]))
+    compiled, reference = outcomes
+    assert compiled == reference
+    results, sets, sent, batches, buffered = compiled
+    assert sent == len(results) == 123 and buffered == 0
+    assert batches == sum(len(s) for s in sets.values()) and all(len(s) <= 5 for p in sets.values() for s in p)
+
+
+def test_a_compiled_send_waits_while_another_thread_holds_the_accumulators_lock(monkeypatch):
+    producer, _ = _producer(True, monkeypatch)
+    producer.send("t", b"opens the sticky batch")  # the next keyless send would join it
+    acc = producer._acc
+    done = threading.Event()
+
+    def send():
+        producer.send("t", b"second")
+        done.set()
+
+    with acc.lock:
+        thread = threading.Thread(target=send)
+        thread.start()
+        assert not done.wait(0.3), "a send went ahead while the lock was held"
+        assert len(acc.keyless["t"].values) == 1
+    thread.join(10)
+    assert done.is_set() and len(acc.keyless["t"].values) == 2
+    producer.close()
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["c", "python"])
+def test_calls_the_compiled_path_does_not_take_get_the_references_answer(monkeypatch, compiled):
+    producer, store = _producer(compiled, monkeypatch)
+    producer.send("t", b"first")
+    with pytest.raises(TypeError, match="value must be bytes"):
+        producer.send("t", "text")
+    with pytest.raises(TypeError, match="value must be bytes"):
+        producer.send("t", bytearray(b"mutable"))
+    with pytest.raises(TypeError):
+        producer.send("t", b"v", None, key=None)  # key twice
+    with pytest.raises(TypeError):
+        producer.send("t", b"v", headers={})  # no such argument
+    with pytest.raises(TypeError):
+        producer.send("t")
+    producer.send("t", b"last")
+    producer.close()
+    assert [v for p in store.sets.values() for s in p for _, v in s] == [b"first", b"last"]
+    with pytest.raises(ClosedError):
+        producer.send("t", b"after close")
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["c", "python"])
+def test_a_full_buffer_blocks_the_compiled_send_as_it_does_the_reference(monkeypatch, compiled):
+    producer, store = _producer(compiled, monkeypatch, max_buffered_messages=3, max_block_s=0.3, batch_size=50)
+    store.gate.clear()  # nothing resolves: the buffer stays full
+    futures = [producer.send("t", b"m%d" % i) for i in range(3)]
+    start = time.monotonic()
+    with pytest.raises(RequestTimeoutError, match="still buffered"):
+        producer.send("t", b"one too many")
+    assert time.monotonic() - start >= 0.25
+    store.gate.set()
+    producer.close()
+    assert [f.result(timeout_s=5).partition for f in futures] == [futures[0].partition] * 3
+    assert [v for p in store.sets.values() for s in p for _, v in s] == [b"m0", b"m1", b"m2"]
+
+
+def test_a_batch_size_one_producer_uses_the_reference(monkeypatch):
+    producer, _ = _producer(True, monkeypatch, batch_size=1)
+    assert not isinstance(producer.send, _fastsend.KeylessSend)
+    producer.close()
+
+
+def test_a_batch_type_without_the_expected_slots_is_refused():
+    class Plain:
+        pass
+
+    with pytest.raises(TypeError, match="has no slot"):
+        _fastsend.KeylessSend(object(), print, Plain, Plain)
