@@ -1,14 +1,21 @@
 /* raylog.producer._fastsend: the compiled fast path of Producer.send.
  *
  * Producer.send (raylog/producer/producer.py) is the reference and the
- * fallback. This module takes only its commonest case: a keyless message
- * without partition or timestamp that joins the open sticky batch of its
- * topic without sealing it. Everything else (a key, a partition, a
- * timestamp, no open batch, a full one, a full buffer, a value that is not
- * bytes, any argument it does not recognise) goes to the reference, which
- * takes the accumulator's lock.
+ * fallback. This module takes only its commonest cases, a keyless message
+ * without partition or timestamp:
  *
- *     KeylessSend(accumulator, reference, future_type, batch_type)
+ *   - batch_size above 1: it joins the open sticky batch of its topic
+ *     without sealing it;
+ *   - batch_size 1, a topic of one partition: its batch (sealed as it is
+ *     made) joins the partition's queue of sealed batches while a sender
+ *     worker is draining that queue (no wake-up needed).
+ *
+ * Everything else (a key, a partition, a timestamp, no open batch, a full
+ * one, a full buffer, a sleeping sender, a value that is not bytes, any
+ * argument it does not recognise) goes to the reference, which takes the
+ * accumulator's lock.
+ *
+ *     KeylessSend(accumulator, reference, future_type, batch_type, batch_future_type)
  *         a callable with the signature of Producer.send:
  *         (topic, value, key=None, *, partition=None, timestamp_ms=None)
  *
@@ -21,11 +28,27 @@
  * and run meanwhile: to another thread the append is as atomic as one
  * done under the lock. A thread that holds the lock (the sender draining,
  * a caller sealing) sends this call to the reference, which waits for it.
- * The future is allocated before the check, since allocating a tracked
- * object may run the garbage collector and with it any Python code.
+ * Every tracked object (the futures, a batch of one) is allocated before
+ * the check, since allocating one may run the garbage collector and with
+ * it any Python code.
  *
- * The slots of the batch (ProducerBatch) and of the future (SendFuture) are
- * read and written at the offsets their ``__slots__`` descriptors give.
+ * The slots of a batch (ProducerBatch), of its future (BatchFuture) and of
+ * a message's future (SendFuture) are read and written at the offsets
+ * their ``__slots__`` descriptors give; a batch of one is filled as
+ * ``ProducerBatch(topic, 0, None, limit, compressed, [value])`` would be
+ * (tests/producer/test_fastsend.py compares every slot).
+ *
+ * Untracked: a batch of one, its future and its list of values are left
+ * out of the garbage collector (a producer with batch_size 1 and a full
+ * buffer holds hundreds of thousands of them, and the collector's passes
+ * over them cost more than the sends). None of them can be part of a
+ * reference cycle while queued: the list holds one bytes object, the batch
+ * its list, its future and atomic values, the future the list and atomic
+ * values. A cycle can form only once the future gets an error (its
+ * traceback's frames may hold the batch) or callbacks (they may hold the
+ * message's future): ``track(obj)`` puts such an object back under the
+ * collector, and BatchFuture.fail, BatchFuture.on_done and the sender's
+ * resolving of a failed batch call it first.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -42,16 +65,31 @@ typedef struct {
     PyObject *reference;        /* Producer.send, bound */
     PyTypeObject *future_type;  /* SendFuture */
     PyTypeObject *batch_type;   /* ProducerBatch */
+    PyTypeObject *batch_future_type;  /* BatchFuture */
+    PyObject *counts;           /* acc._counts: topic -> partitions */
+    PyObject *limits;           /* acc._limits: topic -> max_message_bytes */
+    PyObject *ready;            /* acc.ready: (topic, partition) -> deque of sealed batches */
+    PyObject *draining;         /* acc.draining: (topic, partition) -> batches a worker holds */
+    PyObject *compressed;       /* acc.compressed (a bool) */
+    PyObject *time_time;        /* time.time */
+    PyObject *deque_type;       /* collections.deque */
+    PyObject *deque_append;     /* collections.deque.append */
+    PyObject *zero_float;       /* 0.0: the deadline of a sealed batch */
     Py_ssize_t batch_size;
     Py_ssize_t max_buffered;
     Py_ssize_t header_size;
     /* slot offsets of ProducerBatch */
     Py_ssize_t b_values, b_keys, b_timestamps, b_size, b_limit, b_future;
+    Py_ssize_t b_topic, b_partition, b_created, b_deadline;
     /* slot offsets of SendFuture */
     Py_ssize_t f_batch, f_index;
+    /* slot offsets of BatchFuture */
+    Py_ssize_t bf_topic, bf_partition, bf_values, bf_keys, bf_compressed, bf_done, bf_base, bf_offsets,
+        bf_error, bf_event, bf_callbacks;
 } KeylessSend;
 
-static PyObject *str_buffered, *str_key, *str_partition, *str_timestamp_ms;
+static PyObject *str_buffered, *str_key, *str_partition, *str_timestamp_ms, *str_closed, *str_sender_waiting,
+    *str_on_seal;
 
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
@@ -89,10 +127,11 @@ static PyObject *KeylessSend_vectorcall(PyObject *, PyObject *const *, size_t, P
 static PyObject *
 KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *acc, *reference, *future_type, *batch_type;
-    static char *kwlist[] = {"accumulator", "reference", "future_type", "batch_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!:KeylessSend", kwlist, &acc, &reference,
-                                     &PyType_Type, &future_type, &PyType_Type, &batch_type))
+    PyObject *acc, *reference, *future_type, *batch_type, *batch_future_type;
+    static char *kwlist[] = {"accumulator", "reference", "future_type", "batch_type", "batch_future_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!O!:KeylessSend", kwlist, &acc, &reference,
+                                     &PyType_Type, &future_type, &PyType_Type, &batch_type, &PyType_Type,
+                                     &batch_future_type))
         return NULL;
     KeylessSend *self = (KeylessSend *)type->tp_alloc(type, 0);
     if (self == NULL)
@@ -106,13 +145,25 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->future_type = (PyTypeObject *)future_type;
     Py_INCREF(batch_type);
     self->batch_type = (PyTypeObject *)batch_type;
+    Py_INCREF(batch_future_type);
+    self->batch_future_type = (PyTypeObject *)batch_future_type;
 
     PyObject *lock = NULL;
     PyTypeObject *bt = self->batch_type, *ft = self->future_type;
     if (slot_offset(bt, "values", &self->b_values) < 0 || slot_offset(bt, "keys", &self->b_keys) < 0 ||
         slot_offset(bt, "timestamps", &self->b_timestamps) < 0 || slot_offset(bt, "size", &self->b_size) < 0 ||
         slot_offset(bt, "limit", &self->b_limit) < 0 || slot_offset(bt, "future", &self->b_future) < 0 ||
+        slot_offset(bt, "topic", &self->b_topic) < 0 || slot_offset(bt, "partition", &self->b_partition) < 0 ||
+        slot_offset(bt, "created", &self->b_created) < 0 || slot_offset(bt, "deadline", &self->b_deadline) < 0 ||
         slot_offset(ft, "_batch", &self->f_batch) < 0 || slot_offset(ft, "_index", &self->f_index) < 0)
+        goto fail;
+    PyTypeObject *bft = self->batch_future_type;
+    if (slot_offset(bft, "topic", &self->bf_topic) < 0 || slot_offset(bft, "partition", &self->bf_partition) < 0 ||
+        slot_offset(bft, "_values", &self->bf_values) < 0 || slot_offset(bft, "_keys", &self->bf_keys) < 0 ||
+        slot_offset(bft, "_compressed", &self->bf_compressed) < 0 || slot_offset(bft, "_done", &self->bf_done) < 0 ||
+        slot_offset(bft, "_base", &self->bf_base) < 0 || slot_offset(bft, "_offsets", &self->bf_offsets) < 0 ||
+        slot_offset(bft, "_error", &self->bf_error) < 0 || slot_offset(bft, "_event", &self->bf_event) < 0 ||
+        slot_offset(bft, "_callbacks", &self->bf_callbacks) < 0)
         goto fail;
     if ((self->acc_dict = PyObject_GenericGetDict(acc, NULL)) == NULL || !PyDict_CheckExact(self->acc_dict))
         goto fail;
@@ -125,6 +176,35 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!PyDict_CheckExact(self->keyless)) {
         PyErr_SetString(PyExc_TypeError, "accumulator.keyless must be a dict");
         goto fail;
+    }
+    if ((self->counts = PyObject_GetAttrString(acc, "_counts")) == NULL ||
+        (self->limits = PyObject_GetAttrString(acc, "_limits")) == NULL ||
+        (self->ready = PyObject_GetAttrString(acc, "ready")) == NULL ||
+        (self->draining = PyObject_GetAttrString(acc, "draining")) == NULL ||
+        (self->compressed = PyObject_GetAttrString(acc, "compressed")) == NULL)
+        goto fail;
+    if (!PyDict_CheckExact(self->counts) || !PyDict_CheckExact(self->limits) || !PyDict_CheckExact(self->ready) ||
+        !PyDict_CheckExact(self->draining) || !PyBool_Check(self->compressed)) {
+        PyErr_SetString(PyExc_TypeError, "the accumulator's _counts, _limits, ready and draining must be dicts");
+        goto fail;
+    }
+    {
+        PyObject *time_module = PyImport_ImportModule("time");
+        if (time_module == NULL)
+            goto fail;
+        self->time_time = PyObject_GetAttrString(time_module, "time");
+        Py_DECREF(time_module);
+        PyObject *collections = PyImport_ImportModule("collections");
+        if (collections == NULL)
+            goto fail;
+        self->deque_type = PyObject_GetAttrString(collections, "deque");
+        Py_DECREF(collections);
+        if (self->time_time == NULL || self->deque_type == NULL)
+            goto fail;
+        if ((self->deque_append = PyObject_GetAttrString(self->deque_type, "append")) == NULL)
+            goto fail;
+        if ((self->zero_float = PyFloat_FromDouble(0.0)) == NULL)
+            goto fail;
     }
     if (ssize_attr(acc, "batch_size", &self->batch_size) < 0 ||
         ssize_attr(acc, "max_buffered", &self->max_buffered) < 0)
@@ -156,6 +236,15 @@ KeylessSend_traverse(KeylessSend *self, visitproc visit, void *arg)
     Py_VISIT(self->reference);
     Py_VISIT(self->future_type);
     Py_VISIT(self->batch_type);
+    Py_VISIT(self->batch_future_type);
+    Py_VISIT(self->counts);
+    Py_VISIT(self->limits);
+    Py_VISIT(self->ready);
+    Py_VISIT(self->draining);
+    Py_VISIT(self->compressed);
+    Py_VISIT(self->time_time);
+    Py_VISIT(self->deque_type);
+    Py_VISIT(self->deque_append);
     return 0;
 }
 
@@ -169,6 +258,16 @@ KeylessSend_clear(KeylessSend *self)
     Py_CLEAR(self->reference);
     Py_CLEAR(self->future_type);
     Py_CLEAR(self->batch_type);
+    Py_CLEAR(self->batch_future_type);
+    Py_CLEAR(self->counts);
+    Py_CLEAR(self->limits);
+    Py_CLEAR(self->ready);
+    Py_CLEAR(self->draining);
+    Py_CLEAR(self->compressed);
+    Py_CLEAR(self->time_time);
+    Py_CLEAR(self->deque_type);
+    Py_CLEAR(self->deque_append);
+    Py_CLEAR(self->zero_float);
     return 0;
 }
 
@@ -207,15 +306,158 @@ plain_call(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return 1;
 }
 
+/* Set the object slot at ``offset`` of a fresh object (its slots are NULL). */
+static inline void
+fill(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    Py_INCREF(value);
+    SLOT(obj, offset) = value;
+}
+
+/* An exact int of a dict, as a C value; -1 when missing, not an exact int
+ * or negative (no error set). */
+static Py_ssize_t
+dict_ssize(PyObject *dict, PyObject *key)
+{
+    PyObject *value = PyDict_GetItemWithError(dict, key);  /* borrowed */
+    if (value == NULL || !PyLong_CheckExact(value)) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_ssize_t out = PyLong_AsSsize_t(value);
+    if (out == -1)
+        PyErr_Clear();
+    return out;
+}
+
+/* batch_size 1 (see the module docstring): 1 sent (*out: its future), 0
+ * for the reference, -1 error. */
+static int
+send_alone(KeylessSend *self, PyObject *topic, PyObject *value, PyObject **out)
+{
+    if (dict_ssize(self->counts, topic) != 1)
+        return 0;  /* not known yet, or sticky over several partitions */
+    PyObject *limit = PyDict_GetItemWithError(self->limits, topic);  /* borrowed */
+    if (limit == NULL || !PyLong_CheckExact(limit)) {
+        PyErr_Clear();
+        return 0;
+    }
+    /* Everything allocated first (a tracked object may run the collector). */
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *created = PyObject_CallNoArgs(self->time_time);
+    PyObject *values = PyList_New(1);
+    PyObject *size = PyLong_FromSsize_t(self->header_size + PyBytes_GET_SIZE(value));
+    PyObject *tp = zero == NULL ? NULL : PyTuple_Pack(2, topic, zero);
+    PyObject *batch_future = self->batch_future_type->tp_alloc(self->batch_future_type, 0);
+    PyObject *batch = self->batch_type->tp_alloc(self->batch_type, 0);
+    PyObject *future = self->future_type->tp_alloc(self->future_type, 0);
+    PyObject *new_buffered = NULL;
+    int status = -1;
+    if (!zero || !created || !values || !size || !tp || !batch_future || !batch || !future)
+        goto done;
+    Py_INCREF(value);
+    PyList_SET_ITEM(values, 0, value);
+    PyObject_GC_UnTrack(values);  /* bytes only, and never more: it cannot be part of a cycle */
+    fill(batch_future, self->bf_topic, topic);
+    fill(batch_future, self->bf_partition, zero);
+    fill(batch_future, self->bf_values, values);
+    fill(batch_future, self->bf_keys, Py_None);
+    fill(batch_future, self->bf_compressed, self->compressed);
+    fill(batch_future, self->bf_done, Py_False);
+    fill(batch_future, self->bf_base, Py_None);
+    fill(batch_future, self->bf_offsets, Py_None);
+    fill(batch_future, self->bf_error, Py_None);
+    fill(batch_future, self->bf_event, Py_None);
+    fill(batch_future, self->bf_callbacks, Py_None);
+    fill(batch, self->b_topic, topic);
+    fill(batch, self->b_partition, zero);
+    fill(batch, self->b_values, values);
+    fill(batch, self->b_keys, Py_None);
+    fill(batch, self->b_timestamps, Py_None);
+    fill(batch, self->b_created, created);
+    fill(batch, self->b_deadline, self->zero_float);
+    fill(batch, self->b_size, size);
+    fill(batch, self->b_limit, limit);
+    fill(batch, self->b_future, batch_future);
+    fill(future, self->f_batch, batch_future);
+    fill(future, self->f_index, zero);
+    /* Left out of the garbage collector while queued (see "Untracked"). */
+    PyObject_GC_UnTrack(batch_future);
+    PyObject_GC_UnTrack(batch);
+
+    PyObject *locked = PyObject_CallNoArgs(self->locked);
+    if (locked == NULL)
+        goto done;
+    Py_DECREF(locked);
+    status = 0;
+    if (locked != Py_False)
+        goto done;
+    /* From here on to the append: nothing that can run Python code. */
+    if (PyDict_GetItemWithError(self->acc_dict, str_closed) != Py_False ||
+        PyDict_GetItemWithError(self->acc_dict, str_on_seal) != NULL)  /* an on_seal hook (audit) */
+        goto clear;
+    Py_ssize_t buffered = dict_ssize(self->acc_dict, str_buffered);
+    if (buffered < 0 || buffered >= self->max_buffered)
+        goto clear;
+    PyObject *queue = PyDict_GetItemWithError(self->ready, tp);  /* borrowed */
+    if (queue == NULL || !Py_IS_TYPE(queue, (PyTypeObject *)self->deque_type))
+        goto clear;
+    PyObject *waiting = PyDict_GetItemWithError(self->acc_dict, str_sender_waiting);  /* borrowed */
+    if (waiting != Py_False) {
+        if (waiting != Py_True || PyDict_Contains(self->draining, tp) != 1)
+            goto clear;  /* the sender must be woken: under the lock, by the reference */
+    }
+    if ((new_buffered = PyLong_FromSsize_t(buffered + 1)) == NULL) {
+        status = -1;
+        goto done;
+    }
+    PyObject *call[2] = {queue, batch};
+    PyObject *appended = PyObject_Vectorcall(self->deque_append, call, 2, NULL);
+    if (appended == NULL) {
+        status = -1;
+        goto done;
+    }
+    Py_DECREF(appended);
+    if (PyDict_SetItem(self->acc_dict, str_buffered, new_buffered) < 0) {
+        status = -1;
+        goto done;
+    }
+    *out = future;
+    future = NULL;
+    status = 1;
+    goto done;
+clear:
+    PyErr_Clear();
+done:
+    Py_XDECREF(new_buffered);
+    Py_XDECREF(zero);
+    Py_XDECREF(created);
+    Py_XDECREF(values);
+    Py_XDECREF(size);
+    Py_XDECREF(tp);
+    Py_XDECREF(batch_future);
+    Py_XDECREF(batch);
+    Py_XDECREF(future);
+    return status;
+}
+
 static PyObject *
 KeylessSend_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     KeylessSend *self = (KeylessSend *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (self->batch_size < 2 || !plain_call(args, nargs, kwnames) || !PyUnicode_CheckExact(args[0]) ||
-        !PyBytes_CheckExact(args[1]))
+    if (!plain_call(args, nargs, kwnames) || !PyUnicode_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]))
         goto reference;
     PyObject *topic = args[0], *value = args[1];
+    if (self->batch_size == 1) {
+        PyObject *sent = NULL;
+        int status = send_alone(self, topic, value, &sent);
+        if (status < 0)
+            return NULL;
+        if (status > 0)
+            return sent;
+        goto reference;
+    }
 
     /* Allocated first: it may run the garbage collector (and any Python code). */
     PyObject *future = self->future_type->tp_alloc(self->future_type, 0);
@@ -310,6 +552,20 @@ KeylessSend_call(PyObject *callable, PyObject *args, PyObject *kwargs)
     return PyVectorcall_Call(callable, args, kwargs);
 }
 
+static PyObject *
+fastsend_track(PyObject *module, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj))
+        PyObject_GC_Track(obj);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fastsend_methods[] = {
+    {"track", fastsend_track, METH_O,
+     PyDoc_STR("track(obj): put an object the compiled send left untracked back under the garbage collector")},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMemberDef KeylessSend_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(KeylessSend, vectorcall), READONLY},
     {"reference", T_OBJECT, offsetof(KeylessSend, reference), READONLY,
@@ -335,8 +591,9 @@ static PyTypeObject KeylessSendType = {
 static struct PyModuleDef fastsend_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "raylog.producer._fastsend",
-    .m_doc = PyDoc_STR("The compiled fast path of Producer.send (keyless messages joining an open batch)."),
+    .m_doc = PyDoc_STR("The compiled fast path of Producer.send (keyless messages; see the source's comment)."),
     .m_size = -1,
+    .m_methods = fastsend_methods,
 };
 
 PyMODINIT_FUNC
@@ -348,7 +605,11 @@ PyInit__fastsend(void)
     str_key = PyUnicode_InternFromString("key");
     str_partition = PyUnicode_InternFromString("partition");
     str_timestamp_ms = PyUnicode_InternFromString("timestamp_ms");
-    if (!str_buffered || !str_key || !str_partition || !str_timestamp_ms)
+    str_closed = PyUnicode_InternFromString("closed");
+    str_sender_waiting = PyUnicode_InternFromString("sender_waiting");
+    str_on_seal = PyUnicode_InternFromString("on_seal");
+    if (!str_buffered || !str_key || !str_partition || !str_timestamp_ms || !str_closed || !str_sender_waiting ||
+        !str_on_seal)
         return NULL;
     PyObject *module = PyModule_Create(&fastsend_module);
     if (module == NULL)

@@ -29,6 +29,14 @@ from typing import Callable, NamedTuple
 from raylog.errors import RaylogError, RequestTimeoutError
 from raylog.storage.message import HEADER_SIZE
 
+try:  # puts a future the compiled send left untracked back under the garbage collector
+    from raylog.producer._fastsend import track as _track
+except ImportError:  # pragma: no cover - built without a compiler
+
+    def _track(obj) -> None:
+        pass
+
+
 #: guards the lazily made events and callback lists of every future
 _WAIT_LOCK = threading.Lock()
 #: the offset of a message whose place in the log is not known (acks=0)
@@ -91,6 +99,7 @@ class BatchFuture:
         self._finish()
 
     def fail(self, error: BaseException) -> None:
+        _track(self)  # (its error's traceback may lead back to it: a cycle the collector must see)
         self._error = scoped_error(error, self.topic, self.partition)
         self._values = self._keys = None
         self._finish()
@@ -134,6 +143,7 @@ class BatchFuture:
     def on_done(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once resolved (at once if it is)."""
         if not self._done:
+            _track(self)  # (a callback may lead back to it: a cycle the collector must see)
             with _WAIT_LOCK:
                 if not self._done:
                     if self._callbacks is None:

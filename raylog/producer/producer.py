@@ -47,8 +47,9 @@ batches, and only the sender's threads touch the sockets.
 
 Compiled path: when ``raylog.producer._fastsend`` is built, a producer's
 ``send`` is its :class:`KeylessSend`, which takes the commonest call (a
-keyless message that joins its topic's open batch without sealing it)
-without Python code and hands every other call to ``Producer.send``
+keyless message that joins its topic's open batch without sealing it; with
+``batch_size`` 1, one to a one-partition topic while the sender is
+draining it) without Python code and hands every other call to ``Producer.send``
 below, the reference. It appends only while the accumulator's lock is
 free, and without letting go of the GIL, so that to every other thread
 the append is as one made under the lock (``_fastsend.c`` says why).
@@ -66,7 +67,7 @@ from typing import Iterable, Sequence
 from raylog.errors import ConfigError, DeliveryError, RequestTimeoutError, UnknownPartitionError
 from raylog.producer.accumulator import DEFAULT_MAX_BLOCK_S, RecordAccumulator
 from raylog.producer.batch import ProducerBatch
-from raylog.producer.futures import CallFuture, SendFuture
+from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
 from raylog.producer.sender import MAX_IN_FLIGHT_PARTITIONS, Sender
 from raylog.transfer.protocol import ACKS_ALL
 from raylog.retry import RetryPolicy
@@ -165,11 +166,12 @@ class Producer:
         )
         #: the random id of the idempotent sets (-1 when not idempotent)
         self.producer_id = self._sender.producer_id
-        if _fastsend is not None and batch_size > 1:
-            # send's commonest case compiled: a keyless message joining the
-            # open batch of its topic; every other call goes to Producer.send.
-            self.send = _fastsend.KeylessSend(self._acc, types.MethodType(Producer.send, self), SendFuture,
-                                              ProducerBatch)
+        if _fastsend is not None:
+            # send's commonest case compiled (a keyless message); every other
+            # call goes to Producer.send.
+            self.send = _fastsend.KeylessSend(
+                self._acc, types.MethodType(Producer.send, self), SendFuture, ProducerBatch, BatchFuture
+            )
 
     # -- the caller's side ---------------------------------------------------
 

@@ -10,7 +10,8 @@ A partition is drained by at most one worker at a time, so its sets leave
 in order, on its own connection.
 
 A drain sends up to ``max_in_flight_sets`` (16) sets per round, pipelined on
-one connection, and reads a reply per set (acks 1 or "all"):
+one connection, and reads a reply per set (acks 1 or "all"; with acks=0 a
+round takes up to :data:`MAX_UNACKED_ROUND_SETS`):
 
 * a base offset resolves the batch's future;
 * a typed error the server answered for one set fails that set alone
@@ -61,7 +62,7 @@ from raylog.errors import (
     OutOfOrderSequenceError,
     RaylogError,
 )
-from raylog.producer.futures import UNKNOWN_OFFSET
+from raylog.producer.futures import UNKNOWN_OFFSET, _track
 from raylog.retry import RetryPolicy
 from raylog.transfer.protocol import MAX_IN_FLIGHT_PER_PARTITION
 
@@ -69,6 +70,9 @@ log = logging.getLogger(__name__)
 
 #: unacknowledged sets per topic-partition (below the 32 a partition remembers)
 MAX_IN_FLIGHT_SETS = MAX_IN_FLIGHT_PER_PARTITION
+#: sets per round with acks=0 (nothing to wait for: a bound on the memory a
+#: round holds, its encoded sets, and on the objects it keeps alive)
+MAX_UNACKED_ROUND_SETS = 256
 #: partitions drained at once (worker threads)
 MAX_IN_FLIGHT_PARTITIONS = 8
 _MAX_PRODUCER_ID = (1 << 63) - 1
@@ -201,7 +205,7 @@ class Sender:
                     acc.wake.notify()  # the dispatcher may be waiting to close
                     acc.space.notify_all()
                     return
-                limit = len(queue) if not self.acks else self.max_in_flight_sets
+                limit = MAX_UNACKED_ROUND_SETS if not self.acks else self.max_in_flight_sets
                 batches = [queue.popleft() for _ in range(min(limit, len(queue)))]
                 self._draining[tp] = batches
             try:
@@ -220,6 +224,7 @@ class Sender:
         if error is None:
             batch.future.resolve(base)
         else:
+            _track(batch)  # (the error's traceback may hold it: a cycle the collector must see)
             batch.future.fail(error)
 
     def _send(self, tp: tuple[str, int], batches: list) -> None:

@@ -6,17 +6,21 @@ reference's answer (errors included)."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.errors import ClosedError, RequestTimeoutError
+from raylog.errors import ClosedError, DeliveryError, InvalidMessageError, RequestTimeoutError
 from raylog.producer import producer as producer_module
+from raylog.producer.batch import ProducerBatch
 from raylog.producer.partitioner import StickyPartitioner
 from raylog.producer.producer import Producer
 from raylog.storage.decoding import decode_messages
+from raylog.storage.message import HEADER_SIZE
 
 _fastsend = pytest.importorskip("raylog.producer._fastsend")
 
@@ -43,13 +47,15 @@ class Metadata:
 
 class Partitions:
     """In-memory partitions: every set stored, decoded, in order; ``gate``
-    holds every request until it is set."""
+    holds every request until it is set; ``refuse`` (an error) is raised by
+    every request while set."""
 
     def __init__(self):
         self.sets: dict[int, list] = {}
         self.offsets: dict[int, int] = {}
         self.gate = threading.Event()
         self.gate.set()
+        self.refuse = None
 
     def connection(self, tp):
         parts = self
@@ -57,6 +63,8 @@ class Partitions:
         class Connection:
             def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
                 parts.gate.wait()
+                if parts.refuse is not None:
+                    raise parts.refuse
                 bases = []
                 for payload in payloads:
                     records = decode_messages(payload, 0)[0]
@@ -181,10 +189,57 @@ def test_a_full_buffer_blocks_the_compiled_send_as_it_does_the_reference(monkeyp
     assert [v for p in store.sets.values() for s in p for _, v in s] == [b"m0", b"m1", b"m2"]
 
 
-def test_a_batch_size_one_producer_uses_the_reference(monkeypatch):
-    producer, _ = _producer(True, monkeypatch, batch_size=1)
-    assert not isinstance(producer.send, _fastsend.KeylessSend)
+def _slots(obj) -> dict:
+    return {name: getattr(obj, name) for name in type(obj).__slots__}
+
+
+def test_a_batch_of_one_made_by_the_compiled_send_is_the_references_in_every_slot(monkeypatch):
+    producer, store = _producer(True, monkeypatch, partitions=1, batch_size=1)
+    store.gate.clear()  # the sender's worker takes the first set and waits: the partition is being drained
+    first = producer.send("t", b"first")  # (the reference: no queue yet; it wakes the sender)
+    acc = producer._acc
+    deadline = time.monotonic() + 10
+    while ("t", 0) not in acc.draining or acc.ready.get(("t", 0)):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    before = time.time()
+    second = producer.send("t", b"second")
+    (batch,) = acc.ready[("t", 0)]
+    assert second._batch is batch.future and second._index == 0
+    reference = ProducerBatch("t", 0, None, acc._limits["t"], acc.compressed, [b"second"])
+    reference.size = HEADER_SIZE + len(b"second")
+    made, expected = _slots(batch), _slots(reference)
+    assert before <= made.pop("created") <= time.time()
+    expected.pop("created")
+    made_future, expected_future = _slots(made.pop("future")), _slots(expected.pop("future"))
+    assert made == expected
+    assert made_future == expected_future and made_future["_values"] is batch.values
+    # left out of the collector while queued (see _fastsend.c)
+    assert not any(gc.is_tracked(o) for o in (batch, batch.future, batch.values))
+    store.gate.set()
     producer.close()
+    assert [f.result(timeout_s=5) for f in (first, second)] == [(0, 0), (0, HEADER_SIZE + len(b"first"))]
+
+
+def test_a_failed_batch_of_one_is_collected_with_the_cycle_its_error_makes(monkeypatch):
+    producer, store = _producer(True, monkeypatch, partitions=1, batch_size=1)
+    store.gate.clear()
+    first = producer.send("t", b"first")
+    while ("t", 0) not in producer._acc.draining or producer._acc.ready.get(("t", 0)):
+        time.sleep(0.001)
+    futures = [producer.send("t", b"m%d" % i) for i in range(20)]
+    assert not gc.is_tracked(futures[-1]._batch)  # made by the compiled path
+    store.refuse = InvalidMessageError("refused")  # raised: its traceback holds the sender's frames
+    store.gate.set()
+    with pytest.raises(DeliveryError):
+        producer.flush()
+    errors = [weakref.ref(f.exception(timeout_s=5)) for f in [first] + futures]
+    assert all(e() is not None for e in errors)
+    assert gc.is_tracked(futures[-1]._batch)  # back under the collector once failed
+    producer.close()
+    del producer, store, first, futures
+    gc.collect()
+    assert [e() for e in errors if e() is not None] == []  # nothing kept alive by a cycle
 
 
 def test_a_batch_type_without_the_expected_slots_is_refused():
@@ -192,4 +247,4 @@ def test_a_batch_type_without_the_expected_slots_is_refused():
         pass
 
     with pytest.raises(TypeError, match="has no slot"):
-        _fastsend.KeylessSend(object(), print, Plain, Plain)
+        _fastsend.KeylessSend(object(), print, Plain, Plain, Plain)
