@@ -255,7 +255,7 @@ def bench_actor_baseline(n: int, batch: int = 50) -> list[dict]:
 #: partitions of the keyed/keyless comparison
 KEYED_PARTITIONS = 8
 #: alternated rounds of each paired comparison; the best of each side is kept
-ROUNDS = 3
+ROUNDS = 5
 #: the floor each case is set beside (bench/floor.py)
 FLOOR_OF = {"produce": "floor: framing + CRC32C", "consume": "floor: parsing + CRC"}
 
