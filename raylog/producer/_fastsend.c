@@ -599,6 +599,12 @@ static struct PyModuleDef fastsend_module = {
 PyMODINIT_FUNC
 PyInit__fastsend(void)
 {
+#ifdef Py_GIL_DISABLED
+    /* Without a GIL the append is no longer atomic to other threads: the
+     * producer runs the reference instead. */
+    PyErr_SetString(PyExc_ImportError, "raylog.producer._fastsend needs the GIL (a free-threaded build has none)");
+    return NULL;
+#endif
     if (PyType_Ready(&KeylessSendType) < 0)
         return NULL;
     str_buffered = PyUnicode_InternFromString("buffered");
