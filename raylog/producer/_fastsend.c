@@ -490,13 +490,9 @@ KeylessSend_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
     Py_ssize_t index = PyList_GET_SIZE(values);
     if (index + 1 >= self->batch_size)
         goto drop_future;  /* it would seal the batch: the reference does */
-    PyObject *buffered_obj = PyDict_GetItemWithError(self->acc_dict, str_buffered);  /* borrowed */
-    if (buffered_obj == NULL || !PyLong_CheckExact(buffered_obj)) {
-        if (PyErr_Occurred())
-            PyErr_Clear();
+    Py_ssize_t buffered = dict_ssize(self->acc_dict, str_buffered);
+    if (buffered < 0)
         goto drop_future;
-    }
-    Py_ssize_t buffered = PyLong_AsSsize_t(buffered_obj);
     Py_ssize_t size = PyLong_AsSsize_t(size_obj), limit = PyLong_AsSsize_t(limit_obj);
     Py_ssize_t grow = self->header_size + PyBytes_GET_SIZE(value);
     if (PyErr_Occurred()) {

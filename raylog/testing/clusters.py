@@ -46,13 +46,13 @@ def start_disk_nodes(cluster, labels, *, object_store_memory: int | None = None)
 
 
 def wait_until(check, timeout_s: float = 30.0, interval_s: float = 0.2) -> bool:
-    """Whether ``check()`` came true within ``timeout_s``."""
+    """Whether ``check()`` came true within ``timeout_s`` (checked once more at the deadline)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
             return True
         time.sleep(interval_s)
-    return False
+    return check()
 
 
 def log_bytes(directory: str) -> bytes:

@@ -224,6 +224,39 @@ def test_batch_one_sends_each_keyless_message_as_its_own_set():
     producer.close()
 
 
+class RoundsPartition(FakePartition):
+    """Records how many sets each request carries; the first request waits
+    for ``gate``."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.gate = threading.Event()
+        self.sizes: list[int] = []
+
+    def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
+        self.gate.wait(10)
+        self.sizes.append(len(payloads))
+        return super().produce_sets(topic, partition, payloads, acks, producer_id=producer_id, sequences=sequences)
+
+
+def test_an_acks_0_round_takes_at_most_its_bound_of_sets():
+    from raylog.producer.sender import MAX_UNACKED_ROUND_SETS
+
+    part = RoundsPartition()
+    producer = Producer(FakeMetadata(partitions=1), linger_ms=1000, batch_size=1, acks=0)
+    producer._sender._connection = lambda tp: part
+    n = 2 * MAX_UNACKED_ROUND_SETS + 100
+    for i in range(n):  # the first set's round waits at the gate while the rest queue up
+        producer.send("t", b"m%d" % i)
+    part.gate.set()
+    producer.flush()
+    assert part.log == [b"m%d" % i for i in range(n)]
+    assert sum(part.sizes) == n and max(part.sizes) == MAX_UNACKED_ROUND_SETS
+    producer.close()
+
+
 class AwayPartition(FakePartition):
     """A partition whose every request fails as if its actor were gone."""
 

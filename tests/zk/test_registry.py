@@ -19,18 +19,14 @@ from raylog.errors import (
     UnknownTopicError,
     ZooKeeperUnavailableError,
 )
+from raylog.testing.clusters import wait_until as _wait_until
 from raylog.testing.faults import drop_connection, expire_session
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
 
 
-def wait_until(predicate, timeout_s: float = 30.0, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
+def wait_until(predicate, timeout_s: float = 30.0) -> bool:
+    return _wait_until(predicate, timeout_s, interval_s=0.05)
 
 
 @pytest.fixture

@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from raylog.errors import ZooKeeperUnavailableError
 from raylog.errors import EmbeddedZooKeeperError
+from raylog.testing.clusters import wait_until as _wait_until
 from raylog.zk.launcher import find_jars, four_letter_word, free_port
 from raylog.zk.server import EmbeddedZooKeeper
 from raylog.zk.session import connect_kazoo
@@ -26,13 +26,8 @@ def process_gone(pid: int) -> bool:
         return True
 
 
-def wait_until(predicate, timeout_s: float = 30.0, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
+def wait_until(predicate, timeout_s: float = 30.0) -> bool:
+    return _wait_until(predicate, timeout_s, interval_s=0.05)
 
 
 def close(client):
