@@ -30,10 +30,14 @@ class BulkAppends:
         values: Sequence[bytes],
         keys: Sequence[bytes | None] | None,
         partition: int | None,
+        check=None,
     ) -> CallFuture:
         """Many messages at once, each partitioned by its key (or all to
         ``partition``, or keyless and sticky); batches fill a slice at a
-        time, without a per-message lookup of the open batch."""
+        time, without a per-message lookup of the open batch. ``check``
+        (values, keys), when given, is called before keyed messages are
+        grouped by the reference (the compiled grouping checks their types
+        itself)."""
         call = CallFuture()
         n = len(values)
         if not n:
@@ -50,7 +54,7 @@ class BulkAppends:
             return call
         # Keyed: split the call by partition (crc32c(key) mod partitions),
         # keeping the call's order within each; one compiled pass when built.
-        groups = group_by_partition(values, keys, count)
+        groups = group_by_partition(values, keys, count, check)
         with self.lock:
             self.deferring = True
             try:
@@ -60,6 +64,10 @@ class BulkAppends:
         call._count = n  # (_fill counted its own: now all n are in)
         return call
 
+    #: the compiled common case of :meth:`_append_groups` (``_fastsend.GroupFill``),
+    #: set by the producer when built; ``None``: this Python code alone
+    fill_groups = None
+
     def _append_groups(self, topic, groups, n, count, call: CallFuture) -> None:
         """The groups of a keyed call into their partitions' batches (lock held)."""
         batch_size = self.batch_size
@@ -67,13 +75,24 @@ class BulkAppends:
         taken = 0  # messages of the fast path, not yet counted in buffered
         # Buffer room for the whole call: then no group needs its own check.
         room = not self.closed and self.buffered + n < self.max_buffered
-        for p, positions, group_values, group_keys, total, largest in groups:
+        fill = self.fill_groups if room else None
+        i = 0
+        while i < len(groups):
+            if fill is not None:
+                # compiled: the groups from i on into their open batches, up
+                # to one it leaves (or what is left of it) for the code below
+                placed, i = fill(groups, i, self.open, topic, batch_size, HEADER_SIZE, parts, self._seal,
+                                 self._open_keyed)
+                self.buffered += placed
+                if i == len(groups):
+                    break
+            p, positions, group_values, group_keys, total, largest = groups[i]
+            i += 1
             k = len(positions)
             if room and p >= 0:
                 batch = self.open.get((topic, p))
                 if batch is None:
-                    batch = self._batch_for(topic, p, 0)
-                    batch.keys = []
+                    batch = self._open_keyed(topic, p)
                 first = len(batch.values)
                 if (
                     first + k <= batch_size
@@ -95,6 +114,12 @@ class BulkAppends:
             sizes = list(map(add_key_size, map(len, group_values), group_keys))
             self._fill(topic, None if p < 0 else p, group_values, group_keys, sizes, positions, count, call)
         self.buffered += taken
+
+    def _open_keyed(self, topic: str, partition: int):
+        """A new open batch of the topic-partition, for keyed messages (lock held)."""
+        batch = self._batch_for(topic, partition, 0)
+        batch.keys = []
+        return batch
 
     def _fill(self, topic, partition, values, keys, sizes, positions, count, call: CallFuture) -> None:
         """Put ``values`` (with ``keys`` and their ``sizes`` without headers)

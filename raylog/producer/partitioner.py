@@ -29,20 +29,26 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     return crc32c(key) % partitions
 
 
-def group_by_partition(values: Sequence[bytes], keys: Sequence[bytes | None], partitions: int) -> list[tuple]:
+def group_by_partition(
+    values: Sequence[bytes], keys: Sequence[bytes | None], partitions: int, check=None
+) -> list[tuple]:
     """``values`` and ``keys`` split by partition (keyless messages under -1).
 
     One tuple per partition met, by increasing partition: ``(partition,
     positions, values, keys, total, largest)``, where ``positions`` are the
     places in the call (increasing) and ``total`` / ``largest`` the sum and
     the maximum of ``len(key) + len(value)`` over the group. The compiled
-    ``_speedups.group`` when built (the same result); this code otherwise.
+    ``_speedups.group`` when built (the same result); this code otherwise,
+    after ``check(values, keys)`` when given (the compiled one takes only
+    bytes values and keys that are bytes or None, and says None otherwise).
     """
     fast = _message._speedups
     if fast is not None and type(partitions) is int:
         groups = fast.group(values, keys, partitions)
         if groups is not None:
             return groups
+    if check is not None:
+        check(values, keys)
     if partitions <= 0:
         raise ConfigError(f"a topic has at least one partition, got {partitions}")
     parts = [crc32c(k) % partitions if k is not None else -1 for k in keys]

@@ -53,6 +53,9 @@ draining it) without Python code and hands every other call to ``Producer.send``
 below, the reference. It appends only while the accumulator's lock is
 free, and without letting go of the GIL, so that to every other thread
 the append is as one made under the lock (``_fastsend.c`` says why).
+Its :class:`GroupFill` places the groups of a keyed ``send_batch`` call in
+their partitions' open batches, under the lock (``BulkAppends._append_groups``
+is the reference), and the compiled grouping checks the call's types.
 """
 
 from __future__ import annotations
@@ -84,6 +87,19 @@ _BYTES = {bytes}
 _KEY_TYPES = {bytes, type(None)}
 #: messages per slice of ``send_many``
 SEND_MANY_SLICE = 10_000
+
+
+def check_types(values: Sequence, keys: Sequence | None) -> None:
+    """TypeError unless every value is bytes and every key bytes or None."""
+    kinds = set(map(type, values))  # one C-level pass, not a check per message
+    if kinds - _BYTES:
+        raise TypeError(f"values must be bytes, got {', '.join(sorted(k.__name__ for k in kinds - _BYTES))}")
+    if keys is not None:
+        kinds = set(map(type, keys))
+        if kinds - _KEY_TYPES:
+            raise TypeError(
+                f"keys must be bytes or None, got {', '.join(sorted(k.__name__ for k in kinds - _KEY_TYPES))}"
+            )
 
 
 class Producer:
@@ -172,6 +188,8 @@ class Producer:
             self.send = _fastsend.KeylessSend(
                 self._acc, types.MethodType(Producer.send, self), SendFuture, ProducerBatch, BatchFuture
             )
+            # and send_batch's keyed groups into their open batches
+            self._acc.fill_groups = _fastsend.GroupFill(ProducerBatch)
 
     # -- the caller's side ---------------------------------------------------
 
@@ -206,15 +224,12 @@ class Producer:
         returns one future for all of them (see :class:`CallFuture`)."""
         if keys is not None and len(keys) != len(values):
             raise ConfigError(f"{len(values)} values but {len(keys)} keys")
-        kinds = set(map(type, values))  # one C-level pass, not a check per message
-        if kinds - _BYTES:
-            raise TypeError(f"values must be bytes, got {', '.join(sorted(k.__name__ for k in kinds - _BYTES))}")
-        if keys is not None:
-            kinds = set(map(type, keys))
-            if kinds - _KEY_TYPES:
-                raise TypeError(
-                    f"keys must be bytes or None, got {', '.join(sorted(k.__name__ for k in kinds - _KEY_TYPES))}"
-                )
+        if keys is not None and partition is None:
+            # keyed: the compiled grouping checks every value and key on its
+            # way; check_types runs only where it does not (before anything
+            # is queued either way)
+            return self._acc.append_many(topic, values, keys, None, check_types)
+        check_types(values, keys)
         if partition is not None:
             self._check_partition(topic, partition)
         return self._acc.append_many(topic, values, keys, partition)

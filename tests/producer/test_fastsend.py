@@ -175,6 +175,29 @@ def test_calls_the_compiled_path_does_not_take_get_the_references_answer(monkeyp
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["c", "python"])
+def test_a_keyed_send_batch_of_the_wrong_types_is_refused_whole(monkeypatch, compiled):
+    """The compiled grouping checks the types of a keyed call itself (no
+    pass of its own); a call it refuses gets the reference's TypeError, and
+    none of its messages is queued."""
+    producer, store = _producer(compiled, monkeypatch)
+    producer.send_batch("t", [b"a", b"b"], [b"k1", b"k2"])
+    bad_calls = [
+        ([b"ok", "text"], [b"k1", b"k2"], "values must be bytes, got str"),
+        ([b"ok", bytearray(b"x")], [b"k1", None], "values must be bytes, got bytearray"),
+        ([b"ok", b"ok"], [b"k1", "k2"], "keys must be bytes or None, got str"),
+        ([b"ok", b"ok"], [b"k1", memoryview(b"k2")], "keys must be bytes or None, got memoryview"),
+        ((b"ok", 1), (b"k1", b"k2"), "values must be bytes, got int"),
+    ]
+    for values, keys, message in bad_calls:
+        with pytest.raises(TypeError, match=message):
+            producer.send_batch("t", values, keys)
+        assert producer.stats()["buffered"] == 2
+    producer.send_batch("t", (b"c",), (None,))
+    producer.close()
+    assert sorted(v for p in store.sets.values() for s in p for _, v in s) == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["c", "python"])
 def test_a_full_buffer_blocks_the_compiled_send_as_it_does_the_reference(monkeypatch, compiled):
     producer, store = _producer(compiled, monkeypatch, max_buffered_messages=3, max_block_s=0.3, batch_size=50)
     store.gate.clear()  # nothing resolves: the buffer stays full
