@@ -245,7 +245,24 @@ def stop_spark(cleanup_data: bool = True) -> None:
     """
     import raydp  # heavy (RayDP): imported when used
 
+    _close_idle_zookeeper_sessions()
     raydp.stop_spark(cleanup_data=cleanup_data)
+
+
+def _close_idle_zookeeper_sessions() -> None:
+    """Close the driver JVM's ZooKeeper sessions of reads by name that no
+    read holds (else they outlive the session, and a ZooKeeper stopped after
+    it fills the log with reconnection errors). Nothing to do without a
+    running session or with the data source not loaded."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        return
+    try:
+        spark._jvm.org.raylog.spark.RaylogSource.closeIdleZooKeeperSessions()
+    except Exception as err:  # (py4j: the class is not on the classpath, the JVM is gone)
+        log.debug("closing the reads' ZooKeeper sessions: %s", err)
 
 
 def spark_configs(

@@ -128,3 +128,25 @@ def test_reads_by_name_share_one_zookeeper_session(spark, raylog_client, mixed):
     assert by_name(spark, mixed).count() == 2100
     assert len(by_name(spark, mixed, count_pushdown="false").collect()) == 2100
     assert sorted(sessions()) == first  # the same session: none opened and closed per read
+
+
+def test_stopping_spark_closes_the_reads_zookeeper_sessions_nobody_holds(spark, raylog_client, mixed, zookeeper):
+    """``stop_spark`` closes them first (else they outlive the session and
+    log reconnection errors once the ZooKeeper stops): the server sees them
+    go. A read afterwards opens a new one."""
+    from raylog.zk.launcher import four_letter_word
+    from raylog_spark.session import _close_idle_zookeeper_sessions
+
+    def on_the_server(session_id: int) -> bool:
+        return f"sid=0x{session_id & (1 << 64) - 1:x}," in four_letter_word(zookeeper.port, "cons")
+
+    sessions = spark.sparkContext._jvm.org.raylog.spark.RaylogSource.zooKeeperSessionIds
+    assert by_name(spark, mixed).count() == 2100
+    before = sorted(sessions())
+    assert before and all(map(on_the_server, before))
+    _close_idle_zookeeper_sessions()  # (what stop_spark does before RayDP stops Spark)
+    assert list(sessions()) == []
+    assert not any(map(on_the_server, before))
+    assert by_name(spark, mixed).count() == 2100
+    after = sorted(sessions())
+    assert after and after != before

@@ -57,6 +57,15 @@ public final class RaylogSource implements TableProvider, DataSourceRegister {
     return ZkSessions.sessionIds();
   }
 
+  /**
+   * Close the ZooKeeper sessions of reads by name that no read holds now
+   * (called when the Spark session stops, so that none outlives the
+   * ZooKeeper it talks to; a later read opens a new one).
+   */
+  public static void closeIdleZooKeeperSessions() {
+    ZkSessions.closeUnheld();
+  }
+
   /** the typed Avro read of the options (null: binary), once {@link #loaded} */
   private AvroSpec avro;
   private boolean loaded;

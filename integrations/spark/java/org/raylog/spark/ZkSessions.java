@@ -162,6 +162,20 @@ final class ZkSessions {
     closeAll(idle);
   }
 
+  /** Close every session nobody holds now (the held ones close when released and idle). */
+  static void closeUnheld() {
+    List<Session> unheld = new ArrayList<>();
+    synchronized (ZkSessions.class) {
+      OPEN.values().removeIf(s -> {
+        if (s.holders == 0) {
+          unheld.add(s);
+        }
+        return s.holders == 0;
+      });
+    }
+    closeAll(unheld);
+  }
+
   private static void closeEverything() {
     List<Session> all;
     synchronized (ZkSessions.class) {
