@@ -875,6 +875,8 @@ static PyMemberDef KeylessSend_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(KeylessSend, vectorcall), READONLY},
     {"reference", T_OBJECT, offsetof(KeylessSend, reference), READONLY,
      "the reference implementation (Producer.send, bound) every other call goes to"},
+    {"__wrapped__", T_OBJECT, offsetof(KeylessSend, reference), READONLY,
+     "the reference (inspect.signature and help show its signature)"},
     {NULL},
 };
 

@@ -271,3 +271,18 @@ def test_a_batch_type_without_the_expected_slots_is_refused():
 
     with pytest.raises(TypeError, match="has no slot"):
         _fastsend.KeylessSend(object(), print, Plain, Plain, Plain)
+
+
+def test_the_compiled_send_shows_the_references_signature(monkeypatch):
+    import inspect
+
+    compiled, _ = _producer(True, monkeypatch)
+    reference, _ = _producer(False, monkeypatch)
+    try:
+        assert isinstance(compiled.send, _fastsend.KeylessSend)
+        assert str(inspect.signature(compiled.send)) == str(inspect.signature(reference.send))
+        assert str(inspect.signature(compiled.send)) == "(topic: 'str', value: 'bytes', key: 'bytes | None' = None, *, " \
+            "partition: 'int | None' = None, timestamp_ms: 'int | None' = None) -> 'SendFuture'"
+    finally:
+        compiled.close()
+        reference.close()
