@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     parser.add_argument("--floor-dir", default=None, help="where the floor's plain file grows (default: the temp dir)")
     parser.add_argument("--reference-gb", type=float, default=1.0,
                         help="the small log of the paired rounds (default 1 GB; none when not below --gb)")
-    parser.add_argument("--rounds", type=int, default=7, help="paired rounds (default 7)")
+    parser.add_argument("--rounds", type=int, default=9, help="paired rounds (default 9)")
     parser.add_argument("--paired-step-mb", type=int, default=200, help="appended and read per log per round")
     args = parser.parse_args(argv)
 
