@@ -14,7 +14,8 @@ JAVA_SOURCES := $(shell find integrations/spark/java -type f -not -name '.*')
 venv: $(STAMP) $(SPARK_JAR)
 
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
-$(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/producer/_fastsend.c
+$(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/producer/_fastsend.c \
+		raylog/producer/_groupfill.c raylog/producer/_slots.h
 	@echo "setting up $(VENV) with the pinned dependencies (once; log in $(VENV)/install.log) ..."
 	@$(PYTHON) -m venv $(VENV)
 	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -c constraints.txt -e '.[test,bench]'; } \

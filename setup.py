@@ -84,7 +84,8 @@ setup(
         ),
         Extension(
             "raylog.producer._fastsend",
-            sources=["raylog/producer/_fastsend.c"],
+            sources=["raylog/producer/_fastsend.c", "raylog/producer/_groupfill.c"],
+            depends=["raylog/producer/_slots.h"],
             optional=True,
         ),
     ],
