@@ -125,7 +125,16 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
             )
         )
     dataset = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
-    return dataset.materialize() if materialize else dataset
+    if not materialize:
+        return dataset
+    # Ray Data warns once per process that with no CPU free "the Dataset job
+    # will hang": not so for these read tasks, which ask for none (the
+    # warning of _read_resources says what does wait). Its once-key is used
+    # up here so that its warning does not contradict ours.
+    from ray.util.debug import log_once
+
+    log_once("cpu_warning")
+    return dataset.materialize()
 
 
 def task_replicas(plan: ReadPlan) -> list:

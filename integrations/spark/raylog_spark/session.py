@@ -191,8 +191,21 @@ def init_spark(
         if not jvm.add_to_session(spark, jars[0]):
             log.warning("the Spark driver cannot load %s; reads will use the Python reader", jars[0])
 
+    if quiet:
+        _errors_only(spark)
     use_cluster(spark)  # spark.read.format("raylog") finds this process's cluster
     return spark
+
+
+def _errors_only(spark) -> None:
+    """The driver JVM's log4j at errors only once more: Ray's Java runtime,
+    which RayDP starts in the driver, sets log4j up anew (its own pattern,
+    on stdout, warnings included), after the configuration given at launch."""
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(jvm.org.apache.logging.log4j.Level.ERROR)
+    except Exception as err:  # (py4j: no log4j 2 core in this Spark)
+        log.debug("setting the driver's log level: %s", err)
 
 
 #: RayDP's setting for the driver's log4j 2 configuration file

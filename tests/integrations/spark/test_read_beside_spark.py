@@ -47,3 +47,6 @@ def test_read_raylog_runs_beside_a_spark_session_that_holds_every_cpu():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "FREE 0" in out or "FREE 0.0" in out, out  # Spark holds both CPUs
     assert "COUNT 200" in out, out
+    # raylog's warning says what waits; Ray Data's "will hang" would contradict it
+    assert "read_raylog: no CPU of the Ray cluster is free" in proc.stderr, proc.stderr[-4000:]
+    assert "will hang" not in proc.stderr, proc.stderr[-4000:]

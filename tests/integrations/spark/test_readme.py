@@ -37,6 +37,10 @@ def test_the_readme_spark_example_runs_as_written(tmp_path):
     # no log4j complaint, no stack trace
     for chatter in ("gcs_client.cc", "Reconfiguration failed", "Traceback"):
         assert chatter not in done.stderr, done.stderr[-5000:]
+    # nor warnings of the driver JVM (Ray's Java runtime logs them on stdout),
+    # nor a ZooKeeper session of the reads outliving the session
+    for chatter in (" WARN ", "EndOfStreamException", "will hang"):
+        assert chatter not in done.stdout + done.stderr, (done.stdout + done.stderr)[-5000:]
     streamed = pq.read_table(tmp_path / "out" / "clicks").to_pylist()
     assert len(streamed) == 1000
     assert len({(r["partition"], r["offset"], r["inner_index"]) for r in streamed}) == 1000
