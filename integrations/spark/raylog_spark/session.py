@@ -116,7 +116,9 @@ def init_spark(
 
     Quiet unless ``verbose`` (or ``RAYLOG_LOG_LEVEL`` below WARNING): the
     driver's log4j logs errors only (:func:`quiet_log4j_config`, unless
-    ``configs`` names a ``spark.log4j.config.file.name``).
+    ``configs`` names a ``spark.log4j.config.file.name``), set once more
+    once the session runs (Ray's Java runtime in the driver sets log4j up
+    anew as it starts).
 
     ``configs`` are Spark settings layered over :data:`DEFAULT_CONFIGS`;
     the three ``extraJavaOptions`` keys are merged with
@@ -168,10 +170,12 @@ def init_spark(
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     quiet = _log.configure(verbose)
+    ours = False  # whether the driver's log4j configuration is ours (errors only)
     if quiet:
         _log.quiet_forwarded_lines()  # the JVMs' start-up lines Ray forwards
         if "SPARK_LOG4J_CONFIG_FILE_NAME" not in os.environ:
-            merged.setdefault(LOG4J_CONFIG_KEY, quiet_log4j_config())
+            path = quiet_log4j_config()
+            ours = merged.setdefault(LOG4J_CONFIG_KEY, path) == path
     # Spark's driver JVM starts here; quiet, its stderr goes through a filter
     # that drops the start-up line of Ray's C++ core (see raylog._log)
     with _log.filter_child_stderr() if quiet else contextlib.nullcontext():
@@ -191,7 +195,7 @@ def init_spark(
         if not jvm.add_to_session(spark, jars[0]):
             log.warning("the Spark driver cannot load %s; reads will use the Python reader", jars[0])
 
-    if quiet:
+    if ours:
         _errors_only(spark)
     use_cluster(spark)  # spark.read.format("raylog") finds this process's cluster
     return spark

@@ -134,6 +134,15 @@ def test_add_opens_reached_the_driver_jvm(spark):
     assert ADD_OPENS_LANG in jvm_args and ADD_OPENS_NIO_CH in jvm_args
 
 
+def test_a_quiet_session_logs_errors_only_in_the_driver_jvm(spark):
+    """Ray's Java runtime in the driver sets log4j up anew as RayDP starts
+    it (warnings on stdout); init_spark sets errors only once more."""
+    jvm = spark.sparkContext._jvm
+    assert jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel().toString() == "ERROR"
+    for name in ("org.apache.zookeeper.ClientCnxn", "org.apache.spark.sql.execution.streaming.ResolveWriteToStream"):
+        assert not jvm.org.apache.logging.log4j.LogManager.getLogger(name).isWarnEnabled(), name
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
 def test_add_opens_reached_the_executor_jvm(spark):
     def executor_jvm_args(_):
