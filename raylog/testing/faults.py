@@ -12,6 +12,7 @@ ZooKeeper clients (kazoo's own test harness does the same)::
 Processes (a partition actor, a consumer process, anything with a pid)::
 
     kill_process(pid)                 # SIGKILL: no clean-up at all
+    stop_process(pid); resume_process(pid)   # SIGSTOP (every thread stopped), SIGCONT
     pause_process(pid, seconds=3)     # SIGSTOP, then SIGCONT: a GC pause, a stalled disk
     kill_actor(actor); pause_actor(actor, 3)   # the same for a Ray actor with a pid() method
 
@@ -155,21 +156,69 @@ def kill_process(pid: int) -> None:
         raise FaultInjectionError(f"no process {pid} to kill") from None
 
 
-def pause_process(pid: int, seconds: float) -> None:
-    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT (always, even if this
-    thread is interrupted meanwhile): the process is frozen as by a long GC
-    pause or a stalled disk, and its peers see it silent but not gone."""
+def _stopped_threads(pid: int) -> tuple[int, int]:
+    """(threads stopped, threads) of ``pid``, from ``/proc/<pid>/task``."""
+    stopped = total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        total += 1
+        # "tid (comm) S ...": the state follows the last ")" (comm may hold one)
+        stopped += stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"T", b"t")
+    return stopped, total
+
+
+def stop_process(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and return once **every** thread of it is stopped.
+
+    The kernel stops a process's threads one after another: the thread the
+    signal is given to stops the others once it runs, and on a busy machine
+    another thread may go on serving a request meanwhile. A test that
+    freezes a process and then expects silence waits for this.
+    """
     try:
         os.kill(pid, signal.SIGSTOP)
     except ProcessLookupError:
-        raise FaultInjectionError(f"no process {pid} to pause") from None
+        raise FaultInjectionError(f"no process {pid} to stop") from None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            stopped, total = _stopped_threads(pid)
+        except FileNotFoundError:
+            raise FaultInjectionError(f"process {pid} ended while it was being stopped") from None
+        if stopped == total:
+            return
+        if time.monotonic() >= deadline:
+            raise FaultInjectionError(f"{total - stopped} of {total} threads of process {pid} "
+                                      f"were still running {timeout_s} s after SIGSTOP")
+        time.sleep(0.001)
+
+
+def resume_process(pid: int) -> None:
+    """SIGCONT ``pid`` (a process that is gone is left alone)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # it died meanwhile; nothing left to resume
+
+
+def pause_process(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT (always, even if this
+    thread is interrupted meanwhile): the process is frozen as by a long GC
+    pause or a stalled disk, and its peers see it silent but not gone. The
+    pause counts from the moment every thread is stopped."""
+    try:
+        stop_process(pid)
+    except FaultInjectionError:
+        resume_process(pid)
+        raise
     try:
         time.sleep(seconds)
     finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass  # it died meanwhile; nothing left to resume
+        resume_process(pid)
 
 
 def actor_pid(actor, timeout_s: float = 30.0) -> int:

@@ -18,7 +18,7 @@ import textwrap
 
 SCRIPT = textwrap.dedent(
     """
-    import json, logging, os, signal, sys, time
+    import json, logging, os, sys, time
     import ray
     from ray.cluster_utils import Cluster
 
@@ -31,6 +31,7 @@ SCRIPT = textwrap.dedent(
     from raylog.replication.state import read_state
     from raylog.retry import RetryPolicy
     from raylog.testing.clusters import start_disk_nodes, wait_until
+    from raylog.testing.faults import resume_process, stop_process
 
     zookeeper, cluster_name, data_dir = sys.argv[1:4]
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -111,8 +112,8 @@ SCRIPT = textwrap.dedent(
         stalled_pid = ray.get(actor(p, stalled).pid.remote())
         keeper_actor = actor(p, keeper)
         ones = client.producer(acks=1)
-        os.kill(stalled_pid, signal.SIGSTOP)
         try:
+            stop_process(stalled_pid)
             for i in range(40):
                 ones.send("rr", b"x%03d" % i, partition=p)
             ones.flush()
@@ -131,7 +132,7 @@ SCRIPT = textwrap.dedent(
                               "offsets_latest": latest, "fetched": len(whole.data), "above": len(above.data),
                               "reply_hw": whole.high_watermark, "committed": committed, "hw": hws[p]}
         finally:
-            os.kill(stalled_pid, signal.SIGCONT)
+            resume_process(stalled_pid)
         ones.close()
 
         # The leader of partition 0 is lost with its node: the ranges planned before read the same rows.

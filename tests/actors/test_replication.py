@@ -155,8 +155,8 @@ def test_replicas_on_three_nodes_acks_all_and_not_enough_replicas(run_cluster_sc
 
 FAILOVER = script(
     """
-        import signal
         from raylog.actors.partition import actor_name
+        from raylog.testing.faults import resume_process, stop_process
         from raylog.config import NAMESPACE
         from raylog.replication.assignment import replica_actor_name, replica_log_dir
         from raylog.replication.state import read_state
@@ -180,8 +180,8 @@ FAILOVER = script(
         stalled_pid = ray.get(stalled_actor.pid.remote())
         keeper_dir = replica_log_dir(client.registry.placement("f", 0)["log_dir"], keeper, first)
         zk, paths = client.registry.zk, client.registry.paths
-        os.kill(stalled_pid, signal.SIGSTOP)
         try:
+            stop_process(stalled_pid)
             size = len(log_bytes(keeper_dir))
             pending = producer.send("f", b"v100")
             out["replicated_unacked"] = [wait_until(lambda: len(log_bytes(keeper_dir)) > size), pending.done()]
@@ -192,7 +192,7 @@ FAILOVER = script(
             cluster.remove_node(nodes[before["leader"]], allow_graceful=False)
             out["keeper_leads"] = wait_until(lambda: read_state(zk, paths, "f", 0)[0].leader == keeper, 90)
         finally:
-            os.kill(stalled_pid, signal.SIGCONT)
+            resume_process(stalled_pid)
         started = time.monotonic()
         acked.append(pending.result(120))
         acked += [producer.send("f", b"v%d" % i).result(120) for i in range(101, 200)]

@@ -16,6 +16,7 @@ from raylog.errors import DeliveryError, MessageTooLargeError, RaylogError, Unkn
 from raylog.producer.partitioner import partition_for_key
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
+from raylog.testing.faults import resume_process, stop_process
 from raylog.transfer.connection import BrokerConnection
 
 #: every test runs with the compiled send and with the reference (conftest.py)
@@ -89,15 +90,15 @@ def test_a_stuck_partition_holds_no_other_back(raylog_client, make_topic):
     producer = raylog_client.producer(acks=1, linger_ms=0, request_timeout_s=60)
     producer.send(topic, b"warm-0", partition=0).result(timeout_s=30)
     producer.send(topic, b"warm-1", partition=1).result(timeout_s=30)
-    os.kill(pid, signal.SIGSTOP)
     try:
+        stop_process(pid)
         stuck = producer.send(topic, b"to-0", partition=0)
         time.sleep(0.2)  # partition 0's set is on the wire first
         free = producer.send(topic, b"to-1", partition=1)
         assert free.result(timeout_s=30)[0] == 1
         assert not stuck.done()
     finally:
-        os.kill(pid, signal.SIGCONT)
+        resume_process(pid)
     assert stuck.result(timeout_s=60)[0] == 0
     producer.close()
 
@@ -196,12 +197,12 @@ def test_a_frozen_partition_actor_gets_resent_sets_and_stores_each_once(raylog_c
     retry = RetryPolicy(max_tries=50, delay_s=0.05, max_delay_s=0.5, deadline_s=60)
     producer = raylog_client.producer(acks=1, batch_size=10, linger_ms=1, retry=retry, request_timeout_s=1)
     producer.send(topic, b"warm-up").result(timeout_s=30)
-    os.kill(pid, signal.SIGSTOP)
     try:
+        stop_process(pid)
         call = producer.send_batch(topic, [b"m-%04d" % i for i in range(100)])
         time.sleep(3)  # past the request timeout: the producer resent on a new connection
     finally:
-        os.kill(pid, signal.SIGCONT)
+        resume_process(pid)
     producer.flush(timeout_s=60)
     where = call.result()
     producer.close()

@@ -68,6 +68,39 @@ def test_pause_process_stops_then_resumes(child):
     assert states[1] not in ("T", "t", "Z", "X"), states
 
 
+_BUSY_THREADS = """
+import hashlib, threading, time
+big = b"x" * (1 << 20)
+def spin():
+    while True:
+        hashlib.sha256(big).digest()  # releases the GIL: the threads run at once
+for _ in range(8):
+    threading.Thread(target=spin, daemon=True).start()
+print("up", flush=True)
+time.sleep(120)
+"""
+
+
+def test_stop_process_returns_once_every_thread_is_stopped():
+    """SIGSTOP stops a process's threads one after another; a test that
+    freezes a partition actor must not go on while one still serves."""
+    proc = subprocess.Popen([sys.executable, "-c", _BUSY_THREADS], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"up\n"
+        for _ in range(20):
+            faults.stop_process(proc.pid)
+            stopped, threads = faults._stopped_threads(proc.pid)
+            assert threads == 9 and stopped == threads, (stopped, threads)
+            faults.resume_process(proc.pid)
+            time.sleep(0.01)
+    finally:
+        faults.resume_process(proc.pid)
+        proc.kill()
+        proc.wait(10)
+    with pytest.raises(faults.FaultInjectionError):
+        faults.stop_process(proc.pid)
+
+
 def _log_with(tmp_path, sets):
     log = PartitionLog(tmp_path / "p", TopicConfig())
     offsets = [log.append(s) for s in sets]
