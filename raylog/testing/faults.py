@@ -167,7 +167,8 @@ def _stopped_threads(pid: int) -> tuple[int, int]:
             continue  # the thread ended meanwhile
         total += 1
         # "tid (comm) S ...": the state follows the last ")" (comm may hold one)
-        stopped += stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"T", b"t")
+        state = stat[stat.rindex(b")") + 2 :][:1]
+        stopped += state in (b"T", b"t")
     return stopped, total
 
 
@@ -177,7 +178,9 @@ def stop_process(pid: int, timeout_s: float = 10.0) -> None:
     The kernel stops a process's threads one after another: the thread the
     signal is given to stops the others once it runs, and on a busy machine
     another thread may go on serving a request meanwhile. A test that
-    freezes a process and then expects silence waits for this.
+    freezes a process and then expects silence waits for this. If some
+    thread is still running at the deadline, the process is resumed before
+    the error is raised.
     """
     try:
         os.kill(pid, signal.SIGSTOP)
@@ -192,6 +195,7 @@ def stop_process(pid: int, timeout_s: float = 10.0) -> None:
         if stopped == total:
             return
         if time.monotonic() >= deadline:
+            resume_process(pid)
             raise FaultInjectionError(f"{total - stopped} of {total} threads of process {pid} "
                                       f"were still running {timeout_s} s after SIGSTOP")
         time.sleep(0.001)
@@ -210,11 +214,7 @@ def pause_process(pid: int, seconds: float) -> None:
     thread is interrupted meanwhile): the process is frozen as by a long GC
     pause or a stalled disk, and its peers see it silent but not gone. The
     pause counts from the moment every thread is stopped."""
-    try:
-        stop_process(pid)
-    except FaultInjectionError:
-        resume_process(pid)
-        raise
+    stop_process(pid)
     try:
         time.sleep(seconds)
     finally:
