@@ -214,8 +214,8 @@ def pause_process(pid: int, seconds: float) -> None:
     thread is interrupted meanwhile): the process is frozen as by a long GC
     pause or a stalled disk, and its peers see it silent but not gone. The
     pause counts from the moment every thread is stopped."""
-    stop_process(pid)
     try:
+        stop_process(pid)
         time.sleep(seconds)
     finally:
         resume_process(pid)
