@@ -18,7 +18,7 @@ with javac on first use.
 import importlib.util
 from pathlib import Path
 
-from setuptools import Command, Extension, setup
+from setuptools import Command, Extension, find_packages, setup
 from setuptools.command.build import build
 
 HERE = Path(__file__).resolve().parent
@@ -74,7 +74,16 @@ class build_with_jar(build):
     sub_commands = build.sub_commands + [("build_spark_jar", None)]
 
 
+def _packages():
+    """Every package of raylog and raylog_spark, found on disk (a hand-written list once left
+    ``raylog.replication`` out of the wheel), plus the Java sources shipped as package data."""
+    found = find_packages(where=str(HERE), include=["raylog", "raylog.*"])
+    found += find_packages(where=str(HERE / "integrations" / "spark"), include=["raylog_spark", "raylog_spark.*"])
+    return found + ["raylog_spark.java"]
+
+
 setup(
+    packages=_packages(),
     cmdclass={"build": build_with_jar, "build_spark_jar": build_spark_jar},
     ext_modules=[
         Extension(
