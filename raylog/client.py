@@ -14,7 +14,6 @@ consumers it creates are documented in their own modules.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import logging
@@ -30,6 +29,7 @@ from raylog.errors import ClosedError, RequestTimeoutError, TopicExistsError
 from raylog.metadata import ConnectionSettings, Metadata
 from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
+from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, _register_exit_hook, close_open_producers
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
@@ -37,6 +37,8 @@ from raylog.zk.session import connect_kazoo
 logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "/tmp/raylog"
+#: closing a producer actor may take its delivery deadline and this much more
+PRODUCER_ACTOR_CLOSE_GRACE_S = 10.0
 
 #: the clients made in this process and not closed yet, oldest first (see
 #: current_client); appended and removed under the GIL, safe from any thread
@@ -51,13 +53,21 @@ def current_client() -> "Client | None":
 
 
 def _close_all_at_exit() -> None:
-    """At interpreter exit, close every client not closed yet, newest first,
-    silently: each stops its producers and consumers, then (embedded
-    default) its partition and producer actors, ZooKeeper, and Ray.
+    """At interpreter exit, in this order: every producer still open
+    delivers what was sent (within its delivery deadline; one warning line
+    names what was not delivered, see :meth:`raylog.Producer.close_at_exit`),
+    then every client not closed yet is closed, newest first, silently:
+    each flushes its producer actors, closes its consumers, then (embedded
+    default) stops its partition actors, ZooKeeper and Ray.
 
-    Registered (again) by every new :class:`Client`, so that it runs before
-    the ``ray.shutdown`` that ``ray.init`` registered (``atexit`` runs
-    handlers last registered first)."""
+    Registered once, as a hook of the threading module's shutdown: it runs
+    before the interpreter shuts its thread pools down (the producer's
+    sender needs them) and before every ``atexit`` handler, among them the
+    ``ray.shutdown`` that ``ray.init`` registered."""
+    try:
+        close_open_producers()
+    except BaseException:  # noqa: BLE001 - at exit, nothing is left to tell
+        pass
     if not _OPEN_CLIENTS:
         return
     for name in ("raylog", "raylog_spark", "kazoo"):
@@ -67,6 +77,10 @@ def _close_all_at_exit() -> None:
             client.close()
         except BaseException:  # noqa: BLE001 - at exit, nothing is left to tell
             pass
+
+
+# after raylog.producer's own hook, so that this one runs first (latest first)
+_register_exit_hook(_close_all_at_exit)
 
 
 class Client(TopicAdmin, OffsetAdmin):
@@ -100,9 +114,8 @@ class Client(TopicAdmin, OffsetAdmin):
         self._children: list = []  # producers and consumers to close with the client
         self._closed = False
         self._actors: list = []  # producer actors to stop with an embedded client
+        self._actor_deadlines: list[float] = []  # their delivery deadlines, seconds
         _OPEN_CLIENTS.append(self)
-        atexit.unregister(_close_all_at_exit)
-        atexit.register(_close_all_at_exit)
 
     # -- producers and consumers ---------------------------------------------
 
@@ -124,6 +137,10 @@ class Client(TopicAdmin, OffsetAdmin):
         self._before_making(options)
         handle = producer_actor(self.settings, **options)
         self._actors.append(handle)
+        retry = options.get("retry")
+        self._actor_deadlines.append(
+            retry.deadline_s if retry is not None and retry.deadline_s is not None else EXIT_DELIVERY_DEFAULT_S
+        )
         return handle
 
     def consumer(self, topics, group: str | None = None, **options):
@@ -185,20 +202,25 @@ class Client(TopicAdmin, OffsetAdmin):
             raise ClosedError("the client is closed; call raylog.connect() again")
 
     def close(self) -> None:
-        """Close producers and consumers made here; in the embedded default
-        also stop, in this order, the partition actors and producer actors,
-        ZooKeeper, and Ray. Idempotent; also runs at interpreter exit for a
-        client not closed (silently then)."""
+        """Close, in this order, the producers made here (each delivers
+        what was sent), flush the producer actors, close the consumers; in
+        the embedded default then stop the partition actors and producer
+        actors, ZooKeeper, and Ray. Idempotent; also runs at interpreter
+        exit for a client not closed (see :func:`_close_all_at_exit`)."""
         if self._closed:
             return
         self._closed = True
         if self in _OPEN_CLIENTS:
             _OPEN_CLIENTS.remove(self)
-        for child in reversed(self._children):
-            try:
-                child.close()
-            except Exception as err:  # noqa: BLE001
-                logger.warning("closing %s failed: %s", type(child).__name__, err)
+        # producers first (they deliver what was sent), then the producer
+        # actors, then consumers; the cluster after them
+        producers = [c for c in self._children if isinstance(c, Producer)]
+        others = [c for c in self._children if not isinstance(c, Producer)]
+        for child in reversed(producers):
+            self._close_child(child)
+        self._close_producer_actors()
+        for child in reversed(others):
+            self._close_child(child)
         if self._owns_ray:
             try:
                 stop_supervisor(self.settings.cluster)  # first: it would serve them again
@@ -215,6 +237,25 @@ class Client(TopicAdmin, OffsetAdmin):
             ray.shutdown()
         if self._owned_data_dir is not None:
             shutil.rmtree(self._owned_data_dir, ignore_errors=True)
+
+    @staticmethod
+    def _close_child(child) -> None:
+        try:
+            child.close()
+        except Exception as err:  # noqa: BLE001
+            logger.warning("closing %s failed: %s", type(child).__name__, err)
+
+    def _close_producer_actors(self) -> None:
+        """Each producer actor made here delivers what it was sent (a
+        flush, waiting at most its delivery deadline and a little more);
+        the embedded default stops them afterwards."""
+        if not self._actors:
+            return
+        import ray  # heavy, lazy on purpose
+
+        refs = [handle.flush.remote(deadline) for handle, deadline in zip(self._actors, self._actor_deadlines)]
+        with contextlib.suppress(Exception):
+            ray.wait(refs, num_returns=len(refs), timeout=max(self._actor_deadlines) + PRODUCER_ACTOR_CLOSE_GRACE_S)
 
     def _stop_all_actors(self) -> None:
         """The partition actors of every topic (logs kept), then the

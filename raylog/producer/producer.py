@@ -41,6 +41,14 @@ delivered.
 Every message of a batch carries the batch's creation time as its
 timestamp unless ``send`` is given one.
 
+At interpreter exit a producer still open is closed for the caller
+(:func:`close_open_producers`, run by a hook that comes before the
+interpreter stops its thread pools, so the sender can still work): what
+was sent is delivered, waiting at most the delivery deadline
+(``retry.deadline_s``); what is still not delivered then is abandoned and
+named in one warning line (its count per topic-partition). The sender's
+threads are stopped before the hook returns.
+
 Thread-safety: ``send``, ``send_batch``, ``flush`` and ``close`` may be
 called from any number of threads; the accumulator's lock guards the
 batches, and only the sender's threads touch the sockets.
@@ -65,6 +73,7 @@ import logging
 import threading
 import time
 import types
+import weakref
 from typing import Iterable, Sequence
 
 from raylog.errors import ConfigError, DeliveryError, RequestTimeoutError, UnknownPartitionError
@@ -87,6 +96,13 @@ _BYTES = {bytes}
 _KEY_TYPES = {bytes, type(None)}
 #: messages per slice of ``send_many``
 SEND_MANY_SLICE = 10_000
+#: the delivery deadline at exit of a producer whose retry policy has none
+EXIT_DELIVERY_DEFAULT_S = 30.0
+#: after the delivery deadline at exit: time for the sender's threads to stop
+EXIT_STOP_GRACE_S = 5.0
+
+#: every producer of this process not closed yet (closed at exit)
+_OPEN_PRODUCERS: "weakref.WeakSet[Producer]" = weakref.WeakSet()
 
 
 def check_types(values: Sequence, keys: Sequence | None) -> None:
@@ -182,6 +198,7 @@ class Producer:
         )
         #: the random id of the idempotent sets (-1 when not idempotent)
         self.producer_id = self._sender.producer_id
+        _OPEN_PRODUCERS.add(self)
         if _fastsend is not None:
             # send's commonest case compiled (a keyless message); every other
             # call goes to Producer.send.
@@ -296,6 +313,7 @@ class Producer:
             self.flush(timeout_s)
         finally:
             self._closed = True
+            _OPEN_PRODUCERS.discard(self)
             with self._acc.lock:
                 self._acc.closed = True
                 self._acc.space.notify_all()
@@ -306,6 +324,51 @@ class Producer:
                     from raylog.errors import ClosedError
 
                     future.fail(ClosedError("the producer was closed before this message was sent"))
+
+    def close_at_exit(self) -> dict[tuple[str, int], int]:
+        """Close at interpreter exit: deliver what was sent, waiting at most
+        the delivery deadline (``retry.deadline_s``, counted from now), then
+        abandon the rest and stop the sender's threads. Never raises; logs
+        one warning line naming what was not delivered and returns it
+        (messages per topic-partition, failures since the last flush
+        included)."""
+        if self._closed:
+            return {}
+        deadline_s = self.retry.deadline_s if self.retry.deadline_s is not None else EXIT_DELIVERY_DEFAULT_S
+        acc = self._acc
+        with acc.lock:
+            acc.seal_all()
+            batches = list(acc.open.values()) + [b for queue in acc.ready.values() for b in queue]
+            batches += self._sender.in_flight_batches()
+        sizes = [(b.future, (b.topic, b.partition), len(b.values)) for b in batches]
+        end = time.monotonic() + deadline_s
+        for future, _, _ in sizes:
+            try:
+                future.wait(max(0.0, end - time.monotonic()))
+            except RequestTimeoutError:
+                break
+        self._closed = True
+        _OPEN_PRODUCERS.discard(self)
+        with acc.lock:
+            acc.closed = True
+            acc.space.notify_all()
+        self._sender.stop(EXIT_STOP_GRACE_S)  # abandons what is still being sent
+        with self._stats_lock:  # the sender has stopped: every failure it saw is here
+            lost = {tp: n for tp, (n, _) in self._failures.items()}
+            self._failures = {}
+        for future, tp, n in sizes:
+            if not future.done():  # never reached the sender
+                from raylog.errors import ClosedError
+
+                future.fail(ClosedError("the producer was closed at exit before this message was delivered"))
+                lost[tp] = lost.get(tp, 0) + n
+        if lost:
+            log.warning(
+                "raylog: at exit, %d message(s) were not delivered within the producer's delivery deadline "
+                "(%g s): %s",
+                sum(lost.values()), deadline_s, ", ".join(f"{t}-{p}: {n}" for (t, p), n in sorted(lost.items())),
+            )
+        return lost
 
     def __enter__(self):
         return self
@@ -383,3 +446,34 @@ class Producer:
         if events:
             self._acc.append_many(AUDIT_TOPIC, events, None, 0)
         return self._audit_interval_s
+
+
+def close_open_producers() -> None:
+    """Close every producer of this process still open, as at exit
+    (:meth:`Producer.close_at_exit`, all of them at once, so that the wait
+    is one delivery deadline, not one per producer)."""
+    producers = list(_OPEN_PRODUCERS)
+    if not producers:
+        return
+    threads = [threading.Thread(target=p.close_at_exit, name="raylog-exit-flush", daemon=True) for p in producers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _register_exit_hook(hook) -> None:
+    """Run ``hook`` at interpreter exit **before** the interpreter shuts its
+    thread pools down (``concurrent.futures`` refuses new work from then
+    on, and ``atexit`` handlers run only after that): hooks registered
+    here run before the threading module joins threads, latest first."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # pragma: no cover - an interpreter without it
+        import atexit
+
+        atexit.register(hook)
+    else:
+        register(hook)
+
+
+_register_exit_hook(close_open_producers)

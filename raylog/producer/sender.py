@@ -192,6 +192,10 @@ class Sender:
         """Futures of the batches workers hold (accumulator lock held)."""
         return [b.future for batches in self._draining.values() for b in batches]
 
+    def in_flight_batches(self) -> list:
+        """The batches workers hold (accumulator lock held)."""
+        return [b for batches in self._draining.values() for b in batches]
+
     # -- a drain worker -----------------------------------------------------------
 
     def _drain(self, tp: tuple[str, int]) -> None:
@@ -282,6 +286,9 @@ class Sender:
             # any sequence from an id it does not know, so a later set must
             # not arrive first if this one is refused.
             sending = pending[:1] if state is not None and pending[0].sequence == 0 else pending
+            if self._abandon.is_set():  # stopped at exit: no new connection to a peer that may not answer
+                raise ClosedError(f"the producer was stopped while {topic}-{partition} was being sent; "
+                                  f"these messages may or may not be stored")
             conn = self._connection(tp)
             try:
                 results = conn.produce_sets(
@@ -397,6 +404,27 @@ class Sender:
         self._thread.join(timeout=timeout_s)
         self._abandon.set()  # what is still retried fails now (queued sets get one try)
         self._pool.shutdown(wait=True, cancel_futures=False)
+        for conn in list(self._connections.values()):
+            conn.close()
+        self._connections.clear()
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop now (the producer's close at interpreter exit, once its
+        delivery deadline has passed; the accumulator must be marked closed
+        first): what is still being sent or retried is abandoned (its
+        futures fail with ClosedError), the connections are closed, which
+        ends a request blocked on one, and the threads are joined for up
+        to ``timeout_s`` in all."""
+        end = time.monotonic() + timeout_s
+        self._abandon.set()
+        for conn in list(self._connections.values()):
+            conn.close()  # may be called from another thread: a blocked call ends
+        with self._acc.lock:
+            self._acc.wake.notify_all()
+        self._thread.join(timeout=max(0.0, end - time.monotonic()))
+        self._pool.shutdown(wait=False, cancel_futures=False)
+        for worker in list(getattr(self._pool, "_threads", ())):
+            worker.join(timeout=max(0.0, end - time.monotonic()))
         for conn in list(self._connections.values()):
             conn.close()
         self._connections.clear()
