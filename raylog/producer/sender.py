@@ -24,7 +24,9 @@ round takes up to :data:`MAX_UNACKED_ROUND_SETS`):
   counts from each batch's creation (Kafka's ``delivery.timeout.ms``): a
   partition that stays away fails its queued batches once they are due,
   after one more try each, rather than granting every one a deadline of
-  its own. Closing the producer abandons what is still being retried: it
+  its own. An endpoint that refuses the connection because it is full
+  (TooManyConnectionsError) is tried again until that deadline, whatever
+  the policy's count of tries. Closing the producer abandons what is still being retried: it
   fails with :class:`~raylog.errors.ClosedError` (outcome unknown).
 
 Idempotence (on by default, off with acks=0; wire layout in
@@ -61,6 +63,7 @@ from raylog.errors import (
     MessageTooLargeError,
     OutOfOrderSequenceError,
     RaylogError,
+    TooManyConnectionsError,
 )
 from raylog.producer.futures import UNKNOWN_OFFSET, _track
 from raylog.retry import RetryPolicy
@@ -267,7 +270,7 @@ class Sender:
                 s.sequence = state.take()
         pending = sets
         try:
-            self._retry_for(sets).call(self._attempt, tp, pending, state, on_retry=lambda err: self._on_retry(tp, err))
+            self._send_within_deadline(tp, pending, state)
         except RaylogError as err:
             # Given up: these sets may or may not be stored. Later sets must
             # not wait on them, so the partition gets a fresh producer id.
@@ -276,6 +279,25 @@ class Sender:
             for s in pending:
                 self._resolve(s.batch, error=err)
             pending.clear()
+
+    def _send_within_deadline(self, tp, pending: list, state: _Sequences | None) -> None:
+        """``_attempt`` under the retry policy; an endpoint that refuses the
+        connection as full (TooManyConnectionsError: it frees slots as
+        connections end) is tried again until the delivery deadline, not
+        only for the policy's tries."""
+        while True:
+            policy = self._retry_for(pending)
+            try:
+                policy.call(self._attempt, tp, pending, state, on_retry=lambda err: self._on_retry(tp, err))
+                return
+            except TooManyConnectionsError as err:
+                if policy.deadline_s is None or self._abandon.is_set():
+                    raise
+                pause = min(policy.max_delay_s, policy.deadline_s)
+                if pause <= 0 or policy.deadline_s - pause <= 0:
+                    raise
+                self._on_retry(tp, err)
+                time.sleep(pause)
 
     def _attempt(self, tp, pending: list, state: _Sequences | None) -> None:
         """Send ``pending`` (removing each set that gets its outcome); raise a

@@ -30,13 +30,14 @@ from raylog.transfer.requests import (
     OffsetsRequest,
     ProduceRequest,
 )
-from raylog.transfer.serving import _Close, _Connection
+from raylog.transfer.serving import _Close, _Connection, peer_closed
 
 # one logger for the whole data server, as before it was split in modules
 log = logging.getLogger("raylog.transfer.server")
 
 
-#: a long poll re-checks for ``stop()`` this often while it waits
+#: a long poll re-checks for ``stop()`` and for a peer that closed this often
+#: while it waits
 LONG_POLL_SLICE_S = 0.5
 
 
@@ -178,17 +179,11 @@ class RequestHandlers:
                 if out:  # earlier replies do not wait for the long poll
                     self._send(conn, b"".join(out))
                     out.clear()
-                deadline = time.monotonic() + max_wait_ms / 1000.0
-                while not self._stopping.is_set():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    partition_log.wait_for_data(request.offset, min(left, LONG_POLL_SLICE_S))
-                    # Read again after every wait, whatever it said: a closed
-                    # log says so here (instead of returning at once forever).
-                    chunk = partition_log.read(request.offset, max_bytes)
-                    if chunk.length:
-                        break
+                if self._park(conn):  # a long-poll slot; without one, answered at once
+                    try:
+                        chunk = self._wait_for_data(conn, partition_log, request, max_bytes, max_wait_ms)
+                    finally:
+                        self._unpark(conn)
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
         except ClosedError:
@@ -215,6 +210,28 @@ class RequestHandlers:
             # The log lost bytes of the slice (a segment deleted and cut
             # under us); the reply cannot be completed.
             raise _Close()
+
+    def _wait_for_data(self, conn: _Connection, partition_log: Log, request: FetchRequest, max_bytes: int,
+                       max_wait_ms: int):
+        """The long poll (its slot held): the slice once data comes, or the
+        empty one after ``max_wait_ms``. A peer that closed the connection
+        meanwhile ends the wait and the connection (checked every
+        ``LONG_POLL_SLICE_S``)."""
+        deadline = time.monotonic() + max_wait_ms / 1000.0
+        chunk = partition_log.read(request.offset, max_bytes)
+        while not self._stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            partition_log.wait_for_data(request.offset, min(left, LONG_POLL_SLICE_S))
+            # Read again after every wait, whatever it said: a closed
+            # log says so here (instead of returning at once forever).
+            chunk = partition_log.read(request.offset, max_bytes)
+            if chunk.length:
+                break
+            if not conn.long_polling or peer_closed(conn.sock):
+                raise _Close()  # nobody is waiting for the reply
+        return chunk
 
     def _answer(self, conn: _Connection, request, out: list, reply_for) -> None:
         """A one-frame reply: ``reply_for(partition_log)``, or the error frame

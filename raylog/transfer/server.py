@@ -22,10 +22,18 @@ allows a wait, it long-polls on the log's condition (no busy loop), then sends
 the reply header and the slice straight from the segment file with
 ``os.sendfile``.
 
-Bounds: at most ``max_connections`` connections; at the limit a new one
-makes room by closing the connection that has waited longest for its next
-frame (at least ``shed_idle_after_s``; unauthenticated ones first), else it
-is answered with TooManyConnectionsError and closed. A connection must
+Bounds: at most ``max_connections`` connections outside long polls; at
+the limit a new one makes room by closing the connection that has waited
+longest for its next frame (at least ``shed_idle_after_s``; unauthenticated
+ones first), else it is answered with TooManyConnectionsError and closed.
+Long polls have limits of their own: a connection parked in a FETCH wait
+holds one of ``max_long_polls`` slots instead, so that consumers waiting
+for data never lock producers out (at most ``max_connections +
+max_long_polls`` connections in all). With every slot taken, a FETCH that
+would wait is answered at once with what there is (the consumer asks
+again). A parked connection checks its socket while it waits: a peer that
+closed it frees the slot within ``LONG_POLL_SLICE_S``, and at once when
+another FETCH needs that slot. A connection must
 authenticate within ``auth_timeout_s`` and is closed after
 ``idle_timeout_s`` with nothing to read (also inside a frame) or with a
 reply the peer does not read (kernel SO_RCVTIMEO/SO_SNDTIMEO, no cost per
@@ -62,8 +70,10 @@ log = logging.getLogger(__name__)
 
 #: how long ``stop()`` waits for the connection threads in all
 STOP_TIMEOUT_S = 5.0
-#: the most connections one server keeps open
+#: the most connections one server keeps open outside long polls
 DEFAULT_MAX_CONNECTIONS = 256
+#: the most connections parked in a long poll (FETCH waiting for data) at once
+DEFAULT_MAX_LONG_POLLS = 256
 #: a connection must present the token (AUTH frame) within this long
 DEFAULT_AUTH_TIMEOUT_S = 10.0
 #: a connection with nothing to read (or a frame that stops arriving, or a
@@ -99,6 +109,7 @@ class DataServer(ConnectionLoop, RequestHandlers):
         token: bytes | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_long_polls: int = DEFAULT_MAX_LONG_POLLS,
         socket_buffer_bytes: int | None = None,
         auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
@@ -113,6 +124,9 @@ class DataServer(ConnectionLoop, RequestHandlers):
         self._token = bytes(token) if token is not None else None
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
+        if not max_long_polls >= 0:
+            raise ConfigError(f"max_long_polls must be 0 or more, got {max_long_polls}")
+        self.max_long_polls = max_long_polls
         self._socket_buffer_bytes = socket_buffer_bytes
         for name, value in (("auth_timeout_s", auth_timeout_s), ("idle_timeout_s", idle_timeout_s)):
             if not value > 0:
@@ -136,6 +150,8 @@ class DataServer(ConnectionLoop, RequestHandlers):
         self._accepted = 0
         self._refused = 0
         self._shed = 0
+        self._long_polls = 0  # connections parked in a long poll now (under _lock)
+        self._long_polls_refused = 0  # FETCH waits answered at once, every slot taken
 
     # -- life cycle ------------------------------------------------------------
 
@@ -199,7 +215,9 @@ class DataServer(ConnectionLoop, RequestHandlers):
     def stats(self) -> dict:
         """Counters since start: ``connections`` (open now),
         ``connections_accepted``, ``connections_refused`` (over
-        ``max_connections``), ``requests``, ``bytes_in``, ``bytes_out``
+        ``max_connections``), ``connections_shed``, ``long_polls`` (parked
+        now), ``long_polls_refused`` (waits answered at once, every slot
+        taken), ``requests``, ``bytes_in``, ``bytes_out``
         (replies and log data), ``message_sets_in`` (sets appended; the
         messages in them are not counted here, which would cost a pass over
         every message) and ``errors``: ``{error code: replies}``."""
@@ -207,6 +225,7 @@ class DataServer(ConnectionLoop, RequestHandlers):
             totals = dict(self._totals)
             errors = dict(self._errors)
             accepted, refused, shed = self._accepted, self._refused, self._shed
+            long_polls, long_polls_refused = self._long_polls, self._long_polls_refused
             live = len(self._connections)
             for conn in self._connections:
                 totals["requests"] += conn.requests
@@ -220,6 +239,8 @@ class DataServer(ConnectionLoop, RequestHandlers):
             "connections_accepted": accepted,
             "connections_refused": refused,
             "connections_shed": shed,
+            "long_polls": long_polls,
+            "long_polls_refused": long_polls_refused,
             **totals,
             "errors": errors,
         }

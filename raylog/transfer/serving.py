@@ -49,6 +49,18 @@ LINGER_S = 0.5
 LINGER_BYTES = 4 * MiB
 
 
+def peer_closed(sock: socket.socket) -> bool:
+    """Whether the peer has closed (or reset) ``sock``, without waiting and
+    without taking any byte it sent: a connection parked in a long poll
+    checks this while it waits, since its thread reads nothing then."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False  # nothing to read: still there
+    except OSError:
+        return True  # reset, or shut down by stop()
+
+
 class _Close(Exception):
     """End this connection (its reply, if any, was sent)."""
 
@@ -58,7 +70,7 @@ class _Connection:
 
     __slots__ = (
         "sock", "peer", "thread", "requests", "bytes_in", "bytes_out", "message_sets_in", "errors",
-        "waiting_since", "authenticated",
+        "waiting_since", "authenticated", "long_polling",
     )
 
     def __init__(self, sock: socket.socket, peer):
@@ -68,6 +80,8 @@ class _Connection:
         #: monotonic time since when the thread waits for bytes (None: busy)
         self.waiting_since: float | None = time.monotonic()
         self.authenticated = False
+        #: holds a long-poll slot (under the server's _lock)
+        self.long_polling = False
         self.requests = 0
         self.bytes_in = 0
         self.bytes_out = 0
@@ -103,7 +117,9 @@ class ConnectionLoop:
                 if self._stopping.is_set():
                     sock.close()
                     return
-                if len(self._connections) >= self.max_connections and not self._shed_one():
+                # parked long polls have slots of their own (see _park)
+                busy = len(self._connections) - self._long_polls
+                if busy >= self.max_connections and not self._shed_one():
                     self._refused += 1
                     refuse = True
                 else:
@@ -128,7 +144,7 @@ class ConnectionLoop:
         victim, oldest = None, None
         for conn in self._connections:
             since = conn.waiting_since
-            if since is None:
+            if since is None or conn.long_polling:
                 continue
             if not conn.authenticated:
                 since -= self.shed_idle_after_s  # strangers go first
@@ -143,6 +159,39 @@ class ConnectionLoop:
         except OSError:
             pass
         return True
+
+    # -- long-poll slots ----------------------------------------------------------
+
+    def _park(self, conn: _Connection) -> bool:
+        """Take a long-poll slot for ``conn`` (about to wait in a FETCH);
+        False when every slot is taken by a peer still there (a parked
+        connection whose peer has closed gives its slot up here)."""
+        with self._lock:
+            if self._long_polls >= self.max_long_polls:
+                for other in self._connections:
+                    if other.long_polling and peer_closed(other.sock):
+                        self._unpark_locked(other)
+                        try:
+                            other.sock.shutdown(socket.SHUT_RDWR)  # its thread ends on its own
+                        except OSError:
+                            pass
+                        break
+            if self._long_polls >= self.max_long_polls:
+                self._long_polls_refused += 1
+                return False
+            self._long_polls += 1
+            conn.long_polling = True
+            return True
+
+    def _unpark(self, conn: _Connection) -> None:
+        """Give the long-poll slot of ``conn`` back (if it still holds it)."""
+        with self._lock:
+            self._unpark_locked(conn)
+
+    def _unpark_locked(self, conn: _Connection) -> None:
+        if conn.long_polling:
+            conn.long_polling = False
+            self._long_polls -= 1
 
     def _refuse(self, sock: socket.socket) -> None:
         try:
@@ -188,6 +237,7 @@ class ConnectionLoop:
                 sock.close()
             finally:
                 with self._lock:
+                    self._unpark_locked(conn)
                     self._connections.discard(conn)
                     self._totals["requests"] += conn.requests
                     self._totals["bytes_in"] += conn.bytes_in
