@@ -73,19 +73,28 @@ def test_long_polling_consumers_never_lock_producers_out(make_server, make_conn,
             sock.close()
 
 
-def test_a_closed_long_poll_frees_its_slot_at_once(make_server, plog):
-    server = make_server({(TOPIC, 0): plog}, max_long_polls=4)
+def test_a_closed_long_poll_ends_its_connection_at_once(make_server, plog):
+    server = make_server({(TOPIC, 0): plog})
     polls = [_long_poll(server, i) for i in range(4)]
     try:
-        assert _until(lambda: server.stats().get("long_polls") == 4)
+        assert _until(lambda: server.stats()["connections"] == 4)
         polls.pop(0).close()
         # its connection ends long before the 30 s wait it asked for
         assert _until(lambda: server.stats()["connections"] == 3)
-        # and the slot serves the next long poll: a second one closed, and a
-        # new FETCH right after it takes its slot
+    finally:
+        for sock in polls:
+            sock.close()
+
+
+def test_a_closed_long_poll_gives_its_slot_to_the_next_one(make_server, plog):
+    server = make_server({(TOPIC, 0): plog}, max_long_polls=4)
+    polls = [_long_poll(server, i) for i in range(4)]
+    try:
+        assert _until(lambda: server.stats()["long_polls"] == 4)
+        # one closed, and a new FETCH right after it takes its slot
         polls.pop(0).close()
         polls.append(_long_poll(server, 10))
-        assert _until(lambda: server.stats()["long_polls"] == 3 and server.stats()["connections"] == 3)
+        assert _until(lambda: server.stats()["long_polls"] == 4 and server.stats()["connections"] == 4)
         assert server.stats()["long_polls_refused"] == 0
     finally:
         for sock in polls:
