@@ -26,8 +26,10 @@ round takes up to :data:`MAX_UNACKED_ROUND_SETS`):
   after one more try each, rather than granting every one a deadline of
   its own. An endpoint that refuses the connection because it is full
   (TooManyConnectionsError) is tried again until that deadline, whatever
-  the policy's count of tries. Closing the producer abandons what is still being retried: it
-  fails with :class:`~raylog.errors.ClosedError` (outcome unknown).
+  the policy's count of tries. Closing the producer abandons what is
+  still being retried: it fails with :class:`~raylog.errors.ClosedError`
+  (outcome unknown); so does the stop at interpreter exit, once the
+  delivery deadline has passed (:meth:`Sender.stop`).
 
 Idempotence (on by default, off with acks=0; wire layout in
 :mod:`raylog.transfer.protocol`): the producer picks a random producer id

@@ -181,7 +181,7 @@ class RequestHandlers:
                     out.clear()
                 if self._park(conn):  # a long-poll slot; without one, answered at once
                     try:
-                        chunk = self._wait_for_data(conn, partition_log, request, max_bytes, max_wait_ms)
+                        chunk = self._wait_for_data(conn, partition_log, request, max_bytes, max_wait_ms, chunk)
                     finally:
                         self._unpark(conn)
             high_watermark = partition_log.high_watermark
@@ -212,13 +212,12 @@ class RequestHandlers:
             raise _Close()
 
     def _wait_for_data(self, conn: _Connection, partition_log: Log, request: FetchRequest, max_bytes: int,
-                       max_wait_ms: int):
+                       max_wait_ms: int, chunk):
         """The long poll (its slot held): the slice once data comes, or the
-        empty one after ``max_wait_ms``. A peer that closed the connection
+        empty ``chunk`` read before it after ``max_wait_ms``. A peer that closed the connection
         meanwhile ends the wait and the connection (checked every
         ``LONG_POLL_SLICE_S``)."""
         deadline = time.monotonic() + max_wait_ms / 1000.0
-        chunk = partition_log.read(request.offset, max_bytes)
         while not self._stopping.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
