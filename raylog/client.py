@@ -32,7 +32,7 @@ from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
-from raylog.zk.session import connect_kazoo
+from raylog.zk.session import OutageReporter, connect_kazoo
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,10 @@ class Client(TopicAdmin, OffsetAdmin):
         self._owns_ray = _owns_ray
         self._owned_data_dir = _owned_data_dir
         self._zk = _zk if _zk is not None else connect_kazoo(zookeeper)
+        # One line when ZooKeeper goes away and one when it is back (the
+        # actors' sessions say nothing: raylog.zk.session).
+        self._outages = OutageReporter(zookeeper, logger)
+        self._zk.add_listener(self._outages)
         self.registry = Registry(self._zk, cluster)
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client
@@ -192,6 +196,7 @@ class Client(TopicAdmin, OffsetAdmin):
         if self._closed:
             return
         self._closed = True
+        self._outages.close()
         if self in _OPEN_CLIENTS:
             _OPEN_CLIENTS.remove(self)
         for child in reversed(self._children):

@@ -339,7 +339,14 @@ class Supervisor:
         while not self._stopped.is_set():
             try:
                 self.repair()
-            except Exception:  # noqa: BLE001 - ZooKeeper away, say: try again next time
+            except RaylogError as err:
+                # An expected fault (ZooKeeper away, a node restarting) is
+                # tried again at the next pass, with no traceback: the
+                # client reports a ZooKeeper outage once (raylog.zk.session).
+                level = logging.DEBUG if err.retriable else logging.WARNING
+                log.log(level, "raylog supervisor of %s: repair pass failed (%s: %s); trying again in %g s",
+                        self.cluster, type(err).__name__, err, self.interval_s)
+            except Exception:  # noqa: BLE001 - unexpected: its traceback, then try again next time
                 log.exception("raylog supervisor of %s: repair pass failed", self.cluster)
             self._stopped.wait(self.interval_s)
 
