@@ -19,6 +19,7 @@ import contextlib
 import importlib
 import logging
 import shutil
+import sys
 import time
 
 from raylog.actors.producer import producer_actor
@@ -69,6 +70,18 @@ def _close_all_at_exit() -> None:
             pass
 
 
+def _in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (an actor or a task), not a
+    driver; False where Ray was never imported."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    try:
+        return ray._private.worker.global_worker.mode == ray.WORKER_MODE
+    except AttributeError:
+        return False
+
+
 class Client(TopicAdmin, OffsetAdmin):
     """A connection to one raylog cluster (a ZooKeeper root and a Ray
     cluster). Topics: :class:`raylog.topic_admin.TopicAdmin`; offsets and
@@ -95,10 +108,12 @@ class Client(TopicAdmin, OffsetAdmin):
         self._owns_ray = _owns_ray
         self._owned_data_dir = _owned_data_dir
         self._zk = _zk if _zk is not None else connect_kazoo(zookeeper)
-        # One line when ZooKeeper goes away and one when it is back (the
-        # actors' sessions say nothing: raylog.zk.session).
+        # One line when ZooKeeper goes away and one when it is back, from
+        # the driver; a client inside a Ray actor or task says nothing, as
+        # the actors' own sessions do not (raylog.zk.session).
         self._outages = OutageReporter(zookeeper, logger)
-        self._zk.add_listener(self._outages)
+        if not _in_ray_worker():
+            self._zk.add_listener(self._outages)
         self.registry = Registry(self._zk, cluster)
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client

@@ -1,7 +1,7 @@
 """A ZooKeeper outage is reported once, from the client, and its end once:
 no line per actor (kazoo's "Connection dropped" from every partition
-actor's and the supervisor's session), no traceback (the supervisor's
-failed repair passes).
+actor's and the supervisor's session, nor the outage line of a client
+held by an actor), no traceback (the supervisor's failed repair passes).
 
 The embedded default runs in a subprocess whose stderr is counted; its
 ZooKeeper is stopped and started again on the same port and data
@@ -38,6 +38,19 @@ _SCRIPT = textwrap.dedent(
 
     client = raylog.connect(num_cpus=4)
     client.create_topic("t", partitions=2, flush_ms=50)
+
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Holder:  # a raylog client inside an actor: it says nothing of the outage
+        def __init__(self, zookeeper, cluster):
+            self.client = raylog.Client(zookeeper=zookeeper, cluster=cluster)
+
+        def topics(self):
+            return self.client.list_topics()
+
+    holder = Holder.remote(client.settings.zookeeper, client.settings.cluster)
+    assert ray.get(holder.topics.remote(), timeout=120) == ["t"]
     producer = client.producer()
     producer.send("t", b"before").result(timeout_s=60)
     time.sleep(6)  # a supervisor pass or more while all is well

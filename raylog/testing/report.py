@@ -49,6 +49,9 @@ def table(report: dict) -> str:
         lines.append(f"send->read latency p50 {_seconds(lat['p50'])} s  p99 {_seconds(lat['p99'])} s  "
                      f"max {_seconds(lat['max'])} s")
     run = report.get("run") or {}
+    diverted = run.get("ray_messages") or {}
+    if diverted.get("lines"):
+        lines.append(f"ray messages       {diverted['lines']} lines about the faults made, in {diverted['file']}")
     if run.get("nemesis_errors"):
         lines.append("faults not made   " + "; ".join(run["nemesis_errors"][:5]))
     if run.get("drained") and not run["drained"].get("complete"):
