@@ -37,11 +37,13 @@ def command_retry() -> KazooRetry:
                       max_delay=CONNECTION_RETRY_MAX_DELAY_S, deadline=COMMAND_RETRY_DEADLINE_S)
 
 
-#: kazoo's warnings about a connection it is about to retry: expected while
-#: ZooKeeper is away, and repeated by every session of every actor at each
-#: retry. raylog reports an outage once, from the client that the user holds
+#: kazoo's warnings about a connection it is about to retry (and a session
+#: it renews after an expiry): expected while ZooKeeper is away, and
+#: repeated by every session of every actor at each retry. raylog reports an outage once, from the client that the user holds
 #: (:class:`raylog.Client`).
-EXPECTED_CONNECTION_WARNINGS = ("Connection dropped", "Connection time-out", "Transition to CONNECTING")
+EXPECTED_CONNECTION_WARNINGS = (
+    "Connection dropped", "Connection time-out", "Transition to CONNECTING", "Session has expired",
+)
 
 
 class _DropExpectedConnectionWarnings(logging.Filter):
