@@ -145,7 +145,11 @@ class OutageReporter:
         with self._lock:
             if self._closed:
                 return
-            if state in (KazooState.SUSPENDED, KazooState.LOST):
+            if state == KazooState.LOST and self._since is None:
+                # The session expired while the connection stood (told on
+                # reconnecting, say): kazoo starts a new one; no outage.
+                self.log.debug("the ZooKeeper session at %s expired; a new one starts", self.hosts)
+            elif state in (KazooState.SUSPENDED, KazooState.LOST):
                 self._expired = self._expired or state == KazooState.LOST
                 if self._since is None:
                     self._since = time.monotonic()

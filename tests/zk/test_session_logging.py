@@ -68,3 +68,31 @@ def test_a_malformed_address_is_a_config_error_naming_the_part(hosts, fragment):
 def test_well_formed_addresses_pass():
     for hosts in ("127.0.0.1:2181", "zk1:2181,zk2:2182/raylog", "zk", "[::1]:2181"):
         assert check_hosts(hosts) == hosts
+
+
+def test_the_outage_reporter_says_one_line_per_outage_and_one_per_recovery():
+    from kazoo.protocol.states import KazooState
+
+    from raylog.zk.session import OutageReporter
+
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING:
+                lines.append(record.getMessage())
+
+    logger = logging.getLogger("raylog.test-outage-reporter")
+    logger.addHandler(Keep())
+    reporter = OutageReporter("zk:2181", logger)
+    for state in (KazooState.SUSPENDED, KazooState.SUSPENDED, KazooState.LOST, KazooState.CONNECTED,
+                  KazooState.LOST, KazooState.CONNECTED,  # an expiry told on reconnecting: no outage
+                  KazooState.SUSPENDED, KazooState.CONNECTED):
+        reporter(state)
+    assert len(lines) == 4, lines
+    assert lines[0].startswith("ZooKeeper at zk:2181 is unreachable")
+    assert lines[1].startswith("ZooKeeper at zk:2181 is reachable again after") and "expired" in lines[1]
+    assert "unreachable" in lines[2] and "reachable again" in lines[3] and "expired" not in lines[3]
+    reporter.close()
+    reporter(KazooState.SUSPENDED)  # a stopping client's own disconnect
+    assert len(lines) == 4
