@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import logging
 import shutil
+import sys
 import time
 
 from raylog.actors.producer import producer_actor
@@ -32,7 +33,7 @@ from raylog.producer import Producer
 from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, _register_exit_hook, close_open_producers
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
-from raylog.zk.session import connect_kazoo
+from raylog.zk.session import OutageReporter, connect_kazoo
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,18 @@ def _close_all_at_exit() -> None:
 _register_exit_hook(_close_all_at_exit)
 
 
+def _in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (an actor or a task), not a
+    driver; False where Ray was never imported."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    try:
+        return ray._private.worker.global_worker.mode == ray.WORKER_MODE
+    except AttributeError:
+        return False
+
+
 class Client(TopicAdmin, OffsetAdmin):
     """A connection to one raylog cluster (a ZooKeeper root and a Ray
     cluster). Topics: :class:`raylog.topic_admin.TopicAdmin`; offsets and
@@ -109,6 +122,12 @@ class Client(TopicAdmin, OffsetAdmin):
         self._owns_ray = _owns_ray
         self._owned_data_dir = _owned_data_dir
         self._zk = _zk if _zk is not None else connect_kazoo(zookeeper)
+        # One line when ZooKeeper goes away and one when it is back, from
+        # the driver; a client inside a Ray actor or task says nothing, as
+        # the actors' own sessions do not (raylog.zk.session).
+        self._outages = OutageReporter(zookeeper, logger)
+        if not _in_ray_worker():
+            self._zk.add_listener(self._outages)
         self.registry = Registry(self._zk, cluster)
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client
@@ -210,6 +229,7 @@ class Client(TopicAdmin, OffsetAdmin):
         if self._closed:
             return
         self._closed = True
+        self._outages.close()
         if self in _OPEN_CLIENTS:
             _OPEN_CLIENTS.remove(self)
         # producers first (they deliver what was sent), then the producer

@@ -82,6 +82,14 @@ class ClosedError(RaylogError):
     """The object (producer, consumer, client, log) was closed; create a new one."""
 
 
+@_code(7)
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument has the wrong type (a topic that is not a str, a key or
+    value that is not bytes); the message names the argument, the type given
+    and how to convert it. Also a ``TypeError``, as Python's own would be.
+    Nothing of the call was queued or stored."""
+
+
 # --------------------------------------------------------------------------
 # messages and storage
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from raylog import auth
-from raylog.errors import BrokerUnavailableError, UnknownPartitionError
+from raylog.errors import ArgumentTypeError, BrokerUnavailableError, UnknownPartitionError, UnknownTopicError
 from raylog.retry import RetryPolicy
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
@@ -73,6 +73,10 @@ class Metadata:
         """The topic's :class:`raylog.TopicConfig` (fixed at creation; cached)."""
         config = self._configs.get(topic)
         if config is None:
+            if not isinstance(topic, str):
+                raise ArgumentTypeError(
+                    f"topic must be a str (the topic's name), got {type(topic).__name__}; pass e.g. 'clicks'"
+                )
             config = self._configs[topic] = self.registry.topic_config(topic)
         return config
 
@@ -99,6 +103,14 @@ class Metadata:
             if info is not None:
                 found = self._endpoints[key] = (info["host"], int(info["port"]))
                 return found
+            if not self.registry.topic_exists(topic):
+                # Deleted since its config was read: no endpoint will come.
+                self._configs.pop(topic, None)
+                raise UnknownTopicError(
+                    f"topic {topic!r} no longer exists in cluster {self.settings.cluster!r} (it was deleted); "
+                    f"create it again (client.create_topic) or stop sending to it",
+                    topic=topic,
+                )
             if not backoff.wait():
                 raise BrokerUnavailableError(
                     f"partition {topic}-{partition} has no live endpoint (its actor may be "

@@ -61,7 +61,10 @@ def connect(
 
     Every connection has a deadline: ZooKeeper 10 s, the Ray head
     :data:`raylog.ray_join.RAY_CONNECT_TIMEOUT_S`; past it a :class:`ZooKeeperUnavailableError`
-    or :class:`RayUnavailableError` names the address and what to check.
+    or :class:`RayUnavailableError` names the address and what to check
+    (for Ray alike whether nothing listens, a listener stays silent or
+    answers but is no GCS; ``ray_address="auto"`` with no Ray found fails
+    at once). A malformed ZooKeeper address is a :class:`ConfigError`.
 
     Quiet by default (see :mod:`raylog._log`): raylog logs warnings only,
     and the embedded default keeps Ray's start-up notices and its Java

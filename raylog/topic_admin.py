@@ -25,12 +25,13 @@ from raylog.actors.supervisor import DEFAULT_INTERVAL_S, remove_deleted
 from raylog.actors.supervisor import start_supervisor as _start_supervisor
 from raylog.auth import check
 from raylog.config import NAMESPACE, TopicConfig
-from raylog.errors import BrokerUnavailableError
+from raylog.errors import ArgumentTypeError, BrokerUnavailableError, ConfigError
 from raylog.groups.admin import delete_topic_offsets
 from raylog.producer.partitioner import partition_for_key
 from raylog.replication.admin import describe_replicas, follower_actors, record_replicas, start_followers
 from raylog.replication.assignment import assign_replicas
 from raylog.replication.reassign import reassign_partition
+from raylog.zk.registry import validate_topic_name
 
 
 def place_partitions(topic: str, partitions: int, disks: list) -> list:
@@ -46,6 +47,32 @@ def place_replicas(topic: str, partitions: int, disks: list, replication_factor:
     place_partitions(topic, partitions, disks)  # no disk node at all: its error
     offset = partition_for_key(topic.encode(), max(1, len(disks)))
     return assign_replicas(partitions, disks, replication_factor, offset=offset)
+
+
+#: the most partitions a topic may have: each is a partition actor of its
+#: own, and the topic with all its partition znodes is created in one
+#: ZooKeeper transaction, which must stay within ZooKeeper's request size
+#: (``jute.maxbuffer``, 1 MiB by default)
+MAX_PARTITIONS = 1024
+
+
+def check_new_topic(name, partitions) -> None:
+    """Refuse a new topic's name and partition count that cannot work,
+    before anything is asked of ZooKeeper or Ray: :class:`ArgumentTypeError`
+    for a name that is not a str, :class:`ConfigError` for a bad name or a
+    partition count outside ``1..MAX_PARTITIONS``."""
+    if not isinstance(name, str):
+        raise ArgumentTypeError(
+            f"topic name must be a str, got {type(name).__name__}; pass e.g. create_topic('clicks')"
+        )
+    validate_topic_name(name)
+    if not isinstance(partitions, int) or isinstance(partitions, bool):
+        raise ArgumentTypeError(f"partitions must be an int, got {type(partitions).__name__}")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ConfigError(
+            f"partitions must be between 1 and {MAX_PARTITIONS} (raylog.topic_admin.MAX_PARTITIONS: one "
+            f"partition actor each), got {partitions}; use fewer partitions"
+        )
 
 
 class TopicAdmin:
@@ -66,6 +93,7 @@ class TopicAdmin:
         import ray  # heavy (Ray): imported when used
 
         self._check_open()
+        check_new_topic(name, partitions)  # before ZooKeeper or Ray are asked anything
         config = TopicConfig(partitions=partitions, **settings)
         nodes = ray.nodes()
         disks = disk_nodes(nodes)
@@ -223,6 +251,7 @@ class TopicAdmin:
                 "isr": list(state.isr)}
 
     def list_topics(self) -> list[str]:
+        self._check_open()
         return self.registry.list_topics()
 
     def describe_topic(self, name: str) -> dict:
@@ -230,6 +259,7 @@ class TopicAdmin:
         leader's), log directory, whether it is served, endpoint, log start
         offset and high watermark (a partition not served has no endpoint:
         :meth:`repair` serves it again)."""
+        self._check_open()
         config = self.registry.topic_config(name)
         placements = self.registry.placements(name)
         endpoints = self.registry.endpoints(name)

@@ -331,6 +331,7 @@ class Supervisor:
         #: (topic, partition, node) -> when a replica's node was first seen gone
         self.lost_since: dict = {}
         self._lock = threading.Lock()  # one pass at a time
+        self._last_failure: str | None = None  # the last failed pass's error, while it repeats
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raylog-supervisor", daemon=True)
         self._thread.start()
@@ -339,7 +340,18 @@ class Supervisor:
         while not self._stopped.is_set():
             try:
                 self.repair()
-            except Exception:  # noqa: BLE001 - ZooKeeper away, say: try again next time
+                self._last_failure = None
+            except RaylogError as err:
+                # An expected fault (ZooKeeper away, a node restarting) is
+                # tried again at the next pass, with no traceback: the
+                # client reports a ZooKeeper outage once (raylog.zk.session).
+                # Another error is a warning line, once while it repeats.
+                failure = f"{type(err).__name__}: {err}"
+                level = logging.DEBUG if err.retriable or failure == self._last_failure else logging.WARNING
+                self._last_failure = failure
+                log.log(level, "raylog supervisor of %s: repair pass failed (%s); trying again in %g s",
+                        self.cluster, failure, self.interval_s)
+            except Exception:  # noqa: BLE001 - unexpected: its traceback, then try again next time
                 log.exception("raylog supervisor of %s: repair pass failed", self.cluster)
             self._stopped.wait(self.interval_s)
 

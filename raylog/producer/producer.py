@@ -76,7 +76,7 @@ import types
 import weakref
 from typing import Iterable, Sequence
 
-from raylog.errors import ConfigError, DeliveryError, RequestTimeoutError, UnknownPartitionError
+from raylog.errors import ArgumentTypeError, ConfigError, DeliveryError, RequestTimeoutError, UnknownPartitionError
 from raylog.producer.accumulator import DEFAULT_MAX_BLOCK_S, RecordAccumulator
 from raylog.producer.batch import ProducerBatch
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
@@ -109,13 +109,24 @@ def check_types(values: Sequence, keys: Sequence | None) -> None:
     """TypeError unless every value is bytes and every key bytes or None."""
     kinds = set(map(type, values))  # one C-level pass, not a check per message
     if kinds - _BYTES:
-        raise TypeError(f"values must be bytes, got {', '.join(sorted(k.__name__ for k in kinds - _BYTES))}")
+        raise ArgumentTypeError(
+            f"values must be bytes, got {', '.join(sorted(k.__name__ for k in kinds - _BYTES))}; "
+            f"encode them, e.g. value.encode()"
+        )
     if keys is not None:
         kinds = set(map(type, keys))
         if kinds - _KEY_TYPES:
-            raise TypeError(
-                f"keys must be bytes or None, got {', '.join(sorted(k.__name__ for k in kinds - _KEY_TYPES))}"
+            raise ArgumentTypeError(
+                f"keys must be bytes or None, got {', '.join(sorted(k.__name__ for k in kinds - _KEY_TYPES))}; "
+                f"encode them, e.g. key.encode()"
             )
+
+
+def check_key(key) -> None:
+    """ArgumentTypeError unless ``key`` is bytes or None (a str key would
+    otherwise fail deep in the partitioner, without naming the key)."""
+    if key is not None and type(key) is not bytes:
+        raise ArgumentTypeError(f"key must be bytes, got {type(key).__name__}; encode it, e.g. key.encode()")
 
 
 class Producer:
@@ -222,9 +233,12 @@ class Producer:
         """Queue one message; returns its future at once (unless the buffer
         is full: then it waits up to ``max_block_s`` for room)."""
         if type(value) is not bytes:
-            raise TypeError(f"value must be bytes, got {type(value).__name__}; encode it first")
+            raise ArgumentTypeError(
+                f"value must be bytes, got {type(value).__name__}; encode it first, e.g. value.encode()"
+            )
         if key is None and partition is None and timestamp_ms is None:
             return self._acc.append_keyless(topic, value)  # the hot path (batch 1: one set per message)
+        check_key(key)
         if partition is not None:
             self._check_partition(topic, partition)
         return self._acc.append(topic, value, key, partition, timestamp_ms)

@@ -19,6 +19,7 @@ from raylog.errors import (
 )
 from raylog.metadata import ConnectionSettings
 from raylog.read.plan import plan_read
+from raylog.read.ray_data_logging import quiet_ray_data_console
 from raylog.read.ranges import ARROW_SCHEMA, FETCH_BYTES, NODE_ID_LABEL, ReadPlan, ReadRange
 from raylog.read.reader import read_range
 from raylog.read.replicas import assigned_replica
@@ -100,6 +101,7 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
     """
     import ray  # heavy (Ray): imported when used
 
+    quiet_ray_data_console()  # its INFO lines stay in its log file while raylog is quiet
     plan_options = {name: options.pop(name) for name in PLAN_OPTIONS if name in options}
     if plan is None:
         plan = plan_read(topic, starting_offsets, ending_offsets, **plan_options)

@@ -46,13 +46,24 @@ def table(report: dict) -> str:
         lines.append(f"longest unacked    {held['max']:.1f} s ({held['producer']})")
     lat = report["latency_s"]
     if lat["max"] is not None:
-        lines.append(f"send->read latency p50 {lat['p50']:.3f} s  p99 {lat['p99']:.3f} s  max {lat['max']:.3f} s")
+        lines.append(f"send->read latency p50 {_seconds(lat['p50'])} s  p99 {_seconds(lat['p99'])} s  "
+                     f"max {_seconds(lat['max'])} s")
     run = report.get("run") or {}
+    diverted = run.get("ray_messages") or {}
+    if diverted.get("lines"):
+        lines.append(f"ray messages       {diverted['lines']} lines about the faults made, in {diverted['file']}")
     if run.get("nemesis_errors"):
         lines.append("faults not made   " + "; ".join(run["nemesis_errors"][:5]))
     if run.get("drained") and not run["drained"].get("complete"):
         lines.append("drain              INCOMPLETE: the group did not read every partition to its end")
     return "\n".join(lines)
+
+
+def _seconds(value: float) -> str:
+    """A latency to the millisecond, never negative: the send and read
+    times come from different processes' clocks, so a message read within a
+    millisecond can measure a hair below zero (printed as ``-0.000``)."""
+    return f"{max(0.0, value):.3f}"
 
 
 def to_json(report: dict) -> str:

@@ -51,6 +51,7 @@ from raylog.client import Client
 from raylog.testing import checker, report as reporting
 from raylog.testing.consumer_worker import consumer_actor_class
 from raylog.testing.history import Recorder, history_files, read_history
+from raylog.testing.ray_messages import divert_ray_messages
 from raylog.testing.nemesis import FAULT_KINDS, MULTI_NODE_KINDS, REPLICATED_KINDS, Nemesis, Target, plan
 from raylog.testing.workload import ProducerWorker
 from raylog.zk.server import EmbeddedZooKeeper
@@ -147,7 +148,7 @@ def run(options: RunOptions) -> dict:
 
     ray_tmp = tempfile.mkdtemp(prefix="rlf-", dir="/tmp")
     zookeeper = EmbeddedZooKeeper(data_dir=os.path.join(out, "zookeeper"))
-    cluster = client = None
+    cluster = client = diverted = None
     producers: list = []
     consumers: list = []
     nemesis = None
@@ -158,6 +159,8 @@ def run(options: RunOptions) -> dict:
     try:
         zookeeper.start()
         cluster, disks = _start_ray(options, ray_tmp)
+        # Ray's messages about the faults made on purpose: to a file, not before the report
+        diverted = divert_ray_messages(os.path.join(out, "ray-messages.log"))
         client = Client(
             zookeeper=zookeeper.connect_string,
             cluster=f"faults-{options.seed}",
@@ -240,6 +243,9 @@ def run(options: RunOptions) -> dict:
             cluster.shutdown()
         zookeeper.stop()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+        if diverted is not None:
+            diverted.close()
+            run_info["ray_messages"] = {"lines": diverted.lines, "file": diverted.path}
 
     ops = read_history(history_files(history_dir))
     # replicated: an acks=1 set the followers had not fetched is dropped at a leader change
