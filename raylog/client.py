@@ -32,6 +32,8 @@ from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
+from raylog.zk.acl import secure_session
+from raylog.zk.errors import zookeeper_errors
 from raylog.zk.session import connect_kazoo
 
 logger = logging.getLogger(__name__)
@@ -95,6 +97,9 @@ class Client(TopicAdmin, OffsetAdmin):
         self._owns_ray = _owns_ray
         self._owned_data_dir = _owned_data_dir
         self._zk = _zk if _zk is not None else connect_kazoo(zookeeper)
+        # a token holder's session writes the cluster's nodes, with their ACL (raylog.zk.acl)
+        with zookeeper_errors(self._zk, f"authenticate to ZooKeeper for cluster {cluster!r}"):
+            secure_session(self._zk, self.settings.token, cluster)
         self.registry = Registry(self._zk, cluster)
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client
