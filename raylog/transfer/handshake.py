@@ -44,6 +44,8 @@ from raylog.transfer.protocol import (
     REPLY_HEADER_BODY,
     SIZE,
 )
+from raylog.transfer.replies import decode_error
+from raylog.transfer.requests import encode_auth_hello, encode_auth_proof
 
 SERVER_LABEL = b"raylog-auth-server\x00"
 CLIENT_LABEL = b"raylog-auth-client\x00"
@@ -92,9 +94,6 @@ def authenticate_socket(sock: socket.socket, token: bytes, correlation_id: int =
     """Run the client side of the handshake on a plain blocking socket (for
     tools and tests that speak the protocol by hand); raises
     AuthenticationError (peer unproven or token refused) or ProtocolError."""
-    from raylog.transfer.replies import decode_error  # client-side decoding lives there
-    from raylog.transfer.requests import encode_auth_hello, encode_auth_proof
-
     where = "%s:%s" % sock.getpeername()[:2]
     nonce = new_nonce()
     sock.sendall(encode_auth_hello(correlation_id, nonce))

@@ -251,3 +251,13 @@ def test_a_real_partition_directory_passes_the_check(tmp_path):
     log.close()
     assert partition_directory_problem(str(replica), "c1", "clicks", 3, "disk-2") is None
     assert remove_log(str(log_dir), remove_directory=True) and not log_dir.exists()
+
+
+def test_every_launched_zookeeper_enforces_acls(tmp_path):
+    """The embedded server, ``raylog zookeeper start`` and
+    deploy/cluster_zookeeper.py all start ZooKeeper through this command line."""
+    from raylog.zk.launcher import ServerSettings, command
+
+    line = command(ServerSettings(data_dir=str(tmp_path), port=2181), "java", "cp")
+    assert "-Dzookeeper.skipACL=no" in line
+    assert "-Dzookeeper.DigestAuthenticationProvider.enabled=true" in line
