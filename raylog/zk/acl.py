@@ -20,7 +20,7 @@ from the cluster token, and the ACLs raylog's nodes carry.
   cluster's root with these ACLs, and when it finds a root that anyone may
   write (made before ACLs existed) it sets :func:`cluster_acl` on every node
   of the cluster's tree, once. A root that another identity holds is
-  reported (AuthenticationError), never taken over.
+  reported (a warning; the session's writes are refused), never taken over.
 
 A session without the token (``token`` None) authenticates nothing: it reads
 what it may, and its writes are refused by ZooKeeper
@@ -40,7 +40,6 @@ import threading
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
-from raylog.errors import AuthenticationError
 from raylog.zk.paths import Paths
 
 log = logging.getLogger(__name__)
@@ -93,10 +92,9 @@ def secure_session(zk, token: bytes | None, cluster: str, timeout_s: float = 10.
     """Authenticate ``zk`` as a holder of ``cluster``'s token, make every node
     it creates from now on carry :func:`cluster_acl` (its default ACL), and
     make sure ``/raylog`` and the cluster's root carry theirs (see the module
-    docstring). ``token`` None: nothing (the session stays a reader).
-
-    Raises AuthenticationError when the cluster's root is held by another
-    identity (another token made it)."""
+    docstring). ``token`` None: nothing (the session stays a reader); a
+    root that another token made is left alone (the session's writes to it
+    are refused)."""
     if token is None:
         return
     key = (cluster, password(token, cluster))
@@ -134,11 +132,11 @@ def _secure_roots(zk, token: bytes, cluster: str, acl: list[ACL], timeout_s: flo
     if acl[0] in acls:
         return
     if not _world_may_write(acls):
-        raise AuthenticationError(
-            f"the ZooKeeper root {root} of cluster {cluster!r} is held by another identity (made with "
-            f"another token); use the cluster's token, or another cluster name",
-            cluster=cluster,
-        )
+        # Another token made the root: this session reads as anyone does, and
+        # ZooKeeper refuses its writes (AuthenticationError, raylog.zk.errors).
+        log.warning("the ZooKeeper root %s of cluster %r is held by another token than this session's; "
+                    "its writes will be refused (pass the cluster's token)", root, cluster)
+        return
     _secure_tree(zk, root, acl, timeout_s)
 
 

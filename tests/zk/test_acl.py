@@ -146,9 +146,17 @@ def test_a_cluster_made_before_acls_is_secured_by_the_first_token_holder(private
             opened.set(paths.topic("clicks"), b"{}")
         with pytest.raises(NoAuthError):
             opened.create(paths.tombstone("forged"), b"{}")
-        # a session with another token does not take the root over
-        with pytest.raises(AuthenticationError, match="held by another identity"):
-            connect_kazoo(hosts, token=b"another-token", cluster="old")
+        # a session with another token does not take the root over, and may not write
+        other = connect_kazoo(hosts, token=b"another-token", cluster="old")
+        try:
+            # (ZooKeeper shows another identity's digest as "x")
+            assert [a.perms for a in other.get_acls(paths.root)[0] if a.id == acl.WORLD] == [Permissions.READ]
+            assert Registry(other, "old").list_topics() == ["clicks"]
+            with pytest.raises(AuthenticationError, match="cluster's token"):
+                Registry(other, "old").add_tombstone("clicks", 0, "n", "/x")
+        finally:
+            other.stop()
+            other.close()
     finally:
         opened.stop()
         opened.close()
