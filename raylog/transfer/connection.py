@@ -58,6 +58,7 @@ from raylog.errors import (
     ConfigError,
     ProtocolError,
     RaylogError,
+    RequestTimeoutError,
 )
 from raylog.transfer.handshake import check_hello_reply, new_nonce, unproven_peer
 from raylog.transfer.protocol import (
@@ -199,6 +200,13 @@ class BrokerConnection(SocketIO, ReplyReader):
         except ProtocolError as err:  # not a raylog endpoint's answer
             self._drop()
             raise unproven_peer(where, f"answered the AUTH HELLO out of protocol ({err})") from None
+        except RequestTimeoutError:
+            raise RequestTimeoutError(
+                f"{where} did not answer the AUTH HELLO within {self._recv_timeout}s (nothing derived from the "
+                f"token was sent); it may be overloaded, or not the partition's data endpoint (check the "
+                f"endpoint registered in ZooKeeper)",
+                host=self.host, port=self.port,
+            ) from None
         if self._reply_size != AUTH_HELLO_REPLY.size - SIZE.size:
             self._drop()
             raise unproven_peer(where, f"answered the AUTH HELLO with a reply of {self._reply_size} bytes")

@@ -15,7 +15,7 @@ import tracemalloc
 
 import pytest
 
-from raylog.errors import AuthenticationError
+from raylog.errors import AuthenticationError, RequestTimeoutError
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer import handshake
@@ -237,3 +237,18 @@ def test_strangers_announcing_huge_frames_cost_no_memory_and_are_closed(make_ser
     stats = server.stats()
     assert stats["requests"] == 0
     assert plog.log_end_offset == 0
+
+
+def test_a_silent_endpoint_ends_in_a_timeout_that_names_the_handshake(forged):
+    endpoint = forged(answer=None)  # accepts, reads, never answers
+    conn = BrokerConnection(*endpoint.address, token=TOKEN, timeout_s=1.0)
+    try:
+        with pytest.raises(RequestTimeoutError, match="did not answer the AUTH HELLO") as info:
+            conn.offsets(TOPIC, 0)
+        assert info.value.retriable
+    finally:
+        conn.close()
+    received = bytes(endpoint.received)
+    assert len(received) == p.SIZE.size + 41  # the HELLO, nothing else
+    for form in _derived_forms(TOKEN):
+        assert form not in received
