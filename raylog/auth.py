@@ -29,6 +29,13 @@ start (:class:`AuthenticationError`), and its ``shutdown`` requires it; so
 does :meth:`raylog.Client.repair` and every call that serves,
 restarts or stops a partition.
 
+Where the token goes: never into ZooKeeper, never over a socket.
+ZooKeeper sessions of token holders authenticate with a password derived
+from it (:mod:`raylog.zk.acl`: only they may write raylog's nodes), and a
+data connection is opened by a challenge–response in which the server
+proves it holds the token before the client proves it
+(:mod:`raylog.transfer.handshake`).
+
 Thread-safety: the functions may be called from any thread.
 """
 

@@ -33,6 +33,8 @@ from raylog.producer import Producer
 from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, _register_exit_hook, close_open_producers
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
+from raylog.zk.acl import secure_session
+from raylog.zk.errors import zookeeper_errors
 from raylog.zk.session import OutageReporter, connect_kazoo
 
 logger = logging.getLogger(__name__)
@@ -128,6 +130,9 @@ class Client(TopicAdmin, OffsetAdmin):
         self._outages = OutageReporter(zookeeper, logger)
         if not _in_ray_worker():
             self._zk.add_listener(self._outages)
+        # a token holder's session writes the cluster's nodes, with their ACL (raylog.zk.acl)
+        with zookeeper_errors(self._zk, f"authenticate to ZooKeeper for cluster {cluster!r}"):
+            secure_session(self._zk, self.settings.token, cluster)
         self.registry = Registry(self._zk, cluster)
         self.metadata = Metadata(self.registry, self.settings)
         self._children: list = []  # producers and consumers to close with the client

@@ -62,7 +62,7 @@ class Metadata:
     def connect(cls, settings: ConnectionSettings) -> "Metadata":
         """A metadata view with its own ZooKeeper session (for producers and
         consumers outside the process that holds the :class:`Client`)."""
-        zk = connect_kazoo(settings.zookeeper)
+        zk = connect_kazoo(settings.zookeeper, token=settings.token, cluster=settings.cluster)
         return cls(Registry(zk, settings.cluster), settings, owns_zk=zk)
 
     @property

@@ -148,7 +148,7 @@ class PartitionActor:
         if self.zk is not None:
             self.zk.stop()
             self.zk.close()
-        self.zk = connect_kazoo(zookeeper)
+        self.zk = connect_kazoo(zookeeper, token=self._token, cluster=self.cluster)
         self.registry = Registry(self.zk, self.cluster)
         topic, partition = self.topic, self.partition
         with zookeeper_errors(self.zk, f"start serving {topic}-{partition}"):

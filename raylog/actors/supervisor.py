@@ -46,6 +46,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -54,9 +55,10 @@ from raylog import auth
 from raylog.actors.partition import actor_name, start_partition_actor
 from raylog.actors.placement import disk_nodes, scheduling_options
 from raylog.config import NAMESPACE
-from raylog.errors import LogInUseError, RaylogError, UnknownTopicError
+from raylog.errors import LogInUseError, RaylogError, StorageError, UnknownTopicError
 from raylog.replication.repair import replace_lost, serve_replicas
 from raylog.zk.registry import Registry
+from raylog.zk.registry_base import TOPIC_NAME
 from raylog.zk.session import connect_kazoo
 
 log = logging.getLogger(__name__)
@@ -80,15 +82,74 @@ def supervisor_name(cluster: str) -> str:
 # removing deleted logs
 
 
+#: the files raylog writes in a partition directory: segments and their
+#: indexes (``<20 digits>.<kind>``), and named files such as ``lock``,
+#: ``recovery-point``, ``producer-state``, ``leader-epoch``; each maybe ``.tmp``
+_PARTITION_FILE = re.compile(r"(\d{20}\.[a-z]+|[a-z]+(-[a-z]+)*)(\.tmp)?")
+
+
+def partition_directory_problem(log_dir, cluster: str, topic, partition, node=None) -> str | None:
+    """Why ``log_dir`` is not the partition directory of ``topic``-``partition``
+    of ``cluster`` that a tombstone may empty, or None when it is (or is
+    gone). A partition directory is an absolute, normalized path
+    ``<data_dir>/<cluster>/<topic>-<partition>`` (a replica's:
+    ``<topic>-<partition>@<node>``, :func:`raylog.replication.assignment.replica_log_dir`) with a valid topic name,
+    not a symbolic link, holding raylog's lock file and nothing but regular
+    files of the names raylog writes. Tombstones live in ZooKeeper; this
+    check is what keeps a forged one from emptying any other directory."""
+    if not isinstance(log_dir, str) or not os.path.isabs(log_dir) or os.path.normpath(log_dir) != log_dir:
+        return "it is not an absolute, normalized path"
+    if not isinstance(topic, str) or not TOPIC_NAME.fullmatch(topic) or type(partition) is not int or partition < 0:
+        return f"{topic!r}-{partition!r} is not a topic and partition"
+    name = os.path.basename(log_dir)
+    cluster_dir = os.path.dirname(log_dir)
+    if name not in (f"{topic}-{partition}", f"{topic}-{partition}@{node}") or os.path.basename(cluster_dir) != cluster:
+        return f"it is not <data_dir>/{cluster}/{topic}-{partition}"
+    if not os.path.lexists(log_dir):
+        return None
+    if os.path.islink(log_dir) or os.path.realpath(log_dir) != os.path.join(os.path.realpath(cluster_dir), name):
+        return "it is a symbolic link"
+    if not os.path.isdir(log_dir):
+        return "it is not a directory"
+    lock_path = os.path.join(log_dir, LOCK_NAME)
+    if os.path.islink(lock_path) or not os.path.isfile(lock_path):
+        return f"it holds no raylog lock file ({LOCK_NAME})"
+    with os.scandir(log_dir) as entries:
+        for entry in entries:
+            if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
+                return f"it holds {entry.name!r}, which is not a regular file"
+            if not _PARTITION_FILE.fullmatch(entry.name):
+                return f"it holds {entry.name!r}, a file raylog does not write"
+    return None
+
+
+def check_partition_directory(log_dir, cluster: str, topic, partition, node=None) -> None:
+    """Raise :class:`StorageError` (and log it) unless ``log_dir`` is the
+    partition directory a tombstone may empty (:func:`partition_directory_problem`)."""
+    problem = partition_directory_problem(log_dir, cluster, topic, partition, node)
+    if problem is not None:
+        message = (f"refusing to remove {log_dir!r} for a tombstone of {topic}-{partition} in cluster "
+                   f"{cluster!r}: {problem}; it is not a raylog partition directory and was left untouched "
+                   f"(the tombstone is dropped; check who writes to ZooKeeper)")
+        log.error("%s", message)
+        raise StorageError(message, directory=str(log_dir))
+
+
 def remove_log(log_dir: str, *, remove_directory: bool) -> bool:
     """Empty ``log_dir`` while holding its lock (so never under a running
     partition actor); with ``remove_directory`` also remove the lock file
     and the directory. False if there was no such directory. Raises
-    :class:`LogInUseError` if an owner holds the lock."""
+    :class:`LogInUseError` if an owner holds the lock, StorageError if
+    there is no lock file (not a partition log: nothing is removed). Callers
+    acting on a tombstone check the directory first (:func:`check_partition_directory`)."""
     if not os.path.isdir(log_dir):
         return False
     lock_path = os.path.join(log_dir, LOCK_NAME)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise StorageError(f"refusing to remove {log_dir!r}: it holds no raylog lock file ({err.strerror}); "
+                           f"it is not a partition log and was left untouched", directory=log_dir) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -121,7 +182,7 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
     directory that a delete (or a reassignment) left a tombstone on, then
     remove the tombstone. ``node``: the replica's (default: the placement's)."""
 
-    zk = connect_kazoo(zookeeper)
+    zk = connect_kazoo(zookeeper, token=auth.cluster_token(cluster), cluster=cluster)
     try:
         registry = Registry(zk, cluster)
         place = registry.placement(topic, partition)
@@ -133,6 +194,11 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
             )
         node = node or place.get("node")
         if node and registry.tombstone(node, log_dir) is not None:
+            try:
+                check_partition_directory(log_dir, cluster, topic, partition, node)
+            except StorageError:  # logged; the actor serves its own directory as it is
+                registry.remove_tombstone(node, log_dir)
+                return
             remove_log(log_dir, remove_directory=False)
             registry.remove_tombstone(node, log_dir)
             log.warning("partition %s-%d: emptied %s, the log of a deleted topic of that name", topic, partition,
@@ -144,7 +210,7 @@ def check_before_serving(zookeeper: str, cluster: str, topic: str, partition: in
 
 def _remove_log_task(zookeeper: str, cluster: str, node: str, log_dir: str) -> str:
     """Body of the task that honours one tombstone on its node."""
-    zk = connect_kazoo(zookeeper)
+    zk = connect_kazoo(zookeeper, token=auth.cluster_token(cluster), cluster=cluster)
     try:
         registry = Registry(zk, cluster)
         stone = registry.tombstone(node, log_dir)
@@ -154,6 +220,11 @@ def _remove_log_task(zookeeper: str, cluster: str, node: str, log_dir: str) -> s
         # may be about to open it (it empties it itself before serving);
         # not a replica's that a reassignment took away.
         gone = stone.get("reassigned") or not registry.topic_exists(stone["topic"])
+        try:
+            check_partition_directory(log_dir, cluster, stone.get("topic"), stone.get("partition"), node)
+        except StorageError:
+            registry.remove_tombstone(node, log_dir)  # refused once, not at every pass
+            raise
         existed = remove_log(log_dir, remove_directory=gone)
         registry.remove_tombstone(node, log_dir)
         return "removed" if existed else "nothing on disk"
@@ -324,7 +395,7 @@ class Supervisor:
         # taken from whoever starts the supervisor.
         self.token = auth.cluster_token(cluster)
         self.interval_s = interval_s
-        self.zk = connect_kazoo(zookeeper)
+        self.zk = connect_kazoo(zookeeper, token=self.token, cluster=cluster)
         self.registry = Registry(self.zk, cluster)
         self.passes = 0
         self.last: list[dict] = []

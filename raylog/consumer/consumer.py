@@ -150,7 +150,8 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         else:
             # The group session is the consumer's own (never shared with
             # another member): its timeout is the consumer's session timeout.
-            self._group_zk = connect_kazoo(metadata.settings.zookeeper, timeout=session_timeout_ms / 1000.0)
+            self._group_zk = connect_kazoo(metadata.settings.zookeeper, timeout=session_timeout_ms / 1000.0,
+                                           token=metadata.settings.token, cluster=metadata.settings.cluster)
             self._member = GroupMember(
                 self._group_zk,
                 metadata.settings.cluster,

@@ -51,8 +51,20 @@ import socket
 from typing import NamedTuple, Sequence
 
 from raylog.config import KiB, MiB
-from raylog.errors import BrokerUnavailableError, ClosedError, ConfigError, ProtocolError, RaylogError
+from raylog.errors import (
+    AuthenticationError,
+    BrokerUnavailableError,
+    ClosedError,
+    ConfigError,
+    ProtocolError,
+    RaylogError,
+    RequestTimeoutError,
+)
+from raylog.transfer.handshake import check_hello_reply, new_nonce, unproven_peer
 from raylog.transfer.protocol import (
+    AUTH_HELLO_REPLY,
+    AUTH_HELLO_REPLY_FIELDS,
+    SIZE,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     DEFAULT_MAX_FRAME_BYTES,
@@ -65,7 +77,8 @@ from raylog.transfer.protocol import (
 from raylog.transfer.reply_reader import ReplyReader
 from raylog.transfer.requests import (
     ProduceHeader,
-    encode_auth,
+    encode_auth_hello,
+    encode_auth_proof,
     encode_count,
     encode_fetch,
     encode_offsets,
@@ -173,10 +186,42 @@ class BrokerConnection(SocketIO, ReplyReader):
         self._rstart = self._rend = 0
         self._unacked = None
         if self._token is not None:
-            correlation_id = self._next_correlation()
-            self._send(encode_auth(correlation_id, self._token))
-            self._read_reply(correlation_id, REPLY_HEADER_BODY)
-            self._consume_reply()
+            self._authenticate(self._token)
+
+    def _authenticate(self, token: bytes) -> None:
+        """The client side of the challenge–response (:mod:`raylog.transfer.handshake`):
+        the proof goes out only after the peer proved it holds the token."""
+        where = f"{self.host}:{self.port}"
+        nonce = new_nonce()
+        correlation_id = self._next_correlation()
+        self._send(encode_auth_hello(correlation_id, nonce))
+        try:
+            pos = self._read_reply(correlation_id, REPLY_HEADER_BODY, whole=False)
+        except ProtocolError as err:  # not a raylog endpoint's answer
+            self._drop()
+            raise unproven_peer(where, f"answered the AUTH HELLO out of protocol ({err})") from None
+        except RequestTimeoutError:
+            raise RequestTimeoutError(
+                f"{where} did not answer the AUTH HELLO within {self._recv_timeout}s (nothing derived from the "
+                f"token was sent); it may be overloaded, or not the partition's data endpoint (check the "
+                f"endpoint registered in ZooKeeper)",
+                host=self.host, port=self.port,
+            ) from None
+        if self._reply_size != AUTH_HELLO_REPLY.size - SIZE.size:
+            self._drop()
+            raise unproven_peer(where, f"answered the AUTH HELLO with a reply of {self._reply_size} bytes")
+        self._fill(AUTH_HELLO_REPLY.size)
+        body = bytes(self._rview[pos : pos + AUTH_HELLO_REPLY_FIELDS.size])
+        self._consume_reply()
+        try:
+            proof = check_hello_reply(token, nonce, body, where)
+        except AuthenticationError:
+            self._drop()
+            raise
+        correlation_id = self._next_correlation()
+        self._send(encode_auth_proof(correlation_id, proof))
+        self._read_reply(correlation_id, REPLY_HEADER_BODY)
+        self._consume_reply()
 
     def close(self) -> None:
         """Close the connection; further calls raise ClosedError. The one

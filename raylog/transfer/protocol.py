@@ -16,9 +16,23 @@ Request frame
 
 then the body of the api:
 
-AUTH (must be the first frame when the server has a token)
-    5. token length   u16
-    6. token          bytes
+AUTH, version 1 (must come first when the server has a token): a
+challenge–response in two frames, HELLO then PROOF, through which both ends
+prove they hold the cluster token and neither sends it
+(:mod:`raylog.transfer.handshake`)
+    5. step           i8   1 HELLO, 2 PROOF
+    6. data           32 bytes: HELLO: the client's nonce (fresh random
+                      bytes); PROOF: the client proof, HMAC-SHA256(token,
+                      "raylog-auth-client" 0x00 + client nonce + server nonce)
+
+    The client sends PROOF only after checking the server proof of the
+    HELLO reply (below); a server without a token answers HELLO with
+    AuthenticationError (it cannot prove anything). AUTH version 0 (the
+    token in plain text) is refused. Until PROOF is accepted the server
+    reads frames of at most :data:`PRE_AUTH_MAX_FRAME_BYTES` (a larger size
+    field gets AuthenticationError and the connection is closed) into a
+    buffer of that size, so an unauthenticated connection costs a few
+    hundred bytes whatever it announces.
 
 PRODUCE, version 0
     5. topic length   u16
@@ -116,7 +130,9 @@ If the error code is not 0 the body is the error, whatever the api:
 and :func:`decode_error` rebuilds the same typed error class from it.
 Otherwise the body depends on the api of the request:
 
-AUTH      nothing
+AUTH      HELLO: 4. server nonce 32 bytes (fresh random bytes), 5. server
+          proof 32 bytes, HMAC-SHA256(token, "raylog-auth-server" 0x00 +
+          client nonce + server nonce); PROOF: nothing
 PRODUCE   4. base offset i64  (acks 1 and -1; acks=0 gets no reply); for a
              duplicate (version 1) the offset of the first store
 FETCH     4. high watermark i64, 5. log start offset i64,
@@ -148,8 +164,8 @@ Errors and the connection
   connection, so that the producer learns of it on its next call.
 * Any other error (the log refused the set, the offset is out of range, the
   partition lives elsewhere ...) is answered and the connection stays open.
-* Bounds of the server (:mod:`raylog.transfer.server`): the AUTH frame must
-  come within a deadline (AuthenticationError, then close); a connection
+* Bounds of the server (:mod:`raylog.transfer.server`): the AUTH exchange must
+  complete within a deadline (AuthenticationError, then close); a connection
   idle for long is closed; a FETCH's max wait ms is capped; at its
   connection limit the server closes the longest-idle connection or answers
   a new one with TooManyConnectionsError (correlation id -1) and closes it.
@@ -177,6 +193,17 @@ API_NAMES = {
 }
 
 VERSION = 0
+#: AUTH version 1: the challenge–response (version 0, the plain token, is refused)
+AUTH_VERSION = 1
+#: steps of an AUTH version 1 frame
+AUTH_HELLO = 1
+AUTH_PROOF = 2
+#: bytes of a nonce and of a proof (HMAC-SHA256) in the AUTH exchange
+NONCE_BYTES = 32
+PROOF_BYTES = 32
+#: the largest frame (value of its size field) read before AUTH completes
+#: (an AUTH frame has 41)
+PRE_AUTH_MAX_FRAME_BYTES = 256
 #: PRODUCE version 1: producer id, epoch and sequence, and acks=-1
 PRODUCE_VERSION_IDEMPOTENT = 1
 
@@ -231,6 +258,9 @@ OFFSETS_FOR_TIME_FIELDS = struct.Struct(">iq")
 #: COUNT after the topic: partition, start, end, max bytes
 COUNT_FIELDS = struct.Struct(">iqqi")
 
+#: AUTH version 1 body: step, nonce or proof
+AUTH_FIELDS = struct.Struct(f">b{NONCE_BYTES}s")
+
 #: size, correlation id, error code
 REPLY_HEADER = struct.Struct(">Iih")
 #: bytes of the reply header after the size field
@@ -242,6 +272,7 @@ FETCH_REPLY_FIELDS = struct.Struct(">qqi")  # high watermark, log start offset, 
 OFFSETS_REPLY_FIELDS = struct.Struct(">qq")  # log start offset, high watermark
 OFFSETS_FOR_TIME_REPLY_FIELDS = struct.Struct(">q")  # offset
 COUNT_REPLY_FIELDS = struct.Struct(">qq")  # messages, next offset
+AUTH_HELLO_REPLY_FIELDS = struct.Struct(f">{NONCE_BYTES}s{PROOF_BYTES}s")  # server nonce, server proof
 
 
 def _after_reply_header(fields: struct.Struct) -> struct.Struct:
@@ -254,3 +285,4 @@ FETCH_REPLY = _after_reply_header(FETCH_REPLY_FIELDS)
 OFFSETS_REPLY = _after_reply_header(OFFSETS_REPLY_FIELDS)
 OFFSETS_FOR_TIME_REPLY = _after_reply_header(OFFSETS_FOR_TIME_REPLY_FIELDS)
 COUNT_REPLY = _after_reply_header(COUNT_REPLY_FIELDS)
+AUTH_HELLO_REPLY = _after_reply_header(AUTH_HELLO_REPLY_FIELDS)

@@ -19,11 +19,18 @@ from raylog.transfer.protocol import (
     OFFSETS_REPLY,
     OFFSETS_FOR_TIME_REPLY,
     COUNT_REPLY,
+    AUTH_HELLO_REPLY,
 )
 
 
 def encode_auth_reply(correlation_id: int) -> bytes:
+    """The reply to an accepted AUTH PROOF."""
     return REPLY_HEADER.pack(REPLY_HEADER_BODY, correlation_id, 0)
+
+
+def encode_auth_hello_reply(correlation_id: int, server_nonce: bytes, server_proof: bytes) -> bytes:
+    """The reply to an AUTH HELLO: the server's nonce and proof."""
+    return AUTH_HELLO_REPLY.pack(AUTH_HELLO_REPLY.size - SIZE.size, correlation_id, 0, server_nonce, server_proof)
 
 
 def encode_produce_reply(correlation_id: int, base_offset: int) -> bytes:

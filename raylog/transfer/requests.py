@@ -13,6 +13,11 @@ from raylog.transfer.protocol import (
     API_FETCH,
     API_OFFSETS,
     API_AUTH,
+    AUTH_FIELDS,
+    AUTH_HELLO,
+    AUTH_PROOF,
+    AUTH_VERSION,
+    NONCE_BYTES,
     API_OFFSETS_FOR_TIME,
     API_COUNT,
     API_NAMES,
@@ -40,7 +45,9 @@ from raylog.transfer.protocol import (
 
 class AuthRequest(NamedTuple):
     correlation_id: int
-    token: bytes
+    #: AUTH_HELLO (``data`` is the client nonce) or AUTH_PROOF (the client proof)
+    step: int
+    data: bytes
 
 
 class ProduceRequest(NamedTuple):
@@ -110,11 +117,23 @@ def _request_header(api_key: int, correlation_id: int, body_length: int) -> byte
     return REQUEST_HEADER.pack(REQUEST_HEADER_BODY + body_length, api_key, VERSION, correlation_id)
 
 
-def encode_auth(correlation_id: int, token: bytes) -> bytes:
-    if len(token) > MAX_STRING_BYTES:
-        raise ProtocolError(f"token of {len(token)} bytes is longer than {MAX_STRING_BYTES}")
-    body = STRING_LENGTH.pack(len(token)) + bytes(token)
-    return _request_header(API_AUTH, correlation_id, len(body)) + body
+def _encode_auth(correlation_id: int, step: int, data: bytes) -> bytes:
+    if len(data) != NONCE_BYTES:
+        raise ProtocolError(f"an AUTH nonce or proof has {NONCE_BYTES} bytes, not {len(data)}")
+    return (
+        REQUEST_HEADER.pack(REQUEST_HEADER_BODY + AUTH_FIELDS.size, API_AUTH, AUTH_VERSION, correlation_id)
+        + AUTH_FIELDS.pack(step, bytes(data))
+    )
+
+
+def encode_auth_hello(correlation_id: int, client_nonce: bytes) -> bytes:
+    """AUTH HELLO: the client's fresh nonce (:mod:`raylog.transfer.handshake`)."""
+    return _encode_auth(correlation_id, AUTH_HELLO, client_nonce)
+
+
+def encode_auth_proof(correlation_id: int, proof: bytes) -> bytes:
+    """AUTH PROOF: the client proof, sent only after the server proved itself."""
+    return _encode_auth(correlation_id, AUTH_PROOF, proof)
 
 
 def _produce_fields_wrong(acks: int, producer_id: int, sequence: int) -> str | None:
@@ -317,6 +336,19 @@ def decode_request(buf, pos: int, size: int):
     pos += REQUEST_HEADER.size
     if api_key == API_PRODUCE and version == PRODUCE_VERSION_IDEMPOTENT:
         return _decode_produce_v1(buf, pos, end, correlation_id)
+    if api_key == API_AUTH:
+        if version != AUTH_VERSION:
+            raise ProtocolError(
+                f"AUTH version {version} is not accepted (version 0 sent the token in plain text); this endpoint "
+                f"speaks the challenge–response of AUTH version {AUTH_VERSION}: upgrade the client",
+                correlation_id=correlation_id,
+            )
+        if end - pos != AUTH_FIELDS.size:
+            raise _malformed(api_key, correlation_id, f"{end - pos} bytes after the header, expected {AUTH_FIELDS.size}")
+        step, data = AUTH_FIELDS.unpack_from(buf, pos)
+        if step not in (AUTH_HELLO, AUTH_PROOF):
+            raise _malformed(api_key, correlation_id, f"unknown AUTH step {step}")
+        return AuthRequest(correlation_id, step, data)
     if version != VERSION:
         raise ProtocolError(
             f"unsupported version {version} of api {api_key}; this endpoint speaks version {VERSION}",
@@ -366,14 +398,6 @@ def decode_request(buf, pos: int, size: int):
         if max_bytes < 0:
             raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes})")
         return CountRequest(correlation_id, topic, partition, start, stop, max_bytes)
-    if api_key == API_AUTH:
-        if end - pos < STRING_LENGTH.size:
-            raise _malformed(api_key, correlation_id, "truncated before the token length")
-        (length,) = STRING_LENGTH.unpack_from(buf, pos)
-        pos += STRING_LENGTH.size
-        if length != end - pos:
-            raise _malformed(api_key, correlation_id, f"token length {length} but {end - pos} bytes left")
-        return AuthRequest(correlation_id, bytes(buf[pos:end]))
     raise ProtocolError(f"unknown api key {api_key}", correlation_id=correlation_id)
 
 

@@ -5,7 +5,6 @@ buffer, authentication, replies and failures (a mixin of
 
 from __future__ import annotations
 
-import hmac
 import logging
 import socket
 import threading
@@ -19,8 +18,9 @@ from raylog.errors import (
     RaylogError,
     TooManyConnectionsError,
 )
-from raylog.transfer.protocol import NO_CORRELATION, REQUEST_HEADER, SIZE
-from raylog.transfer.replies import encode_auth_reply, encode_error
+from raylog.transfer.handshake import client_proof, new_nonce, proven, server_proof
+from raylog.transfer.protocol import AUTH_HELLO, NO_CORRELATION, PRE_AUTH_MAX_FRAME_BYTES, REQUEST_HEADER, SIZE
+from raylog.transfer.replies import encode_auth_hello_reply, encode_auth_reply, encode_error
 from raylog.transfer.requests import (
     AuthRequest,
     CountRequest,
@@ -90,12 +90,15 @@ class _Connection:
 
 
 class _State:
-    """Per-connection state of the frame loop."""
+    """Per-connection state of the frame loop: authenticated yet, and the
+    nonces of an AUTH HELLO answered and waiting for its PROOF."""
 
-    __slots__ = ("authenticated",)
+    __slots__ = ("authenticated", "client_nonce", "server_nonce")
 
     def __init__(self, authenticated: bool):
         self.authenticated = authenticated
+        self.client_nonce: bytes | None = None
+        self.server_nonce: bytes | None = None
 
 
 class ConnectionLoop:
@@ -249,12 +252,14 @@ class ConnectionLoop:
     def _read_loop(self, conn: _Connection) -> None:
         sock = conn.sock
         max_frame = self.max_frame_bytes
-        limit = SIZE.size + max_frame  # the largest buffer a frame can need
+        state = _State(authenticated=self._token is None)
+        conn.authenticated = state.authenticated
+        # Before AUTH completes, a buffer for one small frame: what a stranger
+        # announces is never allocated. It grows once the peer has proven itself.
+        limit = SIZE.size + (max_frame if state.authenticated else PRE_AUTH_MAX_FRAME_BYTES)
         buf = bytearray(min(INITIAL_BUFFER_BYTES, limit))
         view = memoryview(buf)
         end = 0  # bytes in buf; a partial frame is always kept at buf[0:end]
-        state = _State(authenticated=self._token is None)
-        conn.authenticated = state.authenticated
         monotonic = time.monotonic
         while True:
             conn.waiting_since = monotonic()
@@ -277,6 +282,9 @@ class ConnectionLoop:
             end += n
             pos, need = self._handle_frames(conn, state, view, end)
             remaining = end - pos
+            if state.authenticated and limit < SIZE.size + max_frame:
+                limit = SIZE.size + max_frame
+                need = max(need, min(INITIAL_BUFFER_BYTES, limit))
             if need > len(buf) or (filled and len(buf) < limit):
                 # Grow: a frame larger than the buffer is coming (its size was
                 # checked against max_frame_bytes), or reads fill the buffer.
@@ -293,11 +301,16 @@ class ConnectionLoop:
         pos = 0
         out: list[bytes] = []
         group: list[ProduceRequest] = []
-        max_frame = self.max_frame_bytes
+        max_frame = self.max_frame_bytes if state.authenticated else PRE_AUTH_MAX_FRAME_BYTES
         need = 0
         try:
             while end - pos >= SIZE.size:
                 (size,) = SIZE.unpack_from(view, pos)
+                if size > max_frame and not state.authenticated:
+                    self._fail(conn, AuthenticationError(
+                        f"a frame of {size} bytes before authenticating (at most {PRE_AUTH_MAX_FRAME_BYTES} "
+                        f"are read before AUTH completes); the first frames must be AUTH: pass the cluster's token"
+                    ), NO_CORRELATION, out)
                 if size > max_frame:
                     corr = NO_CORRELATION
                     if end - pos >= REQUEST_HEADER.size:
@@ -324,6 +337,7 @@ class ConnectionLoop:
                     if group:
                         self._produce(conn, group, out)
                     self._authenticate(conn, state, request, out)
+                    max_frame = self.max_frame_bytes if state.authenticated else PRE_AUTH_MAX_FRAME_BYTES
                     continue
                 if kind is ProduceRequest:
                     if group and (request.partition != group[0].partition or request.topic != group[0].topic):
@@ -349,18 +363,33 @@ class ConnectionLoop:
         return pos, need
 
     def _authenticate(self, conn, state: "_State", request, out: list) -> None:
-        if type(request) is AuthRequest and (
-            self._token is None or hmac.compare_digest(request.token, self._token)
-        ):
-            if not state.authenticated:
-                state.authenticated = conn.authenticated = True
-                set_timeout(conn.sock, socket.SO_RCVTIMEO, self.idle_timeout_s)
-            out.append(encode_auth_reply(request.correlation_id))
+        """One step of the challenge–response (:mod:`raylog.transfer.handshake`):
+        a HELLO gets this end's nonce and proof, a PROOF is checked in
+        constant time; anything else before AUTH completes closes the connection."""
+        if type(request) is not AuthRequest:
+            why = "no AUTH frame first"
+        elif self._token is None:
+            why = "an AUTH frame, but this endpoint has no token and cannot prove one (connect without a token)"
+        elif request.step == AUTH_HELLO:
+            state.client_nonce, state.server_nonce = request.data, new_nonce()
+            proof = server_proof(self._token, state.client_nonce, state.server_nonce)
+            out.append(encode_auth_hello_reply(request.correlation_id, state.server_nonce, proof))
             return
-        what = "a wrong token" if type(request) is AuthRequest else "no AUTH frame first"
+        elif state.client_nonce is None:
+            why = "an AUTH PROOF without a HELLO before it"
+        else:
+            expected = client_proof(self._token, state.client_nonce, state.server_nonce)
+            state.client_nonce = state.server_nonce = None  # one proof per HELLO
+            if proven(expected, request.data):
+                if not state.authenticated:
+                    state.authenticated = conn.authenticated = True
+                    set_timeout(conn.sock, socket.SO_RCVTIMEO, self.idle_timeout_s)
+                out.append(encode_auth_reply(request.correlation_id))
+                return
+            why = "a wrong AUTH proof (not the cluster's token)"
         self._fail(
             conn,
-            AuthenticationError(f"connection presented {what}; pass the cluster's token"),
+            AuthenticationError(f"connection presented {why}; pass the cluster's token"),
             request.correlation_id,
             out,
         )
@@ -389,7 +418,7 @@ class ConnectionLoop:
             sock.settimeout(LINGER_S)
             deadline = time.monotonic() + LINGER_S
             drained = 0
-            scratch = bytearray(64 * KiB)
+            scratch = bytearray(64 * KiB if conn.authenticated else PRE_AUTH_MAX_FRAME_BYTES)
             while drained < LINGER_BYTES and time.monotonic() < deadline and not self._stopping.is_set():
                 n = sock.recv_into(scratch)
                 if not n:

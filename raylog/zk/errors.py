@@ -18,6 +18,7 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionDropped,
     ConnectionLoss,
+    NoAuthError,
     OperationTimeoutError,
     ZookeeperStoppedError,
 )
@@ -25,7 +26,7 @@ from kazoo.exceptions import SessionExpiredError as KazooSessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from raylog.errors import ClosedError, SessionExpiredError, ZooKeeperUnavailableError
+from raylog.errors import AuthenticationError, ClosedError, SessionExpiredError, ZooKeeperUnavailableError
 
 
 def _hosts(zk) -> str:
@@ -42,6 +43,8 @@ def zookeeper_errors(zk, action: str) -> Iterator[None]:
     * the session expired → :class:`SessionExpiredError`
     * the connection is lost, a request timed out → :class:`ZooKeeperUnavailableError`
     * the client was stopped or closed → :class:`ClosedError`
+    * ZooKeeper refused the call by the node's ACL (a session without the
+      cluster's token writing, :mod:`raylog.zk.acl`) → :class:`AuthenticationError`
 
     Node-level errors (``NoNodeError``, ``NodeExistsError`` ...) pass through
     unchanged: they carry meaning the caller handles.
@@ -53,6 +56,13 @@ def zookeeper_errors(zk, action: str) -> Iterator[None]:
         raise ClosedError(
             f"cannot {action}: the ZooKeeper client for {where} was stopped; "
             f"start it again (zk.start()) or build a new client and Registry",
+            hosts=where,
+        ) from err
+    except NoAuthError as err:
+        raise AuthenticationError(
+            f"cannot {action}: ZooKeeper at {where} refused it, as raylog's nodes may be changed only "
+            f"with the cluster's token; pass it (raylog.connect(token=...), raylog --token) or run "
+            f"inside the cluster's Ray cluster",
             hosts=where,
         ) from err
     except KazooSessionExpiredError as err:

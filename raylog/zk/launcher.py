@@ -123,6 +123,9 @@ def command(settings: ServerSettings, java: str, classpath: str) -> list[str]:
         *quick,
         "-Djava.net.preferIPv4Stack=true",
         "-Dzookeeper.jmx.log4j.disable=true",
+        # raylog's nodes carry digest ACLs (raylog.zk.acl): never skip them
+        "-Dzookeeper.skipACL=no",
+        "-Dzookeeper.DigestAuthenticationProvider.enabled=true",
         f"-Dlog4j2.configurationFile={os.path.join(settings.data_dir, LOG4J_CFG_NAME)}",
         "-cp",
         classpath,

@@ -14,6 +14,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from raylog.errors import ConfigError, ZooKeeperUnavailableError
+from raylog.zk.acl import secure_session
+from raylog.zk.errors import zookeeper_errors
 
 #: the longest pause between two connection attempts while ZooKeeper is away
 #: (kazoo's own default grows to an hour: a client came back long after the
@@ -85,11 +87,16 @@ def check_hosts(hosts) -> str:
     return hosts
 
 
-def connect_kazoo(hosts: str, timeout_s: float = 10.0, **kw):
+def connect_kazoo(hosts: str, timeout_s: float = 10.0, *, token: bytes | None = None,
+                  cluster: str | None = None, **kw):
     """Start a :class:`kazoo.client.KazooClient` on ``hosts`` and return it,
     connected. ``kw`` goes to ``KazooClient`` (e.g. ``timeout``, the session
     timeout in seconds); unless it says otherwise, the client reconnects
     by :func:`connection_retry` and retries commands by :func:`command_retry`.
+    With ``cluster`` and its ``token`` the session authenticates as a holder
+    of the token and creates nodes with the cluster's ACL
+    (:func:`raylog.zk.acl.secure_session`); without a token it can read, and
+    ZooKeeper refuses its writes to the cluster's nodes.
 
     Raises :class:`raylog.ConfigError` for a malformed ``hosts`` (before
     any connection), :class:`raylog.ZooKeeperUnavailableError` if no
@@ -118,6 +125,14 @@ def connect_kazoo(hosts: str, timeout_s: float = 10.0, **kw):
         client.stop()
         client.close()
         raise
+    if cluster is not None and token is not None:
+        try:
+            with zookeeper_errors(client, f"authenticate to ZooKeeper for cluster {cluster!r}"):
+                secure_session(client, token, cluster, timeout_s=timeout_s)
+        except BaseException:
+            client.stop()
+            client.close()
+            raise
     return client
 
 

@@ -15,7 +15,7 @@ from raylog.errors import RaylogError
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer.connection import BrokerConnection
-from raylog.transfer.requests import encode_auth
+from raylog.transfer.handshake import authenticate_socket
 
 
 def _wait_for(predicate, timeout_s: float, what: str):
@@ -158,7 +158,7 @@ def test_hostile_frames_are_refused_and_memory_stays_bounded(raylog_client, make
         if sock is None:
             sock = socket.create_connection((host, port), timeout=5)
             # authenticated, so that the frames reach the parser behind AUTH
-            sock.sendall(encode_auth(0, raylog_client.settings.token))
+            authenticate_socket(sock, raylog_client.settings.token)
         try:
             sock.sendall(frame)
             sent += 1

@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from raylog.transfer.handshake import authenticate_socket
 from raylog.errors import InflatedSizeTooLargeError, RaylogError
 from raylog.storage import faults
 from raylog.storage.compression import CODEC_ZSTD, compress
@@ -87,8 +88,7 @@ class Raw:
         self.correlation = 0
         token = token_of(client)
         if token is not None:
-            self.sock.sendall(req.encode_auth(0, token))
-            assert self.reply()[1] == 0
+            authenticate_socket(self.sock, token)
 
     def reply(self):
         def exactly(n):

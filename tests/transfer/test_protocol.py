@@ -92,11 +92,24 @@ def test_produce_with_acks_other_than_0_or_1_is_refused():
         req.encode_produce(1, "t", 0, -1, b"", version=p.VERSION)
 
 
-def test_auth_token_length_must_match():
-    frame = bytearray(req.encode_auth(1, b"secret"))
-    frame[p.REQUEST_HEADER.size + 1] = 99
-    with pytest.raises(ProtocolError, match="token length 99"):
-        frame_at(bytes(frame))
+def test_auth_frames_have_a_fixed_size_and_a_known_step():
+    frame = req.encode_auth_hello(1, b"n" * p.NONCE_BYTES)
+    assert p.SIZE.unpack_from(frame)[0] == 41 <= p.PRE_AUTH_MAX_FRAME_BYTES
+    longer = frame + b"x"
+    longer = p.SIZE.pack(len(longer) - 4) + longer[4:]
+    with pytest.raises(ProtocolError, match="expected 33"):
+        frame_at(longer)
+    wrong_step = bytearray(frame)
+    wrong_step[p.REQUEST_HEADER.size] = 7
+    with pytest.raises(ProtocolError, match="unknown AUTH step 7"):
+        frame_at(bytes(wrong_step))
+
+
+def test_auth_version_0_with_a_plain_token_is_refused():
+    body = req.encode_string("secret")
+    frame = p.REQUEST_HEADER.pack(p.REQUEST_HEADER_BODY + len(body), p.API_AUTH, 0, 1) + body
+    with pytest.raises(ProtocolError, match="AUTH version 0 is not accepted"):
+        frame_at(frame)
 
 
 def test_frame_size_check_refuses_before_allocating():
@@ -141,8 +154,11 @@ def test_requests_round_trip_field_by_field():
     reply = rep.encode_count_reply(15, 1234, 2**40)
     assert p.COUNT_REPLY.unpack(reply) == (len(reply) - 4, 15, 0, 1234, 2**40)
 
-    auth = frame_at(req.encode_auth(-5, b"\x00token"))
-    assert auth == req.AuthRequest(-5, b"\x00token")
+    nonce, proof = bytes(range(32)), bytes(range(32, 64))
+    assert frame_at(req.encode_auth_hello(-5, nonce)) == req.AuthRequest(-5, p.AUTH_HELLO, nonce)
+    assert frame_at(req.encode_auth_proof(6, proof)) == req.AuthRequest(6, p.AUTH_PROOF, proof)
+    reply = rep.encode_auth_hello_reply(-5, nonce, proof)
+    assert p.AUTH_HELLO_REPLY.unpack(reply) == (len(reply) - 4, -5, 0, nonce, proof)
 
 
 def test_frames_back_to_back_decode_in_place():

@@ -9,8 +9,15 @@ import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.nio.charset.StandardCharsets;
+import java.security.GeneralSecurityException;
+import java.security.MessageDigest;
+import java.security.SecureRandom;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
+
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 
@@ -20,11 +27,11 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  * {@code raylog/transfer/protocol.py}, big-endian throughout.
  *
  * <pre>
- * request frame                         FETCH body                    AUTH body
- *   1. size            u32                5. topic length u16           5. token length u16
- *   2. api key         i16 (1 FETCH,      6. topic        UTF-8         6. token        bytes
- *                           3 AUTH)       7. partition    i32
- *   3. version         i16 (0)            8. offset       i64
+ * request frame                         FETCH body                    AUTH body (version 1)
+ *   1. size            u32                5. topic length u16           5. step  i8 (1 HELLO, 2 PROOF)
+ *   2. api key         i16 (1 FETCH,      6. topic        UTF-8         6. data  32 bytes: the client
+ *                           3 AUTH)       7. partition    i32              nonce, or the client proof
+ *   3. version         i16 (0; AUTH 1)    8. offset       i64
  *   4. correlation id  i32                9. max bytes    i32
  *                                        10. max wait ms  i32 (0 here: no long poll)
  *
@@ -44,7 +51,14 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  *                                         7. data             the log from the offset:
  * error reply body (error code != 0)         whole messages and maybe a partial last one
  *   4. message length u16, 5. message UTF-8, 6. details length u16, 7. details JSON object
+ * AUTH HELLO reply body: 4. server nonce 32 bytes, 5. server proof 32 bytes; AUTH PROOF reply: nothing
  * </pre>
+ *
+ * <p>AUTH is the challenge–response of {@code raylog/transfer/handshake.py}:
+ * server proof = HMAC-SHA256(token, "raylog-auth-server\0" + client nonce +
+ * server nonce), client proof the same with "raylog-auth-client\0". The
+ * client sends its proof only after checking the server's, so a forged
+ * endpoint learns nothing of the token.
  *
  * <p>One request may be outstanding while the caller works on the previous
  * reply ({@link #sendFetch} then {@link #readFetch}): the next reply streams
@@ -60,6 +74,11 @@ final class FetchClient implements Closeable {
   static final short API_OFFSETS_FOR_TIME = 4;
   static final short API_COUNT = 5;
   static final short VERSION = 0;
+  static final short AUTH_VERSION = 1;
+  static final int NONCE_BYTES = 32;
+  private static final byte[] SERVER_LABEL = "raylog-auth-server\0".getBytes(StandardCharsets.US_ASCII);
+  private static final byte[] CLIENT_LABEL = "raylog-auth-client\0".getBytes(StandardCharsets.US_ASCII);
+  private static final SecureRandom RANDOM = new SecureRandom();
   /** header room on top of the largest message (protocol.FRAME_OVERHEAD_BYTES) */
   static final int FRAME_OVERHEAD_BYTES = 64 * 1024;
   /** size, correlation id, error code */
@@ -82,8 +101,6 @@ final class FetchClient implements Closeable {
   private int cursor;
   /** correlation id of the FETCH or COUNT sent and not read yet, or null */
   private Integer outstanding;
-  /** correlation id of the AUTH sent on connecting whose reply is not read yet, or null */
-  private Integer authPending;
   private final byte[] header = new byte[REPLY_HEADER + FETCH_FIELDS];
   private final byte[] request = new byte[256];
 
@@ -132,10 +149,64 @@ final class FetchClient implements Closeable {
           e);
     }
     if (token != null) {
-      byte[] frame = frame(API_AUTH, token, 2 + token.length, 2 + token.length);
-      write(frame, cursor);
-      authPending = lastId; // its reply is read before the first request's (no round trip of its own)
+      authenticate();
     }
+  }
+
+  /** The client side of the challenge–response: the proof goes out only after the server proved itself. */
+  private void authenticate() {
+    byte[] nonce = new byte[NONCE_BYTES];
+    RANDOM.nextBytes(nonce);
+    int hello = ++correlation;
+    write(authFrame(hello, (byte) 1, nonce), 4 + 8 + 1 + NONCE_BYTES);
+    readReplyHeader(hello, "AUTH");
+    int size = readInt(header, 0);
+    if (size != REPLY_HEADER - 4 + 2 * NONCE_BYTES) {
+      unproven("answered the AUTH HELLO with a reply of " + size + " bytes");
+    }
+    byte[] body = new byte[2 * NONCE_BYTES];
+    readFully(body, 0, body.length);
+    byte[] serverNonce = Arrays.copyOfRange(body, 0, NONCE_BYTES);
+    byte[] proof = Arrays.copyOfRange(body, NONCE_BYTES, 2 * NONCE_BYTES);
+    if (!MessageDigest.isEqual(hmac(SERVER_LABEL, nonce, serverNonce), proof)) {
+      unproven("answered the AUTH HELLO with a wrong proof");
+    }
+    int id = ++correlation;
+    write(authFrame(id, (byte) 2, hmac(CLIENT_LABEL, nonce, serverNonce)), 4 + 8 + 1 + NONCE_BYTES);
+    readReply(id, "AUTH", 0);
+  }
+
+  private byte[] authFrame(int id, byte step, byte[] data) {
+    byte[] frame = new byte[4 + 8 + 1 + NONCE_BYTES];
+    int pos = putInt(frame, 0, 8 + 1 + NONCE_BYTES);
+    pos = putShort(frame, pos, API_AUTH);
+    pos = putShort(frame, pos, AUTH_VERSION);
+    pos = putInt(frame, pos, id);
+    frame[pos] = step;
+    System.arraycopy(data, 0, frame, pos + 1, NONCE_BYTES);
+    return frame;
+  }
+
+  private byte[] hmac(byte[] label, byte[] clientNonce, byte[] serverNonce) {
+    try {
+      Mac mac = Mac.getInstance("HmacSHA256");
+      mac.init(new SecretKeySpec(token, "HmacSHA256"));
+      mac.update(label);
+      mac.update(clientNonce);
+      mac.update(serverNonce);
+      return mac.doFinal();
+    } catch (GeneralSecurityException e) {
+      throw new IllegalStateException("HmacSHA256 is not available: " + e, e);
+    }
+  }
+
+  private void unproven(String why) {
+    close();
+    throw new RaylogReadException(
+        RaylogReadException.AUTHENTICATION,
+        "the data endpoint " + where() + " " + why + ": it did not prove that it holds the cluster's token, so "
+            + "nothing derived from the token was sent to it; check that the endpoint registered in ZooKeeper is "
+            + "the partition's, and that this reader has the cluster's token");
   }
 
   /**
@@ -165,7 +236,6 @@ final class FetchClient implements Closeable {
 
   /** Read the reply of request {@code id}: exactly {@code fields} bytes of body after the header, into {@link #header}. */
   private void readReply(int id, String api, int fields) {
-    settleAuth();
     readReplyHeader(id, api);
     int size = readInt(header, 0);
     if (size != REPLY_HEADER - 4 + fields) {
@@ -292,7 +362,6 @@ final class FetchClient implements Closeable {
     }
     int id = outstanding;
     outstanding = null;
-    settleAuth();
     readReplyHeader(id, "FETCH");
     int size = readInt(header, 0);
     if (size < REPLY_HEADER - 4 + FETCH_FIELDS) {
@@ -311,15 +380,6 @@ final class FetchClient implements Closeable {
     readFully(buf, 0, length);
     dataLength = length;
     return buf;
-  }
-
-  /** Read the reply of the AUTH sent on connecting (replies come in request order); a refusal is raised here. */
-  private void settleAuth() {
-    if (authPending != null) {
-      int id = authPending;
-      authPending = null;
-      readReply(id, "AUTH", 0);
-    }
   }
 
   /** Read a reply header of the request {@code id}; an error reply is raised here. */
@@ -418,7 +478,6 @@ final class FetchClient implements Closeable {
   @Override
   public void close() {
     outstanding = null;
-    authPending = null;
     if (socket != null) {
       closeQuietly(socket);
       socket = null;

@@ -30,6 +30,7 @@ public class RaylogReadException extends RuntimeException {
   static final int OFFSET_OUT_OF_RANGE = 13;
   static final int INVALID_OFFSET = 14;
   static final int PROTOCOL = 20;
+  static final int AUTHENTICATION = 22;
   static final int NOT_OWNER = 23;
   static final int BROKER_UNAVAILABLE = 24;
   static final int REQUEST_TIMEOUT = 25;
