@@ -39,6 +39,12 @@ Messages in come from the log's running total of appended messages
 as one); message sets in come from the data server's counter of produce
 sets, so the two together give the mean batch size.
 
+Per consumer (tags ``cluster``, ``topic``, ``partition``), recorded by
+``consumer.skip_corrupt()`` when the process has a Ray connection
+(:func:`record_corrupt_skip`): ``raylog_consumer_skipped_corrupt_ranges``
+(counter: damaged ranges skipped) and
+``raylog_consumer_skipped_corrupt_bytes`` (counter: their bytes).
+
 Per consumer group (tags ``cluster``, ``group``, ``topic``, ``partition``),
 recorded by whoever calls :func:`record_group_lag` (a driver, a monitoring
 loop, the demo): ``raylog_group_lag`` (bytes between the committed offset
@@ -195,6 +201,43 @@ class PartitionMetrics:
         """The values last recorded (counters as totals since the actor started)."""
         with self._lock:
             return {"tags": dict(self.tags), **self._values}
+
+
+# --------------------------------------------------------------------------
+# consumers
+
+_skip_counters = None
+
+
+def record_corrupt_skip(cluster: str, topic: str, partition: int, skipped_bytes: int) -> bool:
+    """Count one damaged range skipped by ``consumer.skip_corrupt()``
+    (``raylog_consumer_skipped_corrupt_ranges`` and ``..._bytes``). Only in
+    a process connected to Ray (the metrics go through its agent); returns
+    whether it was recorded. Never raises."""
+    global _skip_counters
+    try:
+        import ray  # heavy, lazy on purpose
+
+        if not ray.is_initialized():
+            return False
+        with _group_lock:
+            if _skip_counters is None:
+                from ray.util.metrics import Counter  # heavy, lazy on purpose
+
+                _skip_counters = (
+                    Counter("raylog_consumer_skipped_corrupt_ranges", "damaged log ranges a consumer skipped",
+                            PARTITION_TAG_KEYS),
+                    Counter("raylog_consumer_skipped_corrupt_bytes", "bytes of damaged log ranges a consumer skipped",
+                            PARTITION_TAG_KEYS),
+                )
+        tags = {"cluster": cluster, "topic": topic, "partition": str(partition)}
+        _skip_counters[0].inc(1, tags)
+        if skipped_bytes > 0:
+            _skip_counters[1].inc(skipped_bytes, tags)
+        return True
+    except Exception:  # noqa: BLE001 - a metric never fails the consumer
+        logger.exception("recording the skip of corrupt bytes of %s-%d failed", topic, partition)
+        return False
 
 
 # --------------------------------------------------------------------------

@@ -186,6 +186,13 @@ class TimeIndex:
             start = self._offsets[i - 1] if i else self.base_offset
         return _scan_for(segment, start, end_offset, timestamp_ms)
 
+    def boundary_before(self, offset: int) -> int:
+        """The offset of the last entry at or before ``offset`` (a message
+        boundary when the index is right; callers check it), else the base."""
+        with self._lock:
+            i = bisect.bisect_right(self._offsets, offset)
+            return self._offsets[i - 1] if i else self.base_offset
+
     # -- internals ------------------------------------------------------------------
 
     def _catch_up(self, segment, end_offset: int) -> None:
