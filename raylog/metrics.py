@@ -25,7 +25,12 @@ partition actor:
 - ``raylog_partition_log_size_bytes`` (gauge): bytes in the segment files;
 - ``raylog_partition_segments`` (gauge): number of segment files;
 - ``raylog_partition_recovery_truncated_bytes`` (counter): bytes recovery
-  cut off a torn or corrupt tail when the log was opened (DESIGN §3).
+  cut off a torn or corrupt tail when the log was opened (DESIGN §3);
+- ``raylog_partition_recovery_damaged_bytes`` (counter): damaged flushed
+  bytes recovery found and kept (readers skip them with
+  ``consumer.skip_corrupt()``);
+- ``raylog_partition_disk_full`` (gauge): 1 while the partition refuses
+  writes because its disk is full (``DiskFullError``), else 0.
 
 The actor never touches a metric on the request path: its timer thread
 reads the cheap counters the log and the data server keep anyway
@@ -112,6 +117,12 @@ class PartitionMetrics:
             "bytes cut off a torn or corrupt log tail by recovery",
             keys,
         )
+        self._damaged = Counter(
+            "raylog_partition_recovery_damaged_bytes",
+            "damaged flushed bytes found (and kept) by recovery",
+            keys,
+        )
+        self._disk_full = Gauge("raylog_partition_disk_full", "1 while the partition's disk is full", keys)
         self._lock = threading.Lock()
         self._failed_once = False
         # what was last handed to Ray, for snapshot() and the next deltas
@@ -129,11 +140,17 @@ class PartitionMetrics:
             "log_size_bytes": 0,
             "segments": 0,
             "recovery_truncated_bytes": 0,
+            "recovery_damaged_bytes": 0,
+            "disk_full": 0,
         }
         truncated = sum(report.truncated_bytes for report in log.recovery_reports)
         if truncated:
             self._guarded(self._truncated.inc, truncated, self.tags)
             self._values["recovery_truncated_bytes"] = truncated
+        damaged = sum(r.end_offset - r.start_offset for r in log.recovery_reports if getattr(r, "kept", False))
+        if damaged:
+            self._guarded(self._damaged.inc, damaged, self.tags)
+            self._values["recovery_damaged_bytes"] = damaged
 
     def _guarded(self, record, *args) -> None:
         # A metric must never take the partition down: log the first failure only.
@@ -173,6 +190,7 @@ class PartitionMetrics:
             "log_start_offset": log.log_start_offset,
             "log_size_bytes": log.size_bytes,
             "segments": len(log.segment_bases),
+            "disk_full": int(bool(getattr(log, "disk_full", False))),
         }
         counters = {
             "bytes_in_total": self._bytes_in,
@@ -185,6 +203,7 @@ class PartitionMetrics:
             "log_start_offset": self._log_start,
             "log_size_bytes": self._size,
             "segments": self._segments,
+            "disk_full": self._disk_full,
         }
         with self._lock:
             values = self._values

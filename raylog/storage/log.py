@@ -42,9 +42,13 @@ refuse every later write (:class:`StorageError`) and calls ``on_disk_error``
 when one was given; the partition actor passes a function that ends its
 process, so that Ray restarts it and recovery runs (never a wedged log).
 
-Recovery on open checks every message past the checkpoint by CRC; a torn or
-corrupt tail is cut off, and each cut is logged as a warning and listed in
-:attr:`PartitionLog.recovery_reports`. Nothing is dropped silently.
+Recovery on open checks every message of the active segment and every
+message past the checkpoint by CRC; a torn or corrupt tail past the
+checkpoint is cut off, and each cut is logged as a warning and listed in
+:attr:`PartitionLog.recovery_reports`. Damage in flushed data (before the
+checkpoint) is not cut, since what follows it was acknowledged: it is reported
+the same way (a report with ``kept``) with the next readable offset, which
+readers get in :class:`CorruptMessageError`. Nothing is dropped silently.
 """
 
 from __future__ import annotations
