@@ -258,6 +258,12 @@ class ProducerStateTable:
             while view:
                 view = view[os.write(fd, view) :]
             os.fdatasync(fd)
+        except OSError:
+            try:  # (a full disk) the journal stays as it was; no half snapshot left behind
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         finally:
             os.close(fd)
         os.replace(tmp, self._path)
@@ -326,9 +332,17 @@ class ProducerStateTable:
         data = _record(producer_id, epoch, first_sequence, base, lengths)
         if self._fd is None:
             self._rewrite()
-        written = os.write(self._fd, data)
-        if written != len(data):
-            raise OSError(f"short write to {self._path}: {written} of {len(data)} bytes")
+        written = 0
+        try:
+            while written < len(data):  # a short write, then the reason (a full disk) raised
+                written += os.write(self._fd, data[written:])
+        except OSError:
+            if written:  # cut the torn record off: records after it must stay aligned
+                try:
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+                except OSError:
+                    pass
+            raise
         self._journal_bytes += written
         self._dirty = True
 
