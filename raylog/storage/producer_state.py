@@ -81,6 +81,7 @@ from collections import OrderedDict
 from crc32c import crc32c
 
 from raylog.errors import CorruptMessageError, DuplicateSequenceError, OutOfOrderSequenceError
+from raylog.storage.fileops import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,15 @@ class ProducerStateTable:
             notes.append(
                 f"dropped {dropped_beyond} remembered sequence(s) of sets beyond the log end {log_end_offset}"
             )
-        self._rewrite()
+        try:
+            self._rewrite()
+        except OSError as err:
+            if not is_disk_full(err):
+                raise
+            # Opened all the same (reads go on); the journal is rewritten
+            # before its next record (journal() finds no open file), and
+            # until then it is only read, never appended to.
+            notes.append(f"the journal {self._path} is not compacted yet: the disk is full ({err.strerror})")
         return notes
 
     def _apply(self, producer_id: int, epoch: int, sequence: int, base: int, length: int) -> None:
