@@ -18,7 +18,10 @@ start (and on every restart by Ray after its process died) it
    ``retention_check_ms``.
 
 Data never goes through Ray method calls; the methods here are small control
-calls (stats, offsets, flush, shutdown). Any disk error of the log (append,
+calls (stats, offsets, flush, shutdown). A full disk is not a disk error:
+the log refuses writes with the retriable ``DiskFullError`` while the actor
+keeps serving reads, and its timer resumes writes once there is room
+(``PartitionLog.maybe_resume``). Any other disk error of the log (append,
 fsync, roll, retention; in any thread) ends the process (exit status
 :data:`EXIT_DISK_ERROR`, after logging) so that Ray restarts the actor and
 recovery runs again: a partition is never left wedged. Starting while
@@ -127,6 +130,7 @@ class PartitionActor:
             max_frame_bytes=self.config.max_message_bytes + FRAME_OVERHEAD_BYTES,
         )
         self.host, self.port = self.server.start()
+        self.log.node = self.replica or self.host  # named in a DiskFullError (a full disk: see PartitionLog)
 
         self.zk = None
         until_zookeeper(deadline, what, self._join, zookeeper)
@@ -228,6 +232,7 @@ class PartitionActor:
                     self._metrics.observe_flush(time.perf_counter() - started)
                 if self.role is not None:
                     self.role.tick()
+                self.log.maybe_resume()  # a full disk: writes resume once there is room (one statvfs while full)
                 if self.log.maybe_roll():
                     log.info("partition %s-%d rolled its segment after segment_ms", self.topic, self.partition)
                 if time.monotonic() >= next_sample:
@@ -286,6 +291,7 @@ class PartitionActor:
             "size_bytes": self.log.size_bytes,
             "segments": len(self.log.segment_bases),
             "recovery_reports": [r._asdict() for r in self.log.recovery_reports],
+            "disk_full": self.log.disk_full,
             "uptime_s": time.time() - self.started_at,
             "server": self.server.stats(),
         }
