@@ -11,7 +11,6 @@ from raylog.errors import CorruptMessageError, InvalidOffsetError
 from raylog.storage.decoding import decode_messages
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import HEADER_SIZE, encode_message_set
-from raylog.storage.resync import next_readable, walk_to
 from raylog.storage.segment import segment_name
 
 from conftest import flip_byte
@@ -92,6 +91,8 @@ def test_an_offset_inside_damaged_bytes_is_corrupt_and_inside_a_good_message_is_
 
 
 def test_damage_to_the_log_end_skips_to_the_end():
+    from raylog.storage.resync import next_readable
+
     good = one(b"a" * 40) + one(b"b" * 40)
     data = bytearray(good + one(b"c" * 40))
     data[len(good)] = 0xFF  # the last message's size field
@@ -100,6 +101,8 @@ def test_damage_to_the_log_end_skips_to_the_end():
 
 
 def test_a_message_inside_a_damaged_value_is_not_taken_without_a_follower():
+    from raylog.storage.resync import next_readable, walk_to
+
     fake = one(b"fake" * 4)
     victim = one(b"x" * 10 + fake + b"y" * 10)  # a value that holds a message, not at its end
     after = one(b"after" * 5)

@@ -38,6 +38,14 @@ def test_a_flipped_byte_in_the_index_file_is_found_and_the_index_rebuilt(tmp_pat
     with PartitionLog(tmp_path, CONFIG) as log:
         check_every_time(log, offsets)
     assert "time index" in caplog.text and "damaged" in caplog.text
+    # a file of the older 16-byte entries, or none, is rebuilt the same way
+    with open(path, "wb") as f:
+        f.write(b"".join((1000 + 10 * i).to_bytes(8, "big") + offsets[i].to_bytes(8, "big") for i in range(0, 100, 8)))
+    with PartitionLog(tmp_path, CONFIG) as log:
+        check_every_time(log, offsets)
+    os.unlink(path)
+    with PartitionLog(tmp_path, CONFIG) as log:
+        check_every_time(log, offsets)
 
 
 def test_entries_with_good_crcs_but_no_message_boundary_are_rebuilt_from_the_log(tmp_path, caplog):
@@ -53,15 +61,3 @@ def test_entries_with_good_crcs_but_no_message_boundary_are_rebuilt_from_the_log
         check_every_time(log, offsets)
     assert "rebuilding the index from the log" in caplog.text
     assert os.path.getsize(path) % ENTRY.size == 0 and open(path, "rb").read() != wrong
-
-
-def test_a_missing_or_old_format_index_gives_the_right_offsets(tmp_path):
-    offsets = build(tmp_path)
-    path = tmp_path / index_name(0)
-    with open(path, "wb") as f:  # 16-byte entries of the older format
-        f.write(b"".join((1000 + 10 * i).to_bytes(8, "big") + offsets[i].to_bytes(8, "big") for i in range(0, 100, 8)))
-    with PartitionLog(tmp_path, CONFIG) as log:
-        check_every_time(log, offsets)
-    os.unlink(path)
-    with PartitionLog(tmp_path, CONFIG) as log:
-        check_every_time(log, offsets)
