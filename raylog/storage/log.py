@@ -63,6 +63,7 @@ readers get in :class:`CorruptMessageError`. Nothing is dropped silently.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -86,6 +87,24 @@ from raylog.storage.validation import validate_append
 __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "RecoveryReport"]
 
 log = logging.getLogger(__name__)
+
+def _open_error(directory: str, err: OSError) -> StorageError:
+    """The error of a log that cannot be opened; a read-only directory said plainly."""
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StorageError(
+            f"the partition directory {directory} is not writable ({err.strerror}: {err.filename}): raylog "
+            f"writes its partition logs there; make the data directory writable (read-only mount? "
+            f"permissions?) or give the cluster another data_dir",
+            directory=directory,
+            read_only=True,
+        )
+    if is_disk_full(err):
+        return DiskFullError(
+            f"cannot open the partition log in {directory}: the disk is full ({err.strerror}); free space on it",
+            node=socket.gethostname(), path=err.filename or directory, directory=directory,
+        )
+    return StorageError(f"cannot open the partition log in {directory}: {err}", directory=directory)
+
 
 class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica):
     """The log of one partition, in ``directory``.
@@ -138,7 +157,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
             os.makedirs(self._dir, exist_ok=True)
             self._lock_fd = _lock_directory(self._dir)
         except OSError as err:
-            raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+            raise _open_error(self._dir, err) from None
         try:
             segments = self._recover()
             self._producers = ProducerStateTable(self._dir, config.max_producer_ids)
@@ -147,7 +166,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
         except BaseException as err:
             os.close(self._lock_fd)
             if isinstance(err, OSError):
-                raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+                raise _open_error(self._dir, err) from None
             raise
         # Readers take (bases, segments) in one read; the writer replaces it.
         self._view: tuple[list[int], list[LogSegment]] = ([s.base_offset for s in segments], segments)

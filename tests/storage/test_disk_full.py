@@ -133,3 +133,20 @@ def test_a_full_tmpfs_with_idempotent_producers_keeps_the_journal_aligned(tmp_pa
             # the producer state survived: the last stored set is a duplicate, the next one new
             last = one(stored[-1])
             assert again.append_sequenced(last, 42, 0, stored[-1], [len(last)]) < again.log_end_offset
+
+
+def test_a_read_only_directory_is_one_clear_error(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    directory = tmp_path / "p"
+    directory.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(directory)], check=True)
+    try:
+        with pytest.raises(StorageError) as err:
+            PartitionLog(directory, CONFIG)
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+    assert not isinstance(err.value, DiskFullError)
+    assert "is not writable" in str(err.value) and "read-only mount" in str(err.value)
+    assert err.value.read_only and err.value.directory == str(directory)
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # one error, no chained traceback
