@@ -48,6 +48,7 @@ from raylog.actors.process_exit import EXIT_DISK_ERROR, STARTUP_ZOOKEEPER_WAIT_S
 from raylog.config import NAMESPACE, TopicConfig
 from raylog.errors import AuthenticationError
 from raylog.metrics import PartitionMetrics
+from raylog.replication.mend import damaged_ranges, mend_from_isr
 from raylog.replication.replica import ReplicaRole
 from raylog.retry import RetryPolicy
 from raylog.storage import faults
@@ -142,6 +143,10 @@ class PartitionActor:
                 threading.Thread(target=self._reregister, daemon=True).start()
 
         self.zk.add_listener(on_state)
+        #: damaged ranges recovery kept, mended from an in-sync replica (raylog.replication.mend)
+        self.mended: list[dict] = []
+        if self.role is not None and damaged_ranges(self.log):
+            threading.Thread(target=self._mend, name="raylog-mend", daemon=True).start()
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
 
@@ -167,6 +172,13 @@ class PartitionActor:
                 data, _ = self.zk.get(placement_path)
                 self.epoch = self.zk.set(placement_path, data).version
             self._register()
+
+    def _mend(self) -> None:
+        try:
+            self.mended = mend_from_isr(self.zk, self.registry.paths, self.topic, self.partition, self.replica,
+                                        self.log, self._token, damaged_ranges(self.log))
+        except Exception:  # noqa: BLE001 - the damage stays reported; readers can skip it
+            log.exception("partition %s-%d: mending damaged bytes from a replica failed", self.topic, self.partition)
 
     def _disk_error(self, err: BaseException) -> None:
         """Any disk error of the log (append, fsync, roll, retention): end the
@@ -292,6 +304,7 @@ class PartitionActor:
             "segments": len(self.log.segment_bases),
             "recovery_reports": [r._asdict() for r in self.log.recovery_reports],
             "disk_full": self.log.disk_full,
+            "mended": list(self.mended),
             "uptime_s": time.time() - self.started_at,
             "server": self.server.stats(),
         }

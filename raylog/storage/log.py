@@ -63,6 +63,7 @@ readers get in :class:`CorruptMessageError`. Nothing is dropped silently.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import logging
 import os
@@ -72,17 +73,17 @@ import time
 from typing import Callable
 
 from raylog.config import TopicConfig
-from raylog.errors import ClosedError, DiskFullError, InvalidOffsetError, StorageError
+from raylog.errors import ClosedError, CorruptMessageError, DiskFullError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
 from raylog.storage.base import LogSettings
 from raylog.storage.fileops import DISK_FULL_RETRY_S, LOCK_NAME, _flusher, _lock_directory, is_disk_full
 from raylog.storage.log_reads import FileSlice, LogReads
 from raylog.storage.log_replica import LogReplica
 from raylog.storage.producer_state import ProducerStateTable
-from raylog.storage.recovery import CHECKPOINT_NAME, LogRecovery, RecoveryReport
+from raylog.storage.recovery import CHECKPOINT_NAME, RECOVERY_MAX_MESSAGE_BYTES, LogRecovery, RecoveryReport
 from raylog.storage.retention import LogRetention
 from raylog.storage.segment import LogSegment
-from raylog.storage.validation import validate_append
+from raylog.storage.validation import scan_message_set, validate_append
 
 __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "RecoveryReport"]
 
@@ -372,6 +373,49 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
                 return False
             self._resume(f"{st.f_bavail * st.f_frsize} bytes free")
             return True
+
+    def mend(self, offset: int, data: bytes) -> None:
+        """Overwrite damaged stored bytes ``[offset, offset + len(data))``
+        with ``data``, the same range read from another replica (replicas
+        hold the same bytes at the same offsets, DESIGN §7).
+
+        The range must lie in one segment below the high watermark, and
+        ``data`` must be whole messages that pass every check (size, header,
+        CRC) and fill it exactly; else :class:`InvalidOffsetError` or
+        :class:`CorruptMessageError` and nothing is written. The bytes are
+        written in place and synced. Any thread (takes the writer's lock).
+        """
+        end = offset + len(data)
+        with self._lock:
+            self._check_writable()
+            bases, segments = self._view
+            if not data or offset < bases[0] or end > self._hw:
+                raise InvalidOffsetError(
+                    f"cannot mend [{offset}, {end}) of {self._dir}: not within [{bases[0]}, {self._hw})",
+                    offset=offset,
+                )
+            segment = segments[bisect.bisect_right(bases, offset) - 1]
+            if end > segment.end_offset:
+                raise InvalidOffsetError(f"cannot mend [{offset}, {end}) of {self._dir}: it crosses a segment",
+                                         offset=offset)
+            limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+            valid, _count, err = scan_message_set(data, limit, base_offset=offset, check_inner=False)
+            if err is not None or valid != len(data):
+                raise CorruptMessageError(
+                    f"the bytes to mend [{offset}, {end}) of {self._dir} with are not whole valid messages "
+                    f"({err}); nothing was written",
+                    offset=offset,
+                )
+            # A descriptor of its own: the segment's is O_APPEND, where pwrite appends.
+            fd = os.open(segment.path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.pwrite(fd, data, offset - segment.base_offset)
+                os.fdatasync(fd)
+            except OSError as err:
+                raise StorageError(f"cannot mend [{offset}, {end}) of {segment.path}: {err}") from err
+            finally:
+                os.close(fd)
+        log.warning("partition log %s: mended the damaged bytes [%d, %d) with a replica's copy", self._dir, offset, end)
 
     def _fail(self, err: BaseException) -> None:
         """Record a disk error: every later write refuses; tell the owner."""

@@ -132,3 +132,24 @@ def test_recovery_checks_the_whole_active_segment_and_keeps_what_follows_damage(
         log.append(one(b"new"))  # the log goes on
         log.flush()
         assert read_from(log, offsets[3])[-1] == b"new"
+
+
+def test_mend_writes_a_replicas_copy_of_the_damaged_range_back(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for name in ("a", "b"):  # two replicas: the same bytes at the same offsets
+        with PartitionLog(tmp_path / name, CONFIG) as log:
+            offsets = fill(log)
+    flip_byte(tmp_path / "a" / segment_name(0), offsets[4] + HEADER_SIZE + 2)
+    with PartitionLog(tmp_path / "a", CONFIG) as log, PartitionLog(tmp_path / "b", CONFIG) as copy:
+        (report,) = log.recovery_reports
+        start, end = report.start_offset, report.end_offset
+        good = copy.read(start, end - start).tobytes()
+        with pytest.raises(CorruptMessageError):  # damaged bytes are never written back
+            log.mend(start, good[:-1] + bytes([good[-1] ^ 1]))
+        with pytest.raises(InvalidOffsetError):  # nor beyond what was flushed
+            log.mend(log.high_watermark - 1, good)
+        log.mend(start, good)
+        assert read_from(log, 0) == [b"value-%03d" % i * 4 for i in range(20)]
+    with PartitionLog(tmp_path / "a", CONFIG) as log:  # and it lasts
+        assert log.recovery_reports == []
