@@ -122,6 +122,9 @@ class LogReads:
         end = offset + available
         limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         read = _reader(segment)
+        length = message_at(read, offset, end, limit)
+        if length is not None:  # a whole message stored before max_message_bytes was lowered
+            return length
         start = segment.timeindex.boundary_before(offset)
         if start != segment.base_offset and message_at(read, start, end, limit) is None:
             start = segment.base_offset  # the index entry is no boundary: do not trust it

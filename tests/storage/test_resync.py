@@ -153,3 +153,12 @@ def test_mend_writes_a_replicas_copy_of_the_damaged_range_back(tmp_path):
         assert read_from(log, 0) == [b"value-%03d" % i * 4 for i in range(20)]
     with PartitionLog(tmp_path / "a", CONFIG) as log:  # and it lasts
         assert log.recovery_reports == []
+
+
+def test_a_message_stored_before_max_message_bytes_was_lowered_is_served_not_called_corrupt(tmp_path):
+    with PartitionLog(tmp_path, CONFIG) as log:
+        big = log.append(one(b"b" * 3000))
+        log.append(one(b"small"))
+    with PartitionLog(tmp_path, CONFIG.replace(max_message_bytes=1024)) as log:
+        chunk = log.read(big, 100)
+        assert chunk.length >= 3000 and read_from(log, 0) == [b"b" * 3000, b"small"]
