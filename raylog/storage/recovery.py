@@ -1,6 +1,11 @@
 """Opening a partition log: the checkpoint (``recovery-point``) and recovery
-of the segments past it (a mixin of :class:`~raylog.storage.log.PartitionLog`;
-see :mod:`raylog.storage.log`)."""
+of the segments past it and of the whole active segment (a mixin of
+:class:`~raylog.storage.log.PartitionLog`; see :mod:`raylog.storage.log`).
+
+Damage past the checkpoint is a torn or corrupt tail: cut, with what
+follows it. Damage before it (flushed, acknowledged data) is reported and
+kept, with the next readable offset found by :mod:`raylog.storage.resync`
+(a :class:`RecoveryReport` with ``kept``); checking goes on from there."""
 
 from __future__ import annotations
 
