@@ -56,6 +56,11 @@ def test_enospc_at_the_file_layer_is_disk_full_not_a_disk_error(tmp_path, monkey
     assert err.value.retriable and isinstance(err.value, StorageError)
     assert err.value.node == "node-7" and err.value.path.endswith(".log") and "disk full on node node-7" in str(err.value)
     assert log.disk_full and errors == []  # no disk error: the owner is not told to restart
+    from raylog.metrics import PartitionMetrics
+
+    metrics = PartitionMetrics("c", "t", 0, log)
+    metrics.sample(log, {})
+    assert metrics.snapshot()["disk_full"] == 1  # raylog_partition_disk_full
     with pytest.raises(DiskFullError):  # refused at once while full
         log.append(one(2))
     log.flush()

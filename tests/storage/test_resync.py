@@ -125,6 +125,10 @@ def test_recovery_checks_the_whole_active_segment_and_keeps_what_follows_damage(
         assert (report.start_offset, report.end_offset) == (offsets[2], offsets[3])
         assert "found" in caplog.text and f"[{offsets[2]}, {offsets[3]})" in caplog.text
         assert log.log_end_offset == end  # nothing cut
+        from raylog.metrics import PartitionMetrics
+
+        metrics = PartitionMetrics("c", "t", 0, log)  # the partition actor's metrics (no Ray needed to build)
+        assert metrics.snapshot()["recovery_damaged_bytes"] == offsets[3] - offsets[2]
         with pytest.raises(CorruptMessageError) as err:
             read_from(log, offsets[2])
         assert err.value.next_offset == offsets[3]
