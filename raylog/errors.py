@@ -125,7 +125,13 @@ class InvalidMessageError(RaylogError):
 
 @_code(11)
 class CorruptMessageError(InvalidMessageError):
-    """A message's CRC32C does not match its bytes (``offset`` names it)."""
+    """A stored message is damaged: its CRC32C does not match its bytes, or
+    its size field cannot be one (``offset`` names it). When the log was
+    searched past it, ``next_offset`` is the offset of the next readable
+    message (or the log end): ``consumer.skip_corrupt()`` (``raylog consume
+    --skip-corrupt``) moves there, skipping ``[offset, next_offset)``."""
+
+    next_offset = None
 
 
 @_code(12)
@@ -168,6 +174,15 @@ class InvalidOffsetError(RaylogError):
 @_code(15)
 class StorageError(RaylogError):
     """The partition's disk failed; the partition actor restarts and recovers."""
+
+    retriable = True
+
+
+@_code(28)
+class DiskFullError(StorageError):
+    """The disk of a partition is full (``node``, ``path``): the set was
+    not stored. The partition keeps serving reads and accepts writes again
+    by itself once space is freed; retry later, or free space on that disk."""
 
     retriable = True
 

@@ -25,7 +25,12 @@ partition actor:
 - ``raylog_partition_log_size_bytes`` (gauge): bytes in the segment files;
 - ``raylog_partition_segments`` (gauge): number of segment files;
 - ``raylog_partition_recovery_truncated_bytes`` (counter): bytes recovery
-  cut off a torn or corrupt tail when the log was opened (DESIGN §3).
+  cut off a torn or corrupt tail when the log was opened (DESIGN §3);
+- ``raylog_partition_recovery_damaged_bytes`` (counter): damaged flushed
+  bytes recovery found and kept (readers skip them with
+  ``consumer.skip_corrupt()``);
+- ``raylog_partition_disk_full`` (gauge): 1 while the partition refuses
+  writes because its disk is full (``DiskFullError``), else 0.
 
 The actor never touches a metric on the request path: its timer thread
 reads the cheap counters the log and the data server keep anyway
@@ -38,6 +43,12 @@ Messages in come from the log's running total of appended messages
 (``PartitionLog.messages_appended``, outer messages: a compressed set counts
 as one); message sets in come from the data server's counter of produce
 sets, so the two together give the mean batch size.
+
+Per consumer (tags ``cluster``, ``topic``, ``partition``), recorded by
+``consumer.skip_corrupt()`` when the process has a Ray connection
+(:func:`record_corrupt_skip`): ``raylog_consumer_skipped_corrupt_ranges``
+(counter: damaged ranges skipped) and
+``raylog_consumer_skipped_corrupt_bytes`` (counter: their bytes).
 
 Per consumer group (tags ``cluster``, ``group``, ``topic``, ``partition``),
 recorded by whoever calls :func:`record_group_lag` (a driver, a monitoring
@@ -106,6 +117,12 @@ class PartitionMetrics:
             "bytes cut off a torn or corrupt log tail by recovery",
             keys,
         )
+        self._damaged = Counter(
+            "raylog_partition_recovery_damaged_bytes",
+            "damaged flushed bytes found (and kept) by recovery",
+            keys,
+        )
+        self._disk_full = Gauge("raylog_partition_disk_full", "1 while the partition's disk is full", keys)
         self._lock = threading.Lock()
         self._failed_once = False
         # what was last handed to Ray, for snapshot() and the next deltas
@@ -123,11 +140,17 @@ class PartitionMetrics:
             "log_size_bytes": 0,
             "segments": 0,
             "recovery_truncated_bytes": 0,
+            "recovery_damaged_bytes": 0,
+            "disk_full": 0,
         }
         truncated = sum(report.truncated_bytes for report in log.recovery_reports)
         if truncated:
             self._guarded(self._truncated.inc, truncated, self.tags)
             self._values["recovery_truncated_bytes"] = truncated
+        damaged = sum(r.end_offset - r.start_offset for r in log.recovery_reports if getattr(r, "kept", False))
+        if damaged:
+            self._guarded(self._damaged.inc, damaged, self.tags)
+            self._values["recovery_damaged_bytes"] = damaged
 
     def _guarded(self, record, *args) -> None:
         # A metric must never take the partition down: log the first failure only.
@@ -167,6 +190,7 @@ class PartitionMetrics:
             "log_start_offset": log.log_start_offset,
             "log_size_bytes": log.size_bytes,
             "segments": len(log.segment_bases),
+            "disk_full": int(bool(getattr(log, "disk_full", False))),
         }
         counters = {
             "bytes_in_total": self._bytes_in,
@@ -179,6 +203,7 @@ class PartitionMetrics:
             "log_start_offset": self._log_start,
             "log_size_bytes": self._size,
             "segments": self._segments,
+            "disk_full": self._disk_full,
         }
         with self._lock:
             values = self._values
@@ -195,6 +220,43 @@ class PartitionMetrics:
         """The values last recorded (counters as totals since the actor started)."""
         with self._lock:
             return {"tags": dict(self.tags), **self._values}
+
+
+# --------------------------------------------------------------------------
+# consumers
+
+_skip_counters = None
+
+
+def record_corrupt_skip(cluster: str, topic: str, partition: int, skipped_bytes: int) -> bool:
+    """Count one damaged range skipped by ``consumer.skip_corrupt()``
+    (``raylog_consumer_skipped_corrupt_ranges`` and ``..._bytes``). Only in
+    a process connected to Ray (the metrics go through its agent); returns
+    whether it was recorded. Never raises."""
+    global _skip_counters
+    try:
+        import ray  # heavy, lazy on purpose
+
+        if not ray.is_initialized():
+            return False
+        with _group_lock:
+            if _skip_counters is None:
+                from ray.util.metrics import Counter  # heavy, lazy on purpose
+
+                _skip_counters = (
+                    Counter("raylog_consumer_skipped_corrupt_ranges", "damaged log ranges a consumer skipped",
+                            PARTITION_TAG_KEYS),
+                    Counter("raylog_consumer_skipped_corrupt_bytes", "bytes of damaged log ranges a consumer skipped",
+                            PARTITION_TAG_KEYS),
+                )
+        tags = {"cluster": cluster, "topic": topic, "partition": str(partition)}
+        _skip_counters[0].inc(1, tags)
+        if skipped_bytes > 0:
+            _skip_counters[1].inc(skipped_bytes, tags)
+        return True
+    except Exception:  # noqa: BLE001 - a metric never fails the consumer
+        logger.exception("recording the skip of corrupt bytes of %s-%d failed", topic, partition)
+        return False
 
 
 # --------------------------------------------------------------------------

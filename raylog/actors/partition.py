@@ -18,7 +18,10 @@ start (and on every restart by Ray after its process died) it
    ``retention_check_ms``.
 
 Data never goes through Ray method calls; the methods here are small control
-calls (stats, offsets, flush, shutdown). Any disk error of the log (append,
+calls (stats, offsets, flush, shutdown). A full disk is not a disk error:
+the log refuses writes with the retriable ``DiskFullError`` while the actor
+keeps serving reads, and its timer resumes writes once there is room
+(``PartitionLog.maybe_resume``). Any other disk error of the log (append,
 fsync, roll, retention; in any thread) ends the process (exit status
 :data:`EXIT_DISK_ERROR`, after logging) so that Ray restarts the actor and
 recovery runs again: a partition is never left wedged. Starting while
@@ -45,6 +48,7 @@ from raylog.actors.process_exit import EXIT_DISK_ERROR, STARTUP_ZOOKEEPER_WAIT_S
 from raylog.config import NAMESPACE, TopicConfig
 from raylog.errors import AuthenticationError
 from raylog.metrics import PartitionMetrics
+from raylog.replication.mend import damaged_ranges, mend_from_isr
 from raylog.replication.replica import ReplicaRole
 from raylog.retry import RetryPolicy
 from raylog.storage import faults
@@ -127,6 +131,7 @@ class PartitionActor:
             max_frame_bytes=self.config.max_message_bytes + FRAME_OVERHEAD_BYTES,
         )
         self.host, self.port = self.server.start()
+        self.log.node = self.replica or self.host  # named in a DiskFullError (a full disk: see PartitionLog)
 
         self.zk = None
         until_zookeeper(deadline, what, self._join, zookeeper)
@@ -138,6 +143,10 @@ class PartitionActor:
                 threading.Thread(target=self._reregister, daemon=True).start()
 
         self.zk.add_listener(on_state)
+        #: damaged ranges recovery kept, mended from an in-sync replica (raylog.replication.mend)
+        self.mended: list[dict] = []
+        if self.role is not None and damaged_ranges(self.log):
+            threading.Thread(target=self._mend, name="raylog-mend", daemon=True).start()
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
 
@@ -163,6 +172,13 @@ class PartitionActor:
                 data, _ = self.zk.get(placement_path)
                 self.epoch = self.zk.set(placement_path, data).version
             self._register()
+
+    def _mend(self) -> None:
+        try:
+            self.mended = mend_from_isr(self.zk, self.registry.paths, self.topic, self.partition, self.replica,
+                                        self.log, self._token, damaged_ranges(self.log))
+        except Exception:  # noqa: BLE001 - the damage stays reported; readers can skip it
+            log.exception("partition %s-%d: mending damaged bytes from a replica failed", self.topic, self.partition)
 
     def _disk_error(self, err: BaseException) -> None:
         """Any disk error of the log (append, fsync, roll, retention): end the
@@ -228,6 +244,7 @@ class PartitionActor:
                     self._metrics.observe_flush(time.perf_counter() - started)
                 if self.role is not None:
                     self.role.tick()
+                self.log.maybe_resume()  # a full disk: writes resume once there is room (one statvfs while full)
                 if self.log.maybe_roll():
                     log.info("partition %s-%d rolled its segment after segment_ms", self.topic, self.partition)
                 if time.monotonic() >= next_sample:
@@ -286,6 +303,8 @@ class PartitionActor:
             "size_bytes": self.log.size_bytes,
             "segments": len(self.log.segment_bases),
             "recovery_reports": [r._asdict() for r in self.log.recovery_reports],
+            "disk_full": self.log.disk_full,
+            "mended": list(self.mended),
             "uptime_s": time.time() - self.started_at,
             "server": self.server.stats(),
         }

@@ -32,6 +32,7 @@ short bookkeeping (never across a network call).
 from __future__ import annotations
 
 import collections
+import logging
 import queue
 import threading
 import time
@@ -45,10 +46,12 @@ from raylog.consumer.fetcher import Chunk, Fetcher
 from raylog.consumer.positions import Positions, TopicPartition
 from raylog.consumer.record import Message
 from raylog.consumer.revocation import GroupNotices
-from raylog.errors import ClosedError, ConfigError, OffsetOutOfRangeError
+from raylog.errors import ClosedError, ConfigError, CorruptMessageError, OffsetOutOfRangeError
 from raylog.groups.member import SETTLE_S, GroupMember
 from raylog.producer import Producer
 from raylog.zk.session import connect_kazoo
+
+logger = logging.getLogger(__name__)
 
 #: messages the iterator takes per poll (its batch is committed once all are yielded)
 ITERATOR_BATCH = 500
@@ -129,6 +132,8 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         self._closing = False
         self._last_commit = time.monotonic()
         self._member = None
+        #: ``{(topic, partition): (skips, bytes skipped)}`` by :meth:`skip_corrupt`
+        self.skipped_corrupt: dict[TopicPartition, tuple[int, int]] = {}
 
         self._audit = AuditCounter(audit_window_ms or DEFAULT_WINDOW_MS) if audit else None
         self._audit_id = consumer_id or new_source_id("consumer")
@@ -266,6 +271,43 @@ class Consumer(Positions, GroupNotices, BatchPolling):
             for tp, part in sorted(self._parts.items()):
                 if part.error is not None and (owned is None or tp in owned):
                     raise part.error
+
+    def skip_corrupt(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Move every partition stopped at a corrupt message past the damage.
+
+        A partition whose poll raises :class:`raylog.CorruptMessageError`
+        stays there until the application decides; this is the decision to
+        skip: the partition is sought to the error's ``next_offset`` (the
+        next readable message the server found) and reading goes on. Returns
+        ``{(topic, partition): (offset, next_offset)}``, the byte ranges
+        skipped (empty when no partition is stopped at a corrupt message).
+        Each skip is logged as a warning, counted in :attr:`skipped_corrupt`
+        and in the ``raylog_consumer_skipped_corrupt_*`` metrics
+        (:func:`raylog.metrics.record_corrupt_skip`); a commit afterwards
+        stores the position past the damage. An error without
+        ``next_offset`` (found by this consumer's decoder, not by the
+        server) is fetched again from its offset, so the server names it.
+        """
+        with self._lock:
+            stuck = {tp: part.error for tp, part in self._parts.items()
+                     if isinstance(part.error, CorruptMessageError)}
+        skipped = {}
+        for tp, err in sorted(stuck.items()):
+            start = err.details.get("damaged_from", err.offset)
+            following = err.next_offset
+            if not isinstance(following, int) or not isinstance(start, int):
+                self.seek(tp[0], tp[1], err.offset)  # fetch it again: the server names the next offset
+                continue
+            self.seek(tp[0], tp[1], following)
+            skipped[tp] = (start, following)
+            count, size = self.skipped_corrupt.get(tp, (0, 0))
+            self.skipped_corrupt[tp] = (count + 1, size + following - start)
+            logger.warning("%s-%d: skipped the corrupt bytes [%d, %d) (%d bytes) on request", tp[0], tp[1],
+                           start, following, following - start)
+            from raylog.metrics import record_corrupt_skip  # lazy: Ray's metrics only when used
+
+            record_corrupt_skip(self._metadata.settings.cluster, tp[0], tp[1], following - start)
+        return skipped
 
     def _publish_audit(self) -> None:
         """Publish what this consumer received since the last time."""

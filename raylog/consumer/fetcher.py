@@ -21,8 +21,12 @@ Errors keep to their partition:
   a lost position); with ``"error"`` the fetcher reports a typed error and
   stops.
 * **a corrupt or invalid message**, or any other non-retriable error: the
-  fetcher reports it and stops. The consumer raises it on every poll until
-  the application seeks past it (Kafka's behaviour): never skipped silently,
+  fetcher hands over the messages before it, fetches once more from the bad
+  message (the server checks the message a fetch starts at, and answers a
+  damaged one with :class:`CorruptMessageError` carrying ``next_offset``,
+  the next readable message), then reports it and stops. The consumer
+  raises it on every poll until the application seeks past it (Kafka's
+  behaviour) or calls ``consumer.skip_corrupt()``: never skipped silently,
   never abandoned.
 
 Thread-safety: a fetcher is driven by its own thread; :meth:`Fetcher.stop`
@@ -97,6 +101,8 @@ class Fetcher(threading.Thread):
         self._failing_since: float | None = None
         self._warned = False
         self._backoff = TRANSIENT_RETRY.start()
+        #: the offset whose message failed to decode once (fetched again from there)
+        self._suspect: int | None = None
 
     def stop(self) -> None:
         self.stopped.set()
@@ -224,17 +230,27 @@ class Fetcher(threading.Thread):
                     decoder = getattr(s, "fetch_decoder", None) or _decode
                     records, consumed = decoder(data, self.offset, self.tp, max_message, max_inflated)
                 except InvalidMessageError as err:
-                    # Hand over the whole messages before the bad one, then the error.
+                    # Hand over the whole messages before the bad one, then
+                    # fetch from the bad one: the server checks the message
+                    # at a fetch's start and names a damaged one with the
+                    # next readable offset (CorruptMessageError.next_offset);
+                    # bytes damaged in transit read well the second time.
                     bad = getattr(err, "offset", None)
-                    if not isinstance(bad, int) or not self.offset < bad <= self.offset + len(data):
+                    if not isinstance(bad, int) or not self.offset <= bad <= self.offset + len(data):
                         raise
-                    records, consumed = decode_messages(
-                        memoryview(data)[: bad - self.offset], self.offset, max_message_bytes=max_message,
-                        record_type=Message, prefix=self.tp, max_inflated_bytes=max_inflated, partial_tail_ok=False,
-                    )
-                    self.offset += consumed
-                    self._put(Chunk(self.tp, self.epoch, with_next_offsets(records, self.offset), self.offset))
-                    raise
+                    if bad > self.offset:
+                        records, consumed = decode_messages(
+                            memoryview(data)[: bad - self.offset], self.offset, max_message_bytes=max_message,
+                            record_type=Message, prefix=self.tp, max_inflated_bytes=max_inflated,
+                            partial_tail_ok=False,
+                        )
+                        self.offset += consumed
+                        self._put(Chunk(self.tp, self.epoch, with_next_offsets(records, self.offset), self.offset))
+                    if self._suspect == self.offset:
+                        raise  # the server sent it twice as it is: report it
+                    self._suspect = self.offset
+                    continue
+                self._suspect = None
                 if consumed == 0:
                     continue  # the server always sends a whole first message; nothing to do
                 end = self.offset + consumed

@@ -7,6 +7,8 @@ Modules, one per concept:
 * :mod:`raylog.storage.compression` -- the gzip, zstd and lz4 codecs of
   wrapper messages;
 * :mod:`raylog.storage.segment` -- one segment file;
+* :mod:`raylog.storage.resync` -- the way past damaged bytes: the next
+  readable message after a corrupt one;
 * :mod:`raylog.storage.log` -- :class:`PartitionLog`: append, flush and the
   high watermark, reads as :class:`FileSlice` for ``os.sendfile``, retention
   and recovery.

@@ -1,8 +1,10 @@
 """File-system helpers of the partition log: the flush threads, the
-directory lock (``lock``, an exclusive ``flock``) and directory syncs."""
+directory lock (``lock``, an exclusive ``flock``), directory syncs and what
+counts as a full disk."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -13,6 +15,18 @@ from raylog.errors import LogDirectoryLockedError
 
 #: the file a log's owner holds an exclusive ``flock`` on while the log is open
 LOCK_NAME = "lock"
+#: errors of a write that mean "no space left" (a full disk, a full quota)
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: while the disk is full, writes are refused at once; every this many
+#: seconds one write tries the disk again (and resumes the log if it succeeds)
+DISK_FULL_RETRY_S = 1.0
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` (an ``OSError``) says the disk or quota is full."""
+    return isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS
+
+
 #: threads per process that run the flushes triggered by flush_messages
 FLUSH_THREADS = 2
 

@@ -42,35 +42,70 @@ refuse every later write (:class:`StorageError`) and calls ``on_disk_error``
 when one was given; the partition actor passes a function that ends its
 process, so that Ray restarts it and recovery runs (never a wedged log).
 
-Recovery on open checks every message past the checkpoint by CRC; a torn or
-corrupt tail is cut off, and each cut is logged as a warning and listed in
-:attr:`PartitionLog.recovery_reports`. Nothing is dropped silently.
+A full disk is not such an error (a restart would not help): a write or
+roll that fails with ``ENOSPC``/``EDQUOT`` leaves the log as it was (the
+segment and the producer-state journal are cut back to where they were)
+and raises :class:`DiskFullError` (retriable, naming ``node`` and the
+path). The log is then **disk full**: appends are refused at once with
+that error while reads, flushes of what was written before and retention
+go on; every :data:`DISK_FULL_RETRY_S` one append tries the disk again, and
+:meth:`PartitionLog.maybe_resume` (the owner's timer) ends the state as soon
+as the file system has room for a message again. Both are logged once.
+
+Recovery on open checks every message of the active segment and every
+message past the checkpoint by CRC; a torn or corrupt tail past the
+checkpoint is cut off, and each cut is logged as a warning and listed in
+:attr:`PartitionLog.recovery_reports`. Damage in flushed data (before the
+checkpoint) is not cut, since what follows it was acknowledged: it is reported
+the same way (a report with ``kept``) with the next readable offset, which
+readers get in :class:`CorruptMessageError`. Nothing is dropped silently.
 """
 
 from __future__ import annotations
 
+import bisect
+import errno
 import logging
 import os
+import socket
 import threading
 import time
 from typing import Callable
 
 from raylog.config import TopicConfig
-from raylog.errors import ClosedError, InvalidOffsetError, StorageError
+from raylog.errors import ClosedError, CorruptMessageError, DiskFullError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
 from raylog.storage.base import LogSettings
-from raylog.storage.fileops import LOCK_NAME, _flusher, _lock_directory
+from raylog.storage.fileops import DISK_FULL_RETRY_S, LOCK_NAME, _flusher, _lock_directory, is_disk_full
 from raylog.storage.log_reads import FileSlice, LogReads
 from raylog.storage.log_replica import LogReplica
 from raylog.storage.producer_state import ProducerStateTable
-from raylog.storage.recovery import CHECKPOINT_NAME, LogRecovery, RecoveryReport
+from raylog.storage.recovery import CHECKPOINT_NAME, RECOVERY_MAX_MESSAGE_BYTES, LogRecovery, RecoveryReport
 from raylog.storage.retention import LogRetention
 from raylog.storage.segment import LogSegment
-from raylog.storage.validation import validate_append
+from raylog.storage.validation import scan_message_set, validate_append
 
 __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "RecoveryReport"]
 
 log = logging.getLogger(__name__)
+
+def _open_error(directory: str, err: OSError) -> StorageError:
+    """The error of a log that cannot be opened; a read-only directory said plainly."""
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StorageError(
+            f"the partition directory {directory} is not writable ({err.strerror}: {err.filename}): raylog "
+            f"writes its partition logs there; make the data directory writable (read-only mount? "
+            f"permissions?) or give the cluster another data_dir",
+            directory=directory,
+            read_only=True,
+        )
+    if is_disk_full(err):
+        return DiskFullError(
+            f"cannot open the partition log in {directory}: the disk is full ({err.strerror}); free space on it",
+            node=socket.gethostname(), path=err.filename or directory, directory=directory,
+        )
+    return StorageError(f"cannot open the partition log in {directory}: {err}", directory=directory)
+
 
 class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica):
     """The log of one partition, in ``directory``.
@@ -97,8 +132,13 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
         *,
         clock: Callable[[], float] = time.time,
         on_disk_error: Callable[[BaseException], None] | None = None,
+        node: str | None = None,
     ):
         self._dir = os.fspath(directory)
+        #: the node named in a DiskFullError (the owner may set it; default the host name)
+        self.node = node or socket.gethostname()
+        self._disk_full: DiskFullError | None = None
+        self._disk_full_retry_at = 0.0
         self._config = config
         self._clock = clock
         self._on_disk_error = on_disk_error
@@ -118,7 +158,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
             os.makedirs(self._dir, exist_ok=True)
             self._lock_fd = _lock_directory(self._dir)
         except OSError as err:
-            raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+            raise _open_error(self._dir, err) from None
         try:
             segments = self._recover()
             self._producers = ProducerStateTable(self._dir, config.max_producer_ids)
@@ -127,7 +167,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
         except BaseException as err:
             os.close(self._lock_fd)
             if isinstance(err, OSError):
-                raise StorageError(f"cannot open the partition log in {self._dir}: {err}") from err
+                raise _open_error(self._dir, err) from None
             raise
         # Readers take (bases, segments) in one read; the writer replaces it.
         self._view: tuple[list[int], list[LogSegment]] = ([s.base_offset for s in segments], segments)
@@ -180,6 +220,11 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def disk_full(self) -> bool:
+        """Whether appends are refused because the disk is full (see the module docstring)."""
+        return self._disk_full is not None
+
     def __repr__(self) -> str:
         return (
             f"PartitionLog({self._dir!r}, start={self.log_start_offset}, hw={self._hw}, "
@@ -200,6 +245,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
             self._check_writable()
             if not count:
                 return self._leo
+            self._check_space()
             return self._append_locked(message_set, size, count, ())
 
     def append_sequenced(
@@ -227,6 +273,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
                 return stored
             if not count:
                 return self._leo
+            self._check_space()
             sequenced = ((producer_id, producer_epoch, first_sequence, 0, lengths),)
             return self._append_locked(message_set, size, count, sequenced)
 
@@ -249,15 +296,22 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
                 self._producers.journal(producer_id, epoch, first_sequence, base + at, lengths)
             active.append(message_set)
         except OSError as err:
-            # The segment cut the partial write back, but the disk failed:
-            # stop writing and let the owner recover the log.
+            # The segment (and the journal) cut the partial write back.
+            if is_disk_full(err):
+                raise self._now_disk_full(err, active.path) from err
+            # The disk failed: stop writing and let the owner recover the log.
             self._fail(err)
             raise StorageError(f"cannot append to {active.path}: {err}") from err
         try:
             for producer_id, epoch, first_sequence, at, lengths in sequenced:
                 self._producers.remember(producer_id, epoch, first_sequence, base + at, lengths)
         except OSError as err:  # compacting the journal failed; the set is in the log
-            self._fail(err)
+            if is_disk_full(err):
+                self._now_disk_full(err, self._dir)  # the journal stays long until there is room
+            else:
+                self._fail(err)
+        if self._disk_full is not None:
+            self._resume("a write succeeded")
         active.timeindex.on_append(active, message_set, base)
         if not active.size - size:
             self._active_since = self._clock()
@@ -270,6 +324,98 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
             self._flush_requested = True
             _flusher().submit(self._flush_in_background)
         return base
+
+    def _check_space(self) -> None:
+        """Refuse an append at once while the disk is full (writer lock held),
+        except one try every DISK_FULL_RETRY_S."""
+        full = self._disk_full
+        if full is not None:
+            now = time.monotonic()
+            if now < self._disk_full_retry_at:
+                raise DiskFullError(str(full), **full.details)
+            self._disk_full_retry_at = now + DISK_FULL_RETRY_S
+
+    def _now_disk_full(self, err: OSError, path: str) -> DiskFullError:
+        """Enter (or stay in) the disk-full state; the error to raise."""
+        full = DiskFullError(
+            f"disk full on node {self.node}: cannot write {path} ({err.strerror or err}); the set was not "
+            f"stored. The partition keeps serving reads and takes writes again once space is freed on that "
+            f"disk: retry later (producers do), or free space",
+            node=self.node,
+            path=path,
+            directory=self._dir,
+        )
+        if self._disk_full is None:
+            log.warning("partition log %s: %s", self._dir, full)
+        self._disk_full = full
+        self._disk_full_retry_at = time.monotonic() + DISK_FULL_RETRY_S
+        return full
+
+    def _resume(self, why: str) -> None:
+        self._disk_full = None
+        self._disk_full_retry_at = 0.0
+        log.warning("partition log %s: the disk has room again (%s); writes resume", self._dir, why)
+
+    def maybe_resume(self) -> bool:
+        """End the disk-full state when the file system has room for a
+        message set again (timer hook; cheap: one ``statvfs`` while full).
+        Returns whether it ended now."""
+        if self._disk_full is None or self._closed:
+            return False
+        try:
+            st = os.statvfs(self._dir)
+        except OSError:
+            return False
+        if st.f_bavail * st.f_frsize < 2 * self._config.max_message_bytes + (64 << 10):
+            return False
+        with self._lock:
+            if self._disk_full is None:
+                return False
+            self._resume(f"{st.f_bavail * st.f_frsize} bytes free")
+            return True
+
+    def mend(self, offset: int, data: bytes) -> None:
+        """Overwrite damaged stored bytes ``[offset, offset + len(data))``
+        with ``data``, the same range read from another replica (replicas
+        hold the same bytes at the same offsets, DESIGN §7).
+
+        The range must lie in one segment below the high watermark, and
+        ``data`` must be whole messages that pass every check (size, header,
+        CRC) and fill it exactly; else :class:`InvalidOffsetError` or
+        :class:`CorruptMessageError` and nothing is written. The bytes are
+        written in place and synced. Any thread (takes the writer's lock).
+        """
+        end = offset + len(data)
+        with self._lock:
+            self._check_writable()
+            bases, segments = self._view
+            if not data or offset < bases[0] or end > self._hw:
+                raise InvalidOffsetError(
+                    f"cannot mend [{offset}, {end}) of {self._dir}: not within [{bases[0]}, {self._hw})",
+                    offset=offset,
+                )
+            segment = segments[bisect.bisect_right(bases, offset) - 1]
+            if end > segment.end_offset:
+                raise InvalidOffsetError(f"cannot mend [{offset}, {end}) of {self._dir}: it crosses a segment",
+                                         offset=offset)
+            limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+            valid, _count, err = scan_message_set(data, limit, base_offset=offset, check_inner=False)
+            if err is not None or valid != len(data):
+                raise CorruptMessageError(
+                    f"the bytes to mend [{offset}, {end}) of {self._dir} with are not whole valid messages "
+                    f"({err}); nothing was written",
+                    offset=offset,
+                )
+            # A descriptor of its own: the segment's is O_APPEND, where pwrite appends.
+            fd = os.open(segment.path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.pwrite(fd, data, offset - segment.base_offset)
+                os.fdatasync(fd)
+            except OSError as err:
+                raise StorageError(f"cannot mend [{offset}, {end}) of {segment.path}: {err}") from err
+            finally:
+                os.close(fd)
+        log.warning("partition log %s: mended the damaged bytes [%d, %d) with a replica's copy", self._dir, offset, end)
 
     def _fail(self, err: BaseException) -> None:
         """Record a disk error: every later write refuses; tell the owner."""

@@ -15,6 +15,7 @@ from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, 
 from raylog.storage.fileops import _flusher
 from raylog.storage.message import HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
 from raylog.storage.recovery import RECOVERY_MAX_MESSAGE_BYTES
+from raylog.storage.resync import message_at, next_readable, walk_to
 from raylog.storage.segment import LogSegment
 
 #: bytes read to check the message at the start of a read
@@ -58,6 +59,12 @@ class FileSlice(NamedTuple):
         return os.pread(self.file.fileno(), self.length, self.position)
 
 
+def _reader(segment: LogSegment):
+    """``read(log offset, length)`` over one segment (for :mod:`raylog.storage.resync`)."""
+    base, read_at = segment.base_offset, segment.read_at
+    return lambda offset, length: read_at(offset - base, length)
+
+
 class LogReads:
     """The readers of :class:`~raylog.storage.log.PartitionLog` (any thread;
     they never take the writer's lock)."""
@@ -94,7 +101,9 @@ class LogReads:
         return FileSlice(segment.file, position, max(first, min(max_bytes, available)), offset)
 
     def _check_boundary(self, segment: LogSegment, position: int, offset: int, available: int) -> int:
-        """The length of the message at ``position``; InvalidOffsetError if none starts there."""
+        """The length of the message at ``position``: :class:`CorruptMessageError`
+        (with ``next_offset``) if a damaged message starts there,
+        :class:`InvalidOffsetError` if no message starts there."""
         head = segment.read_at(position, min(available, _PEEK_BYTES))
         if len(head) >= HEADER_SIZE:
             size = _u32(head[:4], "big")
@@ -107,15 +116,45 @@ class LogReads:
                     key_length = int.from_bytes(body[18:22], "big", signed=True)
                     if body[8] == MAGIC and body[9] < 8 and -1 <= key_length <= size - MIN_MESSAGE_SIZE:
                         # Everything but the CRC fits: a damaged message, not a bad offset.
-                        raise CorruptMessageError(
-                            f"message at offset {offset} fails its CRC32C check: the segment "
-                            f"{segment.path} is damaged there",
-                            offset=offset,
-                        )
+                        raise self._corrupt(segment, offset, offset, offset + available, "fails its CRC32C check")
+        # No readable message here: a damaged one (the walk of the size
+        # fields from a known boundary lands here), or not a boundary at all.
+        end = offset + available
+        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        read = _reader(segment)
+        length = message_at(read, offset, end, limit)
+        if length is not None:  # a whole message stored before max_message_bytes was lowered
+            return length
+        start = segment.timeindex.boundary_before(offset)
+        if start != segment.base_offset and message_at(read, start, end, limit) is None:
+            start = segment.base_offset  # the index entry is no boundary: do not trust it
+        kind, low, high = walk_to(read, start, offset, end, limit)
+        if kind == "boundary":
+            raise self._corrupt(segment, offset, offset, end, "has a damaged size field")
+        if kind == "damaged":
+            raise CorruptMessageError(
+                f"offset {offset} lies in damaged bytes [{low}, {high}) of {segment.path}; the next "
+                f"readable message is at {high} (consumer.skip_corrupt() or seek there)",
+                offset=offset, damaged_from=low, next_offset=high,
+            )
         raise InvalidOffsetError(
-            f"offset {offset} is not the start of a message in the log; use an offset "
-            f"returned by the log (a message's offset or a committed offset)",
+            f"offset {offset} is not the start of a message in the log (it lies inside the message "
+            f"[{low}, {high})); use an offset returned by the log (a message's offset or a committed offset)",
             offset=offset,
+            message_offset=low,
+            next_offset=high,
+        )
+
+    def _corrupt(self, segment: LogSegment, offset: int, bad: int, end: int, what: str) -> CorruptMessageError:
+        """The error for the damaged message at ``bad``, with the next readable offset."""
+        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        following = next_readable(_reader(segment), bad, end, limit)
+        return CorruptMessageError(
+            f"message at offset {offset} {what}: the segment {segment.path} is damaged there; "
+            f"the next readable message is at {following} (consumer.skip_corrupt() skips "
+            f"{following - bad} bytes)",
+            offset=offset,
+            next_offset=following,
         )
 
     def message_boundaries(self, start: int, end: int, targets) -> list[int]:

@@ -81,6 +81,7 @@ from collections import OrderedDict
 from crc32c import crc32c
 
 from raylog.errors import CorruptMessageError, DuplicateSequenceError, OutOfOrderSequenceError
+from raylog.storage.fileops import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,15 @@ class ProducerStateTable:
             notes.append(
                 f"dropped {dropped_beyond} remembered sequence(s) of sets beyond the log end {log_end_offset}"
             )
-        self._rewrite()
+        try:
+            self._rewrite()
+        except OSError as err:
+            if not is_disk_full(err):
+                raise
+            # Opened all the same (reads go on); the journal is rewritten
+            # before its next record (journal() finds no open file), and
+            # until then it is only read, never appended to.
+            notes.append(f"the journal {self._path} is not compacted yet: the disk is full ({err.strerror})")
         return notes
 
     def _apply(self, producer_id: int, epoch: int, sequence: int, base: int, length: int) -> None:
@@ -258,6 +267,12 @@ class ProducerStateTable:
             while view:
                 view = view[os.write(fd, view) :]
             os.fdatasync(fd)
+        except OSError:
+            try:  # (a full disk) the journal stays as it was; no half snapshot left behind
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         finally:
             os.close(fd)
         os.replace(tmp, self._path)
@@ -326,9 +341,17 @@ class ProducerStateTable:
         data = _record(producer_id, epoch, first_sequence, base, lengths)
         if self._fd is None:
             self._rewrite()
-        written = os.write(self._fd, data)
-        if written != len(data):
-            raise OSError(f"short write to {self._path}: {written} of {len(data)} bytes")
+        written = 0
+        try:
+            while written < len(data):  # a short write, then the reason (a full disk) raised
+                written += os.write(self._fd, data[written:])
+        except OSError:
+            if written:  # cut the torn record off: records after it must stay aligned
+                try:
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+                except OSError:
+                    pass
+            raise
         self._journal_bytes += written
         self._dirty = True
 

@@ -1,6 +1,11 @@
 """Opening a partition log: the checkpoint (``recovery-point``) and recovery
-of the segments past it (a mixin of :class:`~raylog.storage.log.PartitionLog`;
-see :mod:`raylog.storage.log`)."""
+of the segments past it and of the whole active segment (a mixin of
+:class:`~raylog.storage.log.PartitionLog`; see :mod:`raylog.storage.log`).
+
+Damage past the checkpoint is a torn or corrupt tail: cut, with what
+follows it. Damage before it (flushed, acknowledged data) is reported and
+kept, with the next readable offset found by :mod:`raylog.storage.resync`
+(a :class:`RecoveryReport` with ``kept``); checking goes on from there."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from crc32c import crc32c
 
 from raylog.errors import StorageError
 from raylog.storage.fileops import _sync_directory
+from raylog.storage.resync import next_readable
 from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
 
 log = logging.getLogger(__name__)
@@ -25,13 +31,17 @@ RECOVERY_MAX_MESSAGE_BYTES = 64 << 20
 
 
 class RecoveryReport(NamedTuple):
-    """Bytes cut off a segment by recovery: log offsets ``[start_offset, end_offset)``."""
+    """Bytes cut off a segment by recovery: log offsets ``[start_offset,
+    end_offset)``; or, with ``kept``, damaged flushed bytes found and left
+    in place (``truncated_bytes`` 0): readers get ``CorruptMessageError``
+    there, with ``end_offset`` as its ``next_offset``."""
 
     segment_base: int
     start_offset: int
     end_offset: int
     truncated_bytes: int
     reason: str
+    kept: bool = False
 
 
 class LogRecovery:
@@ -90,6 +100,9 @@ class LogRecovery:
                 )
         end = segments[-1].end_offset
         checkpoint = self._read_checkpoint()
+        #: bytes below this were flushed (acknowledged as durable): damage
+        #: there is reported and kept, never cut with what follows it
+        flushed = None
         if checkpoint is None:
             log.warning("no recovery point in %s; checking the whole last segment", self._dir)
             scan_from = segments[-1].base_offset
@@ -101,13 +114,19 @@ class LogRecovery:
             )
             scan_from = segments[-1].base_offset
         else:
-            scan_from = max(checkpoint, segments[0].base_offset)
+            flushed = checkpoint
+            # the whole active segment is checked, flushed part included
+            scan_from = max(min(checkpoint, segments[-1].base_offset), segments[0].base_offset)
         limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         for index, segment in enumerate(segments):
             if segment.end_offset <= scan_from and segment is not segments[-1]:
                 continue
             start = max(scan_from - segment.base_offset, 0)
-            valid_end, err = segment.scan(start, limit)
+            while True:
+                valid_end, err = segment.scan(start, limit)
+                if err is None or flushed is None or segment.base_offset + valid_end >= flushed:
+                    break
+                start = self._report_damage(segment, valid_end, err, limit)
             if err is None:
                 continue
             cut_at = segment.base_offset + valid_end
@@ -137,3 +156,19 @@ class LogRecovery:
             "recovery of %s cut %d bytes, offsets [%d, %d) of segment %s: %s",
             self._dir, size, start, end, segment_name(segment_base), reason,
         )
+
+    def _report_damage(self, segment: LogSegment, position: int, err: Exception, limit: int) -> int:
+        """Report damaged flushed bytes at ``position`` of ``segment`` (kept:
+        readers get :class:`CorruptMessageError` with the next readable
+        offset); returns the position to go on checking from."""
+        base = segment.base_offset
+        following = next_readable(lambda offset, length: segment.read_at(offset - base, length),
+                                  base + position, segment.end_offset, limit)
+        report = RecoveryReport(base, base + position, following, 0, f"damaged flushed data kept: {err}", True)
+        self._reports.append(report)
+        log.warning(
+            "recovery of %s found %d damaged bytes, offsets [%d, %d) of segment %s, and kept them (%s); "
+            "readers get CorruptMessageError there and skip to %d with consumer.skip_corrupt()",
+            self._dir, following - base - position, base + position, following, segment_name(base), err, following,
+        )
+        return following - base

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 
-from raylog.errors import StorageError
+from raylog.errors import DiskFullError, StorageError
 from raylog.storage import faults as _faults
-from raylog.storage.fileops import _sync_directory
+from raylog.storage.fileops import _sync_directory, is_disk_full
 from raylog.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,8 @@ class LogRetention:
             new = LogSegment.open(self._dir, self._leo)
             _sync_directory(self._dir)
         except OSError as err:
+            if is_disk_full(err):  # the old segment stays active; nothing changed
+                raise self._now_disk_full(err, self._dir) from err
             self._fail(err)
             raise StorageError(f"cannot roll the log in {self._dir}: {err}") from err
         bases, segments = self._view
@@ -50,7 +52,10 @@ class LogRetention:
         with self._lock:
             if self._closed or self._failed is not None or not self._active.size or self._active_since is None:
                 return False
-            self._roll()
+            try:
+                self._roll()
+            except DiskFullError:
+                return False  # rolled by a later tick, once there is room
             return True
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[tuple[int, int]]:

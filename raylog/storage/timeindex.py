@@ -3,13 +3,14 @@
 A sparse map from time to byte offset, so that a reader can start at the
 first message written at or after a time (``OFFSETS_FOR_TIME``,
 ``consumer.seek_to_timestamp``, Spark's ``startingTimestamp``) without
-reading the partition from its start. The file is a run of 16-byte entries,
+reading the partition from its start. The file is a run of 20-byte entries,
 big-endian::
 
-     field          type  bytes   meaning
-  1. max timestamp  i64   0..8    the largest timestamp of every message of the
-                                  segment that starts before ``offset``
-  2. offset         i64   8..16   a log offset (a message boundary) in the segment
+     field          type  bytes    meaning
+  1. max timestamp  i64   0..8     the largest timestamp of every message of the
+                                   segment that starts before ``offset``
+  2. offset         i64   8..16    a log offset (a message boundary) in the segment
+  3. crc            u32   16..20   CRC32C of bytes 0..16 of the entry
 
 Entries are in offset order, so their max timestamps never decrease. One is
 added at an append that starts at least :data:`INDEX_INTERVAL_BYTES` after
@@ -25,10 +26,15 @@ the wrapper that holds the first message at or after the time, and the
 reader may see a few earlier inner messages of that wrapper.
 
 Durability: the index is a hint and is never synced. When a segment is
-opened, the entries that are whole and inside the segment are kept and the
-messages after the last one are read again on the first append or lookup
-(that is how recovery rebuilds it, after a crash or a truncation); a
-missing or damaged file is rebuilt the same way. It is deleted with its
+opened, the entries that are whole, match their CRC, grow in offset and
+time and lie inside the segment are kept, and the messages after the last
+one are read again on the first append or lookup (that is how recovery
+rebuilds it, after a crash or a truncation); a missing or damaged file is
+rebuilt the same way (a file of the older 16-byte entries fails the CRC
+and is rebuilt too). The index is also checked against the log: the entry
+a lookup starts from must hold a whole message with a matching CRC, else
+the index of that segment is rebuilt from the log (logged as a warning),
+so a wrong index never gives a wrong answer. It is deleted with its
 segment.
 
 Thread-safety: the owning log's writer calls :meth:`TimeIndex.on_append`
@@ -44,7 +50,10 @@ import os
 import struct
 import threading
 
+from crc32c import crc32c
+
 from raylog.storage.message import LOG_OVERHEAD
+from raylog.storage.resync import message_at
 from raylog.storage.message import _speedups  # None in pure-Python mode
 
 log = logging.getLogger(__name__)
@@ -52,13 +61,20 @@ log = logging.getLogger(__name__)
 SUFFIX = ".timeindex"
 #: an entry every this many bytes of log (at append boundaries)
 INDEX_INTERVAL_BYTES = 4096
-ENTRY = struct.Struct(">qq")
+ENTRY = struct.Struct(">qqI")
+#: the fields an entry's CRC covers
+_ENTRY_FIELDS = struct.Struct(">qq")
 #: bytes read at a time when catching up or looking up
 READ_CHUNK_BYTES = 256 * 1024
 _SIZE = struct.Struct(">I")
 _TS_AT = 10  # the timestamp's position in a message (after size, crc, magic, attributes)
 _TS = struct.Struct(">q")
 _NO_TIME = -(1 << 63)
+
+
+def _entry(max_ts: int, offset: int) -> bytes:
+    fields = _ENTRY_FIELDS.pack(max_ts, offset)
+    return fields + crc32c(fields).to_bytes(4, "big")
 
 
 def index_name(base_offset: int) -> str:
@@ -124,7 +140,11 @@ class TimeIndex:
             raw = b""
         last_ts, last_offset = _NO_TIME, base_offset
         kept = 0
-        for ts, offset in ENTRY.iter_unpack(raw[: len(raw) - len(raw) % ENTRY.size]):
+        for ts, offset, crc in ENTRY.iter_unpack(raw[: len(raw) - len(raw) % ENTRY.size]):
+            if crc != crc32c(_ENTRY_FIELDS.pack(ts, offset)):
+                log.warning("time index %s is damaged at entry %d (CRC mismatch); rebuilding it from there",
+                            index.path, kept)
+                break
             if offset <= last_offset or offset >= end_offset or ts < last_ts:
                 break  # past the segment's end (truncated by recovery) or damaged
             index._times.append(ts)
@@ -184,7 +204,35 @@ class TimeIndex:
                 self._catch_up(segment, end_offset)
             i = bisect.bisect_left(self._times, timestamp_ms)  # entries [0, i) have max < t
             start = self._offsets[i - 1] if i else self.base_offset
+            if i and not self._holds_message(segment, start, end_offset):
+                # Checked against the log: the entry is no message boundary, so
+                # the index is wrong (damaged, or left from another log). Rebuild.
+                log.warning("time index %s: entry at offset %d is not a message of the segment; rebuilding "
+                            "the index from the log", self.path, start)
+                self._reset()
+                self._catch_up(segment, end_offset)
+                i = bisect.bisect_left(self._times, timestamp_ms)
+                start = self._offsets[i - 1] if i else self.base_offset
         return _scan_for(segment, start, end_offset, timestamp_ms)
+
+    @staticmethod
+    def _holds_message(segment, offset: int, end_offset: int) -> bool:
+        base = segment.base_offset
+        read = lambda at, length: segment.read_at(at - base, length)  # noqa: E731
+        return message_at(read, offset, max(end_offset, segment.end_offset), segment.end_offset - offset) is not None
+
+    def _reset(self) -> None:
+        """Forget every entry (lock held): the index is rebuilt from the segment."""
+        self._times, self._offsets = [], []
+        self._max_ts, self._covered = _NO_TIME, self.base_offset
+        self._rewrite()
+
+    def boundary_before(self, offset: int) -> int:
+        """The offset of the last entry at or before ``offset`` (a message
+        boundary when the index is right; callers check it), else the base."""
+        with self._lock:
+            i = bisect.bisect_right(self._offsets, offset)
+            return self._offsets[i - 1] if i else self.base_offset
 
     # -- internals ------------------------------------------------------------------
 
@@ -230,7 +278,7 @@ class TimeIndex:
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            os.write(self._fd, ENTRY.pack(max_ts, offset))
+            os.write(self._fd, _entry(max_ts, offset))
         except OSError as err:  # a hint only: the lookup still works from memory
             log.warning("cannot write the time index %s: %s", self.path, err)
 
@@ -239,7 +287,7 @@ class TimeIndex:
         try:
             tmp = self.path + ".tmp"
             with open(tmp, "wb") as f:
-                f.write(b"".join(ENTRY.pack(t, o) for t, o in zip(self._times, self._offsets)))
+                f.write(b"".join(_entry(t, o) for t, o in zip(self._times, self._offsets)))
             os.replace(tmp, self.path)
         except OSError as err:
             log.warning("cannot rewrite the time index %s: %s", self.path, err)

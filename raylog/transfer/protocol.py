@@ -164,6 +164,19 @@ Errors and the connection
   connection, so that the producer learns of it on its next call.
 * Any other error (the log refused the set, the offset is out of range, the
   partition lives elsewhere ...) is answered and the connection stays open.
+* A PRODUCE to a partition whose disk is full is answered with
+  DiskFullError, error code 28 (:data:`ERROR_DISK_FULL`; retriable; details
+  ``node``, ``path``, ``directory``): nothing of the set was stored, the
+  connection stays open, FETCH and OFFSETS go on being served, and the
+  partition takes writes again by itself once space is freed (producers
+  retry within their delivery deadline).
+* A FETCH (or COUNT) that starts at a damaged stored message is answered
+  with CorruptMessageError, error code 11, whose details carry
+  ``next_offset``: the offset of the next readable message (or the log end),
+  where a reader that chooses to skip the damage goes on
+  (``consumer.skip_corrupt()``); ``damaged_from`` when the requested offset
+  lies inside the damaged bytes. A damaged size field is reported this way
+  too, never as MessageTooLargeError.
 * Bounds of the server (:mod:`raylog.transfer.server`): the AUTH exchange must
   complete within a deadline (AuthenticationError, then close); a connection
   idle for long is closed; a FETCH's max wait ms is capped; at its
@@ -219,6 +232,11 @@ PRODUCER_SEQUENCES_REMEMBERED = 32
 #: the most sets a producer keeps unacknowledged per partition (below the
 #: sequences remembered, so a retry of all of them is always recognised)
 MAX_IN_FLIGHT_PER_PARTITION = 16
+
+#: the error code of DiskFullError (raylog.errors): a PRODUCE refused for a full disk
+ERROR_DISK_FULL = 28
+#: the error code of CorruptMessageError (details: offset, next_offset)
+ERROR_CORRUPT_MESSAGE = 11
 
 #: correlation id of an error reply about the connection rather than a request
 NO_CORRELATION = -1

@@ -84,7 +84,7 @@ def test_a_failed_append_calls_the_hook_and_nothing_half_written_stays(tmp_path,
     end = plog.log_end_offset
 
     def failing_write(fd, data):
-        raise OSError(28, "No space left on device")
+        raise OSError(5, "Input/output error")  # (a full disk is not a disk error: test_disk_full.py)
 
     monkeypatch.setattr(os, "write", failing_write)
     with pytest.raises(StorageError, match="cannot append"):

@@ -77,10 +77,13 @@ def test_damage_below_the_checkpoint_is_found_by_readers(tmp_path):
         log.append(msgs("a", "b"))
     flip_byte(tmp_path / segment_name(0), HEADER_SIZE)
     with PartitionLog(tmp_path, CONFIG) as log:
-        assert log.recovery_reports == []  # flushed data is trusted on open...
-        with pytest.raises(CorruptMessageError) as err:  # ...and checked when read
+        # found on open (the whole active segment is checked), reported, kept...
+        (report,) = log.recovery_reports
+        assert (report.start_offset, report.end_offset, report.truncated_bytes, report.kept) == (
+            0, len(msgs("a")), 0, True)
+        with pytest.raises(CorruptMessageError) as err:  # ...and named when read
             log.read(0, 100)
-        assert err.value.offset == 0
+        assert err.value.offset == 0 and err.value.next_offset == len(msgs("a"))
         chunk = log.read(len(msgs("a")), 100)
         records, _ = decode_messages(os.pread(chunk.file.fileno(), chunk.length, chunk.position), chunk.offset)
         assert [r[3] for r in records] == [b"b"]

@@ -12,6 +12,7 @@ import time
 
 import click
 
+from raylog.errors import CorruptMessageError
 from raylog.tools.cli.base import ASSIGNMENT_WAIT_S, COMMIT_INTERVAL_MS, CommandError, Target, pass_target, cli
 
 
@@ -96,19 +97,25 @@ def produce(target: Target, topic, key_separator, acks, compression, batch_size,
 @click.option("--print-offset", is_flag=True, help="Prefix each line with 'Partition:P<TAB>Offset:O<TAB>'.")
 @click.option("--key-separator", metavar="SEP", default="\t", show_default="tab",
               help="What separates the key from the value with --print-key.")
+@click.option("--skip-corrupt", is_flag=True,
+              help="Skip a damaged stored message (a CRC or size field that does not match) to the next "
+                   "readable one, with a warning on stderr, instead of stopping with an error.")
 @pass_target
 def consume(target: Target, topic, group, from_beginning, max_messages, timeout_ms, auto_commit_interval_ms,
-            print_key, print_offset, key_separator):
+            print_key, print_offset, key_separator, skip_corrupt):
     """Print TOPIC's messages to stdout, one value per line, until
     --max-messages or --timeout-ms says stop, or a signal. In a --group,
     what was printed is committed every --auto-commit-interval-ms (also
     while idle) and when it stops, Ctrl-C and SIGTERM included; the next
     consumer of the group goes on from there. Exit codes: 0 done, 130 after
     Ctrl-C (SIGINT), 143 after SIGTERM (both after the final commit); a
-    second signal stops at once."""
+    second signal stops at once. A damaged stored message stops it with
+    the error (its offset and the next readable offset) unless
+    --skip-corrupt, which skips the damaged bytes and goes on (one warning
+    line each; counted in the final line)."""
     out = sys.stdout.buffer
     separator = key_separator.encode()
-    count = 0
+    count = skipped = 0
     interval_s = auto_commit_interval_ms / 1000.0
     with _stop_signals() as stopped, target.client("consume") as client:
         consumer = client.consumer(
@@ -121,9 +128,20 @@ def consume(target: Target, topic, group, from_beginning, max_messages, timeout_
         idle_since = None if group is not None else started
         try:
             while not stopped and (max_messages is None or count < max_messages):
-                batch = consumer.poll(
-                    timeout_ms=200, max_messages=10_000 if max_messages is None else max_messages - count
-                )
+                try:
+                    batch = consumer.poll(
+                        timeout_ms=200, max_messages=10_000 if max_messages is None else max_messages - count
+                    )
+                except CorruptMessageError as err:
+                    if not skip_corrupt:
+                        raise CorruptMessageError(
+                            f"{err} (rerun with --skip-corrupt to skip the damaged bytes)", **err.details
+                        ) from None
+                    for (t, p), (start, end) in consumer.skip_corrupt().items():
+                        click.echo(f"warning: skipped {end - start} corrupt bytes of {t}-{p}, offsets "
+                                   f"[{start}, {end})", err=True)
+                        skipped += 1
+                    continue
                 now = time.monotonic()
                 if batch:
                     out.write(b"".join(_format(m, print_key, print_offset, separator) for m in batch))
@@ -147,7 +165,8 @@ def consume(target: Target, topic, group, from_beginning, max_messages, timeout_
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         finally:
             consumer.close()
-            click.echo(f"consumed {count} message{'s' if count != 1 else ''}", err=True)
+            note = f" (skipped {skipped} corrupt range{'s' if skipped != 1 else ''})" if skipped else ""
+            click.echo(f"consumed {count} message{'s' if count != 1 else ''}{note}", err=True)
     if stopped:
         return 128 + stopped[0]  # 130 for SIGINT, 143 for SIGTERM
     return 0

@@ -1,0 +1,125 @@
+"""Finding the way past damaged bytes of a stored log: the next readable
+message after a corrupt one, and whether an offset is a message boundary.
+
+A corrupt message (a CRC that does not match, a size field that cannot be
+one) hides where the next message starts. :func:`next_readable` finds it by
+trying every byte position after the damage, cheapest test first:
+
+1. the byte at ``p + 8`` is the magic (1) -- found with ``bytes.find``;
+2. the size field is within ``[MIN_MESSAGE_SIZE, limit]`` and the message
+   ends inside the searched range; the attributes name a known codec and no
+   other bits; the key length fits the size;
+3. the CRC32C over the message matches;
+4. **confirmation**: the message ends exactly at the end of the range, or a
+   message passing 1-3 starts right after it.
+
+Step 4 rules out a false start inside a damaged message's value (a payload
+that happens to hold bytes looking like a message would also need a valid
+follower at the right place). When the damaged message's own size field
+looks intact, the position it names is tried first. Messages never straddle
+segments, so the search range ends at the segment's end (or the high
+watermark): when nothing readable follows, the answer is the range's end.
+
+All offsets are log offsets; ``read(offset, length)`` returns the stored
+bytes (fewer at the end). Pure functions of the bytes read; any thread.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from crc32c import crc32c
+
+from raylog.storage.compression import CODEC_NAMES
+from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_MESSAGE_SIZE, _CODEC_MASK
+
+Reader = Callable[[int, int], bytes]
+
+#: bytes read at a time while searching
+SEARCH_CHUNK_BYTES = 1 << 20
+#: position of the magic byte in a message (after size and crc)
+_MAGIC_AT = 8
+
+
+def message_at(read: Reader, offset: int, end: int, limit: int) -> int | None:
+    """The length (``4 + size``) of a whole valid message at ``offset``
+    (ending at or before ``end``, size at most ``limit``, CRC matching), else None."""
+    if end - offset < HEADER_SIZE:
+        return None
+    head = read(offset, HEADER_SIZE)
+    if len(head) < HEADER_SIZE or head[_MAGIC_AT] != MAGIC:
+        return None
+    size = int.from_bytes(head[:4], "big")
+    attrs = head[9]
+    key_length = int.from_bytes(head[18:22], "big", signed=True)
+    if not MIN_MESSAGE_SIZE <= size <= limit or offset + LOG_OVERHEAD + size > end:
+        return None
+    if attrs & ~_CODEC_MASK or (attrs & _CODEC_MASK) not in CODEC_NAMES:
+        return None
+    if not -1 <= key_length <= size - MIN_MESSAGE_SIZE:
+        return None
+    body = read(offset, LOG_OVERHEAD + size)
+    if len(body) < LOG_OVERHEAD + size or crc32c(memoryview(body)[8:]) != int.from_bytes(body[4:8], "big"):
+        return None
+    return LOG_OVERHEAD + size
+
+
+def _confirmed(read: Reader, offset: int, end: int, limit: int) -> bool:
+    length = message_at(read, offset, end, limit)
+    if length is None:
+        return False
+    following = offset + length
+    return following == end or message_at(read, following, end, limit) is not None
+
+
+def next_readable(read: Reader, bad: int, end: int, limit: int) -> int:
+    """The offset of the first confirmed readable message after the damaged
+    one at ``bad`` (see the module docstring), or ``end`` when none is found
+    before ``end``."""
+    head = read(bad, LOG_OVERHEAD)
+    if len(head) == LOG_OVERHEAD:
+        hint = bad + LOG_OVERHEAD + int.from_bytes(head, "big")
+        if bad < hint < end and _confirmed(read, hint, end, limit):
+            return hint
+    pos = bad + 1
+    while end - pos >= HEADER_SIZE:
+        chunk = read(pos, min(SEARCH_CHUNK_BYTES, end - pos))
+        if len(chunk) < HEADER_SIZE:
+            break
+        i = chunk.find(b"\x01", _MAGIC_AT)
+        while i != -1 and pos + i - _MAGIC_AT + HEADER_SIZE <= end:
+            candidate = pos + i - _MAGIC_AT
+            if _confirmed(read, candidate, end, limit):
+                return candidate
+            i = chunk.find(b"\x01", i + 1)
+        # every magic position of this chunk is tried: the next chunk's
+        # first candidate is the one whose magic is this chunk's end
+        pos += len(chunk) - _MAGIC_AT
+    return end
+
+
+def walk_to(read: Reader, start: int, target: int, end: int, limit: int) -> tuple[str, int, int]:
+    """Walk the size fields from ``start`` (a known boundary) towards ``target``.
+
+    Returns ``("boundary", target, target)`` when a message starts at
+    ``target``, ``("inside", before, after)`` when ``target`` lies inside
+    the message ``[before, after)`` (not a boundary), or ``("damaged",
+    bad, next)`` when ``target`` lies in damaged bytes ``[bad, next)`` that
+    the walk met (``next``: :func:`next_readable` after them). Damage met
+    before ``target`` is stepped over with :func:`next_readable`.
+    """
+    pos = start
+    while pos < target:
+        head = read(pos, LOG_OVERHEAD)
+        size = int.from_bytes(head, "big") if len(head) == LOG_OVERHEAD else 0
+        following = pos + LOG_OVERHEAD + size
+        if not MIN_MESSAGE_SIZE <= size <= limit or following > end:
+            resumed = next_readable(read, pos, end, limit)
+            if resumed > target:
+                return "damaged", pos, resumed
+            pos = resumed
+            continue
+        if following > target:
+            return "inside", pos, following
+        pos = following
+    return "boundary", target, target
