@@ -707,12 +707,13 @@ class HostsCluster:
         raise FaultInjectionError(f"the Ray node of {name} did not start; its output:\n"
                                   f"{text[-3000:].decode(errors='replace')}")
 
-    def restart_ray(self, host: Host) -> None:
-        """Start ``host``'s Ray node again and wait until it runs."""
+    def restart_ray(self, host: Host, retries: int = 2 * START_RETRIES) -> None:
+        """Start ``host``'s Ray node again and wait until it runs (tried
+        ``retries`` more times if it misses Ray's registration deadline)."""
         with open(os.path.join(self.tmp, f"{host.name}-ray.log"), "wb"):
             pass
         host.start_ray()
-        self._wait_started(host, retries=START_RETRIES)
+        self._wait_started(host, retries=retries)
 
     def stop(self) -> None:
         """Remove everything the cluster made (safe to call more than once)."""
