@@ -612,6 +612,9 @@ class HostsCluster:
 
     def _env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "PYTHONPATH", "VIRTUAL_ENV"))}
+        # a node's registration waits for the GCS this long (Ray's default is
+        # missed on a busy machine, and the node's start then fails)
+        env.setdefault("RAY_raylet_start_wait_time_s", "120")
         env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1", PATH=os.path.join(self.venv, "bin") + ":" +
                    env.get("PATH", "/usr/bin:/bin"))
         # every node as the driver will be (raylog.ray_join.present_ray_token): token auth
