@@ -16,6 +16,10 @@ good. Errors:
   CorruptMessageError ...);
 * a socket failure (refused, reset, closed by the server) raises
   :class:`BrokerUnavailableError` (retriable) saying what happened;
+* a connection not set up within ``connect_timeout_s`` (default
+  :data:`raylog.config.CONNECT_TIMEOUT_MS`, never more than ``timeout_s``)
+  raises :class:`BrokerUnavailableError` too: a host cut off drops the SYN,
+  and a connect must not hold its caller for a whole request timeout;
 * no reply within ``timeout_s`` (plus the request's ``max_wait_ms`` for a
   long poll) raises :class:`RequestTimeoutError` (retriable).
 
@@ -50,7 +54,7 @@ from __future__ import annotations
 import socket
 from typing import NamedTuple, Sequence
 
-from raylog.config import KiB, MiB
+from raylog.config import CONNECT_TIMEOUT_MS, KiB, MiB
 from raylog.errors import BrokerUnavailableError, ClosedError, ConfigError, ProtocolError, RaylogError
 from raylog.transfer.protocol import (
     NO_PRODUCER_ID,
@@ -112,11 +116,17 @@ class BrokerConnection(SocketIO, ReplyReader):
         timeout_s: float = 30.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         socket_buffer_bytes: int | None = None,
+        connect_timeout_s: float | None = None,
     ):
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
+        if connect_timeout_s is None:
+            connect_timeout_s = CONNECT_TIMEOUT_MS / 1000.0
+        if connect_timeout_s <= 0:
+            raise ConfigError(f"connect_timeout_s must be positive, got {connect_timeout_s}")
         self.host, self.port = host, port
         self.timeout_s = timeout_s
+        self.connect_timeout_s = min(connect_timeout_s, timeout_s)
         self.max_frame_bytes = max_frame_bytes
         self._token = bytes(token) if token is not None else None
         self._socket_buffer_bytes = socket_buffer_bytes
@@ -146,10 +156,11 @@ class BrokerConnection(SocketIO, ReplyReader):
             return
         where = f"{self.host}:{self.port}"
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
         except socket.timeout:
             raise BrokerUnavailableError(
-                f"connecting to {where} timed out after {self.timeout_s}s; the endpoint may be restarting",
+                f"connecting to {where} timed out after {self.connect_timeout_s:g}s; its host may be "
+                f"unreachable or the endpoint moved: look it up again and retry",
                 host=self.host,
                 port=self.port,
             ) from None

@@ -62,6 +62,11 @@ final class FetchClient implements Closeable {
   static final short VERSION = 0;
   /** header room on top of the largest message (protocol.FRAME_OVERHEAD_BYTES) */
   static final int FRAME_OVERHEAD_BYTES = 64 * 1024;
+  /**
+   * The connect's own deadline (raylog.config.CONNECT_TIMEOUT_MS), never more than the read
+   * timeout: a SYN to a host cut off is never answered, and the task fails over sooner.
+   */
+  static final int CONNECT_TIMEOUT_MS = 3000;
   /** size, correlation id, error code */
   private static final int REPLY_HEADER = 10;
   /** high watermark, log start offset, data length */
@@ -117,7 +122,7 @@ final class FetchClient implements Closeable {
     try {
       s.setTcpNoDelay(true);
       s.setSoTimeout(timeoutMs);
-      s.connect(new InetSocketAddress(host, port), timeoutMs);
+      s.connect(new InetSocketAddress(host, port), Math.min(timeoutMs, CONNECT_TIMEOUT_MS));
       socket = s;
       in = s.getInputStream();
       out = s.getOutputStream();
