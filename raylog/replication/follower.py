@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 #: how long one fetch waits at the leader for new bytes
 FETCH_WAIT_MS = 500
+#: a fetch without a reply for this long (beyond FETCH_WAIT_MS) fails
+FETCH_TIMEOUT_S = 10.0
 _SIZE = struct.Struct(">I")
 #: the file in a replica's log directory holding the leader epoch of its data
 EPOCH_FILE = "leader-epoch"
@@ -170,7 +172,7 @@ class Follower:
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        backoff = RetryPolicy.forever(delay_s=0.05, max_delay_s=1.0).start()
+        backoff = RetryPolicy.forever(delay_s=0.05, max_delay_s=0.5).start()
         while not self._stopped.is_set():
             try:
                 self._follow(backoff)
@@ -225,14 +227,27 @@ class Follower:
             self._failed_epoch = epoch
             raise
 
+    def _watch_endpoint(self, conn) -> None:
+        """End ``conn`` (its blocked fetch raises ClosedError) once the
+        partition's endpoint changes or goes: a leader whose session expired
+        (a host cut off) is replaced the moment ZooKeeper says so, not after
+        a socket timeout."""
+
+        def changed(event) -> None:
+            if event.type != "NONE":
+                conn.close()
+
+        self.registry.zk.exists(self.registry.paths.endpoint(self.topic, self.partition), watch=changed)
+
     def _fetch_from(self, endpoint: dict, backoff) -> None:
         max_bytes = self.log.config.max_message_bytes
         name = replica_topic(self.topic, self.node)
         producers = replica_topic(self.topic, self.node, PRODUCERS_PREFIX)
         with BrokerConnection(
-            endpoint["host"], endpoint["port"], token=self._token, timeout_s=30.0,
+            endpoint["host"], endpoint["port"], token=self._token, timeout_s=FETCH_TIMEOUT_S,
             max_frame_bytes=max_bytes + FRAME_OVERHEAD_BYTES,
         ) as conn:
+            self._watch_endpoint(conn)
             while not self._stopped.is_set():
                 offset = self.log.log_end_offset
                 try:

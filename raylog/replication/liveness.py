@@ -35,13 +35,16 @@ import socket
 
 from kazoo.exceptions import NoNodeError
 
-from raylog.config import CONNECT_TIMEOUT_MS
 from raylog.replication.state import replica_path
 
 log = logging.getLogger(__name__)
 
+#: how long the probe waits for its connect (a refusal comes at once; anything
+#: slower is not a refusal)
+PROBE_TIMEOUT_S = 1.0
 
-def refuses_connections(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_MS / 1000.0) -> bool:
+
+def refuses_connections(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """True when a connect to ``host:port`` is refused (nothing listens);
     False when it succeeds, times out or fails otherwise (a host cut off
     may still run the process)."""

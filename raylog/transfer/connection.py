@@ -20,6 +20,9 @@ good. Errors:
   :data:`raylog.config.CONNECT_TIMEOUT_MS`, never more than ``timeout_s``)
   raises :class:`BrokerUnavailableError` too: a host cut off drops the SYN,
   and a connect must not hold its caller for a whole request timeout;
+* a peer that acknowledges nothing for :data:`raylog.config.DEAD_PEER_MS`
+  (TCP keep-alive and ``TCP_USER_TIMEOUT``: a host cut off while a request
+  waits) ends the connection: :class:`BrokerUnavailableError` as well;
 * no reply within ``timeout_s`` (plus the request's ``max_wait_ms`` for a
   long poll) raises :class:`RequestTimeoutError` (retriable).
 
@@ -54,7 +57,7 @@ from __future__ import annotations
 import socket
 from typing import NamedTuple, Sequence
 
-from raylog.config import CONNECT_TIMEOUT_MS, KiB, MiB
+from raylog.config import CONNECT_TIMEOUT_MS, DEAD_PEER_MS, KiB, MiB
 from raylog.errors import BrokerUnavailableError, ClosedError, ConfigError, ProtocolError, RaylogError
 from raylog.transfer.protocol import (
     NO_PRODUCER_ID,
@@ -86,6 +89,21 @@ PIPELINE_BYTES = 4 * MiB
 #: message sets larger than this are sent with sendmsg instead of being
 #: copied behind their header
 GATHER_THRESHOLD = 64 * KiB
+
+def _detect_dead_peer(sock: socket.socket) -> None:
+    """A peer that acknowledges nothing for :data:`DEAD_PEER_MS` ends the
+    connection (a host cut off: its link down, its process alive): keep-alive
+    probes on an idle connection (a long poll, a reply not yet due) and a
+    bound on unacknowledged data (Linux; elsewhere only the request timeout
+    applies)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle_s = max(1, DEAD_PEER_MS // 3000)
+    for name, value in (("TCP_KEEPIDLE", idle_s), ("TCP_KEEPINTVL", idle_s), ("TCP_KEEPCNT", 3),
+                        ("TCP_USER_TIMEOUT", DEAD_PEER_MS)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
 
 class FetchResult(NamedTuple):
     """A fetch reply: ``data`` is the log from ``offset`` on as the server sent
@@ -171,6 +189,7 @@ class BrokerConnection(SocketIO, ReplyReader):
         try:
             sock.settimeout(None)  # blocking; the kernel enforces the timeouts
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _detect_dead_peer(sock)
             if self._socket_buffer_bytes:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._socket_buffer_bytes)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._socket_buffer_bytes)

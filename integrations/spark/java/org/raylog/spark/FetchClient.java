@@ -66,7 +66,7 @@ final class FetchClient implements Closeable {
    * The connect's own deadline (raylog.config.CONNECT_TIMEOUT_MS), never more than the read
    * timeout: a SYN to a host cut off is never answered, and the task fails over sooner.
    */
-  static final int CONNECT_TIMEOUT_MS = 3000;
+  static final int CONNECT_TIMEOUT_MS = 2000;
   /** size, correlation id, error code */
   private static final int REPLY_HEADER = 10;
   /** high watermark, log start offset, data length */
