@@ -219,7 +219,11 @@ def _cut(hosts, host) -> None:
         host.set_link(False)
 
 
-def _heal(hosts, host) -> None:
+def _heal(hosts, host) -> bool:
+    """Heal the cut; True when Ray had given the host's node up meanwhile and
+    it was started again."""
+    import ray
+
     from raylog.testing import faults
 
     heal = getattr(faults, "heal", None)
@@ -227,6 +231,10 @@ def _heal(hosts, host) -> None:
         heal(hosts)
     else:
         host.set_link(True)
+    if any(n["Alive"] and n["NodeManagerAddress"] == host.address for n in ray.nodes()):
+        return False
+    hosts.restart_ray(host)
+    return True
 
 
 def one_cut(hosts, client, steady: SteadyProducer, i: int) -> dict:
@@ -249,18 +257,13 @@ def one_cut(hosts, client, steady: SteadyProducer, i: int) -> dict:
         acked_at = wait_for(lambda: steady.first_ack_after(cut_at), interval_s=0.01)
         after = read_state(zk, registry.paths, TOPIC, 0)[0]
     finally:
-        _heal(hosts, host)
+        restarted = _heal(hosts, host)
     healed_at = time.monotonic()
 
     def whole():
         return len(read_state(zk, registry.paths, TOPIC, 0)[0].isr) == len(after.replicas) and time.monotonic()
 
     whole_at = wait_for(whole, interval_s=0.05)
-    restarted = False
-    if whole_at is None:  # Ray gave the cut host's node up: start it again
-        hosts.restart_ray(host)
-        restarted = True
-        whole_at = wait_for(whole, interval_s=0.05)
     return {
         "bench": "failover", "mode": "hosts-cut", "cut": i, "old_leader": state.leader, "new_leader": after.leader,
         "leader_epoch": after.leader_epoch, "took_over": after.leader != state.leader,
