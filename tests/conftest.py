@@ -16,6 +16,15 @@
 * ``raylog_client`` (module): a :class:`raylog.Client` on both, with a
   cluster name and data directory of its own.
 * ``make_topic`` (function): creates a fresh topic and returns its name.
+
+* ``hosts_cluster`` (session): one :class:`raylog.testing.hosts.HostsCluster`
+  for the whole run (4 hosts: the head, disk hosts ``h2``-``h4``), started
+  when a test first asks for it; without root (or ``ip``/``nft``) the test
+  skips with the reason.
+* ``hosts`` (module): the same, with this process joined to its Ray as the
+  driver for the module (the local Ray of ``ray_local``, if it runs, is
+  stopped meanwhile and started again after); network faults are healed
+  after each module. Mark such tests ``@pytest.mark.hosts``.
 """
 
 from __future__ import annotations
@@ -104,11 +113,21 @@ def private_zookeeper(tmp_path):
 def ray_local():
     import ray
 
-    from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
-
     if ray.is_initialized():
         yield ray
         return
+    _init_local_ray()
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _init_local_ray() -> None:
+    import ray
+
+    from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+
     ray.init(
         address="local",  # never a cluster that happens to run on the machine
         num_cpus=4,
@@ -118,10 +137,6 @@ def ray_local():
         logging_level="WARNING",
         object_store_memory=512 * 1024 * 1024,
     )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -246,3 +261,40 @@ def owner_watcher(make_zk):
         return OwnerWatcher(make_zk(), cluster, group, topics, members)
 
     return make
+
+
+# -- hosts: real network boundaries (raylog.testing.hosts) -----------------------
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hosts: runs on the hosts kit (network namespaces; needs root)")
+
+
+@pytest.fixture(scope="session")
+def hosts_cluster():
+    from raylog.testing.hosts import HostsCluster, unavailable
+
+    why = unavailable()
+    if why is not None:
+        pytest.skip(why)
+    with HostsCluster(hosts=4) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def hosts(hosts_cluster):
+    import ray
+
+    from raylog.testing import faults
+
+    had_local = ray.is_initialized() and not hosts_cluster._ray_connected
+    if had_local:
+        ray.shutdown()
+    hosts_cluster.connect_ray()
+    try:
+        yield hosts_cluster
+    finally:
+        faults.heal(hosts_cluster)
+        hosts_cluster.disconnect_ray()
+        if had_local:
+            _init_local_ray()

@@ -25,6 +25,16 @@ Disk and nodes::
     flip_byte(log_dir, offset)        # damage one byte of the message at offset
     remove_node(cluster, node)        # a ray.cluster_utils.Cluster node dies
 
+Hosts and the network (a :class:`raylog.testing.hosts.HostsCluster`)::
+
+    cut_host(host); restore_host(host)          # its link down / up; its processes live on
+    partition([h1, h2], [h3])                   # nothing passes between the two sides
+    one_way_partition([h2], [h3])               # h2's packets to h3 dropped, h3's to h2 pass
+    cut_from_zookeeper(host, cluster)           # the zombie: no ZooKeeper traffic, clients still reach it
+    heal(cluster)                               # every link up, every drop rule gone
+    kill_host(host); cluster.restart_ray(host)  # every process SIGKILLed, its disk kept
+    pause_host(host, seconds=3)                 # every process SIGSTOPped, then SIGCONT
+
 Every function raises :class:`FaultInjectionError` when the fault could not
 be made (or, where it waits for it, not seen) in time.
 """
@@ -343,3 +353,151 @@ def remove_node(cluster, node) -> None:
         cluster.remove_node(node, allow_graceful=False)
     except Exception as err:  # noqa: BLE001
         raise FaultInjectionError(f"could not remove node {node}: {err}") from err
+
+
+# -- hosts and the network (raylog.testing.hosts) --------------------------------------
+#
+# A host is a raylog.testing.hosts.Host; a cluster a HostsCluster. The partitions
+# are nftables drop rules in the hosts' own network namespaces (table
+# ``raylog_faults``, one chain for what a host receives, one for what it sends);
+# ``heal`` removes them all and brings every link up.
+
+
+def _ensure_table(host) -> None:
+    from raylog.testing.hosts import NFT_TABLE
+
+    host.nft(
+        f"table inet {NFT_TABLE} {{\n"
+        f"  chain input {{ type filter hook input priority -10; policy accept; }}\n"
+        f"  chain output {{ type filter hook output priority -10; policy accept; }}\n"
+        f"}}\n"
+    )
+
+
+def _drop(host, direction: str, peer_address: str, ports=None) -> None:
+    """Drop what ``host`` sends to (``output``) or receives from (``input``)
+    ``peer_address``; with ``ports``, only TCP from or to those ports."""
+    from raylog.testing.hosts import NFT_TABLE
+
+    _ensure_table(host)
+    match = "daddr" if direction == "output" else "saddr"
+    if ports:
+        portset = "{ " + ", ".join(str(p) for p in ports) + " }"
+        rules = [f"ip {match} {peer_address} tcp dport {portset} drop",
+                 f"ip {match} {peer_address} tcp sport {portset} drop"]
+    else:
+        rules = [f"ip {match} {peer_address} drop"]
+    host.nft("".join(f"add rule inet {NFT_TABLE} {direction} {rule}\n" for rule in rules))
+
+
+def cut_host(host) -> None:
+    """Cut ``host`` off: its link to the bridge goes down (no carrier, as with
+    a cable pulled). Its processes stay alive and its peers see silence: a
+    connect to it times out, it is not refused."""
+    host.set_link(False)
+
+
+def restore_host(host) -> None:
+    """Bring ``host``'s link up again."""
+    host.set_link(True)
+
+
+def partition(side_a, side_b, *, ports=None) -> None:
+    """Nothing passes between any host of ``side_a`` and any of ``side_b``, in
+    either direction (with ``ports``: only TCP traffic from or to those
+    ports). Each side still reaches its own members and the client machine."""
+    side_a, side_b = list(side_a), list(side_b)
+    if set(side_a) & set(side_b):
+        raise FaultInjectionError("a partition's two sides share a host")
+    for a in side_a:
+        for b in side_b:
+            _drop(a, "output", b.address, ports)
+            _drop(a, "input", b.address, ports)
+            _drop(b, "output", a.address, ports)
+            _drop(b, "input", a.address, ports)
+
+
+def one_way_partition(sources, targets) -> None:
+    """Packets from any host of ``sources`` to any of ``targets`` are dropped;
+    the other direction passes. (TCP needs both directions to connect, so a
+    new connection fails either way; on a connection made before, bytes from
+    ``targets`` still arrive at ``sources`` and none go the other way.)"""
+    for s in sources:
+        for t in targets:
+            _drop(s, "output", t.address)
+            _drop(t, "input", s.address)
+
+
+def cut_from_zookeeper(host, cluster) -> None:
+    """The zombie: ``host`` and ZooKeeper's host exchange no ZooKeeper traffic
+    (TCP to or from port 2181 between the two), while ``host`` still reaches
+    and is reached by everyone else: a leader there loses its ZooKeeper
+    session but producers and consumers can still talk to it. (The Ray head
+    shares ZooKeeper's host and keeps talking to ``host``.)"""
+    from raylog.testing.hosts import ZOOKEEPER_PORT
+
+    if host is cluster.head:
+        raise FaultInjectionError("the head host runs ZooKeeper: it cannot be cut from itself")
+    partition([host], [cluster.head], ports=[ZOOKEEPER_PORT])
+
+
+def heal(cluster) -> None:
+    """Undo every network fault: all links up, every drop rule gone."""
+    from raylog.testing.hosts import NFT_TABLE
+
+    for host in cluster.hosts:
+        host.set_link(True)
+        host.run(["nft", "delete", "table", "inet", NFT_TABLE], check=False)
+
+
+def kill_host(host) -> list[int]:
+    """SIGKILL every process of ``host`` (its Ray node, the actors on it, a
+    ZooKeeper there) at once, as a machine that loses power; its disk stays
+    (start it again with ``cluster.restart_ray(host)``). Returns the pids."""
+    pids = host.process_pids()
+    if not pids:
+        raise FaultInjectionError(f"host {host.name} runs no process to kill")
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    host.ray = None
+    return pids
+
+
+def stop_host(host) -> list[int]:
+    """SIGSTOP every process of ``host`` (each stopped whole, see
+    :func:`stop_process`); returns the pids. Undo with :func:`resume_host`."""
+    stopped = []
+    try:
+        for pid in host.process_pids():
+            try:
+                stop_process(pid)
+            except FaultInjectionError:
+                if os.path.exists(f"/proc/{pid}"):
+                    raise
+                continue  # ended meanwhile
+            stopped.append(pid)
+    except BaseException:
+        for pid in stopped:
+            resume_process(pid)
+        raise
+    return stopped
+
+
+def resume_host(pids) -> None:
+    for pid in pids:
+        resume_process(pid)
+
+
+def pause_host(host, seconds: float) -> list[int]:
+    """Every process of ``host`` frozen for ``seconds`` (SIGSTOP, then SIGCONT,
+    always): a host that stalls; returns the pids."""
+    pids = []
+    try:
+        pids = stop_host(host)
+        time.sleep(seconds)
+    finally:
+        resume_host(pids)
+    return pids

@@ -606,7 +606,7 @@ class HostsCluster:
     def process_io(self, name: str) -> dict:
         log = open(os.path.join(self.tmp, f"{name}.log"), "ab")
         return {"stdout": log, "stderr": subprocess.STDOUT, "stdin": subprocess.DEVNULL,
-                "start_new_session": True, "env": self._env()}
+                "start_new_session": True, "env": self._env(), "cwd": self.tmp}
 
     def _env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "PYTHONPATH", "VIRTUAL_ENV"))}
@@ -744,8 +744,16 @@ class HostsCluster:
                 return
             raise FaultInjectionError("this process is already in another Ray cluster; ray.shutdown() it first")
         present_ray_token()
-        ray.init(address=self.ray_address, _node_ip_address=self.client_address, logging_level="WARNING",
-                 log_to_driver=False)
+        # Ray puts the driver's current directory on the workers' sys.path; a
+        # checkout there would shadow the hosts' installed raylog (on separate
+        # machines that path would not exist): join from a neutral directory.
+        here = os.getcwd()
+        os.chdir(self.tmp)
+        try:
+            ray.init(address=self.ray_address, _node_ip_address=self.client_address, logging_level="WARNING",
+                     log_to_driver=False)
+        finally:
+            os.chdir(here)
         self._ray_connected = True
 
     def disconnect_ray(self) -> None:
