@@ -42,6 +42,8 @@ import logging
 import threading
 import time
 
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
+
 from raylog.errors import NotEnoughReplicasError, NotOwnerError, OffsetOutOfRangeError
 from raylog.replication.state import compare_and_set, read_state
 from raylog.storage.base import BytesSlice
@@ -187,9 +189,18 @@ class Leader:
             self._advance()
 
     def maintain(self) -> None:
-        """Shrink or expand the ISR by ``replica_lag_ms`` (timer thread)."""
+        """Shrink or expand the ISR by ``replica_lag_ms`` (timer thread).
+        While ZooKeeper is away nothing is read or written (the next call
+        tries again); the leader refuses writes meanwhile (:meth:`check_leading`)."""
         if self.deposed or (self.zk is not None and not self.zk.connected):
             return  # nothing to write; and a call would wait for ZooKeeper on the timer thread
+        try:
+            self._maintain()
+        except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as err:
+            log.info("%s-%d: ZooKeeper went away while the ISR was reviewed (%s); again later", self.topic,
+                     self.partition, type(err).__name__)
+
+    def _maintain(self) -> None:
         now = time.monotonic()
         if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_INTERVAL_S
