@@ -238,8 +238,8 @@ def one_cut(hosts, client, steady: SteadyProducer, i: int) -> dict:
     state = read_state(zk, registry.paths, TOPIC, 0)[0]
     host = hosts.host(state.leader)
     before = registry.endpoint(TOPIC, 0)
-    cut_at = time.monotonic()
     _cut(hosts, host)
+    cut_at = time.monotonic()  # once the link is down: a send before it may still be answered
     try:
         def registered():
             now = registry.endpoint(TOPIC, 0)

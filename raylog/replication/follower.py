@@ -72,6 +72,9 @@ log = logging.getLogger(__name__)
 FETCH_WAIT_MS = 500
 #: a fetch without a reply for this long (beyond FETCH_WAIT_MS) fails
 FETCH_TIMEOUT_S = 10.0
+#: a follower's connect to its leader waits this long (a leader host cut off is
+#: tried again soon, so that the follower is ready when its session expires)
+CONNECT_TIMEOUT_S = 1.0
 _SIZE = struct.Struct(">I")
 #: the file in a replica's log directory holding the leader epoch of its data
 EPOCH_FILE = "leader-epoch"
@@ -245,7 +248,7 @@ class Follower:
         producers = replica_topic(self.topic, self.node, PRODUCERS_PREFIX)
         with BrokerConnection(
             endpoint["host"], endpoint["port"], token=self._token, timeout_s=FETCH_TIMEOUT_S,
-            max_frame_bytes=max_bytes + FRAME_OVERHEAD_BYTES,
+            connect_timeout_s=CONNECT_TIMEOUT_S, max_frame_bytes=max_bytes + FRAME_OVERHEAD_BYTES,
         ) as conn:
             self._watch_endpoint(conn)
             while not self._stopped.is_set():

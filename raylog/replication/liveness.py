@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 #: how long the probe waits for its connect (a refusal comes at once; anything
 #: slower is not a refusal)
-PROBE_TIMEOUT_S = 1.0
+PROBE_TIMEOUT_S = 0.5
 
 
 def refuses_connections(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
