@@ -9,9 +9,17 @@ STAMP  := $(VENV)/.installed-stamp
 SPARK_JAR    := $(VENV)/.spark-jar-stamp
 JAVA_SOURCES := $(shell find integrations/spark/java -type f -not -name '.*')
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv clean hosts-tools
 
-venv: $(STAMP) $(SPARK_JAR)
+venv: $(STAMP) $(SPARK_JAR) hosts-tools
+
+# nftables, for the network faults of the hosts kit (raylog/testing/hosts.py): installed
+# when missing and this runs as root with apt-get; else the kit's tests skip and say why
+hosts-tools:
+	@command -v nft >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || { \
+		echo "installing nftables (the hosts kit's network faults) ..."; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; } >/dev/null 2>&1 \
+		|| echo "note: nftables could not be installed; the hosts kit's tests will skip"; }
 
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
 $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/producer/_fastsend.c \
@@ -30,7 +38,7 @@ $(SPARK_JAR): $(STAMP) $(JAVA_SOURCES)
 demo: $(STAMP) $(SPARK_JAR)
 	$(PY) -m raylog.tools.demo
 
-test: $(STAMP) $(SPARK_JAR)
+test: $(STAMP) $(SPARK_JAR) hosts-tools
 	$(PY) -m pytest
 
 bench: $(STAMP) $(SPARK_JAR)

@@ -20,6 +20,14 @@ Usage::
 
     python bench/faults.py --duration 600 --seed 1 [--faults kill-partition,flip-byte] [--out bench/results/faults]
     python bench/faults.py --nodes 3 --replication-factor 3 --min-insync 2   # replicated, kill-leader too
+    python bench/faults.py --hosts 5 --replication-factor 3 --min-insync 2   # on hosts, network faults too (root)
+
+With ``--hosts N`` the run uses the hosts kit (:mod:`raylog.testing.hosts`):
+N network namespaces with their own addresses, disks and Ray nodes, and the
+network faults (a host cut off, partitions, a one-way partition, a leader cut
+from ZooKeeper, a host killed or paused) join the mix. The JSON line then
+also gives, per partition, the longest time it went unread and the longest
+time no send to it was acknowledged (``unavailable_s``).
 """
 
 from __future__ import annotations
@@ -30,7 +38,27 @@ import os
 import sys
 
 from raylog.testing import report as reporting
+from raylog.testing.history import OK, history_files, read_history
 from raylog.testing.runner import add_arguments, options_from_args, run
+
+
+def unavailable_per_partition(result: dict, history_dir: str) -> dict:
+    """``{"topic/p": {"unread_s", "unacknowledged_s"}}``: per partition the
+    longest time nobody read it and the longest time between two acknowledged
+    sends to it (from the first acknowledgement of the run to the last)."""
+    acks: dict[str, list[float]] = {}
+    for op in read_history(history_files(history_dir)):
+        if op["type"] == "send" and op["outcome"] == OK and op.get("partition") is not None:
+            acks.setdefault(f"{op['topic']}/{op['partition']}", []).append(op["t1"])
+    everything = sorted(t for times in acks.values() for t in times)
+    out = {}
+    unread = result["longest_unread_s"]["per_partition"]
+    for tp in sorted(set(acks) | set(unread)):
+        times = sorted(acks.get(tp, ()))
+        edges = ([everything[0]] + times + [everything[-1]]) if everything else []
+        gap = max((b - a for a, b in zip(edges, edges[1:])), default=None)
+        out[tp] = {"unread_s": unread.get(tp), "unacknowledged_s": None if gap is None else round(gap, 3)}
+    return out
 
 
 def main(argv=None) -> int:
@@ -59,9 +87,15 @@ def main(argv=None) -> int:
         "longest_unacknowledged_s": result["longest_unacknowledged_s"]["max"],
         "latency_s": result["latency_s"],
         "elapsed_s": result["run"]["elapsed_s"],
+        "hosts": args.hosts,
+        "unavailable_s": unavailable_per_partition(result, os.path.join(args.out, "history")),
+        "nemesis_errors": result["run"].get("nemesis_errors"),
     }
     print(json.dumps(line, sort_keys=True))
     print(reporting.table(result))
+    print("longest unavailability per partition (unread / no acknowledgement):")
+    for tp, gaps in line["unavailable_s"].items():
+        print(f"  {tp:<10} {gaps['unread_s']} s / {gaps['unacknowledged_s']} s")
     print(f"report: {os.path.abspath(os.path.join(args.out, 'report.json'))}")
     return 0 if result["valid"] else 1
 

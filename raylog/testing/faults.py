@@ -359,8 +359,10 @@ def remove_node(cluster, node) -> None:
 #
 # A host is a raylog.testing.hosts.Host; a cluster a HostsCluster. The partitions
 # are nftables drop rules in the hosts' own network namespaces (table
-# ``raylog_faults``, one chain for what a host receives, one for what it sends);
-# ``heal`` removes them all and brings every link up.
+# ``raylog_faults``). Packets are dropped where they arrive, never where they
+# leave: a sender gets no error, its packets vanish on the wire, as in a real
+# partition (a drop on output would fail its send at once with EPERM).
+# ``heal`` removes every rule and brings every link up.
 
 
 def _ensure_table(host) -> None:
@@ -411,9 +413,7 @@ def partition(side_a, side_b, *, ports=None) -> None:
         raise FaultInjectionError("a partition's two sides share a host")
     for a in side_a:
         for b in side_b:
-            _drop(a, "output", b.address, ports)
             _drop(a, "input", b.address, ports)
-            _drop(b, "output", a.address, ports)
             _drop(b, "input", a.address, ports)
 
 
@@ -424,7 +424,6 @@ def one_way_partition(sources, targets) -> None:
     ``targets`` still arrive at ``sources`` and none go the other way.)"""
     for s in sources:
         for t in targets:
-            _drop(s, "output", t.address)
             _drop(t, "input", s.address)
 
 

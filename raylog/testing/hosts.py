@@ -87,6 +87,8 @@ NFT_TABLE = "raylog_faults"
 CLIENT_LABEL = "client"
 ZOOKEEPER_PORT = 2181
 RAY_PORT = 6379
+#: how many times a Ray node that failed to start is started again
+START_RETRIES = 3
 #: where the wheels and venvs of the hosts are cached
 CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "raylog", "hosts")
 
@@ -649,13 +651,14 @@ class HostsCluster:
                 host._start_anchor()
             self.zookeeper = HostZooKeeper(self).start()
             self.head.start_ray()
-            self._wait_started(self.head)
+            self._wait_started(self.head, retries=START_RETRIES)
+            # one node after the other: Ray gives a starting node 30 s to
+            # register, which nodes starting together on a busy machine miss
             for host in self.hosts[1:]:
                 host.start_ray()
+                self._wait_started(host, retries=START_RETRIES)
             self._start_client_node()
-            for host in self.hosts[1:]:
-                self._wait_started(host)
-            self._wait_started(None)
+            self._wait_started(None, retries=START_RETRIES)
             self.started = True
             return self
         except BaseException:
@@ -671,29 +674,46 @@ class HostsCluster:
         os.makedirs(os.path.join(self.tmp, "client"), exist_ok=True)
         self.client_ray = subprocess.Popen(self.ray_command(*args), **self.process_io("client-ray"))
 
-    def _wait_started(self, host: Host | None) -> None:
-        """Wait until ``ray start`` on ``host`` (None: the client node) says the node runs."""
+    def _wait_started(self, host: Host | None, retries: int = 0) -> None:
+        """Wait until ``ray start`` on ``host`` (None: the client node) says the
+        node runs; a start that failed (Ray gives a node 30 s to register, which
+        a loaded machine can miss) is tried again ``retries`` times."""
         name = "client" if host is None else host.name
-        proc = self.client_ray if host is None else host.ray
         log = os.path.join(self.tmp, f"{name}-ray.log")
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            with open(log, "rb") as f:
-                text = f.read()
-            if b"Ray runtime started" in text:
-                return
-            if proc.poll() is not None:
+        for attempt in range(retries + 1):
+            proc = self.client_ray if host is None else host.ray
+            deadline = time.monotonic() + self.startup_timeout_s
+            text = b""
+            while time.monotonic() < deadline:
+                with open(log, "rb") as f:
+                    text = f.read()
+                if b"Ray runtime started" in text.rsplit(b"--- start attempt", 1)[-1]:
+                    return
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.2)
+            if attempt == retries:
                 break
-            time.sleep(0.2)
+            # what the failed attempt left, then again
+            with open(log, "ab") as f:
+                f.write(b"\n--- start attempt %d\n" % (attempt + 2))
+            if host is None:
+                _kill_all([self.client_ray.pid] + _pids_with(os.path.join(self.tmp, "client") + "/"))
+                self._start_client_node()
+            else:
+                keep = {self.zookeeper.pid()} if host is self.head else set()
+                _kill_all([p for p in host.process_pids() if p not in keep])
+                host.start_ray()
         raise FaultInjectionError(f"the Ray node of {name} did not start; its output:\n"
                                   f"{text[-3000:].decode(errors='replace')}")
 
-    def restart_ray(self, host: Host) -> None:
-        """Start ``host``'s Ray node again and wait until it runs."""
+    def restart_ray(self, host: Host, retries: int = 2 * START_RETRIES) -> None:
+        """Start ``host``'s Ray node again and wait until it runs (tried
+        ``retries`` more times if it misses Ray's registration deadline)."""
         with open(os.path.join(self.tmp, f"{host.name}-ray.log"), "wb"):
             pass
         host.start_ray()
-        self._wait_started(host)
+        self._wait_started(host, retries=retries)
 
     def stop(self) -> None:
         """Remove everything the cluster made (safe to call more than once)."""

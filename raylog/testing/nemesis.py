@@ -24,10 +24,18 @@ The kinds:
 ``kill-leader``      SIGKILL the process of a replicated partition's current leader
                      replica (only with a replication factor above 1; a partition
                      whose ISR is whole is chosen), then wait for a leader to serve
+``cut-host``         take a disk host's link down for 4-10 s (its processes live on), then up
+``partition-hosts``  split the hosts in two random sides for 4-10 s, then heal
+``one-way-partition`` drop the packets of one disk host to another for 4-10 s, then heal
+``zombie-leader``    cut the host of a partition's leader from ZooKeeper (clients still
+                     reach it) for 12-18 s, longer than a session, then heal
+``kill-host``        SIGKILL every process of a disk host, start its Ray node again after 2-4 s
+``pause-host``       SIGSTOP every process of a disk host for 2-4 s, then SIGCONT
 ==================== ================================================================
 
 :data:`FAULT_KINDS` are the kinds of every run; :data:`REPLICATED_KINDS`
-join them when the topic is replicated.
+join them when the topic is replicated, :data:`HOST_KINDS` on the hosts kit
+(:mod:`raylog.testing.hosts`), where ``remove-node`` does not apply.
 
 Thread-safety: a :class:`Nemesis` runs on one thread (``run``); ``stop`` may
 be called from another.
@@ -69,7 +77,15 @@ FAULT_KINDS = (
 MULTI_NODE_KINDS = (REMOVE_NODE,)
 #: kinds that need a replicated topic (replication factor above 1)
 REPLICATED_KINDS = (KILL_LEADER,)
-KNOWN_KINDS = FAULT_KINDS + REPLICATED_KINDS
+CUT_HOST = "cut-host"
+PARTITION_HOSTS = "partition-hosts"
+ONE_WAY_PARTITION = "one-way-partition"
+ZOMBIE_LEADER = "zombie-leader"
+KILL_HOST = "kill-host"
+PAUSE_HOST = "pause-host"
+#: kinds that need the hosts kit (real network boundaries)
+HOST_KINDS = (CUT_HOST, PARTITION_HOSTS, ONE_WAY_PARTITION, ZOMBIE_LEADER, KILL_HOST, PAUSE_HOST)
+KNOWN_KINDS = FAULT_KINDS + REPLICATED_KINDS + HOST_KINDS
 #: how long kill-leader waits for a leader to serve again
 LEADER_WAIT_S = 60.0
 
@@ -105,9 +121,12 @@ class Target:
     ``zookeeper`` (an EmbeddedZooKeeper); ``consumers`` (the member actors);
     ``history_dir``; for multi-node runs ``cluster`` (a
     ``ray.cluster_utils.Cluster``) and ``disk_nodes`` ``{label: (node,
-    add_node kwargs)}``."""
+    add_node kwargs)}``; on the hosts kit ``hosts`` (a
+    :class:`raylog.testing.hosts.HostsCluster`)."""
 
-    def __init__(self, *, client, topic, partitions, zookeeper, consumers, history_dir, cluster=None, disk_nodes=None):
+    def __init__(self, *, client, topic, partitions, zookeeper, consumers, history_dir, cluster=None, disk_nodes=None,
+                 hosts=None):
+        self.hosts = hosts
         self.client = client
         self.topic = topic
         self.partitions = partitions
@@ -278,14 +297,19 @@ class Nemesis:
         # a message near the end of the flushed data: likely still to be read
         target_offset = end - self.rng.randrange(256, min(end - start, 64 * 1024))
         offset = ray.get(actor.message_boundaries.remote(start, end, [target_offset]), timeout=30)[0]
-        size = kit.message_size(stats["log_dir"], offset)
+        on_host = None if t.hosts is None else t.hosts.host_of(stats["host"])
+        size = (kit.message_size(stats["log_dir"], offset) if on_host is None
+                else self._on_host(on_host, "message_size", stats["log_dir"], offset))
         if offset + size > end:
             raise kit.FaultInjectionError(f"no whole flushed message of {t.topic}/{p} after {target_offset}")
         entry = {"topic": t.topic, "partition": p, "offset": offset, "next": offset + size}
         # tell the consumers first, so that one meeting the damage knows where to go on
         with open(os.path.join(t.history_dir, DAMAGED_FILE), "a") as f:
             f.write(json.dumps(entry) + "\n")
-        flipped = kit.flip_byte(stats["log_dir"], offset, self.rng)
+        if on_host is None:
+            flipped = kit.flip_byte(stats["log_dir"], offset, self.rng)
+        else:  # the log is on that host's own disk
+            flipped = self._on_host(on_host, "flip_byte", stats["log_dir"], offset, self.rng.randrange(2**31))
         detail = {**entry, "position": flipped["position"], "segment": os.path.basename(flipped["segment"])}
         detail.update(self._read_back(p, offset, size))
         return f"{t.topic}/{p}", detail
@@ -327,3 +351,106 @@ class Nemesis:
         time.sleep(seconds)
         t.disk_nodes[label] = (t.cluster.add_node(**kwargs), kwargs)
         return label, {"down_s": seconds}
+
+    # -- hosts and the network (the hosts kit) ---------------------------------------
+
+    @staticmethod
+    def _on_host(host, function: str, log_dir: str, offset: int, seed: int | None = None):
+        """A disk function of the fault kit, run on ``host`` (its disk is its own)."""
+        code = ("import json, random, sys\nfrom raylog.testing import faults\n"
+                "log_dir, offset, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]\n"
+                f"if {function!r} == 'flip_byte':\n"
+                "    print(json.dumps(faults.flip_byte(log_dir, offset, random.Random(int(seed)))))\n"
+                "else:\n"
+                "    print(json.dumps(faults.message_size(log_dir, offset)))\n")
+        try:
+            out = host.python(code, log_dir, str(offset), str(seed))
+        except kit.FaultInjectionError as err:
+            raise kit.FaultInjectionError(f"{function} on {host.name}: {err}") from None
+        return json.loads(out.strip().splitlines()[-1])
+
+    def _hosts(self):
+        if self.target.hosts is None:
+            raise kit.FaultInjectionError("this fault needs the hosts kit (raylog.testing.hosts)")
+        return self.target.hosts
+
+    def _disk_host(self):
+        return self.rng.choice(self._hosts().disk_hosts)
+
+    def _leader_host(self):
+        """(partition, the host of its leader now)."""
+        t, hosts = self.target, self._hosts()
+        partitions = list(range(t.partitions))
+        self.rng.shuffle(partitions)
+        for p in partitions:
+            endpoint = t.client.registry.endpoint(t.topic, p)
+            if endpoint is not None:
+                try:
+                    return p, hosts.host_of(endpoint["host"])
+                except KeyError:
+                    continue
+        raise kit.FaultInjectionError(f"no partition of {t.topic} has a leader serving now")
+
+    def _for(self, low: float, high: float) -> float:
+        seconds = round(self.rng.uniform(low, high), 2)
+        self._stop.wait(seconds)
+        return seconds
+
+    def _cut_host(self):
+        hosts = self._hosts()
+        host = self._disk_host()
+        kit.cut_host(host)
+        try:
+            seconds = self._for(4.0, 10.0)
+        finally:
+            kit.heal(hosts)
+        return host.name, {"address": host.address, "down_s": seconds}
+
+    def _partition_hosts(self):
+        hosts = self._hosts()
+        members = list(hosts.hosts)
+        self.rng.shuffle(members)
+        cut = self.rng.randrange(1, len(members))
+        side_a, side_b = sorted(members[:cut], key=lambda h: h.name), sorted(members[cut:], key=lambda h: h.name)
+        kit.partition(side_a, side_b)
+        try:
+            seconds = self._for(4.0, 10.0)
+        finally:
+            kit.heal(hosts)
+        return "hosts", {"sides": [[h.name for h in side_a], [h.name for h in side_b]], "down_s": seconds}
+
+    def _one_way_partition(self):
+        hosts = self._hosts()
+        source, target = self.rng.sample(hosts.disk_hosts, 2)
+        kit.one_way_partition([source], [target])
+        try:
+            seconds = self._for(4.0, 10.0)
+        finally:
+            kit.heal(hosts)
+        return f"{source.name}->{target.name}", {"from": source.name, "to": target.name, "down_s": seconds}
+
+    def _zombie_leader(self):
+        hosts = self._hosts()
+        p, host = self._leader_host()
+        if host is hosts.head:
+            raise kit.FaultInjectionError(f"the leader of {self.target.topic}/{p} runs on ZooKeeper's host")
+        kit.cut_from_zookeeper(host, hosts)
+        try:
+            seconds = self._for(12.0, 18.0)
+        finally:
+            kit.heal(hosts)
+        return host.name, {"partition": p, "cut_from_zookeeper_s": seconds}
+
+    def _kill_host(self):
+        hosts = self._hosts()
+        host = self._disk_host()
+        pids = kit.kill_host(host)
+        seconds = self._for(2.0, 4.0)
+        hosts.restart_ray(host)
+        return host.name, {"pids": len(pids), "down_s": seconds}
+
+    def _pause_host(self):
+        host = self._disk_host()
+        seconds = round(self.rng.uniform(2.0, 4.0), 2)
+        pids = kit.pause_host(host, seconds)
+        return host.name, {"pids": len(pids), "seconds": seconds}

@@ -51,7 +51,9 @@ from raylog.client import Client
 from raylog.testing import checker, report as reporting
 from raylog.testing.consumer_worker import consumer_actor_class
 from raylog.testing.history import Recorder, history_files, read_history
-from raylog.testing.nemesis import FAULT_KINDS, MULTI_NODE_KINDS, REPLICATED_KINDS, Nemesis, Target, plan
+from raylog.testing.nemesis import (
+    FAULT_KINDS, HOST_KINDS, MULTI_NODE_KINDS, REPLICATED_KINDS, Nemesis, Target, plan,
+)
 from raylog.testing.workload import ProducerWorker
 from raylog.zk.server import EmbeddedZooKeeper
 
@@ -90,6 +92,11 @@ class RunOptions:
     progress: bool = False
     #: acks levels whose unseen writes fail the run
     forbid_unseen_acks: tuple = ("all",)
+    #: above 0: run on that many hosts of the hosts kit (raylog.testing.hosts:
+    #: network namespaces, a disk and a Ray node each; the first runs ZooKeeper
+    #: and the Ray head, the others hold the partitions), with the network
+    #: faults in the mix; ``nodes`` is then ignored
+    hosts: int = 0
 
 
 def _start_ray(options: RunOptions, ray_tmp: str):
@@ -146,24 +153,39 @@ def run(options: RunOptions) -> dict:
     import tempfile
 
     ray_tmp = tempfile.mkdtemp(prefix="rlf-", dir="/tmp")
-    zookeeper = EmbeddedZooKeeper(data_dir=os.path.join(out, "zookeeper"))
+    hosts = None
+    if options.hosts:
+        from raylog.testing.hosts import HostsCluster
+
+        hosts = HostsCluster(hosts=options.hosts)
+        zookeeper = None
+    else:
+        zookeeper = EmbeddedZooKeeper(data_dir=os.path.join(out, "zookeeper"))
     cluster = client = None
     producers: list = []
     consumers: list = []
     nemesis = None
-    run_info = {"seed": options.seed, "duration_s": options.duration_s, "nodes": options.nodes,
+    run_info = {"seed": options.seed, "duration_s": options.duration_s, "nodes": options.nodes, "hosts": options.hosts,
                 "partitions": options.partitions, "replication_factor": options.replication_factor,
                 "min_insync_replicas": options.min_insync_replicas, "fault_kinds": list(kinds)}
     started = time.time()
     try:
-        zookeeper.start()
-        cluster, disks = _start_ray(options, ray_tmp)
-        client = Client(
-            zookeeper=zookeeper.connect_string,
-            cluster=f"faults-{options.seed}",
-            data_dir=os.path.join(out, "data"),
-            data_host="127.0.0.1",
-        )
+        if hosts is not None:
+            hosts.start()
+            zookeeper, disks = hosts.zookeeper, {}
+            run_info["hosts"] = {h.name: {"address": h.address, "disk": h.disk} for h in hosts.hosts}
+            run_info["hosts_slot"] = hosts.slot
+            # raylog.connect(zookeeper=HEAD:2181, ray_address=HEAD:6379), each log on its host's disk
+            client = hosts.client(cluster=f"faults-{options.seed}")
+        else:
+            zookeeper.start()
+            cluster, disks = _start_ray(options, ray_tmp)
+            client = Client(
+                zookeeper=zookeeper.connect_string,
+                cluster=f"faults-{options.seed}",
+                data_dir=os.path.join(out, "data"),
+                data_host="127.0.0.1",
+            )
         replication = {}
         if options.replication_factor > 1:
             replication = dict(replication_factor=options.replication_factor,
@@ -191,7 +213,8 @@ def run(options: RunOptions) -> dict:
             )
 
         target = Target(client=client, topic=TOPIC, partitions=options.partitions, zookeeper=zookeeper,
-                        consumers=consumers, history_dir=history_dir, cluster=cluster, disk_nodes=disks)
+                        consumers=consumers, history_dir=history_dir, cluster=cluster, disk_nodes=disks,
+                        hosts=hosts)
         recorder = Recorder(os.path.join(history_dir, "nemesis.jsonl"), "nemesis")
         reader = Recorder(os.path.join(history_dir, "nemesis-reader.jsonl"), "nemesis-reader")
         nemesis = Nemesis(target, schedule, recorder, options.seed, reader=reader)
@@ -234,11 +257,14 @@ def run(options: RunOptions) -> dict:
                 client.close()
             except Exception as err:  # noqa: BLE001
                 log.warning("closing the client failed: %s", err)
+        if hosts is not None:
+            hosts.stop()  # the client, the driver's Ray, every host and what it made
         if ray.is_initialized():
             ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
-        zookeeper.stop()
+        if hosts is None:
+            zookeeper.stop()
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
     ops = read_history(history_files(history_dir))
@@ -264,7 +290,13 @@ def run_kinds(options: RunOptions) -> tuple:
     those its cluster cannot have (a single node, no replication)."""
     replicated = options.replication_factor > 1
     kinds = tuple(options.faults) if options.faults is not None else FAULT_KINDS + (REPLICATED_KINDS if replicated else ())
-    if options.nodes < 2:
+    if options.hosts:
+        if options.faults is None:
+            kinds += HOST_KINDS
+        kinds = tuple(k for k in kinds if k not in MULTI_NODE_KINDS)
+    else:
+        kinds = tuple(k for k in kinds if k not in HOST_KINDS)
+    if not options.hosts and options.nodes < 2:
         kinds = tuple(k for k in kinds if k not in MULTI_NODE_KINDS)
     if not replicated:
         kinds = tuple(k for k in kinds if k not in REPLICATED_KINDS)
@@ -350,6 +382,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"{','.join(REPLICATED_KINDS)} with --replication-factor above 1)")
     p.add_argument("--out", default="faults-run", help="directory for history, report.json, timeline.png")
     p.add_argument("--nodes", type=int, default=2, help="disk nodes (>= 2: a multi-node Ray cluster; 1: local Ray)")
+    p.add_argument("--hosts", type=int, default=0,
+                   help="run on this many hosts of the hosts kit (network namespaces, needs root; the first runs "
+                        "ZooKeeper and the Ray head, the others hold the partitions) with the network faults "
+                        f"({','.join(HOST_KINDS)}); --nodes is then ignored")
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--replication-factor", type=int, default=1,
                    help="replicas of each partition, on distinct disk nodes (default 1; needs --nodes at least this)")
@@ -374,7 +410,7 @@ def options_from_args(args) -> RunOptions:
         partitions=args.partitions, producers=args.producers, consumers=args.consumers, rate=args.rate,
         drain_s=args.drain, mean_gap_s=args.gap, png=not args.no_png, progress=args.progress,
         replication_factor=args.replication_factor, min_insync_replicas=args.min_insync,
-        replica_lag_ms=args.replica_lag_ms,
+        replica_lag_ms=args.replica_lag_ms, hosts=args.hosts,
     )
 
 
