@@ -17,19 +17,30 @@ is SIGKILLed, and measured are
 Before the next kill the ISR must be whole again (all three replicas) and the
 producer acknowledged again.
 
-``--mode process`` (the default) kills the leader's process alone: Ray
-restarts the actor on its node, and it usually leads again before its old
-ZooKeeper session has expired, so no follower takes over. ``--mode node``
-removes the leader's Ray node as well (its process killed with it, as a lost
-machine): a follower of the ISR takes over once the old session has expired
-and no leader has served for ``replica_lag_ms``; the node is added back after
-the first acknowledgement and its replica rejoins before the next kill. Both times are set against twice the ZooKeeper
-session timeout (the longest a dead leader's ephemeral nodes can outlive it).
+``--mode process`` (the default) kills the leader's process alone; ``--mode
+node`` removes the leader's Ray node as well (its process killed with it, as
+a lost machine; the node is added back after the first acknowledgement and
+its replica rejoins before the next kill). Either way the data port of the
+dead leader refuses connections, so a follower of the ISR takes over at once
+(:mod:`raylog.replication.liveness`), without waiting for the dead
+session to expire; the killed replica, restarted by Ray, follows. The times
+are set against 2 s (process) and ``session_timeout + 5 s`` (node).
 
-Prints one JSON line per kill, a summary line (median and max), then a
+``--hosts`` runs on the hosts kit instead (:mod:`raylog.testing.hosts`: a
+head host with ZooKeeper and the Ray head, three disk hosts, each a network
+namespace with its own address and disk; the producer on the client
+machine): ``--cuts`` times, the leader's host is **cut off** (its link down,
+its processes alive) until a send made after the cut is acknowledged, then
+healed, and the ISR must be whole again before the next cut; then
+``--kills`` times the leader's **process** is killed. The bound of a cut is
+``session_timeout + 5 s`` (the leader's ZooKeeper session must expire before
+a follower may take over), that of a killed process 2 s.
+
+Prints one JSON line per kill (or cut), a summary line (median and max), then a
 table. Usage::
 
     python bench/failover.py [--kills 10] [--rate 200] [--mode process|node] [--json-only]
+    python bench/failover.py --hosts [--cuts 10] [--kills 5]      # as root
 """
 
 from __future__ import annotations
@@ -157,14 +168,15 @@ def one_kill(client, steady: SteadyProducer, i: int, ray_cluster=None, nodes=Non
     }
 
 
-def summarize(rows: list[dict], session_s: float) -> dict:
-    out = {"bench": "failover", "case": "summary", "mode": rows[0]["mode"] if rows else None, "kills": len(rows), "session_timeout_s": session_s,
-           "bound_s": 2 * session_s}
+def summarize(rows: list[dict], session_s: float, bound_s: float) -> dict:
+    """Median and max of the times, each set against ``bound_s``."""
+    out = {"bench": "failover", "case": "summary", "mode": rows[0]["mode"] if rows else None, "events": len(rows),
+           "session_timeout_s": session_s, "bound_s": bound_s}
     for key in ("to_leader_s", "to_first_ack_s"):
         values = [r[key] for r in rows if r[key] is not None]
         out[key] = {"median": round(statistics.median(values), 3) if values else None,
                     "max": max(values) if values else None, "missing": len(rows) - len(values)}
-        out[key]["within_bound"] = bool(values) and len(values) == len(rows) and max(values) <= 2 * session_s
+        out[key]["within_bound"] = bool(values) and len(values) == len(rows) and max(values) <= bound_s
     out["took_over"] = sum(1 for r in rows if r["took_over"])
     return out
 
@@ -173,31 +185,147 @@ def print_table(rows: list[dict], summary: dict) -> None:
     def cell(v):
         return f"{v:>10.3f}" if isinstance(v, (int, float)) else f"{'—':>10}"
 
+    what = "cut" if rows and "cut" in rows[0] else "kill"
     print()
-    print(f"{'kill':>4} {'old leader':>10} {'new leader':>10} {'epoch':>5} {'leader s':>10} {'first ack s':>11}"
+    print(f"{summary['mode']}: {what} of the leader's {'host' if what == 'cut' else 'process'}")
+    print(f"{what:>4} {'old leader':>10} {'new leader':>10} {'epoch':>5} {'leader s':>10} {'first ack s':>11}"
           f" {'ISR whole s':>11}")
     for r in rows:
-        print(f"{r['kill']:>4} {r['old_leader']:>10} {r['new_leader']:>10} {r['leader_epoch']:>5}"
+        print(f"{r[what]:>4} {r['old_leader']:>10} {r['new_leader']:>10} {r['leader_epoch']:>5}"
               f" {cell(r['to_leader_s'])} {cell(r['to_first_ack_s']):>11} {cell(r['isr_whole_s']):>11}")
     bound = summary["bound_s"]
-    for key, label in (("to_leader_s", "kill -> leader in ZooKeeper"), ("to_first_ack_s", "kill -> first ack")):
+    for key, label in (("to_leader_s", f"{what} -> leader in ZooKeeper"), ("to_first_ack_s", f"{what} -> first ack")):
         s = summary[key]
         print(f"{label:<30} median {cell(s['median'])} s  max {cell(s['max'])} s  "
-              f"bound 2 x session = {bound:g} s: {'within' if s['within_bound'] else 'NOT within'}")
-    print(f"a follower took over in {summary['took_over']} of {summary['kills']} kills "
-          f"(else Ray restarted the killed leader in place); load average {os.getloadavg()[0]:.2f}, "
-          f"{os.cpu_count()} cpus")
+              f"bound {bound:g} s: {'within' if s['within_bound'] else 'NOT within'}")
+    print(f"a follower took over in {summary['took_over']} of {summary['events']}; load average "
+          f"{os.getloadavg()[0]:.2f}, {os.cpu_count()} cpus")
+
+
+#: the ZooKeeper session timeout of the partition actors (kazoo's default)
+ACTOR_SESSION_S = 10.0
+#: the bound on a killed leader process's replacement
+PROCESS_BOUND_S = 2.0
+
+
+def _cut(hosts, host) -> None:
+    """Cut ``host`` off: its link down, its processes alive."""
+    from raylog.testing import faults
+
+    faults.cut_host(host)
+
+
+def _heal(hosts, host) -> bool:
+    """Heal the cut; True when Ray had given the host's node up meanwhile and
+    it was started again."""
+    import ray
+
+    from raylog.testing import faults
+
+    faults.heal(hosts)
+    if any(n["Alive"] and n["NodeManagerAddress"] == host.address for n in ray.nodes()):
+        return False
+    hosts.restart_ray(host)
+    return True
+
+
+def one_cut(hosts, client, steady: SteadyProducer, i: int) -> dict:
+    """Cut the leader's host off until a send made after the cut is
+    acknowledged, heal it, wait for the ISR to be whole again."""
+    from raylog.replication.state import read_state
+
+    zk, registry = client._zk, client.registry
+    state = read_state(zk, registry.paths, TOPIC, 0)[0]
+    host = hosts.host(state.leader)
+    before = registry.endpoint(TOPIC, 0)
+    _cut(hosts, host)
+    cut_at = time.monotonic()  # once the link is down: a send before it may still be answered
+    try:
+        def registered():
+            now = registry.endpoint(TOPIC, 0)
+            return now is not None and now.get("epoch") != (before or {}).get("epoch") and time.monotonic()
+
+        leader_at = wait_for(registered)
+        acked_at = wait_for(lambda: steady.first_ack_after(cut_at), interval_s=0.01)
+        after = read_state(zk, registry.paths, TOPIC, 0)[0]
+    finally:
+        restarted = _heal(hosts, host)
+    healed_at = time.monotonic()
+
+    def whole():
+        return len(read_state(zk, registry.paths, TOPIC, 0)[0].isr) == len(after.replicas) and time.monotonic()
+
+    whole_at = wait_for(whole, interval_s=0.05)
+    return {
+        "bench": "failover", "mode": "hosts-cut", "cut": i, "old_leader": state.leader, "new_leader": after.leader,
+        "leader_epoch": after.leader_epoch, "took_over": after.leader != state.leader,
+        "to_leader_s": None if leader_at is None else round(leader_at - cut_at, 3),
+        "to_first_ack_s": None if acked_at is None else round(acked_at - cut_at, 3),
+        "isr_whole_s": None if whole_at is None else round(whole_at - healed_at, 3),
+        "ray_node_restarted": restarted,
+    }
+
+
+def run_hosts(args) -> int:
+    from tqdm import tqdm
+
+    from raylog.testing.hosts import HostsCluster, unavailable
+
+    why = unavailable()
+    if why is not None:
+        print(f"bench/failover.py --hosts: {why}", file=sys.stderr)
+        return 2
+    with HostsCluster(hosts=4) as hosts:
+        client = hosts.client(cluster="bench-failover")
+        client.create_topic(TOPIC, partitions=1, replication_factor=3, min_insync_replicas=2,
+                            replica_lag_ms=args.replica_lag_ms, flush_ms=5)
+        steady = SteadyProducer(client, args.rate).start()
+        cuts, kills = [], []
+        try:
+            if wait_for(lambda: steady.first_ack_after(0.0), timeout_s=120) is None:
+                raise RuntimeError("the producer got no acknowledgement within 120 s")
+            for i in tqdm(range(args.cuts), desc="cut", unit="cut", file=sys.stderr):
+                time.sleep(1.0)
+                row = one_cut(hosts, client, steady, i)
+                cuts.append(row)
+                print(json.dumps(row, sort_keys=True), flush=True)
+            for i in tqdm(range(args.kills), desc="kill", unit="kill", file=sys.stderr):
+                time.sleep(1.0)
+                row = one_kill(client, steady, i)
+                row["mode"] = "hosts-process"
+                kills.append(row)
+                print(json.dumps(row, sort_keys=True), flush=True)
+        finally:
+            totals = steady.stop()
+    summaries = []
+    for rows, bound in ((cuts, ACTOR_SESSION_S + 5.0), (kills, PROCESS_BOUND_S)):
+        if not rows:
+            continue
+        summary = summarize(rows, ACTOR_SESSION_S, bound)
+        summary["producer"] = totals
+        summaries.append((rows, summary))
+        print(json.dumps(summary, sort_keys=True), flush=True)
+    if not args.json_only:
+        for rows, summary in summaries:
+            print_table(rows, summary)
+    return 0
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--kills", type=int, default=None, help="leader process kills (default 10; 5 with --hosts)")
+    p.add_argument("--hosts", action="store_true", help="on the hosts kit (root): cut the leader's host, then kill")
+    p.add_argument("--cuts", type=int, default=10, help="with --hosts: cuts of the leader's host")
     p.add_argument("--rate", type=float, default=200.0, help="messages a second of the acks=all producer")
     p.add_argument("--replica-lag-ms", type=int, default=3000)
     p.add_argument("--mode", choices=("process", "node"), default="process",
                    help="kill the leader's process (Ray restarts it), or remove its node as well")
     p.add_argument("--json-only", action="store_true")
     args = p.parse_args(argv)
+    if args.kills is None:
+        args.kills = 5 if args.hosts else 10
+    if args.hosts:
+        return run_hosts(args)
     from tqdm import tqdm
 
     with disk_cluster(3, name="bench-failover") as (cluster, nodes, client):
@@ -216,7 +344,8 @@ def main(argv=None) -> int:
                 print(json.dumps(row, sort_keys=True), flush=True)
         finally:
             totals = steady.stop()
-    summary = summarize(rows, session_s)
+    bound_s = PROCESS_BOUND_S if args.mode == "process" else session_s + 5.0
+    summary = summarize(rows, session_s, bound_s)
     summary["producer"] = totals
     print(json.dumps(summary, sort_keys=True), flush=True)
     if not args.json_only:

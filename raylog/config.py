@@ -27,6 +27,18 @@ DAY_MS = 24 * 3600 * 1000
 #: ``startingOffsets``): the log start, or the high watermark
 EARLIEST = "earliest"
 LATEST = "latest"
+#: how long a client waits for a TCP connection to a data server to be
+#: set up: a deadline of its own, far below a request's (a SYN to a host that
+#: is cut off is never answered; the caller looks the endpoint up again in
+#: ZooKeeper and retries within its own delivery deadline)
+CONNECT_TIMEOUT_MS = 2000
+#: a data connection whose peer acknowledges nothing (data sent, or the
+#: keep-alive probes of an idle connection) for this long is dead (Linux
+#: ``TCP_USER_TIMEOUT``): a request to a host that was cut off fails after
+#: this, not after the request timeout, and the caller looks the endpoint up
+#: again. A slow peer still acknowledges (its kernel does), so this never
+#: cuts a request that is merely waiting for its reply.
+DEAD_PEER_MS = 3000
 #: ``auto_offset_reset`` value that raises instead of moving the position
 RESET_ERROR = "error"
 #: every ``auto_offset_reset`` value a consumer accepts

@@ -61,6 +61,9 @@ from raylog.zk.session import connect_kazoo
 
 log = logging.getLogger(__name__)
 
+#: exit status of a leader replica that found another replica leading
+#: (beside :mod:`raylog.actors.process_exit`'s)
+EXIT_DEPOSED = 77
 
 
 def actor_name(cluster: str, topic: str, partition: int) -> str:
@@ -165,7 +168,7 @@ class PartitionActor:
                 self.replica = self.registry.placement(topic, partition)["node"]
             if self.replica is not None:
                 self.role = ReplicaRole(self.zk, self.registry, topic, partition, self.replica, self.log,
-                                        self._token, on_promoted=self._take_lead)
+                                        self._token, on_promoted=self._take_lead, on_deposed=self._deposed)
             self.epoch = 0
             if self.role is None or self.role.is_leader:  # followers leave the endpoint's epoch alone
                 placement_path = self.registry.paths.partition(topic, partition)
@@ -221,6 +224,16 @@ class PartitionActor:
         self.epoch = self.zk.set(placement_path, data).version
         log.warning("partition %s-%d: replica %s is the leader now", self.topic, self.partition, self.replica)
         self._reregister()
+
+    def _deposed(self):
+        """This leader found another replica leading (it was away: a dead
+        process restarted late, or cut off from ZooKeeper): end the process,
+        so that Ray starts the actor again as a follower, which truncates to
+        the new leader's epoch boundary before it follows."""
+        if self._closed.is_set():
+            return
+        exit_process(EXIT_DEPOSED, "partition %s-%d: replica %s is no longer the leader; exiting so that Ray "
+                     "starts it again as a follower", self.topic, self.partition, self.replica)
 
     def _reregister(self):
 

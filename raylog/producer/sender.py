@@ -30,6 +30,11 @@ round takes up to :data:`MAX_UNACKED_ROUND_SETS`):
   still being retried: it fails with :class:`~raylog.errors.ClosedError`
   (outcome unknown); so does the stop at interpreter exit, once the
   delivery deadline has passed (:meth:`Sender.stop`).
+* a connect that times out (a host cut off: the connect's own short
+  deadline, :data:`raylog.config.CONNECT_TIMEOUT_MS`) or is refused, or an
+  endpoint missing for a moment, looks the endpoint up again in ZooKeeper
+  and connects again until the delivery deadline, spending no try of the
+  policy: a failover is ridden through without a resend loop of the caller.
 
 Idempotence (on by default, off with acks=0; wire layout in
 :mod:`raylog.transfer.protocol`): the producer picks a random producer id
@@ -60,6 +65,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from raylog.errors import (
+    BrokerUnavailableError,
     ClosedError,
     DuplicateSequenceError,
     MessageTooLargeError,
@@ -313,7 +319,7 @@ class Sender:
             if self._abandon.is_set():  # stopped at exit: no new connection to a peer that may not answer
                 raise ClosedError(f"the producer was stopped while {topic}-{partition} was being sent; "
                                   f"these messages may or may not be stored")
-            conn = self._connection(tp)
+            conn = self._connected(tp, pending)
             try:
                 results = conn.produce_sets(
                     topic,
@@ -391,6 +397,33 @@ class Sender:
             )
             self._connections[tp] = conn
         return conn
+
+    def _connected(self, tp: tuple[str, int], pending: list):
+        """The partition's connection, set up. A connect that times out or
+        is refused (a host cut off, a leader gone), or an endpoint missing
+        for a moment (a failover), looks the endpoint up again in ZooKeeper
+        and tries again with a short back-off until the delivery deadline of
+        the oldest pending set: no try of the retry policy is spent on it,
+        so a producer rides through a failover without a resend loop of its
+        own. Any other error (a refused token) is raised at once."""
+        backoff = None
+        while True:
+            try:
+                conn = self._connection(tp)
+                conn.connect()
+                return conn
+            except BrokerUnavailableError:
+                self._reset(tp)
+                if backoff is None:
+                    backoff = self._connect_policy(pending).start()
+                if self._abandon.is_set() or not backoff.wait():
+                    raise
+
+    def _connect_policy(self, sets: list) -> RetryPolicy:
+        """Back-off for :meth:`_connected`, bounded by the delivery deadline."""
+        deadline_s = self.retry.deadline_s if self.retry.deadline_s is not None else self.request_timeout_s
+        oldest = min(s.batch.created for s in sets)
+        return RetryPolicy.until(max(0.0, oldest + deadline_s - time.time()), delay_s=0.05, max_delay_s=0.5)
 
     def _retry_for(self, sets: list) -> RetryPolicy:
         """The producer's policy with its deadline counted from the oldest

@@ -19,12 +19,18 @@ Before it follows, a follower whose data is of an older leader epoch than
 the ``state`` node's truncates to the boundary where the next epoch began
 (:meth:`PartitionState.boundary_after`); the epoch of its data is kept in
 the file ``leader-epoch`` of its log directory. When the leader's replica
-is gone (its ephemeral ``replicas/<node>`` expired with its session), an
-in-sync follower takes over (:func:`~raylog.replication.state.take_over`)
-and hands itself to ``on_promoted``, once no leader has served for
-``replica_lag_ms`` (a leader still starting is not replaced); with the
-topic's ``unclean_leader_election`` a follower outside the ISR may, once no
-ISR member runs.
+is gone (its ephemeral ``replicas/<node>`` expired with its session, or
+was closed with it), an in-sync follower takes over
+(:func:`~raylog.replication.state.take_over`) and hands itself to
+``on_promoted``: at once when that leader had been seen serving (its
+endpoint registered under the current leader epoch), else once no leader
+has served for ``replica_lag_ms`` (a leader still starting is not
+replaced); with the topic's ``unclean_leader_election`` a follower outside
+the ISR may, once no ISR member runs. A leader whose process died leaves
+its nodes until its session expires; when the follower's connection to it
+fails and a new connect to its port is refused, the follower removes them
+(:mod:`raylog.replication.liveness`) and takes over without waiting for
+the session timeout.
 
 Each reply carries the leader's committed offset (its high watermark): the
 follower keeps it (:class:`~raylog.replication.follower_reads.ServedWatermark`)
@@ -53,6 +59,7 @@ import time
 from raylog.errors import OffsetOutOfRangeError, RaylogError
 from raylog.replication.follower_reads import ServedWatermark
 from raylog.replication.leader import PRODUCERS_PREFIX, replica_topic
+from raylog.replication.liveness import clear_dead_leader
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
 from raylog.storage.producer_state import RECORD_SIZE, parse_records
@@ -63,6 +70,11 @@ log = logging.getLogger(__name__)
 
 #: how long one fetch waits at the leader for new bytes
 FETCH_WAIT_MS = 500
+#: a fetch without a reply for this long (beyond FETCH_WAIT_MS) fails
+FETCH_TIMEOUT_S = 10.0
+#: a follower's connect to its leader waits this long (a leader host cut off is
+#: tried again soon, so that the follower is ready when its session expires)
+CONNECT_TIMEOUT_S = 1.0
 _SIZE = struct.Struct(">I")
 #: the file in a replica's log directory holding the leader epoch of its data
 EPOCH_FILE = "leader-epoch"
@@ -144,6 +156,10 @@ class Follower:
         self.log, self._token, self._on_promoted = partition_log, token, on_promoted
         self.epoch = read_epoch(partition_log.directory)
         self._missing_since: float | None = None  # since when no leader serves
+        #: the leader epoch whose leader was seen serving (its endpoint registered)
+        self._served_epoch: int | None = None
+        #: the leader epoch whose leader the last connection failed to
+        self._failed_epoch: int | None = None
         self._stopped = threading.Event()
         self.fetched_bytes = 0
         #: the leader's committed offset as its replies say (what this replica serves readers up to)
@@ -159,7 +175,7 @@ class Follower:
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        backoff = RetryPolicy.forever(delay_s=0.05, max_delay_s=1.0).start()
+        backoff = RetryPolicy.forever(delay_s=0.05, max_delay_s=0.5).start()
         while not self._stopped.is_set():
             try:
                 self._follow(backoff)
@@ -184,26 +200,57 @@ class Follower:
             self.epoch = state.leader_epoch
             write_epoch(self.log.directory, self.epoch)
         endpoint = self.registry.endpoint(self.topic, self.partition)
+        epoch = state.leader_epoch
+        if endpoint is not None and state.leader != self.node and self._failed_epoch == epoch:
+            # the last connection to this leader failed: a refused connect says its process is gone
+            if clear_dead_leader(zk, paths, self.topic, self.partition, state.leader):
+                endpoint, self._served_epoch = None, epoch
+            self._failed_epoch = None
         if endpoint is not None and state.leader != self.node:
             self._missing_since = None
-        elif self._missing_since is None:
+            self._served_epoch = epoch
+        elif self._missing_since is None and self._served_epoch != epoch:
             self._missing_since = time.monotonic()  # a leader still starting up gets replica_lag_ms
-        elif (time.monotonic() - self._missing_since) * 1000 >= self.log.config.replica_lag_ms:
+        elif self._served_epoch == epoch or (
+                (time.monotonic() - self._missing_since) * 1000 >= self.log.config.replica_lag_ms):
+            # a leader that served and is gone (its session ended or expired, or its process
+            # died) is replaced at once; one never seen serving, after replica_lag_ms
             won = take_over(zk, paths, self.topic, self.partition, self.node, self.log.log_end_offset,
                             unclean=self.log.config.unclean_leader_election)
             if won is not None and self._on_promoted is not None:
                 write_epoch(self.log.directory, won[0].leader_epoch)
                 self._stopped.set()
                 self._on_promoted(*won)
+                return
         if endpoint is None or state.leader == self.node:
             return
+        try:
+            self._fetch_from(endpoint, backoff)
+        except (RaylogError, OSError):
+            self._failed_epoch = epoch
+            raise
+
+    def _watch_endpoint(self, conn) -> None:
+        """End ``conn`` (its blocked fetch raises ClosedError) once the
+        partition's endpoint changes or goes: a leader whose session expired
+        (a host cut off) is replaced the moment ZooKeeper says so, not after
+        a socket timeout."""
+
+        def changed(event) -> None:
+            if event.type != "NONE":
+                conn.close()
+
+        self.registry.zk.exists(self.registry.paths.endpoint(self.topic, self.partition), watch=changed)
+
+    def _fetch_from(self, endpoint: dict, backoff) -> None:
         max_bytes = self.log.config.max_message_bytes
         name = replica_topic(self.topic, self.node)
         producers = replica_topic(self.topic, self.node, PRODUCERS_PREFIX)
         with BrokerConnection(
-            endpoint["host"], endpoint["port"], token=self._token, timeout_s=30.0,
-            max_frame_bytes=max_bytes + FRAME_OVERHEAD_BYTES,
+            endpoint["host"], endpoint["port"], token=self._token, timeout_s=FETCH_TIMEOUT_S,
+            connect_timeout_s=CONNECT_TIMEOUT_S, max_frame_bytes=max_bytes + FRAME_OVERHEAD_BYTES,
         ) as conn:
+            self._watch_endpoint(conn)
             while not self._stopped.is_set():
                 offset = self.log.log_end_offset
                 try:

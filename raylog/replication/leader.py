@@ -22,6 +22,16 @@ node again every :data:`REFRESH_INTERVAL_S` (and whenever its own write
 lost): a reassignment (:mod:`raylog.replication.reassign`) adds replicas
 that then fetch from it, and removes others.
 
+Leading ends (:meth:`Leader.check_leading`): while its ZooKeeper connection
+is down, and after a lost session until the ``state`` node is read again,
+the leader refuses every write with the retriable :class:`NotOwnerError`
+(the client looks the endpoint up again), so that a leader cut off from
+ZooKeeper but still reachable by clients acknowledges nothing after its
+session may have expired; once the ``state`` node names another leader it
+is **deposed**: it refuses everything and calls ``on_deposed`` (the
+partition actor then ends its process; Ray starts it again as a follower,
+which truncates to the new leader's epoch boundary).
+
 Thread-safety: :class:`Leader` guards its fields with one condition; the
 views keep no state of their own.
 """
@@ -31,6 +41,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
 
 from raylog.errors import NotEnoughReplicasError, NotOwnerError, OffsetOutOfRangeError
 from raylog.replication.state import compare_and_set, read_state
@@ -63,7 +75,8 @@ def parse_replica_topic(name: str, prefix: str = REPLICA_PREFIX) -> tuple[str, s
 class Leader:
     """The leader of one partition (see the module docstring)."""
 
-    def __init__(self, zk, paths, topic: str, partition: int, node: str, partition_log, state, version: int):
+    def __init__(self, zk, paths, topic: str, partition: int, node: str, partition_log, state, version: int,
+                 on_deposed=None):
         self.zk, self.paths, self.topic, self.partition, self.node = zk, paths, topic, partition, node
         self.log = partition_log
         self.config = partition_log.config
@@ -81,8 +94,59 @@ class Leader:
         # leader lost again right away would otherwise have shown, and
         # acknowledged acks="all" retries of, bytes no follower has).
         self._committed = partition_log.log_start_offset
+        #: called (on the timer thread) once the ``state`` node names another leader
+        self._on_deposed = on_deposed
+        self.deposed = False
+        #: False from a lost ZooKeeper session until the ``state`` node is read again
+        self._session_checked = True
+        if zk is not None:  # (None: the pure logic alone, in tests)
+            zk.add_listener(self._on_session_state)
         with self._cond:
             self._advance()
+
+    # -- is this replica still the leader? ---------------------------------------
+
+    def _on_session_state(self, state) -> None:
+        """kazoo's listener (its event thread: no ZooKeeper calls here)."""
+        if state == "LOST":
+            self._session_checked = False  # a follower may have taken over meanwhile
+            self._next_refresh = 0.0
+
+    def check_leading(self) -> None:
+        """Raise the retriable :class:`NotOwnerError` (clients look the
+        endpoint up again) unless this replica may go on leading: it was
+        deposed, or its ZooKeeper connection is down (its session may
+        expire and a follower take over while it is away: a leader cut off
+        from ZooKeeper but reachable by clients, the "zombie", acknowledges
+        nothing from then on), or its session was lost and the ``state``
+        node not read again since."""
+        connected = self.zk is None or self.zk.connected
+        if self.deposed or not connected or not self._session_checked:
+            why = ("another replica leads now" if self.deposed else
+                   "its ZooKeeper connection is down" if not connected else
+                   "its ZooKeeper session was lost and its leadership is not confirmed yet")
+            raise NotOwnerError(
+                f"replica {self.node} of {self.topic}-{self.partition} does not accept writes: {why}; "
+                f"look the endpoint up again and retry", topic=self.topic, partition=self.partition,
+            )
+
+    def _check_state(self, state) -> None:
+        """The ``state`` node as read now: deposed when it names another leader."""
+        if state.leader != self.node:
+            if not self.deposed:
+                self.deposed = True
+                log.warning("%s-%d: replica %s is no longer the leader (%s leads in epoch %d)", self.topic,
+                            self.partition, self.node, state.leader, state.leader_epoch)
+                with self._cond:
+                    self._cond.notify_all()
+                if self._on_deposed is not None:
+                    self._on_deposed()
+            return
+        self._session_checked = True
+
+    def stop(self) -> None:
+        if self.zk is not None:
+            self.zk.remove_listener(self._on_session_state)
 
     @property
     def state(self):
@@ -125,13 +189,28 @@ class Leader:
             self._advance()
 
     def maintain(self) -> None:
-        """Shrink or expand the ISR by ``replica_lag_ms`` (timer thread)."""
+        """Shrink or expand the ISR by ``replica_lag_ms`` (timer thread).
+        While ZooKeeper is away nothing is read or written (the next call
+        tries again); the leader refuses writes meanwhile (:meth:`check_leading`)."""
+        if self.deposed or (self.zk is not None and not self.zk.connected):
+            return  # nothing to write; and a call would wait for ZooKeeper on the timer thread
+        try:
+            self._maintain()
+        except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as err:
+            log.info("%s-%d: ZooKeeper went away while the ISR was reviewed (%s); again later", self.topic,
+                     self.partition, type(err).__name__)
+
+    def _maintain(self) -> None:
         now = time.monotonic()
         if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_INTERVAL_S
             found = read_state(self.zk, self.paths, self.topic, self.partition)
-            if found is not None and found[1] != self._version:
-                self._adopt(*found)
+            if found is not None:
+                self._check_state(found[0])
+                if self.deposed:
+                    return
+                if found[1] != self._version:
+                    self._adopt(*found)
         lag_s = self.config.replica_lag_ms / 1000.0
         with self._cond:
             self._advance()
@@ -147,6 +226,9 @@ class Leader:
         version = compare_and_set(self.zk, self.paths, self.topic, self.partition, proposed, self._version)
         if version is None:  # changed by someone else: take what is there
             proposed, version = read_state(self.zk, self.paths, self.topic, self.partition)
+            self._check_state(proposed)
+            if self.deposed:
+                return
         log.info("%s-%d ISR is now %s", self.topic, self.partition, list(proposed.isr))
         self._adopt(proposed, version)
 
@@ -181,6 +263,7 @@ class Leader:
         with self._cond:
             self._advance()
             while self._committed < target:
+                self.check_leading()
                 self.check_isr()
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -208,13 +291,23 @@ class ClientView:
 
     def before_acks_all(self) -> None:
         """The data server's check before an ``acks="all"`` append."""
+        self._leader.check_leading()
         self._leader.check_isr()
+
+    def append(self, data, *args, **kwargs):
+        self._leader.check_leading()
+        return self._log.append(data, *args, **kwargs)
+
+    def append_sequenced(self, *args, **kwargs):
+        self._leader.check_leading()
+        return self._log.append_sequenced(*args, **kwargs)
 
     def flush(self) -> bool:
         self._leader.check_isr()
         target = self._log.log_end_offset
         flushed = self._log.flush()
         self._leader.wait_committed(target, self._log.config.replica_lag_ms / 1000.0)
+        self._leader.check_leading()  # no acks="all" answered by a replica that may have lost the lead
         return flushed
 
     def read(self, offset: int, max_bytes: int):

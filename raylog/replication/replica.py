@@ -29,10 +29,13 @@ MAINTAIN_INTERVAL_S = 0.1
 
 class ReplicaRole:
     """``on_promoted()``: called (on the follower's thread) once this
-    follower has become the leader; the actor registers its endpoint then."""
+    follower has become the leader; the actor registers its endpoint then.
+    ``on_deposed()``: called (on the timer thread) once this leader finds
+    that another replica leads; the actor ends its process then, and Ray
+    starts it again as a follower."""
 
     def __init__(self, zk, registry, topic: str, partition: int, node: str, partition_log, token: bytes,
-                 on_promoted=None):
+                 on_promoted=None, on_deposed=None):
         found = read_state(zk, registry.paths, topic, partition)
         if found is None:
             raise ConfigError(f"{topic}-{partition} has no replication state in ZooKeeper; it is not replicated")
@@ -47,6 +50,7 @@ class ReplicaRole:
         self._views: dict[str, object] = {}
         self._next_maintain = 0.0
         self._on_promoted = on_promoted
+        self._on_deposed = on_deposed
         if self.is_leader:
             self._lead(state, version)
         else:
@@ -55,7 +59,8 @@ class ReplicaRole:
             self.follower.start()
 
     def _lead(self, state, version) -> None:
-        self.leader = Leader(self.zk, self.paths, self.topic, self.partition, self.node, self.log, state, version)
+        self.leader = Leader(self.zk, self.paths, self.topic, self.partition, self.node, self.log, state, version,
+                             on_deposed=self._on_deposed)
         self._client_view = ClientView(self.leader)
         self.is_leader = True
 
@@ -108,3 +113,5 @@ class ReplicaRole:
     def stop(self) -> None:
         if self.follower is not None:
             self.follower.stop()
+        if self.leader is not None:
+            self.leader.stop()

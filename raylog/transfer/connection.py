@@ -16,6 +16,13 @@ good. Errors:
   CorruptMessageError ...);
 * a socket failure (refused, reset, closed by the server) raises
   :class:`BrokerUnavailableError` (retriable) saying what happened;
+* a connection not set up within ``connect_timeout_s`` (default
+  :data:`raylog.config.CONNECT_TIMEOUT_MS`, never more than ``timeout_s``)
+  raises :class:`BrokerUnavailableError` too: a host cut off drops the SYN,
+  and a connect must not hold its caller for a whole request timeout;
+* a peer that acknowledges nothing for :data:`raylog.config.DEAD_PEER_MS`
+  (TCP keep-alive and ``TCP_USER_TIMEOUT``: a host cut off while a request
+  waits) ends the connection: :class:`BrokerUnavailableError` as well;
 * no reply within ``timeout_s`` (plus the request's ``max_wait_ms`` for a
   long poll) raises :class:`RequestTimeoutError` (retriable).
 
@@ -50,7 +57,7 @@ from __future__ import annotations
 import socket
 from typing import NamedTuple, Sequence
 
-from raylog.config import KiB, MiB
+from raylog.config import CONNECT_TIMEOUT_MS, DEAD_PEER_MS, KiB, MiB
 from raylog.errors import (
     AuthenticationError,
     BrokerUnavailableError,
@@ -96,6 +103,21 @@ PIPELINE_BYTES = 4 * MiB
 #: copied behind their header
 GATHER_THRESHOLD = 64 * KiB
 
+def _detect_dead_peer(sock: socket.socket) -> None:
+    """A peer that acknowledges nothing for :data:`DEAD_PEER_MS` ends the
+    connection (a host cut off: its link down, its process alive): keep-alive
+    probes on an idle connection (a long poll, a reply not yet due) and a
+    bound on unacknowledged data (Linux; elsewhere only the request timeout
+    applies)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle_s = max(1, DEAD_PEER_MS // 3000)
+    for name, value in (("TCP_KEEPIDLE", idle_s), ("TCP_KEEPINTVL", idle_s), ("TCP_KEEPCNT", 3),
+                        ("TCP_USER_TIMEOUT", DEAD_PEER_MS)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 class FetchResult(NamedTuple):
     """A fetch reply: ``data`` is the log from ``offset`` on as the server sent
     it (whole messages, possibly a partial last one; empty when nothing is
@@ -125,11 +147,17 @@ class BrokerConnection(SocketIO, ReplyReader):
         timeout_s: float = 30.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         socket_buffer_bytes: int | None = None,
+        connect_timeout_s: float | None = None,
     ):
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
+        if connect_timeout_s is None:
+            connect_timeout_s = CONNECT_TIMEOUT_MS / 1000.0
+        if connect_timeout_s <= 0:
+            raise ConfigError(f"connect_timeout_s must be positive, got {connect_timeout_s}")
         self.host, self.port = host, port
         self.timeout_s = timeout_s
+        self.connect_timeout_s = min(connect_timeout_s, timeout_s)
         self.max_frame_bytes = max_frame_bytes
         self._token = bytes(token) if token is not None else None
         self._socket_buffer_bytes = socket_buffer_bytes
@@ -159,10 +187,11 @@ class BrokerConnection(SocketIO, ReplyReader):
             return
         where = f"{self.host}:{self.port}"
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
         except socket.timeout:
             raise BrokerUnavailableError(
-                f"connecting to {where} timed out after {self.timeout_s}s; the endpoint may be restarting",
+                f"connecting to {where} timed out after {self.connect_timeout_s:g}s; its host may be "
+                f"unreachable or the endpoint moved: look it up again and retry",
                 host=self.host,
                 port=self.port,
             ) from None
@@ -173,6 +202,7 @@ class BrokerConnection(SocketIO, ReplyReader):
         try:
             sock.settimeout(None)  # blocking; the kernel enforces the timeouts
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _detect_dead_peer(sock)
             if self._socket_buffer_bytes:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._socket_buffer_bytes)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._socket_buffer_bytes)

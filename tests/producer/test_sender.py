@@ -103,6 +103,9 @@ class FakePartition:
         self.offset += len(payload)
         return base
 
+    def connect(self):
+        pass
+
     def close(self):
         pass
 

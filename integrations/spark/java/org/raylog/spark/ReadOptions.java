@@ -31,7 +31,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *       this plus 64 KiB</td><td>1 MiB</td></tr>
  *   <tr><td>max_inflated_bytes</td><td>the topic's bound on a compressed wrapper's inflated
  *       inner set (topic setting max_inflated_bytes)</td><td>8 times max_message_bytes</td></tr>
- *   <tr><td>timeout_ms</td><td>connect and read timeout of the data socket</td><td>30000</td></tr>
+ *   <tr><td>timeout_ms</td><td>read timeout of the data socket (a connect waits at most 2 s of it)</td><td>30000</td></tr>
  *   <tr><td>fail_on_data_loss</td><td>a range deleted by retention since planning fails the
  *       task (true) or is skipped and logged (false)</td><td>true</td></tr>
  *   <tr><td>locality</td><td>prefer the ranges' locations</td><td>true</td></tr>
