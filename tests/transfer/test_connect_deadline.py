@@ -109,7 +109,7 @@ def test_a_connect_deadline_is_never_longer_than_the_request_timeout():
 
 
 def test_a_producer_whose_endpoint_moved_off_a_silent_host_delivers_within_its_deadline(
-    silent_host, raylog_client, make_topic, zk
+    silent_host, raylog_client, make_topic
 ):
     """The producer's cached endpoint is a cut-off host (it looked it up
     before the cut; ZooKeeper now names the live actor): a plain producer,
@@ -119,6 +119,7 @@ def test_a_producer_whose_endpoint_moved_off_a_silent_host_delivers_within_its_d
     warmup = raylog_client.producer(acks="all", linger_ms=1)
     warmup.send(topic, b"before").result()
     warmup.close()
+    zk = registry.zk  # a token holder's session: only such a one may write an endpoint
     path = registry.paths.endpoint(topic, 0)
     real, _ = zk.get(path)
     moved = dict(json.loads(real), host=silent_host.address[0], port=silent_host.address[1])
