@@ -411,3 +411,10 @@ class FaultInjectionError(RaylogError, AssertionError):
     """A fault of the test kit (:mod:`raylog.testing.faults`) did not happen,
     or the client did not recover, in time. An ``AssertionError`` too, so a
     test reports it as a failure; check the kit's preconditions."""
+
+
+class DataDirInUseError(RaylogError):
+    """Another running process owns the data directory (its embedded
+    ZooKeeper and partition logs): close that process's client first, or
+    pass another ``data_dir``. Not retriable: the owner holds it until it
+    closes or exits (a dead owner's lock is gone with it)."""
