@@ -413,6 +413,7 @@ class FaultInjectionError(RaylogError, AssertionError):
     test reports it as a failure; check the kit's preconditions."""
 
 
+@_code(80)  # a code apart from the run of 70s that other errors take
 class DataDirInUseError(RaylogError):
     """Another running process owns the data directory (its embedded
     ZooKeeper and partition logs): close that process's client first, or
