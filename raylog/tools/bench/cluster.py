@@ -61,13 +61,12 @@ def _environ(**values):
 
 class LocalCluster:
     """A local autoscaling cluster started for one run and stopped by PID."""
-    def __init__(self, timeout_s: float):
-
-
+    def __init__(self, timeout_s: float, cluster: str = "bench"):
         self.module = _local_cluster_module()
         self.state_dir = tempfile.mkdtemp(prefix="raylog-autoscale-", dir="/tmp")  # short: Ray's socket paths
         self.args = argparse.Namespace(
-            state_dir=self.state_dir, port=free_port(), zookeeper_port=0, disk_nodes=0, timeout_s=timeout_s
+            state_dir=self.state_dir, port=free_port(), zookeeper_port=0, disk_nodes=0, timeout_s=timeout_s,
+            cluster=cluster,  # the raylog cluster whose supervisor the helper starts
         )
         self.data_dir = os.path.join(self.state_dir, "data")
         self.zookeeper = self.ray_address = None
