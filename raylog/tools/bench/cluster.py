@@ -76,7 +76,7 @@ class LocalCluster:
         try:
             # What the helper prints (how to use and stop the cluster by
             # hand) is not for the bench's user.
-            with contextlib.redirect_stdout(io.StringIO()), \
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
                     _environ(AUTOSCALER_UPDATE_INTERVAL_S=str(AUTOSCALER_UPDATE_INTERVAL_S)):
                 self.module.start(self.args)
         except SystemExit as err:  # the helper reports its failures so
