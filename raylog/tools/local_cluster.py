@@ -322,7 +322,7 @@ def stop(args) -> None:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    print(f"stopped {len(procs)} Ray processes", file=sys.stderr)
+    print(f"stopped {len(procs)} Ray processes")  # the result: stdout, as the ZooKeeper's stop below
     if state.get("zookeeper_data_dir") and os.path.exists(os.path.join(state["zookeeper_data_dir"], "raylog-zookeeper.pid")):
         subprocess.run([sys.executable, "-m", "raylog.tools.cli", "zookeeper", "stop", "--data-dir",
                         state["zookeeper_data_dir"]], check=False)
