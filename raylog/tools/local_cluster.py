@@ -158,6 +158,22 @@ def _token_mode() -> bool:
     )
 
 
+def _join(ray, address: str, deadline: float) -> None:
+    """``ray.init`` on the head just started: on a loaded machine its GCS
+    may accept connections before the head node has registered, so a failed
+    join is tried again (every 2 s) until ``deadline``."""
+    while True:
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            return
+        except (ConnectionError, RuntimeError):
+            if ray.is_initialized():
+                ray.shutdown()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
+
+
 def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluster: str) -> int:
     """Ask the autoscaler for ``count`` disk nodes and wait for them
     (bounded); then start raylog's supervisor, which serves every topic
@@ -171,7 +187,7 @@ def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluste
     from ray.autoscaler.sdk import request_resources  # heavy (Ray): imported when used
 
 
-    ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    _join(ray, address, time.monotonic() + timeout_s)
     try:
         alive = 0
         if count:
