@@ -1,6 +1,6 @@
 """raylog: durable, partitioned, replayable logs on a Ray cluster.
 
-The public API (see the README and DESIGN §5)::
+The public API (see the README and docs/design.md §5)::
 
     import raylog
     client = raylog.connect()

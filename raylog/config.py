@@ -78,7 +78,7 @@ class TopicConfig:
     #: producer ids whose sequences a partition remembers (idempotence);
     #: the least recently active is forgotten first
     max_producer_ids: int = 10_000
-    #: replicas per partition, each on its own disk node (DESIGN section 7)
+    #: replicas per partition, each on its own disk node (docs/design.md section 7)
     replication_factor: int = 1
     #: the fewest in-sync replicas with which ``acks="all"`` is accepted
     min_insync_replicas: int = 1

@@ -434,3 +434,11 @@ class FaultInjectionError(RaylogError, AssertionError):
     """A fault of the test kit (:mod:`raylog.testing.faults`) did not happen,
     or the client did not recover, in time. An ``AssertionError`` too, so a
     test reports it as a failure; check the kit's preconditions."""
+
+
+@_code(80)  # a code apart from the run of 70s that other errors take
+class DataDirInUseError(RaylogError):
+    """Another running process owns the data directory (its embedded
+    ZooKeeper and partition logs): close that process's client first, or
+    pass another ``data_dir``. Not retriable: the owner holds it until it
+    closes or exits (a dead owner's lock is gone with it)."""

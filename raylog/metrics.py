@@ -25,7 +25,7 @@ partition actor:
 - ``raylog_partition_log_size_bytes`` (gauge): bytes in the segment files;
 - ``raylog_partition_segments`` (gauge): number of segment files;
 - ``raylog_partition_recovery_truncated_bytes`` (counter): bytes recovery
-  cut off a torn or corrupt tail when the log was opened (DESIGN §3);
+  cut off a torn or corrupt tail when the log was opened (docs/design.md §3);
 - ``raylog_partition_recovery_damaged_bytes`` (counter): damaged flushed
   bytes recovery found and kept (readers skip them with
   ``consumer.skip_corrupt()``);

@@ -6,7 +6,7 @@ delete, reset their committed offsets).
 the client's ``settings``, ``metadata`` and ``_zk``. Each question goes to
 the partition's data server at an endpoint looked up afresh in ZooKeeper
 (an admin call is rare; a stale cache would answer for a moved actor).
-Offsets are byte offsets of message starts (DESIGN §2).
+Offsets are byte offsets of message starts (docs/design.md §2).
 
 Thread-safety: as the client's; every call opens its own connections.
 """

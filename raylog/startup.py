@@ -16,14 +16,17 @@ Ray is imported inside :func:`connect` (heavy, lazy on purpose).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
+import sys
 import tempfile
 
 from raylog import _log
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import DEFAULT_DATA_DIR, Client
+from raylog.errors import DataDirInUseError
 from raylog.ray_join import check_ray_reachable, present_ray_token
 from raylog.zk.server import EmbeddedZooKeeper
 from raylog.zk.session import connect_kazoo
@@ -32,6 +35,69 @@ from raylog.zk.session import connect_kazoo
 EMBEDDED_ZOOKEEPER_DIR = ".zookeeper"
 #: the node label of the embedded default's single Ray node
 LOCAL_NODE = "local"
+#: the lock file of the embedded default's kept data_dir (one owner at a time)
+DATA_DIR_LOCK = ".raylog-owner.lock"
+
+
+class DataDirLock:
+    """The exclusive ownership of an embedded default's kept ``data_dir``:
+    an ``flock`` on ``<data_dir>/.raylog-owner.lock``, which holds the
+    owner's pid and command line (for the error a second owner gets).
+
+    The kernel drops the lock when its file is closed, so a process that
+    dies (even by SIGKILL) leaves no lock behind: a stale file never
+    blocks. ``flock`` locks belong to the open file, so a second
+    ``connect(data_dir=D)`` in the same process is refused too.
+
+    Thread-safety: :meth:`release` may be called once from any thread.
+    """
+
+    def __init__(self, data_dir: str):
+        os.makedirs(data_dir, exist_ok=True)
+        self.path = os.path.join(os.path.abspath(data_dir), DATA_DIR_LOCK)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # close-on-exec: children never hold it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            os.close(fd)
+            pid, _, command = owner.partition(" ")
+            raise DataDirInUseError(
+                f"data_dir {os.path.dirname(self.path)} is in use by pid {pid or '?'} "
+                f"({command or 'command unknown'}): close that process's client (or stop it) first, "
+                f"or pass another data_dir",
+                data_dir=os.path.dirname(self.path), pid=int(pid) if pid.isdigit() else None, command=command,
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {' '.join([sys.executable, *sys.argv])}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # drops the lock; the file stays (harmless when unlocked)
+
+
+class _LockedZooKeeper:
+    """The embedded ZooKeeper of a kept data_dir together with the
+    directory's lock: :meth:`stop` (run by ``Client.close``) stops the
+    server, then releases the lock."""
+
+    def __init__(self, server: EmbeddedZooKeeper, lock: DataDirLock):
+        self._server = server
+        self._lock = lock
+
+    def stop(self) -> None:
+        try:
+            self._server.stop()
+        finally:
+            self._lock.release()
+
+    def __getattr__(self, name):
+        return getattr(self._server, name)
 
 
 def connect(
@@ -77,6 +143,7 @@ def connect(
     if isinstance(token, str):
         token = token.encode()
     embedded_zk = None
+    data_dir_lock = None
     owns_ray = False
     owned_data_dir = None
     zk = None
@@ -88,6 +155,10 @@ def connect(
             # With a kept data_dir the topics are kept too: ZooKeeper's data
             # lives beside the logs, and the supervisor serves them again.
             zk_dir = None if data_dir is None else os.path.join(data_dir, EMBEDDED_ZOOKEEPER_DIR)
+            if data_dir is not None:
+                # One owner per data_dir: a second embedded ZooKeeper on the
+                # same data would write into this cluster.
+                data_dir_lock = DataDirLock(data_dir)
             embedded_zk = EmbeddedZooKeeper(data_dir=zk_dir).start()
             zookeeper = embedded_zk.connect_string
         data_host = None
@@ -129,7 +200,7 @@ def connect(
             data_dir=data_dir,
             token=token,
             data_host=data_host,
-            _owned_zookeeper=embedded_zk,
+            _owned_zookeeper=embedded_zk if data_dir_lock is None else _LockedZooKeeper(embedded_zk, data_dir_lock),
             _owns_ray=owns_ray,
             _owned_data_dir=owned_data_dir,
             _zk=zk,
@@ -151,6 +222,8 @@ def connect(
             ray.shutdown()
         if embedded_zk is not None:
             embedded_zk.stop()
+        if data_dir_lock is not None:
+            data_dir_lock.release()
         if owned_data_dir is not None:
             shutil.rmtree(owned_data_dir, ignore_errors=True)
         raise

@@ -1,4 +1,4 @@
-"""DESIGN section 5's public API block, run statement by statement.
+"""docs/design.md section 5's public API block (docs/design.md), run statement by statement.
 
 The block is a listing, not a script: it connects three ways, deletes the
 topic it then writes to, loops forever and leaves ``ray``, ``spark``,
@@ -7,7 +7,7 @@ written, in order, and only binds those names, recreates the topic after the
 delete, leaves the consumer's loop after one message and skips the
 existing-cluster ``connect`` (an address of the reader's); the stream,
 which starts at the latest offsets, is then sent two messages. The lines
-are read from DESIGN.md each run, so the block as it stands is what runs.
+are read from docs/design.md each run, so the block as it stands is what runs.
 The script runs in a fresh interpreter (its own Ray, ZooKeeper and Spark)
 and must leave nothing running.
 """
@@ -25,7 +25,7 @@ from tests.test_readme_examples import run_example
 
 pytestmark = pytest.mark.timeout(900)
 
-DESIGN = pathlib.Path(__file__).resolve().parents[2] / "shared" / "DESIGN.md"
+DESIGN = pathlib.Path(__file__).resolve().parents[1] / "docs" / "design.md"
 
 _EXISTING_CLUSTER = 'client = raylog.connect(zookeeper="host:2181", ray_address="auto")'
 
@@ -85,7 +85,6 @@ def _script(block: str, tmp_path) -> str:
     return script
 
 
-@pytest.mark.skipif(not DESIGN.exists(), reason="../shared/DESIGN.md is not beside the checkout")
 def test_design_section_5_runs_statement_by_statement(tmp_path):
     script = _script(design_api_block(), tmp_path)
     proc = run_example(script, tmp_path)

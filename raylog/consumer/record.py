@@ -18,7 +18,7 @@ and one derived property:
     where to resume after this message: store it (or commit it) once the
     message is processed, as Kafka users store ``offset + 1``. For a plain
     message it is ``offset + 22 + len(key) + len(value)`` (the size field,
-    the fixed header and the bytes; DESIGN §2).
+    the fixed header and the bytes; docs/design.md §2).
 
 **The wrapper rule.** Messages that arrived inside one compressed wrapper all
 report the wrapper's ``offset`` (a consumer can only resume at a wrapper
@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 #: bytes of a message that are not key or value: size, crc, magic,
-#: attributes, timestamp, key length (DESIGN §2)
+#: attributes, timestamp, key length (docs/design.md §2)
 HEADER_BYTES = 4 + 4 + 1 + 1 + 8 + 4
 
 

@@ -2,7 +2,7 @@
 
 Every member of a group computes the same assignment from the same read of
 ZooKeeper (the member ids with their subscriptions, and each subscribed
-topic's partition count), so no leader is needed (DESIGN §4).
+topic's partition count), so no leader is needed (docs/design.md §4).
 
 For each topic, the members subscribed to it are sorted by id and the
 partitions by number; member ``i`` of ``C`` takes a contiguous range of

@@ -1,4 +1,4 @@
-"""Committed offsets of consumer groups, stored in ZooKeeper (DESIGN §4).
+"""Committed offsets of consumer groups, stored in ZooKeeper (docs/design.md §4).
 
 One persistent node per (group, topic, partition)::
 
@@ -6,7 +6,7 @@ One persistent node per (group, topic, partition)::
 
 The value is the offset of the next message the group should read from the
 partition, so a consumer that takes over the partition starts there. Offsets
-are byte positions in the partition log (DESIGN §2); for a compressed message
+are byte positions in the partition log (docs/design.md §2); for a compressed message
 set only the wrapper's offset can be committed.
 
 :class:`OffsetStore` does no ownership checks: it is the storage layer.

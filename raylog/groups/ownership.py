@@ -1,6 +1,6 @@
 """The ZooKeeper operations of one group member, and nothing else.
 
-Nodes of a group (DESIGN §4)::
+Nodes of a group (docs/design.md §4)::
 
     consumers/<group>/ids/<consumer id>        ephemeral  {"topics": [...]}
     consumers/<group>/owners/<topic>/<p>       ephemeral  the owning consumer id

@@ -6,7 +6,7 @@ of it (the batch and the message's index), so that the hot path allocates
 almost nothing per message. ``send_batch`` hands out a :class:`CallFuture`
 over the batches its messages went to.
 
-Offsets (DESIGN §2): in an uncompressed set, message ``i`` is at the set's
+Offsets (docs/design.md §2): in an uncompressed set, message ``i`` is at the set's
 base offset plus the sizes of the messages before it; in a compressed set
 every message reports the wrapper's offset. With ``acks=0`` nothing comes
 back and every message reports offset ``-1``, as does a set the partition

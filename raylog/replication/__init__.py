@@ -1,4 +1,4 @@
-"""Replication of partitions (DESIGN section 7).
+"""Replication of partitions (docs/design.md section 7).
 
 A topic with ``replication_factor`` N > 1 has, per partition, N replica
 actors (:class:`raylog.actors.partition.PartitionActor`), each pinned to its

@@ -1,4 +1,4 @@
-"""The replication state of a partition in ZooKeeper (DESIGN section 4).
+"""The replication state of a partition in ZooKeeper (docs/design.md section 4).
 
 ``topics/<topic>/partitions/<p>/state`` (persistent) holds JSON::
 

@@ -3,7 +3,7 @@ partition's log, so that more than one kind of log can serve them.
 
 Two implementations: :class:`~raylog.storage.log.PartitionLog` (segment
 files on local disk, the real one) and :class:`~raylog.storage.memory.MemoryLog`
-(bytes in memory, for tests and tools). Both keep the contract of DESIGN §2
+(bytes in memory, for tests and tools). Both keep the contract of docs/design.md §2
 and §3: offsets are byte positions, appends are validated whole message sets
 and become visible at a flush, reads hand out bytes below the high watermark
 starting on a message boundary.

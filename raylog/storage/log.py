@@ -1,4 +1,4 @@
-"""The partition log (DESIGN §3): segments, append, flush, read, retention, recovery.
+"""The partition log (docs/design.md §3): segments, append, flush, read, retention, recovery.
 
 On disk a partition is a directory of segment files ``<base offset, 20
 digits>.log`` (:mod:`raylog.storage.segment`) plus a small checkpoint file,
@@ -121,7 +121,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
     the append that triggered it returns. A failed sync is raised (as
     :class:`StorageError`) by every later call.
 
-    Offsets are byte positions (DESIGN §2). ``flush_messages`` counts messages
+    Offsets are byte positions (docs/design.md §2). ``flush_messages`` counts messages
     as appended: a compressed wrapper counts as one.
     """
 

@@ -1,4 +1,4 @@
-"""The message format: the same bytes on disk and on the wire (DESIGN §2).
+"""The message format: the same bytes on disk and on the wire (docs/design.md §2).
 
 A message at byte offset ``o`` of a partition log, big-endian throughout::
 

@@ -1,4 +1,4 @@
-"""The time index of a segment (DESIGN §3): ``<base offset, 20 digits>.timeindex``.
+"""The time index of a segment (docs/design.md §3): ``<base offset, 20 digits>.timeindex``.
 
 A sparse map from time to byte offset, so that a reader can start at the
 first message written at or after a time (``OFFSETS_FOR_TIME``,

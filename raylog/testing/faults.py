@@ -274,7 +274,7 @@ def zookeeper_outage(server, seconds: float) -> None:
 
 # -- disk ----------------------------------------------------------------------------
 
-# size, crc, magic, attributes, timestamp, key_length (DESIGN section 2)
+# size, crc, magic, attributes, timestamp, key_length (docs/design.md section 2)
 _HEADER = struct.Struct(">IIBBqi")
 
 

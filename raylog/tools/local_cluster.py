@@ -23,8 +23,18 @@ the virtualenv of the Python that runs it:
    ``start``) is served again on its node, with no client call, and the
    logs of topics deleted meanwhile are removed.
 
-It writes the PIDs and addresses to ``<state dir>/cluster.json`` and prints
-the options that point ``raylog`` at the cluster.
+It writes the PIDs and addresses to ``<state dir>/cluster.json`` and prints,
+on stdout, the shell line that points ``raylog`` at the cluster::
+
+    export RAYLOG_ZOOKEEPER=127.0.0.1:41234 RAYLOG_RAY_ADDRESS=127.0.0.1:6390
+
+(so ``eval "$(python -m raylog.tools.local_cluster start)"`` sets it; what
+it does and how to stop it go to stderr). The ZooKeeper port chosen at the
+first start is kept in ``<state dir>/ports.json`` and used again by every
+later ``start`` (unless ``--zookeeper-port`` names another), so the exported
+address stays right across ``stop`` and ``start``; when another process
+has taken that port meanwhile, a new one is chosen, with a warning and a
+new export line.
 
 ``stop`` ends exactly what ``start`` started, by PID: the ``ray start``
 process and every process below it (GCS, raylets, the autoscaler, the
@@ -53,6 +63,40 @@ CONFIG = os.path.join(HERE, "configs", "local-autoscaling.yaml")
 DEFAULT_STATE_DIR = "/tmp/raylog-local"
 STATE_FILE = "cluster.json"
 BIN = os.path.dirname(sys.executable)
+
+
+#: the ports kept across stop and start (the ZooKeeper port clients were given)
+PORTS_FILE = "ports.json"
+
+
+def _saved_zookeeper_port(state_dir: str) -> int | None:
+    try:
+        with open(os.path.join(state_dir, PORTS_FILE)) as f:
+            port = json.load(f).get("zookeeper")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return port if isinstance(port, int) and 0 < port < 65536 else None
+
+
+def _save_zookeeper_port(state_dir: str, port: int) -> None:
+    tmp = os.path.join(state_dir, PORTS_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"zookeeper": port}, f)
+    os.replace(tmp, os.path.join(state_dir, PORTS_FILE))
+
+
+def _start_zookeeper(port: int, zk_dir: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "raylog.tools.cli", "zookeeper", "start", "--port", str(port), "--data-dir", zk_dir],
+        capture_output=True, text=True,
+    )
+
+
+def export_line(zookeeper: str, ray_address: str, cluster: str) -> str:
+    """The shell line that points ``raylog`` (and ``raylog.connect`` through
+    the CLI's variables) at the cluster."""
+    line = f"export RAYLOG_ZOOKEEPER={zookeeper} RAYLOG_RAY_ADDRESS={ray_address}"
+    return line + (f" RAYLOG_CLUSTER={cluster}" if cluster != "default" else "")
 
 
 def _state_path(state_dir: str) -> str:
@@ -114,6 +158,22 @@ def _token_mode() -> bool:
     )
 
 
+def _join(ray, address: str, deadline: float) -> None:
+    """``ray.init`` on the head just started: on a loaded machine its GCS
+    may accept connections before the head node has registered, so a failed
+    join is tried again (every 2 s) until ``deadline``."""
+    while True:
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            return
+        except (ConnectionError, RuntimeError):
+            if ray.is_initialized():
+                ray.shutdown()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
+
+
 def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluster: str) -> int:
     """Ask the autoscaler for ``count`` disk nodes and wait for them
     (bounded); then start raylog's supervisor, which serves every topic
@@ -127,7 +187,7 @@ def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluste
     from ray.autoscaler.sdk import request_resources  # heavy (Ray): imported when used
 
 
-    ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    _join(ray, address, time.monotonic() + timeout_s)
     try:
         alive = 0
         if count:
@@ -157,17 +217,20 @@ def start(args) -> None:
     state = {"state_dir": state_dir, "ray_temp_dir": temp_dir, "zookeeper_data_dir": zk_dir}
     _save_state(state_dir, state)
 
-    # 1. ZooKeeper
-    out = subprocess.run(
-        [sys.executable, "-m", "raylog.tools.cli", "zookeeper", "start", "--port", str(args.zookeeper_port),
-         "--data-dir", zk_dir],
-        capture_output=True, text=True,
-    )
+    # 1. ZooKeeper, on the port its clients were given at the first start
+    saved = _saved_zookeeper_port(state_dir)
+    port = args.zookeeper_port or saved or 0
+    out = _start_zookeeper(port, zk_dir)
+    if out.returncode != 0 and not args.zookeeper_port and saved is not None:
+        print(f"warning: ZooKeeper's port {saved} of the earlier starts is not free now ({out.stderr.strip()}); "
+              f"using another one: export the new address below", file=sys.stderr)
+        out = _start_zookeeper(0, zk_dir)
     if out.returncode != 0:
         raise SystemExit(out.stderr.strip())
     match = re.search(r"at (\S+) \(pid (\d+)", out.stdout)
     state.update(zookeeper=match.group(1), zookeeper_pid=int(match.group(2)))
     _save_state(state_dir, state)
+    _save_zookeeper_port(state_dir, int(state["zookeeper"].rsplit(":", 1)[1]))
 
     # 2. the Ray head with the fake multi-node autoscaler
     config = _config(args.port, os.path.join(state_dir, "autoscaling.yaml"))
@@ -197,11 +260,14 @@ def start(args) -> None:
     except BaseException:
         stop(args)
         raise
-    print(f"Ray head {address} (pid {head.pid}), ZooKeeper {state['zookeeper']}; state in {state_dir}")
+    print(f"Ray head {address} (pid {head.pid}), ZooKeeper {state['zookeeper']}; state in {state_dir}",
+          file=sys.stderr)
     # raylog presents Ray's token by itself (raylog.connect); other drivers
     # need RAY_AUTH_MODE=token when _token_mode() holds.
-    print(f"use: raylog --zookeeper {state['zookeeper']} --ray-address {address} topics create clicks --partitions 4")
-    print(f"stop: {sys.executable} -m raylog.tools.local_cluster stop --state-dir {state_dir}")
+    print("point raylog at it with the line below (then: raylog topics create clicks --partitions 4); "
+          f"stop it with: {sys.executable} -m raylog.tools.local_cluster stop --state-dir {state_dir}",
+          file=sys.stderr)
+    print(export_line(state["zookeeper"], address, args.cluster))
 
 
 # -- stopping by PID -----------------------------------------------------------
@@ -272,7 +338,7 @@ def stop(args) -> None:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    print(f"stopped {len(procs)} Ray processes", file=sys.stderr)
+    print(f"stopped {len(procs)} Ray processes")  # the result: stdout, as the ZooKeeper's stop below
     if state.get("zookeeper_data_dir") and os.path.exists(os.path.join(state["zookeeper_data_dir"], "raylog-zookeeper.pid")):
         subprocess.run([sys.executable, "-m", "raylog.tools.cli", "zookeeper", "stop", "--data-dir",
                         state["zookeeper_data_dir"]], check=False)

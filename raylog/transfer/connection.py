@@ -287,7 +287,7 @@ class BrokerConnection(SocketIO, ReplyReader):
         producer_id: int = NO_PRODUCER_ID,
         sequence: int = NO_SEQUENCE,
     ) -> int | None:
-        """Append ``message_set`` (whole messages, DESIGN §2) to the partition.
+        """Append ``message_set`` (whole messages, docs/design.md §2) to the partition.
 
         acks=1 (appended) and acks=-1 (flushed and visible) return the base
         offset (the offset of the set's first message); acks=0 returns

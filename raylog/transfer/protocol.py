@@ -41,7 +41,7 @@ PRODUCE, version 0
     8. acks           i8   0: no reply at all (the paper's default); 1: reply
                            with the base offset once the log has the set
     9. set length     i32  must equal the bytes left in the frame
-    10. message set   bytes, whole messages in the format of DESIGN §2
+    10. message set   bytes, whole messages in the format of docs/design.md §2
 
 PRODUCE, version 1 (idempotent producers and acks=-1)
     5. topic length   u16

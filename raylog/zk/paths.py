@@ -1,4 +1,4 @@
-"""The ZooKeeper layout of a raylog cluster (DESIGN §4), in one place.
+"""The ZooKeeper layout of a raylog cluster (docs/design.md §4), in one place.
 
 Everything lives under ``/raylog/<cluster name>``:
 

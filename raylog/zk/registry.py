@@ -1,5 +1,5 @@
 """The cluster registry: topics, partition placement and partition endpoints
-in ZooKeeper (the layout of DESIGN §4, built by :class:`raylog.zk.paths.Paths`).
+in ZooKeeper (the layout of docs/design.md §4, built by :class:`raylog.zk.paths.Paths`).
 
 ::
 

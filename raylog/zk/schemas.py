@@ -1,6 +1,6 @@
 """The schema registry: Avro schemas kept in ZooKeeper under numeric ids.
 
-Layout (under the cluster root ``/raylog/<cluster>``, DESIGN §4)::
+Layout (under the cluster root ``/raylog/<cluster>``, docs/design.md §4)::
 
     schemas/<id>                 persistent  the schema, as canonical JSON (below)
     schemas-by-hash/<sha256>     persistent  the id (ASCII) of the schema whose

@@ -104,10 +104,28 @@ def test_aws_setup_installs_raylog_with_the_pinned_constraints():
     checkout = next(remote for remote, local in mounts.items() if local == ".")
     installs = [c for c in config["setup_commands"] if "pip install" in c and "constraints.txt" in c]
     assert installs, config["setup_commands"]
-    assert re.search(r"-c \S*raylog/constraints\.txt -e \S*raylog\b", installs[0])
+    assert re.search(r"-c \S*raylog/constraints\.txt \S*raylog-dist/raylog-\*\.whl", installs[0])
     assert checkout.endswith("/raylog") and os.path.exists(os.path.join(REPO, "constraints.txt"))
     assert any("openjdk" in c for c in config["setup_commands"])  # ZooKeeper and Spark need java
     assert "~/.ray/auth_token" in mounts.values()
+
+
+def test_aws_nodes_install_a_built_wheel_not_an_editable_checkout():
+    """Every node builds a wheel of the mounted checkout and installs it
+    (as users install raylog): no editable install anywhere, the wheel
+    built before it is installed, and this build put in place of an earlier
+    one of the same version."""
+    config = _load("cluster-aws.yaml")
+    commands = [c for key in ("setup_commands", "head_setup_commands", "worker_setup_commands")
+                for c in config.get(key) or []]
+    assert not any(re.search(r"pip install\b.*(\s-e\s|--editable)", c) for c in commands), commands
+    setup = config["setup_commands"]
+    checkout = next(remote for remote, local in config["file_mounts"].items() if local == ".")
+    build = [i for i, c in enumerate(setup) if re.search(r"pip wheel .*--no-deps -w ~/raylog-dist ~/raylog$", c)]
+    install = [i for i, c in enumerate(setup) if "pip install" in c and "raylog-dist/raylog-*.whl" in c]
+    assert len(build) == 1 and len(install) == 2 and build[0] < min(install), setup
+    assert "--force-reinstall" in setup[max(install)] and "--no-deps" in setup[max(install)]
+    assert checkout.replace("/home/ubuntu", "~") == "~/raylog"  # what the build reads
 
 
 def test_local_config_autoscales_disk_nodes_with_distinct_labels():

@@ -214,3 +214,34 @@ def test_connect_joins_a_token_auth_cluster_without_ray_auth_mode():
     finally:
         _stop(state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _exports(stdout: str) -> dict:
+    """The variables of the one ``export`` line ``start`` prints on stdout."""
+    (line,) = stdout.splitlines()
+    assert line.startswith("export "), stdout
+    return dict(item.split("=", 1) for item in line.split()[1:])
+
+
+def test_local_cluster_keeps_its_zookeeper_port_and_prints_the_export_line():
+    """``start`` prints only the export line on stdout; after ``stop`` and
+    ``start`` the exported ZooKeeper address is still right (its port kept
+    in the state dir), and raylog finds the cluster through the variables."""
+    from raylog.zk.launcher import free_port
+
+    state_dir = tempfile.mkdtemp(prefix="rl-")
+    port = free_port()
+    try:
+        first = _exports(_cluster("start", state_dir, "--port", str(port), "--cluster", "ports").stdout)
+        assert first["RAYLOG_ZOOKEEPER"] == _state(state_dir)["zookeeper"]
+        assert first["RAYLOG_RAY_ADDRESS"] == f"127.0.0.1:{port}" and first["RAYLOG_CLUSTER"] == "ports"
+        _stop(state_dir)
+
+        again = _exports(_cluster("start", state_dir, "--port", str(port), "--cluster", "ports").stdout)
+        assert again == first  # the same ZooKeeper port: the exported line is still right
+        proc = subprocess.run([sys.executable, "-m", "raylog.tools.cli", "topics", "list", "--json"],
+                              capture_output=True, text=True, env=_env(**again), timeout=120)
+        assert proc.returncode == 0 and json.loads(proc.stdout) == [], proc.stderr[-4000:]
+    finally:
+        _stop(state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)

@@ -20,7 +20,7 @@ def test_commit_then_committed_round_trip(zk, cluster_name):
     store.commit("g", "clicks", 3, 1234)
     assert store.committed("g", "clicks", 3) == 1234
     data, _ = zk.get(Paths(cluster_name).offset("g", "clicks", 3))
-    assert data == b"1234"  # the layout of DESIGN §4: ASCII digits
+    assert data == b"1234"  # the layout of docs/design.md §4: ASCII digits
 
 
 def test_a_later_commit_overwrites_and_may_move_back(zk, cluster_name):

@@ -1,8 +1,9 @@
 """The autoscaled benchmark's own logic (raylog.tools.bench, bench/autoscale.py,
 raylog/tools/configs/bench-autoscale.yaml) and the argument handling of ``raylog bench``.
 
-No cluster runs here: a real run starts a local autoscaling cluster and
-takes minutes, so it is run by hand (see the README's benchmarks section).
+One end-to-end run (one short phase, one disk node, one partition) starts
+the bench's own local autoscaling cluster and stops it; the full run takes
+minutes and is run by hand (see the README's benchmarks section).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
 SCRIPT = os.path.join(REPO, "bench", "autoscale.py")
 
 
-def _run(*cmd) -> subprocess.CompletedProcess:
+def _run(*cmd, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYLOG_") and k != "RAY_ADDRESS"}
-    return subprocess.run(list(cmd), capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(list(cmd), capture_output=True, text=True, env=env, timeout=timeout)
 
 
 # -- settings -------------------------------------------------------------------
@@ -228,3 +229,36 @@ def test_bad_bench_arguments_exit_2_before_any_cluster_starts(args, message):
 def test_bench_script_exits_like_the_command():
     proc = _run(sys.executable, SCRIPT, "--zookeeper", "127.0.0.1:2181", "--phase-seconds", "30")
     assert proc.returncode == 2 and "pass both or neither" in proc.stderr
+
+
+# -- end to end ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+def test_bench_runs_end_to_end_on_its_own_cluster_and_stops_it(tmp_path):
+    """``raylog bench`` with one short phase: its cluster starts, a disk node
+    comes, the phase produces and consumes, the added node goes, and the
+    cluster is stopped (by PID) at the end."""
+    before = set(os.listdir("/tmp"))
+    proc = _run(RAYLOG, "bench", "--phases", "1", "--phase-seconds", "5", "--partitions", "1",
+                "--disk-nodes", "1", "--scale-down-timeout-s", "120", "--start-timeout-s", "300",
+                timeout=800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-5000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    events = [row["event"] for row in rows]
+    assert events[0] == "start" and events[-1] == "end", events
+    assert rows[0]["cluster"] == "local"
+    (topic,) = [row for row in rows if row["event"] == "topic"]
+    assert topic["partitions"] == 1
+    (phase,) = [row for row in rows if row["event"] == "phase"]
+    assert (phase["producers"], phase["consumers"]) == (1, 1)  # what the phase asked for
+    # how many got a CPU within the 5 s depends on the autoscaler and the
+    # machine's load; the producer sits on the disk node that is up already
+    assert phase["produced"] > 0, phase
+    assert 0 <= phase["consumers_running"] <= 1 and phase["consumed"] >= 0
+    assert "scale_down" in events
+    assert "PHASE" in proc.stdout  # the table after the JSON lines
+    # Its cluster is gone: no process names the state dir it made under /tmp.
+    made = [name for name in set(os.listdir("/tmp")) - before if name.startswith("raylog-autoscale-")]
+    assert not made, made  # removed after a run that did not fail

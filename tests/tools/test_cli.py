@@ -12,6 +12,7 @@ this process's environment and the subprocesses inherit.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -142,8 +143,10 @@ def test_bad_usage_exits_2():
         ["topics", "reassign", "t", "--replace", "a"],
     ):
         proc = raylog(*args)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert "Usage: raylog" in proc.stderr and "Traceback" not in proc.stderr
+        # one line: what is wrong and where the help is; nothing on stdout
+        assert_one_error_line(proc, 2, "(see 'raylog")
+        assert len(proc.stderr.splitlines()) == 1 and not proc.stdout, (args, proc.stderr)
+        assert "Usage:" not in proc.stderr
 
 
 def test_a_bad_topic_setting_exits_2_with_one_error_line():
@@ -186,6 +189,16 @@ def test_topics_create_list_describe_delete(cluster, raylog_client):
     proc = raylog(*cluster, "topics", "list")
     assert proc.returncode == 0, proc.stderr
     assert name in proc.stdout.splitlines()
+    proc = raylog(*cluster, "topics", "list", "--json")
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert name in json.loads(proc.stdout)
+
+    proc = raylog(*cluster, "topics", "describe", name, "--json")
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["topic"] == name and info["config"]["partitions"] == 2 and info["config"]["flush_ms"] == 10
+    assert [(p["partition"], p["node"], p["served"], p["log_start_offset"], p["high_watermark"])
+            for p in info["partitions"]] == [(0, "local", True, 0, 0), (1, "local", True, 0, 0)]
 
     proc = raylog(*cluster, "topics", "describe", name)
     assert proc.returncode == 0, proc.stderr
@@ -351,6 +364,15 @@ def test_consume_in_a_group_commits_and_groups_show_the_lag(cluster, make_topic,
     proc = raylog(*cluster, "groups", "list")
     assert proc.returncode == 0, proc.stderr
     assert group in proc.stdout.splitlines()
+    proc = raylog(*cluster, "groups", "list", "--json")
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert group in json.loads(proc.stdout)
+
+    proc = raylog(*cluster, "groups", "describe", group, "--json")
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert (row["topic"], row["partition"], row["owner"], row["committed"], row["end_offset"],
+            row["lag_bytes"]) == (topic, 0, None, 4 * size, end, end - 4 * size)
 
     proc = raylog(*cluster, "groups", "describe", group)
     assert proc.returncode == 0, proc.stderr
@@ -397,6 +419,7 @@ def test_groups_reset_offsets_dry_run_execute_and_delete(cluster, make_topic, ra
 
     proc = raylog(*cluster, "groups", "delete", group)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"Deleted consumer group {group}." and not proc.stderr  # a result: stdout
     assert group not in raylog(*cluster, "groups", "list").stdout.splitlines()
     assert_one_error_line(raylog(*cluster, "groups", "delete", group), 1, group)
 
@@ -478,3 +501,37 @@ def test_zookeeper_start_on_a_busy_port_fails_clearly(tmp_path, zookeeper):
         assert_one_error_line(proc, 1, "ZooKeeper did not start", "port is in use")
     finally:
         _kill_if_left(os.path.join(data_dir, "raylog-zookeeper.pid"))
+
+
+# -- the token ---------------------------------------------------------------
+
+
+def test_token_prints_the_cluster_token_that_a_process_outside_ray_can_use(cluster, make_topic, raylog_client):
+    name = raylog_client.settings.cluster
+    proc = raylog("--cluster", name, "token")
+    assert proc.returncode == 0, proc.stderr
+    token = proc.stdout.strip()
+    assert proc.stdout == token + "\n" and len(token) >= 32  # the token alone on stdout
+    (warning,) = proc.stderr.splitlines()
+    assert warning.startswith("warning: ") and "secret" in warning and token not in proc.stderr
+
+    # A process outside Ray, which cannot derive the token, works with it ...
+    topic = make_topic(partitions=1)
+    outside = _clean_env(RAY_AUTH_MODE="disabled")
+    proc = raylog(*cluster, "produce", topic, input="a\nb\n", env={**outside, "RAYLOG_TOKEN": token})
+    assert proc.returncode == 0, proc.stderr
+    proc = raylog(*cluster, "consume", topic, "--from-beginning", "--max-messages", "2",
+                  env={**outside, "RAYLOG_TOKEN": token})
+    assert proc.returncode == 0 and proc.stdout.splitlines() == ["a", "b"], proc.stderr
+    # ... and is refused with another one, nothing stored
+    proc = raylog(*cluster, "produce", topic, input="c\n", env={**outside, "RAYLOG_TOKEN": "0" * len(token)})
+    assert_one_error_line(proc, 1, "token")
+    proc = raylog(*cluster, "consume", topic, "--from-beginning", "--max-messages", "3", "--timeout-ms", "3000",
+                  env={**outside, "RAYLOG_TOKEN": token})
+    assert proc.stdout.splitlines() == ["a", "b"], proc.stderr
+
+
+def test_token_without_a_ray_token_or_a_ray_cluster_says_what_to_do():
+    proc = raylog("--ray-address", f"127.0.0.1:{free_port()}", "token", env=_clean_env(RAY_AUTH_MODE="disabled"))
+    assert_one_error_line(proc, 1, "Ray cluster")
+    assert not proc.stdout

@@ -95,7 +95,7 @@ def test_register_then_get_round_trips(schemas, zk, cluster_name):
     assert got == canonical_schema(CLICK_V1)[0]
     assert got["name"] == "web.Click"
     assert [f["name"] for f in got["fields"]] == ["user", "ts"]
-    # stored where DESIGN §4 says, as JSON
+    # stored where docs/design.md §4 says, as JSON
     data, _ = zk.get(Paths(cluster_name).schema(schema_id))
     assert json.loads(data) == got
 

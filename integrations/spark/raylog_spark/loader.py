@@ -10,7 +10,7 @@ tracks its own offsets.
 Each run reads everything since the group's committed offsets (a partition
 the group never committed starts at its log start) up to the end offsets
 snapshot when the run starts, and :meth:`IncrementalLoad.commit` stores
-those end offsets as the group's committed offsets (DESIGN §4
+those end offsets as the group's committed offsets (docs/design.md §4
 ``consumers/<group>/offsets/<topic>/<p>``, the nodes consumer groups use).
 A run that fails before ``commit`` leaves the offsets where they were, so
 the next run reads the same ranges again (and more, if more came): every

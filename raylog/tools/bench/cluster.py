@@ -61,13 +61,12 @@ def _environ(**values):
 
 class LocalCluster:
     """A local autoscaling cluster started for one run and stopped by PID."""
-    def __init__(self, timeout_s: float):
-
-
+    def __init__(self, timeout_s: float, cluster: str = "bench"):
         self.module = _local_cluster_module()
         self.state_dir = tempfile.mkdtemp(prefix="raylog-autoscale-", dir="/tmp")  # short: Ray's socket paths
         self.args = argparse.Namespace(
-            state_dir=self.state_dir, port=free_port(), zookeeper_port=0, disk_nodes=0, timeout_s=timeout_s
+            state_dir=self.state_dir, port=free_port(), zookeeper_port=0, disk_nodes=0, timeout_s=timeout_s,
+            cluster=cluster,  # the raylog cluster whose supervisor the helper starts
         )
         self.data_dir = os.path.join(self.state_dir, "data")
         self.zookeeper = self.ray_address = None
@@ -77,7 +76,7 @@ class LocalCluster:
         try:
             # What the helper prints (how to use and stop the cluster by
             # hand) is not for the bench's user.
-            with contextlib.redirect_stdout(io.StringIO()), \
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
                     _environ(AUTOSCALER_UPDATE_INTERVAL_S=str(AUTOSCALER_UPDATE_INTERVAL_S)):
                 self.module.start(self.args)
         except SystemExit as err:  # the helper reports its failures so

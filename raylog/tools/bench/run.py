@@ -337,7 +337,7 @@ def run(settings: BenchSettings, emit: Callable[[dict], None] = _emit_line) -> l
     stops) a local autoscaling cluster unless ``settings`` name one."""
     settings.validate()
     with _sigterm_interrupts():
-        cluster = None if settings.external else LocalCluster(settings.start_timeout_s)
+        cluster = None if settings.external else LocalCluster(settings.start_timeout_s, settings.cluster)
         bar = _progress(len(settings.phases) * settings.phase_seconds)
         try:
             if cluster is not None:

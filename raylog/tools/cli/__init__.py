@@ -7,6 +7,7 @@
 * :mod:`~raylog.tools.cli.audit`: ``audit``;
 * :mod:`~raylog.tools.cli.bench`: ``bench``;
 * :mod:`~raylog.tools.cli.zookeeper`: ``zookeeper``;
+* :mod:`~raylog.tools.cli.token`: ``token`` (the cluster's data token, for users outside Ray);
 * ``faults`` (here): the fault checker of :mod:`raylog.testing.runner`.
 
 After Kafka's tools: topics, a console
@@ -24,6 +25,7 @@ benchmark, and a local ZooKeeper.
     raylog --zookeeper 127.0.0.1:2181 audit --topic clicks --group stats
     raylog bench --phases 1,2,3
     raylog zookeeper stop --data-dir /var/tmp/raylog-zk
+    export RAYLOG_TOKEN=$(raylog token)   # on a cluster node, for a process outside Ray
 
 Which cluster a command talks to: ``--zookeeper`` (the cluster's ZooKeeper)
 is enough for every command but ``topics create``, ``topics delete``,
@@ -35,11 +37,17 @@ create`` and ``topics list`` run on the embedded default of
 the command runs — ``bench`` starts a local autoscaling cluster of its own
 for the run, and the other cluster commands refuse to run.
 
+Output: a command's result (a listing, a table, the line that says what
+was done, a token) goes to stdout; notes, hints, progress and errors go to
+stderr. ``--json`` on the list and describe commands prints the result as
+one JSON document instead of text.
+
 Exit codes: 0 done; 1 a raylog error, printed as one line ``error:
 <message>`` on stderr (``audit``: also a window that fell short; ``topics
-repair``: a partition still not served); 2 bad usage or a bad setting; 130
-interrupted (Ctrl-C); ``consume``: 143 after SIGTERM (it commits first, as
-after Ctrl-C).
+repair``: a partition still not served); 2 bad usage or a bad setting, also
+one line ``error: <message> (see 'raylog ... --help')``; 130 interrupted
+(Ctrl-C); ``consume``: 143 after SIGTERM (it commits first, as after
+Ctrl-C).
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ import click
 
 from raylog.errors import ConfigError, RaylogError
 from raylog.testing.runner import main as run_faults
-from raylog.tools.cli import audit, bench, groups, streams, topics, zookeeper  # noqa: F401 - registers the commands
+from raylog.tools.cli import audit, bench, groups, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
 from raylog.tools.cli.base import _fail, cli
 
 __all__ = ["cli", "main", "run"]
@@ -76,6 +84,12 @@ def run(argv: list[str] | None = None) -> int:
         return 130
     except KeyboardInterrupt:
         return 130
+    except click.exceptions.NoArgsIsHelpError as err:
+        err.show()  # a command group alone: its help (on stderr, exit 2), not an error line
+        return err.exit_code
+    except click.UsageError as err:
+        _fail_usage(err)
+        return 2
     except click.ClickException as err:
         err.show()
         return err.exit_code
@@ -86,6 +100,13 @@ def run(argv: list[str] | None = None) -> int:
         _fail(err)
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _fail_usage(err: click.UsageError) -> None:
+    """A usage error as one line: what is wrong, then where the help is."""
+    message = " ".join(err.format_message().split())
+    path = err.ctx.command_path if err.ctx is not None else "raylog"
+    click.echo(f"error: {message} (see '{path} --help')", err=True)
 
 
 def main() -> None:

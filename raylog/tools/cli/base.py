@@ -5,6 +5,8 @@ error reporting, tables, and the ``raylog`` click group with its global options
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 
 import click
 
@@ -138,6 +140,27 @@ def _table(headers: list[str], rows: list[list]) -> str:
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
     lines = [headers] + cells
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+#: the ``--json`` option of the list, describe and status commands
+json_option = click.option(
+    "--json", "as_json", is_flag=True,
+    help="Print the result as one JSON document (for scripts) instead of text.",
+)
+
+
+def _echo_json(value) -> None:
+    """``value`` as indented JSON on stdout (dataclasses as objects)."""
+    def default(obj):
+        if dataclasses.is_dataclass(obj):
+            return dataclasses.asdict(obj)
+        if isinstance(obj, (bytes, bytearray)):
+            return obj.decode(errors="replace")
+        if isinstance(obj, (set, frozenset, tuple)):
+            return list(obj)
+        return str(obj)
+
+    click.echo(json.dumps(value, indent=2, default=default))
 
 
 # --------------------------------------------------------------------------

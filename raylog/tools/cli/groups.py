@@ -7,7 +7,7 @@ import datetime
 
 import click
 
-from raylog.tools.cli.base import Target, pass_target, _table, cli
+from raylog.tools.cli.base import Target, _echo_json, json_option, pass_target, _table, cli
 
 
 @cli.group()
@@ -16,26 +16,37 @@ def groups():
 
 
 @groups.command("list")
+@json_option
 @pass_target
-def groups_list(target: Target):
-    """List the consumer groups (with live members or committed offsets)."""
+def groups_list(target: Target, as_json):
+    """List the consumer groups (with live members or committed offsets),
+    one per line (--json: a JSON list of names)."""
     with target.client("groups list") as client:
-        for name in client.list_groups():
-            click.echo(name)
+        names = client.list_groups()
+    if as_json:
+        _echo_json(names)
+        return
+    for name in names:
+        click.echo(name)
 
 
 @groups.command("describe")
 @click.argument("group")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Seconds to wait, in all, for the partitions' ends (unanswered ones show '-').")
+@json_option
 @pass_target
-def groups_describe(target: Target, group, timeout_s):
+def groups_describe(target: Target, group, timeout_s, as_json):
     """Show, per partition group GROUP reads: the owning member, the
     committed offset, the end offset (high watermark), the lag in bytes and
     an estimated lag in messages (bytes divided by the mean size of the
-    messages at the committed offset); then members that own nothing."""
+    messages at the committed offset); then members that own nothing.
+    --json: a JSON list with one object per row (unknown values null)."""
     with target.client("groups describe") as client:
         rows = client.describe_group(group, timeout_s=timeout_s)
+    if as_json:
+        _echo_json(rows)
+        return
     table = [
         [r["topic"] if r.get("topic_exists", True) is not False else f"{r['topic']} (deleted)", r["partition"],
          r["owner"], r.get("committed"), r.get("end_offset"), r.get("lag_bytes"),
@@ -54,7 +65,7 @@ def groups_delete(target: Target, group):
     it has live members)."""
     with target.client("groups delete") as client:
         client.delete_group(group)
-    click.echo(f"deleted consumer group {group}", err=True)
+    click.echo(f"Deleted consumer group {group}.")
 
 
 @groups.command("reset-offsets")

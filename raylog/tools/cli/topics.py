@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from raylog.config import TopicConfig
-from raylog.tools.cli.base import CommandError, Target, pass_target, _table, cli
+from raylog.tools.cli.base import CommandError, Target, _echo_json, json_option, pass_target, _table, cli
 
 
 @cli.group()
@@ -50,18 +50,24 @@ def topics_create(target: Target, name, partitions, data_dir, **settings):
 
 
 @topics.command("list")
+@json_option
 @pass_target
-def topics_list(target: Target):
-    """List the topics, one per line."""
+def topics_list(target: Target, as_json):
+    """List the topics, one per line (--json: a JSON list of names)."""
     with target.client("topics list", embedded_ok=True) as client:
-        for name in client.list_topics():
-            click.echo(name)
+        names = client.list_topics()
+    if as_json:
+        _echo_json(names)
+        return
+    for name in names:
+        click.echo(name)
 
 
 @topics.command("describe")
 @click.argument("name")
+@json_option
 @pass_target
-def topics_describe(target: Target, name):
+def topics_describe(target: Target, name, as_json):
     """Show topic NAME's settings and, per partition, its node, state
     ('serving' or 'NOT SERVED'), endpoint, log start offset and high
     watermark ('-' where a partition is not served right now). A partition
@@ -69,13 +75,18 @@ def topics_describe(target: Target, name):
     or at once by 'raylog topics repair NAME'. For a replicated topic a
     second table shows each partition's leader, leader epoch, replicas,
     in-sync replicas (ISR), each replica's log end, and marks the
-    partitions whose ISR is smaller than their replicas UNDER-REPLICATED."""
+    partitions whose ISR is smaller than their replicas UNDER-REPLICATED.
+    --json: one object {"topic", "config", "partitions": [...]}, a
+    partition not served with null endpoint and offsets."""
     with target.client("topics describe") as client:
         info = client.describe_topic(name)
     if info["config"].replication_factor > 1 and target.ray_address is not None:
         # Each replica's log end comes from its actor: join Ray to ask (else shown as '-').
         with target.client("topics describe", ray=True) as client:
             info = client.describe_topic(name)
+    if as_json:
+        _echo_json({"topic": name, **info})
+        return
     config = info["config"]
     click.echo(
         f"Topic: {name}  partitions: {config.partitions}  retention_ms: {config.retention_ms}  "

@@ -5,7 +5,7 @@ import java.util.Map;
 import java.util.zip.CRC32C;
 
 /**
- * A cursor over the messages of a message set (DESIGN §2), the same bytes on
+ * A cursor over the messages of a message set (docs/design.md §2), the same bytes on
  * disk and on the wire; big-endian throughout. A message at byte offset
  * {@code o} of a partition log:
  *

@@ -16,7 +16,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Writes the rows of one Spark task into raylog topics: each row becomes one
- * message (DESIGN section 2: size, CRC32C, magic 1, attributes 0, the time of
+ * message (docs/design.md section 2: size, CRC32C, magic 1, attributes 0, the time of
  * the write, key, value), gathered per partition into message sets of up to
  * {@code batch_bytes} (at most the topic's max_message_bytes) and sent with
  * PRODUCE (version 0, acks=1) to the partition's data socket; each set is
@@ -141,7 +141,7 @@ final class TopicWriter implements DataWriter<InternalRow> {
     written++;
   }
 
-  /** One message (DESIGN section 2) at the end of {@code set}. */
+  /** One message (docs/design.md section 2) at the end of {@code set}. */
   private void encode(ByteArrayOutputStream set, byte[] key, byte[] value, int size) {
     byte[] h = head;
     FetchClient.putInt(h, 0, size);

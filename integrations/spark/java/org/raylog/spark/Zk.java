@@ -17,7 +17,7 @@ import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.ZooKeeper;
 
 /**
- * What the raylog source reads from the cluster's ZooKeeper (DESIGN section 4,
+ * What the raylog source reads from the cluster's ZooKeeper (docs/design.md section 4,
  * root {@code /raylog/<cluster>}): the topics, a topic's config (JSON: its
  * {@code partitions} and {@code max_message_bytes}) and a partition's endpoint
  * ({@code topics/<topic>/partitions/<p>/endpoint}, JSON with {@code host} and
