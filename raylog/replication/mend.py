@@ -1,6 +1,6 @@
 """Mending a replica's damaged bytes from an in-sync replica.
 
-Replicas hold the same bytes at the same offsets (DESIGN §7), so a range of
+Replicas hold the same bytes at the same offsets (docs/design.md §7), so a range of
 damaged stored messages that recovery found and kept (a
 :class:`~raylog.storage.recovery.RecoveryReport` with ``kept``: offsets
 ``[start, end)``, ``end`` the next readable message) can be read from another

@@ -377,7 +377,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
     def mend(self, offset: int, data: bytes) -> None:
         """Overwrite damaged stored bytes ``[offset, offset + len(data))``
         with ``data``, the same range read from another replica (replicas
-        hold the same bytes at the same offsets, DESIGN §7).
+        hold the same bytes at the same offsets, docs/design.md §7).
 
         The range must lie in one segment below the high watermark, and
         ``data`` must be whole messages that pass every check (size, header,

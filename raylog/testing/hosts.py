@@ -1,4 +1,4 @@
-"""Hosts: N hosts on one Linux machine, with real network boundaries (DESIGN section 8).
+"""Hosts: N hosts on one Linux machine, with real network boundaries (docs/design.md section 8).
 
 Each host is a network namespace (``ip netns``) on a bridge of the kit's own,
 with an address of its own in one private /24 that the kit chooses
