@@ -2,7 +2,7 @@
  *
  * The pure-Python code in message.py is the reference and the fallback. This
  * module only walks runs of *plain* messages (magic 1, attributes 0, a key
- * length that fits, a matching CRC32C; DESIGN section 2) and stops at the
+ * length that fits, a matching CRC32C; docs/design.md section 2) and stops at the
  * first message it does not fully handle, telling the caller where and why:
  *
  *     STATUS_END     the whole buffer was plain, valid messages
@@ -667,7 +667,7 @@ speedups_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (out == NULL)
         return NULL;
 
-    /* pass 2: write the messages (fields 1-8 of DESIGN section 2) */
+    /* pass 2: write the messages (fields 1-8 of docs/design.md section 2) */
     p = (unsigned char *)PyBytes_AS_STRING(out);
     for (i = 0; i < n; i++) {
         PyObject *k = kitems ? kitems[i] : Py_None;
