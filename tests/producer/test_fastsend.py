@@ -61,6 +61,9 @@ class Partitions:
         parts = self
 
         class Connection:
+            def connect(self):  # the sender connects before it sends (a connect has its own deadline)
+                pass
+
             def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
                 parts.gate.wait()
                 if parts.refuse is not None:
