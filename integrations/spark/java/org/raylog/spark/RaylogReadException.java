@@ -46,6 +46,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(1, "RaylogError");
     NAMES.put(CONFIG, "ConfigError");
     NAMES.put(3, "ClosedError");
+    NAMES.put(7, "ArgumentTypeError");
     NAMES.put(INVALID_MESSAGE, "InvalidMessageError");
     NAMES.put(CORRUPT_MESSAGE, "CorruptMessageError");
     NAMES.put(MESSAGE_TOO_LARGE, "MessageTooLargeError");
@@ -77,6 +78,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(19, "LogDirectoryLockedError");
     NAMES.put(26, "TooManyConnectionsError");
     NAMES.put(27, "NotEnoughReplicasError");
+    NAMES.put(28, "DiskFullError");
     NAMES.put(33, "InvalidReassignmentError");
     NAMES.put(34, "ReassignmentTimeoutError");
     NAMES.put(49, "RayUnavailableError");
@@ -84,6 +86,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(70, "LogInUseError");
     NAMES.put(71, "ConcurrentLoadError");
     NAMES.put(72, "FaultInjectionError");
+    NAMES.put(80, "DataDirInUseError");
     NAMES.put(90, "EmbeddedZooKeeperError");
     NAMES.put(100, "BenchError");
     NAMES.put(110, "DataLossError");
