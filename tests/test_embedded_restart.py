@@ -20,6 +20,7 @@ pytestmark = pytest.mark.timeout(900)
 STEP = textwrap.dedent('''
     import json, os, sys, time
     import raylog
+    import raylog.auth
     from raylog.client import Client
     from raylog.startup import EMBEDDED_ZOOKEEPER_DIR
     from raylog.zk.server import EmbeddedZooKeeper
@@ -29,7 +30,11 @@ STEP = textwrap.dedent('''
     if step == "delete":  # no Ray: only the kept ZooKeeper runs
         zk = EmbeddedZooKeeper(data_dir=os.path.join(data_dir, EMBEDDED_ZOOKEEPER_DIR)).start()
         try:
-            client = Client(zookeeper=zk.connect_string, data_dir=data_dir, token=b"unused")
+            # the cluster's token, as a process outside Ray derives it (Ray's auth token of this
+            # machine): ZooKeeper refuses a delete from a session without it
+            token = raylog.auth.cluster_token("default")
+            assert token is not None, "no Ray auth token on this machine to derive the cluster's token from"
+            client = Client(zookeeper=zk.connect_string, data_dir=data_dir, token=token)
             client.delete_topic("clicks")
             out["tombstones"] = len(client.registry.tombstones())
             client.close()
