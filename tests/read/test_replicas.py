@@ -5,6 +5,8 @@ follower is behind or gone, never reading past the range's end."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from raylog.config import TopicConfig
@@ -64,6 +66,24 @@ def test_choose_replica_names_a_follower_or_none_for_the_leader():
     assert choose_replica(rng._replace(replicas=()), "local") is None
 
 
+class _LinesOf(logging.Handler):
+    """The formatted lines a logger emits, as ``text`` (``clear()`` forgets them)."""
+
+    def __init__(self, logger):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def clear(self) -> None:
+        self.lines.clear()
+
+
 @pytest.fixture
 def two_servers(tmp_path):
     """A leader's log and a follower's (same bytes) behind real data servers."""
@@ -102,7 +122,7 @@ def _rows(batches):
     return [(o, k, v) for b in batches for o, k, v in zip(*(b.column(n).to_pylist() for n in ("offset", "key", "value")))]
 
 
-def test_a_range_read_through_a_follower_matches_the_leader_and_falls_back(two_servers, caplog, monkeypatch):
+def test_a_range_read_through_a_follower_matches_the_leader_and_falls_back(two_servers, monkeypatch):
     import raylog.read.reader as reader
 
     monkeypatch.setattr(reader, "FOLLOWER_WAIT_MS", 200)
@@ -113,7 +133,11 @@ def test_a_range_read_through_a_follower_matches_the_leader_and_falls_back(two_s
     rng = _range(servers, end)
     from_leader = _rows(read_range(rng, settings, replica=None))
     assert from_leader and all(o < end for o, _, _ in from_leader) and from_leader[-1][0] < end
-    caplog.set_level("INFO", logger="raylog.read.reader")
+    # the reader's own lines, taken at its logger (what other tests of the process did to the
+    # root logger's handlers does not reach them)
+    caplog = _LinesOf(reader.log)
+    monkeypatch.setattr(reader.log, "level", logging.INFO)
+    monkeypatch.setattr(reader.log, "handlers", reader.log.handlers + [caplog])
 
     # The follower has learned nothing: it serves nothing (a bounded long poll), the leader serves all.
     assert _rows(read_range(rng, settings, replica="disk-b")) == from_leader
