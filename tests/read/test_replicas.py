@@ -122,7 +122,7 @@ def _rows(batches):
     return [(o, k, v) for b in batches for o, k, v in zip(*(b.column(n).to_pylist() for n in ("offset", "key", "value")))]
 
 
-def test_a_range_read_through_a_follower_matches_the_leader_and_falls_back(two_servers, monkeypatch):
+def test_a_range_read_through_a_follower_matches_the_leader_and_falls_back(two_servers, monkeypatch, request):
     import raylog.read.reader as reader
 
     monkeypatch.setattr(reader, "FOLLOWER_WAIT_MS", 200)
@@ -136,7 +136,8 @@ def test_a_range_read_through_a_follower_matches_the_leader_and_falls_back(two_s
     # the reader's own lines, taken at its logger (what other tests of the process did to the
     # root logger's handlers does not reach them)
     caplog = _LinesOf(reader.log)
-    monkeypatch.setattr(reader.log, "level", logging.INFO)
+    request.addfinalizer(lambda level=reader.log.level: reader.log.setLevel(level))
+    reader.log.setLevel(logging.INFO)  # setLevel: it also forgets the logger's cached answers
     monkeypatch.setattr(reader.log, "handlers", reader.log.handlers + [caplog])
 
     # The follower has learned nothing: it serves nothing (a bounded long poll), the leader serves all.
