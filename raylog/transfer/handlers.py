@@ -2,14 +2,17 @@
 (:class:`~raylog.storage.base.Log`): PRODUCE (joined runs, idempotent
 sequences, acks), FETCH (long polls, the reply's bytes sent by the log's
 slice: ``os.sendfile`` from a segment file), OFFSETS and OFFSETS_FOR_TIME
-and COUNT (the messages of a range, walked and checked here: no data sent)
-(a mixin of :class:`~raylog.transfer.server.DataServer`)."""
+and COUNT (the messages of a range, walked and checked here: no data sent),
+each run on the thread of the connection it came on
+(:class:`~raylog.transfer.serving.FrameLoop`)."""
 
 from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
+from typing import Callable, NoReturn
 
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
 from raylog.storage.base import Log
@@ -30,9 +33,9 @@ from raylog.transfer.requests import (
     OffsetsRequest,
     ProduceRequest,
 )
-from raylog.transfer.serving import _Close, _Connection, peer_closed
+from raylog.transfer.connections import _Close, _Connection, peer_closed
 
-# one logger for the whole data server, as before it was split in modules
+# one logger for the whole data server
 log = logging.getLogger("raylog.transfer.server")
 
 
@@ -55,8 +58,38 @@ def _closing(topic: str, partition: int) -> NotOwnerError:
 
 
 class RequestHandlers:
-    """The request handlers of :class:`~raylog.transfer.server.DataServer`
-    (run on a connection's thread)."""
+    """The request handlers of a :class:`~raylog.transfer.server.DataServer`
+    (called on a connection's thread; they keep no state of their own).
+
+    ``resolve(topic, partition)`` is the log served here or ``None``;
+    ``max_fetch_bytes`` bounds a fetch reply's data and ``max_wait_ms_cap``
+    a long poll; ``send(conn, data)`` sends replies that must go before a
+    long poll; ``fail(conn, err, correlation_id, out)`` answers ``err`` after
+    ``out`` and ends the connection (it raises); ``park(conn)`` takes a
+    long-poll slot (False: none free, answer at once) and ``unpark(conn)``
+    gives it back; a long poll ends when ``stopping`` is set.
+    """
+
+    def __init__(
+        self,
+        resolve: Callable[[str, int], Log | None],
+        *,
+        max_fetch_bytes: int,
+        max_wait_ms_cap: int,
+        send: Callable[[_Connection, bytes], None],
+        fail: Callable[..., NoReturn],
+        park: Callable[[_Connection], bool],
+        unpark: Callable[[_Connection], None],
+        stopping: threading.Event,
+    ):
+        self._resolve = resolve
+        self._max_fetch_bytes = max_fetch_bytes
+        self.max_wait_ms_cap = max_wait_ms_cap
+        self._send = send
+        self._fail = fail
+        self._park = park
+        self._unpark = unpark
+        self._stopping = stopping
 
     def _lookup(self, topic: str, partition: int) -> Log:
         owner = self._resolve(topic, partition)
@@ -68,7 +101,7 @@ class RequestHandlers:
             )
         return owner
 
-    def _produce(self, conn: _Connection, group: list[ProduceRequest], out: list) -> None:
+    def produce(self, conn: _Connection, group: list[ProduceRequest], out: list) -> None:
         """Append a run of PRODUCE frames for one partition (clears ``group``):
         joined into sets of at most the log's ``max_message_bytes``."""
         requests = list(group)
@@ -162,14 +195,14 @@ class RequestHandlers:
 
     def _produce_failed(self, conn: _Connection, request: ProduceRequest, err: RaylogError, out: list) -> None:
         if request.acks:
-            self._count_error(conn, err)
+            conn.count_error(err)
             out.append(encode_error(request.correlation_id, err))
         else:
             # No reply is expected: answer anyway and close, so that the
             # producer learns of it on its next call instead of never.
             self._fail(conn, err, request.correlation_id, out)
 
-    def _fetch(self, conn: _Connection, request: FetchRequest, out: list) -> None:
+    def fetch(self, conn: _Connection, request: FetchRequest, out: list) -> None:
         max_bytes = min(request.max_bytes, self._max_fetch_bytes)
         try:
             partition_log = self._lookup(request.topic, request.partition)
@@ -188,11 +221,11 @@ class RequestHandlers:
             log_start = partition_log.log_start_offset
         except ClosedError:
             err = _closing(request.topic, request.partition)
-            self._count_error(conn, err)
+            conn.count_error(err)
             out.append(encode_error(request.correlation_id, err))
             return
         except RaylogError as err:
-            self._count_error(conn, err)
+            conn.count_error(err)
             out.append(encode_error(request.correlation_id, err))
             return
         length = min(chunk.length, self._max_fetch_bytes)
@@ -239,22 +272,22 @@ class RequestHandlers:
             reply = reply_for(self._lookup(request.topic, request.partition))
         except ClosedError:
             err = _closing(request.topic, request.partition)
-            self._count_error(conn, err)
+            conn.count_error(err)
             reply = encode_error(request.correlation_id, err)
         except RaylogError as err:
-            self._count_error(conn, err)
+            conn.count_error(err)
             reply = encode_error(request.correlation_id, err)
         out.append(reply)
 
-    def _offsets(self, conn: _Connection, request: OffsetsRequest, out: list) -> None:
+    def offsets(self, conn: _Connection, request: OffsetsRequest, out: list) -> None:
         self._answer(conn, request, out, lambda partition_log: encode_offsets_reply(
             request.correlation_id, partition_log.log_start_offset, partition_log.high_watermark))
 
-    def _offsets_for_time(self, conn: _Connection, request: OffsetsForTimeRequest, out: list) -> None:
+    def offsets_for_time(self, conn: _Connection, request: OffsetsForTimeRequest, out: list) -> None:
         self._answer(conn, request, out, lambda partition_log: encode_offsets_for_time_reply(
             request.correlation_id, partition_log.offset_for_time(request.timestamp_ms)))
 
-    def _count(self, conn: _Connection, request: CountRequest, out: list) -> None:
+    def count(self, conn: _Connection, request: CountRequest, out: list) -> None:
         """COUNT: the messages of [start, end), walked and checked on this
         node (at most ``COUNT_MAX_BYTES`` of log per request)."""
 

@@ -54,6 +54,7 @@ writers and lets readers run concurrently).
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -62,9 +63,10 @@ from typing import Callable
 
 from raylog.errors import ClosedError, ConfigError
 from raylog.storage.base import Log
+from raylog.transfer.connections import ConnectionTable
 from raylog.transfer.handlers import RequestHandlers
 from raylog.transfer.protocol import DEFAULT_MAX_FRAME_BYTES, FETCH_REPLY, SIZE
-from raylog.transfer.serving import ConnectionLoop, _Connection
+from raylog.transfer.serving import FrameLoop, fail, send
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +88,17 @@ DEFAULT_MAX_WAIT_MS_CAP = 30_000
 DEFAULT_SHED_IDLE_AFTER_S = 0.5
 
 
-class DataServer(ConnectionLoop, RequestHandlers):
+class DataServer:
     """Serves partition logs on one TCP port (see the module docstring).
+
+    Its parts: a :class:`~raylog.transfer.connections.ConnectionTable` (the
+    bounded set of connections, long-poll slots, counters), the
+    :class:`~raylog.transfer.handlers.RequestHandlers` (given ``resolve``,
+    the send and fail of a connection, the long-poll slots and the stop
+    event) and the :class:`~raylog.transfer.serving.FrameLoop` that runs each
+    connection's thread (given the handlers, the table's release, the token,
+    the frame bound and the timeouts). The server itself listens, accepts
+    and stops.
 
     ``resolve(topic, partition)`` returns the :class:`~raylog.storage.base.Log` to use or
     ``None`` (the client gets NotOwnerError and refreshes its endpoint).
@@ -118,7 +129,6 @@ class DataServer(ConnectionLoop, RequestHandlers):
     ):
         if max_frame_bytes < FETCH_REPLY.size + 64:
             raise ConfigError(f"max_frame_bytes must be at least {FETCH_REPLY.size + 64}, got {max_frame_bytes}")
-        self._resolve = resolve
         self._host = host
         self._port = port
         self._token = bytes(token) if token is not None else None
@@ -127,7 +137,6 @@ class DataServer(ConnectionLoop, RequestHandlers):
         if not max_long_polls >= 0:
             raise ConfigError(f"max_long_polls must be 0 or more, got {max_long_polls}")
         self.max_long_polls = max_long_polls
-        self._socket_buffer_bytes = socket_buffer_bytes
         for name, value in (("auth_timeout_s", auth_timeout_s), ("idle_timeout_s", idle_timeout_s)):
             if not value > 0:
                 raise ConfigError(f"{name} must be positive, got {value}")
@@ -141,17 +150,31 @@ class DataServer(ConnectionLoop, RequestHandlers):
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
-        self._connections: set[_Connection] = set()
         self._stopping = threading.Event()
         self._address: tuple[str, int] | None = None
-        # totals of closed connections (under _lock)
-        self._totals = {"requests": 0, "bytes_in": 0, "bytes_out": 0, "message_sets_in": 0}
-        self._errors: dict[int, int] = {}
-        self._accepted = 0
-        self._refused = 0
-        self._shed = 0
-        self._long_polls = 0  # connections parked in a long poll now (under _lock)
-        self._long_polls_refused = 0  # FETCH waits answered at once, every slot taken
+        self._connections = ConnectionTable(
+            max_connections=max_connections, max_long_polls=max_long_polls, shed_idle_after_s=shed_idle_after_s
+        )
+        handlers = RequestHandlers(
+            resolve,
+            max_fetch_bytes=self._max_fetch_bytes,
+            max_wait_ms_cap=max_wait_ms_cap,
+            send=send,
+            fail=functools.partial(fail, stopping=self._stopping),
+            park=self._connections.park,
+            unpark=self._connections.unpark,
+            stopping=self._stopping,
+        )
+        self._frames = FrameLoop(
+            handlers,
+            self._connections.release,
+            token=self._token,
+            max_frame_bytes=max_frame_bytes,
+            auth_timeout_s=auth_timeout_s,
+            idle_timeout_s=idle_timeout_s,
+            socket_buffer_bytes=socket_buffer_bytes,
+            stopping=self._stopping,
+        )
 
     # -- life cycle ------------------------------------------------------------
 
@@ -185,7 +208,7 @@ class DataServer(ConnectionLoop, RequestHandlers):
         with self._lock:
             self._stopping.set()
             listener, self._listener = self._listener, None
-            connections = list(self._connections)
+            connections = self._connections.close()
         if listener is not None:
             try:
                 listener.shutdown(socket.SHUT_RDWR)  # wakes accept() on Linux
@@ -204,6 +227,28 @@ class DataServer(ConnectionLoop, RequestHandlers):
             if conn.thread is not None and conn.thread is not threading.current_thread():
                 conn.thread.join(max(0.0, deadline - time.monotonic()))
 
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        while not self._stopping.is_set():
+            try:
+                sock, peer = listener.accept()
+            except OSError as err:
+                if self._stopping.is_set():
+                    return
+                log.warning("data server %s: accept failed: %s", self._address, err)
+                time.sleep(0.05)  # e.g. out of file descriptors: do not spin
+                continue
+            if self._stopping.is_set():
+                sock.close()
+                return
+            conn = self._connections.admit(sock, peer)
+            if conn is None:
+                continue
+            conn.thread = threading.Thread(
+                target=self._frames.serve, args=(conn,), name=f"raylog-conn-{peer[0]}:{peer[1]}", daemon=True
+            )
+            conn.thread.start()
+
     def __enter__(self) -> "DataServer":
         if self._listener is None:
             self.start()
@@ -221,26 +266,4 @@ class DataServer(ConnectionLoop, RequestHandlers):
         (replies and log data), ``message_sets_in`` (sets appended; the
         messages in them are not counted here, which would cost a pass over
         every message) and ``errors``: ``{error code: replies}``."""
-        with self._lock:  # a closing connection moves its counts under it
-            totals = dict(self._totals)
-            errors = dict(self._errors)
-            accepted, refused, shed = self._accepted, self._refused, self._shed
-            long_polls, long_polls_refused = self._long_polls, self._long_polls_refused
-            live = len(self._connections)
-            for conn in self._connections:
-                totals["requests"] += conn.requests
-                totals["bytes_in"] += conn.bytes_in
-                totals["bytes_out"] += conn.bytes_out
-                totals["message_sets_in"] += conn.message_sets_in
-                for code, n in list(conn.errors.items()):
-                    errors[code] = errors.get(code, 0) + n
-        return {
-            "connections": live,
-            "connections_accepted": accepted,
-            "connections_refused": refused,
-            "connections_shed": shed,
-            "long_polls": long_polls,
-            "long_polls_refused": long_polls_refused,
-            **totals,
-            "errors": errors,
-        }
+        return self._connections.stats()

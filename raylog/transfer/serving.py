@@ -1,7 +1,7 @@
-"""The connection side of the data server: accepting (bounded, shedding idle
-connections when full), one thread per connection reading frames into a
-buffer, authentication, replies and failures (a mixin of
-:class:`~raylog.transfer.server.DataServer`; see :mod:`raylog.transfer.server`)."""
+"""One connection of the data server, on its own thread: kernel timeouts,
+frames read into a reusable buffer, authentication, each request handed to
+the :class:`~raylog.transfer.handlers.RequestHandlers`, replies and failures
+(see :mod:`raylog.transfer.server`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 import socket
 import threading
 import time
+from typing import Callable, NoReturn
 
 from raylog.config import KiB, MiB
 from raylog.errors import (
@@ -16,8 +17,9 @@ from raylog.errors import (
     FrameTooLargeError,
     ProtocolError,
     RaylogError,
-    TooManyConnectionsError,
 )
+from raylog.transfer.connections import _Close, _Connection
+from raylog.transfer.handlers import RequestHandlers
 from raylog.transfer.handshake import client_proof, new_nonce, proven, server_proof
 from raylog.transfer.protocol import AUTH_HELLO, NO_CORRELATION, PRE_AUTH_MAX_FRAME_BYTES, REQUEST_HEADER, SIZE
 from raylog.transfer.replies import encode_auth_hello_reply, encode_auth_reply, encode_error
@@ -32,7 +34,7 @@ from raylog.transfer.requests import (
 )
 from raylog.transfer.socket_io import set_timeout
 
-# one logger for the whole data server, as before it was split in modules
+# one logger for the whole data server
 log = logging.getLogger("raylog.transfer.server")
 
 
@@ -49,44 +51,39 @@ LINGER_S = 0.5
 LINGER_BYTES = 4 * MiB
 
 
-def peer_closed(sock: socket.socket) -> bool:
-    """Whether the peer has closed (or reset) ``sock``, without waiting and
-    without taking any byte it sent: a connection parked in a long poll
-    checks this while it waits, since its thread reads nothing then."""
+def send(conn: _Connection, data: bytes) -> None:
+    """Send ``data`` on ``conn`` (counted in its ``bytes_out``)."""
+    conn.sock.sendall(data)
+    conn.bytes_out += len(data)
+
+
+def fail(conn: _Connection, err: RaylogError, correlation_id: int = NO_CORRELATION, out=None, *,
+         stopping: threading.Event) -> NoReturn:
+    """Reply ``err`` after whatever is pending in ``out``, then close (raises
+    ``_Close``); the lingering close ends early once ``stopping`` is set."""
+    conn.count_error(err)
+    data = (b"".join(out) if out else b"") + encode_error(correlation_id, err)
+    if out:
+        out.clear()
+    sock = conn.sock
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
-        return False  # nothing to read: still there
+        send(conn, data)
+        # Lingering close: send FIN, then read and drop what the peer still
+        # sends for a short while. Closing with unread bytes would reset
+        # the connection and could destroy the reply before it is read.
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(LINGER_S)
+        deadline = time.monotonic() + LINGER_S
+        drained = 0
+        scratch = bytearray(64 * KiB if conn.authenticated else PRE_AUTH_MAX_FRAME_BYTES)
+        while drained < LINGER_BYTES and time.monotonic() < deadline and not stopping.is_set():
+            n = sock.recv_into(scratch)
+            if not n:
+                break
+            drained += n
     except OSError:
-        return True  # reset, or shut down by stop()
-
-
-class _Close(Exception):
-    """End this connection (its reply, if any, was sent)."""
-
-
-class _Connection:
-    """One client connection; its counters are written by its thread only."""
-
-    __slots__ = (
-        "sock", "peer", "thread", "requests", "bytes_in", "bytes_out", "message_sets_in", "errors",
-        "waiting_since", "authenticated", "long_polling",
-    )
-
-    def __init__(self, sock: socket.socket, peer):
-        self.sock = sock
-        self.peer = peer
-        self.thread: threading.Thread | None = None
-        #: monotonic time since when the thread waits for bytes (None: busy)
-        self.waiting_since: float | None = time.monotonic()
-        self.authenticated = False
-        #: holds a long-poll slot (under the server's _lock)
-        self.long_polling = False
-        self.requests = 0
-        self.bytes_in = 0
-        self.bytes_out = 0
-        self.message_sets_in = 0
-        self.errors: dict[int, int] = {}
+        pass
+    raise _Close()
 
 
 class _State:
@@ -101,115 +98,46 @@ class _State:
         self.server_nonce: bytes | None = None
 
 
-class ConnectionLoop:
-    """Accept, read, authenticate and answer on the connections of a
-    :class:`~raylog.transfer.server.DataServer` (its thread-safety notes hold)."""
+class FrameLoop:
+    """Serves one connection at a time per call of :meth:`serve` (one thread
+    per connection; the loop keeps no state of its own between frames but
+    the settings given here).
 
-    def _accept_loop(self) -> None:
-        listener = self._listener
-        while not self._stopping.is_set():
-            try:
-                sock, peer = listener.accept()
-            except OSError as err:
-                if self._stopping.is_set():
-                    return
-                log.warning("data server %s: accept failed: %s", self._address, err)
-                time.sleep(0.05)  # e.g. out of file descriptors: do not spin
-                continue
-            with self._lock:
-                if self._stopping.is_set():
-                    sock.close()
-                    return
-                # parked long polls have slots of their own (see _park)
-                busy = len(self._connections) - self._long_polls
-                if busy >= self.max_connections and not self._shed_one():
-                    self._refused += 1
-                    refuse = True
-                else:
-                    refuse = False
-                    self._accepted += 1
-                    conn = _Connection(sock, peer)
-                    self._connections.add(conn)
-            if refuse:
-                self._refuse(sock)
-                continue
-            conn.thread = threading.Thread(
-                target=self._serve, args=(conn,), name=f"raylog-conn-{peer[0]}:{peer[1]}", daemon=True
-            )
-            conn.thread.start()
+    ``handlers`` answers the requests; ``release(conn)`` is called once when
+    a connection ends; ``token`` (or ``None``: no AUTH) must be proven first;
+    ``max_frame_bytes`` bounds a frame; ``auth_timeout_s`` and
+    ``idle_timeout_s`` are the kernel receive timeouts before and after
+    AUTH (``idle_timeout_s`` the send timeout too); ``socket_buffer_bytes``
+    sets SO_RCVBUF/SO_SNDBUF (``None``: the kernel's); ``stopping`` is set by
+    the server's ``stop()``.
+    """
 
-    def _shed_one(self) -> bool:
-        """At the limit (``_lock`` held): close the connection that has waited
-        longest for its next frame, if it waited at least
-        ``shed_idle_after_s`` or never authenticated. Its thread ends on its
-        own; it leaves the count at once."""
-        now = time.monotonic()
-        victim, oldest = None, None
-        for conn in self._connections:
-            since = conn.waiting_since
-            if since is None or conn.long_polling:
-                continue
-            if not conn.authenticated:
-                since -= self.shed_idle_after_s  # strangers go first
-            if now - since >= self.shed_idle_after_s and (oldest is None or since < oldest):
-                victim, oldest = conn, since
-        if victim is None:
-            return False
-        self._connections.discard(victim)
-        self._shed += 1
-        try:
-            victim.sock.shutdown(socket.SHUT_RDWR)  # wakes its recv(); the thread closes it
-        except OSError:
-            pass
-        return True
+    def __init__(
+        self,
+        handlers: RequestHandlers,
+        release: Callable[[_Connection], None],
+        *,
+        token: bytes | None,
+        max_frame_bytes: int,
+        auth_timeout_s: float,
+        idle_timeout_s: float,
+        socket_buffer_bytes: int | None,
+        stopping: threading.Event,
+    ):
+        self._handlers = handlers
+        self._release = release
+        self._token = token
+        self.max_frame_bytes = max_frame_bytes
+        self.auth_timeout_s = auth_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self._socket_buffer_bytes = socket_buffer_bytes
+        self._stopping = stopping
 
-    # -- long-poll slots ----------------------------------------------------------
+    def _fail(self, conn: _Connection, err: RaylogError, correlation_id: int = NO_CORRELATION, out=None) -> NoReturn:
+        fail(conn, err, correlation_id, out, stopping=self._stopping)
 
-    def _park(self, conn: _Connection) -> bool:
-        """Take a long-poll slot for ``conn`` (about to wait in a FETCH);
-        False when every slot is taken by a peer still there (a parked
-        connection whose peer has closed gives its slot up here)."""
-        with self._lock:
-            if self._long_polls >= self.max_long_polls:
-                for other in self._connections:
-                    if other.long_polling and peer_closed(other.sock):
-                        self._unpark_locked(other)
-                        try:
-                            other.sock.shutdown(socket.SHUT_RDWR)  # its thread ends on its own
-                        except OSError:
-                            pass
-                        break
-            if self._long_polls >= self.max_long_polls:
-                self._long_polls_refused += 1
-                return False
-            self._long_polls += 1
-            conn.long_polling = True
-            return True
-
-    def _unpark(self, conn: _Connection) -> None:
-        """Give the long-poll slot of ``conn`` back (if it still holds it)."""
-        with self._lock:
-            self._unpark_locked(conn)
-
-    def _unpark_locked(self, conn: _Connection) -> None:
-        if conn.long_polling:
-            conn.long_polling = False
-            self._long_polls -= 1
-
-    def _refuse(self, sock: socket.socket) -> None:
-        try:
-            sock.settimeout(1.0)
-            error = TooManyConnectionsError(
-                f"the endpoint serves {self.max_connections} busy connections already; retry later",
-                max_connections=self.max_connections,
-            )
-            sock.sendall(encode_error(NO_CORRELATION, error))
-        except OSError:
-            pass
-        finally:
-            sock.close()
-
-    def _serve(self, conn: _Connection) -> None:
+    def serve(self, conn: _Connection) -> None:
+        """Run ``conn`` to its end (its thread's target)."""
         sock = conn.sock
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -230,7 +158,7 @@ class ConnectionLoop:
         except Exception as err:  # noqa: BLE001 - a bug must cost one connection only
             log.exception("data server connection %s failed", conn.peer)
             internal = RaylogError(f"internal error in the data server: {err!r}")
-            self._count_error(conn, internal)
+            conn.count_error(internal)
             try:
                 sock.sendall(encode_error(NO_CORRELATION, internal))
             except OSError:
@@ -239,15 +167,7 @@ class ConnectionLoop:
             try:
                 sock.close()
             finally:
-                with self._lock:
-                    self._unpark_locked(conn)
-                    self._connections.discard(conn)
-                    self._totals["requests"] += conn.requests
-                    self._totals["bytes_in"] += conn.bytes_in
-                    self._totals["bytes_out"] += conn.bytes_out
-                    self._totals["message_sets_in"] += conn.message_sets_in
-                    for code, n in conn.errors.items():
-                        self._errors[code] = self._errors.get(code, 0) + n
+                self._release(conn)
 
     def _read_loop(self, conn: _Connection) -> None:
         sock = conn.sock
@@ -301,6 +221,7 @@ class ConnectionLoop:
         pos = 0
         out: list[bytes] = []
         group: list[ProduceRequest] = []
+        handlers = self._handlers
         max_frame = self.max_frame_bytes if state.authenticated else PRE_AUTH_MAX_FRAME_BYTES
         need = 0
         try:
@@ -316,7 +237,7 @@ class ConnectionLoop:
                     if end - pos >= REQUEST_HEADER.size:
                         corr = REQUEST_HEADER.unpack_from(view, pos)[3]
                     if group:
-                        self._produce(conn, group, out)
+                        handlers.produce(conn, group, out)
                     try:
                         check_frame_size(size, max_frame)
                     except FrameTooLargeError as err:
@@ -328,38 +249,38 @@ class ConnectionLoop:
                     request = decode_request(view, pos, size)
                 except ProtocolError as err:
                     if group:
-                        self._produce(conn, group, out)
+                        handlers.produce(conn, group, out)
                     self._fail(conn, err, err.details.get("correlation_id", NO_CORRELATION), out)
                 pos += SIZE.size + size
                 conn.requests += 1
                 kind = type(request)
                 if not state.authenticated or kind is AuthRequest:
                     if group:
-                        self._produce(conn, group, out)
+                        handlers.produce(conn, group, out)
                     self._authenticate(conn, state, request, out)
                     max_frame = self.max_frame_bytes if state.authenticated else PRE_AUTH_MAX_FRAME_BYTES
                     continue
                 if kind is ProduceRequest:
                     if group and (request.partition != group[0].partition or request.topic != group[0].topic):
-                        self._produce(conn, group, out)
+                        handlers.produce(conn, group, out)
                     group.append(request)
                     continue
                 if group:
-                    self._produce(conn, group, out)
+                    handlers.produce(conn, group, out)
                 if kind is FetchRequest:
-                    self._fetch(conn, request, out)
+                    handlers.fetch(conn, request, out)
                 elif kind is OffsetsForTimeRequest:
-                    self._offsets_for_time(conn, request, out)
+                    handlers.offsets_for_time(conn, request, out)
                 elif kind is CountRequest:
-                    self._count(conn, request, out)
+                    handlers.count(conn, request, out)
                 else:
-                    self._offsets(conn, request, out)
+                    handlers.offsets(conn, request, out)
             if group:
-                self._produce(conn, group, out)
+                handlers.produce(conn, group, out)
         finally:
             # replies of what was handled go out even when the connection ends
             if out:
-                self._send(conn, b"".join(out))
+                send(conn, b"".join(out))
         return pos, need
 
     def _authenticate(self, conn, state: "_State", request, out: list) -> None:
@@ -393,37 +314,3 @@ class ConnectionLoop:
             request.correlation_id,
             out,
         )
-
-    def _send(self, conn: _Connection, data: bytes) -> None:
-        conn.sock.sendall(data)
-        conn.bytes_out += len(data)
-
-    @staticmethod
-    def _count_error(conn: _Connection, err: RaylogError) -> None:
-        conn.errors[err.code] = conn.errors.get(err.code, 0) + 1
-
-    def _fail(self, conn: _Connection, err: RaylogError, correlation_id: int = NO_CORRELATION, out=None):
-        """Reply ``err`` after whatever is pending in ``out``, then close."""
-        self._count_error(conn, err)
-        data = (b"".join(out) if out else b"") + encode_error(correlation_id, err)
-        if out:
-            out.clear()
-        sock = conn.sock
-        try:
-            self._send(conn, data)
-            # Lingering close: send FIN, then read and drop what the peer still
-            # sends for a short while. Closing with unread bytes would reset
-            # the connection and could destroy the reply before it is read.
-            sock.shutdown(socket.SHUT_WR)
-            sock.settimeout(LINGER_S)
-            deadline = time.monotonic() + LINGER_S
-            drained = 0
-            scratch = bytearray(64 * KiB if conn.authenticated else PRE_AUTH_MAX_FRAME_BYTES)
-            while drained < LINGER_BYTES and time.monotonic() < deadline and not self._stopping.is_set():
-                n = sock.recv_into(scratch)
-                if not n:
-                    break
-                drained += n
-        except OSError:
-            pass
-        raise _Close()
