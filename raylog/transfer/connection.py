@@ -81,7 +81,6 @@ from raylog.transfer.protocol import (
     OFFSETS_REPLY_FIELDS,
     REPLY_HEADER_BODY,
 )
-from raylog.transfer.reply_reader import ReplyReader
 from raylog.transfer.requests import (
     ProduceHeader,
     encode_auth_hello,
@@ -91,7 +90,7 @@ from raylog.transfer.requests import (
     encode_offsets,
     encode_offsets_for_time,
 )
-from raylog.transfer.socket_io import SocketIO, set_timeout
+from raylog.transfer.socket_io import FrameChannel, set_timeout
 
 #: receive buffer for reply headers and small replies
 READ_BUFFER_BYTES = 64 * KiB
@@ -118,6 +117,9 @@ def _detect_dead_peer(sock: socket.socket) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
+_MAX_CORRELATION = 0x7FFFFFFF
+
+
 class FetchResult(NamedTuple):
     """A fetch reply: ``data`` is the log from ``offset`` on as the server sent
     it (whole messages, possibly a partial last one; empty when nothing is
@@ -134,9 +136,13 @@ class Offsets(NamedTuple):
     high_watermark: int
 
 
-class BrokerConnection(SocketIO, ReplyReader):
+class BrokerConnection:
     """One connection to a :class:`~raylog.transfer.server.DataServer` (see
-    the module docstring). Not thread-safe: one connection per thread."""
+    the module docstring). Not thread-safe: one connection per thread.
+
+    It connects, authenticates and encodes the requests; its socket, read
+    buffer and reply reading are a :class:`~raylog.transfer.socket_io.FrameChannel`
+    given the host, port, ``timeout_s`` and ``max_frame_bytes``."""
 
     def __init__(
         self,
@@ -161,19 +167,10 @@ class BrokerConnection(SocketIO, ReplyReader):
         self.max_frame_bytes = max_frame_bytes
         self._token = bytes(token) if token is not None else None
         self._socket_buffer_bytes = socket_buffer_bytes
-        self._sock: socket.socket | None = None
-        self._closed = False
+        self._channel = FrameChannel(
+            host, port, timeout_s=timeout_s, max_frame_bytes=max_frame_bytes, buffer_bytes=READ_BUFFER_BYTES
+        )
         self._correlation = 0
-        self._rbuf = bytearray(READ_BUFFER_BYTES)
-        self._rview = memoryview(self._rbuf)
-        self._rstart = 0
-        self._rend = 0
-        self._recv_timeout: float | None = None
-        self._reply_start = 0
-        self._reply_size = 0
-        #: correlation id of the last acks=0 produce not yet known to be fine
-        self._unacked: int | None = None
-        self._next_check = 0.0
         #: topic -> its precompiled PRODUCE headers
         self._topics: dict[str, ProduceHeader] = {}
 
@@ -181,9 +178,10 @@ class BrokerConnection(SocketIO, ReplyReader):
 
     def connect(self) -> None:
         """Connect and authenticate now (calls do it themselves on first use)."""
-        if self._closed:
+        channel = self._channel
+        if channel.closed:
             raise ClosedError("connection was closed; create a new BrokerConnection")
-        if self._sock is not None:
+        if channel.sock is not None:
             return
         where = f"{self.host}:{self.port}"
         try:
@@ -211,54 +209,51 @@ class BrokerConnection(SocketIO, ReplyReader):
         except OSError as err:
             sock.close()
             raise BrokerUnavailableError(f"cannot set up the connection to {where}: {err}") from err
-        self._sock = sock
-        self._recv_timeout = self.timeout_s
-        self._rstart = self._rend = 0
-        self._unacked = None
+        channel.attach(sock)
         if self._token is not None:
             self._authenticate(self._token)
 
     def _authenticate(self, token: bytes) -> None:
         """The client side of the challenge–response (:mod:`raylog.transfer.handshake`):
         the proof goes out only after the peer proved it holds the token."""
+        channel = self._channel
         where = f"{self.host}:{self.port}"
         nonce = new_nonce()
         correlation_id = self._next_correlation()
-        self._send(encode_auth_hello(correlation_id, nonce))
+        channel.send(encode_auth_hello(correlation_id, nonce))
         try:
-            pos = self._read_reply(correlation_id, REPLY_HEADER_BODY, whole=False)
+            pos = channel.read_reply(correlation_id, REPLY_HEADER_BODY, whole=False)
         except ProtocolError as err:  # not a raylog endpoint's answer
-            self._drop()
+            channel.drop()
             raise unproven_peer(where, f"answered the AUTH HELLO out of protocol ({err})") from None
         except RequestTimeoutError:
             raise RequestTimeoutError(
-                f"{where} did not answer the AUTH HELLO within {self._recv_timeout}s (nothing derived from the "
+                f"{where} did not answer the AUTH HELLO within {channel.recv_timeout}s (nothing derived from the "
                 f"token was sent); it may be overloaded, or not the partition's data endpoint (check the "
                 f"endpoint registered in ZooKeeper)",
                 host=self.host, port=self.port,
             ) from None
-        if self._reply_size != AUTH_HELLO_REPLY.size - SIZE.size:
-            self._drop()
-            raise unproven_peer(where, f"answered the AUTH HELLO with a reply of {self._reply_size} bytes")
-        self._fill(AUTH_HELLO_REPLY.size)
-        body = bytes(self._rview[pos : pos + AUTH_HELLO_REPLY_FIELDS.size])
-        self._consume_reply()
+        if channel.reply_size != AUTH_HELLO_REPLY.size - SIZE.size:
+            channel.drop()
+            raise unproven_peer(where, f"answered the AUTH HELLO with a reply of {channel.reply_size} bytes")
+        channel.fill(AUTH_HELLO_REPLY.size)
+        body = bytes(channel.view[pos : pos + AUTH_HELLO_REPLY_FIELDS.size])
+        channel.consume_reply()
         try:
             proof = check_hello_reply(token, nonce, body, where)
         except AuthenticationError:
-            self._drop()
+            channel.drop()
             raise
         correlation_id = self._next_correlation()
-        self._send(encode_auth_proof(correlation_id, proof))
-        self._read_reply(correlation_id, REPLY_HEADER_BODY)
-        self._consume_reply()
+        channel.send(encode_auth_proof(correlation_id, proof))
+        channel.read_reply(correlation_id, REPLY_HEADER_BODY)
+        channel.consume_reply()
 
     def close(self) -> None:
         """Close the connection; further calls raise ClosedError. The one
         method that may be called from another thread: a call blocked on
         this connection (a long poll) then ends with ClosedError."""
-        self._closed = True
-        self._drop()
+        self._channel.close()
 
     def __enter__(self) -> "BrokerConnection":
         return self
@@ -266,14 +261,9 @@ class BrokerConnection(SocketIO, ReplyReader):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __del__(self):
-        sock = getattr(self, "_sock", None)
-        if sock is not None:
-            sock.close()
-
     @property
     def connected(self) -> bool:
-        return self._sock is not None
+        return self._channel.sock is not None
 
     # -- requests --------------------------------------------------------------
 
@@ -293,20 +283,21 @@ class BrokerConnection(SocketIO, ReplyReader):
         offset (the offset of the set's first message); acks=0 returns
         ``None`` as soon as the frame is written. With a ``producer_id`` the
         request is an idempotent PRODUCE version 1 carrying ``sequence``."""
+        channel = self._channel
         self._before_request(replies=bool(acks))
         correlation_id = self._next_correlation()
         header = self._topic(topic).pack(
             correlation_id, partition, acks, len(message_set), producer_id, sequence, max_frame_bytes=self.max_frame_bytes
         )
         if len(message_set) > GATHER_THRESHOLD:
-            self._send_gather([header, message_set])
+            channel.send_gather([header, message_set])
         else:
-            self._send(header + message_set)
+            channel.send(header + message_set)
         if not acks:
-            self._unacked = correlation_id
+            channel.unacked = correlation_id
             return None
-        self._expect_wait(0)
-        return self._read_produce_reply(correlation_id)
+        channel.expect_wait(0)
+        return channel.read_produce_reply(correlation_id)
 
     def produce_many(
         self, topic: str, partition: int, message_sets: Sequence[bytes], acks: int = 1
@@ -347,11 +338,12 @@ class BrokerConnection(SocketIO, ReplyReader):
         ``sequences[i]``. A failure of the connection itself (reset, timeout,
         closed) raises, and then which sets were stored is unknown: an
         idempotent producer resends them with the same sequence numbers."""
+        channel = self._channel
         self._before_request(replies=bool(acks))
         results: list | None = [] if acks else None
         i, total = 0, len(message_sets)
         if acks:
-            self._expect_wait(0)
+            channel.expect_wait(0)
         header = self._topic(topic)
         while i < total:
             parts = []
@@ -372,17 +364,17 @@ class BrokerConnection(SocketIO, ReplyReader):
                 parts.append(message_set)
                 size += len(message_set)
                 j += 1
-            self._send(b"".join(parts))
+            channel.send(b"".join(parts))
             if acks:
                 for correlation_id in ids:
                     try:
-                        results.append(self._read_produce_reply(correlation_id))
+                        results.append(channel.read_produce_reply(correlation_id))
                     except RaylogError as err:
-                        if self._sock is None:  # the connection itself failed
+                        if channel.sock is None:  # the connection itself failed
                             raise
                         results.append(err)
             else:
-                self._unacked = ids[-1]
+                channel.unacked = ids[-1]
             i = j
         return results
 
@@ -390,53 +382,45 @@ class BrokerConnection(SocketIO, ReplyReader):
         """Read up to ``max_bytes`` of the log from ``offset`` (at least one
         whole message if there is one). With ``max_wait_ms`` > 0 the server
         waits up to that long for data when there is none yet."""
+        channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
         frame = encode_fetch(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes, max_wait_ms)
-        self._expect_wait(max_wait_ms)
-        self._send(frame)
-        header = self._read_reply(correlation_id, REPLY_HEADER_BODY + FETCH_REPLY_FIELDS.size, whole=False)
-        high_watermark, log_start, length = FETCH_REPLY_FIELDS.unpack_from(self._rbuf, header)
+        channel.expect_wait(max_wait_ms)
+        channel.send(frame)
+        header = channel.read_reply(correlation_id, REPLY_HEADER_BODY + FETCH_REPLY_FIELDS.size, whole=False)
+        high_watermark, log_start, length = FETCH_REPLY_FIELDS.unpack_from(channel.buf, header)
         expected = REPLY_HEADER_BODY + FETCH_REPLY_FIELDS.size + length
-        if length < 0 or self._reply_size != expected:
-            self._drop()
-            raise ProtocolError(f"fetch reply of {self._reply_size} bytes carries a data length of {length}")
-        # The data goes into a buffer of its own (the caller keeps it):
-        # what was already read is copied once, the rest is received in place.
-        data = bytearray(length)
-        start = header + FETCH_REPLY_FIELDS.size
-        have = min(length, self._rend - start)
-        if have:
-            data[:have] = self._rview[start : start + have]
-        self._rstart = start + have
-        if self._rstart == self._rend:
-            self._rstart = self._rend = 0
-        if have < length:
-            self._recv_exactly(memoryview(data)[have:])
+        if length < 0 or channel.reply_size != expected:
+            channel.drop()
+            raise ProtocolError(f"fetch reply of {channel.reply_size} bytes carries a data length of {length}")
+        data = channel.take(header + FETCH_REPLY_FIELDS.size, length)
         return FetchResult(offset, data, high_watermark, log_start)
 
     def offsets(self, topic: str, partition: int) -> Offsets:
         """``(log start offset, high watermark)`` of the partition."""
+        channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
-        self._send(encode_offsets(correlation_id, self._topic(topic).encoded_topic, partition))
-        self._expect_wait(0)
-        pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + OFFSETS_REPLY_FIELDS.size)
-        result = Offsets(*OFFSETS_REPLY_FIELDS.unpack_from(self._rbuf, pos))
-        self._consume_reply()
+        channel.send(encode_offsets(correlation_id, self._topic(topic).encoded_topic, partition))
+        channel.expect_wait(0)
+        pos = channel.read_reply(correlation_id, REPLY_HEADER_BODY + OFFSETS_REPLY_FIELDS.size)
+        result = Offsets(*OFFSETS_REPLY_FIELDS.unpack_from(channel.buf, pos))
+        channel.consume_reply()
         return result
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The offset of the partition's first message at or after
         ``timestamp_ms`` (the high watermark when there is none); see
         OFFSETS_FOR_TIME in :mod:`raylog.transfer.protocol`."""
+        channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
-        self._send(encode_offsets_for_time(correlation_id, self._topic(topic).encoded_topic, partition, int(timestamp_ms)))
-        self._expect_wait(0)
-        pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + OFFSETS_FOR_TIME_REPLY_FIELDS.size)
-        (offset,) = OFFSETS_FOR_TIME_REPLY_FIELDS.unpack_from(self._rbuf, pos)
-        self._consume_reply()
+        channel.send(encode_offsets_for_time(correlation_id, self._topic(topic).encoded_topic, partition, int(timestamp_ms)))
+        channel.expect_wait(0)
+        pos = channel.read_reply(correlation_id, REPLY_HEADER_BODY + OFFSETS_FOR_TIME_REPLY_FIELDS.size)
+        (offset,) = OFFSETS_FOR_TIME_REPLY_FIELDS.unpack_from(channel.buf, pos)
+        channel.consume_reply()
         return offset
 
     def count(self, topic: str, partition: int, start: int, end: int, max_bytes: int) -> tuple[int, int]:
@@ -444,15 +428,38 @@ class BrokerConnection(SocketIO, ReplyReader):
         ``[start, next offset)`` returns, counted and checked by the
         partition (at most ``max_bytes`` walked; ``next offset`` is ``end``
         when the range is done); see COUNT in :mod:`raylog.transfer.protocol`."""
+        channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
-        self._send(encode_count(correlation_id, self._topic(topic).encoded_topic, partition, start, end, max_bytes))
-        self._expect_wait(0)
-        pos = self._read_reply(correlation_id, REPLY_HEADER_BODY + COUNT_REPLY_FIELDS.size)
-        messages, next_offset = COUNT_REPLY_FIELDS.unpack_from(self._rbuf, pos)
-        self._consume_reply()
+        channel.send(encode_count(correlation_id, self._topic(topic).encoded_topic, partition, start, end, max_bytes))
+        channel.expect_wait(0)
+        pos = channel.read_reply(correlation_id, REPLY_HEADER_BODY + COUNT_REPLY_FIELDS.size)
+        messages, next_offset = COUNT_REPLY_FIELDS.unpack_from(channel.buf, pos)
+        channel.consume_reply()
         return messages, next_offset
 
     # -- frames ------------------------------------------------------------------
 
-    # -- socket I/O ------------------------------------------------------------
+    def _before_request(self, replies: bool = True) -> None:
+        """Connect if needed; after acks=0 produces, check whether the server
+        answered one with an error (see :meth:`FrameChannel.check_unacked`)."""
+        channel = self._channel
+        if channel.sock is None:
+            self.connect()
+        else:
+            channel.check_unacked(replies)
+
+    def _next_correlation(self) -> int:
+        correlation = self._correlation + 1
+        self._correlation = correlation if correlation <= _MAX_CORRELATION else 1
+        return self._correlation
+
+    def _topic(self, topic: str) -> ProduceHeader:
+        """The encoded topic and its precompiled PRODUCE headers (kept per
+        topic): ``pack`` writes version 0 for a plain acks 0/1 request,
+        version 1 when idempotent or with acks=-1, and refuses a frame over
+        ``max_frame_bytes`` before anything is sent."""
+        header = self._topics.get(topic)
+        if header is None:
+            header = self._topics[topic] = ProduceHeader(topic)
+        return header
