@@ -10,7 +10,7 @@ leader, and flushes before the next fetch, so that the offset it asks for
 next (which tells the leader how far it reaches) is on its disk. With the
 bytes go the idempotent producers' sets they hold, fetched from the leader
 under the name ``replica_topic(topic, node, PRODUCERS_PREFIX)`` right after
-the bytes and appended with them (:mod:`raylog.storage.log_replica`), so
+the bytes and appended with them (:meth:`raylog.storage.log.PartitionLog.append_replica`), so
 that a follower that takes over deduplicates a retry as its leader would.
 A set larger than one fetch is appended in parts and remembered with the
 fetch that completes it (:func:`replicable`), so it loses no sequence.

@@ -114,23 +114,3 @@ class Log(Protocol):
 
     def close(self) -> None:
         """Stop serving; later calls raise :class:`~raylog.errors.ClosedError`."""
-
-
-class LogSettings:
-    """What both logs expose the same way (a base of each): the topic's
-    settings and the high watermark, read from ``_config`` and ``_hw``."""
-
-    _config: TopicConfig
-    _hw: int
-
-    @property
-    def config(self) -> TopicConfig:
-        return self._config
-
-    @property
-    def high_watermark(self) -> int:
-        """Bytes below this offset are flushed and visible to readers."""
-        return self._hw
-
-    def before_acks_all(self) -> None:
-        """A log of one replica has no ISR to check."""

@@ -75,13 +75,24 @@ from typing import Callable
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, DiskFullError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
-from raylog.storage.base import LogSettings
-from raylog.storage.fileops import DISK_FULL_RETRY_S, LOCK_NAME, _flusher, _lock_directory, is_disk_full
-from raylog.storage.log_reads import FileSlice, LogReads
-from raylog.storage.log_replica import LogReplica
+from raylog.storage.fileops import (
+    DISK_FULL_RETRY_S,
+    LOCK_NAME,
+    _flusher,
+    _lock_directory,
+    _sync_directory,
+    is_disk_full,
+)
+from raylog.storage.log_reads import FileSlice, LogReader
 from raylog.storage.producer_state import ProducerStateTable
-from raylog.storage.recovery import CHECKPOINT_NAME, RECOVERY_MAX_MESSAGE_BYTES, LogRecovery, RecoveryReport
-from raylog.storage.retention import LogRetention
+from raylog.storage.recovery import (
+    CHECKPOINT_NAME,
+    RECOVERY_MAX_MESSAGE_BYTES,
+    Checkpoint,
+    LogRecovery,
+    RecoveryReport,
+)
+from raylog.storage.retention import Retention
 from raylog.storage.segment import LogSegment
 from raylog.storage.validation import scan_message_set, validate_append
 
@@ -107,8 +118,20 @@ def _open_error(directory: str, err: OSError) -> StorageError:
     return StorageError(f"cannot open the partition log in {directory}: {err}", directory=directory)
 
 
-class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica):
+class PartitionLog:
     """The log of one partition, in ``directory``.
+
+    It owns its writer state (segments, log end, high watermark, locks) and
+    these parts, each given what it needs when the log opens: the
+    :class:`~raylog.storage.recovery.Checkpoint` (the directory), the
+    :class:`~raylog.storage.recovery.LogRecovery` run once at open (the
+    directory, the checkpoint, ``max_message_bytes``), the
+    :class:`~raylog.storage.log_reads.LogReader` (the directory,
+    ``max_message_bytes``; each read is given the segments and high
+    watermark of that moment), the
+    :class:`~raylog.storage.retention.Retention` (the directory and the
+    retention bounds) and the
+    :class:`~raylog.storage.producer_state.ProducerStateTable`.
 
     Thread-safety: one writer at a time (``append``, ``flush``,
     ``maybe_flush``, ``delete_old_segments``, ``close`` serialize on internal
@@ -159,12 +182,18 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
             self._lock_fd = _lock_directory(self._dir)
         except OSError as err:
             raise _open_error(self._dir, err) from None
+        checkpoint = None
         try:
-            segments = self._recover()
+            checkpoint = Checkpoint(self._dir)
+            recovery = LogRecovery(self._dir, checkpoint, config.max_message_bytes)
+            segments = recovery.run()
+            self._reports = recovery.reports
             self._producers = ProducerStateTable(self._dir, config.max_producer_ids)
             for note in self._producers.open(segments[-1].end_offset):
                 log.warning("recovery of %s: %s", self._dir, note)
         except BaseException as err:
+            if checkpoint is not None:
+                checkpoint.close()
             os.close(self._lock_fd)
             if isinstance(err, OSError):
                 raise _open_error(self._dir, err) from None
@@ -176,12 +205,27 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
         self._active_since = self._active.mtime_ms() / 1000.0 if self._active.size else None
         self._leo = self._active.end_offset
         self._hw = self._leo
+        self._checkpoint = checkpoint
+        self._reader = LogReader(self._dir, config.max_message_bytes)
+        self._retention = Retention(self._dir, config.retention_ms, config.retention_bytes)
 
     # -- properties (any thread) ------------------------------------------------
 
     @property
     def directory(self) -> str:
         return self._dir
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    @property
+    def high_watermark(self) -> int:
+        """Bytes below this offset are flushed and visible to readers."""
+        return self._hw
+
+    def before_acks_all(self) -> None:
+        """A log of one replica has no ISR to check."""
 
     @property
     def log_start_offset(self) -> int:
@@ -209,7 +253,6 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
     def unflushed_messages(self) -> int:
         return self._unflushed
 
-
     @property
     def messages_appended(self) -> int:
         """Messages appended since the log was opened (a compressed set
@@ -230,6 +273,66 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
             f"PartitionLog({self._dir!r}, start={self.log_start_offset}, hw={self._hw}, "
             f"end={self._leo}, segments={len(self._view[0])})"
         )
+
+    # -- readers (any thread; they never take the writer's lock) -------------------
+
+    def read(self, offset: int, max_bytes: int) -> FileSlice:
+        """The bytes from ``offset``: at most ``max_bytes`` (but at least the
+        whole first message), below the high watermark, within one segment.
+
+        ``offset == high_watermark`` gives an empty slice. The slice may end
+        inside a message; parse it with ``decode_messages`` and continue at
+        ``offset + consumed``. Raises :class:`OffsetOutOfRangeError` outside
+        ``[log_start_offset, high_watermark]`` and :class:`InvalidOffsetError`
+        for an offset that is not the start of a message (see
+        :meth:`LogReader.read <raylog.storage.log_reads.LogReader.read>`).
+        """
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw  # before the view: a newer view only adds segments
+        return self._reader.read(self._view, hw, offset, max_bytes)
+
+    def message_boundaries(self, start: int, end: int, targets) -> list[int]:
+        """For each of ``targets``, the first message boundary at or after it,
+        within ``[start, end]`` (see :meth:`LogReader.message_boundaries
+        <raylog.storage.log_reads.LogReader.message_boundaries>`)."""
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw
+        return self._reader.message_boundaries(self._view, hw, start, end, targets)
+
+    def offsets_before(self, timestamp_ms: int, max_offsets: int = 1) -> list[int]:
+        """Offsets to start reading from for data written before ``timestamp_ms``
+        (Kafka 0.7's ``getOffsetsBefore``; see :meth:`LogReader.offsets_before
+        <raylog.storage.log_reads.LogReader.offsets_before>`)."""
+        hw = self._hw
+        return self._reader.offsets_before(self._view, hw, timestamp_ms, max_offsets)
+
+    def offset_for_time(self, timestamp_ms: int) -> int:
+        """The offset of the first message at or after ``timestamp_ms``
+        (below the high watermark), found with the segments' time indexes
+        (:mod:`raylog.storage.timeindex`); the high watermark when there is
+        none. Any thread."""
+        hw = self._hw
+        return self._reader.offset_for_time(self._view, hw, timestamp_ms)
+
+    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
+        """Block until the high watermark passes ``offset`` (or timeout, or close).
+        Returns whether data at ``offset`` is readable."""
+        with self._cond:
+            if self._hw <= offset and not self._closed:
+                # A waiting reader makes appends flush at once (group commit:
+                # one sync at a time, appends during it go with the next) rather
+                # than after flush_ms.
+                self._waiting += 1
+                try:
+                    if self._unflushed and not self._flush_requested:
+                        self._flush_requested = True
+                        _flusher().submit(self._flush_in_background)
+                    self._cond.wait_for(lambda: self._hw > offset or self._closed, max(0.0, timeout_s))
+                finally:
+                    self._waiting -= 1
+            return self._hw > offset
 
     # -- writer -------------------------------------------------------------------
 
@@ -324,6 +427,170 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
             self._flush_requested = True
             _flusher().submit(self._flush_in_background)
         return base
+
+    # -- rolls and retention (writer side: they take the writer's lock) ----------
+
+    def _roll(self) -> LogSegment:
+        """Start a new segment at the log end (writer lock held)."""
+        old = self._active
+        try:
+            _faults.check("roll", self._dir)
+            old.flush()  # so that only the last segment can ever hold unsynced bytes
+            new = LogSegment.open(self._dir, self._leo)
+            _sync_directory(self._dir)
+        except OSError as err:
+            if is_disk_full(err):  # the old segment stays active; nothing changed
+                raise self._now_disk_full(err, self._dir) from err
+            self._fail(err)
+            raise StorageError(f"cannot roll the log in {self._dir}: {err}") from err
+        bases, segments = self._view
+        self._view = ([*bases, new.base_offset], [*segments, new])
+        self._active = new
+        self._active_since = None
+        return new
+
+    def maybe_roll(self, now: float | None = None) -> bool:
+        """Roll the active segment if its first message came more than
+        ``segment_ms`` ago (timer hook; an empty segment never rolls).
+        Returns whether it rolled."""
+        since = self._active_since
+        if since is None or self._closed:
+            return False
+        if now is None:
+            now = self._clock()
+        if (now - since) * 1000.0 < self._config.segment_ms:
+            return False
+        with self._lock:
+            if self._closed or self._failed is not None or not self._active.size or self._active_since is None:
+                return False
+            try:
+                self._roll()
+            except DiskFullError:
+                return False  # rolled by a later tick, once there is room
+            return True
+
+    def delete_old_segments(self, now_ms: int | None = None) -> list[tuple[int, int]]:
+        """Retention: delete whole old segments, never the active one.
+
+        Oldest first, segments modified more than ``retention_ms`` before
+        ``now_ms``, then while the log is larger than ``retention_bytes``
+        (when that is not -1). Only flushed segments go. Returns ``(base
+        offset, bytes)`` of each deleted segment; the log start moves forward.
+        """
+        with self._lock:
+            if self._closed:
+                return []
+            if now_ms is None:
+                now_ms = int(self._clock() * 1000)
+            bases, segments = self._view
+            dead = self._retention.expired(segments, self._hw, now_ms)
+            if not dead:
+                return []
+            gone = segments[:dead]
+            self._view = (bases[dead:], segments[dead:])
+        # Unlinking large files takes a while: outside the lock, so appends go on.
+        try:
+            self._retention.delete(gone)
+        except OSError as err:
+            self._fail(err)
+            raise StorageError(f"cannot delete old segments in {self._dir}: {err}") from err
+        deleted = [(s.base_offset, s.size) for s in gone]
+        log.info("retention deleted %d segment(s) of %s: %s", len(deleted), self._dir, deleted)
+        return deleted
+
+    # -- replica writes (see raylog.replication) ----------------------------------
+    #
+    # A follower's producer-state table follows its leader's: producer_records
+    # hands out what the leader remembers after an offset, the follower passes
+    # it to append_replica with the bytes, and truncate_replica forgets what it
+    # cuts off. A follower that becomes leader therefore answers a retry of a
+    # set its old leader stored with that set's offset instead of storing it
+    # again.
+
+    def append_replica(self, message_set, offset: int, sequences=()) -> int:
+        """Append a leader's set at ``offset``, which must be this log's end
+        (replication: the same bytes at the same byte offset on every
+        replica). Validated like :meth:`append`; :class:`InvalidOffsetError`
+        when ``offset`` is not the log end or a sequence lies outside the set.
+
+        ``sequences``: the idempotent producers' sets within the bytes, as
+        :func:`~raylog.storage.producer_state.parse_records` gives them
+        (``(producer id, epoch, first sequence, base offset, lengths)``);
+        they are remembered as if appended here by their producers. A set
+        is passed with the append that holds its end: it may begin in an
+        earlier append (a set larger than one fetch comes in parts)."""
+        size, count = len(message_set), self._validate(message_set)
+        sequenced = []
+        for producer_id, epoch, first_sequence, base, lengths in sequences:
+            if not offset < base + sum(lengths) <= offset + size or base < self.log_start_offset:
+                raise InvalidOffsetError(
+                    f"producer {producer_id}'s sets at {base} do not end within the replica append "
+                    f"{offset}..{offset + size} to {self._dir}"
+                )
+            sequenced.append((producer_id, epoch, first_sequence, base - offset, lengths))
+        with self._lock:
+            self._check_writable()
+            if offset != self._leo:
+                raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
+            return self._append_locked(message_set, size, count, sequenced) if count else self._leo
+
+    def producer_records(self, offset: int, max_bytes: int) -> bytes:
+        """The idempotent producers' sets remembered at or after ``offset``,
+        as records of the producer-state journal (what a follower passes to
+        :meth:`append_replica`, through ``parse_records``)."""
+        with self._lock:
+            return self._producers.records_from(offset, max_bytes)
+
+    def truncate_replica(self, offset: int) -> None:
+        """Cut the log back to ``offset`` (a replica of an older leader epoch,
+        see :mod:`raylog.replication.state`), forgetting the producers' sets
+        cut off; nothing at or past the end."""
+        with self._flush_lock, self._lock:
+            self._check_writable()
+            if offset >= self._leo:
+                return
+            segments = self._view[1]
+            keep = [s for s in segments if s.base_offset <= offset] or segments[:1]
+            for segment in segments[len(keep):]:
+                segment.delete()
+            keep[-1].truncate(offset - keep[-1].base_offset)
+            self._view, self._active, self._leo = ([s.base_offset for s in keep], keep), keep[-1], offset
+            self._producers.truncate(offset)
+            self._checkpoint.write(offset)
+            with self._cond:
+                self._hw = min(self._hw, offset)
+
+    def restart_replica_at(self, offset: int) -> None:
+        """Start over, empty, at ``offset``, past this log's end: the leader's
+        log now begins there (its retention deleted what this replica would
+        fetch next: a replica that was away long, or a new one), so the
+        replica drops what it holds and follows from the leader's log start
+        (Kafka's truncate-fully-and-start-at). The old segments go first, then
+        the new empty one is made: a crash in between leaves no segment, and
+        the log reopens empty at 0, which the follower restarts from again."""
+        with self._flush_lock, self._lock:
+            self._check_writable()
+            if offset <= self._leo:
+                raise InvalidOffsetError(
+                    f"a replica starts over only past its log end ({self._leo}), not at {offset}", offset=offset
+                )
+            try:
+                for segment in self._view[1]:
+                    segment.delete()
+                _sync_directory(self._dir)
+                new = LogSegment.open(self._dir, offset)
+                _sync_directory(self._dir)
+            except OSError as err:
+                self._fail(err)
+                raise StorageError(f"cannot start the replica in {self._dir} over at {offset}: {err}") from err
+            self._view, self._active, self._leo = ([offset], [new]), new, offset
+            self._active_since = None
+            self._producers.truncate(0)
+            self._checkpoint.write(offset)
+            with self._cond:
+                self._hw = offset
+
+    # -- disk full -------------------------------------------------------------------
 
     def _check_space(self) -> None:
         """Refuse an append at once while the disk is full (writer lock held),
@@ -466,7 +733,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
                 _faults.check("fsync", self._dir)
                 active.flush()  # earlier segments were synced when they were rolled
                 self._producers.sync()
-                self._write_checkpoint(target)
+                self._checkpoint.write(target)
             except OSError as err:
                 self._fail(err)
                 raise StorageError(f"cannot sync {active.path}: {err}") from err
@@ -492,7 +759,7 @@ class PartitionLog(LogSettings, LogReads, LogRecovery, LogRetention, LogReplica)
                     self._producers.close()
                     for segment in self._view[1]:
                         segment.timeindex.close()
-                self._checkpoint_file.close()
+                self._checkpoint.close()
                 os.close(self._lock_fd)  # another owner may open the directory now
             with self._cond:
                 self._cond.notify_all()

@@ -1,6 +1,7 @@
-"""Reading a partition log: slices for ``os.sendfile``, message boundaries,
-long-poll waits and lookups by time (a mixin of
-:class:`~raylog.storage.log.PartitionLog`; see :mod:`raylog.storage.log`)."""
+"""Reading a partition log: slices for ``os.sendfile``, message boundaries
+and lookups by time, over one view of the log's segments and its high
+watermark (:class:`LogReader`, owned by :class:`~raylog.storage.log.PartitionLog`;
+see :mod:`raylog.storage.log`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.fileops import _flusher
+from raylog.errors import CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
 from raylog.storage.message import HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
 from raylog.storage.recovery import RECOVERY_MAX_MESSAGE_BYTES
 from raylog.storage.resync import message_at, next_readable, walk_to
@@ -65,11 +65,22 @@ def _reader(segment: LogSegment):
     return lambda offset, length: read_at(offset - base, length)
 
 
-class LogReads:
-    """The readers of :class:`~raylog.storage.log.PartitionLog` (any thread;
-    they never take the writer's lock)."""
+#: what a reader is given of the log: ``(base offsets, segments)``, as the
+#: writer last replaced it (never changed in place)
+View = tuple[list[int], list[LogSegment]]
 
-    def read(self, offset: int, max_bytes: int) -> FileSlice:
+
+class LogReader:
+    """The reads of the partition log in ``directory`` whose messages are at
+    most ``max_message_bytes``. Each call is given the log's ``view`` and
+    high watermark ``hw`` as read together by the caller, and reads only
+    below ``hw``; it keeps no state (any thread, no lock)."""
+
+    def __init__(self, directory: str, max_message_bytes: int):
+        self._dir = directory
+        self._max_message_bytes = max_message_bytes
+
+    def read(self, view: View, hw: int, offset: int, max_bytes: int) -> FileSlice:
         """The bytes from ``offset``: at most ``max_bytes`` (but at least the
         whole first message), below the high watermark, within one segment.
 
@@ -79,10 +90,7 @@ class LogReads:
         ``[log_start_offset, high_watermark]`` and :class:`InvalidOffsetError`
         for an offset that is not the start of a message.
         """
-        if self._closed:
-            raise ClosedError(f"the partition log in {self._dir} is closed")
-        hw = self._hw
-        bases, segments = self._view
+        bases, segments = view
         start = bases[0]
         if offset < start or offset > hw:
             raise OffsetOutOfRangeError(
@@ -108,7 +116,7 @@ class LogReads:
         if len(head) >= HEADER_SIZE:
             size = _u32(head[:4], "big")
             length = 4 + size
-            if MIN_MESSAGE_SIZE <= size <= self._config.max_message_bytes and length <= available:
+            if MIN_MESSAGE_SIZE <= size <= self._max_message_bytes and length <= available:
                 body = head if length <= len(head) else segment.read_at(position, length)
                 if len(body) >= length:
                     if crc32c(memoryview(body)[8:length]) == _u32(body[4:8], "big"):
@@ -120,7 +128,7 @@ class LogReads:
         # No readable message here: a damaged one (the walk of the size
         # fields from a known boundary lands here), or not a boundary at all.
         end = offset + available
-        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        limit = max(self._max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         read = _reader(segment)
         length = message_at(read, offset, end, limit)
         if length is not None:  # a whole message stored before max_message_bytes was lowered
@@ -147,7 +155,7 @@ class LogReads:
 
     def _corrupt(self, segment: LogSegment, offset: int, bad: int, end: int, what: str) -> CorruptMessageError:
         """The error for the damaged message at ``bad``, with the next readable offset."""
-        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        limit = max(self._max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         following = next_readable(_reader(segment), bad, end, limit)
         return CorruptMessageError(
             f"message at offset {offset} {what}: the segment {segment.path} is damaged there; "
@@ -157,7 +165,7 @@ class LogReads:
             next_offset=following,
         )
 
-    def message_boundaries(self, start: int, end: int, targets) -> list[int]:
+    def message_boundaries(self, view: View, hw: int, start: int, end: int, targets) -> list[int]:
         """For each of ``targets``, the first message boundary at or after it,
         within ``[start, end]`` (a target below ``start`` gives ``start``, one
         at or past ``end`` gives ``end``).
@@ -172,10 +180,7 @@ class LogReads:
         Used to split a large range of a partition into pieces that never
         cut a message (``raylog_spark.read_topic(min_partitions=...)``).
         """
-        if self._closed:
-            raise ClosedError(f"the partition log in {self._dir} is closed")
-        hw = self._hw
-        bases, segments = self._view
+        bases, segments = view
         if not bases[0] <= start <= end <= hw:
             raise OffsetOutOfRangeError(
                 f"range [{start}, {end}) is not within the log [{bases[0]}, {hw}]",
@@ -188,7 +193,7 @@ class LogReads:
             available = min(hw, segment.base_offset + segment.size) - start
             if start != segment.base_offset and available > 0:
                 self._check_boundary(segment, start - segment.base_offset, start, available)
-        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        limit = max(self._max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         found: dict[int, int] = {}
         known = start
         for target in sorted(set(targets)):
@@ -220,25 +225,7 @@ class LogReads:
             found[target] = known = pos
         return [found[t] for t in targets]
 
-    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
-        """Block until the high watermark passes ``offset`` (or timeout, or close).
-        Returns whether data at ``offset`` is readable."""
-        with self._cond:
-            if self._hw <= offset and not self._closed:
-                # A waiting reader makes appends flush at once (group commit:
-                # one sync at a time, appends during it go with the next) rather
-                # than after flush_ms.
-                self._waiting += 1
-                try:
-                    if self._unflushed and not self._flush_requested:
-                        self._flush_requested = True
-                        _flusher().submit(self._flush_in_background)
-                    self._cond.wait_for(lambda: self._hw > offset or self._closed, max(0.0, timeout_s))
-                finally:
-                    self._waiting -= 1
-            return self._hw > offset
-
-    def offsets_before(self, timestamp_ms: int, max_offsets: int = 1) -> list[int]:
+    def offsets_before(self, view: View, hw: int, timestamp_ms: int, max_offsets: int = 1) -> list[int]:
         """Offsets to start reading from for data written before ``timestamp_ms``.
 
         As Kafka 0.7's ``getOffsetsBefore``: the base offsets of segments last
@@ -246,21 +233,20 @@ class LogReads:
         ``max_offsets``); ``-1`` means latest (the high watermark) and ``-2``
         earliest (the log start).
         """
-        bases, segments = self._view
+        bases, segments = view
         if timestamp_ms == -1:
-            return [self._hw][:max_offsets]
+            return [hw][:max_offsets]
         if timestamp_ms == -2:
             return [bases[0]][:max_offsets]
         found = [s.base_offset for s in segments if s.mtime_ms() < timestamp_ms]
         return found[::-1][:max_offsets]
 
-    def offset_for_time(self, timestamp_ms: int) -> int:
+    def offset_for_time(self, view: View, hw: int, timestamp_ms: int) -> int:
         """The offset of the first message at or after ``timestamp_ms``
         (below the high watermark), found with the segments' time indexes
         (:mod:`raylog.storage.timeindex`); the high watermark when there is
-        none. Any thread."""
-        hw = self._hw
-        _bases, segments = self._view
+        none."""
+        _bases, segments = view
         for segment in segments:
             if segment.base_offset >= hw:
                 break

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.base import BytesSlice, LogSettings
+from raylog.storage.base import BytesSlice
 from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.validation import validate_append
@@ -31,7 +31,7 @@ from raylog.storage.validation import validate_append
 _TS_AT = 10  # a message's timestamp: after size, crc, magic, attributes
 
 
-class MemoryLog(LogSettings):
+class MemoryLog:
     """The log of one partition in memory (see the module docstring)."""
 
     def __init__(self, config: TopicConfig = TopicConfig(), *, flush_on_append: bool = False):
@@ -45,6 +45,18 @@ class MemoryLog(LogSettings):
         self._cond = threading.Condition(threading.Lock())
 
     # -- the contract's properties ------------------------------------------------
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    @property
+    def high_watermark(self) -> int:
+        """Bytes below this offset are flushed and visible to readers."""
+        return self._hw
+
+    def before_acks_all(self) -> None:
+        """A log of one replica has no ISR to check."""
 
     @property
     def log_start_offset(self) -> int:

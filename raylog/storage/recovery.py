@@ -1,6 +1,8 @@
-"""Opening a partition log: the checkpoint (``recovery-point``) and recovery
-of the segments past it and of the whole active segment (a mixin of
-:class:`~raylog.storage.log.PartitionLog`; see :mod:`raylog.storage.log`).
+"""Opening a partition log: the checkpoint (``recovery-point``,
+:class:`Checkpoint`) and recovery of the segments past it and of the whole
+active segment (:class:`LogRecovery`, run once by
+:class:`~raylog.storage.log.PartitionLog`'s constructor; see
+:mod:`raylog.storage.log`).
 
 Damage past the checkpoint is a torn or corrupt tail: cut, with what
 follows it. Damage before it (flushed, acknowledged data) is reported and
@@ -44,39 +46,63 @@ class RecoveryReport(NamedTuple):
     kept: bool = False
 
 
-class LogRecovery:
-    """Checkpoint and recovery of :class:`~raylog.storage.log.PartitionLog`
-    (run by its constructor and its flush, under the writer's locks)."""
+class Checkpoint:
+    """The ``recovery-point`` file of the partition log in ``directory``:
+    the last flushed offset, one fixed-size record rewritten in place.
 
-    def _checkpoint_path(self) -> str:
-        return os.path.join(self._dir, CHECKPOINT_NAME)
+    Record (30 bytes, ASCII): the offset as 20 decimal digits, a space, the
+    CRC32C of those 20 digits as 8 lowercase hex digits, a newline. A torn or
+    damaged record reads as missing (recovery then checks the whole last
+    segment).
 
-    def _write_checkpoint(self, offset: int) -> None:
-        # One fixed-size record rewritten in place, with its own CRC: a torn
-        # record is detected and treated as missing (the whole last segment is
-        # checked then). No fsync of its own: it never claims more than the
-        # data just synced, and a stale record only makes recovery check more.
+    Thread-safety: the log's writer locks serialize ``write`` and ``close``.
+    """
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.path = os.path.join(directory, CHECKPOINT_NAME)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.file = SegmentFile(fd, "r+")
+
+    def write(self, offset: int) -> None:
+        # No fsync of its own: it never claims more than the data just
+        # synced, and a stale record only makes recovery check more.
         # (Not write-and-rename: ext4 flushes a file renamed over another,
         # which costs more than the rest of a flush.)
         digits = b"%020d" % offset
         record = b"%s %08x\n" % (digits, crc32c(digits))
-        os.pwrite(self._checkpoint_file.fileno(), record, 0)
+        os.pwrite(self.file.fileno(), record, 0)
 
-    def _read_checkpoint(self) -> int | None:
-        text = os.pread(self._checkpoint_file.fileno(), 64, 0)
+    def read(self) -> int | None:
+        text = os.pread(self.file.fileno(), 64, 0)
         if not text:
             return None
         if len(text) == _CHECKPOINT_SIZE and text[20:21] == b" " and text[-1:] == b"\n":
             digits = text[:20]
             if digits.isdigit() and b"%08x" % crc32c(digits) == text[21:29]:
                 return int(digits)
-        log.warning("ignoring the damaged recovery point %r in %s", text[:40], self._dir)
+        log.warning("ignoring the damaged recovery point %r in %s", text[:40], self.directory)
         return None
 
-    def _recover(self) -> list[LogSegment]:
+    def close(self) -> None:
+        self.file.close()
+
+
+class LogRecovery:
+    """Recovery of the segments in ``directory`` against its ``checkpoint``
+    (rewritten at the end), accepting stored messages up to
+    ``max_message_bytes`` (or :data:`RECOVERY_MAX_MESSAGE_BYTES`, the larger).
+    :meth:`run` returns the segments to open the log with; ``reports`` lists
+    what it cut or found damaged and kept."""
+
+    def __init__(self, directory: str, checkpoint: Checkpoint, max_message_bytes: int):
+        self._dir = directory
+        self._checkpoint = checkpoint
+        self._max_message_bytes = max_message_bytes
+        self.reports: list[RecoveryReport] = []
+
+    def run(self) -> list[LogSegment]:
         """Open the segments, check everything past the checkpoint, cut a bad tail."""
-        fd = os.open(self._checkpoint_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._checkpoint_file = SegmentFile(fd, "r+")
         bases = []
         for name in os.listdir(self._dir):
             base = parse_segment_name(name)
@@ -87,7 +113,7 @@ class LogRecovery:
         if not bases:
             segment = LogSegment.open(self._dir, 0)
             _sync_directory(self._dir)
-            self._write_checkpoint(0)
+            self._checkpoint.write(0)
             return [segment]
         segments = [LogSegment.open(self._dir, base) for base in sorted(bases)]
         for prev, nxt in zip(segments, segments[1:]):
@@ -99,7 +125,7 @@ class LogRecovery:
                     directory=self._dir,
                 )
         end = segments[-1].end_offset
-        checkpoint = self._read_checkpoint()
+        checkpoint = self._checkpoint.read()
         #: bytes below this were flushed (acknowledged as durable): damage
         #: there is reported and kept, never cut with what follows it
         flushed = None
@@ -117,7 +143,7 @@ class LogRecovery:
             flushed = checkpoint
             # the whole active segment is checked, flushed part included
             scan_from = max(min(checkpoint, segments[-1].base_offset), segments[0].base_offset)
-        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        limit = max(self._max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         for index, segment in enumerate(segments):
             if segment.end_offset <= scan_from and segment is not segments[-1]:
                 continue
@@ -146,12 +172,12 @@ class LogRecovery:
             del segments[index + 1 :]
             break
         segments[-1].flush()
-        self._write_checkpoint(segments[-1].end_offset)
+        self._checkpoint.write(segments[-1].end_offset)
         return segments
 
     def _report(self, segment_base: int, start: int, end: int, size: int, reason: str) -> None:
         report = RecoveryReport(segment_base, start, end, size, reason)
-        self._reports.append(report)
+        self.reports.append(report)
         log.warning(
             "recovery of %s cut %d bytes, offsets [%d, %d) of segment %s: %s",
             self._dir, size, start, end, segment_name(segment_base), reason,
@@ -165,7 +191,7 @@ class LogRecovery:
         following = next_readable(lambda offset, length: segment.read_at(offset - base, length),
                                   base + position, segment.end_offset, limit)
         report = RecoveryReport(base, base + position, following, 0, f"damaged flushed data kept: {err}", True)
-        self._reports.append(report)
+        self.reports.append(report)
         log.warning(
             "recovery of %s found %d damaged bytes, offsets [%d, %d) of segment %s, and kept them (%s); "
             "readers get CorruptMessageError there and skip to %d with consumer.skip_corrupt()",

@@ -54,7 +54,7 @@ def test_a_duplicate_is_recognised_after_the_log_is_reopened_without_a_flush(tmp
     first = put(plog, b"a", 0)
     put(plog, b"b", 1)
     # no flush, no close: as if the process died with the writes in the page cache
-    plog._checkpoint_file.close()
+    plog._checkpoint.close()
     plog._producers.close()
     os.close(plog._lock_fd)
     with PartitionLog(tmp_path / "p", CONFIG) as again:
