@@ -182,23 +182,3 @@ class _Batches(list):
 
     def __bool__(self) -> bool:
         return self.messages > 0
-
-
-class BatchPolling:
-    """``poll_batch`` for :class:`~raylog.consumer.consumer.Consumer` (a mixin)."""
-
-    #: what the fetchers decode with (set by the first poll_batch)
-    fetch_decoder = None
-
-    def poll_batch(self, timeout_ms: int = 1000, max_messages: int = 100_000) -> list[MessageBatch]:
-        """Like ``poll``, but the messages come as :class:`MessageBatch`
-        views (see the module docstring): at most ``max_messages`` in all."""
-        from raylog.errors import ClosedError
-
-        if self._closed:
-            raise ClosedError("the consumer is closed; create a new one with client.consumer()")
-        self.fetch_decoder = fetched_batch
-        self._unyielded.clear()
-        out = _Batches()
-        self._poll(timeout_ms, max_messages, out)
-        return list(out)

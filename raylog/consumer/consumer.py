@@ -8,10 +8,34 @@ blocks until new data is flushed). Units: ``poll(timeout_ms)`` and the
 consumer's ``*_ms`` options take milliseconds, as Kafka's consumer does;
 ``request_timeout_s`` and ``unavailable_warning_s`` take seconds.
 
-The consumer's parts: positions, seeks and Kafka's commit rule
-(:mod:`raylog.consumer.positions`); group changes handed to the
-application's thread (:mod:`raylog.consumer.revocation`); this module
-keeps assignment, the fetchers, ``poll`` and the iterator, and ``close``.
+The consumer's parts, each given what it uses when the consumer is made:
+the offsets asked of the data servers (:class:`~raylog.consumer.positions.OffsetQueries`:
+the metadata and the request timeout); group changes handed to the
+application's thread (:class:`~raylog.consumer.revocation.GroupNotices`:
+the consumer's lock, how to start and stop fetchers, the callbacks, the
+commit of revoked partitions); a fetcher per partition
+(:mod:`raylog.consumer.fetcher`). This module keeps assignment, positions,
+seeks and commits, ``poll``, ``poll_batch`` and the iterator, and ``close``.
+
+**Positions.** The consumer's position in a partition is the offset after the
+last message it *handed to the application* (``Message.next_offset``). When
+iterating, a message counts as handed when it is yielded; with ``poll``, when
+the batch is returned.
+
+**The commit rule** (Kafka's): a commit, automatic or manual, stores only
+positions handed out by earlier polls. Auto-commit runs at the start of
+``poll`` (every ``auto_commit_interval_ms``), before anything new is taken,
+so it commits what the previous polls returned: the application asked for
+more, so it is done with them. Iteration takes its next batch the same way,
+only after every message of the last one was yielded. A crash therefore
+loses nothing: what was handed out but not committed comes again.
+
+**Seek versus reset.** ``seek`` to an offset outside the log raises
+:class:`raylog.OffsetOutOfRangeError` with the partition's earliest and
+latest offsets. ``auto_offset_reset`` (:data:`raylog.config.OFFSET_RESETS`)
+only decides where a partition starts when the group has no committed
+offset (or the consumer no group), and where it goes when a position is
+lost to retention (``"error"``: raise instead).
 
 **Errors keep to their partition.** A partition whose actor is down
 (when the consumer is made, too) is retried for as long as it is owned (a warning after
@@ -41,12 +65,20 @@ from typing import Iterable, Iterator, Sequence
 
 from raylog.audit import AUDIT_TOPIC, DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
 from raylog.config import LATEST, OFFSET_RESETS, RESET_ERROR
-from raylog.consumer.batch import BatchPolling
+from raylog.consumer.batch import MessageBatch, _Batches, fetched_batch
 from raylog.consumer.fetcher import Chunk, Fetcher
-from raylog.consumer.positions import Positions, TopicPartition
+from raylog.consumer.positions import OffsetQueries, TopicPartition
 from raylog.consumer.record import Message
 from raylog.consumer.revocation import GroupNotices
-from raylog.errors import ClosedError, ConfigError, CorruptMessageError, OffsetOutOfRangeError
+from raylog.errors import (
+    ClosedError,
+    ConfigError,
+    CorruptMessageError,
+    NotOwnerError,
+    OffsetOutOfRangeError,
+    RaylogError,
+    ZooKeeperUnavailableError,
+)
 from raylog.groups.member import SETTLE_S, GroupMember
 from raylog.producer import Producer
 from raylog.zk.session import connect_kazoo
@@ -68,9 +100,12 @@ class _Partition:
         self.error: BaseException | None = None  # raised on every poll until a seek
 
 
-class Consumer(Positions, GroupNotices, BatchPolling):
+class Consumer:
     """A consumer of topics, alone (every partition) or in a group (see the
     module docstring; ``raylog.Client.consumer`` makes one)."""
+
+    #: what the fetchers decode with (set by the first poll_batch)
+    fetch_decoder = None
 
     def __init__(
         self,
@@ -116,20 +151,28 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         self.request_timeout_s = request_timeout_s
         self.warn_after_s = unavailable_warning_s
         self.revoke_timeout_s = revoke_timeout_ms / 1000.0
-        self._user_on_assigned = on_assigned
-        self._user_on_revoked = on_revoked
 
         self._lock = threading.RLock()
+        self._offsets = OffsetQueries(metadata, request_timeout_s)
+        self._group_changes = GroupNotices(
+            self._lock,
+            fetch=self._fetch_assigned,
+            stop_fetchers=self._stop_fetchers,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            commit_revoked=self._commit_revoked,
+            revoke_timeout_s=self.revoke_timeout_s,
+            group=group,
+        )
+        #: the group member's callbacks (on its thread): queue the change
+        self._on_assigned = self._group_changes.on_assigned
+        self._on_revoked = self._group_changes.on_revoked
         self.queue: queue.Queue[Chunk] = queue.Queue(maxsize=queued_chunks)
         self._parts: dict[TopicPartition, _Partition] = {}
         self._pending: collections.deque = collections.deque()  # (chunk, start index)
         self._unyielded: collections.deque = collections.deque()  # the iterator's batch, not yet yielded
-        self._notices: collections.deque = collections.deque()  # revocation._Notice, oldest first
-        self._revoking: set[TopicPartition] = set()
-        self._assigning: set[TopicPartition] = set()  # assigned, on_assigned not run yet: not handed out
         self._epoch = 0
         self._closed = False
-        self._closing = False
         self._last_commit = time.monotonic()
         self._member = None
         #: ``{(topic, partition): (skips, bytes skipped)}`` by :meth:`skip_corrupt`
@@ -186,7 +229,7 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         # once and the partitions that serve start where they are now; one
         # unavailable now is resolved by its fetcher, retrying (as a group's are).
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(partitions)))) as pool:
-            starts = list(pool.map(self._start_position, partitions))
+            starts = list(pool.map(lambda tp: self._offsets.start_position(tp, self.auto_offset_reset), partitions))
         with self._lock:
             self._stop_fetchers(list(self._parts))
             for tp, start in zip(partitions, starts):
@@ -195,13 +238,19 @@ class Consumer(Positions, GroupNotices, BatchPolling):
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this consumer reads (in a group: not those being revoked)."""
         with self._lock:
-            return frozenset(self._parts) - self._revoking
+            return frozenset(self._parts) - self._group_changes.revoking
 
     def _start_fetcher(self, tp: TopicPartition, offset: int | None) -> None:
         self._epoch += 1
         fetcher = Fetcher(self, tp, offset, self._epoch)
         self._parts[tp] = _Partition(fetcher, offset)
         fetcher.start()
+
+    def _fetch_assigned(self, tp: TopicPartition) -> None:
+        """A partition the group assigned (lock held): read it from its
+        committed offset, which its fetcher resolves, unless it is read already."""
+        if tp not in self._parts:
+            self._start_fetcher(tp, None)
 
     def _stop_fetchers(self, tps: Iterable[TopicPartition]) -> None:
         stopping = [self._parts.pop(tp).fetcher for tp in list(tps) if tp in self._parts]
@@ -219,6 +268,122 @@ class Consumer(Positions, GroupNotices, BatchPolling):
     def _owned_now(self) -> frozenset | None:
         return None if self._member is None else self._member.assignment
 
+    # -- offsets of the partitions (also what the fetchers ask) ------------------
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of the partition (None without a group or a commit)."""
+        return self._member.committed(*tp) if self._member is not None else None
+
+    def offsets(self, tp: TopicPartition) -> tuple[int, int]:
+        """``(earliest, latest)`` of a partition, asked of its data server."""
+        return self._offsets.offsets(tp)
+
+    # -- seeking ----------------------------------------------------------------
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read ``topic``/``partition`` from ``offset`` on (a message boundary:
+        a message's offset or ``next_offset``, or a committed offset).
+
+        Raises :class:`raylog.OffsetOutOfRangeError` (with ``earliest`` and
+        ``latest``) for an offset outside the log; the position is unchanged
+        then. A seek clears the partition's pending error.
+        """
+        tp = (topic, int(partition))
+        with self._lock:
+            if tp not in self._parts:
+                raise ConfigError(f"{topic}-{partition} is not assigned to this consumer; assigned: {sorted(self._parts)}")
+        offset = int(offset)
+        earliest, latest = self.offsets(tp)
+        if not earliest <= offset <= latest:
+            raise OffsetOutOfRangeError(
+                f"cannot seek {topic}-{partition} to {offset}: the log holds [{earliest}, {latest}]; "
+                f"seek within it (the earliest, the latest, or a message's offset)",
+                offset=offset, earliest=earliest, latest=latest)
+        with self._lock:
+            if tp not in self._parts:
+                raise ConfigError(f"{topic}-{partition} was revoked meanwhile; nothing moved")
+            self._stop_fetchers([tp])
+            self._start_fetcher(tp, offset)
+
+    def offsets_for_times(self, timestamps: dict) -> dict:
+        """``{(topic, partition): offset}`` for ``{(topic, partition):
+        timestamp_ms}``: the offset of the partition's first message whose
+        timestamp is at or after the time (a compressed set: its wrapper),
+        or the high watermark when there is none (OFFSETS_FOR_TIME)."""
+        out = {}
+        for tp, timestamp_ms in timestamps.items():
+            tp, at = (tp[0], int(tp[1])), int(timestamp_ms)
+            out[tp] = self._offsets.offset_for_time(tp, at)
+        return out
+
+    def seek_to_timestamp(self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None) -> dict:
+        """Read each assigned partition (or only ``partitions``) from its
+        first message at or after ``timestamp_ms`` (ms since the epoch; see
+        :meth:`offsets_for_times`); returns ``{(topic, partition): offset}``."""
+        with self._lock:
+            targets = sorted(self._parts) if partitions is None else [(t, int(p)) for t, p in partitions]
+        found = self.offsets_for_times({tp: timestamp_ms for tp in targets})
+        for tp, offset in found.items():
+            self.seek(tp[0], tp[1], offset)
+        return found
+
+    def position(self, topic: str, partition: int) -> int | None:
+        """The position in the partition: the offset after the last message
+        handed to the application (None until the start is resolved)."""
+        with self._lock:
+            part = self._parts.get((topic, int(partition)))
+            return None if part is None else part.position
+
+    # -- commits ------------------------------------------------------------------
+
+    def _auto_commit(self) -> None:
+        try:
+            self.commit()
+        except (ZooKeeperUnavailableError, NotOwnerError, ClosedError) as err:
+            # Retried at the next interval; a revocation commits on its own.
+            self._last_commit = time.monotonic()
+            logger.warning("auto-commit of group %r failed, will retry: %s", self.group, err)
+
+    def _handed_positions(self) -> dict[TopicPartition, int]:
+        """Positions after the last message handed to the application."""
+        with self._lock:
+            positions = {tp: p.position for tp, p in self._parts.items() if p.position is not None}
+            seen = set()
+            for m in self._unyielded:  # the iterator's batch: not handed out yet
+                tp = (m.topic, m.partition)
+                if tp not in seen:
+                    seen.add(tp)
+                    positions[tp] = m.offset
+        return positions
+
+    def commit(self) -> None:
+        """Store the positions handed to the application so far, for the
+        partitions this consumer owns (group only). Inside ``on_revoked`` the
+        partitions being revoked are still owned and are committed too."""
+        if self._member is None:
+            raise ConfigError("commit needs a consumer group: client.consumer(topics, group='name')")
+        owned = self._member.owned
+        positions = {tp: pos for tp, pos in self._handed_positions().items() if tp in owned}
+        # Even with nothing to store, ask the member: it raises while the
+        # group's ZooKeeper session is down, which the caller should know.
+        self._member.commit(positions)
+        self._last_commit = time.monotonic()
+
+    def _commit_revoked(self, partitions: frozenset) -> None:
+        """After ``on_revoked`` (auto-commit): store what was handed out of ``partitions``."""
+        if self.enable_auto_commit:
+            positions = {tp: pos for tp, pos in self._handed_positions().items() if tp in partitions}
+            if positions:
+                try:
+                    self._member.commit(positions)
+                except RaylogError as err:
+                    # The session was lost or ZooKeeper is down: the next
+                    # owner starts from the last commit (at-least-once).
+                    logger.info("group %r: could not commit %s while revoking them: %s",
+                                self.group, sorted(positions), err)
+
+    # -- polling ------------------------------------------------------------------
+
     def poll(self, timeout_ms: int = 1000, max_messages: int = 10_000) -> list[Message]:
         """Messages that arrived, at most ``max_messages``; waits up to
         ``timeout_ms`` **milliseconds** (Kafka's unit; the producer's
@@ -235,8 +400,20 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         self._unyielded.clear()  # a direct poll ends the iterator's batch
         return self._poll(timeout_ms, max_messages)
 
+    def poll_batch(self, timeout_ms: int = 1000, max_messages: int = 100_000) -> list[MessageBatch]:
+        """Like ``poll``, but the messages come as :class:`~raylog.consumer.batch.MessageBatch`
+        views (see :mod:`raylog.consumer.batch`): at most ``max_messages`` in all."""
+        if self._closed:
+            raise ClosedError("the consumer is closed; create a new one with client.consumer()")
+        self.fetch_decoder = fetched_batch
+        self._unyielded.clear()
+        out = _Batches()
+        self._poll(timeout_ms, max_messages, out)
+        return list(out)
+
     def _poll(self, timeout_ms: int, max_messages: int, out: list | None = None) -> list[Message]:
-        self._run_notices()
+        changes = self._group_changes
+        changes.run()
         if self.enable_auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
             self._auto_commit()
         self._raise_pending_error()
@@ -244,8 +421,8 @@ class Consumer(Positions, GroupNotices, BatchPolling):
         if out is None:
             out = []
         while True:
-            if self._notices:
-                self._run_notices()  # a change since: on_assigned runs before its partitions' messages
+            if changes.notices:
+                changes.run()  # a change since: on_assigned runs before its partitions' messages
             with self._lock:
                 self._take_pending(out, max_messages)
             if out:
@@ -257,7 +434,7 @@ class Consumer(Positions, GroupNotices, BatchPolling):
             try:
                 chunk = self.queue.get(timeout=min(remaining, 0.1))
             except queue.Empty:
-                self._run_notices()  # a revocation waits for this thread
+                changes.run()  # a revocation waits for this thread
                 continue
             with self._lock:
                 self._pending.append((chunk, 0))
@@ -328,6 +505,7 @@ class Consumer(Positions, GroupNotices, BatchPolling):
             except queue.Empty:
                 break
         owned = self._owned_now()
+        revoking, assigning = self._group_changes.revoking, self._group_changes.assigning
         pending = self._pending
         held_back = collections.deque()
         while pending and len(out) < max_messages:
@@ -336,7 +514,7 @@ class Consumer(Positions, GroupNotices, BatchPolling):
                 continue
             tp = chunk.tp
             part = self._parts[tp]
-            if ((owned is not None and tp not in owned) or tp in self._revoking or tp in self._assigning
+            if ((owned is not None and tp not in owned) or tp in revoking or tp in assigning
                     or part.error is not None):
                 # Not sure we own it now (disconnected, rebalancing) or it is
                 # stopped at an error: keep the chunk, in order, for later.
@@ -393,19 +571,19 @@ class Consumer(Positions, GroupNotices, BatchPolling):
                     if self._audit_producer is not None:
                         self._audit_producer.close()
             if self._member is not None:
-                self._run_notices()
+                changes = self._group_changes
+                changes.run()
                 with self._lock:
-                    self._closing = True
-                    mine = frozenset(tp for tp in self._parts if tp not in self._revoking)
+                    changes.closing = True
+                    mine = frozenset(tp for tp in self._parts if tp not in changes.revoking)
                 if mine:
-                    self._revoke_here(mine)
+                    changes.revoke_here(mine)
                 self._member.close()
         finally:
             with self._lock:
                 self._closed = True
                 self._stop_fetchers(list(self._parts))
-                for notice in self._notices:
-                    notice.done.set()
+                self._group_changes.release_waiters()
             if self._member is not None:
                 self._group_zk.stop()
                 self._group_zk.close()

@@ -14,19 +14,18 @@ next ``poll``, before any message of those partitions is handed out (as
 in Kafka); the partitions' starting positions are resolved by their
 fetchers, concurrently and outside any lock.
 
-:class:`GroupNotices` is a part of :class:`raylog.Consumer` (a mixin):
-``_on_assigned``/``_on_revoked`` run on the group member's thread and only
-queue a :class:`_Notice`; ``_run_notices`` runs them on the application's
-thread. It uses the consumer's ``_lock``, ``_parts``, ``_notices``,
-``_revoking``, ``_assigning``, ``_member``, the user's callbacks and the fetchers.
+:class:`GroupNotices` is a part of :class:`raylog.Consumer`:
+:meth:`~GroupNotices.on_assigned`/:meth:`~GroupNotices.on_revoked` run on
+the group member's thread and only queue a :class:`_Notice`;
+:meth:`~GroupNotices.run` runs them on the application's thread.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
-
-from raylog.errors import RaylogError
+from typing import Callable, Iterable
 
 logger = logging.getLogger(__name__)
 
@@ -46,26 +45,64 @@ class _Notice:
 
 
 class GroupNotices:
-    """Assignment and revocation, handed to the application's thread (part of
-    :class:`raylog.Consumer`)."""
+    """Assignment and revocation, handed to the application's thread (a part
+    of :class:`raylog.Consumer`, see the module docstring).
+
+    Given: ``lock``, the consumer's lock (these notices and sets change under
+    it and the consumer reads them under it); ``fetch(tp)``, read a newly
+    assigned partition (from its committed offset) unless it is read
+    already; ``stop_fetchers(partitions)``; the application's
+    ``on_assigned``/``on_revoked`` (or ``None``); ``commit_revoked(partitions)``,
+    store what was handed out of them (auto-commit) after ``on_revoked``;
+    ``revoke_timeout_s``; and ``group``, named in the log.
+
+    ``revoking`` (handed out no more) and ``assigning`` (on_assigned not run
+    yet: not handed out yet) are the partitions the consumer holds back;
+    ``closing`` is set by the consumer's ``close``, which revokes everything
+    itself (:meth:`revoke_here`).
+    """
+
+    def __init__(
+        self,
+        lock: threading.RLock,
+        *,
+        fetch: Callable[[tuple], None],
+        stop_fetchers: Callable[[Iterable], None],
+        on_assigned: Callable[[frozenset], None] | None,
+        on_revoked: Callable[[frozenset], None] | None,
+        commit_revoked: Callable[[frozenset], None],
+        revoke_timeout_s: float,
+        group: str,
+    ):
+        self._lock = lock
+        self._fetch = fetch
+        self._stop_fetchers = stop_fetchers
+        self._user_on_assigned = on_assigned
+        self._user_on_revoked = on_revoked
+        self._commit_revoked = commit_revoked
+        self.revoke_timeout_s = revoke_timeout_s
+        self.group = group
+        self.notices: collections.deque = collections.deque()  # _Notice, oldest first
+        self.revoking: set = set()
+        self.assigning: set = set()
+        self.closing = False
 
     # -- on the group member's thread ---------------------------------------------
 
-    def _on_assigned(self, partitions: frozenset) -> None:
+    def on_assigned(self, partitions: frozenset) -> None:
         with self._lock:
             for tp in sorted(partitions):
-                if tp not in self._parts:
-                    self._start_fetcher(tp, None)  # resolves its committed offset itself
-            self._assigning |= partitions  # handed out once on_assigned has run
-            self._notices.append(_Notice("assigned", partitions))
+                self._fetch(tp)  # resolves its committed offset itself
+            self.assigning |= partitions  # handed out once on_assigned has run
+            self.notices.append(_Notice("assigned", partitions))
 
-    def _on_revoked(self, partitions: frozenset) -> None:
+    def on_revoked(self, partitions: frozenset) -> None:
         notice = _Notice("revoked", partitions)
         with self._lock:
-            if self._closing:
+            if self.closing:
                 return  # close() revokes everything on the application's thread itself
-            self._revoking |= partitions  # handed out no more, from now on
-            self._notices.append(notice)
+            self.revoking |= partitions  # handed out no more, from now on
+            self.notices.append(notice)
         # The application's thread runs on_revoked and commits in its next poll.
         if not notice.done.wait(self.revoke_timeout_s):
             with self._lock:
@@ -79,46 +116,43 @@ class GroupNotices:
     def _drop(self, partitions) -> None:
         with self._lock:
             self._stop_fetchers(partitions)
-            self._revoking -= set(partitions)
+            self.revoking -= set(partitions)
 
     # -- on the application's thread ----------------------------------------------
 
-    def _run_notices(self) -> None:
+    def run(self) -> None:
+        """Run the queued notices: ``on_assigned``, or ``on_revoked`` and its commit."""
         while True:
             with self._lock:
-                if not self._notices:
+                if not self.notices:
                     return
-                notice = self._notices.popleft()
+                notice = self.notices.popleft()
             if notice.kind == "assigned":
                 try:
                     if self._user_on_assigned is not None:
                         self._user_on_assigned(notice.partitions)
                 finally:
                     with self._lock:
-                        self._assigning -= notice.partitions
+                        self.assigning -= notice.partitions
                 continue
             try:
                 if not notice.abandoned:
-                    self._revoke_here(notice.partitions)
+                    self.revoke_here(notice.partitions)
             finally:
                 with self._lock:
                     if not notice.abandoned:
                         self._drop(notice.partitions)
                     notice.done.set()
 
-    def _revoke_here(self, partitions: frozenset) -> None:
+    def revoke_here(self, partitions: frozenset) -> None:
         """on_revoked, then commit what was handed out (auto-commit), on this thread."""
         try:
             if self._user_on_revoked is not None:
                 self._user_on_revoked(partitions)
         finally:
-            if self.enable_auto_commit:
-                positions = {tp: pos for tp, pos in self._handed_positions().items() if tp in partitions}
-                if positions:
-                    try:
-                        self._member.commit(positions)
-                    except RaylogError as err:
-                        # The session was lost or ZooKeeper is down: the next
-                        # owner starts from the last commit (at-least-once).
-                        logger.info("group %r: could not commit %s while revoking them: %s",
-                                    self.group, sorted(positions), err)
+            self._commit_revoked(partitions)
+
+    def release_waiters(self) -> None:
+        """On close (lock held): no notice is waited for any more."""
+        for notice in self.notices:
+            notice.done.set()
