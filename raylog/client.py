@@ -1,9 +1,11 @@
 """The :class:`Client`: one connection to a raylog cluster, and what it
 made (producers, consumers, producer actors) and must close.
 
-Its parts, each in a module of its own: topics and their partition actors
-(:mod:`raylog.topic_admin`), partition and group offsets
-(:mod:`raylog.offset_admin`); :func:`raylog.connect` (:mod:`raylog.startup`)
+Its parts, each in a module of its own and given what it uses when the
+client is made: topics and their partition actors
+(:class:`~raylog.topic_admin.TopicAdmin`), partition and group offsets
+(:class:`~raylog.offset_admin.OffsetAdmin`); the client's methods of the
+same names call them. :func:`raylog.connect` (:mod:`raylog.startup`)
 starts the embedded default or joins a cluster and returns a client. This
 module keeps the factories of producers and consumers, the audit report and
 the client's life cycle.
@@ -24,7 +26,7 @@ import time
 from raylog.actors.producer import producer_actor
 from raylog.actors.supervisor import stop_supervisor
 from raylog.audit import AUDIT_TOPIC, audit_report
-from raylog.config import EARLIEST
+from raylog.config import EARLIEST, TopicConfig
 from raylog.consumer import Consumer
 from raylog.errors import ClosedError, RequestTimeoutError, TopicExistsError
 from raylog.metadata import ConnectionSettings, Metadata
@@ -98,7 +100,18 @@ def _in_ray_worker() -> bool:
         return False
 
 
-class Client(TopicAdmin, OffsetAdmin):
+def _doc_of(part_method):
+    """Give the decorated method of :class:`Client` the docstring of the
+    part's method it calls (what ``help()`` and the API reference show)."""
+
+    def same_doc(method):
+        method.__doc__ = part_method.__doc__
+        return method
+
+    return same_doc
+
+
+class Client:
     """A connection to one raylog cluster (a ZooKeeper root and a Ray
     cluster). Topics: :class:`raylog.topic_admin.TopicAdmin`; offsets and
     groups: :class:`raylog.offset_admin.OffsetAdmin`."""
@@ -135,6 +148,11 @@ class Client(TopicAdmin, OffsetAdmin):
             secure_session(self._zk, self.settings.token, cluster)
         self.registry = Registry(self._zk, cluster)
         self.metadata = Metadata(self.registry, self.settings)
+        self._offset_admin = OffsetAdmin(zk=self._zk, settings=self.settings, metadata=self.metadata)
+        self._topic_admin = TopicAdmin(
+            zk=self._zk, registry=self.registry, settings=self.settings, data_dir=data_dir, data_host=data_host,
+            check_open=self._check_open, offsets=self._offset_admin.offsets,
+        )
         self._children: list = []  # producers and consumers to close with the client
         self._closed = False
         self._actors: list = []  # producer actors to stop with an embedded client
@@ -182,6 +200,80 @@ class Client(TopicAdmin, OffsetAdmin):
         self._check_open()
         if options.get("audit"):
             self.ensure_audit_topic()
+
+    # -- topics (raylog.topic_admin) -----------------------------------------
+
+    @_doc_of(TopicAdmin.create_topic)
+    def create_topic(self, name: str, partitions: int = 1, *, timeout_s: float = 120.0, **settings) -> TopicConfig:
+        return self._topic_admin.create_topic(name, partitions, timeout_s=timeout_s, **settings)
+
+    @_doc_of(TopicAdmin.delete_topic)
+    def delete_topic(self, name: str, timeout_s: float = 30.0) -> None:
+        self._topic_admin.delete_topic(name, timeout_s)
+
+    def list_topics(self) -> list[str]:
+        """The topics of the cluster."""
+        return self._topic_admin.list_topics()
+
+    @_doc_of(TopicAdmin.describe_topic)
+    def describe_topic(self, name: str) -> dict:
+        return self._topic_admin.describe_topic(name)
+
+    @_doc_of(TopicAdmin.log_dir)
+    def log_dir(self, topic: str, partition: int) -> str:
+        return self._topic_admin.log_dir(topic, partition)
+
+    @_doc_of(TopicAdmin.repair)
+    def repair(self, topic: str | None = None, timeout_s: float = 60.0) -> list[dict]:
+        return self._topic_admin.repair(topic, timeout_s)
+
+    @_doc_of(TopicAdmin.start_supervisor)
+    def start_supervisor(self, interval_s: float | None = None, wait: bool = True):
+        return self._topic_admin.start_supervisor(interval_s, wait)
+
+    @_doc_of(TopicAdmin.reassign_partition)
+    def reassign_partition(self, topic: str, partition: int, replicas: list[str], timeout_s: float = 120.0):
+        return self._topic_admin.reassign_partition(topic, partition, replicas, timeout_s)
+
+    @_doc_of(TopicAdmin.partition_actor)
+    def partition_actor(self, topic: str, partition: int):
+        return self._topic_admin.partition_actor(topic, partition)
+
+    def _actor(self, topic: str, partition: int):
+        """The partition's actor handle, or None when none runs."""
+        return self._topic_admin._actor(topic, partition)
+
+    # -- offsets and groups (raylog.offset_admin) -------------------------------
+
+    @_doc_of(OffsetAdmin.offsets)
+    def offsets(self, topic: str, partition: int) -> tuple[int, int]:
+        return self._offset_admin.offsets(topic, partition)
+
+    @_doc_of(OffsetAdmin.offsets_for_times)
+    def offsets_for_times(self, topic: str, timestamp_ms: int) -> dict[int, int]:
+        return self._offset_admin.offsets_for_times(topic, timestamp_ms)
+
+    @_doc_of(OffsetAdmin.end_offsets)
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        return self._offset_admin.end_offsets(topic)
+
+    @_doc_of(OffsetAdmin.list_groups)
+    def list_groups(self) -> list[str]:
+        return self._offset_admin.list_groups()
+
+    @_doc_of(OffsetAdmin.describe_group)
+    def describe_group(self, group: str, timeout_s: float = 5.0) -> list[dict]:
+        return self._offset_admin.describe_group(group, timeout_s)
+
+    @_doc_of(OffsetAdmin.delete_group)
+    def delete_group(self, group: str) -> None:
+        self._offset_admin.delete_group(group)
+
+    @_doc_of(OffsetAdmin.reset_offsets)
+    def reset_offsets(self, group: str, topic: str, to: str, *, offset: int | None = None,
+                      timestamp_ms: int | None = None, partitions=None, dry_run: bool = True) -> list[dict]:
+        return self._offset_admin.reset_offsets(group, topic, to, offset=offset, timestamp_ms=timestamp_ms,
+                                                partitions=partitions, dry_run=dry_run)
 
     # -- audit ---------------------------------------------------------------
 
@@ -290,7 +382,7 @@ class Client(TopicAdmin, OffsetAdmin):
 
         for topic in self.registry.list_topics():
             try:
-                self._stop_actors(topic, self.registry.topic_config(topic).partitions, delete_data=False)
+                self._topic_admin._stop_actors(topic, self.registry.topic_config(topic).partitions, delete_data=False)
             except Exception as err:  # noqa: BLE001
                 logger.warning("stopping partitions of %s failed: %s", topic, err)
         handles, self._actors = self._actors, []

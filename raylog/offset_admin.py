@@ -2,8 +2,9 @@
 watermark, offsets by time) and where consumer groups stand (describe,
 delete, reset their committed offsets).
 
-:class:`OffsetAdmin` is a part of :class:`raylog.Client` (a mixin). It uses
-the client's ``settings``, ``metadata`` and ``_zk``. Each question goes to
+:class:`OffsetAdmin` is a part of :class:`raylog.Client`, given the
+client's ZooKeeper session, ``settings`` and ``metadata``; the client's
+methods of the same names call it. Each question goes to
 the partition's data server at an endpoint looked up afresh in ZooKeeper
 (an admin call is rare; a stale cache would answer for a moved actor).
 Offsets are byte offsets of message starts (docs/design.md §2).
@@ -27,7 +28,15 @@ _SAMPLE_BYTES = 64 * 1024
 
 class OffsetAdmin:
     """Partition offsets and consumer groups' committed offsets (part of
-    :class:`raylog.Client`)."""
+    :class:`raylog.Client`). Given: ``zk``, the client's ZooKeeper session;
+    ``settings``, its :class:`~raylog.metadata.ConnectionSettings` (cluster,
+    token); ``metadata``, its :class:`~raylog.metadata.Metadata` (endpoints,
+    partition counts)."""
+
+    def __init__(self, *, zk, settings, metadata):
+        self._zk = zk
+        self.settings = settings
+        self.metadata = metadata
 
     def _connect_to(self, topic: str, partition: int, *, wait_s: float = 5.0, timeout_s: float = 10.0):
         """A connection to the partition's data server (endpoint looked up afresh)."""

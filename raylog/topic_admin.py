@@ -2,9 +2,9 @@
 the partition actors that serve them; repair through the cluster's
 supervisor.
 
-:class:`TopicAdmin` is a part of :class:`raylog.Client` (a mixin). It uses
-the client's ``settings``, ``registry``, ``data_dir``, ``data_host`` and
-``_zk``, and ``_check_open()`` and ``offsets()`` of the client.
+:class:`TopicAdmin` is a part of :class:`raylog.Client`, given what it
+uses when the client is made (see its docstring); the client's methods of
+the same names call it.
 
 A topic's partitions are spread round-robin over the nodes that offer local
 disk, starting at a node chosen by the stable hash of the topic's name
@@ -76,7 +76,24 @@ def check_new_topic(name, partitions) -> None:
 
 
 class TopicAdmin:
-    """Topics and their partition actors (part of :class:`raylog.Client`)."""
+    """Topics and their partition actors (part of :class:`raylog.Client`).
+
+    Given: ``zk``, the client's ZooKeeper session; ``registry``, its
+    :class:`~raylog.zk.registry.Registry`; ``settings``, its
+    :class:`~raylog.metadata.ConnectionSettings`; ``data_dir`` (where new
+    partition logs go) and ``data_host`` (the node to serve on, or None);
+    ``check_open()``, which raises once the client is closed; and
+    ``offsets(topic, partition)``, a partition's ``(log start, high
+    watermark)`` (for :meth:`describe_topic`)."""
+
+    def __init__(self, *, zk, registry, settings, data_dir: str, data_host: str | None, check_open, offsets):
+        self._zk = zk
+        self.registry = registry
+        self.settings = settings
+        self.data_dir = data_dir
+        self.data_host = data_host
+        self._check_open = check_open
+        self.offsets = offsets
 
     def create_topic(self, name: str, partitions: int = 1, *, timeout_s: float = 120.0, **settings) -> TopicConfig:
         """Create a topic and start one partition actor per partition, spread
