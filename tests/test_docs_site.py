@@ -272,8 +272,9 @@ def test_the_command_line_session_runs_as_written(zookeeper, ray_local, tmp_path
     assert "Traceback" not in proc.stderr, proc.stderr
     out = proc.stdout
     assert "/home" in out and "user-1" in out, out  # consumed with its key
-    described = [line for line in out.splitlines() if line.startswith("{")]
-    assert described and json.loads(described[-1])["name"] == "clicks", out
+    assert "\n{" in out, out  # describe --json: one JSON document
+    described, _ = json.JSONDecoder().raw_decode(out[out.index("\n{") + 1:])
+    assert described["topic"] == "clicks" and len(described["partitions"]) == 4, described
     zk = connect_kazoo(zookeeper.connect_string)
     try:
         assert not zk.exists(f"/raylog/{cluster}/topics/clicks")  # the last line deleted it
