@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 SPARK_JAR    := $(VENV)/.spark-jar-stamp
 JAVA_SOURCES := $(shell find integrations/spark/java -type f -not -name '.*')
 
-.PHONY: demo test bench venv clean hosts-tools
+.PHONY: demo test bench docs venv clean hosts-tools
 
 venv: $(STAMP) $(SPARK_JAR) hosts-tools
 
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c ray
 		raylog/producer/_groupfill.c raylog/producer/_slots.h
 	@echo "setting up $(VENV) with the pinned dependencies (once; log in $(VENV)/install.log) ..."
 	@$(PYTHON) -m venv $(VENV)
-	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -c constraints.txt -e '.[test,bench]'; } \
+	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -c constraints.txt -e '.[test,bench,docs]'; } \
 		> $(VENV)/install.log 2>&1 \
 		|| { tail -n 40 $(VENV)/install.log; echo "error: installing the dependencies failed; see $(VENV)/install.log"; exit 1; }
 	@touch $(STAMP)
@@ -46,5 +46,9 @@ bench: $(STAMP) $(SPARK_JAR)
 	$(PY) bench/throughput.py
 	$(PY) bench/rebalance.py
 
+# the documentation site (docs/, mkdocs.yml) into site/, warnings as errors
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) build *.egg-info raylog/storage/_speedups*.so integrations/spark/raylog_spark/jars
+	rm -rf $(VENV) build site *.egg-info raylog/storage/_speedups*.so integrations/spark/raylog_spark/jars

@@ -268,6 +268,7 @@ class TopicAdmin:
                 "isr": list(state.isr)}
 
     def list_topics(self) -> list[str]:
+        """The names of the cluster's topics, sorted (read from ZooKeeper)."""
         self._check_open()
         return self.registry.list_topics()
 

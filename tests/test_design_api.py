@@ -21,7 +21,7 @@ import re
 
 import pytest
 
-from tests.test_readme_examples import run_example
+from tests.doc_blocks import run_example
 
 pytestmark = pytest.mark.timeout(900)
 

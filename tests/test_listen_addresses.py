@@ -1,4 +1,4 @@
-"""The README's "What listens where": a partition actor's data port is bound
+"""docs/howto/operations.md, "What listens where": a partition actor's data port is bound
 to one address, never every interface, and the address it advertises in
 ZooKeeper is exactly the one it bound: 127.0.0.1 where the client asks for
 it (the embedded default), else the node's address as Ray knows it."""

@@ -1,84 +1,25 @@
-"""The README's examples, run as written, print nothing but their own output
-and leave nothing running. (The Spark block runs as written in
-``tests/integrations/spark/test_readme.py``.)
+"""The README's examples, and those of the docs pages it leads to (Getting
+started, Consumer groups, Spark and Ray Data), run as written, print nothing
+but their own output and leave nothing running. (The Spark block runs as
+written in ``tests/integrations/spark/test_readme.py``; the list of every
+code block and the test that runs it is in ``tests/test_docs_site.py``.)
 
 Each example runs in a subprocess of its own (the embedded default starts a
 Ray and a ZooKeeper of its own). Every process it starts inherits a marker
-in its environment; after the example exits, no process may still carry it.
+in its environment; after the example exits, no process may still carry it
+(:func:`tests.doc_blocks.run_example`).
 """
 
 from __future__ import annotations
 
-import os
-import pathlib
 import re
-import subprocess
-import sys
-import time
-import uuid
 
-
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
-#: a bound on one example on a loaded machine; a hang is the failure
-EXAMPLE_TIMEOUT_S = 600
-_OUR_VARS = ("RAYLOG_ZOOKEEPER", "RAYLOG_RAY_ADDRESS", "RAYLOG_CLUSTER", "RAYLOG_TOKEN", "RAY_ADDRESS", "RAYLOG_LOG_LEVEL")
+from tests.doc_blocks import block, run_example
 
 
 def readme_block(heading: str, language: str = "python") -> str:
-    """The first ``language`` code block after the line ``heading``."""
-    text = README.read_text()
-    assert heading in text, f"the README has no {heading!r}"
-    section = text.split(heading, 1)[1]
-    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
-
-
-def _marked_processes(marker: str) -> list[int]:
-    """PIDs of live processes whose environment holds ``marker``."""
-    found = []
-    needle = f"RAYLOG_TEST_MARKER={marker}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
-def run_example(code: str, tmp_path, *, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``code`` as a script in a fresh interpreter; assert that every
-    process it started is gone within a few seconds of its exit."""
-    script = tmp_path / "example.py"
-    script.write_text(code)
-    marker = uuid.uuid4().hex
-    environment = {k: v for k, v in os.environ.items() if k not in _OUR_VARS}
-    environment.update(env or {})
-    environment["RAYLOG_TEST_MARKER"] = marker
-    try:
-        proc = subprocess.run(
-            [sys.executable, str(script)],
-            capture_output=True,
-            text=True,
-            env=environment,
-            cwd=str(tmp_path),
-            timeout=EXAMPLE_TIMEOUT_S,
-        )
-    finally:
-        deadline = time.monotonic() + 30
-        left = _marked_processes(marker)
-        while left and time.monotonic() < deadline:
-            time.sleep(0.5)
-            left = _marked_processes(marker)
-        for pid in left:  # do not leave them to the other engineers' runs
-            try:
-                os.kill(pid, 9)
-            except OSError:
-                pass
-    assert not left, f"processes left running after the example exited: {left}"
-    return proc
+    """The first ``language`` code block under the README's ``heading`` (e.g. "## Using it")."""
+    return block("README.md", heading.lstrip("#").strip(), language)
 
 
 _MESSAGE_LINE = re.compile(r"^clicks \d+ \d+ (b'.*'|None) b'.*' \d+$")
@@ -98,6 +39,13 @@ def _assert_first_example_output(proc) -> None:
 def test_the_first_example_runs_as_written_with_clean_output(tmp_path):
     proc = run_example(readme_block("## Using it"), tmp_path)
     _assert_first_example_output(proc)
+
+
+def test_the_readme_and_getting_started_show_the_same_first_example_and_commands():
+    """The front page's example and commands are Getting started's, word for
+    word, so the runs of the README's blocks here run the page's too."""
+    assert readme_block("## Using it") == block("docs/index.md", "Using it")
+    assert readme_block("## Quickstart", "bash") == block("docs/index.md", "Quickstart", "bash")
 
 
 def test_a_client_left_open_is_closed_at_exit_silently(tmp_path):
@@ -143,14 +91,14 @@ def test_the_group_administration_example_runs_as_written(raylog_client, make_to
         consumer.poll(timeout_ms=2000)
         consumer.commit()
         namespace = {"client": raylog_client}
-        exec(compile(readme_block("### Group administration"), "README.md", "exec"), namespace)
+        exec(compile(block("docs/howto/groups.md", "Group administration"), "groups.md", "exec"), namespace)
     finally:
         consumer.close()
     assert "analytics" in raylog_client.list_groups()
 
 
 def test_the_ray_data_example_runs_as_written(raylog_client, capsys):
-    """The README's Ray Data block on the module's client, its topic
+    """The Ray Data block (docs/howto/spark.md) on the module's client, its topic
     "clicks" of two partitions holding 40 messages."""
     raylog_client.create_topic("clicks", partitions=2)
     producer = raylog_client.producer(acks="all")
@@ -159,7 +107,7 @@ def test_the_ray_data_example_runs_as_written(raylog_client, capsys):
     producer.flush()
     producer.close()
     namespace = {"client": raylog_client}
-    exec(compile(readme_block("### Ray Data without Spark"), "README.md", "exec"), namespace)
+    exec(compile(block("docs/howto/spark.md", "Ray Data without Spark"), "spark.md", "exec"), namespace)
     assert len(namespace["plan"].ranges) >= 4
     count, names = capsys.readouterr().out.splitlines()[-1].split(" ", 1)
     assert int(count) == 40

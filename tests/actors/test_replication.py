@@ -13,9 +13,9 @@ The cluster runs in a child process of its own, as in test_multinode.py.
 
 from __future__ import annotations
 
-import pathlib
-import re
 import textwrap
+
+from tests.doc_blocks import block
 
 
 PREAMBLE = textwrap.dedent(
@@ -61,7 +61,7 @@ SCRIPT = script(
             out["too_few_nodes"] = [type(err).__name__, str(err), err.retriable]
         out["toomany_exists"] = "toomany" in client.list_topics()
 
-        # the README's replication example, as written
+        # the replication example of docs/howto/replication.md, as written
         exec(README_EXAMPLE, {"client": client})
         out["readme_topic"] = [(len(p["replicas"]), len(p["isr"])) for p in client.describe_topic("payments")["partitions"]]
         client.delete_topic("payments")
@@ -125,10 +125,8 @@ SCRIPT = script(
 
 
 def _readme_example() -> str:
-    """The README's replication example (its first python block)."""
-    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("### Replication: a partition that outlives its node", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    """The replication example of docs/howto/replication.md (its first python block)."""
+    return block("docs/howto/replication.md", "Replication")
 
 
 def test_replicas_on_three_nodes_acks_all_and_not_enough_replicas(run_cluster_script):

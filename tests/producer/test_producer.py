@@ -328,19 +328,17 @@ def test_audit_events_leave_without_a_flush(raylog_client, make_topic):
 
 
 def test_the_readme_producing_example_runs_as_written(raylog_client, make_topic, capsys):
-    """README "Producing": the example block, run as written on a topic
+    """docs/howto/produce-consume.md "Producing": the example block, run as written on a topic
     named clicks."""
-    import pathlib
     import re
 
     import raylog
+    from tests.doc_blocks import block
 
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("### Producing: futures, acks, idempotence", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = block("docs/howto/produce-consume.md", "Producing: futures, acks, idempotence")
     if "clicks" not in raylog_client.list_topics():
         raylog_client.create_topic("clicks", partitions=8)
-    exec(compile(code, "README.md", "exec"), {"client": raylog_client, "raylog": raylog})
+    exec(compile(code, "produce-consume.md", "exec"), {"client": raylog_client, "raylog": raylog})
     printed = capsys.readouterr().out
     assert "20000 sent" in printed
     assert re.search(r"\[RecordMetadata\(partition=\d, offset=\d+\), RecordMetadata\(partition=\d, offset=\d+\)\]", printed)

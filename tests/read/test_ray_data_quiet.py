@@ -1,4 +1,4 @@
-"""The README's Ray Data example prints its own output and none of Ray
+"""The Ray Data example of docs/howto/spark.md prints its own output and none of Ray
 Data's INFO lines (dataset start, execution plan, progress blocks), while
 ``RAYLOG_LOG_LEVEL=INFO`` brings them back; a warning of the application's
 own still reaches stderr.
@@ -10,14 +10,14 @@ The example runs as written, in a subprocess with the embedded default
 from __future__ import annotations
 
 import os
-import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+from tests.doc_blocks import block
+
 #: a bound on one run on a loaded machine; a hang is the failure
 RUN_TIMEOUT_S = 600
 _OUR_VARS = ("RAYLOG_ZOOKEEPER", "RAYLOG_RAY_ADDRESS", "RAYLOG_CLUSTER", "RAYLOG_TOKEN", "RAY_ADDRESS",
@@ -27,9 +27,7 @@ RAY_INFO_LINE = re.compile(r"\bINFO [\w./]+\.py:\d+ -- ")
 
 
 def _ray_data_block() -> str:
-    text = README.read_text()
-    section = text.split("### Ray Data without Spark", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return block("docs/howto/spark.md", "Ray Data without Spark")
 
 
 def _script() -> str:

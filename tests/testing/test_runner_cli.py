@@ -1,4 +1,4 @@
-"""``raylog faults`` reaches the runner; the README's import line works."""
+"""``raylog faults`` reaches the runner; the fault kit's import line of docs/howto/hosts.md works."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ raylog/tools/configs/bench-autoscale.yaml) and the argument handling of ``raylog
 
 One end-to-end run (one short phase, one disk node, one partition) starts
 the bench's own local autoscaling cluster and stops it; the full run takes
-minutes and is run by hand (see the README's benchmarks section).
+minutes and is run by hand (see docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,26 +1,21 @@
-"""The README's Spark example runs as written: in a fresh Python process
+"""The Spark example of docs/howto/spark.md runs as written: in a fresh Python process
 (its own ``raylog.connect()``, Ray, ZooKeeper and Spark through RayDP), in a
 scratch folder; then its outputs are checked here."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.doc_blocks import block
+
 pytestmark = pytest.mark.timeout(900)
 
-README = Path(__file__).resolve().parents[3] / "README.md"
-
-
 def spark_example() -> str:
-    text = README.read_text()
-    section = text[text.index("### Spark and Ray Data") :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return block("docs/howto/spark.md", "Spark and Ray Data")
 
 
 def test_the_readme_spark_example_runs_as_written(tmp_path):
