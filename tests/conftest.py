@@ -268,6 +268,34 @@ def owner_watcher(make_zk):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "hosts: runs on the hosts kit (network namespaces; needs root)")
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one worker, one after another")
+
+
+# -- several workers (``pytest -n N --dist loadgroup``, as ``make test`` runs) ----
+
+
+#: the groups that start first: the longest (their tests share one session
+#: fixture, so they stay on one worker), ahead of the many short modules
+_FIRST_GROUPS = ("hosts",)
+
+
+def _group(item) -> str:
+    """A test's unit of work: every test of the hosts kit goes to one worker
+    (they share one :class:`~raylog.testing.hosts.HostsCluster`, the session
+    fixture); every other test stays with its module (its module fixtures:
+    a client, a Spark session ... are set up once)."""
+    if item.get_closest_marker("hosts") is not None:
+        return "hosts"
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    if hasattr(config, "workerinput"):  # a worker of several: the long groups first, so they end in time
+        first = {name: rank for rank, name in enumerate(_FIRST_GROUPS)}
+        items.sort(key=lambda item: first.get(_group(item), len(first)))
 
 
 @pytest.fixture(scope="session")
