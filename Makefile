@@ -4,6 +4,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# `make test` runs the suite on this many workers (pytest-xdist); TEST_WORKERS=0 runs it in one process
+TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed-stamp
 # the Spark reader's jar (raylog_spark/jars/), built again when its Java sources change
 SPARK_JAR    := $(VENV)/.spark-jar-stamp
@@ -38,8 +40,10 @@ $(SPARK_JAR): $(STAMP) $(JAVA_SOURCES)
 demo: $(STAMP) $(SPARK_JAR)
 	$(PY) -m raylog.tools.demo
 
+# the tests of one module stay on one worker (they share its fixtures), and so do all the hosts
+# kit's (one shared HostsCluster, started first: tests/conftest.py)
 test: $(STAMP) $(SPARK_JAR) hosts-tools
-	$(PY) -m pytest
+	$(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 bench: $(STAMP) $(SPARK_JAR)
 	$(PY) bench/storage.py

@@ -270,6 +270,59 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "hosts: runs on the hosts kit (network namespaces; needs root)")
 
 
+# -- several workers (``pytest -n N --dist loadgroup``, as ``make test`` runs) ----
+#
+# A unit of work goes to one worker whole: a module's tests (they share its
+# module fixtures: a client, a Spark session ...), and every module of the
+# hosts kit together (they share one HostsCluster, the session fixture). The
+# scheduler is ours because it decides by module: pytest-xdist's own
+# ``xdist_group`` marks rename node ids, which pytest 9 no longer allows.
+
+
+def _uses_hosts_kit(path: str) -> bool:
+    """Whether the test module at ``path`` (relative to the root) is marked
+    ``hosts``, read from its source (the scheduler runs where nothing is
+    collected)."""
+    import ast
+
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return False
+    return any(isinstance(node, ast.Attribute) and node.attr == "hosts" and isinstance(node.value, ast.Attribute)
+               and node.value.attr == "mark" for node in ast.walk(tree))
+
+
+def _unit(nodeid: str, root: str, cache: dict) -> str:
+    import os
+
+    module = nodeid.split("::", 1)[0]
+    if module not in cache:
+        cache[module] = _uses_hosts_kit(os.path.join(root, module))
+    return "hosts-kit" if cache[module] else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root, cache = str(config.rootpath), {}
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid, root, cache)
+
+    return ByModule(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # a worker of several: the hosts kit's long unit first, so it ends in time
+        items.sort(key=lambda item: item.get_closest_marker("hosts") is None)
+
+
 @pytest.fixture(scope="session")
 def hosts_cluster():
     from raylog.testing.hosts import HostsCluster, unavailable
