@@ -18,6 +18,13 @@ MiB = 1024 * KiB
 #: the Ray namespace of raylog's named actors (partition actors, supervisors,
 #: producer actors)
 NAMESPACE = "raylog"
+
+
+def actor_name(cluster: str, topic: str, partition: int) -> str:
+    """The name (in :data:`NAMESPACE`) of a partition's actor; a follower's
+    carries ``@<node>`` (:func:`raylog.replication.assignment.replica_actor_name`)."""
+    return f"{cluster}/{topic}/{partition}"
+
 GiB = 1024 * MiB
 
 DAY_MS = 24 * 3600 * 1000

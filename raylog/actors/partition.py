@@ -45,7 +45,7 @@ import time
 from raylog import auth
 from raylog.actors.placement import scheduling_options
 from raylog.actors.process_exit import EXIT_DISK_ERROR, STARTUP_ZOOKEEPER_WAIT_S, exit_process, until_zookeeper
-from raylog.config import NAMESPACE, TopicConfig
+from raylog.config import NAMESPACE, TopicConfig, actor_name
 from raylog.errors import AuthenticationError
 from raylog.metrics import PartitionMetrics
 from raylog.replication.mend import damaged_ranges, mend_from_isr
@@ -58,16 +58,13 @@ from raylog.transfer.server import DataServer
 from raylog.zk.errors import zookeeper_errors
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
+from raylog.zk.tombstones import check_before_serving
 
 log = logging.getLogger(__name__)
 
 #: exit status of a leader replica that found another replica leading
 #: (beside :mod:`raylog.actors.process_exit`'s)
 EXIT_DEPOSED = 77
-
-
-def actor_name(cluster: str, topic: str, partition: int) -> str:
-    return f"{cluster}/{topic}/{partition}"
 
 
 class PartitionActor:
@@ -109,8 +106,6 @@ class PartitionActor:
         #: replication (raylog.replication): this replica's node, its role once known
         self.replica, self.role = replica, None
         self.name = name or actor_name(cluster, topic, partition)
-
-        from raylog.actors.supervisor import check_before_serving  # here: supervisor imports this module
 
         deadline = time.monotonic() + STARTUP_ZOOKEEPER_WAIT_S
         what = f"partition {topic}-{partition}"
