@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 
 from raylog.errors import ConfigError
+from raylog.replication.assignment import assign_replicas
+from raylog.storage.stable_hash import stable_bucket
 
 DISK_RESOURCE = "raylog_disk"
 NODE_LABEL = "raylog-node"
@@ -71,6 +73,22 @@ def spread(partitions: int, nodes: list[DiskNode], offset: int = 0) -> list[Disk
             f"--resources '{{\"{DISK_RESOURCE}\": 1}}' (raylog.connect() does this for a local cluster)"
         )
     return [nodes[(offset + p) % len(nodes)] for p in range(partitions)]
+
+
+def place_topic(topic: str, partitions: int, disks: list[DiskNode], replication_factor: int = 1) -> list[list[DiskNode]]:
+    """Per partition of a new topic, the nodes of its replicas (leader
+    first). The first partition goes to the node the stable hash of the
+    topic's name picks (:func:`raylog.storage.stable_hash.stable_bucket`,
+    the same in every process), the next ones round-robin from there; with
+    ``replication_factor`` > 1 each partition's replicas are the consecutive
+    nodes from its own (:func:`raylog.replication.assignment.assign_replicas`).
+    Raises :class:`ConfigError` without a disk node, or with fewer than
+    ``replication_factor``."""
+    offset = stable_bucket(topic.encode(), max(1, len(disks)))
+    leaders = spread(partitions, disks, offset=offset)  # no disk node at all: its error
+    if replication_factor <= 1:
+        return [[node] for node in leaders]
+    return assign_replicas(partitions, disks, replication_factor, offset=offset)
 
 
 def scheduling_options(identity: str, nodes: list[dict]) -> dict:
