@@ -44,7 +44,13 @@ import time
 
 from raylog import auth
 from raylog.actors.placement import scheduling_options
-from raylog.actors.process_exit import EXIT_DISK_ERROR, STARTUP_ZOOKEEPER_WAIT_S, exit_process, until_zookeeper
+from raylog.actors.process_exit import (
+    EXIT_DISK_ERROR,
+    EXIT_TIMER_FAILED,
+    STARTUP_ZOOKEEPER_WAIT_S,
+    exit_process,
+    until_zookeeper,
+)
 from raylog.config import NAMESPACE, TopicConfig, actor_name
 from raylog.errors import AuthenticationError
 from raylog.metrics import PartitionMetrics
@@ -264,12 +270,12 @@ class PartitionActor:
                         log.info("partition %s-%d retention deleted %s", self.topic, self.partition, deleted)
                     next_retention = time.monotonic() + self.config.retention_check_ms / 1000.0
         except OSError:
-            log.exception("disk error in partition %s-%d; restarting the actor", self.topic, self.partition)
-            os._exit(1)
-        except Exception:  # noqa: BLE001
+            exit_process(EXIT_DISK_ERROR, "disk error in partition %s-%d; restarting the actor", self.topic,
+                         self.partition, exc_info=True)
+        except Exception:  # noqa: BLE001 - the timer is the partition's heartbeat: a bug here restarts the actor
             if not self._closed.is_set():
-                log.exception("partition %s-%d timer failed; restarting the actor", self.topic, self.partition)
-                os._exit(1)
+                exit_process(EXIT_TIMER_FAILED, "partition %s-%d timer failed; restarting the actor", self.topic,
+                             self.partition, exc_info=True)
 
     # -- control methods -----------------------------------------------------
 
