@@ -82,15 +82,15 @@ class PartitionState:
 
 
 def state_path(paths, topic: str, partition: int) -> str:
-    return f"{paths.partition(topic, partition)}/state"
+    return paths.state(topic, partition)
 
 
 def replicas_path(paths, topic: str, partition: int) -> str:
-    return f"{paths.partition(topic, partition)}/replicas"
+    return paths.replicas(topic, partition)
 
 
 def replica_path(paths, topic: str, partition: int, node: str) -> str:
-    return f"{replicas_path(paths, topic, partition)}/{node}"
+    return paths.replica(topic, partition, node)
 
 
 def create_state(zk, paths, topic: str, partition: int, replicas: list[str]) -> PartitionState:

@@ -123,3 +123,11 @@ def remove_log(log_dir: str, *, remove_directory: bool) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def replica_log_dir(plain_dir: str, node: str, leader_at_create: str) -> str:
+    """The log directory of the replica on ``node`` of a replicated partition
+    whose first leader was ``leader_at_create``: the plain
+    ``<data_dir>/<cluster>/<topic>-<partition>`` for that first leader,
+    ``...@<node>`` for every other replica (:mod:`raylog.replication.assignment`)."""
+    return plain_dir if node == leader_at_create else f"{plain_dir}@{node}"
