@@ -30,6 +30,7 @@ from raylog.errors import ClosedError, RequestTimeoutError, TopicExistsError
 from raylog.metadata import ConnectionSettings, Metadata
 from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
+from raylog.producer.audit_publisher import ProducerAuditPublisher
 from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, _register_exit_hook, close_open_producers
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
@@ -172,6 +173,8 @@ class Client(TopicAdmin, OffsetAdmin):
         with ``group``, coordinated with the other members of the group.
         ``poll(timeout_ms)`` takes milliseconds, as Kafka's consumer does."""
         self._before_making(options)
+        if options.get("audit"):  # the consumer's audit events go out through a producer
+            options.setdefault("audit_publisher", ProducerAuditPublisher(self.metadata))
         consumer = Consumer(self.metadata, topics, group=group, **options)
         self._children.append(consumer)
         return consumer
