@@ -27,7 +27,7 @@ from raylog.audit import AUDIT_TOPIC, audit_report
 from raylog.config import EARLIEST
 from raylog.consumer import Consumer
 from raylog.errors import ClosedError, RequestTimeoutError, TopicExistsError
-from raylog.metadata import ConnectionSettings, Metadata
+from raylog.metadata import OPEN_CLIENTS, ConnectionSettings, Metadata, current_client
 from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
 from raylog.producer.audit_publisher import ProducerAuditPublisher
@@ -44,16 +44,9 @@ DEFAULT_DATA_DIR = "/tmp/raylog"
 #: closing a producer actor may take its delivery deadline and this much more
 PRODUCER_ACTOR_CLOSE_GRACE_S = 10.0
 
-#: the clients made in this process and not closed yet, oldest first (see
-#: current_client); appended and removed under the GIL, safe from any thread
-_OPEN_CLIENTS: list = []
-
-
-def current_client() -> "Client | None":
-    """The client this process connected last and has not closed (what
-    ``raylog.connect()`` returned), or None; used by the readers and writers
-    that take an optional ``client=``."""
-    return _OPEN_CLIENTS[-1] if _OPEN_CLIENTS else None
+# the clients made in this process and not closed yet: raylog.metadata keeps
+# the list (below the readers that look for the current one)
+_OPEN_CLIENTS = OPEN_CLIENTS
 
 
 def _close_all_at_exit() -> None:

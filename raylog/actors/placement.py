@@ -19,9 +19,12 @@ import dataclasses
 from raylog.errors import ConfigError
 from raylog.replication.assignment import assign_replicas
 from raylog.storage.stable_hash import stable_bucket
+from raylog.zk.nodes import NODE_LABEL, node_identity
+
+__all__ = ["DISK_RESOURCE", "NODE_LABEL", "DiskNode", "disk_nodes", "node_identity", "place_topic",
+           "scheduling_options", "spread"]
 
 DISK_RESOURCE = "raylog_disk"
-NODE_LABEL = "raylog-node"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,14 +33,6 @@ class DiskNode:
     node_id: str
     address: str
     labelled: bool
-
-
-def node_identity(node: dict) -> str:
-    """The stable identity of a node from ``ray.nodes()``."""
-    label = (node.get("Labels") or {}).get(NODE_LABEL)
-    if label:
-        return label
-    return f"ip:{node['NodeManagerAddress']}"
 
 
 def disk_nodes(nodes: list[dict]) -> list[DiskNode]:
