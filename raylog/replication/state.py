@@ -39,7 +39,14 @@ import json
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
-from raylog.zk.partition_state import PartitionState, read_state, running_replicas
+from raylog.zk.partition_state import (
+    PartitionState,
+    read_state,
+    replica_path,
+    replicas_path,
+    running_replicas,
+    state_path,
+)
 
 __all__ = [
     "PartitionState", "compare_and_set", "create_state", "read_state", "register_replica", "replica_path",
