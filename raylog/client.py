@@ -15,7 +15,6 @@ consumers it creates are documented in their own modules.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import shutil
 import sys
@@ -300,23 +299,3 @@ class Client(TopicAdmin, OffsetAdmin):
     def __exit__(self, *exc):
         self.close()
 
-
-#: names this module held before connect() got modules of its own
-_MOVED = {
-    "connect": "raylog.startup",
-    "EMBEDDED_ZOOKEEPER_DIR": "raylog.startup",
-    "LOCAL_NODE": "raylog.startup",
-    "RAY_CONNECT_TIMEOUT_S": "raylog.ray_join",
-    "check_ray_reachable": "raylog.ray_join",
-    "ray_head": "raylog.ray_join",
-}
-
-
-def __getattr__(name: str):
-    """``raylog.client.connect`` and the other names in :data:`_MOVED`, for
-    callers that import them from here; imported on first use (lazy on
-    purpose: :mod:`raylog.startup` imports this module)."""
-    moved = _MOVED.get(name)
-    if moved is not None:
-        return getattr(importlib.import_module(moved), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
