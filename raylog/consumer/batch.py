@@ -26,6 +26,7 @@ Thread-safety: a MessageBatch is immutable and may be shared between threads.
 from __future__ import annotations
 
 from raylog.consumer.record import Message, with_next_offsets
+from raylog.errors import ClosedError
 from raylog.storage import message as _format
 from raylog.storage.decoding import decode_messages
 
@@ -193,8 +194,6 @@ class BatchPolling:
     def poll_batch(self, timeout_ms: int = 1000, max_messages: int = 100_000) -> list[MessageBatch]:
         """Like ``poll``, but the messages come as :class:`MessageBatch`
         views (see the module docstring): at most ``max_messages`` in all."""
-        from raylog.errors import ClosedError
-
         if self._closed:
             raise ClosedError("the consumer is closed; create a new one with client.consumer()")
         self.fetch_decoder = fetched_batch

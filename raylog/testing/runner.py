@@ -156,7 +156,7 @@ def run(options: RunOptions) -> dict:
     ray_tmp = tempfile.mkdtemp(prefix="rlf-", dir="/tmp")
     hosts = None
     if options.hosts:
-        from raylog.testing.hosts import HostsCluster
+        from raylog.testing.hosts import HostsCluster  # only with --hosts: the kit needs root and starts Ray nodes
 
         hosts = HostsCluster(hosts=options.hosts)
         zookeeper = None

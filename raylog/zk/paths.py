@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import hashlib
 
+from raylog.errors import ConfigError
+
 DEFAULT_CLUSTER = "default"
 
 
@@ -39,8 +41,6 @@ class Paths:
 
     def __init__(self, cluster: str = DEFAULT_CLUSTER):
         if not cluster or "/" in cluster:
-            from raylog.errors import ConfigError
-
             raise ConfigError(f"cluster name must be non-empty and contain no '/': {cluster!r}")
         self.root = f"/raylog/{cluster}"
 
