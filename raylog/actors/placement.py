@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from raylog.config import DISK_RESOURCE
 from raylog.errors import ConfigError
 from raylog.replication.assignment import assign_replicas
 from raylog.storage.stable_hash import stable_bucket
@@ -24,7 +25,6 @@ from raylog.zk.nodes import NODE_LABEL, node_identity
 __all__ = ["DISK_RESOURCE", "NODE_LABEL", "DiskNode", "disk_nodes", "node_identity", "place_topic",
            "scheduling_options", "spread"]
 
-DISK_RESOURCE = "raylog_disk"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,8 +71,8 @@ import tempfile
 import time
 
 import raylog
-from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import DEFAULT_DATA_DIR
+from raylog.config import DISK_RESOURCE, NODE_LABEL
 from raylog.errors import FaultInjectionError
 from raylog.ray_join import present_ray_token
 

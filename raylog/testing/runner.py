@@ -46,8 +46,8 @@ import sys
 import threading
 import time
 
-from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import Client
+from raylog.config import DISK_RESOURCE, NODE_LABEL
 from raylog.testing import checker, report as reporting
 from raylog.testing.consumer_worker import consumer_actor_class
 from raylog.testing.history import Recorder, history_files, read_history

@@ -11,7 +11,7 @@ is set, else ``ip:<node address>``. The placement
 
 from __future__ import annotations
 
-NODE_LABEL = "raylog-node"
+from raylog.config import NODE_LABEL
 
 
 def node_identity(node: dict) -> str:
