@@ -15,7 +15,8 @@ then every ``interval_s`` it runs one **repair pass** (:func:`repair`):
    for each log of a deleted partition, a partition actor of the deleted
    topic that still runs on that directory is shut down and its log
    deleted; otherwise, when the log's node is alive, a small task on that
-   node empties the directory (:func:`remove_log`) and removes the
+   node empties the directory (:func:`raylog.zk.tombstones.remove_log_task`,
+   :mod:`raylog.actors.removal`) and removes the
    tombstone. A node that is down keeps its tombstone until it is back.
 2. **every registered partition** that no partition actor serves (no
    endpoint, or an endpoint left by an actor that is gone: ZooKeeper keeps
@@ -31,7 +32,7 @@ then every ``interval_s`` it runs one **repair pass** (:func:`repair`):
 by hand and reports per partition what it found and did.
 
 A returning partition actor also honours the delete itself, before it
-opens its log (:func:`check_before_serving`): it refuses to serve a topic
+opens its log (:func:`raylog.zk.tombstones.check_before_serving`): it refuses to serve a topic
 that no longer exists, and empties a directory that has a tombstone. So a
 topic deleted while its node was down and created again under the same
 name starts empty, whichever of the two gets there first.
