@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 from pathlib import Path
 
 import pytest
@@ -212,10 +213,12 @@ def violations() -> dict[tuple[str, str], str]:
 
 
 def cycles() -> list[list[str]]:
-    graph = {m: sorted({t for t, _ in _imports(m, p) if t != m and t.startswith("raylog.")}) for m, p in MODULES.items() if m.startswith("raylog")}
-    # A package's __init__ importing its own modules is how a package
-    # re-exports; an edge from a submodule up to its own package __init__
-    # would close a loop through that re-export, so both stay in the graph.
+    """The strongly connected components of more than one module (Tarjan)."""
+    graph = {
+        m: sorted({t for t, _ in _imports(m, p) if t != m and t.split(".")[0] == "raylog"})
+        for m, p in MODULES.items()
+        if m.split(".")[0] == "raylog"
+    }
     index, low, stack, on_stack, result = {}, {}, [], set(), []
     counter = [0]
 
@@ -240,8 +243,6 @@ def cycles() -> list[list[str]]:
                     break
             if len(component) > 1:
                 result.append(sorted(component))
-
-    import sys
 
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 10_000))
