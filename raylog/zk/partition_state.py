@@ -88,7 +88,7 @@ def running_replicas(zk, paths, topic: str, partition: int) -> dict[str, dict]:
     found = {}
     for node in children:
         try:
-            found[node] = json.loads(zk.get(f"{root}/{node}")[0])
+            found[node] = json.loads(zk.get(paths.replica(topic, partition, node))[0])
         except NoNodeError:
             continue
     return found
