@@ -70,7 +70,8 @@ def spread(partitions: int, nodes: list[DiskNode], offset: int = 0) -> list[Disk
     return [nodes[(offset + p) % len(nodes)] for p in range(partitions)]
 
 
-def place_topic(topic: str, partitions: int, disks: list[DiskNode], replication_factor: int = 1) -> list[list[DiskNode]]:
+def place_topic(topic: str, partitions: int, disks: list[DiskNode],
+                replication_factor: int = 1) -> list[list[DiskNode]]:
     """Per partition of a new topic, the nodes of its replicas (leader
     first). The first partition goes to the node the stable hash of the
     topic's name picks (:func:`raylog.storage.stable_hash.stable_bucket`,
