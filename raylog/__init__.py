@@ -25,6 +25,7 @@ _LAZY = {
     "Consumer": "raylog.consumer",
     "Message": "raylog.consumer.record",
     "RetryPolicy": "raylog.retry",
+    "partition_for_key": "raylog.producer.partitioner",
 }
 
 

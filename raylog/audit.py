@@ -31,11 +31,23 @@ import json
 import threading
 import time
 import uuid
-from typing import Iterable
+from typing import Iterable, Protocol
 
 AUDIT_TOPIC = "__raylog_audit"
 DEFAULT_WINDOW_MS = 60_000
 DEFAULT_INTERVAL_MS = 5_000
+
+
+class AuditPublisher(Protocol):
+    """Where a consumer's audit events go: the audit topic, through a
+    producer (:class:`raylog.producer.audit_publisher.ProducerAuditPublisher`).
+    The consumer sits beside the producer, not above it, so it is handed one."""
+
+    def publish(self, events: list[bytes]) -> None:
+        """Append ``events`` to :data:`AUDIT_TOPIC`; return once they are stored."""
+
+    def close(self) -> None:
+        """Release what publishing holds (a producer, its connections)."""
 
 
 def new_source_id(kind: str) -> str:

@@ -34,12 +34,25 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.validation import validate
 
 from raylog.errors import SchemaError
-from raylog.zk.schemas import Schema, load_schema
+from raylog.zk.schemas import Schema, SchemaRegistry, load_schema
+from raylog.zk.session import connect_kazoo
 
 #: The first byte of every frame.
 MAGIC = 0
 #: magic (u8) and schema id (u32), big-endian.
 HEADER = struct.Struct(">BI")
+
+
+def schema_registry(zk, cluster: str) -> SchemaRegistry:
+    """The schema registry of ``cluster`` over the ZooKeeper session ``zk``
+    (``client.metadata.zk``, or one from :func:`open_schema_session`)."""
+    return SchemaRegistry(zk, cluster)
+
+
+def open_schema_session(zookeeper: str):
+    """A ZooKeeper session of its own for reading schemas where no client
+    runs (a Spark executor); ``stop()`` and ``close()`` it when done."""
+    return connect_kazoo(zookeeper)
 
 
 def frame(schema_id: int, body: bytes) -> bytes:

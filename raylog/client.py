@@ -17,7 +17,6 @@ consumers it creates are documented in their own modules.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import shutil
 import sys
@@ -29,9 +28,10 @@ from raylog.audit import AUDIT_TOPIC, audit_report
 from raylog.config import EARLIEST, TopicConfig
 from raylog.consumer import Consumer
 from raylog.errors import ClosedError, RequestTimeoutError, TopicExistsError
-from raylog.metadata import ConnectionSettings, Metadata
+from raylog.metadata import OPEN_CLIENTS, ConnectionSettings, Metadata, current_client
 from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
+from raylog.producer.audit_publisher import ProducerAuditPublisher
 from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, _register_exit_hook, close_open_producers
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
@@ -45,16 +45,9 @@ DEFAULT_DATA_DIR = "/tmp/raylog"
 #: closing a producer actor may take its delivery deadline and this much more
 PRODUCER_ACTOR_CLOSE_GRACE_S = 10.0
 
-#: the clients made in this process and not closed yet, oldest first (see
-#: current_client); appended and removed under the GIL, safe from any thread
-_OPEN_CLIENTS: list = []
-
-
-def current_client() -> "Client | None":
-    """The client this process connected last and has not closed (what
-    ``raylog.connect()`` returned), or None; used by the readers and writers
-    that take an optional ``client=``."""
-    return _OPEN_CLIENTS[-1] if _OPEN_CLIENTS else None
+# the clients made in this process and not closed yet: raylog.metadata keeps
+# the list (below the readers that look for the current one)
+_OPEN_CLIENTS = OPEN_CLIENTS
 
 
 def _close_all_at_exit() -> None:
@@ -190,6 +183,8 @@ class Client:
         with ``group``, coordinated with the other members of the group.
         ``poll(timeout_ms)`` takes milliseconds, as Kafka's consumer does."""
         self._before_making(options)
+        if options.get("audit"):  # the consumer's audit events go out through a producer
+            options.setdefault("audit_publisher", ProducerAuditPublisher(self.metadata))
         consumer = Consumer(self.metadata, topics, group=group, **options)
         self._children.append(consumer)
         return consumer
@@ -396,23 +391,3 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
-
-#: names this module held before connect() got modules of its own
-_MOVED = {
-    "connect": "raylog.startup",
-    "EMBEDDED_ZOOKEEPER_DIR": "raylog.startup",
-    "LOCAL_NODE": "raylog.startup",
-    "RAY_CONNECT_TIMEOUT_S": "raylog.ray_join",
-    "check_ray_reachable": "raylog.ray_join",
-    "ray_head": "raylog.ray_join",
-}
-
-
-def __getattr__(name: str):
-    """``raylog.client.connect`` and the other names in :data:`_MOVED`, for
-    callers that import them from here; imported on first use (lazy on
-    purpose: :mod:`raylog.startup` imports this module)."""
-    moved = _MOVED.get(name)
-    if moved is not None:
-        return getattr(importlib.import_module(moved), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

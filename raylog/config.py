@@ -18,6 +18,21 @@ MiB = 1024 * KiB
 #: the Ray namespace of raylog's named actors (partition actors, supervisors,
 #: producer actors)
 NAMESPACE = "raylog"
+
+
+#: the custom Ray resource of a node that offers local disk for partition
+#: logs (``ray start --resources '{"raylog_disk": 1}'``)
+DISK_RESOURCE = "raylog_disk"
+#: the Ray node label that names a node's stable identity
+#: (``ray start --labels raylog-node=disk-a``, :mod:`raylog.zk.nodes`)
+NODE_LABEL = "raylog-node"
+
+
+def actor_name(cluster: str, topic: str, partition: int) -> str:
+    """The name (in :data:`NAMESPACE`) of a partition's actor; a follower's
+    carries ``@<node>`` (:func:`raylog.replication.assignment.replica_actor_name`)."""
+    return f"{cluster}/{topic}/{partition}"
+
 GiB = 1024 * MiB
 
 DAY_MS = 24 * 3600 * 1000

@@ -23,6 +23,21 @@ from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
 
 
+#: the clients (:class:`raylog.Client`) made in this process and not closed
+#: yet, oldest first: :mod:`raylog.client` appends and removes them, the
+#: readers and writers that take an optional ``client=`` (:mod:`raylog.read`)
+#: find the last one here, below the client; appended and removed under the
+#: GIL, safe from any thread
+OPEN_CLIENTS: list = []
+
+
+def current_client():
+    """The client this process connected last and has not closed (what
+    ``raylog.connect()`` returned), or None: anything with ``metadata`` and
+    ``settings``."""
+    return OPEN_CLIENTS[-1] if OPEN_CLIENTS else None
+
+
 @dataclasses.dataclass(frozen=True)
 class ConnectionSettings:
     """Everything a producer or consumer in another process needs to reach

@@ -17,6 +17,7 @@ from __future__ import annotations
 from raylog.config import EARLIEST, LATEST
 from raylog.errors import ConfigError, InvalidOffsetError, OffsetOutOfRangeError, RaylogError
 from raylog.groups import admin as groups
+from raylog.groups.offsets import OffsetStore
 from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 
@@ -25,6 +26,14 @@ RESET_TARGETS = (EARLIEST, LATEST, "offset", "timestamp")
 #: how many bytes a sample or a boundary check reads
 _SAMPLE_BYTES = 64 * 1024
 
+
+
+def offset_store(metadata) -> OffsetStore:
+    """The committed offsets of every consumer group of the cluster that
+    ``metadata`` (a :class:`raylog.metadata.Metadata`, e.g. ``client.metadata``)
+    reads: ``committed(group, topic, partition)`` and ``commit(...)``, for
+    readers that keep a group's position themselves (``raylog_spark.load_incremental``)."""
+    return OffsetStore(metadata.zk, metadata.settings.cluster)
 
 class OffsetAdmin:
     """Partition offsets and consumer groups' committed offsets (part of

@@ -19,34 +19,18 @@ from __future__ import annotations
 
 import os
 
-from raylog.actors.partition import actor_name, start_partition_actor
-from raylog.actors.placement import disk_nodes, spread
+from raylog.actors.partition import start_partition_actor
+from raylog.actors.placement import disk_nodes, place_topic
+from raylog.actors.replica_actors import PARTITION_ACTORS
 from raylog.actors.supervisor import DEFAULT_INTERVAL_S, remove_deleted
 from raylog.actors.supervisor import start_supervisor as _start_supervisor
 from raylog.auth import check
-from raylog.config import NAMESPACE, TopicConfig
+from raylog.config import NAMESPACE, TopicConfig, actor_name
 from raylog.errors import ArgumentTypeError, BrokerUnavailableError, ConfigError
 from raylog.groups.admin import delete_topic_offsets
-from raylog.producer.partitioner import partition_for_key
 from raylog.replication.admin import describe_replicas, follower_actors, record_replicas, start_followers
-from raylog.replication.assignment import assign_replicas
 from raylog.replication.reassign import reassign_partition
 from raylog.zk.registry import validate_topic_name
-
-
-def place_partitions(topic: str, partitions: int, disks: list) -> list:
-    """The node of each partition of a new topic: round-robin over ``disks``
-    from the node the stable hash of the topic's name picks (the same in
-    every process, unlike Python's ``hash()``)."""
-    return spread(partitions, disks, offset=partition_for_key(topic.encode(), max(1, len(disks))))
-
-
-def place_replicas(topic: str, partitions: int, disks: list, replication_factor: int) -> list:
-    """Per partition, the nodes of its replicas (leader first); for one
-    replica the same nodes as :func:`place_partitions`."""
-    place_partitions(topic, partitions, disks)  # no disk node at all: its error
-    offset = partition_for_key(topic.encode(), max(1, len(disks)))
-    return assign_replicas(partitions, disks, replication_factor, offset=offset)
 
 
 #: the most partitions a topic may have: each is a partition actor of its
@@ -114,12 +98,15 @@ class TopicAdmin:
         config = TopicConfig(partitions=partitions, **settings)
         nodes = ray.nodes()
         disks = disk_nodes(nodes)
-        placement = place_replicas(name, partitions, disks, config.replication_factor)
+        placement = place_topic(name, partitions, disks, config.replication_factor)
         remove_deleted(self.registry, self.settings.zookeeper, nodes, topic=name, token=self.settings.token)
         self.registry.create_topic(name, config)
         try:
             for p, replicas in enumerate(placement):
-                record_replicas(self._zk, self.registry, name, p, replicas, self.log_dir(name, p))
+                if len(replicas) == 1:  # not replicated: nothing of raylog.replication
+                    self.registry.set_placement(name, p, replicas[0].identity, self.log_dir(name, p))
+                else:
+                    record_replicas(self._zk, self.registry, name, p, replicas, self.log_dir(name, p))
             self._serve(name, config, nodes, timeout_s)
         except BaseException:
             self._stop_actors(name, partitions, delete_data=True)
@@ -177,7 +164,7 @@ class TopicAdmin:
                          log_dir=place["log_dir"], config=config, nodes=nodes, host=self.data_host,
                          token=self.settings.token)
             if replicated:
-                actors.extend(start_followers(self._zk, self.registry, **start))
+                actors.extend(start_followers(self._zk, self.registry, **start, actors=PARTITION_ACTORS))
             actors.append(start_partition_actor(**start, node_identity=place["node"],
                                                 replica=place["node"] if replicated else None))
         refs = [a.ping.remote() for a in actors]
@@ -263,7 +250,7 @@ class TopicAdmin:
         check(self.settings.cluster, self.settings.token, f"reassigning {topic}-{partition}")
         state = reassign_partition(self._zk, self.registry, zookeeper=self.settings.zookeeper, topic=topic,
                                    partition=partition, replicas=list(replicas), nodes=ray.nodes(),
-                                   host=self.data_host, token=self.settings.token, timeout_s=timeout_s)
+                                   actors=PARTITION_ACTORS, host=self.data_host, token=self.settings.token, timeout_s=timeout_s)
         return {"leader": state.leader, "leader_epoch": state.leader_epoch, "replicas": list(state.replicas),
                 "isr": list(state.isr)}
 

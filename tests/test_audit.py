@@ -121,3 +121,14 @@ def test_window_width_is_reported(window_ms):
     counter.add("t", 123_456, 1)
     event = json.loads(counter.events("produced", "p")[0])
     assert event["window_ms"] == window_ms and event["window_start"] == 123_456 - 123_456 % window_ms
+
+
+def test_an_auditing_consumer_is_handed_its_publisher():
+    """The consumer sits beside the producer: it publishes its audit events
+    through the raylog.audit.AuditPublisher it is handed, and refuses to
+    audit without one (before it asks the cluster anything)."""
+    from raylog.consumer import Consumer
+    from raylog.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="audit_publisher"):
+        Consumer(None, "clicks", audit=True)

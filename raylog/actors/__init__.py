@@ -1,1 +1,7 @@
-"""Ray actors: the partition actor that owns one log and serves it, its placement on nodes, and the producer actor."""
+"""Ray actors: the partition actor that owns one log and serves it
+(:mod:`~raylog.actors.partition`), its placement on nodes
+(:mod:`~raylog.actors.placement`, ``place_topic``), the supervisor
+(:mod:`~raylog.actors.supervisor`) with the removal of deleted logs
+(:mod:`~raylog.actors.removal`), the partition actors as replication sees
+them (:mod:`~raylog.actors.replica_actors`), and the producer actor
+(:mod:`~raylog.actors.producer`)."""

@@ -44,8 +44,14 @@ import time
 
 from raylog import auth
 from raylog.actors.placement import scheduling_options
-from raylog.actors.process_exit import EXIT_DISK_ERROR, STARTUP_ZOOKEEPER_WAIT_S, exit_process, until_zookeeper
-from raylog.config import NAMESPACE, TopicConfig
+from raylog.actors.process_exit import (
+    EXIT_DISK_ERROR,
+    EXIT_TIMER_FAILED,
+    STARTUP_ZOOKEEPER_WAIT_S,
+    exit_process,
+    until_zookeeper,
+)
+from raylog.config import NAMESPACE, TopicConfig, actor_name
 from raylog.errors import AuthenticationError
 from raylog.metrics import PartitionMetrics
 from raylog.replication.mend import damaged_ranges, mend_from_isr
@@ -58,16 +64,13 @@ from raylog.transfer.server import DataServer
 from raylog.zk.errors import zookeeper_errors
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
+from raylog.zk.tombstones import check_before_serving
 
 log = logging.getLogger(__name__)
 
 #: exit status of a leader replica that found another replica leading
 #: (beside :mod:`raylog.actors.process_exit`'s)
 EXIT_DEPOSED = 77
-
-
-def actor_name(cluster: str, topic: str, partition: int) -> str:
-    return f"{cluster}/{topic}/{partition}"
 
 
 class PartitionActor:
@@ -109,8 +112,6 @@ class PartitionActor:
         #: replication (raylog.replication): this replica's node, its role once known
         self.replica, self.role = replica, None
         self.name = name or actor_name(cluster, topic, partition)
-
-        from raylog.actors.supervisor import check_before_serving  # here: supervisor imports this module
 
         deadline = time.monotonic() + STARTUP_ZOOKEEPER_WAIT_S
         what = f"partition {topic}-{partition}"
@@ -269,12 +270,12 @@ class PartitionActor:
                         log.info("partition %s-%d retention deleted %s", self.topic, self.partition, deleted)
                     next_retention = time.monotonic() + self.config.retention_check_ms / 1000.0
         except OSError:
-            log.exception("disk error in partition %s-%d; restarting the actor", self.topic, self.partition)
-            os._exit(1)
-        except Exception:  # noqa: BLE001
+            exit_process(EXIT_DISK_ERROR, "disk error in partition %s-%d; restarting the actor", self.topic,
+                         self.partition, exc_info=True)
+        except Exception:  # noqa: BLE001 - the timer is the partition's heartbeat: a bug here restarts the actor
             if not self._closed.is_set():
-                log.exception("partition %s-%d timer failed; restarting the actor", self.topic, self.partition)
-                os._exit(1)
+                exit_process(EXIT_TIMER_FAILED, "partition %s-%d timer failed; restarting the actor", self.topic,
+                             self.partition, exc_info=True)
 
     # -- control methods -----------------------------------------------------
 

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from raylog.config import DISK_RESOURCE
 from raylog.errors import ConfigError
+from raylog.replication.assignment import assign_replicas
+from raylog.storage.stable_hash import stable_bucket
+from raylog.zk.nodes import NODE_LABEL, node_identity
 
-DISK_RESOURCE = "raylog_disk"
-NODE_LABEL = "raylog-node"
+__all__ = ["DISK_RESOURCE", "NODE_LABEL", "DiskNode", "disk_nodes", "node_identity", "place_topic",
+           "scheduling_options", "spread"]
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,14 +33,6 @@ class DiskNode:
     node_id: str
     address: str
     labelled: bool
-
-
-def node_identity(node: dict) -> str:
-    """The stable identity of a node from ``ray.nodes()``."""
-    label = (node.get("Labels") or {}).get(NODE_LABEL)
-    if label:
-        return label
-    return f"ip:{node['NodeManagerAddress']}"
 
 
 def disk_nodes(nodes: list[dict]) -> list[DiskNode]:
@@ -71,6 +68,23 @@ def spread(partitions: int, nodes: list[DiskNode], offset: int = 0) -> list[Disk
             f"--resources '{{\"{DISK_RESOURCE}\": 1}}' (raylog.connect() does this for a local cluster)"
         )
     return [nodes[(offset + p) % len(nodes)] for p in range(partitions)]
+
+
+def place_topic(topic: str, partitions: int, disks: list[DiskNode],
+                replication_factor: int = 1) -> list[list[DiskNode]]:
+    """Per partition of a new topic, the nodes of its replicas (leader
+    first). The first partition goes to the node the stable hash of the
+    topic's name picks (:func:`raylog.storage.stable_hash.stable_bucket`,
+    the same in every process), the next ones round-robin from there; with
+    ``replication_factor`` > 1 each partition's replicas are the consecutive
+    nodes from its own (:func:`raylog.replication.assignment.assign_replicas`).
+    Raises :class:`ConfigError` without a disk node, or with fewer than
+    ``replication_factor``."""
+    offset = stable_bucket(topic.encode(), max(1, len(disks)))
+    leaders = spread(partitions, disks, offset=offset)  # no disk node at all: its error
+    if replication_factor <= 1:
+        return [[node] for node in leaders]
+    return assign_replicas(partitions, disks, replication_factor, offset=offset)
 
 
 def scheduling_options(identity: str, nodes: list[dict]) -> dict:

@@ -21,15 +21,18 @@ log = logging.getLogger(__name__)
 
 #: exit status of an actor process ended by a disk error
 EXIT_DISK_ERROR = 75
+#: exit status of an actor process whose timer failed unexpectedly (a bug: the traceback is logged)
+EXIT_TIMER_FAILED = 70
 #: exit status of an actor process that could not reach ZooKeeper while starting
 EXIT_ZOOKEEPER_UNAVAILABLE = 76
 #: how long a starting actor retries ZooKeeper before its process exits
 STARTUP_ZOOKEEPER_WAIT_S = 60.0
 
 
-def exit_process(status: int, message: str, *args) -> None:
-    """Log ``message`` as critical, flush the log handlers, end the process."""
-    log.critical(message, *args)
+def exit_process(status: int, message: str, *args, exc_info: bool = False) -> None:
+    """Log ``message`` as critical (with the traceback being handled, with
+    ``exc_info``), flush the log handlers, end the process."""
+    log.critical(message, *args, exc_info=exc_info)
     for handler in logging.getLogger().handlers:
         try:
             handler.flush()

@@ -63,7 +63,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, Sequence
 
-from raylog.audit import AUDIT_TOPIC, DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
+from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, AuditPublisher, new_source_id
 from raylog.config import LATEST, OFFSET_RESETS, RESET_ERROR
 from raylog.consumer.batch import MessageBatch, _Batches, fetched_batch
 from raylog.consumer.fetcher import Chunk, Fetcher
@@ -80,7 +80,6 @@ from raylog.errors import (
     ZooKeeperUnavailableError,
 )
 from raylog.groups.member import SETTLE_S, GroupMember
-from raylog.producer import Producer
 from raylog.zk.session import connect_kazoo
 
 logger = logging.getLogger(__name__)
@@ -131,11 +130,15 @@ class Consumer:
         audit: bool = False,
         audit_window_ms: int | None = None,
         audit_interval_ms: int | None = None,
+        audit_publisher: AuditPublisher | None = None,
     ):
         if isinstance(topics, str):
             topics = [topics]
         if auto_offset_reset not in OFFSET_RESETS:
             raise ConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, got {auto_offset_reset!r}")
+        if audit and audit_publisher is None:
+            raise ConfigError("audit=True needs an audit_publisher (raylog.audit.AuditPublisher); make the "
+                              "consumer with client.consumer(..., audit=True), which hands one in")
         self._metadata = metadata
         self.metadata = metadata
         self.topics = list(topics)
@@ -182,7 +185,7 @@ class Consumer:
         self._audit_id = consumer_id or new_source_id("consumer")
         self._audit_interval_s = (audit_interval_ms or DEFAULT_INTERVAL_MS) / 1000.0
         self._audit_next = time.monotonic() + self._audit_interval_s
-        self._audit_producer = None
+        self._audit_publisher = audit_publisher
 
         if group is None:
             partitions = [(t, p) for t in self.topics for p in range(metadata.partitions(t))]
@@ -492,10 +495,7 @@ class Consumer:
         events = self._audit.events("consumed", self._audit_id, self.group)
         if not events:
             return
-        if self._audit_producer is None:
-            self._audit_producer = Producer(self._metadata, acks=1, batch_size=100, linger_ms=0)
-        self._audit_producer.send_batch(AUDIT_TOPIC, events)
-        self._audit_producer.flush()
+        self._audit_publisher.publish(events)
 
     def _take_pending(self, out: list, max_messages: int) -> None:
         # Move queued chunks in without blocking.
@@ -568,8 +568,7 @@ class Consumer:
                 try:
                     self._publish_audit()
                 finally:
-                    if self._audit_producer is not None:
-                        self._audit_producer.close()
+                    self._audit_publisher.close()
             if self._member is not None:
                 changes = self._group_changes
                 changes.run()

@@ -89,7 +89,7 @@ def list_groups(zk: KazooClient, cluster: str) -> list[str]:
     with zookeeper_errors(zk, what):
         groups = []
         for group in _children(zk, paths.groups):
-            if _children(zk, paths.ids(group)) or _children(zk, f"{paths.group(group)}/offsets"):
+            if _children(zk, paths.ids(group)) or _children(zk, paths.all_offsets(group)):
                 groups.append(group)
     return sorted(groups)
 
@@ -135,7 +135,7 @@ def describe_group(
             )
         topics = {t for ts in members.values() for t in ts}
         topics |= {t for t, _ in committed}
-        topics |= set(_children(zk, f"{paths.group(group)}/owners"))
+        topics |= set(_children(zk, paths.all_owners(group)))
         topics = sorted(topics)
         configs = dict(zip(topics, _get_many(zk, [paths.topic(t) for t in topics])))
         partitions: set[TopicPartition] = set(committed)

@@ -90,7 +90,7 @@ class OffsetStore:
         what = f"read the committed offsets of group {group!r}"
         ensure_connected(self.zk, what)
         result: dict[tuple[str, int], int] = {}
-        base = f"{self.paths.group(group)}/offsets"
+        base = self.paths.all_offsets(group)
         timeout = self.request_timeout_s
         with zookeeper_errors(self.zk, what):
             try:

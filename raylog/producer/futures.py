@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, NamedTuple
 
-from raylog.errors import RaylogError, RequestTimeoutError
+from raylog.errors import DeliveryError, RaylogError, RequestTimeoutError
 from raylog.storage.message import HEADER_SIZE
 
 try:  # puts a future the compiled send left untracked back under the garbage collector
@@ -264,8 +264,6 @@ class CallFuture:
         return lost
 
     def exception(self, timeout_s: float | None = None):
-        from raylog.errors import DeliveryError
-
         self.wait(timeout_s)
         failures = self.failures()
         return DeliveryError.of(failures, self._count) if failures else None

@@ -1,6 +1,7 @@
 """Key → partition, the same in every producer.
 
-A keyed message goes to ``crc32c(key) mod partitions``. CRC32C (Castagnoli,
+A keyed message goes to ``crc32c(key) mod partitions``
+(:func:`raylog.storage.stable_hash.stable_bucket`, shared with the placement). CRC32C (Castagnoli,
 the checksum of the message format, from the ``crc32c`` package) is an
 unsigned 32-bit value, so the modulo is never negative, and it is the same
 in every process and on every machine, unlike Python's salted ``hash()``.
@@ -20,13 +21,13 @@ from crc32c import crc32c
 
 from raylog.errors import ConfigError
 from raylog.storage import message as _message
+from raylog.storage.stable_hash import stable_bucket
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
-    """The partition of ``key`` among ``partitions``: stable everywhere."""
-    if partitions <= 0:
-        raise ConfigError(f"a topic has at least one partition, got {partitions}")
-    return crc32c(key) % partitions
+    """The partition of ``key`` among ``partitions``: stable everywhere
+    (:func:`raylog.storage.stable_hash.stable_bucket`)."""
+    return stable_bucket(key, partitions)
 
 
 def group_by_partition(

@@ -76,13 +76,22 @@ import types
 import weakref
 from typing import Iterable, Sequence
 
-from raylog.errors import ArgumentTypeError, ConfigError, DeliveryError, RequestTimeoutError, UnknownPartitionError
+from raylog.errors import (
+    ArgumentTypeError,
+    ClosedError,
+    ConfigError,
+    DeliveryError,
+    RequestTimeoutError,
+    UnknownPartitionError,
+)
 from raylog.producer.accumulator import DEFAULT_MAX_BLOCK_S, RecordAccumulator
 from raylog.producer.batch import ProducerBatch
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
 from raylog.producer.sender import MAX_IN_FLIGHT_PARTITIONS, Sender
 from raylog.transfer.protocol import ACKS_ALL
 from raylog.retry import RetryPolicy
+from raylog.audit import AUDIT_TOPIC, DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
+from raylog.storage.message import codec_id
 
 try:  # the compiled keyless case of send (optional; Producer.send is the reference)
     from raylog.producer import _fastsend
@@ -148,8 +157,6 @@ class Producer:
         audit_window_ms: int | None = None,
         audit_interval_ms: int | None = None,
     ):
-        from raylog.storage.message import codec_id
-
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
         if isinstance(acks, bool) or acks not in _ACKS:
@@ -178,8 +185,6 @@ class Producer:
         #: (topic, partition) -> [messages lost, first error] since the last flush
         self._failures: dict[tuple[str, int], list] = {}
         self._closed = False
-
-        from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
 
         self.client_id = new_source_id("producer")
         self._audit = AuditCounter(audit_window_ms or DEFAULT_WINDOW_MS) if audit else None
@@ -335,8 +340,6 @@ class Producer:
             # Whatever was still queued (a flush that timed out) fails for good.
             for future in self._acc.pending_futures():
                 if not future.done():
-                    from raylog.errors import ClosedError
-
                     future.fail(ClosedError("the producer was closed before this message was sent"))
 
     def close_at_exit(self) -> dict[tuple[str, int], int]:
@@ -372,8 +375,6 @@ class Producer:
             self._failures = {}
         for future, tp, n in sizes:
             if not future.done():  # never reached the sender
-                from raylog.errors import ClosedError
-
                 future.fail(ClosedError("the producer was closed at exit before this message was delivered"))
                 lost[tp] = lost.get(tp, 0) + n
         if lost:
@@ -452,8 +453,6 @@ class Producer:
         """Queue the audit counts since the last time as events for the audit
         topic (they travel like any message, linger included); returns the
         seconds until the next time."""
-        from raylog.audit import AUDIT_TOPIC
-
         if self._acc.buffered >= self._acc.max_buffered:
             return 0.1  # never block the sender on buffer space: count on, publish soon
         events = self._audit.events("produced", self.client_id)

@@ -75,7 +75,9 @@ from raylog.errors import (
 )
 from raylog.producer.futures import UNKNOWN_OFFSET, _track
 from raylog.retry import RetryPolicy
-from raylog.transfer.protocol import MAX_IN_FLIGHT_PER_PARTITION
+from raylog.storage.message import encode_message_set
+from raylog.transfer.connection import BrokerConnection
+from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES, MAX_IN_FLIGHT_PER_PARTITION
 
 log = logging.getLogger(__name__)
 
@@ -243,8 +245,6 @@ class Sender:
             batch.future.fail(error)
 
     def _send(self, tp: tuple[str, int], batches: list) -> None:
-        from raylog.storage.message import encode_message_set
-
         topic, partition = tp
         if self._abandon.is_set():
             for b in batches:
@@ -383,9 +383,6 @@ class Sender:
     def _connection(self, tp: tuple[str, int]):
         conn = self._connections.get(tp)
         if conn is None:
-            from raylog.transfer.connection import BrokerConnection
-            from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
-
             topic, partition = tp
             host, port = self._metadata.endpoint(topic, partition, wait_s=1.0)
             conn = BrokerConnection(

@@ -10,9 +10,7 @@ import os
 from typing import Mapping, Sequence
 
 from raylog import auth
-from raylog.actors.partition import actor_name
-from raylog.client import current_client
-from raylog.config import NAMESPACE
+from raylog.config import NAMESPACE, actor_name
 from raylog.errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -20,7 +18,7 @@ from raylog.errors import (
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
-from raylog.metadata import ConnectionSettings, Metadata
+from raylog.metadata import ConnectionSettings, Metadata, current_client
 from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, _NAMED
 from raylog.read.replicas import find_candidates
 

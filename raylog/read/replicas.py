@@ -32,7 +32,8 @@ from __future__ import annotations
 import zlib
 from typing import NamedTuple, Sequence
 
-from raylog.actors.placement import node_identity
+from raylog.zk.nodes import node_identity
+from raylog.zk.partition_state import read_state, running_replicas
 
 
 class Replica(NamedTuple):
@@ -63,8 +64,6 @@ def find_candidates(registry, topic: str, partition: int, leader_endpoint: tuple
     ``state`` (the leader and the ISR) and its ``replicas/<node>`` endpoints;
     for a partition without replication, its one actor on its placement
     node."""
-    from raylog.replication.state import read_state, running_replicas  # the replication layer, when used
-
     host, port = leader_endpoint
     found = read_state(registry.zk, registry.paths, topic, partition)
     if found is None:

@@ -15,5 +15,14 @@ and append them at the same byte offsets (:mod:`raylog.replication.follower`).
   (their log ends, the ISR, the high watermark);
 - :mod:`raylog.replication.follower`: the follower's fetch loop;
 - :mod:`raylog.replication.admin`: creating, describing and stopping the
-  replicas of a topic.
+  replicas of a topic;
+- :mod:`raylog.replication.reassign` and :mod:`raylog.replication.repair`:
+  moving replicas, and the supervisor's pass over replicated partitions;
+- :mod:`raylog.replication.replica_actors`: the interface through which
+  replication starts replica actors and has logs removed; the actors layer
+  above hands the implementation in (:mod:`raylog.actors.replica_actors`).
+
+This package imports storage, transfer and zk only (docs/design.md section 1;
+``tests/test_layering.py``): never the actors or the producer. An
+unreplicated topic never enters it.
 """

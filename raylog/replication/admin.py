@@ -8,9 +8,9 @@ purpose, as in :mod:`raylog.topic_admin`).
 
 from __future__ import annotations
 
-from raylog.actors.partition import actor_name, start_partition_actor
-from raylog.config import NAMESPACE
+from raylog.config import NAMESPACE, actor_name
 from raylog.replication.assignment import replica_actor_name, replica_log_dir
+from raylog.replication.replica_actors import ReplicaActors
 from raylog.replication.state import create_state, read_state
 
 #: how long describe waits for one replica's answer
@@ -25,7 +25,7 @@ def record_replicas(zk, registry, topic: str, partition: int, nodes: list, log_d
 
 
 def start_followers(zk, registry, *, zookeeper, cluster, topic, partition, log_dir, config, nodes, host,
-                    token) -> list:
+                    token, actors: ReplicaActors) -> list:
     """Start every replica actor of a partition but the first leader's."""
     found = read_state(zk, registry.paths, topic, partition)
     if found is None:
@@ -33,7 +33,7 @@ def start_followers(zk, registry, *, zookeeper, cluster, topic, partition, log_d
     state = found[0]
     first, plain = state.origin, actor_name(cluster, topic, partition)
     return [
-        start_partition_actor(
+        actors.start(
             zookeeper=zookeeper, cluster=cluster, topic=topic, partition=partition,
             log_dir=replica_log_dir(log_dir, node, first), config=config, node_identity=node, nodes=nodes,
             host=host, token=token, replica=node, name=replica_actor_name(plain, node, first),

@@ -17,6 +17,9 @@ The functions keep no state.
 from __future__ import annotations
 
 from raylog.errors import ConfigError
+from raylog.storage.fileops import replica_log_dir
+
+__all__ = ["assign_replicas", "replica_actor_name", "replica_log_dir"]
 
 
 def assign_replicas(partitions: int, nodes: list, replication_factor: int, offset: int = 0) -> list[list]:
@@ -38,7 +41,3 @@ def replica_actor_name(plain_name: str, node: str, leader_at_create: str) -> str
     """The actor name of the replica on ``node``."""
     return plain_name if node == leader_at_create else f"{plain_name}@{node}"
 
-
-def replica_log_dir(plain_dir: str, node: str, leader_at_create: str) -> str:
-    """The log directory of the replica on ``node``."""
-    return plain_dir if node == leader_at_create else f"{plain_dir}@{node}"

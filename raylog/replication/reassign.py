@@ -40,10 +40,10 @@ import dataclasses
 import logging
 import time
 
-from raylog.actors.partition import actor_name, start_partition_actor
-from raylog.config import NAMESPACE
+from raylog.config import NAMESPACE, actor_name
 from raylog.errors import InvalidReassignmentError, ReassignmentTimeoutError, UnknownPartitionError
 from raylog.replication.assignment import replica_actor_name, replica_log_dir
+from raylog.replication.replica_actors import ReplicaActors
 from raylog.replication.state import compare_and_set, read_state
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,9 @@ class Reassignment:
     """One reassignment of one partition (see the module docstring)."""
 
     def __init__(self, zk, registry, *, zookeeper: str, topic: str, partition: int, nodes: list[dict],
-                 host: str | None, token: bytes | None):
+                 host: str | None, token: bytes | None, actors: ReplicaActors):
         self.zk, self.registry, self.paths = zk, registry, registry.paths
+        self.actors = actors
         self.zookeeper, self.cluster, self.topic, self.partition = zookeeper, registry.cluster, topic, partition
         self.nodes, self.host, self.token = nodes, host, token
         self.config = registry.topic_config(topic)
@@ -123,10 +124,8 @@ class Reassignment:
                 replica_log_dir(self.place["log_dir"], node, origin))
 
     def run(self, target: list[str], timeout_s: float):
-        from raylog.actors.placement import disk_nodes
-
         found = read_state(self.zk, self.paths, self.topic, self.partition)
-        alive = {n.identity for n in disk_nodes(self.nodes)}
+        alive = self.actors.alive(self.nodes)
         target = check_target(self.topic, self.partition, self.config, found and found[0], target, alive)
         deadline = time.monotonic() + timeout_s
         topic, partition, zk, paths = self.topic, self.partition, self.zk, self.paths
@@ -184,7 +183,7 @@ class Reassignment:
         import ray
 
         name, log_dir = self._name_and_dir(node, origin)
-        actor = start_partition_actor(
+        actor = self.actors.start(
             zookeeper=self.zookeeper, cluster=self.cluster, topic=self.topic, partition=self.partition,
             log_dir=log_dir, config=self.config, node_identity=node, nodes=self.nodes, host=self.host,
             token=self.token, replica=node, name=name)
@@ -213,32 +212,28 @@ class Reassignment:
     def _remove(self, node: str, origin: str, alive: set[str]) -> None:
         """The replica on ``node`` goes: its actor, then its log (now, or by
         the supervisor when its node is back)."""
-        from raylog.actors.supervisor import remove_deleted
-
         _, log_dir = self._name_and_dir(node, origin)
         self._stop(node, origin, delete_data=False)
         self.registry.add_tombstone(self.topic, self.partition, node, log_dir)
         if node in alive:
-            remove_deleted(self.registry, self.zookeeper, self.nodes, topic=self.topic, token=self.token)
+            self.actors.remove_logs(self.registry, self.zookeeper, self.nodes, topic=self.topic, token=self.token)
 
     def _roll_back(self, adding: list[str], origin: str) -> None:
-        from raylog.actors.placement import disk_nodes
-
         def drop(s):
             return dataclasses.replace(s, replicas=tuple(n for n in s.replicas if n not in adding),
                                        isr=tuple(n for n in s.isr if n not in adding))
 
         _update(self.zk, self.paths, self.topic, self.partition, drop)
-        alive = {n.identity for n in disk_nodes(self.nodes)}
+        alive = self.actors.alive(self.nodes)
         for node in adding:
             self._remove(node, origin, alive)
 
 
 def reassign_partition(zk, registry, *, zookeeper: str, topic: str, partition: int, replicas: list[str],
-                       nodes: list[dict], host: str | None = None, token: bytes | None = None,
-                       timeout_s: float = 120.0):
+                       nodes: list[dict], actors: ReplicaActors, host: str | None = None,
+                       token: bytes | None = None, timeout_s: float = 120.0):
     """Move the replicas of ``topic``-``partition`` to ``replicas`` (see the
     module docstring); returns the final :class:`PartitionState`."""
     run = Reassignment(zk, registry, zookeeper=zookeeper, topic=topic, partition=partition, nodes=nodes,
-                       host=host, token=token)
+                       host=host, token=token, actors=actors)
     return run.run(list(replicas), timeout_s)

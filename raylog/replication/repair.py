@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 import time
 
-from raylog.actors.partition import actor_name, start_partition_actor
-from raylog.config import NAMESPACE
+from raylog.config import NAMESPACE, actor_name
 from raylog.errors import RaylogError
-from raylog.producer.partitioner import partition_for_key
 from raylog.replication.assignment import replica_actor_name, replica_log_dir
 from raylog.replication.reassign import reassign_partition
+from raylog.replication.replica_actors import ReplicaActors
 from raylog.replication.state import read_state
+from raylog.storage.stable_hash import stable_bucket
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,8 @@ def _actor(name: str):
 
 
 def serve_replicas(registry, zookeeper: str, nodes: list[dict], alive: set[str], topic: str, partition: int,
-                   config, place: dict, *, host=None, token=None) -> tuple[list[dict], list[tuple]]:
+                   config, place: dict, *, actors: ReplicaActors, host=None,
+                   token=None) -> tuple[list[dict], list[tuple]]:
     """``(rows, started)`` for one replicated partition: a row per replica
     (``serving`` with its role, ``node down``, ``failed``) and, per actor
     started, ``(topic, partition, node, ping ref)``."""
@@ -73,7 +74,7 @@ def serve_replicas(registry, zookeeper: str, nodes: list[dict], alive: set[str],
             rows.append(_row(topic, partition, node, "node down", f"{role}; served when its node is back"))
         else:
             try:
-                actor = start_partition_actor(
+                actor = actors.start(
                     zookeeper=zookeeper, cluster=registry.cluster, topic=topic, partition=partition,
                     log_dir=replica_log_dir(place["log_dir"], node, state.origin), config=config,
                     node_identity=node, nodes=nodes, host=host, token=token, replica=node, name=name,
@@ -95,14 +96,15 @@ def replacement_target(topic: str, partition: int, state, alive: set[str], expir
     lost = [n for n in state.replicas if n in expired]
     if not lost or len(spare) < len(lost):
         return None
-    start = partition_for_key(f"{topic}-{partition}".encode(), len(spare))
+    start = stable_bucket(f"{topic}-{partition}".encode(), len(spare))
     chosen = iter(spare[start:] + spare[:start])
     target = [next(chosen) if n in expired else n for n in state.replicas]
     return target if all(n in alive for n in target) else None
 
 
 def replace_lost(registry, zookeeper: str, nodes: list[dict], alive: set[str], lost_since: dict, *,
-                 topic: str | None = None, host=None, token=None, now: float | None = None) -> list[dict]:
+                 actors: ReplicaActors, topic: str | None = None, host=None, token=None,
+                 now: float | None = None) -> list[dict]:
     """Reassign the replicas whose node is gone for longer than their
     topic's ``replica_replace_after_s`` (see the module docstring); a row
     per replacement (``reassigned`` or ``failed``)."""
@@ -135,7 +137,7 @@ def replace_lost(registry, zookeeper: str, nodes: list[dict], alive: set[str], l
             moved = ", ".join(f"{a}->{b}" for a, b in zip(state.replicas, target) if a != b)
             try:
                 reassign_partition(registry.zk, registry, zookeeper=zookeeper, topic=name, partition=p,
-                                   replicas=target, nodes=nodes, host=host, token=token,
+                                   replicas=target, nodes=nodes, actors=actors, host=host, token=token,
                                    timeout_s=REPLACE_TIMEOUT_S)
                 rows.append(_row(name, p, ",".join(target), "reassigned", moved))
                 log.warning("%s-%d: replicas lost for over %s s reassigned (%s)", name, p,

@@ -37,60 +37,21 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError
 
+from raylog.zk.partition_state import (
+    PartitionState,
+    read_state,
+    replica_path,
+    replicas_path,
+    running_replicas,
+    state_path,
+)
 
-@dataclasses.dataclass(frozen=True)
-class PartitionState:
-    leader: str
-    leader_epoch: int
-    isr: tuple[str, ...]
-    replicas: tuple[str, ...]
-    epochs: tuple[tuple[int, int], ...] = ()
-    #: the first leader at create (None: ``replicas[0]``, as states written before it)
-    origin: str | None = None
-    #: replicas on their way out (a reassignment's old leader); not started again by a repair
-    removing: tuple[str, ...] = ()
-
-    def __post_init__(self):
-        if self.origin is None:
-            object.__setattr__(self, "origin", self.replicas[0])
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {"leader": self.leader, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
-             "replicas": list(self.replicas), "epochs": [list(e) for e in self.epochs], "origin": self.origin,
-             "removing": list(self.removing)},
-            sort_keys=True,
-        ).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> "PartitionState":
-        raw = json.loads(data)
-        return cls(raw["leader"], int(raw["leader_epoch"]), tuple(raw["isr"]), tuple(raw["replicas"]),
-                   tuple((int(e), int(o)) for e, o in raw.get("epochs", ())), raw.get("origin"),
-                   tuple(raw.get("removing", ())))
-
-    def boundary_after(self, epoch: int) -> int | None:
-        """Where the first leader epoch after ``epoch`` began (None: none did)."""
-        return min((start for e, start in self.epochs if e > epoch), default=None)
-
-    def with_isr(self, isr) -> "PartitionState":
-        """The same state with ``isr`` (kept in the order of ``replicas``)."""
-        members = set(isr)
-        return dataclasses.replace(self, isr=tuple(r for r in self.replicas if r in members))
-
-
-def state_path(paths, topic: str, partition: int) -> str:
-    return f"{paths.partition(topic, partition)}/state"
-
-
-def replicas_path(paths, topic: str, partition: int) -> str:
-    return f"{paths.partition(topic, partition)}/replicas"
-
-
-def replica_path(paths, topic: str, partition: int, node: str) -> str:
-    return f"{replicas_path(paths, topic, partition)}/{node}"
+__all__ = [
+    "PartitionState", "compare_and_set", "create_state", "read_state", "register_replica", "replica_path",
+    "replicas_path", "running_replicas", "state_path", "take_over",
+]
 
 
 def create_state(zk, paths, topic: str, partition: int, replicas: list[str]) -> PartitionState:
@@ -103,15 +64,6 @@ def create_state(zk, paths, topic: str, partition: int, replicas: list[str]) -> 
     except NodeExistsError:
         zk.set(path, state.to_json())
     return state
-
-
-def read_state(zk, paths, topic: str, partition: int) -> tuple[PartitionState, int] | None:
-    """``(state, version)``, or None for a partition without replication."""
-    try:
-        data, stat = zk.get(state_path(paths, topic, partition))
-    except NoNodeError:
-        return None
-    return PartitionState.from_json(data), stat.version
 
 
 def compare_and_set(zk, paths, topic: str, partition: int, state: PartitionState, version: int) -> int | None:
@@ -136,22 +88,6 @@ def register_replica(zk, paths, topic: str, partition: int, node: str, endpoint:
             return
         zk.delete(path)  # left by an earlier session of this replica
         zk.create(path, data, ephemeral=True, makepath=True)
-
-
-def running_replicas(zk, paths, topic: str, partition: int) -> dict[str, dict]:
-    """``{node: endpoint}`` of the replica actors that run now."""
-    root = replicas_path(paths, topic, partition)
-    try:
-        children = zk.get_children(root)
-    except NoNodeError:
-        return {}
-    found = {}
-    for node in children:
-        try:
-            found[node] = json.loads(zk.get(f"{root}/{node}")[0])
-        except NoNodeError:
-            continue
-    return found
 
 
 def take_over(zk, paths, topic: str, partition: int, node: str, log_end: int, *, unclean: bool = False):

@@ -1,17 +1,41 @@
-"""The partition log on local disk: message format, segment files, the log (append, flush, read, retention, recovery). Knows nothing of Ray, sockets or ZooKeeper.
+"""The partition log on local disk: message format, segment files, the log
+(append, flush, read, retention, recovery). Knows nothing of Ray, sockets or
+ZooKeeper; imports only :mod:`raylog.config` and :mod:`raylog.errors`.
 
 Modules, one per concept:
 
 * :mod:`raylog.storage.message` -- the byte layout of a message (documented
-  field by field there), encoding, validation and decoding of message sets;
+  field by field there), encoding of messages and message sets;
+* :mod:`raylog.storage.message_errors` -- the errors of the format (a corrupt
+  message, a bad header), built off the hot paths;
 * :mod:`raylog.storage.compression` -- the gzip, zstd and lz4 codecs of
   wrapper messages;
-* :mod:`raylog.storage.segment` -- one segment file;
-* :mod:`raylog.storage.resync` -- the way past damaged bytes: the next
-  readable message after a corrupt one;
-* :mod:`raylog.storage.log` -- :class:`PartitionLog`: append, flush and the
-  high watermark, reads as :class:`FileSlice` for ``os.sendfile``, retention
-  and recovery.
+* :mod:`raylog.storage.validation` -- every CRC and header of a set, on
+  append and in recovery; :mod:`raylog.storage.decoding` -- decoding sets
+  into messages, consumer side; :mod:`raylog.storage.counting` -- counting
+  the messages of a range without handing them out;
+* :mod:`raylog.storage.base` -- the log interface (:class:`~raylog.storage.base.Log`,
+  ``Slice``) that the data server and the partition actor use, with two
+  implementations: :mod:`raylog.storage.log` (:class:`PartitionLog`, on
+  disk) and :mod:`raylog.storage.memory` (in memory);
+* :mod:`raylog.storage.segment` -- one segment file; :mod:`raylog.storage.timeindex`
+  -- its sparse time index;
+* :mod:`raylog.storage.log_reads` -- reads as :class:`FileSlice` for
+  ``os.sendfile``, message boundaries; :mod:`raylog.storage.log_replica` --
+  a replica's writes (a leader's bytes at the same offsets, truncation);
+* :mod:`raylog.storage.recovery` -- opening a log: the checkpoint and the
+  recovery that reports what it dropped (:class:`RecoveryReport`);
+  :mod:`raylog.storage.resync` -- the way past damaged bytes;
+* :mod:`raylog.storage.retention` -- segment rolls and retention;
+* :mod:`raylog.storage.producer_state` -- the idempotent producers'
+  sequences, kept with the log;
+* :mod:`raylog.storage.fileops` -- the file system: the directory lock,
+  removing a log under that lock, replica directory names, flush threads,
+  directory syncs, a full disk;
+* :mod:`raylog.storage.stable_hash` -- the stable hash (CRC32C) that maps a
+  key to a partition and a topic to its first node;
+* :mod:`raylog.storage.faults` -- fault injection for tests of the
+  disk-error paths (off unless switched on).
 """
 
 from raylog.storage.decoding import decode_messages

@@ -7,10 +7,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from raylog.errors import LogDirectoryLockedError
+from raylog.errors import LogDirectoryLockedError, LogInUseError, StorageError
 
 
 #: the file a log's owner holds an exclusive ``flock`` on while the log is open
@@ -81,3 +82,52 @@ def _sync_directory(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_log(log_dir: str, *, remove_directory: bool) -> bool:
+    """Empty ``log_dir`` while holding its lock (so never under a running
+    partition actor); with ``remove_directory`` also remove the lock file
+    and the directory. False if there was no such directory. Raises
+    :class:`LogInUseError` if an owner holds the lock, StorageError if
+    there is no lock file (not a partition log: nothing is removed). Callers
+    acting on a tombstone check the directory first
+    (:func:`raylog.zk.tombstones.check_partition_directory`)."""
+    if not os.path.isdir(log_dir):
+        return False
+    lock_path = os.path.join(log_dir, LOCK_NAME)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise StorageError(f"refusing to remove {log_dir!r}: it holds no raylog lock file ({err.strerror}); "
+                           f"it is not a partition log and was left untouched", directory=log_dir) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LogInUseError(
+                f"the deleted partition log {log_dir} is still open by its owner; it is removed "
+                f"once that partition actor stops",
+                directory=log_dir,
+            ) from None
+        for entry in os.listdir(log_dir):
+            if entry == LOCK_NAME:
+                continue
+            path = os.path.join(log_dir, entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        if remove_directory:
+            os.unlink(lock_path)
+            os.rmdir(log_dir)
+        return True
+    finally:
+        os.close(fd)
+
+
+def replica_log_dir(plain_dir: str, node: str, leader_at_create: str) -> str:
+    """The log directory of the replica on ``node`` of a replicated partition
+    whose first leader was ``leader_at_create``: the plain
+    ``<data_dir>/<cluster>/<topic>-<partition>`` for that first leader,
+    ``...@<node>`` for every other replica (:mod:`raylog.replication.assignment`)."""
+    return plain_dir if node == leader_at_create else f"{plain_dir}@{node}"

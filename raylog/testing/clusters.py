@@ -21,7 +21,7 @@ import glob
 import os
 import time
 
-from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+from raylog.config import DISK_RESOURCE, NODE_LABEL
 
 
 def disk_node_args(label: str, *, object_store_memory: int | None = None) -> dict:

@@ -366,7 +366,7 @@ def remove_node(cluster, node) -> None:
 
 
 def _ensure_table(host) -> None:
-    from raylog.testing.hosts import NFT_TABLE
+    from raylog.testing.hosts import NFT_TABLE  # lazy: the hosts kit pulls in the client
 
     host.nft(
         f"table inet {NFT_TABLE} {{\n"
@@ -379,7 +379,7 @@ def _ensure_table(host) -> None:
 def _drop(host, direction: str, peer_address: str, ports=None) -> None:
     """Drop what ``host`` sends to (``output``) or receives from (``input``)
     ``peer_address``; with ``ports``, only TCP from or to those ports."""
-    from raylog.testing.hosts import NFT_TABLE
+    from raylog.testing.hosts import NFT_TABLE  # lazy: the hosts kit pulls in the client
 
     _ensure_table(host)
     match = "daddr" if direction == "output" else "saddr"
@@ -433,7 +433,7 @@ def cut_from_zookeeper(host, cluster) -> None:
     and is reached by everyone else: a leader there loses its ZooKeeper
     session but producers and consumers can still talk to it. (The Ray head
     shares ZooKeeper's host and keeps talking to ``host``.)"""
-    from raylog.testing.hosts import ZOOKEEPER_PORT
+    from raylog.testing.hosts import ZOOKEEPER_PORT  # lazy: the hosts kit pulls in the client
 
     if host is cluster.head:
         raise FaultInjectionError("the head host runs ZooKeeper: it cannot be cut from itself")
@@ -442,7 +442,7 @@ def cut_from_zookeeper(host, cluster) -> None:
 
 def heal(cluster) -> None:
     """Undo every network fault: all links up, every drop rule gone."""
-    from raylog.testing.hosts import NFT_TABLE
+    from raylog.testing.hosts import NFT_TABLE  # lazy: the hosts kit pulls in the client
 
     for host in cluster.hosts:
         host.set_link(True)

@@ -70,9 +70,11 @@ import sysconfig
 import tempfile
 import time
 
-from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+import raylog
 from raylog.client import DEFAULT_DATA_DIR
+from raylog.config import DISK_RESOURCE, NODE_LABEL
 from raylog.errors import FaultInjectionError
+from raylog.ray_join import present_ray_token
 
 #: every name the kit makes starts with this
 PREFIX = "rlh"
@@ -118,8 +120,6 @@ def _run(cmd: list[str], *, check: bool = True, timeout: float = 60.0, **kw) -> 
 
 def _checkout() -> str:
     """The source tree raylog is imported from (an editable install or a checkout)."""
-    import raylog
-
     root = os.path.dirname(os.path.dirname(os.path.abspath(raylog.__file__)))
     if not os.path.exists(os.path.join(root, "setup.py")):
         raise FaultInjectionError(
@@ -760,8 +760,6 @@ class HostsCluster:
         client's node (a process may be in one Ray cluster at a time)."""
         import ray  # heavy (Ray): imported when used
 
-        from raylog.ray_join import present_ray_token
-
         if ray.is_initialized():
             if self._ray_connected:
                 return
@@ -793,8 +791,6 @@ class HostsCluster:
     def client(self, cluster: str = "default", **kw):
         """``raylog.connect(zookeeper=HEAD:2181, ray_address=HEAD:6379, cluster=...)``
         from this process (joined to Ray first); closed by :meth:`stop`."""
-        import raylog
-
         self.connect_ray()
         client = raylog.connect(zookeeper=self.zookeeper_address, ray_address=self.ray_address, cluster=cluster, **kw)
         self._clients.append(client)

@@ -52,6 +52,8 @@ import time
 from typing import Sequence
 
 from raylog.errors import CorruptMessageError, RaylogError
+from raylog.replication.admin import leader_actor
+from raylog.replication.state import read_state
 from raylog.storage.decoding import decode_messages
 from raylog.testing import faults as kit
 from raylog.testing.workload import DAMAGED_FILE
@@ -213,8 +215,6 @@ class Nemesis:
         return f"{self.target.topic}/{p}", {"partition": p, "pid": pid}
 
     def _kill_leader(self):
-        from raylog.replication.admin import leader_actor
-
         t = self.target
         zk, registry, cluster = t.client._zk, t.client.registry, t.client.settings.cluster
         whole = []
@@ -237,8 +237,6 @@ class Nemesis:
     def _wait_for_leader(self, partition: int, before) -> dict:
         """Wait until the partition's endpoint is registered anew (a new
         epoch: the restarted replica or a follower that took over)."""
-        from raylog.replication.state import read_state
-
         t = self.target
         registry = t.client.registry
         started = time.time()

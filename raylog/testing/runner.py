@@ -46,8 +46,8 @@ import sys
 import threading
 import time
 
-from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import Client
+from raylog.config import DISK_RESOURCE, NODE_LABEL
 from raylog.testing import checker, report as reporting
 from raylog.testing.consumer_worker import consumer_actor_class
 from raylog.testing.history import Recorder, history_files, read_history
@@ -156,7 +156,7 @@ def run(options: RunOptions) -> dict:
     ray_tmp = tempfile.mkdtemp(prefix="rlf-", dir="/tmp")
     hosts = None
     if options.hosts:
-        from raylog.testing.hosts import HostsCluster
+        from raylog.testing.hosts import HostsCluster  # only with --hosts: the kit needs root and starts Ray nodes
 
         hosts = HostsCluster(hosts=options.hosts)
         zookeeper = None

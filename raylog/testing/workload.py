@@ -25,7 +25,7 @@ import random
 import threading
 import time
 
-from raylog.producer.partitioner import partition_for_key
+from raylog import partition_for_key
 from raylog.testing.history import FAILED, OK, UNKNOWN, Recorder
 
 log = logging.getLogger(__name__)

@@ -19,6 +19,7 @@ import json
 import sys
 import time
 
+import raylog
 import raylog_spark
 from raylog.errors import RaylogError
 
@@ -81,8 +82,6 @@ def run(
 ) -> dict:
     import ray  # heavy (Ray): imported when used
     from tqdm import tqdm  # optional: imported when used
-
-    import raylog
 
     started = time.time()
     print("starting the embedded cluster (local Ray + ZooKeeper) ...", flush=True)

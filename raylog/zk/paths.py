@@ -8,10 +8,15 @@ path                                                    kind        content
 ``topics/<topic>``                                      persistent  JSON :class:`raylog.TopicConfig`
 ``topics/<topic>/partitions/<p>``                       persistent  JSON ``{"node": identity, "log_dir": dir}``
 ``topics/<topic>/partitions/<p>/endpoint``              ephemeral   JSON ``{"host", "port", "actor", "epoch"}``
+``topics/<topic>/partitions/<p>/state``                 persistent  JSON ``{leader, leader_epoch, isr, origin,
+                                                                    epochs, removing}``: replication
+                                                                    (:mod:`raylog.replication.state`)
+``topics/<topic>/partitions/<p>/replicas/<node>``       ephemeral   JSON endpoint of one replica actor
 ``consumers/<group>/ids/<consumer id>``                 ephemeral   JSON ``{"topics": [...]}``
 ``consumers/<group>/owners/<topic>/<p>``                ephemeral   the owning consumer id (UTF-8)
 ``consumers/<group>/offsets/<topic>/<p>``               persistent  the next byte offset to consume (ASCII)
 ``schemas/<id>``                                        persistent  an Avro schema (JSON); sequential ids
+``schemas-by-hash/<sha256>``                            persistent  the id of the schema of that canonical form
 ``tombstones/<id>``                                     persistent  JSON ``{"topic", "partition", "node",
                                                                     "log_dir", "deleted_ms"}``: a deleted
                                                                     partition's log still to remove
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import hashlib
 
+from raylog.errors import ConfigError
+
 DEFAULT_CLUSTER = "default"
 
 
@@ -34,8 +41,6 @@ class Paths:
 
     def __init__(self, cluster: str = DEFAULT_CLUSTER):
         if not cluster or "/" in cluster:
-            from raylog.errors import ConfigError
-
             raise ConfigError(f"cluster name must be non-empty and contain no '/': {cluster!r}")
         self.root = f"/raylog/{cluster}"
 
@@ -56,6 +61,16 @@ class Paths:
     def endpoint(self, topic: str, partition: int) -> str:
         return f"{self.root}/topics/{topic}/partitions/{partition}/endpoint"
 
+    # replication (DESIGN section 7)
+    def state(self, topic: str, partition: int) -> str:
+        return f"{self.root}/topics/{topic}/partitions/{partition}/state"
+
+    def replicas(self, topic: str, partition: int) -> str:
+        return f"{self.root}/topics/{topic}/partitions/{partition}/replicas"
+
+    def replica(self, topic: str, partition: int, node: str) -> str:
+        return f"{self.root}/topics/{topic}/partitions/{partition}/replicas/{node}"
+
     # consumer groups
     @property
     def groups(self) -> str:
@@ -70,11 +85,17 @@ class Paths:
     def member(self, group: str, consumer_id: str) -> str:
         return f"{self.root}/consumers/{group}/ids/{consumer_id}"
 
+    def all_owners(self, group: str) -> str:
+        return f"{self.root}/consumers/{group}/owners"
+
     def owners(self, group: str, topic: str) -> str:
         return f"{self.root}/consumers/{group}/owners/{topic}"
 
     def owner(self, group: str, topic: str, partition: int) -> str:
         return f"{self.root}/consumers/{group}/owners/{topic}/{partition}"
+
+    def all_offsets(self, group: str) -> str:
+        return f"{self.root}/consumers/{group}/offsets"
 
     def offsets(self, group: str, topic: str) -> str:
         return f"{self.root}/consumers/{group}/offsets/{topic}"
@@ -89,6 +110,11 @@ class Paths:
 
     def schema(self, schema_id: int) -> str:
         return f"{self.root}/schemas/{schema_id:010d}"
+
+    @property
+    def schemas_by_hash(self) -> str:
+        """Schema ids by the hash of their canonical form (:mod:`raylog.zk.schemas`)."""
+        return f"{self.root}/schemas-by-hash"
 
     # deleted partition logs not yet removed from their node
     @property

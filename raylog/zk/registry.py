@@ -45,8 +45,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 from raylog.config import TopicConfig
 from raylog.errors import ConfigError, RaylogError, TopicExistsError
-from raylog.replication.assignment import replica_log_dir
-from raylog.replication.state import read_state
+from raylog.storage.fileops import replica_log_dir
 from raylog.zk.endpoints import EndpointRegistry
 from raylog.zk.paths import tombstone_id
 from raylog.zk.registry_base import _CONTENDED_TRIES, _dump, _first_failure, _load, _translated
@@ -200,9 +199,10 @@ class Registry(EndpointRegistry):
             if not (place.get("node") and place.get("log_dir")):
                 continue
             logs = {place["node"]: place["log_dir"]}
-            found = read_state(self._zk, self.paths, topic, p)
-            for node in found[0].replicas if found is not None else ():
-                logs.setdefault(node, replica_log_dir(place["log_dir"], node, found[0].origin))
+            # the replication state (raylog.replication.state), read as plain JSON
+            state = self._get_json(self.paths.state(topic, p)) or {}
+            for node in state.get("replicas", ()):
+                logs.setdefault(node, replica_log_dir(place["log_dir"], node, state.get("origin") or state["replicas"][0]))
             stones += [{"topic": topic, "partition": p, "node": node, "log_dir": log_dir, "deleted_ms": now_ms}
                        for node, log_dir in logs.items()]
         return stones

@@ -115,7 +115,7 @@ class SchemaRegistry:
         self._zk = zk
         self._timeout = request_timeout_s
         self._paths = Paths(cluster)
-        self._by_hash_root = f"{self._paths.root}/schemas-by-hash"
+        self._by_hash_root = self._paths.schemas_by_hash
         self._lock = threading.Lock()
         self._by_id: dict[int, str] = {}  # id -> canonical JSON
         self._ids: dict[str, int] = {}  # sha256 of canonical JSON -> id

@@ -3,9 +3,24 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+import subprocess
+import sys
 
-from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL, disk_nodes, node_identity, scheduling_options, spread
+import pytest
+from crc32c import crc32c
+
+import raylog.actors.placement as placement
+from raylog.actors.placement import (
+    DISK_RESOURCE,
+    NODE_LABEL,
+    DiskNode,
+    disk_nodes,
+    node_identity,
+    place_topic,
+    scheduling_options,
+    spread,
+)
 from raylog.errors import ConfigError
 
 
@@ -63,3 +78,52 @@ def test_labelled_nodes_are_pinned_by_label_and_others_by_hard_affinity():
 def test_identity_prefers_the_label():
     assert node_identity(_node("a", label="disk-a")) == "disk-a"
     assert node_identity(_node("a", address="10.1.2.3")) == "ip:10.1.2.3"
+
+
+DISKS = [DiskNode(identity=f"disk-{i}", node_id=f"n{i}", address=f"10.0.0.{i}", labelled=True) for i in range(3)]
+
+
+def test_the_first_partition_goes_where_the_names_crc32c_points_and_the_rest_follow_round_robin():
+    for topic in ("clicks", "views", "orders", "a", "b"):
+        start = crc32c(topic.encode()) % len(DISKS)
+        placed = place_topic(topic, 5, DISKS)
+        assert [[d.identity for d in replicas] for replicas in placed] == [
+            [DISKS[(start + p) % 3].identity] for p in range(5)
+        ]
+
+
+def test_placement_is_the_same_in_every_process():
+    code = (
+        "from raylog.actors.placement import DiskNode, place_topic\n"
+        "disks = [DiskNode(f'disk-{i}', f'n{i}', f'10.0.0.{i}', True) for i in range(3)]\n"
+        "print([r[0].identity for r in place_topic('clicks-and-views', 4, disks)])\n"
+    )
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert runs == {str([r[0].identity for r in place_topic("clicks-and-views", 4, DISKS)]) + "\n"}
+
+
+def test_one_replica_is_placed_without_replication(monkeypatch):
+    """Replication factor 1 never reaches raylog.replication's assignment."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("replication's assignment was asked to place an unreplicated topic")
+
+    monkeypatch.setattr(placement, "assign_replicas", refuse)
+    assert [len(r) for r in place_topic("clicks", 4, DISKS)] == [1, 1, 1, 1]
+    with pytest.raises(AssertionError, match="unreplicated"):
+        place_topic("clicks", 4, DISKS, replication_factor=2)
+
+
+def test_replicas_start_at_the_partitions_own_node_on_distinct_nodes():
+    unreplicated = place_topic("orders", 4, DISKS)
+    for single, replicas in zip(unreplicated, place_topic("orders", 4, DISKS, replication_factor=3)):
+        assert replicas[0] == single[0]
+        assert len({d.identity for d in replicas}) == 3
+
+
+def test_placing_without_enough_disk_nodes_is_a_clear_error():
+    with pytest.raises(ConfigError, match="no alive Ray node offers local disk"):
+        place_topic("clicks", 2, [])
+    with pytest.raises(ConfigError, match="replication_factor 4 needs as many alive disk nodes"):
+        place_topic("clicks", 2, DISKS, replication_factor=4)

@@ -18,11 +18,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from raylog.avro import HEADER, AvroDeserializer, avro_to_spark_schema, unframe
+from raylog.avro import (
+    HEADER,
+    AvroDeserializer,
+    avro_to_spark_schema,
+    open_schema_session,
+    schema_registry,
+    unframe,
+)
 from raylog.errors import ConfigError
 from raylog.read import ReadPlan, head_values, resolve_connection
-from raylog.zk.schemas import SchemaRegistry
-from raylog.zk.session import connect_kazoo
 from raylog_spark.columns import META_COLUMNS, typed_schema
 
 #: values read on the driver to find an Avro schema id
@@ -60,7 +65,7 @@ class AvroColumns:
             schema_id, _ = unframe(first[0])
         metadata, settings, owned = resolve_connection(client, plan.settings)
         try:
-            registry = SchemaRegistry(metadata.zk, settings.cluster)
+            registry = schema_registry(metadata.zk, settings.cluster)
             schemas = registry.list()
             schemas[schema_id] = registry.get(schema_id)  # UnknownSchemaError
         finally:
@@ -128,8 +133,8 @@ class _ShippedRegistry:
         found = self.schemas.get(schema_id)
         if found is None:
             if self._zk is None:
-                self._zk = connect_kazoo(self.settings.zookeeper)
-            found = self.schemas[schema_id] = SchemaRegistry(self._zk, self.settings.cluster).get(schema_id)
+                self._zk = open_schema_session(self.settings.zookeeper)
+            found = self.schemas[schema_id] = schema_registry(self._zk, self.settings.cluster).get(schema_id)
         return found
 
     def close(self) -> None:

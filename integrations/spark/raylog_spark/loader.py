@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 
 from raylog.errors import ConcurrentLoadError, ConfigError
-from raylog.groups.offsets import OffsetStore
+from raylog.offset_admin import offset_store
 from raylog.read import ReadPlan, plan_read, resolve_connection
 from raylog_spark.reader import plan_dataframe
 
@@ -70,7 +70,7 @@ class IncrementalLoad:
             return self.end_offsets
         metadata, settings, owned = resolve_connection(self._client, self._settings)
         try:
-            store = OffsetStore(metadata.zk, settings.cluster)
+            store = offset_store(metadata)
             now = {p: store.committed(self.group, self.topic, p) for p in self.end_offsets}
             moved = {p: (self.committed_before.get(p), now[p]) for p in now if now[p] != self.committed_before.get(p)}
             if moved:
@@ -123,7 +123,7 @@ def load_incremental(
     metadata, conn_settings, owned = resolve_connection(client, settings)
     try:
         partitions = metadata.partitions(topic)  # UnknownTopicError
-        store = OffsetStore(metadata.zk, conn_settings.cluster)
+        store = offset_store(metadata)
         committed = {p: store.committed(group, topic, p) for p in range(partitions)}
     finally:
         if owned is not None:

@@ -28,9 +28,9 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from raylog import Producer
 from raylog.errors import ConfigError
 from raylog.metadata import Metadata
-from raylog.producer import Producer
 from raylog.read import resolve_connection
 
 

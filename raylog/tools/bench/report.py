@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from raylog.actors.placement import DISK_RESOURCE
-from raylog.actors.placement import NODE_LABEL
+from raylog.config import DISK_RESOURCE, NODE_LABEL
 
 
 @dataclasses.dataclass(frozen=True)

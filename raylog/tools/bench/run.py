@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Callable
 
-from raylog.actors.placement import DISK_RESOURCE
+from raylog import Consumer
 from raylog.client import DEFAULT_DATA_DIR, Client
-from raylog.consumer import Consumer
+from raylog.config import DISK_RESOURCE
 from raylog.errors import RaylogError
 from raylog.metadata import Metadata
 from raylog.tools.bench.cluster import LocalCluster

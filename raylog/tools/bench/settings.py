@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from raylog.actors.placement import DISK_RESOURCE
+from raylog.config import DISK_RESOURCE
 from raylog.errors import BenchError, ConfigError
 
 

@@ -10,7 +10,9 @@ import json
 
 import click
 
+import raylog
 from raylog import _log
+from raylog.client import Client
 from raylog.errors import RaylogError
 
 #: where ``zookeeper start`` and ``zookeeper stop`` keep a local ZooKeeper's data
@@ -72,7 +74,6 @@ class Target:
                     f"'{command}' needs an existing raylog cluster: pass --zookeeper HOST:PORT "
                     f"(or set RAYLOG_ZOOKEEPER) with the address of the cluster's ZooKeeper"
                 )
-            import raylog
 
             click.echo(_EMBEDDED_NOTE, err=True)
             client = raylog.connect(data_dir=data_dir, cluster=self.cluster, token=self.token)
@@ -84,8 +85,6 @@ class Target:
         elif ray:
             client = self._join_ray(data_dir)
         else:
-            from raylog.client import Client
-
             client = Client(zookeeper=self.zookeeper, cluster=self.cluster, token=self.token)
         try:
             yield client
@@ -93,8 +92,6 @@ class Target:
             client.close()
 
     def _join_ray(self, data_dir: str | None):
-        import raylog
-
         address = self.ray_address or "auto"
         try:
             return raylog.connect(

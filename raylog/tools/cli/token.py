@@ -9,6 +9,7 @@ import click
 
 from raylog import auth
 from raylog.errors import RaylogError
+from raylog.ray_join import check_ray_reachable, present_ray_token
 from raylog.tools.cli.base import CommandError, Target, _refused_token, pass_target, cli
 
 _WARNING = (
@@ -39,8 +40,6 @@ def token(target: Target):
 def _token_from_ray(target: Target) -> bytes:
     """Join the Ray cluster as a driver, derive the token there, leave."""
     import ray  # heavy (Ray): imported when used
-
-    from raylog.ray_join import check_ray_reachable, present_ray_token
 
     address = target.ray_address or "auto"
     present_ray_token()
