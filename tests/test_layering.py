@@ -1,9 +1,9 @@
-"""The layering of DESIGN section 1, checked over every import.
+"""The layering of docs/design.md section 1, checked over every import.
 
 Every ``import`` and ``from ... import`` in ``raylog/`` and in
 ``integrations/spark/raylog_spark`` is read with :mod:`ast` -- module-level
 ones and the ones inside functions, methods and ``if`` blocks alike -- and
-held against the table of DESIGN section 1 (``TABLE`` below, the third
+held against the table of docs/design.md section 1 (``TABLE`` below, the third
 column as data). A second check walks the import graph of ``raylog/`` at
 module granularity (lazy imports included) and fails on any cycle.
 
@@ -34,7 +34,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (ROOT / "raylog", ROOT / "integrations" / "spark" / "raylog_spark")
 
-#: DESIGN section 1, third column: folder -> the folders it may import.
+#: docs/design.md section 1, third column: folder -> the folders it may import.
 TABLE: dict[str, set[str]] = {
     "storage": {"config", "errors"},
     "transfer": {"storage", "config", "errors"},
@@ -283,7 +283,7 @@ def test_base_modules_import_only_the_base():
 
 def test_no_import_against_design_section_1():
     found = {key: text for key, text in violations().items() if key not in PENDING}
-    assert not found, "imports against DESIGN section 1:\n" + "\n".join(sorted(found.values()))
+    assert not found, "imports against docs/design.md section 1:\n" + "\n".join(sorted(found.values()))
 
 
 def test_every_pending_exception_is_still_needed():

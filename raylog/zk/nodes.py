@@ -1,5 +1,5 @@
 """The stable identity of a Ray node, as the registry records it for each
-partition (DESIGN section 4: "the node the partition lives on (a stable
+partition (docs/design.md section 4: "the node the partition lives on (a stable
 identity that survives a node restart)").
 
 Ray's node id changes whenever a node restarts, so raylog names nodes by the

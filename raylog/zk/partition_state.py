@@ -1,6 +1,6 @@
 """The replication state of a partition as ZooKeeper records it, for
 readers: the ``state`` node and the ``replicas/<node>`` endpoints
-(DESIGN section 4; the fields are explained in :mod:`raylog.replication.state`,
+(docs/design.md section 4; the fields are explained in :mod:`raylog.replication.state`,
 which also writes them). Readers below replication -- the read plans of
 :mod:`raylog.read`, the registry's tombstones -- read them here.
 

@@ -61,7 +61,7 @@ class Paths:
     def endpoint(self, topic: str, partition: int) -> str:
         return f"{self.root}/topics/{topic}/partitions/{partition}/endpoint"
 
-    # replication (DESIGN section 7)
+    # replication (docs/design.md section 7)
     def state(self, topic: str, partition: int) -> str:
         return f"{self.root}/topics/{topic}/partitions/{partition}/state"
 
