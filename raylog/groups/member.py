@@ -75,7 +75,7 @@ from raylog.groups.assignment import Assignment, TopicPartition
 from raylog.groups.member_thread import MemberThread
 from raylog.groups.offsets import REQUEST_TIMEOUT_S, OffsetStore
 from raylog.groups.ownership import Ownership
-from raylog.groups.states import Event, MemberState, hands_out
+from raylog.groups.states import Event, MemberState, hands_out, transition
 from raylog.retry import RetryPolicy
 from raylog.zk.errors import zookeeper_errors
 
@@ -287,7 +287,7 @@ class GroupMember(MemberThread):
                                   for t in self.topics]
         except BaseException:
             with self._cond:
-                self._state = MemberState.CLOSED
+                self._state = transition(self._state, Event.CLOSE).state  # CREATED -> CLOSED
             self.zk.remove_listener(self._on_connection_change)
             raise
         self._post(Event.START)
@@ -309,7 +309,7 @@ class GroupMember(MemberThread):
         it returns at once and the member leaves after the callback."""
         with self._cond:
             if self._state is MemberState.CREATED:
-                self._state = MemberState.CLOSED
+                self._state = transition(self._state, Event.CLOSE).state  # CREATED -> CLOSED
                 return
         self._post(Event.CLOSE)
         thread = self._thread

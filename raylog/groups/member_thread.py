@@ -302,9 +302,12 @@ class MemberThread:
                         "vanish when its session ends", self._id, self.group, err)
 
     def _finish_leave(self) -> None:
+        """After LEAVE (whether its steps reached ZooKeeper or not: the nodes
+        left behind vanish with the session), the table's (CLOSING, LEFT)
+        step ends the member."""
         with self._ownership, self._cond:
             self._owned.clear()
-            self._state = MemberState.CLOSED
+            self._state = transition(self._state, Event.LEFT).state  # CLOSING -> CLOSED
             self._cond.notify_all()
         self.zk.remove_listener(self._on_connection_change)
         log.info("consumer %s left group %r", self._id, self.group)
