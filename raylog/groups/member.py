@@ -287,7 +287,7 @@ class GroupMember:
                                   for t in self.topics]
         except BaseException:
             with self._cond:
-                self._state = MemberState.CLOSED
+                self._state = transition(self._state, Event.CLOSE).state  # CREATED -> CLOSED
             self.zk.remove_listener(self._on_connection_change)
             raise
         self._post(Event.START)
@@ -309,7 +309,7 @@ class GroupMember:
         it returns at once and the member leaves after the callback."""
         with self._cond:
             if self._state is MemberState.CREATED:
-                self._state = MemberState.CLOSED
+                self._state = transition(self._state, Event.CLOSE).state  # CREATED -> CLOSED
                 return
         self._post(Event.CLOSE)
         thread = self._thread
@@ -669,9 +669,12 @@ class GroupMember:
                         "vanish when its session ends", self._id, self.group, err)
 
     def _finish_leave(self) -> None:
+        """After LEAVE (whether its steps reached ZooKeeper or not: the nodes
+        left behind vanish with the session), the table's (CLOSING, LEFT)
+        step ends the member."""
         with self._ownership, self._cond:
             self._owned.clear()
-            self._state = MemberState.CLOSED
+            self._state = transition(self._state, Event.LEFT).state  # CLOSING -> CLOSED
             self._cond.notify_all()
         self.zk.remove_listener(self._on_connection_change)
         log.info("consumer %s left group %r", self._id, self.group)

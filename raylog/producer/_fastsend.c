@@ -21,11 +21,19 @@
  * argument it does not recognise) goes to the reference, which takes the
  * accumulator's lock.
  *
- *     KeylessSend(accumulator, reference, future_type, batch_type, batch_future_type)
+ *     KeylessSend(view, reference, future_type, batch_type, batch_future_type)
  *         a callable with the signature of Producer.send:
  *         (topic, value, key=None, *, partition=None, timestamp_ms=None)
  *
- * Why no lock: every field it touches (the accumulator's ``keyless`` and
+ * ``view`` is RecordAccumulator.compiled_send_view(), a CompiledSendView
+ * (raylog/producer/accumulator.py): the only part of the accumulator this
+ * code uses. Its fields are read by name once, here: ``locked``, ``fields``
+ * (the accumulator's attribute dict: ``closed``, ``sender_waiting``,
+ * ``on_seal`` read, ``buffered`` read and incremented), ``keyless``,
+ * ``partition_counts``, ``limits``, ``ready``, ``draining``, ``compressed``,
+ * ``batch_size``, ``max_buffered``.
+ *
+ * Why no lock: every field it touches (the view's ``keyless`` and
  * ``buffered``, the open batch's ``values`` and ``size``) is changed only
  * with the accumulator's lock held. The fast path first checks that the
  * lock is free, then does all of its reads and writes without calling
@@ -65,19 +73,19 @@ extern PyTypeObject raylog_GroupFillType;
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *acc;              /* the RecordAccumulator */
-    PyObject *acc_dict;         /* its __dict__ (buffered lives there) */
-    PyObject *locked;           /* acc.lock.locked */
-    PyObject *keyless;          /* acc.keyless: topic -> open sticky batch */
+    PyObject *view;             /* the accumulator's CompiledSendView */
+    PyObject *acc_dict;         /* view.fields: the accumulator's attribute dict (buffered lives there) */
+    PyObject *locked;           /* view.locked: the lock's locked() */
+    PyObject *keyless;          /* view.keyless: topic -> open sticky batch */
     PyObject *reference;        /* Producer.send, bound */
     PyTypeObject *future_type;  /* SendFuture */
     PyTypeObject *batch_type;   /* ProducerBatch */
     PyTypeObject *batch_future_type;  /* BatchFuture */
-    PyObject *counts;           /* acc._counts: topic -> partitions */
-    PyObject *limits;           /* acc._limits: topic -> max_message_bytes */
-    PyObject *ready;            /* acc.ready: (topic, partition) -> deque of sealed batches */
-    PyObject *draining;         /* acc.draining: (topic, partition) -> batches a worker holds */
-    PyObject *compressed;       /* acc.compressed (a bool) */
+    PyObject *counts;           /* view.partition_counts: topic -> partitions */
+    PyObject *limits;           /* view.limits: topic -> max_message_bytes */
+    PyObject *ready;            /* view.ready: (topic, partition) -> deque of sealed batches */
+    PyObject *draining;         /* view.draining: (topic, partition) -> batches a worker holds */
+    PyObject *compressed;       /* view.compressed (a bool) */
     PyObject *time_time;        /* time.time */
     PyObject *deque_type;       /* collections.deque */
     PyObject *deque_append;     /* collections.deque.append */
@@ -114,9 +122,9 @@ static PyObject *KeylessSend_vectorcall(PyObject *, PyObject *const *, size_t, P
 static PyObject *
 KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *acc, *reference, *future_type, *batch_type, *batch_future_type;
-    static char *kwlist[] = {"accumulator", "reference", "future_type", "batch_type", "batch_future_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!O!:KeylessSend", kwlist, &acc, &reference,
+    PyObject *view, *reference, *future_type, *batch_type, *batch_future_type;
+    static char *kwlist[] = {"view", "reference", "future_type", "batch_type", "batch_future_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!O!:KeylessSend", kwlist, &view, &reference,
                                      &PyType_Type, &future_type, &PyType_Type, &batch_type, &PyType_Type,
                                      &batch_future_type))
         return NULL;
@@ -124,8 +132,8 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL)
         return NULL;
     self->vectorcall = KeylessSend_vectorcall;
-    Py_INCREF(acc);
-    self->acc = acc;
+    Py_INCREF(view);
+    self->view = view;
     Py_INCREF(reference);
     self->reference = reference;
     Py_INCREF(future_type);
@@ -135,7 +143,6 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(batch_future_type);
     self->batch_future_type = (PyTypeObject *)batch_future_type;
 
-    PyObject *lock = NULL;
     PyTypeObject *bt = self->batch_type, *ft = self->future_type;
     if (slot_offset(bt, "values", &self->b_values) < 0 || slot_offset(bt, "keys", &self->b_keys) < 0 ||
         slot_offset(bt, "timestamps", &self->b_timestamps) < 0 || slot_offset(bt, "size", &self->b_size) < 0 ||
@@ -152,27 +159,29 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         slot_offset(bft, "_error", &self->bf_error) < 0 || slot_offset(bft, "_event", &self->bf_event) < 0 ||
         slot_offset(bft, "_callbacks", &self->bf_callbacks) < 0)
         goto fail;
-    if ((self->acc_dict = PyObject_GenericGetDict(acc, NULL)) == NULL || !PyDict_CheckExact(self->acc_dict))
+    if ((self->acc_dict = PyObject_GetAttrString(view, "fields")) == NULL)
         goto fail;
-    if ((lock = PyObject_GetAttrString(acc, "lock")) == NULL)
-        goto fail;
-    if ((self->locked = PyObject_GetAttrString(lock, "locked")) == NULL)
-        goto fail;
-    if ((self->keyless = PyObject_GetAttrString(acc, "keyless")) == NULL)
-        goto fail;
-    if (!PyDict_CheckExact(self->keyless)) {
-        PyErr_SetString(PyExc_TypeError, "accumulator.keyless must be a dict");
+    if (!PyDict_CheckExact(self->acc_dict)) {
+        PyErr_SetString(PyExc_TypeError, "view.fields must be a dict");
         goto fail;
     }
-    if ((self->counts = PyObject_GetAttrString(acc, "_counts")) == NULL ||
-        (self->limits = PyObject_GetAttrString(acc, "_limits")) == NULL ||
-        (self->ready = PyObject_GetAttrString(acc, "ready")) == NULL ||
-        (self->draining = PyObject_GetAttrString(acc, "draining")) == NULL ||
-        (self->compressed = PyObject_GetAttrString(acc, "compressed")) == NULL)
+    if ((self->locked = PyObject_GetAttrString(view, "locked")) == NULL)
+        goto fail;
+    if ((self->keyless = PyObject_GetAttrString(view, "keyless")) == NULL)
+        goto fail;
+    if (!PyDict_CheckExact(self->keyless)) {
+        PyErr_SetString(PyExc_TypeError, "view.keyless must be a dict");
+        goto fail;
+    }
+    if ((self->counts = PyObject_GetAttrString(view, "partition_counts")) == NULL ||
+        (self->limits = PyObject_GetAttrString(view, "limits")) == NULL ||
+        (self->ready = PyObject_GetAttrString(view, "ready")) == NULL ||
+        (self->draining = PyObject_GetAttrString(view, "draining")) == NULL ||
+        (self->compressed = PyObject_GetAttrString(view, "compressed")) == NULL)
         goto fail;
     if (!PyDict_CheckExact(self->counts) || !PyDict_CheckExact(self->limits) || !PyDict_CheckExact(self->ready) ||
         !PyDict_CheckExact(self->draining) || !PyBool_Check(self->compressed)) {
-        PyErr_SetString(PyExc_TypeError, "the accumulator's _counts, _limits, ready and draining must be dicts");
+        PyErr_SetString(PyExc_TypeError, "the view's partition_counts, limits, ready and draining must be dicts");
         goto fail;
     }
     {
@@ -193,8 +202,8 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         if ((self->zero_float = PyFloat_FromDouble(0.0)) == NULL)
             goto fail;
     }
-    if (ssize_attr(acc, "batch_size", &self->batch_size) < 0 ||
-        ssize_attr(acc, "max_buffered", &self->max_buffered) < 0)
+    if (ssize_attr(view, "batch_size", &self->batch_size) < 0 ||
+        ssize_attr(view, "max_buffered", &self->max_buffered) < 0)
         goto fail;
     {
         PyObject *message = PyImport_ImportModule("raylog.storage.message");
@@ -205,10 +214,8 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         if (bad < 0)
             goto fail;
     }
-    Py_DECREF(lock);
     return (PyObject *)self;
 fail:
-    Py_XDECREF(lock);
     Py_DECREF(self);
     return NULL;
 }
@@ -216,7 +223,7 @@ fail:
 static int
 KeylessSend_traverse(KeylessSend *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->acc);
+    Py_VISIT(self->view);
     Py_VISIT(self->acc_dict);
     Py_VISIT(self->locked);
     Py_VISIT(self->keyless);
@@ -238,7 +245,7 @@ KeylessSend_traverse(KeylessSend *self, visitproc visit, void *arg)
 static int
 KeylessSend_clear(KeylessSend *self)
 {
-    Py_CLEAR(self->acc);
+    Py_CLEAR(self->view);
     Py_CLEAR(self->acc_dict);
     Py_CLEAR(self->locked);
     Py_CLEAR(self->keyless);

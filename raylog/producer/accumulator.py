@@ -18,8 +18,28 @@ Sealed batches wait in a queue per topic-partition, in order, until the
 sender takes them. ``buffered`` counts messages accepted and not yet
 resolved; a caller blocks while it is at ``max_buffered_messages``.
 
-Thread-safety: every field is guarded by :attr:`RecordAccumulator.lock`,
-shared with the sender (whose conditions use it).
+Thread-safety: every field is guarded by :attr:`RecordAccumulator.lock`.
+
+The boundary with the sender (after aiokafka's ``RecordAccumulator``:
+``ready`` / ``drain``) is four calls and one flag, listed in
+:data:`SENDER_INTERFACE`; the sender touches nothing else of the
+accumulator (tests/producer/test_accumulator_interface.py checks it):
+
+* :meth:`~RecordAccumulator.wait_ready` (the dispatcher) blocks until
+  topic-partitions have sealed batches no worker holds, sealing the
+  batches whose linger is over on the way, and hands them out;
+* :meth:`~RecordAccumulator.drain` (a worker) takes the next batches of a
+  partition it was handed, in order, and gives the partition back when
+  none are left;
+* :meth:`~RecordAccumulator.in_flight_batches` lists the batches workers
+  hold (for flush and close);
+* :meth:`~RecordAccumulator.wake_sender` ends the dispatcher's wait (at
+  close);
+* :attr:`~RecordAccumulator.closed` is read, never written, by the sender.
+
+The compiled send (``raylog.producer._fastsend.KeylessSend``) is given
+:meth:`~RecordAccumulator.compiled_send_view` and uses nothing else: a
+:class:`CompiledSendView` names each container it reads or writes.
 """
 
 from __future__ import annotations
@@ -27,6 +47,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from typing import Callable, NamedTuple
 
 from raylog.errors import ClosedError, RequestTimeoutError
 from raylog.producer.batch import ProducerBatch
@@ -39,6 +60,37 @@ _new_object = object.__new__
 
 #: how long a caller waits for buffer space before RequestTimeoutError
 DEFAULT_MAX_BLOCK_S = 60.0
+
+#: what the sender may use of the accumulator (see the module docstring)
+SENDER_INTERFACE = frozenset({"wait_ready", "drain", "in_flight_batches", "wake_sender", "closed"})
+
+
+class CompiledSendView(NamedTuple):
+    """What the compiled send may read and write of an accumulator, by name
+    (its fast path appends without the lock while the lock is free: see
+    raylog/producer/_fastsend.c). Every container is the accumulator's own,
+    shared, not a copy."""
+
+    #: the lock's ``locked()``: the fast path runs only while it answers False
+    locked: Callable[[], bool]
+    #: the accumulator's attribute dict: ``closed`` and ``sender_waiting``
+    #: (bools) are read, ``buffered`` (an int) is read and incremented, and a
+    #: key ``on_seal`` (an owner's hook, set on the instance) turns the fast
+    #: path of batches of one off
+    fields: dict
+    #: topic -> its open sticky batch (read; values and size appended to)
+    keyless: dict
+    #: topic -> its partition count (read)
+    partition_counts: dict
+    #: topic -> its max_message_bytes (read)
+    limits: dict
+    #: (topic, partition) -> deque of sealed batches (appended to)
+    ready: dict
+    #: (topic, partition) -> the batches a worker holds (read)
+    draining: dict
+    compressed: bool
+    batch_size: int
+    max_buffered: int
 
 
 class RecordAccumulator(BulkAppends):
@@ -86,6 +138,81 @@ class RecordAccumulator(BulkAppends):
         self._sticky = StickyPartitioner()
         self._counts: dict[str, int] = {}
         self._limits: dict[str, int] = {}
+
+    # -- the sender's interface (see the module docstring) ---------------------
+
+    def wait_ready(self, until: float | None = None) -> list[tuple[str, int]] | None:
+        """Block until topic-partitions have sealed batches that no worker
+        holds, and return them: each is then the caller's to :meth:`drain`
+        until that gives it back. Batches whose linger is over are sealed on
+        the way; the wait ends at the earliest deadline of the open ones, or
+        at ``until`` (monotonic seconds; ``[]`` is returned then) unless the
+        accumulator is closed. ``None`` once closed with nothing left open,
+        sealed or held: the sender may stop."""
+        with self.lock:
+            while True:
+                now = time.monotonic()
+                earliest = self.seal_expired(now)
+                due = [tp for tp, queue in self.ready.items() if queue and tp not in self.draining]
+                if due:
+                    break
+                if self.closed and not self.open and not self.draining and not any(self.ready.values()):
+                    self.sender_wakes_at = float("inf")
+                    return None
+                wake = earliest
+                if until is not None and not self.closed:
+                    if now >= until:
+                        break
+                    wake = min(earliest, until)
+                self.sender_wakes_at = wake
+                self.sender_waiting = True
+                self.wake.wait(None if wake == float("inf") else max(0.0, wake - now))
+                self.sender_waiting = False
+            self.sender_wakes_at = now
+            for tp in due:
+                self.draining[tp] = []
+            return due
+
+    def drain(self, tp: tuple[str, int], max_batches: int) -> list[ProducerBatch]:
+        """The next sealed batches of ``tp`` (at most ``max_batches``, in
+        order), for the worker :meth:`wait_ready` handed ``tp`` to; they
+        count as in flight until its next call. ``[]`` when none are left:
+        ``tp`` is given back (and callers waiting for space are woken)."""
+        with self.lock:
+            queue = self.ready.get(tp)
+            if not queue:
+                self.ready.pop(tp, None)
+                del self.draining[tp]
+                self.wake.notify()  # the dispatcher may be waiting to close
+                self.space.notify_all()
+                return []
+            batches = [queue.popleft() for _ in range(min(max_batches, len(queue)))]
+            self.draining[tp] = batches
+            return batches
+
+    def in_flight_batches(self) -> list[ProducerBatch]:
+        """The batches workers hold (lock held by the caller)."""
+        return [b for batches in self.draining.values() for b in batches]
+
+    def wake_sender(self) -> None:
+        """End the dispatcher's wait now (it then sees :attr:`closed`)."""
+        with self.lock:
+            self.wake.notify_all()
+
+    def compiled_send_view(self) -> CompiledSendView:
+        """The containers the compiled send works on (:class:`CompiledSendView`)."""
+        return CompiledSendView(
+            locked=self.lock.locked,
+            fields=vars(self),
+            keyless=self.keyless,
+            partition_counts=self._counts,
+            limits=self._limits,
+            ready=self.ready,
+            draining=self.draining,
+            compressed=self.compressed,
+            batch_size=self.batch_size,
+            max_buffered=self.max_buffered,
+        )
 
     # -- topic facts (cached; metadata calls happen outside the lock) ----------
 

@@ -219,7 +219,11 @@ class Producer:
             # send's commonest case compiled (a keyless message); every other
             # call goes to Producer.send.
             self.send = _fastsend.KeylessSend(
-                self._acc, types.MethodType(Producer.send, self), SendFuture, ProducerBatch, BatchFuture
+                self._acc.compiled_send_view(),
+                types.MethodType(Producer.send, self),
+                SendFuture,
+                ProducerBatch,
+                BatchFuture,
             )
             # and send_batch's keyed groups into their open batches
             self._acc.fill_groups = _fastsend.GroupFill(ProducerBatch)
@@ -310,7 +314,7 @@ class Producer:
         acc = self._acc
         with acc.lock:
             acc.seal_all()
-            futures = acc.pending_futures() + self._sender.in_flight_futures()
+            futures = acc.pending_futures() + [b.future for b in acc.in_flight_batches()]
         for future in futures:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -356,7 +360,7 @@ class Producer:
         with acc.lock:
             acc.seal_all()
             batches = list(acc.open.values()) + [b for queue in acc.ready.values() for b in queue]
-            batches += self._sender.in_flight_batches()
+            batches += acc.in_flight_batches()
         sizes = [(b.future, (b.topic, b.partition), len(b.values)) for b in batches]
         end = time.monotonic() + deadline_s
         for future, _, _ in sizes:

@@ -50,8 +50,10 @@ failed set is lost.
 With acks=0 nothing comes back: a set is resolved with offset -1 once
 written, and a refused set shows up as a failed later write.
 
-Thread-safety: the dispatcher and the workers share the accumulator's
-lock for the queues; a connection and the sequence state of a partition
+Thread-safety: the dispatcher and the workers reach the accumulator's
+queues only through its interface (``wait_ready``, ``drain``,
+``in_flight_batches``, ``wake_sender``; ``closed`` read), which takes its
+lock; a connection and the sequence state of a partition
 are used only by the one worker draining that partition.
 """
 
@@ -155,7 +157,6 @@ class Sender:
         self._periodic = periodic  # () -> seconds until it is due again (audit); lock not held
         self.max_in_flight_sets = max_in_flight_sets
         self.producer_id = new_producer_id() if idempotent else -1
-        self._draining = accumulator.draining  # guarded by the accumulator's lock
         self._connections: dict[tuple[str, int], object] = {}
         self._abandon = threading.Event()  # set by close(): stop retrying
         self._sequences: dict[tuple[str, int], _Sequences] = {}
@@ -169,29 +170,9 @@ class Sender:
         acc = self._acc
         periodic_at = time.monotonic()
         while True:
-            due = []
-            with acc.lock:
-                while True:
-                    now = time.monotonic()
-                    earliest = acc.seal_expired(now)
-                    for tp, queue in acc.ready.items():
-                        if queue and tp not in self._draining:
-                            due.append(tp)
-                    if due:
-                        break
-                    if acc.closed and not acc.open and not self._draining and not any(acc.ready.values()):
-                        acc.sender_wakes_at = float("inf")
-                        return
-                    if self._periodic is not None and now >= periodic_at and not acc.closed:
-                        break
-                    wake = min(earliest, periodic_at) if self._periodic is not None else earliest
-                    acc.sender_wakes_at = wake
-                    acc.sender_waiting = True
-                    acc.wake.wait(None if wake == float("inf") else max(0.0, wake - now))
-                    acc.sender_waiting = False
-                acc.sender_wakes_at = now
-                for tp in due:
-                    self._draining[tp] = []
+            due = acc.wait_ready(periodic_at if self._periodic is not None else None)
+            if due is None:
+                return
             for tp in due:
                 self._pool.submit(self._drain, tp)
             if self._periodic is not None and time.monotonic() >= periodic_at and not acc.closed:
@@ -201,30 +182,15 @@ class Sender:
                     log.exception("producer periodic task failed")
                     periodic_at = time.monotonic() + 1.0
 
-    def in_flight_futures(self) -> list:
-        """Futures of the batches workers hold (accumulator lock held)."""
-        return [b.future for batches in self._draining.values() for b in batches]
-
-    def in_flight_batches(self) -> list:
-        """The batches workers hold (accumulator lock held)."""
-        return [b for batches in self._draining.values() for b in batches]
-
     # -- a drain worker -----------------------------------------------------------
 
     def _drain(self, tp: tuple[str, int]) -> None:
         acc = self._acc
+        limit = MAX_UNACKED_ROUND_SETS if not self.acks else self.max_in_flight_sets
         while True:
-            with acc.lock:
-                queue = acc.ready.get(tp)
-                if not queue:
-                    acc.ready.pop(tp, None)
-                    del self._draining[tp]
-                    acc.wake.notify()  # the dispatcher may be waiting to close
-                    acc.space.notify_all()
-                    return
-                limit = MAX_UNACKED_ROUND_SETS if not self.acks else self.max_in_flight_sets
-                batches = [queue.popleft() for _ in range(min(limit, len(queue)))]
-                self._draining[tp] = batches
+            batches = acc.drain(tp, limit)
+            if not batches:
+                return
             try:
                 self._send(tp, batches)
             except BaseException as err:  # noqa: BLE001 - never leave a future hanging
@@ -233,8 +199,6 @@ class Sender:
                     if not batch.future.done():
                         self._resolve(batch, error=err)
             self._on_resolved(batches)
-            with acc.lock:
-                self._draining[tp] = []
 
     @staticmethod
     def _resolve(batch, base: int | None = None, error: BaseException | None = None) -> None:
@@ -453,8 +417,7 @@ class Sender:
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop once everything sealed is resolved (the accumulator must be
         marked closed first)."""
-        with self._acc.lock:
-            self._acc.wake.notify_all()
+        self._acc.wake_sender()
         self._thread.join(timeout=timeout_s)
         self._abandon.set()  # what is still retried fails now (queued sets get one try)
         self._pool.shutdown(wait=True, cancel_futures=False)
@@ -473,8 +436,7 @@ class Sender:
         self._abandon.set()
         for conn in list(self._connections.values()):
             conn.close()  # may be called from another thread: a blocked call ends
-        with self._acc.lock:
-            self._acc.wake.notify_all()
+        self._acc.wake_sender()
         self._thread.join(timeout=max(0.0, end - time.monotonic()))
         self._pool.shutdown(wait=False, cancel_futures=False)
         for worker in list(getattr(self._pool, "_threads", ())):

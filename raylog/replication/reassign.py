@@ -31,6 +31,13 @@ first; never a blind write):
    logs get a tombstone, honoured at once when the node is alive, else by
    the supervisor once it is back (:mod:`raylog.actors.supervisor`).
 
+Retries: a compare-and-set that loses to another writer is redone under
+:data:`CAS_RETRY` (a :class:`~raylog.retry.RetryPolicy`); the waits follow
+the ``state`` node with a ZooKeeper watch. A new replica that does not
+start is a retriable :class:`ReassignmentTimeoutError` only when a later
+try may succeed (:func:`start_failure_retriable`); any other error
+propagates as it is, after the new replicas were taken out again.
+
 The functions keep no state. Ray is imported inside them (heavy, lazy).
 """
 
@@ -38,20 +45,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 
+from kazoo.recipe.watchers import DataWatch
+
 from raylog.config import NAMESPACE, actor_name
-from raylog.errors import InvalidReassignmentError, ReassignmentTimeoutError, UnknownPartitionError
+from raylog.errors import InvalidReassignmentError, RaylogError, ReassignmentTimeoutError, UnknownPartitionError
 from raylog.replication.assignment import replica_actor_name, replica_log_dir
 from raylog.replication.replica_actors import ReplicaActors
-from raylog.replication.state import compare_and_set, read_state
+from raylog.replication.state import compare_and_set, read_state, state_path
+from raylog.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
-#: how often the waits read the ``state`` node
-POLL_S = 0.2
 #: how many times a compare-and-set is redone after losing to another writer
 CAS_TRIES = 50
+#: the retries of a compare-and-set that lost (nothing else is retried)
+CAS_RETRY = RetryPolicy(max_tries=CAS_TRIES, delay_s=0.005, max_delay_s=0.1, deadline_s=None)
 #: how long a shutdown call to a replica actor that goes may take
 STOP_WAIT_S = 10.0
 
@@ -83,27 +94,68 @@ def check_target(topic: str, partition: int, config, state, target: list[str], a
     return target
 
 
-def _update(zk, paths, topic, partition, change):
+class _LostRace(Exception):
+    """Another writer changed the ``state`` node between the read and the
+    compare-and-set: read it again (the only error :func:`_update` retries)."""
+
+
+def _update(zk, paths, topic, partition, change, retry: RetryPolicy = CAS_RETRY):
     """Apply ``change(state) -> state | None`` by compare-and-set, re-read
-    and redone when another writer won; the state written (or read, when
-    ``change`` returns None: nothing to do)."""
-    for _ in range(CAS_TRIES):
+    and redone under ``retry`` when another writer won; the state written
+    (or read, when ``change`` returns None: nothing to do). Any other error
+    (ZooKeeper unreachable, a bad node) propagates at once."""
+
+    def once():
         state, version = read_state(zk, paths, topic, partition)
         new = change(state)
         if new is None or new == state:
             return state
-        if compare_and_set(zk, paths, topic, partition, new, version) is not None:
-            return new
-    raise ReassignmentTimeoutError(f"{topic}-{partition}: the state node kept changing under {CAS_TRIES} writes",
-                                   topic=topic, partition=partition)
+        if compare_and_set(zk, paths, topic, partition, new, version) is None:
+            raise _LostRace()
+        return new
+
+    try:
+        return retry.call(once, retry_on=(_LostRace,))
+    except _LostRace:
+        raise ReassignmentTimeoutError(
+            f"{topic}-{partition}: the state node kept changing under {retry.max_tries} writes",
+            topic=topic, partition=partition) from None
 
 
 def _wait_state(zk, paths, topic, partition, check, deadline: float):
-    while True:
-        state = read_state(zk, paths, topic, partition)[0]
-        if check(state) or time.monotonic() >= deadline:
-            return state
-        time.sleep(POLL_S)
+    """The ``state`` node once ``check(state)`` holds, or as it is at the
+    deadline; read again each time a watch on it fires (no polling)."""
+    changed = threading.Event()
+    done = False
+
+    def on_change(data, stat):
+        changed.set()
+        return False if done else None  # (False: the watch stops)
+
+    DataWatch(zk, state_path(paths, topic, partition), on_change)
+    try:
+        while True:
+            changed.clear()
+            state = read_state(zk, paths, topic, partition)[0]
+            left = deadline - time.monotonic()
+            if check(state) or left <= 0:
+                return state
+            changed.wait(left)
+    finally:
+        done = True
+
+
+def start_failure_retriable(err: BaseException) -> bool:
+    """Whether a new replica that did not start may start on a later try:
+    it did not answer in time, or its actor died (its node went), or a
+    raylog error says it is retriable. Anything else (a refused token, a
+    bad config, a bug) is not."""
+    import ray.exceptions
+
+    if isinstance(err, RaylogError):
+        return err.retriable
+    return isinstance(err, (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError,
+                            ray.exceptions.ActorUnavailableError))
 
 
 class Reassignment:
@@ -139,8 +191,10 @@ class Reassignment:
         try:
             for node in adding:
                 self._start(node, state.origin, deadline)
-        except Exception as err:
+        except BaseException as err:
             self._roll_back(adding, state.origin)
+            if not start_failure_retriable(err):
+                raise  # not a matter of time: as it is, with its own type and advice
             raise ReassignmentTimeoutError(
                 f"{topic}-{partition}: a new replica did not start ({err}); the new replicas were removed again",
                 topic=topic, partition=partition) from err

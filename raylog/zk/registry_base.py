@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import re
+import threading
 import time
 
 from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError, RolledBackError
@@ -100,16 +101,32 @@ class RegistryBase:
     def _ready(self, action: str = "call ZooKeeper") -> None:
         """Fail fast (after ``connect_wait_s``) unless the client is connected,
         so that no request waits in kazoo's queue for a reconnect."""
+        state = self._zk.state
+        if state == KazooState.CONNECTED:
+            return
+        # Not connected: wait for kazoo's notice of a state change (a
+        # listener), not by polling, until connect_wait_s.
+        changed = threading.Event()
+
+        def on_change(_state) -> None:
+            changed.set()
+
         deadline = time.monotonic() + self.connect_wait_s
-        while True:
-            state = self._zk.state
-            if state == KazooState.CONNECTED:
-                return
-            if self._zk.client_state == KeeperState.CLOSED:
-                raise ConnectionClosedError("Connection has been closed")
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.02)
+        self._zk.add_listener(on_change)
+        try:
+            while True:
+                changed.clear()
+                state = self._zk.state
+                if state == KazooState.CONNECTED:
+                    return
+                if self._zk.client_state == KeeperState.CLOSED:
+                    raise ConnectionClosedError("Connection has been closed")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                changed.wait(left)
+        finally:
+            self._zk.remove_listener(on_change)
         where = _hosts(self._zk)
         if state == KazooState.LOST:
             raise SessionExpiredError(

@@ -31,6 +31,7 @@ created itself (a temp dir) is removed.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import shutil
 import socket
@@ -40,9 +41,13 @@ import threading
 import time
 
 from raylog.errors import ConfigError, EmbeddedZooKeeperError
+from raylog.retry import RetryPolicy
 from raylog.zk.launcher import LOG_NAME, ServerSettings, find_jars, find_java, four_letter_word, free_port, launch
 
 _BIND_FAILURE_TRIES = 5
+#: a start whose bind failed is tried again under this policy (a new port,
+#: or after a pause when clients know the port); nothing else is retried
+_BIND_RETRY = RetryPolicy(max_tries=_BIND_FAILURE_TRIES, delay_s=0.2, max_delay_s=1.0, deadline_s=None)
 
 
 # --------------------------------------------------------------------------
@@ -186,8 +191,8 @@ class EmbeddedZooKeeper:
     def _start_process(self, java: str, classpath: str) -> None:
         """Launch and wait for readiness, picking a new port on a bind race."""
         os.makedirs(os.path.join(self._data_dir, "data"), exist_ok=True)
-        tries = 1 if self._port_fixed else _BIND_FAILURE_TRIES
-        for attempt in range(1, tries + 1):
+        backoff = (_BIND_RETRY if not self._port_fixed else dataclasses.replace(_BIND_RETRY, max_tries=1)).start()
+        while True:
             if self._port is None:
                 self._port = free_port(self.host)
             self._launch(java, classpath)
@@ -197,11 +202,12 @@ class EmbeddedZooKeeper:
                 return
             except _ServerExited as exited:
                 self._reap()
-                if attempt < tries and exited.bind_failure:
+                pause = backoff.next_delay() if exited.bind_failure else None
+                if pause is not None:
                     if self._port_sticky:
                         # Clients know this port: wait for whoever holds it
                         # (usually our own previous process) to let go.
-                        time.sleep(0.2 * attempt)
+                        time.sleep(pause)
                     else:
                         # Another process took the port between our probe
                         # and the server's bind; pick a new one.

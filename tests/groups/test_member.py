@@ -610,3 +610,28 @@ def test_two_members_never_share_a_session(make_zk, cluster_name, topic, members
     first.close()
     third = members(client=client)  # free again once the first left
     assert third.assignment == frozenset(("t", p) for p in range(8))
+
+
+def test_every_state_change_of_a_member_is_a_step_of_the_table(zk, cluster_name, topic, members, monkeypatch):
+    """Start, leave, and a close before start: each change the member makes
+    is recorded by the table's function, (CLOSING, LEFT) included."""
+    from raylog.groups import member as member_module, member_thread, states
+
+    steps = []
+
+    def recording(state, event):
+        step = states.transition(state, event)
+        steps.append((state, event, step.state))
+        return step
+
+    monkeypatch.setattr(member_thread, "transition", recording)
+    monkeypatch.setattr(member_module, "transition", recording)
+    member = members()
+    member.close()
+    assert member.state is MemberState.CLOSED
+    assert steps[-1] == (MemberState.CLOSING, states.Event.LEFT, MemberState.CLOSED)
+    assert (MemberState.CREATED, states.Event.START, MemberState.JOINING) in steps
+    never_started = members(start=False)
+    never_started.close()
+    assert never_started.state is MemberState.CLOSED
+    assert steps[-1] == (MemberState.CREATED, states.Event.CLOSE, MemberState.CLOSED)

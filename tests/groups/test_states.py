@@ -105,3 +105,35 @@ def test_every_state_is_reachable_and_every_started_state_can_close():
 
 def test_only_live_states_hand_out():
     assert {s for s in MemberState if hands_out(s)} == {S.SETTLING, S.REBALANCING, S.STABLE}
+
+
+def _state_writes():
+    """(file, line, value source) of every assignment to ``self._state`` in
+    raylog/groups/, outside ``__init__`` (where the member starts CREATED)."""
+    import ast
+    from pathlib import Path
+
+    import raylog.groups
+
+    writes = []
+    for path in sorted(Path(raylog.groups.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        inits = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+                 for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and id(node) not in inits:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for t in ast.walk(target):
+                        if isinstance(t, ast.Attribute) and t.attr == "_state":
+                            writes.append((path.name, node.lineno, ast.unparse(node.value)))
+    return writes
+
+
+def test_the_members_state_changes_only_through_the_table():
+    writes = _state_writes()
+    assert writes, "no write of the member's state found: the check no longer sees the member's code"
+    # a step of the table: transition(...).state, or step.state where step = transition(...)
+    outside = [w for w in writes if not (w[2].startswith("transition(") and w[2].endswith(").state"))
+               and w[2] != "step.state"]
+    assert outside == [], f"the member's state is written beside the transition table: {outside}"

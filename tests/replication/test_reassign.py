@@ -95,3 +95,129 @@ def test_a_delete_leaves_a_tombstone_for_every_replicas_log(registry, zk):
     registry.add_tombstone("other", 0, "disk-d", "/d/other-0@disk-d")
     stone = registry.tombstone("disk-d", "/d/other-0@disk-d")
     assert stone["reassigned"] and stone["partition"] == 0
+
+
+# ---------------------------------------------------------------- retries
+
+
+def test_a_lost_compare_and_set_is_redone_and_any_other_error_is_not_retried(registry, zk, monkeypatch):
+    import dataclasses
+
+    from raylog.errors import ReassignmentTimeoutError
+    from raylog.replication import reassign
+    from raylog.retry import RetryPolicy
+
+    registry.create_topic("cas", TopicConfig(partitions=1, replication_factor=3))
+    create_state(zk, registry.paths, "cas", 0, ["disk-a", "disk-b", "disk-c"])
+    calls = []
+
+    def add_d(state):
+        calls.append(state)
+        if len(calls) == 1:  # another writer gets there first, once
+            other = dataclasses.replace(state, isr=state.isr[:2])
+            zk.set(reassign.state_path(registry.paths, "cas", 0), other.to_json())
+        return dataclasses.replace(state, replicas=state.replicas + ("disk-d",))
+
+    written = reassign._update(zk, registry.paths, "cas", 0, add_d)
+    assert len(calls) == 2 and written.replicas[-1] == "disk-d" and written.isr == ("disk-a", "disk-b")
+    assert read_state(zk, registry.paths, "cas", 0)[0] == written
+
+    calls.clear()
+
+    def broken(state):
+        calls.append(state)
+        raise InvalidReassignmentError("not a matter of time")
+
+    with pytest.raises(InvalidReassignmentError, match="not a matter of time"):
+        reassign._update(zk, registry.paths, "cas", 0, broken)
+    assert len(calls) == 1  # tried once: not retried
+    assert read_state(zk, registry.paths, "cas", 0)[0] == written  # nothing changed
+
+    calls.clear()
+
+    def always_loses(state):
+        calls.append(state)
+        zk.set(reassign.state_path(registry.paths, "cas", 0), state.to_json())  # a new version each time
+        return dataclasses.replace(state, leader_epoch=state.leader_epoch + 1)
+
+    with pytest.raises(ReassignmentTimeoutError, match="kept changing under 3 writes") as info:
+        reassign._update(zk, registry.paths, "cas", 0, always_loses,
+                         retry=RetryPolicy(max_tries=3, delay_s=0.001, deadline_s=None))
+    assert len(calls) == 3 and info.value.retriable
+
+
+def test_only_a_replica_start_that_may_succeed_later_is_retriable():
+    import ray.exceptions
+
+    from raylog.errors import AuthenticationError, BrokerUnavailableError
+    from raylog.replication.reassign import start_failure_retriable
+
+    assert start_failure_retriable(ray.exceptions.GetTimeoutError("no answer"))
+    assert start_failure_retriable(ray.exceptions.RayActorError())
+    assert start_failure_retriable(BrokerUnavailableError("gone for now"))
+    assert not start_failure_retriable(AuthenticationError("bad token"))
+    assert not start_failure_retriable(ConfigError("bad config"))
+    assert not start_failure_retriable(ValueError("a bug"))
+
+
+@pytest.mark.parametrize("fails_with, raised", [
+    (ConfigError("the replica's config is refused"), ConfigError),
+    (ValueError("a bug in the start"), ValueError),
+    ("timeout", "ReassignmentTimeoutError"),
+])
+def test_a_replica_that_does_not_start_rolls_back_and_only_a_retriable_cause_becomes_a_timeout(
+        registry, zk, monkeypatch, fails_with, raised):
+    import ray.exceptions
+
+    from raylog.errors import ReassignmentTimeoutError
+    from raylog.replication import reassign
+
+    registry.create_topic("mv", TopicConfig(partitions=1, replication_factor=3))
+    registry.set_placement("mv", 0, "disk-a", "/d/mv-0")
+    before = create_state(zk, registry.paths, "mv", 0, ["disk-a", "disk-b", "disk-c"])
+    nodes = [{"identity": n, "resources": {}} for n in ("disk-a", "disk-b", "disk-c", "disk-d")]
+    monkeypatch.setattr("raylog.actors.placement.disk_nodes",
+                        lambda nodes: [type("N", (), {"identity": n["identity"]}) for n in nodes])
+    err = ray.exceptions.GetTimeoutError("no answer") if fails_with == "timeout" else fails_with
+    starts = []
+
+    def start(self, node, origin, deadline):
+        starts.append(node)
+        raise err
+
+    removed = []
+    monkeypatch.setattr(reassign.Reassignment, "_start", start)
+    monkeypatch.setattr(reassign.Reassignment, "_remove", lambda self, node, origin, alive: removed.append(node))
+    run = reassign.Reassignment(zk, registry, zookeeper="unused", topic="mv", partition=0, nodes=nodes,
+                                host=None, token=None)
+    expected = ReassignmentTimeoutError if raised == "ReassignmentTimeoutError" else raised
+    with pytest.raises(expected) as info:
+        run.run(["disk-a", "disk-b", "disk-d"], timeout_s=30)
+    if expected is ReassignmentTimeoutError:
+        assert info.value.retriable and info.value.__cause__ is err
+    else:
+        assert info.value is err  # as it is: its own type and advice, not made retriable
+    assert starts == ["disk-d"] and removed == ["disk-d"]  # rolled back either way
+    assert read_state(zk, registry.paths, "mv", 0)[0] == before
+
+
+def test_a_wait_on_the_state_node_ends_when_a_watch_sees_the_change(registry, zk):
+    import dataclasses
+    import threading
+    import time
+
+    from raylog.replication import reassign
+
+    registry.create_topic("w", TopicConfig(partitions=1, replication_factor=3))
+    state = create_state(zk, registry.paths, "w", 0, ["disk-a", "disk-b", "disk-c"])
+    changer = threading.Timer(0.5, lambda: zk.set(reassign.state_path(registry.paths, "w", 0),
+                                                  dataclasses.replace(state, isr=("disk-a",)).to_json()))
+    changer.start()
+    try:
+        seen = reassign._wait_state(zk, registry.paths, "w", 0, lambda s: s.isr == ("disk-a",),
+                                    time.monotonic() + 120)
+    finally:
+        changer.join()
+    assert seen.isr == ("disk-a",)
+    # and at the deadline, the state as it is
+    assert reassign._wait_state(zk, registry.paths, "w", 0, lambda s: False, time.monotonic() + 0.2) == seen

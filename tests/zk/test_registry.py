@@ -426,3 +426,24 @@ def test_node_errors_pass_through_the_translation(zk):
     with pytest.raises(NoNodeError):
         with zookeeper_errors(zk, "read"):
             zk.get("/raylog/definitely/not/here")
+
+
+def test_a_call_while_zookeeper_is_away_waits_for_the_reconnect_notice_and_leaves_no_listener(
+        private_zookeeper, cluster_name):
+    zk = connect_kazoo(private_zookeeper.connect_string, timeout=30.0)
+    try:
+        registry = Registry(zk, cluster_name, connect_wait_s=120.0, op_timeout_s=30.0)
+        registry.create_topic("back", TopicConfig(partitions=1))
+        listeners = len(zk.state_listeners)
+        private_zookeeper.kill_process()
+        assert wait_until(lambda: zk.state == KazooState.SUSPENDED)
+        restart = threading.Timer(1.0, private_zookeeper.start)
+        restart.start()
+        try:
+            assert registry.list_topics() == ["back"]  # waited for the connection, then answered
+        finally:
+            restart.join()
+        assert len(zk.state_listeners) == listeners
+    finally:
+        zk.stop()
+        zk.close()

@@ -211,3 +211,30 @@ _NAMES_SEEN: list[str] = []
 def test_cluster_names_differ_between_tests(cluster_name, run):
     assert cluster_name not in _NAMES_SEEN
     _NAMES_SEEN.append(cluster_name)
+
+
+@pytest.mark.parametrize("bind_failure, launches", [(True, 5), (False, 1)])
+def test_only_a_lost_bind_is_tried_again_and_within_the_policys_tries(tmp_path, monkeypatch, bind_failure, launches):
+    """The start's retry loop (a RetryPolicy): a server that lost its port
+    to another process is started again on a new port, at most
+    _BIND_FAILURE_TRIES times; a server that exited for any other reason is
+    not started again."""
+    from raylog.zk import server as server_module
+
+    zk = EmbeddedZooKeeper(data_dir=str(tmp_path))
+    ports = []
+
+    def launch(java, classpath):
+        ports.append(zk._port)
+
+    def exited():
+        raise server_module._ServerExited(1, bind_failure)
+
+    monkeypatch.setattr(zk, "_launch", launch)
+    monkeypatch.setattr(zk, "_wait_ready", exited)
+    monkeypatch.setattr(zk, "_reap", lambda: None)
+    monkeypatch.setattr(zk, "_log_tail", lambda: "")
+    with pytest.raises(EmbeddedZooKeeperError, match="exited with code 1") as info:
+        zk._start_process("java", "")
+    assert len(ports) == launches == (server_module._BIND_FAILURE_TRIES if bind_failure else 1)
+    assert info.value.port_in_use is bind_failure
