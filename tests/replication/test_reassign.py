@@ -176,8 +176,7 @@ def test_a_replica_that_does_not_start_rolls_back_and_only_a_retriable_cause_bec
     registry.set_placement("mv", 0, "disk-a", "/d/mv-0")
     before = create_state(zk, registry.paths, "mv", 0, ["disk-a", "disk-b", "disk-c"])
     nodes = [{"identity": n, "resources": {}} for n in ("disk-a", "disk-b", "disk-c", "disk-d")]
-    monkeypatch.setattr("raylog.actors.placement.disk_nodes",
-                        lambda nodes: [type("N", (), {"identity": n["identity"]}) for n in nodes])
+    alive_nodes = type("Actors", (), {"alive": lambda self, nodes: {n["identity"] for n in nodes}})()
     err = ray.exceptions.GetTimeoutError("no answer") if fails_with == "timeout" else fails_with
     starts = []
 
@@ -189,7 +188,7 @@ def test_a_replica_that_does_not_start_rolls_back_and_only_a_retriable_cause_bec
     monkeypatch.setattr(reassign.Reassignment, "_start", start)
     monkeypatch.setattr(reassign.Reassignment, "_remove", lambda self, node, origin, alive: removed.append(node))
     run = reassign.Reassignment(zk, registry, zookeeper="unused", topic="mv", partition=0, nodes=nodes,
-                                host=None, token=None)
+                                host=None, token=None, actors=alive_nodes)
     expected = ReassignmentTimeoutError if raised == "ReassignmentTimeoutError" else raised
     with pytest.raises(expected) as info:
         run.run(["disk-a", "disk-b", "disk-d"], timeout_s=30)
