@@ -1,7 +1,17 @@
-"""What the tests on the hosts kit (:mod:`raylog.testing.hosts`) share:
-bounded waits, a host's fault undone so that the next test finds every host
-whole, a partition's replication state, a topic read back, and a log read
-on the disk of the host that holds it.
+"""What the tests on the hosts kit (:mod:`raylog.testing.hosts`) wait for
+and read through a client: bounded waits, a host whose processes were
+killed running again, a partition's replication state, a topic read back.
+(What they look at on one host's disk: :mod:`raylog.testing.host_checks`.)
+
+::
+
+    from raylog.testing import faults
+    from raylog.testing.on_hosts import bring_back, partition_state, read_values, wait
+
+    faults.kill_host(host)
+    wait(lambda: host.name not in partition_state(client, topic).isr, "it leaves the ISR")
+    bring_back(cluster, host)          # its Ray node again, on the same disk
+    assert read_values(client, topic, 100) == expected
 
 The functions keep no state; every wait has an explicit bound (the machine
 is shared: generous).
@@ -10,6 +20,8 @@ is shared: generous).
 from __future__ import annotations
 
 import time
+
+from raylog.testing.host_checks import ray_node_alive
 
 #: the bound of every wait, unless told
 WAIT_S = 180.0
@@ -27,28 +39,13 @@ def wait(check, what: str, timeout_s: float = WAIT_S):
         time.sleep(0.2)
 
 
-def node_alive(host) -> bool:
-    """Whether Ray counts ``host``'s node among the alive ones."""
-    import ray  # heavy: imported when used
-
-    return any(n["Alive"] and n["NodeManagerAddress"] == host.address for n in ray.nodes())
-
-
-def heal(hosts, host) -> None:
-    """Heal every network fault; when Ray gave ``host``'s node up meanwhile
-    (a long cut), start it again, so that the next test finds every host."""
-    from raylog.testing import faults
-
-    faults.heal(hosts)
-    if not node_alive(host):  # the cluster marked it dead during the cut; its raylet ends itself once back
-        hosts.restart_ray(host)
-
-
-def bring_back(hosts, host) -> None:
+def bring_back(cluster, host) -> None:
     """``host``, whose processes were killed (:func:`raylog.testing.faults.kill_host`),
-    runs its Ray node again on the same disk, and Ray counts it alive."""
-    hosts.restart_ray(host)
-    wait(lambda: node_alive(host), f"{host.name}'s Ray node is alive again")
+    runs its Ray node again on the same disk: once Ray counts the lost node
+    dead, it is started again and waited for until Ray counts it alive."""
+    wait(lambda: not ray_node_alive(host), f"Ray counts {host.name}'s lost node dead")
+    cluster.restart_ray(host)
+    wait(lambda: ray_node_alive(host), f"{host.name}'s Ray node is alive again")
 
 
 def partition_state(client, topic: str, partition: int = 0):
@@ -71,21 +68,3 @@ def read_values(client, topic: str, count: int, timeout_s: float = WAIT_S) -> li
         return values
     finally:
         consumer.close()
-
-
-def log_digest(host, log_dir: str) -> tuple[int, str] | None:
-    """``(size, sha256)`` of the segments of the log at ``log_dir`` on
-    ``host``'s own disk, in offset order (as :func:`raylog.testing.clusters.log_bytes`
-    joins them); ``None`` where that host has no segment there."""
-    script = 'set -- "$1"/*.log; [ -e "$1" ] || exit 3; cat "$@" | wc -c; cat "$@" | sha256sum'
-    proc = host.run(["sh", "-c", script, "sh", log_dir], check=False)
-    if proc.returncode == 3:
-        return None
-    size, digest = proc.stdout.split()[:2]
-    return int(size), digest
-
-
-def segment_bases(host, log_dir: str) -> list[int]:
-    """The base offsets of the segments of the log at ``log_dir`` on ``host``'s disk."""
-    names = host.run(["sh", "-c", 'ls "$1"', "sh", log_dir], check=False).stdout.split()
-    return sorted(int(n[:-4]) for n in names if n.endswith(".log"))

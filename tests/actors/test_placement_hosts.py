@@ -16,7 +16,8 @@ import uuid
 import pytest
 
 from raylog.testing import faults
-from raylog.testing.on_hosts import bring_back, node_alive, wait
+from raylog.testing.host_checks import ray_node_alive
+from raylog.testing.on_hosts import bring_back, wait
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(1200)]
 
@@ -54,7 +55,7 @@ def test_partitions_spread_over_disk_hosts_and_stay_pinned_when_their_host_is_lo
     victims = [p for p, (registered, _) in placed.items() if registered == victim.name]
     faults.kill_host(victim)
     try:
-        wait(lambda: not node_alive(victim), f"Ray counts {victim.name}'s node dead")
+        wait(lambda: not ray_node_alive(victim), f"Ray counts {victim.name}'s node dead")
         deadline = time.monotonic() + WATCH_S
         while time.monotonic() < deadline:
             for p in victims:

@@ -33,15 +33,8 @@ import pytest
 from raylog.errors import ConfigError, NotEnoughReplicasError, RaylogError
 from raylog.retry import RetryPolicy
 from raylog.testing import faults
-from raylog.testing.on_hosts import (
-    bring_back,
-    heal,
-    log_digest,
-    partition_state,
-    read_values,
-    segment_bases,
-    wait,
-)
+from raylog.testing.host_checks import heal_host, log_bytes_on, paths_on
+from raylog.testing.on_hosts import bring_back, partition_state, read_values, wait
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(1800)]
 
@@ -68,9 +61,9 @@ def _replica_dirs(client, topic: str) -> dict[str, str]:
     return {node: replica_log_dir(place["log_dir"], node, state.origin) for node in state.replicas}
 
 
-def _digests(hosts, dirs: dict[str, str]) -> dict[str, tuple[int, str] | None]:
+def _logs(hosts, dirs: dict[str, str]) -> dict[str, bytes]:
     """Each replica's log, read on its own host's disk."""
-    return {node: log_digest(hosts.host(node), d) for node, d in dirs.items()}
+    return {node: log_bytes_on(hosts.host(node), d) for node, d in dirs.items()}
 
 
 def _readme_example() -> str:
@@ -102,10 +95,9 @@ def test_replicas_on_three_hosts_acks_all_and_not_enough_replicas(hosts, client)
     wait(lambda: set(client.describe_topic(topic)["partitions"][0]["replica_log_end_offsets"].values())
          == {client.offsets(topic, 0)[1]}, "every replica at the leader's log end")
     # the same bytes at the same offsets, each replica on its own host's disk
-    digests = _digests(hosts, _replica_dirs(client, topic))
-    assert len(digests) == 3 and len(set(digests.values())) == 1, digests
-    size = next(iter(digests.values()))[0]
-    assert size == client.offsets(topic, 0)[1] > 0
+    logs = _logs(hosts, _replica_dirs(client, topic))
+    assert len(logs) == 3 and len(set(logs.values())) == 1, {n: len(b) for n, b in logs.items()}
+    assert len(logs[row["leader"]]) == client.offsets(topic, 0)[1] > 0
 
     followers = [hosts.host(n) for n in row["replicas"] if n != row["leader"]]
     cut = []
@@ -136,10 +128,11 @@ def test_replicas_on_three_hosts_acks_all_and_not_enough_replicas(hosts, client)
         assert seen[:250] == [b"v%d" % i for i in range(200)] + [b"w%d" % i for i in range(50)], len(seen)
     finally:
         for host in cut:
-            heal(hosts, host)
-    # back, the followers catch up and rejoin the ISR
+            heal_host(hosts, host)
+    # back, the followers catch up and rejoin the ISR; the acks=1 message stays, the refused one was never stored
     wait(lambda: len(partition_state(client, topic).isr) == 3, "the followers rejoin the ISR")
     producer.close()
+    assert read_values(client, topic, 251)[250:] == [b"acks1"]
     client.delete_topic(topic)
 
 
@@ -170,9 +163,9 @@ def test_leader_host_lost_an_isr_member_takes_over_and_nothing_acknowledged_is_l
     leader_host, keeper_host = hosts.host(before["leader"]), hosts.host(keeper)
     try:
         faults.stop_process(stalled_pid)
-        size = log_digest(keeper_host, dirs[keeper])[0]
+        size = len(log_bytes_on(keeper_host, dirs[keeper]))
         pending = producer.send(topic, b"v100")
-        wait(lambda: log_digest(keeper_host, dirs[keeper])[0] > size, "the keeper replicates v100")
+        wait(lambda: len(log_bytes_on(keeper_host, dirs[keeper])) > size, "the keeper replicates v100")
         assert not pending.done()  # v100 is on the keeper, its ack still owed
         faults.kill_host(leader_host)  # a lost host takes all its processes at once
         wait(lambda: partition_state(client, topic).leader == keeper, "the keeper leads")
@@ -192,15 +185,15 @@ def test_leader_host_lost_an_isr_member_takes_over_and_nothing_acknowledged_is_l
         assert seen == [b"v%d" % i for i in range(200)], f"{len(seen)} messages for 200"
         # the two surviving replicas hold the same bytes, each on its own host
         survivors = {n: d for n, d in dirs.items() if n != before["leader"]}
-        wait(lambda: len(set(_digests(hosts, survivors).values())) == 1, "the two survivors hold the same bytes")
+        wait(lambda: len(set(_logs(hosts, survivors).values())) == 1, "the two survivors hold the same bytes")
         assert len(survivors) == 2
     finally:
         # The old leader's host comes back on its disk: it follows, truncated to the new epoch, and rejoins.
         bring_back(hosts, leader_host)
     wait(lambda: len(partition_state(client, topic).isr) == 3, "the old leader rejoins the ISR")
     assert sorted(client.describe_topic(topic)["partitions"][0]["isr"]) == DISK_HOSTS
-    digests = wait(lambda: len(set((d := _digests(hosts, dirs)).values())) == 1 and d, "every replica identical")
-    assert len(digests) == 3 and None not in digests.values()
+    logs = wait(lambda: len(set((found := _logs(hosts, dirs)).values())) == 1 and found, "every replica identical")
+    assert len(logs) == 3 and len(logs[before["leader"]]) == client.offsets(topic, 0)[1]
     producer.close()
     client.delete_topic(topic)
 
@@ -257,9 +250,9 @@ def test_a_follower_whose_host_returns_catches_up_and_rejoins_the_isr(hosts, cli
     assert after["leader"] == before["leader"] and after["leader_epoch"] == before["leader_epoch"]
     assert sorted(after["isr"]) == DISK_HOSTS and not after["under_replicated"]
     end = client.offsets(topic, 0)[1]
-    digests = wait(lambda: len(set((d := _digests(hosts, _replica_dirs(client, topic))).values())) == 1 and d,
-                   "every replica identical")
-    assert len(digests) == 3 and next(iter(digests.values()))[0] == end
+    logs = wait(lambda: len(set((found := _logs(hosts, _replica_dirs(client, topic))).values())) == 1 and found,
+                "every replica identical")
+    assert len(logs) == 3 and len(logs[gone]) == end
 
     # `raylog topics describe` shows the leader, epoch, replicas, ISR and log ends, and marks the gap.
     code, lines, err = cli_gone
@@ -283,7 +276,8 @@ def test_a_follower_whose_host_returns_catches_up_and_rejoins_the_isr(hosts, cli
     wait(lambda: gone in partition_state(client, k).isr, f"{gone} rejoins k's ISR")
     wait(lambda: len(set(client.describe_topic(k)["partitions"][0]["replica_log_end_offsets"].values())) == 1,
          "every replica of k at one log end")
-    assert min(segment_bases(host, k_dir)) > k_gone_end
+    segments = paths_on(host, os.path.join(k_dir, "*.log"))
+    assert segments and min(int(os.path.basename(s)[:-4]) for s in segments) > k_gone_end
     producer.close()
     client.delete_topic(topic)
     client.delete_topic(k)
