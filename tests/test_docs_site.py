@@ -54,7 +54,7 @@ BLOCKS: dict[tuple[str, str, int], str] = {
     ("docs/howto/groups.md", "Group administration", 0):
         "tests/test_readme_examples.py::test_the_group_administration_example_runs_as_written",
     ("docs/howto/replication.md", "Replication", 0):
-        "tests/actors/test_replication.py::test_replicas_on_three_nodes_acks_all_and_not_enough_replicas",
+        "tests/replication/test_replication_hosts.py::test_replicas_on_three_hosts_acks_all_and_not_enough_replicas",
     ("docs/howto/hosts.md", "Checking the guarantees under faults", 0):
         NOT_RUN + "a fault run of 60 s and one of 10 minutes, each with a cluster of its own; "
         "tests/testing/test_run.py runs the same runner briefly",

@@ -9,7 +9,7 @@ nothing is stored twice. The killed replica, restarted by Ray, finds another
 replica leading and follows it, and the ISR is whole again.
 
 The cluster (three disk nodes on one machine) runs in a child process of its
-own, as in test_replication.py.
+own (the ``run_cluster_script`` fixture).
 """
 
 from __future__ import annotations

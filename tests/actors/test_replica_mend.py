@@ -5,7 +5,7 @@ follower's process killed; recovery finds and keeps the damage, the
 restarted follower fetches the range from the leader and writes it back:
 the two logs are byte-identical again.
 
-The cluster runs in a child process of its own, as in test_replication.py.
+The cluster runs in a child process of its own (the ``run_cluster_script`` fixture).
 """
 
 from __future__ import annotations

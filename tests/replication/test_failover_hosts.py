@@ -21,7 +21,6 @@ is shared); no time is asserted.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -30,39 +29,19 @@ from raylog.errors import NotOwnerError, RaylogError
 from raylog.replication.admin import leader_actor
 from raylog.replication.state import read_state
 from raylog.testing import faults
+from raylog.testing.host_checks import heal_host
+from raylog.testing.on_hosts import wait as _wait
+from raylog.testing.on_hosts import partition_state as _state
+from raylog.testing.on_hosts import read_values as _read_all
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(1800)]
-
-#: the test's own bound on every wait (a loaded machine: generous)
-WAIT_S = 180.0
-
-
-def _wait(check, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.2)
-
 
 def _cut(hosts, host) -> None:
     faults.cut_host(host)
 
 
 def _heal(hosts, host) -> None:
-    """Heal the cut; when Ray gave the host's node up meanwhile (a long cut),
-    start it again, so that the next test finds every host."""
-    import ray
-
-    faults.heal(hosts)
-
-    def alive():
-        return any(n["Alive"] and n["NodeManagerAddress"] == host.address for n in ray.nodes())
-
-    if not alive():  # the cluster marked it dead during the cut; its raylet ends itself once back
-        hosts.restart_ray(host)
+    heal_host(hosts, host)
 
 
 @pytest.fixture(scope="module")
@@ -74,23 +53,6 @@ def _topic(client, **settings) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     client.create_topic(name, partitions=1, replication_factor=3, min_insync_replicas=2, flush_ms=5, **settings)
     return name
-
-
-def _state(client, topic):
-    return read_state(client._zk, client.registry.paths, topic, 0)[0]
-
-
-def _read_all(client, topic, count: int) -> list[bytes]:
-    consumer = client.consumer([topic], auto_offset_reset="earliest")
-    try:
-        values: list[bytes] = []
-        deadline = time.monotonic() + WAIT_S
-        while len(values) < count and time.monotonic() < deadline:
-            values += [m.value for m in consumer.poll(timeout_ms=500)]
-        values += [m.value for m in consumer.poll(timeout_ms=1000)]
-        return values
-    finally:
-        consumer.close()
 
 
 def test_a_plain_producer_rides_through_a_cut_of_the_leaders_host(hosts, client):
@@ -207,52 +169,6 @@ def test_each_hosts_logs_are_on_its_own_disk_and_a_delete_reaches_a_host_that_wa
     _wait(removed, f"the deleted log is removed from {follower.name}'s disk")
     for host in hosts.disk_hosts:
         assert host.run(["test", "-e", dirs[host.name]], check=False).returncode != 0
-
-
-def test_followers_cut_off_leave_the_isr_below_min_insync_acks_all_is_refused_and_they_rejoin(hosts, client):
-    """tests/actors/test_replication.py's scenarios (a follower's node lost,
-    then a second: the ISR shrinks, acks="all" goes on, then is refused with
-    the retriable NotEnoughReplicasError while acks=1 still works; the nodes
-    return: the followers catch up and rejoin) across hosts."""
-    from raylog.errors import NotEnoughReplicasError
-    from raylog.retry import RetryPolicy
-
-    topic = _topic(client, replica_lag_ms=1500)
-    producer = client.producer(acks="all")
-    for i in range(50):
-        producer.send(topic, b"v%d" % i).result()
-    _wait(lambda: len(_state(client, topic).isr) == 3, "the ISR is whole")
-    state = _state(client, topic)
-    first, second = [hosts.host(n) for n in state.replicas if n != state.leader]
-    cut = []
-    try:
-        _cut(hosts, first)
-        cut.append(first)
-        for i in range(50):
-            producer.send(topic, b"w%d" % i).result()
-        _wait(lambda: first.name not in _state(client, topic).isr, "the cut follower leaves the ISR")
-        _cut(hosts, second)
-        cut.append(second)
-        _wait(lambda: _state(client, topic).isr == (state.leader,), "the ISR is the leader alone")
-        strict = client.producer(acks="all", retry=RetryPolicy(max_tries=2, delay_s=0.1, deadline_s=10))
-        with pytest.raises(NotEnoughReplicasError) as refused:
-            strict.send(topic, b"refused").result()
-        assert refused.value.retriable
-        try:
-            strict.close()  # its refused message is reported once more
-        except RaylogError:
-            pass
-        ones = client.producer(acks=1)
-        ones.send(topic, b"acks1").result()
-        ones.close()
-    finally:
-        for host in cut:
-            _heal(hosts, host)
-    _wait(lambda: len(_state(client, topic).isr) == 3, "the followers catch up and rejoin")
-    producer.close()
-    values = _read_all(client, topic, 101)
-    assert values[:100] == [b"v%d" % i for i in range(50)] + [b"w%d" % i for i in range(50)]
-    assert values[100:] == [b"acks1"]
 
 
 def test_reads_through_followers_on_other_hosts_and_across_a_cut_of_a_leaders_host(hosts, client):

@@ -1,0 +1,70 @@
+"""What the tests on the hosts kit (:mod:`raylog.testing.hosts`) wait for
+and read through a client: bounded waits, a host whose processes were
+killed running again, a partition's replication state, a topic read back.
+(What they look at on one host's disk: :mod:`raylog.testing.host_checks`.)
+
+::
+
+    from raylog.testing import faults
+    from raylog.testing.on_hosts import bring_back, partition_state, read_values, wait
+
+    faults.kill_host(host)
+    wait(lambda: host.name not in partition_state(client, topic).isr, "it leaves the ISR")
+    bring_back(cluster, host)          # its Ray node again, on the same disk
+    assert read_values(client, topic, 100) == expected
+
+The functions keep no state; every wait has an explicit bound (the machine
+is shared: generous).
+"""
+
+from __future__ import annotations
+
+import time
+
+from raylog.testing.host_checks import ray_node_alive
+
+#: the bound of every wait, unless told
+WAIT_S = 180.0
+
+
+def wait(check, what: str, timeout_s: float = WAIT_S):
+    """``check()``'s first true answer, asked every 0.2 s; an
+    ``AssertionError`` naming ``what`` if none came within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.2)
+
+
+def bring_back(cluster, host) -> None:
+    """``host``, whose processes were killed (:func:`raylog.testing.faults.kill_host`),
+    runs its Ray node again on the same disk: once Ray counts the lost node
+    dead, it is started again and waited for until Ray counts it alive."""
+    wait(lambda: not ray_node_alive(host), f"Ray counts {host.name}'s lost node dead")
+    cluster.restart_ray(host)
+    wait(lambda: ray_node_alive(host), f"{host.name}'s Ray node is alive again")
+
+
+def partition_state(client, topic: str, partition: int = 0):
+    """The partition's replication state as ZooKeeper holds it (leader, epoch, replicas, ISR)."""
+    from raylog.replication.state import read_state
+
+    return read_state(client._zk, client.registry.paths, topic, partition)[0]
+
+
+def read_values(client, topic: str, count: int, timeout_s: float = WAIT_S) -> list[bytes]:
+    """The values of ``topic`` from its start: polled until ``count`` came
+    (or ``timeout_s``), then once more, so that a surplus shows."""
+    consumer = client.consumer([topic], auto_offset_reset="earliest")
+    try:
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while len(values) < count and time.monotonic() < deadline:
+            values += [m.value for m in consumer.poll(timeout_ms=500)]
+        values += [m.value for m in consumer.poll(timeout_ms=1000)]
+        return values
+    finally:
+        consumer.close()
