@@ -30,6 +30,7 @@ from raylog.errors import NotOwnerError, RaylogError
 from raylog.replication.admin import leader_actor
 from raylog.replication.state import read_state
 from raylog.testing import faults
+from raylog.testing.host_checks import heal_host
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(1800)]
 
@@ -52,17 +53,7 @@ def _cut(hosts, host) -> None:
 
 
 def _heal(hosts, host) -> None:
-    """Heal the cut; when Ray gave the host's node up meanwhile (a long cut),
-    start it again, so that the next test finds every host."""
-    import ray
-
-    faults.heal(hosts)
-
-    def alive():
-        return any(n["Alive"] and n["NodeManagerAddress"] == host.address for n in ray.nodes())
-
-    if not alive():  # the cluster marked it dead during the cut; its raylet ends itself once back
-        hosts.restart_ray(host)
+    heal_host(hosts, host)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,62 @@
+"""What the tests on the hosts kit (:mod:`raylog.testing.hosts`) look at and
+undo on one host: the files on its private disk, seen from the host itself
+(no other host and not the client machine can see them), and a host made
+whole again after a fault.
+
+::
+
+    from raylog.testing import faults
+    from raylog.testing.host_checks import exists_on, heal_host, log_bytes_on
+
+    faults.kill_host(host)            # or faults.cut_host(host)
+    ...
+    heal_host(cluster, host)          # links up, rules gone, its Ray node running
+    assert not exists_on(host, log_dir)
+
+The functions keep no state; each call runs one short command on the host.
+"""
+
+from __future__ import annotations
+
+#: reads a directory's ``*.log`` segments in name (= offset) order, printed as hex
+_LOG_BYTES = (
+    "import glob, os, sys\n"
+    "parts = [open(p, 'rb').read() for p in sorted(glob.glob(os.path.join(sys.argv[1], '*.log')))]\n"
+    "sys.stdout.write(b''.join(parts).hex())\n"
+)
+
+
+def exists_on(host, path: str) -> bool:
+    """Whether ``path`` exists on ``host``'s disk."""
+    return host.run(["test", "-e", path], check=False).returncode == 0
+
+
+def log_bytes_on(host, directory: str) -> bytes:
+    """The bytes of the partition log ``directory`` on ``host``'s disk, its
+    segments in offset order (as :func:`raylog.testing.clusters.log_bytes`
+    reads a local one); ``b""`` when it has none."""
+    return bytes.fromhex(host.python(_LOG_BYTES, directory).strip())
+
+
+def paths_on(host, pattern: str) -> list[str]:
+    """The paths on ``host``'s disk that match the glob ``pattern``, sorted."""
+    code = "import glob, sys\nprint('\\n'.join(sorted(glob.glob(sys.argv[1]))))\n"
+    return host.python(code, pattern).split()
+
+
+def ray_node_alive(host) -> bool:
+    """Whether the Ray cluster counts ``host``'s node alive (the caller has joined Ray)."""
+    import ray  # heavy (Ray): imported when used
+
+    return any(n["Alive"] and n["NodeManagerAddress"] == host.address for n in ray.nodes())
+
+
+def heal_host(cluster, host) -> None:
+    """Heal every network fault of ``cluster``; when Ray gave ``host``'s node
+    up meanwhile (a long cut, or its processes killed), start it again, so
+    that the next test finds every host."""
+    from raylog.testing import faults
+
+    faults.heal(cluster)
+    if not ray_node_alive(host):  # the cluster marked it dead; a cut-off raylet ends itself once back
+        cluster.restart_ray(host)
