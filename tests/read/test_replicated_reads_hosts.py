@@ -155,7 +155,8 @@ def test_reads_through_followers_on_their_own_hosts_a_stalled_follower_bound_and
 
     # Ray Data: every message once (its tasks on the hosts read from their assigned replicas)
     assert sum(1 for _, c in task_replicas(plan) if c is not None and not c.leader) >= 1
-    ds_rows = sorted([r["partition"], r["offset"], r["value"].decode()] for r in read_raylog(TOPIC, plan=plan).take_all())
+    ds_rows = sorted([r["partition"], r["offset"], r["value"].decode()]
+                     for r in read_raylog(TOPIC, plan=plan).take_all())
     assert ds_rows == sorted(row for v in by_leader.values() for row in v)
     assert sorted(v for _, _, v in ds_rows) == ["v%03d" % i for i in range(300)]
 

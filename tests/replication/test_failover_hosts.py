@@ -247,11 +247,12 @@ def test_followers_cut_off_leave_the_isr_below_min_insync_acks_all_is_refused_an
 
 
 def test_reads_through_followers_on_other_hosts_and_across_a_cut_of_a_leaders_host(hosts, client):
-    """tests/actors/test_replicated_reads.py's scenario across hosts: a read
-    plan lists every in-sync replica (the leader first); each range read
-    through each follower, on its own host, gives the leader's rows; with a
-    leader's host cut off, the ranges planned before read the same rows (from
-    a replica that answers), and a new plan leads with the new leader."""
+    """A read plan lists every in-sync replica (the leader first); each range
+    read through each follower, on its own host, gives the leader's rows;
+    with a leader's host cut off, the ranges planned before read the same
+    rows (from a replica that answers), and a new plan leads with the new
+    leader. (The rest of the replicated reads, and a leader's host lost:
+    tests/read/test_replicated_reads_hosts.py.)"""
     from raylog.read import plan_read, read_range
 
     def rows(batches):
