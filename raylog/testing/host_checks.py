@@ -18,6 +18,11 @@ The functions keep no state; each call runs one short command on the host.
 
 from __future__ import annotations
 
+from raylog.testing.clusters import wait_until
+
+#: how long a killed host's node may take to be counted dead by Ray (its health checks)
+NODE_DEATH_WAIT_S = 120.0
+
 #: reads a directory's ``*.log`` segments in name (= offset) order, printed as hex
 _LOG_BYTES = (
     "import glob, os, sys\n"
@@ -52,11 +57,16 @@ def ray_node_alive(host) -> bool:
 
 
 def heal_host(cluster, host) -> None:
-    """Heal every network fault of ``cluster``; when Ray gave ``host``'s node
-    up meanwhile (a long cut, or its processes killed), start it again, so
-    that the next test finds every host."""
+    """Heal every network fault of ``cluster``; when ``host``'s processes were
+    killed, or Ray gave its node up meanwhile (a long cut), start its Ray
+    node again, so that the next test finds every host."""
     from raylog.testing import faults
 
     faults.heal(cluster)
-    if not ray_node_alive(host):  # the cluster marked it dead; a cut-off raylet ends itself once back
+    if host.ray is None:
+        # killed (faults.kill_host forgets its node): started again once Ray
+        # counts the old node dead, never two nodes of one address alive
+        wait_until(lambda: not ray_node_alive(host), timeout_s=NODE_DEATH_WAIT_S)
+        cluster.restart_ray(host)
+    elif not ray_node_alive(host):  # the cluster marked it dead; a cut-off raylet ends itself once back
         cluster.restart_ray(host)

@@ -1,7 +1,7 @@
 """Reassignment checks and the lost-replica replacement choice (pure logic),
 the stable ``origin`` identity in the ``state`` node, and the tombstones a
 delete leaves for every replica's log (real ZooKeeper). The reassignment
-itself runs on a real multi-node cluster: tests/actors/test_reassign_cluster.py."""
+itself runs across hosts: tests/replication/test_reassign_hosts.py."""
 
 from __future__ import annotations
 
