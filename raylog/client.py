@@ -93,17 +93,6 @@ def _in_ray_worker() -> bool:
         return False
 
 
-def _doc_of(part_method):
-    """Give the decorated method of :class:`Client` the docstring of the
-    part's method it calls (what ``help()`` and the API reference show)."""
-
-    def same_doc(method):
-        method.__doc__ = part_method.__doc__
-        return method
-
-    return same_doc
-
-
 class Client:
     """A connection to one raylog cluster (a ZooKeeper root and a Ray
     cluster). Topics: :class:`raylog.topic_admin.TopicAdmin`; offsets and
@@ -198,40 +187,86 @@ class Client:
 
     # -- topics (raylog.topic_admin) -----------------------------------------
 
-    @_doc_of(TopicAdmin.create_topic)
     def create_topic(self, name: str, partitions: int = 1, *, timeout_s: float = 120.0, **settings) -> TopicConfig:
+        """Create a topic and start one partition actor per partition, spread
+        over the nodes that offer local disk. Returns the topic's config.
+
+        ``settings`` are :class:`raylog.TopicConfig` fields (retention_ms,
+        retention_bytes, segment_bytes, segment_ms, flush_messages, flush_ms,
+        max_message_bytes, max_inflated_bytes, max_producer_ids).
+
+        A topic of the same name deleted before starts empty: what its
+        delete left to do (tombstones, an actor still running) is done
+        first, and a partition actor empties a directory a tombstone names
+        before it serves (:mod:`raylog.actors.supervisor`)."""
         return self._topic_admin.create_topic(name, partitions, timeout_s=timeout_s, **settings)
 
-    @_doc_of(TopicAdmin.delete_topic)
     def delete_topic(self, name: str, timeout_s: float = 30.0) -> None:
+        """Delete the topic and its logs on every node.
+
+        The topic leaves ZooKeeper first, in one transaction with a
+        tombstone per partition log; then the running partition actors stop
+        and delete their logs, and logs without a running actor are removed
+        by a task on their node. A log whose node is down (or, from a
+        client outside Ray, every log) keeps its tombstone, which the
+        cluster's supervisor honours as soon as it can, and which a
+        partition actor honours before it serves that directory again."""
         self._topic_admin.delete_topic(name, timeout_s)
 
     def list_topics(self) -> list[str]:
         """The topics of the cluster."""
         return self._topic_admin.list_topics()
 
-    @_doc_of(TopicAdmin.describe_topic)
     def describe_topic(self, name: str) -> dict:
+        """Config, and per partition: node (of a replicated partition: its
+        leader's), log directory, whether it is served, endpoint, log start
+        offset and high watermark (a partition not served has no endpoint:
+        :meth:`repair` serves it again)."""
         return self._topic_admin.describe_topic(name)
 
-    @_doc_of(TopicAdmin.log_dir)
     def log_dir(self, topic: str, partition: int) -> str:
+        """Where a new partition's log goes on its node:
+        ``<data_dir>/<cluster>/<topic>-<partition>``, so that clusters
+        sharing a data directory never share a partition directory (each is
+        also locked by its owner, see :mod:`raylog.storage.log`)."""
         return self._topic_admin.log_dir(topic, partition)
 
-    @_doc_of(TopicAdmin.repair)
     def repair(self, topic: str | None = None, timeout_s: float = 60.0) -> list[dict]:
+        """Serve again every registered partition (of ``topic``, or all)
+        that is not served, and remove the logs of deleted topics that are
+        still on their nodes: one repair pass of the cluster's supervisor
+        (:mod:`raylog.actors.supervisor`), which is started here if it does
+        not run. Returns one row per partition and per pending delete:
+        ``{"topic", "partition", "node", "state", "detail"}`` with state
+        ``serving``, ``started``, ``starting``, ``node down``, ``removed``,
+        ``pending`` or ``failed``. Joins the Ray cluster."""
         return self._topic_admin.repair(topic, timeout_s)
 
-    @_doc_of(TopicAdmin.start_supervisor)
     def start_supervisor(self, interval_s: float | None = None, wait: bool = True):
+        """Start the cluster's supervisor unless it runs (it serves every
+        registered partition again after a restart); return its handle
+        (with ``wait``, once it answers)."""
         return self._topic_admin.start_supervisor(interval_s, wait)
 
-    @_doc_of(TopicAdmin.reassign_partition)
     def reassign_partition(self, topic: str, partition: int, replicas: list[str], timeout_s: float = 120.0):
+        """Move the replicas of ``topic``-``partition`` to the disk nodes
+        ``replicas`` (Kafka's kafka-reassign-partitions): new replicas start
+        as followers and catch up; once all of ``replicas`` are in sync they
+        become the replicas (the lead moving to one of them, with a new
+        leader epoch, when the leader is not among them) and the others stop
+        and their logs are removed (by the supervisor once their node is
+        back, when it is down). Returns ``{"leader", "leader_epoch",
+        "replicas", "isr"}``. Raises :class:`UnknownTopicError`,
+        :class:`UnknownPartitionError`, :class:`InvalidReassignmentError`
+        (not replicated; not distinct alive disk nodes, as many as the
+        replication factor) before anything changes, and the retriable
+        :class:`ReassignmentTimeoutError` when the new replicas did not catch
+        up within ``timeout_s``. Joins the Ray cluster
+        (:mod:`raylog.replication.reassign`)."""
         return self._topic_admin.reassign_partition(topic, partition, replicas, timeout_s)
 
-    @_doc_of(TopicAdmin.partition_actor)
     def partition_actor(self, topic: str, partition: int):
+        """The Ray actor handle of a partition (for control calls and tests)."""
         return self._topic_admin.partition_actor(topic, partition)
 
     def _actor(self, topic: str, partition: int):
@@ -240,33 +275,56 @@ class Client:
 
     # -- offsets and groups (raylog.offset_admin) -------------------------------
 
-    @_doc_of(OffsetAdmin.offsets)
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(log start offset, high watermark)`` of a partition."""
         return self._offset_admin.offsets(topic, partition)
 
-    @_doc_of(OffsetAdmin.offsets_for_times)
     def offsets_for_times(self, topic: str, timestamp_ms: int) -> dict[int, int]:
+        """``{partition: offset}``: in every partition of ``topic``, the offset
+        of the first message whose timestamp is at or after ``timestamp_ms``
+        (ms since the epoch), or the high watermark when there is none
+        (OFFSETS_FOR_TIME, backed by the segments' time indexes). A message
+        inside a compressed set is found as its wrapper's offset."""
         return self._offset_admin.offsets_for_times(topic, timestamp_ms)
 
-    @_doc_of(OffsetAdmin.end_offsets)
     def end_offsets(self, topic: str) -> dict[int, int]:
+        """The high watermark of every partition of ``topic``."""
         return self._offset_admin.end_offsets(topic)
 
-    @_doc_of(OffsetAdmin.list_groups)
     def list_groups(self) -> list[str]:
+        """Consumer groups with live members or committed offsets."""
         return self._offset_admin.list_groups()
 
-    @_doc_of(OffsetAdmin.describe_group)
     def describe_group(self, group: str, timeout_s: float = 5.0) -> list[dict]:
+        """One row per partition the group reads: owner, committed offset,
+        end offset (high watermark), ``lag_bytes`` and
+        ``lag_messages_estimate`` (an estimate, from the mean size of the
+        messages at the committed offset); plus idle members. Partitions are
+        asked concurrently within one overall ``timeout_s``; one that does
+        not answer shows None. See :func:`raylog.groups.admin.describe_group`."""
         return self._offset_admin.describe_group(group, timeout_s)
 
-    @_doc_of(OffsetAdmin.delete_group)
     def delete_group(self, group: str) -> None:
+        """Delete a consumer group's committed offsets. Refused with
+        :class:`raylog.GroupActiveError` while it has live members."""
         self._offset_admin.delete_group(group)
 
-    @_doc_of(OffsetAdmin.reset_offsets)
     def reset_offsets(self, group: str, topic: str, to: str, *, offset: int | None = None,
                       timestamp_ms: int | None = None, partitions=None, dry_run: bool = True) -> list[dict]:
+        """Move a group's committed offsets of ``topic`` (Kafka's
+        ``--reset-offsets``), for every partition or those in ``partitions``:
+
+        * ``to="earliest"`` / ``"latest"``: the log start / the high watermark;
+        * ``to="offset", offset=N``: byte offset N (a message boundary inside the log);
+        * ``to="timestamp", timestamp_ms=T``: the first message whose timestamp
+          is at least T (the high watermark if none). Found by reading the
+          partition's message timestamps from its start through the fetch
+          path: it costs a scan of the partition.
+
+        With ``dry_run`` (the default) nothing is written: the rows show
+        ``current`` and ``new`` per partition. Refused with
+        :class:`raylog.GroupActiveError` while the group has live members.
+        """
         return self._offset_admin.reset_offsets(group, topic, to, offset=offset, timestamp_ms=timestamp_ms,
                                                 partitions=partitions, dry_run=dry_run)
 

@@ -55,16 +55,12 @@ class OffsetAdmin:
     # -- partitions ----------------------------------------------------------
 
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
-        """``(log start offset, high watermark)`` of a partition."""
+        """What :meth:`raylog.Client.offsets` does (documented there)."""
         with self._connect_to(topic, partition) as conn:
             return conn.offsets(topic, partition)
 
     def offsets_for_times(self, topic: str, timestamp_ms: int) -> dict[int, int]:
-        """``{partition: offset}``: in every partition of ``topic``, the offset
-        of the first message whose timestamp is at or after ``timestamp_ms``
-        (ms since the epoch), or the high watermark when there is none
-        (OFFSETS_FOR_TIME, backed by the segments' time indexes). A message
-        inside a compressed set is found as its wrapper's offset."""
+        """What :meth:`raylog.Client.offsets_for_times` does (documented there)."""
         out = {}
         for p in range(self.metadata.partitions(topic)):
             with self._connect_to(topic, p) as conn:
@@ -72,22 +68,17 @@ class OffsetAdmin:
         return out
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        """The high watermark of every partition of ``topic``."""
+        """What :meth:`raylog.Client.end_offsets` does (documented there)."""
         return {p: self.offsets(topic, p)[1] for p in range(self.metadata.partitions(topic))}
 
     # -- consumer groups -----------------------------------------------------
 
     def list_groups(self) -> list[str]:
-        """Consumer groups with live members or committed offsets."""
+        """What :meth:`raylog.Client.list_groups` does (documented there)."""
         return groups.list_groups(self._zk, self.settings.cluster)
 
     def describe_group(self, group: str, timeout_s: float = 5.0) -> list[dict]:
-        """One row per partition the group reads: owner, committed offset,
-        end offset (high watermark), ``lag_bytes`` and
-        ``lag_messages_estimate`` (an estimate, from the mean size of the
-        messages at the committed offset); plus idle members. Partitions are
-        asked concurrently within one overall ``timeout_s``; one that does
-        not answer shows None. See :func:`raylog.groups.admin.describe_group`."""
+        """What :meth:`raylog.Client.describe_group` does (documented there)."""
         return groups.describe_group(self._zk, self.settings.cluster, group, self._partition_info, timeout_s=timeout_s)
 
     def _partition_info(self, topic: str, partition: int, committed: int | None) -> tuple[int, float | None]:
@@ -103,26 +94,12 @@ class OffsetAdmin:
         return end, (used / len(records) if records else None)
 
     def delete_group(self, group: str) -> None:
-        """Delete a consumer group's committed offsets. Refused with
-        :class:`raylog.GroupActiveError` while it has live members."""
+        """What :meth:`raylog.Client.delete_group` does (documented there)."""
         groups.delete_group(self._zk, self.settings.cluster, group)
 
     def reset_offsets(self, group: str, topic: str, to: str, *, offset: int | None = None,
                       timestamp_ms: int | None = None, partitions=None, dry_run: bool = True) -> list[dict]:
-        """Move a group's committed offsets of ``topic`` (Kafka's
-        ``--reset-offsets``), for every partition or those in ``partitions``:
-
-        * ``to="earliest"`` / ``"latest"``: the log start / the high watermark;
-        * ``to="offset", offset=N``: byte offset N (a message boundary inside the log);
-        * ``to="timestamp", timestamp_ms=T``: the first message whose timestamp
-          is at least T (the high watermark if none). Found by reading the
-          partition's message timestamps from its start through the fetch
-          path: it costs a scan of the partition.
-
-        With ``dry_run`` (the default) nothing is written: the rows show
-        ``current`` and ``new`` per partition. Refused with
-        :class:`raylog.GroupActiveError` while the group has live members.
-        """
+        """What :meth:`raylog.Client.reset_offsets` does (documented there)."""
         groups.refuse_if_active(self._zk, self.settings.cluster, group, "reset the offsets of")  # before any scan
         if to not in RESET_TARGETS:
             raise ConfigError(f"to must be 'earliest', 'latest', 'offset' or 'timestamp', got {to!r}")

@@ -80,17 +80,7 @@ class TopicAdmin:
         self.offsets = offsets
 
     def create_topic(self, name: str, partitions: int = 1, *, timeout_s: float = 120.0, **settings) -> TopicConfig:
-        """Create a topic and start one partition actor per partition, spread
-        over the nodes that offer local disk. Returns the topic's config.
-
-        ``settings`` are :class:`raylog.TopicConfig` fields (retention_ms,
-        retention_bytes, segment_bytes, segment_ms, flush_messages, flush_ms,
-        max_message_bytes, max_inflated_bytes, max_producer_ids).
-
-        A topic of the same name deleted before starts empty: what its
-        delete left to do (tombstones, an actor still running) is done
-        first, and a partition actor empties a directory a tombstone names
-        before it serves (:mod:`raylog.actors.supervisor`)."""
+        """What :meth:`raylog.Client.create_topic` does (documented there)."""
         import ray  # heavy (Ray): imported when used
 
         self._check_open()
@@ -116,21 +106,11 @@ class TopicAdmin:
         return config
 
     def log_dir(self, topic: str, partition: int) -> str:
-        """Where a new partition's log goes on its node:
-        ``<data_dir>/<cluster>/<topic>-<partition>``, so that clusters
-        sharing a data directory never share a partition directory (each is
-        also locked by its owner, see :mod:`raylog.storage.log`)."""
+        """What :meth:`raylog.Client.log_dir` does (documented there)."""
         return os.path.join(self.data_dir, self.settings.cluster, f"{topic}-{partition}")
 
     def repair(self, topic: str | None = None, timeout_s: float = 60.0) -> list[dict]:
-        """Serve again every registered partition (of ``topic``, or all)
-        that is not served, and remove the logs of deleted topics that are
-        still on their nodes: one repair pass of the cluster's supervisor
-        (:mod:`raylog.actors.supervisor`), which is started here if it does
-        not run. Returns one row per partition and per pending delete:
-        ``{"topic", "partition", "node", "state", "detail"}`` with state
-        ``serving``, ``started``, ``starting``, ``node down``, ``removed``,
-        ``pending`` or ``failed``. Joins the Ray cluster."""
+        """What :meth:`raylog.Client.repair` does (documented there)."""
         import ray  # heavy (Ray): imported when used
 
         self._check_open()
@@ -141,9 +121,7 @@ class TopicAdmin:
         return ray.get(supervisor.repair.remote(topic, timeout_s), timeout=3 * timeout_s + 30)
 
     def start_supervisor(self, interval_s: float | None = None, wait: bool = True):
-        """Start the cluster's supervisor unless it runs (it serves every
-        registered partition again after a restart); return its handle
-        (with ``wait``, once it answers)."""
+        """What :meth:`raylog.Client.start_supervisor` does (documented there)."""
         return _start_supervisor(
             self.settings.zookeeper,
             self.settings.cluster,
@@ -185,7 +163,7 @@ class TopicAdmin:
             return None
 
     def partition_actor(self, topic: str, partition: int):
-        """The Ray actor handle of a partition (for control calls and tests)."""
+        """What :meth:`raylog.Client.partition_actor` does (documented there)."""
         actor = self._actor(topic, partition)
         if actor is None:
             raise BrokerUnavailableError(f"no partition actor runs for {topic}-{partition}")
@@ -205,15 +183,7 @@ class TopicAdmin:
                 ray.kill(actor, no_restart=True)
 
     def delete_topic(self, name: str, timeout_s: float = 30.0) -> None:
-        """Delete the topic and its logs on every node.
-
-        The topic leaves ZooKeeper first, in one transaction with a
-        tombstone per partition log; then the running partition actors stop
-        and delete their logs, and logs without a running actor are removed
-        by a task on their node. A log whose node is down (or, from a
-        client outside Ray, every log) keeps its tombstone, which the
-        cluster's supervisor honours as soon as it can, and which a
-        partition actor honours before it serves that directory again."""
+        """What :meth:`raylog.Client.delete_topic` does (documented there)."""
         import ray  # heavy (Ray): imported when used
 
         self._check_open()
@@ -230,20 +200,7 @@ class TopicAdmin:
                        wait_s=timeout_s)
 
     def reassign_partition(self, topic: str, partition: int, replicas: list[str], timeout_s: float = 120.0):
-        """Move the replicas of ``topic``-``partition`` to the disk nodes
-        ``replicas`` (Kafka's kafka-reassign-partitions): new replicas start
-        as followers and catch up; once all of ``replicas`` are in sync they
-        become the replicas (the lead moving to one of them, with a new
-        leader epoch, when the leader is not among them) and the others stop
-        and their logs are removed (by the supervisor once their node is
-        back, when it is down). Returns ``{"leader", "leader_epoch",
-        "replicas", "isr"}``. Raises :class:`UnknownTopicError`,
-        :class:`UnknownPartitionError`, :class:`InvalidReassignmentError`
-        (not replicated; not distinct alive disk nodes, as many as the
-        replication factor) before anything changes, and the retriable
-        :class:`ReassignmentTimeoutError` when the new replicas did not catch
-        up within ``timeout_s``. Joins the Ray cluster
-        (:mod:`raylog.replication.reassign`)."""
+        """What :meth:`raylog.Client.reassign_partition` does (documented there)."""
         import ray  # heavy (Ray): imported when used
 
         self._check_open()
@@ -260,10 +217,7 @@ class TopicAdmin:
         return self.registry.list_topics()
 
     def describe_topic(self, name: str) -> dict:
-        """Config, and per partition: node (of a replicated partition: its
-        leader's), log directory, whether it is served, endpoint, log start
-        offset and high watermark (a partition not served has no endpoint:
-        :meth:`repair` serves it again)."""
+        """What :meth:`raylog.Client.describe_topic` does (documented there)."""
         self._check_open()
         config = self.registry.topic_config(name)
         placements = self.registry.placements(name)
