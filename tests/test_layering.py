@@ -71,6 +71,7 @@ PENDING: dict[tuple[str, str], str] = {
     # the fault checker drives internals on purpose
     ("raylog.testing.nemesis", "raylog.replication.admin"): "finds the leader actor to kill",
     ("raylog.testing.nemesis", "raylog.replication.state"): "reads the leader epoch",
+    ("raylog.testing.on_hosts", "raylog.replication.state"): "the hosts tests read the leader, epoch and ISR",
     ("raylog.testing.nemesis", "raylog.storage.decoding"): "checks damaged bytes",
     ("raylog.testing.nemesis", "raylog.transfer.connection"): "talks to a partition directly",
     ("raylog.testing.runner", "raylog.zk.server"): "starts its own ZooKeeper",
