@@ -214,3 +214,49 @@ def test_reads_through_followers_on_other_hosts_and_across_a_cut_of_a_leaders_ho
         _heal(hosts, hosts.host(old))
     _wait(lambda: all(len(read_state(client._zk, client.registry.paths, name, p)[0].isr) == 3 for p in range(2)),
           "every ISR whole again")
+
+
+def test_a_leader_whose_process_dies_is_replaced_by_a_follower_and_a_plain_producer_loses_nothing(hosts, client):
+    """The leader's process SIGKILLed on its host (its port refuses, its
+    ZooKeeper session lingers): an in-sync follower on another host takes
+    over by compare-and-set (epoch + 1) without waiting for the session; a
+    plain producer with ``acks="all"`` loses nothing and stores nothing
+    twice; the killed replica, restarted by Ray on its own host, follows and
+    catches up: every replica's log, each read on its own host's disk, is
+    the same bytes."""
+    import os
+    import signal
+
+    import ray
+
+    from raylog.testing.host_checks import log_bytes_on
+    from raylog.replication.assignment import replica_log_dir
+
+    topic = _topic(client)  # the default replica_lag_ms and a 10 s session: the old way waited for both
+    producer = client.producer(acks="all")
+    try:
+        for i in range(100):
+            producer.send(topic, b"a%d" % i).result()
+        _wait(lambda: len(_state(client, topic).isr) == 3, "the ISR is whole")
+        before, actor = leader_actor(client._zk, client.registry, client.settings.cluster, topic, 0)
+        os.kill(ray.get(actor.pid.remote(), timeout=60), signal.SIGKILL)  # one PID space: the hosts share it
+        errors = []
+        for f in [producer.send(topic, b"b%d" % i) for i in range(100)]:
+            try:
+                f.result()
+            except RaylogError as err:
+                errors.append(repr(err))
+        assert errors == [], errors[:3]
+        after = _state(client, topic)
+        assert after.leader != before.leader and after.leader_epoch == before.leader_epoch + 1
+        # the killed replica, restarted by Ray, follows the new leader and catches up
+        _wait(lambda: len(_state(client, topic).isr) == 3, "the killed replica rejoins the ISR")
+        final = _state(client, topic)
+        assert (final.leader, final.leader_epoch) == (after.leader, after.leader_epoch)
+    finally:
+        producer.close()
+    assert _read_all(client, topic, 200) == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(100)]
+    place = client.registry.placement(topic, 0)
+    dirs = {node: replica_log_dir(place["log_dir"], node, final.origin) for node in final.replicas}
+    _wait(lambda: len({log_bytes_on(hosts.host(n), d) for n, d in dirs.items()}) == 1,
+          "every replica's log is the same bytes")
