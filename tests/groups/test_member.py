@@ -615,7 +615,7 @@ def test_two_members_never_share_a_session(make_zk, cluster_name, topic, members
 def test_every_state_change_of_a_member_is_a_step_of_the_table(zk, cluster_name, topic, members, monkeypatch):
     """Start, leave, and a close before start: each change the member makes
     is recorded by the table's function, (CLOSING, LEFT) included."""
-    from raylog.groups import member as member_module, member_thread, states
+    from raylog.groups import member as member_module, states
 
     steps = []
 
@@ -624,7 +624,6 @@ def test_every_state_change_of_a_member_is_a_step_of_the_table(zk, cluster_name,
         steps.append((state, event, step.state))
         return step
 
-    monkeypatch.setattr(member_thread, "transition", recording)
     monkeypatch.setattr(member_module, "transition", recording)
     member = members()
     member.close()
