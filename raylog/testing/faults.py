@@ -52,6 +52,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 from raylog.errors import FaultInjectionError
+from raylog.retry import RetryPolicy
 
 
 def _hosts(client: KazooClient) -> str:
@@ -236,8 +237,11 @@ def actor_pid(actor, timeout_s: float = 30.0) -> int:
     actor, the fault runner's consumers)."""
     import ray  # heavy (Ray): imported when used
 
-    try:
+    def ask() -> int:
         return ray.get(actor.pid.remote(), timeout=timeout_s)
+
+    try:  # an actor that Ray is restarting (an earlier fault killed it) answers once it is back
+        return RetryPolicy.until(timeout_s, delay_s=0.2).call(ask, retry_on=(ray.exceptions.ActorUnavailableError,))
     except Exception as err:  # noqa: BLE001 - the actor is away
         raise FaultInjectionError(f"could not get the pid of {actor}: {err}") from err
 
