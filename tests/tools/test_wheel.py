@@ -24,7 +24,9 @@ import uuid
 
 import pytest
 
-from tests.test_readme_examples import _OUR_VARS, _assert_first_example_output, _marked_processes, readme_block
+from tests.doc_blocks import OUR_VARS as _OUR_VARS
+from tests.doc_blocks import marked_processes as _marked_processes
+from tests.test_readme_examples import _assert_first_example_output, readme_block
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
