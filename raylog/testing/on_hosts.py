@@ -20,6 +20,7 @@ is shared: generous).
 from __future__ import annotations
 
 import time
+import uuid
 
 from raylog.testing.host_checks import ray_node_alive
 
@@ -37,6 +38,14 @@ def wait(check, what: str, timeout_s: float = WAIT_S):
             return found
         assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
         time.sleep(0.2)
+
+
+def replicated_topic(client, **settings) -> str:
+    """A new topic of one partition over three replicas (``min_insync_replicas``
+    2, ``flush_ms`` 5, plus ``settings``); returns its name."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    client.create_topic(name, partitions=1, replication_factor=3, min_insync_replicas=2, flush_ms=5, **settings)
+    return name
 
 
 def bring_back(cluster, host) -> None:

@@ -33,6 +33,7 @@ from raylog.testing.host_checks import heal_host
 from raylog.testing.on_hosts import wait as _wait
 from raylog.testing.on_hosts import partition_state as _state
 from raylog.testing.on_hosts import read_values as _read_all
+from raylog.testing.on_hosts import replicated_topic
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(1800)]
 
@@ -49,14 +50,8 @@ def client(hosts):
     return hosts.client(cluster=f"failover-{uuid.uuid4().hex[:8]}")
 
 
-def _topic(client, **settings) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    client.create_topic(name, partitions=1, replication_factor=3, min_insync_replicas=2, flush_ms=5, **settings)
-    return name
-
-
 def test_a_plain_producer_rides_through_a_cut_of_the_leaders_host(hosts, client):
-    topic = _topic(client)
+    topic = replicated_topic(client)
     producer = client.producer(acks="all")
     try:
         for i in range(50):
@@ -87,7 +82,7 @@ def test_a_plain_producer_rides_through_a_cut_of_the_leaders_host(hosts, client)
 
 
 def test_a_zombie_leader_acknowledges_nothing_once_another_replica_leads(hosts, client):
-    topic = _topic(client)
+    topic = replicated_topic(client)
     producer = client.producer(acks="all")
     for i in range(20):
         producer.send(topic, b"a%d" % i).result()
@@ -137,7 +132,7 @@ def _message_set(value: bytes) -> bytes:
 
 
 def test_each_hosts_logs_are_on_its_own_disk_and_a_delete_reaches_a_host_that_was_cut_off(hosts, client):
-    topic = _topic(client)
+    topic = replicated_topic(client)
     producer = client.producer(acks="all")
     for i in range(10):
         producer.send(topic, b"v%d" % i).result()
@@ -232,7 +227,7 @@ def test_a_leader_whose_process_dies_is_replaced_by_a_follower_and_a_plain_produ
     from raylog.testing.host_checks import log_bytes_on
     from raylog.replication.assignment import replica_log_dir
 
-    topic = _topic(client)  # the default replica_lag_ms and a 10 s session: the old way waited for both
+    topic = replicated_topic(client)  # the default replica_lag_ms and a 10 s session: the old way waited for both
     producer = client.producer(acks="all")
     try:
         for i in range(100):

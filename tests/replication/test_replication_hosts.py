@@ -32,7 +32,7 @@ from raylog.errors import ConfigError, NotEnoughReplicasError, RaylogError
 from raylog.retry import RetryPolicy
 from raylog.testing import faults
 from raylog.testing.host_checks import heal_host, log_bytes_on, paths_on
-from raylog.testing.on_hosts import bring_back, partition_state, read_values, wait
+from raylog.testing.on_hosts import bring_back, partition_state, read_values, replicated_topic, wait
 from tests.doc_blocks import block
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(1800)]
@@ -43,12 +43,6 @@ DISK_HOSTS = ["h2", "h3", "h4"]
 @pytest.fixture(scope="module")
 def client(hosts):
     return hosts.client(cluster=f"replication-{uuid.uuid4().hex[:8]}")
-
-
-def _topic(client, **settings) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    client.create_topic(name, partitions=1, replication_factor=3, min_insync_replicas=2, flush_ms=5, **settings)
-    return name
 
 
 def _replica_dirs(client, topic: str) -> dict[str, str]:
@@ -81,7 +75,7 @@ def test_replicas_on_three_hosts_acks_all_and_not_enough_replicas(hosts, client)
     assert [(len(p["replicas"]), len(p["isr"])) for p in client.describe_topic("payments")["partitions"]] == [(3, 3)] * 4
     client.delete_topic("payments")
 
-    topic = _topic(client, replica_lag_ms=1500)
+    topic = replicated_topic(client, replica_lag_ms=1500)
     producer = client.producer(acks="all")
     acked = [producer.send(topic, b"v%d" % i).result(60) for i in range(200)]
     assert len(acked) == 200
@@ -140,7 +134,7 @@ def test_leader_host_lost_an_isr_member_takes_over_and_nothing_acknowledged_is_l
     from raylog.config import NAMESPACE
     from raylog.replication.assignment import replica_actor_name
 
-    topic = _topic(client, replica_lag_ms=5000)
+    topic = replicated_topic(client, replica_lag_ms=5000)
     producer = client.producer(acks="all", retry=RetryPolicy(max_tries=200, delay_s=0.2, max_delay_s=1.0,
                                                               deadline_s=90))
     acked = [producer.send(topic, b"v%d" % i).result(60) for i in range(100)]
@@ -208,14 +202,14 @@ def _describe_cli(hosts, client, topic: str) -> tuple[int, list[str], str]:
 
 
 def test_a_follower_whose_host_returns_catches_up_and_rejoins_the_isr(hosts, client):
-    topic = _topic(client, replica_lag_ms=1500)
+    topic = replicated_topic(client, replica_lag_ms=1500)
     producer = client.producer(acks="all")
     acked = [producer.send(topic, b"v%d" % i).result(60) for i in range(100)]
     wait(lambda: len(partition_state(client, topic).isr) == 3, "the ISR is whole")
     before = client.describe_topic(topic)["partitions"][0]
     # "k" deletes old segments by size: while a follower is away its leader's log start passes the
     # follower's log end, and the follower must start over there when it is back.
-    k = _topic(client, replica_lag_ms=1500, segment_bytes=1024, max_message_bytes=1024, retention_bytes=1024,
+    k = replicated_topic(client, replica_lag_ms=1500, segment_bytes=1024, max_message_bytes=1024, retention_bytes=1024,
                retention_check_ms=200)
     for i in range(60):
         producer.send(k, b"k%03d" % i).result(60)
