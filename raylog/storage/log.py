@@ -191,6 +191,8 @@ class PartitionLog:
             self._producers = ProducerStateTable(self._dir, config.max_producer_ids)
             for note in self._producers.open(segments[-1].end_offset):
                 log.warning("recovery of %s: %s", self._dir, note)
+            if self._producers.partial_set_base is not None:
+                self._cut_partial_set(segments, self._producers.partial_set_base)
         except BaseException as err:
             if checkpoint is not None:
                 checkpoint.close()
@@ -208,6 +210,21 @@ class PartitionLog:
         self._checkpoint = checkpoint
         self._reader = LogReader(self._dir, config.max_message_bytes)
         self._retention = Retention(self._dir, config.retention_ms, config.retention_bytes)
+
+    def _cut_partial_set(self, segments: list[LogSegment], base: int) -> None:
+        """Recovery: cut the log back to ``base``, the start of an idempotent
+        producer's set of which only the first messages reached the segment
+        before the process died (the producer resends the set whole)."""
+        active = segments[-1]
+        end = active.end_offset
+        if not active.base_offset <= base < end:
+            return  # a set lies in one segment; nothing else can be meant
+        active.truncate(base - active.base_offset)
+        report = RecoveryReport(active.base_offset, base, end, end - base,
+                                "part of an idempotent producer's set (the producer resends it whole)")
+        self._reports.append(report)
+        log.warning("recovery of %s cut %d bytes, offsets [%d, %d): %s", self._dir, end - base, base, end,
+                    report.reason)
 
     # -- properties (any thread) ------------------------------------------------
 

@@ -48,7 +48,11 @@ The file is created at the first sequenced append. Records are applied in file o
 the file is read up to the first record that is cut short or fails its CRC
 (a torn tail, dropped), and a set that does not lie wholly within the
 recovered log (its end past the log end: it never reached the segment, or
-recovery cut it off) is dropped with the sets after it in its record. The file is then rewritten
+recovery cut it off) is dropped with the sets after it in its record. A set
+that lies partly within it (recovery kept its whole messages before a torn
+one) is named by :attr:`ProducerStateTable.partial_set_base`: the log cuts
+itself back to that set's start, for the producer resends the set whole and
+its first messages must not be stored twice. The file is then rewritten
 from what is remembered (a snapshot: a temporary file renamed over it), and
 rewritten the same way whenever it grows past twice that size plus
 :data:`COMPACT_SLACK_BYTES`, so it stays bounded by the state it describes
@@ -175,6 +179,10 @@ class ProducerStateTable:
         self._fd: int | None = None
         self._journal_bytes = 0
         self._dirty = False
+        #: after :meth:`open`: the base offset of a sequenced set only partly
+        #: in the recovered log (its whole messages before a torn one), which
+        #: the log must be cut back to; ``None`` when there is none
+        self.partial_set_base: int | None = None
 
     # -- open and recover -------------------------------------------------------
 
@@ -191,6 +199,7 @@ class ProducerStateTable:
         except FileNotFoundError:
             return notes  # no idempotent producer wrote here yet: created on first use
         dropped_beyond = 0
+        self.partial_set_base = None
         pos = 0
         size = len(data)
         while pos + HEADER_SIZE <= size:
@@ -206,6 +215,9 @@ class ProducerStateTable:
             for k, length in enumerate(lengths):
                 if base + length > log_end_offset:
                     dropped_beyond += count - k
+                    if base < log_end_offset:  # its first messages reached the segment, the rest did not
+                        self.partial_set_base = base if self.partial_set_base is None else min(
+                            self.partial_set_base, base)
                     break
                 self._apply(producer_id, epoch, sequence, base, length)
                 base += length

@@ -164,6 +164,27 @@ def test_a_joined_run_cut_by_recovery_keeps_the_sets_before_the_cut(tmp_path):
         assert values(plog) == [b"r0", b"r1", b"r2"]
 
 
+def test_a_set_torn_after_its_first_messages_is_cut_back_whole_so_a_retry_stores_each_message_once(tmp_path):
+    """A sequenced set of five messages whose fourth was torn by the death
+    of the process: recovery keeps whole messages, so the first three would
+    stay and the producer's retry of the whole set would store them twice.
+    The log is cut back to the set's start instead."""
+    first = one(b"before")
+    batch = encode_message_set([b"m%d" % i for i in range(5)], timestamp_ms=1)
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        put(plog, b"before", 0)
+        assert plog.append_sequenced(batch, PID, 0, 1, [len(batch)], name="t-0") == len(first)
+    message = len(batch) // 5
+    os.truncate(tmp_path / "p" / "00000000000000000000.log", len(first) + 3 * message + 4)
+    with PartitionLog(tmp_path / "p", CONFIG) as plog:
+        assert plog.log_end_offset == len(first)
+        reasons = [r.reason for r in plog.recovery_reports]
+        assert any("idempotent producer's set" in r for r in reasons), reasons
+        assert plog.append_sequenced(batch, PID, 0, 1, [len(batch)], name="t-0") == len(first)
+        assert plog.append_sequenced(batch, PID, 0, 1, [len(batch)], name="t-0") == len(first)  # a duplicate
+        assert values(plog) == [b"before"] + [b"m%d" % i for i in range(5)]
+
+
 def state(table) -> dict:
     """``{producer id: (last sequence, {sequence: (base, length)} remembered)}``."""
     remembered: dict = {}
