@@ -54,6 +54,10 @@ CONNECT_TIMEOUT_MS = 2000
 #: again. A slow peer still acknowledges (its kernel does), so this never
 #: cuts a request that is merely waiting for its reply.
 DEAD_PEER_MS = 3000
+#: a new leader that has not served yet (its actor still starting: on a busy
+#: host, seconds) is replaced by a follower only after this long, or after
+#: the topic's ``replica_lag_ms`` when that is longer
+LEADER_START_GRACE_MS = 10_000
 #: ``auto_offset_reset`` value that raises instead of moving the position
 RESET_ERROR = "error"
 #: every ``auto_offset_reset`` value a consumer accepts

@@ -24,8 +24,9 @@ was closed with it), an in-sync follower takes over
 (:func:`~raylog.replication.state.take_over`) and hands itself to
 ``on_promoted``: at once when that leader had been seen serving (its
 endpoint registered under the current leader epoch), else once no leader
-has served for ``replica_lag_ms`` (a leader still starting is not
-replaced); with the topic's ``unclean_leader_election`` a follower outside
+has served for ``replica_lag_ms`` or
+:data:`~raylog.config.LEADER_START_GRACE_MS`, the longer (a leader still
+starting is not replaced); with the topic's ``unclean_leader_election`` a follower outside
 the ISR may, once no ISR member runs. A leader whose process died leaves
 its nodes until its session expires; when the follower's connection to it
 fails and a new connect to its port is refused, the follower removes them
@@ -56,6 +57,7 @@ import struct
 import threading
 import time
 
+from raylog.config import LEADER_START_GRACE_MS
 from raylog.errors import OffsetOutOfRangeError, RaylogError
 from raylog.replication.follower_reads import ServedWatermark
 from raylog.replication.leader import PRODUCERS_PREFIX, replica_topic
@@ -212,9 +214,10 @@ class Follower:
         elif self._missing_since is None and self._served_epoch != epoch:
             self._missing_since = time.monotonic()  # a leader still starting up gets replica_lag_ms
         elif self._served_epoch == epoch or (
-                (time.monotonic() - self._missing_since) * 1000 >= self.log.config.replica_lag_ms):
+                (time.monotonic() - self._missing_since) * 1000
+                >= max(self.log.config.replica_lag_ms, LEADER_START_GRACE_MS)):
             # a leader that served and is gone (its session ended or expired, or its process
-            # died) is replaced at once; one never seen serving, after replica_lag_ms
+            # died) is replaced at once; one never seen serving, after the start grace
             won = take_over(zk, paths, self.topic, self.partition, self.node, self.log.log_end_offset,
                             unclean=self.log.config.unclean_leader_election)
             if won is not None and self._on_promoted is not None:
