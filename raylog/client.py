@@ -36,6 +36,7 @@ from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, _register_exit_hoo
 from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
 from raylog.zk.acl import secure_session
+from raylog.zk.partition_state import read_state
 from raylog.zk.errors import zookeeper_errors
 from raylog.zk.session import OutageReporter, connect_kazoo
 
@@ -242,11 +243,12 @@ class Client:
         ``pending`` or ``failed``. Joins the Ray cluster."""
         return self._topic_admin.repair(topic, timeout_s)
 
-    def start_supervisor(self, interval_s: float | None = None, wait: bool = True):
+    def start_supervisor(self, interval_s: float | None = None, wait: bool = True, timeout_s: float = 60.0):
         """Start the cluster's supervisor unless it runs (it serves every
         registered partition again after a restart); return its handle
-        (with ``wait``, once it answers)."""
-        return self._topic_admin.start_supervisor(interval_s, wait)
+        (with ``wait``, once it answers, or a retriable :class:`RaylogError`
+        after ``timeout_s``)."""
+        return self._topic_admin.start_supervisor(interval_s, wait, timeout_s)
 
     def reassign_partition(self, topic: str, partition: int, replicas: list[str], timeout_s: float = 120.0):
         """Move the replicas of ``topic``-``partition`` to the disk nodes
@@ -268,6 +270,21 @@ class Client:
     def partition_actor(self, topic: str, partition: int):
         """The Ray actor handle of a partition (for control calls and tests)."""
         return self._topic_admin.partition_actor(topic, partition)
+
+    def replication_state(self, topic: str, partition: int):
+        """The partition's replication state as ZooKeeper holds it now (a
+        :class:`~raylog.zk.partition_state.PartitionState`: ``leader``,
+        ``leader_epoch``, ``isr``, ``replicas``, ``origin``), read without
+        asking any replica; None for a partition of one replica."""
+        self._check_open()
+        found = read_state(self._zk, self.registry.paths, topic, partition)
+        return None if found is None else found[0]
+
+    def leader_actor(self, topic: str, partition: int):
+        """The Ray actor handle of the replica that leads the partition now
+        (of a partition of one replica: its actor). Raises
+        :class:`BrokerUnavailableError` when none runs, e.g. during a failover."""
+        return self._topic_admin.leader_actor(topic, partition)
 
     def _actor(self, topic: str, partition: int):
         """The partition's actor handle, or None when none runs."""

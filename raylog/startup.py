@@ -23,7 +23,7 @@ import shutil
 import sys
 import tempfile
 
-from raylog import _log
+from raylog import quiet
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import DEFAULT_DATA_DIR, Client
 from raylog.errors import DataDirInUseError
@@ -132,14 +132,14 @@ def connect(
     answers but is no GCS; ``ray_address="auto"`` with no Ray found fails
     at once). A malformed ZooKeeper address is a :class:`ConfigError`.
 
-    Quiet by default (see :mod:`raylog._log`): raylog logs warnings only,
+    Quiet by default (see :mod:`raylog.quiet`): raylog logs warnings only,
     and the embedded default keeps Ray's start-up notices and its Java
     workers' info lines out of the output; ``verbose=True`` (or
     ``RAYLOG_LOG_LEVEL=INFO``) lets them through.
     """
     import ray  # heavy (Ray): imported when used
 
-    quiet = _log.configure(verbose)
+    hushed = quiet.configure(verbose)
     if isinstance(token, str):
         token = token.encode()
     embedded_zk = None
@@ -164,7 +164,7 @@ def connect(
         data_host = None
         if not ray.is_initialized():
             if ray_address is None:
-                _log.quiet_ray_start(quiet)
+                quiet.quiet_ray_start(hushed)
                 ray.init(
                     address="local",  # a local Ray of our own, never a stray cluster
                     num_cpus=num_cpus,
@@ -175,8 +175,8 @@ def connect(
                     logging_level=logging.WARNING,
                     log_to_driver=True,
                 )
-                if quiet:
-                    _log.quiet_forwarded_lines()
+                if hushed:
+                    quiet.quiet_forwarded_lines()
                 owns_ray = True
                 data_host = "127.0.0.1"
             else:

@@ -28,7 +28,7 @@ from raylog.auth import check
 from raylog.config import NAMESPACE, TopicConfig, actor_name
 from raylog.errors import ArgumentTypeError, BrokerUnavailableError, ConfigError
 from raylog.groups.admin import delete_topic_offsets
-from raylog.replication.admin import describe_replicas, follower_actors, record_replicas, start_followers
+from raylog.replication.admin import describe_replicas, follower_actors, leader_actor, record_replicas, start_followers
 from raylog.replication.reassign import reassign_partition
 from raylog.zk.registry import validate_topic_name
 
@@ -120,13 +120,14 @@ class TopicAdmin:
         supervisor = self.start_supervisor()
         return ray.get(supervisor.repair.remote(topic, timeout_s), timeout=3 * timeout_s + 30)
 
-    def start_supervisor(self, interval_s: float | None = None, wait: bool = True):
+    def start_supervisor(self, interval_s: float | None = None, wait: bool = True, timeout_s: float = 60.0):
         """What :meth:`raylog.Client.start_supervisor` does (documented there)."""
         return _start_supervisor(
             self.settings.zookeeper,
             self.settings.cluster,
             host=self.data_host,
             interval_s=DEFAULT_INTERVAL_S if interval_s is None else interval_s,
+            timeout_s=timeout_s,
             wait=wait,
         )
 
@@ -168,6 +169,16 @@ class TopicAdmin:
         if actor is None:
             raise BrokerUnavailableError(f"no partition actor runs for {topic}-{partition}")
         return actor
+
+    def leader_actor(self, topic: str, partition: int):
+        """What :meth:`raylog.Client.leader_actor` does (documented there)."""
+        self._check_open()
+        if self.registry.topic_config(topic).replication_factor == 1:
+            return self.partition_actor(topic, partition)
+        try:
+            return leader_actor(self._zk, self.registry, self.settings.cluster, topic, partition)[1]
+        except ValueError as err:
+            raise BrokerUnavailableError(f"{topic}-{partition}: no leader's actor runs ({err})") from None
 
     def _stop_actors(self, topic: str, partitions: int, delete_data: bool) -> None:
         import ray  # heavy (Ray): imported when used

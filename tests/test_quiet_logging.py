@@ -1,4 +1,4 @@
-"""raylog._log: the levels, and what quiet drops (and nothing else)."""
+"""raylog.quiet: the levels, and what quiet drops (and nothing else)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from raylog import _log
+from raylog import quiet
 from raylog.errors import ConfigError
 
 
@@ -19,33 +19,33 @@ def _restore_levels():
     yield
     for name, level in saved.items():
         logging.getLogger(name).setLevel(level)
-    _log.quiet_ray_start(False)
+    quiet.quiet_ray_start(False)
 
 
 def test_a_bad_level_in_the_environment_is_a_config_error(monkeypatch):
-    monkeypatch.setenv(_log.LEVEL_ENV, "LOUD")
+    monkeypatch.setenv(quiet.LEVEL_ENV, "LOUD")
     with pytest.raises(ConfigError, match="RAYLOG_LOG_LEVEL"):
-        _log.level()
+        quiet.level()
 
 
 def test_quiet_by_default_and_loud_when_asked(monkeypatch):
-    monkeypatch.delenv(_log.LEVEL_ENV, raising=False)
-    assert _log.configure() is True
+    monkeypatch.delenv(quiet.LEVEL_ENV, raising=False)
+    assert quiet.configure() is True
     assert logging.getLogger("raylog").getEffectiveLevel() == logging.WARNING
     assert logging.getLogger("kazoo.client").getEffectiveLevel() == logging.ERROR
-    assert _log.configure(verbose=True) is False
+    assert quiet.configure(verbose=True) is False
     assert logging.getLogger("raylog").getEffectiveLevel() == logging.INFO
     assert logging.getLogger("kazoo").level == logging.NOTSET
-    monkeypatch.setenv(_log.LEVEL_ENV, "debug")
-    assert _log.configure() is False
+    monkeypatch.setenv(quiet.LEVEL_ENV, "debug")
+    assert quiet.configure() is False
     assert logging.getLogger("raylog").getEffectiveLevel() == logging.DEBUG
-    monkeypatch.setenv(_log.LEVEL_ENV, "ERROR")
-    assert _log.configure() is True
+    monkeypatch.setenv(quiet.LEVEL_ENV, "ERROR")
+    assert quiet.configure() is True
     assert logging.getLogger("raylog").getEffectiveLevel() == logging.ERROR
 
 
 def test_quiet_drops_rays_token_notice_and_nothing_else():
-    logger = logging.getLogger(_log.RAY_TOKEN_LOGGER)
+    logger = logging.getLogger(quiet.RAY_TOKEN_LOGGER)
     seen = []
 
     class Keep(logging.Handler):
@@ -55,14 +55,14 @@ def test_quiet_drops_rays_token_notice_and_nothing_else():
     handler = Keep()
     logger.addHandler(handler)
     try:
-        _log.quiet_ray_start(True)
-        logger.warning(_log.RAY_TOKEN_NOTICE + ". Set RAY_AUTH_MODE=disabled to opt out.")
+        quiet.quiet_ray_start(True)
+        logger.warning(quiet.RAY_TOKEN_NOTICE + ". Set RAY_AUTH_MODE=disabled to opt out.")
         logger.warning("Token authentication is disabled for this Ray cluster.")
-        _log.quiet_ray_start(False)
-        logger.warning(_log.RAY_TOKEN_NOTICE + ".")
+        quiet.quiet_ray_start(False)
+        logger.warning(quiet.RAY_TOKEN_NOTICE + ".")
     finally:
         logger.removeHandler(handler)
-    assert seen == ["Token authentication is disabled for this Ray cluster.", _log.RAY_TOKEN_NOTICE + "."]
+    assert seen == ["Token authentication is disabled for this Ray cluster.", quiet.RAY_TOKEN_NOTICE + "."]
 
 
 def test_forwarded_lines_lose_only_rays_core_startup_line():
@@ -76,8 +76,8 @@ def test_forwarded_lines_lose_only_rays_core_startup_line():
     saved = ray_logging.global_worker_stdstream_dispatcher
     ray_logging.global_worker_stdstream_dispatcher = dispatcher
     try:
-        _log.quiet_forwarded_lines()
-        _log.quiet_forwarded_lines()  # idempotent: one filter
+        quiet.quiet_forwarded_lines()
+        quiet.quiet_forwarded_lines()  # idempotent: one filter
     finally:
         ray_logging.global_worker_stdstream_dispatcher = saved
     startup = "[2026-11-23 02:49:42,550 I 3265 3379] gcs_client.cc:96: GcsClient has no Cluster ID set, and won't fetch from GCS."
@@ -99,7 +99,7 @@ def test_filter_child_stderr_drops_the_core_line_and_passes_the_rest(capfd):
     lines = ["first", core, "[2026-11-23 06:50:52,011 W 1 2] other.cc:1: kept", "last, no newline"]
     script = "import sys; sys.stderr.write(%r)" % "\n".join(lines)
     before = {t.ident for t in threading.enumerate()}
-    with _log.filter_child_stderr():
+    with quiet.filter_child_stderr():
         child = subprocess.Popen([sys.executable, "-c", script])
     child.wait(timeout=60)
     for thread in threading.enumerate():

@@ -67,10 +67,10 @@ def test_verbose_brings_the_notices_back(tmp_path):
     vanishes is quiet by default, and with RAYLOG_LOG_LEVEL=INFO lets
     kazoo's retry lines through."""
     code = (
-        "from raylog import _log\n"
+        "from raylog import quiet\n"
         "from raylog.client import Client\n"
         "from raylog.zk.server import EmbeddedZooKeeper\n"
-        "_log.configure()  # what connect() and the CLI do\n"
+        "quiet.configure()  # what connect() and the CLI do\n"
         "server = EmbeddedZooKeeper().start()\n"
         "client = Client(zookeeper=server.connect_string)\n"
         "server.kill_process()\n"

@@ -4,7 +4,7 @@ Ray Data logs, at INFO on the console, the start and plan of every dataset
 it executes and (when stdout is not a terminal) a block of progress lines
 every few seconds: 11 lines and more for one ``read_raylog(...).count()``.
 They are news to nobody reading a topic, so while raylog is quiet (its
-loggers at WARNING, the default; see :mod:`raylog._log`) the console
+loggers at WARNING, the default; see :mod:`raylog.quiet`) the console
 handler of Ray Data's logger drops INFO and below. Its warnings and errors
 still pass, and so does everything to Ray Data's log file
 (``<session>/logs/ray-data``); other loggers (the application's own) are

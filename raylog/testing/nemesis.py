@@ -52,12 +52,8 @@ import time
 from typing import Sequence
 
 from raylog.errors import CorruptMessageError, RaylogError
-from raylog.replication.admin import leader_actor
-from raylog.replication.state import read_state
-from raylog.storage.decoding import decode_messages
 from raylog.testing import faults as kit
 from raylog.testing.workload import DAMAGED_FILE
-from raylog.transfer.connection import BrokerConnection
 
 log = logging.getLogger(__name__)
 
@@ -216,21 +212,23 @@ class Nemesis:
 
     def _kill_leader(self):
         t = self.target
-        zk, registry, cluster = t.client._zk, t.client.registry, t.client.settings.cluster
+        registry = t.client.registry
         whole = []
-        for p in range(t.partitions):
-            try:
-                state, actor = leader_actor(zk, registry, cluster, t.topic, p)
-            except ValueError:
+        for row in t.client.describe_topic(t.topic)["partitions"]:
+            p = row["partition"]
+            if (row.get("leader") is None or len(row["isr"]) != len(row["replicas"])
+                    or registry.endpoint(t.topic, p) is None):
                 continue
-            if len(state.isr) == len(state.replicas) and registry.endpoint(t.topic, p) is not None:
-                whole.append((p, state, actor))
+            try:
+                whole.append((p, row, t.client.leader_actor(t.topic, p)))
+            except RaylogError:
+                continue
         if not whole:
             raise kit.FaultInjectionError(f"no partition of {t.topic} is replicated with a whole ISR and a leader")
-        p, state, actor = self.rng.choice(whole)
+        p, row, actor = self.rng.choice(whole)
         before = registry.endpoint(t.topic, p)
         pid = kit.kill_actor(actor)
-        detail = {"partition": p, "pid": pid, "leader": state.leader, "leader_epoch": state.leader_epoch}
+        detail = {"partition": p, "pid": pid, "leader": row["leader"], "leader_epoch": row["leader_epoch"]}
         detail.update(self._wait_for_leader(p, before))
         return f"{t.topic}/{p}", detail
 
@@ -243,8 +241,8 @@ class Nemesis:
         while time.time() - started < LEADER_WAIT_S and not self._stop.is_set():
             now = registry.endpoint(t.topic, partition)
             if now is not None and (before is None or now.get("epoch") != before.get("epoch")):
-                state = read_state(t.client._zk, registry.paths, t.topic, partition)[0]
-                return {"new_leader": state.leader, "new_leader_epoch": state.leader_epoch,
+                row = t.client.describe_topic(t.topic)["partitions"][partition]
+                return {"new_leader": row["leader"], "new_leader_epoch": row["leader_epoch"],
                         "serving_after_s": round(time.time() - started, 3)}
             time.sleep(0.05)
         return {"new_leader": None, "serving_after_s": None}
@@ -324,18 +322,27 @@ class Nemesis:
         # next read of a stream: without the seek, two read-backs of one
         # partition that were served would look like a poll-skip.
         self.reader.record("seek", t0=t0, topic=t.topic, partition=partition, offset=offset, reason="read back")
+        consumer = None
         try:
-            host, port = t.client.metadata.endpoint(t.topic, partition, refresh=True, wait_s=5.0)
-            with BrokerConnection(host, port, token=t.client.settings.token, timeout_s=10) as conn:
-                data = conn.fetch(t.topic, partition, offset, size).data
-            records, _ = decode_messages(data[:size], offset)
+            consumer = t.client.consumer(t.topic, auto_offset_reset="error")
+            consumer.assign([(t.topic, partition)])
+            consumer.seek(t.topic, partition, offset)
+            records: list = []
+            deadline = time.monotonic() + 10
+            while not records and time.monotonic() < deadline:
+                records = [m for m in consumer.poll(timeout_ms=1000) if m.offset < offset + size]
         except CorruptMessageError as err:
             self.reader.record("poll", t0=t0, reads=[], error=f"CorruptMessageError: {err}"[:300])
             return {"detected": True}
         except RaylogError as err:
             return {"detected": None, "read_back_error": f"{type(err).__name__}: {err}"[:200]}
-        self.reader.record("poll", t0=t0, reads=[[t.topic, partition, o, v.decode(errors="replace")]
-                                                 for o, _ts, _k, v in records], error=None)
+        finally:
+            if consumer is not None:
+                consumer.close()
+        if not records:
+            return {"detected": None, "read_back_error": "nothing was served within 10 s"}
+        self.reader.record("poll", t0=t0, reads=[[t.topic, partition, m.offset, m.value.decode(errors="replace")]
+                                                 for m in records], error=None)
         return {"detected": False}
 
     def _remove_node(self):

@@ -59,9 +59,7 @@ def bring_back(cluster, host) -> None:
 
 def partition_state(client, topic: str, partition: int = 0):
     """The partition's replication state as ZooKeeper holds it (leader, epoch, replicas, ISR)."""
-    from raylog.replication.state import read_state
-
-    return read_state(client._zk, client.registry.paths, topic, partition)[0]
+    return client.replication_state(topic, partition)
 
 
 def read_values(client, topic: str, count: int, timeout_s: float = WAIT_S) -> list[bytes]:

@@ -56,7 +56,7 @@ from raylog.testing.nemesis import (
     FAULT_KINDS, HOST_KINDS, MULTI_NODE_KINDS, REPLICATED_KINDS, Nemesis, Target, plan,
 )
 from raylog.testing.workload import ProducerWorker
-from raylog.zk.server import EmbeddedZooKeeper
+from raylog.zookeeper import EmbeddedZooKeeper
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +377,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="raylog faults", description=__doc__.split("\n\n")[0])
     add_arguments(p)
     args = p.parse_args(argv)
-    return run_from_args(args)
+    try:
+        return run_from_args(args)
+    except ValueError as err:  # options that parse but do not make a run (an unknown fault kind)
+        p.error(str(err))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

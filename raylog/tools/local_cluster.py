@@ -18,7 +18,7 @@ the virtualenv of the Python that runs it:
 3. with ``--disk-nodes N``, a standing request for N nodes with
    ``raylog_disk``, which the autoscaler answers by starting disk nodes
    (``ray.autoscaler.sdk.request_resources``; kept until replaced);
-4. raylog's supervisor (:mod:`raylog.actors.supervisor`): every topic
+4. raylog's supervisor (:meth:`raylog.Client.start_supervisor`): every topic
    registered in ZooKeeper (kept under the state dir across ``stop`` and
    ``start``) is served again on its node, with no client call, and the
    logs of topics deleted meanwhile are removed.
@@ -56,7 +56,7 @@ import subprocess
 import sys
 import time
 
-from raylog.actors.supervisor import start_supervisor
+from raylog.client import Client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "configs", "local-autoscaling.yaml")
@@ -200,7 +200,11 @@ def _bring_up(address: str, count: int, timeout_s: float, zookeeper: str, cluste
                 if alive >= count or time.monotonic() > deadline:
                     break
                 time.sleep(1.0)
-        start_supervisor(zookeeper, cluster, timeout_s=timeout_s)
+        client = Client(zookeeper=zookeeper, cluster=cluster)
+        try:
+            client.start_supervisor(timeout_s=timeout_s)
+        finally:
+            client.close()
         return alive
     finally:
         ray.shutdown()

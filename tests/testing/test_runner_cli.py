@@ -7,11 +7,9 @@ import pytest
 from raylog.tools import cli
 
 
-def test_raylog_faults_help_lists_the_runner_options(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        cli.run(["faults", "--help"])
-    assert exit_.value.code == 0
-    out = capsys.readouterr().out
+def test_raylog_faults_help_lists_the_runner_options(capfd):
+    assert cli.run(["faults", "--help"]) == 0
+    out = capfd.readouterr().out
     for option in ("--duration", "--seed", "--faults", "--out"):
         assert option in out
 
@@ -48,3 +46,9 @@ def test_replication_options_reach_the_run():
     add_arguments(p)
     options = options_from_args(p.parse_args(["--nodes", "3", "--replication-factor", "3", "--min-insync", "2"]))
     assert (options.replication_factor, options.min_insync_replicas, options.faults) == (3, 2, None)
+
+
+def test_raylog_faults_with_an_unknown_kind_is_a_usage_error_not_a_traceback(capfd):
+    assert cli.run(["faults", "--faults", "meteor", "--duration", "1"]) == 2
+    err = capfd.readouterr().err
+    assert "unknown fault kinds ['meteor']" in err and "Traceback" not in err

@@ -51,7 +51,7 @@ import sys
 import tempfile
 from typing import Mapping, Sequence
 
-from raylog import _log
+from raylog import quiet
 from raylog.errors import ConfigError
 from raylog_spark.source import use_cluster
 
@@ -169,16 +169,16 @@ def init_spark(
     )
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    quiet = _log.configure(verbose)
+    hushed = quiet.configure(verbose)
     ours = False  # whether the driver's log4j configuration is ours (errors only)
-    if quiet:
-        _log.quiet_forwarded_lines()  # the JVMs' start-up lines Ray forwards
+    if hushed:
+        quiet.quiet_forwarded_lines()  # the JVMs' start-up lines Ray forwards
         if "SPARK_LOG4J_CONFIG_FILE_NAME" not in os.environ:
             path = quiet_log4j_config()
             ours = merged.setdefault(LOG4J_CONFIG_KEY, path) == path
     # Spark's driver JVM starts here; quiet, its stderr goes through a filter
-    # that drops the start-up line of Ray's C++ core (see raylog._log)
-    with _log.filter_child_stderr() if quiet else contextlib.nullcontext():
+    # that drops the start-up line of Ray's C++ core (see raylog.quiet)
+    with quiet.filter_child_stderr() if hushed else contextlib.nullcontext():
         spark = raydp.init_spark(
             app_name,
             num_executors,

@@ -15,7 +15,7 @@ import tempfile
 
 import raylog.tools.local_cluster as shared
 from raylog.tools.bench.settings import AUTOSCALER_UPDATE_INTERVAL_S, BenchError, CONFIG
-from raylog.zk.launcher import free_port
+from raylog.zookeeper import free_port
 
 
 def _local_cluster_module():

@@ -11,7 +11,7 @@ import json
 import click
 
 import raylog
-from raylog import _log
+from raylog import quiet
 from raylog.client import Client
 from raylog.errors import RaylogError
 
@@ -217,5 +217,5 @@ def cli(ctx, zookeeper, ray_address, cluster, token):
     usage or setting, 130 interrupted (Ctrl-C), 143 'consume' after SIGTERM.
     """
 
-    _log.configure()  # warnings only, no ZooKeeper retry chatter (RAYLOG_LOG_LEVEL to change)
+    quiet.configure()  # warnings only, no ZooKeeper retry chatter (RAYLOG_LOG_LEVEL to change)
     ctx.obj = Target(zookeeper, ray_address, cluster, token)

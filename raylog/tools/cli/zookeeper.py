@@ -12,8 +12,8 @@ import time
 import click
 
 from raylog.tools.cli.base import DEFAULT_ZOOKEEPER_DIR, ZOOKEEPER_PID_FILE, ZOOKEEPER_LOG_FILE, CommandError, cli
-from raylog.zk.launcher import CFG_NAME
-from raylog.zk.server import EmbeddedZooKeeper
+from raylog.zookeeper import CONFIG_FILE_NAME
+from raylog.zookeeper import EmbeddedZooKeeper
 
 
 @cli.group()
@@ -59,7 +59,7 @@ def _is_our_zookeeper(pid: int) -> bool:
 def _client_port(data_dir: str) -> int | None:
 
     try:
-        with open(os.path.join(data_dir, CFG_NAME)) as f:
+        with open(os.path.join(data_dir, CONFIG_FILE_NAME)) as f:
             for line in f:
                 if line.startswith("clientPort="):
                     return int(line.split("=", 1)[1])
