@@ -16,8 +16,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "raylog"
 #: bases that another piece of work reshapes, each with the reason it stays for now
 KNOWN = {
     "BulkAppends": "the accumulator's interface (producer/accumulator.py) is reworked on its own",
-    "RegistryBase": "one call (_check_partition uses Registry.topic_config); zk/registry_base.py's retry "
-                    "loops are reworked on their own",
 }
 
 

@@ -148,15 +148,6 @@ class Registry(EndpointRegistry):
         except NoNodeError:
             return []
 
-    @_translated("read a topic's config")
-    def topic_config(self, name: str) -> TopicConfig:
-        """The topic's config. Raises UnknownTopicError if there is no such topic."""
-        try:
-            data, _ = self._call(self._zk.get_async, self.paths.topic(name))
-        except NoNodeError:
-            raise self._unknown_topic(name) from None
-        return TopicConfig.from_json(data)
-
     @_translated("check whether a topic exists")
     def topic_exists(self, name: str) -> bool:
         return self._call(self._zk.exists_async, self.paths.topic(name)) is not None

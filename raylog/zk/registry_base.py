@@ -162,6 +162,15 @@ class RegistryBase:
             topic=name,
         )
 
+    @_translated("read a topic's config")
+    def topic_config(self, name: str) -> TopicConfig:
+        """The topic's config. Raises UnknownTopicError if there is no such topic."""
+        try:
+            data, _ = self._call(self._zk.get_async, self.paths.topic(name))
+        except NoNodeError:
+            raise self._unknown_topic(name) from None
+        return TopicConfig.from_json(data)
+
     def _check_partition(self, topic: str, partition: int) -> TopicConfig:
         config = self.topic_config(topic)
         if not isinstance(partition, int) or isinstance(partition, bool) or not (
