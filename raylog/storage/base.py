@@ -114,3 +114,24 @@ class Log(Protocol):
 
     def close(self) -> None:
         """Stop serving; later calls raise :class:`~raylog.errors.ClosedError`."""
+
+
+class LogBasics:
+    """What the file log and the in-memory log hold alike: the topic's
+    config and the high watermark (set by each log as it flushes)."""
+
+    def __init__(self, config: TopicConfig):
+        self._config = config
+        self._hw = 0
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    @property
+    def high_watermark(self) -> int:
+        """Bytes below this offset are flushed and visible to readers."""
+        return self._hw
+
+    def before_acks_all(self) -> None:
+        """A log of one replica has no ISR to check."""

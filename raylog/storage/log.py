@@ -75,6 +75,7 @@ from typing import Callable
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, DiskFullError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
+from raylog.storage.base import LogBasics
 from raylog.storage.fileops import (
     DISK_FULL_RETRY_S,
     LOCK_NAME,
@@ -118,7 +119,7 @@ def _open_error(directory: str, err: OSError) -> StorageError:
     return StorageError(f"cannot open the partition log in {directory}: {err}", directory=directory)
 
 
-class PartitionLog:
+class PartitionLog(LogBasics):
     """The log of one partition, in ``directory``.
 
     It owns its writer state (segments, log end, high watermark, locks) and
@@ -162,7 +163,7 @@ class PartitionLog:
         self.node = node or socket.gethostname()
         self._disk_full: DiskFullError | None = None
         self._disk_full_retry_at = 0.0
-        self._config = config
+        super().__init__(config)
         self._clock = clock
         self._on_disk_error = on_disk_error
         self._max_inflated = config.max_inflated_limit
@@ -231,18 +232,6 @@ class PartitionLog:
     @property
     def directory(self) -> str:
         return self._dir
-
-    @property
-    def config(self) -> TopicConfig:
-        return self._config
-
-    @property
-    def high_watermark(self) -> int:
-        """Bytes below this offset are flushed and visible to readers."""
-        return self._hw
-
-    def before_acks_all(self) -> None:
-        """A log of one replica has no ISR to check."""
 
     @property
     def log_start_offset(self) -> int:

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.base import BytesSlice
+from raylog.storage.base import BytesSlice, LogBasics
 from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.validation import validate_append
@@ -31,32 +31,19 @@ from raylog.storage.validation import validate_append
 _TS_AT = 10  # a message's timestamp: after size, crc, magic, attributes
 
 
-class MemoryLog:
+class MemoryLog(LogBasics):
     """The log of one partition in memory (see the module docstring)."""
 
     def __init__(self, config: TopicConfig = TopicConfig(), *, flush_on_append: bool = False):
-        self._config = config
+        super().__init__(config)
         self._flush_on_append = flush_on_append
         self._data = bytearray()
         self._starts: list[int] = []  # the offset of every outer message, in order
-        self._hw = 0
         self._closed = False
         self._producers = ProducerStateTable(None, config.max_producer_ids)
         self._cond = threading.Condition(threading.Lock())
 
     # -- the contract's properties ------------------------------------------------
-
-    @property
-    def config(self) -> TopicConfig:
-        return self._config
-
-    @property
-    def high_watermark(self) -> int:
-        """Bytes below this offset are flushed and visible to readers."""
-        return self._hw
-
-    def before_acks_all(self) -> None:
-        """A log of one replica has no ISR to check."""
 
     @property
     def log_start_offset(self) -> int:
