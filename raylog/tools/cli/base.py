@@ -104,18 +104,37 @@ class Target:
         except RaylogError:
             raise
         except Exception as err:  # noqa: BLE001 - Ray's own errors on joining
-            if _refused_token(err):
-                raise CommandError(
-                    f"the Ray cluster at {address!r} refused this process: it requires token "
-                    f"authentication; export RAY_AUTH_MODE=token, with the cluster's token in "
-                    f"~/.ray/auth_token (or RAY_AUTH_TOKEN_PATH, RAY_AUTH_TOKEN)"
-                ) from None
-            raise CommandError(
-                f"could not join the Ray cluster at {address!r} ({type(err).__name__}: "
-                f"{str(err).strip().splitlines()[0] if str(err).strip() else 'no details'}); "
-                f"pass --ray-address HOST:PORT of the cluster's head (or set RAYLOG_RAY_ADDRESS), "
-                f"or run this on a node of the cluster"
+            raise ray_error(
+                err, address,
+                f"could not join the Ray cluster at {address!r}",
+                "pass --ray-address HOST:PORT of the cluster's head (or set RAYLOG_RAY_ADDRESS), "
+                "or run this on a node of the cluster",
             ) from None
+
+
+def ray_error(err: BaseException, address: str | None, what: str, advice: str | None = None,
+              *, last_line: bool = False) -> "CommandError":
+    """One line for an error of Ray's own: a refused token says how to
+    present it; anything else is ``what`` with the error's first (or last)
+    line and ``advice``."""
+    if _refused_token(err):
+        return CommandError(
+            f"the Ray cluster at {address!r} refused this process: it requires token "
+            f"authentication; export RAY_AUTH_MODE=token, with the cluster's token in "
+            f"~/.ray/auth_token (or RAY_AUTH_TOKEN_PATH, RAY_AUTH_TOKEN)"
+        )
+    lines = str(err).strip().splitlines()
+    detail = (lines[-1] if last_line else lines[0]) if lines else "no details"
+    return CommandError(f"{what} ({type(err).__name__}: {detail})" + (f"; {advice}" if advice else ""))
+
+
+def echo_names(names: list[str], as_json: bool) -> None:
+    """A list of names: one per line, or (``--json``) one JSON list."""
+    if as_json:
+        _echo_json(names)
+        return
+    for name in names:
+        click.echo(name)
 
 
 def _refused_token(err: BaseException | None) -> bool:

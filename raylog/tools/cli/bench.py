@@ -7,7 +7,7 @@ import click
 from raylog.errors import ConfigError, RaylogError
 from raylog.tools import bench as benchmark
 from raylog.tools.bench import parse_phases
-from raylog.tools.cli.base import CommandError, Target, _refused_token, pass_target, cli
+from raylog.tools.cli.base import Target, pass_target, cli, ray_error
 
 
 def _phases(ctx, param, value):
@@ -67,14 +67,6 @@ def bench(target: Target, phases, phase_seconds, partitions, disk_nodes, message
     except (RaylogError, KeyboardInterrupt):
         raise
     except Exception as err:  # noqa: BLE001 - Ray's own errors, as one line
-        if _refused_token(err):
-            raise CommandError(
-                f"the Ray cluster at {target.ray_address!r} refused this process: it requires token "
-                f"authentication; export RAY_AUTH_MODE=token, with the cluster's token in ~/.ray/auth_token"
-            ) from None
-        detail = str(err).strip().splitlines()
-        raise CommandError(
-            f"the benchmark failed ({type(err).__name__}: {detail[-1] if detail else 'no details'})"
-        ) from None
+        raise ray_error(err, target.ray_address, "the benchmark failed", last_line=True) from None
     if not json_only:
         click.echo(benchmark.format_table(rows))

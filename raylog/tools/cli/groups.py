@@ -7,7 +7,7 @@ import datetime
 
 import click
 
-from raylog.tools.cli.base import Target, _echo_json, json_option, pass_target, _table, cli
+from raylog.tools.cli.base import echo_names, Target, _echo_json, json_option, pass_target, _table, cli
 
 
 @cli.group()
@@ -23,11 +23,7 @@ def groups_list(target: Target, as_json):
     one per line (--json: a JSON list of names)."""
     with target.client("groups list") as client:
         names = client.list_groups()
-    if as_json:
-        _echo_json(names)
-        return
-    for name in names:
-        click.echo(name)
+    echo_names(names, as_json)
 
 
 @groups.command("describe")

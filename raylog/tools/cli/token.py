@@ -10,7 +10,7 @@ import click
 from raylog import auth
 from raylog.errors import RaylogError
 from raylog.ray_join import check_ray_reachable, present_ray_token
-from raylog.tools.cli.base import CommandError, Target, _refused_token, pass_target, cli
+from raylog.tools.cli.base import Target, pass_target, cli, ray_error
 
 _WARNING = (
     "warning: this is the secret of raylog cluster {cluster!r}: whoever holds it can read, write and delete "
@@ -47,17 +47,8 @@ def _token_from_ray(target: Target) -> bytes:
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except Exception as err:  # noqa: BLE001 - Ray's own errors on joining, as one line
-        if _refused_token(err):
-            raise CommandError(
-                f"the Ray cluster at {address!r} refused this process: it requires token authentication; "
-                f"export RAY_AUTH_MODE=token, with the cluster's Ray token in ~/.ray/auth_token"
-            ) from None
-        detail = str(err).strip().splitlines()
-        raise CommandError(
-            f"could not join the Ray cluster at {address!r} to read the token "
-            f"({type(err).__name__}: {detail[0] if detail else 'no details'}); run this on a node of the "
-            f"cluster, or pass --ray-address HOST:PORT of its head"
-        ) from None
+        raise ray_error(err, address, f"could not join the Ray cluster at {address!r} to read the token",
+                        "run this on a node of the cluster, or pass --ray-address HOST:PORT of its head") from None
     try:
         value = auth.cluster_token(target.cluster)
     finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from raylog.config import TopicConfig
-from raylog.tools.cli.base import CommandError, Target, _echo_json, json_option, pass_target, _table, cli
+from raylog.tools.cli.base import echo_names, CommandError, Target, _echo_json, json_option, pass_target, _table, cli
 
 
 @cli.group()
@@ -56,11 +56,7 @@ def topics_list(target: Target, as_json):
     """List the topics, one per line (--json: a JSON list of names)."""
     with target.client("topics list", embedded_ok=True) as client:
         names = client.list_topics()
-    if as_json:
-        _echo_json(names)
-        return
-    for name in names:
-        click.echo(name)
+    echo_names(names, as_json)
 
 
 @topics.command("describe")
