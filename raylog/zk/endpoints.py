@@ -96,11 +96,8 @@ class EndpointRegistry(RegistryBase):
                     tx.set_data(self.paths.partition(topic, partition), fence_data, fence_version)
                     tx.delete(path, stat.version)
                     tx.create(path, data, ephemeral=True)
-            failure = _first_failure(self._commit(tx))
-            if failure is None:
+            if self._committed(tx, (BadVersionError, NoNodeError, NodeExistsError)):
                 return
-            if not isinstance(failure, (BadVersionError, NoNodeError, NodeExistsError)):
-                raise failure
             # another registration (or a placement change) came first; look again
         raise RaylogError(
             f"could not register the endpoint of {topic}-{partition}: it kept changing "

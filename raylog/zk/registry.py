@@ -128,11 +128,8 @@ class Registry(EndpointRegistry):
                     tx.create(path, _dump(stone))
                 else:  # an older delete of the same directory, not yet honoured
                     tx.set_data(path, _dump(stone))
-            failure = _first_failure(self._commit(tx))
-            if failure is None:
+            if self._committed(tx, (NotEmptyError, NoNodeError, NodeExistsError)):
                 return tombstones
-            if not isinstance(failure, (NotEmptyError, NoNodeError, NodeExistsError)):
-                raise failure
             # a node appeared or vanished while we listed; list again
         raise RaylogError(
             f"could not delete topic {name!r}: its nodes kept changing "

@@ -151,6 +151,18 @@ class RegistryBase:
         self._ready()
         return tx.commit_async().get(timeout=self.op_timeout_s)
 
+    def _committed(self, tx, contended: tuple[type[Exception], ...]) -> bool:
+        """Commit ``tx``: True when it went through, False when it failed
+        with one of ``contended`` (someone else changed the nodes first: the
+        caller reads them again and builds a new transaction); any other
+        failure is raised."""
+        failure = _first_failure(self._commit(tx))
+        if failure is None:
+            return True
+        if not isinstance(failure, contended):
+            raise failure
+        return False
+
     def _session_id(self) -> int | None:
         client_id = self._zk.client_id
         return client_id[0] if client_id else None
