@@ -4,7 +4,10 @@ On disk a partition is a directory of segment files ``<base offset, 20
 digits>.log`` (:mod:`raylog.storage.segment`) plus a small checkpoint file,
 ``recovery-point``, holding the last flushed offset (with a CRC32C of its own),
 ``producer-state``, the journal of idempotent producers' sequences
-(:mod:`raylog.storage.producer_state`), and ``lock``, an empty file its owner
+(:mod:`raylog.storage.producer_state`), ``format``, the version of each of
+these kinds of file (:mod:`raylog.storage.format_file`: checked before
+anything else is read; an unknown version is a
+:class:`~raylog.errors.StorageFormatError`, nothing cut), and ``lock``, an empty file its owner
 holds an exclusive ``fcntl.flock`` on while the log is open: a second owner
 (another actor, of this cluster or another one pointed at the same
 directory) fails to open it with :class:`LogDirectoryLockedError`. The log offset of a
@@ -75,6 +78,7 @@ from typing import Callable
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, DiskFullError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
+from raylog.storage import format_file
 from raylog.storage.fileops import (
     DISK_FULL_RETRY_S,
     LOCK_NAME,
@@ -184,6 +188,9 @@ class PartitionLog:
             raise _open_error(self._dir, err) from None
         checkpoint = None
         try:
+            # before anything in the directory is read or created: a newer
+            # format is refused whole, never taken for damage and cut
+            format_file.check_directory(self._dir)
             checkpoint = Checkpoint(self._dir)
             recovery = LogRecovery(self._dir, checkpoint, config.max_message_bytes)
             segments = recovery.run()
