@@ -531,7 +531,7 @@ class PartitionLog:
     # set its old leader stored with that set's offset instead of storing it
     # again.
 
-    def append_replica(self, message_set, offset: int, sequences=()) -> int:
+    def append_replica(self, message_set, offset: int, sequences=(), spanning=None) -> int:
         """Append a leader's set at ``offset``, which must be this log's end
         (replication: the same bytes at the same byte offset on every
         replica). Validated like :meth:`append`; :class:`InvalidOffsetError`
@@ -542,8 +542,20 @@ class PartitionLog:
         (``(producer id, epoch, first sequence, base offset, lengths)``);
         they are remembered as if appended here by their producers. A set
         is passed with the append that holds its end: it may begin in an
-        earlier append (a set larger than one fetch comes in parts)."""
+        earlier append (a set larger than one fetch comes in parts).
+        ``spanning``: such a set (one record, as ``sequences`` holds them)
+        that reaches past this append: journaled now and held as pending
+        (:meth:`ProducerStateTable.hold`), so that the part is cut back
+        before this replica leads (:meth:`cut_partial_replica_set`) or when
+        it reopens."""
         size, count = len(message_set), self._validate(message_set)
+        if spanning is not None:
+            producer_id, epoch, sequence, base, (length,) = spanning
+            if not base < offset + size < base + length:
+                raise InvalidOffsetError(
+                    f"producer {producer_id}'s set at {base} does not reach past the replica append "
+                    f"{offset}..{offset + size} to {self._dir}"
+                )
         sequenced = []
         for producer_id, epoch, first_sequence, base, lengths in sequences:
             if not offset < base + sum(lengths) <= offset + size or base < self.log_start_offset:
@@ -556,7 +568,32 @@ class PartitionLog:
             self._check_writable()
             if offset != self._leo:
                 raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
-            return self._append_locked(message_set, size, count, sequenced) if count else self._leo
+            if not count:
+                return self._leo
+            if spanning is not None:
+                try:
+                    self._producers.hold(producer_id, epoch, sequence, base, length)
+                except OSError as err:
+                    if is_disk_full(err):
+                        raise self._now_disk_full(err, self._dir) from err
+                    self._fail(err)
+                    raise StorageError(f"cannot write the producer state of {self._dir}: {err}") from err
+            return self._append_locked(message_set, size, count, sequenced)
+
+    def cut_partial_replica_set(self) -> int | None:
+        """Before this replica leads: cut the log back to the start of the
+        leader's set it holds only the first part of (a set larger than one
+        fetch), which the producer resends whole; its first messages must
+        not be stored twice. Returns the offset cut back to, or ``None``."""
+        with self._lock:
+            pending = self._producers.pending
+        if pending is None or pending[3] >= self._leo:
+            return None
+        base = pending[3]
+        log.warning("replica %s cuts %d..%d back: part of producer %d's set %d, resent whole by its producer",
+                    self._dir, base, self._leo, pending[0], pending[2])
+        self.truncate_replica(base)
+        return base
 
     def producer_records(self, offset: int, max_bytes: int) -> bytes:
         """The idempotent producers' sets remembered at or after ``offset``,

@@ -67,7 +67,13 @@ Replication
 A follower keeps its leader's table: it appends the leader's remembered sets
 (:meth:`ProducerStateTable.records_from`, journal records read back by
 :func:`parse_records`) with the bytes they describe, so that once it leads
-it judges a retry as the old leader would. :meth:`ProducerStateTable.truncate`
+it judges a retry as the old leader would. A set larger than one fetch
+arrives in parts: its record is journaled with the first part and held as
+:attr:`ProducerStateTable.pending` (:meth:`ProducerStateTable.hold`) until
+the part that completes it is remembered; a follower that leads or reopens
+meanwhile cuts the part back, so the producer's retry stores the set once
+(a record journaled twice, held then remembered, is applied once on open).
+:meth:`ProducerStateTable.truncate`
 forgets the sets a truncation cut off. Producer ids are kept in the order of
 their last set, so ``records_from`` stops at the first id with none after the offset.
 
@@ -183,6 +189,11 @@ class ProducerStateTable:
         #: in the recovered log (its whole messages before a torn one), which
         #: the log must be cut back to; ``None`` when there is none
         self.partial_set_base: int | None = None
+        #: a follower's: the leader's set ``(producer id, epoch, sequence,
+        #: base, length)`` of which the log holds only the first part (a set
+        #: larger than one fetch), journaled with that part (:meth:`hold`)
+        #: and remembered once the part that completes it arrives
+        self.pending: tuple[int, int, int, int, int] | None = None
 
     # -- open and recover -------------------------------------------------------
 
@@ -242,6 +253,8 @@ class ProducerStateTable:
     def _apply(self, producer_id: int, epoch: int, sequence: int, base: int, length: int) -> None:
         producers = self._producers
         state = producers.get(producer_id)
+        if state is not None and epoch == state.epoch and state.remembered(sequence) == base:
+            return  # journaled again: a follower's set held in parts, then completed
         if state is None or sequence != state.last + 1 or epoch != state.epoch:
             state = self._learn(producer_id, epoch, sequence)
         else:
@@ -265,6 +278,9 @@ class ProducerStateTable:
             for sequence in state.window():
                 slot = sequence % SEQUENCES_REMEMBERED
                 parts.append(_record(producer_id, state.epoch, sequence, state.bases[slot], (state.lengths[slot],)))
+        if self.pending is not None:  # so that a reopen still cuts the part back
+            producer_id, epoch, sequence, base, length = self.pending
+            parts.append(_record(producer_id, epoch, sequence, base, (length,)))
         return b"".join(parts)
 
     def _rewrite(self) -> None:
@@ -367,9 +383,25 @@ class ProducerStateTable:
         self._journal_bytes += written
         self._dirty = True
 
+    def hold(self, producer_id: int, epoch: int, sequence: int, base: int, length: int) -> None:
+        """A follower: journal the leader's set that the append about to be
+        made holds only the first part of (before the segment write), and
+        keep it as :attr:`pending`. It is remembered when the append that
+        completes it passes it to :meth:`remember`; until then a retry of it
+        is judged as a set not stored (the log is cut back to its base before
+        this replica leads, :attr:`pending`), and a reopen finds it partly
+        in the log and cuts it back the same way (:attr:`partial_set_base`)."""
+        if self.pending != (producer_id, epoch, sequence, base, length):
+            self.journal(producer_id, epoch, sequence, base, (length,))
+            self.pending = (producer_id, epoch, sequence, base, length)
+
     def remember(self, producer_id: int, epoch: int, first_sequence: int, base: int, lengths) -> None:
         """Remember the sets just appended (after the segment write)."""
+        if self.pending is not None and self.pending[0] == producer_id and self.pending[3] == base:
+            self.pending = None
         state = self._producers.get(producer_id)
+        if state is not None and epoch == state.epoch and len(lengths) == 1 and state.remembered(first_sequence) == base:
+            return  # already remembered
         if state is None or first_sequence != state.last + 1 or epoch != state.epoch:
             sequence = first_sequence
             for length in lengths:
@@ -421,6 +453,8 @@ class ProducerStateTable:
         (the log was cut back there) and rewrite the journal. A producer id
         keeps its last sequence below the cut, so that an older retry is
         still refused; an id learnt at a set that was cut is forgotten."""
+        if self.pending is not None and self.pending[3] >= log_end_offset:
+            self.pending = None
         kept = []
         for producer_id, state in self._producers.items():
             window = state.window()

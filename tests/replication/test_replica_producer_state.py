@@ -9,7 +9,7 @@ import pytest
 
 from raylog.config import TopicConfig
 from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
-from raylog.replication.follower import replicable, whole_messages
+from raylog.replication.follower import replicable, spanning, whole_messages
 from raylog.storage.decoding import decode_messages
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import encode_message_set
@@ -35,8 +35,9 @@ def replicate(leader: PartitionLog, follower: PartitionLog, max_bytes: int = 1 <
     if not length:
         return 0
     sets = leader.producer_records(offset, max_bytes)
-    length, sequences = replicable(offset, length, parse_records(sets), full=len(sets) + RECORD_SIZE > max_bytes)
-    follower.append_replica(data[:length], offset, sequences)
+    records = parse_records(sets)
+    length, sequences = replicable(offset, length, records, full=len(sets) + RECORD_SIZE > max_bytes)
+    follower.append_replica(data[:length], offset, sequences, spanning(offset, length, records))
     follower.flush()
     return length
 
@@ -173,6 +174,62 @@ def test_a_set_larger_than_a_fetch_is_remembered_with_the_fetch_that_completes_i
     assert put(follower, b"retry", 3) == big  # the big set's retry after a failover is not stored again
     assert put(follower, b"retry", 4) == last
     assert values(follower) == values(leader)
+
+
+def holding_part_of_a_big_set(leader, follower):
+    """The leader stores sets 0..2, a set 3 larger than a fetch, and 4; the
+    follower fetches (600 bytes at a time) until it holds only the first
+    part of set 3. Returns the leader's base offsets of the sets."""
+    stored = [put(leader, b"s%d" % seq, seq) for seq in range(3)]
+    stored.append(put(leader, b"x" * 100, 3, messages=20))
+    stored.append(put(leader, b"t", 4))
+    while follower.log_end_offset <= stored[3]:
+        assert replicate(leader, follower, max_bytes=600)
+    assert stored[3] < follower.log_end_offset < stored[4]
+    return stored
+
+
+def test_a_follower_promoted_holding_part_of_a_big_set_stores_its_retry_once(logs):
+    leader, follower = logs("leader"), logs("follower")
+    stored = holding_part_of_a_big_set(leader, follower)
+    expected = values(leader)[:-1]  # everything but set 4, which the follower never got
+
+    # The leader is lost; the follower cuts the part back before it takes over.
+    assert follower.cut_partial_replica_set() == stored[3]
+    assert follower.log_end_offset == stored[3]
+    assert put(follower, b"x" * 100, 3, messages=20) == stored[3]  # the retry of set 3, stored whole once
+    assert put(follower, b"x" * 100, 3, messages=20) == stored[3]  # and a second retry is a duplicate
+    assert values(follower) == expected
+    assert put(follower, b"t", 4) == stored[4]
+    assert values(follower) == values(leader)
+    assert follower.cut_partial_replica_set() is None
+
+
+def test_a_follower_reopened_holding_part_of_a_big_set_cuts_it_back(tmp_path, logs):
+    leader = logs("leader")
+    follower = PartitionLog(tmp_path / "follower", CONFIG)
+    stored = holding_part_of_a_big_set(leader, follower)
+    follower.close()
+    again = logs("follower")  # the follower's process restarted: recovery cuts the part
+    assert again.log_end_offset == stored[3]
+    assert any("resends it whole" in report.reason for report in again.recovery_reports)
+    assert put(again, b"x" * 100, 3, messages=20) == stored[3]
+    assert values(again) == values(leader)[:-1]
+
+
+def test_a_big_set_completed_after_a_journal_compaction_and_reopen_is_remembered_once(tmp_path, logs):
+    leader = logs("leader")
+    follower = PartitionLog(tmp_path / "follower", CONFIG)
+    stored = holding_part_of_a_big_set(leader, follower)
+    follower._producers._rewrite()  # a compaction while the set is held in part keeps its record
+    replicate_all(leader, follower, max_bytes=600)
+    follower.close()
+    again = logs("follower")
+    assert again.recovery_reports == [] and again.log_end_offset == leader.log_end_offset
+    assert again.producer_records(0, 1 << 20) == leader.producer_records(0, 1 << 20)
+    assert put(again, b"retry", 3) == stored[3] and put(again, b"retry", 4) == stored[4]
+    assert put(again, b"s5", 5) == leader.log_end_offset
+    assert values(again)[:-1] == values(leader)
 
 
 def batch(plog: PartitionLog, pid: int, first_sequence: int, sizes) -> int:
