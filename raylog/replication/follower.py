@@ -139,7 +139,9 @@ def replicable(offset: int, length: int, records, full: bool) -> tuple[int, list
     them (the next fetch starts at it), so that a replica holds whole sets
     only, but for a set larger than one fetch: that one is appended in
     parts, and it is remembered with the part that completes it (its record
-    comes with every fetch from inside it). When the records were cut
+    comes with every fetch from inside it). A record without sets (the
+    sequence the leader learnt a producer at, before its first remembered
+    set) goes with that set. When the records were cut
     short, the bytes are cut after the last set described, so that no set
     ends in them unrecorded."""
     end = offset + length
@@ -150,7 +152,15 @@ def replicable(offset: int, length: int, records, full: bool) -> tuple[int, list
         if offset < base < end < base + sum(record[4]):
             end = base
             break
-    return end - offset, [r for r in records if offset < r[3] + sum(r[4]) <= end]
+    kept = []
+    for k, record in enumerate(records):
+        if record[4]:
+            if offset < record[3] + sum(record[4]) <= end:
+                kept.append(record)
+        elif k + 1 < len(records) and records[k + 1][0] == record[0] and (
+                offset < records[k + 1][3] + sum(records[k + 1][4]) <= end):
+            kept.append(record)  # where the leader learnt the producer, with its first remembered set
+    return end - offset, kept
 
 
 def spanning(offset: int, length: int, records):

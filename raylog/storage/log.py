@@ -420,7 +420,7 @@ class PartitionLog:
             # The journal first: a record whose set never reaches the
             # segment is dropped on recovery (it lies beyond the log end).
             for producer_id, epoch, first_sequence, at, lengths in sequenced:
-                self._producers.journal(producer_id, epoch, first_sequence, base + at, lengths)
+                self._producers.journal(producer_id, epoch, first_sequence, -1 if at is None else base + at, lengths)
             active.append(message_set)
         except OSError as err:
             # The segment (and the journal) cut the partial write back.
@@ -431,7 +431,8 @@ class PartitionLog:
             raise StorageError(f"cannot append to {active.path}: {err}") from err
         try:
             for producer_id, epoch, first_sequence, at, lengths in sequenced:
-                self._producers.remember(producer_id, epoch, first_sequence, base + at, lengths)
+                self._producers.remember(producer_id, epoch, first_sequence, -1 if at is None else base + at,
+                                         lengths)
         except OSError as err:  # compacting the journal failed; the set is in the log
             if is_disk_full(err):
                 self._now_disk_full(err, self._dir)  # the journal stays long until there is room
@@ -558,6 +559,9 @@ class PartitionLog:
                 )
         sequenced = []
         for producer_id, epoch, first_sequence, base, lengths in sequences:
+            if not lengths:  # where the leader learnt the producer: goes before its set
+                sequenced.append((producer_id, epoch, first_sequence, None, lengths))
+                continue
             if not offset < base + sum(lengths) <= offset + size or base < self.log_start_offset:
                 raise InvalidOffsetError(
                     f"producer {producer_id}'s sets at {base} do not end within the replica append "

@@ -260,3 +260,35 @@ def test_a_follower_has_its_leaders_sequences_after_any_fetch_sizes(logs, fetch_
         stored = leader.append_sequenced(b"", pid, 0, next_sequence - 1, [1], name="t-0")
         assert put(follower, b"retry", next_sequence - 1, pid) == stored
     assert values(follower) == values(leader)
+
+
+@pytest.mark.parametrize("fetch_bytes", [600, 1 << 20])
+@pytest.mark.parametrize("reopened", [False, True], ids=["running", "reopened"])
+def test_a_follower_more_than_32_sets_behind_learns_a_producer_where_its_leader_did(tmp_path, logs, fetch_bytes,
+                                                                                      reopened):
+    leader, follower = logs("leader"), PartitionLog(tmp_path / "follower", CONFIG)
+    stored = [put(leader, b"v%d" % seq, seq) for seq in range(40)]  # the leader remembers 8..39 of 40
+    put(leader, b"b0", 0, B)
+    replicate_all(leader, follower, fetch_bytes)  # all 40 sets in one catch-up
+    assert follower.producer_records(0, 1 << 20) == leader.producer_records(0, 1 << 20)
+    if reopened:  # the journals' snapshots keep it too
+        follower.close()
+        leader.close()
+        leader = logs("leader")
+        follower = PartitionLog(tmp_path / "follower", CONFIG)
+        assert follower.producer_records(0, 1 << 20) == leader.producer_records(0, 1 << 20)
+    try:
+        assert put(follower, b"retry", 39) == stored[39] and put(follower, b"retry", 8) == stored[8]
+        with pytest.raises(DuplicateSequenceError):
+            put(follower, b"retry", 7)  # stored, no longer remembered: refused on both
+        # A truncation that cuts every remembered set off (the follower follows
+        # a new leader whose epoch began at set 8): the producer, learnt at 0,
+        # stays known on both, so an old retry is refused, not stored again.
+        for plog in (leader, follower):
+            plog.truncate_replica(stored[8])
+            with pytest.raises(DuplicateSequenceError):
+                put(plog, b"old", 3)
+            assert put(plog, b"v8-again", 8) == stored[8]
+        assert values(follower) == values(leader)
+    finally:
+        follower.close()
