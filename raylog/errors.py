@@ -187,6 +187,16 @@ class DiskFullError(StorageError):
     retriable = True
 
 
+@_code(36)
+class StorageFormatError(RaylogError):
+    """A partition directory holds files in an on-disk format version this
+    raylog does not know (``path``, ``found``, ``known``), or its format file
+    is damaged: nothing was read, truncated or rewritten. Open it with the
+    raylog version that wrote it (or a newer one)."""
+
+    retriable = False
+
+
 @_code(16)
 class OutOfOrderSequenceError(RaylogError):
     """An idempotent producer's set skipped sequence numbers (``sequence`` is

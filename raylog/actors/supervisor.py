@@ -26,7 +26,11 @@ then every ``interval_s`` it runs one **repair pass** (:func:`repair`):
    registers its endpoint with a newer epoch; for a replicated partition,
    each replica, leader or follower (:mod:`raylog.replication.repair`);
 3. **lost replicas** (their node gone for ``replica_replace_after_s``) move
-   to an alive disk node (:func:`raylog.replication.repair.replace_lost`).
+   to an alive disk node (:func:`raylog.replication.repair.replace_lost`);
+   each such reassignment (up to two minutes: the new replica catches up)
+   runs on a thread of its own, one per partition and a few at once
+   (:mod:`raylog.replication.background`), so the passes go on meanwhile
+   and its outcome is a row of a later pass.
 
 ``raylog topics repair`` (:meth:`raylog.Client.repair`) runs the same pass
 by hand and reports per partition what it found and did.
@@ -37,9 +41,10 @@ that no longer exists, and empties a directory that has a tombstone. So a
 topic deleted while its node was down and created again under the same
 name starts empty, whichever of the two gets there first.
 
-Thread-safety: :class:`Supervisor` is actor-confined; its one timer thread
-and the method threads share only the registry (thread-safe) and an
-``Event``. The functions here keep no state.
+Thread-safety: :class:`Supervisor` is actor-confined; its one timer thread,
+the method threads and the reassignment threads share only the registry
+(thread-safe), an ``Event`` and the
+:class:`~raylog.replication.background.BackgroundReassignments` (thread-safe). The functions here keep no state.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from raylog.actors.removal import running_actor as _running_actor
 from raylog.actors.replica_actors import PARTITION_ACTORS
 from raylog.config import NAMESPACE
 from raylog.errors import RaylogError, UnknownTopicError
+from raylog.replication.background import BackgroundReassignments
 from raylog.replication.repair import replace_lost, serve_replicas
 from raylog.storage.fileops import remove_log
 from raylog.zk.registry import Registry
@@ -148,9 +154,13 @@ def serve_registered(registry, zookeeper: str, nodes: list[dict], *, topic: str 
 
 
 def repair(registry, zookeeper: str, *, topic: str | None = None, host: str | None = None,
-           token: bytes | None = None, wait_s: float = START_WAIT_S, lost_since: dict | None = None) -> list[dict]:
+           token: bytes | None = None, wait_s: float = START_WAIT_S, lost_since: dict | None = None,
+           background=None) -> list[dict]:
     """One repair pass: :func:`remove_deleted`, :func:`serve_registered`, and
-    with ``lost_since`` (the supervisor's) :func:`replace_lost`."""
+    with ``lost_since`` (the supervisor's) :func:`replace_lost`, whose
+    reassignments run in ``background`` (the supervisor's
+    :class:`~raylog.replication.background.BackgroundReassignments`) when
+    given, so that the pass does not wait for them."""
     import ray  # heavy (Ray): imported when used
 
     nodes = ray.nodes()
@@ -160,7 +170,7 @@ def repair(registry, zookeeper: str, *, topic: str | None = None, host: str | No
     if lost_since is not None:
         alive = {n.identity for n in disk_nodes(nodes)}
         rows += replace_lost(registry, zookeeper, nodes, alive, lost_since, actors=PARTITION_ACTORS, topic=topic,
-                             host=host, token=token)
+                             host=host, token=token, background=background)
     return rows
 
 
@@ -184,6 +194,8 @@ class Supervisor:
         self.last: list[dict] = []
         #: (topic, partition, node) -> when a replica's node was first seen gone
         self.lost_since: dict = {}
+        #: lost replicas' reassignments, run beside the passes (one per partition, a few at once)
+        self.reassignments = BackgroundReassignments()
         self._lock = threading.Lock()  # one pass at a time
         self._last_failure: str | None = None  # the last failed pass's error, while it repeats
         self._stopped = threading.Event()
@@ -212,7 +224,7 @@ class Supervisor:
     def repair(self, topic: str | None = None, wait_s: float = START_WAIT_S) -> list[dict]:
         with self._lock:
             rows = repair(self.registry, self.zookeeper, topic=topic, host=self.host, token=self.token,
-                          wait_s=wait_s, lost_since=self.lost_since)
+                          wait_s=wait_s, lost_since=self.lost_since, background=self.reassignments)
             self.passes += 1
             before = {(r["topic"], r["partition"], r["state"]) for r in self.last}
             for row in rows:  # what changed since the last pass

@@ -13,7 +13,11 @@ under the name ``replica_topic(topic, node, PRODUCERS_PREFIX)`` right after
 the bytes and appended with them (:meth:`raylog.storage.log.PartitionLog.append_replica`), so
 that a follower that takes over deduplicates a retry as its leader would.
 A set larger than one fetch is appended in parts and remembered with the
-fetch that completes it (:func:`replicable`), so it loses no sequence.
+fetch that completes it (:func:`replicable`), so it loses no sequence;
+its record is journaled with the first part (:func:`spanning`), and a
+follower that takes over while it holds only a part cuts that part back
+first (:meth:`~raylog.storage.log.PartitionLog.cut_partial_replica_set`),
+as a reopen does, so that the producer's retry stores the set once.
 
 Before it follows, a follower whose data is of an older leader epoch than
 the ``state`` node's truncates to the boundary where the next epoch began
@@ -135,7 +139,9 @@ def replicable(offset: int, length: int, records, full: bool) -> tuple[int, list
     them (the next fetch starts at it), so that a replica holds whole sets
     only, but for a set larger than one fetch: that one is appended in
     parts, and it is remembered with the part that completes it (its record
-    comes with every fetch from inside it). When the records were cut
+    comes with every fetch from inside it). A record without sets (the
+    sequence the leader learnt a producer at, before its first remembered
+    set) goes with that set. When the records were cut
     short, the bytes are cut after the last set described, so that no set
     ends in them unrecorded."""
     end = offset + length
@@ -146,7 +152,27 @@ def replicable(offset: int, length: int, records, full: bool) -> tuple[int, list
         if offset < base < end < base + sum(record[4]):
             end = base
             break
-    return end - offset, [r for r in records if offset < r[3] + sum(r[4]) <= end]
+    kept = []
+    for k, record in enumerate(records):
+        if record[4]:
+            if offset < record[3] + sum(record[4]) <= end:
+                kept.append(record)
+        elif k + 1 < len(records) and records[k + 1][0] == record[0] and (
+                offset < records[k + 1][3] + sum(records[k + 1][4]) <= end):
+            kept.append(record)  # where the leader learnt the producer, with its first remembered set
+    return end - offset, kept
+
+
+def spanning(offset: int, length: int, records):
+    """The record (of ``records``, as :func:`replicable` takes them) of the
+    set that the ``length`` bytes appended at ``offset`` hold the first
+    part of and that reaches past them (a set larger than one fetch), or
+    ``None``."""
+    end = offset + length
+    for record in records:
+        if record[3] < end < record[3] + sum(record[4]):
+            return record
+    return None
 
 
 class Follower:
@@ -217,7 +243,9 @@ class Follower:
                 (time.monotonic() - self._missing_since) * 1000
                 >= max(self.log.config.replica_lag_ms, LEADER_START_GRACE_MS)):
             # a leader that served and is gone (its session ended or expired, or its process
-            # died) is replaced at once; one never seen serving, after the start grace
+            # died) is replaced at once; one never seen serving, after the start grace.
+            # A set held only in part is cut back first: its producer resends it whole.
+            self.log.cut_partial_replica_set()
             won = take_over(zk, paths, self.topic, self.partition, self.node, self.log.log_end_offset,
                             unclean=self.log.config.unclean_leader_election)
             if won is not None and self._on_promoted is not None:
@@ -265,9 +293,11 @@ class Follower:
                 length = whole_messages(reply.data)
                 if length:
                     sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)
-                    length, sequences = replicable(offset, length, parse_records(sets.data),
+                    records = parse_records(sets.data)
+                    length, sequences = replicable(offset, length, records,
                                                    full=len(sets.data) + RECORD_SIZE > max_bytes)
-                    self.log.append_replica(bytes(reply.data[:length]), offset, sequences)
+                    self.log.append_replica(bytes(reply.data[:length]), offset, sequences,
+                                            spanning(offset, length, records))
                     self.log.flush()
                     self.fetched_bytes += length
                 self.watermark.learn(reply.high_watermark)

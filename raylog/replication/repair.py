@@ -104,12 +104,19 @@ def replacement_target(topic: str, partition: int, state, alive: set[str], expir
 
 def replace_lost(registry, zookeeper: str, nodes: list[dict], alive: set[str], lost_since: dict, *,
                  actors: ReplicaActors, topic: str | None = None, host=None, token=None,
-                 now: float | None = None) -> list[dict]:
+                 now: float | None = None, background=None) -> list[dict]:
     """Reassign the replicas whose node is gone for longer than their
     topic's ``replica_replace_after_s`` (see the module docstring); a row
-    per replacement (``reassigned`` or ``failed``)."""
+    per replacement (``reassigned`` or ``failed``).
+
+    ``background`` (the supervisor's
+    :class:`~raylog.replication.background.BackgroundReassignments`): each
+    reassignment is started there and this returns at once, with a row
+    ``reassigning`` (or ``waiting`` while the most allowed run); the rows of
+    those that ended since the last call come first. Without it each runs
+    here, up to :data:`REPLACE_TIMEOUT_S`."""
     now = time.monotonic() if now is None else now
-    rows, seen = [], set()
+    rows, seen = ([] if background is None else background.finished()), set()
     for name in [topic] if topic is not None else registry.list_topics():
         try:
             config = registry.topic_config(name)
@@ -122,6 +129,9 @@ def replace_lost(registry, zookeeper: str, nodes: list[dict], alive: set[str], l
             if found is None:
                 continue
             state = found[0]
+            if background is not None and background.running(name, p):
+                seen.update((name, p, node) for node in state.replicas if node not in alive)
+                continue  # its reassignment runs; its row comes when it ends
             expired = set()
             for node in state.replicas:
                 if node in alive:
@@ -135,15 +145,24 @@ def replace_lost(registry, zookeeper: str, nodes: list[dict], alive: set[str], l
             if target is None:
                 continue
             moved = ", ".join(f"{a}->{b}" for a, b in zip(state.replicas, target) if a != b)
-            try:
-                reassign_partition(registry.zk, registry, zookeeper=zookeeper, topic=name, partition=p,
-                                   replicas=target, nodes=nodes, actors=actors, host=host, token=token,
-                                   timeout_s=REPLACE_TIMEOUT_S)
-                rows.append(_row(name, p, ",".join(target), "reassigned", moved))
-                log.warning("%s-%d: replicas lost for over %s s reassigned (%s)", name, p,
-                            config.replica_replace_after_s, moved)
-            except RaylogError as err:
-                rows.append(_row(name, p, ",".join(target), "failed", f"reassigning {moved}: {err}"))
+
+            def work(name=name, p=p, target=target, moved=moved, after=config.replica_replace_after_s) -> dict:
+                try:
+                    reassign_partition(registry.zk, registry, zookeeper=zookeeper, topic=name, partition=p,
+                                       replicas=target, nodes=nodes, actors=actors, host=host, token=token,
+                                       timeout_s=REPLACE_TIMEOUT_S)
+                except RaylogError as err:
+                    return _row(name, p, ",".join(target), "failed", f"reassigning {moved}: {err}")
+                log.warning("%s-%d: replicas lost for over %s s reassigned (%s)", name, p, after, moved)
+                return _row(name, p, ",".join(target), "reassigned", moved)
+
+            if background is None:
+                rows.append(work())
+            elif background.start(name, p, work) == "busy":
+                rows.append(_row(name, p, ",".join(target), "waiting",
+                                 f"{moved}: other reassignments run; tried again at the next pass"))
+            else:
+                rows.append(_row(name, p, ",".join(target), "reassigning", moved))
     if topic is None:
         for key in [k for k in lost_since if k not in seen]:
             del lost_since[key]  # alive again, or no longer a replica

@@ -23,6 +23,8 @@ Modules, one per concept:
 * :mod:`raylog.storage.log_reads` -- reads as :class:`FileSlice` for
   ``os.sendfile``, message boundaries; :mod:`raylog.storage.log_replica` --
   a replica's writes (a leader's bytes at the same offsets, truncation);
+* :mod:`raylog.storage.format_file` -- the ``format`` file of a partition
+  directory: the version of each kind of file, checked when a log opens;
 * :mod:`raylog.storage.recovery` -- opening a log: the checkpoint and the
   recovery that reports what it dropped (:class:`RecoveryReport`);
   :mod:`raylog.storage.resync` -- the way past damaged bytes;

@@ -4,7 +4,10 @@ On disk a partition is a directory of segment files ``<base offset, 20
 digits>.log`` (:mod:`raylog.storage.segment`) plus a small checkpoint file,
 ``recovery-point``, holding the last flushed offset (with a CRC32C of its own),
 ``producer-state``, the journal of idempotent producers' sequences
-(:mod:`raylog.storage.producer_state`), and ``lock``, an empty file its owner
+(:mod:`raylog.storage.producer_state`), ``format``, the version of each of
+these kinds of file (:mod:`raylog.storage.format_file`: checked before
+anything else is read; an unknown version is a
+:class:`~raylog.errors.StorageFormatError`, nothing cut), and ``lock``, an empty file its owner
 holds an exclusive ``fcntl.flock`` on while the log is open: a second owner
 (another actor, of this cluster or another one pointed at the same
 directory) fails to open it with :class:`LogDirectoryLockedError`. The log offset of a
@@ -75,6 +78,7 @@ from typing import Callable
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, DiskFullError, InvalidOffsetError, StorageError
 from raylog.storage import faults as _faults
+from raylog.storage import format_file
 from raylog.storage.base import LogBasics
 from raylog.storage.fileops import (
     DISK_FULL_RETRY_S,
@@ -185,6 +189,9 @@ class PartitionLog(LogBasics):
             raise _open_error(self._dir, err) from None
         checkpoint = None
         try:
+            # before anything in the directory is read or created: a newer
+            # format is refused whole, never taken for damage and cut
+            format_file.check_directory(self._dir)
             checkpoint = Checkpoint(self._dir)
             recovery = LogRecovery(self._dir, checkpoint, config.max_message_bytes)
             segments = recovery.run()
@@ -402,7 +409,7 @@ class PartitionLog(LogBasics):
             # The journal first: a record whose set never reaches the
             # segment is dropped on recovery (it lies beyond the log end).
             for producer_id, epoch, first_sequence, at, lengths in sequenced:
-                self._producers.journal(producer_id, epoch, first_sequence, base + at, lengths)
+                self._producers.journal(producer_id, epoch, first_sequence, -1 if at is None else base + at, lengths)
             active.append(message_set)
         except OSError as err:
             # The segment (and the journal) cut the partial write back.
@@ -413,7 +420,8 @@ class PartitionLog(LogBasics):
             raise StorageError(f"cannot append to {active.path}: {err}") from err
         try:
             for producer_id, epoch, first_sequence, at, lengths in sequenced:
-                self._producers.remember(producer_id, epoch, first_sequence, base + at, lengths)
+                self._producers.remember(producer_id, epoch, first_sequence, -1 if at is None else base + at,
+                                         lengths)
         except OSError as err:  # compacting the journal failed; the set is in the log
             if is_disk_full(err):
                 self._now_disk_full(err, self._dir)  # the journal stays long until there is room
@@ -513,7 +521,7 @@ class PartitionLog(LogBasics):
     # set its old leader stored with that set's offset instead of storing it
     # again.
 
-    def append_replica(self, message_set, offset: int, sequences=()) -> int:
+    def append_replica(self, message_set, offset: int, sequences=(), spanning=None) -> int:
         """Append a leader's set at ``offset``, which must be this log's end
         (replication: the same bytes at the same byte offset on every
         replica). Validated like :meth:`append`; :class:`InvalidOffsetError`
@@ -524,10 +532,25 @@ class PartitionLog(LogBasics):
         (``(producer id, epoch, first sequence, base offset, lengths)``);
         they are remembered as if appended here by their producers. A set
         is passed with the append that holds its end: it may begin in an
-        earlier append (a set larger than one fetch comes in parts)."""
+        earlier append (a set larger than one fetch comes in parts).
+        ``spanning``: such a set (one record, as ``sequences`` holds them)
+        that reaches past this append: journaled now and held as pending
+        (:meth:`ProducerStateTable.hold`), so that the part is cut back
+        before this replica leads (:meth:`cut_partial_replica_set`) or when
+        it reopens."""
         size, count = len(message_set), self._validate(message_set)
+        if spanning is not None:
+            producer_id, epoch, sequence, base, (length,) = spanning
+            if not base < offset + size < base + length:
+                raise InvalidOffsetError(
+                    f"producer {producer_id}'s set at {base} does not reach past the replica append "
+                    f"{offset}..{offset + size} to {self._dir}"
+                )
         sequenced = []
         for producer_id, epoch, first_sequence, base, lengths in sequences:
+            if not lengths:  # where the leader learnt the producer: goes before its set
+                sequenced.append((producer_id, epoch, first_sequence, None, lengths))
+                continue
             if not offset < base + sum(lengths) <= offset + size or base < self.log_start_offset:
                 raise InvalidOffsetError(
                     f"producer {producer_id}'s sets at {base} do not end within the replica append "
@@ -538,7 +561,32 @@ class PartitionLog(LogBasics):
             self._check_writable()
             if offset != self._leo:
                 raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
-            return self._append_locked(message_set, size, count, sequenced) if count else self._leo
+            if not count:
+                return self._leo
+            if spanning is not None:
+                try:
+                    self._producers.hold(producer_id, epoch, sequence, base, length)
+                except OSError as err:
+                    if is_disk_full(err):
+                        raise self._now_disk_full(err, self._dir) from err
+                    self._fail(err)
+                    raise StorageError(f"cannot write the producer state of {self._dir}: {err}") from err
+            return self._append_locked(message_set, size, count, sequenced)
+
+    def cut_partial_replica_set(self) -> int | None:
+        """Before this replica leads: cut the log back to the start of the
+        leader's set it holds only the first part of (a set larger than one
+        fetch), which the producer resends whole; its first messages must
+        not be stored twice. Returns the offset cut back to, or ``None``."""
+        with self._lock:
+            pending = self._producers.pending
+        if pending is None or pending[3] >= self._leo:
+            return None
+        base = pending[3]
+        log.warning("replica %s cuts %d..%d back: part of producer %d's set %d, resent whole by its producer",
+                    self._dir, base, self._leo, pending[0], pending[2])
+        self.truncate_replica(base)
+        return base
 
     def producer_records(self, offset: int, max_bytes: int) -> bytes:
         """The idempotent producers' sets remembered at or after ``offset``,

@@ -37,12 +37,15 @@ per append (a run of consecutive sets of one producer, joined), big-endian::
                                             first + k and starts at base offset +
                                             lengths[0] + ... + lengths[k-1]
 
-A record with no sets (count 0, base offset -1) says that the producer is
-known with ``first sequence - 1`` as its last sequence and none of its sets
+A record with no sets (count 0, base offset -1) says that the producer was
+learnt at ``first sequence`` (its last sequence is at least ``first
+sequence - 1``) and that none of its sets before those of its next record is
 remembered: what a truncation leaves of a producer all of whose remembered
-sets it cut off while earlier ones stay in the log (such a producer's
-older retries are refused, never stored again). Only snapshots hold them;
-replication (:func:`parse_records`) carries sets only.
+sets it cut off while earlier ones stay in the log (such a producer's older
+retries are refused, never stored again), or, before a producer's sets, the
+sequence it was learnt at when that is older than its first remembered set
+(a producer with more than :data:`SEQUENCES_REMEMBERED` sets), so that a
+snapshot and a follower learn it exactly as this table holds it.
 
 The file is created at the first sequenced append. Records are applied in file order. On open (:meth:`ProducerStateTable.open`)
 the file is read up to the first record that is cut short or fails its CRC
@@ -56,8 +59,9 @@ its first messages must not be stored twice. The file is then rewritten
 from what is remembered (a snapshot: a temporary file renamed over it), and
 rewritten the same way whenever it grows past twice that size plus
 :data:`COMPACT_SLACK_BYTES`, so it stays bounded by the state it describes
-(a snapshot holds one single-set record per remembered sequence: at most
-``max_producer_ids * SEQUENCES_REMEMBERED`` records of 32 bytes). The file is
+(a snapshot holds one single-set record of 32 bytes per remembered sequence
+and at most one record of 28 bytes without sets per producer id: at most
+``max_producer_ids * (SEQUENCES_REMEMBERED * 32 + 28)`` bytes). The file is
 synced with the log's flush (:meth:`sync`), so a machine crash keeps what a
 flush made durable.
 
@@ -67,7 +71,13 @@ Replication
 A follower keeps its leader's table: it appends the leader's remembered sets
 (:meth:`ProducerStateTable.records_from`, journal records read back by
 :func:`parse_records`) with the bytes they describe, so that once it leads
-it judges a retry as the old leader would. :meth:`ProducerStateTable.truncate`
+it judges a retry as the old leader would. A set larger than one fetch
+arrives in parts: its record is journaled with the first part and held as
+:attr:`ProducerStateTable.pending` (:meth:`ProducerStateTable.hold`) until
+the part that completes it is remembered; a follower that leads or reopens
+meanwhile cuts the part back, so the producer's retry stores the set once
+(a record journaled twice, held then remembered, is applied once on open).
+:meth:`ProducerStateTable.truncate`
 forgets the sets a truncation cut off. Producer ids are kept in the order of
 their last set, so ``records_from`` stops at the first id with none after the offset.
 
@@ -128,9 +138,8 @@ def parse_records(data) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
             raise CorruptMessageError(f"a producer-state record cut short at byte {pos}", offset=pos)
         crc, count, producer_id, epoch, sequence, base = HEADER.unpack_from(data, pos)
         end = pos + HEADER_SIZE + 4 * count
-        if not count or end > size or crc32c(memoryview(data)[pos + 4 : end]) != crc:
-            raise CorruptMessageError(f"a damaged producer-state record at byte {pos} (or one without sets)",
-                                      offset=pos)
+        if end > size or crc32c(memoryview(data)[pos + 4 : end]) != crc:
+            raise CorruptMessageError(f"a damaged producer-state record at byte {pos}", offset=pos)
         records.append((producer_id, epoch, sequence, base, _lengths(count).unpack_from(data, pos + HEADER_SIZE)))
         pos = end
     return records
@@ -139,12 +148,18 @@ def parse_records(data) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
 class _Producer:
     """What is remembered of one producer id."""
 
-    __slots__ = ("epoch", "first", "last", "bases", "lengths")
+    __slots__ = ("epoch", "learnt", "first", "last", "bases", "lengths", "gap_ok")
 
     def __init__(self, epoch: int, sequence: int):
         self.epoch = epoch
-        #: the first sequence remembered since the id was (re)learnt
+        #: the sequence the id was (re)learnt at (a truncation that cuts it off forgets the id)
+        self.learnt = sequence
+        #: the first sequence whose set is remembered since then (later than
+        #: ``learnt`` when the sets in between were never known here: a
+        #: leader's that it no longer remembered when it handed the rest over)
         self.first = sequence
+        #: a "learnt at" record was just applied: the next set may follow a gap
+        self.gap_ok = False
         self.last = sequence - 1
         #: base offsets by ``sequence % SEQUENCES_REMEMBERED``
         self.bases = [-1] * SEQUENCES_REMEMBERED
@@ -159,6 +174,12 @@ class _Producer:
     def window(self) -> range:
         """The sequences remembered."""
         return range(max(self.first, self.last - SEQUENCES_REMEMBERED + 1), self.last + 1)
+
+    def skip_to(self, sequence: int) -> None:
+        """Continue at ``sequence`` after a gap of sets never known here."""
+        self.last = sequence - 1
+        self.first = sequence
+        self.gap_ok = False
 
     def remembered(self, sequence: int) -> int | None:
         if sequence in self.window():
@@ -183,6 +204,11 @@ class ProducerStateTable:
         #: in the recovered log (its whole messages before a torn one), which
         #: the log must be cut back to; ``None`` when there is none
         self.partial_set_base: int | None = None
+        #: a follower's: the leader's set ``(producer id, epoch, sequence,
+        #: base, length)`` of which the log holds only the first part (a set
+        #: larger than one fetch), journaled with that part (:meth:`hold`)
+        #: and remembered once the part that completes it arrives
+        self.pending: tuple[int, int, int, int, int] | None = None
 
     # -- open and recover -------------------------------------------------------
 
@@ -209,8 +235,8 @@ class ProducerStateTable:
                 break
             lengths = _lengths(count).unpack_from(data, pos + HEADER_SIZE)
             pos = end
-            if not count:  # known, nothing remembered (a truncation's)
-                self._learn(producer_id, epoch, sequence)
+            if not count:  # learnt at ``sequence``, nothing remembered (yet)
+                self._mark(producer_id, epoch, sequence)
                 continue
             for k, length in enumerate(lengths):
                 if base + length > log_end_offset:
@@ -242,11 +268,29 @@ class ProducerStateTable:
     def _apply(self, producer_id: int, epoch: int, sequence: int, base: int, length: int) -> None:
         producers = self._producers
         state = producers.get(producer_id)
-        if state is None or sequence != state.last + 1 or epoch != state.epoch:
+        if state is not None and epoch == state.epoch and state.remembered(sequence) == base:
+            return  # journaled again: a follower's set held in parts, then completed
+        if state is not None and state.gap_ok and epoch == state.epoch and sequence > state.last:
+            state.skip_to(sequence)  # after a "learnt at" record: the sets between were not handed over
+            producers.move_to_end(producer_id)
+        elif state is None or sequence != state.last + 1 or epoch != state.epoch:
             state = self._learn(producer_id, epoch, sequence)
         else:
             producers.move_to_end(producer_id)
+        state.gap_ok = False
         state.remember(sequence, base, length)
+
+    def _mark(self, producer_id: int, epoch: int, sequence: int) -> None:
+        """A record without sets: the id was learnt at ``sequence`` (its last
+        is at least ``sequence - 1``), and none of its sets before the next
+        record's is remembered (a truncation's, or a leader's whose older
+        sets it no longer remembers: snapshots and replication)."""
+        state = self._producers.get(producer_id)
+        if state is not None and state.epoch == epoch and state.last >= sequence - 1:
+            state.learnt = min(state.learnt, sequence)
+        else:
+            state = self._learn(producer_id, epoch, sequence)
+        state.gap_ok = True
 
     def _learn(self, producer_id: int, epoch: int, sequence: int) -> _Producer:
         """(Re)learn a producer id whose next sequence is ``sequence``."""
@@ -260,11 +304,17 @@ class ProducerStateTable:
     def _records(self) -> bytes:
         parts = []
         for producer_id, state in self._producers.items():
-            if not state.window():  # a truncation left it known, nothing remembered
+            window = state.window()
+            if not window:  # a truncation left it known, nothing remembered
                 parts.append(_record(producer_id, state.epoch, state.last + 1, -1, ()))
-            for sequence in state.window():
+            elif state.learnt < window[0]:  # learnt before its first remembered set
+                parts.append(_record(producer_id, state.epoch, state.learnt, -1, ()))
+            for sequence in window:
                 slot = sequence % SEQUENCES_REMEMBERED
                 parts.append(_record(producer_id, state.epoch, sequence, state.bases[slot], (state.lengths[slot],)))
+        if self.pending is not None:  # so that a reopen still cuts the part back
+            producer_id, epoch, sequence, base, length = self.pending
+            parts.append(_record(producer_id, epoch, sequence, base, (length,)))
         return b"".join(parts)
 
     def _rewrite(self) -> None:
@@ -367,9 +417,28 @@ class ProducerStateTable:
         self._journal_bytes += written
         self._dirty = True
 
+    def hold(self, producer_id: int, epoch: int, sequence: int, base: int, length: int) -> None:
+        """A follower: journal the leader's set that the append about to be
+        made holds only the first part of (before the segment write), and
+        keep it as :attr:`pending`. It is remembered when the append that
+        completes it passes it to :meth:`remember`; until then a retry of it
+        is judged as a set not stored (the log is cut back to its base before
+        this replica leads, :attr:`pending`), and a reopen finds it partly
+        in the log and cuts it back the same way (:attr:`partial_set_base`)."""
+        if self.pending != (producer_id, epoch, sequence, base, length):
+            self.journal(producer_id, epoch, sequence, base, (length,))
+            self.pending = (producer_id, epoch, sequence, base, length)
+
     def remember(self, producer_id: int, epoch: int, first_sequence: int, base: int, lengths) -> None:
         """Remember the sets just appended (after the segment write)."""
+        if self.pending is not None and self.pending[0] == producer_id and self.pending[3] == base:
+            self.pending = None
+        if not lengths:  # a leader's "learnt at" record (replication)
+            self._mark(producer_id, epoch, first_sequence)
+            return
         state = self._producers.get(producer_id)
+        if state is not None and epoch == state.epoch and len(lengths) == 1 and state.remembered(first_sequence) == base:
+            return  # already remembered
         if state is None or first_sequence != state.last + 1 or epoch != state.epoch:
             sequence = first_sequence
             for length in lengths:
@@ -377,6 +446,7 @@ class ProducerStateTable:
                 base += length
                 sequence += 1
         else:  # the common case: the next sets of a known producer
+            state.gap_ok = False
             self._producers.move_to_end(producer_id)
             bases, lens = state.bases, state.lengths
             sequence = first_sequence
@@ -411,23 +481,30 @@ class ProducerStateTable:
                 slot = sequence % SEQUENCES_REMEMBERED
                 if state.bases[slot] + state.lengths[slot] <= offset:
                     break
-                found.append((state.bases[slot], producer_id, state.epoch, sequence, state.lengths[slot]))
+                found.append((state.bases[slot], 1, producer_id, state.epoch, sequence, state.lengths[slot]))
+            else:
+                if state.learnt < window[0]:  # the follower learns the id where this table did
+                    found.append((state.bases[window[0] % SEQUENCES_REMEMBERED], 0, producer_id, state.epoch,
+                                  state.learnt, None))
         found.sort()
         del found[max(0, max_bytes) // RECORD_SIZE :]
-        return b"".join(_record(pid, epoch, seq, base, (length,)) for base, pid, epoch, seq, length in found)
+        return b"".join(_record(pid, epoch, seq, -1 if length is None else base, () if length is None else (length,))
+                        for base, _, pid, epoch, seq, length in found)
 
     def truncate(self, log_end_offset: int) -> None:
         """Forget the sets that do not lie wholly below ``log_end_offset``
         (the log was cut back there) and rewrite the journal. A producer id
         keeps its last sequence below the cut, so that an older retry is
         still refused; an id learnt at a set that was cut is forgotten."""
+        if self.pending is not None and self.pending[3] >= log_end_offset:
+            self.pending = None
         kept = []
         for producer_id, state in self._producers.items():
             window = state.window()
             cut = next((seq for seq in window if state.bases[seq % SEQUENCES_REMEMBERED]
                         + state.lengths[seq % SEQUENCES_REMEMBERED] > log_end_offset), None)
             if cut is not None:
-                if cut == state.first:
+                if cut == state.learnt:
                     continue
                 state.first, state.last = window[0], cut - 1
             window = state.window()

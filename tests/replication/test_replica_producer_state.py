@@ -9,7 +9,7 @@ import pytest
 
 from raylog.config import TopicConfig
 from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
-from raylog.replication.follower import replicable, whole_messages
+from raylog.replication.follower import replicable, spanning, whole_messages
 from raylog.storage.decoding import decode_messages
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import encode_message_set
@@ -35,8 +35,9 @@ def replicate(leader: PartitionLog, follower: PartitionLog, max_bytes: int = 1 <
     if not length:
         return 0
     sets = leader.producer_records(offset, max_bytes)
-    length, sequences = replicable(offset, length, parse_records(sets), full=len(sets) + RECORD_SIZE > max_bytes)
-    follower.append_replica(data[:length], offset, sequences)
+    records = parse_records(sets)
+    length, sequences = replicable(offset, length, records, full=len(sets) + RECORD_SIZE > max_bytes)
+    follower.append_replica(data[:length], offset, sequences, spanning(offset, length, records))
     follower.flush()
     return length
 
@@ -175,6 +176,62 @@ def test_a_set_larger_than_a_fetch_is_remembered_with_the_fetch_that_completes_i
     assert values(follower) == values(leader)
 
 
+def holding_part_of_a_big_set(leader, follower):
+    """The leader stores sets 0..2, a set 3 larger than a fetch, and 4; the
+    follower fetches (600 bytes at a time) until it holds only the first
+    part of set 3. Returns the leader's base offsets of the sets."""
+    stored = [put(leader, b"s%d" % seq, seq) for seq in range(3)]
+    stored.append(put(leader, b"x" * 100, 3, messages=20))
+    stored.append(put(leader, b"t", 4))
+    while follower.log_end_offset <= stored[3]:
+        assert replicate(leader, follower, max_bytes=600)
+    assert stored[3] < follower.log_end_offset < stored[4]
+    return stored
+
+
+def test_a_follower_promoted_holding_part_of_a_big_set_stores_its_retry_once(logs):
+    leader, follower = logs("leader"), logs("follower")
+    stored = holding_part_of_a_big_set(leader, follower)
+    expected = values(leader)[:-1]  # everything but set 4, which the follower never got
+
+    # The leader is lost; the follower cuts the part back before it takes over.
+    assert follower.cut_partial_replica_set() == stored[3]
+    assert follower.log_end_offset == stored[3]
+    assert put(follower, b"x" * 100, 3, messages=20) == stored[3]  # the retry of set 3, stored whole once
+    assert put(follower, b"x" * 100, 3, messages=20) == stored[3]  # and a second retry is a duplicate
+    assert values(follower) == expected
+    assert put(follower, b"t", 4) == stored[4]
+    assert values(follower) == values(leader)
+    assert follower.cut_partial_replica_set() is None
+
+
+def test_a_follower_reopened_holding_part_of_a_big_set_cuts_it_back(tmp_path, logs):
+    leader = logs("leader")
+    follower = PartitionLog(tmp_path / "follower", CONFIG)
+    stored = holding_part_of_a_big_set(leader, follower)
+    follower.close()
+    again = logs("follower")  # the follower's process restarted: recovery cuts the part
+    assert again.log_end_offset == stored[3]
+    assert any("resends it whole" in report.reason for report in again.recovery_reports)
+    assert put(again, b"x" * 100, 3, messages=20) == stored[3]
+    assert values(again) == values(leader)[:-1]
+
+
+def test_a_big_set_completed_after_a_journal_compaction_and_reopen_is_remembered_once(tmp_path, logs):
+    leader = logs("leader")
+    follower = PartitionLog(tmp_path / "follower", CONFIG)
+    stored = holding_part_of_a_big_set(leader, follower)
+    follower._producers._rewrite()  # a compaction while the set is held in part keeps its record
+    replicate_all(leader, follower, max_bytes=600)
+    follower.close()
+    again = logs("follower")
+    assert again.recovery_reports == [] and again.log_end_offset == leader.log_end_offset
+    assert again.producer_records(0, 1 << 20) == leader.producer_records(0, 1 << 20)
+    assert put(again, b"retry", 3) == stored[3] and put(again, b"retry", 4) == stored[4]
+    assert put(again, b"s5", 5) == leader.log_end_offset
+    assert values(again)[:-1] == values(leader)
+
+
 def batch(plog: PartitionLog, pid: int, first_sequence: int, sizes) -> int:
     """One append of several sets of one producer (a producer's batch)."""
     sets = [encode_message_set([b"%d" % pid * 90] * n, timestamp_ms=1) for n in sizes]
@@ -203,3 +260,35 @@ def test_a_follower_has_its_leaders_sequences_after_any_fetch_sizes(logs, fetch_
         stored = leader.append_sequenced(b"", pid, 0, next_sequence - 1, [1], name="t-0")
         assert put(follower, b"retry", next_sequence - 1, pid) == stored
     assert values(follower) == values(leader)
+
+
+@pytest.mark.parametrize("fetch_bytes", [600, 1 << 20])
+@pytest.mark.parametrize("reopened", [False, True], ids=["running", "reopened"])
+def test_a_follower_more_than_32_sets_behind_learns_a_producer_where_its_leader_did(tmp_path, logs, fetch_bytes,
+                                                                                      reopened):
+    leader, follower = logs("leader"), PartitionLog(tmp_path / "follower", CONFIG)
+    stored = [put(leader, b"v%d" % seq, seq) for seq in range(40)]  # the leader remembers 8..39 of 40
+    put(leader, b"b0", 0, B)
+    replicate_all(leader, follower, fetch_bytes)  # all 40 sets in one catch-up
+    assert follower.producer_records(0, 1 << 20) == leader.producer_records(0, 1 << 20)
+    if reopened:  # the journals' snapshots keep it too
+        follower.close()
+        leader.close()
+        leader = logs("leader")
+        follower = PartitionLog(tmp_path / "follower", CONFIG)
+        assert follower.producer_records(0, 1 << 20) == leader.producer_records(0, 1 << 20)
+    try:
+        assert put(follower, b"retry", 39) == stored[39] and put(follower, b"retry", 8) == stored[8]
+        with pytest.raises(DuplicateSequenceError):
+            put(follower, b"retry", 7)  # stored, no longer remembered: refused on both
+        # A truncation that cuts every remembered set off (the follower follows
+        # a new leader whose epoch began at set 8): the producer, learnt at 0,
+        # stays known on both, so an old retry is refused, not stored again.
+        for plog in (leader, follower):
+            plog.truncate_replica(stored[8])
+            with pytest.raises(DuplicateSequenceError):
+                put(plog, b"old", 3)
+            assert put(plog, b"v8-again", 8) == stored[8]
+        assert values(follower) == values(leader)
+    finally:
+        follower.close()

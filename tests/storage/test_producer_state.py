@@ -15,6 +15,7 @@ from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.storage.producer_state import (
     FILE_NAME,
+    HEADER_SIZE,
     RECORD_SIZE,
     SEQUENCES_REMEMBERED,
     ProducerStateTable,
@@ -148,7 +149,8 @@ def test_the_journal_file_stays_bounded(tmp_path):
         limit = 2 * SEQUENCES_REMEMBERED * RECORD_SIZE + (1 << 20)
         assert os.path.getsize(tmp_path / "p" / FILE_NAME) <= limit + RECORD_SIZE
     with PartitionLog(tmp_path / "p", CONFIG) as plog:
-        assert os.path.getsize(tmp_path / "p" / FILE_NAME) == SEQUENCES_REMEMBERED * RECORD_SIZE
+        # the 32 remembered sets and where the producer was learnt (sequence 0)
+        assert os.path.getsize(tmp_path / "p" / FILE_NAME) == SEQUENCES_REMEMBERED * RECORD_SIZE + HEADER_SIZE
         assert put(plog, b"v", 59_999) == plog.log_end_offset - len(one(b"v"))
 
 

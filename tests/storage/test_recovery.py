@@ -11,6 +11,7 @@ from raylog.storage.log import CHECKPOINT_NAME, LOCK_NAME, PartitionLog
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import HEADER_SIZE, encode_message_set
 from raylog.storage.segment import segment_name
+from raylog.storage.format_file import FILE_NAME as FORMAT_NAME
 
 from conftest import crash, flip_byte, read_all
 
@@ -165,7 +166,7 @@ def test_empty_directory_starts_an_empty_log(tmp_path):
     with PartitionLog(tmp_path / "new" / "topic-0", CONFIG) as log:
         assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (0, 0, 0)
         assert log.segment_bases == [0] and log.size_bytes == 0
-    assert sorted(os.listdir(tmp_path / "new" / "topic-0")) == sorted([segment_name(0), CHECKPOINT_NAME, LOCK_NAME])
+    assert sorted(os.listdir(tmp_path / "new" / "topic-0")) == sorted([segment_name(0), CHECKPOINT_NAME, LOCK_NAME, FORMAT_NAME])
 
 
 def test_checkpoint_with_a_bad_crc_is_not_trusted(tmp_path, caplog):

@@ -41,7 +41,7 @@ def test_time_retention_never_deletes_the_active_segment(tmp_path):
         deleted = log.delete_old_segments(NOW_MS)
         assert [b for b, _ in deleted] == bases[:-1]
         assert log.segment_bases == bases[-1:] and log.log_start_offset == bases[-1]
-        assert sorted(os.listdir(tmp_path)) == [segment_name(bases[-1]), "lock", "recovery-point"]
+        assert sorted(os.listdir(tmp_path)) == sorted([segment_name(bases[-1]), "format", "lock", "recovery-point"])
         assert log.delete_old_segments(NOW_MS) == []
 
 

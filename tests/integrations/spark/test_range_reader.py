@@ -208,3 +208,54 @@ def test_jvm_reader_reads_from_the_follower_on_its_host_and_falls_back_to_the_le
             server.stop()
         watermark.close()
         log.close()
+
+
+def test_jvm_reader_reads_a_message_that_fails_its_crc_at_the_follower_from_the_leader(
+    spark, raylog_client, clicks, tmp_path
+):
+    # The follower on the executor's host holds a copy of partition 0 with one byte flipped in a message
+    # in the middle (its disk damaged it): the reader reads up to that message from the follower, then
+    # that message and the rest from the leader, and the task does not fail.
+    from raylog.config import TopicConfig
+    from raylog.read.replicas import Replica
+    from raylog.replication.follower_reads import FollowerView, ServedWatermark
+    from raylog.storage.log import PartitionLog
+    from raylog.storage.segment import segment_name
+    from raylog.transfer.server import DataServer
+    from raylog_spark.reader import plan_dataframe
+
+    plan = plan_read(clicks, {0: "earliest", 1: "latest", 2: "latest"}, client=raylog_client)
+    (rng,) = plan.ranges
+    assert rng.start == 0
+    expected = as_tuples(plan_dataframe(spark, plan, engine="jvm").collect())
+    log = PartitionLog(tmp_path / "follower", TopicConfig())
+    watermark = ServedWatermark()
+    server = None
+    try:
+        with plan.settings.broker_connection(rng.host, rng.port) as conn:
+            log.append_replica(bytes(conn.fetch(clicks, 0, rng.start, rng.size).data), rng.start)
+        log.flush()
+        watermark.learn(log.log_end_offset)  # it serves the whole range
+        victim, after = log.message_boundaries(rng.start, rng.end, [(rng.start + rng.end) // 2, rng.end - 1])
+        assert rng.start < victim < after
+        with open(tmp_path / "follower" / segment_name(0), "r+b") as f:
+            f.seek(victim + 30)
+            byte = f.read(1)
+            f.seek(victim + 30)
+            f.write(bytes([byte[0] ^ 0x5A]))
+        view = FollowerView(log, watermark, "disk-f")
+        server = DataServer(lambda topic, p: view if (topic, p) == (clicks, 0) else None, token=plan.settings.token)
+        host, port = server.start()
+        executors = {e.host() for e in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()}
+        assert len(executors) == 1, executors
+        here = executors.pop()
+        replicas = (Replica("disk-l", "leader.invalid", rng.port, None, "leader.invalid", leader=True),
+                    Replica("disk-f", host, port, None, here))
+        follower_plan = _with_ranges(plan, replicas=replicas)
+        assert as_tuples(plan_dataframe(spark, follower_plan, engine="jvm").collect()) == expected
+        assert server.stats()["bytes_out"] > victim - rng.start  # the follower served up to the damage
+    finally:
+        if server is not None:
+            server.stop()
+        watermark.close()
+        log.close()

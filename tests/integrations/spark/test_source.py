@@ -332,3 +332,64 @@ def test_batch_and_streaming_writes_into_a_topic(spark, raylog_client, make_topi
         df.write.format("raylog").option("topic", "no-such-topic").mode("append").save()
     flush(raylog_client, dst)
     assert read(spark, subscribe=dst).count() == 500  # the refused writes added nothing
+
+
+def _follower_of(raylog_client, topic: str, tmp_path, host: str):
+    """A follower of ``topic``-0 serving on ``host``: a copy of the leader's
+    bytes and the leader's high watermark, and the partition's ``state``
+    (leader ``disk-l``, in-sync follower ``disk-f``) with both replicas'
+    endpoints, as a replicated partition's are. Returns ``(server, close)``."""
+    from raylog.config import TopicConfig
+    from raylog.replication.follower_reads import FollowerView, ServedWatermark
+    from raylog.replication.state import create_state, register_replica
+    from raylog.storage.log import PartitionLog
+    from raylog.transfer.server import DataServer
+
+    registry = raylog_client.registry
+    endpoint = registry.endpoint(topic, 0)
+    log = PartitionLog(tmp_path / "follower", TopicConfig())
+    watermark = ServedWatermark()
+    with raylog_client.settings.broker_connection(endpoint["host"], endpoint["port"]) as conn:
+        data = bytes(conn.fetch(topic, 0, 0, 1 << 20).data)
+    log.append_replica(data, 0)
+    log.flush()
+    watermark.learn(log.log_end_offset)
+    view = FollowerView(log, watermark, "disk-f")
+    server = DataServer(lambda t, p: view if (t, p) == (topic, 0) else None, host=host,
+                        token=raylog_client.settings.token)
+    fhost, fport = server.start()
+    create_state(registry.zk, registry.paths, topic, 0, ["disk-l", "disk-f"])
+    register_replica(registry.zk, registry.paths, topic, 0, "disk-l", endpoint)
+    register_replica(registry.zk, registry.paths, topic, 0, "disk-f", {"host": fhost, "port": fport, "actor": "f"})
+
+    def close():
+        server.stop()
+        watermark.close()
+        log.close()
+
+    return server, close
+
+
+def test_a_read_by_name_reads_from_the_in_sync_follower_on_its_host_and_falls_back_to_the_leader(
+        spark, raylog_client, make_topic, tmp_path):
+    import socket
+
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [b"r-%04d" % i for i in range(300)])
+    expected = values(read(spark, subscribe=topic).collect())
+    assert len(expected) == 300
+    executors = {e.host() for e in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()}
+    assert len(executors) == 1, executors  # one host: the driver's and the executors'
+    here = socket.gethostbyname(executors.pop())
+    leader_host = raylog_client.registry.endpoint(topic, 0)["host"]
+    if here == leader_host:
+        pytest.skip(f"the executor's address {here} is the leader's: no follower is preferred to it")
+    server, close = _follower_of(raylog_client, topic, tmp_path, here)
+    try:
+        # the follower on the executor's host serves the read (as read_topic's would)
+        assert values(read(spark, subscribe=topic).collect()) == expected
+        assert server.stats()["bytes_out"] > 0
+        server.stop()  # gone: the reader falls back to the leader
+        assert values(read(spark, subscribe=topic).collect()) == expected
+    finally:
+        close()

@@ -398,7 +398,13 @@ final class Cluster implements Closeable {
     return new RaylogOffset(out).json();
   }
 
-  /** The ranges of {@code bounds} that hold data, each preferring its partition's host. */
+  /**
+   * The ranges of {@code bounds} that hold data, each preferring its
+   * partition's host and listing the replicas that may serve it (the leader
+   * and, for a replicated partition, its in-sync followers that run, as
+   * {@code read_topic}'s plans do): a reader reads from the follower on its
+   * own host and falls back to the leader ({@link RangeReader}).
+   */
   List<ReadOptions.Range> ranges(Map<String, Map<Integer, long[]>> bounds) {
     List<ReadOptions.Range> out = new ArrayList<>();
     for (Map.Entry<String, Map<Integer, long[]>> t : bounds.entrySet()) {
@@ -408,11 +414,26 @@ final class Cluster implements Closeable {
           Zk.Endpoint e = endpoint(t.getKey(), p.getKey());
           String host = e == null ? "unknown" : e.host;
           int port = e == null ? 1 : e.port;
-          out.add(new ReadOptions.Range(t.getKey(), p.getKey(), b[0], b[1], host, port, e == null ? null : host));
+          out.add(new ReadOptions.Range(t.getKey(), p.getKey(), b[0], b[1], host, port, e == null ? null : host,
+              replicas(t.getKey(), p.getKey(), e)));
         }
       }
     }
     return out;
+  }
+
+  /** The replicas of a range of the partition led at {@code leader} (empty: the leader alone). */
+  private List<ReadOptions.Replica> replicas(String topic, int partition, Zk.Endpoint leader) {
+    List<Zk.ReplicaEndpoint> found = zk.inSyncReplicas(topic, partition, leader);
+    if (found.size() < 2) {
+      return java.util.Collections.emptyList();
+    }
+    List<ReadOptions.Replica> out = new ArrayList<>();
+    for (int i = 0; i < found.size(); i++) {
+      Zk.ReplicaEndpoint r = found.get(i);
+      out.add(new ReadOptions.Replica(r.node, r.host, r.port, r.host, i == 0));
+    }
+    return java.util.Collections.unmodifiableList(out);
   }
 
   @Override

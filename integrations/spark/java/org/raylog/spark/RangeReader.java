@@ -38,8 +38,9 @@ import org.slf4j.LoggerFactory;
  * (and the leader is not there), the reader reads from that follower, which
  * serves only up to the high watermark it learned from the leader; FETCHes
  * to it wait (a long poll of {@link #FOLLOWER_WAIT_MS}) for it to catch up.
- * Any error of the follower, or an empty reply, and the rest of the range
- * is read from the leader (no lookup budget is spent on it).
+ * Any error of the follower, an empty reply, or a message of its reply that
+ * fails its checks (a bad CRC), and the rest of the range is read from the
+ * leader, from where the follower failed (no lookup budget is spent on it).
  *
  * <p>Not thread-safe: Spark drives each reader from one task thread.
  */
@@ -64,6 +65,8 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private FetchClient client;
   /** the follower read from, or null: the leader */
   private ReadOptions.Replica follower;
+  /** whether the messages being returned came from the follower */
+  private boolean fromFollower;
   /** endpoint lookups of a moved partition: opened at the first failure */
   private Zk zk;
   /** when the lookups of the current failure give up (0: no failure) */
@@ -107,7 +110,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
 
   @Override
   public boolean next() {
-    while (!messages.next()) {
+    while (!nextMessage()) {
       if (next >= range.end) {
         return false;
       }
@@ -115,6 +118,36 @@ final class RangeReader implements PartitionReader<InternalRow> {
     }
     rows++;
     return true;
+  }
+
+  /**
+   * The next message of the current reply; false at its end. A message of
+   * a follower's reply that fails its checks (a bad CRC: its copy was
+   * damaged on its disk or on the way) is fetched again from the leader,
+   * with the rest of the range: nothing of it was returned yet (a wrapper's
+   * inner messages are returned only once its own CRC, which covers them
+   * all, passed). The same failure in the leader's bytes fails the task.
+   */
+  private boolean nextMessage() {
+    try {
+      return messages.next();
+    } catch (RaylogReadException e) {
+      long at = e.longDetail("offset", -1);
+      if (!fromFollower || e.details().containsKey("inner_offset") || at < range.start || at >= next) {
+        throw e;
+      }
+      if (follower != null) {
+        leaveFollower(e.getMessage());
+      } else {
+        LOG.info("{}: the follower's reply fails its checks ({}); reading from the leader {}:{}", range.describe(),
+            e.getMessage(), range.host, range.port);
+      }
+      fromFollower = false;
+      next = at; // the rest from the leader, from the damaged message on
+      pending = false;
+      messages.reset(buffer, 0, at);
+      return false;
+    }
   }
 
   @Override
@@ -246,6 +279,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
             next);
       }
       messages.reset(buffer, whole, next);
+      fromFollower = follower != null;
       next += whole;
       if (next < range.end) {
         try {

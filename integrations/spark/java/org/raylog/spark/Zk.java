@@ -21,7 +21,9 @@ import org.apache.zookeeper.ZooKeeper;
  * root {@code /raylog/<cluster>}): the topics, a topic's config (JSON: its
  * {@code partitions} and {@code max_message_bytes}) and a partition's endpoint
  * ({@code topics/<topic>/partitions/<p>/endpoint}, JSON with {@code host} and
- * {@code port}, present while a partition actor serves) and the registered
+ * {@code port}, present while a partition actor serves), a replicated
+ * partition's in-sync replicas that serve reads ({@code state} and
+ * {@code replicas/<node>}, {@link #inSyncReplicas}) and the registered
  * Avro schemas ({@code schemas/<id>}, see raylog/zk/schemas.py). Reads only; no
  * watches. The session is the JVM's shared one with that ZooKeeper
  * ({@link ZkSessions}); opening one waits at most {@code timeoutMs}.
@@ -143,6 +145,83 @@ final class Zk implements Closeable {
       throw new RaylogReadException(RaylogReadException.PROTOCOL,
           "the endpoint of " + topic + "-" + partition + " is not the JSON {host, port}: "
               + new String(data, StandardCharsets.UTF_8));
+    }
+  }
+
+  /** A replica actor of a partition that runs now ({@code replicas/<node>}): its node and data socket. Immutable. */
+  static final class ReplicaEndpoint {
+    final String node;
+    final String host;
+    final int port;
+
+    ReplicaEndpoint(String node, String host, int port) {
+      this.node = node;
+      this.host = host;
+      this.port = port;
+    }
+  }
+
+  /**
+   * The replicas that may serve reads of {@code topic}-{@code partition},
+   * leader first, as {@code raylog.read.replicas.find_candidates} finds them:
+   * from the partition's {@code state} (JSON with {@code leader} and
+   * {@code isr}, docs/design.md section 4) every in-sync replica whose
+   * {@code replicas/<node>} node holds an endpoint. Empty (the leader alone)
+   * for a partition without replication, when the state's leader is not the
+   * replica at {@code leader} (a change under way), or when the state cannot
+   * be read as JSON.
+   */
+  List<ReplicaEndpoint> inSyncReplicas(String topic, int partition, Endpoint leader) {
+    String base = root + "/topics/" + topic + "/partitions/" + partition;
+    byte[] stateData = data(base + "/state");
+    if (stateData == null || leader == null) {
+      return Collections.emptyList();
+    }
+    String leaderNode;
+    List<String> isr = new ArrayList<>();
+    try {
+      JsonNode state = JSON.readTree(stateData);
+      leaderNode = state.get("leader").asText();
+      for (JsonNode n : state.get("isr")) {
+        isr.add(n.asText());
+      }
+    } catch (IOException | RuntimeException e) {
+      return Collections.emptyList(); // no preference: the leader serves
+    }
+    Collections.sort(isr);
+    List<ReplicaEndpoint> out = new ArrayList<>();
+    ReplicaEndpoint lead = replicaEndpoint(base, leaderNode);
+    if (lead == null || !lead.host.equals(leader.host) || lead.port != leader.port) {
+      return Collections.emptyList();
+    }
+    out.add(lead);
+    for (String node : isr) {
+      if (!node.equals(leaderNode)) {
+        ReplicaEndpoint r = replicaEndpoint(base, node);
+        if (r != null) {
+          out.add(r);
+        }
+      }
+    }
+    return out;
+  }
+
+  /** The endpoint in {@code replicas/<node>} of the partition at {@code base}, or null (none, or not JSON). */
+  private ReplicaEndpoint replicaEndpoint(String base, String node) {
+    byte[] data = data(base + "/replicas/" + node);
+    if (data == null) {
+      return null;
+    }
+    try {
+      JsonNode e = JSON.readTree(data);
+      JsonNode host = e.get("host");
+      JsonNode port = e.get("port");
+      if (host == null || port == null || host.asText().isEmpty() || port.asInt() <= 0) {
+        return null;
+      }
+      return new ReplicaEndpoint(node, host.asText(), port.asInt());
+    } catch (IOException | RuntimeException e) {
+      return null;
     }
   }
 
