@@ -148,9 +148,27 @@ def _source_digest(checkout: str) -> str:
     return h.hexdigest()[:16]
 
 
+#: ``{venv root: open file}``: the venvs this process uses, each held with a
+#: shared lock on its ``in-use`` file for the life of the process, so that
+#: another process's prune leaves them alone (see :func:`_prune`)
+_HELD: dict[str, object] = {}
+
+
+def _hold(root: str) -> None:
+    """Mark the venv under ``root`` as used by this process (the caller holds the cache lock)."""
+    if root in _HELD:
+        return
+    f = open(os.path.join(root, "in-use"), "a")
+    fcntl.flock(f, fcntl.LOCK_SH)
+    _HELD[root] = f
+    os.utime(root)  # the most recently used is pruned last
+
+
 def hosts_venv(checkout: str | None = None, cache_dir: str = CACHE_DIR) -> str:
     """The venv of the hosts (its directory): raylog installed, non-editable,
-    from a wheel of ``checkout``; built once per content of the sources."""
+    from a wheel of ``checkout``; built once per content of the sources. The
+    venv is held for the life of this process: a prune by another process
+    (another checkout's tests) never removes it while this one may use it."""
     checkout = checkout or _checkout()
     digest = _source_digest(checkout)
     root = os.path.join(cache_dir, digest)
@@ -159,6 +177,7 @@ def hosts_venv(checkout: str | None = None, cache_dir: str = CACHE_DIR) -> str:
     with open(os.path.join(cache_dir, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(os.path.join(root, "ready")):
+            _hold(root)
             return venv
         shutil.rmtree(root, ignore_errors=True)
         wheels = os.path.join(root, "wheel")
@@ -186,16 +205,31 @@ def hosts_venv(checkout: str | None = None, cache_dir: str = CACHE_DIR) -> str:
         with open(os.path.join(site, "zz_raylog_hosts_deps.pth"), "w") as f:
             f.write("".join(f"{d}\n" for d in sorted(deps)))
         open(os.path.join(root, "ready"), "w").close()
+        _hold(root)
         _prune(cache_dir, keep=3)
     return venv
 
 
 def _prune(cache_dir: str, keep: int) -> None:
-    """Keep the ``keep`` newest wheels and venvs of the cache (the caller holds its lock)."""
+    """Keep the ``keep`` most recently used wheels and venvs of the cache,
+    and every one that a live process holds (its ``in-use`` lock is
+    shared-locked: :func:`_hold`); the caller holds the cache's lock."""
     entries = [os.path.join(cache_dir, e) for e in os.listdir(cache_dir) if not e.startswith(".")]
     entries.sort(key=os.path.getmtime, reverse=True)
     for old in entries[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
+        if old in _HELD:
+            continue
+        try:
+            f = open(os.path.join(old, "in-use"), "a")
+        except OSError:  # no such file: an entry of an older kit, or a half-made one
+            shutil.rmtree(old, ignore_errors=True)
+            continue
+        with f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # in use by a running process
+            shutil.rmtree(old, ignore_errors=True)
 
 
 # -- slots -----------------------------------------------------------------------
