@@ -84,7 +84,7 @@ class ConnectionTable:
         self._refused = 0
         self._shed = 0
         self._long_polls = 0  # connections parked in a long poll now
-        self._long_polls_refused = 0  # FETCH waits answered at once, every slot taken
+        self._long_polls_refused = 0  # FETCH waits answered after a short pause, every slot taken
 
     def admit(self, sock: socket.socket, peer) -> _Connection | None:
         """The new connection's entry, or ``None`` when it was refused

@@ -42,6 +42,9 @@ log = logging.getLogger("raylog.transfer.server")
 #: a long poll re-checks for ``stop()`` and for a peer that closed this often
 #: while it waits
 LONG_POLL_SLICE_S = 0.5
+#: how long a FETCH that would wait but finds every long-poll slot taken
+#: pauses (holding no slot) before it is answered with what there is
+NO_SLOT_PAUSE_S = 0.2
 
 
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
@@ -212,11 +215,18 @@ class RequestHandlers:
                 if out:  # earlier replies do not wait for the long poll
                     self._send(conn, b"".join(out))
                     out.clear()
-                if self._park(conn):  # a long-poll slot; without one, answered at once
+                if self._park(conn):  # a long-poll slot
                     try:
                         chunk = self._wait_for_data(conn, partition_log, request, max_bytes, max_wait_ms, chunk)
                     finally:
                         self._unpark(conn)
+                else:
+                    # Every slot is taken: answered after a short pause (no
+                    # slot held) with what there is then, so that a consumer
+                    # without a slot asks again at most every NO_SLOT_PAUSE_S
+                    # instead of spinning on empty replies.
+                    self._stopping.wait(min(max_wait_ms / 1000.0, NO_SLOT_PAUSE_S))
+                    chunk = partition_log.read(request.offset, max_bytes)
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
         except ClosedError:

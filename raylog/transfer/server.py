@@ -30,8 +30,9 @@ Long polls have limits of their own: a connection parked in a FETCH wait
 holds one of ``max_long_polls`` slots instead, so that consumers waiting
 for data never lock producers out (at most ``max_connections +
 max_long_polls`` connections in all). With every slot taken, a FETCH that
-would wait is answered at once with what there is (the consumer asks
-again). A parked connection checks its socket while it waits: a peer that
+would wait is answered after a short pause (``NO_SLOT_PAUSE_S`` of
+:mod:`raylog.transfer.handlers`, holding no slot) with what there is then
+(the consumer asks again, without spinning). A parked connection checks its socket while it waits: a peer that
 closed it frees the slot within ``LONG_POLL_SLICE_S``, and at once when
 another FETCH needs that slot. A connection must
 authenticate within ``auth_timeout_s`` and is closed after
@@ -261,7 +262,7 @@ class DataServer:
         """Counters since start: ``connections`` (open now),
         ``connections_accepted``, ``connections_refused`` (over
         ``max_connections``), ``connections_shed``, ``long_polls`` (parked
-        now), ``long_polls_refused`` (waits answered at once, every slot
+        now), ``long_polls_refused`` (waits answered after a short pause, every slot
         taken), ``requests``, ``bytes_in``, ``bytes_out``
         (replies and log data), ``message_sets_in`` (sets appended; the
         messages in them are not counted here, which would cost a pass over
