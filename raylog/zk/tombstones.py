@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 #: the files raylog writes in a partition directory: segments and their
 #: indexes (``<20 digits>.<kind>``), and named files such as ``lock``,
-#: ``recovery-point``, ``producer-state``, ``leader-epoch``; each maybe ``.tmp``
+#: ``recovery-point``, ``producer-state``, ``leader-epoch``, ``format``; each maybe ``.tmp``
 _PARTITION_FILE = re.compile(r"(\d{20}\.[a-z]+|[a-z]+(-[a-z]+)*)(\.tmp)?")
 
 
