@@ -318,6 +318,16 @@ class ReassignmentTimeoutError(RaylogError):
     retriable = True
 
 
+@_code(35)
+class HandoffError(RaylogError):
+    """A leader handoff (drain, balance, reassignment) did not complete: the
+    chosen replica did not catch up in time, or it is not in sync; the old
+    leader accepts writes again and nothing changed. Retry, or name another
+    in-sync replica."""
+
+    retriable = True
+
+
 # --------------------------------------------------------------------------
 # ZooKeeper and consumer groups
 
