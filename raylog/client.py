@@ -288,6 +288,18 @@ class Client:
         cluster."""
         return self._topic_admin.drain_node(str(node), timeout_s)
 
+    def rolling_restart(self, nodes: list[str] | None = None, restart=None, timeout_s: float = 300.0,
+                        on_step=None) -> list[dict]:
+        """Restart the disk nodes one at a time without downtime
+        (:mod:`raylog.actors.rolling`): drain one, restart it (by default its
+        raylog actors, in new processes; ``restart(node)`` to restart more,
+        say its Ray node), wait until its replicas are all in sync again,
+        then the next. One row per node; raises the retriable
+        :class:`RollingRestartError` when a node cannot
+        be drained or does not come back whole within ``timeout_s``. Joins
+        the Ray cluster."""
+        return self._topic_admin.rolling_restart(nodes, restart, timeout_s, on_step)
+
     def balance_leaders(self, topics: list[str] | None = None, timeout_s: float = 10.0) -> dict:
         """Hand every partition's lead back to its preferred replica (the
         first of its replicas) where that one runs and is in sync

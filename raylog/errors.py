@@ -328,6 +328,15 @@ class HandoffError(RaylogError):
     retriable = True
 
 
+@_code(36)
+class RollingRestartError(RaylogError):
+    """A node of a rolling restart could not be drained or did not come back
+    with all its replicas in sync in time; the nodes after it were not
+    touched. Retry once the cluster is whole (``raylog topics describe``)."""
+
+    retriable = True
+
+
 # --------------------------------------------------------------------------
 # ZooKeeper and consumer groups
 

@@ -220,6 +220,15 @@ class TopicAdmin:
         return drain_node(self._zk, self.registry, self.settings.cluster, node, self.settings.token,
                           timeout_s=timeout_s)
 
+    def rolling_restart(self, nodes=None, restart=None, timeout_s: float = 300.0, on_step=None) -> list[dict]:
+        """What :meth:`raylog.Client.rolling_restart` does (documented there)."""
+        from raylog.actors.rolling import rolling_restart
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, "restarting the disk nodes")
+        return rolling_restart(self._zk, self.registry, self.settings.cluster, self.settings.token, nodes=nodes,
+                               restart=restart, timeout_s=timeout_s, on_step=on_step)
+
     def balance_leaders(self, topics=None, timeout_s: float = 10.0) -> dict:
         """What :meth:`raylog.Client.balance_leaders` does (documented there)."""
         from raylog.replication.preferred import balance_leaders
