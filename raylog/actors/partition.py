@@ -36,6 +36,7 @@ only in ``__init__`` and ``shutdown``.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -57,7 +58,7 @@ from raylog.metrics import PartitionMetrics
 from raylog.replication.mend import damaged_ranges, mend_from_isr
 from raylog.replication.preferred import PreferredWatch
 from raylog.replication.replica import ReplicaRole
-from raylog.replication.state import running_replicas
+from raylog.replication.state import leave_isr, running_replicas
 from raylog.retry import RetryPolicy
 from raylog.storage import faults
 from raylog.storage.log import PartitionLog
@@ -75,6 +76,8 @@ log = logging.getLogger(__name__)
 EXIT_DEPOSED = 77
 #: how often a leader looks whether its preferred replica should lead again
 PREFERRED_CHECK_S = 5.0
+#: how long a replica stopped with SIGTERM may take to leave in order (hand off its lead, leave the ISR)
+SIGTERM_DRAIN_S = 5.0
 
 
 class PartitionActor:
@@ -159,6 +162,9 @@ class PartitionActor:
             threading.Thread(target=self._mend, name="raylog-mend", daemon=True).start()
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
+        if self.role is not None:
+            # SIGTERM (a node stopped): Ray's worker exits through atexit; leave in order first
+            atexit.register(self.leave_on_exit)
 
     def _join(self, zookeeper: str) -> None:
         """Connect to ZooKeeper, take the replica's role, a new endpoint epoch
@@ -405,6 +411,32 @@ class PartitionActor:
         if self.role is None or self.role.leader is None:
             return False
         return self.role.leader.shed(node, hold_s)
+
+    def leave_on_exit(self, deadline_s: float = SIGTERM_DRAIN_S) -> str | None:
+        """A process ending without a shutdown (SIGTERM: its node stops),
+        Kafka's controlled shutdown, bounded by ``deadline_s``: a leader
+        hands its lead to an in-sync replica that runs; a follower leaves
+        the ISR (while it stays at least ``min_insync_replicas``), so that
+        ``acks="all"`` does not wait for it. What was done, or None."""
+        if self._closed.is_set() or self.role is None:
+            return None
+        from raylog.replication.handoff import choose_target
+
+        try:
+            role, leader = self.role, self.role.leader
+            if leader is not None and not leader.deposed:
+                target = choose_target(leader.state, running_replicas(self.zk, self.registry.paths, self.topic,
+                                                                      self.partition), avoid=(self.replica,))
+                if target is None:
+                    return None
+                self.hand_off(target, timeout_s=deadline_s / 2, token=self._token)
+                return f"handed to {target}"
+            if role.follower is not None:
+                return "left the ISR" if leave_isr(self.zk, self.registry.paths, self.topic, self.partition,
+                                                   self.replica, self.config.min_insync_replicas) else None
+        except Exception:  # noqa: BLE001 - exiting anyway: the followers take over as after a failure
+            log.warning("%s-%d: leaving in order at exit failed", self.topic, self.partition, exc_info=True)
+        return None
 
     def _check_token(self, token, what: str) -> None:
         import hmac  # only here: imported when used
