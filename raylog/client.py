@@ -267,6 +267,49 @@ class Client:
         (:mod:`raylog.replication.reassign`)."""
         return self._topic_admin.reassign_partition(topic, partition, replicas, timeout_s)
 
+    def hand_off(self, topic: str, partition: int, node: str, timeout_s: float = 10.0) -> dict:
+        """Move the lead of replicated ``topic``-``partition`` to its in-sync
+        replica on ``node`` by a handoff, not a failover (docs/design.md
+        section 7, :mod:`raylog.replication.handoff`): the leader stops
+        accepting, ``node`` catches up to its log end, the lead switches with
+        a new leader epoch and producers and readers are redirected. Returns
+        ``{"leader", "leader_epoch", "log_end", "leaderless_s", ...}``.
+        Raises the retriable :class:`HandoffError` (nothing changed) when
+        ``node`` is not in sync or does not catch up within ``timeout_s``.
+        Joins the Ray cluster."""
+        return self._topic_admin.hand_off(topic, partition, node, timeout_s)
+
+    def drain_node(self, node: str, timeout_s: float = 60.0) -> dict:
+        """Prepare disk node ``node`` to stop (Kafka's controlled shutdown,
+        :mod:`raylog.replication.drain`): every partition it leads is handed
+        to an in-sync replica elsewhere, then every leader takes it out of
+        its ISR until it restarts. Returns ``{"node", "can_stop",
+        "leaders_moved", "followers_shed", "blocked",
+        "longest_leaderless_s"}``; ``can_stop`` is true when the node leads
+        nothing and is in no ISR, else ``blocked`` says why. Joins the Ray
+        cluster."""
+        return self._topic_admin.drain_node(str(node), timeout_s)
+
+    def rolling_restart(self, nodes: list[str] | None = None, restart=None, timeout_s: float = 300.0,
+                        on_step=None) -> list[dict]:
+        """Restart the disk nodes one at a time without downtime
+        (:mod:`raylog.actors.rolling`): drain one, restart it (by default its
+        raylog actors, in new processes; ``restart(node)`` to restart more,
+        say its Ray node), wait until its replicas are all in sync again,
+        then the next. One row per node; raises the retriable
+        :class:`RollingRestartError` when a node cannot
+        be drained or does not come back whole within ``timeout_s``. Joins
+        the Ray cluster."""
+        return self._topic_admin.rolling_restart(nodes, restart, timeout_s, on_step)
+
+    def balance_leaders(self, topics: list[str] | None = None, timeout_s: float = 10.0) -> dict:
+        """Hand every partition's lead back to its preferred replica (the
+        first of its replicas) where that one runs and is in sync
+        (:mod:`raylog.replication.preferred`). Returns ``{"moved", "failed",
+        "leaders_before", "leaders_after"}`` (the last two: node -> number
+        of partitions led). Joins the Ray cluster."""
+        return self._topic_admin.balance_leaders(topics, timeout_s)
+
     def partition_actor(self, topic: str, partition: int):
         """The Ray actor handle of a partition (for control calls and tests)."""
         return self._topic_admin.partition_actor(topic, partition)

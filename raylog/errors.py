@@ -328,6 +328,25 @@ class ReassignmentTimeoutError(RaylogError):
     retriable = True
 
 
+@_code(35)
+class HandoffError(RaylogError):
+    """A leader handoff (drain, balance, reassignment) did not complete: the
+    chosen replica did not catch up in time, or it is not in sync; the old
+    leader accepts writes again and nothing changed. Retry, or name another
+    in-sync replica."""
+
+    retriable = True
+
+
+@_code(36)
+class RollingRestartError(RaylogError):
+    """A node of a rolling restart could not be drained or did not come back
+    with all its replicas in sync in time; the nodes after it were not
+    touched. Retry once the cluster is whole (``raylog topics describe``)."""
+
+    retriable = True
+
+
 # --------------------------------------------------------------------------
 # ZooKeeper and consumer groups
 

@@ -222,6 +222,42 @@ class TopicAdmin:
         return {"leader": state.leader, "leader_epoch": state.leader_epoch, "replicas": list(state.replicas),
                 "isr": list(state.isr)}
 
+    def drain_node(self, node: str, timeout_s: float = 60.0) -> dict:
+        """What :meth:`raylog.Client.drain_node` does (documented there)."""
+        from raylog.replication.drain import drain_node
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, f"draining {node}")
+        return drain_node(self._zk, self.registry, self.settings.cluster, node, self.settings.token,
+                          timeout_s=timeout_s)
+
+    def rolling_restart(self, nodes=None, restart=None, timeout_s: float = 300.0, on_step=None) -> list[dict]:
+        """What :meth:`raylog.Client.rolling_restart` does (documented there)."""
+        from raylog.actors.rolling import rolling_restart
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, "restarting the disk nodes")
+        return rolling_restart(self._zk, self.registry, self.settings.cluster, self.settings.token, nodes=nodes,
+                               restart=restart, timeout_s=timeout_s, on_step=on_step)
+
+    def balance_leaders(self, topics=None, timeout_s: float = 10.0) -> dict:
+        """What :meth:`raylog.Client.balance_leaders` does (documented there)."""
+        from raylog.replication.preferred import balance_leaders
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, "balancing the leaders")
+        return balance_leaders(self._zk, self.registry, self.settings.cluster, self.settings.token, topics,
+                               timeout_s)
+
+    def hand_off(self, topic: str, partition: int, target: str, timeout_s: float = 10.0) -> dict:
+        """What :meth:`raylog.Client.hand_off` does (documented there)."""
+        from raylog.replication.admin import request_handoff
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, f"handing off {topic}-{partition}")
+        return request_handoff(self._zk, self.registry, self.settings.cluster, topic, partition, str(target),
+                               self.settings.token, timeout_s)
+
     def list_topics(self) -> list[str]:
         """The names of the cluster's topics, sorted (read from ZooKeeper)."""
         self._check_open()

@@ -36,6 +36,7 @@ only in ``__init__`` and ``shutdown``.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -52,10 +53,12 @@ from raylog.actors.process_exit import (
     until_zookeeper,
 )
 from raylog.config import NAMESPACE, TopicConfig, actor_name
-from raylog.errors import AuthenticationError
+from raylog.errors import AuthenticationError, HandoffError
 from raylog.metrics import PartitionMetrics
 from raylog.replication.mend import damaged_ranges, mend_from_isr
+from raylog.replication.preferred import PreferredWatch
 from raylog.replication.replica import ReplicaRole
+from raylog.replication.state import leave_isr, running_replicas
 from raylog.retry import RetryPolicy
 from raylog.storage import faults
 from raylog.storage.log import PartitionLog
@@ -71,6 +74,10 @@ log = logging.getLogger(__name__)
 #: exit status of a leader replica that found another replica leading
 #: (beside :mod:`raylog.actors.process_exit`'s)
 EXIT_DEPOSED = 77
+#: how often a leader looks whether its preferred replica should lead again
+PREFERRED_CHECK_S = 5.0
+#: how long a replica stopped with SIGTERM may take to leave in order (hand off its lead, leave the ISR)
+SIGTERM_DRAIN_S = 5.0
 
 
 class PartitionActor:
@@ -109,6 +116,8 @@ class PartitionActor:
         self.log_dir = log_dir
         self.started_at = time.time()
         self._closed = threading.Event()
+        self._handoff_lock = threading.Lock()
+        self._preferred = PreferredWatch()
         #: replication (raylog.replication): this replica's node, its role once known
         self.replica, self.role = replica, None
         self.name = name or actor_name(cluster, topic, partition)
@@ -153,6 +162,9 @@ class PartitionActor:
             threading.Thread(target=self._mend, name="raylog-mend", daemon=True).start()
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
+        if self.role is not None:
+            # SIGTERM (a node stopped): Ray's worker exits through atexit; leave in order first
+            atexit.register(self.leave_on_exit)
 
     def _join(self, zookeeper: str) -> None:
         """Connect to ZooKeeper, take the replica's role, a new endpoint epoch
@@ -251,6 +263,7 @@ class PartitionActor:
         tick = max(0.001, min(self.config.flush_ms, 50) / 2000.0)
         next_retention = time.monotonic() + self.config.retention_check_ms / 1000.0
         next_sample = time.monotonic()
+        next_preferred = time.monotonic() + PREFERRED_CHECK_S
         try:
             while not self._closed.wait(tick):
                 started = time.perf_counter()
@@ -258,6 +271,9 @@ class PartitionActor:
                     self._metrics.observe_flush(time.perf_counter() - started)
                 if self.role is not None:
                     self.role.tick()
+                    if time.monotonic() >= next_preferred:
+                        next_preferred = time.monotonic() + PREFERRED_CHECK_S
+                        self._maybe_prefer()
                 self.log.maybe_resume()  # a full disk: writes resume once there is room (one statvfs while full)
                 if self.log.maybe_roll():
                     log.info("partition %s-%d rolled its segment after segment_ms", self.topic, self.partition)
@@ -276,6 +292,31 @@ class PartitionActor:
             if not self._closed.is_set():
                 exit_process(EXIT_TIMER_FAILED, "partition %s-%d timer failed; restarting the actor", self.topic,
                              self.partition, exc_info=True)
+
+    def _maybe_prefer(self) -> None:
+        """A leader that is not the preferred replica hands its lead there
+        once that one has been in sync for a quiet period
+        (:class:`~raylog.replication.preferred.PreferredWatch`), on a thread
+        of its own (the timer goes on flushing)."""
+        leader = self.role.leader
+        if leader is None or leader.deposed or self._handoff_lock.locked():
+            return
+        state = leader.state
+        if state.replicas[0] == self.replica:
+            return
+        try:
+            running = running_replicas(self.zk, self.registry.paths, self.topic, self.partition)
+        except Exception:  # noqa: BLE001 - ZooKeeper away: next time
+            return
+        target = self._preferred.due(state, self.replica, running)
+        if target is not None:
+            def move():
+                try:
+                    self.hand_off(target, token=self._token)
+                except Exception as err:  # noqa: BLE001 - stays the leader; tried again after the next quiet period
+                    log.info("%s-%d: handing the lead back to %s failed: %s", self.topic, self.partition, target, err)
+
+            threading.Thread(target=move, name="raylog-preferred", daemon=True).start()
 
     # -- control methods -----------------------------------------------------
 
@@ -328,6 +369,81 @@ class PartitionActor:
         if self.role is None:
             return {"node": self.replica, "role": "single", "log_end_offset": self.log.log_end_offset}
         return self.role.status()
+
+    def hand_off(self, target: str, timeout_s: float = 10.0, token: bytes | None = None) -> dict:
+        """Hand this leader's lead to the in-sync replica on ``target``
+        (:mod:`raylog.replication.handoff`): refuse new appends, let it
+        reach the log end, switch by compare-and-set, remove this endpoint,
+        follow the new leader in this process, and wait (at most
+        ``timeout_s`` more) until the new leader registers its endpoint.
+        Returns ``{"leader", "leader_epoch", "log_end", "refused_at",
+        "leaderless_s"}`` (``leaderless_s`` None when the new endpoint did
+        not appear in time). Raises ``HandoffError`` (retriable, nothing
+        changed). Requires the cluster token."""
+        self._check_token(token, "hand-off")
+        with self._handoff_lock:
+            if self.role is None:
+                raise HandoffError(f"{self.topic}-{self.partition} is not replicated; there is no lead to hand off")
+            result = self.role.hand_off(target, timeout_s)
+            try:
+                self.registry.unregister_endpoint(self.topic, self.partition, self.epoch)
+            except Exception:  # noqa: BLE001 - ZooKeeper away: the new leader's registration replaces it
+                log.warning("%s-%d: the old endpoint was not removed after the handoff", self.topic, self.partition,
+                            exc_info=True)
+            self.role.follow_new_leader()
+            result["leaderless_s"] = None
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                endpoint = self.registry.endpoint(self.topic, self.partition)
+                if endpoint is not None and endpoint.get("actor") != self.name:
+                    result["leaderless_s"] = time.time() - result["refused_at"]
+                    break
+                time.sleep(0.005)
+            log.warning("partition %s-%d: lead handed to %s (%s s without a leader)", self.topic, self.partition,
+                        target, result["leaderless_s"])
+            return result
+
+    def shed_follower(self, node: str, hold_s: float = 600.0, token: bytes | None = None) -> bool:
+        """This leader takes the follower on ``node`` out of the ISR and keeps
+        it out until it restarts (at most ``hold_s``): a drain of ``node``.
+        False when the ISR would fall below ``min_insync_replicas``."""
+        self._check_token(token, "shed-follower")
+        if self.role is None or self.role.leader is None:
+            return False
+        return self.role.leader.shed(node, hold_s)
+
+    def leave_on_exit(self, deadline_s: float = SIGTERM_DRAIN_S) -> str | None:
+        """A process ending without a shutdown (SIGTERM: its node stops),
+        Kafka's controlled shutdown, bounded by ``deadline_s``: a leader
+        hands its lead to an in-sync replica that runs; a follower leaves
+        the ISR (while it stays at least ``min_insync_replicas``), so that
+        ``acks="all"`` does not wait for it. What was done, or None."""
+        if self._closed.is_set() or self.role is None:
+            return None
+        from raylog.replication.handoff import choose_target
+
+        try:
+            role, leader = self.role, self.role.leader
+            if leader is not None and not leader.deposed:
+                target = choose_target(leader.state, running_replicas(self.zk, self.registry.paths, self.topic,
+                                                                      self.partition), avoid=(self.replica,))
+                if target is None:
+                    return None
+                self.hand_off(target, timeout_s=deadline_s / 2, token=self._token)
+                return f"handed to {target}"
+            if role.follower is not None:
+                return "left the ISR" if leave_isr(self.zk, self.registry.paths, self.topic, self.partition,
+                                                   self.replica, self.config.min_insync_replicas) else None
+        except Exception:  # noqa: BLE001 - exiting anyway: the followers take over as after a failure
+            log.warning("%s-%d: leaving in order at exit failed", self.topic, self.partition, exc_info=True)
+        return None
+
+    def _check_token(self, token, what: str) -> None:
+        import hmac  # only here: imported when used
+
+        if token is None or not hmac.compare_digest(bytes(token), self._token):
+            raise AuthenticationError(f"{what} of {self.topic}-{self.partition} refused: "
+                                      f"{'no token' if token is None else 'a wrong token'}; pass the cluster's token")
 
     def metrics(self) -> dict:
         """The partition's metric values (sampled now; see :mod:`raylog.metrics`)."""

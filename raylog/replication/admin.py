@@ -101,3 +101,43 @@ def leader_actor(zk, registry, cluster: str, topic: str, partition: int):
     state = found[0]
     name = replica_actor_name(actor_name(cluster, topic, partition), state.leader, state.origin)
     return state, ray.get_actor(name, namespace=NAMESPACE)
+
+
+def replicated_partitions(zk, registry, topics=None) -> list[tuple[str, int, object]]:
+    """``(topic, partition, state)`` of every replicated partition of
+    ``topics`` (default: every topic), read now."""
+    found = []
+    for topic in registry.list_topics() if topics is None else topics:
+        try:
+            config = registry.topic_config(topic)
+        except Exception:  # noqa: BLE001 - deleted meanwhile
+            continue
+        for p in range(config.partitions):
+            read = read_state(zk, registry.paths, topic, p)
+            if read is not None:
+                found.append((topic, p, read[0]))
+    return found
+
+
+def leader_counts(rows, nodes=()) -> dict[str, int]:
+    """How many partitions each node leads (``rows`` as
+    :func:`replicated_partitions` returns them; ``nodes`` counted as 0 when
+    they lead none)."""
+    counts = {n: 0 for n in nodes}
+    for _, _, state in rows:
+        for n in state.replicas:
+            counts.setdefault(n, 0)
+        counts[state.leader] = counts.get(state.leader, 0) + 1
+    return counts
+
+
+def request_handoff(zk, registry, cluster: str, topic: str, partition: int, target: str, token: bytes,
+                    timeout_s: float = 10.0) -> dict:
+    """Ask the leader of ``topic``-``partition`` to hand its lead to
+    ``target`` (:meth:`raylog.actors.partition.PartitionActor.hand_off`);
+    its answer. Raises :class:`~raylog.errors.HandoffError` when it did not
+    complete (nothing changed)."""
+    import ray
+
+    _, actor = leader_actor(zk, registry, cluster, topic, partition)
+    return ray.get(actor.hand_off.remote(target, timeout_s, token), timeout=2 * timeout_s + STATUS_WAIT_S)

@@ -227,6 +227,11 @@ class Follower:
                 self.watermark.cap(boundary)
             self.epoch = state.leader_epoch
             write_epoch(self.log.directory, self.epoch)
+        if state.leader == self.node and self._on_promoted is not None:
+            # the state names this replica (a handoff to it): it leads at once
+            self._stopped.set()
+            self._on_promoted(*read_state(zk, paths, self.topic, self.partition))
+            return
         endpoint = self.registry.endpoint(self.topic, self.partition)
         epoch = state.leader_epoch
         if endpoint is not None and state.leader != self.node and self._failed_epoch == epoch:

@@ -99,6 +99,12 @@ class Leader:
         self.deposed = False
         #: False from a lost ZooKeeper session until the ``state`` node is read again
         self._session_checked = True
+        #: a handoff (raylog.replication.handoff): the replica taking the lead, None otherwise; while
+        #: set, new appends are refused and the count of appends in progress drains to 0
+        self._handing_to: str | None = None
+        self._appending = 0
+        #: followers taken out of the ISR for a drain: node -> (its replica session then, until when)
+        self._parked: dict[str, tuple[int | None, float]] = {}
         if zk is not None:  # (None: the pure logic alone, in tests)
             zk.add_listener(self._on_session_state)
         with self._cond:
@@ -132,6 +138,9 @@ class Leader:
 
     def _check_state(self, state) -> None:
         """The ``state`` node as read now: deposed when it names another leader."""
+        if state.leader != self.node and state.leader == self._handing_to:
+            self.deposed = True  # our own handoff: the role turns this replica into a follower
+            return
         if state.leader != self.node:
             if not self.deposed:
                 self.deposed = True
@@ -147,6 +156,102 @@ class Leader:
     def stop(self) -> None:
         if self.zk is not None:
             self.zk.remove_listener(self._on_session_state)
+
+    # -- handoff (raylog.replication.handoff) ---------------------------------------
+
+    def begin_append(self) -> None:
+        """Before a client's append: raise :class:`NotOwnerError` unless
+        this replica leads and is not handing its lead off; else count the
+        append as in progress until :meth:`end_append`."""
+        self.check_leading()
+        with self._cond:
+            self.check_accepting()
+            self._appending += 1
+
+    def end_append(self) -> None:
+        with self._cond:
+            self._appending -= 1
+            self._cond.notify_all()
+
+    def check_accepting(self) -> None:
+        """Raise :class:`NotOwnerError` while a handoff is under way."""
+        target = self._handing_to
+        if target is not None:
+            raise NotOwnerError(
+                f"replica {self.node} of {self.topic}-{self.partition} is handing its lead to {target}; look the "
+                f"endpoint up again and retry", topic=self.topic, partition=self.partition,
+            )
+
+    def stop_accepting(self, target: str, deadline: float) -> bool:
+        """Refuse new appends (a handoff to ``target``) and wait until those
+        in progress ended; False when they did not by ``deadline``."""
+        with self._cond:
+            self._handing_to = target
+            return self._cond.wait_for(lambda: self._appending == 0, max(0.0, deadline - time.monotonic()))
+
+    def resume_accepting(self) -> None:
+        """A handoff that did not complete: accept appends again."""
+        with self._cond:
+            self._handing_to = None
+            self._cond.notify_all()
+
+    def wait_reached(self, node: str, offset: int, deadline: float) -> bool:
+        """Whether the follower on ``node`` fetched from ``offset`` or past
+        it (so it holds everything below) by ``deadline``."""
+
+        def reached() -> bool:
+            end = self._progress.get(node, (None,))[0]
+            return end is not None and end >= offset
+
+        with self._cond:
+            return self._cond.wait_for(reached, max(0.0, deadline - time.monotonic()))
+
+    def park(self, node: str, session: int | None, hold_s: float) -> None:
+        """Keep ``node`` out of the ISR (a drain took it out) until its
+        replica registers under another ZooKeeper session than ``session``
+        (it was restarted), or ``hold_s`` passed."""
+        with self._cond:
+            self._parked[node] = (session, time.monotonic() + hold_s)
+
+    def shed(self, node: str, hold_s: float) -> bool:
+        """Take the follower on ``node`` out of the ISR now and keep it out
+        (:meth:`park`) until it restarts: a drain, before its node stops, so
+        that ``acks="all"`` never waits for it. False (nothing changed) when
+        the ISR would fall below ``min_insync_replicas`` or this replica no
+        longer leads."""
+        from raylog.replication.state import replica_path
+
+        stat = self.zk.exists(replica_path(self.paths, self.topic, self.partition, node))
+        self.park(node, None if stat is None else stat.ephemeralOwner, hold_s)
+        for _ in range(20):
+            state, version = read_state(self.zk, self.paths, self.topic, self.partition)
+            self._check_state(state)
+            if self.deposed:
+                break
+            if node not in state.isr:
+                self._adopt(state, version)
+                return True
+            if len(state.isr) - 1 < self.config.min_insync_replicas:
+                break
+            proposed = state.with_isr(set(state.isr) - {node})
+            written = compare_and_set(self.zk, self.paths, self.topic, self.partition, proposed, version)
+            if written is not None:
+                log.info("%s-%d: follower %s left the ISR for a drain; ISR is now %s", self.topic, self.partition,
+                         node, list(proposed.isr))
+                self._adopt(proposed, written)
+                return True
+        with self._cond:
+            self._parked.pop(node, None)
+        return False
+
+    def _unpark(self, now: float) -> None:
+        """Let parked followers that restarted (or were held long enough) rejoin."""
+        from raylog.replication.state import replica_path
+
+        for node, (session, until) in list(self._parked.items()):
+            stat = self.zk.exists(replica_path(self.paths, self.topic, self.partition, node)) if self.zk else None
+            if now >= until or (stat is not None and stat.ephemeralOwner != session):
+                del self._parked[node]
 
     @property
     def state(self):
@@ -211,6 +316,8 @@ class Leader:
                     return
                 if found[1] != self._version:
                     self._adopt(*found)
+            if self._parked:
+                self._unpark(now)
         lag_s = self.config.replica_lag_ms / 1000.0
         with self._cond:
             self._advance()
@@ -218,7 +325,8 @@ class Leader:
             for n, (end, caught_up_at, _) in self._progress.items():
                 if n in isr and now - caught_up_at > lag_s:
                     isr.discard(n)
-                elif n not in isr and end is not None and end >= self._committed and now - caught_up_at <= lag_s:
+                elif (n not in isr and n not in self._parked and end is not None and end >= self._committed
+                      and now - caught_up_at <= lag_s):
                     isr.add(n)
             if isr == set(self._state.isr):
                 return
@@ -292,15 +400,22 @@ class ClientView:
     def before_acks_all(self) -> None:
         """The data server's check before an ``acks="all"`` append."""
         self._leader.check_leading()
+        self._leader.check_accepting()
         self._leader.check_isr()
 
     def append(self, data, *args, **kwargs):
-        self._leader.check_leading()
-        return self._log.append(data, *args, **kwargs)
+        self._leader.begin_append()
+        try:
+            return self._log.append(data, *args, **kwargs)
+        finally:
+            self._leader.end_append()
 
     def append_sequenced(self, *args, **kwargs):
-        self._leader.check_leading()
-        return self._log.append_sequenced(*args, **kwargs)
+        self._leader.begin_append()
+        try:
+            return self._log.append_sequenced(*args, **kwargs)
+        finally:
+            self._leader.end_append()
 
     def flush(self) -> bool:
         self._leader.check_isr()

@@ -21,12 +21,13 @@ first; never a blind write):
 4. **shrink**: ``replicas`` becomes the target (plus the leader while it is
    not in it, marked ``removing`` so that no repair starts it again), the
    ISR loses the replicas that go;
-5. **move the lead** when the leader is not in the target: its actor shuts
-   down (its ``replicas/<node>`` node goes with its ZooKeeper session), and
-   an in-sync target replica takes over as after a failover
-   (:func:`~raylog.replication.state.take_over`: leader epoch + 1, the
-   others truncate to its boundary); then the old leader leaves
-   ``replicas``;
+5. **move the lead** when the leader is not in the target: it hands the
+   lead to an in-sync target replica (:mod:`raylog.replication.handoff`:
+   leader epoch + 1, no write refused for longer than the handoff); if that
+   does not complete, its actor shuts down (its ``replicas/<node>`` node
+   goes with its ZooKeeper session) and an in-sync target replica takes over
+   as after a failover (:func:`~raylog.replication.state.take_over`); then
+   the old leader leaves ``replicas``;
 6. **remove** the replicas that went: their actors are killed and their
    logs get a tombstone, honoured at once when the node is alive, else by
    the supervisor once it is back (:mod:`raylog.actors.supervisor`).
@@ -52,9 +53,11 @@ from kazoo.recipe.watchers import DataWatch
 
 from raylog.config import NAMESPACE, actor_name
 from raylog.errors import InvalidReassignmentError, RaylogError, ReassignmentTimeoutError, UnknownPartitionError
+from raylog.replication.admin import request_handoff
 from raylog.replication.assignment import replica_actor_name, replica_log_dir
+from raylog.replication.handoff import choose_target
 from raylog.replication.replica_actors import ReplicaActors
-from raylog.replication.state import compare_and_set, read_state, state_path
+from raylog.replication.state import compare_and_set, read_state, running_replicas, state_path
 from raylog.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,8 @@ log = logging.getLogger(__name__)
 CAS_TRIES = 50
 #: the retries of a compare-and-set that lost (nothing else is retried)
 CAS_RETRY = RetryPolicy(max_tries=CAS_TRIES, delay_s=0.005, max_delay_s=0.1, deadline_s=None)
+#: how long the handoff of the lead to a target replica may take before the old leader is stopped instead
+HANDOFF_TIMEOUT_S = 10.0
 #: how long a shutdown call to a replica actor that goes may take
 STOP_WAIT_S = 10.0
 
@@ -220,7 +225,8 @@ class Reassignment:
             if node != old_leader:
                 self._remove(node, state.origin, alive)
         if old_leader is not None:
-            self._stop(old_leader, state.origin, delete_data=False)
+            if not self._hand_off(state, target, deadline):
+                self._stop(old_leader, state.origin, delete_data=False)  # a failover instead
             state = _wait_state(zk, paths, topic, partition, lambda s: s.leader in target, deadline)
             if state.leader not in target:
                 raise ReassignmentTimeoutError(
@@ -232,6 +238,25 @@ class Reassignment:
                 isr=tuple(n for n in s.isr if n != old_leader), removing=()))
             self._remove(old_leader, state.origin, alive)
         return state
+
+    def _hand_off(self, state, target: list[str], deadline: float) -> bool:
+        """Move the lead to an in-sync target replica by a handoff
+        (:mod:`raylog.replication.handoff`); False when it did not complete
+        (the old leader then stops, and a target takes over as after a failover)."""
+        import ray
+
+        running = running_replicas(self.zk, self.paths, self.topic, self.partition)
+        to = choose_target(state, running, avoid=[n for n in state.replicas if n not in target])
+        if to is None or self.token is None:
+            return False
+        try:
+            request_handoff(self.zk, self.registry, self.cluster, self.topic, self.partition, to, self.token,
+                            max(1.0, min(HANDOFF_TIMEOUT_S, deadline - time.monotonic())))
+            return True
+        except (RaylogError, ValueError, ray.exceptions.RayError) as err:
+            log.info("%s-%d: handing the lead to %s failed (%s); stopping the old leader instead", self.topic,
+                     self.partition, to, err)
+            return False
 
     def _start(self, node: str, origin: str, deadline: float):
         import ray

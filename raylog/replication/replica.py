@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 from raylog.errors import ConfigError
-from raylog.replication.follower import Follower
+from raylog.replication import handoff
+from raylog.replication.follower import Follower, write_epoch
 from raylog.replication.follower_reads import FollowerView
 from raylog.replication.leader import (
     PRODUCERS_PREFIX,
@@ -44,6 +45,7 @@ class ReplicaRole:
             raise ConfigError(f"{topic}-{partition} has no replica on {node} (replicas {', '.join(state.replicas)}: "
                               f"it was reassigned); not serving this log")
         self.zk, self.paths, self.topic, self.partition, self.node = zk, registry.paths, topic, partition, node
+        self.registry, self._token = registry, token
         self.log = partition_log
         self.is_leader = state.leader == node
         self.leader = self.follower = None
@@ -54,14 +56,20 @@ class ReplicaRole:
         if self.is_leader:
             self._lead(state, version)
         else:
-            self.follower = Follower(registry, topic, partition, node, partition_log, token, self._promoted)
-            self._follower_view = FollowerView(partition_log, self.follower.watermark, node)
-            self.follower.start()
+            self._follow()
+
+    def _follow(self) -> None:
+        self.follower = Follower(self.registry, self.topic, self.partition, self.node, self.log, self._token,
+                                 self._promoted)
+        self._follower_view = FollowerView(self.log, self.follower.watermark, self.node)
+        self.follower.start()
 
     def _lead(self, state, version) -> None:
-        self.leader = Leader(self.zk, self.paths, self.topic, self.partition, self.node, self.log, state, version,
-                             on_deposed=self._on_deposed)
-        self._client_view = ClientView(self.leader)
+        leader = Leader(self.zk, self.paths, self.topic, self.partition, self.node, self.log, state, version,
+                        on_deposed=self._on_deposed)
+        self._views = {}  # the followers' views of an earlier lead in this process report to that leader
+        self._client_view = ClientView(leader)
+        self.leader = leader
         self.is_leader = True
 
     def _promoted(self, state, version) -> None:
@@ -69,11 +77,32 @@ class ReplicaRole:
         if self._on_promoted is not None:
             self._on_promoted()
 
+    def hand_off(self, target: str, timeout_s: float) -> dict:
+        """Hand this leader's lead to ``target`` (steps 1-3 of
+        :mod:`raylog.replication.handoff`); the caller then removes the
+        endpoint and calls :meth:`follow_new_leader`. Raises
+        :class:`~raylog.errors.HandoffError` with nothing changed."""
+        if self.leader is None:
+            raise handoff.HandoffError(f"replica {self.node} of {self.topic}-{self.partition} does not lead; "
+                                       f"nothing to hand off")
+        return handoff.hand_off(self.leader, target, timeout_s)
+
+    def follow_new_leader(self) -> None:
+        """After :meth:`hand_off`: this replica, which holds the whole log up
+        to the new epoch's start, follows the new leader in this process."""
+        leader = self.leader
+        write_epoch(self.log.directory, leader.state.leader_epoch)
+        self._follow()
+        self.is_leader = False
+        self.leader = None
+        leader.stop()
+
     def resolve(self, topic: str):
         """What the data server serves under ``topic`` (None: not here): a
         follower serves readers up to the high watermark it learned
         (:mod:`raylog.replication.follower_reads`)."""
-        if self.leader is None:
+        leader, views = self.leader, self._views  # (a handoff may change both meanwhile)
+        if leader is None:
             if topic == self.topic and self.follower is not None:
                 return self._follower_view
             return None
@@ -83,11 +112,11 @@ class ReplicaRole:
             parsed = parse_replica_topic(topic, prefix)
             if parsed is not None:
                 break
-        if parsed is None or parsed[1] != self.topic or parsed[0] not in self.leader.state.replicas:
+        if parsed is None or parsed[1] != self.topic or parsed[0] not in leader.state.replicas:
             return None
-        view = self._views.get(topic)
-        if view is None:
-            view = self._views.setdefault(topic, kind(self.leader, parsed[0]))
+        view = views.get(topic)
+        if view is None or view._leader is not leader:
+            view = views[topic] = kind(leader, parsed[0])
         return view
 
     def register(self, host: str, port: int, actor: str) -> None:

@@ -50,7 +50,7 @@ from raylog.zk.partition_state import (
 
 __all__ = [
     "PartitionState", "compare_and_set", "create_state", "read_state", "register_replica", "replica_path",
-    "replicas_path", "running_replicas", "state_path", "take_over",
+    "replicas_path", "running_replicas", "state_path", "take_over", "leave_isr",
 ]
 
 
@@ -115,3 +115,22 @@ def take_over(zk, paths, topic: str, partition: int, node: str, log_end: int, *,
     new = dataclasses.replace(state, leader=node, leader_epoch=epoch, isr=isr, epochs=state.epochs + ((epoch, log_end),))
     version = compare_and_set(zk, paths, topic, partition, new, version)
     return None if version is None else (new, version)
+
+
+def leave_isr(zk, paths, topic: str, partition: int, node: str, min_insync: int) -> bool:
+    """A follower about to stop takes itself out of the ISR by
+    compare-and-set (while the ISR keeps ``min_insync`` members), so that
+    the leader's ``acks="all"`` stops waiting for it at its next read of
+    the state; True when it is out."""
+    for _ in range(10):
+        found = read_state(zk, paths, topic, partition)
+        if found is None:
+            return False
+        state, version = found
+        if node not in state.isr:
+            return True
+        if state.leader == node or len(state.isr) - 1 < min_insync:
+            return False
+        if compare_and_set(zk, paths, topic, partition, state.with_isr(set(state.isr) - {node}), version) is not None:
+            return True
+    return False

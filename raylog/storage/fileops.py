@@ -45,6 +45,17 @@ def _flusher() -> ThreadPoolExecutor:
         return _flush_pool
 
 
+def submit_flush(flush) -> None:
+    """Run ``flush`` on the flush threads; while the interpreter shuts down
+    (the pool then refuses new work: a process stopped with SIGTERM that
+    still hands its partitions off), on a thread of its own (never in the
+    caller's, which may hold the log's locks)."""
+    try:
+        _flusher().submit(flush)
+    except RuntimeError:
+        threading.Thread(target=flush, name="raylog-flush-at-exit", daemon=True).start()
+
+
 def _reset_flusher_after_fork() -> None:
     # A forked child has none of the parent's threads: start a new pool on demand.
     global _flush_pool, _flush_pool_lock

@@ -83,7 +83,7 @@ from raylog.storage.base import LogBasics
 from raylog.storage.fileops import (
     DISK_FULL_RETRY_S,
     LOCK_NAME,
-    _flusher,
+    submit_flush,
     _lock_directory,
     _sync_directory,
     is_disk_full,
@@ -341,7 +341,7 @@ class PartitionLog(LogBasics):
                 try:
                     if self._unflushed and not self._flush_requested:
                         self._flush_requested = True
-                        _flusher().submit(self._flush_in_background)
+                        submit_flush(self._flush_in_background)
                     self._cond.wait_for(lambda: self._hw > offset or self._closed, max(0.0, timeout_s))
                 finally:
                     self._waiting -= 1
@@ -439,7 +439,7 @@ class PartitionLog(LogBasics):
         self._messages_appended += count
         if (self._unflushed >= self._config.flush_messages or self._waiting) and not self._flush_requested:
             self._flush_requested = True
-            _flusher().submit(self._flush_in_background)
+            submit_flush(self._flush_in_background)
         return base
 
     # -- rolls and retention (writer side: they take the writer's lock) ----------
@@ -760,7 +760,7 @@ class PartitionLog(LogBasics):
         due = self._waiting or self._unflushed >= self._config.flush_messages
         if due and self._unflushed and not self._flush_requested and not self._closed and self._failed is None:
             self._flush_requested = True
-            _flusher().submit(self._flush_in_background)
+            submit_flush(self._flush_in_background)
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush_ms`` passed since the first unflushed append (timer hook)."""

@@ -24,6 +24,12 @@ The kinds:
 ``kill-leader``      SIGKILL the process of a replicated partition's current leader
                      replica (only with a replication factor above 1; a partition
                      whose ISR is whole is chosen), then wait for a leader to serve
+``reassign``         reassign a replicated partition whose ISR is whole: its leader's
+                     replica moves to a spare disk node when there is one, else the
+                     replicas are reordered and the lead handed to the new first
+                     (a handoff either way, :mod:`raylog.replication.handoff`)
+``rolling-restart``  restart every disk node's raylog actors in turn, each drained
+                     first (:meth:`raylog.Client.rolling_restart`)
 ``cut-host``         take a disk host's link down for 4-10 s (its processes live on), then up
 ``partition-hosts``  split the hosts in two random sides for 4-10 s, then heal
 ``one-way-partition`` drop the packets of one disk host to another for 4-10 s, then heal
@@ -74,7 +80,9 @@ FAULT_KINDS = (
 #: kinds that need a multi-node Ray cluster
 MULTI_NODE_KINDS = (REMOVE_NODE,)
 #: kinds that need a replicated topic (replication factor above 1)
-REPLICATED_KINDS = (KILL_LEADER,)
+REASSIGN = "reassign"
+ROLLING_RESTART = "rolling-restart"
+REPLICATED_KINDS = (KILL_LEADER, REASSIGN, ROLLING_RESTART)
 CUT_HOST = "cut-host"
 PARTITION_HOSTS = "partition-hosts"
 ONE_WAY_PARTITION = "one-way-partition"
@@ -86,6 +94,8 @@ HOST_KINDS = (CUT_HOST, PARTITION_HOSTS, ONE_WAY_PARTITION, ZOMBIE_LEADER, KILL_
 KNOWN_KINDS = FAULT_KINDS + REPLICATED_KINDS + HOST_KINDS
 #: how long kill-leader waits for a leader to serve again
 LEADER_WAIT_S = 60.0
+#: how long the reassign and rolling-restart faults may take (each step)
+OPERATION_WAIT_S = 120.0
 
 
 def plan(seed: int, duration_s: float, kinds: Sequence[str], *, start_s: float = 3.0, mean_gap_s: float = 6.0) -> list[tuple[float, str]]:
@@ -231,6 +241,41 @@ class Nemesis:
         detail = {"partition": p, "pid": pid, "leader": row["leader"], "leader_epoch": row["leader_epoch"]}
         detail.update(self._wait_for_leader(p, before))
         return f"{t.topic}/{p}", detail
+
+    def _whole_partitions(self):
+        t = self.target
+        whole = []
+        for p in range(t.partitions):
+            found = read_state(t.client._zk, t.client.registry.paths, t.topic, p)
+            if found is not None and set(found[0].isr) == set(found[0].replicas):
+                whole.append((p, found[0]))
+        if not whole:
+            raise kit.FaultInjectionError(f"no partition of {t.topic} is replicated with a whole ISR")
+        return whole
+
+    def _reassign(self):
+        t = self.target
+        p, state = self.rng.choice(self._whole_partitions())
+        nodes = set(t.disk_nodes) | ({h.name for h in t.hosts.disk_hosts} if t.hosts is not None else set())
+        spare = sorted(nodes - set(state.replicas))
+        if spare:
+            replicas = [self.rng.choice(spare) if n == state.leader else n for n in state.replicas]
+        else:
+            others = [n for n in state.replicas if n != state.leader]
+            replicas = others + [state.leader]
+        started = time.time()
+        after = t.client.reassign_partition(t.topic, p, replicas, timeout_s=OPERATION_WAIT_S)
+        if after["leader"] != replicas[0]:
+            after = t.client.hand_off(t.topic, p, replicas[0], timeout_s=30)
+        return f"{t.topic}/{p}", {"partition": p, "leader": state.leader, "replicas": replicas,
+                                  "new_leader": after["leader"], "new_leader_epoch": after["leader_epoch"],
+                                  "took_s": round(time.time() - started, 3)}
+
+    def _rolling_restart(self):
+        started = time.time()
+        rows = self.target.client.rolling_restart(timeout_s=OPERATION_WAIT_S)
+        return "disk-nodes", {"nodes": [r["node"] for r in rows], "took_s": round(time.time() - started, 3),
+                              "longest_leaderless_s": max((r["longest_leaderless_s"] or 0 for r in rows), default=0)}
 
     def _wait_for_leader(self, partition: int, before) -> dict:
         """Wait until the partition's endpoint is registered anew (a new

@@ -75,3 +75,44 @@ def read_values(client, topic: str, count: int, timeout_s: float = WAIT_S) -> li
         return values
     finally:
         consumer.close()
+
+
+class Sending:
+    """An ``acks="all"`` producer sending numbered values (``v0``, ``v1``
+    ...) from a thread of its own until :meth:`finish`; ``acked`` holds the
+    acknowledged values in send order, ``failures`` the errors. Its retries
+    are the producer's usual ones (8 tries within 30 s): a move of the lead
+    that no producer should notice must fit in them."""
+
+    def __init__(self, client, topic: str):
+        import threading
+
+        from raylog.retry import RetryPolicy
+
+        self.producer = client.producer(acks="all", retry=RetryPolicy(max_tries=8, delay_s=0.05, max_delay_s=1.0,
+                                                                      deadline_s=30))
+        self.topic, self.acked, self.failures = topic, [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        i = 0
+        while not self.stop.is_set():
+            value = b"v%d" % i
+            try:
+                self.producer.send(self.topic, value).result(60)
+                self.acked.append(value)
+            except Exception as err:  # noqa: BLE001 - the test reports it
+                self.failures.append(repr(err))
+            i += 1
+
+    def more_acked(self, count: int = 20, timeout_s: float = WAIT_S) -> None:
+        """Wait until ``count`` more sends than now were acknowledged."""
+        now = len(self.acked)
+        wait(lambda: len(self.acked) >= now + count, "the producer goes on being acknowledged", timeout_s)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(90)
+        self.producer.close()

@@ -1,6 +1,6 @@
 """The fault run in CI with replication: a topic of replication factor 3 on
 three disk nodes of a ``ray.cluster_utils.Cluster``, every fault kind and
-``kill-leader`` (the current leader replica's process SIGKILLed), a fixed
+``kill-leader`` (the current leader replica's process SIGKILLed), ``reassign`` and ``rolling-restart``, a fixed
 seed; what acks="all" producers were told must hold: no lost write, no
 unseen write, no duplicate, no two values at one position. (acks=1 sets that
 a leader change truncated before a follower fetched them are reported, not
@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-from raylog.testing.nemesis import FAULT_KINDS, KILL_LEADER
+from raylog.testing.nemesis import FAULT_KINDS, REPLICATED_KINDS
 
 SEED = 11
 DURATION_S = 45
@@ -35,7 +35,7 @@ def test_replicated_fault_run_acks_all_loses_nothing(tmp_path):
     report = json.loads(report_path.read_text())
     summary = proc.stdout[-3000:]
     assert report["run"]["replication_factor"] == 3, summary
-    assert set(report["faults"]) == set(FAULT_KINDS) | {KILL_LEADER}, summary  # every kind at least once
+    assert set(report["faults"]) == set(FAULT_KINDS) | set(REPLICATED_KINDS), summary  # every kind at least once
     assert report["run"]["drained"]["complete"], summary
     # acks=1 sets a leader change truncated are reported (lost_by_acks["1"]), not forbidden
     assert report["lost_by_acks"].get("all", 0) == 0, (report["anomalies"].get("lost-write"), summary)

@@ -27,11 +27,11 @@ def test_readme_import_line():
 
 
 def test_kill_leader_is_scheduled_only_when_the_topic_is_replicated():
-    from raylog.testing.nemesis import FAULT_KINDS, KILL_LEADER, REMOVE_NODE
+    from raylog.testing.nemesis import FAULT_KINDS, KILL_LEADER, REMOVE_NODE, REPLICATED_KINDS
     from raylog.testing.runner import RunOptions, run_kinds
 
     assert run_kinds(RunOptions(nodes=3)) == FAULT_KINDS
-    assert run_kinds(RunOptions(nodes=3, replication_factor=3)) == FAULT_KINDS + (KILL_LEADER,)
+    assert run_kinds(RunOptions(nodes=3, replication_factor=3)) == FAULT_KINDS + REPLICATED_KINDS
     # asked for by name, it is still left out without replication (as remove-node on one node)
     assert run_kinds(RunOptions(nodes=3, faults=(KILL_LEADER, "kill-partition"))) == ("kill-partition",)
     assert run_kinds(RunOptions(nodes=1, faults=(REMOVE_NODE, KILL_LEADER))) == ()

@@ -2,6 +2,7 @@
 
 * :mod:`~raylog.tools.cli.base`: the click group, global options, the target cluster;
 * :mod:`~raylog.tools.cli.topics`: ``topics``, ``supervisor``;
+* :mod:`~raylog.tools.cli.nodes`: ``nodes`` (drain, rolling restart);
 * :mod:`~raylog.tools.cli.streams`: ``produce``, ``consume``;
 * :mod:`~raylog.tools.cli.groups`: ``groups``;
 * :mod:`~raylog.tools.cli.audit`: ``audit``;
@@ -58,7 +59,7 @@ import sys
 import click
 
 from raylog.errors import ConfigError, RaylogError
-from raylog.tools.cli import audit, bench, groups, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
+from raylog.tools.cli import audit, bench, groups, nodes, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
 from raylog.tools.cli.base import _fail, cli
 
 __all__ = ["cli", "main", "run"]

@@ -202,6 +202,29 @@ def topics_reassign(target: Target, name, partitions, replicas, replace, timeout
     click.echo(_table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR"], done))
 
 
+@topics.command("balance-leaders")
+@click.argument("names", nargs=-1)
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=10, show_default=True,
+              help="How long each handoff may take.")
+@pass_target
+def topics_balance_leaders(target: Target, names, timeout_s):
+    """Hand each partition's lead back to its preferred replica (the first
+    of its replicas) where that one runs and is in sync, so that every disk
+    node leads its share again (after restarts, drains, failovers). Of the
+    topics NAMES, default every topic. Prints the partitions moved and the
+    leaders per node before and after; exits with 1 when a handoff failed.
+    Joins the Ray cluster (see --ray-address)."""
+    with target.client("topics balance-leaders", ray=True) as client:
+        result = client.balance_leaders(list(names) or None, timeout_s=timeout_s)
+    click.echo(_table(["TOPIC", "PARTITION", "LEADER", "EPOCH"],
+                      [[m["topic"], m["partition"], m["leader"], m["leader_epoch"]] for m in result["moved"]]))
+    click.echo("leaders per node: " + ", ".join(f"{n}: {result['leaders_before'][n]} -> {c}"
+                                                for n, c in sorted(result["leaders_after"].items())))
+    if result["failed"]:
+        named = "; ".join(f"{f['topic']}-{f['partition']}: {f['error']}" for f in result["failed"][:5])
+        raise CommandError(f"{len(result['failed'])} leads not moved: {named}")
+
+
 @topics.command("delete")
 @click.argument("name")
 @pass_target
