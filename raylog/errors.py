@@ -338,7 +338,7 @@ class HandoffError(RaylogError):
     retriable = True
 
 
-@_code(36)
+@_code(37)
 class RollingRestartError(RaylogError):
     """A node of a rolling restart could not be drained or did not come back
     with all its replicas in sync in time; the nodes after it were not
