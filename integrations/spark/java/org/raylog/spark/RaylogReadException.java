@@ -81,6 +81,9 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(28, "DiskFullError");
     NAMES.put(33, "InvalidReassignmentError");
     NAMES.put(34, "ReassignmentTimeoutError");
+    NAMES.put(35, "HandoffError");
+    NAMES.put(36, "StorageFormatError");
+    NAMES.put(37, "RollingRestartError");
     NAMES.put(49, "RayUnavailableError");
     NAMES.put(69, "DeliveryError");
     NAMES.put(70, "LogInUseError");
