@@ -56,6 +56,8 @@ REPLICA_PREFIX = "__replica__/"
 PRODUCERS_PREFIX = "__producers__/"
 #: how often the leader reads its ``state`` node again (replicas added or removed)
 REFRESH_INTERVAL_S = 1.0
+#: how long a follower that another writer took out of the ISR stays out when it does not restart
+PARKED_HOLD_S = 600.0
 
 
 def replica_topic(topic: str, node: str, prefix: str = REPLICA_PREFIX) -> str:
@@ -315,7 +317,7 @@ class Leader:
                 if self.deposed:
                     return
                 if found[1] != self._version:
-                    self._adopt(*found)
+                    self._adopt_written(*found)
             if self._parked:
                 self._unpark(now)
         lag_s = self.config.replica_lag_ms / 1000.0
@@ -337,8 +339,23 @@ class Leader:
             self._check_state(proposed)
             if self.deposed:
                 return
+            self._adopt_written(proposed, version)
+        else:
+            self._adopt(proposed, version)
         log.info("%s-%d ISR is now %s", self.topic, self.partition, list(proposed.isr))
-        self._adopt(proposed, version)
+
+    def _adopt_written(self, state, version: int) -> None:
+        """Take ``state`` as another writer left it. A follower it took out
+        of the ISR (one stopping in order, :func:`~raylog.replication.state.leave_isr`)
+        stays out until it restarts, rather than rejoining at once because
+        it was caught up a moment ago."""
+        from raylog.replication.state import replica_path
+
+        left = [n for n in self._state.isr if n not in state.isr and n in state.replicas and n != self.node]
+        for n in left:
+            stat = self.zk.exists(replica_path(self.paths, self.topic, self.partition, n)) if self.zk else None
+            self.park(n, None if stat is None else stat.ephemeralOwner, PARKED_HOLD_S)
+        self._adopt(state, version)
 
     def _adopt(self, state, version: int) -> None:
         """Take ``state`` (read from ZooKeeper): followers a reassignment
