@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 REPLICA_PREFIX = "__replica__/"
 #: the prefix of the name a follower fetches the producers' sets under
 PRODUCERS_PREFIX = "__producers__/"
+#: the same with the sequence each producer was learnt at (records without
+#: sets, raylog.storage.producer_state), which followers of older versions
+#: cannot read: they ask under PRODUCERS_PREFIX and get sets only
+PRODUCERS_LEARNT_PREFIX = "__producers-learnt__/"
 #: how often the leader reads its ``state`` node again (replicas added or removed)
 REFRESH_INTERVAL_S = 1.0
 
@@ -363,8 +367,18 @@ class ProducersView(ReplicaView):
     after it, as producer-state journal records (never a long poll: the
     follower asks right after fetching the bytes they lie in)."""
 
+    #: whether the records say where each producer was learnt (PRODUCERS_LEARNT_PREFIX)
+    learnt = False
+
     def read(self, offset: int, max_bytes: int) -> BytesSlice:
-        return BytesSlice(self._log.producer_records(offset, max_bytes), offset)
+        return BytesSlice(self._log.producer_records(offset, max_bytes, learnt=self.learnt), offset)
 
     def wait_for_data(self, offset: int, timeout_s: float) -> bool:
         return False
+
+
+class LearntProducersView(ProducersView):
+    """:class:`ProducersView` with the sequence each producer was learnt at
+    (fetched under :data:`PRODUCERS_LEARNT_PREFIX`)."""
+
+    learnt = True

@@ -13,10 +13,12 @@ from raylog.errors import ConfigError
 from raylog.replication.follower import Follower
 from raylog.replication.follower_reads import FollowerView
 from raylog.replication.leader import (
+    PRODUCERS_LEARNT_PREFIX,
     PRODUCERS_PREFIX,
     REPLICA_PREFIX,
     ClientView,
     Leader,
+    LearntProducersView,
     ProducersView,
     ReplicaView,
     parse_replica_topic,
@@ -79,7 +81,8 @@ class ReplicaRole:
             return None
         if topic == self.topic:
             return self._client_view
-        for prefix, kind in ((REPLICA_PREFIX, ReplicaView), (PRODUCERS_PREFIX, ProducersView)):
+        for prefix, kind in ((REPLICA_PREFIX, ReplicaView), (PRODUCERS_PREFIX, ProducersView),
+                             (PRODUCERS_LEARNT_PREFIX, LearntProducersView)):
             parsed = parse_replica_topic(topic, prefix)
             if parsed is not None:
                 break

@@ -599,12 +599,14 @@ class PartitionLog:
         self.truncate_replica(base)
         return base
 
-    def producer_records(self, offset: int, max_bytes: int) -> bytes:
+    def producer_records(self, offset: int, max_bytes: int, learnt: bool = True) -> bytes:
         """The idempotent producers' sets remembered at or after ``offset``,
         as records of the producer-state journal (what a follower passes to
-        :meth:`append_replica`, through ``parse_records``)."""
+        :meth:`append_replica`, through ``parse_records``); ``learnt``: with
+        the sequence each was learnt at (records without sets, which older
+        followers cannot read)."""
         with self._lock:
-            return self._producers.records_from(offset, max_bytes)
+            return self._producers.records_from(offset, max_bytes, learnt)
 
     def truncate_replica(self, offset: int) -> None:
         """Cut the log back to ``offset`` (a replica of an older leader epoch,
