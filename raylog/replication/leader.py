@@ -10,7 +10,9 @@ serves.
   while the ISR is smaller than ``min_insync_replicas``.
 - A follower fetches through :class:`ReplicaView` under the topic name
   :func:`replica_topic` (the existing fetch request): it reads the leader's
-  flushed bytes (beyond the committed offset), and the offset it asks for
+  appended bytes, flushed or not (its long poll is answered as soon as an
+  append arrives, so the follower syncs while the leader does; the
+  committed offset still needs the leader's own flush), and the offset it asks for
   tells the leader how far its log reaches (as in Kafka, a fetch at offset
   ``o`` says the follower has everything below ``o``).
 
@@ -348,8 +350,14 @@ class ReplicaView:
         return self._leader.committed
 
     def read(self, offset: int, max_bytes: int):
+        """Up to the leader's log end, flushed or not: the follower's sync
+        overlaps the leader's (the committed offset still waits for both)."""
         self._leader.on_fetch(self._node, offset)
-        return self._log.read(offset, max_bytes)
+        return self._log.read_unflushed(offset, max_bytes)
+
+    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
+        """The follower's long poll ends as soon as an append passes ``offset``."""
+        return self._log.wait_for_end(offset, timeout_s)
 
     def _refuse(self, *args, **kwargs):
         raise NotOwnerError(f"replica fetch names accept no writes ({self._node})")
