@@ -454,6 +454,8 @@ class RecordAccumulator(BulkAppends):
             if not queue and tp not in self.draining and tp not in self.direct:
                 claim = self.direct[tp] = DirectClaim(batch, time.monotonic())
                 claim.lock.acquire()
+                if queue is None:  # (the compiled send appends to the queue it finds)
+                    self.ready[tp] = collections.deque()
             else:
                 if queue is None:
                     queue = self.ready[tp] = collections.deque()
