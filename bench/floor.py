@@ -12,7 +12,11 @@ Python client must do per message:
 * ``one send() per message``: one ``socket.send`` of a 222-byte message per
   call over a TCP connection on 127.0.0.1 with TCP_NODELAY (as the
   producer's), a thread reading the other end (what a
-  client that writes each message on its own must pay in system calls).
+  client that writes each message on its own must pay in system calls);
+* ``one round trip per message``: the same 222 bytes sent to a Python
+  process on 127.0.0.1 that answers each with a 16-byte reply, the next
+  sent only when the reply is in (what one acknowledged message at a time
+  must pay at least: two wake-ups across processes, four system calls).
 
     python bench/floor.py            # prints one JSON line per measure
 """
@@ -105,13 +109,70 @@ def sends(n: int) -> float:
     return n / seconds
 
 
+_ECHO = """
+import socket, sys
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+conn, _ = server.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buf = bytearray(1 << 16)
+view = memoryview(buf)
+reply = b"r" * 16
+pending = 0
+while True:
+    n = conn.recv_into(view)
+    if not n:
+        break
+    pending += n
+    while pending >= 222:
+        pending -= 222
+        conn.sendall(reply)
+"""
+
+
+def round_trips(n: int) -> float:
+    """Round trips per second: 222 bytes out, 16 back, from another Python
+    process on 127.0.0.1, one at a time."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", _ECHO], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(child.stdout.readline())
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = b"y" * 222
+        buf = bytearray(64)
+        for _ in range(min(n, 1000)):  # warm up
+            sock.sendall(payload)
+            sock.recv_into(buf, 16)
+        send, recv_into = sock.sendall, sock.recv_into
+        t0 = time.perf_counter()
+        for _ in range(n):
+            send(payload)
+            got = recv_into(buf, 16)
+            while got < 16:
+                got += recv_into(memoryview(buf)[got:], 16 - got)
+        seconds = time.perf_counter() - t0
+        sock.close()
+    finally:
+        child.wait(timeout=30)
+    return n / seconds
+
+
+#: round trips measured for the round-trip floor (fewer: each is a wait)
+ROUND_TRIPS = 20_000
+
+
 def measure(n: int = 300_000) -> list[dict]:
     """One JSON-ready row per floor measure."""
     rows = []
-    for case, fn in (("floor: framing + CRC32C", framing), ("floor: parsing + CRC", parsing),
-                     ("floor: one send() per message", sends)):
-        rate = fn(n)
-        rows.append({"case": case, "messages": n, "msg_per_s": round(rate), "mb_per_s": round(rate * 200 / 1e6, 2)})
+    for case, fn, count in (("floor: framing + CRC32C", framing, n), ("floor: parsing + CRC", parsing, n),
+                            ("floor: one send() per message", sends, n),
+                            ("floor: one round trip per message", round_trips, ROUND_TRIPS)):
+        rate = fn(count)
+        rows.append({"case": case, "messages": count, "msg_per_s": round(rate),
+                     "mb_per_s": round(rate * 200 / 1e6, 2)})
     return rows
 
 

@@ -12,6 +12,11 @@ log and flushed), then one consumer reads them all back. In the same run:
 * the naive baseline: the same 200-byte messages, 50 per call, moved into
   a plain Ray actor by method calls and fetched back the same way.
 
+The acknowledged round trip: one message at a time, ``send(...).result()``
+(``batch_size=1``, ``acks=1`` and ``acks="all"``), what a request handler
+does, set beside the floor's round trip (bench/floor.py: 222 bytes to
+another Python process on 127.0.0.1 and a 16-byte reply, one at a time).
+
 Also ``send_many`` of all N values in one call, and the consume side
 through ``poll_batch`` (views of the fetched sets) beside ``poll``. The
 machine's floor (bench/floor.py: framing + CRC32C, parsing + CRC, one
@@ -175,6 +180,32 @@ def bench_idempotence(client, topic: str, n: int, idempotent: bool) -> dict:
     }
 
 
+def bench_round_trip(client, topic: str, n: int, acks) -> dict:
+    """One acknowledged message at a time: ``send(...).result()``, the next
+    sent once the previous is acknowledged (``batch_size=1``)."""
+    producer = client.producer(batch_size=1, acks=acks)
+    send = producer.send
+    for _ in range(200):  # the connection set up, the partition warm
+        send(topic, MESSAGE).result()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        send(topic, MESSAGE).result()
+    seconds = time.perf_counter() - t0
+    producer.close()
+    return {
+        "case": f"raylog round trip acks={acks}",
+        "messages": n,
+        "seconds": round(seconds, 3),
+        "msg_per_s": round(n / seconds),
+        "mb_per_s": round(n * len(MESSAGE) / seconds / 1e6, 2),
+        "us_per_message": round(seconds / n * 1e6, 1),
+    }
+
+
+#: messages of each round-trip case (one at a time: a few seconds)
+ROUND_TRIP_MESSAGES = 20_000
+
+
 def bench_consume(client, topic: str, n: int, batches: bool = False) -> dict:
     """Read ``n`` messages back through ``poll`` (Message tuples) or, with
     ``batches``, through ``poll_batch`` (views of the fetched sets)."""
@@ -294,11 +325,31 @@ def _best(rows: list[dict]) -> dict:
     return best
 
 
+#: the floor the acknowledged round trips are set beside (bench/floor.py)
+ROUND_TRIP_FLOOR = "floor: one round trip per message"
+
+
+def _table(rows: list) -> None:
+    print()
+    print(f"{'case':<60} {'messages':>10} {'seconds':>8} {'msg/s':>11} {'MB/s':>8} {'/floor':>7}")
+    for r in rows:
+        ratio = r.get("vs_floor", r.get("vs_round_trip_floor"))
+        ratio = f"{ratio:>7.2f}" if ratio is not None else f"{'':>7}"
+        seconds = f"{r['seconds']:>8.2f}" if "seconds" in r else f"{'':>8}"
+        print(f"{r['case']:<60} {r['messages']:>10,} {seconds} {r['msg_per_s']:>11,} {r['mb_per_s']:>8.1f} {ratio}")
+    print("/floor: produce cases against framing + CRC32C, consume cases against parsing + CRC, round trips "
+          "against one round trip per message (same run)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--messages", type=int, default=1_000_000)
     parser.add_argument("--batch1-messages", type=int, default=None, help="N for batch 1 (default: N)")
     parser.add_argument("--json-only", action="store_true")
+    parser.add_argument("--round-trips", type=int, default=ROUND_TRIP_MESSAGES,
+                        help="messages of each acknowledged round-trip case")
+    parser.add_argument("--round-trip-only", action="store_true",
+                        help="the floors and the acknowledged round trips alone")
     parser.add_argument("--replication", action="store_true",
                         help="replication factor 1 vs 3 side by side instead (bench/replication.py; -n as given, "
                              "200,000 by default)")
@@ -325,6 +376,11 @@ def main(argv=None) -> int:
         floor[row["case"]] = row["msg_per_s"]
         _emit(rows, row, args.json_only)
     with raylog.connect() as client:
+        client.create_topic("bench-round-trip", partitions=1)
+        for acks in (1, "all"):
+            _emit(rows, bench_round_trip(client, "bench-round-trip", args.round_trips, acks), args.json_only)
+        if args.round_trip_only:
+            return _report(rows, floor, load_before, uptime_before, args.json_only, full=False)
         topic = "bench"
         client.create_topic(topic, partitions=1)
         _emit(rows, bench_produce(client, topic, n, 50), args.json_only)
@@ -354,7 +410,24 @@ def main(argv=None) -> int:
         for row in bench_actor_baseline(n):
             _emit(rows, row, args.json_only)
 
+    return _report(rows, floor, load_before, uptime_before, args.json_only)
+
+
+def _report(rows: list, floor: dict, load_before, uptime_before: str, json_only: bool, full: bool = True) -> int:
     by_case = {r["case"]: r for r in rows}
+    round_trip_floor = floor[ROUND_TRIP_FLOOR]
+    for r in rows:
+        if r["case"].startswith("raylog round trip"):
+            r["vs_round_trip_floor"] = round(r["msg_per_s"] / round_trip_floor, 2)
+    if not full:
+        summary = {"case": "ratios", "vs_round_trip_floor": {
+            r["case"]: r["vs_round_trip_floor"] for r in rows if "vs_round_trip_floor" in r}}
+        summary["load_before"], summary["load_after"] = uptime_before, _uptime()
+        print(json.dumps(summary), flush=True)
+        if not json_only:
+            _table(rows)
+            print(f"load average (1/5/15 min) before {uptime_before}, after {_uptime()}; {os.cpu_count()} cpus")
+        return 0
     # Like for like: 50 messages per call on both sides.
     produce_ratio = (
         by_case["raylog produce batch 50, 50 per call"]["msg_per_s"] / by_case["actor calls produce batch 50"]["msg_per_s"]
@@ -388,15 +461,10 @@ def main(argv=None) -> int:
     summary["batch1_vs_send_floor"] = round(
         by_case["raylog produce batch 1"]["msg_per_s"] / floor["floor: one send() per message"], 2
     )
+    summary["vs_round_trip_floor"] = {r["case"]: r["vs_round_trip_floor"] for r in rows if "vs_round_trip_floor" in r}
     print(json.dumps(summary), flush=True)
-    if not args.json_only:
-        print()
-        print(f"{'case':<60} {'messages':>10} {'seconds':>8} {'msg/s':>11} {'MB/s':>8} {'/floor':>7}")
-        for r in rows:
-            ratio = f"{r['vs_floor']:>7.2f}" if "vs_floor" in r else f"{'':>7}"
-            seconds = f"{r['seconds']:>8.2f}" if "seconds" in r else f"{'':>8}"
-            print(f"{r['case']:<60} {r['messages']:>10,} {seconds} {r['msg_per_s']:>11,} {r['mb_per_s']:>8.1f} {ratio}")
-        print("/floor: produce cases against framing + CRC32C, consume cases against parsing + CRC (same run)")
+    if not json_only:
+        _table(rows)
         print(
             f"\nsendfile channel vs actor calls (50 messages per call on both sides): "
             f"produce x{produce_ratio:.1f}, consume x{consume_ratio:.1f}"

@@ -73,6 +73,14 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "minutes of an autoscaling cluster, and zookeeper start the fixed port 2181; tests/tools/test_cli.py, "
         "test_cli_audit.py and test_autoscale.py run each of them",
     ("docs/howto/operations.md", "A cluster on AWS", 0): NOT_RUN + "ray up starts machines on AWS",
+    ("docs/howto/operating.md", "Draining a node", 0):
+        NOT_RUN + "needs a cluster of three disk nodes; tests/replication/test_handoff_hosts.py drains through the API",
+    ("docs/howto/operating.md", "Rolling restart", 0):
+        NOT_RUN + "restarts every disk node of a cluster; tests/actors/test_rolling_hosts.py does it through the API",
+    ("docs/howto/operating.md", "Balancing leaders", 0):
+        NOT_RUN + "needs a cluster of three disk nodes; tests/replication/test_handoff_hosts.py balances through the API",
+    ("docs/howto/operating.md", "Measured", 0):
+        NOT_RUN + "the benchmark runs for minutes (as root with --hosts); its figures are in docs/benchmarks.md",
     # -- Benchmarks ----------------------------------------------------------
     ("docs/benchmarks.md", "Benchmarks", 0):
         NOT_RUN + "the benchmarks run for minutes each and are run by hand; bench/ has their own checks",

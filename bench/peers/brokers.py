@@ -18,6 +18,11 @@ nothing is looked up or killed by name. :func:`stop_all` runs at exit.
 - :class:`ActiveMQ`: the ``org.apache.activemq.console.Main`` of Debian's
   ``activemq`` package on a generated ``activemq.xml``: one STOMP connector
   on 127.0.0.1, persistent messages in KahaDB, no JMX, no web console.
+- :class:`Redis`: Debian's ``redis-server`` on 127.0.0.1 and a free port,
+  in the foreground, its append-only file on (``appendfsync`` as asked:
+  ``everysec``, Redis' default for the AOF, or ``always``), no RDB
+  snapshots, its files in the run directory (the peer of the acknowledged
+  round trip: Redis Streams' XADD).
 
 Usage::
 
@@ -50,6 +55,7 @@ HOST = "127.0.0.1"
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 ACTIVEMQ_HOME = "/usr/share/activemq"
 EPMD = "epmd"
+REDIS_SERVER = "/usr/bin/redis-server"
 
 _lock = threading.Lock()
 RUNNING: dict[int, "ChildProcess"] = {}  # pid -> every child started here and not yet stopped
@@ -479,7 +485,42 @@ class ActiveMQ(Broker):
         return True
 
 
-BROKERS = {"rabbitmq": RabbitMQ, "activemq": ActiveMQ}
+class Redis(Broker):
+    """``redis-server`` on 127.0.0.1: RESP on :attr:`port`, an append-only
+    file in the run directory fsynced per ``appendfsync``."""
+
+    name = "redis"
+    start_timeout_s = 30.0
+
+    def __init__(self, base_dir: str | None = None, keep_dir: bool = False, appendfsync: str = "everysec"):
+        super().__init__(base_dir, keep_dir)
+        if appendfsync not in ("always", "everysec", "no"):
+            raise ValueError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
+        self.appendfsync = appendfsync
+
+    def _start(self) -> None:
+        if not os.access(REDIS_SERVER, os.X_OK):
+            raise BrokerStartError(f"{REDIS_SERVER} not found; apt-get install redis-server (bench/peers/setup.sh)")
+        self.port = free_port()
+        argv = [
+            REDIS_SERVER, "--bind", HOST, "--port", str(self.port), "--dir", str(self.dir),
+            "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
+            "--daemonize", "no", "--protected-mode", "yes", "--logfile", "",
+        ]  # fmt: skip
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dir), "LANG": "C.UTF-8"}
+        server = self._spawn("redis", argv, env, "redis.out")
+        self._wait_ready(server, self._ping, f"RESP on port {self.port}")
+
+    def _ping(self) -> bool:
+        with socket.create_connection((HOST, self.port), timeout=2) as s:
+            s.sendall(b"PING\r\n")
+            reply = s.recv(64)
+            if not reply.startswith(b"+PONG"):
+                raise BrokerStartError(f"unexpected reply {reply[:40]!r}")
+        return True
+
+
+BROKERS = {"rabbitmq": RabbitMQ, "activemq": ActiveMQ, "redis": Redis}
 
 
 def main(argv=None) -> int:

@@ -100,7 +100,7 @@ typedef struct {
     Py_ssize_t f_batch, f_index;
     /* slot offsets of BatchFuture */
     Py_ssize_t bf_topic, bf_partition, bf_values, bf_keys, bf_compressed, bf_done, bf_base, bf_offsets,
-        bf_error, bf_event, bf_callbacks;
+        bf_error, bf_event, bf_callbacks, bf_reap;
 } KeylessSend;
 
 static PyObject *str_buffered, *str_key, *str_partition, *str_timestamp_ms, *str_closed, *str_sender_waiting,
@@ -157,7 +157,7 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         slot_offset(bft, "_compressed", &self->bf_compressed) < 0 || slot_offset(bft, "_done", &self->bf_done) < 0 ||
         slot_offset(bft, "_base", &self->bf_base) < 0 || slot_offset(bft, "_offsets", &self->bf_offsets) < 0 ||
         slot_offset(bft, "_error", &self->bf_error) < 0 || slot_offset(bft, "_event", &self->bf_event) < 0 ||
-        slot_offset(bft, "_callbacks", &self->bf_callbacks) < 0)
+        slot_offset(bft, "_callbacks", &self->bf_callbacks) < 0 || slot_offset(bft, "_reap", &self->bf_reap) < 0)
         goto fail;
     if ((self->acc_dict = PyObject_GetAttrString(view, "fields")) == NULL)
         goto fail;
@@ -363,6 +363,7 @@ send_alone(KeylessSend *self, PyObject *topic, PyObject *value, PyObject **out)
     fill(batch_future, self->bf_error, Py_None);
     fill(batch_future, self->bf_event, Py_None);
     fill(batch_future, self->bf_callbacks, Py_None);
+    fill(batch_future, self->bf_reap, Py_None);
     fill(batch, self->b_topic, topic);
     fill(batch, self->b_partition, zero);
     fill(batch, self->b_values, values);

@@ -35,7 +35,26 @@ accumulator (tests/producer/test_accumulator_interface.py checks it):
   hold (for flush and close);
 * :meth:`~RecordAccumulator.wake_sender` ends the dispatcher's wait (at
   close);
-* :attr:`~RecordAccumulator.closed` is read, never written, by the sender.
+* :attr:`~RecordAccumulator.closed` is read, never written, by the sender;
+* the direct round (below): :meth:`~RecordAccumulator.take_direct`,
+  :meth:`~RecordAccumulator.release_direct` and
+  :meth:`~RecordAccumulator.hand_over`.
+
+The direct round (acks 1 and "all", ``batch_size`` 1): a message whose
+partition has nothing queued, nothing in flight and no worker is sent by
+the caller's own thread (:meth:`~RecordAccumulator.append_direct` returns a
+:class:`DirectClaim` with the partition reserved to it; the sender writes
+the set), and its reply is read by the first thread that waits for its
+future without a timeout (the caller's ``result()``, or ``flush``): no
+hand-off to the sender's threads on the way out or back. Until then the
+claim stands in for a worker: nothing else is sent to that partition.
+:meth:`wait_ready` hands a claimed partition to a worker (which reads the
+reply, retries if need be and goes on with what came after, in order) as
+soon as another batch queues behind it, when the claim is handed over
+(a wait with a timeout, a future polled with ``done()`` or given a
+callback, a write that failed, an error reply), at close, and at any
+wake of the dispatcher from :data:`DIRECT_GRACE_S` after the claim on: so
+a future nobody waits for is resolved all the same.
 
 The compiled send (``raylog.producer._fastsend.KeylessSend``) is given
 :meth:`~RecordAccumulator.compiled_send_view` and uses nothing else: a
@@ -62,7 +81,31 @@ _new_object = object.__new__
 DEFAULT_MAX_BLOCK_S = 60.0
 
 #: what the sender may use of the accumulator (see the module docstring)
-SENDER_INTERFACE = frozenset({"wait_ready", "drain", "in_flight_batches", "wake_sender", "closed"})
+SENDER_INTERFACE = frozenset({
+    "wait_ready", "drain", "in_flight_batches", "wake_sender", "closed", "take_direct", "release_direct", "hand_over",
+})
+
+#: a direct round nobody has waited for goes to a worker at the dispatcher's
+#: first wake this long after its claim (a backstop: a callback or a poll
+#: hands it over at once)
+DIRECT_GRACE_S = 0.005
+
+
+class DirectClaim:
+    """A partition reserved to one set sent by its caller's thread (see
+    "The direct round" above). ``lock`` is held while the set is written
+    and while its reply is read, by one thread at a time; ``work`` is the
+    sender's state of the round (the accumulator never reads it)."""
+
+    __slots__ = ("batch", "since", "due", "reading", "lock", "work")
+
+    def __init__(self, batch: ProducerBatch, since: float):
+        self.batch = batch
+        self.since = since
+        self.due = False  # handed over: a worker takes it at once
+        self.reading = False  # a waiting thread reads its reply (no backstop needed)
+        self.lock = threading.Lock()
+        self.work = None
 
 
 class CompiledSendView(NamedTuple):
@@ -126,6 +169,8 @@ class RecordAccumulator(BulkAppends):
         self.ready: dict[tuple[str, int], collections.deque[ProducerBatch]] = {}
         #: topic-partitions a sender worker is draining, with the batches it holds
         self.draining: dict[tuple[str, int], list[ProducerBatch]] = {}
+        #: topic-partitions reserved to a direct round (sent by a caller's thread)
+        self.direct: dict[tuple[str, int], DirectClaim] = {}
         self.buffered = 0
         self.closed = False
         #: whether the sender waits on :attr:`wake`, and until when (monotonic;
@@ -154,9 +199,21 @@ class RecordAccumulator(BulkAppends):
                 now = time.monotonic()
                 earliest = self.seal_expired(now)
                 due = [tp for tp, queue in self.ready.items() if queue and tp not in self.draining]
+                for tp, claim in self.direct.items():
+                    if tp in self.draining:  # handed out already: its worker takes it
+                        continue
+                    taken_at = claim.since + DIRECT_GRACE_S
+                    if claim.reading and not (claim.due or self.closed or self.ready.get(tp)):
+                        continue  # its reply is being read: released when it comes
+                    if claim.due or self.closed or now >= taken_at:
+                        if tp not in due:
+                            due.append(tp)
+                    elif taken_at < earliest:
+                        earliest = taken_at
                 if due:
                     break
-                if self.closed and not self.open and not self.draining and not any(self.ready.values()):
+                if (self.closed and not self.open and not self.draining and not self.direct
+                        and not any(self.ready.values())):
                     self.sender_wakes_at = float("inf")
                     return None
                 wake = earliest
@@ -191,8 +248,39 @@ class RecordAccumulator(BulkAppends):
             return batches
 
     def in_flight_batches(self) -> list[ProducerBatch]:
-        """The batches workers hold (lock held by the caller)."""
-        return [b for batches in self.draining.values() for b in batches]
+        """The batches workers and direct rounds hold (lock held by the caller)."""
+        return [b for batches in self.draining.values() for b in batches] + [
+            c.batch for c in self.direct.values()
+        ]
+
+    def take_direct(self, tp: tuple[str, int]) -> DirectClaim | None:
+        """For the worker :meth:`wait_ready` handed ``tp`` to: the direct
+        round it must finish first (its batch then counts as the worker's
+        until its next :meth:`drain`), or None."""
+        with self.lock:
+            claim = self.direct.pop(tp, None)
+            if claim is not None:
+                self.draining[tp] = [claim.batch]
+            return claim
+
+    def release_direct(self, tp: tuple[str, int], claim: DirectClaim) -> None:
+        """A direct round finished by the thread that read its reply: the
+        partition is free again (unless a worker has taken it over: then it
+        stays that worker's); batches queued behind it go to a worker."""
+        with self.lock:
+            if self.direct.get(tp) is claim:
+                del self.direct[tp]
+                if self.ready.get(tp) and self.sender_waiting:
+                    self.wake.notify()
+            self.space.notify_all()
+
+    def hand_over(self, tp: tuple[str, int], claim: DirectClaim) -> None:
+        """Let a worker finish a direct round now (its reply is not read on
+        the caller's thread)."""
+        with self.lock:
+            if self.direct.get(tp) is claim and not claim.due:
+                claim.due = True
+                self.wake.notify()
 
     def wake_sender(self) -> None:
         """End the dispatcher's wait now (it then sees :attr:`closed`)."""
@@ -346,6 +434,38 @@ class RecordAccumulator(BulkAppends):
             if self.sender_waiting and tp not in self.draining:
                 self.wake.notify()
             return SendFuture(batch.future, 0)
+
+    def append_direct(self, topic: str, value: bytes) -> tuple[SendFuture, DirectClaim | None]:
+        """:meth:`append_alone` for the direct round: when the partition has
+        nothing queued, in flight or claimed, the batch is not queued but
+        claimed: the :class:`DirectClaim` comes back, its lock held, for the
+        caller to send (see "The direct round" above); else ``None``."""
+        count = self._counts.get(topic) or self.partitions(topic)
+        with self.lock:
+            if self.closed or self.buffered >= self.max_buffered:
+                self._wait_for_space()
+            partition = self._sticky.partition(topic, count) if count > 1 else 0
+            batch = ProducerBatch(topic, partition, None, self._limits[topic], self.compressed, [value])
+            batch.size = HEADER_SIZE + len(value)
+            self.buffered += 1
+            tp = (topic, partition)
+            claim = None
+            queue = self.ready.get(tp)
+            if not queue and tp not in self.draining and tp not in self.direct:
+                claim = self.direct[tp] = DirectClaim(batch, time.monotonic())
+                claim.lock.acquire()
+                if queue is None:  # (the compiled send appends to the queue it finds)
+                    self.ready[tp] = collections.deque()
+            else:
+                if queue is None:
+                    queue = self.ready[tp] = collections.deque()
+                queue.append(batch)
+                if self.sender_waiting and tp not in self.draining:
+                    self.wake.notify()
+            self.on_seal(batch)
+            if count > 1:
+                self._sticky.batch_sent(topic, count)
+            return SendFuture(batch.future, 0), claim
 
     def _batch_for(self, topic: str, partition: int, grow: int) -> ProducerBatch:
         """The open batch of the topic-partition with room for ``grow`` more

@@ -74,7 +74,7 @@ class BatchFuture:
     error it failed with. Resolved once by the sender."""
 
     __slots__ = ("topic", "partition", "_values", "_keys", "_compressed", "_done", "_base", "_offsets",
-                 "_error", "_event", "_callbacks")
+                 "_error", "_event", "_callbacks", "_reap")
 
     def __init__(self, topic: str, partition: int, values: list, compressed: bool):
         self.topic = topic
@@ -88,6 +88,9 @@ class BatchFuture:
         self._error: RaylogError | None = None
         self._event: threading.Event | None = None
         self._callbacks: list | None = None
+        #: a direct round's reply reader: ``reap(read, timeout_s)`` reads the
+        #: reply on the waiting thread (``read``) or hands the round to the sender
+        self._reap = None
 
     # -- the sender's side ------------------------------------------------------
 
@@ -105,6 +108,7 @@ class BatchFuture:
         self._finish()
 
     def _finish(self) -> None:
+        self._reap = None
         self._done = True
         with _WAIT_LOCK:
             event, callbacks = self._event, self._callbacks
@@ -118,16 +122,36 @@ class BatchFuture:
     # -- readers ------------------------------------------------------------------
 
     def done(self) -> bool:
+        if not self._done and self._reap is not None:
+            self._hand_over()
         return self._done
+
+    def _hand_over(self) -> None:
+        """A direct round's reply is left to the sender's worker (this
+        thread will not read it: it polls, or registers a callback)."""
+        reap = self._reap
+        if reap is not None:
+            self._reap = None
+            reap(False)
 
     @property
     def error(self) -> RaylogError | None:
         return self._error
 
     def wait(self, timeout_s: float | None = None) -> None:
-        """Wait until resolved; RequestTimeoutError after ``timeout_s``."""
+        """Wait until resolved; RequestTimeoutError after ``timeout_s``.
+
+        A direct round's reply (:mod:`raylog.producer.accumulator`) is read
+        here, on the waiting thread (once it starts to arrive within
+        ``timeout_s``; else the round goes to the sender's worker)."""
         if self._done:
             return
+        reap = self._reap
+        if reap is not None:
+            self._reap = None
+            reap(True, timeout_s)
+            if self._done:
+                return
         with _WAIT_LOCK:
             if self._done:
                 return
@@ -143,6 +167,8 @@ class BatchFuture:
     def on_done(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once resolved (at once if it is)."""
         if not self._done:
+            if self._reap is not None:
+                self._hand_over()
             _track(self)  # (a callback may lead back to it: a cycle the collector must see)
             with _WAIT_LOCK:
                 if not self._done:
@@ -194,7 +220,7 @@ class SendFuture:
         return self._batch.partition
 
     def done(self) -> bool:
-        return self._batch._done
+        return self._batch.done()
 
     def result(self, timeout_s: float | None = None) -> RecordMetadata:
         batch = self._batch

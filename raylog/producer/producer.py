@@ -51,7 +51,18 @@ threads are stopped before the hook returns.
 
 Thread-safety: ``send``, ``send_batch``, ``flush`` and ``close`` may be
 called from any number of threads; the accumulator's lock guards the
-batches, and only the sender's threads touch the sockets.
+batches, and a partition's socket is used by one thread at a time: a
+sender's worker, or, in the direct round, the caller's thread.
+
+The direct round (``batch_size=1`` with acks 1 or "all": one acknowledged
+message at a time, as a request handler sends): a keyless ``send`` whose
+partition has nothing queued or in flight writes its set on the caller's
+thread and returns its future at once; ``result()`` (or ``flush``) then
+reads the reply on the caller's thread. No hand-off to the sender's
+threads on the way out or back; ordering, idempotence (the set carries
+the partition's next sequence number, and any retry goes to a worker
+with it) and the futures are as on the workers' path. The rules are in
+:mod:`raylog.producer.accumulator`.
 
 Compiled path: when ``raylog.producer._fastsend`` is built, a producer's
 ``send`` is its :class:`KeylessSend`, which takes the commonest call (a
@@ -214,6 +225,8 @@ class Producer:
         )
         #: the random id of the idempotent sets (-1 when not idempotent)
         self.producer_id = self._sender.producer_id
+        #: the direct round (see raylog.producer.accumulator): batch 1 with acks
+        self._direct = batch_size == 1 and _ACKS[acks] != 0
         _OPEN_PRODUCERS.add(self)
         if _fastsend is not None:
             # send's commonest case compiled (a keyless message); every other
@@ -246,6 +259,13 @@ class Producer:
                 f"value must be bytes, got {type(value).__name__}; encode it first, e.g. value.encode()"
             )
         if key is None and partition is None and timestamp_ms is None:
+            if self._direct:
+                # batch 1 with acks: an idle partition's set goes out on this
+                # thread, and its reply is read by the thread that waits for it
+                future, claim = self._acc.append_direct(topic, value)
+                if claim is not None:
+                    self._sender.start_direct(claim)
+                return future
             return self._acc.append_keyless(topic, value)  # the hot path (batch 1: one set per message)
         check_key(key)
         if partition is not None:

@@ -50,6 +50,19 @@ failed set is lost.
 With acks=0 nothing comes back: a set is resolved with offset -1 once
 written, and a refused set shows up as a failed later write.
 
+The direct round (acks 1 and "all", ``batch_size`` 1; the rules are in
+:mod:`raylog.producer.accumulator`): :meth:`Sender.start_direct` writes the
+set of a message whose partition was idle on the caller's thread, on the
+partition's connection (only one already set up: a connect, and any
+retry, stays on the workers), under the partition's next sequence number;
+the first thread that waits for its future without a timeout reads the
+reply (:meth:`Sender._reap`). A clean reply (a base offset) resolves the
+future there and then; anything else (an error reply, a failed write or
+read, a wait with a timeout, no wait within the grace) hands the round to
+a worker, which settles it exactly as a round of its own (same retries,
+same sequence number, so a resent set is still stored once) and then
+drains what queued behind it, in order.
+
 Thread-safety: the dispatcher and the workers reach the accumulator's
 queues only through its interface (``wait_ready``, ``drain``,
 ``in_flight_batches``, ``wake_sender``; ``closed`` read), which takes its
@@ -119,6 +132,24 @@ class _Sequences:
         self.next = 0
 
 
+class _Direct:
+    """The sender's state of a direct round (a claim's ``work``)."""
+
+    __slots__ = ("set", "state", "conn", "correlation", "error", "result", "finished")
+
+    def __init__(self):
+        self.set = None  # the _Set written; None: nothing was written
+        self.state = None  # the partition's _Sequences (idempotent)
+        self.conn = None
+        self.correlation = 0
+        self.error = None  # the write or the read failed with it
+        self.result = _UNREAD  # the reply, once read
+        self.finished = False  # resolved: nothing left to do
+
+
+_UNREAD = object()
+
+
 class _Set:
     __slots__ = ("batch", "payload", "sequence")
 
@@ -182,11 +213,138 @@ class Sender:
                     log.exception("producer periodic task failed")
                     periodic_at = time.monotonic() + 1.0
 
+    # -- the direct round (the caller's thread) ------------------------------------
+
+    def start_direct(self, claim) -> None:
+        """Write the set of a claimed batch on the caller's thread (the
+        claim's lock is held on entry and released here); the reply is left
+        for :meth:`_reap`. Whatever does not fit the direct round (no
+        connection set up yet, a set over the limit, a failed write) is
+        handed to a worker."""
+        batch = claim.batch
+        tp = (batch.topic, batch.partition)
+        work = claim.work = _Direct()
+        written = False
+        try:
+            conn = self._connections.get(tp)
+            if conn is None or not conn.connected or self._abandon.is_set():
+                return
+            payload = encode_message_set(batch.values, None, int(batch.created * 1000), self.compression)
+            if len(payload) > batch.limit:
+                return  # the worker refuses it (no sequence number spent)
+            one = _Set(batch, payload)
+            state = None
+            if self.idempotent:
+                state = self._sequences.get(tp)
+                if state is None:
+                    state = self._sequences[tp] = _Sequences(self.producer_id)
+                one.sequence = state.take()
+            work.set, work.state, work.conn = one, state, conn
+            try:
+                work.correlation = conn.write_set(
+                    tp[0], tp[1], payload, self.acks,
+                    producer_id=state.producer_id if state is not None else -1, sequence=one.sequence,
+                )
+            except RaylogError as err:
+                work.error = err
+                return
+            written = True
+            batch.future._reap = lambda read, timeout_s=None: self._reap(claim, read, timeout_s)
+        finally:
+            claim.lock.release()
+            if not written:
+                self._acc.hand_over(tp, claim)
+
+    def _reap(self, claim, read: bool, timeout_s: float | None = None) -> None:
+        """A thread waits for a direct round's future: with ``read``, read
+        the reply here (if it starts to arrive within ``timeout_s``) and
+        resolve it if it is a base offset; else (or when a worker holds the
+        round) leave the round to a worker."""
+        batch = claim.batch
+        tp = (batch.topic, batch.partition)
+        if not read:
+            self._acc.hand_over(tp, claim)
+            return
+        if not claim.lock.acquire(blocking=False):
+            return  # a worker is finishing it
+        finished = False
+        try:
+            work = claim.work
+            if work.finished or work.set is None or work.error is not None or work.result is not _UNREAD:
+                return
+            if timeout_s is not None and not work.conn.reply_waiting(timeout_s):
+                return  # not within the caller's timeout: a worker waits on
+            claim.reading = True
+            try:
+                result = work.conn.read_set_reply(work.correlation)
+            except RaylogError as err:
+                work.error = err
+                return
+            finally:
+                claim.reading = False
+            work.result = result
+            if isinstance(result, RaylogError):
+                return  # settled by a worker (retries, gaps)
+            self._resolve(batch, result)
+            work.finished = finished = True
+        finally:
+            claim.lock.release()
+            if not finished:
+                self._acc.hand_over(tp, claim)
+        self._on_resolved([batch])
+        self._acc.release_direct(tp, claim)
+
+    def _finish_direct(self, tp: tuple[str, int], claim) -> None:
+        """On the worker that took the partition over: settle its direct
+        round as a round of its own (the claim's lock held)."""
+        work = claim.work
+        if work is None or work.set is None:  # nothing was written: an ordinary round
+            self._send(tp, [claim.batch])
+            return
+        pending = [work.set]
+        state = work.state
+        try:
+            error = work.error
+            if error is None:
+                try:
+                    result = work.result
+                    if result is _UNREAD:
+                        result = work.result = work.conn.read_set_reply(work.correlation)
+                    self._settle(tp, [work.set], [result], pending, state)
+                except RaylogError as err:
+                    error = err
+            if error is not None:
+                if not error.retriable:
+                    raise error
+                self._on_retry(tp, error)  # a new connection (or ClosedError once closed)
+            if pending:
+                self._send_within_deadline(tp, pending, state)
+        except RaylogError as err:
+            if state is not None:
+                state.restart()
+            for s in pending:
+                self._resolve(s.batch, error=err)
+            pending.clear()
+
     # -- a drain worker -----------------------------------------------------------
 
     def _drain(self, tp: tuple[str, int]) -> None:
         acc = self._acc
         limit = MAX_UNACKED_ROUND_SETS if not self.acks else self.max_in_flight_sets
+        claim = acc.take_direct(tp)
+        if claim is not None:
+            with claim.lock:
+                work = claim.work
+                if work is None or not work.finished:
+                    try:
+                        self._finish_direct(tp, claim)
+                    except BaseException as err:  # noqa: BLE001 - never leave a future hanging
+                        log.exception("producer sender failed on %s-%d", *tp)
+                        if not claim.batch.future.done():
+                            self._resolve(claim.batch, error=err)
+                    if work is not None:
+                        work.finished = True
+                    self._on_resolved([claim.batch])
         while True:
             batches = acc.drain(tp, limit)
             if not batches:
@@ -308,39 +466,47 @@ class Sender:
                     self._resolve(s.batch, UNKNOWN_OFFSET)
                 del pending[: len(sending)]
                 continue
-            again = []
-            retry_error = None
-            gap = False
-            for s, result in zip(sending, results):
-                if not isinstance(result, RaylogError):
-                    self._resolve(s.batch, result)
-                elif isinstance(result, DuplicateSequenceError):
-                    log.warning(
-                        "%s-%d: a resent set was stored before but its offset is no longer known: %s",
-                        topic, partition, result,
-                    )
-                    self._resolve(s.batch, UNKNOWN_OFFSET)
-                elif isinstance(result, OutOfOrderSequenceError) and (gap or retry_error is not None or again):
-                    again.append(s)  # refused only because an earlier set of this round was
-                elif result.retriable:
-                    again.append(s)
-                    retry_error = retry_error or result
-                else:
-                    self._resolve(s.batch, error=result)  # this set fails alone
-                    gap = True
-            pending[:] = again + pending[len(sending) :]
-            if gap and state is not None and pending:
-                # The partition refuses everything after the failed set under
-                # this producer id: continue under a fresh one.
-                state.restart()
-                for s in pending:
-                    s.sequence = state.take()
-            if retry_error is not None:
-                raise retry_error
-            if again and not gap:
-                raise OutOfOrderSequenceError(
-                    f"{topic}-{partition}: the partition refused {len(again)} set(s) as out of order; resending"
+            self._settle(tp, sending, results, pending, state)
+
+    def _settle(self, tp, sending: list, results: list, pending: list, state: _Sequences | None) -> None:
+        """Resolve the sets of ``sending`` (the first sets of ``pending``) by
+        their ``results`` and leave in ``pending`` those to send again;
+        raise a retriable error if there are any."""
+        topic, partition = tp
+        again = []
+        retry_error = None
+        gap = False
+        for s, result in zip(sending, results):
+            if not isinstance(result, RaylogError):
+                self._resolve(s.batch, result)
+            elif isinstance(result, DuplicateSequenceError):
+                log.warning(
+                    "%s-%d: a resent set was stored before but its offset is no longer known: %s",
+                    topic, partition, result,
                 )
+                self._resolve(s.batch, UNKNOWN_OFFSET)
+            elif isinstance(result, OutOfOrderSequenceError) and (gap or retry_error is not None or again):
+                again.append(s)  # refused only because an earlier set of this round was
+            elif result.retriable:
+                again.append(s)
+                retry_error = retry_error or result
+            else:
+                self._resolve(s.batch, error=result)  # this set fails alone
+                gap = True
+        pending[:] = again + pending[len(sending) :]
+        if gap and state is not None:
+            # The partition refuses everything after the failed set under
+            # this producer id (in this round or a later one): continue
+            # under a fresh one.
+            state.restart()
+            for s in pending:
+                s.sequence = state.take()
+        if retry_error is not None:
+            raise retry_error
+        if again and not gap:
+            raise OutOfOrderSequenceError(
+                f"{topic}-{partition}: the partition refused {len(again)} set(s) as out of order; resending"
+            )
 
     # -- connections ---------------------------------------------------------------
 

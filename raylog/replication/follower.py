@@ -9,7 +9,9 @@ them with :meth:`PartitionLog.append_replica` at the offset they have on the
 leader, and flushes before the next fetch, so that the offset it asks for
 next (which tells the leader how far it reaches) is on its disk. With the
 bytes go the idempotent producers' sets they hold, fetched from the leader
-under the name ``replica_topic(topic, node, PRODUCERS_PREFIX)`` right after
+under the name ``replica_topic(topic, node, PRODUCERS_LEARNT_PREFIX)`` (with
+where the leader learnt each producer; a leader of an older version knows
+only ``PRODUCERS_PREFIX``, asked then) right after
 the bytes and appended with them (:meth:`raylog.storage.log.PartitionLog.append_replica`), so
 that a follower that takes over deduplicates a retry as its leader would.
 A set larger than one fetch is appended in parts and remembered with the
@@ -62,9 +64,9 @@ import threading
 import time
 
 from raylog.config import LEADER_START_GRACE_MS
-from raylog.errors import OffsetOutOfRangeError, RaylogError
+from raylog.errors import NotOwnerError, OffsetOutOfRangeError, RaylogError
 from raylog.replication.follower_reads import ServedWatermark
-from raylog.replication.leader import PRODUCERS_PREFIX, replica_topic
+from raylog.replication.leader import PRODUCERS_LEARNT_PREFIX, PRODUCERS_PREFIX, replica_topic
 from raylog.replication.liveness import clear_dead_leader
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
@@ -281,7 +283,7 @@ class Follower:
     def _fetch_from(self, endpoint: dict, backoff) -> None:
         max_bytes = self.log.config.max_message_bytes
         name = replica_topic(self.topic, self.node)
-        producers = replica_topic(self.topic, self.node, PRODUCERS_PREFIX)
+        producers = replica_topic(self.topic, self.node, PRODUCERS_LEARNT_PREFIX)
         with BrokerConnection(
             endpoint["host"], endpoint["port"], token=self._token, timeout_s=FETCH_TIMEOUT_S,
             connect_timeout_s=CONNECT_TIMEOUT_S, max_frame_bytes=max_bytes + FRAME_OVERHEAD_BYTES,
@@ -297,7 +299,14 @@ class Follower:
                     continue
                 length = whole_messages(reply.data)
                 if length:
-                    sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)
+                    try:
+                        sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)
+                    except NotOwnerError:
+                        if producers.startswith(PRODUCERS_PREFIX):
+                            raise
+                        # a leader of an older version: the sets only, under the older name
+                        producers = replica_topic(self.topic, self.node, PRODUCERS_PREFIX)
+                        sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)
                     records = parse_records(sets.data)
                     length, sequences = replicable(offset, length, records,
                                                    full=len(sets.data) + RECORD_SIZE > max_bytes)

@@ -10,7 +10,9 @@ serves.
   while the ISR is smaller than ``min_insync_replicas``.
 - A follower fetches through :class:`ReplicaView` under the topic name
   :func:`replica_topic` (the existing fetch request): it reads the leader's
-  flushed bytes (beyond the committed offset), and the offset it asks for
+  appended bytes, flushed or not (its long poll is answered as soon as an
+  append arrives, so the follower syncs while the leader does; the
+  committed offset still needs the leader's own flush), and the offset it asks for
   tells the leader how far its log reaches (as in Kafka, a fetch at offset
   ``o`` says the follower has everything below ``o``).
 
@@ -54,8 +56,14 @@ log = logging.getLogger(__name__)
 REPLICA_PREFIX = "__replica__/"
 #: the prefix of the name a follower fetches the producers' sets under
 PRODUCERS_PREFIX = "__producers__/"
+#: the same with the sequence each producer was learnt at (records without
+#: sets, raylog.storage.producer_state), which followers of older versions
+#: cannot read: they ask under PRODUCERS_PREFIX and get sets only
+PRODUCERS_LEARNT_PREFIX = "__producers-learnt__/"
 #: how often the leader reads its ``state`` node again (replicas added or removed)
 REFRESH_INTERVAL_S = 1.0
+#: how long a follower that another writer took out of the ISR stays out when it does not restart
+PARKED_HOLD_S = 600.0
 
 
 def replica_topic(topic: str, node: str, prefix: str = REPLICA_PREFIX) -> str:
@@ -315,7 +323,7 @@ class Leader:
                 if self.deposed:
                     return
                 if found[1] != self._version:
-                    self._adopt(*found)
+                    self._adopt_written(*found)
             if self._parked:
                 self._unpark(now)
         lag_s = self.config.replica_lag_ms / 1000.0
@@ -337,8 +345,23 @@ class Leader:
             self._check_state(proposed)
             if self.deposed:
                 return
+            self._adopt_written(proposed, version)
+        else:
+            self._adopt(proposed, version)
         log.info("%s-%d ISR is now %s", self.topic, self.partition, list(proposed.isr))
-        self._adopt(proposed, version)
+
+    def _adopt_written(self, state, version: int) -> None:
+        """Take ``state`` as another writer left it. A follower it took out
+        of the ISR (one stopping in order, :func:`~raylog.replication.state.leave_isr`)
+        stays out until it restarts, rather than rejoining at once because
+        it was caught up a moment ago."""
+        from raylog.replication.state import replica_path
+
+        left = [n for n in self._state.isr if n not in state.isr and n in state.replicas and n != self.node]
+        for n in left:
+            stat = self.zk.exists(replica_path(self.paths, self.topic, self.partition, n)) if self.zk else None
+            self.park(n, None if stat is None else stat.ephemeralOwner, PARKED_HOLD_S)
+        self._adopt(state, version)
 
     def _adopt(self, state, version: int) -> None:
         """Take ``state`` (read from ZooKeeper): followers a reassignment
@@ -463,8 +486,14 @@ class ReplicaView:
         return self._leader.committed
 
     def read(self, offset: int, max_bytes: int):
+        """Up to the leader's log end, flushed or not: the follower's sync
+        overlaps the leader's (the committed offset still waits for both)."""
         self._leader.on_fetch(self._node, offset)
-        return self._log.read(offset, max_bytes)
+        return self._log.read_unflushed(offset, max_bytes)
+
+    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
+        """The follower's long poll ends as soon as an append passes ``offset``."""
+        return self._log.wait_for_end(offset, timeout_s)
 
     def _refuse(self, *args, **kwargs):
         raise NotOwnerError(f"replica fetch names accept no writes ({self._node})")
@@ -478,8 +507,18 @@ class ProducersView(ReplicaView):
     after it, as producer-state journal records (never a long poll: the
     follower asks right after fetching the bytes they lie in)."""
 
+    #: whether the records say where each producer was learnt (PRODUCERS_LEARNT_PREFIX)
+    learnt = False
+
     def read(self, offset: int, max_bytes: int) -> BytesSlice:
-        return BytesSlice(self._log.producer_records(offset, max_bytes), offset)
+        return BytesSlice(self._log.producer_records(offset, max_bytes, learnt=self.learnt), offset)
 
     def wait_for_data(self, offset: int, timeout_s: float) -> bool:
         return False
+
+
+class LearntProducersView(ProducersView):
+    """:class:`ProducersView` with the sequence each producer was learnt at
+    (fetched under :data:`PRODUCERS_LEARNT_PREFIX`)."""
+
+    learnt = True

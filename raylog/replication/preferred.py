@@ -27,7 +27,7 @@ from raylog.replication.state import running_replicas
 log = logging.getLogger(__name__)
 
 #: how long the preferred replica must have been in sync before its leader hands the lead back by itself
-PREFERRED_QUIET_S = 60.0
+PREFERRED_QUIET_S = 120.0
 
 
 def preferred_moves(rows, running: dict) -> list[tuple[str, int, str]]:

@@ -14,10 +14,12 @@ from raylog.replication import handoff
 from raylog.replication.follower import Follower, write_epoch
 from raylog.replication.follower_reads import FollowerView
 from raylog.replication.leader import (
+    PRODUCERS_LEARNT_PREFIX,
     PRODUCERS_PREFIX,
     REPLICA_PREFIX,
     ClientView,
     Leader,
+    LearntProducersView,
     ProducersView,
     ReplicaView,
     parse_replica_topic,
@@ -108,7 +110,8 @@ class ReplicaRole:
             return None
         if topic == self.topic:
             return self._client_view
-        for prefix, kind in ((REPLICA_PREFIX, ReplicaView), (PRODUCERS_PREFIX, ProducersView)):
+        for prefix, kind in ((REPLICA_PREFIX, ReplicaView), (PRODUCERS_PREFIX, ProducersView),
+                             (PRODUCERS_LEARNT_PREFIX, LearntProducersView)):
             parsed = parse_replica_topic(topic, prefix)
             if parsed is not None:
                 break

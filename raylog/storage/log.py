@@ -182,6 +182,7 @@ class PartitionLog(LogBasics):
         self._first_unflushed_at: float | None = None
         self._flush_requested = False
         self._waiting = 0  # readers blocked in wait_for_data: they get a prompt flush
+        self._end_waiting = 0  # followers blocked in wait_for_end: woken by an append
         try:
             os.makedirs(self._dir, exist_ok=True)
             self._lock_fd = _lock_directory(self._dir)
@@ -304,6 +305,35 @@ class PartitionLog(LogBasics):
             raise ClosedError(f"the partition log in {self._dir} is closed")
         hw = self._hw  # before the view: a newer view only adds segments
         return self._reader.read(self._view, hw, offset, max_bytes)
+
+    def read_unflushed(self, offset: int, max_bytes: int) -> FileSlice:
+        """:meth:`read` up to the log end instead of the high watermark:
+        bytes appended, perhaps not synced yet (what a follower copies, so
+        that its sync runs while the leader's does; the leader counts a set
+        committed only once its own flush covers it too)."""
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        end = self._leo  # before the view: a newer view only adds segments
+        return self._reader.read(self._view, end, offset, max_bytes)
+
+    def wait_for_end(self, offset: int, timeout_s: float) -> bool:
+        """:meth:`wait_for_data` on the log end: block until an append
+        passes ``offset`` (or timeout, or close); whether bytes at
+        ``offset`` can be read with :meth:`read_unflushed`. A waiter makes
+        appends flush at once, as a reader in ``wait_for_data`` does."""
+        with self._cond:
+            if self._leo <= offset and not self._closed:
+                self._end_waiting += 1
+                self._waiting += 1
+                try:
+                    if self._unflushed and not self._flush_requested:
+                        self._flush_requested = True
+                        _flusher().submit(self._flush_in_background)
+                    self._cond.wait_for(lambda: self._leo > offset or self._closed, max(0.0, timeout_s))
+                finally:
+                    self._end_waiting -= 1
+                    self._waiting -= 1
+            return self._leo > offset
 
     def message_boundaries(self, start: int, end: int, targets) -> list[int]:
         """For each of ``targets``, the first message boundary at or after it,
@@ -433,6 +463,9 @@ class PartitionLog(LogBasics):
         if not active.size - size:
             self._active_since = self._clock()
         self._leo = base + size
+        if self._end_waiting:  # a follower waits for these bytes: it copies them while this log syncs
+            with self._cond:
+                self._cond.notify_all()
         if not self._unflushed:
             self._first_unflushed_at = self._clock()
         self._unflushed += count
@@ -588,12 +621,14 @@ class PartitionLog(LogBasics):
         self.truncate_replica(base)
         return base
 
-    def producer_records(self, offset: int, max_bytes: int) -> bytes:
+    def producer_records(self, offset: int, max_bytes: int, learnt: bool = True) -> bytes:
         """The idempotent producers' sets remembered at or after ``offset``,
         as records of the producer-state journal (what a follower passes to
-        :meth:`append_replica`, through ``parse_records``)."""
+        :meth:`append_replica`, through ``parse_records``); ``learnt``: with
+        the sequence each was learnt at (records without sets, which older
+        followers cannot read)."""
         with self._lock:
-            return self._producers.records_from(offset, max_bytes)
+            return self._producers.records_from(offset, max_bytes, learnt)
 
     def truncate_replica(self, offset: int) -> None:
         """Cut the log back to ``offset`` (a replica of an older leader epoch,

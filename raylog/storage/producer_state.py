@@ -463,11 +463,13 @@ class ProducerStateTable:
 
     # -- replication ------------------------------------------------------------------
 
-    def records_from(self, offset: int, max_bytes: int) -> bytes:
+    def records_from(self, offset: int, max_bytes: int, learnt: bool = True) -> bytes:
         """The remembered sets that end after ``offset`` (those that start at
         or after it, and one that ``offset`` falls inside: a follower that
         fetched part of a set learns it with the bytes that complete it), as
-        single-set records in base-offset order, as many as fit in ``max_bytes``."""
+        single-set records in base-offset order, as many as fit in ``max_bytes``;
+        with ``learnt``, a producer's first remembered set comes after a record
+        without sets naming the sequence it was learnt at, when that is older."""
         found = []
         for producer_id in reversed(self._producers):
             state = self._producers[producer_id]
@@ -483,7 +485,7 @@ class ProducerStateTable:
                     break
                 found.append((state.bases[slot], 1, producer_id, state.epoch, sequence, state.lengths[slot]))
             else:
-                if state.learnt < window[0]:  # the follower learns the id where this table did
+                if learnt and state.learnt < window[0]:  # the follower learns the id where this table did
                     found.append((state.bases[window[0] % SEQUENCES_REMEMBERED], 0, producer_id, state.epoch,
                                   state.learnt, None))
         found.sort()

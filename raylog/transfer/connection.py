@@ -54,6 +54,7 @@ is used by one thread at a time; give each thread its own connection.
 
 from __future__ import annotations
 
+import select
 import socket
 from typing import NamedTuple, Sequence
 
@@ -377,6 +378,56 @@ class BrokerConnection:
                 channel.unacked = ids[-1]
             i = j
         return results
+
+    def write_set(
+        self,
+        topic: str,
+        partition: int,
+        message_set: bytes,
+        acks: int,
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        sequence: int = NO_SEQUENCE,
+    ) -> int:
+        """The first half of an acknowledged :meth:`produce_sets` of one set:
+        send its PRODUCE frame and return its correlation id, for
+        :meth:`read_set_reply` (the reply is not read here: no other request
+        may go on this connection between the two)."""
+        channel = self._channel
+        self._before_request()
+        channel.expect_wait(0)
+        correlation_id = self._next_correlation()
+        frame = self._topic(topic).pack(
+            correlation_id, partition, acks, len(message_set), producer_id, sequence,
+            max_frame_bytes=self.max_frame_bytes,
+        )
+        channel.send(frame + message_set)
+        return correlation_id
+
+    def reply_waiting(self, timeout_s: float) -> bool:
+        """Whether reply bytes are there to read within ``timeout_s``
+        (nothing is read: a False leaves the connection as it was)."""
+        channel = self._channel
+        if channel.end > channel.start:
+            return True
+        sock = channel.sock
+        if sock is None:
+            return True  # (the read then raises what happened)
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
+
+    def read_set_reply(self, correlation_id: int):
+        """The second half: the base offset, or the typed error the server
+        answered for that set (as :meth:`produce_sets` returns them); a
+        failure of the connection itself raises."""
+        channel = self._channel
+        try:
+            return channel.read_produce_reply(correlation_id)
+        except RaylogError as err:
+            if channel.sock is None:  # the connection itself failed
+                raise
+            return err
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0) -> FetchResult:
         """Read up to ``max_bytes`` of the log from ``offset`` (at least one

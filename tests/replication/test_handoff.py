@@ -98,3 +98,13 @@ def test_a_parked_follower_does_not_rejoin_the_isr_while_parked(tmp_path):
     leader._unpark(time.monotonic() + 601)  # held long enough
     assert "c" not in leader._parked
     log.close()
+
+
+def test_a_follower_another_writer_took_out_of_the_isr_stays_out_until_it_restarts(tmp_path):
+    log, leader, _view = _leader(tmp_path)
+    leader._adopt_written(PartitionState("a", 0, ("a", "b"), REPLICAS), 1)  # c left in order (SIGTERM)
+    assert "c" in leader._parked and "b" not in leader._parked
+    assert leader.state.isr == ("a", "b")
+    leader._adopt_written(PartitionState("a", 0, ("a", "b"), ("a", "b")), 2)  # b went with a reassignment
+    assert "b" not in leader._parked
+    log.close()

@@ -7,6 +7,8 @@ Every wait is bounded (a shared machine: generous); no time is asserted."""
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 
 import pytest
@@ -20,6 +22,15 @@ pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 @pytest.fixture(scope="module")
 def client(hosts):
     return hosts.client(cluster=f"handoff-{uuid.uuid4().hex[:8]}")
+
+
+def _on_head(hosts, client, *args):
+    """``raylog ARGS`` on the head host, as an operator runs it (the client's cluster and token)."""
+    env = hosts._env()
+    env["RAYLOG_TOKEN"] = client.settings.token.decode()
+    return hosts.head.run([os.path.join(hosts.venv, "bin", "raylog"), "--zookeeper", hosts.zookeeper_address,
+                           "--ray-address", hosts.ray_address, "--cluster", client.settings.cluster, *args],
+                          check=False, timeout=300, env=env, cwd=hosts.tmp)
 
 
 def test_handoff_balance_and_drain_under_an_acks_all_producer(hosts, client):
@@ -50,8 +61,11 @@ def test_handoff_balance_and_drain_under_an_acks_all_producer(hosts, client):
         # drain the leader's node: it leads nothing and is in no ISR, and sends go on
         node = first.replicas[0]
         wait(lambda: set(partition_state(client, topic).isr) == set(first.replicas), "every replica in sync")
-        report = client.drain_node(node, timeout_s=60)
-        assert report["can_stop"], report
+        proc = _on_head(hosts, client, "nodes", "drain", node, "--json")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = json.loads(proc.stdout)
+        assert report["can_stop"] and report["blocked"] == [], report
+        assert len(report["leaders_moved"]) == 1 and len(report["followers_shed"]) == 1, report
         state = partition_state(client, topic)
         assert state.leader != node and node not in state.isr and len(state.isr) == 2
         sending.more_acked()

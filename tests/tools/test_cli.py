@@ -109,6 +109,10 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         ["topics", "delete"],
         ["topics", "repair"],
         ["topics", "reassign"],
+        ["topics", "balance-leaders"],
+        ["nodes"],
+        ["nodes", "drain"],
+        ["nodes", "restart"],
         ["supervisor"],
         ["supervisor", "start"],
         ["produce"],
@@ -141,6 +145,8 @@ def test_bad_usage_exits_2():
         ["topics", "reassign", "t", "--replicas", "a,b", "--replace", "a=c"],
         ["topics", "reassign", "t", "--replicas", "a,b"],
         ["topics", "reassign", "t", "--replace", "a"],
+        ["nodes", "restart"],
+        ["nodes", "drain"],
     ):
         proc = raylog(*args)
         # one line: what is wrong and where the help is; nothing on stdout
@@ -167,6 +173,9 @@ def test_cluster_commands_without_an_address_say_what_to_pass():
         ["topics", "delete", "t"],
         ["groups", "list"],
         ["groups", "describe", "g"],
+        ["nodes", "drain", "h2"],
+        ["nodes", "restart", "--rolling"],
+        ["topics", "balance-leaders"],
     ):
         proc = raylog(*args)
         assert proc.returncode == 2, (args, proc.stderr)
