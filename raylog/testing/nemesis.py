@@ -246,9 +246,9 @@ class Nemesis:
         t = self.target
         whole = []
         for p in range(t.partitions):
-            found = read_state(t.client._zk, t.client.registry.paths, t.topic, p)
-            if found is not None and set(found[0].isr) == set(found[0].replicas):
-                whole.append((p, found[0]))
+            state = t.client.replication_state(t.topic, p)
+            if state is not None and set(state.isr) == set(state.replicas):
+                whole.append((p, state))
         if not whole:
             raise kit.FaultInjectionError(f"no partition of {t.topic} is replicated with a whole ISR")
         return whole
