@@ -73,7 +73,7 @@ below, the reference. It appends only while the accumulator's lock is
 free, and without letting go of the GIL, so that to every other thread
 the append is as one made under the lock (``_fastsend.c`` says why).
 Its :class:`GroupFill` places the groups of a keyed ``send_batch`` call in
-their partitions' open batches, under the lock (``BulkAppends._append_groups``
+their partitions' open batches, under the lock (``RecordAccumulator._append_groups``
 is the reference), and the compiled grouping checks the call's types.
 """
 

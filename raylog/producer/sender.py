@@ -320,11 +320,7 @@ class Sender:
             if pending:
                 self._send_within_deadline(tp, pending, state)
         except RaylogError as err:
-            if state is not None:
-                state.restart()
-            for s in pending:
-                self._resolve(s.batch, error=err)
-            pending.clear()
+            self._give_up(pending, state, err)
 
     # -- a drain worker -----------------------------------------------------------
 
@@ -402,13 +398,17 @@ class Sender:
         try:
             self._send_within_deadline(tp, pending, state)
         except RaylogError as err:
-            # Given up: these sets may or may not be stored. Later sets must
-            # not wait on them, so the partition gets a fresh producer id.
-            if state is not None:
-                state.restart()
-            for s in pending:
-                self._resolve(s.batch, error=err)
-            pending.clear()
+            self._give_up(pending, state, err)
+
+    def _give_up(self, pending: list, state: _Sequences | None, err: RaylogError) -> None:
+        """Fail ``pending`` with ``err``: these sets may or may not be
+        stored. Later sets must not wait on them, so the partition gets a
+        fresh producer id."""
+        if state is not None:
+            state.restart()
+        for s in pending:
+            self._resolve(s.batch, error=err)
+        pending.clear()
 
     def _send_within_deadline(self, tp, pending: list, state: _Sequences | None) -> None:
         """``_attempt`` under the retry policy; an endpoint that refuses the

@@ -1,4 +1,4 @@
-"""Many messages per call (producer/bulk.py): the sender is woken once the
+"""Many messages per call (RecordAccumulator.append_many): the sender is woken once the
 call lets go of the lock, and never left asleep while a call waits for
 buffer space; keyed calls fill the same batches with the compiled groups
 (``_fastsend.GroupFill``) as with the reference. Every test runs both ways
