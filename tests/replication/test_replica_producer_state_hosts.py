@@ -72,8 +72,9 @@ def test_a_follower_far_behind_on_a_producer_learns_it_as_its_leader_holds_it(ho
     pid = actor_pid(actor)
     stop_process(pid)
     try:
-        for value in values[5:]:  # 45 sets, one at a time: the leader remembers the last 32
-            producer.send(topic, value).result(60)
+        # 45 sets (one message each, sent without waiting): the leader remembers the last 32
+        for future in [producer.send(topic, value) for value in values[5:]]:
+            future.result(60)
     finally:
         resume_process(pid)
     producer.close()
