@@ -61,14 +61,18 @@ def test_a_rolling_restart_and_a_sigterm_fail_no_send(hosts, client):
 
         # SIGTERM to the leader's process: it hands off before it exits
         state = partition_state(client, topic)
+        logs = os.path.join(hosts.host(state.leader).temp_dir, "ray", "session_*", "logs", "worker-*.err")
+
+        def handed_off() -> int:  # the leader's host's log lines of a handoff of this partition
+            return sum(open(p, errors="replace").read().count(f"{topic}-0: lead handed to") for p in glob.glob(logs))
+
+        before = handed_off()
         _, actor = leader_actor(client._zk, client.registry, client.settings.cluster, topic, 0)
         pid = ray.get(actor.pid.remote(), timeout=60)
         os.kill(pid, signal.SIGTERM)
         wait(lambda: partition_state(client, topic).leader != state.leader, "another replica leads")
         assert partition_state(client, topic).leader_epoch == state.leader_epoch + 1
-        logs = os.path.join(hosts.host(state.leader).temp_dir, "ray", "session_*", "logs", "worker-*.err")
-        wait(lambda: any(f"{topic}-0: lead handed to" in open(p, errors="replace").read() for p in glob.glob(logs)),
-             "the stopped leader's log says it handed its lead off", timeout_s=60)
+        wait(lambda: handed_off() > before, "the stopped leader's log says it handed its lead off", timeout_s=60)
         sending.more_acked()
         wait(lambda: _in_sync(client, topic), "the stopped replica, restarted by Ray, is in sync again")
     finally:
