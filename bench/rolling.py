@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from raylog.retry import RetryPolicy  # noqa: E402
+from raylog.testing.on_hosts import read_values  # noqa: E402
 
 TOPIC = "rolling"
 
@@ -101,19 +102,6 @@ class Load:
         self._threads[1].join(30)
 
 
-def read_all(client, topic: str, count: int, timeout_s: float = 120.0) -> list[bytes]:
-    consumer = client.consumer([topic], auto_offset_reset="earliest")
-    try:
-        values: list[bytes] = []
-        deadline = time.monotonic() + timeout_s
-        while len(values) < count and time.monotonic() < deadline:
-            values += [m.value for m in consumer.poll(timeout_ms=500)]
-        values += [m.value for m in consumer.poll(timeout_ms=1000)]
-        return values
-    finally:
-        consumer.close()
-
-
 def latencies_ms(sends, start: float, end: float) -> dict:
     window = sorted(lat * 1000 for at, lat in sends if start <= at < end)
     if not window:
@@ -152,7 +140,7 @@ def run(client, restart, nodes, args) -> dict:
     balanced = client.balance_leaders([TOPIC], timeout_s=30)
     leaders_after_balance = leader_counts(client, TOPIC)
     load.finish()
-    stored = read_all(client, TOPIC, len(load.acked))
+    stored = read_values(client, TOPIC, len(load.acked), timeout_s=120.0)
     seen = collections.Counter(stored)
     acked = set(load.acked)
     before = latencies_ms(load.sends, 0, roll_start)
