@@ -328,7 +328,7 @@ class PartitionLog(LogBasics):
                 try:
                     if self._unflushed and not self._flush_requested:
                         self._flush_requested = True
-                        _flusher().submit(self._flush_in_background)
+                        submit_flush(self._flush_in_background)
                     self._cond.wait_for(lambda: self._leo > offset or self._closed, max(0.0, timeout_s))
                 finally:
                     self._end_waiting -= 1

@@ -37,27 +37,29 @@ def test_read_backs_served_from_two_places_of_one_partition_are_no_poll_skip(mon
     everything between them (a 10-minute RF 3 run flagged a poll-skip)."""
     from types import SimpleNamespace
 
-    from raylog.storage.message import encode_message_set
     from raylog.testing import nemesis as nem
     from raylog.testing.checker import check
     from raylog.testing.history import MemoryRecorder
 
-    class Connection:
+    class Consumer:
+        """A consumer that serves each read-back its one message undamaged."""
+
         def __init__(self, *args, **kwargs):
+            self.at = None
+
+        def assign(self, partitions):
             pass
 
-        def __enter__(self):
-            return self
+        def seek(self, topic, partition, offset):
+            self.at = offset
 
-        def __exit__(self, *exc):
+        def poll(self, timeout_ms=1000):
+            return [SimpleNamespace(offset=self.at, value=b"at-%d" % self.at)]
+
+        def close(self):
             pass
 
-        def fetch(self, topic, partition, offset, size):
-            return SimpleNamespace(data=encode_message_set([b"at-%d" % offset]))
-
-    monkeypatch.setattr(nem, "BrokerConnection", Connection)
-    client = SimpleNamespace(metadata=SimpleNamespace(endpoint=lambda *a, **k: ("127.0.0.1", 1)),
-                             settings=SimpleNamespace(token=None))
+    client = SimpleNamespace(consumer=Consumer)
     nemesis = nem.Nemesis.__new__(nem.Nemesis)
     nemesis.target = SimpleNamespace(topic="t", client=client)
     nemesis.reader = MemoryRecorder("nemesis-reader")
