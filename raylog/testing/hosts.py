@@ -741,7 +741,9 @@ class HostsCluster:
                 keep = {self.zookeeper.pid()} if host is self.head else set()
                 _kill_all([p for p in host.process_pids() if p not in keep])
                 host.start_ray()
-        raise FaultInjectionError(f"the Ray node of {name} did not start; its output:\n"
+        lines = [line for line in text.decode(errors="replace").splitlines() if line.strip()]
+        cause = lines[-1].strip() if lines else "no output"
+        raise FaultInjectionError(f"the Ray node of {name} did not start ({cause}); its output:\n"
                                   f"{text[-3000:].decode(errors='replace')}")
 
     def restart_ray(self, host: Host, retries: int = 2 * START_RETRIES) -> None:

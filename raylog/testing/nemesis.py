@@ -59,6 +59,8 @@ from typing import Sequence
 
 from raylog.errors import CorruptMessageError, RaylogError
 from raylog.testing import faults as kit
+from raylog.testing.clusters import wait_until
+from raylog.testing.host_checks import NODE_DEATH_WAIT_S, ray_node_alive
 from raylog.testing.workload import DAMAGED_FILE
 
 log = logging.getLogger(__name__)
@@ -496,8 +498,12 @@ class Nemesis:
         host = self._disk_host()
         pids = kit.kill_host(host)
         seconds = self._for(2.0, 4.0)
+        # started again once Ray counts the old node dead (its health checks:
+        # slower on a busy machine), never two nodes of one address alive; a
+        # start beside the old node fails each of its tries at once
+        dead = wait_until(lambda: not ray_node_alive(host), timeout_s=NODE_DEATH_WAIT_S, interval_s=0.5)
         hosts.restart_ray(host)
-        return host.name, {"pids": len(pids), "down_s": seconds}
+        return host.name, {"pids": len(pids), "down_s": seconds, "old_node_dead_first": dead}
 
     def _pause_host(self):
         host = self._disk_host()
