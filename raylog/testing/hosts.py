@@ -276,6 +276,24 @@ def _kill_all(pids, grace_s: float = 0.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _raylet_tail(ray_temp_dir: str, lines: int = 15) -> str:
+    """The last lines of the raylet's own logs of a node's latest session (why
+    it did not register), or ``""``."""
+    out = []
+    for name in ("raylet.err", "raylet.out"):
+        path = os.path.join(ray_temp_dir, "session_latest", "logs", name)
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 8192))
+                tail = f.read().decode(errors="replace").splitlines()[-lines:]
+        except OSError:
+            continue
+        if tail:
+            out.append(f"\n--- {name}:\n" + "\n".join(tail))
+    return "".join(out)
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -637,7 +655,9 @@ class HostsCluster:
         return [h for h in self.hosts if h.disk]
 
     def ray_command(self, *args: str) -> list[str]:
-        return [self.python, "-m", "ray.scripts.scripts", *args]
+        """``ray ARGS`` in the hosts' venv, through the kit's launcher (a
+        longer wait for a node's registration: :mod:`raylog.testing.ray_node`)."""
+        return [self.python, "-m", "raylog.testing.ray_node", *args]
 
     def process_io(self, name: str) -> dict:
         log = open(os.path.join(self.tmp, f"{name}.log"), "ab")
@@ -743,8 +763,9 @@ class HostsCluster:
                 host.start_ray()
         lines = [line for line in text.decode(errors="replace").splitlines() if line.strip()]
         cause = lines[-1].strip() if lines else "no output"
+        temp = os.path.join(self.tmp, "client", "ray") if host is None else os.path.join(host.temp_dir, "ray")
         raise FaultInjectionError(f"the Ray node of {name} did not start ({cause}); its output:\n"
-                                  f"{text[-3000:].decode(errors='replace')}")
+                                  f"{text[-3000:].decode(errors='replace')}{_raylet_tail(temp)}")
 
     def restart_ray(self, host: Host, retries: int = 2 * START_RETRIES) -> None:
         """Start ``host``'s Ray node again and wait until it runs (tried

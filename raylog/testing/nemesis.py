@@ -502,7 +502,7 @@ class Nemesis:
         # slower on a busy machine), never two nodes of one address alive; a
         # start beside the old node fails each of its tries at once
         dead = wait_until(lambda: not ray_node_alive(host), timeout_s=NODE_DEATH_WAIT_S, interval_s=0.5)
-        hosts.restart_ray(host)
+        hosts.restart_ray(host, retries=1)  # a start waits up to 2 min for its registration
         return host.name, {"pids": len(pids), "down_s": seconds, "old_node_dead_first": dead}
 
     def _pause_host(self):
