@@ -268,6 +268,10 @@ def owner_watcher(make_zk):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "hosts: runs on the hosts kit (network namespaces; needs root)")
+    # Ray's token before any cluster starts (the first ray.init() would make it halfway through)
+    from raylog.testing.ray_token import ensure_ray_token
+
+    ensure_ray_token()
 
 
 # -- several workers (``pytest -n N --dist loadgroup``, as ``make test`` runs) ----

@@ -75,6 +75,7 @@ from raylog.client import DEFAULT_DATA_DIR
 from raylog.config import DISK_RESOURCE, NODE_LABEL
 from raylog.errors import FaultInjectionError
 from raylog.ray_join import present_ray_token
+from raylog.testing.ray_token import ensure_ray_token
 
 #: every name the kit makes starts with this
 PREFIX = "rlh"
@@ -692,6 +693,7 @@ class HostsCluster:
         why = unavailable()
         if why is not None:
             raise FaultInjectionError(why)
+        ensure_ray_token()  # as a local ray.init() would: one token for the whole run, made before the nodes
         try:
             self.checkout = _checkout()
             self.venv = self._venv or hosts_venv(self.checkout)
