@@ -113,8 +113,10 @@ def _state(state_dir: str) -> dict:
         return json.load(f)
 
 
-def _start(state_dir: str, port: int, cluster: str) -> dict:
-    _cluster("start", state_dir, "--disk-nodes", "2", "--port", str(port), "--cluster", cluster)
+def _start(state_dir: str, port: int, cluster: str, exports: list | None = None) -> dict:
+    proc = _cluster("start", state_dir, "--disk-nodes", "2", "--port", str(port), "--cluster", cluster)
+    if exports is not None:
+        exports.append(_exports(proc.stdout))
     return _state(state_dir)
 
 
@@ -137,16 +139,25 @@ def test_local_cluster_restart_serves_every_topic_again_and_a_delete_while_down_
     state_dir, data_dir = tempfile.mkdtemp(prefix="rl-"), str(tmp_path / "data")
     cluster, topic = f"restart-{uuid.uuid4().hex[:8]}", "clicks"
     port = free_port()
+    exports: list[dict] = []
     try:
-        state = _start(state_dir, port, cluster)
+        state = _start(state_dir, port, cluster, exports)
+        # ``start`` prints only the export line on stdout, and raylog finds the cluster through it
+        assert exports[0]["RAYLOG_ZOOKEEPER"] == state["zookeeper"]
+        assert exports[0]["RAYLOG_RAY_ADDRESS"] == f"127.0.0.1:{port}" and exports[0]["RAYLOG_CLUSTER"] == cluster
         created = _step("create", state, data_dir, cluster, topic, MESSAGES)
         acked = created["acked"]
         assert len(acked) == MESSAGES and len(created["epochs"]) == 4
         assert len({os.path.dirname(d) for d in created["log_dirs"].values()}) == 1
+        _joins_without_ray_auth_mode(state, cluster)
 
         # stop everything (Ray by PID, ZooKeeper by its pid file), start again
         _stop(state_dir)
-        state = _start(state_dir, port, cluster)
+        state = _start(state_dir, port, cluster, exports)
+        assert exports[1] == exports[0]  # the same ZooKeeper port: the exported line is still right
+        listed = subprocess.run([sys.executable, "-m", "raylog.tools.cli", "topics", "list", "--json"],
+                                capture_output=True, text=True, env=_env(**exports[1]), timeout=120)
+        assert listed.returncode == 0 and json.loads(listed.stdout) == [topic], listed.stderr[-4000:]
 
         # No client call brings it back: a client outside Ray only reads.
         read = _step("read", state, data_dir, cluster, topic, json.dumps(created["epochs"]))
@@ -183,37 +194,28 @@ def test_local_cluster_restart_serves_every_topic_again_and_a_delete_while_down_
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def test_connect_joins_a_token_auth_cluster_without_ray_auth_mode():
+def _joins_without_ray_auth_mode(state: dict, cluster: str) -> None:
     """The local cluster's head runs with Ray's token auth; a process with
     RAY_AUTH_MODE unset joins it with raylog.connect(ray_address=...) (and
     the CLI through it) at once, with no warnings' worth of retries."""
-    from raylog.zk.launcher import free_port
+    script = textwrap.dedent(f"""
+        import os, ray, raylog
+        assert "RAY_AUTH_MODE" not in os.environ
+        client = raylog.connect(zookeeper={state['zookeeper']!r}, ray_address={state['ray_address']!r},
+                                cluster={cluster!r})
+        print("NODES", len(ray.nodes()))
+        client.close()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(), timeout=120)
+    assert proc.returncode == 0 and "NODES" in proc.stdout, proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr and "InvalidAuthToken" not in proc.stderr, proc.stderr[-4000:]
 
-    state_dir = tempfile.mkdtemp(prefix="rl-")
-    try:
-        _cluster("start", state_dir, "--port", str(free_port()), "--cluster", "auth")
-        state = _state(state_dir)
-        script = textwrap.dedent(f"""
-            import os, ray, raylog
-            assert "RAY_AUTH_MODE" not in os.environ
-            client = raylog.connect(zookeeper={state['zookeeper']!r}, ray_address={state['ray_address']!r},
-                                    cluster="auth")
-            print("NODES", len(ray.nodes()))
-            client.close()
-        """)
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(), timeout=120)
-        assert proc.returncode == 0 and "NODES" in proc.stdout, proc.stderr[-4000:]
-        assert "Traceback" not in proc.stderr and "InvalidAuthToken" not in proc.stderr, proc.stderr[-4000:]
-
-        cli = subprocess.run(
-            [sys.executable, "-m", "raylog.tools.cli", "--zookeeper", state["zookeeper"], "--ray-address",
-             state["ray_address"], "--cluster", "auth", "supervisor", "start"],
-            capture_output=True, text=True, env=_env(), timeout=120,
-        )
-        assert cli.returncode == 0 and "supervisor of cluster auth runs" in cli.stdout, cli.stderr[-4000:]
-    finally:
-        _stop(state_dir)
-        shutil.rmtree(state_dir, ignore_errors=True)
+    cli = subprocess.run(
+        [sys.executable, "-m", "raylog.tools.cli", "--zookeeper", state["zookeeper"], "--ray-address",
+         state["ray_address"], "--cluster", cluster, "supervisor", "start"],
+        capture_output=True, text=True, env=_env(), timeout=120,
+    )
+    assert cli.returncode == 0 and f"supervisor of cluster {cluster} runs" in cli.stdout, cli.stderr[-4000:]
 
 
 def _exports(stdout: str) -> dict:
@@ -221,27 +223,3 @@ def _exports(stdout: str) -> dict:
     (line,) = stdout.splitlines()
     assert line.startswith("export "), stdout
     return dict(item.split("=", 1) for item in line.split()[1:])
-
-
-def test_local_cluster_keeps_its_zookeeper_port_and_prints_the_export_line():
-    """``start`` prints only the export line on stdout; after ``stop`` and
-    ``start`` the exported ZooKeeper address is still right (its port kept
-    in the state dir), and raylog finds the cluster through the variables."""
-    from raylog.zk.launcher import free_port
-
-    state_dir = tempfile.mkdtemp(prefix="rl-")
-    port = free_port()
-    try:
-        first = _exports(_cluster("start", state_dir, "--port", str(port), "--cluster", "ports").stdout)
-        assert first["RAYLOG_ZOOKEEPER"] == _state(state_dir)["zookeeper"]
-        assert first["RAYLOG_RAY_ADDRESS"] == f"127.0.0.1:{port}" and first["RAYLOG_CLUSTER"] == "ports"
-        _stop(state_dir)
-
-        again = _exports(_cluster("start", state_dir, "--port", str(port), "--cluster", "ports").stdout)
-        assert again == first  # the same ZooKeeper port: the exported line is still right
-        proc = subprocess.run([sys.executable, "-m", "raylog.tools.cli", "topics", "list", "--json"],
-                              capture_output=True, text=True, env=_env(**again), timeout=120)
-        assert proc.returncode == 0 and json.loads(proc.stdout) == [], proc.stderr[-4000:]
-    finally:
-        _stop(state_dir)
-        shutil.rmtree(state_dir, ignore_errors=True)
