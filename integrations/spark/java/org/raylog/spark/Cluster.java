@@ -88,7 +88,7 @@ final class Cluster implements Closeable {
 
   ReadOptions.Settings settings(int maxMessageBytes, long maxInflatedBytes) {
     return new ReadOptions.Settings(options.token, options.fetchBytes, maxMessageBytes, maxInflatedBytes,
-        options.timeoutMs, options.failOnDataLoss, options.zookeeper, options.cluster);
+        options.timeoutMs, options.failOnDataLoss, options.zookeeper, options.cluster, "the option failOnDataLoss to false");
   }
 
   /**
@@ -143,6 +143,189 @@ final class Cluster implements Closeable {
           parts.put(p, call(t.getKey(), p, c -> c.offsets(bytes(t.getKey()), partition)));
         }
       }
+    }
+    return assigned(out);
+  }
+
+  /** {@code logs} cut to the partitions of the option assign (all of them without it). */
+  private Map<String, Map<Integer, long[]>> assigned(Map<String, Map<Integer, long[]>> logs) {
+    if (options.assign == null) {
+      return logs;
+    }
+    Map<String, Map<Integer, long[]>> out = new TreeMap<>();
+    for (Map.Entry<String, List<Integer>> t : options.assign.entrySet()) {
+      Map<Integer, long[]> all = logs.get(t.getKey());
+      Map<Integer, long[]> mine = new TreeMap<>();
+      if (all == null) {
+        continue; // a deleted topic of a stream (partitionsPresent left it out)
+      }
+      for (int p : t.getValue()) {
+        if (!all.containsKey(p)) {
+          throw new RaylogReadException(RaylogReadException.UNKNOWN_PARTITION, "option 'assign' names "
+              + t.getKey() + "-" + p + ", but " + t.getKey() + " has partitions 0.."
+              + (all == null ? -1 : all.size() - 1));
+        }
+        mine.put(p, all.get(p));
+      }
+      out.put(t.getKey(), mine);
+    }
+    return out;
+  }
+
+  /** The topics the options select now (subscribePattern: those that match). */
+  List<String> selected() {
+    return options.topics(zk);
+  }
+
+  /**
+   * The topics of {@code topics} that exist now, with their partition
+   * counts; the others are left out (a stream's deleted topics).
+   */
+  Map<String, Integer> partitionsPresent(java.util.Collection<String> topics) {
+    java.util.Set<String> present = new java.util.HashSet<>(zk.topics());
+    Map<String, Integer> out = new TreeMap<>();
+    for (String topic : topics) {
+      if (present.contains(topic)) {
+        configs.remove(topic); // it may have been deleted and made again
+        try {
+          out.put(topic, config(topic).path("partitions").asInt());
+        } catch (RaylogReadException e) {
+          if (e.code() != RaylogReadException.UNKNOWN_TOPIC) {
+            throw e;
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  /**
+   * The startingOffsets of a read (the option value, or JSON from
+   * startingTimestamp / startingOffsetsByTimestamp: the first message at or
+   * after the time). A partition with no such message fails the read
+   * (startingOffsetsByTimestampStrategy=error, Kafka's default) or starts at
+   * its end (=latest). {@code fallback}: the default when no option is given.
+   */
+  String starting(Map<String, Map<Integer, long[]>> logs, String fallback) {
+    if (options.startingTimestamp == null && options.startingByTimestamp == null) {
+      return options.startingOffsets == null ? fallback : options.startingOffsets;
+    }
+    String name = options.startingTimestamp != null ? "startingTimestamp" : "startingOffsetsByTimestamp";
+    return forTimes(logs, name, options.startingTimestamp, options.startingByTimestamp, true);
+  }
+
+  /**
+   * The endingOffsets of a batch read (the option value, or JSON from
+   * endingTimestamp / endingOffsetsByTimestamp: each partition ends before
+   * its first message at or after the time, or at latest when it has none,
+   * as in Spark's Kafka source).
+   */
+  String ending(Map<String, Map<Integer, long[]>> logs) {
+    if (options.endingTimestamp == null && options.endingByTimestamp == null) {
+      return options.endingOffsets;
+    }
+    String name = options.endingTimestamp != null ? "endingTimestamp" : "endingOffsetsByTimestamp";
+    return forTimes(logs, name, options.endingTimestamp, options.endingByTimestamp, false);
+  }
+
+  private String forTimes(Map<String, Map<Integer, long[]>> logs, String name, Long all,
+      Map<String, Map<Integer, Long>> each, boolean start) {
+    if (each != null) {
+      for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
+        Map<Integer, Long> given = each.get(t.getKey());
+        if (given == null || !given.keySet().equals(t.getValue().keySet())) {
+          throw SourceOptions.config("option '" + name + "' must give a time for every partition the query reads "
+              + "(as in Spark's Kafka source): " + t.getKey() + " has partitions " + t.getValue().keySet()
+              + ", the option gives " + (given == null ? "none" : given.keySet()));
+        }
+      }
+      for (String topic : each.keySet()) {
+        if (!logs.containsKey(topic)) {
+          throw SourceOptions.config("option '" + name + "' names " + topic + ", which the query does not read");
+        }
+      }
+    }
+    Map<String, Map<Integer, Long>> out = new TreeMap<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
+      Map<Integer, Long> parts = new TreeMap<>();
+      for (Map.Entry<Integer, long[]> e : t.getValue().entrySet()) {
+        final int partition = e.getKey();
+        final long time = all != null ? all : each.get(t.getKey()).get(partition);
+        long offset = call(t.getKey(), partition, c -> c.offsetForTime(bytes(t.getKey()), partition, time));
+        long end = e.getValue()[1];
+        if (offset >= end) { // no message at or after the time
+          if (start && !options.latestWhenNoTimestampMatch) {
+            Map<String, Object> d = new HashMap<>();
+            d.put("timestamp", time);
+            d.put("latest", end);
+            throw new RaylogReadException(RaylogReadException.OFFSET_OUT_OF_RANGE, name + ": no message of "
+                + t.getKey() + "-" + partition + " is at or after " + time + " (as Spark's Kafka source, the read "
+                + "fails); set startingOffsetsByTimestampStrategy to 'latest' to start such partitions at their "
+                + "end", d, null);
+          }
+          offset = end;
+        }
+        parts.put(partition, offset);
+      }
+      out.put(t.getKey(), parts);
+    }
+    return new RaylogOffset(out).json();
+  }
+
+  /**
+   * {@code ranges} cut at message boundaries into at least {@code minPartitions}
+   * ranges (as raylog.read.plan's split: the larger ranges into more pieces,
+   * in proportion to their bytes); each cut is the last message boundary at
+   * or before its target, found with one FETCH from the previous cut. A
+   * range of one message is not cut.
+   */
+  List<ReadOptions.Range> split(List<ReadOptions.Range> ranges, long minPartitions, int maxMessageBytes) {
+    if (ranges.isEmpty() || ranges.size() >= minPartitions) {
+      return ranges;
+    }
+    long total = 0;
+    for (ReadOptions.Range r : ranges) {
+      total += r.end - r.start;
+    }
+    int[] counts = new int[ranges.size()];
+    int sum = 0;
+    for (int i = 0; i < counts.length; i++) {
+      long size = ranges.get(i).end - ranges.get(i).start;
+      counts[i] = (int) Math.max(1, Math.min(size, Math.round((double) minPartitions * size / total)));
+      sum += counts[i];
+    }
+    while (sum < minPartitions) { // the range with the largest pieces gets one more
+      int best = 0;
+      for (int i = 1; i < counts.length; i++) {
+        long a = ranges.get(i).end - ranges.get(i).start;
+        long b = ranges.get(best).end - ranges.get(best).start;
+        if ((double) a / counts[i] > (double) b / counts[best]) {
+          best = i;
+        }
+      }
+      if (ranges.get(best).end - ranges.get(best).start <= counts[best]) {
+        break;
+      }
+      counts[best]++;
+      sum++;
+    }
+    List<ReadOptions.Range> out = new ArrayList<>();
+    for (int i = 0; i < counts.length; i++) {
+      ReadOptions.Range r = ranges.get(i);
+      long from = r.start;
+      long size = r.end - r.start;
+      for (int k = 1; k < counts[i] && from < r.end; k++) {
+        long target = r.start + size * k / counts[i];
+        if (target <= from) {
+          continue;
+        }
+        long cut = boundaryAtMost(r.topic, r.partition, from, target, maxMessageBytes);
+        if (cut > from && cut < r.end) {
+          out.add(new ReadOptions.Range(r.topic, r.partition, from, cut, r.host, r.port, r.location, r.replicas));
+          from = cut;
+        }
+      }
+      out.add(new ReadOptions.Range(r.topic, r.partition, from, r.end, r.host, r.port, r.location, r.replicas));
     }
     return out;
   }
@@ -371,31 +554,13 @@ final class Cluster implements Closeable {
             name + ": offsets " + lost + " were deleted by retention; start at 'earliest' or set failOnDataLoss "
                 + "to false to skip them", d, null);
       }
-      LOG.warn("{}: skipping {}, deleted by retention", name, lost);
+      LOG.warn("{}: skipping {}, deleted by retention (failOnDataLoss=false)", name, lost);
       return log[0];
     }
     if (spec != log[0] && spec != log[1]) {
       checkBoundary(topic, partition, spec, maxMessageBytes);
     }
     return spec;
-  }
-
-  /**
-   * startingOffsets JSON of the first message of every partition whose
-   * timestamp is at or after {@code timestampMs} (the partitions' time
-   * indexes, OFFSETS_FOR_TIME); a partition with none starts at its end.
-   */
-  String offsetsForTime(Map<String, Map<Integer, long[]>> logs, long timestampMs) {
-    Map<String, Map<Integer, Long>> out = new TreeMap<>();
-    for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
-      Map<Integer, Long> parts = new TreeMap<>();
-      for (int p : t.getValue().keySet()) {
-        final int partition = p;
-        parts.put(p, call(t.getKey(), p, c -> c.offsetForTime(bytes(t.getKey()), partition, timestampMs)));
-      }
-      out.put(t.getKey(), parts);
-    }
-    return new RaylogOffset(out).json();
   }
 
   /**

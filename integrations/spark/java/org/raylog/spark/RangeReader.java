@@ -463,10 +463,10 @@ final class RangeReader implements PartitionReader<InternalRow> {
     if (settings.failOnDataLoss) {
       throw dataLoss(
           "offsets " + lost + " were deleted by retention after the read was planned; plan the read again, "
-              + "or pass fail_on_data_loss=False to skip what was lost",
+              + "or set " + settings.failOnDataLossName + " to skip what was lost",
           next, lostEnd, earliest, latest);
     }
-    LOG.warn("reading {}: skipping lost {}", range.topic, lost);
+    LOG.warn("reading {}: skipping lost {} (failOnDataLoss is false)", range.topic, lost);
     next = lostEnd;
   }
 

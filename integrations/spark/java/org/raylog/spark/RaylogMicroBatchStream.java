@@ -69,6 +69,8 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   private long maxInflatedBytes;
   /** the end of a Trigger.AvailableNow query, or null */
   private RaylogOffset availableNowEnd;
+  /** deleted topics already reported in the driver's log */
+  private final java.util.Set<String> warnedTopics = new java.util.HashSet<>();
 
   RaylogMicroBatchStream(SourceOptions options, int[] columns, AvroSpec avro, String checkpointLocation) {
     this.options = options;
@@ -84,12 +86,52 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
     return cluster;
   }
 
-  /** Every selected partition's log start and high watermark now. */
+  /** Every selected partition's log start and high watermark now (the query's start: every subscribed topic). */
   private Map<String, Map<Integer, long[]>> logs() {
-    Map<String, Integer> partitions = cluster().partitions();
+    return logs(cluster().partitions());
+  }
+
+  private Map<String, Map<Integer, long[]>> logs(Map<String, Integer> partitions) {
     maxMessageBytes = cluster().maxMessageBytes(partitions.keySet());
     maxInflatedBytes = cluster().maxInflatedBytes(partitions.keySet());
     return cluster().offsets(partitions);
+  }
+
+  /**
+   * The logs of the topics that exist now, of those the query reads and of
+   * {@code read} (the topics of its last position). A topic of {@code read}
+   * that was deleted is data loss: a DataLossError naming failOnDataLoss,
+   * or with failOnDataLoss=false a warning in the driver's log and the
+   * topic is left out (as Spark's Kafka source).
+   */
+  private Map<String, Map<Integer, long[]>> liveLogs(java.util.Collection<String> read) {
+    java.util.Set<String> wanted = new java.util.TreeSet<>(read);
+    if (options.pattern == null) {
+      wanted.addAll(options.subscribe);
+    } else {
+      wanted = new java.util.TreeSet<>(read);
+      wanted.addAll(cluster().selected());
+    }
+    Map<String, Integer> present = cluster().partitionsPresent(wanted);
+    for (String topic : read) {
+      if (!present.containsKey(topic)) {
+        lostTopic(topic);
+      }
+    }
+    return logs(present);
+  }
+
+  private void lostTopic(String topic) {
+    if (options.failOnDataLoss) {
+      Map<String, Object> d = new HashMap<>();
+      d.put("topic", topic);
+      throw new RaylogReadException(RaylogReadException.DATA_LOSS, "topic " + topic + " was deleted while the "
+          + "stream read it: its unread messages are lost; set the option failOnDataLoss to false to skip them "
+          + "and go on", d, null);
+    }
+    if (warnedTopics.add(topic)) {
+      LOG.warn("raylog stream: topic {} was deleted; its unread messages are skipped (failOnDataLoss=false)", topic);
+    }
   }
 
   @Override
@@ -126,11 +168,8 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
 
   private RaylogOffset resolveInitial() {
     Map<String, Map<Integer, long[]>> logs = logs();
-    String starting = options.startingOffsets == null ? "latest" : options.startingOffsets;
-    if (options.startingTimestamp != null) {
-      starting = cluster().offsetsForTime(logs, options.startingTimestamp);
-    }
-    Map<String, Map<Integer, long[]>> bounds = cluster().bounds(logs, starting, "latest", maxMessageBytes);
+    Map<String, Map<Integer, long[]>> bounds =
+        cluster().bounds(logs, cluster().starting(logs, "latest"), "latest", maxMessageBytes);
     Map<String, Map<Integer, Long>> start = new TreeMap<>();
     for (Map.Entry<String, Map<Integer, long[]>> t : bounds.entrySet()) {
       Map<Integer, Long> parts = new TreeMap<>();
@@ -174,7 +213,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   @Override
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     RaylogOffset start = (RaylogOffset) startOffset;
-    Map<String, Map<Integer, long[]>> logs = logs();
+    Map<String, Map<Integer, long[]>> logs = liveLogs(start.offsets.keySet());
     Map<String, Map<Integer, long[]>> spans = new TreeMap<>();
     long backlog = 0;
     for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
@@ -217,17 +256,34 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
     RaylogOffset start = (RaylogOffset) startOffset;
     RaylogOffset end = (RaylogOffset) endOffset;
     Map<String, Map<Integer, long[]>> bounds = new TreeMap<>();
-    Map<String, Map<Integer, long[]>> logs = null;
+    // the logs now, checked here on the driver: deleted topics and offsets deleted by retention are
+    // failOnDataLoss's to decide before any task runs
+    Map<String, Map<Integer, long[]>> logs = liveLogs(end.offsets.keySet());
     for (Map.Entry<String, Map<Integer, Long>> t : end.offsets.entrySet()) {
+      if (!logs.containsKey(t.getKey())) {
+        continue; // deleted, skipped (liveLogs failed the batch otherwise)
+      }
       Map<Integer, long[]> parts = new TreeMap<>();
       for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
         Long from = start == null ? null : start.get(t.getKey(), p.getKey());
+        long[] log = logs.get(t.getKey()).get(p.getKey());
         if (from == null) { // a partition that appeared during the batch: from its log start
-          if (logs == null) {
-            logs = logs();
+          from = log != null ? Math.min(log[0], p.getValue()) : p.getValue();
+        } else if (log != null && from < log[0] && p.getValue() > from) {
+          long lostEnd = Math.min(log[0], p.getValue());
+          String lost = t.getKey() + "-" + p.getKey() + " [" + from + ", " + lostEnd + ")";
+          if (options.failOnDataLoss) {
+            Map<String, Object> d = new HashMap<>();
+            d.put("topic", t.getKey());
+            d.put("partition", p.getKey());
+            d.put("lost_start", from);
+            d.put("lost_end", lostEnd);
+            throw new RaylogReadException(RaylogReadException.DATA_LOSS, "offsets " + lost + " were deleted by "
+                + "retention before the stream read them; set the option failOnDataLoss to false to skip them",
+                d, null);
           }
-          Map<Integer, long[]> log = logs.getOrDefault(t.getKey(), new HashMap<>());
-          from = log.containsKey(p.getKey()) ? Math.min(log.get(p.getKey())[0], p.getValue()) : p.getValue();
+          LOG.warn("raylog stream: skipping {}, deleted by retention (failOnDataLoss=false)", lost);
+          from = lostEnd;
         }
         parts.put(p.getKey(), new long[] {from, p.getValue()});
       }
@@ -236,6 +292,9 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
     maxMessageBytes = Math.max(maxMessageBytes, cluster().maxMessageBytes(bounds.keySet()));
     maxInflatedBytes = Math.max(maxInflatedBytes, cluster().maxInflatedBytes(bounds.keySet()));
     List<ReadOptions.Range> ranges = cluster().ranges(bounds);
+    if (options.minPartitions > 0) {
+      ranges = cluster().split(ranges, options.minPartitions, maxMessageBytes);
+    }
     List<InputPartition> out = new ArrayList<>(ranges.size());
     for (int i = 0; i < ranges.size(); i++) {
       out.add(new RangePartition(i, ranges.get(i), true));

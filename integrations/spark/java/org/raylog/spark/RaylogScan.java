@@ -89,27 +89,30 @@ final class RaylogScan implements Scan, Batch {
 
   private synchronized ReadOptions plan() {
     if (planned == null) {
-      planned = rawOptions.containsKey("ranges") ? ReadOptions.parse(rawOptions) : planByName();
+      if (rawOptions.containsKey("ranges")) {
+        OptionNames.check(rawOptions, OptionNames.Use.PLANNED_READ);
+        planned = ReadOptions.parse(rawOptions);
+      } else {
+        planned = planByName();
+      }
     }
     return planned;
   }
 
   private ReadOptions planByName() {
     SourceOptions options = SourceOptions.parse(rawOptions);
-    if (options.maxOffsetsPerTrigger > 0) {
-      throw SourceOptions.config("option 'maxOffsetsPerTrigger' is for streaming reads (spark.readStream)");
-    }
+    options.checkBatch();
     try (Cluster cluster = new Cluster(options)) {
       Map<String, Integer> partitions = cluster.partitions();
       int maxMessageBytes = cluster.maxMessageBytes(partitions.keySet());
       Map<String, Map<Integer, long[]>> logs = cluster.offsets(partitions);
-      String starting = options.startingOffsets;
-      if (options.startingTimestamp != null) {
-        starting = cluster.offsetsForTime(logs, options.startingTimestamp);
-      }
       Map<String, Map<Integer, long[]>> bounds =
-          cluster.bounds(logs, starting, options.endingOffsets, maxMessageBytes);
-      return new ReadOptions(cluster.ranges(bounds),
+          cluster.bounds(logs, cluster.starting(logs, null), cluster.ending(logs), maxMessageBytes);
+      List<ReadOptions.Range> ranges = cluster.ranges(bounds);
+      if (options.minPartitions > 0) {
+        ranges = cluster.split(ranges, options.minPartitions, maxMessageBytes);
+      }
+      return new ReadOptions(ranges,
           cluster.settings(maxMessageBytes, cluster.maxInflatedBytes(partitions.keySet())), true);
     }
   }
@@ -138,9 +141,7 @@ final class RaylogScan implements Scan, Batch {
     if (rawOptions.containsKey("ranges")) {
       throw SourceOptions.config("a streaming read takes topics (option 'subscribe'), not planned 'ranges'");
     }
-    if (rawOptions.containsKey("endingOffsets")) {
-      throw SourceOptions.config("option 'endingOffsets' is for batch reads; a stream reads on as data comes");
-    }
+    SourceOptions.checkStream(rawOptions);
     return new RaylogMicroBatchStream(SourceOptions.parse(rawOptions), columns, avro, checkpointLocation);
   }
 }

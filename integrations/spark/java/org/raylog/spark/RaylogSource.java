@@ -5,6 +5,12 @@ import java.util.Map;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.SaveMode;
+import org.apache.spark.sql.sources.BaseRelation;
+import org.apache.spark.sql.sources.CreatableRelationProvider;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -38,7 +44,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * and sets the options; this class is the entry point Spark finds through
  * {@code META-INF/services/org.apache.spark.sql.sources.DataSourceRegister}.
  */
-public final class RaylogSource implements TableProvider, DataSourceRegister {
+public final class RaylogSource implements TableProvider, DataSourceRegister, CreatableRelationProvider {
 
   /** The name of the format: {@code spark.read.format("raylog")}. */
   public static final String SHORT_NAME = "raylog";
@@ -89,5 +95,16 @@ public final class RaylogSource implements TableProvider, DataSourceRegister {
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     AvroSpec spec = avro(new CaseInsensitiveStringMap(properties));
     return new RaylogTable(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), spec);
+  }
+
+  /**
+   * A batch write ({@code df.write.format("raylog").save()}): Spark writes
+   * through here because the table offers no batch write of its own, so
+   * that the default save mode works as with Spark's Kafka sink ({@link BatchSink}).
+   */
+  @Override
+  public BaseRelation createRelation(SQLContext sqlContext, SaveMode mode,
+      scala.collection.immutable.Map<String, String> parameters, Dataset<Row> data) {
+    return BatchSink.write(sqlContext, mode, parameters, data);
   }
 }

@@ -64,7 +64,9 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_WRITE,
+    // no BATCH_WRITE: a batch write goes through RaylogSource.createRelation (BatchSink), which takes
+    // the default save mode as Spark's Kafka sink does
+    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ,
         TableCapability.STREAMING_WRITE, TableCapability.ACCEPT_ANY_SCHEMA);
   }
 

@@ -23,13 +23,17 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The raylog sink: {@code df.write.format("raylog").mode("append")} and
- * {@code df.writeStream.format("raylog")}, as Spark's Kafka sink.
+ * The raylog sink of a stream, {@code df.writeStream.format("raylog")}, as
+ * Spark's Kafka sink (a batch write, {@code df.write.format("raylog")},
+ * goes through {@link BatchSink} with the same {@link Plan}).
  *
- * <p>Columns: {@code value} (binary or string, required, never null),
- * {@code key} (binary or string, optional; null: no key), {@code topic}
- * (string, optional: the row's topic, else the option {@code topic}) and
- * {@code partition} (int, optional). Other columns are ignored. Options:
+ * <p>Columns: {@code value} (binary or string, required, never null: a
+ * message's value is "the rest of the message", so a null could not be told
+ * from an empty value), {@code key} (binary or string, optional; null: no
+ * key), {@code topic} (string, optional: the row's topic when the option
+ * {@code topic} is not given; the option overrides it, as in Spark's Kafka
+ * sink) and {@code partition} (int, optional). A {@code headers} column is
+ * refused (messages carry no headers). Other columns are ignored. Options:
  * {@code topic}, {@code zookeeper}, {@code cluster}, {@code token} (as for
  * reads, {@link SourceOptions}), {@code batch_bytes} (largest message set
  * sent at once, default 256 KiB, at most the topic's max_message_bytes) and
@@ -57,6 +61,7 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
     final int partitionColumn;
 
     Plan(CaseInsensitiveStringMap options, StructType schema) {
+      OptionNames.check(options, OptionNames.Use.SINK);
       SourceOptions.Connection c = SourceOptions.connection(options);
       this.zookeeper = c.zookeeper;
       this.cluster = c.cluster;
@@ -73,6 +78,10 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
       this.keyIsString = keyColumn >= 0 && schema.fields()[keyColumn].dataType() instanceof StringType;
       this.topicColumn = column(schema, "topic", false, false);
       this.partitionColumn = column(schema, "partition", false, false);
+      if (column(schema, "headers", false, false) >= 0) {
+        throw SourceOptions.config("column 'headers' can't be written: raylog messages carry no headers yet; "
+            + "drop the column (or put what it holds into the value)");
+      }
       if (topicColumn >= 0 && !(schema.fields()[topicColumn].dataType() instanceof StringType)) {
         throw SourceOptions.config("column 'topic' must be a string");
       }
@@ -120,7 +129,7 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
 
     @Override
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
-      return new TopicWriter(plan, partitionId);
+      return new TopicWriter(plan, partitionId, true); // refused rows counted; commit(epoch) fails on the driver
     }
   }
 
@@ -188,6 +197,18 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
 
   @Override
   public void commit(long epochId, WriterCommitMessage[] messages) {
+    long refused = 0;
+    String why = null;
+    for (WriterCommitMessage m : messages) {
+      if (m instanceof TopicWriter.Written && ((TopicWriter.Written) m).refused > 0) {
+        refused += ((TopicWriter.Written) m).refused;
+        why = why == null ? ((TopicWriter.Written) m).firstRefusal : why;
+      }
+    }
+    if (refused > 0) { // on the driver: the query fails once, no task is retried for it
+      throw SourceOptions.config(refused + " rows of epoch " + epochId + " were not written, the first for " + why
+          + "; the other " + total(messages) + " rows were written");
+    }
     LOG.info("{}: epoch {} wrote {} messages", description(), epochId, total(messages));
   }
 

@@ -157,9 +157,18 @@ final class ReadOptions implements Serializable {
     /** ZooKeeper and cluster name to find a moved partition's endpoint again, or null */
     final String zookeeper;
     final String cluster;
+    /** how the error of lost data names the setting that skips it */
+    final String failOnDataLossName;
 
     Settings(byte[] token, int fetchBytes, int maxMessageBytes, long maxInflatedBytes, int timeoutMs,
         boolean failOnDataLoss, String zookeeper, String cluster) {
+      this(token, fetchBytes, maxMessageBytes, maxInflatedBytes, timeoutMs, failOnDataLoss, zookeeper, cluster,
+          "fail_on_data_loss=False");
+    }
+
+    Settings(byte[] token, int fetchBytes, int maxMessageBytes, long maxInflatedBytes, int timeoutMs,
+        boolean failOnDataLoss, String zookeeper, String cluster, String failOnDataLossName) {
+      this.failOnDataLossName = failOnDataLossName;
       this.token = token;
       this.fetchBytes = fetchBytes;
       this.maxMessageBytes = maxMessageBytes;

@@ -27,24 +27,25 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * <table>
  *   <caption>options</caption>
  *   <tr><th>option</th><th>meaning</th><th>default</th></tr>
- *   <tr><td>subscribe</td><td>topics to read, comma-separated</td><td>one of subscribe and
- *       subscribePattern is required</td></tr>
- *   <tr><td>subscribePattern</td><td>a Java regular expression; every topic whose whole name
- *       matches</td><td></td></tr>
- *   <tr><td>startingOffsets</td><td>{@code earliest}, {@code latest} or JSON
+ *   <tr><td>assign, subscribe, subscribePattern</td><td>exactly one: JSON {@code {"topic": [0, 1]}}
+ *       (those partitions), topics comma-separated, or a Java regular expression matched against
+ *       whole names</td><td>required</td></tr>
+ *   <tr><td>startingOffsets</td><td>{@code earliest}, {@code latest} (streaming only) or JSON
  *       {@code {"topic": {"0": 1234, "1": -2}}} (byte offsets at message starts; -2 earliest,
  *       -1 latest; partitions left out start at earliest)</td><td>batch: earliest,
  *       streaming: latest</td></tr>
- *   <tr><td>endingOffsets</td><td>batch only: {@code latest} or JSON as above (partitions left
- *       out end at latest)</td><td>latest</td></tr>
- *   <tr><td>startingTimestamp</td><td>ms since the epoch: every partition starts at its first
- *       message whose time index says it is at or after this time (needs the server's
- *       OFFSETS_FOR_TIME)</td><td></td></tr>
- *   <tr><td>failOnDataLoss</td><td>offsets deleted by retention fail the query (true) or are
- *       skipped with a warning (false)</td><td>true</td></tr>
- *   <tr><td>minPartitions</td><td>accepted for the Kafka source's sake; a read by name has one
- *       Spark partition per raylog partition and offset range (split large partitions with
- *       {@code raylog_spark.read_topic(min_partitions=)})</td><td></td></tr>
+ *   <tr><td>endingOffsets</td><td>batch only: {@code latest} or JSON as above, no earliest (partitions
+ *       left out end at latest)</td><td>latest</td></tr>
+ *   <tr><td>startingTimestamp, startingOffsetsByTimestamp</td><td>ms since the epoch (one for all, or
+ *       JSON per partition naming every partition): a partition starts at its first message at or
+ *       after the time (OFFSETS_FOR_TIME); one with none fails the read, or starts at its end with
+ *       startingOffsetsByTimestampStrategy=latest</td><td></td></tr>
+ *   <tr><td>endingTimestamp, endingOffsetsByTimestamp</td><td>batch only: a partition ends before its
+ *       first message at or after the time, or at latest when it has none</td><td></td></tr>
+ *   <tr><td>failOnDataLoss</td><td>offsets deleted by retention, or a topic deleted under a stream,
+ *       fail the query (true) or are skipped with a warning in the driver's log (false)</td><td>true</td></tr>
+ *   <tr><td>minPartitions</td><td>ranges cut at message boundaries into at least this many Spark
+ *       partitions ({@link Cluster#split})</td><td></td></tr>
  *   <tr><td>maxOffsetsPerTrigger</td><td>streaming: at most this many bytes of log per
  *       micro-batch (raylog offsets are byte offsets), shared by the partitions in proportion
  *       to their backlog, cut at message boundaries; at least one message per partition with a
@@ -57,7 +58,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <tr><td>token</td><td>the data sockets' token, base64</td><td>{@code spark.raylog.token},
  *       else {@code $RAYLOG_TOKEN} (text), else derived from Ray's auth token as raylog.auth
  *       does</td></tr>
- *   <tr><td>fetch_bytes, timeout_ms</td><td>as in {@link ReadOptions}</td><td></td></tr>
+ *   <tr><td>fetch_bytes, timeout_ms</td><td>as in {@link ReadOptions} (timeout_ms defaults to
+ *       kafkaConsumer.pollTimeoutMs when that is given)</td><td></td></tr>
+ *   <tr><td>others</td><td>refused by name ({@link OptionNames})</td><td></td></tr>
  *   <tr><td>value_format, avro_schema_id, flatten</td><td>typed Avro values, see
  *       {@link AvroSpec}</td><td>binary</td></tr>
  * </table>
@@ -76,6 +79,16 @@ final class SourceOptions implements Serializable {
   final String startingOffsets;
   final String endingOffsets;
   final Long startingTimestamp;
+  final Long endingTimestamp;
+  /** startingOffsetsByTimestamp / endingOffsetsByTimestamp: topic -> partition -> ms, or null */
+  final Map<String, Map<Integer, Long>> startingByTimestamp;
+  final Map<String, Map<Integer, Long>> endingByTimestamp;
+  /** startingOffsetsByTimestampStrategy=latest: a partition with no message at or after the time starts at its end */
+  final boolean latestWhenNoTimestampMatch;
+  /** assign: topic -> the partitions read, or null (subscribe, subscribePattern) */
+  final Map<String, List<Integer>> assign;
+  /** minPartitions, 0 when not given */
+  final long minPartitions;
   final boolean failOnDataLoss;
   final long maxOffsetsPerTrigger;
   final int fetchBytes;
@@ -109,15 +122,19 @@ final class SourceOptions implements Serializable {
   }
 
   private SourceOptions(CaseInsensitiveStringMap o) {
+    OptionNames.check(o, OptionNames.Use.READ_BY_NAME);
     Connection connection = connection(o);
     this.zookeeper = connection.zookeeper;
     this.cluster = connection.cluster;
     this.token = connection.token;
     String topics = o.get("subscribe");
     String pat = o.get("subscribePattern");
-    if ((topics == null) == (pat == null)) {
-      throw config("the raylog source needs exactly one of the options 'subscribe' (topics, comma-separated) "
-          + "and 'subscribePattern' (a regular expression)");
+    String assigned = o.get("assign");
+    int chosen = (topics == null ? 0 : 1) + (pat == null ? 0 : 1) + (assigned == null ? 0 : 1);
+    if (chosen != 1) {
+      throw config((chosen == 0 ? "one" : "only one") + " of the options 'assign' (JSON {\"topic\": [0, 1]}), "
+          + "'subscribe' (topics, comma-separated) and 'subscribePattern' (a regular expression) must be given, "
+          + "as for Spark's Kafka source");
     }
     List<String> names = new ArrayList<>();
     if (topics != null) {
@@ -129,31 +146,50 @@ final class SourceOptions implements Serializable {
       if (names.isEmpty()) {
         throw config("option 'subscribe' names no topic");
       }
-    } else {
+    } else if (pat != null) {
       try {
         Pattern.compile(pat);
       } catch (PatternSyntaxException e) {
         throw config("option 'subscribePattern' is not a regular expression: " + e.getMessage());
       }
     }
+    this.assign = assigned == null ? null : parseAssign(assigned);
+    if (assign != null) {
+      names.addAll(assign.keySet());
+    }
     this.subscribe = Collections.unmodifiableList(names);
     this.pattern = pat;
     this.startingOffsets = o.get("startingOffsets");
     this.endingOffsets = o.get("endingOffsets");
     if (endingOffsets != null && endingOffsets.trim().equalsIgnoreCase("earliest")) {
-      throw config("option 'endingOffsets' may be 'latest' or JSON offsets, not 'earliest'");
+      throw config("option 'endingOffsets' can't be 'earliest' (as in Spark's Kafka source); give 'latest' or "
+          + "JSON offsets");
     }
     String ts = o.get("startingTimestamp");
     if (ts != null && o.get("startingOffsetsByTimestamp") != null) {
       throw config("pass one of 'startingTimestamp' and 'startingOffsetsByTimestamp'");
     }
-    this.startingTimestamp = ts == null ? null : parseLong("startingTimestamp", ts);
-    if (o.get("startingOffsetsByTimestamp") != null) {
-      throw config("option 'startingOffsetsByTimestamp' is not supported yet; use 'startingTimestamp'");
+    String ets = o.get("endingTimestamp");
+    if (ets != null && o.get("endingOffsetsByTimestamp") != null) {
+      throw config("pass one of 'endingTimestamp' and 'endingOffsetsByTimestamp'");
     }
-    this.failOnDataLoss = o.getBoolean("failOnDataLoss", o.getBoolean("fail_on_data_loss", true));
+    this.startingTimestamp = ts == null ? null : parseLong("startingTimestamp", ts);
+    this.endingTimestamp = ets == null ? null : parseLong("endingTimestamp", ets);
+    this.startingByTimestamp = timestamps("startingOffsetsByTimestamp", o.get("startingOffsetsByTimestamp"));
+    this.endingByTimestamp = timestamps("endingOffsetsByTimestamp", o.get("endingOffsetsByTimestamp"));
+    String strategy = o.getOrDefault("startingOffsetsByTimestampStrategy", "error").trim().toLowerCase();
+    if (!strategy.equals("error") && !strategy.equals("latest")) {
+      throw config("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got " + strategy);
+    }
+    this.latestWhenNoTimestampMatch = strategy.equals("latest");
+    String fail = o.containsKey("failOnDataLoss") ? o.get("failOnDataLoss") : o.getOrDefault("fail_on_data_loss", "true");
+    if (!fail.trim().equalsIgnoreCase("true") && !fail.trim().equalsIgnoreCase("false")) {
+      throw config("option 'failOnDataLoss' must be 'true' or 'false', got " + fail);
+    }
+    this.failOnDataLoss = fail.trim().equalsIgnoreCase("true");
     String mp = o.get("minPartitions");
-    if (mp != null && parseLong("minPartitions", mp) <= 0) {
+    this.minPartitions = mp == null ? 0 : parseLong("minPartitions", mp);
+    if (mp != null && (minPartitions <= 0 || minPartitions > Integer.MAX_VALUE)) {
       throw config("option 'minPartitions' must be a positive integer, got " + mp);
     }
     String max = o.get("maxOffsetsPerTrigger");
@@ -162,7 +198,100 @@ final class SourceOptions implements Serializable {
       throw config("option 'maxOffsetsPerTrigger' must be a positive number of bytes, got " + max);
     }
     this.fetchBytes = (int) positive(o, "fetch_bytes", 8 * ReadOptions.MiB);
-    this.timeoutMs = (int) positive(o, "timeout_ms", 30_000);
+    long poll = positive(o, "kafkaConsumer.pollTimeoutMs", 30_000);
+    this.timeoutMs = (int) positive(o, "timeout_ms", poll);
+  }
+
+  /**
+   * Checks of a batch read (Spark's Kafka source's rules): no 'latest' start,
+   * no 'earliest' end, no stream-only option.
+   */
+  void checkBatch() {
+    if (maxOffsetsPerTrigger > 0) {
+      throw config("option 'maxOffsetsPerTrigger' is for streaming reads (spark.readStream)");
+    }
+    if (startingOffsets != null && startingTimestamp == null && startingByTimestamp == null) {
+      Long w = word(startingOffsets);
+      if (w != null && w == LATEST) {
+        throw config("option 'startingOffsets' can't be 'latest' for batch queries (as in Spark's Kafka "
+            + "source); use 'earliest' or JSON offsets");
+      }
+      if (w == null) {
+        for (Map.Entry<String, Map<Integer, Long>> t : parseJson("startingOffsets", startingOffsets).entrySet()) {
+          for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
+            if (p.getValue() == LATEST) {
+              throw config("option 'startingOffsets': the offset of " + t.getKey() + "-" + p.getKey()
+                  + " can't be -1 (latest) for batch queries (as in Spark's Kafka source)");
+            }
+          }
+        }
+      }
+    }
+    if (endingOffsets != null && word(endingOffsets) == null) {
+      for (Map.Entry<String, Map<Integer, Long>> t : parseJson("endingOffsets", endingOffsets).entrySet()) {
+        for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
+          if (p.getValue() == EARLIEST) {
+            throw config("option 'endingOffsets': the offset of " + t.getKey() + "-" + p.getKey()
+                + " can't be -2 (earliest) for batch queries (as in Spark's Kafka source)");
+          }
+        }
+      }
+    }
+  }
+
+  /** Checks of a streaming read: no ending option (as Spark's Kafka source). */
+  static void checkStream(CaseInsensitiveStringMap o) {
+    for (String name : new String[] {"endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"}) {
+      if (o.containsKey(name)) {
+        throw config("option '" + name + "' is for batch reads; a stream reads on as data comes");
+      }
+    }
+  }
+
+  /** {@code topic -> partitions} of the option {@code assign}. */
+  private static Map<String, List<Integer>> parseAssign(String raw) {
+    JsonNode root;
+    try {
+      root = new ObjectMapper().readTree(raw);
+    } catch (IOException e) {
+      root = null;
+    }
+    if (root == null || !root.isObject() || root.size() == 0) {
+      throw config("option 'assign' must be a JSON object {\"topic\": [0, 1]}, got " + raw);
+    }
+    Map<String, List<Integer>> out = new TreeMap<>();
+    for (Iterator<Map.Entry<String, JsonNode>> it = root.fields(); it.hasNext();) {
+      Map.Entry<String, JsonNode> t = it.next();
+      if (!t.getValue().isArray()) {
+        throw config("option 'assign': the partitions of " + t.getKey() + " must be a JSON array, got " + t.getValue());
+      }
+      List<Integer> parts = new ArrayList<>();
+      for (JsonNode p : t.getValue()) {
+        if (!p.isIntegralNumber() || p.asInt() < 0) {
+          throw config("option 'assign': " + t.getKey() + " has partition " + p + ", not a partition number");
+        }
+        parts.add(p.asInt());
+      }
+      out.put(t.getKey(), Collections.unmodifiableList(parts));
+    }
+    return Collections.unmodifiableMap(out);
+  }
+
+  /** {@code topic -> partition -> ms since the epoch} of a ...ByTimestamp option, or null. */
+  private static Map<String, Map<Integer, Long>> timestamps(String name, String raw) {
+    if (raw == null) {
+      return null;
+    }
+    Map<String, Map<Integer, Long>> out = parseJson(name, raw);
+    for (Map.Entry<String, Map<Integer, Long>> t : out.entrySet()) {
+      for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
+        if (p.getValue() < 0) {
+          throw config("option '" + name + "': " + t.getKey() + "-" + p.getKey()
+              + " must be a time in ms since the epoch, got " + p.getValue());
+        }
+      }
+    }
+    return out;
   }
 
   static SourceOptions parse(CaseInsensitiveStringMap options) {
@@ -171,7 +300,7 @@ final class SourceOptions implements Serializable {
 
   /** The topics the options select, sorted, from the cluster's topics. */
   List<String> topics(Zk zk) {
-    if (pattern == null) {
+    if (pattern == null) { // subscribe, or the topics of assign
       return subscribe;
     }
     Pattern p = Pattern.compile(pattern);

@@ -43,9 +43,14 @@ final class TopicWriter implements DataWriter<InternalRow> {
   static final class Written implements WriterCommitMessage {
     private static final long serialVersionUID = 1L;
     final long messages;
+    /** rows refused (null value or no topic), counted by a batch write's tasks */
+    final long refused;
+    final String firstRefusal;
 
-    Written(long messages) {
+    Written(long messages, long refused, String firstRefusal) {
       this.messages = messages;
+      this.refused = refused;
+      this.firstRefusal = firstRefusal;
     }
   }
 
@@ -55,6 +60,8 @@ final class TopicWriter implements DataWriter<InternalRow> {
     final int partitions;
     final int maxSetBytes;
     final ByteArrayOutputStream[] pending;
+    /** messages in each pending set */
+    final long[] counts;
 
     Topic(String name, int partitions, int maxSetBytes) {
       this.name = name;
@@ -62,6 +69,7 @@ final class TopicWriter implements DataWriter<InternalRow> {
       this.partitions = partitions;
       this.maxSetBytes = maxSetBytes;
       this.pending = new ByteArrayOutputStream[partitions];
+      this.counts = new long[partitions];
     }
   }
 
@@ -73,10 +81,32 @@ final class TopicWriter implements DataWriter<InternalRow> {
   private final byte[] head = new byte[22];
   private Zk zk;
   private long written;
+  /** messages acknowledged by the partitions */
+  private long sent;
+  /** rows refused (null value, or no topic) */
+  private long refused;
+  private String firstRefusal;
+  /** count refused rows and go on (a batch write), or fail the task at the first one (a stream) */
+  private final boolean countRefused;
 
   TopicWriter(RaylogWrite.Plan plan, int taskPartition) {
+    this(plan, taskPartition, false);
+  }
+
+  TopicWriter(RaylogWrite.Plan plan, int taskPartition, boolean countRefused) {
     this.plan = plan;
     this.taskPartition = taskPartition;
+    this.countRefused = countRefused;
+  }
+
+  /** Rows refused so far (null value or no topic). */
+  long refused() {
+    return refused;
+  }
+
+  /** Why the first refused row was refused, or null. */
+  String firstRefusal() {
+    return firstRefusal;
   }
 
   private Zk zk() {
@@ -99,14 +129,20 @@ final class TopicWriter implements DataWriter<InternalRow> {
 
   @Override
   public void write(InternalRow row) {
-    String name = plan.topicColumn >= 0 && !row.isNullAt(plan.topicColumn)
-        ? row.getUTF8String(plan.topicColumn).toString() : plan.topic;
-    if (name == null) {
-      throw SourceOptions.config("a row has no topic: give the query a 'topic' column or the option 'topic'");
-    }
-    if (row.isNullAt(plan.valueColumn)) {
-      throw SourceOptions.config("a row has a null value; raylog messages always have a value: filter or fill "
-          + "them before writing");
+    // the option 'topic' overrides a 'topic' column, as in Spark's Kafka sink
+    String name = plan.topic != null ? plan.topic
+        : !row.isNullAt(plan.topicColumn) ? row.getUTF8String(plan.topicColumn).toString() : null;
+    if (name == null || row.isNullAt(plan.valueColumn)) {
+      if (refused++ == 0) {
+        firstRefusal = name == null ? "a null topic (give the option 'topic', or fill the column)"
+            : "a null value (a raylog message's value is the rest of the message: a null could not be told from "
+                + "an empty value; filter the rows or fill them, e.g. coalesce(value, '') )";
+      }
+      if (!countRefused) {
+        throw SourceOptions.config("a row has " + firstRefusal + "; this task had written " + sent
+            + " messages before it");
+      }
+      return; // counted: the driver fails the write naming how many rows were refused
     }
     byte[] value = plan.valueIsString ? row.getUTF8String(plan.valueColumn).getBytes() : row.getBinary(plan.valueColumn);
     byte[] key = null;
@@ -136,8 +172,10 @@ final class TopicWriter implements DataWriter<InternalRow> {
     }
     if (set == null) {
       set = t.pending[partition] = new ByteArrayOutputStream(Math.min(t.maxSetBytes, 64 * 1024));
+      t.counts[partition] = 0;
     }
     encode(set, key, value, size);
+    t.counts[partition]++;
     written++;
   }
 
@@ -190,6 +228,7 @@ final class TopicWriter implements DataWriter<InternalRow> {
         }
         try {
           c.produce(t.nameBytes, partition, data);
+          sent += t.counts[partition];
           return;
         } catch (RaylogReadException x) {
           if (!RangeReader.moved(x)) {
@@ -218,7 +257,7 @@ final class TopicWriter implements DataWriter<InternalRow> {
         send(t, p);
       }
     }
-    return new Written(written);
+    return new Written(written, refused, firstRefusal);
   }
 
   @Override

@@ -1,0 +1,264 @@
+"""The options of the Spark data source ``raylog`` held to Spark's
+"Structured Streaming + Kafka Integration Guide": each option is either done
+as the guide says or refused by name with a ConfigError saying what to use
+instead; the sink takes the guide's own ``.save()``; lost data names
+``failOnDataLoss``. On a real Spark through RayDP, one session for the
+module. Expected contents come from the partitions' data sockets
+(``spark_helpers.log_messages``), not from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import raylog_spark
+import spark_helpers
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def produce(client, topic, values, keys=None):
+    spark_helpers.produce(client, topic, [(None if keys is None else keys[i], v) for i, v in enumerate(values)])
+
+
+def read(spark, **options):
+    return spark.read.format("raylog").options(**options).load()
+
+
+def values(rows) -> list[bytes]:
+    return sorted(bytes(r["value"]) for r in rows)
+
+
+def flush(client, topic):
+    import ray
+
+    ray.get([client.partition_actor(topic, p).flush.remote() for p in range(client.metadata.partitions(topic))])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster(spark, raylog_client):
+    assert raylog_spark.use_cluster(spark, raylog_client)
+
+
+@pytest.fixture(scope="module")
+def timed(raylog_client):
+    """A two-partition topic: 500 messages ``old-*``, then (after ``cut``, ms) 500 ``new-*``."""
+    topic = f"opts-timed-{int(time.time())}"
+    raylog_client.create_topic(topic, partitions=2)
+    produce(raylog_client, topic, [b"old-%04d" % i for i in range(500)])
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(raylog_client, topic, [b"new-%04d" % i for i in range(500)])
+    return topic, cut
+
+
+def no_job_ran(spark, run) -> None:
+    """``run()`` raises before Spark starts any job (so no task, and no task retry)."""
+    sc = spark.sparkContext
+    group = f"refused-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "an option refused on the driver")
+    try:
+        run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
+
+
+def test_options_outside_the_guide_or_not_done_are_refused_by_name_on_the_driver(spark, raylog_client, timed):
+    topic, _ = timed
+    refused = {
+        "includeHeaders": ("true", "no headers"),
+        "minOffsetsPerTrigger": ("10", "minOffsetsPerTrigger"),
+        "maxTriggerDelay": ("15m", "maxTriggerDelay"),
+        "kafka.auto.offset.reset": ("earliest", "startingOffsets"),
+        "kafka.group.id": ("g", "no consumer group"),
+        "kafka.bootstrap.servers": ("localhost:9092", "zookeeper"),
+        "kafka.value.deserializer": ("x", "deserialize"),
+        "kafka.enable.auto.commit": ("true", "commits no offsets"),
+        "kafka.interceptor.classes": ("x", "interceptor"),
+        "kafka.fetch.min.bytes": ("1", "kafka.fetch.min.bytes"),
+        "startingOffset": ("earliest", "is not an option of the raylog source; its options are assign, "),  # a typo is not ignored
+    }
+    for name, (value, says) in refused.items():
+        for stream in (False, True) if name in ("includeHeaders", "minOffsetsPerTrigger", "kafka.group.id") else (False,):
+            def run(name=name, value=value, stream=stream):
+                if stream:
+                    df = spark.readStream.format("raylog").option("subscribe", topic).option(name, value).load()
+                    q = df.writeStream.format("memory").queryName("refused").trigger(availableNow=True).start()
+                    q.awaitTermination(300)
+                    raise q.exception() or AssertionError(f"{name} was accepted")
+                read(spark, subscribe=topic, **{name: value}).collect()
+
+            with pytest.raises(Exception, match=f"ConfigError: .*{name}.*{says}" if says != name else name) as e:
+                no_job_ran(spark, run)
+            assert "ConfigError" in str(e.value)
+    # the guide's rules of batch queries and of the topic choice
+    p1_start = raylog_client.offsets(topic, 1)[0]
+    for options, says in [
+        ({"startingOffsets": "latest"}, "can't be 'latest' for batch"),
+        ({"startingOffsets": json.dumps({topic: {"0": -1}})}, "can't be -1"),
+        ({"endingOffsets": "earliest"}, "can't be 'earliest'"),
+        ({"endingOffsets": json.dumps({topic: {"0": -2, "1": p1_start}})}, "can't be -2"),
+        ({"assign": json.dumps({topic: [0]})}, "only one of the options 'assign'"),
+        ({"startingOffsetsByTimestampStrategy": "earliest"}, "must be 'error' or 'latest'"),
+    ]:
+        with pytest.raises(Exception, match="ConfigError: .*" + says):
+            no_job_ran(spark, lambda o=options: read(spark, subscribe=topic, **o).collect())
+    with pytest.raises(Exception, match="ConfigError: one of the options 'assign'"):
+        read(spark).collect()
+    # the sink: Kafka's refused serializers, and a 'headers' column (messages have no headers)
+    dst = f"{topic}-sink"
+    raylog_client.create_topic(dst, partitions=1)
+    df = spark.createDataFrame([("k", "v")], "key string, value string")
+    with pytest.raises(Exception, match="ConfigError: option 'kafka.key.serializer'"):
+        no_job_ran(spark, lambda: df.write.format("raylog").option("topic", dst)
+                   .option("kafka.key.serializer", "x").mode("append").save())
+    headers = spark.createDataFrame([("v", [("h", bytearray(b"1"))])],
+                                    "value string, headers array<struct<key:string,value:binary>>")
+    with pytest.raises(Exception, match="ConfigError: column 'headers' can't be written: .*no headers"):
+        no_job_ran(spark, lambda: headers.write.format("raylog").option("topic", dst).mode("append").save())
+    flush(raylog_client, dst)
+    assert read(spark, subscribe=dst).count() == 0  # nothing written by a refused write
+    assert read(spark, subscribe=topic).count() == 1000  # and the data read is whole
+
+
+def test_ending_timestamps_and_starting_timestamp_strategy(spark, raylog_client, timed):
+    topic, cut = timed
+    old = sorted(b"old-%04d" % i for i in range(500))
+    new = sorted(b"new-%04d" % i for i in range(500))
+    # each partition ends before its first message at or after the time
+    assert values(read(spark, subscribe=topic, endingTimestamp=str(cut)).collect()) == old
+    by_partition = json.dumps({topic: {"0": cut, "1": cut}})
+    assert values(read(spark, subscribe=topic, endingOffsetsByTimestamp=by_partition).collect()) == old
+    assert values(read(spark, subscribe=topic, startingOffsetsByTimestamp=by_partition).collect()) == new
+    # an ending time with no message after it ends at latest, as the guide says
+    future = str(int(time.time() * 1000) + 3_600_000)
+    assert read(spark, subscribe=topic, endingTimestamp=future).count() == 1000
+    # a starting time no message matches fails (strategy 'error', the default) or starts at the end ('latest')
+    with pytest.raises(Exception, match="OffsetOutOfRangeError: startingTimestamp: no message .*"
+                                        "startingOffsetsByTimestampStrategy"):
+        read(spark, subscribe=topic, startingTimestamp=future).collect()
+    assert read(spark, subscribe=topic, startingTimestamp=future, startingOffsetsByTimestampStrategy="latest"
+                ).count() == 0
+    with pytest.raises(Exception, match="ConfigError: option 'endingOffsetsByTimestamp' must give a time for every"):
+        read(spark, subscribe=topic, endingOffsetsByTimestamp=json.dumps({topic: {"0": cut}})).collect()
+
+
+def test_min_partitions_and_assign(spark, raylog_client, timed):
+    topic, _ = timed
+    expected = sorted((p, o, v) for p, o, _k, v, _t in spark_helpers.log_messages(raylog_client, topic))
+    df = read(spark, subscribe=topic, minPartitions="7")
+    assert df.rdd.getNumPartitions() >= 7  # two raylog partitions cut into at least seven ranges
+    rows = df.collect()
+    assert sorted((r["partition"], r["offset"], bytes(r["value"])) for r in rows) == expected  # no message cut
+    only_1 = read(spark, assign=json.dumps({topic: [1]})).collect()
+    assert sorted((r["partition"], r["offset"], bytes(r["value"])) for r in only_1) == [m for m in expected
+                                                                                        if m[0] == 1]
+    with pytest.raises(Exception, match="UnknownPartitionError: option 'assign' names"):
+        read(spark, assign=json.dumps({topic: [5]})).collect()
+
+
+def test_the_guides_save_the_topic_option_wins_and_null_values(spark, raylog_client, make_topic, tmp_path):
+    dst, other = make_topic(partitions=2), make_topic(partitions=1)
+    rows = [(f"k{i}", f"v{i}", other) for i in range(100)]
+    df = spark.createDataFrame(rows, "key string, value string, topic string").repartition(2)
+    df.write.format("raylog").option("topic", dst).save()  # the guide's code: default save mode
+    flush(raylog_client, dst)
+    flush(raylog_client, other)
+    # the option 'topic' overrides the 'topic' column
+    assert values(read(spark, subscribe=dst).collect()) == sorted(f"v{i}".encode() for i in range(100))
+    assert read(spark, subscribe=other).count() == 0
+    with pytest.raises(Exception, match="ConfigError: save mode Overwrite is not allowed"):
+        df.write.format("raylog").option("topic", dst).mode("overwrite").save()
+    # a null value cannot be a message: those rows are counted and refused, the others written
+    nulls = spark.createDataFrame([(f"n{i}", None if i % 10 == 0 else f"n{i}") for i in range(50)],
+                                  "key string, value string").repartition(2)
+    with pytest.raises(Exception, match=r"ConfigError: 5 rows were not written, the first for a null value.*"
+                                        r"the other 45 rows were written into " + dst):
+        nulls.write.format("raylog").option("topic", dst).save()
+    flush(raylog_client, dst)
+    assert values(read(spark, subscribe=dst).collect()) == sorted(
+        [f"v{i}".encode() for i in range(100)] + [f"n{i}".encode() for i in range(50) if i % 10])
+    # a stream's micro-batch: the same, the query failing on the driver
+    produce(raylog_client, other, [b"s%d" % i for i in range(20)])
+    stream_dst = make_topic(partitions=1)
+    q = (spark.readStream.format("raylog").option("subscribe", other).option("startingOffsets", "earliest").load()
+         .selectExpr("CASE WHEN value = CAST('s3' AS BINARY) THEN NULL ELSE value END AS value")
+         .writeStream.format("raylog").option("topic", stream_dst)
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="ConfigError: 1 rows of epoch 0 were not written, the first for a null value"
+                                        ".*the other 19 rows were written"):
+        q.awaitTermination(300)
+    flush(raylog_client, stream_dst)
+    assert values(read(spark, subscribe=stream_dst).collect()) == sorted(b"s%d" % i for i in range(20) if i != 3)
+
+
+def driver_warnings(spark):
+    """A log4j appender on the driver's root logger at WARN, and raylog's
+    loggers at WARN (init_spark sets the driver's root at ERROR): ``(text(), remove())``."""
+    jvm = spark._jvm
+    core = jvm.org.apache.logging.log4j.core
+    level = jvm.org.apache.logging.log4j.Level
+    core.config.Configurator.setLevel("org.raylog.spark", level.WARN)
+    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    writer = jvm.java.io.StringWriter()
+    layout = core.layout.PatternLayout.createDefaultLayout()
+    appender = core.appender.WriterAppender.createAppender(layout, None, writer, "raylog-test-warnings", False, True)
+    appender.start()
+    config = ctx.getConfiguration()
+    config.getRootLogger().addAppender(appender, level.WARN, None)
+    ctx.updateLoggers()
+
+    def remove():
+        config.getRootLogger().removeAppender("raylog-test-warnings")
+        core.config.Configurator.setLevel("org.raylog.spark", level.ERROR)
+        ctx.updateLoggers()
+        appender.stop()
+
+    return writer.toString, remove
+
+
+def wait_for(condition, what, timeout_s=180):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {timeout_s} s"
+        time.sleep(0.2)
+
+
+def test_a_deleted_topic_fails_a_stream_naming_fail_on_data_loss_or_is_skipped_with_a_driver_warning(
+        spark, raylog_client, make_topic):
+    kept, gone, strict_kept, strict_gone = (make_topic(partitions=1) for _ in range(4))
+    for t in (kept, gone, strict_kept, strict_gone):
+        produce(raylog_client, t, [b"%s-%03d" % (t.encode(), i) for i in range(50)])
+
+    def start(topics, name, **options):
+        df = (spark.readStream.format("raylog").option("subscribe", ",".join(topics))
+              .option("startingOffsets", "earliest").options(**options).load())
+        return df.selectExpr("topic", "value").writeStream.format("memory").queryName(name) \
+            .trigger(processingTime="200 milliseconds").start()
+
+    warnings, remove = driver_warnings(spark)
+    lenient = start([kept, gone], "lenient", failOnDataLoss="false")
+    strict = start([strict_kept, strict_gone], "strict")
+    try:
+        wait_for(lambda: spark.table("lenient").count() == 100 and spark.table("strict").count() == 100,
+                 "both streams read their first 100 messages")
+        raylog_client.delete_topic(gone)
+        raylog_client.delete_topic(strict_gone)
+        produce(raylog_client, kept, [b"after-%03d" % i for i in range(30)])
+        wait_for(lambda: lenient.exception() is not None or spark.table("lenient").count() == 130,
+                 "the lenient stream read on")
+        assert lenient.exception() is None and lenient.isActive
+        assert values(spark.table("lenient").where(f"topic = '{kept}'").collect()) == sorted(
+            [b"%s-%03d" % (kept.encode(), i) for i in range(50)] + [b"after-%03d" % i for i in range(30)])
+        assert f"topic {gone} was deleted" in warnings() and "failOnDataLoss=false" in warnings()
+        wait_for(lambda: strict.exception() is not None, "the strict stream failed")
+        assert "DataLossError" in str(strict.exception()) and "failOnDataLoss" in str(strict.exception())
+    finally:
+        lenient.stop()
+        strict.stop()
+        remove()
