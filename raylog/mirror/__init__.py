@@ -18,3 +18,8 @@ One concept per module:
 
 See docs/mirroring.md for the design.
 """
+
+from raylog.mirror.handle import MirrorHandle, list_mirrors  # noqa: E402
+from raylog.mirror.translate import translate_group  # noqa: E402
+
+__all__ = ["MirrorHandle", "list_mirrors", "translate_group"]
