@@ -25,6 +25,7 @@ from raylog.errors import (
 from raylog.mirror import spec as specs
 from raylog.mirror.controller import MirrorController, create_target_topics, missing_target_topics
 from raylog.mirror.member import source_client
+from raylog.zk.session import connect_kazoo
 
 #: how long to wait for the controller and its members to answer
 START_TIMEOUT_S = 120.0
@@ -72,8 +73,21 @@ def _client_kwargs(client) -> dict:
 
 
 def _open_source(client_cls, spec):
+    """A client of the source, once its ZooKeeper is known to hold the
+    cluster (a client made first would create the cluster's root there)."""
     try:
+        zk = connect_kazoo(spec.source_zookeeper)
+        try:
+            known = zk.exists(f"/raylog/{spec.source_cluster}") is not None
+        finally:
+            zk.stop()
+            zk.close()
+        if not known:
+            raise MirrorSourceError(f"ZooKeeper {spec.source_zookeeper} holds no raylog cluster named "
+                                    f"{spec.source_cluster!r}; check --source-cluster")
         return source_client(client_cls, spec)
+    except MirrorSourceError:
+        raise
     except RaylogError as err:
         raise MirrorSourceError(f"the source cluster {spec.source_cluster!r} at {spec.source_zookeeper} could not "
                                 f"be reached: {err}") from None
@@ -81,9 +95,6 @@ def _open_source(client_cls, spec):
 
 def _check_source(spec, source) -> list[str]:
     """The matching source topics; each reachable with the token."""
-    if source._zk.exists(f"/raylog/{spec.source_cluster}") is None:
-        raise MirrorSourceError(f"ZooKeeper {spec.source_zookeeper} holds no raylog cluster named "
-                                f"{spec.source_cluster!r}; check --source-cluster")
     topics = [t for t in source.list_topics() if spec.matches(t)]
     if not topics:
         raise MirrorNoTopicsError(
