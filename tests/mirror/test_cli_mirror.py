@@ -60,3 +60,18 @@ def test_mirror_commands(zookeeper, ray_local, raylog_client, source, tmp_path):
     again = _raylog(options, "mirror", "stop", name)
     assert again.returncode == 1 and "no mirror named" in again.stderr, again.stderr
     assert target.end_offsets(f"{source.settings.cluster}.{topic}") == source.end_offsets(topic)
+
+
+def test_the_readme_mirroring_example_runs_as_written(raylog_client, source, capsys):
+    from tests.doc_blocks import block
+
+    code = block("README.md", "Mirroring between clusters")
+    for topic in ("clicks", "views"):
+        source.create_topic(topic, partitions=2)
+    code = code.replace('"10.0.0.5:2181"', repr(source.settings.zookeeper)).replace(
+        '"live"', repr(source.settings.cluster))
+    exec(compile(code, "README.md", "exec"), {"target": raylog_client})
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(line.split()[:2] for line in lines) == [["clicks", "0"], ["clicks", "1"], ["views", "0"],
+                                                          ["views", "1"]]
+    assert raylog_client.registry.topic_config(f"{source.settings.cluster}.views").partitions == 2
