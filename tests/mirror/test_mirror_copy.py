@@ -1,5 +1,7 @@
-"""The mirror copies existing and new topics, exactly once in order per
-partition, through kills of its actors (docs/design.md section 9)."""
+"""One mirror for the module: it copies existing and new topics, exactly once
+in order per partition through kills of its actors, and a consumer group
+moved to it at translated offsets reads the rest exactly once
+(docs/design.md section 9)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 import ray
 
 from raylog.mirror import spec as specs
+from raylog.mirror.translate import translate_group
 from raylog.testing.clusters import wait_until
 
 
@@ -31,7 +34,7 @@ def _read_all(client, topic: str, partitions: int) -> dict[int, list[bytes]]:
 
 
 def _produce(client, topic, values, key=None):
-    producer = client.producer(linger_ms=2)
+    producer = client.producer(linger_ms=2, acks="all")
     try:
         for v in values:
             producer.send(topic, v, key=key)
@@ -40,50 +43,60 @@ def _produce(client, topic, values, key=None):
         producer.close()
 
 
-def test_copies_existing_and_new_topics_with_rename(raylog_client, source):
-    target = raylog_client
-    tag = uuid.uuid4().hex[:6]
-    old = f"logs-{tag}-a"
-    source.create_topic(old, partitions=2, retention_ms=3_600_000)
-    source.create_topic(f"other-{tag}", partitions=1)
-    _produce(source, old, [f"a{i}".encode() for i in range(300)])
-    name = f"m-{tag}"
-    handle = target.mirror(source_zookeeper=source.settings.zookeeper, source_cluster=source.settings.cluster,
-                           topics=f"logs-{tag}-.*", rename="{source}.{topic}", members=2, name=name,
-                           scan_interval_s=2.0)
-    try:
-        dst_old = f"{source.settings.cluster}.{old}"
-        cfg = target.registry.topic_config(dst_old)
-        assert cfg.partitions == 2 and cfg.retention_ms == 3_600_000
-        assert not target.registry.topic_exists(f"{source.settings.cluster}.other-{tag}")
-        new = f"logs-{tag}-b"
-        source.create_topic(new, partitions=3)
-        _produce(source, new, [f"b{i}".encode() for i in range(200)])
-        _produce(source, old, [f"c{i}".encode() for i in range(100)])
-        dst_new = f"{source.settings.cluster}.{new}"
-        for src_topic, dst_topic, parts in ((old, dst_old, 2), (new, dst_new, 3)):
-            assert wait_until(lambda: target.registry.topic_exists(dst_topic), timeout_s=90, interval_s=0.5)
-            want = _read_all(source, src_topic, parts)
+TAG = uuid.uuid4().hex[:6]
+NAME = f"m-{TAG}"
 
-            def done():
-                return _read_all(target, dst_topic, parts) == want
-            assert wait_until(done, timeout_s=120, interval_s=1.0), (src_topic, handle.status())
-        rows = handle.status()["partitions"]
-        assert {(r["topic"], r["partition"]) for r in rows} == {(old, 0), (old, 1), (new, 0), (new, 1), (new, 2)}
-        assert all(r["lag_bytes"] == 0 and r["lag_s"] == 0.0 for r in rows), rows
+
+@pytest.fixture(scope="module")
+def mirror(raylog_client, source):
+    """One mirror for the module: source topics ``logs-<TAG>-*``, renamed
+    ``<source>.<topic>``, two members, a scan every 2 s and a checkpoint
+    after every set (so that offset translation is exact in the test)."""
+    old = f"logs-{TAG}-a"
+    source.create_topic(old, partitions=2, retention_ms=3_600_000)
+    source.create_topic(f"other-{TAG}", partitions=1)
+    _produce(source, old, [f"a{i}".encode() for i in range(300)])
+    handle = raylog_client.mirror(
+        source_zookeeper=source.settings.zookeeper, source_cluster=source.settings.cluster,
+        topics=f"logs-{TAG}-.*", rename="{source}.{topic}", members=2, name=NAME,
+        scan_interval_s=2.0, checkpoint_interval_s=0.0)
+    try:
+        yield handle
     finally:
         handle.stop()
 
 
-def test_kills_under_a_running_producer_store_each_message_once_in_order(raylog_client, source):
-    target = raylog_client
-    tag = uuid.uuid4().hex[:6]
-    topic = f"kill-{tag}"
+def test_copies_existing_and_new_topics_with_rename(raylog_client, source, mirror):
+    target, handle, tag = raylog_client, mirror, TAG
+    old = f"logs-{tag}-a"
+    dst_old = f"{source.settings.cluster}.{old}"
+    cfg = target.registry.topic_config(dst_old)
+    assert cfg.partitions == 2 and cfg.retention_ms == 3_600_000
+    assert not target.registry.topic_exists(f"{source.settings.cluster}.other-{tag}")
+    new = f"logs-{tag}-b"
+    source.create_topic(new, partitions=3)
+    _produce(source, new, [f"b{i}".encode() for i in range(200)])
+    _produce(source, old, [f"c{i}".encode() for i in range(100)])
+    dst_new = f"{source.settings.cluster}.{new}"
+    for src_topic, dst_topic, parts in ((old, dst_old, 2), (new, dst_new, 3)):
+        assert wait_until(lambda: target.registry.topic_exists(dst_topic), timeout_s=90, interval_s=0.5)
+        want = _read_all(source, src_topic, parts)
+
+        def done():
+            return _read_all(target, dst_topic, parts) == want
+        assert wait_until(done, timeout_s=120, interval_s=1.0), (src_topic, handle.status())
+    rows = [r for r in handle.status()["partitions"] if r["topic"] in (old, new)]
+    assert {(r["topic"], r["partition"]) for r in rows} == {(old, 0), (old, 1), (new, 0), (new, 1), (new, 2)}
+    assert all(r["lag_bytes"] == 0 and r["lag_s"] == 0.0 for r in rows), rows
+
+
+def test_kills_under_a_running_producer_store_each_message_once_in_order(raylog_client, source, mirror):
+    target, handle, name = raylog_client, mirror, NAME
+    topic = f"logs-{TAG}-kill"
+    dst = f"{source.settings.cluster}.{topic}"
     parts = 2
     source.create_topic(topic, partitions=parts)
-    name = f"k-{tag}"
-    handle = target.mirror(source_zookeeper=source.settings.zookeeper, source_cluster=source.settings.cluster,
-                           topics=topic, members=2, name=name, scan_interval_s=2.0)
+    assert wait_until(lambda: target.registry.topic_exists(dst), timeout_s=90, interval_s=0.5)
     stop = threading.Event()
 
     def produce():
@@ -114,10 +127,44 @@ def test_kills_under_a_running_producer_store_each_message_once_in_order(raylog_
         assert sum(map(len, want.values())) > 100
 
         def done():
-            return sum(map(len, _read_all(target, topic, parts).values())) >= sum(map(len, want.values()))
+            return sum(map(len, _read_all(target, dst, parts).values())) >= sum(map(len, want.values()))
         assert wait_until(done, timeout_s=150, interval_s=1.0), handle.status()
         time.sleep(2.0)  # anything stored twice would show up by now
-        assert _read_all(target, topic, parts) == want
+        assert _read_all(target, dst, parts) == want
     finally:
         stop.set()
-        handle.stop()
+
+
+def _caught_up(handle, topic) -> bool:
+    rows = [r for r in handle.status()["partitions"] if r["topic"] == topic]
+    return bool(rows) and all(r["lag_bytes"] == 0 for r in rows)
+
+
+def test_a_group_moved_at_translated_offsets_reads_the_rest_exactly_once(raylog_client, source, mirror):
+    target, handle = raylog_client, mirror
+    topic, group = f"logs-{TAG}-tr", f"g-{TAG}"
+    dst = f"{source.settings.cluster}.{topic}"
+    source.create_topic(topic)
+    assert wait_until(lambda: target.registry.topic_exists(dst), timeout_s=90, interval_s=0.5)
+    _produce(source, topic, [f"old{i}".encode() for i in range(100)])
+    assert wait_until(lambda: _caught_up(handle, topic), timeout_s=90, interval_s=0.5), handle.status()
+    # the group reads the first 100 on the source and commits
+    consumer = source.consumer(topic, group=group, auto_offset_reset="earliest", enable_auto_commit=False)
+    read = []
+    assert wait_until(lambda: read.extend(consumer.poll(timeout_ms=300, max_messages=100 - len(read)))
+                      or len(read) == 100, timeout_s=60)
+    consumer.commit()
+    consumer.close()
+    _produce(source, topic, [f"new{i}".encode() for i in range(50)])
+    assert wait_until(lambda: _caught_up(handle, topic), timeout_s=90, interval_s=0.5), handle.status()
+    rows = translate_group(target, group, NAME)
+    assert [(r["topic"], r["target_topic"]) for r in rows] == [(topic, dst)]
+    moved = target.consumer(dst, group=group, auto_offset_reset="earliest")
+    got = []
+    end = target.end_offsets(dst)[0]
+    try:
+        assert wait_until(lambda: got.extend(m.value for m in moved.poll(timeout_ms=300))
+                          or (moved.position(dst, 0) or 0) >= end, timeout_s=60)
+    finally:
+        moved.close()
+    assert got == [f"new{i}".encode() for i in range(50)]
