@@ -39,6 +39,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 TOPIC = "events"
 
 
+def _note(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 def _read_all(client, topic: str, partitions: int, timeout_s: float = 300.0) -> dict[int, list[bytes]]:
     ends = client.end_offsets(topic)
     out = {p: [] for p in range(partitions)}
@@ -108,6 +112,7 @@ def main(argv=None) -> int:
         pad = b"x" * max(0, args.size - 24)
 
         # 1. prefill
+        _note("prefill")
         producer = source.producer(acks="all", linger_ms=5, batch_size=500)
         for i in range(args.prefill):
             producer.send(TOPIC, b"%012d:" % i + pad, key=b"%d" % (i % 97))
@@ -115,12 +120,14 @@ def main(argv=None) -> int:
         producer.close()
 
         # 2. the plain consume
+        _note("plain consume")
         t0 = time.monotonic()
         plain = _read_all(source, TOPIC, args.partitions)
         plain_s = time.monotonic() - t0
         plain_rate = sum(map(len, plain.values())) / plain_s if plain_s > 0 else None
 
         # 3. the mirror catches up
+        _note("mirror start")
         t0 = time.monotonic()
         mirror = target.mirror(source_zookeeper=zks[0].connect_string, source_cluster="source", topics=TOPIC,
                                members=args.members, name="bench", scan_interval_s=5.0)
@@ -133,6 +140,7 @@ def main(argv=None) -> int:
         mirror_rate = args.prefill / mirror_s if mirror_s > 0 else None
 
         # 4. under a steady producer: lag measured in the target
+        _note("steady producer")
         lags: list[float] = []
         stop = threading.Event()
         start_offsets = target.end_offsets(TOPIC)
@@ -169,7 +177,9 @@ def main(argv=None) -> int:
         watcher.join(timeout=30)
 
         # 5. exactly once, in order
+        _note("read back")
         result = _compare(_read_all(source, TOPIC, args.partitions), _read_all(target, TOPIC, args.partitions))
+        _note("stopping the mirror")
         mirror.stop()
         report = {
             **result,

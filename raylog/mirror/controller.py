@@ -25,6 +25,9 @@ from raylog.mirror.member import MirrorMember, source_client
 
 log = logging.getLogger(__name__)
 
+#: how long ``stop`` waits for the members to leave the group before it kills them
+STOP_TIMEOUT_S = 30.0
+
 #: source topic settings a target topic copies (replication is the target's choice)
 COPIED_SETTINGS = ("retention_ms", "retention_bytes", "segment_bytes", "segment_ms", "flush_messages", "flush_ms",
                    "max_message_bytes", "max_inflated_bytes", "max_producer_ids")
@@ -146,9 +149,10 @@ class MirrorController:
         import ray
 
         self._stop.set()
+        refs = [m.stop.remote() for m in self.members]  # all at once: each leaves the group
+        try:
+            ray.wait(refs, num_returns=len(refs), timeout=STOP_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - killed below either way
+            pass
         for m in self.members:
-            try:
-                ray.get(m.stop.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 - killed below either way
-                pass
             ray.kill(m, no_restart=True)
