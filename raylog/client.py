@@ -388,6 +388,30 @@ class Client:
         return self._offset_admin.reset_offsets(group, topic, to, offset=offset, timestamp_ms=timestamp_ms,
                                                 partitions=partitions, dry_run=dry_run)
 
+    # -- mirroring (raylog.mirror) ---------------------------------------------
+
+    def mirror(self, *, source_zookeeper: str, source_cluster: str, topics: str, source_token=None,
+               rename: str = "{topic}", members: int = 1, name: str | None = None, **options):
+        """Mirror the source topics matching ``topics`` (a regular expression
+        over whole names) into this cluster (docs/design.md section 9,
+        docs/mirroring.md): Ray actors here, members of a consumer group on
+        the source, reached through its ZooKeeper alone. Target topics are
+        named by ``rename`` (``{source}``, ``{topic}``) and made with the
+        source's partition count and settings. Returns a handle with
+        ``status()`` and ``stop()``. Raises :class:`MirrorSourceError`,
+        :class:`MirrorNoTopicsError`, :class:`MirrorTopicMismatchError` before
+        anything is created. Joins the Ray cluster."""
+        from raylog.mirror.handle import start_mirror
+        from raylog.mirror.spec import MirrorSpec
+
+        self._check_open()
+        if isinstance(source_token, str):
+            source_token = source_token.encode()
+        spec = MirrorSpec(name=name or f"{source_cluster}-mirror", source_zookeeper=source_zookeeper,
+                          source_cluster=source_cluster, topics=topics, rename=rename, members=int(members),
+                          source_token=source_token, **options)
+        return start_mirror(self, spec)
+
     # -- audit ---------------------------------------------------------------
 
     def ensure_audit_topic(self) -> None:

@@ -471,3 +471,30 @@ class DataDirInUseError(RaylogError):
     ZooKeeper and partition logs): close that process's client first, or
     pass another ``data_dir``. Not retriable: the owner holds it until it
     closes or exits (a dead owner's lock is gone with it)."""
+
+
+# -- mirroring (raylog.mirror) -------------------------------------------------
+
+
+@_code(120)
+class MirrorSourceError(RaylogError):
+    """The mirror's source cluster could not be reached or refused the token;
+    check --source-zookeeper, --source-cluster and the source's token."""
+
+
+@_code(121)
+class MirrorNoTopicsError(RaylogError):
+    """The mirror's topic pattern matches no topic of the source; check the
+    regular expression (it must match whole names) or create the topics first."""
+
+
+@_code(122)
+class MirrorTopicMismatchError(RaylogError):
+    """A target topic exists with another partition count than its source
+    topic; delete it, or mirror under another name with --rename."""
+
+
+@_code(123)
+class MirrorNotFoundError(RaylogError):
+    """No mirror of that name runs in this cluster; list them with
+    ``raylog mirror status``."""

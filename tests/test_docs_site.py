@@ -53,6 +53,10 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         HERE + "test_the_corrupt_message_snippet_skips_a_damaged_message",
     ("docs/howto/groups.md", "Group administration", 0):
         "tests/test_readme_examples.py::test_the_group_administration_example_runs_as_written",
+    ("README.md", "Mirroring between clusters", 0):
+        "tests/mirror/test_cli_mirror.py::test_the_readme_mirroring_example_runs_as_written",
+    ("docs/howto/mirroring.md", "Mirroring between clusters", 0):
+        NOT_RUN + "addresses of two real clusters; tests/mirror/test_cli_mirror.py runs the same commands",
     ("docs/howto/replication.md", "Replication", 0):
         "tests/replication/test_replication_hosts.py::test_replicas_on_three_hosts_acks_all_and_not_enough_replicas",
     ("docs/howto/hosts.md", "Checking the guarantees under faults", 0):

@@ -5,6 +5,7 @@
 * :mod:`~raylog.tools.cli.nodes`: ``nodes`` (drain, rolling restart);
 * :mod:`~raylog.tools.cli.streams`: ``produce``, ``consume``;
 * :mod:`~raylog.tools.cli.groups`: ``groups``;
+* :mod:`~raylog.tools.cli.mirror`: ``mirror`` (start, status, stop) and ``groups translate``;
 * :mod:`~raylog.tools.cli.audit`: ``audit``;
 * :mod:`~raylog.tools.cli.bench`: ``bench``;
 * :mod:`~raylog.tools.cli.zookeeper`: ``zookeeper``;
@@ -59,7 +60,7 @@ import sys
 import click
 
 from raylog.errors import ConfigError, RaylogError
-from raylog.tools.cli import audit, bench, groups, nodes, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
+from raylog.tools.cli import audit, bench, groups, mirror, nodes, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
 from raylog.tools.cli.base import _fail, cli
 
 __all__ = ["cli", "main", "run"]

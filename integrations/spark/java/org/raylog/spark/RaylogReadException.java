@@ -93,6 +93,10 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(90, "EmbeddedZooKeeperError");
     NAMES.put(100, "BenchError");
     NAMES.put(110, "DataLossError");
+    NAMES.put(120, "MirrorSourceError");
+    NAMES.put(121, "MirrorNoTopicsError");
+    NAMES.put(122, "MirrorTopicMismatchError");
+    NAMES.put(123, "MirrorNotFoundError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 

@@ -1,0 +1,247 @@
+"""One source partition copied into its target partition, exactly once.
+
+**Identity.** The copier of ``(mirror, source topic, source partition)``
+sends under one producer id (:func:`raylog.mirror.spec.producer_id`, a
+function of the names: the same after any restart) and numbers its message
+sets 0, 1, 2, ... The target partition judges every set by
+:mod:`raylog.storage.producer_state`: a sequence it already stored is
+answered as a duplicate, never stored again.
+
+**Write-ahead intent.** Before a set is sent, its progress record
+(:mod:`raylog.mirror.progress`) names its sequence and its exact source range
+``[start, end)`` (message boundaries). A copier that starts (first time, or
+after a kill anywhere between the intent, the send, the acknowledgement and
+the source commit) reads the record; if the set was not acknowledged it
+builds *the same set again* from the source range and sends it under the
+same sequence: stored once either way. Then it continues at ``end`` with
+the next sequence. The source group's commit is only a progress view for
+``raylog groups describe`` on the source; the record is the truth.
+
+**Sets.** Messages are forwarded with their keys, values and create times,
+re-encoded *uncompressed* (a resent set must be the same bytes; the
+consumer hands messages out unpacked). A set ends at a message boundary (the
+last inner message of a compressed source wrapper), holds at most
+:data:`MAX_SET_MESSAGES` messages and :data:`MAX_SET_BYTES` bytes of payload.
+
+**Continuity.** The copier accepts a message only at its cursor (the source
+offset after the last whole message it holds); one before it is a
+redelivery and is skipped, one after it is a gap (the consumer restarted
+the partition from elsewhere): the copier asks to be sought back to its
+position and drops what it held.
+
+Thread-safety: confined to the member's loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from raylog.errors import DuplicateSequenceError, RaylogError, RequestTimeoutError
+from raylog.mirror import progress
+from raylog.storage.message import encode_message_set
+from raylog.transfer.protocol import ACKS_ALL
+
+log = logging.getLogger(__name__)
+
+MAX_SET_MESSAGES = 2000
+MAX_SET_BYTES = 512 * 1024
+#: a set is resent (same sequence) on a retriable failure for this long
+SEND_DEADLINE_S = 120.0
+
+
+def _boundary(msg) -> bool:
+    """Whether ``msg`` ends a whole message (not an inner one before a wrapper's last)."""
+    return msg.next_offset > msg.offset
+
+
+class PartitionCopier:
+    def __init__(self, *, zk, target_metadata, progress_path: str, checkpoints_path: str,
+                 topic: str, partition: int, target_topic: str, producer_id: int,
+                 checkpoint_interval_s: float = 2.0):
+        self.zk = zk
+        self.metadata = target_metadata
+        self.progress_path = progress_path
+        self.checkpoints_path = checkpoints_path
+        self.topic, self.partition = topic, partition
+        self.target_topic = target_topic
+        self.producer_id = producer_id
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self._conn = None
+        self._buf: list = []
+        self._record: dict | None = None
+        self._version = -1
+        self._seq = 0
+        self._pos: int | None = None  # source offset after the last acknowledged set
+        self._cursor: int | None = None  # source offset after the last whole buffered message
+        self._redo: dict | None = None  # an intent not acknowledged: resend exactly it
+        self._last_checkpoint = 0.0
+        self.need_seek = False
+
+    # -- start -------------------------------------------------------------------
+
+    def start(self) -> int | None:
+        """Read the progress record; the source offset to seek to (None: the
+        partition's start, nothing mirrored yet)."""
+        self._record, self._version = progress.read_progress(self.zk, self.progress_path)
+        rec = self._record
+        if rec is None:
+            self._seq, self._pos = 0, None
+        elif rec["acked"]:
+            self._seq, self._pos = rec["seq"] + 1, rec["end"]
+        else:
+            self._seq, self._pos, self._redo = rec["seq"], rec["start"], rec
+        self._cursor = self._pos
+        self._buf = []
+        return self._pos
+
+    def sought(self, offset: int) -> None:
+        """The consumer now reads from ``offset`` (start: the partition's earliest)."""
+        if self._pos is None:
+            self._pos = offset
+        self._cursor = self._pos
+        self._buf = []
+        self.need_seek = False
+
+    def skip_to(self, offset: int) -> None:
+        """Continue at ``offset`` (the source's retention removed what lay
+        before it); an unacknowledged intent before it is given up."""
+        self._pos = offset
+        self._redo = None
+
+    @property
+    def position(self) -> int | None:
+        return self._pos
+
+    # -- messages in -------------------------------------------------------------
+
+    def offer(self, messages) -> None:
+        """Take the messages the consumer handed out for this partition."""
+        for msg in messages:
+            if self.need_seek or self._cursor is None:
+                return
+            if msg.offset < self._cursor:
+                continue  # redelivered
+            if msg.offset > self._cursor:
+                log.info("%s-%d: a gap at %d (expected %d): seeking back to %s",
+                         self.topic, self.partition, msg.offset, self._cursor, self._pos)
+                self.need_seek = True
+                self._buf = []
+                return
+            self._buf.append(msg)
+            if _boundary(msg):
+                self._cursor = msg.next_offset
+
+    # -- sets out ------------------------------------------------------------------
+
+    def pump(self) -> int:
+        """Send every complete set held; the number of messages sent.
+        Raises :class:`progress.LostPartition` if another copier took over."""
+        sent = 0
+        while True:
+            taken = self._next_set()
+            if not taken:
+                return sent
+            self._send(taken)
+            sent += len(taken)
+
+    def _next_set(self) -> list:
+        buf = self._buf
+        if self._redo is not None:
+            end = self._redo["end"]
+            # the same range as the intent: wait until it is all held
+            if self._cursor < end:
+                return []
+            n = 0
+            while n < len(buf) and buf[n].offset < end:
+                n += 1
+            return self._take(n)
+        last, size = -1, 0
+        for i, msg in enumerate(buf):
+            if i >= MAX_SET_MESSAGES:
+                break
+            size += 22 + len(msg.value) + (len(msg.key) if msg.key is not None else 0)
+            if size > MAX_SET_BYTES and last >= 0:
+                break
+            if _boundary(msg):
+                last = i
+        return self._take(last + 1) if last >= 0 else []
+
+    def _take(self, n: int) -> list:
+        taken, self._buf = self._buf[:n], self._buf[n:]
+        return taken
+
+    def _send(self, msgs: list) -> None:
+        start = self._pos
+        end = msgs[-1].next_offset
+        if self._redo is not None:
+            assert start == self._redo["start"] and end == self._redo["end"], (self._redo, start, end)
+            self._redo = None
+        else:
+            intent = {"seq": self._seq, "start": start, "end": end, "count": len(msgs), "acked": False,
+                      "target_end": None, "last_ts": msgs[-1].timestamp}
+            self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
+        payload = encode_message_set([m.value for m in msgs], [m.key for m in msgs],
+                                     [m.timestamp for m in msgs], None)
+        base = self._produce(payload)
+        record = {"seq": self._seq, "start": start, "end": end, "count": len(msgs), "acked": True,
+                  "target_end": None if base is None else base + len(payload), "last_ts": msgs[-1].timestamp}
+        self._version = progress.write_progress(self.zk, self.progress_path, record, self._version)
+        self._record = record
+        self._seq += 1
+        self._pos = end
+        now = time.monotonic()
+        if base is not None and now - self._last_checkpoint >= self.checkpoint_interval_s:
+            progress.append_checkpoint(self.zk, self.checkpoints_path, end, base + len(payload))
+            self._last_checkpoint = now
+
+    def _produce(self, payload: bytes) -> int | None:
+        """Send one set under the copier's sequence until the target answers
+        (retriable failures: the same set again). The base offset, or None for
+        a set stored before whose offset the target no longer remembers."""
+        deadline = time.monotonic() + SEND_DEADLINE_S
+        error: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                conn = self._connection()
+                [result] = conn.produce_sets(self.target_topic, self.partition, [payload], ACKS_ALL,
+                                             producer_id=self.producer_id, sequences=[self._seq])
+            except RaylogError as err:
+                if not err.retriable and not err.refresh_metadata:
+                    raise
+                error = err
+                self._reset()
+                time.sleep(0.2)
+                continue
+            if isinstance(result, DuplicateSequenceError):
+                return None  # stored before (sequence <= last), offset no longer remembered
+            if isinstance(result, RaylogError):
+                if result.retriable or result.refresh_metadata:
+                    error = result
+                    self._reset()
+                    time.sleep(0.2)
+                    continue
+                raise result
+            return int(result)
+        raise RequestTimeoutError(f"{self.target_topic}-{self.partition}: the target did not take sequence "
+                                  f"{self._seq} within {SEND_DEADLINE_S:.0f} s (last: {error})")
+
+    def _connection(self):
+        if self._conn is None:
+            host, port = self.metadata.endpoint(self.target_topic, self.partition, refresh=True, wait_s=5.0)
+            max_bytes = self.metadata.config(self.target_topic).max_message_bytes
+            self._conn = self.metadata.settings.broker_connection(host, port, max_message_bytes=max_bytes)
+            self._conn.connect()
+        return self._conn
+
+    def _reset(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001 - a broken connection
+                pass
+            self._conn = None
+
+    def close(self) -> None:
+        self._reset()
+

@@ -1,0 +1,171 @@
+"""A mirror member: a Ray actor in the target cluster that is a member of the
+mirror's consumer group on the source (``mirror.<name>``) and copies the
+partitions the group gives it (:class:`~raylog.mirror.copier.PartitionCopier`).
+
+It reaches the source through its ZooKeeper address, cluster name and token
+only (a :class:`raylog.Client` made from ZooKeeper alone: consumers fetch
+over the data sockets, never through the source's Ray). Its loop, on a
+thread of its own:
+
+1. every ``scan_interval_s``, the source topics that match and whose target
+   topic exists (the controller creates them); a change of that set makes
+   a new consumer (the group rebalances);
+2. poll; partitions newly assigned get a copier, which reads its progress
+   record in the target's ZooKeeper and is sought to its position;
+   partitions no longer assigned drop theirs;
+3. hand each copier its messages and let it send its complete sets;
+4. every few seconds, commit the source group's offsets (a view of the
+   progress for ``raylog groups describe`` on the source).
+
+An error of the loop is logged and the loop starts over from step 1 after
+a pause (copiers restart from their records). Ray restarts a killed member
+(``max_restarts=-1``); it resumes the same way.
+
+Thread-safety: the loop's state is confined to its thread; ``stats`` and
+``stop`` only read or set thread-safe values.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from raylog.config import EARLIEST
+from raylog.errors import OffsetOutOfRangeError
+from raylog.mirror import progress, spec as specs
+from raylog.mirror.copier import PartitionCopier
+
+log = logging.getLogger(__name__)
+
+COMMIT_INTERVAL_S = 2.0
+ERROR_PAUSE_S = 1.0
+
+
+def source_client(client_cls, spec):
+    """A client of the source cluster from its ZooKeeper alone."""
+    return client_cls(zookeeper=spec.source_zookeeper, cluster=spec.source_cluster, token=spec.source_token)
+
+
+class MirrorMember:
+    def __init__(self, spec, client_cls, target_kwargs: dict, index: int):
+        self.spec = spec
+        self.index = index
+        self.target = client_cls(**target_kwargs)
+        self.source = source_client(client_cls, spec)
+        self._stop = threading.Event()
+        self._sent = 0
+        self._errors = 0
+        self._last_error = ""
+        self._thread = threading.Thread(target=self._run, name=f"mirror-{spec.name}-{index}", daemon=True)
+        self._thread.start()
+
+    def stats(self) -> dict:
+        return {"index": self.index, "sent": self._sent, "errors": self._errors, "last_error": self._last_error,
+                "alive": self._thread.is_alive()}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    # -- the loop ------------------------------------------------------------------
+
+    def _topics(self) -> list[str]:
+        return [t for t in self.source.list_topics()
+                if self.spec.matches(t) and self.target.registry.topic_exists(self.spec.target_topic(t))]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._serve()
+            except Exception as err:  # noqa: BLE001 - logged; the loop starts over
+                self._errors += 1
+                self._last_error = f"{type(err).__name__}: {err}"
+                log.warning("mirror %s member %d: %s; starting over", self.spec.name, self.index, self._last_error)
+                self._stop.wait(ERROR_PAUSE_S)
+
+    def _serve(self) -> None:
+        topics = self._topics()
+        if not topics:
+            self._stop.wait(min(self.spec.scan_interval_s, 5.0))
+            return
+        consumer = self.source.consumer(topics, group=self.spec.group, auto_offset_reset=EARLIEST,
+                                        enable_auto_commit=False, session_timeout_ms=6000)
+        copiers: dict = {}
+        try:
+            next_scan = time.monotonic() + self.spec.scan_interval_s
+            last_commit = time.monotonic()
+            while not self._stop.is_set():
+                msgs = consumer.poll(timeout_ms=300, max_messages=20_000)
+                fresh = self._follow_assignment(consumer, copiers)
+                by_tp: dict = {}
+                for m in msgs:
+                    by_tp.setdefault((m.topic, m.partition), []).append(m)
+                for tp, copier in list(copiers.items()):
+                    if tp not in fresh:
+                        copier.offer(by_tp.get(tp, ()))
+                    if copier.need_seek:
+                        self._seek(consumer, tp, copier)
+                    try:
+                        self._sent += copier.pump()
+                    except progress.LostPartition:
+                        log.info("mirror %s: %s-%d moved to another member", self.spec.name, *tp)
+                        copiers.pop(tp).close()
+                now = time.monotonic()
+                if now - last_commit >= COMMIT_INTERVAL_S:
+                    last_commit = now
+                    try:
+                        consumer.commit()
+                    except Exception as err:  # noqa: BLE001 - a view only
+                        log.debug("mirror %s: source commit failed: %s", self.spec.name, err)
+                if now >= next_scan:
+                    next_scan = now + self.spec.scan_interval_s
+                    if sorted(self._topics()) != sorted(topics):
+                        return  # a new consumer for the new set of topics
+        finally:
+            for copier in copiers.values():
+                copier.close()
+            consumer.close()
+
+    def _follow_assignment(self, consumer, copiers: dict) -> set:
+        """Copiers for the partitions assigned now; the ones just made."""
+        assigned = consumer.assignment()
+        for tp in [tp for tp in copiers if tp not in assigned]:
+            copiers.pop(tp).close()
+        fresh = set()
+        spec, cluster = self.spec, self.target.settings.cluster
+        for tp in assigned:
+            if tp in copiers:
+                continue
+            topic, partition = tp
+            copier = PartitionCopier(
+                zk=self.target._zk,
+                target_metadata=self.target.metadata,
+                progress_path=specs.progress_path(cluster, spec.name, topic, partition),
+                checkpoints_path=specs.checkpoints_path(cluster, spec.name, topic, partition),
+                topic=topic,
+                partition=partition,
+                target_topic=spec.target_topic(topic),
+                producer_id=specs.producer_id(cluster, spec.name, spec.source_cluster, topic, partition),
+                checkpoint_interval_s=spec.checkpoint_interval_s,
+            )
+            copier.start()
+            copier.need_seek = True
+            copiers[tp] = copier
+            fresh.add(tp)
+        return fresh
+
+    def _seek(self, consumer, tp, copier) -> None:
+        earliest, latest = consumer.offsets(tp)
+        target = copier.position if copier.position is not None else earliest
+        if target < earliest:
+            log.error("mirror %s: %s-%d lost [%d, %d) to the source's retention before it was mirrored",
+                      self.spec.name, tp[0], tp[1], target, earliest)
+            copier.skip_to(earliest)
+            target = earliest
+        try:
+            consumer.seek(tp[0], tp[1], target)
+        except OffsetOutOfRangeError:
+            copier.need_seek = True
+            return
+        copier.sought(target)

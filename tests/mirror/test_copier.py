@@ -1,0 +1,86 @@
+"""A copier killed between producing a set and recording it: the copier that
+takes over resends the same set under the same sequence, and the target
+stores it once (raylog.mirror.copier)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from raylog.mirror import progress, spec as specs
+from raylog.mirror.copier import PartitionCopier
+
+
+class Crash(Exception):
+    pass
+
+
+def _messages(client, topic, start=None):
+    consumer = client.consumer(topic, auto_offset_reset="earliest")
+    try:
+        if start is not None:
+            consumer.seek(topic, 0, start)
+        end = client.end_offsets(topic)[0]
+        out = []
+        while (consumer.position(topic, 0) or 0) < end:
+            out.extend(consumer.poll(timeout_ms=300))
+        return out
+    finally:
+        consumer.close()
+
+
+def _copier(target, source, name, topic):
+    cluster = target.settings.cluster
+    return PartitionCopier(
+        zk=target._zk, target_metadata=target.metadata,
+        progress_path=specs.progress_path(cluster, name, topic, 0),
+        checkpoints_path=specs.checkpoints_path(cluster, name, topic, 0),
+        topic=topic, partition=0, target_topic=topic,
+        producer_id=specs.producer_id(cluster, name, source.settings.cluster, topic, 0),
+    )
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_a_kill_between_produce_and_record_stores_nothing_twice(raylog_client, source, monkeypatch, compression):
+    target = raylog_client
+    topic, name = f"crash-{uuid.uuid4().hex[:6]}", f"c-{uuid.uuid4().hex[:6]}"
+    source.create_topic(topic)
+    target.create_topic(topic)
+    producer = source.producer(compression=compression, batch_size=40, acks="all")
+    for i in range(120):
+        producer.send(topic, f"m{i}".encode(), key=b"k")
+    producer.flush()
+    producer.close()
+    sent = _messages(source, topic)
+
+    first = _copier(target, source, name, topic)
+    assert first.start() is None
+    first.sought(source.offsets(topic, 0)[0])
+    first.offer(sent)
+    real_write = progress.write_progress
+
+    def write_then_crash(zk, path, record, version):
+        if record["acked"]:
+            raise Crash("killed after the target stored the set, before its record said so")
+        return real_write(zk, path, record, version)
+
+    monkeypatch.setattr(progress, "write_progress", write_then_crash)
+    with pytest.raises(Crash):
+        first.pump()
+    first.close()
+    monkeypatch.setattr(progress, "write_progress", real_write)
+    assert [m.value for m in _messages(target, topic)] == [m.value for m in sent]
+
+    second = _copier(target, source, name, topic)
+    resume = second.start()
+    assert resume == source.offsets(topic, 0)[0]  # the unacknowledged set again, from its start
+    second.sought(resume)
+    second.offer(_messages(source, topic, resume))
+    assert second.pump() == len(sent)
+    second.close()
+    got = _messages(target, topic)
+    assert [(m.key, m.value) for m in got] == [(m.key, m.value) for m in sent]
+    assert [m.timestamp for m in got] == [m.timestamp for m in sent]
+    record, _ = progress.read_progress(target._zk, specs.progress_path(target.settings.cluster, name, topic, 0))
+    assert record["acked"] and record["end"] == source.end_offsets(topic)[0]
