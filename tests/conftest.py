@@ -15,6 +15,8 @@
   offers local disk (``raylog_disk``) under the identity ``local``.
 * ``raylog_client`` (module): a :class:`raylog.Client` on both, with a
   cluster name and data directory of its own.
+* ``source`` (module): a second such client, of another cluster on the same
+  ZooKeeper and Ray (the source of the mirror tests).
 * ``make_topic`` (function): creates a fresh topic and returns its name.
 
 * ``hosts_cluster`` (session): one :class:`raylog.testing.hosts.HostsCluster`
@@ -29,6 +31,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 
@@ -139,21 +142,15 @@ def _init_local_ray() -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def raylog_client(zookeeper, ray_local, tmp_path_factory):
-    """A :class:`raylog.Client` on the shared ZooKeeper and Ray, with a
-    cluster name and data directory of its own; its topics are deleted after
-    the module."""
+@contextlib.contextmanager
+def _own_cluster(zookeeper, prefix: str, data_dir: str):
+    """A :class:`raylog.Client` of a cluster of its own (a fresh name, the
+    data directory ``data_dir``) on ``zookeeper``; its topics are deleted
+    and the client closed at the end."""
     from raylog.client import Client
 
-    if not zookeeper.running:
-        zookeeper.start()
-    client = Client(
-        zookeeper=zookeeper.connect_string,
-        cluster=f"test-{uuid.uuid4().hex[:16]}",
-        data_dir=str(tmp_path_factory.mktemp("raylog-data")),
-        data_host="127.0.0.1",
-    )
+    client = Client(zookeeper=zookeeper.connect_string, cluster=f"{prefix}-{uuid.uuid4().hex[:16]}",
+                    data_dir=data_dir, data_host="127.0.0.1")
     try:
         yield client
     finally:
@@ -162,6 +159,26 @@ def raylog_client(zookeeper, ray_local, tmp_path_factory):
                 client.delete_topic(topic)
         finally:
             client.close()
+
+
+@pytest.fixture(scope="module")
+def raylog_client(zookeeper, ray_local, tmp_path_factory):
+    """A :class:`raylog.Client` on the shared ZooKeeper and Ray, with a
+    cluster name and data directory of its own; its topics are deleted after
+    the module."""
+    if not zookeeper.running:
+        zookeeper.start()
+    with _own_cluster(zookeeper, "test", str(tmp_path_factory.mktemp("raylog-data"))) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def source(zookeeper, ray_local, tmp_path_factory):
+    """A second cluster beside the module's ``raylog_client`` (another name
+    and data directory on the same ZooKeeper and Ray): the source of the
+    mirror tests."""
+    with _own_cluster(zookeeper, "src", str(tmp_path_factory.mktemp("raylog-source"))) as client:
+        yield client
 
 
 @pytest.fixture
