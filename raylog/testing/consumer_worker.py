@@ -23,12 +23,16 @@ import threading
 import time
 
 from raylog.client import Client
+from raylog.retry import RetryPolicy
 from raylog.testing.faults import drop_connection
 from raylog.testing.faults import expire_session
 from raylog.testing.history import OK, Recorder
 from raylog.testing.workload import DAMAGED_FILE
 
 log = logging.getLogger(__name__)
+
+#: how long a member keeps trying to join (ZooKeeper away) before its start fails
+JOIN_WAIT_S = 60.0
 
 
 class ConsumerWorker:
@@ -55,24 +59,38 @@ class ConsumerWorker:
         self.recorder = Recorder(os.path.join(history_dir, f"{self.process}.jsonl"), self.process)
         self.recorder.record("start")
         self._rng = random.Random(f"{seed}-{self.process}")
-        self.client = Client(zookeeper=zookeeper, cluster=cluster, token=token)
-        self.consumer = None  # callbacks may run before the constructor returns
-        self.consumer = self.client.consumer(
-            [topic],
-            group=group,
-            auto_offset_reset="earliest",
-            enable_auto_commit=commit == "auto",
-            auto_commit_interval_ms=1000,
-            session_timeout_ms=session_timeout_ms,
-            fetch_max_wait_ms=200,
-            on_assigned=self._on_assigned,
-            on_revoked=self._on_revoked,
+        self.client = self.consumer = None  # callbacks may run before the constructor returns
+        # A member Ray starts again while ZooKeeper is away (a kill-consumer fault beside a
+        # zookeeper-outage) joins once it is back: a constructor that raised would end the
+        # actor for good, and the group would lose a member for the rest of the run.
+        RetryPolicy.until(JOIN_WAIT_S, max_delay_s=2.0).call(
+            self._join, zookeeper, cluster, token, group, session_timeout_ms,
+            retry_if=lambda err: True, on_retry=lambda err: log.info("%s: joining again: %s", self.process, err),
         )
         self.polls = self.reads = self.errors = self.commits = 0
         self.last_error = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fault-consumer", daemon=True)
         self._thread.start()
+
+    def _join(self, zookeeper: str, cluster: str, token, group: str, session_timeout_ms: int) -> None:
+        client = Client(zookeeper=zookeeper, cluster=cluster, token=token)
+        try:
+            self.consumer = client.consumer(
+                [self.topic],
+                group=group,
+                auto_offset_reset="earliest",
+                enable_auto_commit=self.commit_mode == "auto",
+                auto_commit_interval_ms=1000,
+                session_timeout_ms=session_timeout_ms,
+                fetch_max_wait_ms=200,
+                on_assigned=self._on_assigned,
+                on_revoked=self._on_revoked,
+            )
+        except BaseException:
+            client.close()
+            raise
+        self.client = client
 
     # -- callbacks -------------------------------------------------------------
 
