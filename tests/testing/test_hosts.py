@@ -155,11 +155,14 @@ def test_stop_and_a_killed_run_leave_nothing_behind(tmp_path):
         assert len(pids) > 5 and _leftovers(slot, []) != []
     assert _leftovers(slot, pids) == []
     # a run killed with SIGKILL (no clean-up at all): the next one's sweep removes it
-    proc = subprocess.Popen([sys.executable, "-c", _CRASHING_RUN], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    errors = open(tmp_path / "crashing-run.err", "w+")
+    proc = subprocess.Popen([sys.executable, "-c", _CRASHING_RUN], stdout=subprocess.PIPE, stderr=errors,
+                            text=True, start_new_session=True)
     try:
         line = proc.stdout.readline()
-        assert line, "the crashing run did not start its cluster"
+        if not line:
+            errors.seek(0)
+            raise AssertionError("the crashing run did not start its cluster: " + errors.read()[-4000:])
         info = json.loads(line)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -173,3 +176,4 @@ def test_stop_and_a_killed_run_leave_nothing_behind(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        errors.close()
