@@ -58,6 +58,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -278,11 +279,17 @@ def _kill_all(pids, grace_s: float = 0.0) -> None:
 
 
 def _raylet_tail(ray_temp_dir: str, lines: int = 15) -> str:
-    """The last lines of the raylet's own logs of a node's latest session (why
-    it did not register), or ``""``."""
+    """The last lines of the newest raylet's own logs in a node's latest
+    session (why it did not register; a node started again in the same
+    session writes ``raylet.<n>.out``), or ``""``."""
     out = []
-    for name in ("raylet.err", "raylet.out"):
-        path = os.path.join(ray_temp_dir, "session_latest", "logs", name)
+    logs = os.path.join(ray_temp_dir, "session_latest", "logs")
+    for pattern in ("raylet*.err", "raylet*.out"):
+        found = glob.glob(os.path.join(logs, pattern))
+        if not found:
+            continue
+        path = max(found, key=os.path.getmtime)
+        name = os.path.basename(path)
         try:
             with open(path, "rb") as f:
                 f.seek(0, os.SEEK_END)

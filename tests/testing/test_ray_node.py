@@ -39,3 +39,21 @@ def test_the_launcher_is_rays_own_command_line():
     proc = subprocess.run([sys.executable, "-m", "raylog.testing.ray_node", "start", "--help"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--node-ip-address" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_failed_start_names_the_newest_raylets_log(tmp_path):
+    """A node started again in the same session writes raylet.<n>.out; the
+    error of a failed start shows that one, not the first start's."""
+    import os
+    import time
+
+    from raylog.testing.hosts import _raylet_tail
+
+    logs = tmp_path / "session_latest" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "raylet.out").write_text("the first start\n")
+    time.sleep(0.05)
+    (logs / "raylet.2.out").write_text("Timed out waiting for file metrics_agent_port\n")
+    os.utime(logs / "raylet.out", (time.time() - 60, time.time() - 60))
+    tail = _raylet_tail(str(tmp_path))
+    assert "raylet.2.out" in tail and "Timed out waiting" in tail and "first start" not in tail
