@@ -20,7 +20,7 @@ from raylog.errors import RaylogError
 from raylog.metadata import Metadata
 from raylog.tools.bench.cluster import LocalCluster
 from raylog.tools.bench.report import NodeTracker, phase_report
-from raylog.tools.bench.settings import BenchError, BenchSettings, CONFIG, CONSUMER_GRACE_S, IN_FLIGHT_PER_PRODUCER, PRODUCER_CLOSE_S, SEND_BATCH, TOPIC_RETENTION_BYTES, TOPIC_SEGMENT_BYTES
+from raylog.tools.bench.settings import BenchError, BenchSettings, CONFIG, CONSUMER_GRACE_S, IN_FLIGHT_PER_PRODUCER, PRODUCER_CLOSE_S, PRODUCER_STATS_S, SEND_BATCH, TOPIC_RETENTION_BYTES, TOPIC_SEGMENT_BYTES
 
 
 def consume_until(settings, topic: str, group: str, until: float) -> dict:
@@ -165,13 +165,18 @@ class Run:
             spread[node] = spread.get(node, 0) + 1
         self.report({"event": "topic", "topic": self.topic, "partitions": s.partitions, "nodes": spread})
 
-    def _producer_counts(self, timeout_s: float) -> set[int]:
+    def _producer_counts(self, timeout_s: float, running: set[int] = frozenset()) -> set[int]:
         """Refresh ``self.sent`` from the producer actors that answer within
-        ``timeout_s`` (a pending actor does not); the indexes that answered."""
+        ``timeout_s`` (a pending actor does not); the indexes that answered.
+        Actors in ``running`` (they answered before) get up to
+        ``PRODUCER_STATS_S`` on a busy machine."""
         import ray  # heavy (Ray): imported when used
 
         refs = {p.stats.remote(): i for i, p in enumerate(self.producers)}
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        known = [ref for ref, i in refs.items() if i in running]
+        ready, _ = ray.wait(known, num_returns=len(known), timeout=PRODUCER_STATS_S)
+        rest = [ref for ref in refs if ref not in known]
+        ready += ray.wait(rest, num_returns=len(rest), timeout=timeout_s)[0]
         answered = set()
         for ref in ready:
             stats = ray.get(ref)
@@ -209,7 +214,16 @@ class Run:
         self.bar.set_description_str(f"phase {k}/{len(s.phases)}: {workers}+{workers} workers")
         added_before, removed_before = self._counts["node_added"], self._counts["node_removed"]
         self._resize_producers(workers)
-        self._producer_counts(timeout_s=2.0)
+        # The phase's clock starts once a producer runs: on a busy machine an
+        # actor on a node that is up already can take seconds to start, and
+        # a phase of 5 s would then produce nothing (producers waiting for
+        # new nodes are what the bench measures: they are not waited for).
+        running = self._producer_counts(timeout_s=2.0)
+        deadline = time.monotonic() + s.start_timeout_s
+        while not running:
+            if time.monotonic() > deadline:
+                raise BenchError(f"no producer actor of phase {k} started within {s.start_timeout_s:g} s")
+            running = self._producer_counts(timeout_s=2.0)
         base = sum(self.sent)
 
         if self._consume is None:
@@ -238,7 +252,7 @@ class Run:
             self.poll_nodes()
         seconds = time.monotonic() - start
         self._load_seconds += s.phase_seconds
-        answered = self._producer_counts(timeout_s=5.0)
+        answered = self._producer_counts(timeout_s=5.0, running=running)
         produced = sum(self.sent) - base
 
         done, pending = ray.wait(consumers, num_returns=len(consumers), timeout=CONSUMER_GRACE_S)

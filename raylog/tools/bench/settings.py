@@ -23,6 +23,8 @@ CONSUMER_GRACE_S = 30.0
 
 
 PRODUCER_CLOSE_S = 30.0
+#: how long a producer actor that ran in a phase gets to report its count
+PRODUCER_STATS_S = 60.0
 
 
 #: driver-side batches sent to each producer actor, and how many in flight
