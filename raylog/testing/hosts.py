@@ -93,6 +93,9 @@ ZOOKEEPER_PORT = 2181
 RAY_PORT = 6379
 #: how many times a Ray node that failed to start is started again
 START_RETRIES = 3
+#: Ray's log files that :meth:`HostsCluster.keep_logs` copies, and how much of each (its end)
+KEPT_LOGS = ("worker-*.err", "raylet.out", "raylet.err", "gcs_server.out")
+KEPT_LOG_BYTES = 2 << 20
 #: where the wheels and venvs of the hosts are cached
 CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "raylog", "hosts")
 
@@ -818,6 +821,26 @@ class HostsCluster:
         self.slot = None
         self.started = False
         atexit.unregister(self.stop)
+
+    def keep_logs(self, dest: str, max_bytes: int = KEPT_LOG_BYTES) -> list[str]:
+        """Copy each host's Ray logs that raylog writes to (workers' stderr,
+        the raylet's and GCS's output) into ``dest/<host>/`` before
+        :meth:`stop` removes them: what a failed run leaves to read. Each
+        file keeps its last ``max_bytes``. The paths copied."""
+        kept = []
+        for host in self.hosts:
+            pattern = os.path.join(host.temp_dir, "ray", "session_*", "logs")
+            for logs in glob.glob(pattern):
+                session = os.path.basename(os.path.dirname(logs))
+                for name in KEPT_LOGS:
+                    for path in glob.glob(os.path.join(logs, name)):
+                        target = os.path.join(dest, host.name, session, os.path.basename(path))
+                        os.makedirs(os.path.dirname(target), exist_ok=True)
+                        with open(path, "rb") as src, open(target, "wb") as out:
+                            src.seek(max(0, os.path.getsize(path) - max_bytes))
+                            out.write(src.read())
+                        kept.append(target)
+        return kept
 
     # -- the driver ------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ Everything it started it stops by its own handle, in ``finally``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
@@ -86,6 +87,9 @@ class RunOptions:
     rate: float = 150.0  # messages a second per producer
     drain_s: float = 60.0
     mean_gap_s: float = 6.0
+    #: past ``duration_s``, how long the kinds not made yet still get (each
+    #: kind is made once in every run; a busy machine makes faults slowly)
+    fault_grace_s: float = 240.0
     replication_factor: int = 1
     min_insync_replicas: int = 1
     replica_lag_ms: int = 3000
@@ -226,7 +230,7 @@ def run(options: RunOptions) -> dict:
         # The nemesis runs on this (the main) thread: Ray adds nodes only from there.
         bar = _Progress(options, workload_start, producers, nemesis) if options.progress else None
         try:
-            nemesis.run(workload_start, options.duration_s)
+            nemesis.run(workload_start, options.duration_s, grace_s=options.fault_grace_s)
             while time.time() - workload_start < options.duration_s:
                 time.sleep(0.2)
         finally:
@@ -261,6 +265,10 @@ def run(options: RunOptions) -> dict:
             except Exception as err:  # noqa: BLE001
                 log.warning("closing the client failed: %s", err)
         if hosts is not None:
+            if not run_info.get("drained", {}).get("complete"):  # a failed run: keep what the hosts logged
+                with contextlib.suppress(Exception):
+                    run_info["host_logs"] = os.path.join(out, "host-logs")
+                    hosts.keep_logs(run_info["host_logs"])
             hosts.stop()  # the client, the driver's Ray, every host and what it made
         if ray.is_initialized():
             ray.shutdown()

@@ -59,7 +59,7 @@ def test_fault_run_on_hosts_with_network_faults(tmp_path):
     assert kit._pids_with(f"/tmp/{kit.PREFIX}{slot}/") == []
     assert sorted(run["hosts"]) == ["h1", "h2", "h3", "h4", "h5"], summary
     assert set(report["faults"]) == set(KINDS), (report["faults"], run.get("nemesis_errors"), summary)
-    assert run["drained"]["complete"], summary
+    assert run["drained"]["complete"], (run.get("host_logs"), summary)
     assert report["lost_by_acks"].get("all", 0) == 0, (report["anomalies"].get("lost-write"), summary)
     assert report["unseen_by_acks"].get("all", 0) == 0, (report["anomalies"].get("unseen"), summary)
     for name in ("duplicate", "inconsistent-offsets", "nonmonotonic-poll", "poll-skip", "garbage-read"):
