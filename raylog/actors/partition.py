@@ -77,7 +77,7 @@ EXIT_DEPOSED = 77
 #: how often a leader looks whether its preferred replica should lead again
 PREFERRED_CHECK_S = 5.0
 #: how long a replica stopped with SIGTERM may take to leave in order (hand off its lead, leave the ISR)
-SIGTERM_DRAIN_S = 5.0
+SIGTERM_DRAIN_S = 15.0
 
 
 class PartitionActor:

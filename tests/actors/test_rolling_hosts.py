@@ -23,6 +23,7 @@ import ray
 import pytest
 
 from raylog.replication.admin import leader_actor
+from raylog.testing.clusters import wait_until
 from raylog.testing.on_hosts import Sending, partition_state, read_values, replicated_topic, wait
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
@@ -72,7 +73,11 @@ def test_a_rolling_restart_and_a_sigterm_fail_no_send(hosts, client):
         os.kill(pid, signal.SIGTERM)
         wait(lambda: partition_state(client, topic).leader != state.leader, "another replica leads")
         assert partition_state(client, topic).leader_epoch == state.leader_epoch + 1
-        wait(lambda: handed_off() > before, "the stopped leader's log says it handed its lead off", timeout_s=60)
+        if not wait_until(lambda: handed_off() > before, timeout_s=60):
+            said = [line for p in glob.glob(logs) for line in open(p, errors="replace")
+                    if f"{topic}-0" in line]
+            pytest.fail("the stopped leader's log does not say it handed its lead off; "
+                        f"its lines about the partition:\n{''.join(said[-20:])}")
         sending.more_acked()
         wait(lambda: _in_sync(client, topic), "the stopped replica, restarted by Ray, is in sync again")
     finally:
