@@ -74,6 +74,10 @@ log = logging.getLogger(__name__)
 #: exit status of a leader replica that found another replica leading
 #: (beside :mod:`raylog.actors.process_exit`'s)
 EXIT_DEPOSED = 77
+#: exit status of a leader that could not register its endpoint (Ray starts it again)
+EXIT_UNREGISTERED = 78
+#: how long a replica retries registering its endpoint before that
+REREGISTER_S = 120.0
 #: how often a leader looks whether its preferred replica should lead again
 PREFERRED_CHECK_S = 5.0
 #: how long a replica stopped with SIGTERM may take to leave in order (hand off its lead, leave the ISR)
@@ -231,12 +235,13 @@ class PartitionActor:
         )
 
     def _take_lead(self):
-        """This follower became the leader: a new epoch, the endpoint."""
-        placement_path = self.registry.paths.partition(self.topic, self.partition)
-        data, _ = self.zk.get(placement_path)
-        self.epoch = self.zk.set(placement_path, data).version
+        """This follower became the leader (called on the follower's thread,
+        which ends then): a new endpoint epoch, the endpoint. ZooKeeper away
+        meanwhile (a host cut off) is retried; a leader that cannot register
+        would hold the lead while no client finds it, so it ends its process
+        instead (:meth:`_reregister`)."""
         log.warning("partition %s-%d: replica %s is the leader now", self.topic, self.partition, self.replica)
-        self._reregister()
+        self._reregister(new_epoch=True)
 
     def _deposed(self):
         """This leader found another replica leading (it was away: a dead
@@ -248,14 +253,37 @@ class PartitionActor:
         exit_process(EXIT_DEPOSED, "partition %s-%d: replica %s is no longer the leader; exiting so that Ray "
                      "starts it again as a follower", self.topic, self.partition, self.replica)
 
-    def _reregister(self):
+    def _new_epoch(self) -> None:
+        placement_path = self.registry.paths.partition(self.topic, self.partition)
+        with zookeeper_errors(self.zk, f"take a new endpoint epoch for {self.topic}-{self.partition}"):
+            data, _ = self.zk.get(placement_path)
+            self.epoch = self.zk.set(placement_path, data).version
 
+    def _register_as_leader(self, new_epoch: bool) -> None:
+        if new_epoch:
+            self._new_epoch()
+        with zookeeper_errors(self.zk, f"register the endpoint of {self.topic}-{self.partition}"):
+            self._register()
+
+    def _reregister(self, new_epoch: bool = False):
+        """Register the endpoint again (the session was lost: ephemeral
+        nodes went with it), after a new endpoint epoch with ``new_epoch``.
+        Retries what is retriable (ZooKeeper still away) for up to
+        :data:`REREGISTER_S`. A newer epoch (StaleEpochError: another
+        incarnation serves) or ZooKeeper away for longer ends the process of
+        a replica that leads (or of an unreplicated partition): Ray starts
+        it again and it reads its role afresh; a process that stayed would
+        keep the lead while no client can find it."""
         try:
-            # Retries what is retriable (ZooKeeper still away); a newer epoch
-            # (StaleEpochError) means another incarnation serves: give up.
-            RetryPolicy(max_tries=60, delay_s=0.2, max_delay_s=2.0, deadline_s=120).call(self._register)
+            RetryPolicy(max_tries=1000, delay_s=0.2, max_delay_s=2.0, deadline_s=REREGISTER_S).call(
+                self._register_as_leader, new_epoch)
         except Exception:  # noqa: BLE001
-            log.exception("partition %s-%d could not register its endpoint again", self.topic, self.partition)
+            if self._closed.is_set():
+                return
+            if self.role is None or self.role.is_leader:
+                exit_process(EXIT_UNREGISTERED, "partition %s-%d could not register its endpoint; exiting so that "
+                             "Ray starts it again", self.topic, self.partition, exc_info=True)
+            log.exception("partition %s-%d could not register its replica again", self.topic, self.partition)
 
     # -- timers --------------------------------------------------------------
 

@@ -231,8 +231,11 @@ class Follower:
             write_epoch(self.log.directory, self.epoch)
         if state.leader == self.node and self._on_promoted is not None:
             # the state names this replica (a handoff to it): it leads at once
+            # (the state is read before the thread ends: ZooKeeper away here
+            # is retried by the loop, not a lead that nobody takes)
+            found = read_state(zk, paths, self.topic, self.partition)
             self._stopped.set()
-            self._on_promoted(*read_state(zk, paths, self.topic, self.partition))
+            self._on_promoted(*found)
             return
         endpoint = self.registry.endpoint(self.topic, self.partition)
         epoch = state.leader_epoch
