@@ -37,7 +37,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from raylog.errors import UnknownTopicError
 
 from raylog.zk.partition_state import (
     PartitionState,
@@ -76,18 +78,39 @@ def compare_and_set(zk, paths, topic: str, partition: int, state: PartitionState
 
 
 def register_replica(zk, paths, topic: str, partition: int, node: str, endpoint: dict) -> None:
-    """The ephemeral ``replicas/<node>`` node of a running replica actor."""
+    """The ephemeral ``replicas/<node>`` node of a running replica actor.
+    Raises :class:`UnknownTopicError` when the partition's ``state`` node is
+    gone (the topic was deleted while this replica was away): the
+    registration never makes the deleted topic's nodes again."""
     path = replica_path(paths, topic, partition, node)
     data = json.dumps(endpoint, sort_keys=True).encode()
     try:
-        zk.create(path, data, ephemeral=True, makepath=True)
+        _create_replica(zk, paths, topic, partition, path, data)
     except NodeExistsError:
         stat = zk.exists(path)
         if stat is not None and stat.ephemeralOwner == zk.client_id[0]:
             zk.set(path, data)  # ours already: never absent for a moment (a follower would take over)
             return
         zk.delete(path)  # left by an earlier session of this replica
-        zk.create(path, data, ephemeral=True, makepath=True)
+        _create_replica(zk, paths, topic, partition, path, data)
+
+
+def _create_replica(zk, paths, topic: str, partition: int, path: str, data: bytes) -> None:
+    try:
+        zk.create(path, data, ephemeral=True)
+        return
+    except NoNodeError:
+        pass
+    # the first replica of the partition to register makes ``replicas``; only under a
+    # ``state`` node that exists (a deleted topic's nodes are not made again)
+    if zk.exists(state_path(paths, topic, partition)) is None:
+        raise UnknownTopicError(f"{topic}-{partition} has no replication state in ZooKeeper (the topic was deleted); "
+                                f"this replica does not serve it", topic=topic)
+    try:
+        zk.create(replicas_path(paths, topic, partition))
+    except NodeExistsError:
+        pass
+    zk.create(path, data, ephemeral=True)
 
 
 def take_over(zk, paths, topic: str, partition: int, node: str, log_end: int, *, unclean: bool = False):

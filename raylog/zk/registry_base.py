@@ -181,6 +181,8 @@ class RegistryBase:
             data, _ = self._call(self._zk.get_async, self.paths.topic(name))
         except NoNodeError:
             raise self._unknown_topic(name) from None
+        if not data:  # a node without its config: what a deleted topic's late writer may leave
+            raise self._unknown_topic(name)
         return TopicConfig.from_json(data)
 
     def _check_partition(self, topic: str, partition: int) -> TopicConfig:
