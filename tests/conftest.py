@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import uuid
 
@@ -372,3 +373,27 @@ def hosts(hosts_cluster):
         hosts_cluster.disconnect_ray()
         if had_local:
             _init_local_ray()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _keep_host_logs_of_a_failure(request, tmp_path_factory):
+    """A test on the hosts kit that fails keeps each host's Ray logs (the
+    kit removes them when it stops) under its tmp dir, named in its report."""
+    yield
+    report = getattr(request.node, "report_call", None)
+    if report is None or not report.failed or "hosts_cluster" not in request.fixturenames:
+        return
+    cluster = request.getfixturevalue("hosts_cluster")
+    dest = str(tmp_path_factory.mktemp("host-logs"))
+    try:
+        kept = cluster.keep_logs(dest)
+    except Exception as err:  # noqa: BLE001 - the failure itself is what matters
+        kept, dest = [], f"not kept: {err}"
+    report.sections.append(("host logs", f"{len(kept)} files in {dest}"))
