@@ -27,14 +27,19 @@ CALL_TIMEOUT_S = 60.0
 class PoolHandle:
     """A running pool: ``status()``, ``scale(n)``, ``stop(drain=True)``."""
 
-    def __init__(self, cluster: str, group: str):
+    def __init__(self, cluster: str, group: str, controller=None):
         self.cluster = cluster
         self.group = group
         self._stopped = False
+        # The handle of the driver that started the pool: a controller that is
+        # not detached lives as long as this first handle does.
+        self._controller = controller
 
     def _actor(self):
         import ray  # heavy, lazy on purpose
 
+        if self._controller is not None and not self._stopped:
+            return self._controller
         try:
             return ray.get_actor(specs.controller_name(self.cluster, self.group), namespace=specs.NAMESPACE)
         except ValueError:
@@ -94,6 +99,7 @@ class PoolHandle:
         finally:
             ray.kill(actor, no_restart=True)
             self._stopped = True
+            self._controller = None
 
     def close(self) -> None:
         """Stop with a drain unless stopped (what the client's close does)."""
@@ -138,4 +144,4 @@ def start_pool(client, topics, group, handler, options: dict) -> PoolHandle:
         max_task_retries=0, num_cpus=0, max_concurrency=8, lifetime="detached" if spec.detached else None,
     ).remote(spec, type(client), _client_kwargs(client))
     ray.get(controller.ready.remote(), timeout=START_TIMEOUT_S)
-    return handle
+    return PoolHandle(cluster, spec.group, controller)

@@ -85,7 +85,7 @@ class PoolMember:
         self._lock = threading.Lock()
         self._parts: dict = {}  # (topic, partition) -> _PartitionStats, for the partitions owned
         self._handled_total = 0
-        self._rate = collections.deque()  # (monotonic time, handled total), the last RATE_WINDOW_S
+        self._rate = collections.deque()  # (monotonic time, messages handled), the last RATE_WINDOW_S
         self._last_error = ""
         self._started = time.time()
         self._consumer = None
@@ -123,10 +123,7 @@ class PoolMember:
     def _rate_now(self, now: float) -> float:
         while self._rate and now - self._rate[0][0] > RATE_WINDOW_S:
             self._rate.popleft()
-        if not self._rate:
-            return 0.0
-        first_t, first_n = self._rate[0]
-        return (self._handled_total - first_n) / max(now - first_t, 1.0)
+        return sum(n for _, n in self._rate) / RATE_WINDOW_S
 
     def _run(self) -> None:
         try:
@@ -200,7 +197,7 @@ class PoolMember:
             part.handled += len(batch)
             part.position = batch[-1].next_offset
             self._handled_total += len(batch)
-            self._rate.append((time.monotonic(), self._handled_total))
+            self._rate.append((time.monotonic(), len(batch)))
         return True
 
     # -- commits (DESIGN section 6: only what the handler returned from) -----------------

@@ -222,10 +222,8 @@ def _check_handler(handler) -> None:
                 raise ConfigError(f"handler class {handler.__qualname__}: {name} must be a method")
     elif not callable(handler):
         raise ConfigError(f"handler must be a function of one batch or a class with __call__, got {handler!r}")
-    try:
-        import cloudpickle  # Ray's pickler: what the members receive
-    except ImportError:  # pragma: no cover - Ray always brings it
-        return
+    from ray import cloudpickle  # Ray's pickler: how the members receive it (heavy, lazy on purpose)
+
     try:
         cloudpickle.dumps(handler)
     except Exception as err:  # noqa: BLE001 - anything the pickler refuses
