@@ -14,7 +14,7 @@ Its loop, on a thread of its own:
    messages are not handled, its handled position stays before the failed
    batch, and ``stats()`` shows the error;
 3. every ``commit_interval_s``, commit the handled positions, and only
-   them (DESIGN section 6's commit rule, at least once: a position the
+   them (docs/design.md section 6's commit rule, at least once: a position the
    handler has not returned from is never stored). A partition revoked by
    a rebalance is committed the same way inside ``on_revoked``, on this
    thread, before its owner node is released.
@@ -200,7 +200,7 @@ class PoolMember:
             self._rate.append((time.monotonic(), len(batch)))
         return True
 
-    # -- commits (DESIGN section 6: only what the handler returned from) -----------------
+    # -- commits (docs/design.md section 6: only what the handler returned from) ---------
 
     def _commit(self, consumer, only=None) -> None:
         member = consumer._member  # the consumer's group member: commits exactly the positions given
