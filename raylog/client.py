@@ -412,6 +412,40 @@ class Client:
                           source_token=source_token, **options)
         return start_mirror(self, spec)
 
+    # -- consumer pools (raylog.pool) ------------------------------------------
+
+    def consumer_pool(self, topics, group: str, handler, **options):
+        """A consumer group as a pool of Ray actors that grows and shrinks
+        with its lag: each member actor is a member of ``group`` and calls
+        ``handler(batch)`` (a list of :class:`raylog.Message` of one
+        partition, in order) on each polled batch; ``handler`` is a
+        function, or a class with ``__call__`` and optional ``setup()`` /
+        ``teardown()``, made once in each member. A member commits only the
+        positions its handler returned from (at least once, in order per
+        partition).
+
+        Options (each a field of :class:`raylog.pool.spec.PoolSpec`):
+        ``min_members=1``, ``max_members`` (default: the topics' partition
+        count), ``target_lag_s=5.0``, ``batch_max=10_000``, ``resources``
+        (Ray options of a member: ``num_cpus`` (default 1), ``num_gpus``,
+        ``memory``, ``resources``), ``max_handler_failures=5`` (then the
+        partition stops, with its error in ``status()``), ``autoscale=True``,
+        the autoscaler's ``scale_up_after_s``, ``scale_down_after_s``,
+        ``low_lag_s``, ``cooldown_s``, ``scale_step``, and the rest listed
+        there. Everything is checked before anything starts
+        (:class:`raylog.ConfigError`, naming any unknown option;
+        :class:`raylog.UnknownTopicError`; :class:`raylog.PoolExistsError`).
+
+        Returns a :class:`raylog.pool.PoolHandle` (``status()``,
+        ``scale(n)``, ``stop(drain=True)``), stopped with a drain when the
+        client closes. Joins the Ray cluster."""
+        from raylog.pool import start_pool
+
+        self._check_open()
+        handle = start_pool(self, topics, group, handler, options)
+        self._children.append(handle)
+        return handle
+
     # -- audit ---------------------------------------------------------------
 
     def ensure_audit_topic(self) -> None:

@@ -498,3 +498,18 @@ class MirrorTopicMismatchError(RaylogError):
 class MirrorNotFoundError(RaylogError):
     """No mirror of that name runs in this cluster; list them with
     ``raylog mirror status``."""
+
+
+# -- consumer pools (raylog.pool) ----------------------------------------------
+
+
+@_code(150)
+class PoolNotFoundError(RaylogError):
+    """No consumer pool of that group runs in this cluster; start one with
+    ``client.consumer_pool(...)`` (or check the group and ``--cluster``)."""
+
+
+@_code(151)
+class PoolExistsError(RaylogError):
+    """A consumer pool of that group already runs in this cluster; stop it
+    (``PoolHandle.stop``) or scale it (``PoolHandle.scale``) instead."""

@@ -53,6 +53,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         HERE + "test_the_corrupt_message_snippet_skips_a_damaged_message",
     ("docs/howto/groups.md", "Group administration", 0):
         "tests/test_readme_examples.py::test_the_group_administration_example_runs_as_written",
+    ("README.md", "Consumer apps on Ray", 0):
+        "tests/test_readme_examples.py::test_the_consumer_pool_example_runs_as_written",
     ("README.md", "Mirroring between clusters", 0):
         "tests/mirror/test_cli_mirror.py::test_the_readme_mirroring_example_runs_as_written",
     ("docs/howto/mirroring.md", "Mirroring between clusters", 0):

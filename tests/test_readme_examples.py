@@ -129,3 +129,12 @@ def test_the_quickstart_demo_runs_clean_and_stops_the_cluster(tmp_path):
     assert proc.stdout.rstrip().splitlines()[-1].endswith("cluster stopped."), proc.stdout
     assert "produced 24,000 events" in proc.stdout and "nothing lost" in proc.stdout
     assert "24,000 events\n" in proc.stdout.split("Spark: read_topic", 1)[1], proc.stdout
+
+
+def test_the_consumer_pool_example_runs_as_written(tmp_path):
+    """The README's "Consumer apps on Ray": a pool of two members catches
+    up with the topic, prints only its own line, and leaves nothing running."""
+    proc = run_example(readme_block("## Consumer apps on Ray"), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "2 members, lag in messages: [0, 0, 0, 0]\n", proc.stdout + proc.stderr
+    assert proc.stderr == "", proc.stderr

@@ -125,6 +125,8 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         ["mirror", "start"],
         ["mirror", "status"],
         ["mirror", "stop"],
+        ["pool"],
+        ["pool", "status"],
         ["zookeeper"],
         ["zookeeper", "start"],
         ["zookeeper", "stop"],
@@ -181,6 +183,7 @@ def test_cluster_commands_without_an_address_say_what_to_pass():
         ["nodes", "drain", "h2"],
         ["nodes", "restart", "--rolling"],
         ["topics", "balance-leaders"],
+        ["pool", "status", "g"],
     ):
         proc = raylog(*args)
         assert proc.returncode == 2, (args, proc.stderr)

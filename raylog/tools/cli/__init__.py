@@ -6,6 +6,7 @@
 * :mod:`~raylog.tools.cli.streams`: ``produce``, ``consume``;
 * :mod:`~raylog.tools.cli.groups`: ``groups``;
 * :mod:`~raylog.tools.cli.mirror`: ``mirror`` (start, status, stop) and ``groups translate``;
+* :mod:`~raylog.tools.cli.pool`: ``pool status`` (consumer pools);
 * :mod:`~raylog.tools.cli.audit`: ``audit``;
 * :mod:`~raylog.tools.cli.bench`: ``bench``;
 * :mod:`~raylog.tools.cli.zookeeper`: ``zookeeper``;
@@ -60,7 +61,7 @@ import sys
 import click
 
 from raylog.errors import ConfigError, RaylogError
-from raylog.tools.cli import audit, bench, groups, mirror, nodes, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
+from raylog.tools.cli import audit, bench, groups, mirror, nodes, pool, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
 from raylog.tools.cli.base import _fail, cli
 
 __all__ = ["cli", "main", "run"]
