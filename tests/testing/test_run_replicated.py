@@ -16,7 +16,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from raylog.testing.nemesis import FAULT_KINDS, REPLICATED_KINDS
+
+# the kinds not made by the end get up to the run's fault grace (240 s) more
+pytestmark = pytest.mark.timeout(900)
 
 SEED = 11
 DURATION_S = 45
@@ -28,7 +33,7 @@ def test_replicated_fault_run_acks_all_loses_nothing(tmp_path):
         [sys.executable, "-m", "raylog.testing.runner", "--duration", str(DURATION_S), "--seed", str(SEED),
          "--out", str(out), "--gap", "3", "--drain", "40", "--partitions", "3", "--nodes", "3",
          "--replication-factor", "3", "--min-insync", "2", "--consumers", "2", "--rate", "100", "--no-png"],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "RAY_DEDUP_LOGS": "1"},
+        capture_output=True, text=True, timeout=840, env={**os.environ, "RAY_DEDUP_LOGS": "1"},
     )
     report_path = out / "report.json"
     assert report_path.exists(), proc.stdout[-3000:] + proc.stderr[-5000:]
