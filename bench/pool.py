@@ -238,9 +238,10 @@ def plot(rows: list[dict], path: str, burst_end: float, drain_t: float | None) -
                color="tab:gray", linestyle="--")
     right.set_ylabel("lag (messages)", color="tab:gray")
     for ax in (top, bottom):
-        ax.axvline(burst_end, color="black", linewidth=0.8, linestyle=":")
+        ax.axvline(burst_end, color="black", linewidth=0.8, linestyle=":", label="burst sent")
         if drain_t is not None:
-            ax.axvline(drain_t, color="tab:green", linewidth=0.8, linestyle=":")
+            ax.axvline(drain_t, color="tab:green", linewidth=0.8, linestyle=":", label="drained")
+    top.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -379,6 +380,8 @@ def main(argv=None) -> int:
             "shrink_s": None if shrink_t is None or drain_t is None else round(shrink_t - drain_t, 3),
             "member_seconds": round(sum(a["members"] * (b["t"] - a["t"]) for a, b in zip(rows, rows[1:])
                                         if drain_t is None or a["t"] < drain_t), 1),
+            # the handlers' work over the member-seconds until the drain: how busy the members were
+            "busy_fraction": None,
             "samples": len(rows),
             "status_errors": sampler.errors,
             "scale_events": [{"t": round(e["at"] - wall0, 1), "from": e["from"],
@@ -388,6 +391,8 @@ def main(argv=None) -> int:
             "cpus": os.cpu_count(),
             "work_dir": work,
         }
+        if report["member_seconds"]:
+            report["busy_fraction"] = round(acked_total * args.cost_us / 1e6 / report["member_seconds"], 3)
         samples_path = args.out + "-samples.jsonl"
         with open(samples_path, "w") as f:
             for r in rows:
@@ -405,6 +410,8 @@ def main(argv=None) -> int:
               else f"{'peak lag':<26} {report['peak_lag_s']} s")
         print(f"{'time to drain':<26} {drain_t} s from the first message (ideal for {members_reached} members: "
               f"{ideal:.1f} s; ratio {report['drain_ratio']})")
+        print(f"{'members busy':<26} {report['busy_fraction']} of {report['member_seconds']} member-seconds "
+              f"until the drain")
         print(f"{'time to shrink to 1':<26} {report['shrink_s']} s after the drain")
         print(f"{'handled twice / lost':<26} {result['handled_twice']:,} / {result['lost']:,}")
         print(f"{'plot':<26} {report['plot'] or 'skipped (no matplotlib)'}; samples {samples_path}")
