@@ -241,7 +241,7 @@ def plot(rows: list[dict], path: str, burst_end: float, drain_t: float | None) -
         ax.axvline(burst_end, color="black", linewidth=0.8, linestyle=":", label="burst sent")
         if drain_t is not None:
             ax.axvline(drain_t, color="tab:green", linewidth=0.8, linestyle=":", label="drained")
-    top.legend(loc="upper right")
+    top.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
