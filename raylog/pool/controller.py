@@ -172,13 +172,17 @@ class PoolController:
     def _autoscale(self, stats: dict, lag: list[dict]) -> None:
         stopped = {key for s in stats.values() for key, part in (s.get("partitions") or {}).items()
                    if part["stopped"]}
-        known = [r["lag_s"] for r in lag if r["lag_s"] is not None and f"{r['topic']}-{r['partition']}" not in stopped]
+        consumed = [r for r in lag if f"{r['topic']}-{r['partition']}" not in stopped]
+        known = [r["lag_s"] for r in consumed if r["lag_s"] is not None]
         lag_s = max(known) if known else None
+        backlog = sum(r["lag_messages"] or 0 for r in consumed)
+        rates = [s["processed_per_s"] for s in stats.values() if s.get("processed_per_s")]
+        rate_per_member = sum(rates) / len(rates) if rates else None
         with self._scaling:
             with self._lock:
                 members = len(self._members)
             now = time.monotonic()
-            target = self._autoscaler.observe(now, lag_s, members)
+            target = self._autoscaler.observe(now, lag_s, members, backlog=backlog, rate_per_member=rate_per_member)
             if target is None or self._stop.is_set():
                 return
             self._apply(target, f"lag {lag_s:.1f} s" if lag_s is not None else "bounds")

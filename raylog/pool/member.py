@@ -88,6 +88,7 @@ class PoolMember:
         self._rate = collections.deque()  # (monotonic time, messages handled), the last RATE_WINDOW_S
         self._last_error = ""
         self._started = time.time()
+        self._started_mono = time.monotonic()
         self._consumer = None
         self._thread = threading.Thread(target=self._run, name=f"pool-{spec.group}-{index}", daemon=True)
         self._thread.start()
@@ -123,7 +124,9 @@ class PoolMember:
     def _rate_now(self, now: float) -> float:
         while self._rate and now - self._rate[0][0] > RATE_WINDOW_S:
             self._rate.popleft()
-        return sum(n for _, n in self._rate) / RATE_WINDOW_S
+        # a member younger than the window has run for less: its rate is over its own time
+        window = min(RATE_WINDOW_S, max(1.0, now - self._started_mono))
+        return sum(n for _, n in self._rate) / window
 
     def _run(self) -> None:
         try:

@@ -6,7 +6,10 @@ member count to go to, or None to stay. Its rules, each bound a parameter:
 
 * **up**: the lag has stayed above ``target_lag_s`` for ``up_after_s``
   (every sample in that window above it) and members < ``max_members``:
-  go to ``members + step`` (at most ``max_members``);
+  go to ``members + step``, or, when the backlog in messages and the
+  members' rate are known, to as many members as drain the backlog within
+  ``target_lag_s`` at that rate per member if that is more (a burst is met
+  in one step, not one member per cool-down); at most ``max_members``;
 * **down**: the lag has stayed at or below ``low_lag_s`` for
   ``down_after_s`` and members > ``min_members``: go to ``members - step``
   (at least ``min_members``);
@@ -31,6 +34,7 @@ last step. Not thread-safe: one caller (the controller's loop) feeds it.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +72,12 @@ class Autoscaler:
         self.last_step = now
         self.high_since = self.low_since = None
 
-    def observe(self, now: float, lag_s: float | None, members: int) -> int | None:
-        """The member count to go to after this sample, or None to stay."""
+    def observe(self, now: float, lag_s: float | None, members: int, *, backlog: int | None = None,
+                rate_per_member: float | None = None) -> int | None:
+        """The member count to go to after this sample, or None to stay.
+        ``backlog``: the messages not yet handled (None: unknown);
+        ``rate_per_member``: messages a second one member handles now (None
+        or 0: unknown)."""
         p = self.policy
         if members < p.min_members or members > p.max_members:
             return min(max(members, p.min_members), p.max_members)
@@ -88,7 +96,10 @@ class Autoscaler:
         if self.last_step is not None and now - self.last_step < p.cooldown_s:
             return None
         if self.high_since is not None and now - self.high_since >= p.up_after_s and members < p.max_members:
-            return min(members + p.step, p.max_members)
+            target = members + p.step
+            if backlog and rate_per_member:
+                target = max(target, math.ceil(backlog / (rate_per_member * p.target_lag_s)))
+            return min(target, p.max_members)
         if self.low_since is not None and now - self.low_since >= p.down_after_s and members > p.min_members:
             return max(members - p.step, p.min_members)
         return None

@@ -82,3 +82,19 @@ def test_a_step_of_several_members_stops_at_the_bound(step, expected):
     policy = ScalingPolicy(min_members=1, max_members=4, up_after_s=0.0, cooldown_s=0.0, step=step)
     scaler = Autoscaler(policy)
     assert [m for _, m in feed(scaler, [(t, 9.0) for t in range(0, 10)], members=1)] == expected
+
+
+def test_a_known_backlog_and_rate_size_the_step_to_drain_within_the_target():
+    policy = ScalingPolicy(min_members=1, max_members=16, target_lag_s=5.0, low_lag_s=1.0, up_after_s=10.0,
+                           down_after_s=30.0, cooldown_s=15.0, step=1)
+    scaler = Autoscaler(policy)
+    for t in range(10):
+        assert scaler.observe(t, 20.0, 1, backlog=30_000, rate_per_member=1_000.0) is None
+    # 30,000 messages at 1,000/s a member within 5 s: 6 members, in one step
+    assert scaler.observe(10, 20.0, 1, backlog=30_000, rate_per_member=1_000.0) == 6
+    # never past the bound; never less than one step; unknown rate or backlog: one step
+    for backlog, rate, members, expected in ((10**9, 1_000.0, 1, 16), (10, 1_000.0, 3, 4), (30_000, None, 1, 2),
+                                             (None, 1_000.0, 1, 2), (30_000, 0.0, 1, 2)):
+        scaler = Autoscaler(policy)
+        scaler.observe(0, 20.0, members, backlog=backlog, rate_per_member=rate)
+        assert scaler.observe(10, 20.0, members, backlog=backlog, rate_per_member=rate) == expected
