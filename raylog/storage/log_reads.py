@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 from crc32c import crc32c
 
 from raylog.errors import CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.message import HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
+from raylog.storage.message import _CODEC_MASK, HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
+from raylog.storage.message_errors import inside_wrapper
 from raylog.storage.recovery import RECOVERY_MAX_MESSAGE_BYTES
 from raylog.storage.resync import message_at, next_readable, walk_to
 from raylog.storage.segment import LogSegment
@@ -88,7 +89,9 @@ class LogReader:
         inside a message; parse it with ``decode_messages`` and continue at
         ``offset + consumed``. Raises :class:`OffsetOutOfRangeError` outside
         ``[log_start_offset, high_watermark]`` and :class:`InvalidOffsetError`
-        for an offset that is not the start of a message.
+        for an offset that is not the start of a message; for one inside a
+        compressed wrapper (an inner message's record offset) its
+        ``wrapper_offset`` detail names the wrapper's start (:func:`inside_wrapper`).
         """
         bases, segments = view
         start = bases[0]
@@ -145,6 +148,9 @@ class LogReader:
                 f"readable message is at {high} (consumer.skip_corrupt() or seek there)",
                 offset=offset, damaged_from=low, next_offset=high,
             )
+        head = read(low, HEADER_SIZE)
+        if len(head) == HEADER_SIZE and head[9] & _CODEC_MASK:
+            raise inside_wrapper(offset, low, high)
         raise InvalidOffsetError(
             f"offset {offset} is not the start of a message in the log (it lies inside the message "
             f"[{low}, {high})); use an offset returned by the log (a message's offset or a committed offset)",
