@@ -177,7 +177,9 @@ class LogReader:
         at or past ``end`` gives ``end``).
 
         ``start`` must be a message boundary (the log start, a message's
-        offset, a committed offset) and ``end`` one or the high watermark.
+        offset, a committed offset) or lie inside a compressed wrapper (an
+        inner message's offset: the first boundary after it is the
+        wrapper's end), and ``end`` one or the high watermark.
         The walk reads only the 4-byte size fields, in blocks of
         :data:`BOUNDARY_BLOCK_BYTES`, from the nearest known boundary before
         each target: ``start``, the previous answer, or the base of the
@@ -194,17 +196,25 @@ class LogReader:
                 earliest=bases[0],
                 latest=hw,
             )
+        known = start
         if start < end:
             segment = segments[bisect.bisect_right(bases, start) - 1]
             available = min(hw, segment.base_offset + segment.size) - start
             if start != segment.base_offset and available > 0:
-                self._check_boundary(segment, start - segment.base_offset, start, available)
+                try:
+                    self._check_boundary(segment, start - segment.base_offset, start, available)
+                except InvalidOffsetError as err:
+                    if "wrapper_offset" not in err.details:
+                        raise
+                    known = min(err.details["next_offset"], end)  # start is inside a wrapper: its end is next
         limit = max(self._max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         found: dict[int, int] = {}
-        known = start
         for target in sorted(set(targets)):
             if target <= start or target >= end:
                 found[target] = start if target <= start else end
+                continue
+            if target <= known:
+                found[target] = known
                 continue
             segment = segments[bisect.bisect_right(bases, target) - 1]
             seg_base = segment.base_offset

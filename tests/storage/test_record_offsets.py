@@ -82,3 +82,14 @@ def test_a_read_inside_a_wrapper_names_the_wrapper_and_others_stay_errors(log):
     assert "wrapper_offset" not in off.value.details
     records, _ = decode_messages(log.read(0, 1 << 20).tobytes(), 0)
     assert [r[3] for r in records] == [b"v0", b"v1"] + [b"w%d" % i for i in range(30)] + [b"tail"]  # nothing lost
+
+
+def test_boundaries_from_a_start_inside_a_wrapper_begin_at_its_end(tmp_path):
+    with PartitionLog(tmp_path / "p", CONFIG) as log:
+        w = log.append(encode_message_set([b"w%d" % i for i in range(20)], timestamp_ms=1, compression="gzip"))
+        after = log.append(encode_message_set([b"a" * 50] * 4, timestamp_ms=2))
+        log.flush()
+        end = log.high_watermark
+        assert log.message_boundaries(w + 5, end, [w + 6, after + 1, end - 1]) == [after, after + 72, end]
+        with pytest.raises(InvalidOffsetError):
+            log.message_boundaries(after + 1, end, [end - 1])  # inside a plain message: still an error
