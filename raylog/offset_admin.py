@@ -88,9 +88,9 @@ class OffsetAdmin:
             at = committed if committed is not None and start <= committed < end else start
             if at >= end:
                 return end, None
-            data = conn.fetch(topic, partition, at, _SAMPLE_BYTES).data
+            result = conn.fetch(topic, partition, at, _SAMPLE_BYTES, inside_wrapper=True)
         # The sample counts stored messages (a compressed wrapper counts as its inner messages).
-        records, used = decode_messages(data, at)
+        records, used = decode_messages(result.data, result.offset)
         return end, (used / len(records) if records else None)
 
     def delete_group(self, group: str) -> None:
@@ -133,7 +133,8 @@ def _check_boundary(conn, topic: str, partition: int, offset: int, start: int, e
             offset=offset, earliest=start, latest=end)
     if offset < end:
         try:
-            decode_messages(conn.fetch(topic, partition, offset, _SAMPLE_BYTES).data, offset)
+            result = conn.fetch(topic, partition, offset, _SAMPLE_BYTES, inside_wrapper=True)  # an inner message's too
+            decode_messages(result.data, result.offset)
         except RaylogError as err:
             raise InvalidOffsetError(
                 f"{topic}-{partition}: offset {offset} is not the start of a message ({err}); "

@@ -60,7 +60,7 @@ class MessageBatch:
 
     @property
     def offsets(self) -> memoryview:
-        """The messages' offsets (int64; wrappers' inner messages report the wrapper's)."""
+        """The messages' offsets (int64; inner message i of a wrapper at w reports w + i)."""
         if self._records is not None:
             return memoryview(_int64s([m.offset for m in self._records]))
         return self._offsets

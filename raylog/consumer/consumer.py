@@ -44,8 +44,8 @@ with ``auto_offset_reset="error"``, raises a typed error from ``poll`` for
 every call until the application seeks that partition elsewhere; other
 partitions' messages handed before the error are returned first.
 
-Offsets inside a compressed wrapper all equal the wrapper's offset; see
-:mod:`raylog.consumer.record` for the wrapper rule of ``next_offset``.
+The i-th message inside a compressed wrapper at ``w`` has the offset ``w + i``;
+see :mod:`raylog.consumer.record` for the wrapper rule of ``next_offset``.
 
 Thread-safety: ``poll``/iteration, ``commit``, ``seek`` and ``close`` are for
 one application thread. Fetchers and the group member run on threads of
@@ -284,8 +284,11 @@ class Consumer:
     # -- seeking ----------------------------------------------------------------
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
-        """Read ``topic``/``partition`` from ``offset`` on (a message boundary:
-        a message's offset or ``next_offset``, or a committed offset).
+        """Read ``topic``/``partition`` from ``offset`` on (a message's offset
+        or ``next_offset``, or a committed offset; inside a compressed wrapper
+        the wrapper is fetched and its messages before ``offset`` skipped).
+        An offset inside a plain message makes the next polls raise
+        :class:`raylog.InvalidOffsetError` until another seek.
 
         Raises :class:`raylog.OffsetOutOfRangeError` (with ``earliest`` and
         ``latest``) for an offset outside the log; the position is unchanged

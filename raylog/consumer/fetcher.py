@@ -184,6 +184,20 @@ class Fetcher(threading.Thread):
                 self._transient(err)
         return None
 
+    def _put_inside_wrapper(self, result, max_message: int, max_inflated: int) -> None:
+        """Hand over the wrapper at ``result.offset`` that holds the position,
+        without its inner messages before the position, and move past it."""
+        data = result.data
+        size = 4 + int.from_bytes(data[:4], "big") if len(data) >= 4 else 0
+        records, consumed = decode_messages(
+            memoryview(data)[:size], result.offset, max_message_bytes=max_message, record_type=Message,
+            prefix=self.tp, max_inflated_bytes=max_inflated, partial_tail_ok=False,
+        )
+        end = result.offset + consumed
+        records = with_next_offsets([m for m in records if m.offset >= self.offset], end)
+        self.offset = end
+        self._put(Chunk(self.tp, self.epoch, records, end))
+
     # -- the loop ----------------------------------------------------------------
 
     def run(self) -> None:
@@ -203,7 +217,8 @@ class Fetcher(threading.Thread):
                 try:
                     if self.conn is None:
                         self._connect()
-                    result = self.conn.fetch(topic, partition, self.offset, s.fetch_max_bytes, s.fetch_max_wait_ms)
+                    result = self.conn.fetch(topic, partition, self.offset, s.fetch_max_bytes, s.fetch_max_wait_ms,
+                                             inside_wrapper=True)
                 except OffsetOutOfRangeError as err:
                     if self.stopped.is_set():
                         return
@@ -225,6 +240,11 @@ class Fetcher(threading.Thread):
                 self._recovered()
                 data = result.data
                 if not data:
+                    continue
+                if result.offset < self.offset:
+                    # a position inside a compressed wrapper (an inner message's
+                    # offset): the wrapper came whole; skip what is before it
+                    self._put_inside_wrapper(result, max_message, max_inflated)
                     continue
                 try:
                     decoder = getattr(s, "fetch_decoder", None) or _decode

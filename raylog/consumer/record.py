@@ -20,13 +20,16 @@ and one derived property:
     message it is ``offset + 22 + len(key) + len(value)`` (the size field,
     the fixed header and the bytes; docs/design.md §2).
 
-**The wrapper rule.** Messages that arrived inside one compressed wrapper all
-report the wrapper's ``offset`` (a consumer can only resume at a wrapper
-boundary). Their ``next_offset`` is the wrapper's offset for every inner
-message but the last, and the offset after the wrapper for the last one: so
-resuming from the ``next_offset`` of a processed message never skips an
-unprocessed one; it may deliver the wrapper's earlier messages again
-(at-least-once).
+**The wrapper rule.** The i-th message (from 0) that arrived inside a
+compressed wrapper at offset ``w`` reports the offset ``w + i`` (every
+message has an offset of its own; docs/design.md §2). Its ``next_offset`` is
+``w + i + 1`` while messages remain in the wrapper, and the offset after the
+wrapper for the last one. A position inside a wrapper is fetched from the
+wrapper's start and the messages before it are skipped, so resuming from the
+``next_offset`` of a processed message gives exactly the next one. (A wrapper
+written before its padding, shorter than its count, clamps its offsets to
+its last byte: its messages from there on are delivered again after a resume
+inside it, at-least-once.)
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ One persistent node per (group, topic, partition)::
 
 The value is the offset of the next message the group should read from the
 partition, so a consumer that takes over the partition starts there. Offsets
-are byte positions in the partition log (docs/design.md §2); for a compressed message
-set only the wrapper's offset can be committed.
+are byte positions in the partition log (docs/design.md §2); inside a compressed
+message set the i-th message's offset is the wrapper's plus i, so a commit may
+point inside a wrapper (the next reader skips the wrapper's earlier messages).
 
 :class:`OffsetStore` does no ownership checks: it is the storage layer.
 :class:`raylog.groups.member.GroupMember.commit` is the checked entry

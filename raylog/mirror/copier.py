@@ -9,7 +9,8 @@ answered as a duplicate, never stored again.
 
 **Write-ahead intent.** Before a set is sent, its progress record
 (:mod:`raylog.mirror.progress`) names its sequence and its exact source range
-``[start, end)`` (message boundaries). A copier that starts (first time, or
+``[start, end)`` (record offsets: message boundaries, or the offsets of
+inner messages of a compressed source wrapper, docs/design.md §2). A copier that starts (first time, or
 after a kill anywhere between the intent, the send, the acknowledgement and
 the source commit) reads the record; if the set was not acknowledged it
 builds *the same set again* from the source range and sends it under the
@@ -19,8 +20,10 @@ the next sequence. The source group's commit is only a progress view for
 
 **Sets.** Messages are forwarded with their keys, values and create times,
 re-encoded *uncompressed* (a resent set must be the same bytes; the
-consumer hands messages out unpacked). A set ends at a message boundary (the
-last inner message of a compressed source wrapper), holds at most
+consumer hands messages out unpacked). A set ends after any message (inside
+a compressed source wrapper too: every message has an offset of its own;
+only in an old, unpadded wrapper do its last messages share one, and a set
+ends after the last of them), holds at most
 :data:`MAX_SET_MESSAGES` messages and :data:`MAX_SET_BYTES` bytes of payload.
 
 **Continuity.** The copier accepts a message only at its cursor (the source
@@ -51,7 +54,8 @@ SEND_DEADLINE_S = 120.0
 
 
 def _boundary(msg) -> bool:
-    """Whether ``msg`` ends a whole message (not an inner one before a wrapper's last)."""
+    """Whether a set may end after ``msg``: not when the next message shares
+    its offset (the clamped tail of an old, unpadded wrapper)."""
     return msg.next_offset > msg.offset
 
 

@@ -8,7 +8,8 @@ over the batches its messages went to.
 
 Offsets (docs/design.md §2): in an uncompressed set, message ``i`` is at the set's
 base offset plus the sizes of the messages before it; in a compressed set
-every message reports the wrapper's offset. With ``acks=0`` nothing comes
+message ``i`` reports the wrapper's offset plus ``i`` (the wrapper is padded
+to at least as many bytes as it holds messages). With ``acks=0`` nothing comes
 back and every message reports offset ``-1``, as does a set the partition
 recognised as a duplicate it can no longer place (DuplicateSequenceError).
 
@@ -183,8 +184,10 @@ class BatchFuture:
         if self._error is not None:
             raise self._error
         base = self._base
-        if base < 0 or self._compressed:
+        if base < 0:
             return base
+        if self._compressed:
+            return base + index
         offsets = self._offsets
         if offsets is None:
             offsets = self._offsets = self._compute_offsets(base)

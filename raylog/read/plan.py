@@ -195,11 +195,12 @@ def plan_read(
                     lost.append(gone)
                     start = min(max(start, log_start), max(end, log_start))
                     end = max(end, start)
-                # Explicit offsets must be message boundaries: the server
+                # Explicit offsets must be message boundaries or the record
+                # offsets of inner messages of a compressed wrapper: the server
                 # checks the message at an offset when asked to read there.
                 for offset in {start, end}:
                     if log_start < offset < hw:
-                        conn.fetch(topic, p, offset, 1, 0)  # InvalidOffsetError
+                        conn.fetch(topic, p, offset, 1, 0, inside_wrapper=True)  # InvalidOffsetError
             # The candidates after the offsets: an ISR member listed now held the high watermark read
             # above (the ISR shrinks only after the committed offset stopped waiting for it).
             candidates = find_candidates(registry, topic, p, (host, port), nodes)

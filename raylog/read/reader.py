@@ -148,21 +148,22 @@ def read_range(
             want = min(fetch_bytes, end - offset)
             if endpoint.follower is not None:
                 try:
-                    result = endpoint.connection().fetch(topic, partition, offset, want, FOLLOWER_WAIT_MS)
+                    result = endpoint.connection().fetch(topic, partition, offset, want, FOLLOWER_WAIT_MS,
+                                                         inside_wrapper=True)
                     if not result.data:
                         raise BrokerUnavailableError(f"nothing served within {FOLLOWER_WAIT_MS} ms (behind)")
-                    records, consumed = decode_messages(result.data, offset, max_message_bytes=max_message_bytes)
+                    records, consumed = decode_messages(result.data, result.offset, max_message_bytes=max_message_bytes)
                     if not consumed:
                         raise InvalidMessageError("no whole message in the reply", offset=offset)
                 except (RaylogError, OSError) as err:
                     endpoint.leave_follower(offset, err)
                     continue
-                offset += consumed
-                pending.extend(records)
+                offset = result.offset + consumed
+                pending.extend(_within(records, rng.start, end))
                 continue
             try:
                 wait_ms = _CATCH_UP_WAIT_MS if catch_up_until is not None else 0
-                result = endpoint.connection().fetch(topic, partition, offset, want, wait_ms)
+                result = endpoint.connection().fetch(topic, partition, offset, want, wait_ms, inside_wrapper=True)
             except OffsetOutOfRangeError as err:
                 if offset >= err.earliest:
                     raise DataLossError(
@@ -213,18 +214,27 @@ def read_range(
                     topic=topic, partition=partition, lost_start=offset, lost_end=end,
                     offset=offset, earliest=result.log_start_offset, latest=result.high_watermark,
                 )
-            records, consumed = decode_messages(data, offset, max_message_bytes=max_message_bytes)
+            records, consumed = decode_messages(data, result.offset, max_message_bytes=max_message_bytes)
             if not consumed:
                 raise InvalidMessageError(
                     f"the fetch of {topic}-{partition} at {offset} returned no whole message", offset=offset
                 )
-            offset += consumed
-            pending.extend(records)
+            offset = result.offset + consumed
+            pending.extend(_within(records, rng.start, end))
             catch_up_until = None
         if pending:
             yield records_to_batch(pending, topic, partition)
     finally:
         endpoint.close()
+
+
+def _within(records: list, start: int, end: int) -> list:
+    """The records whose offsets lie in ``[start, end)``: a range may start or
+    end at the record offset of an inner message of a compressed wrapper,
+    which is fetched whole (docs/design.md §2)."""
+    if records and (records[0][0] < start or records[-1][0] >= end):
+        return [r for r in records if start <= r[0] < end]
+    return records
 
 
 def read_ranges(

@@ -27,7 +27,7 @@ from typing import NamedTuple
 from raylog.errors import InvalidMessageError, InvalidOffsetError, OffsetOutOfRangeError
 from raylog.storage import message as _format
 from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, _CODEC_MASK, _HEADER_CHECK, _STOP_HEADER
-from raylog.storage.message_errors import _in_wrapper, _inner_set
+from raylog.storage.message_errors import _in_wrapper, _inner_set, inside_wrapper
 from raylog.storage.validation import _scan, scan_message_set
 
 #: bytes of log read (``os.pread``) and walked at a time by :func:`count_range`
@@ -108,7 +108,9 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
     ``start`` and ``end`` must lie in the log and be message boundaries, as
     a FETCH's offset: :class:`~raylog.errors.OffsetOutOfRangeError` outside
     ``[log start, high watermark]`` or for ``end < start``,
-    :class:`~raylog.errors.InvalidOffsetError` off a boundary. A damaged
+    :class:`~raylog.errors.InvalidOffsetError` off a boundary (with a
+    ``wrapper_offset`` detail when inside a compressed wrapper: the reader
+    then reads and counts the messages itself). A damaged
     message raises its :class:`~raylog.errors.InvalidMessageError`.
     """
     earliest, latest = log.log_start_offset, log.high_watermark
@@ -146,6 +148,9 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
         count += more
         if err is not None and not (valid and err.details.get("partial")):
             if err.details.get("partial") and cut < len(data):
+                if len(data) > valid + HEADER_SIZE and data[valid + 9] & _CODEC_MASK:
+                    size = LOG_OVERHEAD + int.from_bytes(data[valid : valid + 4], "big")
+                    raise inside_wrapper(end, pos + valid, pos + valid + size)
                 raise InvalidOffsetError(
                     f"offset {end} is not the start of a message in the log (the message at "
                     f"{pos + valid} runs past it); count up to an offset the log gave out",

@@ -33,7 +33,8 @@ def decode_messages(
     cut off by the end of ``buf`` is left for the next fetch when
     ``partial_tail_ok`` (a fetch bounded by max_bytes ends like that), else
     it raises :class:`InvalidMessageError`. Wrappers are decompressed and
-    every inner message reports the wrapper's offset; a wrapper that would
+    the i-th inner message of a wrapper at ``w`` reports the offset ``w + i``
+    (:func:`~raylog.storage.message.inner_offset`); a wrapper that would
     inflate past ``max_inflated_bytes`` (pass the topic's
     ``TopicConfig.max_inflated_limit``; default ``INNER_SET_FACTOR *
     max_message_bytes``) raises :class:`InflatedSizeTooLargeError` before it
@@ -159,10 +160,15 @@ def _decode(
                 inner_records, _consumed = _decode_set(inner, 0, max_message_bytes, False, False)
             except InvalidMessageError as err:
                 raise _in_wrapper(err, attrs & _CODEC_MASK, offset) from None
+            # the i-th inner message reports offset + i (clamped to the
+            # wrapper's last byte for an old wrapper shorter than its count)
+            tail = base_offset + end - 1
             if typed:
-                records.extend([new(record_type, (p0, p1, offset, its, key, value)) for _o, its, key, value in inner_records])
+                records.extend([new(record_type, (p0, p1, min(offset + i, tail), its, key, value))
+                                for i, (_o, its, key, value) in enumerate(inner_records)])
             else:
-                records.extend([(offset, its, key, value) for _o, its, key, value in inner_records])
+                records.extend([(min(offset + i, tail), its, key, value)
+                                for i, (_o, its, key, value) in enumerate(inner_records)])
         else:
             kend = pos + 22 + klen
             if typed:

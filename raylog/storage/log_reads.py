@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 from crc32c import crc32c
 
 from raylog.errors import CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.message import HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
+from raylog.storage.message import _CODEC_MASK, HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
+from raylog.storage.message_errors import inside_wrapper
 from raylog.storage.recovery import RECOVERY_MAX_MESSAGE_BYTES
 from raylog.storage.resync import message_at, next_readable, walk_to
 from raylog.storage.segment import LogSegment
@@ -88,7 +89,9 @@ class LogReader:
         inside a message; parse it with ``decode_messages`` and continue at
         ``offset + consumed``. Raises :class:`OffsetOutOfRangeError` outside
         ``[log_start_offset, high_watermark]`` and :class:`InvalidOffsetError`
-        for an offset that is not the start of a message.
+        for an offset that is not the start of a message; for one inside a
+        compressed wrapper (an inner message's record offset) its
+        ``wrapper_offset`` detail names the wrapper's start (:func:`inside_wrapper`).
         """
         bases, segments = view
         start = bases[0]
@@ -145,6 +148,9 @@ class LogReader:
                 f"readable message is at {high} (consumer.skip_corrupt() or seek there)",
                 offset=offset, damaged_from=low, next_offset=high,
             )
+        head = read(low, HEADER_SIZE)
+        if len(head) == HEADER_SIZE and head[9] & _CODEC_MASK:
+            raise inside_wrapper(offset, low, high)
         raise InvalidOffsetError(
             f"offset {offset} is not the start of a message in the log (it lies inside the message "
             f"[{low}, {high})); use an offset returned by the log (a message's offset or a committed offset)",
@@ -171,7 +177,9 @@ class LogReader:
         at or past ``end`` gives ``end``).
 
         ``start`` must be a message boundary (the log start, a message's
-        offset, a committed offset) and ``end`` one or the high watermark.
+        offset, a committed offset) or lie inside a compressed wrapper (an
+        inner message's offset: the first boundary after it is the
+        wrapper's end), and ``end`` one or the high watermark.
         The walk reads only the 4-byte size fields, in blocks of
         :data:`BOUNDARY_BLOCK_BYTES`, from the nearest known boundary before
         each target: ``start``, the previous answer, or the base of the
@@ -188,17 +196,25 @@ class LogReader:
                 earliest=bases[0],
                 latest=hw,
             )
+        known = start
         if start < end:
             segment = segments[bisect.bisect_right(bases, start) - 1]
             available = min(hw, segment.base_offset + segment.size) - start
             if start != segment.base_offset and available > 0:
-                self._check_boundary(segment, start - segment.base_offset, start, available)
+                try:
+                    self._check_boundary(segment, start - segment.base_offset, start, available)
+                except InvalidOffsetError as err:
+                    if "wrapper_offset" not in err.details:
+                        raise
+                    known = min(err.details["next_offset"], end)  # start is inside a wrapper: its end is next
         limit = max(self._max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         found: dict[int, int] = {}
-        known = start
         for target in sorted(set(targets)):
             if target <= start or target >= end:
                 found[target] = start if target <= start else end
+                continue
+            if target <= known:
+                found[target] = known
                 continue
             segment = segments[bisect.bisect_right(bases, target) - 1]
             seg_base = segment.base_offset

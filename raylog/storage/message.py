@@ -22,9 +22,31 @@ log and the next message starts at ``o + 4 + size``; there is no other id.
 A **message set** is a run of whole messages back to back. A compressed set
 is one *wrapper* message whose attributes carry the codec and whose value is
 the compressed bytes of the inner, uncompressed set. Inner messages may not be
-wrappers themselves. When decoded, every inner message reports the
-*wrapper's* offset, so a consumer can only commit (and resume) at wrapper
-boundaries: after a restart it re-reads the whole wrapper (at-least-once).
+wrappers themselves. A wrapper's fields::
+
+  3. magic        1
+  4. attributes   the codec (1 gzip, 2 zstd, 3 lz4)
+  5. timestamp    the latest timestamp of the inner set
+  6. key_length   -1, or the length of the padding (below)
+  7. key          padding: key_length zero bytes, which readers skip unread
+  8. value        the compressed inner set (one stream of the codec)
+
+**Record offsets.** When decoded, the i-th inner message (from 0) of a
+wrapper at offset ``w`` reports the offset ``w + i``, so every message has an
+offset of its own and offsets only grow. For that a wrapper is never shorter
+than the number of messages it holds: :func:`encode_message_set` pads a
+wrapper whose ``4 + size`` would be below its count with a key of zero bytes
+(readers ignore a wrapper's key: the decoders, validation, counting, the
+compiled fast path, which stops at every wrapper, and the Spark reader all
+skip it and decompress the value). The consumer's position after inner message
+``i`` is ``w + i + 1`` while messages remain in the wrapper and the wrapper's
+end after the last one; a fetch from an offset inside a wrapper is answered
+from the wrapper (:mod:`raylog.storage.log_reads`) and the reader skips the
+inner messages before the offset. A wrapper written before the padding may be
+shorter than its count: its offsets are clamped to its last byte (``min(w +
+i, end - 1)``, see :func:`inner_offset`), so they never reach the next
+message; the messages sharing ``end - 1`` are delivered again after a resume
+there (at-least-once, the old behaviour for that tail).
 
 Modules: this one defines the format and encodes;
 :mod:`raylog.storage.validation` (``validate_message_set``,
@@ -95,6 +117,7 @@ __all__ = [
     "codec_id",
     "encode_message",
     "encode_message_set",
+    "inner_offset",
 ]
 
 MAGIC = 1
@@ -165,6 +188,21 @@ def encode_message(
     return b"".join((_PREFIX.pack(MIN_MESSAGE_SIZE + len(key) + len(value), crc), head, key, value))
 
 
+def inner_offset(wrapper_offset: int, wrapper_end: int, index: int) -> int:
+    """The record offset of inner message ``index`` of the wrapper that spans
+    ``[wrapper_offset, wrapper_end)``: ``wrapper_offset + index``, clamped to
+    the wrapper's last byte for an old wrapper shorter than its count."""
+    return min(wrapper_offset + index, wrapper_end - 1)
+
+
+def _wrap(codec: int, inner: bytes, count: int, timestamp_ms: int) -> bytes:
+    """The wrapper of an inner set of ``count`` messages, padded (its key) to
+    at least ``count`` bytes so that each inner message has an offset of its own."""
+    value = compress(codec, inner)
+    short = count - (HEADER_SIZE + len(value))
+    return encode_message(value, bytes(short) if short > 0 else None, timestamp_ms, codec)
+
+
 def _append_message(append, value: bytes, key: bytes | None, timestamp_ms: int) -> None:
     """Append the parts of one uncompressed message (the reference encoder's
     step for a keyed message or one with its own timestamp)."""
@@ -189,7 +227,8 @@ def encode_message_set(
 
     ``timestamp_ms`` is one time for every message (now when ``None``) or one
     per message. With ``compression`` the whole set becomes the value of one
-    wrapper message (timestamp: the latest of the set, no key).
+    wrapper message (timestamp: the latest of the set; no key, or zero bytes
+    of padding so that the wrapper is at least ``len(values)`` bytes long).
     """
     codec = codec_id(compression)
     count = len(values)
@@ -203,7 +242,7 @@ def encode_message_set(
             if codec == CODEC_NONE or not inner:
                 return inner
             wrapper_ts = timestamp_ms if isinstance(timestamp_ms, int) else max(timestamp_ms)
-            return encode_message(compress(codec, inner), None, wrapper_ts, codec)
+            return _wrap(codec, inner, count, wrapper_ts)
     parts: list[bytes] = []
     append = parts.append
     prefix = _PREFIX.pack
@@ -233,4 +272,4 @@ def encode_message_set(
     inner = b"".join(parts)
     if codec == CODEC_NONE or not inner:
         return inner
-    return encode_message(compress(codec, inner), None, wrapper_ts, codec)
+    return _wrap(codec, inner, count, wrapper_ts)

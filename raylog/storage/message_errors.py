@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from crc32c import crc32c
 
-from raylog.errors import CorruptMessageError, InvalidMessageError, MessageTooLargeError
+from raylog.errors import CorruptMessageError, InvalidMessageError, InvalidOffsetError, MessageTooLargeError
 from raylog.storage.compression import CODEC_NAMES, decompress
 from raylog.storage.message import MAGIC, LOG_OVERHEAD, HEADER_SIZE, MIN_MESSAGE_SIZE, INNER_SET_FACTOR, _CODEC_MASK, _PREFIX, _SIZE
 
@@ -95,3 +95,19 @@ def _inner_set(
         return decompress(codec, memoryview(data)[start:end], _inflated_limit(max_message_bytes, max_inflated_bytes))
     except InvalidMessageError as err:
         raise _in_wrapper(err, codec, offset) from None
+
+
+def inside_wrapper(offset: int, low: int, high: int) -> InvalidOffsetError:
+    """The answer to a read at ``offset``, inside the compressed wrapper
+    ``[low, high)`` (a record offset of one of its inner messages, docs/design.md
+    §2): an :class:`InvalidOffsetError` whose ``wrapper_offset`` tells the reader
+    to read from ``low`` and skip the inner messages before ``offset``
+    (:meth:`raylog.transfer.connection.BrokerConnection.fetch` does it)."""
+    return InvalidOffsetError(
+        f"offset {offset} lies inside the compressed message set [{low}, {high}); read from its start {low} "
+        f"and skip the messages before {offset}",
+        offset=offset,
+        message_offset=low,
+        next_offset=high,
+        wrapper_offset=low,
+    )

@@ -40,15 +40,16 @@ counts.
 Besides, **delivery duplicates** (one value handed to the group more than
 once) are counted: at-least-once allows them after faults.
 
-**Positions inside compressed wrappers.** All inner messages of a wrapper
-share the wrapper's offset, so a position is ``(offset, index)``: the index
-of the message within its wrapper (0 for a plain message). A stream of reads
-always re-reads a wrapper from its first message (a consumer resumes at
-wrapper boundaries), so the index is counted along each stream: a read at the
+**Positions inside compressed wrappers.** Every message has an offset of its
+own (the i-th inner message of a wrapper at ``w`` reports ``w + i``,
+docs/design.md §2), so a position is ``(offset, 0)``. Only a wrapper written
+before wrappers were padded to their count can give several messages one
+offset (its offsets are clamped to its last byte), so a position is
+``(offset, index)``: the index is counted along each stream: a read at the
 offset of the previous read is the next index, unless its value is the
-wrapper's first value again (the wrapper is being re-read from the start).
-An acknowledgement carries the offset only; it agrees with a read at any
-index of that offset.
+first value read at that offset again (re-read from there). An
+acknowledgement carries the offset only; it agrees with a read at any index
+of that offset.
 
 **Damaged messages.** A ``flip-byte`` fault names the message it damaged;
 acknowledged values at that position are counted as ``destroyed`` instead of

@@ -64,6 +64,7 @@ from raylog.errors import (
     BrokerUnavailableError,
     ClosedError,
     ConfigError,
+    InvalidOffsetError,
     ProtocolError,
     RaylogError,
     RequestTimeoutError,
@@ -429,10 +430,30 @@ class BrokerConnection:
                 raise
             return err
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0) -> FetchResult:
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0, *,
+        inside_wrapper: bool = False,
+    ) -> FetchResult:
         """Read up to ``max_bytes`` of the log from ``offset`` (at least one
         whole message if there is one). With ``max_wait_ms`` > 0 the server
-        waits up to that long for data when there is none yet."""
+        waits up to that long for data when there is none yet.
+
+        An ``offset`` inside a compressed wrapper (the record offset of an
+        inner message, docs/design.md §2) is an :class:`InvalidOffsetError`
+        with a ``wrapper_offset`` detail; with ``inside_wrapper`` the read is
+        made again from the wrapper's start and the result's ``offset`` is
+        that start (below ``offset``): the caller decodes from there and
+        skips the messages whose offset is below the one it asked for. Any
+        other offset that is not a message boundary stays an error."""
+        try:
+            return self._fetch(topic, partition, offset, max_bytes, max_wait_ms)
+        except InvalidOffsetError as err:
+            start = err.details.get("wrapper_offset")
+            if not inside_wrapper or not isinstance(start, int) or not start < offset:
+                raise
+        return self._fetch(topic, partition, start, max(max_bytes, 1), 0)
+
+    def _fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int) -> FetchResult:
         channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()

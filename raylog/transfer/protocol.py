@@ -170,6 +170,16 @@ Errors and the connection
   connection stays open, FETCH and OFFSETS go on being served, and the
   partition takes writes again by itself once space is freed (producers
   retry within their delivery deadline).
+* A FETCH (or COUNT) at an offset that is not a message boundary is
+  answered with InvalidOffsetError, error code 14, whose details carry
+  ``message_offset`` and ``next_offset`` (the message that holds it). When
+  that message is a compressed wrapper (the offset is the record offset of
+  one of its inner messages, docs/design.md §2, or lies in its padding) the
+  details also carry ``wrapper_offset``: the reader fetches from there and
+  skips the inner messages below the offset it wanted
+  (``BrokerConnection.fetch(..., inside_wrapper=True)``; the Spark reader
+  likewise). A COUNT whose start or end lies inside a wrapper is answered
+  the same way, and the reader counts the rows it reads instead.
 * A FETCH (or COUNT) that starts at a damaged stored message is answered
   with CorruptMessageError, error code 11, whose details carry
   ``next_offset``: the offset of the next readable message (or the log end),

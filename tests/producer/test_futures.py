@@ -22,10 +22,10 @@ def test_offsets_of_an_uncompressed_set_are_where_decoding_finds_the_messages():
     assert [SendFuture(batch, i).result() for i in range(4)] == [(2, o) for o, *_ in decoded]
 
 
-def test_a_compressed_set_reports_the_wrapper_offset_and_acks_0_minus_one():
-    batch = BatchFuture("t", 0, [b"a", b"b"], compressed=True)
+def test_a_compressed_set_reports_the_wrapper_offset_plus_the_index_and_acks_0_minus_one():
+    batch = BatchFuture("t", 0, [b"a", b"b", b"c"], compressed=True)
     batch.resolve(500)
-    assert [SendFuture(batch, i).result().offset for i in range(2)] == [500, 500]
+    assert [SendFuture(batch, i).result().offset for i in range(3)] == [500, 501, 502]
     blind = BatchFuture("t", 0, [b"a", b"b"], compressed=False)
     blind.resolve(-1)
     assert SendFuture(blind, 1).result().offset == -1

@@ -209,7 +209,12 @@ def test_small_batches_and_compressed_sets(raylog_client, make_topic):
     plan = plan_read(topic, client=raylog_client)
     rows = batch_rows(read_range(plan.ranges[0], plan.settings, batch_bytes=1))
     assert sorted(r[3] for r in rows) == sorted(b"z-%d" % i for i in range(300))
-    assert len({r[1] for r in rows}) < 300  # inner messages carry their wrapper's offset
+    offsets = [r[1] for r in rows]
+    assert len(set(offsets)) == 300 and offsets == sorted(offsets)  # an offset of its own per message
+    # a range that starts and ends inside wrappers: the messages from its start, before its end
+    rng = plan.ranges[0]._replace(start=offsets[150], end=offsets[250])
+    inner = batch_rows(read_range(rng, plan.settings))
+    assert [r[1] for r in inner] == offsets[150:250]
 
 
 def test_a_reader_finds_a_partition_actor_that_restarted(raylog_client, make_topic):

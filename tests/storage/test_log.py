@@ -195,7 +195,7 @@ def test_every_codec_round_trips_through_the_log(tmp_path, compression):
         assert [r[3] for r in records] == [v for values in sets for v in values]
         assert {r[0] for r in records} >= set(bases)
         if compression is not None:
-            assert [r[0] for r in records] == [b for b in bases for _ in range(5)]
+            assert [r[0] for r in records] == [b + i for b in bases for i in range(5)]
 
 
 # --------------------------------------------------------------------------

@@ -241,7 +241,7 @@ def test_round_trip_with_keys_and_timestamps(compression):
     if compression is None:
         assert offsets[0] == 4096 and offsets == sorted(set(offsets))
     else:
-        assert offsets == [4096] * 4  # inner messages report the wrapper's offset
+        assert offsets == [4096, 4097, 4098, 4099]  # inner message i reports the wrapper's offset + i
 
 
 def test_two_sets_back_to_back_and_buffer_types(compression):

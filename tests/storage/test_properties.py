@@ -37,7 +37,7 @@ operations = st.lists(
 def offsets_of(base, values, compression):
     """The offsets a consumer sees for the messages of one appended set."""
     if compression is not None:
-        return [base] * len(values)  # all report the wrapper's offset
+        return [base + i for i in range(len(values))]  # inner message i reports the wrapper's offset + i
     offsets = []
     for value in values:
         offsets.append(base)

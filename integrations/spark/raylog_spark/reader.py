@@ -53,12 +53,12 @@ name at the start of the message, e.g. ``DataLossError: ...``.
 
 Columns (:mod:`raylog_spark.columns`, Spark's Kafka source): ``key``
 binary, ``value`` binary, ``topic`` string, ``partition`` int, ``offset``
-long (the byte offset; the inner messages of a compressed set carry the
-wrapper's), ``timestamp`` timestamp. With ``value_format="json"`` or
+long (the byte offset; the i-th inner message of a compressed set at ``w``
+carries ``w + i``), ``timestamp`` timestamp. With ``value_format="json"`` or
 ``"avro"`` the value's fields replace ``value`` as top-level columns
 (``flatten=False``: one struct column ``value``). The JVM source read by
 name (``spark.read.format("raylog")``) has more: ``timestampType``,
-``inner_index``, ``next_offset``.
+``next_offset``.
 """
 
 from __future__ import annotations

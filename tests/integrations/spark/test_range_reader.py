@@ -83,15 +83,14 @@ def test_compressed_topics_read_by_the_jvm_reader(spark, raylog_client, make_top
     produce(raylog_client, topic, messages, compression=compression)
     expected = ordered(log_messages(raylog_client, topic))
     assert len(expected) == 400
-    # inner messages report their wrapper's offset: fewer offsets than messages
-    assert len({(m[0], m[1]) for m in expected}) < 400
+    # every message has an offset of its own (inner message i of a wrapper: its offset + i)
+    assert len({(m[0], m[1]) for m in expected}) == 400
     df = raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm")
     assert as_tuples(df.collect()) == expected
     assert df.count() == 400
-    # explicit offsets at wrapper boundaries, and min_partitions splits at them
+    # an explicit offset inside a wrapper (its second message), and min_partitions splits at boundaries
     first = [m for m in expected if m[0] == 0]
-    wrappers = sorted({m[1] for m in first})
-    start = wrappers[1]
+    start = sorted(m[1] for m in first)[1]
     part = raylog_spark.read_topic(spark, topic, {0: start}, client=raylog_client, engine="jvm")
     assert part.where("partition = 0").count() == sum(1 for m in first if m[1] >= start)
     split = raylog_spark.read_topic(spark, topic, min_partitions=5, client=raylog_client, engine="jvm")

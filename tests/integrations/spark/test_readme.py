@@ -38,6 +38,6 @@ def test_the_readme_spark_example_runs_as_written(tmp_path):
         assert chatter not in done.stdout + done.stderr, (done.stdout + done.stderr)[-5000:]
     streamed = pq.read_table(tmp_path / "out" / "clicks").to_pylist()
     assert len(streamed) == 1000
-    assert len({(r["partition"], r["offset"], r["inner_index"]) for r in streamed}) == 1000
+    assert len({(r["partition"], r["offset"]) for r in streamed}) == 1000
     assert pq.read_table(tmp_path / "out" / "hourly").num_rows == 1000
     assert "|partition|count|" in done.stdout

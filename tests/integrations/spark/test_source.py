@@ -69,7 +69,7 @@ def test_read_by_name_with_one_or_several_topics_and_a_pattern(spark, raylog_cli
     a, b = topics
     df = read(spark, subscribe=a)
     assert df.columns == [
-        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "inner_index", "next_offset",
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "next_offset",
     ]
     expected_a = log_messages(raylog_client, a)
     assert sorted((r["partition"], r["offset"], bytes(r["value"])) for r in df.collect()) == expected_a
@@ -89,22 +89,59 @@ def test_read_by_name_with_one_or_several_topics_and_a_pattern(spark, raylog_cli
     assert read(spark, subscribePattern="nothing-matches-.*").count() == 0
 
 
-def test_row_identity_timestamp_type_and_next_offset(spark, raylog_client, topics):
-    _, b = topics  # zstd: many messages per wrapper, sharing its offset
-    rows = read(spark, subscribe=b).collect()
-    assert len(rows) == 300
-    assert len({r["offset"] for r in rows}) < 300
-    ids = {(r["partition"], r["offset"], r["inner_index"]) for r in rows}
-    assert len(ids) == 300  # (partition, offset, inner_index) is a key
-    wrappers = sorted({r["offset"] for r in rows})
-    end = raylog_client.offsets(b, 0)[1]
-    for r in rows:  # the resume point of an inner message is after its wrapper
-        i = wrappers.index(r["offset"])
-        assert r["next_offset"] == (wrappers[i + 1] if i + 1 < len(wrappers) else end)
+def zstd_wrappers(client, topic: str, sets: int = 3, per_set: int = 100) -> list[bytes]:
+    """``sets`` zstd wrappers of ``per_set`` messages each in partition 0 of ``topic``."""
+    import ray
+
+    sent = []
+    for s in range(sets):
+        values = [b"z-%d-%03d" % (s, i) for i in range(per_set)]
+        producer = client.producer(acks=1, batch_size=10**6, linger_ms=60_000, compression="zstd")
+        for value in values:
+            producer.send(topic, value)
+        producer.flush()
+        producer.close()
+        sent.extend(values)
+    ray.get(client.partition_actor(topic, 0).flush.remote())
+    return sent
+
+
+def test_every_row_of_a_compressed_topic_has_its_own_offset(spark, raylog_client, make_topic):
+    topic = make_topic(partitions=1)
+    sent = zstd_wrappers(raylog_client, topic)
+    stored = spark_helpers.log_messages(raylog_client, topic)
+    assert len({o for _p, o, *_ in stored}) == 300
+    rows = sorted(read(spark, subscribe=topic).collect(), key=lambda r: r["offset"])
+    assert [bytes(r["value"]) for r in rows] == sent
+    offsets = [r["offset"] for r in rows]
+    assert len(set(offsets)) == 300 and offsets == sorted(offsets)  # 300 distinct, increasing
+    assert [(0, o, bytes(r["value"])) for o, r in zip(offsets, rows)] == [(p, o, v) for p, o, _k, v, _t in stored]
+    wrappers = [o for i, o in enumerate(offsets) if i % 100 == 0]
+    assert offsets == [w + i for w in wrappers for i in range(100)]  # inner message i: wrapper offset + i
+    end = raylog_client.offsets(topic, 0)[1]
+    for i, r in enumerate(rows):  # the resume point: the next row's offset, the wrapper's end after its last
+        assert r["next_offset"] == (offsets[i + 1] if i + 1 < len(rows) else end)
         assert r["timestampType"] == 0
-    # resuming at next_offset of the last row of a wrapper reads on from the next wrapper
-    resumed = read(spark, subscribe=b, startingOffsets=json.dumps({b: {"0": wrappers[1]}})).count()
-    assert resumed == sum(1 for r in rows if r["offset"] >= wrappers[1])
+    # a batch read from an offset inside a wrapper starts at that message, ending inside another
+    inner = json.dumps({topic: {"0": offsets[150]}})
+    ending = json.dumps({topic: {"0": offsets[250]}})
+    part = read(spark, subscribe=topic, startingOffsets=inner, endingOffsets=ending)
+    assert values(part.collect()) == sorted(sent[150:250])
+    assert part.count() == 100  # the pushed-down count agrees
+    # a stream from there too
+    out = spark.readStream.format("raylog").option("subscribe", topic).option("startingOffsets", inner).load()
+    q = out.writeStream.format("memory").queryName("inside_wrapper").trigger(availableNow=True).start()
+    assert q.awaitTermination(300)
+    streamed = spark.sql("SELECT offset, value FROM inside_wrapper").collect()
+    assert sorted(r["offset"] for r in streamed) == offsets[150:]
+    assert values(streamed) == sorted(sent[150:])
+
+
+def test_an_offset_inside_a_plain_message_stays_an_error(spark, raylog_client, topics):
+    a, _ = topics
+    first = min(o for p, o, _v in log_messages(raylog_client, a) if p == 0)
+    with pytest.raises(Exception, match="InvalidOffsetError"):
+        read(spark, subscribe=a, startingOffsets=json.dumps({a: {"0": first + 3}})).count()
 
 
 def test_starting_and_ending_offsets(spark, raylog_client, topics):
@@ -184,7 +221,7 @@ def stream_into_parquet(spark, topic, out, checkpoint, **options):
     """A readStream query of ``topic`` into Parquet files, with a checkpoint."""
     df = spark.readStream.format("raylog").option("subscribe", topic).options(**options).load()
     return (
-        df.selectExpr("partition", "offset", "inner_index", "CAST(value AS STRING) AS value")
+        df.selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
         .writeStream.format("parquet")
         .option("checkpointLocation", str(checkpoint))
         .option("path", str(out))
@@ -255,7 +292,7 @@ def test_a_stream_stopped_and_restarted_writes_every_message_once(spark, raylog_
     assert q.exception() is None
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r["value"].encode() for r in rows) == sorted(sent)  # every message, exactly once
-    keys = [(r["partition"], r["offset"], r["inner_index"]) for r in rows]
+    keys = [(r["partition"], r["offset"]) for r in rows]
     assert len(keys) == len(set(keys))
 
 
@@ -286,7 +323,7 @@ def test_a_running_stream_goes_on_when_its_partition_actor_is_killed(spark, rayl
         q.stop()
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r["value"].encode() for r in rows) == sorted(sent)  # nothing lost, nothing twice
-    keys = [(r["partition"], r["offset"], r["inner_index"]) for r in rows]
+    keys = [(r["partition"], r["offset"]) for r in rows]
     assert len(keys) == len(set(keys))
 
 

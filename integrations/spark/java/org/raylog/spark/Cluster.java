@@ -396,11 +396,22 @@ final class Cluster implements Closeable {
     });
   }
 
-  /** InvalidOffsetError unless a whole, valid message starts at {@code offset}. */
+  /**
+   * InvalidOffsetError unless a whole, valid message starts at {@code offset} or it lies inside a
+   * compressed wrapper (the record offset of an inner message, docs/design.md §2).
+   */
   void checkBoundary(String topic, int partition, long offset, int maxMessageBytes) {
     call(topic, partition, c -> {
       c.sendFetch(bytes(topic), partition, offset, 64 * 1024);
-      byte[] buf = c.readFetch(new byte[64 * 1024]);
+      byte[] buf;
+      try {
+        buf = c.readFetch(new byte[64 * 1024]);
+      } catch (RaylogReadException e) {
+        if (e.code() == RaylogReadException.INVALID_OFFSET && e.longDetail("wrapper_offset", -1) >= 0) {
+          return null;
+        }
+        throw e;
+      }
       int n = c.dataLength;
       try {
         int whole = MessageSet.wholeMessages(buf, n, maxMessageBytes, offset);

@@ -23,8 +23,11 @@ import java.util.zip.CRC32C;
  * </pre>
  *
  * <p>A compressed set is one wrapper message whose value is the compressed
- * inner set ({@link Codecs}); its inner messages are returned in turn, each
- * reporting the wrapper's offset, and may not be wrappers themselves.
+ * inner set ({@link Codecs}); its key, when there is one, is padding that is
+ * skipped. Its inner messages are returned in turn, the i-th (from 0) of a
+ * wrapper at {@code w} reporting the offset {@code w + i} (clamped to the
+ * wrapper's last byte for an old wrapper shorter than its count, as
+ * {@code raylog.storage.message.inner_offset}), and may not be wrappers themselves.
  *
  * <p>Checks, as {@code raylog.storage.decoding.decode_messages} does: every
  * CRC32C (CorruptMessageError), magic, attributes and key length
@@ -54,12 +57,13 @@ final class MessageSet {
   private final Codecs codecs = new Codecs();
 
   // -- the current message ---------------------------------------------------------
-  /** the message's log offset (inner messages: their wrapper's) */
+  /** the message's record offset (inner message i of a wrapper at w: w + i) */
   long offset;
-  /** where the next message starts: offset + 4 + size (inner messages: their wrapper's next offset) */
+  /**
+   * where to resume after the message: offset + 4 + size; for an inner message the next inner
+   * message's offset, or the wrapper's end after the last one
+   */
   long nextOffset;
-  /** 0 for a plain message; the position (0, 1, ...) of an inner message in its wrapper */
-  int innerIndex;
   long timestamp;
   /** the buffer holding the key and value */
   byte[] data;
@@ -157,7 +161,6 @@ final class MessageSet {
       if (attrs == 0) {
         set(buf, p, size, klen, at);
         nextOffset = at + LOG_OVERHEAD + size;
-        innerIndex = 0;
         return true;
       }
       int codec = attrs & CODEC_MASK;
@@ -196,9 +199,10 @@ final class MessageSet {
             p);
       }
       innerPos = p + LOG_OVERHEAD + size;
-      set(buf, p, size, FetchClient.readInt(buf, p + 18), wrapperOffset);
-      nextOffset = wrapperNext;
-      innerIndex = innerCount++;
+      long last = wrapperNext - 1;
+      set(buf, p, size, FetchClient.readInt(buf, p + 18), Math.min(wrapperOffset + innerCount, last));
+      innerCount++;
+      nextOffset = innerPos < innerLimit ? Math.min(wrapperOffset + innerCount, last) : wrapperNext;
     } catch (RaylogReadException e) {
       throw inWrapper(e, wrapperCodec, wrapperOffset);
     }

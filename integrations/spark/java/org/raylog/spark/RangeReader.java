@@ -82,6 +82,11 @@ final class RangeReader implements PartitionReader<InternalRow> {
 
   /** the offset of the next FETCH: everything before it was fetched */
   private long next;
+  /**
+   * messages below this offset are not returned: the range's start, which may be the record offset
+   * of an inner message (the wrapper is fetched from its start, docs/design.md §2)
+   */
+  private long skipBelow;
   /** whether a FETCH (or COUNT) at {@link #next} was sent and not read */
   private boolean pending;
   private long rows;
@@ -106,18 +111,25 @@ final class RangeReader implements PartitionReader<InternalRow> {
     this.writer = columns.length == 0 || avro != null ? null : new UnsafeRowWriter(columns.length, 256);
     this.typed = columns.length == 0 || avro == null ? null : new TypedRows(avro, columns, settings);
     this.next = range.start;
+    this.skipBelow = range.start;
   }
 
   @Override
   public boolean next() {
-    while (!nextMessage()) {
-      if (next >= range.end) {
-        return false;
+    for (;;) {
+      while (!nextMessage()) {
+        if (next >= range.end) {
+          return false;
+        }
+        fetch();
       }
-      fetch();
+      long at = messages.offset;
+      if (at < skipBelow || at >= range.end) {
+        continue; // inner messages of a wrapper that holds the range's start or end, outside the range
+      }
+      rows++;
+      return true;
     }
-    rows++;
-    return true;
   }
 
   /**
@@ -189,9 +201,6 @@ final class RangeReader implements PartitionReader<InternalRow> {
         case RaylogTable.TIMESTAMP_TYPE:
           w.write(i, RaylogTable.CREATE_TIME);
           break;
-        case RaylogTable.INNER_INDEX:
-          w.write(i, m.innerIndex);
-          break;
         case RaylogTable.NEXT_OFFSET:
           w.write(i, m.nextOffset);
           break;
@@ -219,6 +228,11 @@ final class RangeReader implements PartitionReader<InternalRow> {
         length = client.dataLength;
         refindDeadline = 0;
       } catch (RaylogReadException e) {
+        long wrapper = e.longDetail("wrapper_offset", -1);
+        if (e.code() == RaylogReadException.INVALID_OFFSET && wrapper >= 0 && wrapper < next) {
+          next = wrapper; // the range starts inside this compressed wrapper: read it whole, skip what is before
+          continue;
+        }
         if (follower != null) {
           leaveFollower(e.getMessage());
           continue;
@@ -267,6 +281,14 @@ final class RangeReader implements PartitionReader<InternalRow> {
         }
         leaveFollower(e.getMessage());
         continue;
+      }
+      if (whole == 0 && n < length && length - n >= MessageSet.LOG_OVERHEAD) {
+        // the range ends inside the compressed wrapper at next: read it whole (its messages at or
+        // past the end are not returned)
+        int first = MessageSet.LOG_OVERHEAD + FetchClient.readInt(buffer, 0);
+        if (first > 0 && first <= length) {
+          whole = MessageSet.wholeMessages(buffer, first, settings.maxMessageBytes, next);
+        }
       }
       if (whole == 0 && follower != null) {
         leaveFollower("no whole message in the reply");
@@ -344,6 +366,13 @@ final class RangeReader implements PartitionReader<InternalRow> {
       } catch (RaylogReadException e) {
         if (moved(e) && refind(e)) {
           continue;
+        }
+        if (e.code() == RaylogReadException.INVALID_OFFSET && e.longDetail("wrapper_offset", -1) >= 0) {
+          // the range starts or ends inside a compressed wrapper: its messages are read and counted
+          while (next()) {
+            counted++;
+          }
+          return true;
         }
         if (e.code() != RaylogReadException.OFFSET_OUT_OF_RANGE) {
           throw located(e);

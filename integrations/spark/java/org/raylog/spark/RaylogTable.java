@@ -27,17 +27,16 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
 
   /** Column ordinals of {@link #SCHEMA}. */
   static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6,
-      INNER_INDEX = 7, NEXT_OFFSET = 8;
+      NEXT_OFFSET = 7;
 
   /** timestampType of every message: 0, the producer's create time (Kafka's CreateTime) */
   static final int CREATE_TIME = 0;
 
   /**
-   * The columns of Spark's Kafka source, in this order, then raylog's:
-   * {@code inner_index} (0, or the position of a message inside its compressed
-   * wrapper: {@code (topic, partition, offset, inner_index)} identifies a row)
-   * and {@code next_offset} (where to resume after the message; for inner
-   * messages the offset after their wrapper).
+   * The columns of Spark's Kafka source, in this order, then raylog's
+   * {@code next_offset} (where to resume after the message). Every message has
+   * an offset of its own (inner message i of a compressed wrapper at w: w + i),
+   * so {@code (topic, partition, offset)} identifies a row.
    */
   static final StructType SCHEMA =
       new StructType()
@@ -48,7 +47,6 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
           .add("offset", DataTypes.LongType, true)
           .add("timestamp", DataTypes.TimestampType, true)
           .add("timestampType", DataTypes.IntegerType, true)
-          .add("inner_index", DataTypes.IntegerType, true)
           .add("next_offset", DataTypes.LongType, true);
 
   @Override

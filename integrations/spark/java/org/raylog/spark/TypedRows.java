@@ -34,7 +34,7 @@ final class TypedRows implements Closeable {
       } catch (RaylogReadException e) {
         String message = e.getMessage().substring(e.errorName().length() + 2);
         throw new RaylogReadException(e.code(), message + " [the value of " + where + " at offset " + m.offset
-            + (m.innerIndex > 0 ? ", inner message " + m.innerIndex : "") + "]", e.details(), e);
+            + "]", e.details(), e);
       }
     }
     Object[] values = new Object[columns.length];
@@ -67,8 +67,6 @@ final class TypedRows implements Closeable {
         return m.timestamp * 1000L;
       case RaylogTable.TIMESTAMP_TYPE:
         return RaylogTable.CREATE_TIME;
-      case RaylogTable.INNER_INDEX:
-        return m.innerIndex;
       case RaylogTable.NEXT_OFFSET:
         return m.nextOffset;
       default:
