@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(400)
 
 #: the driver run in a subprocess: it streams the topic, records each row
 #: of a batch (half, a pause, the other half: a kill can land mid-batch) in
-#: order, and says when a batch is recorded in full
+#: order, and says when half a batch and when all of it is recorded
 DRIVER = textwrap.dedent(
     """
     import json, os, sys, time
@@ -49,14 +49,19 @@ DRIVER = textwrap.dedent(
                  zip(rows["partition"], rows["offset"], rows["value"])]
         half = len(lines) // 2
         out.write("".join(line + "\\n" for line in lines[:half])); out.flush(); os.fsync(out.fileno())
-        time.sleep(0.3)
+        print("HALF", k, len(lines), flush=True)
+        time.sleep(0.5)
         out.write("".join(line + "\\n" for line in lines[half:])); out.flush(); os.fsync(out.fileno())
         print("BATCH", k, len(lines), flush=True)
     """
 )
 
 PARTITIONS = 3
-MESSAGES = 600
+#: the producer's first burst; then it writes one message every PAUSE_S until the driver is killed
+FIRST = 200
+PAUSE_S = 0.01
+#: the driver is killed halfway through recording this batch
+KILL_IN_BATCH = 2
 
 
 def _ordered_per_partition(rows) -> bool:
@@ -104,9 +109,8 @@ def test_a_killed_pipeline_restarts_with_its_group_and_loses_nothing(raylog_clie
 
     topic = make_topic(partitions=PARTITIONS, flush_ms=10)
     group = "stream-killed"
-    values = [b"m%05d" % i for i in range(MESSAGES)]
     sent: dict = {}
-    _produce(raylog_client, topic, values[: MESSAGES // 3], sent)
+    _produce(raylog_client, topic, [b"m%05d" % i for i in range(FIRST)], sent)
 
     out = tmp_path / "consumed.jsonl"
     env = dict(os.environ, STREAM_RAY_ADDRESS=ray.get_runtime_context().gcs_address,
@@ -115,25 +119,40 @@ def test_a_killed_pipeline_restarts_with_its_group_and_loses_nothing(raylog_clie
                STREAM_TOPIC=topic, STREAM_GROUP=group)
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], env=env, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    batches = []
-    reader = threading.Thread(target=lambda: batches.extend(line for line in driver.stdout if line.startswith("BATCH")),
-                              daemon=True)
+    said = []
+    reader = threading.Thread(target=lambda: said.extend(line.split() for line in driver.stdout), daemon=True)
     reader.start()
-    writer = threading.Thread(target=_produce, args=(raylog_client, topic, values[MESSAGES // 3:], sent, 0.01),
-                              daemon=True)
+    stop_producing = threading.Event()
+
+    def keep_producing():
+        producer = raylog_client.producer(acks=1, linger_ms=1)
+        try:
+            for i in range(FIRST, 100_000):
+                if stop_producing.is_set():
+                    return
+                value = b"m%05d" % i
+                sent[producer.send(topic, value, key=value[-2:]).result()] = value.decode()
+                time.sleep(PAUSE_S)
+        finally:
+            producer.close()
+
+    writer = threading.Thread(target=keep_producing, daemon=True)
     try:
         writer.start()  # the producer writes while the pipeline reads
-        _wait_until(lambda: len(batches) >= 2 or driver.poll() is not None, 180, "two batches of the driver")
+        _wait_until(lambda: ["HALF", str(KILL_IN_BATCH)] in [w[:2] for w in said] or driver.poll() is not None,
+                    240, f"batch {KILL_IN_BATCH} of the driver")
         assert driver.poll() is None, driver.stderr.read()[-3000:]
-        time.sleep(0.15)  # into the next batch's first half, or its pause, or between batches
-        driver.send_signal(signal.SIGKILL)
+        driver.send_signal(signal.SIGKILL)  # halfway through recording a batch
         driver.wait(timeout=60)
     finally:
+        stop_producing.set()
         if driver.poll() is None:
             driver.kill()
             driver.wait(timeout=60)
     writer.join(timeout=120)
-    assert not writer.is_alive() and len(sent) == MESSAGES
+    assert not writer.is_alive()
+    _produce(raylog_client, topic, [], sent)  # waits until everything sent is below the high watermarks
+    assert ["BATCH", str(KILL_IN_BATCH)] not in [w[:2] for w in said]
     first_run = [tuple(json.loads(line)) for line in out.read_text().splitlines()]
     assert first_run and _ordered_per_partition(first_run)
     store = offset_store(raylog_client.metadata)
@@ -162,7 +181,10 @@ def test_a_killed_pipeline_restarts_with_its_group_and_loses_nothing(raylog_clie
     consumed = {(p, o): v for p, o, v in first_run + second_run}
     assert consumed == sent  # every message at least once, with its value
     twice = len(first_run) + len(second_run) - len(consumed)
-    print(f"first run {len(first_run)} rows, restart {len(second_run)} rows, {twice} read twice")
+    in_hand = next(int(w[2]) for w in said if w[:2] == ["HALF", str(KILL_IN_BATCH)])
+    assert twice >= in_hand // 2  # the half recorded before the kill was not committed: read again
+    print(f"first run {len(first_run)} rows, restart {len(second_run)} rows, {twice} read twice "
+          f"(killed after recording {in_hand // 2} of {in_hand} rows of batch {KILL_IN_BATCH})")
     ends = raylog_client.end_offsets(topic)
     assert {p: store.committed(group, topic, p) for p in range(PARTITIONS)} == ends
 
