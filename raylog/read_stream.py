@@ -58,6 +58,7 @@ Thread-safety: a stream is used by one thread (the one iterating it);
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -232,6 +233,15 @@ def _check_partition_map(spec, what: str) -> dict[int, object]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _Connection:
+    """What :func:`raylog.read.plan_read` uses of a ``client=``: the
+    metadata view and the settings (here those the stream opened)."""
+
+    metadata: object
+    settings: object
+
+
 class RaylogStream:
     """The iterator :func:`read_raylog_stream` returns. Its state: the
     position (``{(topic, partition): next offset}``), the batch handed out
@@ -249,9 +259,10 @@ class RaylogStream:
         self._stop_event = stop_event
         self._plan_options = plan_options
         self._dataset_options = dataset_options
-        self._client = client
-        self._settings = settings
         self._metadata, self._conn_settings, self._owned = resolve_connection(client, settings)
+        # every plan reuses this connection (a client's, or the one opened here): plan_read needs of
+        # a client only its metadata and settings
+        self._connection = client if client is not None else _Connection(self._metadata, self._conn_settings)
         self._closed = False
         try:
             for topic in topics:
@@ -325,8 +336,7 @@ class RaylogStream:
                     start[p] = default
                 else:
                     start[p] = default.get(p, "earliest")
-            plan = plan_read(topic, start, "latest", client=self._client, settings=self._settings,
-                             **self._plan_options)
+            plan = plan_read(topic, start, "latest", client=self._connection, **self._plan_options)
             for gone in plan.lost:
                 log.warning("stream of group %r skips %s", self.group, gone.describe())
             self.lost.extend(plan.lost)
@@ -339,8 +349,7 @@ class RaylogStream:
         readable = [plan for plan in plans if plan.ranges and plan.total_bytes > 0]
         if not readable:
             return None, {}
-        datasets = [read_raylog(plan.topic, plan=plan, client=self._client, settings=self._settings,
-                                **self._dataset_options) for plan in readable]
+        datasets = [read_raylog(plan.topic, plan=plan, **self._dataset_options) for plan in readable]
         dataset = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])
         return dataset, ends
 
