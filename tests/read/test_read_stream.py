@@ -214,6 +214,27 @@ def test_a_batch_is_committed_only_when_the_next_is_asked_for(raylog_client, mak
     assert store.committed_all(group) == {(topic, p): o for p, o in raylog_client.end_offsets(topic).items()}
 
 
+def test_several_topics_stream_together_each_from_its_own_start(raylog_client, make_topic):
+    one, two = make_topic(partitions=2, flush_ms=10), make_topic(partitions=1, flush_ms=10)
+    sent_one: dict = {}
+    sent_two: dict = {}
+    _produce(raylog_client, one, [b"o%03d" % i for i in range(6)], sent_one)
+    _produce(raylog_client, two, [b"w%03d" % i for i in range(4)], sent_two)  # before the start: skipped
+    with read_raylog_stream([one, two], group="stream-two-topics", client=raylog_client,
+                            starting_offsets={two: "latest"}, idle_timeout_s=2, num_cpus=0) as stream:
+        first = next(stream).to_pandas()
+        assert sorted(first["value"]) == sorted(v.encode() for v in sent_one.values())
+        assert set(first["topic"]) == {one}
+        later: dict = {}
+        _produce(raylog_client, two, [b"x%03d" % i for i in range(3)], later)
+        second = next(stream).to_pandas()
+        assert sorted(second["value"]) == sorted(v.encode() for v in later.values())
+        assert list(stream) == []
+    committed = offset_store(raylog_client.metadata).committed_all("stream-two-topics")
+    ends = {(t, p): o for t in (one, two) for p, o in raylog_client.end_offsets(t).items()}
+    assert committed == ends
+
+
 def test_an_empty_topic_ends_at_the_idle_timeout(raylog_client, make_topic):
     topic = make_topic(partitions=2)
     with read_raylog_stream(topic, group="stream-empty", client=raylog_client, idle_timeout_s=1,
