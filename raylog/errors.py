@@ -415,8 +415,9 @@ class UnknownGroupError(RaylogError):
 
 @_code(48)
 class GroupActiveError(RaylogError):
-    """The consumer group has live members: deleting it or resetting its
-    offsets now would race with their commits. Stop them first (retriable:
+    """The consumer group has live members: deleting it, resetting its
+    offsets or streaming it (``read_raylog_stream``) now would race with
+    their commits. Stop them first (retriable:
     it succeeds once the members are gone)."""
 
     retriable = True
@@ -454,8 +455,10 @@ class LogInUseError(StorageError):
 @_code(71)
 class ConcurrentLoadError(RaylogError):
     """The group's committed offsets moved while an incremental load ran
-    (``raylog_spark.load_incremental``); its offsets were not stored. Run
-    the load again (it starts from the new offsets)."""
+    (``raylog_spark.load_incremental``), or while a stream of
+    :func:`raylog.read_stream.read_raylog_stream` held a batch; its offsets
+    were not stored. Run the load (or stream) again (it starts from the new
+    offsets)."""
 
 
 @_code(72)

@@ -55,6 +55,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/test_readme_examples.py::test_the_group_administration_example_runs_as_written",
     ("README.md", "Consumer apps on Ray", 0):
         "tests/test_readme_examples.py::test_the_consumer_pool_example_runs_as_written",
+    ("README.md", "Streaming Ray Data", 0):
+        "tests/test_readme_examples.py::test_the_streaming_ray_data_example_runs_as_written",
     ("README.md", "Mirroring between clusters", 0):
         "tests/mirror/test_cli_mirror.py::test_the_readme_mirroring_example_runs_as_written",
     ("docs/howto/mirroring.md", "Mirroring between clusters", 0):

@@ -138,3 +138,29 @@ def test_the_consumer_pool_example_runs_as_written(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "2 members, lag in messages: [0, 0, 0, 0]\n", proc.stdout + proc.stderr
     assert proc.stderr == "", proc.stderr
+
+
+def test_the_streaming_ray_data_example_runs_as_written(raylog_client, capsys):
+    """The README's "Streaming Ray Data" block on the module's client, its
+    topic "events" of two partitions holding 30 messages: one micro-batch
+    (or more) of 30 rows written, then the idle timeout; the group committed the end."""
+    import shutil
+
+    from raylog.offset_admin import offset_store
+
+    raylog_client.create_topic("events", partitions=2, flush_ms=10)
+    producer = raylog_client.producer(acks="all")
+    for i in range(30):
+        producer.send("events", b"e%d" % i, key=b"k%d" % (i % 3))
+    producer.flush()
+    producer.close()
+    namespace = {"client": raylog_client}
+    try:
+        exec(compile(block("README.md", "Streaming Ray Data"), "README.md", "exec"), namespace)
+    finally:
+        if "out" in namespace:
+            shutil.rmtree(namespace["out"], ignore_errors=True)
+    last = capsys.readouterr().out.splitlines()[-1]  # one batch, or more if a flush came late
+    assert re.fullmatch(r"30 rows written; batches: [1-9]\d*", last), last
+    committed = offset_store(raylog_client.metadata).committed_all("events-to-parquet")
+    assert committed == {("events", p): end for p, end in raylog_client.end_offsets("events").items()}
