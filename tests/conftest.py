@@ -208,11 +208,12 @@ class OwnerWatcher:
     reported. ``members()`` returns the live GroupMember objects.
     """
 
-    def __init__(self, zk, cluster: str, group: str, topics, members):
+    def __init__(self, zk, cluster: str, group: str, topics, members, interval_s: float = 0.01):
         from raylog.zk.paths import Paths
 
         self.zk, self.paths, self.group, self.topics = zk, Paths(cluster), group, list(topics)
         self.members = members
+        self.interval_s = interval_s
         self.violations: list[str] = []
         self.rounds = 0
         self._stop = threading.Event()
@@ -256,7 +257,7 @@ class OwnerWatcher:
                 self.check_once()
             except Exception:  # noqa: BLE001 - ZooKeeper down in the test: try again
                 pass
-            self._stop.wait(0.01)
+            self._stop.wait(self.interval_s)
 
     def __enter__(self):
         self._thread.start()
@@ -275,8 +276,8 @@ def owner_watcher(make_zk):
     """``owner_watcher(cluster, group, topics, members_fn)``: a context manager
     that fails the test if two members owned one partition at once."""
 
-    def make(cluster, group, topics, members):
-        return OwnerWatcher(make_zk(), cluster, group, topics, members)
+    def make(cluster, group, topics, members, interval_s: float = 0.01):
+        return OwnerWatcher(make_zk(), cluster, group, topics, members, interval_s)
 
     return make
 

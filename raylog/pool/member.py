@@ -109,6 +109,15 @@ class PoolMember:
         return {"index": self.index, "consumer_id": self.consumer_id, "alive": self._thread.is_alive(),
                 "partitions": parts, "handled": handled, "processed_per_s": rate, "last_error": self._last_error}
 
+    def assignment(self) -> list[tuple[str, int]]:
+        """The partitions this member holds now: from its consumer's assigned
+        callback (the owner node taken) to its revoked callback (before the
+        node is given up), as ``(topic, partition)`` pairs, sorted. What a
+        check that no partition has two owners samples; it never waits for
+        a poll in progress."""
+        with self._lock:
+            return sorted((topic, partition) for topic, partition in self._parts)
+
     def stop(self) -> dict:
         """Drain and leave the group (see the module docstring); the last stats."""
         self._stop.set()

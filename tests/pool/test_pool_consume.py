@@ -63,7 +63,40 @@ def _actors_gone(handles) -> bool:
     return True
 
 
-def test_scaled_up_and_down_under_load_loses_nothing_and_keeps_order(raylog_client, make_topic, tmp_path):
+class _MemberView:
+    """A pool member as the one-owner watcher samples it: its consumer's id
+    and, each time it is read, the partitions it hands out now."""
+
+    def __init__(self, handle):
+        import ray
+
+        self.handle = handle
+        self.consumer_id = ray.get(handle.stats.remote(), timeout=30)["consumer_id"]
+        self.samples = 0  # answers given to the watcher
+
+    @property
+    def assignment(self) -> set:
+        import ray
+
+        try:
+            held = {tuple(tp) for tp in ray.get(self.handle.assignment.remote(), timeout=10)}
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            return set()  # a member the step removed: it hands out nothing
+        self.samples += 1
+        return held
+
+
+def _member_views(pool, cache: dict):
+    views = []
+    for index, handle in pool.members().items():
+        if index not in cache or cache[index].handle != handle:
+            cache[index] = _MemberView(handle)
+        views.append(cache[index])
+    return views
+
+
+def test_scaled_up_and_down_under_load_loses_nothing_and_keeps_order(raylog_client, make_topic, tmp_path,
+                                                                      owner_watcher):
     topic, group, path = make_topic(4, flush_ms=20), _group(), str(tmp_path / "handled")
     # no periodic commit within the test: what is committed comes from revocations and the drain
     pool = raylog_client.consumer_pool(topic, group, Recorder(path, sleep_s=0.005), min_members=1, max_members=4,
@@ -72,12 +105,21 @@ def test_scaled_up_and_down_under_load_loses_nothing_and_keeps_order(raylog_clie
     writer = threading.Thread(target=lambda: produced.update(
         produce(raylog_client, topic, 3000, 4, pause_every=100, pause_s=0.1)))
     writer.start()
+    # The watcher samples the members the test last saw (the controller's
+    # member list waits while a step runs; a step down returns once the
+    # members it removed have left the group).
+    cache: dict = {}
+    views = _member_views(pool, cache)
+    watcher = owner_watcher(raylog_client.settings.cluster, group, [topic], lambda: list(views), interval_s=0.25)
     try:
-        for n in (3, 4, 1, 2):
-            assert pool.scale(n) == n
-            # each member holds a share: the cooperative rebalance is done
-            assert wait_until(lambda: (lambda o: len(o) == n and all(o.values()))(_owners(pool)), WAIT_S, 0.5), \
-                _owners(pool)
+        with watcher:  # no partition handed out by two members at once, through every step
+            for n in (3, 4, 1, 2):
+                assert pool.scale(n) == n
+                views = _member_views(pool, cache)
+                # each member holds a share: the cooperative rebalance is done
+                assert wait_until(lambda: (lambda o: len(o) == n and all(o.values()))(_owners(pool)), WAIT_S,
+                                  0.5), _owners(pool)
+        assert watcher.rounds >= 10 and all(v.samples for v in views), (watcher.rounds, [v.samples for v in views])
         writer.join(WAIT_S)
         assert not writer.is_alive()
         assert wait_until(lambda: _all_handled(path, produced), WAIT_S, 0.5), pool.status()
