@@ -18,7 +18,9 @@ same sequence: stored once either way. Then it continues at ``end`` with
 the next sequence. The source group's commit is only a progress view for
 ``raylog groups describe`` on the source; the record is the truth.
 
-**Sets.** Messages are forwarded with their keys, values and create times,
+**Sets.** A set is sent once it is full (:data:`MAX_SET_MESSAGES`
+messages or :data:`MAX_SET_BYTES` bytes), or once its first message has
+been held :data:`LINGER_S` (a trickle). Messages are forwarded with their keys, values and create times,
 re-encoded *uncompressed* (a resent set must be the same bytes; the
 consumer hands messages out unpacked). A set ends after any message (inside
 a compressed source wrapper too: every message has an offset of its own;
@@ -47,8 +49,12 @@ from raylog.transfer.protocol import ACKS_ALL
 
 log = logging.getLogger(__name__)
 
-MAX_SET_MESSAGES = 2000
+MAX_SET_MESSAGES = 10_000
 MAX_SET_BYTES = 512 * 1024
+#: a set that is not full yet is held this long for more messages (a
+#: backlog is copied in full sets: each set costs two ZooKeeper writes and a
+#: produce that waits for the target's flush; a trickle waits at most this)
+LINGER_S = 0.05
 #: a set is resent (same sequence) on a retriable failure for this long
 SEND_DEADLINE_S = 120.0
 
@@ -79,6 +85,7 @@ class PartitionCopier:
         self._pos: int | None = None  # source offset after the last acknowledged set
         self._cursor: int | None = None  # source offset after the last whole buffered message
         self._redo: dict | None = None  # an intent not acknowledged: resend exactly it
+        self._held_since: float | None = None  # when the oldest message held came (monotonic)
         self._last_checkpoint = 0.0
         self.need_seek = False
 
@@ -132,24 +139,38 @@ class PartitionCopier:
                 self.need_seek = True
                 self._buf = []
                 return
+            if not self._buf:
+                self._held_since = time.monotonic()
             self._buf.append(msg)
             if _boundary(msg):
                 self._cursor = msg.next_offset
 
     # -- sets out ------------------------------------------------------------------
 
-    def pump(self) -> int:
-        """Send every complete set held; the number of messages sent.
-        Raises :class:`progress.LostPartition` if another copier took over."""
+    @property
+    def lingering(self) -> bool:
+        """Whether messages are held for a set that is not full yet."""
+        return bool(self._buf)
+
+    def pump(self, now: float | None = None, *, flush: bool = False) -> int:
+        """Send every set that is full, and the rest once it has been held
+        :data:`LINGER_S` (at once with ``flush``); the number of messages
+        sent. Raises :class:`progress.LostPartition` if another copier took
+        over."""
+        now = time.monotonic() if now is None else now
+        linger_over = flush or (self._held_since is not None and now - self._held_since >= LINGER_S)
         sent = 0
         while True:
-            taken = self._next_set()
+            taken = self._next_set(partial=linger_over or self._redo is not None)
             if not taken:
                 return sent
             self._send(taken)
             sent += len(taken)
+            self._held_since = time.monotonic() if self._buf else None
 
-    def _next_set(self) -> list:
+    def _next_set(self, partial: bool = True) -> list:
+        """The next set to send: the whole intent of a resend; else a full
+        set, or (``partial``) what is held up to its last boundary."""
         buf = self._buf
         if self._redo is not None:
             end = self._redo["end"]
@@ -160,16 +181,20 @@ class PartitionCopier:
             while n < len(buf) and buf[n].offset < end:
                 n += 1
             return self._take(n)
-        last, size = -1, 0
+        last, size, full = -1, 0, False
         for i, msg in enumerate(buf):
             if i >= MAX_SET_MESSAGES:
+                full = True
                 break
             size += 22 + len(msg.value) + (len(msg.key) if msg.key is not None else 0)
             if size > MAX_SET_BYTES and last >= 0:
+                full = True
                 break
             if _boundary(msg):
                 last = i
-        return self._take(last + 1) if last >= 0 else []
+        if last < 0 or not (full or partial):
+            return []
+        return self._take(last + 1)
 
     def _take(self, n: int) -> list:
         taken, self._buf = self._buf[:n], self._buf[n:]

@@ -34,7 +34,7 @@ import time
 from raylog.config import EARLIEST
 from raylog.errors import OffsetOutOfRangeError
 from raylog.mirror import progress, spec as specs
-from raylog.mirror.copier import PartitionCopier
+from raylog.mirror.copier import LINGER_S, PartitionCopier
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,9 @@ class MirrorMember:
             next_scan = time.monotonic() + self.spec.scan_interval_s
             last_commit = time.monotonic()
             while not self._stop.is_set():
-                msgs = consumer.poll(timeout_ms=300, max_messages=20_000)
+                # a set held for more messages is sent within its linger: poll no longer than that
+                lingering = any(c.lingering for c in copiers.values())
+                msgs = consumer.poll(timeout_ms=int(LINGER_S * 1000) if lingering else 300, max_messages=20_000)
                 fresh = self._follow_assignment(consumer, copiers)
                 by_tp: dict = {}
                 for m in msgs:

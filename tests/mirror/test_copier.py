@@ -4,11 +4,13 @@ stores it once (raylog.mirror.copier)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 
 from raylog.mirror import progress, spec as specs
+from raylog.mirror import copier as copier_module
 from raylog.mirror.copier import PartitionCopier
 
 
@@ -67,7 +69,7 @@ def test_a_kill_between_produce_and_record_stores_nothing_twice(raylog_client, s
 
     monkeypatch.setattr(progress, "write_progress", write_then_crash)
     with pytest.raises(Crash):
-        first.pump()
+        first.pump(flush=True)
     first.close()
     monkeypatch.setattr(progress, "write_progress", real_write)
     assert [m.value for m in _messages(target, topic)] == [m.value for m in sent]
@@ -77,10 +79,33 @@ def test_a_kill_between_produce_and_record_stores_nothing_twice(raylog_client, s
     assert resume == source.offsets(topic, 0)[0]  # the unacknowledged set again, from its start
     second.sought(resume)
     second.offer(_messages(source, topic, resume))
-    assert second.pump() == len(sent)
+    assert second.pump(flush=True) == len(sent)
     second.close()
     got = _messages(target, topic)
     assert [(m.key, m.value) for m in got] == [(m.key, m.value) for m in sent]
     assert [m.timestamp for m in got] == [m.timestamp for m in sent]
     record, _ = progress.read_progress(target._zk, specs.progress_path(target.settings.cluster, name, topic, 0))
     assert record["acked"] and record["end"] == source.end_offsets(topic)[0]
+
+
+def test_a_set_waits_for_more_messages_until_it_is_full_or_its_linger_is_over(raylog_client, source):
+    target = raylog_client
+    topic, name = f"linger-{uuid.uuid4().hex[:6]}", f"l-{uuid.uuid4().hex[:6]}"
+    source.create_topic(topic)
+    target.create_topic(topic)
+    producer = source.producer(acks="all")
+    for i in range(30):
+        producer.send(topic, f"m{i}".encode())
+    producer.close()
+    sent = _messages(source, topic)
+    copier = _copier(target, source, name, topic)
+    copier.sought(copier.start() or source.offsets(topic, 0)[0])
+    copier.offer(sent[:10])
+    assert copier.pump() == 0 and copier.lingering  # held: not full, its linger not over
+    copier.offer(sent[10:])
+    assert copier.pump(time.monotonic() + copier_module.LINGER_S) == 30  # one set of all thirty
+    assert not copier.lingering
+    record, _ = progress.read_progress(target._zk, specs.progress_path(target.settings.cluster, name, topic, 0))
+    assert (record["seq"], record["count"], record["acked"]) == (0, 30, True)
+    copier.close()
+    assert [m.value for m in _messages(target, topic)] == [m.value for m in sent]
