@@ -50,11 +50,13 @@ def partition_lag(metadata, store, group: str, topic: str, partition: int, *, re
             if at >= end:
                 row.update(lag_messages=0, lag_s=0.0)
                 return row
-            data = conn.fetch(topic, partition, at, SAMPLE_BYTES).data
-        records, used = decode_messages(data, at)
-        if records:
+            # a commit inside a compressed wrapper (an inner message's offset) reads the wrapper
+            result = conn.fetch(topic, partition, at, SAMPLE_BYTES, inside_wrapper=True)
+        records, used = decode_messages(result.data, result.offset)
+        waiting = [r for r in records if r[0] >= at]
+        if waiting:
             now = time.time() if now_s is None else now_s
-            row["lag_s"] = max(0.0, now - records[0][1] / 1000.0)
+            row["lag_s"] = max(0.0, now - waiting[0][1] / 1000.0)
             row["lag_messages"] = round(row["lag_bytes"] / (used / len(records)))
     except Exception as err:  # noqa: BLE001 - a partition not served now: its row says so
         row["error"] = f"{type(err).__name__}: {err}"
