@@ -188,9 +188,7 @@ class PartitionActor:
                                         self._token, on_promoted=self._take_lead, on_deposed=self._deposed)
             self.epoch = 0
             if self.role is None or self.role.is_leader:  # followers leave the endpoint's epoch alone
-                placement_path = self.registry.paths.partition(topic, partition)
-                data, _ = self.zk.get(placement_path)
-                self.epoch = self.zk.set(placement_path, data).version
+                self._new_epoch()
             self._register()
 
     def _mend(self) -> None:
@@ -259,7 +257,8 @@ class PartitionActor:
             data, _ = self.zk.get(placement_path)
             self.epoch = self.zk.set(placement_path, data).version
 
-    def _register_as_leader(self, new_epoch: bool) -> None:
+    def _register_once(self, new_epoch: bool) -> None:
+        """One try of :meth:`_reregister`: a new endpoint epoch first (a replica taking the lead)."""
         if new_epoch:
             self._new_epoch()
         with zookeeper_errors(self.zk, f"register the endpoint of {self.topic}-{self.partition}"):
@@ -276,7 +275,7 @@ class PartitionActor:
         keep the lead while no client can find it."""
         try:
             RetryPolicy(max_tries=1000, delay_s=0.2, max_delay_s=2.0, deadline_s=REREGISTER_S).call(
-                self._register_as_leader, new_epoch)
+                self._register_once, new_epoch)
         except Exception:  # noqa: BLE001
             if self._closed.is_set():
                 return
