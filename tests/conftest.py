@@ -297,24 +297,36 @@ def pytest_configure(config):
 #
 # A unit of work goes to one worker whole: a module's tests (they share its
 # module fixtures: a client, a Spark session ...), and every module of the
-# hosts kit together (they share one HostsCluster, the session fixture). The
+# hosts kit together (they share one HostsCluster, the session fixture), and
+# every Spark module that uses the shared Spark session (the ``spark``
+# fixture of tests/integrations/spark/conftest.py) together. The
 # scheduler is ours because it decides by module: pytest-xdist's own
 # ``xdist_group`` marks rename node ids, which pytest 9 no longer allows.
 
 
-def _uses_hosts_kit(path: str) -> bool:
-    """Whether the test module at ``path`` (relative to the root) is marked
-    ``hosts``, read from its source (the scheduler runs where nothing is
-    collected)."""
+def _shared_unit(path: str) -> str | None:
+    """The unit of work the test module at ``path`` (relative to the root)
+    shares with others, read from its source (the scheduler runs where
+    nothing is collected): "hosts-kit" for a module marked ``hosts``,
+    "spark-session" for a module of the Spark folder whose tests or fixtures
+    take ``spark`` without defining a ``spark`` fixture of its own; else None."""
     import ast
 
     try:
         with open(path) as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError):
-        return False
-    return any(isinstance(node, ast.Attribute) and node.attr == "hosts" and isinstance(node.value, ast.Attribute)
-               and node.value.attr == "mark" for node in ast.walk(tree))
+        return None
+    nodes = list(ast.walk(tree))
+    if any(isinstance(node, ast.Attribute) and node.attr == "hosts" and isinstance(node.value, ast.Attribute)
+           and node.value.attr == "mark" for node in nodes):
+        return "hosts-kit"
+    functions = [node for node in nodes if isinstance(node, ast.FunctionDef)]
+    if (path.replace("\\", "/").rsplit("/tests/", 1)[-1].startswith("integrations/spark/")
+            and any(arg.arg == "spark" for f in functions for arg in f.args.args)
+            and not any(f.name == "spark" for f in functions)):
+        return "spark-session"
+    return None
 
 
 def _unit(nodeid: str, root: str, cache: dict) -> str:
@@ -322,8 +334,8 @@ def _unit(nodeid: str, root: str, cache: dict) -> str:
 
     module = nodeid.split("::", 1)[0]
     if module not in cache:
-        cache[module] = _uses_hosts_kit(os.path.join(root, module))
-    return "hosts-kit" if cache[module] else module
+        cache[module] = _shared_unit(os.path.join(root, module))
+    return cache[module] or module
 
 
 @pytest.hookimpl(optionalhook=True)
