@@ -42,6 +42,18 @@ message is lost. Usage::
     python bench/pool.py                                    # 200,000 messages in 10 s, 8 partitions, 1 ms each
     python bench/pool.py --messages 2000000 --partitions 16 --cost-us 100 --burst-s 10   # the issue's burst
     python bench/pool.py --messages 2000 --burst-s 1 --partitions 2 --json                 # a quick check
+    python bench/pool.py --autoscaling                      # new members bring new Ray nodes
+
+``--autoscaling`` runs on Ray's autoscaler instead of one local Ray: the
+local autoscaling cluster of ``raylog bench``
+(raylog/tools/configs/bench-autoscale.yaml: a head with no CPU for tasks,
+disk nodes of one CPU, up to two compute nodes of two CPUs started when
+actors wait for CPUs, removed 12 s after they idle). The topic's
+partitions live on one disk node; every member asks for one CPU, so the
+members beyond the first wait until the autoscaler has started a node for
+them. The samples and the plot then count the cluster's live nodes beside
+the members; the report gives the nodes at the start, at most, and at the
+end (``nodes_start``, ``max_nodes``, ``final_nodes``).
 """
 
 from __future__ import annotations
@@ -61,6 +73,9 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+#: --autoscaling: the CPUs the autoscaling config brings for members (one
+#: disk node of 1 CPU, two compute nodes of 2): the default --max-members there
+AUTOSCALING_MEMBER_CPUS = 5
 TOPIC = "burst"
 GROUP = "burst-handlers"
 #: one handled message in a member's file: partition (u32), offset (u64), big-endian
@@ -125,9 +140,10 @@ def check_handled(acked: dict[int, list[int]], handled: collections.Counter) -> 
 class Sampler(threading.Thread):
     """Asks the pool its status every ``every_s``; keeps one row per answer."""
 
-    def __init__(self, pool, every_s: float, t0: float):
+    def __init__(self, pool, every_s: float, t0: float, count_nodes: bool = False):
         super().__init__(name="pool-sampler", daemon=True)
         self.pool, self.every_s, self.t0 = pool, every_s, t0
+        self.count_nodes = count_nodes
         self.rows: list[dict] = []
         self.errors = 0
         self._halt = threading.Event()
@@ -143,9 +159,12 @@ class Sampler(threading.Thread):
                 _note(f"status() failed: {type(err).__name__}: {err}")
             else:
                 row = {"t": round(time.monotonic() - self.t0, 3), "members": status["member_count"],
+                       "running": status["running_count"],
                        "lag_s": status["lag_s"], "processed_per_s": round(status["processed_per_s"] or 0.0),
                        "partitions": {r["partition"]: (r["committed"], r["end"]) for r in status["partitions"]},
                        "events": status["events"]}
+                if self.count_nodes:
+                    row["nodes"] = live_nodes()
                 with self._lock:
                     self.rows.append(row)
             self._halt.wait(max(0.0, self.every_s - (time.monotonic() - asked)))
@@ -157,6 +176,13 @@ class Sampler(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=120)
+
+
+def live_nodes() -> int:
+    """The Ray cluster's live nodes (the head included)."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node["Alive"])
 
 
 def lag_messages(row: dict, acked_sorted: dict[int, list[int]]) -> int | None:
@@ -225,8 +251,12 @@ def plot(rows: list[dict], path: str, burst_end: float, drain_t: float | None) -
         return None
     t = [r["t"] for r in rows]
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    top.step(t, [r["members"] for r in rows], where="post", color="tab:blue")
-    top.set_ylabel("members")
+    top.step(t, [r["members"] for r in rows], where="post", color="tab:blue", label="members")
+    top.step(t, [r["running"] for r in rows], where="post", color="tab:cyan", linestyle="--",
+             label="members running")
+    if rows and "nodes" in rows[0]:
+        top.step(t, [r["nodes"] for r in rows], where="post", color="tab:purple", label="Ray nodes")
+    top.set_ylabel("members" + (" / Ray nodes" if rows and "nodes" in rows[0] else ""))
     top.set_title("raylog consumer pool under a burst")
     top.grid(True, alpha=0.3)
     bottom.plot(t, [r["lag_s"] if r["lag_s"] is not None else float("nan") for r in rows], color="tab:red")
@@ -286,12 +316,17 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="bench/results/pool", help="path prefix of the .png and -samples.jsonl")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (data, Ray logs, handled files)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--node-timeout-s", type=float, default=300.0,
+                        help="--autoscaling: how long the cluster and its disk node may take to start")
+    parser.add_argument("--autoscaling", action="store_true",
+                        help="run on the local autoscaling cluster: members ask for a CPU each, nodes come and go")
     args = parser.parse_args(argv)
     if args.messages < 1 or args.partitions < 1 or args.cost_us < 0 or args.burst_s < 0:
         parser.error("--messages and --partitions must be at least 1, --cost-us and --burst-s not negative")
     max_members = min(args.partitions, args.max_members or args.partitions)
-
-    import ray
+    if args.autoscaling and args.max_members is None:
+        # the CPUs the autoscaling config can bring for members: one disk node's and two compute nodes'
+        max_members = min(max_members, AUTOSCALING_MEMBER_CPUS)
 
     from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
     from raylog.client import Client
@@ -302,18 +337,44 @@ def main(argv=None) -> int:
     work = tempfile.mkdtemp(prefix="rlpool-", dir="/tmp")
     handled_dir = os.path.join(work, "handled")
     os.makedirs(handled_dir)
-    zookeeper = EmbeddedZooKeeper(data_dir=os.path.join(work, "zk"))
+    zookeeper = None if args.autoscaling else EmbeddedZooKeeper(data_dir=os.path.join(work, "zk"))
+    cluster = None
     client = pool = sampler = None
     failed = True
+    nodes_start = None
     try:
-        _note(f"starting ZooKeeper and Ray under {work}")
-        zookeeper.start()
-        # members wait rather than compute: a logical CPU each, beyond the two the machine has
-        ray.init(address="local", num_cpus=max_members + 4, resources={DISK_RESOURCE: 1},
-                 labels={NODE_LABEL: "local"}, include_dashboard=False, logging_level="WARNING",
-                 _temp_dir=os.path.join(work, "ray"))
-        client = Client(zookeeper=zookeeper.connect_string, cluster="poolbench", data_dir=os.path.join(work, "data"),
-                        data_host="127.0.0.1")
+        if args.autoscaling:
+            from raylog.tools.bench.cluster import LocalCluster
+
+            _note("starting the local autoscaling cluster (its head, ZooKeeper and the supervisor)")
+            cluster = LocalCluster(timeout_s=args.node_timeout_s, cluster="poolbench")
+            cluster.start()
+            import ray  # after the start: Ray reads its auth mode (token, as the head runs) at import
+            from ray.autoscaler.sdk import request_resources
+
+            ray.init(address=cluster.ray_address, logging_level="WARNING", log_to_driver=False)
+            # the topic's disk node, kept for the run (a request replaces the last one: only this one is made)
+            request_resources(bundles=[{DISK_RESOURCE: 1}])
+            _note("waiting for the disk node")
+            deadline = time.monotonic() + args.node_timeout_s
+            while not any(n["Alive"] and n["Resources"].get(DISK_RESOURCE) for n in ray.nodes()):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"no disk node came up within {args.node_timeout_s} s; "
+                                     f"the autoscaler's log (monitor.*) is under {cluster.state_dir}")
+                time.sleep(1.0)
+            nodes_start = live_nodes()
+            client = Client(zookeeper=cluster.zookeeper, cluster="poolbench", data_dir=cluster.data_dir)
+        else:
+            _note(f"starting ZooKeeper and Ray under {work}")
+            zookeeper.start()
+            import ray
+
+            # members wait rather than compute: a logical CPU each, beyond the two the machine has
+            ray.init(address="local", num_cpus=max_members + 4, resources={DISK_RESOURCE: 1},
+                     labels={NODE_LABEL: "local"}, include_dashboard=False, logging_level="WARNING",
+                     _temp_dir=os.path.join(work, "ray"))
+            client = Client(zookeeper=zookeeper.connect_string, cluster="poolbench",
+                            data_dir=os.path.join(work, "data"), data_host="127.0.0.1")
         client.create_topic(TOPIC, partitions=args.partitions)
 
         _note("starting the pool (one member)")
@@ -324,7 +385,7 @@ def main(argv=None) -> int:
             sample_interval_s=min(1.0, args.sample_s), commit_interval_s=1.0)
 
         t0, wall0 = time.monotonic(), time.time()
-        sampler = Sampler(pool, args.sample_s, t0)
+        sampler = Sampler(pool, args.sample_s, t0, count_nodes=args.autoscaling)
         sampler.start()
         _note(f"burst: {args.messages:,} messages over {args.burst_s} s on {args.partitions} partitions")
         acked, send_s = burst(client, args.messages, args.partitions, args.burst_s, args.size)
@@ -352,6 +413,16 @@ def main(argv=None) -> int:
 
         _note("stopping the pool (drain)")
         pool.stop(drain=True)
+        nodes_after, nodes_gone_s = None, None
+        if args.autoscaling:
+            _note("waiting for the autoscaler to remove the idle nodes")
+            stopped = time.monotonic()
+            while time.monotonic() - stopped < args.node_timeout_s:
+                nodes_after = live_nodes()
+                if nodes_after <= nodes_start:
+                    nodes_gone_s = round(time.monotonic() - stopped, 1)
+                    break
+                time.sleep(1.0)
         handled = read_handled(handled_dir)
         result = check_handled(acked, handled)
 
@@ -386,6 +457,11 @@ def main(argv=None) -> int:
             "status_errors": sampler.errors,
             "scale_events": [{"t": round(e["at"] - wall0, 1), "from": e["from"],
                               "to": e["to"], "why": e["why"]} for e in events],
+            "autoscaling": args.autoscaling,
+            "nodes_start": nodes_start,
+            "max_nodes": max((r["nodes"] for r in rows if "nodes" in r), default=None),
+            "nodes_after_stop": nodes_after,
+            "nodes_removed_after_s": nodes_gone_s,
             "loadavg_before": round(load_before[0], 2),
             "loadavg_after": round(os.getloadavg()[0], 2),
             "cpus": os.cpu_count(),
@@ -403,6 +479,16 @@ def main(argv=None) -> int:
         print(f"{'members over time':<26} " + " ".join(
             f"{r['t']:.0f}s:{r['members']}" for i, r in enumerate(rows)
             if i == 0 or r["members"] != rows[i - 1]["members"]))
+        print(f"{'members running':<26} " + " ".join(
+            f"{r['t']:.0f}s:{r['running']}" for i, r in enumerate(rows)
+            if i == 0 or r["running"] != rows[i - 1]["running"]))
+        if args.autoscaling:
+            print(f"{'Ray nodes over time':<26} " + " ".join(
+                f"{r['t']:.0f}s:{r['nodes']}" for i, r in enumerate(rows)
+                if i == 0 or r.get("nodes") != rows[i - 1].get("nodes")))
+            print(f"{'Ray nodes':<26} {nodes_start} at the start, max {report['max_nodes']}, "
+                  f"{nodes_after} after the pool stopped"
+                  + (f" ({nodes_gone_s} s later)" if nodes_gone_s is not None else " (not removed in time)"))
         print(f"{'burst':<26} {acked_total:,} acknowledged in {send_s:.1f} s on {args.partitions} partitions, "
               f"handler {args.cost_us:g} us/message")
         print(f"{'members':<26} max {members_reached} (allowed {max_members}), final {report['final_members']}")
@@ -434,9 +520,13 @@ def main(argv=None) -> int:
                 client.close()
             except Exception as err:  # noqa: BLE001
                 print(f"closing the client failed: {err}", file=sys.stderr)
-        if ray.is_initialized():
-            ray.shutdown()
-        zookeeper.stop()
+        if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+            sys.modules["ray"].shutdown()
+        if zookeeper is not None:
+            zookeeper.stop()
+        if cluster is not None:
+            cluster.failed = failed
+            cluster.stop()
         if args.keep or failed:
             print(f"work dir kept: {work}", file=sys.stderr)
         else:

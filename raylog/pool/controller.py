@@ -242,7 +242,9 @@ class PoolController:
                             "replaced": self._replaced.get(i, 0)})
         known = [r["lag_s"] for r in rows if r["lag_s"] is not None and not r["stopped"]]
         return {"group": self.spec.group, "cluster": self.client.settings.cluster, "topics": list(self.spec.topics),
-                "members": members, "member_count": len(members), "min_members": self.spec.min_members,
+                "members": members, "member_count": len(members),
+                "running_count": sum(1 for s in stats.values() if s.get("alive")),
+                "min_members": self.spec.min_members,
                 "max_members": self.spec.max_members, "autoscale": self.spec.autoscale,
                 "target_lag_s": self.spec.target_lag_s, "lag_s": max(known) if known else None,
                 "processed_per_s": sum(m["processed_per_s"] or 0.0 for m in members),

@@ -50,6 +50,7 @@ class PoolHandle:
         """The pool now::
 
             {"group", "cluster", "topics", "member_count", "min_members", "max_members",
+             "running_count",    # members that answered (not waiting for a node, starting or restarting)
              "autoscale", "target_lag_s",
              "lag_s",            # the largest lag in seconds of the partitions not stopped
              "processed_per_s",  # messages the handlers returned from per second, all members

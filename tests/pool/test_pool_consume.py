@@ -126,6 +126,7 @@ def test_scaled_up_and_down_under_load_loses_nothing_and_keeps_order(raylog_clie
         members = list(pool.members().values())
         status = pool.status()
         assert status["member_count"] == 2 and all(not r["stopped"] for r in status["partitions"])
+        assert status["running_count"] == 2, status["members"]
     finally:
         pool.stop(drain=True)
     check_at_least_once_in_order(handled(path), produced)
