@@ -91,12 +91,13 @@ ITERATOR_BATCH = 500
 class _Partition:
     """The consumer's state of one partition it reads. Guarded by the consumer's lock."""
 
-    __slots__ = ("fetcher", "position", "error")
+    __slots__ = ("fetcher", "position", "error", "paused")
 
     def __init__(self, fetcher: Fetcher, position: int | None):
         self.fetcher = fetcher
         self.position = position  # after the last message handed out; None until resolved
         self.error: BaseException | None = None  # raised on every poll until a seek
+        self.paused = False  # its fetcher stopped by pause(); resume() starts one at the position
 
 
 class Consumer:
@@ -266,7 +267,67 @@ class Consumer:
 
     def _is_current(self, chunk: Chunk) -> bool:
         part = self._parts.get(chunk.tp)
-        return part is not None and part.fetcher.epoch == chunk.epoch
+        return part is not None and not part.paused and part.fetcher.epoch == chunk.epoch
+
+    # -- pausing (Kafka's pause/resume) -------------------------------------------
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching these partitions: polls return none of their
+        messages until :meth:`resume`. The position stays where the
+        application is (messages fetched but not handed out are dropped and
+        fetched again after the resume), commits keep it, and the group
+        keeps the partitions assigned. A seek moves a paused partition's
+        position and leaves it paused; a partition revoked from a group
+        consumer is no longer paused when it comes back. Raises
+        :class:`raylog.ConfigError` for a partition not assigned here
+        (nothing is paused then)."""
+        tps = self._assigned(partitions, "pause")
+        with self._lock:
+            stopping = []
+            for tp in tps:
+                part = self._parts[tp]
+                if not part.paused:
+                    part.paused = True
+                    part.fetcher.stop()
+                    stopping.append(part.fetcher)
+            for fetcher in stopping:
+                fetcher.join(timeout=5.0)
+            paused = set(tps)
+            self._pending = collections.deque((c, i) for c, i in self._pending if self._is_current(c))
+            kept = collections.deque()
+            for m in self._unyielded:  # the iterator's batch: not handed out, so the position goes back
+                tp = (m.topic, m.partition)
+                if tp in paused:
+                    if self._parts[tp].position is None or m.offset < self._parts[tp].position:
+                        self._parts[tp].position = m.offset
+                else:
+                    kept.append(m)
+            self._unyielded = kept
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Fetch paused partitions again, from their positions (a partition
+        not paused is left as it is). Raises :class:`raylog.ConfigError` for a
+        partition not assigned here (nothing is resumed then)."""
+        tps = self._assigned(partitions, "resume")
+        with self._lock:
+            for tp in tps:
+                part = self._parts[tp]
+                if part.paused:
+                    self._start_fetcher(tp, part.position)
+
+    def paused(self) -> frozenset[TopicPartition]:
+        """The partitions paused now."""
+        with self._lock:
+            return frozenset(tp for tp, part in self._parts.items() if part.paused)
+
+    def _assigned(self, partitions: Iterable[TopicPartition], what: str) -> list[TopicPartition]:
+        tps = [(tp[0], int(tp[1])) for tp in partitions]
+        with self._lock:
+            unknown = sorted(tp for tp in tps if tp not in self._parts)
+        if unknown:
+            raise ConfigError(f"cannot {what} {', '.join(f'{t}-{p}' for t, p in unknown)}: not assigned to this "
+                              f"consumer; assigned: {sorted(self.assignment())}")
+        return tps
 
     def _owned_now(self) -> frozenset | None:
         return None if self._member is None else self._member.assignment
@@ -308,6 +369,10 @@ class Consumer:
         with self._lock:
             if tp not in self._parts:
                 raise ConfigError(f"{topic}-{partition} was revoked meanwhile; nothing moved")
+            if self._parts[tp].paused:  # stays paused; resume() reads from here
+                self._parts[tp].position, self._parts[tp].error = offset, None
+                self._unyielded = collections.deque(m for m in self._unyielded if (m.topic, m.partition) != tp)
+                return
             self._stop_fetchers([tp])
             self._start_fetcher(tp, offset)
 
