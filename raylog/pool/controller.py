@@ -230,7 +230,8 @@ class PoolController:
             key = f"{r['topic']}-{r['partition']}"
             part = partition_stats.get(key) or {}
             rows.append({**r, "member": owners.get(key), "handled": part.get("handled"),
-                         "stopped": bool(part.get("stopped")), "errors": part.get("errors", 0),
+                         "stopped": bool(part.get("stopped")), "fetching": part.get("fetching"),
+                         "errors": part.get("errors", 0),
                          "last_error": part.get("last_error")})
         members = []
         for i, s in sorted(stats.items()):

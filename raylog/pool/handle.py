@@ -58,7 +58,7 @@ class PoolHandle:
                           "handled", "processed_per_s", "last_error", "replaced"}],
              "partitions": [{"topic", "partition", "member", "committed", "end",
                              "lag_bytes", "lag_messages", "lag_s",   # None where not known
-                             "handled", "stopped", "errors", "last_error", "error"}],
+                             "handled", "stopped", "fetching", "errors", "last_error", "error"}],
              "events": [{"at", "from", "to", "why"}]}   # scaling steps and replacements
 
         ``lag_messages`` is exact at 0 and an estimate above it; ``lag_s``
@@ -67,7 +67,8 @@ class PoolHandle:
         handler's last failure on it (``{"offset", "failures", "error",
         "traceback", "at"}``); ``stopped`` is true once it failed
         ``max_handler_failures`` times in a row: the partition is not
-        consumed past ``offset`` until the pool is started again."""
+        consumed past ``offset`` until the pool is started again, and it is
+        no longer fetched (``fetching`` false; None where no member owns it)."""
         import ray
 
         return ray.get(self._actor().status.remote(), timeout=CALL_TIMEOUT_S)

@@ -10,9 +10,10 @@ Its loop, on a thread of its own:
 2. per partition, call the handler with that partition's batch (retried
    with back-off); once it returns, the partition's **handled position**
    becomes the batch's last ``next_offset``; a partition whose handler
-   failed ``max_handler_failures`` times in a row is **stopped**: its later
-   messages are not handled, its handled position stays before the failed
-   batch, and ``stats()`` shows the error;
+   failed ``max_handler_failures`` times in a row is **stopped**: it is
+   paused in the consumer (``Consumer.pause``: no longer fetched), its
+   handled position stays before the failed batch, and ``stats()`` shows
+   the error; a member that gets it again after a rebalance starts over;
 3. every ``commit_interval_s``, commit the handled positions, and only
    them (docs/design.md section 6's commit rule, at least once: a position the
    handler has not returned from is never stored). A partition revoked by
@@ -102,9 +103,15 @@ class PoolMember:
         """``{index, consumer_id, alive, partitions: {"topic-p": {...}}, handled,
         processed_per_s, last_error}``."""
         now = time.monotonic()
+        consumer = self._consumer
+        try:
+            paused = consumer.paused() if consumer is not None else frozenset()
+        except Exception:  # noqa: BLE001 - closed meanwhile: nothing is fetched
+            paused = frozenset()
         with self._lock:
             rate = self._rate_now(now)
-            parts = {f"{t}-{p}": s.public() for (t, p), s in sorted(self._parts.items())}
+            parts = {f"{t}-{p}": {**s.public(), "fetching": (t, p) not in paused}
+                     for (t, p), s in sorted(self._parts.items())}
             handled = self._handled_total
         return {"index": self.index, "consumer_id": self.consumer_id, "alive": self._thread.is_alive(),
                 "partitions": parts, "handled": handled, "processed_per_s": rate, "last_error": self._last_error}
@@ -176,6 +183,8 @@ class PoolMember:
                 for tp, batch in batches.items():
                     if not self._handle(runner, tp, batch):
                         break  # stopping: the rest of the poll is not handled
+                    if self._parts[tp].stopped and tp not in consumer.paused():
+                        consumer.pause([tp])  # not fetched any more: nothing of it is handled past the failure
                 if time.monotonic() - last_commit >= spec.commit_interval_s:
                     last_commit = time.monotonic()
                     self._commit(consumer)

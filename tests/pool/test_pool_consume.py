@@ -195,6 +195,7 @@ def test_a_handler_that_always_raises_stops_its_partition_and_commits_nothing_pa
         assert row["last_error"]["failures"] == 3 and row["last_error"]["offset"] == first_of_1
         assert "always fails on partition 1" in row["last_error"]["error"]
         assert row["committed"] is None and row["lag_bytes"] > 0 and row["handled"] == 0
+        assert row["fetching"] is False and row["stopped"]  # paused in the member's consumer: not read any more
     finally:
         pool.stop(drain=True)
     assert handled(path).get(1, []) == []
