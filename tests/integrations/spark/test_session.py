@@ -103,7 +103,7 @@ def test_merge_java_options_drops_duplicates_only():
 
 @pytest.fixture(scope="module")
 def spark(ray_local):
-    raylog_spark.stop_spark()  # the folder's shared session (conftest), started again after this module
+    raylog_spark.stop_spark()  # the folder's shared session (conftest), if it runs: started again after
     try:
         session = raylog_spark.init_spark(
             app_name="raylog-test-session",
