@@ -78,6 +78,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from raylog.errors import (
     BrokerUnavailableError,
@@ -249,7 +250,7 @@ class Sender:
                 work.error = err
                 return
             written = True
-            batch.future._reap = lambda read, timeout_s=None: self._reap(claim, read, timeout_s)
+            batch.future._reap = partial(self._reap, claim)  # reap(read, timeout_s=None)
         finally:
             claim.lock.release()
             if not written:

@@ -107,6 +107,15 @@ class RequestHandlers:
     def produce(self, conn: _Connection, group: list[ProduceRequest], out: list) -> None:
         """Append a run of PRODUCE frames for one partition (clears ``group``):
         joined into sets of at most the log's ``max_message_bytes``."""
+        if len(group) == 1:  # one set (one message at a time): no run to join
+            request = group.pop()
+            try:
+                partition_log = self._lookup(request.topic, request.partition)
+            except RaylogError as err:
+                self._produce_failed(conn, request, err, out)
+                return
+            self._append(conn, partition_log, [request], out)
+            return
         requests = list(group)
         group.clear()
         first = requests[0]
@@ -141,7 +150,7 @@ class RequestHandlers:
         try:
             # A replicated leader refuses acks="all" while its ISR is below
             # min_insync_replicas, before appending (raylog.replication.leader).
-            if any(request.acks == ACKS_ALL for request in run):
+            if first.acks == ACKS_ALL if len(run) == 1 else any(request.acks == ACKS_ALL for request in run):
                 partition_log.before_acks_all()
             if len(run) == 1:
                 data = bytes(first.message_set)

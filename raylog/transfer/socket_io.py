@@ -8,7 +8,6 @@ socket; ``set_timeout`` is shared with the data server."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import struct
 import time
@@ -140,31 +139,30 @@ class FrameChannel:
                 raise self._failed(f"connection to {self.host}:{self.port} failed: {err}") from err
             self.recv_timeout = timeout
 
-    @contextlib.contextmanager
-    def _socket_errors(self, doing: str, timed_out: str):
-        """Socket errors as raylog errors (the connection is closed): a
-        timeout says ``timed_out``, any other error ``<doing> host:port failed``."""
-        try:
-            yield
-        except BlockingIOError:
-            raise self._failed(f"{timed_out}; the connection was closed", timeout=True) from None
-        except OSError as err:
-            raise self._failed(f"{doing} {self.host}:{self.port} failed: {err}") from err
-
-    def _sending(self):
-        return self._socket_errors(
-            "sending to", f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s"
-        )
+    def _socket_error(self, err: OSError, doing: str) -> RaylogError:
+        """A socket error as a raylog error (the connection is closed): a
+        timeout (the kernel's, as BlockingIOError) says so, any other error
+        ``<doing> host:port failed``. (Called only on failure: the hot path
+        is a bare ``try`` with nothing built per call.)"""
+        if isinstance(err, BlockingIOError):
+            if doing == "sending to":
+                why = f"sending to {self.host}:{self.port} timed out after {self.timeout_s}s"
+            else:
+                why = f"no reply from {self.host}:{self.port} within {self.recv_timeout}s"
+            return self._failed(f"{why}; the connection was closed", timeout=True)
+        return self._failed(f"{doing} {self.host}:{self.port} failed: {err}")
 
     def send(self, data) -> None:
         sock = self._live()
-        with self._sending():
+        try:
             sock.sendall(data)
+        except OSError as err:
+            raise self._socket_error(err, "sending to") from (None if isinstance(err, BlockingIOError) else err)
 
     def send_gather(self, parts: list) -> None:
         sock = self._live()
         views = [memoryview(p).cast("B") for p in parts]
-        with self._sending():
+        try:
             while views:
                 sent = sock.sendmsg(views)
                 while views and sent >= len(views[0]):
@@ -172,6 +170,8 @@ class FrameChannel:
                     views.pop(0)
                 if views and sent:
                     views[0] = views[0][sent:]
+        except OSError as err:
+            raise self._socket_error(err, "sending to") from (None if isinstance(err, BlockingIOError) else err)
 
     def fill(self, n: int) -> None:
         """Make ``n`` bytes from ``_rstart`` on available in the read buffer."""
@@ -195,9 +195,13 @@ class FrameChannel:
             got += self._recv(view[got:])
 
     def _recv(self, view: memoryview) -> int:
-        sock = self._live()
-        with self._socket_errors("receiving from", f"no reply from {self.host}:{self.port} within {self.recv_timeout}s"):
+        sock = self.sock
+        if sock is None:
+            sock = self._live()  # (raises)
+        try:
             n = sock.recv_into(view)
+        except OSError as err:
+            raise self._socket_error(err, "receiving from") from (None if isinstance(err, BlockingIOError) else err)
         if n == 0:
             raise self._failed(
                 f"{self.host}:{self.port} closed the connection before its reply was complete; "

@@ -214,3 +214,68 @@ def test_without_a_connection_the_first_message_takes_the_workers_path(raylog_cl
     assert producer.send(topic, b"first").result(timeout_s=WAIT_S).offset == 0
     assert sender_module.MAX_IN_FLIGHT_SETS >= 1
     producer.close()
+
+
+def test_direct_and_batched_sends_interleaved_through_lost_replies_are_stored_once_in_order(
+    raylog_client, make_topic, monkeypatch
+):
+    """One-at-a-time sends (some waited for, some not) interleaved with
+    send_batch and send_many calls on one partition, while replies are lost
+    on both paths (the caller's direct read and the workers' rounds: the set
+    is stored, the connection dies before its reply is read): every message
+    is stored exactly once, in the order of the calls."""
+    topic = make_topic()
+    producer = raylog_client.producer(batch_size=1, acks=1)
+    _warm_up(producer, topic)
+    read, produce_sets = BrokerConnection.read_set_reply, BrokerConnection.produce_sets
+    lost = {"direct": 0, "rounds": 0}
+    calls = {"direct": 0, "rounds": 0}
+
+    def read_set_reply(self, correlation_id):
+        calls["direct"] += 1
+        if calls["direct"] % 5 == 0 and lost["direct"] < 6:
+            lost["direct"] += 1
+            self.close()
+            raise BrokerUnavailableError("injected: the reply of a direct round was lost")
+        return read(self, correlation_id)
+
+    def lossy_produce_sets(self, *args, **kwargs):
+        results = produce_sets(self, *args, **kwargs)  # stored (the replies were read)
+        calls["rounds"] += 1
+        if calls["rounds"] % 4 == 0 and lost["rounds"] < 6:
+            lost["rounds"] += 1
+            self.close()
+            raise BrokerUnavailableError("injected: the replies of a round were lost")
+        return results
+
+    monkeypatch.setattr(BrokerConnection, "read_set_reply", read_set_reply)
+    monkeypatch.setattr(BrokerConnection, "produce_sets", lossy_produce_sets)
+    expected, waited, futures = [], [], []
+    for i in range(80):
+        value = b"d%d" % i
+        future = producer.send(topic, value)
+        expected.append(value)
+        futures.append(future)
+        if i % 2 == 0:  # the next send finds the partition idle, or the calls below queued
+            waited.append(future.result(timeout_s=WAIT_S).offset)
+        if i % 4 == 0:
+            values = [b"b%d-%d" % (i, j) for j in range(3)]
+            producer.send_batch(topic, values)
+            expected += values
+        elif i % 4 == 3:
+            values = [b"m%d-%d" % (i, j) for j in range(2)]
+            producer.send_many(topic, values)
+            expected += values
+    producer.flush()
+    offsets = [f.result(timeout_s=WAIT_S).offset for f in futures]
+    assert lost["direct"] >= 1 and lost["rounds"] >= 1, (lost, calls)  # both paths lost replies
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    assert waited == offsets[::2]
+    stored = _read_until(raylog_client, topic, 1 + len(expected))
+    time.sleep(0.3)  # (a duplicate stored late would show now)
+    stored = _read(raylog_client, topic)
+    assert [v for _, v in stored] == [b"warm-up"] + expected  # each once, in the order sent
+    by_value = {v: o for o, v in stored}
+    assert [by_value[b"d%d" % i] for i in range(80)] == offsets
+    assert producer.stats()["failed_messages"] == 0
+    producer.close()
