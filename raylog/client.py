@@ -429,7 +429,9 @@ class Client:
         count), ``target_lag_s=5.0``, ``batch_max=10_000``, ``resources``
         (Ray options of a member: ``num_cpus`` (default 1), ``num_gpus``,
         ``memory``, ``resources``), ``max_handler_failures=5`` (then the
-        partition stops, with its error in ``status()``), ``autoscale=True``,
+        partition stops, with its error in ``status()``; or, with
+        ``dead_letter_topic="name"`` (an existing topic), the failed batch
+        is stored there and the partition goes on), ``autoscale=True``,
         the autoscaler's ``scale_up_after_s``, ``scale_down_after_s``,
         ``low_lag_s``, ``cooldown_s``, ``scale_step``, and the rest listed
         there. Everything is checked before anything starts

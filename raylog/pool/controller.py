@@ -231,6 +231,7 @@ class PoolController:
             part = partition_stats.get(key) or {}
             rows.append({**r, "member": owners.get(key), "handled": part.get("handled"),
                          "stopped": bool(part.get("stopped")), "fetching": part.get("fetching"),
+                         "dead_lettered": part.get("dead_lettered", 0),
                          "errors": part.get("errors", 0),
                          "last_error": part.get("last_error")})
         members = []

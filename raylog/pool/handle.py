@@ -58,7 +58,8 @@ class PoolHandle:
                           "handled", "processed_per_s", "last_error", "replaced"}],
              "partitions": [{"topic", "partition", "member", "committed", "end",
                              "lag_bytes", "lag_messages", "lag_s",   # None where not known
-                             "handled", "stopped", "fetching", "errors", "last_error", "error"}],
+                             "handled", "stopped", "fetching", "dead_lettered",
+                             "errors", "last_error", "error"}],
              "events": [{"at", "from", "to", "why"}]}   # scaling steps and replacements
 
         ``lag_messages`` is exact at 0 and an estimate above it; ``lag_s``

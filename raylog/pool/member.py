@@ -13,7 +13,11 @@ Its loop, on a thread of its own:
    failed ``max_handler_failures`` times in a row is **stopped**: it is
    paused in the consumer (``Consumer.pause``: no longer fetched), its
    handled position stays before the failed batch, and ``stats()`` shows
-   the error; a member that gets it again after a rebalance starts over;
+   the error; a member that gets it again after a rebalance starts over.
+   With a ``dead_letter_topic`` the failed batch is produced there instead
+   (keys, values and timestamps as they were, ``acks="all"``, sent before
+   the position moves past it: at least once) and the partition goes on;
+   only a batch that cannot be dead-lettered stops it;
 3. every ``commit_interval_s``, commit the handled positions, and only
    them (docs/design.md section 6's commit rule, at least once: a position the
    handler has not returned from is never stored). A partition revoked by
@@ -54,12 +58,14 @@ log = logging.getLogger(__name__)
 RATE_WINDOW_S = 10.0
 #: the pause after an error of the loop before it starts over
 ERROR_PAUSE_S = 1.0
+#: a failed batch sent to the dead-letter topic must be stored within this long
+DEAD_LETTER_TIMEOUT_S = 60.0
 
 
 class _PartitionStats:
     """What one member knows of one partition it owns."""
 
-    __slots__ = ("handled", "position", "committed", "errors", "last_error", "stopped")
+    __slots__ = ("handled", "position", "committed", "errors", "last_error", "stopped", "dead_lettered")
 
     def __init__(self):
         self.handled = 0  # messages the handler returned from
@@ -68,10 +74,12 @@ class _PartitionStats:
         self.errors = 0  # handler failures, all told
         self.last_error = None  # the last HandlerFailure, as a dict
         self.stopped = False  # stopped at a batch the handler failed on
+        self.dead_lettered = 0  # messages of failed batches sent to the dead-letter topic
 
     def public(self) -> dict:
         return {"handled": self.handled, "position": self.position, "committed": self.committed,
-                "errors": self.errors, "last_error": self.last_error, "stopped": self.stopped}
+                "errors": self.errors, "last_error": self.last_error, "stopped": self.stopped,
+                "dead_lettered": self.dead_lettered}
 
 
 class PoolMember:
@@ -91,6 +99,7 @@ class PoolMember:
         self._started = time.time()
         self._started_mono = time.monotonic()
         self._consumer = None
+        self._dead_letters = None  # the producer of the dead-letter topic, made at its first use
         self._thread = threading.Thread(target=self._run, name=f"pool-{spec.group}-{index}", daemon=True)
         self._thread.start()
 
@@ -165,6 +174,8 @@ class PoolMember:
                 runner.teardown()
             except Exception as err:  # noqa: BLE001 - the user's teardown
                 self._last_error = f"handler teardown failed: {type(err).__name__}: {err}"
+            if self._dead_letters is not None:
+                self._dead_letters.close()  # what it sent was waited for
 
     def _serve(self, runner: HandlerRunner) -> None:
         spec = self.spec
@@ -209,6 +220,12 @@ class PoolMember:
             failure = runner.run(batch, on_failure=failed)
         except InterruptedError:
             return False
+        if failure is not None and self.spec.dead_letter_topic is not None:
+            if self._dead_letter(tp, batch, failure):
+                with self._lock:
+                    part.dead_lettered += len(batch)
+                    part.position = batch[-1].next_offset
+                return True
         with self._lock:
             if failure is not None:
                 part.stopped = True
@@ -219,6 +236,26 @@ class PoolMember:
             part.position = batch[-1].next_offset
             self._handled_total += len(batch)
             self._rate.append((time.monotonic(), len(batch)))
+        return True
+
+    def _dead_letter(self, tp, batch: list, failure) -> bool:
+        """Send ``batch`` to the dead-letter topic and wait for it to be
+        stored; False (the partition then stops) if that fails."""
+        topic = self.spec.dead_letter_topic
+        try:
+            if self._dead_letters is None:
+                self._dead_letters = self.client.producer(acks="all")
+            futures = [self._dead_letters.send(topic, m.value, m.key, timestamp_ms=m.timestamp) for m in batch]
+            self._dead_letters.flush(timeout_s=DEAD_LETTER_TIMEOUT_S)
+            for f in futures:
+                f.result(timeout_s=DEAD_LETTER_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - the partition stops instead: nothing is skipped
+            log.error("pool %s: %s-%d: the batch at offset %d could not be sent to dead-letter topic %r (%s); "
+                      "the partition stops", self.spec.group, tp[0], tp[1], failure.offset, topic, err)
+            return False
+        log.warning("pool %s: %s-%d: %d messages from offset %d sent to dead-letter topic %r after %d handler "
+                    "failures: %s", self.spec.group, tp[0], tp[1], len(batch), failure.offset, topic,
+                    failure.failures, failure.error)
         return True
 
     # -- commits (docs/design.md section 6: only what the handler returned from) ---------

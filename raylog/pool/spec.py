@@ -32,8 +32,6 @@ NAMESPACE = "raylog-pool"
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
 #: options that are known and not supported yet, with what to do instead
 UNSUPPORTED = {
-    "dead_letter_topic": "a dead-letter topic is not supported yet: a partition whose handler keeps failing "
-                         "stops and shows its error in status()",
     "enable_auto_commit": "a pool commits only what its handler returned from; there is no other commit mode",
 }
 
@@ -51,6 +49,10 @@ class PoolSpec:
     batch_max: int = 10_000
     resources: dict | None = None
     max_handler_failures: int = 5
+    #: where a batch goes that the handler failed on ``max_handler_failures``
+    #: times in a row (an existing topic; the partition then goes on past
+    #: it); None: the partition stops there
+    dead_letter_topic: str | None = None
     #: scale by lag (False: only ``scale(n)`` changes the member count)
     autoscale: bool = True
     #: members started at first (default: ``min_members``)
@@ -130,6 +132,13 @@ def make_spec(topics, group, handler, partition_count, options: dict) -> PoolSpe
     if not isinstance(group, str) or not group or "/" in group or ":" in group:
         raise ConfigError(f"group must be a non-empty name without '/' or ':', got {group!r}")
     partitions = sum(partition_count(t) for t in topics)
+    dead_letter = options.get("dead_letter_topic")
+    if dead_letter is not None:
+        if not isinstance(dead_letter, str) or not dead_letter:
+            raise ConfigError(f"dead_letter_topic must be a topic name, got {dead_letter!r}")
+        if dead_letter in topics:
+            raise ConfigError(f"dead_letter_topic {dead_letter!r} is one of the pool's topics; use another")
+        partition_count(dead_letter)  # an unknown topic is refused here, before anything starts
     if options.get("max_members") is None:
         options = {**options, "max_members": partitions}
     return PoolSpec(topics=tuple(topics), group=group, handler=handler, **options)

@@ -8,7 +8,9 @@
   handled at least once, in order;
 * a handler that raises a few times is retried and nothing is skipped;
 * one that always raises on a partition stops that partition, shows the
-  error in ``status()`` and commits nothing past it;
+  error in ``status()`` and commits nothing past it (and no longer fetches
+  it); with a dead-letter topic the failed batches go there, once each, and
+  the partition goes on;
 * scaling by lag: a burst grows the pool, the drained lag shrinks it.
 """
 
@@ -203,6 +205,38 @@ def test_a_handler_that_always_raises_stops_its_partition_and_commits_nothing_pa
     # the drain committed partition 0 and nothing of partition 1
     committed = {r["partition"]: r["committed"] for r in raylog_client.describe_group(group) if r["topic"] == topic}
     assert committed[1] is None and committed[0] == raylog_client.end_offsets(topic)[0]
+
+
+def test_with_a_dead_letter_topic_a_batch_that_always_fails_is_stored_there_and_the_partition_goes_on(
+        raylog_client, make_topic, tmp_path):
+    topic, group, path = make_topic(2, flush_ms=20), _group(), str(tmp_path / "handled")
+    dead = make_topic(1, flush_ms=20)
+    produced = produce(raylog_client, topic, 200, 2)
+    pool = raylog_client.consumer_pool(topic, group, Recorder(path, always_fail=1), min_members=1, max_members=2,
+                                       max_handler_failures=2, autoscale=False, dead_letter_topic=dead, **FAST)
+    try:
+        def dead_lettered_all() -> bool:
+            rows = {r["partition"]: r for r in pool.status()["partitions"]}
+            return (rows[1]["dead_lettered"] == len(produced[1])
+                    and rows[1]["committed"] == raylog_client.end_offsets(topic)[1])
+        assert wait_until(dead_lettered_all, WAIT_S, 0.5), pool.status()
+        row = {r["partition"]: r for r in pool.status()["partitions"]}[1]
+        assert not row["stopped"] and row["fetching"] and row["handled"] == 0
+        assert "always fails on partition 1" in row["last_error"]["error"]
+    finally:
+        pool.stop(drain=True)
+    assert handled(path).get(1, []) == []
+    check_at_least_once_in_order({0: handled(path)[0]}, {0: produced[0]})
+    # the dead-letter topic holds partition 1's messages, each once, in order
+    consumer = raylog_client.consumer(dead, auto_offset_reset="earliest")
+    try:
+        consumer.assign([(dead, 0)])
+        got = []
+        assert wait_until(lambda: got.extend(m.value.decode() for m in consumer.poll(timeout_ms=200)) or
+                          len(got) >= len(produced[1]), WAIT_S, 0)
+    finally:
+        consumer.close()
+    assert got == produced[1]
 
 
 def test_a_burst_grows_the_pool_and_the_drained_lag_shrinks_it(raylog_client, make_topic, tmp_path):

@@ -41,7 +41,8 @@ def _partitions(topic):
 
 @pytest.mark.parametrize("topics,group,handler,options,fragment", [
     ("t", "g", _ok, {"max_member": 2}, "unknown option(s) 'max_member'"),
-    ("t", "g", _ok, {"dead_letter_topic": "dlq"}, "does not support 'dead_letter_topic'"),
+    ("t", "g", _ok, {"dead_letter_topic": "t"}, "dead_letter_topic 't' is one of the pool's topics"),
+    ("t", "g", _ok, {"dead_letter_topic": ""}, "dead_letter_topic must be a topic name"),
     ("t", "g", _ok, {"enable_auto_commit": True}, "does not support 'enable_auto_commit'"),
     ("t", "g", _ok, {"min_members": 0}, "min_members must be an integer of at least 1"),
     ("t", "g", _ok, {"min_members": 3, "max_members": 2}, "max_members (2) must be at least min_members (3)"),
@@ -71,6 +72,11 @@ def test_bad_arguments_are_refused_by_name(topics, group, handler, options, frag
     with pytest.raises(raylog.ConfigError) as info:
         make_spec(topics, group, handler, _partitions, options)
     assert fragment in str(info.value)
+
+
+def test_a_dead_letter_topic_that_does_not_exist_is_refused_before_anything_starts():
+    with pytest.raises(raylog.UnknownTopicError, match="'dlq' does not exist"):
+        make_spec("t", "g", _ok, _partitions, {"dead_letter_topic": "dlq"})
 
 
 def test_max_members_defaults_to_the_partition_count():
