@@ -377,3 +377,10 @@ def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(spark, r
     finally:
         q_wait.stop()
         q_delay.stop()
+    # Trigger.AvailableNow reads to its end without waiting for more (with maxOffsetsPerTrigger: 30, 30, 10)
+    q_now = (spark.readStream.format("raylog").option("subscribe", delayed).option("startingOffsets", "earliest")
+             .option("minOffsetsPerTrigger", "10000").option("maxOffsetsPerTrigger", "30").load()
+             .writeStream.format("memory").queryName("min_now").trigger(availableNow=True).start())
+    assert q_now.awaitTermination(300) and q_now.exception() is None
+    assert batches(q_now) == [30, 30, 10]
+    assert spark.table("min_now").count() == 70

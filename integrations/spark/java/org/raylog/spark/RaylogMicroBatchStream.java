@@ -287,7 +287,8 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
         upper = (ReadMaxRows) l;
       }
     }
-    if (lower != null && delayBatch(lower, spans)) {
+    // an AvailableNow query reads what is there up to its end: no trigger of it waits for more
+    if (lower != null && availableNowEnd == null && delayBatch(lower, spans)) {
       LOG.debug("raylog stream: fewer than {} records available, the batch waits", lower.minRows());
       return start;
     }
