@@ -159,3 +159,50 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
             raise err
         pos += valid
     return Counted(count, pos)
+
+
+def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) -> Counted:
+    """COUNT version 1: :func:`count_range` from a record offset, stopping
+    after at most ``max_messages`` messages (``-1``: no bound).
+
+    ``start`` may be the record offset of an inner message of a compressed
+    wrapper (docs/design.md §2): the count starts at that inner message.
+    When the last message counted is an inner message of a wrapper that
+    holds more, ``next_offset`` is the record offset of the next one
+    (wrapper offset + its index), where a read or a count can start. ``end``
+    must be a message boundary, as for :func:`count_range`; the errors are
+    its errors.
+    """
+    budget = max_messages if max_messages >= 0 else 1 << 62
+    count_range(log, end, end, 0)  # end: a boundary within the log
+    if end < start:
+        count_range(log, start, end, 0)  # raises OffsetOutOfRangeError
+    count = 0
+    pos = start
+    try:
+        log.read(start, 0)
+    except InvalidOffsetError as err:
+        wrapper, wrapper_end = err.details.get("wrapper_offset"), err.details.get("next_offset")
+        if wrapper is None or wrapper_end > end:
+            raise
+        inner = count_range(log, wrapper, wrapper_end, 1).messages
+        left = max(0, inner - (start - wrapper))
+        if left > budget:
+            return Counted(budget, start + budget)
+        count, budget, pos = left, budget - left, wrapper_end
+    limit = start + max(0, max_bytes)
+    step = COUNT_BLOCK_BYTES
+    first = True
+    while pos < end and budget > 0 and (first or pos < limit):
+        first = False
+        counted = count_range(log, pos, end, min(step, max(1, limit - pos)))
+        if counted.messages <= budget:
+            count += counted.messages
+            budget -= counted.messages
+            pos = counted.next_offset
+        elif step > 1:
+            step = max(1, step // 8)  # too many: walk a shorter stretch from pos again
+            first = True
+        else:  # one wrapper holds more messages than are left to count: stop inside it
+            return Counted(count + budget, pos + budget)
+    return Counted(count, pos)

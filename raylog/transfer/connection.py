@@ -495,15 +495,21 @@ class BrokerConnection:
         channel.consume_reply()
         return offset
 
-    def count(self, topic: str, partition: int, start: int, end: int, max_bytes: int) -> tuple[int, int]:
+    def count(
+        self, topic: str, partition: int, start: int, end: int, max_bytes: int, max_messages: int | None = None
+    ) -> tuple[int, int]:
         """``(messages, next offset)``: how many messages a read of
         ``[start, next offset)`` returns, counted and checked by the
         partition (at most ``max_bytes`` walked; ``next offset`` is ``end``
-        when the range is done); see COUNT in :mod:`raylog.transfer.protocol`."""
+        when the range is done); see COUNT in :mod:`raylog.transfer.protocol`.
+        With ``max_messages`` (COUNT version 1; -1 for no bound) ``start``
+        may be a record offset inside a compressed wrapper and the count
+        stops after at most that many messages."""
         channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
-        channel.send(encode_count(correlation_id, self._topic(topic).encoded_topic, partition, start, end, max_bytes))
+        encoded = self._topic(topic).encoded_topic
+        channel.send(encode_count(correlation_id, encoded, partition, start, end, max_bytes, max_messages))
         channel.expect_wait(0)
         pos = channel.read_reply(correlation_id, REPLY_HEADER_BODY + COUNT_REPLY_FIELDS.size)
         messages, next_offset = COUNT_REPLY_FIELDS.unpack_from(channel.buf, pos)

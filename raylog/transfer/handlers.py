@@ -16,7 +16,7 @@ from typing import Callable, NoReturn
 
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
 from raylog.storage.base import Log
-from raylog.storage.counting import count_range
+from raylog.storage.counting import count_range, count_records
 from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES
 from raylog.transfer.replies import (
     encode_count_reply,
@@ -308,10 +308,15 @@ class RequestHandlers:
 
     def count(self, conn: _Connection, request: CountRequest, out: list) -> None:
         """COUNT: the messages of [start, end), walked and checked on this
-        node (at most ``COUNT_MAX_BYTES`` of log per request)."""
+        node (at most ``COUNT_MAX_BYTES`` of log per request); version 1
+        stops after at most ``max_messages``."""
 
         def reply_for(partition_log):
-            counted = count_range(partition_log, request.start, request.end, min(request.max_bytes, COUNT_MAX_BYTES))
+            max_bytes = min(request.max_bytes, COUNT_MAX_BYTES)
+            if request.max_messages is None:
+                counted = count_range(partition_log, request.start, request.end, max_bytes)
+            else:
+                counted = count_records(partition_log, request.start, request.end, max_bytes, request.max_messages)
             return encode_count_reply(request.correlation_id, counted.messages, counted.next_offset)
 
         self._answer(conn, request, out, reply_for)

@@ -11,7 +11,8 @@ Request frame
 1. size            u32  number of bytes that follow this field
 2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH, 4 OFFSETS_FOR_TIME,
                         5 COUNT
-3. version         i16  0; PRODUCE also 1 (idempotence and acks=-1, below)
+3. version         i16  0; PRODUCE also 1 (idempotence and acks=-1, below);
+                        COUNT also 1 (bounded by a number of messages, below)
 4. correlation id  i32  chosen by the client, echoed in the reply
 
 then the body of the api:
@@ -111,6 +112,29 @@ COUNT (how many messages a read of a range would return, without the data)
     for one off a message boundary, CorruptMessageError (InvalidMessageError)
     for a damaged message: never a count that skips or adds messages.
 
+COUNT, version 1 (the offset reached after at most N messages: what a
+Spark trigger of ``maxOffsetsPerTrigger`` records ends at, and the records
+between two positions)
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+    8. start          i64  record offset of the first message to count: a
+                           message boundary in [log start, high watermark],
+                           or the record offset of an inner message of a
+                           compressed wrapper (docs/design.md §2): the count
+                           then starts at that inner message
+    9. end            i64  as in version 0: a message boundary,
+                           start <= end <= high watermark
+    10. max bytes     i32  as in version 0
+    11. max messages  i64  the most messages to count; -1 for no bound (then
+                           the count is version 0's, from any record offset)
+
+    The walk stops after ``max messages`` messages. When the last one
+    counted is an inner message of a wrapper that holds more, the reply's
+    next offset is the record offset of the wrapper's next inner message
+    (wrapper offset + its index), which a FETCH or a COUNT may start at.
+    Checks and errors as version 0 (:func:`raylog.storage.counting.count_records`).
+
 Reply frame
 -----------
 
@@ -148,6 +172,8 @@ OFFSETS_FOR_TIME
 COUNT     4. messages i64: the messages a read of [start, next offset) returns
           5. next offset i64: where the count stopped: the request's end, or
              (past max bytes) the first boundary after it; ask again from there
+          (version 1: the same fields; next offset may be a record offset
+          inside a wrapper when max messages stopped the count there)
 
 Errors and the connection
 -------------------------
@@ -206,6 +232,8 @@ API_OFFSETS = 2
 API_AUTH = 3
 API_OFFSETS_FOR_TIME = 4
 API_COUNT = 5
+#: COUNT version 1: field 11, max messages
+COUNT_VERSION_BOUNDED = 1
 API_NAMES = {
     API_PRODUCE: "PRODUCE",
     API_FETCH: "FETCH",
@@ -285,6 +313,8 @@ OFFSETS_FIELDS = struct.Struct(">i")
 OFFSETS_FOR_TIME_FIELDS = struct.Struct(">iq")
 #: COUNT after the topic: partition, start, end, max bytes
 COUNT_FIELDS = struct.Struct(">iqqi")
+#: COUNT version 1 after the topic: partition, start, end, max bytes, max messages
+COUNT_V1_FIELDS = struct.Struct(">iqqiq")
 
 #: AUTH version 1 body: step, nonce or proof
 AUTH_FIELDS = struct.Struct(f">b{NONCE_BYTES}s")

@@ -40,6 +40,8 @@ from raylog.transfer.protocol import (
     OFFSETS_FIELDS,
     OFFSETS_FOR_TIME_FIELDS,
     COUNT_FIELDS,
+    COUNT_V1_FIELDS,
+    COUNT_VERSION_BOUNDED,
 )
 
 
@@ -92,6 +94,8 @@ class CountRequest(NamedTuple):
     start: int
     end: int
     max_bytes: int
+    #: version 1: the most messages to count (-1: no bound); None for version 0
+    max_messages: int | None = None
 
 
 def encode_string(text: str) -> bytes:
@@ -252,10 +256,25 @@ def encode_offsets_for_time(correlation_id: int, topic: str | bytes, partition: 
     return _request_header(API_OFFSETS_FOR_TIME, correlation_id, len(topic) + len(fields)) + topic + fields
 
 
-def encode_count(correlation_id: int, topic: str | bytes, partition: int, start: int, end: int, max_bytes: int) -> bytes:
+def encode_count(
+    correlation_id: int,
+    topic: str | bytes,
+    partition: int,
+    start: int,
+    end: int,
+    max_bytes: int,
+    max_messages: int | None = None,
+) -> bytes:
+    """A COUNT: version 0, or version 1 when ``max_messages`` is given (-1: no bound)."""
     topic = encode_string(topic) if isinstance(topic, str) else topic
-    fields = COUNT_FIELDS.pack(partition, start, end, max_bytes)
-    return _request_header(API_COUNT, correlation_id, len(topic) + len(fields)) + topic + fields
+    if max_messages is None:
+        fields = COUNT_FIELDS.pack(partition, start, end, max_bytes)
+        return _request_header(API_COUNT, correlation_id, len(topic) + len(fields)) + topic + fields
+    fields = COUNT_V1_FIELDS.pack(partition, start, end, max_bytes, max_messages)
+    header = REQUEST_HEADER.pack(
+        REQUEST_HEADER_BODY + len(topic) + len(fields), API_COUNT, COUNT_VERSION_BOUNDED, correlation_id
+    )
+    return header + topic + fields
 
 
 def _malformed(api_key: int, correlation_id: int, what: str) -> ProtocolError:
@@ -349,6 +368,15 @@ def decode_request(buf, pos: int, size: int):
         if step not in (AUTH_HELLO, AUTH_PROOF):
             raise _malformed(api_key, correlation_id, f"unknown AUTH step {step}")
         return AuthRequest(correlation_id, step, data)
+    if api_key == API_COUNT and version == COUNT_VERSION_BOUNDED:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos != COUNT_V1_FIELDS.size:
+            what = f"{end - pos} bytes after the topic, expected {COUNT_V1_FIELDS.size}"
+            raise _malformed(api_key, correlation_id, what)
+        partition, start, stop, max_bytes, max_messages = COUNT_V1_FIELDS.unpack_from(buf, pos)
+        if max_bytes < 0 or max_messages < -1:
+            raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes}) or max messages ({max_messages})")
+        return CountRequest(correlation_id, topic, partition, start, stop, max_bytes, max_messages)
     if version != VERSION:
         raise ProtocolError(
             f"unsupported version {version} of api {api_key}; this endpoint speaks version {VERSION}",

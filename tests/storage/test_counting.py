@@ -10,7 +10,7 @@ import pytest
 from raylog.config import TopicConfig
 from raylog.errors import CorruptMessageError, InvalidMessageError, InvalidOffsetError, OffsetOutOfRangeError
 from raylog.storage.compression import CODEC_ZSTD, compress
-from raylog.storage.counting import count_message_set, count_range
+from raylog.storage.counting import count_message_set, count_range, count_records
 from raylog.storage.decoding import decode_messages
 from raylog.storage.log import PartitionLog
 from raylog.storage.memory import MemoryLog
@@ -128,3 +128,36 @@ def test_count_range_refuses_offsets_outside_the_log_or_off_a_boundary(make_log)
     with pytest.raises(InvalidOffsetError) as info:
         count_range(log, 0, hw - 5, 1 << 20)
     assert info.value.offset == hw - 5
+
+
+def test_count_records_stops_after_n_messages_at_the_next_record_offset_even_inside_a_wrapper(make_log):
+    """COUNT version 1: from any record offset (inside a wrapper too), at most
+    n messages; the offset reached is the record offset of the next message."""
+    log = make_log(segment_bytes=4096, max_message_bytes=2048)
+    sets = mixed_sets() * 3
+    for s in sets:
+        log.append(s)
+    log.flush()
+    end = log.high_watermark
+    records, _ = decode_messages(b"".join(sets), 0, partial_tail_ok=False)
+    offsets = [r[0] for r in records]  # record offsets: wrapper offset + i inside wrappers
+    assert len(set(offsets)) == len(offsets)
+    total = len(offsets)
+    assert count_records(log, 0, end, 1 << 30, -1) == (total, end)
+    for a in (0, 1, 5, 9, 20, total - 3):
+        for n in (0, 1, 2, 3, 7, 13, 50, total):
+            want = min(n, total - a)
+            nxt = offsets[a + want] if a + want < total else end
+            assert count_records(log, offsets[a], end, 1 << 30, n) == (want, nxt), (a, n)
+    # walking by n from the start meets every record once, whatever the byte bound
+    pos, seen = 0, 0
+    while pos < end:
+        messages, pos = count_records(log, pos, end, 700, 4)
+        assert 0 < messages <= 4
+        seen += messages
+        assert pos == (offsets[seen] if seen < total else end)
+    assert seen == total
+    with pytest.raises(OffsetOutOfRangeError):
+        count_records(log, 0, end + 1, 1 << 20, 5)
+    with pytest.raises(InvalidOffsetError):
+        count_records(log, 3, end, 1 << 20, 5)  # inside a plain message: not a record offset

@@ -59,6 +59,25 @@ def test_count_is_bounded_by_max_bytes_and_resumes_where_it_stopped(conn, plog):
     assert total == read_count(conn, 0, end) and requests > 3
 
 
+def test_count_version_1_stops_after_n_messages_inside_a_wrapper_and_goes_on_from_there(conn, plog):
+    """COUNT version 1 on the wire: at most n messages from any record
+    offset; the next offset is the next record's (inside a wrapper too)."""
+    produced(conn, plog, sets())
+    end = plog.high_watermark
+    fetched = conn.fetch(TOPIC, 0, 0, end)
+    records, _ = decode_messages(bytes(fetched.data)[:end], 0)
+    offsets = [r[0] for r in records]
+    pos = seen = 0
+    while pos < end:
+        messages, pos = conn.count(TOPIC, 0, pos, end, 1 << 30, 7)
+        assert 0 < messages <= 7
+        seen += messages
+        assert pos == (offsets[seen] if seen < len(offsets) else end)
+    assert seen == len(offsets)
+    assert conn.count(TOPIC, 0, offsets[3], end, 1 << 30, -1) == (len(offsets) - 3, end)
+    assert conn.count(TOPIC, 0, offsets[3], end, 1 << 30, 0) == (0, offsets[3])
+
+
 def test_count_outside_the_log_raises_out_of_range(conn, plog):
     produced(conn, plog, sets()[:2])
     hw = plog.high_watermark

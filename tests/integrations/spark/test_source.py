@@ -232,7 +232,7 @@ def test_available_now_reads_to_the_end_and_stops(spark, raylog_client, make_top
     topic = make_topic(partitions=2)
     produce(raylog_client, topic, [b"s-%04d" % i for i in range(500)], compression="lz4")
     query = stream_into_parquet(
-        spark, topic, tmp_path / "out", tmp_path / "ckpt", startingOffsets="earliest", maxOffsetsPerTrigger="4000"
+        spark, topic, tmp_path / "out", tmp_path / "ckpt", startingOffsets="earliest", maxOffsetsPerTrigger="100"
     ).trigger(availableNow=True).start()
     assert query.awaitTermination(300), "an AvailableNow query stops by itself at the end"
     assert query.exception() is None
@@ -278,7 +278,7 @@ def test_a_stream_stopped_and_restarted_writes_every_message_once(spark, raylog_
         sent.extend(batch)
 
     send(300)
-    query = stream_into_parquet(spark, topic, out, ckpt, startingOffsets="earliest", maxOffsetsPerTrigger="3000")
+    query = stream_into_parquet(spark, topic, out, ckpt, startingOffsets="earliest", maxOffsetsPerTrigger="50")
     q = query.trigger(processingTime="200 milliseconds").start()
     wait_for(lambda: any(p["numInputRows"] > 0 for p in q.recentProgress), "the stream read something")
     q.stop()  # mid-way: maxOffsetsPerTrigger leaves a backlog
@@ -305,7 +305,7 @@ def test_a_running_stream_goes_on_when_its_partition_actor_is_killed(spark, rayl
     sent = [b"r-%05d" % i for i in range(600)]
     produce(raylog_client, topic, sent[:400])
     q = (
-        stream_into_parquet(spark, topic, out, ckpt, startingOffsets="earliest", maxOffsetsPerTrigger="1500")
+        stream_into_parquet(spark, topic, out, ckpt, startingOffsets="earliest", maxOffsetsPerTrigger="100")
         .trigger(processingTime="200 milliseconds")
         .start()
     )

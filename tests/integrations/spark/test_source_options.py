@@ -72,8 +72,8 @@ def test_options_outside_the_guide_or_not_done_are_refused_by_name_on_the_driver
     topic, _ = timed
     refused = {
         "includeHeaders": ("true", "no headers"),
-        "minOffsetsPerTrigger": ("10", "minOffsetsPerTrigger"),
-        "maxTriggerDelay": ("15m", "maxTriggerDelay"),
+        "minOffsetsPerTrigger": ("10", "is for streaming reads"),
+        "maxTriggerDelay": ("15m", "goes with minOffsetsPerTrigger"),
         "kafka.auto.offset.reset": ("earliest", "startingOffsets"),
         "kafka.group.id": ("g", "no consumer group"),
         "kafka.bootstrap.servers": ("localhost:9092", "zookeeper"),
@@ -84,7 +84,7 @@ def test_options_outside_the_guide_or_not_done_are_refused_by_name_on_the_driver
         "startingOffset": ("earliest", "is not an option of the raylog source; its options are assign, "),  # a typo is not ignored
     }
     for name, (value, says) in refused.items():
-        for stream in (False, True) if name in ("includeHeaders", "minOffsetsPerTrigger", "kafka.group.id") else (False,):
+        for stream in (False, True) if name in ("includeHeaders", "maxTriggerDelay", "kafka.group.id") else (False,):
             def run(name=name, value=value, stream=stream):
                 if stream:
                     df = spark.readStream.format("raylog").option("subscribe", topic).option(name, value).load()
@@ -262,3 +262,125 @@ def test_a_deleted_topic_fails_a_stream_naming_fail_on_data_loss_or_is_skipped_w
         lenient.stop()
         strict.stop()
         remove()
+
+
+def produce_to(client, topic, partition, values, compression):
+    """Send ``values`` to one partition in sets of up to 50 (compressed with ``compression``)."""
+    producer = client.producer(acks=1, batch_size=50, linger_ms=20, compression=compression)
+    for v in values:
+        producer.send(topic, v, partition=partition)
+    producer.flush()
+    producer.close()
+
+
+def records_between(log, partition, start, end):
+    """The records of ``log`` (``spark_helpers.log_messages``) of ``partition`` in ``[start, end)``."""
+    return sum(1 for p, o, *_ in log if p == partition and start <= o < end)
+
+
+def test_max_offsets_per_trigger_counts_records_split_by_backlog_with_lag_in_progress(
+        spark, raylog_client, make_topic):
+    """The guide: maxOffsetsPerTrigger is a "rate limit on maximum number of
+    offsets processed per trigger interval. The specified total number of
+    offsets will be proportionally split across topicPartitions of different
+    volume." Progress carries latestOffset and the records behind it
+    (min/avg/maxOffsetsBehindLatest). Partition 0 holds 600 records, partition
+    1 400, each in plain and zstd sets: every batch is 100 rows, 60 + 40."""
+    topic = make_topic(partitions=2)
+    for partition, n in ((0, 600), (1, 400)):
+        half = n // 2
+        produce_to(raylog_client, topic, partition, [b"p%d-%04d" % (partition, i) for i in range(half)], None)
+        produce_to(raylog_client, topic, partition, [b"p%d-%04d" % (partition, i) for i in range(half, n)], "zstd")
+    flush(raylog_client, topic)
+    log = spark_helpers.log_messages(raylog_client, topic)
+    assert len(log) == 1000 and len({(p, o) for p, o, *_ in log}) == 1000
+    q = (spark.readStream.format("raylog").option("subscribe", topic).option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", "100").load()
+         .writeStream.format("memory").queryName("max_records").trigger(availableNow=True).start())
+    assert q.awaitTermination(600), "an AvailableNow query stops by itself at the end"
+    assert q.exception() is None
+    rows = spark.table("max_records").collect()
+    assert values(rows) == sorted(v for *_, v, _ts in log)
+    assert len({(r["partition"], r["offset"]) for r in rows}) == 1000
+    batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    assert [b["numInputRows"] for b in batches] == [100] * 10
+    latest = {topic: {"0": raylog_client.offsets(topic, 0)[1], "1": raylog_client.offsets(topic, 1)[1]}}
+    earliest = {topic: {"0": raylog_client.offsets(topic, 0)[0], "1": raylog_client.offsets(topic, 1)[0]}}
+    for k, b in enumerate(batches, 1):
+        source = b["sources"][0]
+        start, end = source["startOffset"] or earliest, source["endOffset"]  # the first batch's start: null
+        taken = [records_between(log, p, start[topic][str(p)], end[topic][str(p)]) for p in (0, 1)]
+        assert taken == [60, 40], (k, taken)
+        assert source["latestOffset"] == latest
+        metrics = source["metrics"]
+        assert int(metrics["maxOffsetsBehindLatest"]) == 600 - 60 * k
+        assert int(metrics["minOffsetsBehindLatest"]) == 400 - 40 * k
+        assert float(metrics["avgOffsetsBehindLatest"]) == 500 - 50 * k
+
+
+def test_the_split_is_kafka_s_rate_limit(spark):
+    """Shares proportional to each backlog, rounded down; a share under one
+    record rounded up; nothing over a backlog; everything under the limit."""
+    gateway = spark.sparkContext._gateway
+
+    def split(backlogs, limit):
+        arr = gateway.new_array(gateway.jvm.long, len(backlogs))
+        for i, b in enumerate(backlogs):
+            arr[i] = b
+        return list(spark._jvm.org.raylog.spark.TriggerLimits.split(arr, limit))
+
+    assert split([600, 400], 100) == [60, 40]
+    assert split([333, 333, 334], 100) == [33, 33, 33]
+    assert split([10_000, 1, 0], 100) == [99, 1, 0]  # the small partition is not starved
+    assert split([30, 20], 100) == [30, 20]  # all of it when it fits
+    assert split([7, 0, 5], 3) == [1, 0, 1]
+    assert split([], 100) == []
+
+
+def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(spark, raylog_client, make_topic):
+    """The guide: with minOffsetsPerTrigger a trigger is "delayed until
+    minOffsetsPerTrigger is reached or maxTriggerDelay has passed" (the first
+    trigger runs, as in Kafka's source)."""
+    waiting, delayed = make_topic(partitions=2), make_topic(partitions=1)
+    produce(raylog_client, waiting, [b"w-first-%03d" % i for i in range(20)])
+    produce(raylog_client, delayed, [b"d-first-%03d" % i for i in range(20)])
+
+    def start(topic, name, **options):
+        return (spark.readStream.format("raylog").option("subscribe", topic).option("startingOffsets", "earliest")
+                .options(**options).load().writeStream.format("memory").queryName(name)
+                .trigger(processingTime="200 milliseconds").start())
+
+    def batches(q):
+        return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"] > 0]
+
+    q_wait = start(waiting, "min_wait", minOffsetsPerTrigger="300", maxTriggerDelay="1h")
+    q_delay = start(delayed, "min_delay", minOffsetsPerTrigger="10000", maxTriggerDelay="3s")
+    try:
+        wait_for(lambda: batches(q_wait) == [20] and batches(q_delay) == [20], "the first triggers ran")
+        produce(raylog_client, waiting, [b"w-mid-%03d" % i for i in range(100)])
+        produce(raylog_client, delayed, [b"d-late-%03d" % i for i in range(50)])
+        # the delayed stream never sees 10,000 records: maxTriggerDelay lets the 50 through
+        wait_for(lambda: q_delay.exception() is not None or sum(batches(q_delay)) == 70, "the delay passed")
+        assert q_delay.exception() is None
+        assert values(spark.table("min_delay").collect()) == sorted(
+            [b"d-first-%03d" % i for i in range(20)] + [b"d-late-%03d" % i for i in range(50)])
+        # meanwhile (seconds of 200 ms triggers, and two more) 100 < 300 records ran no batch
+        time.sleep(1)
+        assert q_wait.exception() is None and batches(q_wait) == [20]
+        assert spark.table("min_wait").count() == 20
+        produce(raylog_client, waiting, [b"w-last-%03d" % i for i in range(250)])
+        wait_for(lambda: q_wait.exception() is not None or len(batches(q_wait)) > 1, "the 300 records arrived")
+        assert q_wait.exception() is None
+        second = batches(q_wait)[1]
+        assert 300 <= second <= 350  # at least minOffsetsPerTrigger, all there was
+        assert spark.table("min_wait").count() == 20 + second
+    finally:
+        q_wait.stop()
+        q_delay.stop()
+    # Trigger.AvailableNow reads to its end without waiting for more (with maxOffsetsPerTrigger: 30, 30, 10)
+    q_now = (spark.readStream.format("raylog").option("subscribe", delayed).option("startingOffsets", "earliest")
+             .option("minOffsetsPerTrigger", "10000").option("maxOffsetsPerTrigger", "30").load()
+             .writeStream.format("memory").queryName("min_now").trigger(availableNow=True).start())
+    assert q_now.awaitTermination(300) and q_now.exception() is None
+    assert batches(q_now) == [30, 30, 10]
+    assert spark.table("min_now").count() == 70

@@ -397,6 +397,32 @@ final class Cluster implements Closeable {
   }
 
   /**
+   * {@code {records, offset reached}}: the records of the partition from the record offset
+   * {@code start} (a message boundary, or inside a compressed wrapper) up to the message boundary
+   * {@code end}, at most {@code max} of them (-1: all), counted and checked by the partition
+   * (COUNT version 1, repeated while its walk of at most 64 MiB stops short). The offset reached is
+   * {@code end}, or the record offset after the last record counted.
+   */
+  long[] records(String topic, int partition, long start, long end, long max) {
+    if (end <= start || max == 0) {
+      return new long[] {0, start};
+    }
+    return call(topic, partition, c -> {
+      long pos = start;
+      long n = 0;
+      while (pos < end && (max < 0 || n < max)) {
+        long[] r = c.countRecords(bytes(topic), partition, pos, end, FetchClient.COUNT_MAX_BYTES, max < 0 ? -1 : max - n);
+        if (r[1] <= pos && r[0] == 0) {
+          break; // nothing more to count (cannot happen before end)
+        }
+        n += r[0];
+        pos = r[1];
+      }
+      return new long[] {n, pos};
+    });
+  }
+
+  /**
    * InvalidOffsetError unless a whole, valid message starts at {@code offset} or it lies inside a
    * compressed wrapper (the record offset of an inner message, docs/design.md §2).
    */

@@ -43,6 +43,9 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  * COUNT body: 5. topic length u16, 6. topic UTF-8, 7. partition i32, 8. start i64, 9. end i64, 10. max bytes i32
  * COUNT reply body (error code 0): 4. messages i64 (in [start, next offset), counted and CRC-checked by
  *   the partition), 5. next offset i64 (the end, or where max bytes stopped the walk)
+ * COUNT version 1 body: the fields of version 0, then 11. max messages i64 (-1: no bound); start may
+ *   be a record offset inside a compressed wrapper; the reply is version 0's, its next offset the
+ *   record offset after the last message counted (inside a wrapper when the count stopped there)
  *
  * reply frame                           FETCH reply body (error code 0)
  *   1. size            u32                4. high watermark   i64
@@ -73,6 +76,10 @@ final class FetchClient implements Closeable {
   static final short API_AUTH = 3;
   static final short API_OFFSETS_FOR_TIME = 4;
   static final short API_COUNT = 5;
+  /** COUNT version 1: bounded by a number of messages, from any record offset */
+  static final short COUNT_VERSION_BOUNDED = 1;
+  /** the most log one COUNT walks on the server (raylog.transfer.protocol.COUNT_MAX_BYTES) */
+  static final int COUNT_MAX_BYTES = 64 << 20;
   static final short VERSION = 0;
   static final short AUTH_VERSION = 1;
   static final int NONCE_BYTES = 32;
@@ -287,6 +294,22 @@ final class FetchClient implements Closeable {
     int pos = putLong(frame, putLong(frame, putInt(frame, cursor, partition), start), end);
     write(frame, putInt(frame, pos, maxBytes));
     outstanding = lastId;
+  }
+
+  /**
+   * COUNT version 1: {@code {messages, next offset}} of the messages in {@code [start, end)} from the
+   * record offset {@code start}, at most {@code maxMessages} of them (-1: no bound), walking at most
+   * {@code maxBytes} of log; an error reply raises its error.
+   */
+  long[] countRecords(byte[] topic, int partition, long start, long end, int maxBytes, long maxMessages) {
+    int body = 2 + topic.length + 4 + 8 + 8 + 4 + 8;
+    byte[] frame = call(API_COUNT, topic, body, body);
+    putShort(frame, 6, COUNT_VERSION_BOUNDED);
+    int pos = putLong(frame, putLong(frame, putInt(frame, cursor, partition), start), end);
+    write(frame, putLong(frame, putInt(frame, pos, maxBytes), maxMessages));
+    int id = lastId;
+    readReply(id, "COUNT", 16);
+    return new long[] {readLong(header, REPLY_HEADER), readLong(header, REPLY_HEADER + 8)};
   }
 
   /** The reply of the outstanding COUNT: {@code {messages, next offset}}; an error reply raises its error. */

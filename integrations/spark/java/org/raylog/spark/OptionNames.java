@@ -39,7 +39,7 @@ final class OptionNames {
       "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
       "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
       "startingOffsetsByTimestampStrategy", "failOnDataLoss", "fail_on_data_loss", "minPartitions",
-      "maxOffsetsPerTrigger", "kafkaConsumer.pollTimeoutMs", "fetch_bytes", "count_pushdown"));
+      "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "kafkaConsumer.pollTimeoutMs", "fetch_bytes", "count_pushdown"));
 
   /** Options of a read of planned ranges (set by raylog_spark.read_topic; see ReadOptions). */
   static final Set<String> PLANNED_READ = lower(CONNECTION, AVRO, Arrays.asList(
@@ -55,10 +55,6 @@ final class OptionNames {
   static {
     refuse("includeHeaders", "raylog messages carry no headers yet, so there is no 'headers' column to include; "
         + "leave the option out");
-    refuse("minOffsetsPerTrigger", "raylog streams do not delay a trigger to gather data yet; leave it out, or "
-        + "use a longer processing-time trigger");
-    refuse("maxTriggerDelay", "it goes with minOffsetsPerTrigger, which raylog streams do not have yet; "
-        + "leave it out");
     refuse("maxRecordsPerPartition", "raylog splits a read by bytes, not records; use minPartitions");
     refuse("fetchOffset.numRetries", "raylog looks a partition's offsets up again for timeout_ms; set "
         + "'timeout_ms' instead");

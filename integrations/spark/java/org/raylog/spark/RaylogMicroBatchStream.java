@@ -18,8 +18,12 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.CompositeReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadAllAvailable;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReadMinRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -40,9 +44,16 @@ import org.slf4j.LoggerFactory;
  *
  * <ul>
  *   <li>Each trigger reads up to the partitions' high watermarks (OFFSETS);
- *       with {@code maxOffsetsPerTrigger} at most that many bytes in all,
- *       shared in proportion to each partition's backlog and cut at a
- *       message boundary found with one FETCH per partition.</li>
+ *       with {@code maxOffsetsPerTrigger} at most that many records in all,
+ *       shared in proportion to each partition's backlog in records
+ *       ({@link TriggerLimits#split}); the partitions count their records
+ *       and find the offset after a share (COUNT version 1), which may lie
+ *       inside a compressed set. With {@code minOffsetsPerTrigger} a trigger
+ *       runs no batch while fewer records are available, until
+ *       {@code maxTriggerDelay} has passed since the last batch.</li>
+ *   <li>Progress: the latest offsets of each trigger
+ *       ({@link #reportLatestOffset}) and the records behind them
+ *       ({@link #metrics}: min/avg/maxOffsetsBehindLatest).</li>
  *   <li>{@code Trigger.AvailableNow}: the high watermarks when the query
  *       starts are the end; the query stops there
  *       ({@link #prepareForTriggerAvailableNow}).</li>
@@ -55,7 +66,7 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Not thread-safe: Spark's stream execution thread drives it.
  */
-final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
 
   private static final Logger LOG = LoggerFactory.getLogger(RaylogMicroBatchStream.class);
 
@@ -69,6 +80,12 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   private long maxInflatedBytes;
   /** the end of a Trigger.AvailableNow query, or null */
   private RaylogOffset availableNowEnd;
+  /** the latest offsets of the last trigger (Spark's progress reports them), or null */
+  private RaylogOffset latestAvailable;
+  /** the partitions' log starts at the last trigger */
+  private Map<String, Map<Integer, Long>> latestLogStarts = new TreeMap<>();
+  /** when the last batch was let through by minOffsetsPerTrigger (0: the first trigger runs, as in Kafka's source) */
+  private long lastTriggerMillis;
   /** deleted topics already reported in the driver's log */
   private final java.util.Set<String> warnedTopics = new java.util.HashSet<>();
 
@@ -186,9 +203,16 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
     return RaylogOffset.parse(json);
   }
 
+  /** Spark's Kafka source's read limits: minOffsetsPerTrigger (with maxTriggerDelay) and maxOffsetsPerTrigger. */
   @Override
   public ReadLimit getDefaultReadLimit() {
-    return options.maxOffsetsPerTrigger > 0 ? ReadLimit.maxRows(options.maxOffsetsPerTrigger) : ReadLimit.allAvailable();
+    ReadLimit min = options.minOffsetsPerTrigger > 0
+        ? ReadLimit.minRows(options.minOffsetsPerTrigger, options.maxTriggerDelayMs) : null;
+    ReadLimit max = options.maxOffsetsPerTrigger > 0 ? ReadLimit.maxRows(options.maxOffsetsPerTrigger) : null;
+    if (min != null && max != null) {
+      return ReadLimit.compositeLimit(new ReadLimit[] {min, max});
+    }
+    return min != null ? min : max != null ? max : ReadLimit.allAvailable();
   }
 
   @Override
@@ -214,10 +238,12 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     RaylogOffset start = (RaylogOffset) startOffset;
     Map<String, Map<Integer, long[]>> logs = liveLogs(start.offsets.keySet());
+    // {from, latest, log start} of every partition: latest is the high watermark (AvailableNow: capped)
     Map<String, Map<Integer, long[]>> spans = new TreeMap<>();
-    long backlog = 0;
+    Map<String, Map<Integer, Long>> latest = new TreeMap<>();
     for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
       Map<Integer, long[]> parts = new TreeMap<>();
+      Map<Integer, Long> ends = new TreeMap<>();
       for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
         String topic = t.getKey();
         int partition = p.getKey();
@@ -228,27 +254,158 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
           Long cap = availableNowEnd.get(topic, partition);
           e = cap == null ? s : Math.max(s, Math.min(e, cap));
         }
-        parts.put(partition, new long[] {s, e});
-        backlog += e - s;
+        parts.put(partition, new long[] {s, e, p.getValue()[0]});
+        ends.put(partition, e);
       }
       spans.put(t.getKey(), parts);
+      latest.put(t.getKey(), ends);
     }
-    long budget = limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : Long.MAX_VALUE;
-    Map<String, Map<Integer, Long>> end = new TreeMap<>();
+    latestAvailable = new RaylogOffset(latest);
+    latestLogStarts = new TreeMap<>();
     for (Map.Entry<String, Map<Integer, long[]>> t : spans.entrySet()) {
-      Map<Integer, Long> parts = new TreeMap<>();
+      Map<Integer, Long> starts = new TreeMap<>();
       for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
-        long s = p.getValue()[0];
-        long e = p.getValue()[1];
-        if (backlog > budget && e > s) {
-          long share = (long) ((double) budget * (e - s) / backlog);
-          e = Math.min(e, cluster().boundaryAtMost(t.getKey(), p.getKey(), s, s + share, maxMessageBytes));
-        }
-        parts.put(p.getKey(), e);
+        starts.put(p.getKey(), p.getValue()[2]);
       }
-      end.put(t.getKey(), parts);
+      latestLogStarts.put(t.getKey(), starts);
+    }
+    List<ReadLimit> limits = new ArrayList<>();
+    if (limit instanceof CompositeReadLimit) {
+      limits.addAll(java.util.Arrays.asList(((CompositeReadLimit) limit).getReadLimits()));
+    } else {
+      limits.add(limit);
+    }
+    ReadMinRows lower = null;
+    ReadMaxRows upper = null;
+    for (ReadLimit l : limits) {
+      if (l instanceof ReadAllAvailable) {
+        return latestAvailable; // the highest priority, as in Kafka's source
+      }
+      if (l instanceof ReadMinRows) {
+        lower = (ReadMinRows) l;
+      } else if (l instanceof ReadMaxRows) {
+        upper = (ReadMaxRows) l;
+      }
+    }
+    // an AvailableNow query reads what is there up to its end: no trigger of it waits for more
+    if (lower != null && availableNowEnd == null && delayBatch(lower, spans)) {
+      LOG.debug("raylog stream: fewer than {} records available, the batch waits", lower.minRows());
+      return start;
+    }
+    if (upper == null) {
+      return latestAvailable;
+    }
+    // maxOffsetsPerTrigger: records, shared by the partitions' backlogs in records
+    List<String[]> keys = new ArrayList<>();
+    List<long[]> ranges = new ArrayList<>();
+    for (Map.Entry<String, Map<Integer, long[]>> t : spans.entrySet()) {
+      for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
+        keys.add(new String[] {t.getKey(), Integer.toString(p.getKey())});
+        ranges.add(p.getValue());
+      }
+    }
+    long[] backlogs = new long[ranges.size()];
+    for (int i = 0; i < backlogs.length; i++) {
+      backlogs[i] = backlog(keys.get(i)[0], Integer.parseInt(keys.get(i)[1]), ranges.get(i), -1);
+    }
+    long[] shares = TriggerLimits.split(backlogs, upper.maxRows());
+    Map<String, Map<Integer, Long>> end = new TreeMap<>();
+    for (int i = 0; i < backlogs.length; i++) {
+      String topic = keys.get(i)[0];
+      int partition = Integer.parseInt(keys.get(i)[1]);
+      long[] r = ranges.get(i);
+      long e = r[1];
+      if (shares[i] < backlogs[i]) {
+        e = cluster().records(topic, partition, countFrom(r), r[1], shares[i])[1];
+      }
+      end.computeIfAbsent(topic, k -> new TreeMap<>()).put(partition, e);
     }
     return new RaylogOffset(end);
+  }
+
+  /** Where a partition's records are counted from: its position, or its log start when retention passed it. */
+  private static long countFrom(long[] span) {
+    return Math.max(span[0], span[2]);
+  }
+
+  /** The records of a span {from, latest, log start} (at most {@code max}, -1 for all): COUNT version 1. */
+  private long backlog(String topic, int partition, long[] span, long max) {
+    long from = countFrom(span);
+    return span[1] > from ? cluster().records(topic, partition, from, span[1], max)[0] : 0;
+  }
+
+  /**
+   * Kafka's delayBatch: true when the batch waits (fewer than minRows records available and
+   * maxTriggerDelay not passed since the last batch); a batch that runs sets the time of the last one.
+   */
+  private boolean delayBatch(ReadMinRows lower, Map<String, Map<Integer, long[]>> spans) {
+    long now = System.currentTimeMillis();
+    if (now - lastTriggerMillis >= lower.maxTriggerDelayMs()) {
+      lastTriggerMillis = now;
+      return false;
+    }
+    long available = 0;
+    for (Map.Entry<String, Map<Integer, long[]>> t : spans.entrySet()) {
+      for (Map.Entry<Integer, long[]> p : t.getValue().entrySet()) {
+        if (available >= lower.minRows()) {
+          break;
+        }
+        available += backlog(t.getKey(), p.getKey(), p.getValue(), lower.minRows() - available);
+      }
+    }
+    if (available < lower.minRows()) {
+      return true;
+    }
+    lastTriggerMillis = now;
+    return false;
+  }
+
+  @Override
+  public Offset reportLatestOffset() {
+    return latestAvailable;
+  }
+
+  /**
+   * Records behind the latest offsets of the last trigger, per partition: minOffsetsBehindLatest,
+   * maxOffsetsBehindLatest and avgOffsetsBehindLatest, as Spark's Kafka source reports them (in
+   * records, counted by the partitions); none before the first trigger or when a count fails.
+   */
+  @Override
+  public Map<String, String> metrics(java.util.Optional<Offset> latestConsumedOffset) {
+    if (!latestConsumedOffset.isPresent() || latestAvailable == null) {
+      return java.util.Collections.emptyMap();
+    }
+    RaylogOffset consumed = (RaylogOffset) latestConsumedOffset.get();
+    List<Long> behind = new ArrayList<>();
+    try {
+      for (Map.Entry<String, Map<Integer, Long>> t : latestAvailable.offsets.entrySet()) {
+        for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
+          Long logStart = latestLogStarts.get(t.getKey()).get(p.getKey());
+          Long at = consumed.get(t.getKey(), p.getKey());
+          long from = at != null ? at : logStart;
+          behind.add(backlog(t.getKey(), p.getKey(), new long[] {from, p.getValue(), logStart}, -1));
+        }
+      }
+    } catch (RaylogReadException e) {
+      LOG.warn("raylog stream: records behind latest not counted ({})", e.getMessage());
+      return java.util.Collections.emptyMap();
+    }
+    if (behind.isEmpty()) {
+      return java.util.Collections.emptyMap();
+    }
+    long min = Long.MAX_VALUE;
+    long max = Long.MIN_VALUE;
+    long sum = 0;
+    for (long b : behind) {
+      min = Math.min(min, b);
+      max = Math.max(max, b);
+      sum += b;
+    }
+    Map<String, String> out = new HashMap<>();
+    out.put("minOffsetsBehindLatest", Long.toString(min));
+    out.put("maxOffsetsBehindLatest", Long.toString(max));
+    out.put("avgOffsetsBehindLatest", Double.toString((double) sum / behind.size()));
+    return out;
   }
 
   @Override

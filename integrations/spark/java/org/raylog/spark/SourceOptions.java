@@ -46,10 +46,14 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *       fail the query (true) or are skipped with a warning in the driver's log (false)</td><td>true</td></tr>
  *   <tr><td>minPartitions</td><td>ranges cut at message boundaries into at least this many Spark
  *       partitions ({@link Cluster#split})</td><td></td></tr>
- *   <tr><td>maxOffsetsPerTrigger</td><td>streaming: at most this many bytes of log per
- *       micro-batch (raylog offsets are byte offsets), shared by the partitions in proportion
- *       to their backlog, cut at message boundaries; at least one message per partition with a
- *       backlog</td><td>no limit</td></tr>
+ *   <tr><td>maxOffsetsPerTrigger</td><td>streaming: at most this many records per
+ *       micro-batch, shared by the partitions in proportion to their backlog in records (Kafka's
+ *       rate limit: each share rounded down, a share under one record rounded up); the offset
+ *       after a share is found by the partition (COUNT version 1) and may lie inside a
+ *       compressed set</td><td>no limit</td></tr>
+ *   <tr><td>minOffsetsPerTrigger, maxTriggerDelay</td><td>streaming: a trigger with fewer than
+ *       minOffsetsPerTrigger records available runs no batch, unless maxTriggerDelay (a time
+ *       such as {@code 30s}) has passed since the last batch</td><td>none; 15m</td></tr>
  *   <tr><td>zookeeper</td><td>host:port of the cluster's ZooKeeper</td><td>Spark conf
  *       {@code spark.raylog.zookeeper} (set by {@code raylog_spark.init_spark}), else
  *       {@code $RAYLOG_ZOOKEEPER}</td></tr>
@@ -90,7 +94,14 @@ final class SourceOptions implements Serializable {
   /** minPartitions, 0 when not given */
   final long minPartitions;
   final boolean failOnDataLoss;
+  /** streaming: the most records per micro-batch; 0 for no limit */
   final long maxOffsetsPerTrigger;
+  /** streaming: the fewest records for a micro-batch (before maxTriggerDelayMs); 0 for none */
+  final long minOffsetsPerTrigger;
+  /** streaming: with minOffsetsPerTrigger, a batch runs anyway this long after the last one */
+  final long maxTriggerDelayMs;
+  /** Spark's Kafka source's default maxTriggerDelay, 15 minutes */
+  static final long DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000L;
   final int fetchBytes;
   final int timeoutMs;
 
@@ -195,7 +206,26 @@ final class SourceOptions implements Serializable {
     String max = o.get("maxOffsetsPerTrigger");
     this.maxOffsetsPerTrigger = max == null ? 0 : parseLong("maxOffsetsPerTrigger", max);
     if (max != null && maxOffsetsPerTrigger <= 0) {
-      throw config("option 'maxOffsetsPerTrigger' must be a positive number of bytes, got " + max);
+      throw config("option 'maxOffsetsPerTrigger' must be a positive number of records, got " + max);
+    }
+    String min = o.get("minOffsetsPerTrigger");
+    this.minOffsetsPerTrigger = min == null ? 0 : parseLong("minOffsetsPerTrigger", min);
+    if (min != null && minOffsetsPerTrigger <= 0) {
+      throw config("option 'minOffsetsPerTrigger' must be a positive number of records, got " + min);
+    }
+    String delay = o.get("maxTriggerDelay");
+    if (delay != null && min == null) {
+      throw config("option 'maxTriggerDelay' goes with minOffsetsPerTrigger (as in Spark's Kafka source); "
+          + "set both, or leave maxTriggerDelay out");
+    }
+    try {
+      this.maxTriggerDelayMs = delay == null ? DEFAULT_MAX_TRIGGER_DELAY_MS
+          : org.apache.spark.network.util.JavaUtils.timeStringAsMs(delay.trim());
+    } catch (NumberFormatException e) {
+      throw config("option 'maxTriggerDelay' must be a time such as 30s or 15m, got " + delay);
+    }
+    if (maxTriggerDelayMs < 0) {
+      throw config("option 'maxTriggerDelay' must not be negative, got " + delay);
     }
     this.fetchBytes = (int) positive(o, "fetch_bytes", 8 * ReadOptions.MiB);
     long poll = positive(o, "kafkaConsumer.pollTimeoutMs", 30_000);
@@ -209,6 +239,9 @@ final class SourceOptions implements Serializable {
   void checkBatch() {
     if (maxOffsetsPerTrigger > 0) {
       throw config("option 'maxOffsetsPerTrigger' is for streaming reads (spark.readStream)");
+    }
+    if (minOffsetsPerTrigger > 0) {
+      throw config("option 'minOffsetsPerTrigger' is for streaming reads (spark.readStream)");
     }
     if (startingOffsets != null && startingTimestamp == null && startingByTimestamp == null) {
       Long w = word(startingOffsets);
