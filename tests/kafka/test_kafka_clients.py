@@ -18,16 +18,9 @@ kafka = pytest.importorskip("kafka")
 WAIT_S = 60.0
 
 
-@pytest.fixture(scope="module")
-def listeners(raylog_client):
-    entries = raylog_client.start_kafka_listeners()
-    assert entries and all(e["port"] > 0 for e in entries)
-    return entries
-
-
 @pytest.fixture
-def config(raylog_client, listeners):
-    return raylog_client.kafka_config()
+def config(kafka_config):
+    return kafka_config
 
 
 def _topic(raylog_client, partitions: int = 1) -> str:
