@@ -23,8 +23,8 @@ import io
 import struct
 
 from kafka.protocol.api_header import RequestHeader
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
@@ -38,6 +38,9 @@ SUPPORTED = {
     FetchRequest.API_KEY: (FetchRequest, 4, 11),
     ListOffsetsRequest.API_KEY: (ListOffsetsRequest, 1, 5),
     MetadataRequest.API_KEY: (MetadataRequest, 1, 8),
+    OffsetCommitRequest.API_KEY: (OffsetCommitRequest, 2, 7),
+    OffsetFetchRequest.API_KEY: (OffsetFetchRequest, 1, 5),
+    FindCoordinatorRequest.API_KEY: (FindCoordinatorRequest, 0, 2),
     SaslHandshakeRequest.API_KEY: (SaslHandshakeRequest, 1, 1),
     ApiVersionsRequest.API_KEY: (ApiVersionsRequest, 0, 3),
     SaslAuthenticateRequest.API_KEY: (SaslAuthenticateRequest, 0, 1),

@@ -41,7 +41,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.kafka import brokers
+from raylog.kafka import brokers, group_offsets
 from raylog.kafka.frames import (
     SUPPORTED,
     UNSUPPORTED_VERSION,
@@ -58,6 +58,7 @@ from raylog.storage.decoding import decode_messages
 log = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
@@ -110,7 +111,10 @@ class Backend:
     this listener's own registry entry."""
 
     def __init__(self, metadata, verifier, entry: dict):
+        from raylog.groups.offsets import OffsetStore
+
         self.metadata = metadata
+        self.offsets = OffsetStore(metadata.zk, metadata.settings.cluster)
         self.settings = metadata.settings
         self.verifier = verifier
         self.entry = entry
@@ -402,7 +406,22 @@ class Session:
         return timestamp, offset
 
 
+def _find_coordinator(session, body, version):
+    return group_offsets.find_coordinator(body, version, session.backend.entry)
+
+
+def _offset_commit(session, body, version):
+    return group_offsets.offset_commit(body, version, session.backend.offsets, session.backend.metadata.registry)
+
+
+def _offset_fetch(session, body, version):
+    return group_offsets.offset_fetch(body, version, session.backend.offsets)
+
+
 _HANDLERS = {
+    OFFSET_COMMIT: _offset_commit,
+    OFFSET_FETCH: _offset_fetch,
+    FIND_COORDINATOR: _find_coordinator,
     PRODUCE: Session._produce,
     FETCH: Session._fetch,
     LIST_OFFSETS: Session._list_offsets,
