@@ -56,7 +56,6 @@ import time
 from crc32c import crc32c
 from kafka.errors import CorruptRecordError, UnsupportedCodecError
 from kafka.record.default_records import DefaultRecordBatch
-from kafka.record.util import encode_varint
 
 from raylog.storage.compression import codec_id
 from raylog.storage.message import encode_message_set
@@ -148,6 +147,23 @@ def to_message_set(data: bytes) -> tuple[bytes, int]:
     return b"".join(parts), count
 
 
+def _varint(value: int) -> bytes:
+    """Kafka's zigzag varint (varlong) of ``value``."""
+    z = (value << 1) ^ (value >> 63)
+    if z < 0x80:
+        return _SMALL_VARINTS[z]
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [bytes([z]) for z in range(0x80)]
+_NULL = _varint(-1)
+
+
 def encode_batch(records, end: int) -> bytes:
     """One Kafka batch (the layout in the module docstring) of raylog
     ``records`` ``(offset, timestamp_ms, key, value)``, offsets increasing;
@@ -155,23 +171,23 @@ def encode_batch(records, end: int) -> bytes:
     base = records[0][0]
     first_ts = records[0][1]
     max_ts = first_ts
-    body = bytearray()
+    parts = []
+    append = parts.append
+    varint = _varint
     for offset, ts, key, value in records:
         if ts > max_ts:
             max_ts = ts
-        rec = bytearray(b"\x00")
-        encode_varint(ts - first_ts, rec.append)
-        encode_varint(offset - base, rec.append)
-        if key is None:
-            rec.append(1)  # varint -1
-        else:
-            encode_varint(len(key), rec.append)
-            rec += key
-        encode_varint(len(value), rec.append)
-        rec += value
-        rec.append(0)  # no headers
-        encode_varint(len(rec), body.append)
-        body += rec
+        head = b"\x00" + varint(ts - first_ts) + varint(offset - base)
+        key_part = _NULL if key is None else varint(len(key)) + key
+        value_head = varint(len(value))
+        size = len(head) + len(key_part) + len(value_head) + len(value) + 1
+        append(varint(size))
+        append(head)
+        append(key_part)
+        append(value_head)
+        append(value)
+        append(b"\x00")  # no headers
+    body = b"".join(parts)
     tail = _HEADER_TAIL.pack(-1, 2, 0, 0, end - 1 - base, first_ts, max_ts, -1, -1, -1, len(records))
     out = bytearray(_PREFIX.pack(base, _HEADER_SIZE - _PREFIX.size + len(body)))
     out += tail

@@ -84,3 +84,18 @@ def test_a_fetched_batch_reads_back_and_points_past_the_last_message():
     # the client continues at the next message's offset, not inside the last one
     assert batch.next_offset == 100 + consumed
     assert batch.base_offset == 100 and batch.max_timestamp == 6
+
+
+def test_random_records_read_back_through_kafka_python():
+    import random
+
+    rng = random.Random(10)
+    records, offset = [], 10**9
+    for _ in range(300):
+        offset += rng.randrange(1, 400)
+        key = None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 300))
+        records.append((offset, rng.randrange(-2**40, 2**41), key, rng.randbytes(rng.randrange(0, 2000))))
+    batch = DefaultRecordBatch(encode_batch(records, offset + 50))
+    assert batch.validate_crc()
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in batch] == records
+    assert batch.next_offset == offset + 50
