@@ -3,7 +3,8 @@ partition actors (the caller passes the pinning options; see
 :meth:`raylog.Client.start_kafka_listeners`).
 
 The actor (named ``<cluster>/kafka/<node identity>`` in the ``raylog``
-namespace, detached, no CPU) derives the cluster's token itself (it runs
+namespace, detached, no CPU; Ray restarts it if its process dies, and it
+registers again, on a new port unless one was given) derives the cluster's token itself (it runs
 inside Ray, :mod:`raylog.auth`), opens its own ZooKeeper session, serves a
 :class:`~raylog.kafka.listener.KafkaServer` and registers it under
 ``kafka/listeners/<node identity>`` (:mod:`raylog.kafka.brokers`). With a
@@ -74,7 +75,7 @@ def start_listener(settings, identity: str, host: str | None, port: int, options
     import ray  # heavy (Ray): imported when used
 
     return (
-        ray.remote(num_cpus=0, max_concurrency=4)(KafkaListenerActor)
+        ray.remote(num_cpus=0, max_concurrency=4, max_restarts=-1)(KafkaListenerActor)
         .options(name=listener_name(settings.cluster, identity), namespace=NAMESPACE, lifetime="detached",
                  get_if_exists=True, **options)
         .remote(settings.zookeeper, settings.cluster, identity, host, port)
