@@ -6,7 +6,9 @@ handshake then SaslAuthenticate with SCRAM-SHA-256; until then every API
 but ApiVersions, SaslHandshake and SaslAuthenticate closes the connection,
 as a Kafka broker does), and serves Produce, Fetch, ListOffsets and
 Metadata by forwarding to each partition's data endpoint through raylog's
-own data channel (:class:`raylog.transfer.connection.BrokerConnection`).
+own data channel (:class:`raylog.transfer.connection.BrokerConnection`);
+FindCoordinator, OffsetCommit and OffsetFetch through
+:mod:`raylog.kafka.group_offsets`.
 
 Offsets (docs/design.md section 10): a Kafka offset is the raylog offset.
 A fetch from an offset inside a compressed wrapper returns the wrapper's
