@@ -98,11 +98,16 @@ def stop_listener(cluster: str, identity: str, timeout_s: float = 10.0) -> bool:
     return True
 
 
-def kafka_config(zk, paths, cluster: str, token: bytes | None) -> dict:
-    """The settings a Kafka client needs (librdkafka's names)."""
+def kafka_config(zk, paths, cluster: str, token: bytes | None, wait_s: float = 10.0) -> dict:
+    """The settings a Kafka client needs (librdkafka's names). Waits up to
+    ``wait_s`` for a listener to be registered (one restarting)."""
     from raylog.errors import BrokerUnavailableError
+    from raylog.retry import RetryPolicy
 
+    backoff = RetryPolicy.until(wait_s, delay_s=0.1, max_delay_s=0.5, jitter=0.0).start()
     found = brokers.listeners(zk, paths)
+    while not found and backoff.wait():
+        found = brokers.listeners(zk, paths)
     if not found:
         raise BrokerUnavailableError(
             f"cluster {cluster!r} has no Kafka listener running; start them with client.start_kafka_listeners()")

@@ -133,10 +133,15 @@ def test_a_wrong_token_fails_authentication(raylog_client, config):
     topic = _topic(raylog_client)
     bad = {**config, "sasl.password": "0" * 64}
     errors = []
-    producer = confluent_kafka.Producer({**bad, "error_cb": errors.append, "message.timeout.ms": 5000})
+    producer = confluent_kafka.Producer({**bad, "error_cb": errors.append})
     producer.produce(topic, b"never", partition=0)
-    producer.flush(10)
+    deadline = time.monotonic() + WAIT_S
+    while not any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors) \
+            and time.monotonic() < deadline:
+        producer.poll(0.2)
+    producer.purge()
     assert any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors), errors
+    assert any("SCRAM-SHA-256 authentication failed" in e.str() for e in errors), errors
     # nothing was stored
     assert raylog_client.offsets(topic, 0) == (0, 0)
     # and without any credentials nothing but ApiVersions and SASL is served
