@@ -27,7 +27,7 @@ from raylog.actors.supervisor import stop_supervisor
 from raylog.audit import AUDIT_TOPIC, audit_report
 from raylog.config import EARLIEST, TopicConfig
 from raylog.consumer import Consumer
-from raylog.errors import ClosedError, RequestTimeoutError, TopicExistsError
+from raylog.errors import ClosedError, RaylogError, RequestTimeoutError, TopicExistsError
 from raylog.metadata import OPEN_CLIENTS, ConnectionSettings, Metadata, current_client
 from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
@@ -140,6 +140,7 @@ class Client:
         self._closed = False
         self._actors: list = []  # producer actors to stop with an embedded client
         self._actor_deadlines: list[float] = []  # their delivery deadlines, seconds
+        self._kafka_nodes: list[str] = []  # nodes whose Kafka listener this client started
         _OPEN_CLIENTS.append(self)
 
     # -- producers and consumers ---------------------------------------------
@@ -249,6 +250,40 @@ class Client:
         (with ``wait``, once it answers, or a retriable :class:`RaylogError`
         after ``timeout_s``)."""
         return self._topic_admin.start_supervisor(interval_s, wait, timeout_s)
+
+    def start_kafka_listeners(self, host: str | None = None, port: int = 0, timeout_s: float = 60.0) -> list[dict]:
+        """Start a Kafka protocol listener on every disk node unless one
+        runs (:mod:`raylog.kafka`; docs/design.md section 10), each pinned
+        to its node, on ``host`` (default: the client's ``data_host``, else
+        the node's address) and ``port`` (0: a free one). Returns each
+        listener's ``{"host", "port", "broker_id", "node"}``; a Kafka
+        client takes :meth:`kafka_config`. Joins the Ray cluster."""
+        import ray  # heavy, lazy on purpose
+
+        from raylog.actors.placement import disk_nodes, scheduling_options
+        from raylog.kafka.service import start_listener
+
+        self._check_open()
+        nodes = ray.nodes()
+        handles = [start_listener(self.settings, disk.identity, host or self.data_host, port,
+                                  scheduling_options(disk.identity, nodes)) for disk in disk_nodes(nodes)]
+        ready, _ = ray.wait([h.entry.remote() for h in handles], num_returns=len(handles), timeout=timeout_s)
+        if len(ready) < len(handles):
+            raise RaylogError(f"{len(handles) - len(ready)} Kafka listener(s) did not start within {timeout_s:g} s",
+                              retriable=True)
+        entries = ray.get(ready)
+        self._kafka_nodes.extend(e["node"] for e in entries if e["node"] not in self._kafka_nodes)
+        return entries
+
+    def kafka_config(self) -> dict:
+        """What a Kafka client needs to reach this cluster's listeners:
+        ``bootstrap.servers``, ``security.protocol`` and, for a cluster with a
+        token, ``sasl.mechanisms`` (SCRAM-SHA-256), ``sasl.username`` (the
+        cluster's name) and ``sasl.password`` (its token), so that
+        ``confluent_kafka.Producer(client.kafka_config())`` works as it is."""
+        from raylog.kafka.service import kafka_config
+
+        return kafka_config(self._zk, self.registry.paths, self.settings.cluster, self.settings.token)
 
     def reassign_partition(self, topic: str, partition: int, replicas: list[str], timeout_s: float = 120.0):
         """Move the replicas of ``topic``-``partition`` to the disk nodes
@@ -511,6 +546,7 @@ class Client:
         self._close_producer_actors()
         for child in reversed(others):
             self._close_child(child)
+        self._stop_kafka_listeners()
         if self._owns_ray:
             try:
                 stop_supervisor(self.settings.cluster)  # first: it would serve them again
@@ -527,6 +563,19 @@ class Client:
             ray.shutdown()
         if self._owned_data_dir is not None:
             shutil.rmtree(self._owned_data_dir, ignore_errors=True)
+
+    def _stop_kafka_listeners(self) -> None:
+        """The Kafka listeners this client started stop with it."""
+        if not self._kafka_nodes:
+            return
+        from raylog.kafka.service import stop_listener
+
+        for node in self._kafka_nodes:
+            try:
+                stop_listener(self.settings.cluster, node)
+            except Exception as err:  # noqa: BLE001
+                logger.warning("stopping the Kafka listener of %s failed: %s", node, err)
+        self._kafka_nodes = []
 
     @staticmethod
     def _close_child(child) -> None:

@@ -59,6 +59,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/test_readme_examples.py::test_the_streaming_ray_data_example_runs_as_written",
     ("README.md", "Mirroring between clusters", 0):
         "tests/mirror/test_cli_mirror.py::test_the_readme_mirroring_example_runs_as_written",
+    ("README.md", "Kafka clients", 0):
+        "tests/test_readme_examples.py::test_the_kafka_clients_example_runs_as_written",
     ("docs/howto/mirroring.md", "Mirroring between clusters", 0):
         NOT_RUN + "addresses of two real clusters; tests/mirror/test_cli_mirror.py runs the same commands",
     ("docs/howto/replication.md", "Replication", 0):

@@ -164,3 +164,15 @@ def test_the_streaming_ray_data_example_runs_as_written(raylog_client, capsys):
     assert re.fullmatch(r"30 rows written; batches: [1-9]\d*", last), last
     committed = offset_store(raylog_client.metadata).committed_all("events-to-parquet")
     assert committed == {("events", p): end for p, end in raylog_client.end_offsets("events").items()}
+
+
+def test_the_kafka_clients_example_runs_as_written(tmp_path):
+    """librdkafka produces through the Kafka listener and reads back, in a
+    cluster of the example's own."""
+    proc = run_example(readme_block("## Kafka clients"), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "b'user-42' b'/'", "b'user-42' b'/cart'", "b'user-42' b'/pay'"], proc.stdout
+    offsets = [int(line.split(" ", 1)[0]) for line in lines]
+    assert offsets == sorted(set(offsets))

@@ -17,6 +17,9 @@ path                                                    kind        content
 ``consumers/<group>/offsets/<topic>/<p>``               persistent  the next byte offset to consume (ASCII)
 ``schemas/<id>``                                        persistent  an Avro schema (JSON); sequential ids
 ``schemas-by-hash/<sha256>``                            persistent  the id of the schema of that canonical form
+``kafka/listeners/<node>``                              ephemeral   JSON ``{"host", "port", "broker_id",
+                                                                    "node"}``: the Kafka listener of a disk
+                                                                    node (:mod:`raylog.kafka`)
 ``tombstones/<id>``                                     persistent  JSON ``{"topic", "partition", "node",
                                                                     "log_dir", "deleted_ms"}``: a deleted
                                                                     partition's log still to remove
@@ -70,6 +73,14 @@ class Paths:
 
     def replica(self, topic: str, partition: int, node: str) -> str:
         return f"{self.root}/topics/{topic}/partitions/{partition}/replicas/{node}"
+
+    # the Kafka protocol listeners (docs/design.md section 10)
+    @property
+    def kafka_listeners(self) -> str:
+        return f"{self.root}/kafka/listeners"
+
+    def kafka_listener(self, node: str) -> str:
+        return f"{self.root}/kafka/listeners/{node}"
 
     # consumer groups
     @property

@@ -1,0 +1,28 @@
+"""The Kafka protocol front door (docs/design.md section 10).
+
+A listener per disk node speaks the Kafka wire protocol so that Kafka
+clients in any language produce to and fetch from raylog topics:
+
+* :mod:`raylog.kafka.frames` -- request frames in, response frames out; the
+  APIs and versions served;
+* :mod:`raylog.kafka.records` -- Kafka record batches to raylog message sets
+  and back;
+* :mod:`raylog.kafka.sasl` -- SCRAM-SHA-256 (user: the cluster, secret: its token);
+* :mod:`raylog.kafka.handlers` -- the API handlers of one connection;
+* :mod:`raylog.kafka.group_offsets` -- FindCoordinator, OffsetCommit and
+  OffsetFetch on raylog's group offsets;
+* :mod:`raylog.kafka.brokers` -- the listeners' registry in ZooKeeper and
+  which listener Metadata names for a partition;
+* :mod:`raylog.kafka.listener` -- the socket server;
+* :mod:`raylog.kafka.service` -- the listener actor.
+
+Served: ApiVersions 0-3, Metadata 1-8, Produce 3-8, Fetch 4-11,
+ListOffsets 1-5, OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2,
+SaslHandshake 1, SaslAuthenticate 0-1 (:data:`raylog.kafka.frames.SUPPORTED`).
+Not yet: JoinGroup/SyncGroup/Heartbeat/LeaveGroup (Kafka-protocol group
+membership), InitProducerId (idempotent and transactional producers),
+CreateTopics/DeleteTopics/DescribeConfigs, record headers, snappy.
+
+Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
+a Kafka client :meth:`raylog.Client.kafka_config`.
+"""

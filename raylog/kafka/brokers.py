@@ -1,0 +1,102 @@
+"""Where the Kafka listeners are, and which one a partition's leader is on.
+
+Each listener registers an ephemeral node ``kafka/listeners/<node identity>``
+under the cluster's root (``/raylog/<cluster>``; :meth:`raylog.zk.paths.Paths.kafka_listener`)
+holding JSON ``{"host", "port", "broker_id", "node"}``. The Kafka broker id
+of a node is :func:`broker_id` of its stable identity
+(:mod:`raylog.actors.placement`), so it survives restarts.
+
+Metadata answers name, for each partition, the listener on the node of its
+leader: the replication state's ``leader`` when the partition is replicated,
+else its placement's node. Any listener can serve any partition (it
+forwards to the partition's data endpoint), so a node without a listener
+falls back to the listener on the partition endpoint's host, then to any.
+
+Thread-safety: the functions keep no state; kazoo clients are thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+
+def broker_id(identity: str) -> int:
+    """The Kafka broker id of the node ``identity`` (CRC32 of its name, 31 bits)."""
+    return zlib.crc32(identity.encode("utf-8")) & 0x7FFFFFFF
+
+
+def register(zk, paths, identity: str, host: str, port: int) -> dict:
+    """Publish this node's listener (ephemeral: it goes with the session)."""
+    entry = {"host": host, "port": port, "broker_id": broker_id(identity), "node": identity}
+    path = paths.kafka_listener(identity)
+    data = json.dumps(entry).encode()
+    try:
+        zk.create(path, data, ephemeral=True, makepath=True)
+    except NodeExistsError:  # a previous listener's session not expired yet: replace it
+        zk.delete(path)
+        zk.create(path, data, ephemeral=True, makepath=True)
+    return entry
+
+
+def unregister(zk, paths, identity: str) -> None:
+    try:
+        zk.delete(paths.kafka_listener(identity))
+    except NoNodeError:
+        pass
+
+
+def listeners(zk, paths) -> dict[str, dict]:
+    """``{node identity: {"host", "port", "broker_id", "node"}}`` of the live listeners."""
+    found = {}
+    try:
+        names = zk.get_children(paths.kafka_listeners)
+    except NoNodeError:
+        return found
+    for name in sorted(names):
+        try:
+            data, _ = zk.get(paths.kafka_listener(name))
+        except NoNodeError:
+            continue
+        try:
+            entry = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            found[name] = entry
+    return found
+
+
+def leader_node(zk, paths, topic: str, partition: int) -> str | None:
+    """The node identity of the partition's leader, or None if unknown."""
+    for path in (paths.state(topic, partition), paths.partition(topic, partition)):
+        try:
+            data, _ = zk.get(path)
+        except NoNodeError:
+            continue
+        try:
+            value = json.loads(data) if data else None
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            node = value.get("leader") or value.get("node")
+            if isinstance(node, str):
+                return node
+    return None
+
+
+def leader_listener(zk, paths, topic: str, partition: int, found: dict[str, dict],
+                    endpoint: dict | None) -> dict | None:
+    """The listener entry Metadata names as the partition's leader."""
+    if not found:
+        return None
+    node = leader_node(zk, paths, topic, partition)
+    if node in found:
+        return found[node]
+    if endpoint is not None:
+        for entry in found.values():
+            if entry.get("host") == endpoint.get("host"):
+                return entry
+    return next(iter(found.values()))

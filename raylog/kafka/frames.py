@@ -1,0 +1,115 @@
+"""The Kafka wire frames: size-prefixed requests in, responses out.
+
+A request frame is ``size i32`` then ``size`` bytes: the request header
+(api_key i16, api_version i16, correlation_id i32, client_id nullable
+string; plus tagged fields in flexible versions) and the request body. A
+response frame is ``size i32``, the response header (correlation_id i32;
+plus tagged fields in flexible versions, never for ApiVersions) and the
+body. The schemas of headers and bodies are kafka-python's
+(``kafka.protocol``, generated from Kafka's own JSON message definitions);
+this module only bounds, reads and dispatches.
+
+:data:`SUPPORTED` lists the versions the listener serves, and so what
+ApiVersions advertises. A request of another key or version, a frame larger
+than the bound, or a body that does not decode is a :class:`BadFrame`: the
+listener then closes the connection (what a Kafka broker does), except for
+ApiVersions of a newer version, which is answered with UNSUPPORTED_VERSION
+so the client retries with an older one.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+SIZE = struct.Struct(">i")
+#: the largest request frame accepted (a produce of several 1 MiB batches)
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+#: api key -> (request class, lowest and highest version served)
+SUPPORTED = {
+    ProduceRequest.API_KEY: (ProduceRequest, 3, 8),
+    FetchRequest.API_KEY: (FetchRequest, 4, 11),
+    ListOffsetsRequest.API_KEY: (ListOffsetsRequest, 1, 5),
+    MetadataRequest.API_KEY: (MetadataRequest, 1, 8),
+    OffsetCommitRequest.API_KEY: (OffsetCommitRequest, 2, 7),
+    OffsetFetchRequest.API_KEY: (OffsetFetchRequest, 1, 5),
+    FindCoordinatorRequest.API_KEY: (FindCoordinatorRequest, 0, 2),
+    SaslHandshakeRequest.API_KEY: (SaslHandshakeRequest, 1, 1),
+    ApiVersionsRequest.API_KEY: (ApiVersionsRequest, 0, 3),
+    SaslAuthenticateRequest.API_KEY: (SaslAuthenticateRequest, 0, 1),
+}
+
+#: Kafka's error code for an unsupported version
+UNSUPPORTED_VERSION = 35
+_HEAD = struct.Struct(">hhi")
+
+
+class BadFrame(Exception):
+    """A frame the listener does not serve; the connection is closed."""
+
+
+class Request:
+    """One decoded request: ``api_key``, ``version``, ``correlation_id``,
+    ``client_id`` and ``body`` (a kafka-python request object)."""
+
+    __slots__ = ("api_key", "version", "correlation_id", "client_id", "body")
+
+    def __init__(self, api_key, version, correlation_id, client_id, body):
+        self.api_key, self.version, self.correlation_id = api_key, version, correlation_id
+        self.client_id, self.body = client_id, body
+
+
+def check_size(size: int) -> None:
+    if size < _HEAD.size or size > MAX_REQUEST_BYTES:
+        raise BadFrame(f"a request frame of {size} bytes (accepted: {_HEAD.size}..{MAX_REQUEST_BYTES})")
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)`` of a request frame's payload."""
+    if len(frame) < _HEAD.size:
+        raise BadFrame(f"a request of {len(frame)} bytes has no header")
+    return _HEAD.unpack_from(frame)
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode a request frame's payload (without its size field)."""
+    api_key, version, correlation_id = peek_header(frame)
+    entry = SUPPORTED.get(api_key)
+    if entry is None:
+        raise BadFrame(f"api key {api_key} is not served")
+    cls, low, high = entry
+    if not low <= version <= high:
+        raise BadFrame(f"api key {api_key} version {version} is not served (versions {low}..{high})")
+    try:
+        stream = io.BytesIO(frame)
+        header = RequestHeader.decode(stream, flexible=cls.flexible_version_q(version))
+        body = cls.decode(memoryview(frame)[stream.tell():], version=version)
+    except MemoryError:
+        raise BadFrame(f"a request of api key {api_key} claims more memory than its frame holds") from None
+    except Exception as err:  # noqa: BLE001 - any decoding failure is a malformed frame
+        raise BadFrame(f"a malformed request of api key {api_key} version {version}: {type(err).__name__}") from None
+    return Request(api_key, version, correlation_id, header.client_id, body)
+
+
+def encode_response(response, correlation_id: int) -> bytes:
+    """The response frame (size included) of a kafka-python response object."""
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True, framed=True))
+
+
+def api_versions_response(version: int, correlation_id: int, error_code: int = 0) -> bytes:
+    """The ApiVersions answer: every key of :data:`SUPPORTED` with its
+    versions; ``error_code`` UNSUPPORTED_VERSION is encoded as version 0."""
+    if error_code:
+        version = 0
+    keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, (_, low, high) in sorted(SUPPORTED.items())]
+    response = ApiVersionsResponse[version](error_code=error_code, api_keys=keys)
+    return encode_response(response, correlation_id)

@@ -1,0 +1,434 @@
+"""The Kafka API handlers of one client connection.
+
+A :class:`Session` takes request frames (payload without the size field)
+and returns response frames. It authenticates the connection (SASL
+handshake then SaslAuthenticate with SCRAM-SHA-256; until then every API
+but ApiVersions, SaslHandshake and SaslAuthenticate closes the connection,
+as a Kafka broker does), and serves Produce, Fetch, ListOffsets and
+Metadata by forwarding to each partition's data endpoint through raylog's
+own data channel (:class:`raylog.transfer.connection.BrokerConnection`);
+FindCoordinator, OffsetCommit and OffsetFetch through
+:mod:`raylog.kafka.group_offsets`.
+
+Offsets (docs/design.md section 10): a Kafka offset is the raylog offset.
+A fetch from an offset inside a compressed wrapper returns the wrapper's
+records from that offset on; one inside a plain message (which holds no
+record at or after it) starts at the next message.
+
+Thread-safety: a Session is confined to its connection's thread; the
+:class:`Backend` it shares with the other sessions is thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+
+from raylog.errors import (
+    BrokerUnavailableError,
+    CorruptMessageError,
+    DiskFullError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    MessageTooLargeError,
+    NotOwnerError,
+    OffsetOutOfRangeError,
+    RaylogError,
+    RequestTimeoutError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from raylog.kafka import brokers, group_offsets
+from raylog.kafka.frames import (
+    SUPPORTED,
+    UNSUPPORTED_VERSION,
+    BadFrame,
+    api_versions_response,
+    decode_request,
+    encode_response,
+    peek_header,
+)
+from raylog.kafka.records import RecordsRefused, encode_batch, to_message_set
+from raylog.kafka.sasl import MECHANISM, SaslFailed
+from raylog.storage.decoding import decode_messages
+
+log = logging.getLogger(__name__)
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
+_BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
+
+# Kafka error codes
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
+INVALID_REQUIRED_ACKS = 21
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+KAFKA_STORAGE_ERROR = 56
+SASL_AUTHENTICATION_FAILED = 58
+INVALID_RECORD = 87
+UNKNOWN_SERVER_ERROR = -1
+
+#: the longest single long poll on one partition while others wait too
+_POLL_SLICE_MS = 100
+#: how many times a fetch skips past messages holding no record it wants
+_SKIPS = 4
+
+
+def error_code(err: Exception) -> int:
+    """The Kafka error code for a raylog error."""
+    for kind, code in (
+        (OffsetOutOfRangeError, OFFSET_OUT_OF_RANGE),
+        (UnknownTopicError, UNKNOWN_TOPIC_OR_PARTITION),
+        (UnknownPartitionError, UNKNOWN_TOPIC_OR_PARTITION),
+        (NotOwnerError, NOT_LEADER_OR_FOLLOWER),
+        (BrokerUnavailableError, NOT_LEADER_OR_FOLLOWER),
+        (RequestTimeoutError, REQUEST_TIMED_OUT),
+        (MessageTooLargeError, MESSAGE_TOO_LARGE),
+        (CorruptMessageError, CORRUPT_MESSAGE),
+        (InvalidMessageError, INVALID_RECORD),
+        (DiskFullError, KAFKA_STORAGE_ERROR),
+    ):
+        if isinstance(err, kind):
+            return code
+    return UNKNOWN_SERVER_ERROR
+
+
+class Backend:
+    """What every session of one listener shares: the cluster's metadata
+    (:class:`raylog.metadata.Metadata`, thread-safe), its connection
+    settings, the SCRAM verifier (None: no token, no authentication) and
+    this listener's own registry entry."""
+
+    def __init__(self, metadata, verifier, entry: dict):
+        from raylog.groups.offsets import OffsetStore
+
+        self.metadata = metadata
+        self.offsets = OffsetStore(metadata.zk, metadata.settings.cluster)
+        self.settings = metadata.settings
+        self.verifier = verifier
+        self.entry = entry
+
+    @property
+    def zk(self):
+        return self.metadata.zk
+
+    @property
+    def paths(self):
+        return self.metadata.registry.paths
+
+
+class Session:
+    """One client connection's state and handlers (see the module docstring)."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.authenticated = backend.verifier is None
+        self._exchange = None
+        self._connections: dict = {}
+        #: set when the connection must close after the reply is sent
+        self.closing = False
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+
+    # -- dispatch ------------------------------------------------------------
+
+    def handle(self, frame: bytes) -> bytes | None:
+        """The response frame to one request frame, or None (acks=0 produce).
+        Raises :class:`BadFrame` when the connection must close."""
+        api_key, version, correlation_id = peek_header(frame)
+        if api_key == API_VERSIONS:
+            _, low, high = SUPPORTED[API_VERSIONS]
+            if not low <= version <= high:
+                return api_versions_response(0, correlation_id, UNSUPPORTED_VERSION)
+        if not self.authenticated and api_key not in _BEFORE_AUTH:
+            raise BadFrame(f"api key {api_key} before SASL authentication (a client without the cluster's "
+                           f"credentials: use client.kafka_config())")
+        request = decode_request(frame)
+        handler = _HANDLERS[api_key]
+        response = handler(self, request.body, version)
+        if response is None:
+            return None
+        return encode_response(response, correlation_id)
+
+    # -- ApiVersions and SASL ------------------------------------------------
+
+    def _api_versions(self, body, version):
+        from kafka.protocol.metadata import ApiVersionsResponse
+
+        keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
+                for key, (_, low, high) in sorted(SUPPORTED.items())]
+        return ApiVersionsResponse[version](error_code=NONE, api_keys=keys, throttle_time_ms=0)
+
+    def _sasl_handshake(self, body, version):
+        if body.mechanism != MECHANISM or self.backend.verifier is None:
+            offered = [MECHANISM] if self.backend.verifier is not None else []
+            return SaslHandshakeResponse[version](error_code=UNSUPPORTED_SASL_MECHANISM, mechanisms=offered)
+        self._exchange = self.backend.verifier.exchange()
+        return SaslHandshakeResponse[version](error_code=NONE, mechanisms=[MECHANISM])
+
+    def _sasl_authenticate(self, body, version):
+        if self._exchange is None or self.authenticated:
+            self.closing = True
+            return SaslAuthenticateResponse[version](
+                error_code=ILLEGAL_SASL_STATE, error_message="SaslAuthenticate without a SaslHandshake first",
+                auth_bytes=b"")
+        try:
+            answer = self._exchange.step(bytes(body.auth_bytes or b""))
+        except SaslFailed as err:
+            self.closing = True
+            return SaslAuthenticateResponse[version](
+                error_code=SASL_AUTHENTICATION_FAILED,
+                error_message=f"{err}; the user is the cluster's name and the password its token "
+                              f"(client.kafka_config() gives both)",
+                auth_bytes=b"")
+        if self._exchange.done:
+            self.authenticated = True
+        return SaslAuthenticateResponse[version](error_code=NONE, error_message=None, auth_bytes=answer,
+                                                 session_lifetime_ms=0)
+
+    # -- Metadata --------------------------------------------------------------
+
+    def _metadata(self, body, version):
+        backend = self.backend
+        registry = backend.metadata.registry
+        found = brokers.listeners(backend.zk, backend.paths)
+        if backend.entry["node"] not in found:
+            found[backend.entry["node"]] = backend.entry
+        names = registry.list_topics() if body.topics is None else [t.name for t in body.topics]
+        topics = []
+        for name in names:
+            topics.append(self._topic_metadata(name, found))
+        broker_list = [MetadataResponse.MetadataResponseBroker(node_id=e["broker_id"], host=e["host"], port=e["port"],
+                                                               rack=None)
+                       for e in found.values()]
+        return MetadataResponse[version](
+            throttle_time_ms=0, brokers=broker_list, cluster_id=backend.settings.cluster,
+            controller_id=backend.entry["broker_id"], topics=topics)
+
+    def _topic_metadata(self, name, found):
+        backend = self.backend
+        Topic = MetadataResponse.MetadataResponseTopic
+        Partition = Topic.MetadataResponsePartition
+        try:
+            count = backend.metadata.registry.topic_config(name).partitions
+            endpoints = backend.metadata.registry.endpoints(name)
+        except UnknownTopicError:
+            return Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False, partitions=[])
+        except RaylogError as err:
+            log.warning("metadata of topic %s: %s", name, err)
+            return Topic(error_code=LEADER_NOT_AVAILABLE, name=name, is_internal=False, partitions=[])
+        partitions = []
+        for p in range(count):
+            endpoint = endpoints.get(p)
+            entry = brokers.leader_listener(backend.zk, backend.paths, name, p, found, endpoint)
+            if endpoint is None or entry is None:
+                partitions.append(Partition(error_code=LEADER_NOT_AVAILABLE, partition_index=p, leader_id=-1,
+                                            leader_epoch=-1, replica_nodes=[], isr_nodes=[], offline_replicas=[]))
+                continue
+            leader = entry["broker_id"]
+            partitions.append(Partition(error_code=NONE, partition_index=p, leader_id=leader, leader_epoch=-1,
+                                        replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
+        return Topic(error_code=NONE, name=name, is_internal=False, partitions=partitions)
+
+    # -- data ------------------------------------------------------------------
+
+    def _connection(self, topic: str, partition: int):
+        metadata = self.backend.metadata
+        host, port = metadata.endpoint(topic, partition)
+        max_message_bytes = metadata.config(topic).max_message_bytes
+        key = (host, port, max_message_bytes)
+        conn = self._connections.get(key)
+        if conn is None:
+            conn = self._connections[key] = self.backend.settings.broker_connection(
+                host, port, max_message_bytes=max_message_bytes)
+        return conn
+
+    def _forget(self, topic: str, partition: int, err: Exception) -> None:
+        if isinstance(err, (NotOwnerError, BrokerUnavailableError, RequestTimeoutError)):
+            self.backend.metadata.forget(topic, partition)
+
+    def _produce(self, body, version):
+        acks = body.acks
+        Topic = ProduceResponse.TopicProduceResponse
+        Partition = Topic.PartitionProduceResponse
+        topics = []
+        for topic in body.topic_data:
+            partitions = []
+            for data in topic.partition_data:
+                code, base, message = NONE, -1, None
+                if acks not in (0, 1, -1):
+                    code, message = INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), not {acks}"
+                else:
+                    try:
+                        message_set, count = to_message_set(bytes(data.records or b""))
+                        if count:
+                            stored = self._connection(topic.name, data.index).produce(
+                                topic.name, data.index, message_set, acks=acks)
+                            base = -1 if stored is None else stored
+                    except RecordsRefused as err:
+                        code, message = err.code, err.message
+                    except RaylogError as err:
+                        self._forget(topic.name, data.index, err)
+                        code, message = error_code(err), str(err).splitlines()[0]
+                if code != NONE:
+                    log.info("produce to %s-%s refused: %s", topic.name, data.index, message)
+                partitions.append(Partition(index=data.index, error_code=code, base_offset=base,
+                                            log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                                            error_message=message))
+            topics.append(Topic(name=topic.name, partition_responses=partitions))
+        if acks == 0:
+            return None
+        return ProduceResponse[version](responses=topics, throttle_time_ms=0)
+
+    def _read(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int):
+        """``(records bytes, high watermark, log start)`` of one partition from ``offset``."""
+        conn = self._connection(topic, partition)
+        max_message_bytes = self.backend.metadata.config(topic).max_message_bytes
+        start, hw, log_start = offset, -1, -1
+        for _ in range(_SKIPS):
+            try:
+                result = conn.fetch(topic, partition, start, max_bytes, wait_ms)
+            except InvalidOffsetError as err:
+                details = err.details
+                low, high = details.get("message_offset"), details.get("next_offset")
+                if not isinstance(low, int) or not isinstance(high, int):
+                    raise
+                start = low if "wrapper_offset" in details else high
+                wait_ms = 0
+                continue
+            wait_ms = 0
+            hw, log_start = result.high_watermark, result.log_start_offset
+            records, consumed = decode_messages(result.data, result.offset, max_message_bytes=max_message_bytes)
+            if not consumed:
+                return b"", hw, log_start
+            end = result.offset + consumed
+            records = [r for r in records if r[0] >= offset]
+            if records:
+                return encode_batch(records, end), hw, log_start
+            start = end  # a wrapper's tail holding no record at or after offset
+        return b"", hw, log_start
+
+    def _fetch(self, body, version):
+        deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000.0
+        wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+                  for t in body.topics for p in t.partitions]
+        while True:
+            results, total, failed = self._fetch_round(wanted, body.max_bytes)
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if total >= max(1, body.min_bytes) or failed or remaining_ms <= 0 or not wanted:
+                break
+            topic, partition, offset, max_bytes = wanted[0]
+            wait_ms = min(remaining_ms, _POLL_SLICE_MS if len(wanted) > 1 else remaining_ms)
+            try:  # a long poll on the first partition; the next round reads them all
+                self._connection(topic, partition).fetch(topic, partition, offset, 1, wait_ms)
+            except RaylogError:
+                pass
+        Topic = FetchResponse.FetchableTopicResponse
+        Partition = Topic.PartitionData
+        by_topic: dict[str, list] = {}
+        for (topic, partition, _, _), (code, records, hw, start) in zip(wanted, results):
+            by_topic.setdefault(topic, []).append(Partition(
+                partition_index=partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
+                log_start_offset=start, aborted_transactions=[], preferred_read_replica=-1, records=records))
+        return FetchResponse[version](
+            throttle_time_ms=0, error_code=NONE, session_id=0,
+            responses=[Topic(topic=topic, partitions=parts) for topic, parts in by_topic.items()])
+
+    def _fetch_round(self, wanted, response_max_bytes: int):
+        results, total, failed = [], 0, False
+        for topic, partition, offset, max_bytes in wanted:
+            budget = max(1, min(max_bytes, response_max_bytes - total)) if total else max(1, max_bytes)
+            try:
+                records, hw, start = self._read(topic, partition, offset, budget, 0)
+                results.append((NONE, records, hw, start))
+                total += len(records)
+            except OffsetOutOfRangeError as err:
+                failed = True
+                results.append((OFFSET_OUT_OF_RANGE, b"", err.details.get("latest", -1),
+                                err.details.get("earliest", -1)))
+            except RaylogError as err:
+                failed = True
+                self._forget(topic, partition, err)
+                results.append((error_code(err), b"", -1, -1))
+        return results, total, failed
+
+    def _list_offsets(self, body, version):
+        Topic = ListOffsetsResponse.ListOffsetsTopicResponse
+        Partition = Topic.ListOffsetsPartitionResponse
+        topics = []
+        for topic in body.topics:
+            partitions = []
+            for p in topic.partitions:
+                code, ts, offset = NONE, -1, -1
+                try:
+                    ts, offset = self._offset_for(topic.name, p.partition_index, p.timestamp)
+                except RaylogError as err:
+                    self._forget(topic.name, p.partition_index, err)
+                    code = error_code(err)
+                partitions.append(Partition(partition_index=p.partition_index, error_code=code, timestamp=ts,
+                                            offset=offset, leader_epoch=-1))
+            topics.append(Topic(name=topic.name, partitions=partitions))
+        return ListOffsetsResponse[version](throttle_time_ms=0, topics=topics)
+
+    def _offset_for(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        """``(timestamp, offset)`` answered for ListOffsets: -1 latest, -2
+        earliest, else the first message at or after ``timestamp``."""
+        conn = self._connection(topic, partition)
+        offsets = conn.offsets(topic, partition)
+        if timestamp == -1:
+            return -1, offsets.high_watermark
+        if timestamp == -2:
+            return -1, offsets.log_start_offset
+        if timestamp < 0:
+            raise InvalidMessageError(f"ListOffsets timestamp {timestamp} is not served (-1, -2 or a time)")
+        offset = conn.offset_for_time(topic, partition, timestamp)
+        if offset >= offsets.high_watermark:
+            return -1, -1
+        result = conn.fetch(topic, partition, offset, 1, 0, inside_wrapper=True)
+        records, _ = decode_messages(result.data, result.offset)
+        for found_offset, found_ts, _, _ in records:
+            if found_offset >= offset and found_ts >= timestamp:
+                return found_ts, found_offset
+        return timestamp, offset
+
+
+def _find_coordinator(session, body, version):
+    return group_offsets.find_coordinator(body, version, session.backend.entry)
+
+
+def _offset_commit(session, body, version):
+    return group_offsets.offset_commit(body, version, session.backend.offsets, session.backend.metadata.registry)
+
+
+def _offset_fetch(session, body, version):
+    return group_offsets.offset_fetch(body, version, session.backend.offsets)
+
+
+_HANDLERS = {
+    OFFSET_COMMIT: _offset_commit,
+    OFFSET_FETCH: _offset_fetch,
+    FIND_COORDINATOR: _find_coordinator,
+    PRODUCE: Session._produce,
+    FETCH: Session._fetch,
+    LIST_OFFSETS: Session._list_offsets,
+    METADATA: Session._metadata,
+    SASL_HANDSHAKE: Session._sasl_handshake,
+    API_VERSIONS: Session._api_versions,
+    SASL_AUTHENTICATE: Session._sasl_authenticate,
+}

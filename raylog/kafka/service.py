@@ -1,0 +1,124 @@
+"""The Kafka listener actor: one per disk node, pinned there like the
+partition actors (the caller passes the pinning options; see
+:meth:`raylog.Client.start_kafka_listeners`).
+
+The actor (named ``<cluster>/kafka/<node identity>`` in the ``raylog``
+namespace, detached, no CPU; Ray restarts it if its process dies, and it
+registers again, on a new port unless one was given) derives the cluster's token itself (it runs
+inside Ray, :mod:`raylog.auth`), opens its own ZooKeeper session, serves a
+:class:`~raylog.kafka.listener.KafkaServer` and registers it under
+``kafka/listeners/<node identity>`` (:mod:`raylog.kafka.brokers`). With a
+token, clients authenticate with SCRAM-SHA-256 (user: the cluster's name,
+password: the token); without one (a cluster opened on purpose) they need
+not.
+
+Thread-safety: the actor's methods only read what ``__init__`` built,
+except :meth:`KafkaListenerActor.stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from raylog.config import NAMESPACE
+from raylog.kafka import brokers
+from raylog.kafka.handlers import Backend
+from raylog.kafka.listener import KafkaServer
+from raylog.kafka.sasl import ScramVerifier
+
+log = logging.getLogger(__name__)
+
+
+def listener_name(cluster: str, identity: str) -> str:
+    return f"{cluster}/kafka/{identity}"
+
+
+class KafkaListenerActor:
+    """Serves the Kafka protocol on ``host:port`` of its node (``port`` 0:
+    a free one; ``host`` None: the node's address)."""
+
+    def __init__(self, zookeeper: str, cluster: str, identity: str, host: str | None = None, port: int = 0):
+        from raylog.metadata import ConnectionSettings, Metadata
+
+        if host is None:
+            import ray  # heavy (Ray): imported when used
+
+            host = ray.util.get_node_ip_address()
+        settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster)
+        self._metadata = Metadata.connect(settings)
+        verifier = ScramVerifier(cluster, settings.token) if settings.token is not None else None
+        backend = Backend(self._metadata, verifier, None)
+        self._server = KafkaServer(backend, host, port)
+        self.identity = identity
+        backend.entry = brokers.register(self._metadata.zk, self._metadata.registry.paths, identity, host,
+                                         self._server.port)
+        self._entry = backend.entry
+        log.info("Kafka listener of %s on %s:%s", identity, host, self._server.port)
+
+    def entry(self) -> dict:
+        """``{"host", "port", "broker_id", "node"}`` as registered."""
+        return dict(self._entry)
+
+    def stats(self) -> dict:
+        return {"connections": self._server.connections, **self._entry}
+
+    def stop(self) -> None:
+        self._server.close()
+        try:
+            brokers.unregister(self._metadata.zk, self._metadata.registry.paths, self.identity)
+        finally:
+            self._metadata.close()
+
+
+def start_listener(settings, identity: str, host: str | None, port: int, options: dict):
+    """Start (or find) the listener actor of node ``identity``; returns its handle."""
+    import ray  # heavy (Ray): imported when used
+
+    return (
+        ray.remote(num_cpus=0, max_concurrency=4, max_restarts=-1)(KafkaListenerActor)
+        .options(name=listener_name(settings.cluster, identity), namespace=NAMESPACE, lifetime="detached",
+                 get_if_exists=True, **options)
+        .remote(settings.zookeeper, settings.cluster, identity, host, port)
+    )
+
+
+def stop_listener(cluster: str, identity: str, timeout_s: float = 10.0) -> bool:
+    """Stop the listener of node ``identity`` (True if one ran)."""
+    import ray  # heavy (Ray): imported when used
+
+    try:
+        actor = ray.get_actor(listener_name(cluster, identity), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    try:
+        ray.get(actor.stop.remote(), timeout=timeout_s)
+    except Exception as err:  # noqa: BLE001 - it is killed just below anyway
+        log.warning("stopping the Kafka listener of %s: %s", identity, err)
+    ray.kill(actor, no_restart=True)
+    return True
+
+
+def kafka_config(zk, paths, cluster: str, token: bytes | None, wait_s: float = 10.0) -> dict:
+    """The settings a Kafka client needs (librdkafka's names). Waits up to
+    ``wait_s`` for a listener to be registered (one restarting)."""
+    from raylog.errors import BrokerUnavailableError
+    from raylog.retry import RetryPolicy
+
+    backoff = RetryPolicy.until(wait_s, delay_s=0.1, max_delay_s=0.5, jitter=0.0).start()
+    found = brokers.listeners(zk, paths)
+    while not found and backoff.wait():
+        found = brokers.listeners(zk, paths)
+    if not found:
+        raise BrokerUnavailableError(
+            f"cluster {cluster!r} has no Kafka listener running; start them with client.start_kafka_listeners()")
+    config = {"bootstrap.servers": ",".join(f"{e['host']}:{e['port']}" for e in found.values())}
+    if token is None:
+        config["security.protocol"] = "PLAINTEXT"
+        return config
+    config.update({
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "SCRAM-SHA-256",
+        "sasl.username": cluster,
+        "sasl.password": token.decode("ascii"),
+    })
+    return config

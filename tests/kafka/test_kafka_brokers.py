@@ -1,0 +1,47 @@
+"""The listeners' registry in ZooKeeper (real ZooKeeper, no Ray)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from raylog.errors import BrokerUnavailableError
+from raylog.kafka import brokers
+from raylog.kafka.service import kafka_config
+from raylog.zk.paths import Paths
+
+
+def test_register_list_replace_and_unregister(zk, make_zk, cluster_name):
+    paths = Paths(cluster_name)
+    other = make_zk()
+    first = brokers.register(other, paths, "disk-a", "10.0.0.1", 9092)
+    assert first["broker_id"] == brokers.broker_id("disk-a") and 0 <= first["broker_id"] < 2**31
+    assert zk.exists(f"/raylog/{cluster_name}/kafka/listeners/disk-a")
+    # a restarted listener (another session) replaces the node of the one before
+    again = brokers.register(zk, paths, "disk-a", "10.0.0.1", 9093)
+    brokers.register(zk, paths, "disk-b", "10.0.0.2", 9092)
+    other.stop()
+    other.close()  # the old session's end leaves the new node alone
+    assert brokers.listeners(zk, paths) == {"disk-a": again, "disk-b": brokers.listeners(zk, paths)["disk-b"]}
+    brokers.unregister(zk, paths, "disk-b")
+    assert list(brokers.listeners(zk, paths)) == ["disk-a"]
+
+
+def test_the_leader_listener_follows_the_replication_state_then_the_placement(zk, cluster_name):
+    paths = Paths(cluster_name)
+    found = {"a": {"node": "a", "host": "h1"}, "b": {"node": "b", "host": "h2"}}
+    zk.create(paths.partition("t", 0), json.dumps({"node": "a", "log_dir": "/d"}).encode(), makepath=True)
+    assert brokers.leader_listener(zk, paths, "t", 0, found, None)["node"] == "a"
+    zk.create(paths.state("t", 0), json.dumps({"leader": "b"}).encode())
+    assert brokers.leader_listener(zk, paths, "t", 0, found, None)["node"] == "b"
+    # a node without a listener: the one on the endpoint's host
+    assert brokers.leader_listener(zk, paths, "u", 0, found, {"host": "h2"})["node"] == "b"
+
+
+def test_kafka_config_without_listeners_is_a_clear_error(zk, cluster_name):
+    with pytest.raises(BrokerUnavailableError, match="start_kafka_listeners"):
+        kafka_config(zk, Paths(cluster_name), cluster_name, b"t" * 64, wait_s=0.2)
+    brokers.register(zk, Paths(cluster_name), "disk-a", "127.0.0.1", 9092)
+    assert kafka_config(zk, Paths(cluster_name), cluster_name, None) == {
+        "bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}

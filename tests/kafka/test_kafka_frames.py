@@ -1,0 +1,54 @@
+"""Request frames: what is served, what closes the connection (pure)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest
+
+from raylog.kafka.frames import (
+    MAX_REQUEST_BYTES,
+    SUPPORTED,
+    BadFrame,
+    api_versions_response,
+    check_size,
+    decode_request,
+)
+
+
+def test_api_versions_lists_what_is_served():
+    payload = api_versions_response(3, 9)[4:]
+    answer = ApiVersionsResponse.decode(payload[4:], version=3)
+    assert struct.unpack_from(">i", payload)[0] == 9
+    assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys} == {
+        0: (3, 8), 1: (4, 11), 2: (1, 5), 3: (1, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2), 17: (1, 1), 18: (0, 3), 36: (0, 1)}
+    assert set(SUPPORTED) == {0, 1, 2, 3, 8, 9, 10, 17, 18, 36}
+
+
+def test_a_served_request_decodes():
+    request = MetadataRequest[8](topics=[MetadataRequest.MetadataRequestTopic(name="t")], allow_auto_topic_creation=False,
+                                 include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+    request.with_header(correlation_id=4, client_id="c")
+    decoded = decode_request(bytes(request.encode(header=True)))
+    assert (decoded.api_key, decoded.version, decoded.correlation_id) == (3, 8, 4)
+    assert [t.name for t in decoded.body.topics] == ["t"]
+
+
+@pytest.mark.parametrize("payload", [
+    b"",
+    b"\x00\x03",
+    struct.pack(">hhih", 99, 0, 1, -1),          # not served
+    struct.pack(">hhih", 3, 0, 1, -1),           # Metadata v0: not served
+    struct.pack(">hhih", 3, 1, 1, -1) + struct.pack(">i", 2**31 - 1),  # an array larger than the frame
+    struct.pack(">hhih", 0, 3, 1, 50) + b"x",    # a client id longer than the frame
+])
+def test_a_malformed_or_unserved_request_is_a_bad_frame(payload):
+    with pytest.raises(BadFrame):
+        decode_request(payload)
+
+
+@pytest.mark.parametrize("size", [-1, 0, 7, MAX_REQUEST_BYTES + 1, 2**31 - 1])
+def test_sizes_outside_the_bounds_are_refused_before_reading(size):
+    with pytest.raises(BadFrame):
+        check_size(size)

@@ -1,0 +1,166 @@
+"""The API handlers over a real listener: long polls (max wait, min bytes),
+ListOffsets (earliest, latest, by time), acks=0, what is refused (headers,
+snappy, idempotent producers) with nothing stored, and Metadata."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from kafka_raw import RawKafka
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse  # noqa: E402
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse  # noqa: E402
+from kafka.record.default_records import DefaultRecordBatch  # noqa: E402
+
+WAIT_S = 60.0
+
+
+def _topic(raylog_client, partitions: int = 1) -> str:
+    name = f"k-{uuid.uuid4().hex[:12]}"
+    raylog_client.create_topic(name, partitions=partitions)
+    return name
+
+
+def _fetch(raw: RawKafka, topic: str, offset: int, *, max_wait_ms: int, min_bytes: int, version: int = 11):
+    FetchTopic = FetchRequest.FetchTopic
+    request = FetchRequest[version](
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+        topics=[FetchTopic(topic=topic, partitions=[FetchTopic.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
+            partition_max_bytes=1 << 20)])])
+    answer = raw.request(request, FetchResponse)
+    part = answer.responses[0].partitions[0]
+    records = []
+    data = bytes(part.records or b"")
+    pos = 0
+    while pos < len(data):
+        batch = DefaultRecordBatch(data[pos:])
+        records.extend((r.offset, r.value) for r in batch)
+        pos += batch.size_in_bytes
+    return part, records
+
+
+def test_a_long_poll_waits_for_data_and_returns_it(raylog_client, kafka_config):
+    topic = _topic(raylog_client)
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        # nothing there: the poll ends empty (after at most its max wait)
+        part, records = _fetch(raw, topic, 0, max_wait_ms=200, min_bytes=1)
+        assert part.error_code == 0 and records == [] and part.high_watermark == 0
+        # a poll waiting up to a minute gets the record produced meanwhile
+        with raylog_client.producer() as producer:
+            timer = threading.Timer(0.5, lambda: producer.send(topic, b"late", partition=0).result(WAIT_S))
+            timer.start()
+            part, records = _fetch(raw, topic, 0, max_wait_ms=int(WAIT_S * 1000), min_bytes=1)
+            timer.join()
+        assert records == [(0, b"late")]
+        # min bytes larger than what there is: the poll waits for more until its max wait
+        part, records = _fetch(raw, topic, 0, max_wait_ms=300, min_bytes=1 << 20)
+        assert records == [(0, b"late")] and part.high_watermark > 0
+
+
+def test_list_offsets_earliest_latest_and_by_time(raylog_client, kafka_config):
+    topic = _topic(raylog_client)
+    with raylog_client.producer() as producer:
+        for i, ts in enumerate([1_000, 2_000, 3_000]):
+            producer.send(topic, f"v{i}".encode(), partition=0, timestamp_ms=ts)
+        producer.flush(WAIT_S)
+    consumer = raylog_client.consumer([topic], group=f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
+    got = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < 3 and time.monotonic() < deadline:
+        got.extend(consumer.poll(timeout_ms=1000))
+    consumer.close()
+    offsets = [m.offset for m in got]
+    end = raylog_client.offsets(topic, 0)[1]
+    Topic = ListOffsetsRequest.ListOffsetsTopic
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        for version in (1, 5):
+            request = ListOffsetsRequest[version](replica_id=-1, isolation_level=0, topics=[Topic(
+                name=topic, partitions=[Topic.ListOffsetsPartition(partition_index=0, timestamp=ts, current_leader_epoch=-1)
+                                        for ts in (-2, -1, 1_500, 3_000, 9_000)])])
+            answer = raw.request(request, ListOffsetsResponse)
+            found = [(p.error_code, p.offset, p.timestamp) for p in answer.topics[0].partitions]
+            assert found == [(0, 0, -1), (0, end, -1), (0, offsets[1], 2_000), (0, offsets[2], 3_000), (0, -1, -1)]
+    # a Kafka client's offsets_for_times
+    from kafka import KafkaConsumer, TopicPartition
+
+    kp = KafkaConsumer(bootstrap_servers=kafka_config["bootstrap.servers"].split(","), security_protocol="SASL_PLAINTEXT",
+                       sasl_mechanism="SCRAM-SHA-256", sasl_plain_username=kafka_config["sasl.username"],
+                       sasl_plain_password=kafka_config["sasl.password"], group_id=None, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, 0)
+        assert kp.offsets_for_times({tp: 2_500})[tp].offset == offsets[2]
+    finally:
+        kp.close()
+
+
+def test_acks_zero_is_stored_without_an_answer(raylog_client, kafka_config):
+    topic = _topic(raylog_client)
+    producer = confluent_kafka.Producer({**kafka_config, "acks": 0, "linger.ms": 5})
+    for i in range(50):
+        producer.produce(topic, f"z{i}".encode(), partition=0)
+    assert producer.flush(WAIT_S) == 0
+    consumer = raylog_client.consumer([topic], group=f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
+    got = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < 50 and time.monotonic() < deadline:
+        got.extend(consumer.poll(timeout_ms=1000))
+    consumer.close()
+    assert [m.value for m in got] == [f"z{i}".encode() for i in range(50)]
+
+
+@pytest.mark.parametrize("case", ["headers", "snappy"])
+def test_what_raylog_cannot_store_is_refused_and_nothing_is_stored(raylog_client, kafka_config, case):
+    topic = _topic(raylog_client)
+    reports = []
+    extra = {"message.timeout.ms": 10_000}
+    if case == "snappy":
+        extra["compression.type"] = "snappy"
+    producer = confluent_kafka.Producer({**kafka_config, **extra})
+    value = b"compressible " * 100  # librdkafka sends a set uncompressed when compressing does not shrink it
+    producer.produce(topic, value, partition=0, headers=[("h", b"v")] if case == "headers" else None,
+                     on_delivery=lambda err, msg: reports.append(err))
+    producer.flush(20)
+    assert len(reports) == 1 and reports[0] is not None
+    expected = {"headers": "INVALID_RECORD", "snappy": "UNSUPPORTED_COMPRESSION_TYPE"}[case]
+    assert reports[0].name() == expected, reports[0]
+    assert raylog_client.offsets(topic, 0) == (0, 0)
+
+
+def test_an_idempotent_producer_is_refused_clearly(raylog_client, kafka_config):
+    """InitProducerId is not served (this part of the front door): librdkafka
+    fails with its 'idempotent producer not supported' error and stores nothing."""
+    topic = _topic(raylog_client)
+    producer = confluent_kafka.Producer({**kafka_config, "enable.idempotence": True, "message.timeout.ms": 10_000})
+    with pytest.raises(confluent_kafka.KafkaException, match="Idempotent producer not supported"):
+        producer.produce(topic, b"refused", partition=0)
+        producer.flush(20)
+        producer.poll(1)
+        producer.produce(topic, b"refused", partition=0)
+    assert raylog_client.offsets(topic, 0) == (0, 0)
+
+
+def test_metadata_names_the_listener_of_each_partition_and_unknown_topics(raylog_client, kafka_config, listeners):
+    topic = _topic(raylog_client, partitions=3)
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        Topic = MetadataRequest.MetadataRequestTopic
+        answer = raw.request(MetadataRequest[8](topics=[Topic(name=topic), Topic(name="no-such-topic")],
+                                                allow_auto_topic_creation=True,
+                                                include_cluster_authorized_operations=False,
+                                                include_topic_authorized_operations=False), MetadataResponse)
+    brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
+    assert brokers == {e["broker_id"]: (e["host"], e["port"]) for e in listeners}
+    by_name = {t.name: t for t in answer.topics}
+    assert by_name["no-such-topic"].error_code == 3
+    assert sorted(p.partition_index for p in by_name[topic].partitions) == [0, 1, 2]
+    assert all(p.error_code == 0 and p.leader_id in brokers for p in by_name[topic].partitions)
+    assert "no-such-topic" not in raylog_client.list_topics()  # never created

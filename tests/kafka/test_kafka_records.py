@@ -1,0 +1,101 @@
+"""Kafka record batches to raylog message sets and back (pure: no cluster)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from raylog.kafka.records import (
+    CORRUPT_MESSAGE,
+    INVALID_RECORD,
+    UNSUPPORTED_COMPRESSION_TYPE,
+    RecordsRefused,
+    encode_batch,
+    to_message_set,
+)
+from raylog.storage.decoding import decode_messages
+from raylog.storage.message import encode_message_set
+
+
+def _batch(records, codec: int = 0, headers=()) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 1 << 20)
+    for i, (ts, key, value) in enumerate(records):
+        builder.append(i, ts, key, value, list(headers))
+    return bytes(builder.build())
+
+
+RECORDS = [(1_000 + i, None if i % 2 else f"k{i}".encode(), f"value {i} ".encode() * 20) for i in range(10)]
+
+
+@pytest.mark.parametrize("codec", [0, 1, 3, 4])
+def test_a_batch_becomes_messages_whose_offsets_are_base_plus_index(codec):
+    message_set, count = to_message_set(_batch(RECORDS, codec))
+    assert count == len(RECORDS)
+    stored_at = 777  # wherever the log puts the set
+    decoded, consumed = decode_messages(message_set, stored_at)
+    assert consumed == len(message_set)
+    # the offset a Kafka producer reports for record i (base + i) is its raylog offset
+    assert [(o, ts, k, v) for o, ts, k, v in decoded] == [
+        (stored_at + i, ts, k, v) for i, (ts, k, v) in enumerate(RECORDS)]
+
+
+def test_two_batches_in_one_request_and_a_single_record():
+    data = _batch(RECORDS[:3]) + _batch(RECORDS[3:4])
+    message_set, count = to_message_set(data)
+    decoded, _ = decode_messages(message_set, 0)
+    assert count == 4 and [v for _, _, _, v in decoded] == [v for _, _, v in RECORDS[:4]]
+
+
+def test_headers_snappy_corruption_and_old_magic_are_refused():
+    with pytest.raises(RecordsRefused) as err:
+        to_message_set(_batch(RECORDS[:2], headers=[("h", b"v")]))
+    assert err.value.code == INVALID_RECORD and "headers" in err.value.message
+    snappy = bytearray(_batch(RECORDS[:2]))
+    struct.pack_into(">h", snappy, 21, 2)  # attributes: snappy (the CRC is checked first: fix it)
+    from crc32c import crc32c
+
+    struct.pack_into(">I", snappy, 17, crc32c(bytes(snappy[21:])))
+    with pytest.raises(RecordsRefused) as err:
+        to_message_set(bytes(snappy))
+    assert err.value.code == UNSUPPORTED_COMPRESSION_TYPE
+    flipped = bytearray(_batch(RECORDS[:2]))
+    flipped[-1] ^= 0xFF
+    with pytest.raises(RecordsRefused) as err:
+        to_message_set(bytes(flipped))
+    assert err.value.code == CORRUPT_MESSAGE
+    old = bytearray(_batch(RECORDS[:2]))
+    old[16] = 1
+    with pytest.raises(RecordsRefused) as err:
+        to_message_set(bytes(old))
+    assert err.value.code == INVALID_RECORD
+    with pytest.raises(RecordsRefused) as err:
+        to_message_set(_batch(RECORDS[:2])[:-5])
+    assert err.value.code == CORRUPT_MESSAGE
+
+
+def test_a_fetched_batch_reads_back_and_points_past_the_last_message():
+    message_set = encode_message_set([b"a", b"bb", b"ccc"], [None, b"k", None], [5, 6, 4])
+    decoded, consumed = decode_messages(message_set, 100)
+    batch = DefaultRecordBatch(encode_batch(decoded, 100 + consumed))
+    assert batch.validate_crc()
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in batch] == decoded
+    # the client continues at the next message's offset, not inside the last one
+    assert batch.next_offset == 100 + consumed
+    assert batch.base_offset == 100 and batch.max_timestamp == 6
+
+
+def test_random_records_read_back_through_kafka_python():
+    import random
+
+    rng = random.Random(10)
+    records, offset = [], 10**9
+    for _ in range(300):
+        offset += rng.randrange(1, 400)
+        key = None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 300))
+        records.append((offset, rng.randrange(-2**40, 2**41), key, rng.randbytes(rng.randrange(0, 2000))))
+    batch = DefaultRecordBatch(encode_batch(records, offset + 50))
+    assert batch.validate_crc()
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in batch] == records
+    assert batch.next_offset == offset + 50
