@@ -2,7 +2,10 @@
 
 Each listener registers an ephemeral node ``kafka/listeners/<node identity>``
 under the cluster's root (``/raylog/<cluster>``; :meth:`raylog.zk.paths.Paths.kafka_listener`)
-holding JSON ``{"host", "port", "broker_id", "node"}``. The Kafka broker id
+holding JSON ``{"host", "port", "broker_id", "node"}``, and keeps the port
+it bound in the persistent ``kafka/ports/<node identity>``: a listener
+started again (Ray restarts it, or a later ``start_kafka_listeners``) binds
+that port first, so the ``bootstrap.servers`` clients were given stay right. The Kafka broker id
 of a node is :func:`broker_id` of its stable identity
 (:mod:`raylog.actors.placement`), so it survives restarts.
 
@@ -39,6 +42,25 @@ def register(zk, paths, identity: str, host: str, port: int) -> dict:
         zk.delete(path)
         zk.create(path, data, ephemeral=True, makepath=True)
     return entry
+
+
+def remembered_port(zk, paths, identity: str) -> int:
+    """The port the node's listener bound last (``kafka/ports/<node>``), or 0."""
+    try:
+        data, _ = zk.get(paths.kafka_port(identity))
+        return int(data.decode("ascii"))
+    except (NoNodeError, ValueError, UnicodeDecodeError):
+        return 0
+
+
+def remember_port(zk, paths, identity: str, port: int) -> None:
+    """Keep the port the node's listener bound, for its next start."""
+    path = paths.kafka_port(identity)
+    data = str(int(port)).encode("ascii")
+    try:
+        zk.create(path, data, makepath=True)
+    except NodeExistsError:
+        zk.set(path, data)
 
 
 def unregister(zk, paths, identity: str) -> None:

@@ -4,7 +4,7 @@ partition actors (the caller passes the pinning options; see
 
 The actor (named ``<cluster>/kafka/<node identity>`` in the ``raylog``
 namespace, detached, no CPU; Ray restarts it if its process dies, and it
-registers again, on a new port unless one was given) derives the cluster's token itself (it runs
+registers again, on the port it bound before when that is free) derives the cluster's token itself (it runs
 inside Ray, :mod:`raylog.auth`), opens its own ZooKeeper session, serves a
 :class:`~raylog.kafka.listener.KafkaServer` and registers it under
 ``kafka/listeners/<node identity>`` (:mod:`raylog.kafka.brokers`). With a
@@ -48,7 +48,9 @@ class KafkaListenerActor:
         self._metadata = Metadata.connect(settings)
         verifier = ScramVerifier(cluster, settings.token) if settings.token is not None else None
         backend = Backend(self._metadata, verifier, None)
-        self._server = KafkaServer(backend, host, port)
+        self._server = _bind(backend, host, port, brokers.remembered_port(self._metadata.zk,
+                                                                          self._metadata.registry.paths, identity))
+        brokers.remember_port(self._metadata.zk, self._metadata.registry.paths, identity, self._server.port)
         self.identity = identity
         backend.entry = brokers.register(self._metadata.zk, self._metadata.registry.paths, identity, host,
                                          self._server.port)
@@ -68,6 +70,18 @@ class KafkaListenerActor:
             brokers.unregister(self._metadata.zk, self._metadata.registry.paths, self.identity)
         finally:
             self._metadata.close()
+
+
+def _bind(backend, host: str, port: int, remembered: int) -> KafkaServer:
+    """The server on ``port``; with ``port`` 0 on the port bound before when
+    it is free (``remembered``), else on a free one."""
+    if port == 0 and remembered > 0:
+        try:
+            return KafkaServer(backend, host, remembered)
+        except OSError as err:
+            log.warning("Kafka listener: port %d of the last start is taken (%s); a new one is bound",
+                        remembered, err)
+    return KafkaServer(backend, host, port)
 
 
 def start_listener(settings, identity: str, host: str | None, port: int, options: dict):

@@ -20,6 +20,9 @@ path                                                    kind        content
 ``kafka/listeners/<node>``                              ephemeral   JSON ``{"host", "port", "broker_id",
                                                                     "node"}``: the Kafka listener of a disk
                                                                     node (:mod:`raylog.kafka`)
+``kafka/ports/<node>``                                  persistent  the port (ASCII) the node's Kafka
+                                                                    listener bound: taken again when it
+                                                                    restarts, so bootstrap lists stay right
 ``tombstones/<id>``                                     persistent  JSON ``{"topic", "partition", "node",
                                                                     "log_dir", "deleted_ms"}``: a deleted
                                                                     partition's log still to remove
@@ -81,6 +84,9 @@ class Paths:
 
     def kafka_listener(self, node: str) -> str:
         return f"{self.root}/kafka/listeners/{node}"
+
+    def kafka_port(self, node: str) -> str:
+        return f"{self.root}/kafka/ports/{node}"
 
     # consumer groups
     @property

@@ -24,6 +24,13 @@ def test_a_killed_listener_comes_back_registered_and_serves(raylog_client, liste
     assert {e["node"]: e for e in listeners} == found  # the path: /raylog/<cluster>/kafka/listeners/<node>
     node = listeners[0]["node"]
     assert raylog_client.start_kafka_listeners() == listeners  # started once per node
+    # the topic serves before the listener is killed: what follows waits on the listener alone
+    topic = f"k-{uuid.uuid4().hex[:12]}"
+    raylog_client.create_topic(topic)
+    first = raylog_client.producer(acks=1)
+    first.send(topic, b"before", partition=0).result(timeout_s=WAIT_S)
+    first.close()
+    config_before = raylog_client.kafka_config()
     actor = ray.get_actor(listener_name(raylog_client.settings.cluster, node), namespace=NAMESPACE)
     ray.kill(actor, no_restart=False)
     deadline = time.monotonic() + WAIT_S
@@ -35,13 +42,14 @@ def test_a_killed_listener_comes_back_registered_and_serves(raylog_client, liste
         except ray.exceptions.RayActorError:
             time.sleep(0.2)
     assert entry is not None and entry["node"] == node
+    assert entry["port"] == listeners[0]["port"]  # the port bound before: bootstrap lists stay right
     assert brokers.listeners(raylog_client._zk, raylog_client.registry.paths)[node] == entry
-    topic = f"k-{uuid.uuid4().hex[:12]}"
-    raylog_client.create_topic(topic)
-    producer = confluent_kafka.Producer({**raylog_client.kafka_config(), "acks": "all"})
+    end = raylog_client.offsets(topic, 0)[1]
+    # the settings read before the restart still reach the listener
+    producer = confluent_kafka.Producer({**config_before, "acks": "all"})
     producer.produce(topic, b"after a restart", partition=0)
     assert producer.flush(WAIT_S) == 0
-    assert raylog_client.offsets(topic, 0)[1] > 0
+    assert raylog_client.offsets(topic, 0)[1] > end
 
 
 def test_kafka_config_names_the_listeners_and_the_credentials(raylog_client, listeners):
