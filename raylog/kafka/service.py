@@ -12,6 +12,10 @@ token, clients authenticate with SCRAM-SHA-256 (user: the cluster's name,
 password: the token); without one (a cluster opened on purpose) they need
 not.
 
+A thread of the actor checks every :data:`REGISTRATION_CHECK_S` that the
+registration is there and makes it again when it is not (a ZooKeeper
+session that expired takes its ephemeral node with it).
+
 Thread-safety: the actor's methods only read what ``__init__`` built,
 except :meth:`KafkaListenerActor.stop`.
 """
@@ -19,6 +23,7 @@ except :meth:`KafkaListenerActor.stop`.
 from __future__ import annotations
 
 import logging
+import threading
 
 from raylog.config import NAMESPACE
 from raylog.kafka import brokers
@@ -27,6 +32,9 @@ from raylog.kafka.listener import KafkaServer
 from raylog.kafka.sasl import ScramVerifier
 
 log = logging.getLogger(__name__)
+
+#: how often a listener checks that its registration is there (and makes it again when not)
+REGISTRATION_CHECK_S = 2.0
 
 
 def listener_name(cluster: str, identity: str) -> str:
@@ -55,7 +63,22 @@ class KafkaListenerActor:
         backend.entry = brokers.register(self._metadata.zk, self._metadata.registry.paths, identity, host,
                                          self._server.port)
         self._entry = backend.entry
+        self._closed = threading.Event()
+        self._keeper = threading.Thread(target=self._keep_registered, name="kafka-registration", daemon=True)
+        self._keeper.start()
         log.info("Kafka listener of %s on %s:%s", identity, host, self._server.port)
+
+    def _keep_registered(self) -> None:
+        """Register again when the registration is gone (its ZooKeeper session
+        expired, or ZooKeeper was away): checked every :data:`REGISTRATION_CHECK_S`."""
+        zk, paths = self._metadata.zk, self._metadata.registry.paths
+        while not self._closed.wait(REGISTRATION_CHECK_S):
+            try:
+                if zk.exists(paths.kafka_listener(self.identity)) is None:
+                    brokers.register(zk, paths, self.identity, self._entry["host"], self._entry["port"])
+                    log.info("Kafka listener of %s registered again", self.identity)
+            except Exception as err:  # noqa: BLE001 - ZooKeeper away: tried again at the next check
+                log.debug("Kafka listener of %s: registration check failed: %s", self.identity, err)
 
     def entry(self) -> dict:
         """``{"host", "port", "broker_id", "node"}`` as registered."""
@@ -65,6 +88,8 @@ class KafkaListenerActor:
         return {"connections": self._server.connections, **self._entry}
 
     def stop(self) -> None:
+        self._closed.set()
+        self._keeper.join(timeout=REGISTRATION_CHECK_S + 10.0)
         self._server.close()
         try:
             brokers.unregister(self._metadata.zk, self._metadata.registry.paths, self.identity)

@@ -61,3 +61,20 @@ def test_kafka_config_names_the_listeners_and_the_credentials(raylog_client, lis
     assert config["security.protocol"] == "SASL_PLAINTEXT" and config["sasl.mechanisms"] == "SCRAM-SHA-256"
     assert config["sasl.username"] == raylog_client.settings.cluster
     assert config["sasl.password"].encode() == raylog_client.settings.token
+
+
+def test_a_registration_that_vanished_is_made_again(raylog_client, listeners):
+    """What an expired ZooKeeper session does to the listener's ephemeral
+    node: deleted, it is back (the same entry) within a few checks."""
+    from raylog.kafka import brokers
+    from raylog.kafka.service import REGISTRATION_CHECK_S
+
+    paths = raylog_client.registry.paths
+    node = listeners[0]["node"]
+    before = brokers.listeners(raylog_client._zk, paths)[node]
+    raylog_client._zk.delete(paths.kafka_listener(node))
+    deadline = time.monotonic() + 10 * REGISTRATION_CHECK_S + WAIT_S
+    while node not in brokers.listeners(raylog_client._zk, paths):
+        assert time.monotonic() < deadline, "the listener did not register again"
+        time.sleep(0.2)
+    assert brokers.listeners(raylog_client._zk, paths)[node] == before
