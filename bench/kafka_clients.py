@@ -1,0 +1,176 @@
+"""Kafka clients through raylog's Kafka front door, beside raylog's own client.
+
+One embedded cluster (``raylog.connect()``: a ZooKeeper and a local Ray of
+its own, stopped at the end), its Kafka listeners
+(``client.start_kafka_listeners()``), two topics of one partition, and in
+the same run, ``-n`` messages of ``--size`` bytes each way:
+
+* **produce**: raylog's producer with ``send_batch`` of 50 (``batch_size``
+  50, acks 1) beside a confluent-kafka (librdkafka) producer with
+  ``client.kafka_config()``, acks 1, ``linger.ms`` 5, ``batch.num.messages``
+  50 (the same batch), each timed from the first send until every message
+  is acknowledged;
+* **consume**: raylog's consumer (``poll``: a message object each, as a
+  Kafka client hands out; the ratio is to this) beside a confluent-kafka
+  consumer (assigned the partition from offset 0, ``consume`` of up to
+  10,000), each reading the topic its side produced from the start; and
+  raylog's ``poll_batch`` (views of the fetched sets) for reference.
+
+Prints one JSON line per case, then a table with the front door's ratio to
+raylog's own client (issue: at least 0.5 each way). The machine may be
+shared: the ratios, measured side by side, are what to read.
+
+    python bench/kafka_clients.py                 # 200,000 messages of 100 bytes
+    python bench/kafka_clients.py -n 50000 --json-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def _emit(rows: list, row: dict, json_only: bool) -> None:
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def raylog_produce(client, topic: str, n: int, value: bytes) -> dict:
+    producer = client.producer(batch_size=50, linger_ms=5, acks=1, max_buffered_messages=200_000)
+    values = [value] * 50
+    futures = []
+    t0 = time.perf_counter()
+    for _ in range(n // 50):
+        futures.append(producer.send_batch(topic, values, partition=0))
+    producer.flush()
+    for f in futures:
+        f.result(timeout_s=120)
+    seconds = time.perf_counter() - t0
+    producer.close()
+    return {"case": "raylog producer, send_batch of 50, acks 1", "messages": (n // 50) * 50,
+            "seconds": round(seconds, 3), "msg_per_s": round((n // 50) * 50 / seconds)}
+
+
+def kafka_produce(config: dict, topic: str, n: int, value: bytes) -> dict:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({**config, "acks": "1", "linger.ms": 5, "batch.num.messages": 50,
+                                         "queue.buffering.max.messages": 1_000_000})
+    failed = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            failed.append(err)
+
+    n = (n // 50) * 50
+    t0 = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    left = producer.flush(120)
+    seconds = time.perf_counter() - t0
+    if left or failed:
+        raise RuntimeError(f"confluent-kafka: {left} messages not delivered, {len(failed)} failed "
+                           f"(first: {failed[0] if failed else None})")
+    return {"case": "confluent-kafka producer via the front door, batch 50, acks 1", "messages": n,
+            "seconds": round(seconds, 3), "msg_per_s": round(n / seconds)}
+
+
+def raylog_consume(client, topic: str, n: int, batches: bool) -> dict:
+    """``poll`` (a message object each, as a Kafka client gives) or ``poll_batch`` (views)."""
+    consumer = client.consumer(topic, auto_offset_reset="earliest", fetch_max_bytes=1 << 20)
+    poll = consumer.poll_batch if batches else consumer.poll
+    received = 0
+    t0 = time.perf_counter()
+    while received < n:
+        got = poll(timeout_ms=10_000, max_messages=min(100_000, n - received))
+        if not got:
+            raise RuntimeError(f"raylog consumer stalled after {received} of {n} messages")
+        received += sum(map(len, got)) if batches else len(got)
+    seconds = time.perf_counter() - t0
+    consumer.close()
+    return {"case": f"raylog consumer, {'poll_batch' if batches else 'poll'}", "messages": received,
+            "seconds": round(seconds, 3), "msg_per_s": round(received / seconds)}
+
+
+def kafka_consume(config: dict, topic: str, n: int) -> dict:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer({**config, "group.id": f"bench-{os.getpid()}",
+                                         "enable.auto.commit": False, "fetch.max.bytes": 1 << 20})
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    received = 0
+    t0 = time.perf_counter()
+    while received < n:
+        got = consumer.consume(num_messages=min(10_000, n - received), timeout=10.0)
+        if not got:
+            raise RuntimeError(f"confluent-kafka consumer stalled after {received} of {n} messages")
+        errors = [m.error() for m in got if m.error() is not None]
+        if errors:
+            raise RuntimeError(f"confluent-kafka consumer: {errors[0]}")
+        received += len(got)
+    seconds = time.perf_counter() - t0
+    consumer.close()
+    return {"case": "confluent-kafka consumer via the front door", "messages": received,
+            "seconds": round(seconds, 3), "msg_per_s": round(received / seconds)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100, help="value bytes")
+    parser.add_argument("--json-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.messages < 50 or args.size < 0:
+        parser.error("--messages must be at least 50 and --size not negative")
+
+    import raylog
+
+    value = b"x" * args.size
+    rows: list = []
+    load_before = os.getloadavg()[0]
+    with raylog.connect(num_cpus=2) as client:
+        client.start_kafka_listeners()
+        config = client.kafka_config()
+        for topic in ("bench-raylog", "bench-kafka"):
+            client.create_topic(topic, partitions=1)
+        # a few messages first on each side: connections and actors warm
+        _emit(rows, {**raylog_produce(client, "bench-raylog", 500, value), "warm_up": True}, args.json_only)
+        _emit(rows, {**kafka_produce(config, "bench-kafka", 500, value), "warm_up": True}, args.json_only)
+        produced = {"raylog": raylog_produce(client, "bench-raylog", args.messages, value),
+                    "kafka": kafka_produce(config, "bench-kafka", args.messages, value)}
+        for row in produced.values():
+            _emit(rows, row, args.json_only)
+        total = 500 + (args.messages // 50) * 50
+        consumed = {"raylog": raylog_consume(client, "bench-raylog", total, batches=False),
+                    "kafka": kafka_consume(config, "bench-kafka", total),
+                    "raylog_batch": raylog_consume(client, "bench-raylog", total, batches=True)}
+        for row in consumed.values():
+            _emit(rows, row, args.json_only)
+    summary = {"produce_ratio": round(produced["kafka"]["msg_per_s"] / produced["raylog"]["msg_per_s"], 3),
+               "consume_ratio": round(consumed["kafka"]["msg_per_s"] / consumed["raylog"]["msg_per_s"], 3),
+               "messages": args.messages, "size": args.size, "loadavg_before": round(load_before, 2),
+               "loadavg_after": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
+    _emit(rows, summary, args.json_only)
+    if not args.json_only:
+        print()
+        print(f"{'case':<66} {'msg/s':>12}")
+        for row in rows:
+            if "case" in row and not row.get("warm_up"):
+                print(f"{row['case']:<66} {row['msg_per_s']:>12,}")
+        print(f"front door / raylog's own client: produce {summary['produce_ratio']}, consume "
+              f"{summary['consume_ratio']} (issue: at least 0.5 each); load average {summary['loadavg_before']}"
+              f" -> {summary['loadavg_after']}, {summary['cpus']} cpus")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
