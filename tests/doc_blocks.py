@@ -26,6 +26,14 @@ DOCS = REPO / "docs"
 README = REPO / "README.md"
 #: a bound on one example on a loaded machine; a hang is the failure
 EXAMPLE_TIMEOUT_S = 600
+#: a line Ray forwards from its own processes to the driver's stdout ("(raylet) WARNING: ...",
+#: coloured or not): not an example's output
+RAY_LOG_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\(")
+
+
+def printed_lines(out: str) -> list[str]:
+    """The lines an example printed in ``out`` (captured stdout), without Ray's forwarded ones."""
+    return [line for line in out.splitlines() if not RAY_LOG_LINE.match(line)]
 #: the variables that point a process at a cluster: examples run without them
 OUR_VARS = ("RAYLOG_ZOOKEEPER", "RAYLOG_RAY_ADDRESS", "RAYLOG_CLUSTER", "RAYLOG_TOKEN", "RAY_ADDRESS",
             "RAYLOG_LOG_LEVEL", "RAYLOG_DATA_DIR")

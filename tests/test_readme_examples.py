@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from tests.doc_blocks import block, run_example
+from tests.doc_blocks import block, printed_lines, run_example
 
 
 def readme_block(heading: str, language: str = "python") -> str:
@@ -109,7 +109,7 @@ def test_the_ray_data_example_runs_as_written(raylog_client, capsys):
     namespace = {"client": raylog_client}
     exec(compile(block("docs/howto/spark.md", "Ray Data without Spark"), "spark.md", "exec"), namespace)
     assert len(namespace["plan"].ranges) >= 4
-    count, names = capsys.readouterr().out.splitlines()[-1].split(" ", 1)
+    count, names = printed_lines(capsys.readouterr().out)[-1].split(" ", 1)
     assert int(count) == 40
     assert eval(names) == ["key", "value", "topic", "partition", "offset", "timestamp"]
 
@@ -160,7 +160,7 @@ def test_the_streaming_ray_data_example_runs_as_written(raylog_client, capsys):
     finally:
         if "out" in namespace:
             shutil.rmtree(namespace["out"], ignore_errors=True)
-    last = capsys.readouterr().out.splitlines()[-1]  # one batch, or more if a flush came late
+    last = printed_lines(capsys.readouterr().out)[-1]  # one batch, or more if a flush came late
     assert re.fullmatch(r"30 rows written; batches: [1-9]\d*", last), last
     committed = offset_store(raylog_client.metadata).committed_all("events-to-parquet")
     assert committed == {("events", p): end for p, end in raylog_client.end_offsets("events").items()}

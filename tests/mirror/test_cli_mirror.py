@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
@@ -14,9 +13,6 @@ from raylog.testing.clusters import wait_until
 
 RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
 _OUR_VARS = ("RAYLOG_ZOOKEEPER", "RAYLOG_RAY_ADDRESS", "RAYLOG_CLUSTER", "RAYLOG_TOKEN", "RAYLOG_DATA_DIR", "RAY_ADDRESS")
-
-
-RAY_LOG_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\(")
 
 
 def _raylog(target_options, *args):
@@ -67,7 +63,7 @@ def test_mirror_commands(zookeeper, ray_local, raylog_client, source, tmp_path):
 
 
 def test_the_readme_mirroring_example_runs_as_written(raylog_client, source, capsys):
-    from tests.doc_blocks import block
+    from tests.doc_blocks import block, printed_lines
 
     code = block("README.md", "Mirroring between clusters")
     for topic in ("clicks", "views"):
@@ -75,9 +71,7 @@ def test_the_readme_mirroring_example_runs_as_written(raylog_client, source, cap
     code = code.replace('"10.0.0.5:2181"', repr(source.settings.zookeeper)).replace(
         '"live"', repr(source.settings.cluster))
     exec(compile(code, "README.md", "exec"), {"target": raylog_client})
-    # Ray forwards its own processes' log lines to the driver's stdout, "(raylet) WARNING: ..."
-    # coloured or not; they are not the example's output.
-    lines = [line for line in capsys.readouterr().out.splitlines() if not RAY_LOG_LINE.match(line)]
+    lines = printed_lines(capsys.readouterr().out)  # without Ray's forwarded "(raylet) WARNING: ..." lines
     assert sorted(line.split()[:2] for line in lines) == [["clicks", "0"], ["clicks", "1"], ["views", "0"],
                                                           ["views", "1"]]
     assert raylog_client.registry.topic_config(f"{source.settings.cluster}.views").partitions == 2
