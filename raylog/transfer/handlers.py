@@ -150,7 +150,7 @@ class RequestHandlers:
         try:
             # A replicated leader refuses acks="all" while its ISR is below
             # min_insync_replicas, before appending (raylog.replication.leader).
-            if first.acks == ACKS_ALL if len(run) == 1 else any(request.acks == ACKS_ALL for request in run):
+            if any(request.acks == ACKS_ALL for request in run):
                 partition_log.before_acks_all()
             if len(run) == 1:
                 data = bytes(first.message_set)
