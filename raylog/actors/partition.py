@@ -82,6 +82,24 @@ REREGISTER_S = 120.0
 PREFERRED_CHECK_S = 5.0
 #: how long a replica stopped with SIGTERM may take to leave in order (hand off its lead, leave the ISR)
 SIGTERM_DRAIN_S = 15.0
+#: how long a partition actor that Ray started again waits for its log
+#: directory's lock: Ray starts it as soon as the process before it says it
+#: is leaving, which may still be leaving in order (SIGTERM_DRAIN_S) and
+#: closing its log; a first start waits LOCK_WAIT_FIRST_S (another owner is
+#: then a misconfiguration, reported soon)
+LOCK_WAIT_S = SIGTERM_DRAIN_S + 15.0
+LOCK_WAIT_FIRST_S = 2.0
+
+
+def _lock_wait_s() -> float:
+    """LOCK_WAIT_S in an actor Ray started again, else LOCK_WAIT_FIRST_S."""
+    try:
+        import ray  # heavy (Ray): imported when used
+
+        restarted = ray.get_runtime_context().was_current_actor_reconstructed
+    except Exception:  # noqa: BLE001 - outside an actor (tests constructing it directly)
+        restarted = False
+    return LOCK_WAIT_S if restarted else LOCK_WAIT_FIRST_S
 
 
 class PartitionActor:
@@ -130,7 +148,7 @@ class PartitionActor:
         what = f"partition {topic}-{partition}"
         until_zookeeper(deadline, what, check_before_serving, zookeeper, cluster, topic, partition, log_dir,
                         replica)
-        self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error)
+        self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error, lock_wait_s=_lock_wait_s())
         for report in self.log.recovery_reports:
             log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)
         self._metrics = PartitionMetrics(cluster, topic, partition, self.log)

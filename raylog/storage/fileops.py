@@ -9,6 +9,7 @@ import fcntl
 import os
 import shutil
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from raylog.errors import LogDirectoryLockedError, LogInUseError, StorageError
@@ -66,25 +67,37 @@ def _reset_flusher_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_flusher_after_fork)
 
 
-def _lock_directory(directory: str) -> int:
+def _lock_directory(directory: str, wait_s: float = 0.0) -> int:
     """Take the exclusive lock of a partition directory (``fcntl.flock`` on
     its file ``lock``, held until :meth:`PartitionLog.close` or the process
-    ends); :class:`LogDirectoryLockedError` if another owner holds it."""
+    ends); :class:`LogDirectoryLockedError` if another owner still holds it
+    after ``wait_s`` seconds (asked every 0.1 s; 0: asked once). A partition
+    actor started again waits: Ray starts the new process as soon as the old
+    one says it is leaving, and the old one may still be handing its lead
+    off, holding the lock, for up to its SIGTERM drain bound."""
     fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + wait_s
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
     except BlockingIOError:
         os.close(fd)
+        waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
         raise LogDirectoryLockedError(
-            f"the partition directory {directory} is locked by another owner (a partition actor of "
+            f"the partition directory {directory} is locked by another owner{waited} (a partition actor of "
             f"this or another cluster still runs on it); stop that owner, or give this cluster a "
             f"directory of its own",
             directory=directory,
         ) from None
-    except OSError:
+    except BaseException:
         os.close(fd)
         raise
-    return fd
 
 
 def _sync_directory(directory: str) -> None:

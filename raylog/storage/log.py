@@ -161,7 +161,10 @@ class PartitionLog(LogBasics):
         clock: Callable[[], float] = time.time,
         on_disk_error: Callable[[BaseException], None] | None = None,
         node: str | None = None,
+        lock_wait_s: float = 0.0,
     ):
+        # lock_wait_s: how long another owner's lock of the directory is
+        # waited for before LogDirectoryLockedError (fileops._lock_directory)
         self._dir = os.fspath(directory)
         #: the node named in a DiskFullError (the owner may set it; default the host name)
         self.node = node or socket.gethostname()
@@ -185,7 +188,7 @@ class PartitionLog(LogBasics):
         self._end_waiting = 0  # followers blocked in wait_for_end: woken by an append
         try:
             os.makedirs(self._dir, exist_ok=True)
-            self._lock_fd = _lock_directory(self._dir)
+            self._lock_fd = _lock_directory(self._dir, lock_wait_s)
         except OSError as err:
             raise _open_error(self._dir, err) from None
         checkpoint = None
