@@ -94,9 +94,13 @@ LOCK_WAIT_FIRST_S = 2.0
 def _lock_wait_s() -> float:
     """LOCK_WAIT_S in an actor Ray started again, else LOCK_WAIT_FIRST_S."""
     try:
+        import warnings
+
         import ray  # heavy (Ray): imported when used
 
-        restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        with warnings.catch_warnings():  # the property reads Ray's own deprecated actor_id
+            warnings.simplefilter("ignore")
+            restarted = ray.get_runtime_context().was_current_actor_reconstructed
     except Exception:  # noqa: BLE001 - outside an actor (tests constructing it directly)
         restarted = False
     return LOCK_WAIT_S if restarted else LOCK_WAIT_FIRST_S

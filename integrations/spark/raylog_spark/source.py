@@ -20,6 +20,9 @@ from raylog_spark.jvm import FORMAT
 #: the Spark conf keys the data source ``raylog`` reads its cluster from when
 #: a read by name has no ``zookeeper``/``cluster``/``token`` option
 CLUSTER_CONF = ("spark.raylog.zookeeper", "spark.raylog.cluster", "spark.raylog.token")
+#: the Ray node address of this machine: where the JVM reader places a
+#: partition served on a loopback address (org.raylog.spark.SourceOptions)
+LOCAL_HOST_CONF = "spark.raylog.localHost"
 
 
 def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES) -> dict[str, str]:
@@ -86,7 +89,10 @@ def use_cluster(spark, client=None, settings=None) -> bool:
     in this process, or ``RAYLOG_ZOOKEEPER``) the cluster of
     ``spark.read.format("raylog")`` and ``spark.readStream.format("raylog")``
     in this session: sets the session's ``spark.raylog.zookeeper``,
-    ``spark.raylog.cluster`` and ``spark.raylog.token`` (base64).
+    ``spark.raylog.cluster`` and ``spark.raylog.token`` (base64), and
+    ``spark.raylog.localHost`` (this Ray node's address, when Ray runs: the
+    preferred location of a partition served on a loopback address, which
+    the executors, registered by their node's address, then match).
     :func:`raylog_spark.init_spark` calls it. Returns False when there is no
     cluster to use (nothing is set)."""
 
@@ -103,5 +109,19 @@ def use_cluster(spark, client=None, settings=None) -> bool:
         conf.set(CLUSTER_CONF[2], base64.b64encode(bytes(settings.token)).decode("ascii"))
     else:
         conf.unset(CLUSTER_CONF[2])
+    local = _ray_node_address()
+    if local:
+        conf.set(LOCAL_HOST_CONF, local)
+    else:
+        conf.unset(LOCAL_HOST_CONF)
     return True
+
+
+def _ray_node_address() -> str | None:
+    """This process's Ray node address, or None when Ray does not run here."""
+    import ray  # heavy (Ray): imported when used
+
+    if not ray.is_initialized():
+        return None
+    return ray.util.get_node_ip_address()
 

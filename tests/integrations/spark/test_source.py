@@ -406,6 +406,27 @@ def _follower_of(raylog_client, topic: str, tmp_path, host: str):
     return server, close
 
 
+def test_a_read_by_name_prefers_the_executors_host_for_partitions_served_on_loopback(spark, raylog_client, make_topic):
+    """Issue: reads by name preferred 127.0.0.1 (the endpoints' address on a
+    one-machine cluster) while the executors register by the node's address,
+    so no task ever ran where Spark thought the data was."""
+    from raylog_spark.source import LOCAL_HOST_CONF
+
+    topic = make_topic(partitions=2)
+    produce(raylog_client, topic, [b"l-%03d" % i for i in range(40)], keys=[b"k%d" % i for i in range(40)])
+    assert {raylog_client.registry.endpoint(topic, p)["host"] for p in range(2)} == {"127.0.0.1"}
+    executors = {e.host() for e in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()}
+    assert spark.conf.get(LOCAL_HOST_CONF) in executors, (spark.conf.get(LOCAL_HOST_CONF), executors)
+    rdd = read(spark, subscribe=topic)._jdf.queryExecution().toRdd()
+    while rdd.getClass().getSimpleName() != "DataSourceRDD":  # down to the scan's own RDD
+        rdd = rdd.dependencies().head().rdd()
+    converters = spark.sparkContext._jvm.scala.collection.JavaConverters
+    preferred = [list(converters.seqAsJavaList(rdd.preferredLocations(part))) for part in rdd.partitions()]
+    assert len(preferred) == 2
+    assert all(locations and set(locations) <= executors for locations in preferred), (preferred, executors)
+    assert sorted(values(read(spark, subscribe=topic).collect())) == [b"l-%03d" % i for i in range(40)]
+
+
 def test_a_read_by_name_reads_from_the_in_sync_follower_on_its_host_and_falls_back_to_the_leader(
         spark, raylog_client, make_topic, tmp_path):
     import socket
@@ -421,6 +442,12 @@ def test_a_read_by_name_reads_from_the_in_sync_follower_on_its_host_and_falls_ba
     if here == leader_host:
         pytest.skip(f"the executor's address {here} is the leader's: no follower is preferred to it")
     server, close = _follower_of(raylog_client, topic, tmp_path, here)
+    # the leader stands for one on another host: its loopback address is not
+    # taken for this machine's (as use_cluster's spark.raylog.localHost would)
+    from raylog_spark.source import LOCAL_HOST_CONF
+
+    local = spark.conf.get(LOCAL_HOST_CONF, None)
+    spark.conf.unset(LOCAL_HOST_CONF)
     try:
         # the follower on the executor's host serves the read (as read_topic's would)
         assert values(read(spark, subscribe=topic).collect()) == expected
@@ -428,4 +455,6 @@ def test_a_read_by_name_reads_from_the_in_sync_follower_on_its_host_and_falls_ba
         server.stop()  # gone: the reader falls back to the leader
         assert values(read(spark, subscribe=topic).collect()) == expected
     finally:
+        if local:
+            spark.conf.set(LOCAL_HOST_CONF, local)
         close()

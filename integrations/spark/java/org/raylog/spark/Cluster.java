@@ -616,7 +616,8 @@ final class Cluster implements Closeable {
           Zk.Endpoint e = endpoint(t.getKey(), p.getKey());
           String host = e == null ? "unknown" : e.host;
           int port = e == null ? 1 : e.port;
-          out.add(new ReadOptions.Range(t.getKey(), p.getKey(), b[0], b[1], host, port, e == null ? null : host,
+          out.add(new ReadOptions.Range(t.getKey(), p.getKey(), b[0], b[1], host, port,
+              e == null ? null : options.location(host),
               replicas(t.getKey(), p.getKey(), e)));
         }
       }
@@ -633,7 +634,7 @@ final class Cluster implements Closeable {
     List<ReadOptions.Replica> out = new ArrayList<>();
     for (int i = 0; i < found.size(); i++) {
       Zk.ReplicaEndpoint r = found.get(i);
-      out.add(new ReadOptions.Replica(r.node, r.host, r.port, r.host, i == 0));
+      out.add(new ReadOptions.Replica(r.node, r.host, r.port, options.location(r.host), i == 0));
     }
     return java.util.Collections.unmodifiableList(out);
   }

@@ -62,6 +62,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <tr><td>token</td><td>the data sockets' token, base64</td><td>{@code spark.raylog.token},
  *       else {@code $RAYLOG_TOKEN} (text), else derived from Ray's auth token as raylog.auth
  *       does</td></tr>
+ *   <tr><td>(Spark conf) spark.raylog.localHost</td><td>the Ray node address of this machine:
+ *       Spark's preferred location of a partition served on a loopback address (a cluster on one
+ *       machine), so that it matches the executors' hosts; set by {@code raylog_spark.use_cluster}
+ *       </td><td>none: the endpoint's host</td></tr>
  *   <tr><td>fetch_bytes, timeout_ms</td><td>as in {@link ReadOptions} (timeout_ms defaults to
  *       kafkaConsumer.pollTimeoutMs when that is given)</td><td></td></tr>
  *   <tr><td>others</td><td>refused by name ({@link OptionNames})</td><td></td></tr>
@@ -104,6 +108,8 @@ final class SourceOptions implements Serializable {
   static final long DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000L;
   final int fetchBytes;
   final int timeoutMs;
+  /** Spark conf spark.raylog.localHost: the location of a loopback endpoint, or null */
+  final String localHost;
 
   /** Where the cluster is and its token. Immutable. */
   static final class Connection implements Serializable {
@@ -230,6 +236,21 @@ final class SourceOptions implements Serializable {
     this.fetchBytes = (int) positive(o, "fetch_bytes", 8 * ReadOptions.MiB);
     long poll = positive(o, "kafkaConsumer.pollTimeoutMs", 30_000);
     this.timeoutMs = (int) positive(o, "timeout_ms", poll);
+    String local = sparkConf("spark.raylog.localHost");
+    this.localHost = local == null || local.isEmpty() ? null : local;
+  }
+
+  /**
+   * Spark's preferred location of a partition served at {@code host}: the
+   * host itself, or {@link #localHost} for a loopback address (the executors
+   * register with the node's address, never a loopback one).
+   */
+  String location(String host) {
+    if (host == null || localHost == null) {
+      return host;
+    }
+    boolean loopback = host.equals("localhost") || host.startsWith("127.") || host.equals("::1");
+    return loopback ? localHost : host;
   }
 
   /**
