@@ -310,6 +310,34 @@ def test_values_that_are_not_avro_frames_fail_the_read_with_a_schema_error(spark
             df.select("id", "page").collect()
 
 
+def test_mode_permissive_gives_null_values_for_bad_records_and_failfast_fails(spark, raylog_client, make_topic):
+    """Spark's from_avro: mode FAILFAST (the default) fails on a value that
+    does not decode; PERMISSIVE gives its row with null value columns."""
+    assert raylog_spark.use_cluster(spark, raylog_client)
+    v1 = AvroSerializer(registry(raylog_client), AVRO_V1)
+    bad = [b"\x00\x00", b"\x07" + v1({"id": 0, "page": "/"})[1:], frame(987_652, b"\x02")]
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [(None, v1({"id": 1, "page": "/a"}))] + [(None, b) for b in bad]
+            + [(None, v1({"id": 2, "page": "/b"}))])
+
+    def by_name(**options):
+        reader = spark.read.format("raylog").option("subscribe", topic).option("value_format", "avro")
+        return reader.option("avro_schema_id", str(v1.schema_id)).options(**options).load()
+
+    with pytest.raises(Exception, match="SchemaError"):
+        by_name().select("id", "page").collect()
+    with pytest.raises(Exception, match="SchemaError"):
+        by_name(mode="FAILFAST").select("id", "page").collect()
+    df = by_name(mode="PERMISSIVE")
+    assert all(f.nullable for f in df.schema.fields if f.name in ("id", "page"))
+    got = [(r["id"], r["page"]) for r in sorted(df.select("offset", "id", "page").collect(), key=lambda r: r["offset"])]
+    assert got == [(1, "/a"), (None, None), (None, None), (None, None), (2, "/b")]
+    whole = by_name(mode="permissive", flatten="false").select("offset", "value").collect()
+    assert [r["value"] is None for r in sorted(whole, key=lambda r: r["offset"])] == [False, True, True, True, False]
+    with pytest.raises(Exception, match="ConfigError: .*'mode' must be FAILFAST or PERMISSIVE"):
+        by_name(mode="DROPMALFORMED").collect()
+
+
 def test_unsupported_unions_are_refused_on_the_driver(spark, raylog_client, make_topic):
     schema = {"type": "record", "name": "U", "fields": [{"name": "u", "type": ["string", "long"]}]}
     serialize = AvroSerializer(registry(raylog_client), schema)

@@ -28,6 +28,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *       with avro</td></tr>
  *   <tr><td>flatten</td><td>the value's fields as top-level columns (true) or one struct column
  *       {@code value} (false)</td><td>true</td></tr>
+ *   <tr><td>mode</td><td>a value that does not decode (not Avro-framed, an unknown schema id, a
+ *       body that does not fit its schema), as Spark's {@code from_avro}: {@code FAILFAST} fails
+ *       the read naming the message; {@code PERMISSIVE} gives the row with null value columns
+ *       (every value column is then nullable)</td><td>FAILFAST</td></tr>
  * </table>
  *
  * <p>The table's columns are the value's (flattened or as {@code value}) then
@@ -42,13 +46,16 @@ final class AvroSpec implements Serializable {
 
   final int readerId;
   final boolean flatten;
+  /** mode PERMISSIVE: a value that does not decode gives null value columns */
+  final boolean permissive;
   /** registered schemas (canonical JSON) by id, the reader's among them */
   final Map<Integer, String> schemas;
   private transient StructType valueType;
 
-  private AvroSpec(int readerId, boolean flatten, Map<Integer, String> schemas) {
+  private AvroSpec(int readerId, boolean flatten, boolean permissive, Map<Integer, String> schemas) {
     this.readerId = readerId;
     this.flatten = flatten;
+    this.permissive = permissive;
     this.schemas = Collections.unmodifiableMap(schemas);
   }
 
@@ -94,9 +101,22 @@ final class AvroSpec implements Serializable {
         throw unknown(readerId, c.cluster);
       }
     }
-    AvroSpec spec = new AvroSpec(readerId, o.getBoolean("flatten", true), schemas);
+    AvroSpec spec = new AvroSpec(readerId, o.getBoolean("flatten", true), permissive(o), schemas);
     spec.tableSchema(); // refuse what has no Spark type, or clashes, when the read is defined
     return spec;
+  }
+
+  /** Option {@code mode}: FAILFAST (default) or PERMISSIVE; ConfigError for another (DROPMALFORMED: Spark's from_avro refuses it too). */
+  static boolean permissive(CaseInsensitiveStringMap o) {
+    String mode = o.getOrDefault("mode", "FAILFAST").trim();
+    if (mode.equalsIgnoreCase("FAILFAST")) {
+      return false;
+    }
+    if (mode.equalsIgnoreCase("PERMISSIVE")) {
+      return true;
+    }
+    throw SourceOptions.config("option 'mode' must be FAILFAST or PERMISSIVE (as Spark's from_avro), got '" + mode
+        + "'");
   }
 
   static RaylogReadException unknown(int id, String cluster) {
@@ -122,6 +142,13 @@ final class AvroSpec implements Serializable {
   StructType valueType() {
     if (valueType == null) {
       valueType = AvroTypes.structOf(reader());
+      if (permissive) { // a value that does not decode gives nulls
+        StructType nullable = new StructType();
+        for (StructField f : valueType.fields()) {
+          nullable = nullable.add(f.name(), f.dataType(), true, f.metadata());
+        }
+        valueType = nullable;
+      }
     }
     return valueType;
   }

@@ -32,7 +32,7 @@ final class OptionNames {
 
   private static final List<String> CONNECTION = Arrays.asList("zookeeper", "cluster", "token", "timeout_ms");
   private static final List<String> AVRO =
-      Arrays.asList("value_format", "valueFormat", "avro_schema_id", "avroSchemaId", "flatten");
+      Arrays.asList("value_format", "valueFormat", "avro_schema_id", "avroSchemaId", "flatten", "mode");
 
   /** Options of a read by name (Spark's Kafka source names and raylog's settings). */
   static final Set<String> READ_BY_NAME = lower(CONNECTION, AVRO, Arrays.asList(

@@ -18,9 +18,11 @@ final class TypedRows implements Closeable {
 
   private final int[] columns;
   private final AvroReader avro;
+  private final boolean permissive;
 
   TypedRows(AvroSpec spec, int[] columns, ReadOptions.Settings settings) {
     this.columns = columns;
+    this.permissive = spec.permissive;
     boolean[] wanted = AvroReader.wanted(spec, columns);
     this.avro = wanted == null ? null : new AvroReader(spec, wanted, settings);
   }
@@ -32,23 +34,31 @@ final class TypedRows implements Closeable {
       try {
         fields = avro.fields(m.data, m.valueOffset, m.valueLength);
       } catch (RaylogReadException e) {
-        String message = e.getMessage().substring(e.errorName().length() + 2);
-        throw new RaylogReadException(e.code(), message + " [the value of " + where + " at offset " + m.offset
-            + "]", e.details(), e);
+        if (permissive && (e.code() == RaylogReadException.SCHEMA || e.code() == RaylogReadException.UNKNOWN_SCHEMA)) {
+          fields = null; // mode PERMISSIVE: the row with null value columns
+        } else {
+          throw located(e, m, where);
+        }
       }
     }
     Object[] values = new Object[columns.length];
     for (int i = 0; i < columns.length; i++) {
       int c = columns[i];
       if (c >= AvroSpec.VALUE_FIELD) {
-        values[i] = fields[c - AvroSpec.VALUE_FIELD];
+        values[i] = fields == null ? null : fields[c - AvroSpec.VALUE_FIELD];
       } else if (c == AvroSpec.VALUE_STRUCT) {
-        values[i] = new GenericInternalRow(fields);
+        values[i] = fields == null ? null : new GenericInternalRow(fields);
       } else {
         values[i] = meta(c, m, partition, topic);
       }
     }
     return new GenericInternalRow(values);
+  }
+
+  private static RaylogReadException located(RaylogReadException e, MessageSet m, String where) {
+    String message = e.getMessage().substring(e.errorName().length() + 2);
+    return new RaylogReadException(e.code(), message + " [the value of " + where + " at offset " + m.offset + "]",
+        e.details(), e);
   }
 
   static Object meta(int column, MessageSet m, int partition, UTF8String topic) {
