@@ -17,6 +17,10 @@ path                                                    kind        content
 ``consumers/<group>/offsets/<topic>/<p>``               persistent  the next byte offset to consume (ASCII)
 ``schemas/<id>``                                        persistent  an Avro schema (JSON); sequential ids
 ``schemas-by-hash/<sha256>``                            persistent  the id of the schema of that canonical form
+``schema-subjects/<subject>/<version>``                  persistent  the id (ASCII) of the schema registered
+                                                                    as that version of the subject; versions
+                                                                    are sequential (10 digits, the first 0:
+                                                                    version 1) (:mod:`raylog.zk.schemas`)
 ``kafka/listeners/<node>``                              ephemeral   JSON ``{"host", "port", "broker_id",
                                                                     "node"}``: the Kafka listener of a disk
                                                                     node (:mod:`raylog.kafka`)
@@ -132,6 +136,14 @@ class Paths:
     def schemas_by_hash(self) -> str:
         """Schema ids by the hash of their canonical form (:mod:`raylog.zk.schemas`)."""
         return f"{self.root}/schemas-by-hash"
+
+    @property
+    def schema_subjects(self) -> str:
+        """Subjects: versions of a schema under one name (:mod:`raylog.zk.schemas`)."""
+        return f"{self.root}/schema-subjects"
+
+    def schema_subject(self, subject: str) -> str:
+        return f"{self.root}/schema-subjects/{subject}"
 
     # deleted partition logs not yet removed from their node
     @property

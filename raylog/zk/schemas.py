@@ -5,6 +5,10 @@ Layout (under the cluster root ``/raylog/<cluster>``, docs/design.md §4)::
     schemas/<id>                 persistent  the schema, as canonical JSON (below)
     schemas-by-hash/<sha256>     persistent  the id (ASCII) of the schema whose
                                              canonical JSON has that SHA-256
+    schema-subjects/<subject>/<10 digits>
+                                 persistent  the id (ASCII) of one version of the
+                                             subject (a sequential node: the
+                                             first is version 1)
 
 Ids come from ZooKeeper's sequence counter on ``schemas/``: registering
 creates the sequential node ``schemas/<10 digits>`` and the id is the int of
@@ -17,6 +21,16 @@ fully qualifies every name with its namespace) and written with sorted keys
 and no whitespace. Two spellings of one schema (key order, a namespace given
 apart or inside the name) therefore share an id; two schemas that differ in
 anything else, a default or a doc included, get different ids.
+
+**Subjects.** A subject names the versions of one evolving schema (as
+Confluent's registry does, e.g. ``clicks-value``): ``register(schema,
+subject=...)`` registers the schema (its id as above) and, unless the
+subject's latest version already has that id, adds it as the next version.
+Readers pick a reader schema by subject and version (``"latest"`` or a
+number: :meth:`SchemaRegistry.subject_version`). Two registrars adding the
+same schema to a subject at once may both add a version (the later is
+then a second version of the same id): harmless, since a version only
+names an id.
 
 **Races.** Two processes registering the same new schema at once both create
 a sequential node, then race to create the index node; the loser deletes its
@@ -33,6 +47,8 @@ Usage::
     registry = SchemaRegistry(zk, cluster="default")
     schema_id = registry.register({"type": "record", "name": "Click", "fields": [...]})
     registry.get(schema_id)          # the schema as a dict
+    registry.register(schema, subject="clicks-value")   # and a version of the subject
+    registry.subject_version("clicks-value")            # the id of its latest version
     registry.list()                  # {id: schema, ...}
 """
 
@@ -123,18 +139,24 @@ class SchemaRegistry:
     # ------------------------------------------------------------------
     # writing
 
-    def register(self, schema: Schema) -> int:
+    def register(self, schema: Schema, subject: str | None = None) -> int:
         """Register ``schema`` and return its id; a schema already registered
         (in any spelling with the same canonical JSON) returns its existing id.
+        With ``subject``, the id also becomes the subject's next version
+        unless it is its latest already.
 
         Raises :class:`SchemaError` for an invalid schema and
         :class:`ZooKeeperUnavailableError` when ZooKeeper cannot be reached.
         """
+        if subject is not None:
+            check_subject(subject)
         _, text = canonical_schema(schema)
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         with self._lock:
             cached = self._ids.get(digest)
         if cached is not None:
+            if subject is not None:
+                self._add_version(subject, cached)
             return cached
 
         index_path = f"{self._by_hash_root}/{digest}"
@@ -159,7 +181,17 @@ class SchemaRegistry:
         with self._lock:
             self._ids[digest] = existing
             self._by_id.setdefault(existing, text)
+        if subject is not None:
+            self._add_version(subject, existing)
         return existing
+
+    def _add_version(self, subject: str, schema_id: int) -> None:
+        versions = self.versions(subject)
+        if versions and versions[max(versions)] == schema_id:
+            return
+        with zookeeper_errors(self._zk, f"add a version to schema subject {subject!r}"):
+            self._request("create", self._paths.schema_subject(subject) + "/", str(schema_id).encode("ascii"),
+                          sequence=True, makepath=True)
 
     def _request(self, op: str, *args, **kw):
         """``zk.<op>(*args, **kw)``, waiting at most the request timeout."""
@@ -220,8 +252,59 @@ class SchemaRegistry:
                 continue  # a losing registrar's node, deleted since get_children
         return result
 
+    def subjects(self) -> list[str]:
+        """The subjects, sorted."""
+        with zookeeper_errors(self._zk, "list schema subjects"):
+            try:
+                return sorted(self._request("get_children", self._paths.schema_subjects))
+            except NoNodeError:
+                return []
+
+    def versions(self, subject: str) -> dict[int, int]:
+        """``{version: schema id}`` of ``subject`` (versions from 1); empty
+        when the subject has none."""
+        check_subject(subject)
+        root = self._paths.schema_subject(subject)
+        with zookeeper_errors(self._zk, f"list the versions of schema subject {subject!r}"):
+            try:
+                children = self._request("get_children", root)
+            except NoNodeError:
+                return {}
+            out = {}
+            for child in children:
+                if child.isdigit():
+                    data, _ = self._request("get", f"{root}/{child}")
+                    out[int(child) + 1] = int(data.decode("ascii"))
+        return dict(sorted(out.items()))
+
+    def subject_version(self, subject: str, version: int | str = "latest") -> int:
+        """The schema id of ``version`` (a number from 1, or ``"latest"``) of
+        ``subject``; :class:`UnknownSchemaError` when there is none."""
+        if not (version == "latest" or (isinstance(version, int) and not isinstance(version, bool) and version > 0)):
+            raise SchemaError(f"a subject version is 'latest' or a number from 1, got {version!r}")
+        versions = self.versions(subject)
+        if not versions:
+            raise UnknownSchemaError(
+                f"no schema is registered under subject {subject!r} in cluster {self._paths.root!r}; register "
+                "one with register(schema, subject=...) (AvroSerializer(..., subject=...))")
+        chosen = max(versions) if version == "latest" else version
+        if chosen not in versions:
+            raise UnknownSchemaError(
+                f"subject {subject!r} has no version {version} (its versions: 1 to {max(versions)})")
+        return versions[chosen]
+
     def __repr__(self) -> str:
         return f"SchemaRegistry(root={self._paths.root!r})"
+
+
+def check_subject(subject) -> str:
+    """``subject`` if it can name a subject (a ZooKeeper node name); else
+    :class:`SchemaError`."""
+    if (not isinstance(subject, str) or not subject or subject in (".", "..") or "/" in subject
+            or any(ord(c) < 32 for c in subject) or len(subject) > 255):
+        raise SchemaError(f"a schema subject is a non-empty name of at most 255 characters without '/' or "
+                          f"control characters, got {subject!r}")
+    return subject
 
 
 def _id_of(node_path: str) -> int:

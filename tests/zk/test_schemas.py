@@ -174,3 +174,42 @@ def test_concurrent_registrars_agree_on_one_id(make_zk, cluster_name):
     assert len(results) == len(registries) and len(set(results)) == 1
     # the losers removed their sequential nodes: one schema is listed
     assert list(registries[0].list()) == results[:1]
+
+
+# ----------------------------------------------------------------------------
+# subjects
+
+
+def test_subject_versions_name_ids_in_order_and_latest(schemas, make_zk, cluster_name):
+    v1 = {"type": "record", "name": "S", "fields": [{"name": "a", "type": "long"}]}
+    v2 = {"type": "record", "name": "S", "fields": [{"name": "a", "type": "long"},
+                                                     {"name": "b", "type": "string", "default": ""}]}
+    first = schemas.register(v1, subject="s-value")
+    assert schemas.register(v1, subject="s-value") == first  # its latest already: no new version
+    second = schemas.register(v2, subject="s-value")
+    other = schemas.register(v1, subject="other")
+    assert other == first
+    assert schemas.versions("s-value") == {1: first, 2: second}
+    assert schemas.subject_version("s-value") == second
+    assert schemas.subject_version("s-value", 1) == first
+    assert schemas.subjects() == ["other", "s-value"]
+    # another process sees the same
+    fresh = SchemaRegistry(make_zk(), cluster_name)
+    assert fresh.subject_version("s-value", "latest") == second
+    assert fresh.register(v1, subject="s-value") == first  # v1 again after v2: version 3
+    assert fresh.versions("s-value") == {1: first, 2: second, 3: first}
+
+
+def test_unknown_subjects_versions_and_bad_names_are_typed_errors(schemas):
+    with pytest.raises(UnknownSchemaError, match="no schema is registered under subject 'nope'"):
+        schemas.subject_version("nope")
+    schemas.register("long", subject="n")
+    with pytest.raises(UnknownSchemaError, match="has no version 2"):
+        schemas.subject_version("n", 2)
+    for version in (0, -1, "2", True, None):
+        with pytest.raises(SchemaError, match="'latest' or a number from 1"):
+            schemas.subject_version("n", version)
+    for bad in ("", "a/b", "..", 7):
+        with pytest.raises(SchemaError, match="a schema subject is a non-empty name"):
+            schemas.register("long", subject=bad)
+    assert schemas.subjects() == ["n"]

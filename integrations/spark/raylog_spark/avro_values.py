@@ -55,8 +55,11 @@ class AvroColumns:
         self._state = None
 
     @classmethod
-    def for_plan(cls, plan: ReadPlan, *, client=None, schema_id=None, flatten=True, sample=DEFAULT_SAMPLE):
-        if schema_id is None:
+    def for_plan(cls, plan: ReadPlan, *, client=None, schema_id=None, flatten=True, sample=DEFAULT_SAMPLE,
+                 schema_subject=None, schema_version="latest"):
+        if schema_subject is not None and schema_id is not None:
+            raise ConfigError("pass schema_id= or schema_subject=, not both: each names the reader schema")
+        if schema_id is None and schema_subject is None:
             first = head_values(plan, 1)
             if not first:
                 raise ConfigError(
@@ -66,6 +69,8 @@ class AvroColumns:
         metadata, settings, owned = resolve_connection(client, plan.settings)
         try:
             registry = schema_registry(metadata.zk, settings.cluster)
+            if schema_subject is not None:
+                schema_id = registry.subject_version(schema_subject, schema_version)  # UnknownSchemaError
             schemas = registry.list()
             schemas[schema_id] = registry.get(schema_id)  # UnknownSchemaError
         finally:

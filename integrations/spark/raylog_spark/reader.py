@@ -112,8 +112,8 @@ def read_topic(
     neither, the cluster ``raylog.connect()`` made in this process (or
     ``RAYLOG_ZOOKEEPER``, see :func:`raylog.read.default_settings`).
     ``read_options`` are the keyword arguments of :func:`plan_dataframe`:
-    ``schema``, ``schema_id``, ``json_options``, ``flatten``, ``sample``,
-    ``locality``, ``fetch_bytes``, ``engine`` and ``count_pushdown``.
+    ``schema``, ``schema_id``, ``schema_subject``, ``schema_version``,
+    ``json_options``, ``flatten``, ``sample``, ``locality``, ``fetch_bytes``, ``engine`` and ``count_pushdown``.
 
     ``value_format``:
 
@@ -122,9 +122,10 @@ def read_topic(
       (a StructType or DDL string) or a schema Spark infers from the first
       ``sample`` values; ``json_options`` go to ``from_json``;
     * ``"avro"``: values in Confluent framing decoded into typed columns of
-      the registered schema ``schema_id`` (default: the schema of the first
-      message). Values written under other schemas are resolved to it (Avro
-      schema evolution).
+      the registered schema ``schema_id``, or of version ``schema_version``
+      (``"latest"``, the default, or a number) of ``schema_subject``
+      (default: the schema of the first message). Values written under other
+      schemas are resolved to it (Avro schema evolution).
 
     ``engine``: ``"jvm"`` (the Spark data source ``raylog``; ConfigError
     when the session cannot load it), ``"python"`` (``mapInArrow``) or
@@ -161,6 +162,8 @@ def plan_dataframe(
     client=None,
     schema=None,
     schema_id: int | None = None,
+    schema_subject: str | None = None,
+    schema_version: int | str = "latest",
     json_options: dict | None = None,
     flatten: bool = True,
     sample: int = DEFAULT_SAMPLE,
@@ -181,7 +184,8 @@ def plan_dataframe(
     }
     decoder = None
     if value_format == "avro":  # checked on the driver: schema ids, unions, column names
-        decoder = AvroColumns.for_plan(plan, client=client, schema_id=schema_id, flatten=flatten, sample=sample)
+        decoder = AvroColumns.for_plan(plan, client=client, schema_id=schema_id, flatten=flatten, sample=sample,
+                                       schema_subject=schema_subject, schema_version=schema_version)
     if _use_jvm(spark, engine):
         df = jvm_dataframe(
             spark, plan, locality=locality, fetch_bytes=fetch_bytes, avro=decoder, count_pushdown=count_pushdown

@@ -275,6 +275,40 @@ def test_avro_values_with_two_schema_versions(spark, raylog_client, make_topic, 
     assert nested.where("value.id >= 100").count() == 30
 
 
+def test_the_reader_schema_by_subject_and_version(spark, raylog_client, make_topic):
+    """The reader schema named as a version of a subject (latest by default),
+    in read_topic (both engines) and in a read by name."""
+    subject = f"visits-{make_topic(partitions=1)}"
+    v1 = AvroSerializer(registry(raylog_client), AVRO_V1, subject=subject)
+    v2 = AvroSerializer(registry(raylog_client), AVRO_V2, subject=subject)
+    assert registry(raylog_client).versions(subject) == {1: v1.schema_id, 2: v2.schema_id}
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [(None, v1({"id": 1, "page": "/a"})),
+                                   (None, v2({"id": 2, "page": "/b", "seconds": 1.5, "tags": []}))])
+    assert raylog_spark.use_cluster(spark, raylog_client)
+    for engine in ENGINES:
+        latest = read(spark, raylog_client, topic, engine, schema_subject=subject)
+        assert "seconds" in latest.columns
+        assert sorted((r["id"], r["seconds"]) for r in latest.collect()) == [(1, -1.0), (2, 1.5)]
+        first = read(spark, raylog_client, topic, engine, schema_subject=subject, schema_version=1)
+        assert first.columns[:2] == ["id", "page"] and "seconds" not in first.columns
+    by_name = (spark.read.format("raylog").option("subscribe", topic).option("value_format", "avro")
+               .option("avro_subject", subject))
+    assert sorted((r["id"], r["seconds"]) for r in by_name.load().collect()) == [(1, -1.0), (2, 1.5)]
+    assert "seconds" not in by_name.option("avro_subject_version", "1").load().columns
+    with pytest.raises(Exception, match="UnknownSchemaError: subject .* has no version 3"):
+        by_name.option("avro_subject_version", "3").load()
+    with pytest.raises(Exception, match="UnknownSchemaError: no schema is registered under subject"):
+        spark.read.format("raylog").option("subscribe", topic).option("value_format", "avro").option(
+            "avro_subject", "no-such-subject").load()
+    with pytest.raises(Exception, match="ConfigError: .*not both"):
+        by_name.option("avro_schema_id", str(v1.schema_id)).load()
+    with pytest.raises(ConfigError, match="not both"):
+        read(spark, raylog_client, topic, "python", schema_subject=subject, schema_id=v1.schema_id)
+    with pytest.raises(UnknownSchemaError, match="has no version 3"):
+        read(spark, raylog_client, topic, "python", schema_subject=subject, schema_version=3)
+
+
 # ---------------------------------------------------------------------------
 # failures
 

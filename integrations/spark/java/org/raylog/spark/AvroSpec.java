@@ -24,8 +24,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *   <caption>options</caption>
  *   <tr><th>option</th><th>meaning</th><th>default</th></tr>
  *   <tr><td>value_format (or valueFormat)</td><td>{@code binary} or {@code avro}</td><td>binary</td></tr>
- *   <tr><td>avro_schema_id (or avroSchemaId)</td><td>the registry id of the reader schema</td><td>required
- *       with avro</td></tr>
+ *   <tr><td>avro_schema_id (or avroSchemaId)</td><td>the registry id of the reader schema</td><td>this
+ *       or avro_subject with avro</td></tr>
+ *   <tr><td>avro_subject, avro_subject_version (or avroSubject, avroSubjectVersion)</td><td>the reader
+ *       schema as a version ({@code latest} or a number from 1) of a subject of the registry</td>
+ *       <td>version latest</td></tr>
  *   <tr><td>flatten</td><td>the value's fields as top-level columns (true) or one struct column
  *       {@code value} (false)</td><td>true</td></tr>
  *   <tr><td>mode</td><td>a value that does not decode (not Avro-framed, an unknown schema id, a
@@ -78,17 +81,32 @@ final class AvroSpec implements Serializable {
       return null;
     }
     String id = o.getOrDefault("avro_schema_id", o.get("avroSchemaId"));
-    if (id == null) {
-      throw SourceOptions.config("a typed Avro read needs the option 'avro_schema_id' (the registry id of the "
-          + "reader schema); raylog_spark.read_topic(value_format='avro') takes the first message's");
+    String subject = o.getOrDefault("avro_subject", o.get("avroSubject"));
+    String version = o.getOrDefault("avro_subject_version", o.get("avroSubjectVersion"));
+    if (id != null && subject != null) {
+      throw SourceOptions.config("give 'avro_schema_id' or 'avro_subject', not both: each names the reader schema");
     }
-    int readerId;
-    try {
-      readerId = Integer.parseInt(id.trim());
-    } catch (NumberFormatException e) {
-      throw SourceOptions.config("option 'avro_schema_id' must be an integer, got " + id);
+    if (version != null && subject == null) {
+      throw SourceOptions.config("option 'avro_subject_version' needs 'avro_subject'");
+    }
+    if (id == null && subject == null) {
+      throw SourceOptions.config("a typed Avro read needs the option 'avro_schema_id' (the registry id of the "
+          + "reader schema) or 'avro_subject' (its subject, with 'avro_subject_version', default latest); "
+          + "raylog_spark.read_topic(value_format='avro') takes the first message's");
     }
     SourceOptions.Connection c = SourceOptions.connection(o);
+    int readerId;
+    if (subject != null) {
+      try (Zk zk = new Zk(c.zookeeper, c.cluster, 30_000)) {
+        readerId = zk.subjectVersion(subject, version == null ? "latest" : version);
+      }
+    } else {
+      try {
+        readerId = Integer.parseInt(id.trim());
+      } catch (NumberFormatException e) {
+        throw SourceOptions.config("option 'avro_schema_id' must be an integer, got " + id);
+      }
+    }
     Map<Integer, String> schemas = new TreeMap<>();
     try (Zk zk = new Zk(c.zookeeper, c.cluster, 30_000)) {
       for (int known : zk.schemaIds()) {

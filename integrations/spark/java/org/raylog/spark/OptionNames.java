@@ -31,8 +31,13 @@ final class OptionNames {
   enum Use { READ_BY_NAME, PLANNED_READ, SINK }
 
   private static final List<String> CONNECTION = Arrays.asList("zookeeper", "cluster", "token", "timeout_ms");
+  /** camelCase spellings of raylog's snake_case options, accepted but not listed */
+  private static final Set<String> CAMEL_ALIASES =
+      new HashSet<>(Arrays.asList("valueFormat", "avroSchemaId", "avroSubject", "avroSubjectVersion"));
+
   private static final List<String> AVRO =
-      Arrays.asList("value_format", "valueFormat", "avro_schema_id", "avroSchemaId", "flatten", "mode");
+      Arrays.asList("value_format", "valueFormat", "avro_schema_id", "avroSchemaId", "avro_subject", "avroSubject",
+          "avro_subject_version", "avroSubjectVersion", "flatten", "mode");
 
   /** Options of a read by name (Spark's Kafka source names and raylog's settings). */
   static final Set<String> READ_BY_NAME = lower(CONNECTION, AVRO, Arrays.asList(
@@ -90,7 +95,7 @@ final class OptionNames {
     for (List<String> l : lists) {
       for (String s : l) {
         out.add(s.toLowerCase());
-        if (!s.equals("valueFormat") && !s.equals("avroSchemaId")) { // the snake_case forms are listed
+        if (!CAMEL_ALIASES.contains(s)) { // the snake_case forms are listed
           CANONICAL.add(s);
         }
       }

@@ -246,6 +246,66 @@ final class Zk implements Closeable {
     return data == null ? null : new String(data, StandardCharsets.UTF_8);
   }
 
+  /**
+   * The schema id of version {@code version} ({@code "latest"} or a number
+   * from 1) of the schema subject {@code subject}
+   * ({@code schema-subjects/<subject>/<10 digits>}, the first version 1;
+   * raylog/zk/schemas.py); UnknownSchemaError when there is none.
+   */
+  int subjectVersion(String subject, String version) {
+    if (subject.isEmpty() || subject.contains("/") || subject.equals(".") || subject.equals("..")) {
+      throw SourceOptions.config("option 'avro_subject' must be a subject name without '/', got '" + subject + "'");
+    }
+    String dir = root + "/schema-subjects/" + subject;
+    List<String> names = children(dir);
+    List<String> versions = new ArrayList<>();
+    if (names != null) {
+      for (String n : names) {
+        if (!n.isEmpty() && n.chars().allMatch(Character::isDigit)) {
+          versions.add(n);
+        }
+      }
+    }
+    if (versions.isEmpty()) {
+      throw new RaylogReadException(RaylogReadException.UNKNOWN_SCHEMA, "no schema is registered under subject '"
+          + subject + "' in cluster '" + root.substring("/raylog/".length()) + "'; register one with "
+          + "register(schema, subject=...) (AvroSerializer(..., subject=...))");
+    }
+    Collections.sort(versions);
+    int index;
+    if (version.equalsIgnoreCase("latest")) {
+      index = versions.size() - 1;
+    } else {
+      int wanted;
+      try {
+        wanted = Integer.parseInt(version.trim());
+      } catch (NumberFormatException e) {
+        wanted = 0;
+      }
+      if (wanted < 1) {
+        throw SourceOptions.config("option 'avro_subject_version' must be 'latest' or a number from 1, got '"
+            + version + "'");
+      }
+      index = -1;
+      for (int i = 0; i < versions.size(); i++) {
+        if (Long.parseLong(versions.get(i)) + 1 == wanted) {
+          index = i;
+        }
+      }
+      if (index < 0) {
+        throw new RaylogReadException(RaylogReadException.UNKNOWN_SCHEMA, "subject '" + subject
+            + "' has no version " + wanted + " (its versions: 1 to "
+            + (Long.parseLong(versions.get(versions.size() - 1)) + 1) + ")");
+      }
+    }
+    byte[] data = data(dir + "/" + versions.get(index));
+    if (data == null) {
+      throw new RaylogReadException(RaylogReadException.UNKNOWN_SCHEMA, "a version of subject '" + subject
+          + "' vanished while it was read");
+    }
+    return Integer.parseInt(new String(data, StandardCharsets.US_ASCII).trim());
+  }
+
   /** A read of ZooKeeper that may raise its exceptions. */
   private interface Request<T> {
     T call() throws KeeperException, InterruptedException;
