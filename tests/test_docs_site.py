@@ -63,6 +63,9 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/test_readme_examples.py::test_the_kafka_clients_example_runs_as_written",
     ("docs/howto/mirroring.md", "Mirroring between clusters", 0):
         NOT_RUN + "addresses of two real clusters; tests/mirror/test_cli_mirror.py runs the same commands",
+    ("docs/howto/mirroring.md", "The audit across tiers", 0):
+        NOT_RUN + "addresses of two real clusters and an example's output; tests/mirror/test_mirror_audit.py "
+                  "runs the same command",
     ("docs/howto/replication.md", "Replication", 0):
         "tests/replication/test_replication_hosts.py::test_replicas_on_three_hosts_acks_all_and_not_enough_replicas",
     ("docs/howto/hosts.md", "Checking the guarantees under faults", 0):

@@ -14,12 +14,15 @@ One concept per module:
 * :mod:`~raylog.mirror.controller`: the named detached actor that creates
   target topics, starts the members and answers ``status`` and ``stop``;
 * :mod:`~raylog.mirror.translate`: a consumer group's offsets moved from the
-  source to the mirror.
+  source to the mirror;
+* :mod:`~raylog.mirror.audit`: a mirrored topic counted per time window on
+  both sides and compared (the audit across tiers).
 
 See docs/mirroring.md for the design.
 """
 
+from raylog.mirror.audit import compare_topic  # noqa: E402
 from raylog.mirror.handle import MirrorHandle, list_mirrors  # noqa: E402
 from raylog.mirror.translate import translate_group  # noqa: E402
 
-__all__ = ["MirrorHandle", "list_mirrors", "translate_group"]
+__all__ = ["MirrorHandle", "compare_topic", "list_mirrors", "translate_group"]

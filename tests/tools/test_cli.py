@@ -131,6 +131,7 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         ["zookeeper", "start"],
         ["zookeeper", "stop"],
         ["audit"],
+        ["audit", "compare"],
         ["bench"],
     ],
     ids=lambda c: "-".join(c) or "raylog",

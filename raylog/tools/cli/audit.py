@@ -1,5 +1,6 @@
 """``raylog audit``: the paper's audit check (messages produced vs consumed per
-time window) as a table."""
+time window) as a table; ``raylog audit compare``: a mirrored topic counted
+per window in its source cluster and in this one, side by side."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from raylog.errors import UnknownTopicError
 from raylog.tools.cli.base import CommandError, Target, pass_target, _table, cli
 
 
-@cli.command()
-@click.option("--topic", "-t", required=True, help="The topic to audit.")
+@cli.group(invoke_without_command=True)
+@click.option("--topic", "-t", help="The topic to audit.")
 @click.option("--group", "-g",
               help="Only this consumer group (default: every group that read the topic with auditing on).")
-@pass_target
-def audit(target: Target, topic, group):
+@click.pass_context
+def audit(ctx, topic, group):
     """Compare, per time window, the messages producers sent to TOPIC with
     what each consumer group received, from the counts that producers and
     consumers with auditing on publish to the audit topic. Prints a table
@@ -24,8 +25,21 @@ def audit(target: Target, topic, group):
     exits with 1 when any window fell short: a group received fewer
     messages than were produced in it (more is fine: delivery is
     at-least-once). Joins the Ray cluster (see --ray-address): it flushes
-    the audit topic's partition first, so the latest counts are in."""
+    the audit topic's partition first, so the latest counts are in.
 
+    ``raylog audit compare``: a mirrored topic across two tiers (see its
+    --help)."""
+    if ctx.invoked_subcommand is not None:
+        if topic or group:
+            raise click.UsageError("--topic and --group belong after 'compare' (raylog audit compare --help)")
+        return
+    if not topic:
+        raise click.UsageError("Missing option '--topic' / '-t'.")
+    ctx.invoke(_audit_groups, topic=topic, group=group)
+
+
+@pass_target
+def _audit_groups(target: Target, topic, group):
     with target.client("audit", ray=True) as client:
         rows = client.audit(topic=topic, group=group)
         if not rows:
@@ -60,6 +74,56 @@ def audit(target: Target, topic, group):
             f"{len(short)} of {len(rows)} windows of {topic} fell short: {named}{more}"
         )
 
+
+
+@audit.command("compare")
+@click.option("--source-zookeeper", required=True, help="HOST:PORT of the source cluster's ZooKeeper.")
+@click.option("--source-cluster", required=True, help="The source cluster's name.")
+@click.option("--source-token-file", type=click.Path(exists=True, dir_okay=False),
+              help="A file holding the source cluster's data token (default: derived, as inside its Ray cluster).")
+@click.option("--topic", "-t", required=True, help="The topic in the source cluster.")
+@click.option("--target-topic", help="Its name in this cluster (default: the same; a mirror's --rename may differ).")
+@click.option("--window-ms", type=click.IntRange(min=1), default=60_000, show_default=True,
+              help="The width of a window.")
+@click.option("--until-ms", type=int, default=None,
+              help="Compare windows that start before this time (ms since the epoch; default: the open window "
+                   "is left out).")
+@pass_target
+def audit_compare(target: Target, source_zookeeper, source_cluster, source_token_file, topic, target_topic,
+                  window_ms, until_ms):
+    """Count TOPIC per time window (by the messages' timestamps) in the
+    source cluster and its copy in this one, from their logs, and print
+    them side by side: status ok, missing (this cluster holds fewer
+    messages of the window) or extra (more: a duplicate). Exits with 1 when
+    a window differs. Windows emptied by retention on either side and the
+    window still open are left out; run it once the mirror has caught up
+    (raylog mirror status: lag 0)."""
+    from raylog.client import Client
+    from raylog.mirror import compare_topic
+
+    token = None
+    if source_token_file:
+        with open(source_token_file, "rb") as f:
+            token = f.read().strip()
+    with target.client("audit compare") as client:
+        with Client(zookeeper=source_zookeeper, cluster=source_cluster, token=token) as source:
+            for name, side in ((topic, source), (target_topic or topic, client)):
+                if not side.registry.topic_exists(name):
+                    raise UnknownTopicError(f"no topic {name!r} in cluster {side.settings.cluster!r}; check the "
+                                            f"name (topics list)")
+            rows = compare_topic(source, client, topic, target_topic, window_ms=window_ms, until_ms=until_ms)
+    if not rows:
+        click.echo(f"no closed window of {topic} to compare yet", err=True)
+        return
+    click.echo(_table(["WINDOW START (UTC)", "WIDTH", "SOURCE", "TARGET", "STATUS"],
+                      [[_utc(r["window_start"]), _width(r["window_ms"]), r["source"], r["target"], r["status"]]
+                       for r in rows]))
+    differ = [r for r in rows if r["status"] != "ok"]
+    if differ:
+        named = "; ".join(f"{_utc(r['window_start'])} ({r['status']}: source {r['source']}, target {r['target']})"
+                          for r in differ[:3])
+        more = f"; and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise CommandError(f"{len(differ)} of {len(rows)} windows of {topic} differ between the tiers: {named}{more}")
 
 
 def _utc(ms: int) -> str:
