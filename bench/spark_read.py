@@ -2,8 +2,9 @@
 same rows from a local Parquet file, in the same run and the same session.
 
 Starts the embedded cluster (``raylog.connect()``) and one Spark session
-through RayDP, produces N 200-byte messages over P partitions, writes the
-rows that ``read_topic`` returns to a Parquet file, then times, each case
+through RayDP, produces N 200-byte messages over P partitions (random
+bytes, no two alike), writes the rows that ``read_topic`` returns to a
+Parquet file, then times, each case
 ``--repeat`` rounds after a warm-up round, each round running every case
 once (so that all cases see the same load; best and median reported):
 
@@ -83,10 +84,13 @@ ENGINES = ("jvm", "python")
 
 def produce_plain(client, topic: str, n: int) -> float:
     producer = client.producer(batch_size=1000, linger_ms=5, acks=1, max_buffered_messages=200_000)
-    chunk = [os.urandom(VALUE_BYTES) for _ in range(1000)]
+    # every value its own random bytes: incompressible, and no value repeats
+    # (a cycle of a few values would let Parquet store a dictionary and indices)
     t0 = time.perf_counter()
     for start in range(0, n, 1000):
-        producer.send_batch(topic, chunk[: min(1000, n - start)])
+        count = min(1000, n - start)
+        block = os.urandom(VALUE_BYTES * count)
+        producer.send_batch(topic, [block[i * VALUE_BYTES:(i + 1) * VALUE_BYTES] for i in range(count)])
     producer.flush()
     producer.close()
     return time.perf_counter() - t0
