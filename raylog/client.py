@@ -382,6 +382,17 @@ class Client:
         inside a compressed set is found as its wrapper's offset."""
         return self._offset_admin.offsets_for_times(topic, timestamp_ms)
 
+    def count_messages(self, topic: str, partition: int, start: int, end: int | None = None,
+                       max_walk_bytes: int = 256 * 1024 * 1024) -> int | None:
+        """How many messages a read of ``[start, end)`` of the partition
+        returns (``end``: default the high watermark), counted on the
+        partition's node (COUNT: each message's CRC checked, only the number
+        sent); ``start`` may be a message's offset or a committed one, inside
+        a compressed set too. ``None`` when more than ``max_walk_bytes`` of
+        log lie between them (the count stops there): lag in messages is
+        then a large number better read as bytes."""
+        return self._offset_admin.count_messages(topic, partition, start, end, max_walk_bytes)
+
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The high watermark of every partition of ``topic``."""
         return self._offset_admin.end_offsets(topic)

@@ -55,6 +55,14 @@ recorded by whoever calls :func:`record_group_lag` (a driver, a monitoring
 loop, the demo): ``raylog_group_lag`` (bytes between the committed offset
 and the high watermark) and ``raylog_group_committed_offset``.
 
+Per mirrored partition (tags ``cluster`` (the target's), ``mirror``,
+``topic`` (the source's), ``partition``), recorded by the mirror's
+controller every few seconds (:func:`record_mirror_lag`):
+``raylog_mirror_lag_messages`` (messages of the source partition not yet
+copied; absent while the count is past its bound),
+``raylog_mirror_lag_seconds`` (how long the oldest of them has waited; 0
+when caught up) and ``raylog_mirror_lag_bytes``.
+
 Thread-safety: :class:`PartitionMetrics` guards its state with a lock, so
 the timer thread and the actor's method threads may both call it.
 """
@@ -76,6 +84,7 @@ FLUSH_LATENCY_BOUNDARIES_MS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 
 
 PARTITION_TAG_KEYS = ("cluster", "topic", "partition")
 GROUP_TAG_KEYS = ("cluster", "group", "topic", "partition")
+MIRROR_TAG_KEYS = ("cluster", "mirror", "topic", "partition")
 
 
 class PartitionMetrics:
@@ -317,3 +326,33 @@ def record_group_lag(client, group: str) -> dict[tuple[str, int], int]:
             lag_gauge.set(lag, tags)
             recorded[(row["topic"], row["partition"])] = lag
     return recorded
+
+
+_mirror_gauges = None
+
+
+def record_mirror_lag(cluster: str, mirror: str, rows: list[dict]) -> int:
+    """Set the mirror lag gauges from ``rows`` (the partition rows of a
+    mirror's status: ``topic``, ``partition``, ``lag_messages``, ``lag_s``,
+    ``lag_bytes``; a None is left unset). Needs a Ray connection (a mirror's
+    controller has one). Returns how many rows were recorded."""
+    global _mirror_gauges
+    with _group_lock:
+        if _mirror_gauges is None:
+            from ray.util.metrics import Gauge  # heavy, lazy on purpose
+
+            _mirror_gauges = {
+                "lag_messages": Gauge("raylog_mirror_lag_messages",
+                                      "messages of a source partition a mirror has not copied yet", MIRROR_TAG_KEYS),
+                "lag_s": Gauge("raylog_mirror_lag_seconds",
+                               "how long the oldest message a mirror has not copied has waited", MIRROR_TAG_KEYS),
+                "lag_bytes": Gauge("raylog_mirror_lag_bytes",
+                                   "bytes of a source partition a mirror has not copied yet", MIRROR_TAG_KEYS),
+            }
+        gauges = _mirror_gauges
+    for row in rows:
+        tags = {"cluster": cluster, "mirror": mirror, "topic": row["topic"], "partition": str(row["partition"])}
+        for key, gauge in gauges.items():
+            if row.get(key) is not None:
+                gauge.set(row[key], tags)
+    return len(rows)

@@ -25,6 +25,10 @@ from raylog.transfer.connection import BrokerConnection
 RESET_TARGETS = (EARLIEST, LATEST, "offset", "timestamp")
 #: how many bytes a sample or a boundary check reads
 _SAMPLE_BYTES = 64 * 1024
+#: the log one COUNT request walks (the partition walks at most 64 MiB whatever is asked)
+COUNT_STEP_BYTES = 64 * 1024 * 1024
+#: the most log :meth:`OffsetAdmin.count_messages` walks by default before it answers None
+COUNT_WALK_BYTES = 256 * 1024 * 1024
 
 
 
@@ -58,6 +62,28 @@ class OffsetAdmin:
         """What :meth:`raylog.Client.offsets` does (documented there)."""
         with self._connect_to(topic, partition) as conn:
             return conn.offsets(topic, partition)
+
+    def count_messages(self, topic: str, partition: int, start: int, end: int | None = None,
+                       max_walk_bytes: int = COUNT_WALK_BYTES) -> int | None:
+        """What :meth:`raylog.Client.count_messages` does (documented there)."""
+        if not isinstance(max_walk_bytes, int) or max_walk_bytes <= 0:
+            raise ConfigError(f"max_walk_bytes must be a positive int, got {max_walk_bytes!r}")
+        with self._connect_to(topic, partition) as conn:
+            if end is None:
+                end = conn.offsets(topic, partition)[1]
+            total, pos = 0, start
+            while pos < end:
+                budget = max_walk_bytes - (pos - start)
+                if budget <= 0:
+                    return None
+                counted, following = conn.count(topic, partition, pos, end, min(COUNT_STEP_BYTES, budget), -1)
+                if following <= pos:
+                    if budget < COUNT_STEP_BYTES:
+                        return None  # the next message is larger than what is left of the bound
+                    raise InvalidOffsetError(f"counting {topic}-{partition} made no progress at offset {pos}",
+                                             topic=topic, partition=partition, offset=pos)
+                total, pos = total + counted, following
+            return total
 
     def offsets_for_times(self, topic: str, timestamp_ms: int) -> dict[int, int]:
         """What :meth:`raylog.Client.offsets_for_times` does (documented there)."""

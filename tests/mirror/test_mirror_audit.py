@@ -8,10 +8,13 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 
 from raylog.audit import compare_tiers
 from raylog.mirror.audit import compare_topic
+from raylog.mirror.controller import partition_status
+from raylog.mirror.spec import MirrorSpec
 from raylog.testing.clusters import wait_until
 
 RAYLOG = os.path.join(os.path.dirname(sys.executable), "raylog")
@@ -36,7 +39,13 @@ def test_compare_tiers_flags_missing_and_extra_windows_in_its_bounds():
     assert [r["status"] for r in compare_tiers({0: 1}, {0: 1}, 10)] == ["ok"]
 
 
-def test_a_mirrored_topic_agrees_per_window_and_a_difference_is_named(zookeeper, raylog_client, source):
+def _scrape(ray) -> str:
+    node = ray._private.worker.global_worker.node
+    with urllib.request.urlopen(f"http://{node.node_ip_address}:{node.metrics_export_port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def test_a_mirrored_topic_agrees_per_window_and_a_difference_is_named(zookeeper, ray_local, raylog_client, source):
     target, tag = raylog_client, uuid.uuid4().hex[:6]
     topic = f"audited-{tag}"
     source.create_topic(topic, partitions=2)
@@ -52,6 +61,11 @@ def test_a_mirrored_topic_agrees_per_window_and_a_difference_is_named(zookeeper,
                    and len(handle.status()["partitions"]) == 2
                    and all(r["lag_messages"] == 0 for r in handle.status()["partitions"])
                    and sum(target.end_offsets(copy).values()) > 0, timeout_s=120)
+        # the controller records each partition's lag as Ray metrics
+        wanted = f'mirror="audit-{tag}"'
+        wait_until(lambda: len([line for line in _scrape(ray_local).splitlines()
+                                if line.startswith("ray_raylog_mirror_lag_messages{") and wanted in line
+                                and line.endswith(" 0.0")]) == 2, timeout_s=90)
     finally:
         handle.stop()
 
@@ -62,6 +76,10 @@ def test_a_mirrored_topic_agrees_per_window_and_a_difference_is_named(zookeeper,
     # the mirror is stopped: 3 messages reach only the source, 2 only the target
     _send(source, topic, [base + WINDOW_MS + 1] * 3, "late")
     _send(target, copy, [base + 3 * WINDOW_MS + 2] * 2, "dup")
+    spec = MirrorSpec(name=f"audit-{tag}", source_zookeeper=source.settings.zookeeper,
+                      source_cluster=source.settings.cluster, topics=topic, rename="{source}.{topic}")
+    lags = [partition_status(spec, source, target, topic, p) for p in range(2)]
+    assert sum(r["lag_messages"] for r in lags) == 3 and all(r["lag_bytes"] >= 0 for r in lags)
     rows = {r["window_start"]: r for r in compare_topic(source, target, topic, copy, window_ms=WINDOW_MS)}
     assert (rows[base + WINDOW_MS]["status"], rows[base + WINDOW_MS]["target"]) == ("missing", 50)
     assert (rows[base + 3 * WINDOW_MS]["status"], rows[base + 3 * WINDOW_MS]["target"]) == ("extra", 52)

@@ -50,7 +50,7 @@ def mirror_start(target: Target, source_zookeeper, source_cluster, source_token_
 @pass_target
 def mirror_status(target: Target, name, as_json):
     """Per partition of mirror NAME (of every mirror without NAME): source
-    end offset, mirrored position, lag in bytes and seconds."""
+    end offset, mirrored position, lag in bytes, messages and seconds."""
     with target.client("mirror status", ray=True) as client:
         names = [name] if name else list_mirrors(client._zk, client.settings.cluster)
         result = []
@@ -71,9 +71,10 @@ def mirror_status(target: Target, name, as_json):
         spec = status["spec"]
         click.echo(f"mirror {status['name']}: {spec['source_cluster']}@{spec['source_zookeeper']} "
                    f"topics {spec['topics']!r} -> {spec['rename']!r}")
-        click.echo(_table(["TOPIC", "PARTITION", "TARGET TOPIC", "SOURCE END", "MIRRORED", "LAG (BYTES)", "LAG (S)"],
+        click.echo(_table(["TOPIC", "PARTITION", "TARGET TOPIC", "SOURCE END", "MIRRORED", "LAG (BYTES)",
+                           "LAG (MSGS)", "LAG (S)"],
                           [[r["topic"], r["partition"], r["target_topic"], r["source_end"], r["mirrored"],
-                            r["lag_bytes"], None if r["lag_s"] is None else f"{r['lag_s']:.1f}"]
+                            r["lag_bytes"], r["lag_messages"], None if r["lag_s"] is None else f"{r['lag_s']:.1f}"]
                            for r in status["partitions"]]))
 
 
