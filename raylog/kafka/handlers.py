@@ -43,7 +43,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.kafka import brokers, group_offsets
+from raylog.kafka import brokers, group_offsets, idempotence
 from raylog.kafka.frames import (
     SUPPORTED,
     UNSUPPORTED_VERSION,
@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
+INIT_PRODUCER_ID = 22
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 # Kafka error codes
@@ -120,6 +121,7 @@ class Backend:
         self.settings = metadata.settings
         self.verifier = verifier
         self.entry = entry
+        self.sequences = idempotence.SequenceMap()
 
     @property
     def zk(self):
@@ -276,10 +278,11 @@ class Session:
                     code, message = INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), not {acks}"
                 else:
                     try:
-                        message_set, count = to_message_set(bytes(data.records or b""))
+                        records = bytes(data.records or b"")
+                        message_set, count = to_message_set(records)
                         if count:
-                            stored = self._connection(topic.name, data.index).produce(
-                                topic.name, data.index, message_set, acks=acks)
+                            stored = idempotence.produce(self.backend.sequences, self._connection(
+                                topic.name, data.index), topic.name, data.index, records, message_set, acks)
                             base = -1 if stored is None else stored
                     except RecordsRefused as err:
                         code, message = err.code, err.message
@@ -420,7 +423,12 @@ def _offset_fetch(session, body, version):
     return group_offsets.offset_fetch(body, version, session.backend.offsets)
 
 
+def _init_producer_id(session, body, version):
+    return idempotence.init_producer_id(body, version)
+
+
 _HANDLERS = {
+    INIT_PRODUCER_ID: _init_producer_id,
     OFFSET_COMMIT: _offset_commit,
     OFFSET_FETCH: _offset_fetch,
     FIND_COORDINATOR: _find_coordinator,
