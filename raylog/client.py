@@ -260,13 +260,17 @@ class Client:
         client takes :meth:`kafka_config`. Joins the Ray cluster."""
         import ray  # heavy, lazy on purpose
 
+        import functools
+
         from raylog.actors.placement import disk_nodes, scheduling_options
         from raylog.kafka.service import start_listener
+        from raylog.topic_admin import for_kafka_listener
 
         self._check_open()
         nodes = ray.nodes()
+        topics = functools.partial(for_kafka_listener, data_dir=self.data_dir, data_host=self.data_host)
         handles = [start_listener(self.settings, disk.identity, host or self.data_host, port,
-                                  scheduling_options(disk.identity, nodes)) for disk in disk_nodes(nodes)]
+                                  scheduling_options(disk.identity, nodes), topics) for disk in disk_nodes(nodes)]
         ready, _ = ray.wait([h.entry.remote() for h in handles], num_returns=len(handles), timeout=timeout_s)
         if len(ready) < len(handles):
             raise RaylogError(f"{len(handles) - len(ready)} Kafka listener(s) did not start within {timeout_s:g} s",

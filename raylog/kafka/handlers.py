@@ -43,7 +43,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.kafka import brokers, group_offsets, idempotence
+from raylog.kafka import admin, brokers, group_offsets, idempotence
 from raylog.kafka.frames import (
     SUPPORTED,
     UNSUPPORTED_VERSION,
@@ -63,6 +63,7 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 INIT_PRODUCER_ID = 22
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 # Kafka error codes
@@ -122,6 +123,8 @@ class Backend:
         self.verifier = verifier
         self.entry = entry
         self.sequences = idempotence.SequenceMap()
+        #: raylog's topic administration for CreateTopics / DeleteTopics (:mod:`raylog.kafka.admin`), or None
+        self.topics = None
 
     @property
     def zk(self):
@@ -427,8 +430,23 @@ def _init_producer_id(session, body, version):
     return idempotence.init_producer_id(body, version)
 
 
+def _create_topics(session, body, version):
+    return admin.create_topics(session.backend, body, version)
+
+
+def _delete_topics(session, body, version):
+    return admin.delete_topics(session.backend, body, version)
+
+
+def _describe_configs(session, body, version):
+    return admin.describe_configs(session.backend, body, version)
+
+
 _HANDLERS = {
     INIT_PRODUCER_ID: _init_producer_id,
+    CREATE_TOPICS: _create_topics,
+    DELETE_TOPICS: _delete_topics,
+    DESCRIBE_CONFIGS: _describe_configs,
     OFFSET_COMMIT: _offset_commit,
     OFFSET_FETCH: _offset_fetch,
     FIND_COORDINATOR: _find_coordinator,
