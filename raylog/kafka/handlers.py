@@ -247,8 +247,9 @@ class Session:
                                             leader_epoch=-1, replica_nodes=[], isr_nodes=[], offline_replicas=[]))
                 continue
             leader = entry["broker_id"]
+            replicas, isr = brokers.replica_ids(backend.zk, backend.paths, name, p, leader)
             partitions.append(Partition(error_code=NONE, partition_index=p, leader_id=leader, leader_epoch=-1,
-                                        replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
+                                        replica_nodes=replicas, isr_nodes=isr, offline_replicas=[]))
         return Topic(error_code=NONE, name=name, is_internal=False, partitions=partitions)
 
     # -- data ------------------------------------------------------------------
