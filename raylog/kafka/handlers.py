@@ -416,6 +416,8 @@ class Session:
 
 
 def _find_coordinator(session, body, version):
+    if getattr(body, "key_type", 0) == idempotence.TRANSACTION_KEY_TYPE:
+        return idempotence.no_transaction_coordinator(body, version)
     return group_offsets.find_coordinator(body, version, session.backend.entry)
 
 

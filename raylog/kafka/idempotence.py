@@ -9,9 +9,12 @@ a partition as it is, though (below), so it cannot collide with a raylog
 producer's there. InitProducerId answers epoch 0; asked again with the id
 and epoch it holds (version 3 and later, librdkafka's epoch bump after an
 unresolved error), it answers the same id with the next epoch, whose
-sequences start again at 0. A transactional id is refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED (raylog has no transactions; the
-client fails at once instead of retrying, and the listener logs why).
+sequences start again at 0. Transactions are refused (raylog has none):
+FindCoordinator for a transactional id (key type 1) and InitProducerId
+with one are answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which Kafka
+clients take as fatal, so ``init_transactions()`` fails at once (with the
+reason as FindCoordinator's error message) instead of retrying until its
+timeout; the listener logs why.
 
 Sequence units. Kafka numbers *records*: a batch of ``n`` records with
 ``baseSequence s`` is followed by the batch with ``baseSequence s + n``.
@@ -59,6 +62,7 @@ import struct
 import threading
 from collections import OrderedDict, deque
 
+from kafka.protocol.metadata import FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
 from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
@@ -80,6 +84,10 @@ INVALID_RECORD = 87
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+#: FindCoordinator's key type of a transactional id
+TRANSACTION_KEY_TYPE = 1
+NO_TRANSACTIONS = ("raylog has no transactions: use enable.idempotence without transactional.id "
+                   "(a resent batch is stored once)")
 
 #: a record batch's fields 1-2 and 10-13 (see :mod:`raylog.kafka.records`):
 #: baseOffset i64, batchLength i32 ... producerId i64 at byte 43,
@@ -204,3 +212,10 @@ def init_producer_id(body, version: int):
                                                producer_epoch=epoch + 1)
     return InitProducerIdResponse[version](throttle_time_ms=0, error_code=NONE, producer_id=new_producer_id(),
                                            producer_epoch=0)
+
+
+def no_transaction_coordinator(body, version: int):
+    """FindCoordinator's answer for a transactional id: refused (see the module docstring)."""
+    log.info("FindCoordinator for transactional id %r refused: raylog has no transactions", body.key)
+    return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                            error_message=NO_TRANSACTIONS, node_id=-1, host="", port=-1)

@@ -166,3 +166,14 @@ def test_confluent_idempotent_producer_delivers_each_message_once_in_order(raylo
     got = _read(raylog_client, topic, count)
     assert [m.value for m in got] == [f"i{i}".encode() for i in range(count)]
     assert [m.offset for m in got] == offsets
+
+
+def test_a_transactional_producer_fails_at_once_saying_why_and_stores_nothing(raylog_client, kafka_config):
+    topic = _topic(raylog_client)
+    producer = confluent_kafka.Producer({**kafka_config, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        producer.init_transactions(WAIT_S)  # refused, not left to time out
+    err = raised.value.args[0]
+    assert err.name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" and err.fatal()
+    assert "raylog has no transactions" in err.str()
+    assert raylog_client.offsets(topic, 0) == (0, 0)
