@@ -260,13 +260,11 @@ class Client:
         client takes :meth:`kafka_config`. Joins the Ray cluster."""
         import ray  # heavy, lazy on purpose
 
-        from raylog.actors.placement import disk_nodes, scheduling_options
-        from raylog.kafka.service import start_listener
+        from raylog.kafka_listeners import start_all
 
         self._check_open()
-        nodes = ray.nodes()
-        handles = [start_listener(self.settings, disk.identity, host or self.data_host, port,
-                                  scheduling_options(disk.identity, nodes)) for disk in disk_nodes(nodes)]
+        handles = start_all(self.settings.zookeeper, self.settings.cluster, host, port, self.data_dir,
+                            self.data_host)
         ready, _ = ray.wait([h.entry.remote() for h in handles], num_returns=len(handles), timeout=timeout_s)
         if len(ready) < len(handles):
             raise RaylogError(f"{len(handles) - len(ready)} Kafka listener(s) did not start within {timeout_s:g} s",

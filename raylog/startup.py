@@ -4,7 +4,9 @@ existing cluster.
 ``raylog.connect()`` with no arguments is the **embedded default**: it
 starts a local Ray (with one node that offers local disk), a ZooKeeper of
 its own on 127.0.0.1, and keeps partition logs under a temporary directory
-that ``close()`` removes (pass ``data_dir=`` to keep them). Given
+that ``close()`` removes (pass ``data_dir=`` to keep them); its Kafka
+listeners start too, by a Ray task that ``connect`` does not wait for
+(:mod:`raylog.kafka_listeners`; ``client.kafka_config()`` waits for them). Given
 ``zookeeper="host:2181"`` and ``ray_address="auto"`` it joins an existing
 cluster instead and starts nothing but the partition actors of the topics
 it creates. What it starts, the returned :class:`raylog.Client` owns and
@@ -27,6 +29,7 @@ from raylog import quiet
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import DEFAULT_DATA_DIR, Client
 from raylog.errors import DataDirInUseError
+from raylog.kafka_listeners import start_soon as start_kafka_listeners_soon
 from raylog.ray_join import check_ray_reachable, present_ray_token
 from raylog.zk.server import EmbeddedZooKeeper
 from raylog.zk.session import connect_kazoo
@@ -210,6 +213,8 @@ def connect(
             # is served again, with no client call.
             try:
                 client.start_supervisor(wait=False)
+                # and its Kafka listeners (docs/design.md section 10), started by a Ray task
+                start_kafka_listeners_soon(zookeeper, cluster, data_dir, data_host)
             except BaseException:
                 client.close()
                 raise

@@ -292,3 +292,14 @@ class TopicAdmin:
                 row["node"] = row.get("leader") or row["node"]  # the node that serves it now
             partitions.append(row)
         return {"topic": name, "config": config, "partitions": partitions}
+
+
+def for_kafka_listener(metadata, *, data_dir: str, data_host: str | None) -> TopicAdmin:
+    """The topic administration a Kafka listener's CreateTopics and
+    DeleteTopics use (:mod:`raylog.kafka.admin`): the client's, on the
+    listener's own ZooKeeper session (``metadata``, a
+    :class:`raylog.metadata.Metadata`), with the starting client's
+    ``data_dir`` and ``data_host``, so topics are placed and served as
+    ``client.create_topic`` does."""
+    return TopicAdmin(zk=metadata.zk, registry=metadata.registry, settings=metadata.settings, data_dir=data_dir,
+                      data_host=data_host, check_open=lambda: None, offsets=None)

@@ -11,6 +11,10 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.handlers` -- the API handlers of one connection;
 * :mod:`raylog.kafka.group_offsets` -- FindCoordinator, OffsetCommit and
   OffsetFetch on raylog's group offsets;
+* :mod:`raylog.kafka.idempotence` -- InitProducerId, and idempotent
+  producers' sequences translated to raylog's (per record to per set);
+* :mod:`raylog.kafka.admin` -- CreateTopics, DeleteTopics, DescribeConfigs
+  through raylog's own topic administration;
 * :mod:`raylog.kafka.brokers` -- the listeners' registry in ZooKeeper and
   which listener Metadata names for a partition;
 * :mod:`raylog.kafka.listener` -- the socket server;
@@ -18,10 +22,11 @@ clients in any language produce to and fetch from raylog topics:
 
 Served: ApiVersions 0-3, Metadata 1-8, Produce 3-8, Fetch 4-11,
 ListOffsets 1-5, OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2,
-SaslHandshake 1, SaslAuthenticate 0-1 (:data:`raylog.kafka.frames.SUPPORTED`).
+SaslHandshake 1, SaslAuthenticate 0-1, InitProducerId 0-4, CreateTopics 2-5,
+DeleteTopics 1-5, DescribeConfigs 1-4
+(:data:`raylog.kafka.frames.SUPPORTED`).
 Not yet: JoinGroup/SyncGroup/Heartbeat/LeaveGroup (Kafka-protocol group
-membership), InitProducerId (idempotent and transactional producers),
-CreateTopics/DeleteTopics/DescribeConfigs, record headers, snappy.
+membership), transactional producers (refused), record headers, snappy.
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
 a Kafka client :meth:`raylog.Client.kafka_config`.

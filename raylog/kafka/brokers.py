@@ -15,6 +15,14 @@ else its placement's node. Any listener can serve any partition (it
 forwards to the partition's data endpoint), so a node without a listener
 falls back to the listener on the partition endpoint's host, then to any.
 
+Their replicas and ISR (:func:`replica_ids`) are the replication state's
+``replicas`` and ``isr`` as broker ids (:func:`broker_id` of each node),
+the leader's being the id Metadata names as leader. A replica on a node
+with no listener keeps its id although no broker of that id is listed
+(Kafka lists the replicas of a broker that is down the same way); no
+replica is reported offline. A partition without replication has its
+leader as its only replica.
+
 Thread-safety: the functions keep no state; kazoo clients are thread-safe.
 """
 
@@ -122,3 +130,31 @@ def leader_listener(zk, paths, topic: str, partition: int, found: dict[str, dict
             if entry.get("host") == endpoint.get("host"):
                 return entry
     return next(iter(found.values()))
+
+
+def replica_ids(zk, paths, topic: str, partition: int, leader_id: int) -> tuple[list[int], list[int]]:
+    """``(replica broker ids, ISR broker ids)`` of a partition whose leader
+    Metadata names as ``leader_id`` (see the module docstring)."""
+    from raylog.zk.partition_state import read_state
+
+    try:
+        found = read_state(zk, paths, topic, partition)
+    except (KeyError, ValueError, TypeError):  # a state this reader cannot take: the leader alone
+        found = None
+    if found is None:
+        return [leader_id], [leader_id]
+    state = found[0]
+
+    def ids(nodes) -> list[int]:
+        out = []
+        for node in nodes:
+            one = leader_id if node == state.leader else broker_id(node)
+            if one not in out:
+                out.append(one)
+        return out
+
+    replicas, isr = ids(state.replicas), ids(state.isr)
+    for listed in (replicas, isr):
+        if leader_id not in listed:
+            listed.insert(0, leader_id)
+    return replicas, isr

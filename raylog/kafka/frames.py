@@ -22,10 +22,11 @@ from __future__ import annotations
 import io
 import struct
 
+from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 SIZE = struct.Struct(">i")
@@ -44,6 +45,10 @@ SUPPORTED = {
     SaslHandshakeRequest.API_KEY: (SaslHandshakeRequest, 1, 1),
     ApiVersionsRequest.API_KEY: (ApiVersionsRequest, 0, 3),
     SaslAuthenticateRequest.API_KEY: (SaslAuthenticateRequest, 0, 1),
+    InitProducerIdRequest.API_KEY: (InitProducerIdRequest, 0, 4),
+    CreateTopicsRequest.API_KEY: (CreateTopicsRequest, 2, 5),
+    DeleteTopicsRequest.API_KEY: (DeleteTopicsRequest, 1, 5),
+    DescribeConfigsRequest.API_KEY: (DescribeConfigsRequest, 1, 4),
 }
 
 #: Kafka's error code for an unsupported version

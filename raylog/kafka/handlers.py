@@ -43,7 +43,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.kafka import brokers, group_offsets
+from raylog.kafka import admin, brokers, group_offsets, idempotence
 from raylog.kafka.frames import (
     SUPPORTED,
     UNSUPPORTED_VERSION,
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
+INIT_PRODUCER_ID = 22
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 # Kafka error codes
@@ -120,6 +122,9 @@ class Backend:
         self.settings = metadata.settings
         self.verifier = verifier
         self.entry = entry
+        self.sequences = idempotence.SequenceMap()
+        #: raylog's topic administration for CreateTopics / DeleteTopics (:mod:`raylog.kafka.admin`), or None
+        self.topics = None
 
     @property
     def zk(self):
@@ -242,8 +247,9 @@ class Session:
                                             leader_epoch=-1, replica_nodes=[], isr_nodes=[], offline_replicas=[]))
                 continue
             leader = entry["broker_id"]
+            replicas, isr = brokers.replica_ids(backend.zk, backend.paths, name, p, leader)
             partitions.append(Partition(error_code=NONE, partition_index=p, leader_id=leader, leader_epoch=-1,
-                                        replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
+                                        replica_nodes=replicas, isr_nodes=isr, offline_replicas=[]))
         return Topic(error_code=NONE, name=name, is_internal=False, partitions=partitions)
 
     # -- data ------------------------------------------------------------------
@@ -276,10 +282,11 @@ class Session:
                     code, message = INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), not {acks}"
                 else:
                     try:
-                        message_set, count = to_message_set(bytes(data.records or b""))
+                        records = bytes(data.records or b"")
+                        message_set, count = to_message_set(records)
                         if count:
-                            stored = self._connection(topic.name, data.index).produce(
-                                topic.name, data.index, message_set, acks=acks)
+                            stored = idempotence.produce(self.backend.sequences, self._connection(
+                                topic.name, data.index), topic.name, data.index, records, message_set, acks)
                             base = -1 if stored is None else stored
                     except RecordsRefused as err:
                         code, message = err.code, err.message
@@ -409,6 +416,8 @@ class Session:
 
 
 def _find_coordinator(session, body, version):
+    if getattr(body, "key_type", 0) == idempotence.TRANSACTION_KEY_TYPE:
+        return idempotence.no_transaction_coordinator(body, version)
     return group_offsets.find_coordinator(body, version, session.backend.entry)
 
 
@@ -420,7 +429,27 @@ def _offset_fetch(session, body, version):
     return group_offsets.offset_fetch(body, version, session.backend.offsets)
 
 
+def _init_producer_id(session, body, version):
+    return idempotence.init_producer_id(body, version)
+
+
+def _create_topics(session, body, version):
+    return admin.create_topics(session.backend, body, version)
+
+
+def _delete_topics(session, body, version):
+    return admin.delete_topics(session.backend, body, version)
+
+
+def _describe_configs(session, body, version):
+    return admin.describe_configs(session.backend, body, version)
+
+
 _HANDLERS = {
+    INIT_PRODUCER_ID: _init_producer_id,
+    CREATE_TOPICS: _create_topics,
+    DELETE_TOPICS: _delete_topics,
+    DESCRIBE_CONFIGS: _describe_configs,
     OFFSET_COMMIT: _offset_commit,
     OFFSET_FETCH: _offset_fetch,
     FIND_COORDINATOR: _find_coordinator,

@@ -45,7 +45,8 @@ class KafkaListenerActor:
     """Serves the Kafka protocol on ``host:port`` of its node (``port`` 0:
     a free one; ``host`` None: the node's address)."""
 
-    def __init__(self, zookeeper: str, cluster: str, identity: str, host: str | None = None, port: int = 0):
+    def __init__(self, zookeeper: str, cluster: str, identity: str, host: str | None = None, port: int = 0,
+                 topics=None):
         from raylog.metadata import ConnectionSettings, Metadata
 
         if host is None:
@@ -56,6 +57,8 @@ class KafkaListenerActor:
         self._metadata = Metadata.connect(settings)
         verifier = ScramVerifier(cluster, settings.token) if settings.token is not None else None
         backend = Backend(self._metadata, verifier, None)
+        if topics is not None:  # raylog's topic administration, for CreateTopics / DeleteTopics
+            backend.topics = topics(self._metadata)
         self._server = _bind(backend, host, port, brokers.remembered_port(self._metadata.zk,
                                                                           self._metadata.registry.paths, identity))
         brokers.remember_port(self._metadata.zk, self._metadata.registry.paths, identity, self._server.port)
@@ -109,15 +112,17 @@ def _bind(backend, host: str, port: int, remembered: int) -> KafkaServer:
     return KafkaServer(backend, host, port)
 
 
-def start_listener(settings, identity: str, host: str | None, port: int, options: dict):
-    """Start (or find) the listener actor of node ``identity``; returns its handle."""
+def start_listener(settings, identity: str, host: str | None, port: int, options: dict, topics=None):
+    """Start (or find) the listener actor of node ``identity``; returns its handle.
+    ``topics(metadata)`` makes the topic administration CreateTopics and
+    DeleteTopics use (:mod:`raylog.kafka.admin`); None: they are refused."""
     import ray  # heavy (Ray): imported when used
 
     return (
         ray.remote(num_cpus=0, max_concurrency=4, max_restarts=-1)(KafkaListenerActor)
         .options(name=listener_name(settings.cluster, identity), namespace=NAMESPACE, lifetime="detached",
                  get_if_exists=True, **options)
-        .remote(settings.zookeeper, settings.cluster, identity, host, port)
+        .remote(settings.zookeeper, settings.cluster, identity, host, port, topics)
     )
 
 

@@ -45,3 +45,18 @@ def test_kafka_config_without_listeners_is_a_clear_error(zk, cluster_name):
     brokers.register(zk, Paths(cluster_name), "disk-a", "127.0.0.1", 9092)
     assert kafka_config(zk, Paths(cluster_name), cluster_name, None) == {
         "bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}
+
+
+def test_replicas_and_isr_are_the_replication_states_as_broker_ids(zk, cluster_name):
+    from raylog.zk.partition_state import PartitionState
+
+    paths = Paths(cluster_name)
+    a, b, c = (brokers.broker_id(n) for n in ("a", "b", "c"))
+    assert brokers.replica_ids(zk, paths, "t", 0, a) == ([a], [a])  # not replicated: the leader alone
+    state = PartitionState("b", 3, ("b", "c"), ("a", "b", "c"))
+    zk.create(paths.state("t", 0), state.to_json(), makepath=True)
+    assert brokers.replica_ids(zk, paths, "t", 0, b) == ([a, b, c], [b, c])
+    # the leader's node has no listener: the listener Metadata names leads in both lists, once
+    assert brokers.replica_ids(zk, paths, "t", 0, c) == ([a, c], [c])
+    zk.create(paths.state("t", 1), json.dumps({"leader": "b"}).encode(), makepath=True)
+    assert brokers.replica_ids(zk, paths, "t", 1, b) == ([b], [b])  # a state it cannot read: the leader alone

@@ -1,6 +1,6 @@
 """The API handlers over a real listener: long polls (max wait, min bytes),
 ListOffsets (earliest, latest, by time), acks=0, what is refused (headers,
-snappy, idempotent producers) with nothing stored, and Metadata."""
+snappy) with nothing stored, and Metadata."""
 
 from __future__ import annotations
 
@@ -132,19 +132,6 @@ def test_what_raylog_cannot_store_is_refused_and_nothing_is_stored(raylog_client
     assert len(reports) == 1 and reports[0] is not None
     expected = {"headers": "INVALID_RECORD", "snappy": "UNSUPPORTED_COMPRESSION_TYPE"}[case]
     assert reports[0].name() == expected, reports[0]
-    assert raylog_client.offsets(topic, 0) == (0, 0)
-
-
-def test_an_idempotent_producer_is_refused_clearly(raylog_client, kafka_config):
-    """InitProducerId is not served (this part of the front door): librdkafka
-    fails with its 'idempotent producer not supported' error and stores nothing."""
-    topic = _topic(raylog_client)
-    producer = confluent_kafka.Producer({**kafka_config, "enable.idempotence": True, "message.timeout.ms": 10_000})
-    with pytest.raises(confluent_kafka.KafkaException, match="Idempotent producer not supported"):
-        producer.produce(topic, b"refused", partition=0)
-        producer.flush(20)
-        producer.poll(1)
-        producer.produce(topic, b"refused", partition=0)
     assert raylog_client.offsets(topic, 0) == (0, 0)
 
 

@@ -1,0 +1,271 @@
+"""CreateTopics, DeleteTopics and DescribeConfigs: Kafka's topic
+administration on raylog's topics (what ``confluent_kafka.admin.AdminClient``
+and ``kcat -L`` need).
+
+Topics are created and deleted through raylog's own administration, the
+:class:`raylog.topic_admin.TopicAdmin` that ``client.create_topic`` uses
+(same placement, same partition actors, same ZooKeeper records): the
+listener is given one when it is started (``Backend.topics``, built by
+:func:`raylog.topic_admin.for_kafka_listener`); a listener without one
+answers CreateTopics and DeleteTopics with CLUSTER_AUTHORIZATION_FAILED and
+a message saying so.
+
+CreateTopics: ``num_partitions`` -1 is 1, ``replication_factor`` -1 the
+cluster's default (raylog's, 1); manual replica assignments are refused
+(INVALID_REPLICA_ASSIGNMENT: raylog places partitions itself). Configs are
+taken by their Kafka names (:data:`TOPIC_CONFIGS`) and must be ones raylog
+has; any other is refused by name with INVALID_CONFIG, and so is a value
+raylog's :class:`raylog.config.TopicConfig` refuses (its message is the
+error message). ``cleanup.policy`` is accepted as ``delete`` only (raylog
+has no compaction). ``validate_only`` checks all of it, the name, that the
+topic does not exist and that the replication factor does not exceed the
+listeners registered (one per disk node), and creates nothing.
+
+DescribeConfigs: a topic's raylog settings under the Kafka names of
+:data:`TOPIC_CONFIGS` (source TOPIC_CONFIG where the topic set a value of
+its own, DEFAULT_CONFIG where it kept raylog's default), plus
+``cleanup.policy=delete``; a broker resource gets the small read-only set of
+:func:`_broker_configs` (raylog's defaults for new topics). Only the keys
+asked for are answered when the request names some.
+
+Thread-safety: the functions keep no state; the topic administration they
+call is safe to call from the listener's connection threads (its state
+lives in ZooKeeper and Ray).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse, DescribeConfigsResponse
+
+from raylog.config import TopicConfig
+from raylog.errors import ConfigError, RaylogError, TopicExistsError, UnknownTopicError
+from raylog.kafka import brokers
+from raylog.zk.registry import validate_topic_name
+
+log = logging.getLogger(__name__)
+
+#: Kafka topic config name -> raylog TopicConfig field
+TOPIC_CONFIGS = {
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "max.message.bytes": "max_message_bytes",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "min.insync.replicas": "min_insync_replicas",
+    "unclean.leader.election.enable": "unclean_leader_election",
+}
+#: the one cleanup policy raylog has
+CLEANUP_POLICY = "delete"
+#: the most a CreateTopics waits for a topic's partition actors
+CREATE_TIMEOUT_S = 120.0
+
+# Kafka error codes
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7
+INVALID_TOPIC_EXCEPTION = 17
+CLUSTER_AUTHORIZATION_FAILED = 31
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+UNKNOWN_SERVER_ERROR = -1
+
+# DescribeConfigs resource types and config sources
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_CONFIG_SOURCE, STATIC_BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
+
+_NO_ADMIN = ("this Kafka listener was started without topic administration; create and delete topics "
+             "with client.create_topic / client.delete_topic, or start the listeners with "
+             "client.start_kafka_listeners()")
+
+
+class Refused(Exception):
+    """A topic request refused: ``code`` (Kafka's) and ``message``."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def topic_settings(configs) -> dict:
+    """raylog TopicConfig fields of CreateTopics ``configs`` (name, value);
+    raises :class:`Refused` (INVALID_CONFIG) naming what raylog does not have."""
+    settings = {}
+    for entry in configs or ():
+        name, value = entry.name, entry.value
+        if name == "cleanup.policy":
+            if value != CLEANUP_POLICY:
+                raise Refused(INVALID_CONFIG, f"cleanup.policy={value!r}: raylog has only 'delete' (no compaction)")
+            continue
+        field = TOPIC_CONFIGS.get(name)
+        if field is None:
+            raise Refused(INVALID_CONFIG, f"config {name!r} is not supported by raylog; supported: "
+                                          f"{', '.join(sorted([*TOPIC_CONFIGS, 'cleanup.policy']))}")
+        if value is None:
+            raise Refused(INVALID_CONFIG, f"config {name!r} has no value")
+        if field == "unclean_leader_election":
+            if value.lower() not in ("true", "false"):
+                raise Refused(INVALID_CONFIG, f"{name}={value!r}: use true or false")
+            settings[field] = value.lower() == "true"
+            continue
+        try:
+            settings[field] = int(value)
+        except ValueError:
+            raise Refused(INVALID_CONFIG, f"{name}={value!r}: an integer is expected") from None
+    return settings
+
+
+def _check_create(backend, topic) -> tuple[str, int, dict]:
+    """``(name, partitions, settings)`` of a CreateTopics entry, checked
+    without creating anything; raises :class:`Refused`."""
+    name = topic.name
+    try:
+        validate_topic_name(name)
+    except ConfigError as err:
+        raise Refused(INVALID_TOPIC_EXCEPTION, str(err).splitlines()[0]) from None
+    if topic.assignments:
+        raise Refused(INVALID_REPLICA_ASSIGNMENT, "raylog places partitions itself; give num_partitions and "
+                                                  "replication_factor instead of replica assignments")
+    partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
+    if partitions < 1:
+        raise Refused(INVALID_PARTITIONS, f"num_partitions must be at least 1 (or -1), got {topic.num_partitions}")
+    settings = topic_settings(topic.configs)
+    if topic.replication_factor != -1:
+        if topic.replication_factor < 1:
+            raise Refused(INVALID_REPLICATION_FACTOR,
+                          f"replication_factor must be at least 1 (or -1), got {topic.replication_factor}")
+        settings["replication_factor"] = topic.replication_factor
+    try:
+        config = TopicConfig(partitions=partitions, **settings)
+    except ConfigError as err:
+        raise Refused(INVALID_CONFIG, str(err).splitlines()[0]) from None
+    nodes = len(brokers.listeners(backend.zk, backend.paths)) or 1
+    if config.replication_factor > nodes:
+        raise Refused(INVALID_REPLICATION_FACTOR, f"replication_factor {config.replication_factor} exceeds the "
+                                                  f"{nodes} disk node(s) with a Kafka listener")
+    if name in backend.metadata.registry.list_topics():
+        raise Refused(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+    return name, partitions, settings
+
+
+def create_topics(backend, body, version):
+    Result = CreateTopicsResponse.CreatableTopicResult
+    results = []
+    for topic in body.topics:
+        code, message = NONE, None
+        try:
+            name, partitions, settings = _check_create(backend, topic)
+            if not body.validate_only:
+                if backend.topics is None:
+                    raise Refused(CLUSTER_AUTHORIZATION_FAILED, _NO_ADMIN)
+                backend.topics.create_topic(name, partitions, timeout_s=CREATE_TIMEOUT_S, **settings)
+                log.info("Kafka CreateTopics: created %s (%d partitions, %s)", name, partitions, settings)
+        except Refused as err:
+            code, message = err.code, err.message
+        except TopicExistsError as err:
+            code, message = TOPIC_ALREADY_EXISTS, str(err).splitlines()[0]
+        except ConfigError as err:
+            replication = "replica" in str(err) or "disk node" in str(err)
+            code = INVALID_REPLICATION_FACTOR if replication else INVALID_CONFIG
+            message = str(err).splitlines()[0]
+        except RaylogError as err:
+            code = REQUEST_TIMED_OUT if err.retriable else UNKNOWN_SERVER_ERROR
+            message = str(err).splitlines()[0]
+        results.append(Result(name=topic.name, error_code=code, error_message=message, num_partitions=-1,
+                              replication_factor=-1, configs=None))
+    return CreateTopicsResponse[version](throttle_time_ms=0, topics=results)
+
+
+def delete_topics(backend, body, version):
+    Result = DeleteTopicsResponse.DeletableTopicResult
+    names = list(body.topic_names or ())
+    results = []
+    for name in names:
+        code, message = NONE, None
+        try:
+            if backend.topics is None:
+                raise Refused(CLUSTER_AUTHORIZATION_FAILED, _NO_ADMIN)
+            count = backend.metadata.registry.topic_config(name).partitions
+            backend.topics.delete_topic(name)
+            for partition in range(count):
+                backend.metadata.forget(name, partition)
+            log.info("Kafka DeleteTopics: deleted %s", name)
+        except Refused as err:
+            code, message = err.code, err.message
+        except UnknownTopicError as err:
+            code, message = UNKNOWN_TOPIC_OR_PARTITION, str(err).splitlines()[0]
+        except RaylogError as err:
+            code = REQUEST_TIMED_OUT if err.retriable else UNKNOWN_SERVER_ERROR
+            message = str(err).splitlines()[0]
+        results.append(Result(name=name, error_code=code, error_message=message))
+    return DeleteTopicsResponse[version](throttle_time_ms=0, responses=results)
+
+
+def _kafka_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _topic_configs(config: TopicConfig) -> list[tuple[str, str, int, bool]]:
+    """``(name, value, source, read only)`` of a topic's settings."""
+    defaults = TopicConfig()
+    rows = [("cleanup.policy", CLEANUP_POLICY, DEFAULT_CONFIG_SOURCE, True)]
+    for name, field in TOPIC_CONFIGS.items():
+        value = getattr(config, field)
+        source = DEFAULT_CONFIG_SOURCE if value == getattr(defaults, field) else TOPIC_CONFIG_SOURCE
+        rows.append((name, _kafka_value(value), source, True))
+    return rows
+
+
+def _broker_configs() -> list[tuple[str, str, int, bool]]:
+    """A broker's: raylog's defaults for new topics, read-only."""
+    defaults = TopicConfig()
+    rows = [
+        ("num.partitions", "1"),
+        ("default.replication.factor", _kafka_value(defaults.replication_factor)),
+        ("auto.create.topics.enable", "false"),
+        ("message.max.bytes", _kafka_value(defaults.max_message_bytes)),
+        ("log.retention.ms", _kafka_value(defaults.retention_ms)),
+        ("log.retention.bytes", _kafka_value(defaults.retention_bytes)),
+        ("log.segment.bytes", _kafka_value(defaults.segment_bytes)),
+        ("min.insync.replicas", _kafka_value(defaults.min_insync_replicas)),
+        ("log.cleanup.policy", CLEANUP_POLICY),
+    ]
+    return [(name, value, STATIC_BROKER_CONFIG_SOURCE, True) for name, value in rows]
+
+
+def describe_configs(backend, body, version):
+    Result = DescribeConfigsResponse.DescribeConfigsResult
+    Config = Result.DescribeConfigsResourceResult
+    results = []
+    for resource in body.resources:
+        code, message, rows = NONE, None, []
+        if resource.resource_type == TOPIC_RESOURCE:
+            try:
+                rows = _topic_configs(backend.metadata.registry.topic_config(resource.resource_name))
+            except UnknownTopicError:
+                code, message = UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist"
+            except RaylogError as err:
+                code, message = UNKNOWN_SERVER_ERROR, str(err).splitlines()[0]
+        elif resource.resource_type == BROKER_RESOURCE:
+            rows = _broker_configs()
+        else:
+            code, message = INVALID_CONFIG, f"resource type {resource.resource_type} is not served (topics and brokers are)"
+        wanted = resource.configuration_keys
+        if wanted is not None:
+            rows = [row for row in rows if row[0] in set(wanted)]
+        configs = [Config(name=name, value=value, read_only=read_only, config_source=source, is_sensitive=False,
+                          synonyms=[], config_type=0, documentation=None)
+                   for name, value, source, read_only in rows]
+        results.append(Result(error_code=code, error_message=message, resource_type=resource.resource_type,
+                              resource_name=resource.resource_name, configs=configs))
+    return DescribeConfigsResponse[version](throttle_time_ms=0, results=results)

@@ -1,0 +1,112 @@
+"""CreateTopics, DeleteTopics and DescribeConfigs through the Kafka front
+door with confluent-kafka's AdminClient, on real ZooKeeper, Ray and
+sockets: topics made as client.create_topic makes them, configs under
+Kafka's names, unknown configs refused by name with nothing created,
+validate_only honoured."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
+
+WAIT_S = 120.0
+
+
+def _name() -> str:
+    return f"ka-{uuid.uuid4().hex[:12]}"
+
+
+def _error(future):
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        future.result(timeout=WAIT_S)
+    return raised.value.args[0]
+
+
+def test_create_topics_serves_the_topic_with_its_kafka_configs(raylog_client, kafka_config):
+    admin = AdminClient(kafka_config)
+    name = _name()
+    futures = admin.create_topics([NewTopic(name, num_partitions=3, replication_factor=-1,
+                                            config={"retention.ms": "3600000", "max.message.bytes": "65536",
+                                                    "cleanup.policy": "delete"})],
+                                  operation_timeout=WAIT_S)
+    assert futures[name].result(timeout=WAIT_S) is None
+    described = raylog_client.describe_topic(name)
+    config = described["config"]
+    assert (config.partitions, config.retention_ms, config.max_message_bytes, config.replication_factor) == (
+        3, 3_600_000, 65_536, 1)
+    assert all(p["endpoint"] is not None for p in described["partitions"])
+    producer = confluent_kafka.Producer(kafka_config)
+    producer.produce(name, b"through the new topic", partition=2)
+    assert producer.flush(60) == 0
+    assert raylog_client.offsets(name, 2)[1] > 0
+
+    again = _error(admin.create_topics([NewTopic(name, num_partitions=1)], operation_timeout=WAIT_S)[name])
+    assert again.name() == "TOPIC_ALREADY_EXISTS"
+
+
+@pytest.mark.parametrize("config, refused", [
+    ({"compression.type": "lz4"}, "compression.type"),
+    ({"cleanup.policy": "compact"}, "cleanup.policy"),
+    ({"retention.ms": "soon"}, "retention.ms"),
+    ({"segment.bytes": "0"}, "segment_bytes"),
+])
+def test_an_unknown_or_bad_config_is_refused_by_name_and_nothing_is_created(raylog_client, kafka_config, config,
+                                                                           refused):
+    admin = AdminClient(kafka_config)
+    name = _name()
+    err = _error(admin.create_topics([NewTopic(name, num_partitions=1, config=config)],
+                                     operation_timeout=WAIT_S)[name])
+    assert err.name() == "INVALID_CONFIG" and refused in err.str(), err
+    assert name not in raylog_client.list_topics()
+
+
+def test_validate_only_creates_nothing_and_still_checks(raylog_client, kafka_config):
+    admin = AdminClient(kafka_config)
+    name = _name()
+    futures = admin.create_topics([NewTopic(name, num_partitions=2)], validate_only=True, operation_timeout=WAIT_S)
+    assert futures[name].result(timeout=WAIT_S) is None
+    assert name not in raylog_client.list_topics()
+    err = _error(admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=5)], validate_only=True,
+                                     operation_timeout=WAIT_S)[name])
+    assert err.name() == "INVALID_REPLICATION_FACTOR"
+    err = _error(admin.create_topics([NewTopic("bad/name", num_partitions=1)], validate_only=True,
+                                     operation_timeout=WAIT_S)["bad/name"])
+    assert err.name() == "TOPIC_EXCEPTION"
+
+
+def test_describe_configs_of_a_topic_and_a_broker(raylog_client, kafka_config, listeners):
+    name = _name()
+    raylog_client.create_topic(name, partitions=1, retention_ms=120_000, segment_bytes=1 << 20)
+    admin = AdminClient(kafka_config)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    entries = admin.describe_configs([resource])[resource].result(timeout=WAIT_S)
+    assert entries["retention.ms"].value == "120000"
+    assert entries["segment.bytes"].value == str(1 << 20)
+    assert entries["cleanup.policy"].value == "delete"
+    assert entries["retention.ms"].source == confluent_kafka.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert entries["max.message.bytes"].source == confluent_kafka.admin.ConfigSource.DEFAULT_CONFIG.value
+    broker = ConfigResource(ConfigResource.Type.BROKER, str(listeners[0]["broker_id"]))
+    broker_entries = admin.describe_configs([broker])[broker].result(timeout=WAIT_S)
+    assert broker_entries["num.partitions"].value == "1"
+    assert broker_entries["auto.create.topics.enable"].value == "false"
+    missing = ConfigResource(ConfigResource.Type.TOPIC, _name())
+    assert _error(admin.describe_configs([missing])[missing]).name() == "UNKNOWN_TOPIC_OR_PART"
+
+
+def test_delete_topics_removes_the_topic_and_an_unknown_one_is_an_error(raylog_client, kafka_config):
+    name = _name()
+    raylog_client.create_topic(name, partitions=2)
+    admin = AdminClient(kafka_config)
+    assert admin.delete_topics([name], operation_timeout=WAIT_S)[name].result(timeout=WAIT_S) is None
+    deadline = time.monotonic() + 30
+    while name in raylog_client.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert name not in raylog_client.list_topics()
+    err = _error(admin.delete_topics([name], operation_timeout=WAIT_S)[name])
+    assert err.name() == "UNKNOWN_TOPIC_OR_PART"
