@@ -11,6 +11,8 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.handlers` -- the API handlers of one connection;
 * :mod:`raylog.kafka.group_offsets` -- FindCoordinator, OffsetCommit and
   OffsetFetch on raylog's group offsets;
+* :mod:`raylog.kafka.coordinator` -- JoinGroup, SyncGroup, Heartbeat and
+  LeaveGroup: Kafka-protocol consumer groups (``subscribe()``);
 * :mod:`raylog.kafka.brokers` -- the listeners' registry in ZooKeeper and
   which listener Metadata names for a partition;
 * :mod:`raylog.kafka.listener` -- the socket server;
@@ -18,9 +20,9 @@ clients in any language produce to and fetch from raylog topics:
 
 Served: ApiVersions 0-3, Metadata 1-8, Produce 3-8, Fetch 4-11,
 ListOffsets 1-5, OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2,
+JoinGroup 0-5, Heartbeat 0-3, LeaveGroup 0-3, SyncGroup 0-3,
 SaslHandshake 1, SaslAuthenticate 0-1 (:data:`raylog.kafka.frames.SUPPORTED`).
-Not yet: JoinGroup/SyncGroup/Heartbeat/LeaveGroup (Kafka-protocol group
-membership), InitProducerId (idempotent and transactional producers),
+Not yet: static group membership (``group.instance.id``), InitProducerId (idempotent and transactional producers),
 CreateTopics/DeleteTopics/DescribeConfigs, record headers, snappy.
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
