@@ -22,8 +22,9 @@ Served: ApiVersions 0-3, Metadata 1-8, Produce 3-8, Fetch 4-11,
 ListOffsets 1-5, OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2,
 JoinGroup 0-5, Heartbeat 0-3, LeaveGroup 0-3, SyncGroup 0-3,
 SaslHandshake 1, SaslAuthenticate 0-1 (:data:`raylog.kafka.frames.SUPPORTED`).
-Not yet: static group membership (``group.instance.id``), InitProducerId (idempotent and transactional producers),
-CreateTopics/DeleteTopics/DescribeConfigs, record headers, snappy.
+Not yet: static group membership (``group.instance.id``), InitProducerId
+(idempotent and transactional producers), CreateTopics/DeleteTopics/DescribeConfigs,
+record headers, snappy.
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
 a Kafka client :meth:`raylog.Client.kafka_config`.

@@ -376,3 +376,68 @@ def test_a_raylog_consumer_cannot_join_a_group_of_kafka_clients(raylog_client, k
             assert time.monotonic() < deadline
             time.sleep(0.2)
     consumer.close()
+
+
+def test_commits_are_checked_against_the_group_on_the_wire(raylog_client, kafka_config, listeners):
+    """One member over a raw connection: FindCoordinator, JoinGroup, SyncGroup,
+    Heartbeat, OffsetCommit by generation and member id, LeaveGroup."""
+    from kafka.protocol.consumer import (
+        HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+        LeaveGroupResponse, OffsetCommitRequest, OffsetCommitResponse, SyncGroupRequest, SyncGroupResponse)
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+    from kafka_raw import RawKafka
+
+    from raylog.groups import kafka_members
+    from raylog.zk.paths import Paths
+
+    topic = _topic(raylog_client, 1)
+    group = f"kw-{uuid.uuid4().hex[:8]}"
+    paths = Paths(raylog_client.settings.cluster)
+
+    def commit(raw, generation, member_id, offset):
+        Topic = OffsetCommitRequest.OffsetCommitRequestTopic
+        request = OffsetCommitRequest[7](
+            group_id=group, generation_id_or_member_epoch=generation, member_id=member_id, group_instance_id=None,
+            topics=[Topic(name=topic, partitions=[Topic.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata="")])])
+        return raw.request(request, OffsetCommitResponse).topics[0].partitions[0].error_code
+
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        found = raw.request(FindCoordinatorRequest[2](key=group, key_type=0), FindCoordinatorResponse)
+        assert found.error_code == 0 and found.port in {e["port"] for e in listeners}
+        Protocol = JoinGroupRequest.JoinGroupRequestProtocol
+        joined = raw.request(JoinGroupRequest[5](
+            group_id=group, session_timeout_ms=SESSION_MS, rebalance_timeout_ms=5000, member_id="",
+            group_instance_id=None, protocol_type="consumer", protocols=[Protocol(name="range", metadata=b"md")]),
+            JoinGroupResponse)
+        assert joined.error_code == 0 and joined.leader == joined.member_id
+        assert [(m.member_id, bytes(m.metadata)) for m in joined.members] == [(joined.member_id, b"md")]
+        me, generation = joined.member_id, joined.generation_id
+        # the members are visible in ZooKeeper while they are in the group
+        assert list(kafka_members.live(raylog_client._zk, paths, group).values()) == [[me]]
+        # not yet synced: no commit, heartbeat says rebalancing
+        assert commit(raw, generation, me, 7) == co.REBALANCE_IN_PROGRESS
+        Assignment = SyncGroupRequest.SyncGroupRequestAssignment
+        synced = raw.request(SyncGroupRequest[3](
+            group_id=group, generation_id=generation, member_id=me, group_instance_id=None,
+            assignments=[Assignment(member_id=me, assignment=b"all of it")]), SyncGroupResponse)
+        assert synced.error_code == 0 and bytes(synced.assignment) == b"all of it"
+        beat = HeartbeatRequest[3](group_id=group, generation_id=generation, member_id=me, group_instance_id=None)
+        assert raw.request(beat, HeartbeatResponse).error_code == 0
+
+        assert commit(raw, generation + 1, me, 7) == co.ILLEGAL_GENERATION
+        assert commit(raw, generation, "somebody-else", 7) == co.UNKNOWN_MEMBER_ID
+        assert commit(raw, -1, "", 7) == co.UNKNOWN_MEMBER_ID  # assign + commit into a live group
+        assert _committed(raylog_client, group, topic) == {}  # none of them stored anything
+        assert commit(raw, generation, me, 7) == co.NONE
+        assert _committed(raylog_client, group, topic) == {0: 7}
+
+        left = raw.request(LeaveGroupRequest[3](group_id=group, members=[
+            LeaveGroupRequest.MemberIdentity(member_id=me, group_instance_id=None)]), LeaveGroupResponse)
+        assert left.error_code == 0 and [m.error_code for m in left.members] == [0]
+        assert raw.request(beat, HeartbeatResponse).error_code == co.UNKNOWN_MEMBER_ID
+        assert kafka_members.live(raylog_client._zk, paths, group) == {}
+        assert commit(raw, generation, me, 9) == co.UNKNOWN_MEMBER_ID
+        assert commit(raw, -1, "", 9) == co.NONE  # an empty group takes assign + commit again
+        assert _committed(raylog_client, group, topic) == {0: 9}
