@@ -7,6 +7,7 @@ and Kafka consumers refused both ways."""
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -305,8 +306,9 @@ def test_a_killed_member_is_removed_after_its_session_timeout_and_the_other_take
         while True:
             assert time.monotonic() < deadline and child.poll() is None, "the group never split in two"
             line = child.stdout.readline()
+            assert line, "the kafka-python consumer exited"
             survivor.poll(0.05)
-            if len(eval(line)) == 2 and len(_parts(survivor)) == 2:
+            if len(ast.literal_eval(line)) == 2 and len(_parts(survivor)) == 2:
                 break
         os.killpg(child.pid, signal.SIGKILL)  # no LeaveGroup: only its session timeout tells
         child.wait(timeout=WAIT_S)
