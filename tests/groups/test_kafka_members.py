@@ -59,3 +59,22 @@ def test_a_raylog_member_refuses_a_group_with_kafka_members(make_zk, cluster_nam
         assert other.start(timeout_s=WAIT_S) == {(topic, 0), (topic, 1)}
     finally:
         other.close()
+
+
+def test_deleting_a_group_is_refused_while_it_has_kafka_members(make_zk, zk, cluster_name):
+    from raylog.errors import GroupActiveError
+    from raylog.groups.admin import delete_group, list_groups
+    from raylog.groups.offsets import OffsetStore
+
+    listener = make_zk()
+    paths = Paths(cluster_name)
+    OffsetStore(zk, cluster_name).commit("kg", "t", 0, 42)
+    kafka_members.publish(listener, paths, "kg", "node-a", ["rdkafka-1"])
+    with pytest.raises(GroupActiveError, match="rdkafka-1"):
+        delete_group(zk, cluster_name, "kg")
+    assert OffsetStore(zk, cluster_name).committed("kg", "t", 0) == 42  # nothing lost
+    # the Kafka member left (its empty parent node stays behind): the group deletes cleanly
+    kafka_members.withdraw(listener, paths, "kg", "node-a")
+    delete_group(zk, cluster_name, "kg")
+    assert "kg" not in list_groups(zk, cluster_name)
+    assert zk.exists(paths.group("kg")) is None
