@@ -33,7 +33,8 @@ def publish(zk, paths, group: str, node: str, members) -> None:
     path = paths.kafka_member_node(group, node)
     data = json.dumps({"members": sorted(members)}).encode()
     try:
-        zk.set(path, data)
+        if zk.get(path)[0] != data:  # a read, not a write, when nothing changed
+            zk.set(path, data)
         return
     except NoNodeError:
         pass

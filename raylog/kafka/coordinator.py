@@ -39,7 +39,9 @@ of four states::
   SyncGroup are answered with the member's own part. A follower's SyncGroup
   waits for the leader's; a rebalance that starts meanwhile answers it
   REBALANCE_IN_PROGRESS.
-* Heartbeat: NONE while STABLE, REBALANCE_IN_PROGRESS while rebalancing.
+* Heartbeat: REBALANCE_IN_PROGRESS while PREPARING_REBALANCE (the member
+  must join again), else NONE (Kafka 2.3 on: a member may heartbeat between
+  its JoinGroup and SyncGroup answers).
 * UNKNOWN_MEMBER_ID for a member id the group does not have (it was removed;
   the client joins again with an empty id), ILLEGAL_GENERATION for an old
   generation (the client joins again with its id).
@@ -218,7 +220,7 @@ class Group:
         if error != NONE:
             return error
         self.members[member_id].last_seen = now
-        return NONE if self.state == STABLE else REBALANCE_IN_PROGRESS
+        return REBALANCE_IN_PROGRESS if self.state == PREPARING_REBALANCE else NONE
 
     def leave(self, member_id: str, now: float) -> int:
         if member_id not in self.members:
@@ -412,8 +414,6 @@ class Coordinator:
             while member is not None and member.join_result is None and time.monotonic() < deadline:
                 self._cond.wait(SWEEP_S * 5)
             result = member.join_result if member is not None else None
-            if member is not None:
-                member.join_result = None
         if result is None:
             result = JoinResult(UNKNOWN_MEMBER_ID if member is None else REBALANCE_IN_PROGRESS, member_id=member_id)
         self._publish(group_id)
@@ -423,8 +423,11 @@ class Coordinator:
         assignments = {a.member_id: a.assignment for a in body.assignments} if body.assignments else None
         with self._cond:
             group = self._groups.get(body.group_id)
-            if group is None:
-                return _sync_response(version, self._missing(body.group_id), b"")
+        if group is None:
+            return _sync_response(version, self._missing(body.group_id), b"")
+        with self._cond:
+            if self._groups.get(body.group_id) is not group:
+                return _sync_response(version, NOT_COORDINATOR, b"")
             leader = group.leader == body.member_id
             error = group.sync(body.member_id, body.generation_id,
                                assignments if leader and assignments is not None else ({} if leader else None),
@@ -437,7 +440,6 @@ class Coordinator:
             while member.sync_result is None and time.monotonic() < deadline:
                 self._cond.wait(SWEEP_S * 5)
             error, assignment = member.sync_result or (REBALANCE_IN_PROGRESS, b"")
-            member.sync_result = None
             member.awaiting_sync = False
             if error == NONE:
                 member.last_seen = time.monotonic()
@@ -447,25 +449,23 @@ class Coordinator:
     def heartbeat(self, body, version: int):
         with self._cond:
             group = self._groups.get(body.group_id)
-            if group is None:
-                error = self._missing(body.group_id)
-            else:
+            if group is not None:
                 error = group.heartbeat(body.member_id, body.generation_id, time.monotonic())
+        if group is None:
+            error = self._missing(body.group_id)
         return HeartbeatResponse[version](throttle_time_ms=0, error_code=error)
 
     def leave_group(self, body, version: int):
         ids = [body.member_id] if version < 3 else [m.member_id for m in body.members]
-        errors = []
         with self._cond:
             group = self._groups.get(body.group_id)
-            for member_id in ids:
-                if group is None:
-                    errors.append(self._missing(body.group_id))
-                else:
-                    errors.append(group.leave(member_id, time.monotonic()))
-            if group is not None and not group.members:
-                self._groups.pop(body.group_id, None)
-            self._cond.notify_all()
+            if group is not None:
+                errors = [group.leave(member_id, time.monotonic()) for member_id in ids]
+                if not group.members:
+                    self._groups.pop(body.group_id, None)
+                self._cond.notify_all()
+        if group is None:
+            errors = [self._missing(body.group_id)] * len(ids)
         self._publish(body.group_id)
         if version < 3:
             return LeaveGroupResponse[version](throttle_time_ms=0, error_code=errors[0])

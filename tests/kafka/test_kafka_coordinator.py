@@ -42,7 +42,7 @@ def test_first_member_leads_and_the_leader_assignment_goes_to_everyone():
     result = group.members[a].join_result
     assert (result.error, result.generation, result.leader, result.protocol) == (co.NONE, 1, a, "range")
     assert result.members == [(a, b"m")] and group.state == co.COMPLETING_REBALANCE
-    assert group.heartbeat(a, 1, 0.1) == co.REBALANCE_IN_PROGRESS
+    assert group.heartbeat(a, 1, 0.1) == co.NONE  # between JoinGroup and SyncGroup
     assert group.sync(a, 1, {a: b"all"}, 0.2) == co.NONE
     assert group.members[a].sync_result == (co.NONE, b"all") and group.state == co.STABLE
     assert group.heartbeat(a, 1, 0.3) == co.NONE
@@ -418,7 +418,7 @@ def test_commits_are_checked_against_the_group_on_the_wire(raylog_client, kafka_
         me, generation = joined.member_id, joined.generation_id
         # the members are visible in ZooKeeper while they are in the group
         assert list(kafka_members.live(raylog_client._zk, paths, group).values()) == [[me]]
-        # not yet synced: no commit, heartbeat says rebalancing
+        # joined but not synced yet: no commit (Kafka answers REBALANCE_IN_PROGRESS)
         assert commit(raw, generation, me, 7) == co.REBALANCE_IN_PROGRESS
         Assignment = SyncGroupRequest.SyncGroupRequestAssignment
         synced = raw.request(SyncGroupRequest[3](
