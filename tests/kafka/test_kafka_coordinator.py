@@ -24,6 +24,8 @@ from raylog.kafka.coordinator import Group
 #: how long a client may take for anything here (a loaded machine)
 WAIT_S = 60.0
 SESSION_MS = 3000
+#: the session timeout of the real clients: long enough that a loaded machine never drops a live one
+CLIENT_SESSION_MS = 6000
 
 
 # -- the state machine alone ---------------------------------------------------------
@@ -156,7 +158,7 @@ def _produce(raylog_client, topic: str, values: list[bytes], partitions: int) ->
 def _confluent(config: dict, group: str, **extra):
     return confluent_kafka.Consumer({
         **config, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 300, "partition.assignment.strategy": "range",
+        "session.timeout.ms": CLIENT_SESSION_MS, "heartbeat.interval.ms": 300, "partition.assignment.strategy": "range",
         "fetch.wait.max.ms": 100, **extra})
 
 
@@ -257,7 +259,7 @@ def test_kafka_python_consumer_joins_consumes_and_commits(raylog_client, kafka_c
     values = [f"p{i}".encode() for i in range(60)]
     _produce(raylog_client, topic, values, 2)
     consumer = KafkaConsumer(topic, group_id=group, enable_auto_commit=False, auto_offset_reset="earliest",
-                             session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300,
+                             session_timeout_ms=CLIENT_SESSION_MS, heartbeat_interval_ms=300,
                              **_kafka_python_settings(kafka_config))
     try:
         got, last = [], {}
@@ -286,7 +288,7 @@ _CHILD = textwrap.dedent("""
     while True:
         consumer.poll(timeout_ms=200)
         print(sorted(tp.partition for tp in consumer.assignment()), flush=True)
-""" % SESSION_MS)
+""" % CLIENT_SESSION_MS)
 
 
 def test_a_killed_member_is_removed_after_its_session_timeout_and_the_other_takes_its_partitions(
