@@ -136,6 +136,41 @@ def test_joins_that_do_not_fit_the_group_are_refused():
     assert group.members[a].join_result.protocol == "range"
 
 
+def test_each_group_has_one_coordinator_among_the_listeners(zk, cluster_name):
+    """A stable hash of the group id over the registered listeners: every
+    listener names the same one; the others answer NOT_COORDINATOR."""
+    import zlib
+
+    from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest
+
+    from raylog.kafka import brokers
+    from raylog.kafka.coordinator import Coordinator
+    from raylog.zk.paths import Paths
+
+    paths = Paths(cluster_name)
+    entries = [brokers.register(zk, paths, node, "127.0.0.1", port) for node, port in (("n-b", 9002), ("n-a", 9001))]
+    a, b = Coordinator(zk, paths, lambda: entries[1]), Coordinator(zk, paths, lambda: entries[0])
+    try:
+        groups = [f"g{i}" for i in range(40)]
+        for group in groups:
+            expected = ["n-a", "n-b"][zlib.crc32(group.encode()) % 2]
+            assert a.entry_for(group)["node"] == b.entry_for(group)["node"] == expected
+        mine = next(g for g in groups if a.entry_for(g)["node"] == "n-a")
+        Protocol = JoinGroupRequest.JoinGroupRequestProtocol
+        join = JoinGroupRequest[5](group_id=mine, session_timeout_ms=SESSION_MS, rebalance_timeout_ms=5000,
+                                   member_id="", group_instance_id=None, protocol_type="consumer",
+                                   protocols=[Protocol(name="range", metadata=b"")])
+        assert b.join_group(join, 5, "c").error_code == co.NOT_COORDINATOR
+        answer = a.join_group(join, 5, "c")
+        assert answer.error_code == co.NONE and answer.generation_id == 1
+        beat = HeartbeatRequest[3](group_id=mine, generation_id=1, member_id=answer.member_id, group_instance_id=None)
+        assert b.heartbeat(beat, 3).error_code == co.NOT_COORDINATOR
+        assert a.heartbeat(beat, 3).error_code == co.NONE
+    finally:
+        a.close()
+        b.close()
+
+
 # -- real clients --------------------------------------------------------------------
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
