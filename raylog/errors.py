@@ -423,6 +423,15 @@ class GroupActiveError(RaylogError):
     retriable = True
 
 
+@_code(160)
+class MixedGroupError(RaylogError):
+    """The consumer group has live members of the other kind: Kafka clients
+    joined through the Kafka listener (or raylog consumers, seen from a
+    Kafka client). A group is coordinated either by raylog or by the Kafka
+    protocol, never both; use another group name, or stop the other
+    consumers first."""
+
+
 @_code(50)
 class SchemaError(RaylogError):
     """A schema is invalid or a value does not match its schema."""

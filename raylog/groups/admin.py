@@ -51,6 +51,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
 from raylog.errors import ConfigError, GroupActiveError, UnknownGroupError
+from raylog.groups import kafka_members
 from raylog.groups.assignment import parse_subscription, partition_count
 from raylog.groups.offsets import OffsetStore, REQUEST_TIMEOUT_S
 from raylog.zk.errors import ensure_connected, zookeeper_errors
@@ -199,8 +200,11 @@ def describe_group(
 
 
 def refuse_if_active(zk: KazooClient, cluster: str, group: str, doing: str) -> None:
-    """Raise :class:`raylog.GroupActiveError` if ``group`` has live members."""
+    """Raise :class:`raylog.GroupActiveError` if ``group`` has live members
+    (raylog's, or Kafka clients' through the Kafka listener)."""
     members = live_members(zk, cluster, group)
+    with zookeeper_errors(zk, f"read the Kafka members of group {group!r}"):
+        members.update((m, []) for ms in kafka_members.live(zk, Paths(cluster), group).values() for m in ms)
     if members:
         raise GroupActiveError(
             f"cannot {doing} consumer group {group!r}: it has {len(members)} live member(s) "
@@ -227,7 +231,17 @@ def delete_group(zk: KazooClient, cluster: str, group: str) -> None:
             except NoNodeError:
                 pass
         try:
-            zk.delete(paths.ids(group))
+            zk.delete(paths.kafka_members(group))  # left empty by Kafka members gone
+        except NoNodeError:
+            pass
+        except NotEmptyError:
+            raise GroupActiveError(f"a Kafka client joined consumer group {group!r} while it was being deleted; "
+                                   f"its offsets are gone, the group lives on", group=group) from None
+        try:
+            try:
+                zk.delete(paths.ids(group))
+            except NoNodeError:  # a group of Kafka clients, or of commits alone, never had one
+                pass
             zk.delete(paths.group(group))
         except NoNodeError:
             pass

@@ -72,6 +72,7 @@ from raylog.errors import (
     SessionExpiredError,
     ZooKeeperUnavailableError,
 )
+from raylog.groups import kafka_members
 from raylog.groups.assignment import Assignment, TopicPartition, moves, partition_count, range_assignment
 from raylog.groups.offsets import REQUEST_TIMEOUT_S, OffsetStore
 from raylog.groups.ownership import Ownership
@@ -260,7 +261,9 @@ class GroupMember:
 
         Raises :class:`raylog.ZooKeeperUnavailableError` if ZooKeeper is not
         reachable now, :class:`raylog.ConfigError` if another live member
-        uses the same ZooKeeper client.
+        uses the same ZooKeeper client, :class:`raylog.errors.MixedGroupError`
+        if the group has live Kafka-protocol members
+        (:mod:`raylog.groups.kafka_members`).
         """
         with _SESSIONS_LOCK:
             other = _SESSIONS.get(self.zk)
@@ -279,6 +282,7 @@ class GroupMember:
                     raise ZooKeeperUnavailableError(
                         f"cannot join group {self.group!r}: the ZooKeeper connection is "
                         f"{self.zk.state.lower()}; start the member once ZooKeeper is reachable")
+                kafka_members.check_no_kafka_members(self.zk, self._zk_ops.paths, self.group)
                 self.zk.ensure_path(self._zk_ops.paths.ids(self.group))
                 self.zk.add_listener(self._on_connection_change)
                 # Arm the watches before the first read, so no change falls between.

@@ -15,6 +15,8 @@ clients in any language produce to and fetch from raylog topics:
   producers' sequences translated to raylog's (per record to per set);
 * :mod:`raylog.kafka.admin` -- CreateTopics, DeleteTopics, DescribeConfigs
   through raylog's own topic administration;
+* :mod:`raylog.kafka.coordinator` -- JoinGroup, SyncGroup, Heartbeat and
+  LeaveGroup: Kafka-protocol consumer groups (``subscribe()``);
 * :mod:`raylog.kafka.brokers` -- the listeners' registry in ZooKeeper and
   which listener Metadata names for a partition;
 * :mod:`raylog.kafka.listener` -- the socket server;
@@ -23,10 +25,10 @@ clients in any language produce to and fetch from raylog topics:
 Served: ApiVersions 0-3, Metadata 1-8, Produce 3-8, Fetch 4-11,
 ListOffsets 1-5, OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2,
 SaslHandshake 1, SaslAuthenticate 0-1, InitProducerId 0-4, CreateTopics 2-5,
-DeleteTopics 1-5, DescribeConfigs 1-4
-(:data:`raylog.kafka.frames.SUPPORTED`).
-Not yet: JoinGroup/SyncGroup/Heartbeat/LeaveGroup (Kafka-protocol group
-membership), transactional producers (refused), record headers, snappy.
+DeleteTopics 1-5, DescribeConfigs 1-4, JoinGroup 0-5, Heartbeat 0-3,
+LeaveGroup 0-3, SyncGroup 0-3 (:data:`raylog.kafka.frames.SUPPORTED`).
+Not yet: static group membership (``group.instance.id``), transactional
+producers (refused), record headers, snappy.
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
 a Kafka client :meth:`raylog.Client.kafka_config`.

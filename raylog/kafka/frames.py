@@ -25,6 +25,7 @@ import struct
 from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
@@ -42,6 +43,10 @@ SUPPORTED = {
     OffsetCommitRequest.API_KEY: (OffsetCommitRequest, 2, 7),
     OffsetFetchRequest.API_KEY: (OffsetFetchRequest, 1, 5),
     FindCoordinatorRequest.API_KEY: (FindCoordinatorRequest, 0, 2),
+    JoinGroupRequest.API_KEY: (JoinGroupRequest, 0, 5),
+    HeartbeatRequest.API_KEY: (HeartbeatRequest, 0, 3),
+    LeaveGroupRequest.API_KEY: (LeaveGroupRequest, 0, 3),
+    SyncGroupRequest.API_KEY: (SyncGroupRequest, 0, 3),
     SaslHandshakeRequest.API_KEY: (SaslHandshakeRequest, 1, 1),
     ApiVersionsRequest.API_KEY: (ApiVersionsRequest, 0, 3),
     SaslAuthenticateRequest.API_KEY: (SaslAuthenticateRequest, 0, 1),

@@ -5,12 +5,15 @@ stored where raylog's groups keep theirs
 so ``raylog groups describe`` shows them and a raylog consumer of the same
 group resumes there, and the other way round.
 
-This part serves commits of consumers that assign their partitions
-themselves (generation -1, no member id: ``assign`` + ``commit``), which is
-all a client can do without JoinGroup/SyncGroup (not served yet). A commit
-to a group that has raylog members right now is refused (UNKNOWN_MEMBER_ID):
-the Kafka client is not one of them. Every listener is the coordinator of
-every group (the offsets live in ZooKeeper, not in the listener).
+A commit with a member id and generation (a member of a Kafka-protocol
+group, ``subscribe`` + ``commit``) is checked against the group's state
+in the listener's :class:`raylog.kafka.coordinator.Coordinator`
+(UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS as Kafka
+answers them); one without (generation -1: ``assign`` + ``commit``) is
+accepted while the group has no Kafka-protocol members. A commit to a group
+that has raylog members right now is refused (UNKNOWN_MEMBER_ID): the
+Kafka client is not one of them. FindCoordinator answers the listener that
+coordinates the group (:meth:`raylog.kafka.coordinator.Coordinator.entry_for`).
 Kafka's per-offset metadata string is not kept (answered empty).
 
 Thread-safety: the functions keep no state.
@@ -33,7 +36,7 @@ UNKNOWN_SERVER_ERROR = -1
 
 
 def find_coordinator(body, version: int, entry: dict):
-    """This listener coordinates every consumer group (key type 0)."""
+    """The listener ``entry`` coordinates the group (key type 0)."""
     if getattr(body, "key_type", 0) != 0:
         return FindCoordinatorResponse[version](
             throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE,
@@ -49,11 +52,16 @@ def _raylog_members(zk, paths, group: str) -> list[str]:
         return []
 
 
-def offset_commit(body, version: int, store, registry):
-    """Store each offset (a raylog offset: the next one to read)."""
+def offset_commit(body, version: int, store, registry, coordinator=None):
+    """Store each offset (a raylog offset: the next one to read), if the
+    group's ``coordinator`` allows the commit."""
     Topic = OffsetCommitResponse.OffsetCommitResponseTopic
     Partition = Topic.OffsetCommitResponsePartition
     members = _raylog_members(store.zk, store.paths, body.group_id)
+    group_error = NONE
+    if not members and coordinator is not None:
+        generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
+        group_error = coordinator.check_commit(body.group_id, body.member_id or "", generation)
     topics = []
     for topic in body.topics:
         partitions = []
@@ -66,6 +74,8 @@ def offset_commit(body, version: int, store, registry):
         for p in topic.partitions:
             if members:
                 code = UNKNOWN_MEMBER_ID  # a group of raylog consumers right now
+            elif group_error != NONE:
+                code = group_error
             elif count is None or not 0 <= p.partition_index < count:
                 code = UNKNOWN_TOPIC_OR_PARTITION
             elif p.committed_offset < 0:

@@ -8,7 +8,8 @@ as a Kafka broker does), and serves Produce, Fetch, ListOffsets and
 Metadata by forwarding to each partition's data endpoint through raylog's
 own data channel (:class:`raylog.transfer.connection.BrokerConnection`);
 FindCoordinator, OffsetCommit and OffsetFetch through
-:mod:`raylog.kafka.group_offsets`.
+:mod:`raylog.kafka.group_offsets`; JoinGroup, SyncGroup, Heartbeat and
+LeaveGroup through the listener's :mod:`raylog.kafka.coordinator`.
 
 Offsets (docs/design.md section 10): a Kafka offset is the raylog offset.
 A fetch from an offset inside a compressed wrapper returns the wrapper's
@@ -44,6 +45,7 @@ from raylog.errors import (
     UnknownTopicError,
 )
 from raylog.kafka import admin, brokers, group_offsets, idempotence
+from raylog.kafka.coordinator import Coordinator
 from raylog.kafka.frames import (
     SUPPORTED,
     UNSUPPORTED_VERSION,
@@ -61,6 +63,7 @@ log = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 INIT_PRODUCER_ID = 22
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
@@ -125,6 +128,8 @@ class Backend:
         self.sequences = idempotence.SequenceMap()
         #: raylog's topic administration for CreateTopics / DeleteTopics (:mod:`raylog.kafka.admin`), or None
         self.topics = None
+        #: the Kafka-protocol groups this listener coordinates
+        self.coordinator = Coordinator(metadata.zk, metadata.registry.paths, lambda: self.entry)
 
     @property
     def zk(self):
@@ -143,6 +148,7 @@ class Session:
         self.authenticated = backend.verifier is None
         self._exchange = None
         self._connections: dict = {}
+        self.client_id: str | None = None
         #: set when the connection must close after the reply is sent
         self.closing = False
 
@@ -165,6 +171,7 @@ class Session:
             raise BadFrame(f"api key {api_key} before SASL authentication (a client without the cluster's "
                            f"credentials: use client.kafka_config())")
         request = decode_request(frame)
+        self.client_id = request.client_id
         handler = _HANDLERS[api_key]
         response = handler(self, request.body, version)
         if response is None:
@@ -418,11 +425,12 @@ class Session:
 def _find_coordinator(session, body, version):
     if getattr(body, "key_type", 0) == idempotence.TRANSACTION_KEY_TYPE:
         return idempotence.no_transaction_coordinator(body, version)
-    return group_offsets.find_coordinator(body, version, session.backend.entry)
+    return group_offsets.find_coordinator(body, version, session.backend.coordinator.entry_for(body.key))
 
 
 def _offset_commit(session, body, version):
-    return group_offsets.offset_commit(body, version, session.backend.offsets, session.backend.metadata.registry)
+    return group_offsets.offset_commit(body, version, session.backend.offsets, session.backend.metadata.registry,
+                                       session.backend.coordinator)
 
 
 def _offset_fetch(session, body, version):
@@ -450,6 +458,11 @@ _HANDLERS = {
     CREATE_TOPICS: _create_topics,
     DELETE_TOPICS: _delete_topics,
     DESCRIBE_CONFIGS: _describe_configs,
+    JOIN_GROUP: lambda session, body, version: session.backend.coordinator.join_group(body, version,
+                                                                                     session.client_id),
+    SYNC_GROUP: lambda session, body, version: session.backend.coordinator.sync_group(body, version),
+    HEARTBEAT: lambda session, body, version: session.backend.coordinator.heartbeat(body, version),
+    LEAVE_GROUP: lambda session, body, version: session.backend.coordinator.leave_group(body, version),
     OFFSET_COMMIT: _offset_commit,
     OFFSET_FETCH: _offset_fetch,
     FIND_COORDINATOR: _find_coordinator,

@@ -94,6 +94,7 @@ class KafkaListenerActor:
         self._closed.set()
         self._keeper.join(timeout=REGISTRATION_CHECK_S + 10.0)
         self._server.close()
+        self._server.backend.coordinator.close()
         try:
             brokers.unregister(self._metadata.zk, self._metadata.registry.paths, self.identity)
         finally:

@@ -15,6 +15,10 @@ path                                                    kind        content
 ``consumers/<group>/ids/<consumer id>``                 ephemeral   JSON ``{"topics": [...]}``
 ``consumers/<group>/owners/<topic>/<p>``                ephemeral   the owning consumer id (UTF-8)
 ``consumers/<group>/offsets/<topic>/<p>``               persistent  the next byte offset to consume (ASCII)
+``consumers/<group>/kafka/<node>``                      ephemeral   JSON ``{"members": [...]}``: the group's
+                                                                    Kafka-protocol members, kept by the Kafka
+                                                                    listener of ``node`` that coordinates them
+                                                                    (:mod:`raylog.groups.kafka_members`)
 ``schemas/<id>``                                        persistent  an Avro schema (JSON); sequential ids
 ``schemas-by-hash/<sha256>``                            persistent  the id of the schema of that canonical form
 ``schema-subjects/<subject>/<version>``                  persistent  the id (ASCII) of the schema registered
@@ -105,6 +109,12 @@ class Paths:
 
     def member(self, group: str, consumer_id: str) -> str:
         return f"{self.root}/consumers/{group}/ids/{consumer_id}"
+
+    def kafka_members(self, group: str) -> str:
+        return f"{self.root}/consumers/{group}/kafka"
+
+    def kafka_member_node(self, group: str, node: str) -> str:
+        return f"{self.root}/consumers/{group}/kafka/{node}"
 
     def all_owners(self, group: str) -> str:
         return f"{self.root}/consumers/{group}/owners"
