@@ -99,6 +99,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(123, "MirrorNotFoundError");
     NAMES.put(150, "PoolNotFoundError");
     NAMES.put(151, "PoolExistsError");
+    NAMES.put(160, "MixedGroupError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
