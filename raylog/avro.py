@@ -91,7 +91,10 @@ class AvroSerializer:
     def __init__(self, registry, schema: Schema, subject: str | None = None):
         # with subject: the schema is also that subject's latest version
         # (SchemaRegistry.register), so readers can pick it by subject
-        self.schema_id: int = registry.register(schema, subject=subject)
+        if subject is None:
+            self.schema_id: int = registry.register(schema)
+        else:
+            self.schema_id = registry.register(schema, subject=subject)
         # Parse what the registry stored, so the writer uses exactly the
         # schema that readers will fetch under schema_id.
         self.schema = registry.get(self.schema_id)
