@@ -143,9 +143,14 @@ def stop_listener(cluster: str, identity: str, timeout_s: float = 10.0) -> bool:
     return True
 
 
-def kafka_config(zk, paths, cluster: str, token: bytes | None, wait_s: float = 10.0) -> dict:
+#: how long kafka_config waits for a listener to be registered: the embedded
+#: default's are started by a Ray task (a worker process, then an actor's)
+KAFKA_CONFIG_WAIT_S = 60.0
+
+
+def kafka_config(zk, paths, cluster: str, token: bytes | None, wait_s: float = KAFKA_CONFIG_WAIT_S) -> dict:
     """The settings a Kafka client needs (librdkafka's names). Waits up to
-    ``wait_s`` for a listener to be registered (one restarting)."""
+    ``wait_s`` for a listener to be registered (one starting or restarting)."""
     from raylog.errors import BrokerUnavailableError
     from raylog.retry import RetryPolicy
 
@@ -155,7 +160,8 @@ def kafka_config(zk, paths, cluster: str, token: bytes | None, wait_s: float = 1
         found = brokers.listeners(zk, paths)
     if not found:
         raise BrokerUnavailableError(
-            f"cluster {cluster!r} has no Kafka listener running; start them with client.start_kafka_listeners()")
+            f"cluster {cluster!r} has no Kafka listener running after {wait_s:g} s; start them with "
+            f"client.start_kafka_listeners()")
     config = {"bootstrap.servers": ",".join(f"{e['host']}:{e['port']}" for e in found.values())}
     if token is None:
         config["security.protocol"] = "PLAINTEXT"
