@@ -64,7 +64,7 @@ import threading
 import time
 
 from raylog.config import LEADER_START_GRACE_MS
-from raylog.errors import NotOwnerError, OffsetOutOfRangeError, RaylogError
+from raylog.errors import NotOwnerError, OffsetOutOfRangeError, RaylogError, UnknownTopicError
 from raylog.replication.follower_reads import ServedWatermark
 from raylog.replication.leader import PRODUCERS_LEARNT_PREFIX, PRODUCERS_PREFIX, replica_topic
 from raylog.replication.liveness import clear_dead_leader
@@ -215,9 +215,19 @@ class Follower:
                 log.exception("follower %s of %s-%d failed; retrying", self.node, self.topic, self.partition)
             backoff.wait(self._stopped)
 
+    def _state(self, zk, paths):
+        """The partition's replication state and its version; UnknownTopicError
+        (retried quietly by the loop until the actor is stopped) when the
+        topic was deleted under this replica."""
+        found = read_state(zk, paths, self.topic, self.partition)
+        if found is None:
+            raise UnknownTopicError(f"{self.topic}-{self.partition} has no replication state in ZooKeeper (the "
+                                    f"topic was deleted); the follower waits to be stopped")
+        return found
+
     def _follow(self, backoff) -> None:
         zk, paths = self.registry.zk, self.registry.paths
-        state, _ = read_state(zk, paths, self.topic, self.partition)
+        state, _ = self._state(zk, paths)
         if state.leader_epoch > self.epoch:
             boundary = state.boundary_after(self.epoch)
             if boundary is not None and boundary < self.log.log_end_offset:
@@ -233,7 +243,7 @@ class Follower:
             # the state names this replica (a handoff to it): it leads at once
             # (the state is read before the thread ends: ZooKeeper away here
             # is retried by the loop, not a lead that nobody takes)
-            found = read_state(zk, paths, self.topic, self.partition)
+            found = self._state(zk, paths)
             self._stopped.set()
             self._on_promoted(*found)
             return
