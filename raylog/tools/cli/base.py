@@ -94,6 +94,19 @@ class Target:
     def _join_ray(self, data_dir: str | None):
         address = self.ray_address or "auto"
         try:
+            # joined here rather than by connect(): a command prints its own
+            # output alone, without the lines Ray forwards from the cluster's
+            # processes ("(raylet) ...") to a driver
+            import logging
+
+            import ray  # heavy (Ray): imported when used
+
+            from raylog.ray_join import check_ray_reachable, present_ray_token
+
+            if not ray.is_initialized():
+                present_ray_token()
+                check_ray_reachable(address)
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             return raylog.connect(
                 zookeeper=self.zookeeper,
                 ray_address=address,
