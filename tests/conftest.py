@@ -383,6 +383,7 @@ def hosts(hosts_cluster):
         yield hosts_cluster
     finally:
         faults.heal(hosts_cluster)
+        hosts_cluster.release_clients()  # the module's clusters stop: nothing idle for the next modules
         hosts_cluster.disconnect_ray()
         if had_local:
             _init_local_ray()

@@ -787,6 +787,25 @@ class HostsCluster:
         host.start_ray()
         self._wait_started(host, retries=retries)
 
+    def release_clients(self, timeout_s: float = 90.0) -> None:
+        """Delete the topics of every client made by :meth:`client` since the
+        last release (their partition actors stop, their logs go) and close
+        the clients: users of a shared kit (the test modules) leave no idle
+        partition actor behind for the next ones. Failures are ignored (a
+        host may still be cut); bounded by ``timeout_s`` in all."""
+        deadline = time.monotonic() + timeout_s
+        for client in reversed(self._clients):
+            with contextlib.suppress(Exception):
+                for topic in client.list_topics():
+                    left = deadline - time.monotonic()
+                    if left <= 1:
+                        break
+                    with contextlib.suppress(Exception):
+                        client.delete_topic(topic, timeout_s=min(15.0, left))
+            with contextlib.suppress(Exception):
+                client.close()
+        self._clients = []
+
     def stop(self) -> None:
         """Remove everything the cluster made (safe to call more than once)."""
         for client in reversed(self._clients):
@@ -879,7 +898,8 @@ class HostsCluster:
 
     def client(self, cluster: str = "default", **kw):
         """``raylog.connect(zookeeper=HEAD:2181, ray_address=HEAD:6379, cluster=...)``
-        from this process (joined to Ray first); closed by :meth:`stop`."""
+        from this process (joined to Ray first); closed by :meth:`release_clients`
+        (its topics deleted) or :meth:`stop`."""
         self.connect_ray()
         client = raylog.connect(zookeeper=self.zookeeper_address, ray_address=self.ray_address, cluster=cluster, **kw)
         self._clients.append(client)
