@@ -331,6 +331,7 @@ def test_the_corrupt_message_snippet_skips_a_damaged_message(raylog_client, make
 
 
 @pytest.mark.hosts
+@pytest.mark.timeout(960)  # the example's own bound (900 s) and the set-up, not the suite's 600 s
 def test_the_hosts_kit_example_runs_as_written(tmp_path):
     """The hosts kit's example, in a fresh interpreter as root (it makes
     network namespaces, a bridge and mounts of its own, and removes them)."""
