@@ -82,16 +82,21 @@ class Sending:
     ...) from a thread of its own until :meth:`finish`; ``acked`` holds the
     acknowledged values in send order, ``failures`` the errors. Its retries
     are the producer's usual ones (8 tries within 30 s): a move of the lead
-    that no producer should notice must fit in them."""
+    that no producer should notice must fit in them. With ``partition``
+    every value (``p<partition>-0`` ...) goes to that partition, one send
+    at a time: a send that waits for a partition cut off holds up no other
+    partition's sender; ``pause_s`` between sends."""
 
-    def __init__(self, client, topic: str):
+    def __init__(self, client, topic: str, partition: int | None = None, *, result_s: float = 60.0,
+                 pause_s: float = 0.0):
         import threading
 
         from raylog.retry import RetryPolicy
 
         self.producer = client.producer(acks="all", retry=RetryPolicy(max_tries=8, delay_s=0.05, max_delay_s=1.0,
                                                                       deadline_s=30))
-        self.topic, self.acked, self.failures = topic, [], []
+        self.topic, self.partition, self.acked, self.failures = topic, partition, [], []
+        self._result_s, self._pause_s = result_s, pause_s
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -99,13 +104,15 @@ class Sending:
     def _run(self):
         i = 0
         while not self.stop.is_set():
-            value = b"v%d" % i
+            value = b"v%d" % i if self.partition is None else b"p%d-%d" % (self.partition, i)
             try:
-                self.producer.send(self.topic, value).result(60)
+                self.producer.send(self.topic, value, partition=self.partition).result(self._result_s)
                 self.acked.append(value)
             except Exception as err:  # noqa: BLE001 - the test reports it
                 self.failures.append(repr(err))
             i += 1
+            if self._pause_s:
+                time.sleep(self._pause_s)
 
     def more_acked(self, count: int = 20, timeout_s: float = WAIT_S) -> None:
         """Wait until ``count`` more sends than now were acknowledged."""

@@ -30,7 +30,6 @@ time is asserted.
 from __future__ import annotations
 
 import collections
-import threading
 import time
 import uuid
 
@@ -38,11 +37,10 @@ import pytest
 
 from raylog.errors import DeliveryError
 from raylog.mirror import spec as specs
-from raylog.retry import RetryPolicy
 from raylog.storage.stable_hash import stable_bucket
 from raylog.testing import faults
 from raylog.testing.host_checks import heal_host, ray_node_alive
-from raylog.testing.on_hosts import wait
+from raylog.testing.on_hosts import Sending, wait
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 
@@ -89,46 +87,11 @@ def _mirror_addresses(target_cluster: str, name: str) -> set[str]:
     return set(found.values())
 
 
-class PartitionSender:
-    """An ``acks="all"`` producer writing numbered values to one partition
-    from a thread of its own until :meth:`finish`: one send at a time, so a
-    send that waits for a partition cut off holds up nothing else. Sends
-    that fail (the partition unreachable past the retries) are counted; the
-    check compares what each log holds, whatever a failure left there."""
-
-    def __init__(self, client, topic: str, partition: int):
-        self.producer = client.producer(acks="all", retry=RetryPolicy(max_tries=8, delay_s=0.05, max_delay_s=1.0,
-                                                                      deadline_s=30))
-        self.topic, self.partition = topic, partition
-        self.acked: list[bytes] = []
-        self.failures: list[str] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        i = 0
-        while not self.stop.is_set():
-            value = b"p%d-%d" % (self.partition, i)
-            try:
-                self.producer.send(self.topic, value, partition=self.partition).result(90)
-                self.acked.append(value)
-            except Exception as err:  # noqa: BLE001 - counted; the logs are compared
-                self.failures.append(repr(err))
-            i += 1
-            time.sleep(0.005)
-
-    def more_acked(self, count: int = 20) -> None:
-        now = len(self.acked)
-        wait(lambda: len(self.acked) >= now + count, f"partition {self.partition} is acknowledged again")
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.thread.join(120)
-        try:
-            self.producer.close()
-        except DeliveryError:  # the failures its futures reported already
-            pass
+def _finish(sender) -> None:
+    try:
+        sender.finish()
+    except DeliveryError:  # the failures its futures reported already
+        pass
 
 
 def _read_partitions(client, topic: str) -> dict[int, list[bytes]]:
@@ -193,7 +156,7 @@ def test_a_cut_of_the_host_at_both_ends_of_the_mirror_under_a_running_producer_l
         assert target.registry.placement(dst, 1)["node"] == cut_host.label
         assert cut_host.label not in {source.registry.placement(topic, 1)["node"],
                                       target.registry.placement(dst, 0)["node"]}
-        senders = [PartitionSender(source, topic, p) for p in range(PARTITIONS)]
+        senders = [Sending(source, topic, p, result_s=90, pause_s=0.005) for p in range(PARTITIONS)]
         try:
             for s in senders:
                 s.more_acked()
@@ -213,7 +176,7 @@ def test_a_cut_of_the_host_at_both_ends_of_the_mirror_under_a_running_producer_l
                 s.more_acked()
         finally:
             for s in senders:
-                s.finish()
+                _finish(s)
         want = _read_partitions(source, topic)
         for s in senders:  # what the producer was told is stored, in its order
             got = [v for v in want[s.partition] if v in set(s.acked)]
