@@ -22,7 +22,7 @@ import shutil
 import sys
 import time
 
-from raylog.actors.producer import producer_actor
+from raylog.actors.producer import CLOSE_SETTLE_S, producer_actor
 from raylog.actors.supervisor import stop_supervisor
 from raylog.audit import AUDIT_TOPIC, audit_report
 from raylog.config import EARLIEST, TopicConfig
@@ -601,7 +601,7 @@ class Client:
             return
         import ray  # heavy, lazy on purpose
 
-        refs = [handle.flush.remote(deadline) for handle, deadline in zip(self._actors, self._actor_deadlines)]
+        refs = [handle.flush.remote(deadline, CLOSE_SETTLE_S) for handle, deadline in zip(self._actors, self._actor_deadlines)]
         with contextlib.suppress(Exception):
             ray.wait(refs, num_returns=len(refs), timeout=max(self._actor_deadlines) + PRODUCER_ACTOR_CLOSE_GRACE_S)
 

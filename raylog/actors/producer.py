@@ -19,6 +19,14 @@ the statistics; it does not raise the failures, which belong to the calls
 that sent the messages (``stats()["failed_messages"]`` counts them; a
 failed message never counts as sent).
 
+Ray runs an asynchronous actor's calls in any order, even one caller's
+(``allow_out_of_order_execution`` cannot be off for them): a ``flush``
+submitted right after sends may start before them. So a flush settles: it
+returns only once no send has started for ``settle_s`` (default
+:data:`FLUSH_SETTLE_S`) and everything started has its outcome; a send
+that starts meanwhile is flushed too. ``Client.close`` (and a script's
+exit) flush with a longer settle, :data:`CLOSE_SETTLE_S`.
+
 The actor opens its own ZooKeeper session, so it needs nothing from the
 driver but the connection settings.
 
@@ -36,6 +44,12 @@ from raylog.config import NAMESPACE
 from raylog.errors import DeliveryError
 from raylog.metadata import ConnectionSettings, Metadata
 from raylog.producer import Producer
+
+#: a flush returns once no send started for this long (seconds): calls
+#: submitted before the flush that Ray starts after it are in by then
+FLUSH_SETTLE_S = 0.2
+#: the settle of the flush at ``Client.close`` and at a script's exit
+CLOSE_SETTLE_S = 1.0
 
 
 def _when_done(future) -> asyncio.Future:
@@ -56,10 +70,12 @@ class ProducerActor:
 
         self._metadata = Metadata.connect(settings)
         self._producer = Producer(self._metadata, **options)
+        self._last_call = 0.0  # loop time a send last started (see flush)
 
     async def send(
         self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
     ) -> tuple[int, int]:
+        self._last_call = asyncio.get_running_loop().time()
         future = self._producer.send(topic, value, key, partition=partition)
         await _when_done(future)
         return tuple(future.result())
@@ -71,6 +87,7 @@ class ProducerActor:
         keys: Sequence[bytes | None] | None = None,
         partition: int | None = None,
     ) -> int:
+        self._last_call = asyncio.get_running_loop().time()
         call = self._producer.send_batch(topic, values, keys, partition=partition)
         await _when_done(call)
         error = call.exception(0)
@@ -78,17 +95,36 @@ class ProducerActor:
             raise error
         return len(call)
 
-    async def flush(self, timeout_s: float | None = None) -> dict:
-        try:
-            await asyncio.to_thread(self._producer.flush, timeout_s)
-        except DeliveryError:
-            pass  # reported to the calls whose messages failed
+    async def flush(self, timeout_s: float | None = None, settle_s: float = FLUSH_SETTLE_S) -> dict:
+        await self._settled_flush(timeout_s, settle_s)
         return self._producer.stats()
+
+    async def _settled_flush(self, timeout_s: float | None, settle_s: float) -> None:
+        """Flush until ``settle_s`` have passed, since this flush started
+        and since the latest send started, with everything flushed (see
+        the module docstring); ``timeout_s`` bounds the whole, as
+        ``Producer.flush``'s does."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = None if timeout_s is None else started + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                await asyncio.to_thread(self._producer.flush, left)
+            except DeliveryError:
+                pass  # reported to the calls whose messages failed
+            quiet_from = max(started, self._last_call)
+            now = loop.time()
+            if now - quiet_from >= settle_s or (deadline is not None and now >= deadline):
+                return
+            until = quiet_from + settle_s if deadline is None else min(quiet_from + settle_s, deadline)
+            await asyncio.sleep(until - now)
 
     async def stats(self) -> dict:
         return self._producer.stats()
 
-    async def close(self) -> dict:
+    async def close(self, settle_s: float = FLUSH_SETTLE_S) -> dict:
+        await self._settled_flush(None, settle_s)
         try:
             await asyncio.to_thread(self._producer.close)
         except DeliveryError:

@@ -72,3 +72,19 @@ def test_producer_actor_from_ray_tasks_keyed(raylog_client, make_topic):
     assert ray.get(handle.stats.remote())["sent_messages"] == 400
     ray.get(handle.close.remote())
     assert len({m.value for m in _consume(raylog_client, topic, 400)}) == 400
+
+
+def test_a_flush_covers_the_calls_submitted_before_it_even_when_ray_starts_it_first(raylog_client, make_topic):
+    """An asynchronous actor runs its calls in any order (Ray's rule); a
+    flush submitted right after sends, to an actor still starting, still
+    waits for them (what ``Client.close`` relies on at a script's exit)."""
+    import ray
+
+    topic = make_topic(partitions=2)
+    for round_ in range(4):
+        handle = raylog_client.producer_actor(acks=1)
+        sends = [handle.send_batch.remote(topic, [b"r%d-%d-%d" % (round_, c, i) for i in range(5)]) for c in range(4)]
+        stats = ray.get(handle.flush.remote(30.0), timeout=120)
+        assert stats["sent_messages"] == 20, (round_, stats)
+        assert ray.get(sends, timeout=60) == [5] * 4
+        ray.get(handle.close.remote())
