@@ -57,7 +57,7 @@ from raylog.errors import AuthenticationError, HandoffError
 from raylog.metrics import PartitionMetrics
 from raylog.replication.mend import damaged_ranges, mend_from_isr
 from raylog.replication.preferred import PreferredWatch
-from raylog.replication.replica import ReplicaRole
+from raylog.replication.replica import MAINTAIN_INTERVAL_S, ReplicaRole
 from raylog.replication.state import leave_isr, running_replicas
 from raylog.retry import RetryPolicy
 from raylog.storage import faults
@@ -80,6 +80,9 @@ EXIT_UNREGISTERED = 78
 REREGISTER_S = 120.0
 #: how often a leader looks whether its preferred replica should lead again
 PREFERRED_CHECK_S = 5.0
+#: an idle log's timer sleeps at most this long between its duties (an
+#: append wakes it at once): many idle partitions cost a node next to nothing
+IDLE_WAIT_S = 0.5
 #: how long a replica stopped with SIGTERM may take to leave in order (hand off its lead, leave the ISR)
 SIGTERM_DRAIN_S = 15.0
 #: how long a partition actor that Ray started again waits for its log
@@ -315,6 +318,14 @@ class PartitionActor:
         next_preferred = time.monotonic() + PREFERRED_CHECK_S
         try:
             while not self._closed.wait(tick):
+                if not self.log.unflushed_messages and not self.log.disk_full:
+                    # idle: sleep until an append (or the next periodic duty)
+                    now = time.monotonic()
+                    due = min(next_retention, next_sample, now + self._idle_wait_s())
+                    if due > now:
+                        self.log.wait_for_appends(due - now)
+                    if self._closed.is_set():
+                        break
                 started = time.perf_counter()
                 if self.log.maybe_flush():
                     self._metrics.observe_flush(time.perf_counter() - started)
@@ -341,6 +352,15 @@ class PartitionActor:
             if not self._closed.is_set():
                 exit_process(EXIT_TIMER_FAILED, "partition %s-%d timer failed; restarting the actor", self.topic,
                              self.partition, exc_info=True)
+
+    def _idle_wait_s(self) -> float:
+        """How long the timer of an idle log may sleep: :data:`IDLE_WAIT_S`,
+        less for a leader of replicas (its ISR review runs every
+        ``MAINTAIN_INTERVAL_S``) and for a short ``segment_ms``."""
+        wait = min(IDLE_WAIT_S, self.config.segment_ms / 2000.0)
+        if self.role is not None and self.role.leader is not None:
+            wait = min(wait, MAINTAIN_INTERVAL_S)
+        return wait
 
     def _maybe_prefer(self) -> None:
         """A leader that is not the preferred replica hands its lead there
@@ -522,6 +542,7 @@ class PartitionActor:
         if self._closed.is_set():
             return
         self._closed.set()
+        self.log.wake_waiting_timer()
         if self.role is not None:
             self.role.stop()
         try:

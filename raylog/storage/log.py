@@ -183,6 +183,9 @@ class PartitionLog(LogBasics):
         self._unflushed = 0
         self._messages_appended = 0  # since open (outer messages)
         self._first_unflushed_at: float | None = None
+        #: set while appended bytes wait for their flush: the actor's timer
+        #: sleeps on it when the log is idle (see :meth:`wait_for_appends`)
+        self._has_unflushed = threading.Event()
         self._flush_requested = False
         self._waiting = 0  # readers blocked in wait_for_data: they get a prompt flush
         self._end_waiting = 0  # followers blocked in wait_for_end: woken by an append
@@ -471,6 +474,7 @@ class PartitionLog(LogBasics):
                 self._cond.notify_all()
         if not self._unflushed:
             self._first_unflushed_at = self._clock()
+            self._has_unflushed.set()
         self._unflushed += count
         self._messages_appended += count
         if (self._unflushed >= self._config.flush_messages or self._waiting) and not self._flush_requested:
@@ -800,6 +804,17 @@ class PartitionLog(LogBasics):
             self._flush_requested = True
             submit_flush(self._flush_in_background)
 
+    def wait_for_appends(self, timeout_s: float) -> bool:
+        """Block until appended bytes wait for their flush, at most
+        ``timeout_s`` (timer hook: an idle log's timer sleeps here instead
+        of waking every few milliseconds). Whether there are such bytes."""
+        return self._has_unflushed.wait(timeout_s)
+
+    def wake_waiting_timer(self) -> None:
+        """Return a timer blocked in :meth:`wait_for_appends` at once (its
+        owner is closing)."""
+        self._has_unflushed.set()
+
     def maybe_flush(self) -> bool:
         """Flush if ``flush_ms`` passed since the first unflushed append (timer hook)."""
         first = self._first_unflushed_at
@@ -819,6 +834,7 @@ class PartitionLog(LogBasics):
                 active = self._active
                 self._unflushed = 0
                 self._first_unflushed_at = None
+                self._has_unflushed.clear()
             if target == self._hw:
                 return False
             try:

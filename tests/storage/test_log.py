@@ -282,6 +282,27 @@ def test_wait_for_data_wakes_on_flush(tmp_path):
         assert result["ok"] is True and result["waited"] < 50
 
 
+def test_wait_for_appends_returns_at_an_append_and_sleeps_while_all_is_flushed(tmp_path):
+    """The actor's timer sleeps here while the log is idle."""
+    with PartitionLog(tmp_path, SMALL) as log:
+        assert log.wait_for_appends(0.01) is False
+        woke = {}
+
+        def wait():
+            woke["ok"] = log.wait_for_appends(60)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        log.append(msgs("a"))
+        thread.join(60)
+        assert woke == {"ok": True}
+        assert log.wait_for_appends(0) is True  # still waiting for its flush
+        log.flush()
+        assert log.wait_for_appends(0.01) is False
+        log.wake_waiting_timer()
+        assert log.wait_for_appends(0) is True
+
+
 def test_a_waiting_reader_sees_an_append_without_waiting_out_flush_ms(tmp_path):
     """flush_ms is a minute here: a long-polling reader makes the append
     flush at once (and only while it waits: without one, nothing flushes)."""
