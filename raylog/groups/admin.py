@@ -33,6 +33,12 @@ key                           value
 ``members``                   the group's live members subscribed to the topic
 ============================  ==============================================================
 
+A group of Kafka clients (coordinated by a Kafka listener,
+:mod:`raylog.groups.kafka_members`) is described the same way: its members
+with the topics of their subscriptions, a partition's ``owner`` the member
+its leader assigned it to; :func:`list_groups` lists it while it has
+members, before any commit.
+
 followed by one row per live member that owns no partition (``topic`` and
 ``partition`` None). Data-server queries run concurrently under one overall
 deadline (``timeout_s``); a partition that does not answer in time shows
@@ -90,7 +96,8 @@ def list_groups(zk: KazooClient, cluster: str) -> list[str]:
     with zookeeper_errors(zk, what):
         groups = []
         for group in _children(zk, paths.groups):
-            if _children(zk, paths.ids(group)) or _children(zk, paths.all_offsets(group)):
+            if (_children(zk, paths.ids(group)) or _children(zk, paths.all_offsets(group))
+                    or _children(zk, paths.kafka_members(group))):
                 groups.append(group)
     return sorted(groups)
 
@@ -127,6 +134,10 @@ def describe_group(
     deadline = time.monotonic() + timeout_s
     members = live_members(zk, cluster, group)
     with zookeeper_errors(zk, what):
+        # a group of Kafka clients (through the Kafka listener): its members,
+        # their subscriptions and assignments as the coordinating listener shows them
+        kafka = kafka_members.details(zk, paths, group)
+        members.update((m, d["topics"]) for m, d in kafka.items())
         committed = OffsetStore(zk, cluster).committed_all(group)
         if not members and not committed:
             raise UnknownGroupError(
@@ -137,6 +148,7 @@ def describe_group(
         topics = {t for ts in members.values() for t in ts}
         topics |= {t for t, _ in committed}
         topics |= set(_children(zk, paths.all_owners(group)))
+        topics |= {t for d in kafka.values() for t, _ in d["assigned"]}
         topics = sorted(topics)
         configs = dict(zip(topics, _get_many(zk, [paths.topic(t) for t in topics])))
         partitions: set[TopicPartition] = set(committed)
@@ -150,6 +162,9 @@ def describe_group(
             for tp, r in zip(owner_tps, _get_many(zk, [paths.owner(group, *tp) for tp in owner_tps]))
             if r is not None
         }
+        for member, d in kafka.items():
+            for tp in d["assigned"]:
+                owners.setdefault(tp, member)
         partitions |= set(owners)
 
     info: dict[TopicPartition, tuple] = {}

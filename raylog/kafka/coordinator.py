@@ -76,6 +76,7 @@ from kafka.protocol.consumer import HeartbeatResponse, JoinGroupResponse, LeaveG
 from kazoo.exceptions import NoNodeError
 
 from raylog.groups import kafka_members
+from raylog.kafka.consumer_protocol import CONSUMER, assigned_partitions, subscribed_topics
 
 log = logging.getLogger(__name__)
 
@@ -444,6 +445,8 @@ class Coordinator:
             if error == NONE:
                 member.last_seen = time.monotonic()
             protocol_type, protocol = group.protocol_type, group.protocol
+        if error == NONE:
+            self._publish(body.group_id)  # the members' assignments, for describe_group
         return _sync_response(version, error, assignment, protocol_type, protocol)
 
     def heartbeat(self, body, version: int):
@@ -513,7 +516,7 @@ class Coordinator:
         with self._zk_lock:
             with self._cond:
                 group = self._groups.get(group_id)
-                members = sorted(group.members) if group is not None else []
+                members = _member_views(group) if group is not None else {}
             try:
                 if members:
                     kafka_members.publish(self.zk, self.paths, group_id, own["node"], members)
@@ -561,6 +564,23 @@ class Coordinator:
                 changed += moved
             for group_id in set(changed + (groups if recheck else [])):
                 self._publish(group_id)
+
+
+def _member_views(group: Group) -> dict[str, dict]:
+    """``{member id: {"client_id", "topics", "assigned"}}``: what
+    ``consumers/<group>/kafka/<node>`` shows of each member (the topics of
+    its subscription and its partitions, decoded when the group is a
+    ``consumer`` group)."""
+    consumer = group.protocol_type == CONSUMER
+    views = {}
+    for member_id, member in group.members.items():
+        metadata = next((m for name, m in member.protocols if name == group.protocol), b"") if consumer else b""
+        views[member_id] = {
+            "client_id": member.client_id,
+            "topics": subscribed_topics(metadata),
+            "assigned": [list(tp) for tp in assigned_partitions(member.assignment)] if consumer else [],
+        }
+    return views
 
 
 def _join_response(version: int, result: JoinResult):

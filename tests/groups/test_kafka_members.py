@@ -40,6 +40,25 @@ def test_publish_withdraw_and_live(make_zk, cluster_name):
     assert kafka_members.live(make_zk(), paths, "g") == {}
 
 
+def test_details_show_each_members_subscription_and_partitions(make_zk, cluster_name):
+    listener = make_zk()
+    paths = Paths(cluster_name)
+    kafka_members.publish(listener, paths, "g", "node-a", {
+        "m1": {"client_id": "web", "topics": ["clicks"], "assigned": [["clicks", 1], ["clicks", 0]]},
+        "m2": {"client_id": "web", "topics": ["clicks"], "assigned": []},
+    })
+    kafka_members.publish(listener, paths, "g", "node-b", ["m3"])  # ids alone (an older listener)
+    assert kafka_members.live(listener, paths, "g") == {"node-a": ["m1", "m2"], "node-b": ["m3"]}
+    assert kafka_members.details(listener, paths, "g") == {
+        "m1": {"client_id": "web", "topics": ["clicks"], "assigned": [("clicks", 0), ("clicks", 1)],
+               "listener": "node-a"},
+        "m2": {"client_id": "web", "topics": ["clicks"], "assigned": [], "listener": "node-a"},
+        "m3": {"client_id": None, "topics": [], "assigned": [], "listener": "node-b"},
+    }
+    listener.set(paths.kafka_member_node("g", "node-b"), b"not json")  # counts for nothing
+    assert set(kafka_members.details(listener, paths, "g")) == {"m1", "m2"}
+
+
 def test_a_raylog_member_refuses_a_group_with_kafka_members(make_zk, cluster_name, topic):
     listener = make_zk()
     paths = Paths(cluster_name)

@@ -249,6 +249,12 @@ def test_two_confluent_consumers_share_a_topic_and_one_takes_over_when_the_other
         _poll_until([first, second], lambda: len(_parts(first)) == 2 and len(_parts(second)) == 2,
                     what="two partitions each")
         assert _parts(first) | _parts(second) == {0, 1, 2, 3}
+        # raylog's admin shows the Kafka group before any commit: its members and who owns what
+        assert group in raylog_client.list_groups()
+        rows = [r for r in raylog_client.describe_group(group) if r["topic"] == topic]
+        assert {r["partition"]: r["owner"] for r in rows} == {
+            p: c.memberid() for c in (first, second) for p in _parts(c)}
+        assert all(r["members"] == sorted([first.memberid(), second.memberid()]) for r in rows)
 
         values = [f"a{i}".encode() for i in range(200)]
         _produce(raylog_client, topic, values, 4)
