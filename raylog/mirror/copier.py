@@ -59,6 +59,11 @@ LINGER_S = 0.05
 SEND_DEADLINE_S = 120.0
 
 
+def _size(msg) -> int:
+    """A message's bytes in a set (header, key, value)."""
+    return 22 + len(msg.value) + (len(msg.key) if msg.key is not None else 0)
+
+
 def _boundary(msg) -> bool:
     """Whether a set may end after ``msg``: not when the next message shares
     its offset (the clamped tail of an old, unpadded wrapper)."""
@@ -79,6 +84,7 @@ class PartitionCopier:
         self.checkpoint_interval_s = checkpoint_interval_s
         self._conn = None
         self._buf: list = []
+        self._buf_bytes = 0  # payload bytes of the messages in _buf (as _next_set counts them)
         self._record: dict | None = None
         self._version = -1
         self._seq = 0
@@ -103,7 +109,7 @@ class PartitionCopier:
         else:
             self._seq, self._pos, self._redo = rec["seq"], rec["start"], rec
         self._cursor = self._pos
-        self._buf = []
+        self._buf, self._buf_bytes = [], 0
         return self._pos
 
     def sought(self, offset: int) -> None:
@@ -111,7 +117,7 @@ class PartitionCopier:
         if self._pos is None:
             self._pos = offset
         self._cursor = self._pos
-        self._buf = []
+        self._buf, self._buf_bytes = [], 0
         self.need_seek = False
 
     def skip_to(self, offset: int) -> None:
@@ -137,11 +143,12 @@ class PartitionCopier:
                 log.info("%s-%d: a gap at %d (expected %d): seeking back to %s",
                          self.topic, self.partition, msg.offset, self._cursor, self._pos)
                 self.need_seek = True
-                self._buf = []
+                self._buf, self._buf_bytes = [], 0
                 return
             if not self._buf:
                 self._held_since = time.monotonic()
             self._buf.append(msg)
+            self._buf_bytes += _size(msg)
             if _boundary(msg):
                 self._cursor = msg.next_offset
 
@@ -149,8 +156,19 @@ class PartitionCopier:
 
     @property
     def lingering(self) -> bool:
-        """Whether messages are held for a set that is not full yet."""
+        """Whether messages are held for a set (full or not yet)."""
         return bool(self._buf)
+
+    def due(self, now: float | None = None) -> bool:
+        """Whether :meth:`pump` would send now: a set is full, or what is
+        held has lingered :data:`LINGER_S`, or a resend's range is held."""
+        if not self._buf:
+            return False
+        if self._redo is not None:
+            return self._cursor >= self._redo["end"]
+        now = time.monotonic() if now is None else now
+        return (len(self._buf) >= MAX_SET_MESSAGES or self._buf_bytes >= MAX_SET_BYTES
+                or (self._held_since is not None and now - self._held_since >= LINGER_S))
 
     def pump(self, now: float | None = None, *, flush: bool = False) -> int:
         """Send every set that is full, and the rest once it has been held
@@ -186,7 +204,7 @@ class PartitionCopier:
             if i >= MAX_SET_MESSAGES:
                 full = True
                 break
-            size += 22 + len(msg.value) + (len(msg.key) if msg.key is not None else 0)
+            size += _size(msg)
             if size > MAX_SET_BYTES and last >= 0:
                 full = True
                 break
@@ -198,6 +216,7 @@ class PartitionCopier:
 
     def _take(self, n: int) -> list:
         taken, self._buf = self._buf[:n], self._buf[n:]
+        self._buf_bytes = sum(map(_size, self._buf)) if self._buf else 0
         return taken
 
     def _send(self, msgs: list) -> None:

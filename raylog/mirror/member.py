@@ -13,7 +13,14 @@ thread of its own:
 2. poll; partitions newly assigned get a copier, which reads its progress
    record in the target's ZooKeeper and is sought to its position;
    partitions no longer assigned drop theirs;
-3. hand each copier its messages and let it send its complete sets;
+3. hand each copier its messages and let it send its complete sets, each
+   copier on a thread of a pool (:data:`PUMP_THREADS`): a set waits for
+   the target's acknowledgement (its flush), and the partitions' waits
+   overlap. While a copier is sending, its new messages wait in the
+   member (ordered; never offered to a copier in the middle of a send);
+   past :data:`HELD_MAX` of them its partition is paused in the source
+   consumer, so one copier that retries a slow target holds back its own
+   partition only, not the others;
 4. every few seconds, commit the source group's offsets (a view of the
    progress for ``raylog groups describe`` on the source).
 
@@ -21,12 +28,14 @@ An error of the loop is logged and the loop starts over from step 1 after
 a pause (copiers restart from their records). Ray restarts a killed member
 (``max_restarts=-1``); it resumes the same way.
 
-Thread-safety: the loop's state is confined to its thread; ``stats`` and
-``stop`` only read or set thread-safe values.
+Thread-safety: the loop's state is confined to its thread; a copier is
+used by one thread at a time (the loop, or the pool thread sending for it,
+never both); ``stats`` and ``stop`` only read or set thread-safe values.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -40,6 +49,12 @@ log = logging.getLogger(__name__)
 
 COMMIT_INTERVAL_S = 2.0
 ERROR_PAUSE_S = 1.0
+#: copiers sending at once, per member
+PUMP_THREADS = 8
+#: messages held for a copier that is sending before its partition is paused
+HELD_MAX = 40_000
+#: the poll's wait while a copier is sending (its end is noticed this soon)
+BUSY_POLL_MS = 20
 
 
 def source_client(client_cls, spec):
@@ -92,27 +107,40 @@ class MirrorMember:
         consumer = self.source.consumer(topics, group=self.spec.group, auto_offset_reset=EARLIEST,
                                         enable_auto_commit=False, session_timeout_ms=6000)
         copiers: dict = {}
+        sending: dict = {}  # tp -> Future of the copier's pump on the pool
+        held: dict = {}  # tp -> messages that came while its copier was sending
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=PUMP_THREADS,
+                                                     thread_name_prefix=f"mirror-{self.spec.name}-send")
         try:
             next_scan = time.monotonic() + self.spec.scan_interval_s
             last_commit = time.monotonic()
             while not self._stop.is_set():
                 # a set held for more messages is sent within its linger: poll no longer than that
-                lingering = any(c.lingering for c in copiers.values())
-                msgs = consumer.poll(timeout_ms=int(LINGER_S * 1000) if lingering else 300, max_messages=20_000)
-                fresh = self._follow_assignment(consumer, copiers)
-                by_tp: dict = {}
+                if sending:
+                    wait_ms = BUSY_POLL_MS
+                elif any(c.lingering for c in copiers.values()):
+                    wait_ms = int(LINGER_S * 1000)
+                else:
+                    wait_ms = 300
+                msgs = consumer.poll(timeout_ms=wait_ms, max_messages=20_000)
+                self._collect(consumer, copiers, sending, held)
+                fresh = self._follow_assignment(consumer, copiers, sending, held)
                 for m in msgs:
-                    by_tp.setdefault((m.topic, m.partition), []).append(m)
+                    held.setdefault((m.topic, m.partition), []).append(m)
                 for tp, copier in list(copiers.items()):
+                    if tp in sending:
+                        if len(held.get(tp, ())) > HELD_MAX and tp not in consumer.paused():
+                            consumer.pause([tp])  # resumed once its copier has taken them
+                        continue
+                    waiting = held.pop(tp, ())
                     if tp not in fresh:
-                        copier.offer(by_tp.get(tp, ()))
+                        copier.offer(waiting)
+                    if tp in consumer.paused():
+                        consumer.resume([tp])
                     if copier.need_seek:
                         self._seek(consumer, tp, copier)
-                    try:
-                        self._sent += copier.pump()
-                    except progress.LostPartition:
-                        log.info("mirror %s: %s-%d moved to another member", self.spec.name, *tp)
-                        copiers.pop(tp).close()
+                    if copier.due():
+                        sending[tp] = pool.submit(copier.pump)
                 now = time.monotonic()
                 if now - last_commit >= COMMIT_INTERVAL_S:
                     last_commit = now
@@ -125,14 +153,40 @@ class MirrorMember:
                     if sorted(self._topics()) != sorted(topics):
                         return  # a new consumer for the new set of topics
         finally:
+            # the sends under way end first (each copier is used by one thread at a time)
+            concurrent.futures.wait(list(sending.values()))
+            pool.shutdown(wait=True)
             for copier in copiers.values():
                 copier.close()
             consumer.close()
 
-    def _follow_assignment(self, consumer, copiers: dict) -> set:
-        """Copiers for the partitions assigned now; the ones just made."""
+    def _collect(self, consumer, copiers: dict, sending: dict, held: dict) -> None:
+        """Take the outcome of every send that ended: its count, or the
+        copier dropped (another copier took its partition), or the loop's
+        error (the loop starts over; copiers resume from their records)."""
+        for tp, future in [(tp, f) for tp, f in sending.items() if f.done()]:
+            del sending[tp]
+            try:
+                self._sent += future.result()
+            except progress.LostPartition:
+                log.info("mirror %s: %s-%d moved to another member", self.spec.name, *tp)
+                copier = copiers.pop(tp, None)
+                if copier is not None:
+                    copier.close()
+                held.pop(tp, None)
+
+    def _follow_assignment(self, consumer, copiers: dict, sending: dict, held: dict) -> set:
+        """Copiers for the partitions assigned now; the ones just made. A
+        copier whose partition went elsewhere finishes its send first."""
         assigned = consumer.assignment()
         for tp in [tp for tp in copiers if tp not in assigned]:
+            future = sending.pop(tp, None)
+            if future is not None:
+                try:
+                    future.result()
+                except Exception as err:  # noqa: BLE001 - no longer this member's partition
+                    log.info("mirror %s: %s-%d: its last send before it moved: %s", self.spec.name, *tp, err)
+            held.pop(tp, None)
             copiers.pop(tp).close()
         fresh = set()
         spec, cluster = self.spec, self.target.settings.cluster

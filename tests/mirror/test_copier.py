@@ -88,6 +88,27 @@ def test_a_kill_between_produce_and_record_stores_nothing_twice(raylog_client, s
     assert record["acked"] and record["end"] == source.end_offsets(topic)[0]
 
 
+def test_a_set_is_due_once_full(raylog_client, source, monkeypatch):
+    target = raylog_client
+    topic, name = f"full-{uuid.uuid4().hex[:6]}", f"f-{uuid.uuid4().hex[:6]}"
+    source.create_topic(topic)
+    target.create_topic(topic)
+    producer = source.producer(acks="all")
+    for i in range(12):
+        producer.send(topic, b"v" * 100)
+    producer.close()
+    sent = _messages(source, topic)
+    copier = _copier(target, source, name, topic)
+    copier.sought(copier.start() or source.offsets(topic, 0)[0])
+    monkeypatch.setattr(copier_module, "MAX_SET_BYTES", 5 * (22 + 100))
+    copier.offer(sent[:4])
+    assert not copier.due()
+    copier.offer(sent[4:6])  # past MAX_SET_BYTES: full, due before its linger
+    assert copier.due()
+    assert copier.pump() == 5 and copier.lingering and not copier.due()
+    copier.close()
+
+
 def test_a_set_waits_for_more_messages_until_it_is_full_or_its_linger_is_over(raylog_client, source):
     target = raylog_client
     topic, name = f"linger-{uuid.uuid4().hex[:6]}", f"l-{uuid.uuid4().hex[:6]}"
@@ -102,9 +123,11 @@ def test_a_set_waits_for_more_messages_until_it_is_full_or_its_linger_is_over(ra
     copier.sought(copier.start() or source.offsets(topic, 0)[0])
     copier.offer(sent[:10])
     assert copier.pump() == 0 and copier.lingering  # held: not full, its linger not over
+    assert not copier.due()  # the member sends for it only once it is due
     copier.offer(sent[10:])
+    assert copier.due(time.monotonic() + copier_module.LINGER_S)
     assert copier.pump(time.monotonic() + copier_module.LINGER_S) == 30  # one set of all thirty
-    assert not copier.lingering
+    assert not copier.lingering and not copier.due(time.monotonic() + 60)
     record, _ = progress.read_progress(target._zk, specs.progress_path(target.settings.cluster, name, topic, 0))
     assert (record["seq"], record["count"], record["acked"]) == (0, 30, True)
     copier.close()

@@ -15,6 +15,7 @@ import ray
 from raylog.mirror import spec as specs
 from raylog.mirror.translate import translate_group
 from raylog.testing.clusters import wait_until
+from raylog.testing.faults import actor_pid, resume_process, stop_process
 
 
 def _read_all(client, topic: str, partitions: int) -> dict[int, list[bytes]]:
@@ -133,6 +134,45 @@ def test_kills_under_a_running_producer_store_each_message_once_in_order(raylog_
         assert _read_all(target, dst, parts) == want
     finally:
         stop.set()
+
+
+def test_a_frozen_target_partition_holds_back_its_own_copy_only(raylog_client, source, mirror):
+    """A target partition that does not answer (its process stopped) stalls
+    the copy of that partition alone: the member that copies it copies its
+    other partitions meanwhile (each copier sends on a thread of its own),
+    and once it answers again everything is there exactly once, in order."""
+    target = raylog_client
+    topic = f"logs-{TAG}-frozen"
+    dst = f"{source.settings.cluster}.{topic}"
+    parts = 4  # two members: each copies two partitions or more
+    source.create_topic(topic, partitions=parts)
+    assert wait_until(lambda: target.registry.topic_exists(dst), timeout_s=90, interval_s=0.5)
+    for p in range(parts):
+        _produce_to(source, topic, p, [f"x{p}-{i}".encode() for i in range(20)])
+    assert wait_until(lambda: all(len(v) == 20 for v in _read_all(target, dst, parts).values()),
+                      timeout_s=90, interval_s=0.5), mirror.status()
+    pid = actor_pid(target.partition_actor(dst, 0))
+    stop_process(pid)
+    try:
+        for p in range(parts):
+            _produce_to(source, topic, p, [f"y{p}-{i}".encode() for i in range(30)])
+        # well inside the copier's 120 s of retries against the frozen partition
+        others = lambda: all(target.count_messages(dst, p, 0) == 50 for p in range(1, parts))  # noqa: E731
+        assert wait_until(others, timeout_s=40, interval_s=0.5), mirror.status()
+    finally:
+        resume_process(pid)
+    want = _read_all(source, topic, parts)
+    assert wait_until(lambda: _read_all(target, dst, parts) == want, timeout_s=150, interval_s=1.0), mirror.status()
+
+
+def _produce_to(client, topic, partition, values):
+    producer = client.producer(linger_ms=2, acks="all")
+    try:
+        for v in values:
+            producer.send(topic, v, partition=partition)
+        producer.flush()
+    finally:
+        producer.close()
 
 
 def _caught_up(handle, topic) -> bool:
