@@ -37,10 +37,12 @@ from raylog.errors import (
     InvalidMessageError,
     InvalidOffsetError,
     MessageTooLargeError,
+    NotEnoughReplicasError,
     NotOwnerError,
     OffsetOutOfRangeError,
     RaylogError,
     RequestTimeoutError,
+    StorageError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -78,6 +80,7 @@ LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 MESSAGE_TOO_LARGE = 10
+NOT_ENOUGH_REPLICAS = 19
 INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
@@ -93,7 +96,13 @@ _SKIPS = 4
 
 
 def error_code(err: Exception) -> int:
-    """The Kafka error code for a raylog error."""
+    """The Kafka error code for a raylog error. One with no Kafka
+    counterpart is answered by what a Kafka client should do with it: an
+    error that asks for fresh metadata as NOT_LEADER_OR_FOLLOWER (the client
+    looks the leader up again and retries), another retriable one as
+    REQUEST_TIMED_OUT (the client retries), the rest UNKNOWN_SERVER_ERROR
+    (the client gives the messages up): a client must never give up on an
+    error that raylog's own producer would retry."""
     for kind, code in (
         (OffsetOutOfRangeError, OFFSET_OUT_OF_RANGE),
         (UnknownTopicError, UNKNOWN_TOPIC_OR_PARTITION),
@@ -101,6 +110,7 @@ def error_code(err: Exception) -> int:
         (NotOwnerError, NOT_LEADER_OR_FOLLOWER),
         (BrokerUnavailableError, NOT_LEADER_OR_FOLLOWER),
         (RequestTimeoutError, REQUEST_TIMED_OUT),
+        (NotEnoughReplicasError, NOT_ENOUGH_REPLICAS),
         (MessageTooLargeError, MESSAGE_TOO_LARGE),
         (CorruptMessageError, CORRUPT_MESSAGE),
         (InvalidMessageError, INVALID_RECORD),
@@ -108,6 +118,12 @@ def error_code(err: Exception) -> int:
     ):
         if isinstance(err, kind):
             return code
+    if isinstance(err, StorageError) and err.retriable:
+        return KAFKA_STORAGE_ERROR
+    if getattr(err, "refresh_metadata", False):
+        return NOT_LEADER_OR_FOLLOWER
+    if getattr(err, "retriable", False):
+        return REQUEST_TIMED_OUT
     return UNKNOWN_SERVER_ERROR
 
 

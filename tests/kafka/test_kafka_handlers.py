@@ -151,3 +151,22 @@ def test_metadata_names_the_listener_of_each_partition_and_unknown_topics(raylog
     assert sorted(p.partition_index for p in by_name[topic].partitions) == [0, 1, 2]
     assert all(p.error_code == 0 and p.leader_id in brokers for p in by_name[topic].partitions)
     assert "no-such-topic" not in raylog_client.list_topics()  # never created
+
+
+def test_errors_raylog_would_retry_are_answered_with_codes_kafka_clients_retry():
+    """A Kafka client gives a message up on UNKNOWN_SERVER_ERROR; raylog's
+    retriable errors never come out as that (a leader's host cut off left
+    the new leader short of in-sync replicas for a moment: librdkafka failed
+    every message it had sent meanwhile)."""
+    from raylog import errors
+    from raylog.kafka import handlers
+
+    assert handlers.error_code(errors.NotEnoughReplicasError("2 of 3 in sync")) == handlers.NOT_ENOUGH_REPLICAS
+    assert handlers.error_code(errors.ZooKeeperUnavailableError("away")) == handlers.REQUEST_TIMED_OUT
+    assert handlers.error_code(errors.HandoffError("moving")) == handlers.REQUEST_TIMED_OUT
+    assert handlers.error_code(errors.StaleEpochError("old")) == handlers.NOT_LEADER_OR_FOLLOWER
+    assert handlers.error_code(errors.StorageError("EIO")) == handlers.KAFKA_STORAGE_ERROR
+    assert handlers.error_code(errors.DiskFullError("full")) == handlers.KAFKA_STORAGE_ERROR
+    # what no retry mends stays an error the client gives up on
+    assert handlers.error_code(errors.LogDirectoryLockedError("locked")) == handlers.UNKNOWN_SERVER_ERROR
+    assert handlers.error_code(errors.ConfigError("bad")) == handlers.UNKNOWN_SERVER_ERROR
