@@ -88,18 +88,25 @@ def test_a_kill_between_produce_and_record_stores_nothing_twice(raylog_client, s
     assert record["acked"] and record["end"] == source.end_offsets(topic)[0]
 
 
-def test_a_set_is_due_once_full(raylog_client, source, monkeypatch):
-    target = raylog_client
-    topic, name = f"full-{uuid.uuid4().hex[:6]}", f"f-{uuid.uuid4().hex[:6]}"
+def _fresh_copier(target, source, prefix: str, values: list[bytes]):
+    """``(topic, mirror name, the source's messages, a copier at the start)``:
+    a new topic of ``values`` on the source, empty on the target."""
+    topic, name = f"{prefix}-{uuid.uuid4().hex[:6]}", f"{prefix[0]}-{uuid.uuid4().hex[:6]}"
     source.create_topic(topic)
     target.create_topic(topic)
     producer = source.producer(acks="all")
-    for i in range(12):
-        producer.send(topic, b"v" * 100)
+    for value in values:
+        producer.send(topic, value)
     producer.close()
     sent = _messages(source, topic)
     copier = _copier(target, source, name, topic)
     copier.sought(copier.start() or source.offsets(topic, 0)[0])
+    return topic, name, sent, copier
+
+
+def test_a_set_is_due_once_full(raylog_client, source, monkeypatch):
+    target = raylog_client
+    topic, name, sent, copier = _fresh_copier(target, source, "full", [b"v" * 100] * 12)
     monkeypatch.setattr(copier_module, "MAX_SET_BYTES", 5 * (22 + 100))
     copier.offer(sent[:4])
     assert not copier.due()
@@ -111,16 +118,7 @@ def test_a_set_is_due_once_full(raylog_client, source, monkeypatch):
 
 def test_a_set_waits_for_more_messages_until_it_is_full_or_its_linger_is_over(raylog_client, source):
     target = raylog_client
-    topic, name = f"linger-{uuid.uuid4().hex[:6]}", f"l-{uuid.uuid4().hex[:6]}"
-    source.create_topic(topic)
-    target.create_topic(topic)
-    producer = source.producer(acks="all")
-    for i in range(30):
-        producer.send(topic, f"m{i}".encode())
-    producer.close()
-    sent = _messages(source, topic)
-    copier = _copier(target, source, name, topic)
-    copier.sought(copier.start() or source.offsets(topic, 0)[0])
+    topic, name, sent, copier = _fresh_copier(target, source, "linger", [f"m{i}".encode() for i in range(30)])
     copier.offer(sent[:10])
     assert copier.pump() == 0 and copier.lingering  # held: not full, its linger not over
     assert not copier.due()  # the member sends for it only once it is due

@@ -34,11 +34,11 @@ def _read_all(client, topic: str, partitions: int) -> dict[int, list[bytes]]:
     return out
 
 
-def _produce(client, topic, values, key=None):
+def _produce(client, topic, values, key=None, partition=None):
     producer = client.producer(linger_ms=2, acks="all")
     try:
         for v in values:
-            producer.send(topic, v, key=key)
+            producer.send(topic, v, key=key, partition=partition)
         producer.flush()
     finally:
         producer.close()
@@ -148,14 +148,14 @@ def test_a_frozen_target_partition_holds_back_its_own_copy_only(raylog_client, s
     source.create_topic(topic, partitions=parts)
     assert wait_until(lambda: target.registry.topic_exists(dst), timeout_s=90, interval_s=0.5)
     for p in range(parts):
-        _produce_to(source, topic, p, [f"x{p}-{i}".encode() for i in range(20)])
+        _produce(source, topic, [f"x{p}-{i}".encode() for i in range(20)], partition=p)
     assert wait_until(lambda: all(len(v) == 20 for v in _read_all(target, dst, parts).values()),
                       timeout_s=90, interval_s=0.5), mirror.status()
     pid = actor_pid(target.partition_actor(dst, 0))
     stop_process(pid)
     try:
         for p in range(parts):
-            _produce_to(source, topic, p, [f"y{p}-{i}".encode() for i in range(30)])
+            _produce(source, topic, [f"y{p}-{i}".encode() for i in range(30)], partition=p)
         # well inside the copier's 120 s of retries against the frozen partition
         others = lambda: all(target.count_messages(dst, p, 0) == 50 for p in range(1, parts))  # noqa: E731
         assert wait_until(others, timeout_s=40, interval_s=0.5), mirror.status()
@@ -163,16 +163,6 @@ def test_a_frozen_target_partition_holds_back_its_own_copy_only(raylog_client, s
         resume_process(pid)
     want = _read_all(source, topic, parts)
     assert wait_until(lambda: _read_all(target, dst, parts) == want, timeout_s=150, interval_s=1.0), mirror.status()
-
-
-def _produce_to(client, topic, partition, values):
-    producer = client.producer(linger_ms=2, acks="all")
-    try:
-        for v in values:
-            producer.send(topic, v, partition=partition)
-        producer.flush()
-    finally:
-        producer.close()
 
 
 def _caught_up(handle, topic) -> bool:
