@@ -22,10 +22,11 @@ failed message never counts as sent).
 Ray runs an asynchronous actor's calls in any order, even one caller's
 (``allow_out_of_order_execution`` cannot be off for them): a ``flush``
 submitted right after sends may start before them. So a flush settles: it
-returns only once no send has started for ``settle_s`` (default
-:data:`FLUSH_SETTLE_S`) and everything started has its outcome; a send
-that starts meanwhile is flushed too. ``Client.close`` (and a script's
-exit) flush with a longer settle, :data:`CLOSE_SETTLE_S`.
+returns no sooner than ``settle_s`` (default :data:`FLUSH_SETTLE_S`) after
+it began, with every send that started until then delivered (sends that
+start later belong to later flushes, so a flush ends even while other
+callers keep sending). ``Client.close`` (and a script's exit) flush with a
+longer settle, :data:`CLOSE_SETTLE_S`.
 
 The actor opens its own ZooKeeper session, so it needs nothing from the
 driver but the connection settings.
@@ -45,8 +46,8 @@ from raylog.errors import DeliveryError
 from raylog.metadata import ConnectionSettings, Metadata
 from raylog.producer import Producer
 
-#: a flush returns once no send started for this long (seconds): calls
-#: submitted before the flush that Ray starts after it are in by then
+#: a flush covers the sends that start up to this long after it (seconds):
+#: calls submitted before the flush that Ray starts after it are in by then
 FLUSH_SETTLE_S = 0.2
 #: the settle of the flush at ``Client.close`` and at a script's exit
 CLOSE_SETTLE_S = 1.0
@@ -100,25 +101,30 @@ class ProducerActor:
         return self._producer.stats()
 
     async def _settled_flush(self, timeout_s: float | None, settle_s: float) -> None:
-        """Flush until ``settle_s`` have passed, since this flush started
-        and since the latest send started, with everything flushed (see
-        the module docstring); ``timeout_s`` bounds the whole, as
+        """Flush what was sent, wait until ``settle_s`` after this flush
+        began, and flush again if a send started meanwhile (see the module
+        docstring): bounded, even while other callers keep sending (their
+        later sends are theirs to flush). ``timeout_s`` bounds the whole, as
         ``Producer.flush``'s does."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = None if timeout_s is None else started + timeout_s
-        while True:
+
+        async def flush() -> None:
             left = None if deadline is None else max(0.0, deadline - loop.time())
             try:
                 await asyncio.to_thread(self._producer.flush, left)
             except DeliveryError:
                 pass  # reported to the calls whose messages failed
-            quiet_from = max(started, self._last_call)
-            now = loop.time()
-            if now - quiet_from >= settle_s or (deadline is not None and now >= deadline):
-                return
-            until = quiet_from + settle_s if deadline is None else min(quiet_from + settle_s, deadline)
-            await asyncio.sleep(until - now)
+
+        await flush()
+        settled = started + settle_s
+        if deadline is not None:
+            settled = min(settled, deadline)
+        if loop.time() < settled:
+            await asyncio.sleep(settled - loop.time())
+        if self._last_call >= started:  # a send Ray started after this flush began
+            await flush()
 
     async def stats(self) -> dict:
         return self._producer.stats()
