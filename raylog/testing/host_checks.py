@@ -18,10 +18,18 @@ The functions keep no state; each call runs one short command on the host.
 
 from __future__ import annotations
 
+import time
+
 from raylog.testing.clusters import wait_until
 
 #: how long a killed host's node may take to be counted dead by Ray (its health checks)
 NODE_DEATH_WAIT_S = 120.0
+#: a cut at least this long may make Ray count the node dead just after the
+#: heal (a health check sent during the cut fails after it: the last one Ray allows)
+SILENCE_AT_RISK_S = 20.0
+#: how long a healed host is watched for Ray giving its node up: longer than
+#: one health check's timeout and period
+HEAL_SETTLE_S = 20.0
 
 #: reads a directory's ``*.log`` segments in name (= offset) order, printed as hex
 _LOG_BYTES = (
@@ -59,10 +67,19 @@ def ray_node_alive(host) -> bool:
 def heal_host(cluster, host) -> None:
     """Heal every network fault of ``cluster``; when ``host``'s processes were
     killed, or Ray gave its node up meanwhile (a long cut), start its Ray
-    node again, so that the next test finds every host."""
+    node again, so that the next test finds every host.
+
+    A cut that lasted :data:`SILENCE_AT_RISK_S` or more may have Ray count
+    the node dead just after the heal (a health check sent during the cut
+    fails after it, the last one Ray allows): then ``host`` is watched for
+    :data:`HEAL_SETTLE_S` and started again if Ray gives its node up."""
     from raylog.testing import faults
 
+    silent_since = getattr(host, "silent_since", None)
+    silent_s = 0.0 if silent_since is None else time.monotonic() - silent_since
     faults.heal(cluster)
+    if host.ray is not None and silent_s >= SILENCE_AT_RISK_S:
+        wait_until(lambda: not ray_node_alive(host), timeout_s=HEAL_SETTLE_S)
     if host.ray is None:
         # killed (faults.kill_host forgets its node): started again once Ray
         # counts the old node dead, never two nodes of one address alive

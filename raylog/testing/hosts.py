@@ -408,6 +408,8 @@ class Host:
         self.temp_dir = os.path.join(cluster.tmp, name)
         self.anchor: subprocess.Popen | None = None
         self.ray: subprocess.Popen | None = None
+        #: when its link went down (monotonic), None while it is up (set_link)
+        self.silent_since: float | None = None
 
     def __repr__(self):
         return f"Host({self.name}, {self.address}{', disk' if self.disk else ''})"
@@ -449,8 +451,13 @@ class Host:
 
     def set_link(self, up: bool) -> None:
         """Its link to the bridge up or down (the bridge's side of its veth:
-        the host sees no carrier, as with a cable pulled)."""
+        the host sees no carrier, as with a cable pulled). ``silent_since``
+        is when it went down (monotonic), None while it is up."""
         _run(["ip", "link", "set", self.veth, "up" if up else "down"])
+        if not up:
+            self.silent_since = self.silent_since or time.monotonic()
+        else:
+            self.silent_since = None
 
     # -- life ------------------------------------------------------------------
 
