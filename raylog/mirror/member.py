@@ -123,7 +123,7 @@ class MirrorMember:
                 else:
                     wait_ms = 300
                 msgs = consumer.poll(timeout_ms=wait_ms, max_messages=20_000)
-                self._collect(consumer, copiers, sending, held)
+                self._collect(copiers, sending, held)
                 fresh = self._follow_assignment(consumer, copiers, sending, held)
                 for m in msgs:
                     held.setdefault((m.topic, m.partition), []).append(m)
@@ -160,7 +160,7 @@ class MirrorMember:
                 copier.close()
             consumer.close()
 
-    def _collect(self, consumer, copiers: dict, sending: dict, held: dict) -> None:
+    def _collect(self, copiers: dict, sending: dict, held: dict) -> None:
         """Take the outcome of every send that ended: its count, or the
         copier dropped (another copier took its partition), or the loop's
         error (the loop starts over; copiers resume from their records)."""
