@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_trees import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (ROOT / "raylog", ROOT / "integrations" / "spark" / "raylog_spark")
 
@@ -104,7 +106,7 @@ def _imports(module: str, path: Path) -> list[tuple[str, int]]:
 def _imports_in(module: str, is_package: bool, source: str, filename: str = "<source>") -> list[tuple[str, int]]:
     package = module if is_package else module.rpartition(".")[0]
     found = []
-    for node in ast.walk(ast.parse(source, filename)):
+    for node in ast.walk(parse(source, filename)):
         if isinstance(node, ast.Import):
             targets = [_resolve(alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from raylog.groups.states import Action, Event, MemberState, Step, hands_out, listed, transition
+from tests.source_trees import parse
 
 S, E, A = MemberState, Event, Action
 ALL_PAIRS = list(itertools.product(MemberState, Event))
@@ -117,7 +118,7 @@ def _state_writes():
 
     writes = []
     for path in sorted(Path(raylog.groups.__file__).parent.glob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = parse(path.read_text())
         inits = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "__init__"
                  for n in ast.walk(f)}
         for node in ast.walk(tree):
