@@ -59,6 +59,33 @@ class MessageBatch:
         return len(self._records) if self._records is not None else len(self._offsets)
 
     @property
+    def indexed(self) -> bool:
+        """Whether the batch indexes fetched bytes (uncompressed messages as
+        the log stores them), not decoded messages."""
+        return self._records is None
+
+    @property
+    def records(self) -> list | None:
+        """The decoded messages of a batch that is not indexed (else None)."""
+        return self._records
+
+    def stored_bytes(self, stop: int | None = None) -> memoryview:
+        """The bytes of the first ``stop`` messages (all by default) exactly
+        as the log stores them: an uncompressed message set, the same bytes
+        that encoding those messages again would give. Only for an indexed
+        batch (a decoded one came from a compressed wrapper)."""
+        if self._records is not None:
+            raise ValueError("a batch of decoded messages has no stored bytes of its own")
+        n = len(self._offsets)
+        stop = n if stop is None else stop
+        if not 0 < stop <= n:
+            raise IndexError(f"stored_bytes({stop}) of a batch of {n} messages")
+        # messages lie back to back in the fetched bytes, and an offset is a byte position in the log
+        end = self._bounds[3 * stop - 1]
+        length = (self.next_offset if stop == n else self._offsets[stop]) - self._offsets[0]
+        return self._buf[end - length : end]
+
+    @property
     def offsets(self) -> memoryview:
         """The messages' offsets (int64; inner message i of a wrapper at w reports w + i)."""
         if self._records is not None:

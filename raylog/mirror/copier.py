@@ -20,9 +20,12 @@ the next sequence. The source group's commit is only a progress view for
 
 **Sets.** A set is sent once it is full (:data:`MAX_SET_MESSAGES`
 messages or :data:`MAX_SET_BYTES` bytes), or once its first message has
-been held :data:`LINGER_S` (a trickle). Messages are forwarded with their keys, values and create times,
-re-encoded *uncompressed* (a resent set must be the same bytes; the
-consumer hands messages out unpacked). A set ends after any message (inside
+been held :data:`LINGER_S` (a trickle). Messages are forwarded with their
+keys, values and create times as an *uncompressed* set: uncompressed source
+messages as the source stores them (the bytes of the consumer's indexed
+batch, not decoded and encoded again), the messages of a compressed source
+wrapper encoded again without compression (the consumer hands them out
+unpacked); either way a resent set is the same bytes. A set ends after any message (inside
 a compressed source wrapper too: every message has an offset of its own;
 only in an old, unpadded wrapper do its last messages share one, and a set
 ends after the last of them), holds at most
@@ -39,9 +42,11 @@ Thread-safety: confined to the member's loop thread.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 
+from raylog.consumer.batch import MessageBatch
 from raylog.errors import DuplicateSequenceError, RaylogError, RequestTimeoutError
 from raylog.mirror import progress
 from raylog.storage.message import encode_message_set
@@ -70,6 +75,66 @@ def _boundary(msg) -> bool:
     return msg.next_offset > msg.offset
 
 
+def _run_bytes(run, n: int) -> int:
+    """The bytes the first ``n`` messages of a held run take in a set."""
+    if n == 0:
+        return 0
+    if run.indexed:
+        offsets = run.offsets
+        return (run.next_offset if n == len(offsets) else offsets[n]) - offsets[0]
+    return sum(map(_size, run.records[:n]))
+
+
+def _fit(run, count: int, size: int, redo_end: int | None, have_boundary: bool):
+    """How much of ``run`` joins a set that holds ``count`` messages of
+    ``size`` bytes: ``(messages, their bytes, messages up to the last
+    boundary among them (0: none), whether the set is full)``. A resend
+    takes every message before ``redo_end`` whatever its size; otherwise a
+    set holds at most :data:`MAX_SET_MESSAGES` messages and
+    :data:`MAX_SET_BYTES` bytes, except a first message larger than that."""
+    n = len(run)
+    if run.indexed:  # every message a boundary; sizes from offsets
+        offsets = run.offsets
+        if redo_end is not None:
+            taken = bisect.bisect_left(offsets, redo_end)
+        else:
+            taken = min(n, MAX_SET_MESSAGES - count)
+            limit = offsets[0] + MAX_SET_BYTES - size
+            if taken and (run.next_offset if taken == n else offsets[taken]) > limit:
+                # the most messages whose end is within the limit: the end of message i is offsets[i + 1]
+                taken = min(taken, bisect.bisect_right(offsets, limit, 1, n) - 1)
+                if taken == 0 and count == 0 and not have_boundary:
+                    taken = 1  # a message larger than a set goes alone
+        return taken, _run_bytes(run, taken), taken, taken < n
+    records = run.records
+    taken = boundary = 0
+    for i, msg in enumerate(records):
+        if redo_end is not None:
+            if msg.offset >= redo_end:
+                break
+        else:
+            if count + i >= MAX_SET_MESSAGES:
+                break
+            grown = size + _size(msg)
+            if grown > MAX_SET_BYTES and (have_boundary or boundary):
+                break
+            size = grown
+        taken = i + 1
+        if _boundary(msg):
+            boundary = taken
+    return taken, _run_bytes(run, taken), boundary, taken < n
+
+
+def _set_bytes(run) -> bytes:
+    """A held run as an uncompressed message set: an indexed run's stored
+    bytes as they are, decoded messages encoded again."""
+    if run.indexed:
+        return run.stored_bytes()
+    records = run.records
+    return encode_message_set([m.value for m in records], [m.key for m in records],
+                              [m.timestamp for m in records], None)
+
+
 class PartitionCopier:
     def __init__(self, *, zk, target_metadata, progress_path: str, checkpoints_path: str,
                  topic: str, partition: int, target_topic: str, producer_id: int,
@@ -83,8 +148,9 @@ class PartitionCopier:
         self.producer_id = producer_id
         self.checkpoint_interval_s = checkpoint_interval_s
         self._conn = None
-        self._buf: list = []
-        self._buf_bytes = 0  # payload bytes of the messages in _buf (as _next_set counts them)
+        self._runs: list = []  # held messages: MessageBatch runs, in source order
+        self._held_count = 0  # messages in _runs
+        self._held_bytes = 0  # the bytes they take in a set
         self._record: dict | None = None
         self._version = -1
         self._seq = 0
@@ -109,7 +175,7 @@ class PartitionCopier:
         else:
             self._seq, self._pos, self._redo = rec["seq"], rec["start"], rec
         self._cursor = self._pos
-        self._buf, self._buf_bytes = [], 0
+        self._drop_held()
         return self._pos
 
     def sought(self, offset: int) -> None:
@@ -117,7 +183,7 @@ class PartitionCopier:
         if self._pos is None:
             self._pos = offset
         self._cursor = self._pos
-        self._buf, self._buf_bytes = [], 0
+        self._drop_held()
         self.need_seek = False
 
     def skip_to(self, offset: int) -> None:
@@ -132,42 +198,78 @@ class PartitionCopier:
 
     # -- messages in -------------------------------------------------------------
 
+    def offer_batch(self, batch) -> None:
+        """Take a :class:`~raylog.consumer.batch.MessageBatch` the consumer
+        handed out for this partition. An indexed batch (uncompressed
+        messages) is held as it is: its messages are contiguous (the index
+        walks the fetched bytes message by message), so only its first
+        offset is checked against the cursor, and its stored bytes are sent
+        as they are. A decoded batch (a compressed wrapper's messages) goes
+        through :meth:`offer`."""
+        if not batch.indexed:
+            self.offer(batch.records)
+            return
+        if self.need_seek or self._cursor is None:
+            return
+        offsets = batch.offsets
+        first = bisect.bisect_left(offsets, self._cursor)
+        if first == len(offsets):
+            return  # redelivered
+        if offsets[first] > self._cursor:
+            self._gap(offsets[first])
+            return
+        self._hold(batch[first:] if first else batch)
+        self._cursor = batch.next_offset
+
     def offer(self, messages) -> None:
         """Take the messages the consumer handed out for this partition."""
+        taken = []
         for msg in messages:
             if self.need_seek or self._cursor is None:
                 return
             if msg.offset < self._cursor:
                 continue  # redelivered
             if msg.offset > self._cursor:
-                log.info("%s-%d: a gap at %d (expected %d): seeking back to %s",
-                         self.topic, self.partition, msg.offset, self._cursor, self._pos)
-                self.need_seek = True
-                self._buf, self._buf_bytes = [], 0
+                self._gap(msg.offset)
                 return
-            if not self._buf:
-                self._held_since = time.monotonic()
-            self._buf.append(msg)
-            self._buf_bytes += _size(msg)
+            taken.append(msg)
             if _boundary(msg):
                 self._cursor = msg.next_offset
+        if taken:
+            self._hold(MessageBatch.of_records(taken))
+
+    def _gap(self, offset: int) -> None:
+        log.info("%s-%d: a gap at %d (expected %d): seeking back to %s",
+                 self.topic, self.partition, offset, self._cursor, self._pos)
+        self.need_seek = True
+        self._drop_held()
+
+    def _hold(self, run) -> None:
+        if not self._runs:
+            self._held_since = time.monotonic()
+        self._runs.append(run)
+        self._held_count += len(run)
+        self._held_bytes += _run_bytes(run, len(run))
+
+    def _drop_held(self) -> None:
+        self._runs, self._held_count, self._held_bytes = [], 0, 0
 
     # -- sets out ------------------------------------------------------------------
 
     @property
     def lingering(self) -> bool:
         """Whether messages are held for a set (full or not yet)."""
-        return bool(self._buf)
+        return bool(self._runs)
 
     def due(self, now: float | None = None) -> bool:
         """Whether :meth:`pump` would send now: a set is full, or what is
         held has lingered :data:`LINGER_S`, or a resend's range is held."""
-        if not self._buf:
+        if not self._runs:
             return False
         if self._redo is not None:
             return self._cursor >= self._redo["end"]
         now = time.monotonic() if now is None else now
-        return (len(self._buf) >= MAX_SET_MESSAGES or self._buf_bytes >= MAX_SET_BYTES
+        return (self._held_count >= MAX_SET_MESSAGES or self._held_bytes >= MAX_SET_BYTES
                 or (self._held_since is not None and now - self._held_since >= LINGER_S))
 
     def pump(self, now: float | None = None, *, flush: bool = False) -> int:
@@ -179,61 +281,74 @@ class PartitionCopier:
         linger_over = flush or (self._held_since is not None and now - self._held_since >= LINGER_S)
         sent = 0
         while True:
-            taken = self._next_set(partial=linger_over or self._redo is not None)
-            if not taken:
+            pieces = self._next_set(partial=linger_over or self._redo is not None)
+            if not pieces:
                 return sent
-            self._send(taken)
-            sent += len(taken)
-            self._held_since = time.monotonic() if self._buf else None
+            self._send(pieces)
+            sent += sum(len(piece) for piece in pieces)
+            self._held_since = time.monotonic() if self._runs else None
 
     def _next_set(self, partial: bool = True) -> list:
-        """The next set to send: the whole intent of a resend; else a full
-        set, or (``partial``) what is held up to its last boundary."""
-        buf = self._buf
+        """The next set to send, as runs of held messages (taken from what is
+        held): the whole intent of a resend; else a full set, or
+        (``partial``) what is held up to its last boundary."""
+        redo_end = None
         if self._redo is not None:
-            end = self._redo["end"]
-            # the same range as the intent: wait until it is all held
-            if self._cursor < end:
-                return []
-            n = 0
-            while n < len(buf) and buf[n].offset < end:
-                n += 1
-            return self._take(n)
-        last, size, full = -1, 0, False
-        for i, msg in enumerate(buf):
-            if i >= MAX_SET_MESSAGES:
+            redo_end = self._redo["end"]
+            if self._cursor < redo_end:
+                return []  # the same range as the intent: wait until it is all held
+        fits: list = []  # (run, messages of it in the set)
+        count = size = 0
+        cut = None  # (len(fits), messages of the last run) at the set's last boundary
+        full = False
+        for run in self._runs:
+            taken, taken_bytes, boundary, full = _fit(run, count, size, redo_end, cut is not None)
+            if boundary:
+                cut = (len(fits), boundary)
+            if taken:
+                fits.append((run, taken))
+                count += taken
+                size += taken_bytes
+            if full or taken < len(run):
                 full = True
                 break
-            size += _size(msg)
-            if size > MAX_SET_BYTES and last >= 0:
-                full = True
-                break
-            if _boundary(msg):
-                last = i
-        if last < 0 or not (full or partial):
+        if cut is None or not (full or partial or redo_end is not None):
             return []
-        return self._take(last + 1)
+        whole, last = cut
+        pieces = [run for run, _ in fits[:whole]] + [fits[whole][0][:last]]
+        self._release(whole, last)
+        return pieces
 
-    def _take(self, n: int) -> list:
-        taken, self._buf = self._buf[:n], self._buf[n:]
-        self._buf_bytes = sum(map(_size, self._buf)) if self._buf else 0
-        return taken
+    def _release(self, whole: int, last: int) -> None:
+        """Let go of the first ``whole`` runs held and ``last`` messages of the next."""
+        runs = self._runs
+        for run in runs[:whole]:
+            self._held_count -= len(run)
+            self._held_bytes -= _run_bytes(run, len(run))
+        run = runs[whole]
+        self._held_count -= last
+        self._held_bytes -= _run_bytes(run, last)
+        rest = [run[last:]] if last < len(run) else []
+        self._runs = rest + runs[whole + 1 :]
 
-    def _send(self, msgs: list) -> None:
+    def _send(self, pieces: list) -> None:
         start = self._pos
-        end = msgs[-1].next_offset
+        tail = pieces[-1]
+        end = tail.next_offset
+        count = sum(len(piece) for piece in pieces)
+        last_ts = tail.records[-1].timestamp if not tail.indexed else tail.timestamps[len(tail) - 1]
         if self._redo is not None:
             assert start == self._redo["start"] and end == self._redo["end"], (self._redo, start, end)
             self._redo = None
         else:
-            intent = {"seq": self._seq, "start": start, "end": end, "count": len(msgs), "acked": False,
-                      "target_end": None, "last_ts": msgs[-1].timestamp}
+            intent = {"seq": self._seq, "start": start, "end": end, "count": count, "acked": False,
+                      "target_end": None, "last_ts": last_ts}
             self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
-        payload = encode_message_set([m.value for m in msgs], [m.key for m in msgs],
-                                     [m.timestamp for m in msgs], None)
+        parts = [_set_bytes(piece) for piece in pieces]
+        payload = parts[0] if len(parts) == 1 else b"".join(parts)
         base = self._produce(payload)
-        record = {"seq": self._seq, "start": start, "end": end, "count": len(msgs), "acked": True,
-                  "target_end": None if base is None else base + len(payload), "last_ts": msgs[-1].timestamp}
+        record = {"seq": self._seq, "start": start, "end": end, "count": count, "acked": True,
+                  "target_end": None if base is None else base + len(payload), "last_ts": last_ts}
         self._version = progress.write_progress(self.zk, self.progress_path, record, self._version)
         self._record = record
         self._seq += 1

@@ -13,7 +13,8 @@ thread of its own:
 2. poll; partitions newly assigned get a copier, which reads its progress
    record in the target's ZooKeeper and is sought to its position;
    partitions no longer assigned drop theirs;
-3. hand each copier its messages and let it send its complete sets, each
+3. hand each copier its message batches (``poll_batch``: uncompressed
+   messages stay the fetched bytes, sent on as they are) and let it send its complete sets, each
    copier on a thread of a pool (:data:`PUMP_THREADS`): a set waits for
    the target's acknowledgement (its flush), and the partitions' waits
    overlap. While a copier is sending, its new messages wait in the
@@ -108,7 +109,7 @@ class MirrorMember:
                                         enable_auto_commit=False, session_timeout_ms=6000)
         copiers: dict = {}
         sending: dict = {}  # tp -> Future of the copier's pump on the pool
-        held: dict = {}  # tp -> messages that came while its copier was sending
+        held: dict = {}  # tp -> message batches that came while its copier was sending
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=PUMP_THREADS,
                                                      thread_name_prefix=f"mirror-{self.spec.name}-send")
         try:
@@ -122,19 +123,21 @@ class MirrorMember:
                     wait_ms = int(LINGER_S * 1000)
                 else:
                     wait_ms = 300
-                msgs = consumer.poll(timeout_ms=wait_ms, max_messages=20_000)
+                batches = consumer.poll_batch(timeout_ms=wait_ms, max_messages=20_000)
                 self._collect(copiers, sending, held)
                 fresh = self._follow_assignment(consumer, copiers, sending, held)
-                for m in msgs:
-                    held.setdefault((m.topic, m.partition), []).append(m)
+                for batch in batches:
+                    held.setdefault((batch.topic, batch.partition), []).append(batch)
                 for tp, copier in list(copiers.items()):
                     if tp in sending:
-                        if len(held.get(tp, ())) > HELD_MAX and tp not in consumer.paused():
+                        if (tp not in consumer.paused()
+                                and sum(map(len, held.get(tp, ()))) > HELD_MAX):
                             consumer.pause([tp])  # resumed once its copier has taken them
                         continue
                     waiting = held.pop(tp, ())
                     if tp not in fresh:
-                        copier.offer(waiting)
+                        for batch in waiting:
+                            copier.offer_batch(batch)
                     if tp in consumer.paused():
                         consumer.resume([tp])
                     if copier.need_seek:

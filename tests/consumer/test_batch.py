@@ -119,3 +119,32 @@ def test_poll_batch_and_poll_read_the_same_feed_and_commit_alike(raylog_client, 
     assert positions == {p: raylog_client.offsets(topic, p)[1] for p in range(2)}
     consumer.commit()
     consumer.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.binary(max_size=60), st.one_of(st.none(), st.binary(max_size=8))), min_size=1, max_size=25),
+    st.integers(min_value=0, max_value=24),
+    st.integers(min_value=1, max_value=25),
+)
+def test_stored_bytes_are_the_set_that_encoding_the_messages_gives(msgs, start, stop):
+    """What a mirror sends on as it is: the stored bytes of any run of an
+    indexed batch equal those messages encoded again, uncompressed."""
+    start, stop = min(start, len(msgs) - 1), min(max(stop, start + 1), len(msgs))
+    values, keys = [v for v, _ in msgs], [k for _, k in msgs]
+    stamps = list(range(5000, 5000 + len(msgs)))
+    data = encode_message_set(values, keys, stamps, None)
+    batch, used = fetched_batch(data, 9_000, TP, 1 << 20, 1 << 24)
+    assert batch.indexed and batch.records is None and used == len(data)
+    run = batch[start:] if start else batch
+    want = encode_message_set(values[start:stop], keys[start:stop], stamps[start:stop], None)
+    assert bytes(run.stored_bytes(stop - start)) == want
+
+
+def test_a_decoded_batch_has_no_stored_bytes():
+    data = encode_message_set([b"a", b"b"], [None, None], [1, 2], "gzip")
+    records, _ = fetched_batch(data, 0, TP, 1 << 20, 1 << 24)
+    batch = MessageBatch.of_records(records)  # as poll_batch hands decoded messages out
+    assert not batch.indexed and [m.value for m in batch.records] == [b"a", b"b"]
+    with pytest.raises(ValueError, match="no stored bytes"):
+        batch.stored_bytes()
