@@ -17,7 +17,9 @@ headers; every check of the decoder) instead of building a tuple per
 message. A set the index does not fully cover (a compressed wrapper, a bad
 message) and every set without the compiled module go through the
 reference decoder, so errors and wrapper offsets are the decoder's; such a
-batch holds those decoded messages. ``poll`` keeps working on the same
+batch holds those decoded messages and the bytes they came from
+(:meth:`MessageBatch.stored_bytes`: a mirror sends compressed wrappers on as
+they are). ``poll`` keeps working on the same
 consumer (batches are taken apart into messages).
 
 Thread-safety: a MessageBatch is immutable and may be shared between threads.
@@ -50,10 +52,12 @@ class MessageBatch:
         self.next_offset = next_offset
 
     @classmethod
-    def of_records(cls, records: list) -> "MessageBatch":
-        """A batch of decoded messages (of one partition)."""
+    def of_records(cls, records: list, stored=None) -> "MessageBatch":
+        """A batch of decoded messages (of one partition); ``stored``: the
+        bytes they were decoded from, when they are all of them (whole
+        messages, compressed wrappers included, as the log stores them)."""
         first = records[0]
-        return cls(first.topic, first.partition, None, None, None, None, records[-1].next_offset, records)
+        return cls(first.topic, first.partition, stored, None, None, None, records[-1].next_offset, records)
 
     def __len__(self) -> int:
         return len(self._records) if self._records is not None else len(self._offsets)
@@ -69,13 +73,26 @@ class MessageBatch:
         """The decoded messages of a batch that is not indexed (else None)."""
         return self._records
 
+    @property
+    def has_stored_bytes(self) -> bool:
+        """Whether :meth:`stored_bytes` can give the batch's messages as the
+        log stores them: always for an indexed batch; for decoded messages
+        when the batch holds all that a fetch decoded (a part of it, a part
+        of a wrapper above all, has no bytes of its own)."""
+        return self._records is None or self._buf is not None
+
     def stored_bytes(self, stop: int | None = None) -> memoryview:
         """The bytes of the first ``stop`` messages (all by default) exactly
-        as the log stores them: an uncompressed message set, the same bytes
-        that encoding those messages again would give. Only for an indexed
-        batch (a decoded one came from a compressed wrapper)."""
+        as the log stores them. For an indexed batch an uncompressed message
+        set, the same bytes that encoding those messages again would give;
+        for decoded messages (see :attr:`has_stored_bytes`) all of them only,
+        compressed wrappers as they came."""
         if self._records is not None:
-            raise ValueError("a batch of decoded messages has no stored bytes of its own")
+            if self._buf is None:
+                raise ValueError("a batch of decoded messages taken apart from their fetch has no stored bytes")
+            if stop not in (None, len(self._records)):
+                raise ValueError("the stored bytes of decoded messages cover all of them, not a part")
+            return self._buf
         n = len(self._offsets)
         stop = n if stop is None else stop
         if not 0 < stop <= n:
@@ -116,6 +133,8 @@ class MessageBatch:
     def __getitem__(self, i):
         if isinstance(i, slice):
             if self._records is not None:
+                if i.indices(len(self._records)) == (0, len(self._records), 1):
+                    return self  # all of it: its stored bytes stay
                 records = self._records[i]
                 return MessageBatch.of_records(records) if records else None
             start, stop, step = i.indices(len(self))
@@ -177,7 +196,11 @@ def fetched_batch(data, offset: int, tp, max_message: int, max_inflated: int):
     records, consumed = decode_messages(
         data, offset, max_message_bytes=max_message, record_type=Message, prefix=tp, max_inflated_bytes=max_inflated
     )
-    return with_next_offsets(records, offset + consumed), consumed
+    records = with_next_offsets(records, offset + consumed)
+    if not records:
+        return records, consumed
+    # the bytes decoded are whole messages from ``offset``: kept, so that the batch can be sent on as it came
+    return MessageBatch.of_records(records, stored=memoryview(data)[:consumed]), consumed
 
 
 def _whole_tail(mv, used: int, max_message: int) -> bool:

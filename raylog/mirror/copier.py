@@ -21,11 +21,14 @@ the next sequence. The source group's commit is only a progress view for
 **Sets.** A set is sent once it is full (:data:`MAX_SET_MESSAGES`
 messages or :data:`MAX_SET_BYTES` bytes), or once its first message has
 been held :data:`LINGER_S` (a trickle). Messages are forwarded with their
-keys, values and create times as an *uncompressed* set: uncompressed source
-messages as the source stores them (the bytes of the consumer's indexed
-batch, not decoded and encoded again), the messages of a compressed source
-wrapper encoded again without compression (the consumer hands them out
-unpacked); either way a resent set is the same bytes. A set ends after any message (inside
+keys, values and create times, as the source stores them where the
+consumer's batch has those bytes (:attr:`MessageBatch.has_stored_bytes`:
+uncompressed messages always, compressed wrappers when a fetch's decoded
+messages are held whole), else encoded again without compression (a part of
+a wrapper). A resent set holds the same messages; its bytes may differ in
+form (a wrapper whole the first time, in part the second), so the intent
+keeps the set's size and a resend of another size leaves ``target_end``
+unknown (the target keeps whichever came first). A set ends after any message (inside
 a compressed source wrapper too: every message has an offset of its own;
 only in an old, unpadded wrapper do its last messages share one, and a set
 ends after the last of them), holds at most
@@ -126,9 +129,10 @@ def _fit(run, count: int, size: int, redo_end: int | None, have_boundary: bool):
 
 
 def _set_bytes(run) -> bytes:
-    """A held run as an uncompressed message set: an indexed run's stored
-    bytes as they are, decoded messages encoded again."""
-    if run.indexed:
+    """A held run as a message set: its stored bytes as they came (an
+    indexed run's, or a whole fetch's decoded messages with their compressed
+    wrappers), else its messages encoded again, uncompressed."""
+    if run.has_stored_bytes:
         return run.stored_bytes()
     records = run.records
     return encode_message_set([m.value for m in records], [m.key for m in records],
@@ -204,10 +208,10 @@ class PartitionCopier:
         messages) is held as it is: its messages are contiguous (the index
         walks the fetched bytes message by message), so only its first
         offset is checked against the cursor, and its stored bytes are sent
-        as they are. A decoded batch (a compressed wrapper's messages) goes
-        through :meth:`offer`."""
+        as they are. A decoded batch (a compressed wrapper's messages) is
+        checked message by message; taken whole, its stored bytes go on too."""
         if not batch.indexed:
-            self.offer(batch.records)
+            self._offer_decoded(batch)
             return
         if self.need_seek or self._cursor is None:
             return
@@ -223,6 +227,11 @@ class PartitionCopier:
 
     def offer(self, messages) -> None:
         """Take the messages the consumer handed out for this partition."""
+        self._offer_decoded(messages)
+
+    def _offer_decoded(self, messages) -> None:
+        """Take decoded messages one by one. A batch taken whole is held as
+        it is: its stored bytes (a compressed wrapper as it came) can go on."""
         taken = []
         for msg in messages:
             if self.need_seek or self._cursor is None:
@@ -236,7 +245,8 @@ class PartitionCopier:
             if _boundary(msg):
                 self._cursor = msg.next_offset
         if taken:
-            self._hold(MessageBatch.of_records(taken))
+            whole = isinstance(messages, MessageBatch) and len(taken) == len(messages)
+            self._hold(messages if whole else MessageBatch.of_records(taken))
 
     def _gap(self, offset: int) -> None:
         log.info("%s-%d: a gap at %d (expected %d): seeking back to %s",
@@ -337,18 +347,24 @@ class PartitionCopier:
         end = tail.next_offset
         count = sum(len(piece) for piece in pieces)
         last_ts = tail.records[-1].timestamp if not tail.indexed else tail.timestamps[len(tail) - 1]
-        if self._redo is not None:
-            assert start == self._redo["start"] and end == self._redo["end"], (self._redo, start, end)
-            self._redo = None
-        else:
-            intent = {"seq": self._seq, "start": start, "end": end, "count": count, "acked": False,
-                      "target_end": None, "last_ts": last_ts}
-            self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
         parts = [_set_bytes(piece) for piece in pieces]
         payload = parts[0] if len(parts) == 1 else b"".join(parts)
+        same_bytes = True
+        if self._redo is not None:
+            assert start == self._redo["start"] and end == self._redo["end"], (self._redo, start, end)
+            # the set sent before may have had other bytes (a wrapper sent on as it came, now encoded
+            # again): the target keeps whichever came first, so its end is known only for equal sizes
+            same_bytes = self._redo.get("bytes") == len(payload)
+            self._redo = None
+        else:
+            intent = {"seq": self._seq, "start": start, "end": end, "count": count, "bytes": len(payload),
+                      "acked": False, "target_end": None, "last_ts": last_ts}
+            self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
         base = self._produce(payload)
-        record = {"seq": self._seq, "start": start, "end": end, "count": count, "acked": True,
-                  "target_end": None if base is None else base + len(payload), "last_ts": last_ts}
+        if not same_bytes:
+            base = None
+        record = {"seq": self._seq, "start": start, "end": end, "count": count, "bytes": len(payload),
+                  "acked": True, "target_end": None if base is None else base + len(payload), "last_ts": last_ts}
         self._version = progress.write_progress(self.zk, self.progress_path, record, self._version)
         self._record = record
         self._seq += 1

@@ -8,8 +8,10 @@ target acknowledged it::
      "start": 40960,        # source offset of its first message
      "end": 45056,          # source offset after its last message (a message boundary)
      "count": 100,          # messages in the set
+     "bytes": 6144,         # its size as sent (absent in records of older versions)
      "acked": true,         # the target acknowledged it
-     "target_end": 51200,   # target offset after the set (null: stored before, offset unknown)
+     "target_end": 51200,   # target offset after the set (null: unknown: stored before and
+                            #  no longer remembered, or a resend of another size)
      "last_ts": 1764130000000}  # create time of its last message, ms
 
 Every write is a compare-and-set on the node's version: a copier that lost

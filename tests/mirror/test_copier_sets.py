@@ -105,28 +105,38 @@ def test_a_set_holds_at_most_max_set_messages(records, monkeypatch):
     assert [len(_values(p)) for _, p in copier.sets] == [4, 4, 2]
 
 
-def test_compressed_wrappers_between_plain_sets_are_sent_in_order_uncompressed(records, monkeypatch):
+def test_compressed_wrappers_fetched_whole_are_sent_as_they_came(records):
+    log = _log((5, None), (6, "gzip"), (9, None), (3, "zstd"), (4, None))
+    copier = _copy(log, fetch_bytes=10_000)
+    assert b"".join(p for _, p in copier.sets) == log  # the wrappers still compressed
+
+
+def test_a_wrapper_cut_by_a_set_is_sent_in_order_encoded_again(records, monkeypatch):
     monkeypatch.setattr(copier_module, "MAX_SET_BYTES", 8 * 62)
     log = _log((5, None), (6, "gzip"), (9, None), (3, "zstd"), (4, None))
     copier = _copy(log, fetch_bytes=400)
     want = [f"m{i}".encode().ljust(40, b".") for i in range(27)]
     assert [v for _, p in copier.sets for v in _values(p)] == want
-    for _, payload in copier.sets:  # uncompressed: each message its own, 62 bytes
-        assert len(payload) == 62 * len(_values(payload))
+    assert len(copier.sets[0][1]) == 8 * 62  # five plain messages and three of the gzip wrapper's, uncompressed
     acked = [r for r in records if r["acked"]]
     assert all(a["end"] == b["start"] for a, b in zip(acked, acked[1:]))
     assert acked[-1]["end"] == len(log) and sum(r["count"] for r in acked) == 27
+    assert all(r["bytes"] == len(p) for r, (_, p) in zip(acked, copier.sets))
 
 
-def test_the_batch_path_sends_the_same_sets_as_the_message_path(records):
+def test_the_batch_path_sends_the_same_messages_in_the_same_sets_as_the_message_path(records):
     log = _log((300, None), (50, "gzip"), (300, None))
     by_batch = _copy(log, fetch_bytes=5_000)
+    ranges = [(r["start"], r["end"], r["count"]) for r in records if r["acked"]]
+    records.clear()
     by_message = _started(_Copier())
     for batch in _batches(log, 5_000):
         by_message.offer(list(batch))
         by_message.pump()
     by_message.pump(flush=True)
-    assert by_batch.sets == by_message.sets
+    assert [(r["start"], r["end"], r["count"]) for r in records if r["acked"]] == ranges
+    assert [_values(p) for _, p in by_batch.sets] == [_values(p) for _, p in by_message.sets]
+    assert len(b"".join(p for _, p in by_batch.sets)) < len(b"".join(p for _, p in by_message.sets))
 
 
 def test_redelivered_messages_are_skipped_and_a_gap_asks_for_a_seek(records):
@@ -173,3 +183,19 @@ def test_messages_offered_one_by_one_are_held_as_decoded(records):
     copier.offer([Message(TP[0], TP[1], i * 62, i, None, f"m{i}".encode().ljust(40, b".")) for i in range(4)])
     copier.pump(flush=True)
     assert copier.sets == [(0, log)]
+
+
+@pytest.mark.parametrize("size_before, known", [(4 * 62, True), (100, False), (None, False)])
+def test_a_resend_of_another_size_leaves_the_target_end_unknown(records, size_before, known):
+    """A resend holds the same messages, but the set sent before may have had
+    other bytes (a wrapper whole, now in part): the target keeps the first."""
+    log = _log((4, None))
+    intent = {"seq": 2, "start": 0, "end": 4 * 62, "count": 4, "acked": False, "target_end": None, "last_ts": 3}
+    if size_before is not None:
+        intent["bytes"] = size_before
+    copier = _started(_Copier(), intent)
+    copier.offer_batch(_batches(log, 10_000)[0])
+    copier.pump(flush=True)
+    assert copier.sets == [(2, log)]
+    assert records[-1]["acked"] and records[-1]["bytes"] == len(log)
+    assert records[-1]["target_end"] == (len(log) if known else None)

@@ -34,8 +34,8 @@ def _read_all(client, topic: str, partitions: int) -> dict[int, list[bytes]]:
     return out
 
 
-def _produce(client, topic, values, key=None, partition=None):
-    producer = client.producer(linger_ms=2, acks="all")
+def _produce(client, topic, values, key=None, partition=None, compression=None):
+    producer = client.producer(linger_ms=2, acks="all", compression=compression)
     try:
         for v in values:
             producer.send(topic, v, key=key, partition=partition)
@@ -170,14 +170,20 @@ def _caught_up(handle, topic) -> bool:
     return bool(rows) and all(r["lag_bytes"] == 0 for r in rows)
 
 
-def test_a_group_moved_at_translated_offsets_reads_the_rest_exactly_once(raylog_client, source, mirror):
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_group_moved_at_translated_offsets_reads_the_rest_exactly_once(raylog_client, source, mirror, compression):
+    """With a compressed source the wrappers reach the target as they are
+    (the same bytes: the target's log is as long as the source's), and
+    offsets still translate."""
     target, handle = raylog_client, mirror
-    topic, group = f"logs-{TAG}-tr", f"g-{TAG}"
+    topic, group = f"logs-{TAG}-tr-{compression}", f"g-{TAG}-{compression}"
     dst = f"{source.settings.cluster}.{topic}"
     source.create_topic(topic)
     assert wait_until(lambda: target.registry.topic_exists(dst), timeout_s=90, interval_s=0.5)
-    _produce(source, topic, [f"old{i}".encode() for i in range(100)])
+    _produce(source, topic, [f"old{i}".encode().ljust(200, b".") for i in range(100)], compression=compression)
     assert wait_until(lambda: _caught_up(handle, topic), timeout_s=90, interval_s=0.5), handle.status()
+    if compression:
+        assert target.end_offsets(dst)[0] == source.end_offsets(topic)[0] < 100 * 222 // 4
     # the group reads the first 100 on the source and commits
     consumer = source.consumer(topic, group=group, auto_offset_reset="earliest", enable_auto_commit=False)
     read = []
@@ -185,7 +191,7 @@ def test_a_group_moved_at_translated_offsets_reads_the_rest_exactly_once(raylog_
                       or len(read) == 100, timeout_s=60)
     consumer.commit()
     consumer.close()
-    _produce(source, topic, [f"new{i}".encode() for i in range(50)])
+    _produce(source, topic, [f"new{i}".encode() for i in range(50)], compression=compression)
     assert wait_until(lambda: _caught_up(handle, topic), timeout_s=90, interval_s=0.5), handle.status()
     rows = translate_group(target, group, NAME)
     assert [(r["topic"], r["target_topic"]) for r in rows] == [(topic, dst)]
