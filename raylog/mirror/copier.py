@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import threading
 import time
 
 from raylog.consumer.batch import MessageBatch
@@ -65,6 +66,14 @@ MAX_SET_BYTES = 512 * 1024
 LINGER_S = 0.05
 #: a set is resent (same sequence) on a retriable failure for this long
 SEND_DEADLINE_S = 120.0
+#: the pause between two tries of a set
+RETRY_PAUSE_S = 0.2
+
+
+class CopierStopped(Exception):
+    """The mirror is stopping while a set waits for its target: the set stays
+    an intent in its progress record and is sent again when the mirror
+    resumes (the same sequence: stored once)."""
 
 
 def _size(msg) -> int:
@@ -142,7 +151,7 @@ def _set_bytes(run) -> bytes:
 class PartitionCopier:
     def __init__(self, *, zk, target_metadata, progress_path: str, checkpoints_path: str,
                  topic: str, partition: int, target_topic: str, producer_id: int,
-                 checkpoint_interval_s: float = 2.0):
+                 checkpoint_interval_s: float = 2.0, stopping: threading.Event | None = None):
         self.zk = zk
         self.metadata = target_metadata
         self.progress_path = progress_path
@@ -151,6 +160,8 @@ class PartitionCopier:
         self.target_topic = target_topic
         self.producer_id = producer_id
         self.checkpoint_interval_s = checkpoint_interval_s
+        #: set when the mirror stops: a set retried against its target is given up (sent again on resume)
+        self.stopping = stopping if stopping is not None else threading.Event()
         self._conn = None
         self._runs: list = []  # held messages: MessageBatch runs, in source order
         self._held_count = 0  # messages in _runs
@@ -390,7 +401,7 @@ class PartitionCopier:
                     raise
                 error = err
                 self._reset()
-                time.sleep(0.2)
+                self._pause_before_retry(error)
                 continue
             if isinstance(result, DuplicateSequenceError):
                 return None  # stored before (sequence <= last), offset no longer remembered
@@ -398,12 +409,17 @@ class PartitionCopier:
                 if result.retriable or result.refresh_metadata:
                     error = result
                     self._reset()
-                    time.sleep(0.2)
+                    self._pause_before_retry(result)
                     continue
                 raise result
             return int(result)
         raise RequestTimeoutError(f"{self.target_topic}-{self.partition}: the target did not take sequence "
                                   f"{self._seq} within {SEND_DEADLINE_S:.0f} s (last: {error})")
+
+    def _pause_before_retry(self, error: Exception) -> None:
+        if self.stopping.wait(RETRY_PAUSE_S):
+            raise CopierStopped(f"{self.target_topic}-{self.partition}: the mirror stopped while sequence {self._seq} "
+                                f"waited for the target ({error}); it is sent again when the mirror resumes")
 
     def _connection(self):
         if self._conn is None:

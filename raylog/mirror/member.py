@@ -207,6 +207,7 @@ class MirrorMember:
                 target_topic=spec.target_topic(topic),
                 producer_id=specs.producer_id(cluster, spec.name, spec.source_cluster, topic, partition),
                 checkpoint_interval_s=spec.checkpoint_interval_s,
+                stopping=self._stop,
             )
             copier.start()
             copier.need_seek = True

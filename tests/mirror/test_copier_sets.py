@@ -5,13 +5,16 @@ test_copier.py and test_mirror_copy.py)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from raylog.consumer.batch import MessageBatch, fetched_batch
 from raylog.consumer.record import Message
 from raylog.mirror import copier as copier_module
 from raylog.mirror import progress
-from raylog.mirror.copier import PartitionCopier
+from raylog.errors import BrokerUnavailableError
+from raylog.mirror.copier import CopierStopped, PartitionCopier
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 
@@ -199,3 +202,24 @@ def test_a_resend_of_another_size_leaves_the_target_end_unknown(records, size_be
     assert copier.sets == [(2, log)]
     assert records[-1]["acked"] and records[-1]["bytes"] == len(log)
     assert records[-1]["target_end"] == (len(log) if known else None)
+
+
+class _Unreachable:
+    """A target connection that never gets through."""
+
+    def produce_sets(self, *args, **kwargs):
+        raise BrokerUnavailableError("the target's host does not answer")
+
+    def close(self):
+        pass
+
+
+def test_a_mirror_that_stops_gives_up_a_set_its_target_does_not_take_and_keeps_the_intent(records):
+    copier = _started(PartitionCopier(zk=None, target_metadata=None, progress_path="p", checkpoints_path="c",
+                                      topic=TP[0], partition=TP[1], target_topic="copy", producer_id=7))
+    copier._connection = lambda: _Unreachable()
+    copier.offer_batch(_batches(_log((3, None)), 10_000)[0])
+    threading.Timer(0.5, copier.stopping.set).start()
+    with pytest.raises(CopierStopped, match="sequence 0 waited for the target.*sent again when the mirror resumes"):
+        copier.pump(flush=True)  # without the stop: 120 s of tries
+    assert [(r["seq"], r["acked"], r["start"], r["end"]) for r in records] == [(0, False, 0, 3 * 62)]
