@@ -24,7 +24,7 @@ hosts-tools:
 		|| echo "note: nftables could not be installed; the hosts kit's tests will skip"; }
 
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
-$(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/producer/_fastsend.c \
+$(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/producer/_fastsend.c raylog/kafka/_kafkarecords.c \
 		raylog/producer/_groupfill.c raylog/producer/_slots.h
 	@echo "setting up $(VENV) with the pinned dependencies (once; log in $(VENV)/install.log) ..."
 	@$(PYTHON) -m venv $(VENV)

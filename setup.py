@@ -92,6 +92,11 @@ setup(
             optional=True,
         ),
         Extension(
+            "raylog.kafka._kafkarecords",
+            sources=["raylog/kafka/_kafkarecords.c"],
+            optional=True,
+        ),
+        Extension(
             "raylog.producer._fastsend",
             sources=["raylog/producer/_fastsend.c", "raylog/producer/_groupfill.c"],
             depends=["raylog/producer/_slots.h"],

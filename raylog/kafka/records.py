@@ -1,8 +1,10 @@
 """Kafka record batches (message format v2) to raylog message sets and back.
 
 Produce: each Kafka batch of a request is read with kafka-python's
-:class:`kafka.record.default_records.DefaultRecordBatch` (CRC32C checked,
-gzip / lz4 / zstd decompressed) and written as one raylog wrapper
+:class:`kafka.record.default_records.DefaultRecordBatch` (its header; CRC32C
+checked), its records section decompressed (gzip / lz4 / zstd) and its
+records read by the compiled ``_kafkarecords.parse`` (where it is built;
+else record by record through kafka-python), and written as one raylog wrapper
 (docs/design.md section 2) of the batch's codec, so that the i-th record of
 a batch stored at ``w`` gets the Kafka offset ``w + i`` -- the offset a
 Kafka producer reports for it (base offset + i). An uncompressed batch of
@@ -15,7 +17,8 @@ the batch is refused with UNSUPPORTED_COMPRESSION_TYPE). A null value is
 stored as an empty value (raylog's format has no null).
 
 Fetch: raylog records ``(offset, timestamp, key, value)`` become one
-uncompressed Kafka batch (:func:`encode_batch`). Its layout, big-endian:
+uncompressed Kafka batch (:func:`encode_batch`; its records section by the
+compiled ``_kafkarecords.encode`` where it is built). Its layout, big-endian:
 
 ====  ======================  =====  =========================================
  #    field                   type   value written here
@@ -54,11 +57,17 @@ import struct
 import time
 
 from crc32c import crc32c
+from kafka.codec import gzip_decode, lz4_decode, zstd_decode
 from kafka.errors import CorruptRecordError, UnsupportedCodecError
 from kafka.record.default_records import DefaultRecordBatch
 
 from raylog.storage.compression import codec_id
 from raylog.storage.message import encode_message_set
+
+try:  # the per-record loops in C (raylog/kafka/_kafkarecords.c); this module's own are the reference
+    from raylog.kafka import _kafkarecords
+except ImportError:  # a build without a compiler
+    _kafkarecords = None
 
 #: Kafka batch codec -> raylog's compression name (docs/design.md section 2)
 KAFKA_CODECS = {0: None, 1: "gzip", 3: "lz4", 4: "zstd"}
@@ -103,8 +112,57 @@ def _batches(data: bytes):
         if magic != 2:
             raise RecordsRefused(INVALID_RECORD, f"record batches of magic {magic} are not accepted; use magic 2 "
                                                  f"(Produce version 3 or later)")
-        yield DefaultRecordBatch(data[pos:end])
+        raw = data[pos:end]
+        yield raw, DefaultRecordBatch(raw)
         pos = end
+
+
+#: a compressed records section's codec (Kafka's id) -> its decompression
+_DECOMPRESS = {1: gzip_decode, 3: lambda data: lz4_decode(bytes(data)), 4: lambda data: zstd_decode(bytes(data))}
+_RECORD_COUNT = struct.Struct(">i")  # field 13, at byte 57
+_FIRST_TIMESTAMP = struct.Struct(">q")  # field 8, at byte 27
+
+
+def _records(raw, batch, now: int):
+    """``(keys, values, timestamps)`` of one batch (its CRC, codec and kind
+    checked by the caller); raises :class:`RecordsRefused`."""
+    if _kafkarecords is None:
+        return _records_reference(batch, now)
+    codec = batch.compression_type
+    section = memoryview(raw)[_HEADER_SIZE:]
+    try:
+        if codec:
+            section = _DECOMPRESS[codec](section)
+        parsed = _kafkarecords.parse(section, _RECORD_COUNT.unpack_from(raw, 57)[0])
+    except (UnsupportedCodecError, ValueError, OSError, EOFError, RuntimeError) as err:
+        raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be read: {err}") from None
+    if parsed is None:
+        raise RecordsRefused(INVALID_RECORD, _NO_HEADERS)
+    keys, values, deltas = parsed
+    values = [b"" if v is None else v for v in values]
+    if batch.timestamp_type == 1:
+        return keys, values, [now] * len(values)
+    first = _FIRST_TIMESTAMP.unpack_from(raw, 27)[0]
+    return keys, values, [first + d if first + d >= 0 else now for d in deltas]
+
+
+_NO_HEADERS = "raylog's message format carries no record headers; send records without headers"
+
+
+def _records_reference(batch, now: int):
+    """:func:`_records` through kafka-python's reader, record by record."""
+    keys, values, times = [], [], []
+    try:
+        for record in batch:
+            if record.headers:
+                raise RecordsRefused(INVALID_RECORD, _NO_HEADERS)
+            keys.append(record.key)
+            values.append(b"" if record.value is None else bytes(record.value))
+            ts = record.timestamp
+            times.append(now if ts is None or ts < 0 or batch.timestamp_type == 1 else ts)
+    except (CorruptRecordError, UnsupportedCodecError, ValueError, OSError, EOFError) as err:
+        raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be read: {err}") from None
+    return [None if k is None else bytes(k) for k in keys], values, times
 
 
 def to_message_set(data: bytes) -> tuple[bytes, int]:
@@ -112,7 +170,7 @@ def to_message_set(data: bytes) -> tuple[bytes, int]:
     ``data``; raises :class:`RecordsRefused`."""
     parts, count = [], 0
     now = time.time_ns() // 1_000_000
-    for batch in _batches(data):
+    for raw, batch in _batches(data):
         if not batch.validate_crc():
             raise RecordsRefused(CORRUPT_MESSAGE, "a record batch fails its CRC32C check")
         if batch.is_transactional or batch.is_control_batch:
@@ -123,21 +181,9 @@ def to_message_set(data: bytes) -> tuple[bytes, int]:
                 UNSUPPORTED_COMPRESSION_TYPE,
                 f"compression {_CODEC_NAMES.get(codec, codec)} is not supported; use gzip, lz4, zstd or none",
             )
-        keys, values, times = [], [], []
-        try:
-            for record in batch:
-                if record.headers:
-                    raise RecordsRefused(INVALID_RECORD, "raylog's message format carries no record headers; "
-                                                         "send records without headers")
-                keys.append(record.key)
-                values.append(b"" if record.value is None else bytes(record.value))
-                ts = record.timestamp
-                times.append(now if ts is None or ts < 0 or batch.timestamp_type == 1 else ts)
-        except (CorruptRecordError, UnsupportedCodecError, ValueError, OSError, EOFError) as err:
-            raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be read: {err}") from None
+        keys, values, times = _records(raw, batch, now)
         if not values:
             continue
-        keys = [None if k is None else bytes(k) for k in keys]
         compression = KAFKA_CODECS[codec]
         if compression is None and len(values) > 1:
             compression = UNCOMPRESSED_BATCH_CODEC  # record i at base + i (see the module docstring)
@@ -170,6 +216,21 @@ def encode_batch(records, end: int) -> bytes:
     ``end`` is the offset after the last message the records came from."""
     base = records[0][0]
     first_ts = records[0][1]
+    if _kafkarecords is not None:
+        body, max_ts = _kafkarecords.encode(records, first_ts, base)
+    else:
+        body, max_ts = _encode_records(records, first_ts, base)
+    tail = _HEADER_TAIL.pack(-1, 2, 0, 0, end - 1 - base, first_ts, max_ts, -1, -1, -1, len(records))
+    out = bytearray(_PREFIX.pack(base, _HEADER_SIZE - _PREFIX.size + len(body)))
+    out += tail
+    out += body
+    struct.pack_into(">I", out, _CRC_AT, crc32c(memoryview(out)[_AFTER_CRC:]))
+    return bytes(out)
+
+
+def _encode_records(records, first_ts: int, base: int) -> tuple[bytes, int]:
+    """The records section of :func:`encode_batch` and the largest
+    timestamp, record by record (the reference of ``_kafkarecords.encode``)."""
     max_ts = first_ts
     parts = []
     append = parts.append
@@ -187,10 +248,4 @@ def encode_batch(records, end: int) -> bytes:
         append(value_head)
         append(value)
         append(b"\x00")  # no headers
-    body = b"".join(parts)
-    tail = _HEADER_TAIL.pack(-1, 2, 0, 0, end - 1 - base, first_ts, max_ts, -1, -1, -1, len(records))
-    out = bytearray(_PREFIX.pack(base, _HEADER_SIZE - _PREFIX.size + len(body)))
-    out += tail
-    out += body
-    struct.pack_into(">I", out, _CRC_AT, crc32c(memoryview(out)[_AFTER_CRC:]))
-    return bytes(out)
+    return b"".join(parts), max_ts
