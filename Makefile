@@ -55,4 +55,4 @@ docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) build site *.egg-info raylog/storage/_speedups*.so integrations/spark/raylog_spark/jars
+	rm -rf $(VENV) build site *.egg-info raylog/storage/_speedups*.so raylog/kafka/_kafkarecords*.so integrations/spark/raylog_spark/jars
