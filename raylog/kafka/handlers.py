@@ -348,7 +348,8 @@ class Session:
             if not consumed:
                 return b"", hw, log_start
             end = result.offset + consumed
-            records = [r for r in records if r[0] >= offset]
+            if records and records[0][0] < offset:  # a wrapper's records before the offset asked for
+                records = [r for r in records if r[0] >= offset]
             if records:
                 return encode_batch(records, end), hw, log_start
             start = end  # a wrapper's tail holding no record at or after offset
