@@ -18,9 +18,13 @@ source's ZooKeeper and token). Phases:
 The table goes to stdout; with ``--json`` the last line is one JSON object
 with ``lost``, ``duplicated``, ``reordered``, ``msg_per_s``,
 ``copy_msg_per_s`` (from the first copied set to the end: actor start-up
-left out), ``plain_msg_per_s``, ``lag_p50_s``, ``lag_p99_s``. Usage::
+left out; progress read from the mirror's records), ``plain_msg_per_s``,
+``lag_p50_s``, ``lag_p99_s``, and ``stored_ratio`` (the target's log length
+over the source's: 1.0 when every set went on as the source stores it, with
+``--compression`` too). Usage::
 
-    python bench/mirror.py [--prefill 50000] [--rate 2000] [--duration 20] [--partitions 4] [--json]
+    python bench/mirror.py [--prefill 50000] [--rate 2000] [--duration 20] [--partitions 4]
+                           [--compression zstd] [--json]
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ def main(argv=None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--members", type=int, default=2)
     parser.add_argument("--size", type=int, default=100, help="value bytes")
+    parser.add_argument("--compression", choices=["gzip", "lz4", "zstd"], default=None,
+                        help="the source producers' codec (the mirror forwards compressed sets as they are)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -94,6 +100,7 @@ def main(argv=None) -> int:
 
     from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
     from raylog.client import Client
+    from raylog.mirror import progress as mirror_progress, spec as mirror_spec
     from raylog.zk.server import EmbeddedZooKeeper
 
     work = tempfile.mkdtemp(prefix="rlm-", dir="/tmp")
@@ -114,7 +121,7 @@ def main(argv=None) -> int:
 
         # 1. prefill
         _note("prefill")
-        producer = source.producer(acks="all", linger_ms=5, batch_size=500)
+        producer = source.producer(acks="all", linger_ms=5, batch_size=500, compression=args.compression)
         for i in range(args.prefill):
             producer.send(TOPIC, b"%012d:" % i + pad, key=b"%d" % (i % 97))
         producer.flush()
@@ -133,14 +140,24 @@ def main(argv=None) -> int:
         mirror = target.mirror(source_zookeeper=zks[0].connect_string, source_cluster="source", topics=TOPIC,
                                members=args.members, name="bench", scan_interval_s=5.0)
         want_end = source.end_offsets(TOPIC)
-        empty_end = target.end_offsets(TOPIC)
-        first_copy = None  # when the target first held copied bytes (actor start-up over)
+
+        def mirrored() -> dict[int, int]:
+            """Per partition, the source offset the mirror has copied up to
+            (its progress records in the target's ZooKeeper)."""
+            out = {}
+            for p in range(args.partitions):
+                path = mirror_spec.progress_path(target.settings.cluster, "bench", TOPIC, p)
+                record, _ = mirror_progress.read_progress(target._zk, path)
+                out[p] = 0 if record is None else (record["end"] if record["acked"] else record["start"])
+            return out
+
+        first_copy = None  # when the first set was copied (actor start-up over)
         copied_then = 0
         while True:
-            ends = target.end_offsets(TOPIC)
-            if first_copy is None and ends != empty_end:
+            ends = mirrored()
+            if first_copy is None and any(ends.values()):
                 first_copy = time.monotonic()
-                copied_then = sum(ends.values()) - sum(empty_end.values())
+                copied_then = sum(ends.values())
             if ends == want_end:
                 break
             if time.monotonic() - t0 > 600:
@@ -150,7 +167,7 @@ def main(argv=None) -> int:
         mirror_s = done - t0
         mirror_rate = args.prefill / mirror_s if mirror_s > 0 else None
         # the copy alone: the bytes after the first sighting, as a share of the messages
-        total_bytes = sum(want_end.values()) - sum(empty_end.values())
+        total_bytes = sum(want_end.values())
         copy_rate = None
         if first_copy is not None and done > first_copy and total_bytes > copied_then:
             copy_rate = args.prefill * (total_bytes - copied_then) / total_bytes / (done - first_copy)
@@ -174,7 +191,7 @@ def main(argv=None) -> int:
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        producer = source.producer(acks=1, linger_ms=2)
+        producer = source.producer(acks=1, linger_ms=2, compression=args.compression)
         sent, t0 = 0, time.monotonic()
         while time.monotonic() - t0 < args.duration:
             due = int((time.monotonic() - t0) * args.rate)
@@ -209,6 +226,9 @@ def main(argv=None) -> int:
             "rate": args.rate,
             "partitions": args.partitions,
             "members": args.members,
+            "compression": args.compression,
+            # the target's log against the source's: 1.0 when every set went on as the source stores it
+            "stored_ratio": round(sum(target.end_offsets(TOPIC).values()) / max(1, sum(source.end_offsets(TOPIC).values())), 3),
         }
         print(f"messages            {report['messages']}")
         print(f"plain consume       {report['plain_msg_per_s']} msg/s")
@@ -218,6 +238,7 @@ def main(argv=None) -> int:
         print(f"lag at {args.rate:.0f} msg/s  p50 {report['lag_p50_s']} s, p99 {report['lag_p99_s']} s "
               f"({len(lags)} samples; mean {statistics.mean(lags) if lags else None})")
         print(f"lost {result['lost']}, duplicated {result['duplicated']}, reordered partitions {result['reordered']}")
+        print(f"target log / source log  {report['stored_ratio']} (compression {args.compression})")
         if args.json:
             print(json.dumps(report))
         return 0 if not (result["lost"] or result["duplicated"] or result["reordered"]) else 1

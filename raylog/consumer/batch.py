@@ -27,6 +27,8 @@ Thread-safety: a MessageBatch is immutable and may be shared between threads.
 
 from __future__ import annotations
 
+import bisect
+
 from raylog.consumer.record import Message, with_next_offsets
 from raylog.storage import message as _format
 from raylog.storage.decoding import decode_messages
@@ -38,7 +40,8 @@ class MessageBatch:
     """Messages of one partition, in order: an index over fetched bytes (or
     the decoded messages of a set the index does not cover)."""
 
-    __slots__ = ("topic", "partition", "_buf", "_offsets", "_timestamps", "_bounds", "_records", "next_offset")
+    __slots__ = ("topic", "partition", "_buf", "_offsets", "_timestamps", "_bounds", "_records", "next_offset",
+                 "_stored_at", "_cuts")
 
     def __init__(self, topic, partition, buf, offsets, timestamps, bounds, next_offset, records=None):
         self.topic = topic
@@ -50,14 +53,58 @@ class MessageBatch:
         self._records = records  # the decoded messages, when not indexed
         #: where to resume after the batch's last message
         self.next_offset = next_offset
+        self._stored_at = None  # the log offset of a decoded batch's stored bytes
+        self._cuts = None  # (message index, byte position) where its stored messages start, computed once
 
     @classmethod
-    def of_records(cls, records: list, stored=None) -> "MessageBatch":
+    def of_records(cls, records: list, stored=None, stored_at: int | None = None) -> "MessageBatch":
         """A batch of decoded messages (of one partition); ``stored``: the
         bytes they were decoded from, when they are all of them (whole
-        messages, compressed wrappers included, as the log stores them)."""
+        messages, compressed wrappers included, as the log stores them),
+        which start at log offset ``stored_at``."""
         first = records[0]
-        return cls(first.topic, first.partition, stored, None, None, None, records[-1].next_offset, records)
+        batch = cls(first.topic, first.partition, stored, None, None, None, records[-1].next_offset, records)
+        if stored is not None:
+            if stored_at is None:
+                raise ValueError("stored bytes need the offset they start at")
+            batch._stored_at = stored_at
+        return batch
+
+    def stored_cuts(self) -> list[int]:
+        """Where a decoded batch with stored bytes can be split into parts
+        that keep stored bytes of their own: the message indices ``k``
+        (``0 < k < len``) before which a stored message starts (a plain one,
+        or a compressed wrapper, whose inner messages are never split).
+        Slicing the batch at such indices keeps the stored bytes."""
+        return [k for k, _ in self._stored_starts()[1:]]
+
+    def cut_before(self, k: int) -> int:
+        """Where to split the batch at ``k`` messages or fewer so that both
+        parts keep stored bytes: ``k`` for an indexed batch or one without
+        stored bytes; else the last stored message start at or before ``k``
+        (0 when the first stored message holds more than ``k``)."""
+        if self._records is None or self._buf is None or k >= len(self._records):
+            return k
+        cuts = self.stored_cuts()
+        i = bisect.bisect_right(cuts, k)
+        return cuts[i - 1] if i else 0
+
+    def _stored_starts(self) -> list[tuple[int, int]]:
+        """``(message index, byte position)`` of every stored message that
+        starts a message of the batch, the first at ``(0, 0)``."""
+        if self._cuts is None:
+            if self._records is None or self._buf is None:
+                raise ValueError("only a decoded batch with stored bytes has stored messages to cut at")
+            buf, records, base = self._buf, self._records, self._stored_at
+            offsets = [m.offset for m in records]
+            starts, pos, end = [], 0, len(buf)
+            while pos + 4 <= end:
+                k = bisect.bisect_left(offsets, base + pos)
+                if k < len(records) and (not starts or k > starts[-1][0]):
+                    starts.append((k, pos))
+                pos += 4 + int.from_bytes(buf[pos : pos + 4], "big")
+            self._cuts = starts
+        return self._cuts
 
     def __len__(self) -> int:
         return len(self._records) if self._records is not None else len(self._offsets)
@@ -133,10 +180,20 @@ class MessageBatch:
     def __getitem__(self, i):
         if isinstance(i, slice):
             if self._records is not None:
-                if i.indices(len(self._records)) == (0, len(self._records), 1):
+                n = len(self._records)
+                start, stop, step = i.indices(n)
+                if (start, stop, step) == (0, n, 1):
                     return self  # all of it: its stored bytes stay
                 records = self._records[i]
-                return MessageBatch.of_records(records) if records else None
+                if not records:
+                    return None
+                if self._buf is not None and step == 1:
+                    where = dict(self._stored_starts())
+                    if start in where and (stop in where or stop == n):
+                        # whole stored messages: the part keeps their bytes
+                        begin, after = where[start], where.get(stop, len(self._buf))
+                        return MessageBatch.of_records(records, self._buf[begin:after], self._stored_at + begin)
+                return MessageBatch.of_records(records)
             start, stop, step = i.indices(len(self))
             if step != 1 or start >= stop:
                 raise IndexError("a MessageBatch slices into a non-empty run of messages")
@@ -200,7 +257,7 @@ def fetched_batch(data, offset: int, tp, max_message: int, max_inflated: int):
     if not records:
         return records, consumed
     # the bytes decoded are whole messages from ``offset``: kept, so that the batch can be sent on as it came
-    return MessageBatch.of_records(records, stored=memoryview(data)[:consumed]), consumed
+    return MessageBatch.of_records(records, stored=memoryview(data)[:consumed], stored_at=offset), consumed
 
 
 def _whole_tail(mv, used: int, max_message: int) -> bool:

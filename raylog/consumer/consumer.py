@@ -601,6 +601,15 @@ class Consumer:
                 continue
             room = max_messages - len(out)
             end = min(len(records), start + room)
+            if end < len(records) and isinstance(records, MessageBatch):
+                # a batch split where a stored message starts keeps its bytes in both parts
+                # (a compressed wrapper whole: what a mirror sends on as it came)
+                cut = records.cut_before(end)
+                if cut > start:
+                    end = cut
+                elif out:  # its next stored message does not fit: it waits for the next poll, whole
+                    pending.appendleft((chunk, start))
+                    break
             handed = records if start == 0 and end == len(records) else records[start:end]
             out.extend(handed)
             if self._audit is not None:

@@ -134,6 +134,19 @@ def _fit(run, count: int, size: int, redo_end: int | None, have_boundary: bool):
         taken = i + 1
         if _boundary(msg):
             boundary = taken
+    if taken < n and redo_end is None and run.has_stored_bytes:
+        # cut where a stored message starts, so that both parts keep their stored bytes (a
+        # compressed wrapper is not taken apart): back to the last such start, or, when that
+        # leaves the set empty, on to the end of the first stored message, past the bounds
+        cuts = run.stored_cuts()
+        before = bisect.bisect_right(cuts, taken)
+        if before:
+            taken = cuts[before - 1]
+        elif count == 0:
+            taken = cuts[0] if cuts else n
+        else:
+            taken = 0
+        boundary = taken
     return taken, _run_bytes(run, taken), boundary, taken < n
 
 

@@ -148,3 +148,31 @@ def test_a_decoded_batch_has_no_stored_bytes():
     assert not batch.indexed and [m.value for m in batch.records] == [b"a", b"b"]
     with pytest.raises(ValueError, match="no stored bytes"):
         batch.stored_bytes()
+
+
+def test_poll_batch_splits_compressed_sets_only_between_wrappers(raylog_client, make_topic):
+    """A fetch of compressed sets handed out in parts (max_messages is
+    smaller than what was fetched) is split where a wrapper starts, so that
+    every part keeps its stored bytes (what a mirror sends on as it came);
+    and a part never holds more than max_messages."""
+    topic = make_topic()
+    consumer = raylog_client.consumer(topic, auto_offset_reset="earliest")
+    # (fetches decoded after the first poll_batch keep their bytes; it comes before the data here)
+    assert consumer.poll_batch(timeout_ms=100) == []
+    producer = raylog_client.producer(acks="all", compression="zstd")
+    for i in range(1000):
+        producer.send(topic, b"w-%d" % i, partition=0)
+        if i % 50 == 49:
+            producer.flush()  # a wrapper of 50
+    producer.close()
+    try:
+        handed, stored = [], 0
+        while (consumer.position(topic, 0) or 0) < raylog_client.end_offsets(topic)[0]:
+            for batch in consumer.poll_batch(timeout_ms=2000, max_messages=120):
+                assert len(batch) <= 120 and batch.has_stored_bytes
+                handed.append(len(batch))
+                stored += len(batch.stored_bytes())
+        assert sum(handed) == 1000 and stored == raylog_client.end_offsets(topic)[0]
+        assert max(handed) <= 120 and len(handed) > 1000 // 120
+    finally:
+        consumer.close()

@@ -114,17 +114,35 @@ def test_compressed_wrappers_fetched_whole_are_sent_as_they_came(records):
     assert b"".join(p for _, p in copier.sets) == log  # the wrappers still compressed
 
 
-def test_a_wrapper_cut_by_a_set_is_sent_in_order_encoded_again(records, monkeypatch):
+def test_a_set_bound_never_takes_a_wrapper_apart(records, monkeypatch):
+    """A set that fills up inside a wrapper ends before it; a wrapper larger
+    than a set goes whole, alone: every byte goes on as the source stores it."""
     monkeypatch.setattr(copier_module, "MAX_SET_BYTES", 8 * 62)
-    log = _log((5, None), (6, "gzip"), (9, None), (3, "zstd"), (4, None))
-    copier = _copy(log, fetch_bytes=400)
-    want = [f"m{i}".encode().ljust(40, b".") for i in range(27)]
-    assert [v for _, p in copier.sets for v in _values(p)] == want
-    assert len(copier.sets[0][1]) == 8 * 62  # five plain messages and three of the gzip wrapper's, uncompressed
+    log = _log((5, None), (6, "gzip"), (9, None), (12, "zstd"), (4, None))
+    copier = _copy(log, fetch_bytes=10_000)
+    assert b"".join(p for _, p in copier.sets) == log
+    # the gzip wrapper and two plain messages fill a set; the zstd wrapper (744 bytes unpacked) goes alone
+    assert [len(_values(p)) for _, p in copier.sets] == [5, 8, 7, 12, 4]
     acked = [r for r in records if r["acked"]]
-    assert all(a["end"] == b["start"] for a, b in zip(acked, acked[1:]))
-    assert acked[-1]["end"] == len(log) and sum(r["count"] for r in acked) == 27
+    assert all(a["end"] == b["start"] for a, b in zip(acked, acked[1:])) and acked[-1]["end"] == len(log)
     assert all(r["bytes"] == len(p) for r, (_, p) in zip(acked, copier.sets))
+
+
+def test_a_wrapper_handed_out_in_parts_is_sent_in_order_encoded_again(records):
+    """A consumer that hands a wrapper out in two polls (its message limit
+    fell inside): those messages are encoded again, uncompressed."""
+    log = _log((5, None), (6, "gzip"), (4, None))
+    whole = _batches(log, 10_000)[0]
+    assert not whole.indexed and whole.stored_cuts() == [1, 2, 3, 4, 5, 11, 12, 13, 14]
+    copier = _started(_Copier())
+    for part in (whole[:8], whole[8:]):  # inside the gzip wrapper
+        assert not part.has_stored_bytes
+        copier.offer_batch(part)
+    copier.pump(flush=True)
+    [(_, payload)] = copier.sets
+    assert _values(payload) == [f"m{i}".encode().ljust(40, b".") for i in range(15)]
+    assert len(payload) == 15 * 62  # uncompressed
+    assert whole[5:].has_stored_bytes and bytes(whole[5:].stored_bytes()) == log[5 * 62:]
 
 
 def test_the_batch_path_sends_the_same_messages_in_the_same_sets_as_the_message_path(records):
