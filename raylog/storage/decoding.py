@@ -5,6 +5,9 @@ messages, the code here is the reference)."""
 
 from __future__ import annotations
 
+import functools
+from itertools import repeat
+
 from crc32c import crc32c
 
 from raylog.errors import ConfigError, InvalidMessageError
@@ -163,7 +166,17 @@ def _decode(
             # the i-th inner message reports offset + i (clamped to the
             # wrapper's last byte for an old wrapper shorter than its count)
             tail = base_offset + end - 1
-            if typed:
+            count = len(inner_records)
+            if count and offset + count - 1 <= tail:
+                # no clamp: the columns zipped with the offsets, every tuple built in C
+                _, stamps, keys, values = zip(*inner_records)
+                offsets = range(offset, offset + count)
+                if typed:
+                    records.extend(map(functools.partial(new, record_type),
+                                       zip(repeat(p0), repeat(p1), offsets, stamps, keys, values)))
+                else:
+                    records.extend(zip(offsets, stamps, keys, values))
+            elif typed:
                 records.extend([new(record_type, (p0, p1, min(offset + i, tail), its, key, value))
                                 for i, (_o, its, key, value) in enumerate(inner_records)])
             else:
