@@ -185,6 +185,7 @@ class PartitionCopier:
         self._pos: int | None = None  # source offset after the last acknowledged set
         self._cursor: int | None = None  # source offset after the last whole buffered message
         self._redo: dict | None = None  # an intent not acknowledged: resend exactly it
+        self._unsure = False  # an intent given up (its source range gone): was its sequence stored?
         self._held_since: float | None = None  # when the oldest message held came (monotonic)
         self._last_checkpoint = 0.0
         self.need_seek = False
@@ -216,8 +217,12 @@ class PartitionCopier:
 
     def skip_to(self, offset: int) -> None:
         """Continue at ``offset`` (the source's retention removed what lay
-        before it); an unacknowledged intent before it is given up."""
+        before it); an unacknowledged intent before it is given up. Whether
+        the target stored that intent's set is unknown: the next set goes
+        under its sequence and is checked (:meth:`_send`)."""
         self._pos = offset
+        if self._redo is not None:
+            self._unsure = True
         self._redo = None
 
     @property
@@ -384,7 +389,10 @@ class PartitionCopier:
             intent = {"seq": self._seq, "start": start, "end": end, "count": count, "bytes": len(payload),
                       "acked": False, "target_end": None, "last_ts": last_ts}
             self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
-        base = self._produce(payload)
+        if self._unsure:
+            base = self._send_after_a_lost_intent(payload, start, end, count, last_ts)
+        else:
+            base = self._produce(payload)
         if not same_bytes:
             base = None
         record = {"seq": self._seq, "start": start, "end": end, "count": count, "bytes": len(payload),
@@ -402,13 +410,47 @@ class PartitionCopier:
         """Send one set under the copier's sequence until the target answers
         (retriable failures: the same set again). The base offset, or None for
         a set stored before whose offset the target no longer remembers."""
+        result = self._ask(lambda conn: conn.produce_sets(
+            self.target_topic, self.partition, [payload], ACKS_ALL, producer_id=self.producer_id,
+            sequences=[self._seq])[0], f"take sequence {self._seq}")
+        if isinstance(result, DuplicateSequenceError):
+            return None  # stored before (sequence <= last), offset no longer remembered
+        return int(result)
+
+    def _high_watermark(self) -> int:
+        return self._ask(lambda conn: conn.offsets(self.target_topic, self.partition),
+                         "give its offsets").high_watermark
+
+    def _send_after_a_lost_intent(self, payload, start: int, end: int, count: int, last_ts: int) -> int | None:
+        """Send the first set after an intent was given up, under that
+        intent's sequence. If the target had stored the lost set, it answers
+        this one as that duplicate (an offset below its high watermark before
+        the send, or no offset at all) and stores nothing: the set then goes
+        again under the next sequence, its intent written first."""
+        before = self._high_watermark()
+        base = self._produce(payload)
+        if base is None or base < before:
+            log.warning("%s-%d: the target had stored sequence %d of a range lost to the source's retention; "
+                        "sending [%d, %d) under %d", self.target_topic, self.partition, self._seq, start, end,
+                        self._seq + 1)
+            self._seq += 1
+            intent = {"seq": self._seq, "start": start, "end": end, "count": count, "bytes": len(payload),
+                      "acked": False, "target_end": None, "last_ts": last_ts}
+            self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
+            base = self._produce(payload)
+        self._unsure = False
+        return base
+
+    def _ask(self, call, what: str):
+        """``call(connection)`` until the target answers: retriable failures
+        (raised or answered) try again on a new connection, for at most
+        :data:`SEND_DEADLINE_S`; a :class:`DuplicateSequenceError` answer is
+        returned as it is."""
         deadline = time.monotonic() + SEND_DEADLINE_S
         error: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                conn = self._connection()
-                [result] = conn.produce_sets(self.target_topic, self.partition, [payload], ACKS_ALL,
-                                             producer_id=self.producer_id, sequences=[self._seq])
+                result = call(self._connection())
             except RaylogError as err:
                 if not err.retriable and not err.refresh_metadata:
                     raise
@@ -416,18 +458,16 @@ class PartitionCopier:
                 self._reset()
                 self._pause_before_retry(error)
                 continue
-            if isinstance(result, DuplicateSequenceError):
-                return None  # stored before (sequence <= last), offset no longer remembered
-            if isinstance(result, RaylogError):
+            if isinstance(result, RaylogError) and not isinstance(result, DuplicateSequenceError):
                 if result.retriable or result.refresh_metadata:
                     error = result
                     self._reset()
                     self._pause_before_retry(result)
                     continue
                 raise result
-            return int(result)
-        raise RequestTimeoutError(f"{self.target_topic}-{self.partition}: the target did not take sequence "
-                                  f"{self._seq} within {SEND_DEADLINE_S:.0f} s (last: {error})")
+            return result
+        raise RequestTimeoutError(f"{self.target_topic}-{self.partition}: the target did not {what} "
+                                  f"within {SEND_DEADLINE_S:.0f} s (last: {error})")
 
     def _pause_before_retry(self, error: Exception) -> None:
         if self.stopping.wait(RETRY_PAUSE_S):

@@ -17,6 +17,7 @@ from raylog.errors import BrokerUnavailableError
 from raylog.mirror.copier import CopierStopped, PartitionCopier
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
+from raylog.transfer.connection import Offsets
 
 TP = ("events", 0)
 
@@ -241,3 +242,54 @@ def test_a_mirror_that_stops_gives_up_a_set_its_target_does_not_take_and_keeps_t
     with pytest.raises(CopierStopped, match="sequence 0 waited for the target.*sent again when the mirror resumes"):
         copier.pump(flush=True)  # without the stop: 120 s of tries
     assert [(r["seq"], r["acked"], r["start"], r["end"]) for r in records] == [(0, False, 0, 3 * 62)]
+
+
+class _Target:
+    """A target partition's idempotence as the log keeps it, in memory: a
+    sequence it stored before is answered with its first base and stored
+    nothing; the next one is appended."""
+
+    def __init__(self):
+        self.log = bytearray()
+        self.bases: dict[int, int] = {}
+
+    def produce_sets(self, topic, partition, sets, acks, *, producer_id, sequences):
+        [payload], [seq] = sets, sequences
+        if seq in self.bases:
+            return [self.bases[seq]]
+        assert seq == max(self.bases, default=-1) + 1, "out of order"
+        self.bases[seq] = len(self.log)
+        self.log += bytes(payload)
+        return [self.bases[seq]]
+
+    def offsets(self, topic, partition):
+        return Offsets(0, len(self.log))
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("lost_set_was_stored", [True, False])
+def test_after_an_intent_lost_to_retention_the_next_set_is_stored_whatever_became_of_it(records, lost_set_was_stored):
+    """A copier restarted with an unacknowledged intent whose source range
+    retention has removed gives it up and sends the next set under its
+    sequence; if the target had stored the lost set, it answers the new one
+    as that duplicate, and the copier sends it again under the next."""
+    target = _Target()
+    target.produce_sets("copy", 0, [b"x" * 10], 1, producer_id=7, sequences=[0])
+    if lost_set_was_stored:
+        target.produce_sets("copy", 0, [b"lost set" * 5], 1, producer_id=7, sequences=[1])
+    intent = {"seq": 1, "start": 0, "end": 3 * 62, "count": 3, "acked": False, "target_end": None, "last_ts": 2}
+    copier = _started(PartitionCopier(zk=None, target_metadata=None, progress_path="p", checkpoints_path="c",
+                                      topic=TP[0], partition=TP[1], target_topic="copy", producer_id=7), intent)
+    copier._connection = lambda: target
+    log = _log((6, None))
+    copier.skip_to(3 * 62)  # the source's earliest offset is now past the intent
+    handed, _ = fetched_batch(log[3 * 62:], 3 * 62, TP, 1 << 20, 1 << 24)
+    copier.sought(3 * 62)
+    copier.offer_batch(handed)
+    copier.pump(flush=True)
+    assert bytes(target.log).endswith(log[3 * 62:])  # stored, once
+    assert bytes(target.log).count(log[3 * 62:]) == 1
+    assert records[-1]["acked"] and records[-1]["seq"] == (2 if lost_set_was_stored else 1)
+    assert records[-1]["target_end"] == len(target.log)
