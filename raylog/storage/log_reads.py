@@ -116,6 +116,7 @@ class LogReader:
         (with ``next_offset``) if a damaged message starts there,
         :class:`InvalidOffsetError` if no message starts there."""
         head = segment.read_at(position, min(available, _PEEK_BYTES))
+        damage = "has a damaged size field"  # what a damaged message at ``offset`` is said to have
         if len(head) >= HEADER_SIZE:
             size = _u32(head[:4], "big")
             length = 4 + size
@@ -126,8 +127,11 @@ class LogReader:
                         return length
                     key_length = int.from_bytes(body[18:22], "big", signed=True)
                     if body[8] == MAGIC and body[9] < 8 and -1 <= key_length <= size - MIN_MESSAGE_SIZE:
-                        # Everything but the CRC fits: a damaged message, not a bad offset.
-                        raise self._corrupt(segment, offset, offset, offset + available, "fails its CRC32C check")
+                        # Everything but the CRC fits: a damaged message -- or bytes inside a
+                        # compressed wrapper that look like a header (an inner message's
+                        # offset, w + 1 say, lands in the wrapper's own header): the walk
+                        # below tells them apart.
+                        damage = "fails its CRC32C check"
         # No readable message here: a damaged one (the walk of the size
         # fields from a known boundary lands here), or not a boundary at all.
         end = offset + available
@@ -141,7 +145,7 @@ class LogReader:
             start = segment.base_offset  # the index entry is no boundary: do not trust it
         kind, low, high = walk_to(read, start, offset, end, limit)
         if kind == "boundary":
-            raise self._corrupt(segment, offset, offset, end, "has a damaged size field")
+            raise self._corrupt(segment, offset, offset, end, damage)
         if kind == "damaged":
             raise CorruptMessageError(
                 f"offset {offset} lies in damaged bytes [{low}, {high}) of {segment.path}; the next "

@@ -84,6 +84,28 @@ def test_a_read_inside_a_wrapper_names_the_wrapper_and_others_stay_errors(log):
     assert [r[3] for r in records] == [b"v0", b"v1"] + [b"w%d" % i for i in range(30)] + [b"tail"]  # nothing lost
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_inner_offset_of_a_wrapper_is_read_as_inside_it_never_as_damage(log, codec):
+    """An inner offset w + i points into the wrapper's own bytes, its header
+    among them: bytes there that happen to look like a message header (a
+    gzip wrapper's attributes byte equals the magic byte, so w + 1 reads as
+    magic 1) are not a damaged message. Once taken for one: a Spark read from
+    such an offset failed with CorruptMessageError."""
+    first = log.append(encode_message_set([b"before"] * 3, timestamp_ms=1))
+    values = [b"m-%05d:" % i + b"x" * (i % 50) for i in range(60)]
+    w = log.append(encode_message_set(values, keys=[None if i % 3 else b"k%d" % i for i in range(60)],
+                                      timestamp_ms=1_764_000_000_000, compression=codec))
+    log.append(encode_message_set([b"after"] * 400, timestamp_ms=2))  # bytes enough behind it
+    log.flush()
+    records, _ = decode_messages(log.read(first, 1 << 20).tobytes(), first)
+    inner = [r[0] for r in records if w <= r[0] < w + 60]
+    assert inner == list(range(w, w + 60))
+    for offset in inner[1:]:
+        with pytest.raises(InvalidOffsetError) as inside:
+            log.read(offset, 1 << 20)
+        assert inside.value.details["wrapper_offset"] == w, offset
+
+
 def test_boundaries_from_a_start_inside_a_wrapper_begin_at_its_end(tmp_path):
     with PartitionLog(tmp_path / "p", CONFIG) as log:
         w = log.append(encode_message_set([b"w%d" % i for i in range(20)], timestamp_ms=1, compression="gzip"))
