@@ -240,7 +240,7 @@ class PartitionCopier:
         as they are. A decoded batch (a compressed wrapper's messages) is
         checked message by message; taken whole, its stored bytes go on too."""
         if not batch.indexed:
-            self._offer_decoded(batch)
+            self.offer(batch)
             return
         if self.need_seek or self._cursor is None:
             return
@@ -255,12 +255,9 @@ class PartitionCopier:
         self._cursor = batch.next_offset
 
     def offer(self, messages) -> None:
-        """Take the messages the consumer handed out for this partition."""
-        self._offer_decoded(messages)
-
-    def _offer_decoded(self, messages) -> None:
-        """Take decoded messages one by one. A batch taken whole is held as
-        it is: its stored bytes (a compressed wrapper as it came) can go on."""
+        """Take the messages the consumer handed out for this partition, one
+        by one. A decoded batch taken whole is held as it is: its stored
+        bytes (a compressed wrapper as it came) can go on."""
         taken = []
         for msg in messages:
             if self.need_seek or self._cursor is None:
