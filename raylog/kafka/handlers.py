@@ -34,6 +34,7 @@ from raylog.errors import (
     BrokerUnavailableError,
     CorruptMessageError,
     DiskFullError,
+    FrameTooLargeError,
     InvalidMessageError,
     InvalidOffsetError,
     MessageTooLargeError,
@@ -112,6 +113,7 @@ def error_code(err: Exception) -> int:
         (RequestTimeoutError, REQUEST_TIMED_OUT),
         (NotEnoughReplicasError, NOT_ENOUGH_REPLICAS),
         (MessageTooLargeError, MESSAGE_TOO_LARGE),
+        (FrameTooLargeError, MESSAGE_TOO_LARGE),
         (CorruptMessageError, CORRUPT_MESSAGE),
         (InvalidMessageError, INVALID_RECORD),
         (DiskFullError, KAFKA_STORAGE_ERROR),
@@ -292,39 +294,131 @@ class Session:
         if isinstance(err, (NotOwnerError, BrokerUnavailableError, RequestTimeoutError)):
             self.backend.metadata.forget(topic, partition)
 
+    def pipelines(self, frame: bytes) -> bool:
+        """Whether ``frame`` may join a run of :meth:`handle_produce_run`: a
+        Produce request on an authenticated connection."""
+        return self.authenticated and len(frame) >= 2 and frame[0] == 0 and frame[1] == PRODUCE
+
+    def handle_produce_run(self, frames, out: list) -> None:
+        """Answer Produce request frames received together, appending their
+        response frames to ``out`` in order (none for acks=0). The sets of
+        every request are written to their partitions first, pipelined on
+        each partition's connection, and the answers read after: the
+        partitions see the sets in the order the requests came, and a run
+        costs one round trip to a partition instead of one per request. A
+        connection that fails during the run answers its remaining sets with
+        that failure (nothing more is written on it in this run). Raises
+        :class:`BadFrame` for a malformed frame, after the frames before it
+        are answered."""
+        requests, failure = [], None
+        for frame in frames:
+            try:
+                request = decode_request(frame)
+            except BadFrame as err:
+                failure = err
+                break
+            self.client_id = request.client_id
+            requests.append(request)
+        for request, response in zip(requests, self._produce_all([(r.body, r.version) for r in requests])):
+            if response is not None:
+                out.append(encode_response(response, request.correlation_id))
+        if failure is not None:
+            raise failure
+
     def _produce(self, body, version):
-        acks = body.acks
-        Topic = ProduceResponse.TopicProduceResponse
-        Partition = Topic.PartitionProduceResponse
-        topics = []
-        for topic in body.topic_data:
-            partitions = []
-            for data in topic.partition_data:
-                code, base, message = NONE, -1, None
-                if acks not in (0, 1, -1):
-                    code, message = INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), not {acks}"
-                else:
+        return self._produce_all([(body, version)])[0]
+
+    def _produce_all(self, requests) -> list:
+        """The ProduceResponse of each ``(body, version)`` (None for acks=0),
+        their sets written first and answered after (see
+        :meth:`handle_produce_run`), in groups of one acks value: a group is
+        answered whole before the next is written, so that acks=0 sets,
+        which nothing answers, never share a connection's pipeline with
+        answered ones."""
+        responses, i = [], 0
+        while i < len(requests):
+            j = i + 1
+            while j < len(requests) and requests[j][0].acks == requests[i][0].acks:
+                j += 1
+            responses += self._produce_group(requests[i:j])
+            i = j
+        return responses
+
+    def _produce_group(self, requests) -> list:
+        """:meth:`_produce_all` of requests of one acks value."""
+        written = []  # per request: [(topic, [entry, ...]), ...]
+        outgoing: dict[int, tuple] = {}  # id(connection) -> (connection, [(entry, set), ...])
+        broken: dict[int, RaylogError] = {}  # id(connection) -> its failure in this run
+        for body, _version in requests:
+            acks = body.acks
+            topics = []
+            for topic in body.topic_data:
+                partitions = []
+                for data in topic.partition_data:
+                    # [partition, error code, base offset, message, (connection, correlation id) or None]
+                    entry = [data.index, NONE, -1, None, None]
+                    partitions.append(entry)
+                    if acks not in (0, 1, -1):
+                        entry[1], entry[3] = INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), not {acks}"
+                        continue
                     try:
                         records = bytes(data.records or b"")
                         message_set, count = to_message_set(records)
-                        if count:
-                            stored = idempotence.produce(self.backend.sequences, self._connection(
-                                topic.name, data.index), topic.name, data.index, records, message_set, acks)
-                            base = -1 if stored is None else stored
+                        if not count:
+                            continue
+                        conn = self._connection(topic.name, data.index)
+                        producer_id, sequence = idempotence.translate(self.backend.sequences, topic.name,
+                                                                      data.index, records)
+                        if not acks:
+                            conn.produce(topic.name, data.index, message_set, acks=0, producer_id=producer_id,
+                                         sequence=sequence)
+                            continue
+                        entry[4] = (conn, None)
+                        outgoing.setdefault(id(conn), (conn, []))[1].append(
+                            (entry, (topic.name, data.index, message_set, acks, producer_id, sequence)))
                     except RecordsRefused as err:
-                        code, message = err.code, err.message
+                        entry[1], entry[3] = err.code, err.message
                     except RaylogError as err:
-                        self._forget(topic.name, data.index, err)
-                        code, message = error_code(err), str(err).splitlines()[0]
-                if code != NONE:
-                    log.info("produce to %s-%s refused: %s", topic.name, data.index, message)
-                partitions.append(Partition(index=data.index, error_code=code, base_offset=base,
-                                            log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
-                                            error_message=message))
-            topics.append(Topic(name=topic.name, partition_responses=partitions))
-        if acks == 0:
-            return None
-        return ProduceResponse[version](responses=topics, throttle_time_ms=0)
+                        self._refused(entry, topic.name, err)
+                topics.append((topic.name, partitions))
+            written.append(topics)
+        _write_all(outgoing, broken)
+        Topic = ProduceResponse.TopicProduceResponse
+        Partition = Topic.PartitionProduceResponse
+        responses = []
+        for (body, version), topics in zip(requests, written):
+            answered = []
+            for name, partitions in topics:
+                for entry in partitions:
+                    if entry[4] is not None:
+                        conn, correlation = entry[4]
+                        try:
+                            if id(conn) in broken:
+                                raise broken[id(conn)]
+                            if isinstance(correlation, RaylogError):  # refused before it was sent
+                                raise correlation
+                            if correlation is None:  # (never sent: its connection failed first)
+                                raise BrokerUnavailableError("the connection to the partition failed")
+                            entry[2] = idempotence.answer(conn.read_set_reply(correlation))
+                        except RecordsRefused as err:
+                            entry[1], entry[3] = err.code, err.message
+                        except RaylogError as err:
+                            if not conn.connected:
+                                broken[id(conn)] = err
+                            self._refused(entry, name, err)
+                    if entry[1] != NONE:
+                        log.info("produce to %s-%s refused: %s", name, entry[0], entry[3])
+                answered.append(Topic(name=name, partition_responses=[
+                    Partition(index=index, error_code=code, base_offset=base, log_append_time_ms=-1,
+                              log_start_offset=-1, record_errors=[], error_message=message)
+                    for index, code, base, message, _ in partitions]))
+            responses.append(None if body.acks == 0 else ProduceResponse[version](responses=answered,
+                                                                                  throttle_time_ms=0))
+        return responses
+
+    def _refused(self, entry: list, topic: str, err: RaylogError) -> None:
+        self._forget(topic, entry[0], err)
+        entry[1], entry[3] = error_code(err), str(err).splitlines()[0]
 
     def _read(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int):
         """``(records bytes, high watermark, log start)`` of one partition from ``offset``."""
@@ -437,6 +531,21 @@ class Session:
             if found_offset >= offset and found_ts >= timestamp:
                 return found_ts, found_offset
         return timestamp, offset
+
+
+def _write_all(outgoing: dict, broken: dict) -> None:
+    """Write the sets waiting in ``outgoing`` (one write per connection),
+    marking each entry with its correlation id; a connection that fails is
+    put in ``broken`` with its failure (its sets are answered with it)."""
+    for key, (conn, sets) in outgoing.items():
+        if key in broken:
+            continue
+        try:
+            for (entry, _), correlation in zip(sets, conn.write_sets([one for _, one in sets])):
+                entry[4] = (conn, correlation)
+        except RaylogError as err:
+            broken[key] = err
+    outgoing.clear()
 
 
 def _find_coordinator(session, body, version):

@@ -67,6 +67,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 
 from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
 from raylog.kafka.records import RecordsRefused
+from raylog.transfer.protocol import NO_PRODUCER_ID, NO_SEQUENCE
 
 log = logging.getLogger(__name__)
 
@@ -180,23 +181,31 @@ class SequenceMap:
                                  f"again; it is older than the batches remembered, not stored again")
 
 
-def produce(sequences: SequenceMap, conn, topic: str, partition: int, records: bytes, message_set: bytes,
-            acks: int) -> int | None:
-    """Send ``message_set`` (the raylog form of ``records``) to the
-    partition through ``conn``: with the translated producer id and
-    sequence when the batch carries a Kafka producer id. Returns the base
-    offset (the first store's for a duplicate); raises :class:`RecordsRefused`
-    for a sequence the partition or the translation refuses."""
+def translate(sequences: SequenceMap, topic: str, partition: int, records: bytes) -> tuple[int, int]:
+    """``(raylog producer id, raylog sequence)`` to send ``records`` (a
+    Produce partition's batch) under: ``(NO_PRODUCER_ID, NO_SEQUENCE)``
+    when the batch carries no Kafka producer id. Raises
+    :class:`RecordsRefused` for a sequence the translation refuses (then
+    nothing is to be sent)."""
     producer_id, epoch, base_sequence, count = batch_identity(records)
     if producer_id < 0:
-        return conn.produce(topic, partition, message_set, acks=acks)
-    raylog_id, sequence = sequences.assign(producer_id, epoch, topic, partition, base_sequence, count)
-    try:
-        return conn.produce(topic, partition, message_set, acks=acks, producer_id=raylog_id, sequence=sequence)
-    except OutOfOrderSequenceError as err:
-        raise RecordsRefused(OUT_OF_ORDER_SEQUENCE_NUMBER, str(err).splitlines()[0]) from None
-    except DuplicateSequenceError as err:
-        raise RecordsRefused(DUPLICATE_SEQUENCE_NUMBER, str(err).splitlines()[0]) from None
+        return NO_PRODUCER_ID, NO_SEQUENCE
+    return sequences.assign(producer_id, epoch, topic, partition, base_sequence, count)
+
+
+def answer(result) -> int:
+    """The base offset of the partition's answer to a set sent under a
+    :func:`translate`d identity (what ``read_set_reply`` returns: the first
+    store's offset for a duplicate); raises :class:`RecordsRefused` for a
+    sequence the partition refuses and the typed error of any other
+    refusal."""
+    if isinstance(result, OutOfOrderSequenceError):
+        raise RecordsRefused(OUT_OF_ORDER_SEQUENCE_NUMBER, str(result).splitlines()[0])
+    if isinstance(result, DuplicateSequenceError):
+        raise RecordsRefused(DUPLICATE_SEQUENCE_NUMBER, str(result).splitlines()[0])
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 def init_producer_id(body, version: int):

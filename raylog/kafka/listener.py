@@ -4,7 +4,12 @@ Each connection reads a request frame (``size i32`` then the payload; a size
 outside :func:`raylog.kafka.frames.check_size`'s bounds closes the
 connection before anything of that size is allocated), hands it to its
 :class:`~raylog.kafka.handlers.Session` and writes the response, in order
-(Kafka's one-request-at-a-time per connection). A malformed frame, an API
+(Kafka's one-request-at-a-time per connection). Frames that arrived
+together (a client with several requests in flight) are answered together:
+a run of Produce requests among them is pipelined to the partitions
+(:meth:`~raylog.kafka.handlers.Session.handle_produce_run`, at most
+:data:`MAX_RUN` requests), and their responses go back in one write, in
+order. A malformed frame, an API
 or version not served, or a failure inside a handler closes that connection
 only; the others go on. A frame started but not finished within
 ``frame_timeout_s`` closes the connection too, so a stalled peer holds a
@@ -29,19 +34,60 @@ DEFAULT_MAX_CONNECTIONS = 256
 FRAME_TIMEOUT_S = 30.0
 
 
+#: the most Produce requests answered as one pipelined run
+MAX_RUN = 64
+#: the most bytes one receive takes (a larger frame is received in several)
+RECV_BYTES = 1 << 20
+
+
 class _Closed(Exception):
     pass
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            raise _Closed()
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+class _Frames:
+    """The request frames of one connection: complete frames as they
+    arrive, several at once when they came together."""
+
+    def __init__(self, sock: socket.socket, frame_timeout_s: float):
+        self._sock = sock
+        self._frame_timeout_s = frame_timeout_s
+        self._buf = bytearray()
+        self._timeout = -1.0
+
+    def _set_timeout(self, timeout) -> None:
+        if timeout != self._timeout:
+            self._sock.settimeout(timeout)
+            self._timeout = timeout
+
+    def next(self) -> list[bytes]:
+        """The complete frames received so far (at least one: waits for the
+        first without a bound, and for the rest of a started frame up to
+        the frame timeout). A size outside :func:`check_size`'s bounds
+        raises :class:`BadFrame` before a byte of that frame is kept."""
+        buf = self._buf
+        while True:
+            frames, pos, total = [], 0, len(buf)
+            while total - pos >= SIZE.size:
+                (size,) = SIZE.unpack_from(buf, pos)
+                check_size(size)
+                if total - pos - SIZE.size < size:
+                    break
+                frames.append(bytes(buf[pos + SIZE.size:pos + SIZE.size + size]))
+                pos += SIZE.size + size
+            if frames:
+                del buf[:pos]
+                return frames
+            self._set_timeout(None if not buf else self._frame_timeout_s)
+            chunk = self._sock.recv(RECV_BYTES)
+            if not chunk:
+                raise _Closed()
+            buf += chunk
+
+    def send(self, data: bytes) -> None:
+        """Write response bytes (a peer that takes none for the frame
+        timeout closes the connection)."""
+        self._set_timeout(self._frame_timeout_s)
+        self._sock.sendall(data)
 
 
 class KafkaServer:
@@ -105,16 +151,13 @@ class KafkaServer:
         session = Session(self.backend)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            frames = _Frames(sock, self.frame_timeout_s)
             while not self._closed.is_set():
-                sock.settimeout(None)
-                head = _read_exactly(sock, SIZE.size)
-                sock.settimeout(self.frame_timeout_s)
-                (size,) = SIZE.unpack(head)
-                check_size(size)
-                frame = _read_exactly(sock, size)
-                reply = session.handle(frame)
-                if reply is not None:
-                    sock.sendall(reply)
+                replies = _Replies(frames)
+                try:
+                    _answer(session, frames.next(), replies)
+                finally:
+                    replies.send()
                 if session.closing:
                     return
         except BadFrame as err:
@@ -131,3 +174,45 @@ class KafkaServer:
                 sock.close()
             except OSError:
                 pass
+
+
+class _Replies(list):
+    """Response frames of one connection waiting to go out together; sent
+    as soon as they hold :data:`RECV_BYTES` (so frames answered together
+    never hold more than that, plus one response, in memory)."""
+
+    def __init__(self, frames: _Frames):
+        super().__init__()
+        self._frames = frames
+        self._bytes = 0
+
+    def append(self, reply: bytes) -> None:
+        super().append(reply)
+        self._bytes += len(reply)
+        if self._bytes >= RECV_BYTES:
+            self.send()
+
+    def send(self) -> None:
+        if self:
+            self._frames.send(b"".join(self))
+            self.clear()
+            self._bytes = 0
+
+
+def _answer(session: Session, frames: list[bytes], out: list) -> None:
+    """Append the response frames to ``frames`` to ``out``, in order: runs
+    of Produce requests pipelined, every other request alone. Stops after a
+    response that closes the connection."""
+    i, total = 0, len(frames)
+    while i < total and not session.closing:
+        j = i
+        while j < total and j - i < MAX_RUN and session.pipelines(frames[j]):
+            j += 1
+        if j > i:
+            session.handle_produce_run(frames[i:j], out)
+            i = j
+            continue
+        reply = session.handle(frames[i])
+        if reply is not None:
+            out.append(reply)
+        i += 1

@@ -405,6 +405,39 @@ class BrokerConnection:
         channel.send(frame + message_set)
         return correlation_id
 
+    def write_sets(self, sets: Sequence[tuple]) -> list:
+        """The first half of acknowledged produces of several sets, to any
+        partitions: ``sets`` holds ``(topic, partition, message_set, acks,
+        producer_id, sequence)`` (acks 1 or -1). Their PRODUCE frames go out
+        in one write; returns, set by set, the correlation id for
+        :meth:`read_set_reply` (to be read in this order, no other request
+        on this connection before) or the typed error that refused the set
+        before it was sent (a frame over ``max_frame_bytes``). A failure of
+        the connection itself raises, and then none of them was sent whole."""
+        channel = self._channel
+        self._before_request()
+        channel.expect_wait(0)
+        parts, results = [], []
+        for topic, partition, message_set, acks, producer_id, sequence in sets:
+            correlation_id = self._next_correlation()  # (an id refused below is never used)
+            try:
+                header = self._topic(topic).pack(
+                    correlation_id, partition, acks, len(message_set), producer_id, sequence,
+                    max_frame_bytes=self.max_frame_bytes,
+                )
+            except RaylogError as err:
+                results.append(err)
+                continue
+            results.append(correlation_id)
+            parts.append(header)
+            parts.append(message_set)
+        if parts:
+            if sum(map(len, parts)) > GATHER_THRESHOLD:
+                channel.send_gather(parts)
+            else:
+                channel.send(b"".join(parts))
+        return results
+
     def reply_waiting(self, timeout_s: float) -> bool:
         """Whether reply bytes are there to read within ``timeout_s``
         (nothing is read: a False leaves the connection as it was)."""

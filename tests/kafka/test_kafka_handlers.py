@@ -167,6 +167,8 @@ def test_errors_raylog_would_retry_are_answered_with_codes_kafka_clients_retry()
     assert handlers.error_code(errors.StaleEpochError("old")) == handlers.NOT_LEADER_OR_FOLLOWER
     assert handlers.error_code(errors.StorageError("EIO")) == handlers.KAFKA_STORAGE_ERROR
     assert handlers.error_code(errors.DiskFullError("full")) == handlers.KAFKA_STORAGE_ERROR
+    # a batch over the partition's bound, refused before it was sent, as Kafka names it
+    assert handlers.error_code(errors.FrameTooLargeError("big")) == handlers.MESSAGE_TOO_LARGE
     # what no retry mends stays an error the client gives up on
     assert handlers.error_code(errors.LogDirectoryLockedError("locked")) == handlers.UNKNOWN_SERVER_ERROR
     assert handlers.error_code(errors.ConfigError("bad")) == handlers.UNKNOWN_SERVER_ERROR
