@@ -447,13 +447,15 @@ new_record(PyTypeObject *type, PyObject **items, Py_ssize_t n)
 }
 
 PyDoc_STRVAR(decode_doc,
-"decode(buf, base_offset, max_message_bytes, record_type, p0, p1)\n"
+"decode(buf, base_offset, max_message_bytes, record_type, p0, p1[, counted])\n"
 "    -> (records, consumed, status)\n\n"
 "Decode the plain messages at the start of buf up to the first message it\n"
 "does not handle (status says why; STATUS_END: the end of buf). Records are\n"
 "(offset, timestamp, key, value) tuples, or with record_type (a tuple\n"
 "subclass, or None) record_type instances of (p0, p1, offset, timestamp,\n"
-"key, value).");
+"key, value). A message's offset is base_offset plus its byte position in\n"
+"buf; with counted true, base_offset plus its index (the inner messages of\n"
+"a wrapper stored at base_offset).");
 
 static PyObject *
 speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -462,14 +464,16 @@ speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const unsigned char *buf;
     Py_ssize_t n, stop = 0, count = 0, pos = 0, i;
     int64_t base, max_bytes, last_ts = 0;
-    int status;
+    int status, counted = 0;
     PyTypeObject *type = NULL;
     PyObject *records = NULL, *p0, *p1, *ts_obj = NULL;
 
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "decode() takes 6 arguments (%zd given)", nargs);
+    if (nargs != 6 && nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "decode() takes 6 or 7 arguments (%zd given)", nargs);
         return NULL;
     }
+    if (nargs == 7 && (counted = PyObject_IsTrue(args[6])) < 0)
+        return NULL;
     p0 = args[4];
     p1 = args[5];
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
@@ -528,7 +532,7 @@ speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             *f++ = p0;
             *f++ = p1;
         }
-        f[0] = PyLong_FromLongLong(base + pos);
+        f[0] = PyLong_FromLongLong(counted ? base + i : base + pos);
         Py_INCREF(ts_obj);
         f[1] = ts_obj;
         if (klen < 0) {

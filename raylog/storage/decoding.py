@@ -159,6 +159,17 @@ def _decode(
                 raise _nested(base_offset + pos)
             offset = base_offset + pos
             inner = _inner_set(data, pos, end, attrs, klen, max_message_bytes, offset, max_inflated_bytes)
+            fast = _format._speedups
+            if fast is not None:
+                # the compiled loop numbers the inner messages offset + i itself, building
+                # the records as they are handed out, when it reads the whole set and no
+                # offset needs clamping (else the general way below, which also raises)
+                inner_records, used, status = fast.decode(inner, offset, max_message_bytes, record_type, p0, p1,
+                                                          True)
+                if not status and used == len(inner) and offset + len(inner_records) - 1 <= base_offset + end - 1:
+                    records += inner_records
+                    pos = end
+                    continue
             try:
                 inner_records, _consumed = _decode_set(inner, 0, max_message_bytes, False, False)
             except InvalidMessageError as err:
