@@ -94,6 +94,10 @@ UNKNOWN_SERVER_ERROR = -1
 _POLL_SLICE_MS = 100
 #: how many times a fetch skips past messages holding no record it wants
 _SKIPS = 4
+#: the most partitions a connection remembers the inflation of (see Session._read)
+_MAX_EXPANSIONS = 10_000
+#: what a partition's first fetch on a connection assumes its stored bytes inflate by
+_FIRST_EXPANSION = 4.0
 
 
 def error_code(err: Exception) -> int:
@@ -166,6 +170,8 @@ class Session:
         self.authenticated = backend.verifier is None
         self._exchange = None
         self._connections: dict = {}
+        #: (topic, partition) -> Kafka batch bytes per stored byte of its last fetch (see _read)
+        self._expansion: dict = {}
         self.client_id: str | None = None
         #: set when the connection must close after the reply is sent
         self.closing = False
@@ -421,13 +427,24 @@ class Session:
         entry[1], entry[3] = error_code(err), str(err).splitlines()[0]
 
     def _read(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int):
-        """``(records bytes, high watermark, log start)`` of one partition from ``offset``."""
+        """``(records bytes, high watermark, log start)`` of one partition
+        from ``offset``: at most ``max_bytes`` of Kafka batches, or the
+        first record alone when it is larger (as a Kafka broker answers).
+
+        Stored bytes are not Kafka bytes: a compressed wrapper inflates into
+        an uncompressed batch (tenfold and more for repetitive values), so
+        the stored bytes asked for are ``max_bytes`` divided by what the
+        partition's last fetch on this connection inflated by, and the
+        records are cut at ``max_bytes``; the client goes on from the first
+        record left out (an offset inside a wrapper is served)."""
         conn = self._connection(topic, partition)
         max_message_bytes = self.backend.metadata.config(topic).max_message_bytes
+        key = (topic, partition)
+        stored_bytes = max(1, min(max_bytes, int(max_bytes / self._expansion.get(key, _FIRST_EXPANSION))))
         start, hw, log_start = offset, -1, -1
         for _ in range(_SKIPS):
             try:
-                result = conn.fetch(topic, partition, start, max_bytes, wait_ms)
+                result = conn.fetch(topic, partition, start, stored_bytes, wait_ms)
             except InvalidOffsetError as err:
                 details = err.details
                 low, high = details.get("message_offset"), details.get("next_offset")
@@ -445,7 +462,14 @@ class Session:
             if records and records[0][0] < offset:  # a wrapper's records before the offset asked for
                 records = [r for r in records if r[0] >= offset]
             if records:
-                return encode_batch(records, end), hw, log_start
+                batch = encode_batch(records, end)
+                if len(self._expansion) >= _MAX_EXPANSIONS:
+                    self._expansion.clear()
+                self._expansion[key] = max(1.0, len(batch) / consumed)
+                if len(batch) > max_bytes and len(records) > 1:
+                    keep = _cut(records, max(1, len(records) * max_bytes // len(batch)))
+                    batch = encode_batch(records[:keep], records[keep][0])
+                return batch, hw, log_start
             start = end  # a wrapper's tail holding no record at or after offset
         return b"", hw, log_start
 
@@ -531,6 +555,17 @@ class Session:
             if found_offset >= offset and found_ts >= timestamp:
                 return found_ts, found_offset
         return timestamp, offset
+
+
+def _cut(records, keep: int) -> int:
+    """``keep`` moved back to the start of a stored message where one is
+    near (the inner records of a wrapper have consecutive offsets; a cut
+    between them makes the next fetch read the wrapper again); ``keep``
+    itself when the records before it are one wrapper."""
+    at = keep
+    while at > 0 and records[at][0] == records[at - 1][0] + 1:
+        at -= 1
+    return at or keep
 
 
 def _write_all(outgoing: dict, broken: dict) -> None:

@@ -4,6 +4,7 @@ snappy) with nothing stored, and Metadata."""
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 import uuid
@@ -26,14 +27,15 @@ def _topic(raylog_client, partitions: int = 1) -> str:
     return name
 
 
-def _fetch(raw: RawKafka, topic: str, offset: int, *, max_wait_ms: int, min_bytes: int, version: int = 11):
+def _fetch(raw: RawKafka, topic: str, offset: int, *, max_wait_ms: int, min_bytes: int, version: int = 11,
+           max_bytes: int = 1 << 20):
     FetchTopic = FetchRequest.FetchTopic
     request = FetchRequest[version](
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=0,
         session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
         topics=[FetchTopic(topic=topic, partitions=[FetchTopic.FetchPartition(
             partition=0, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
-            partition_max_bytes=1 << 20)])])
+            partition_max_bytes=max_bytes)])])
     answer = raw.request(request, FetchResponse)
     part = answer.responses[0].partitions[0]
     records = []
@@ -63,6 +65,46 @@ def test_a_long_poll_waits_for_data_and_returns_it(raylog_client, kafka_config):
         # min bytes larger than what there is: the poll waits for more until its max wait
         part, records = _fetch(raw, topic, 0, max_wait_ms=300, min_bytes=1 << 20)
         assert records == [(0, b"late")] and part.high_watermark > 0
+
+
+@pytest.mark.parametrize("compression", ["gzip", "lz4", None])
+def test_a_fetch_answers_at_most_the_bytes_asked_for_however_much_stored_bytes_inflate(raylog_client, kafka_config,
+                                                                                      compression):
+    """Repetitive values stored in compressed wrappers inflate many times over
+    into Kafka batches: a fetch still answers at most its partition's max
+    bytes (or one record, when that alone is larger), and reading on from
+    each answer's last offset + 1 gives every record once, in order."""
+    topic = _topic(raylog_client)
+    producer = raylog_client.producer(batch_size=200, linger_ms=50, compression=compression)
+    values = [f"{i:05d}".encode() + b"y" * 95 for i in range(1_000)]
+    for value in values:
+        producer.send(topic, value, partition=0)
+    producer.flush()
+    producer.close()
+    read, offset, answers = [], 0, 0
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        while len(read) < len(values) and answers < 2_000:
+            part, records = _fetch(raw, topic, offset, max_wait_ms=0, min_bytes=1, max_bytes=4_000)
+            answers += 1
+            data = bytes(part.records or b"")
+            assert len(data) <= 4_000 or len(records) == 1, (len(data), len(records))
+            if records:
+                offset = _next_offset(data)
+            read.extend(records)
+    assert [v for _, v in read] == values
+    assert [o for o, _ in read] == sorted({o for o, _ in read})
+    assert answers >= 1_000 * 110 // 4_000  # many answers: none held more than asked
+
+
+def _next_offset(data: bytes) -> int:
+    """The offset a client continues at after ``data``'s batches: the last batch's last offset + 1."""
+    pos, last = 0, -1
+    while pos < len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        last = base + struct.unpack_from(">i", data, pos + 23)[0]  # lastOffsetDelta
+        pos += 12 + length
+    return last + 1
 
 
 def test_list_offsets_earliest_latest_and_by_time(raylog_client, kafka_config):
