@@ -75,16 +75,44 @@ class WrappedMessage(Message):
         return self.__dict__["_next_offset"]
 
 
+class InnerMessage(Message):
+    """A message inside a compressed wrapper, before its last: its
+    ``next_offset`` is ``offset + 1`` (the wrapper rule), derived, so the
+    decoder builds it as it builds a :class:`Message`."""
+
+    __slots__ = ()
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + 1
+
+
+def _last_inner(message: tuple, next_offset: int) -> WrappedMessage:
+    wrapped = tuple.__new__(WrappedMessage, message)
+    wrapped.__dict__["_next_offset"] = next_offset
+    return wrapped
+
+
+# What the decoder builds for the inner messages of a wrapper when it is
+# asked for Messages (raylog.storage.decoding: every one but the last as
+# ``inner_type``, the last through ``last_inner`` with the wrapper's end).
+Message.inner_type = InnerMessage
+Message.last_inner = staticmethod(_last_inner)
+
+
 def with_next_offsets(records: list, end: int) -> list:
     """Give each decoded message of a fetch (ending at byte ``end``) its
     ``next_offset``: the offset of the record after it, or ``end``. Messages
-    whose derived value differs (the inner messages of a wrapper) become
-    :class:`WrappedMessage`. Works in place and returns ``records``."""
+    whose derived value differs (the inner messages of a wrapper the decoder
+    built as plain messages) become :class:`WrappedMessage`; those it built
+    as :class:`InnerMessage` or :class:`WrappedMessage` carry theirs. Works
+    in place and returns ``records``."""
     n = len(records)
+    plain = Message
     for i, m in enumerate(records):
+        if type(m) is not plain:
+            continue
         nxt = records[i + 1][2] if i + 1 < n else end
         if m[2] + HEADER_BYTES + (len(m[4]) if m[4] is not None else 0) + len(m[5]) != nxt:
-            wrapped = tuple.__new__(WrappedMessage, m)
-            wrapped.__dict__["_next_offset"] = nxt
-            records[i] = wrapped
+            records[i] = _last_inner(m, nxt)
     return records

@@ -321,5 +321,12 @@ def test_typed_records_match_plain_records(compression):
     plain, used = decode_messages(data, 100)
     typed, used_typed = decode_messages(data, 100, record_type=Message, prefix=("t", 3))
     assert used == used_typed
-    assert all(type(m) is Message for m in typed)
     assert [tuple(m) for m in typed] == [("t", 3, *r) for r in plain]
+    if compression is None:
+        assert all(type(m) is Message for m in typed)
+    else:  # the inner messages of each wrapper: derived next offsets, the last one's stored (the wrapper's end)
+        from raylog.consumer.record import InnerMessage, WrappedMessage
+
+        assert [type(m) for m in typed] == [InnerMessage, InnerMessage, WrappedMessage] * 2
+        wrapper_end = 100 + len(data) // 2
+        assert [m.next_offset for m in typed] == [101, 102, wrapper_end, wrapper_end + 1, wrapper_end + 2, 100 + len(data)]
