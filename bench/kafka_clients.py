@@ -15,7 +15,9 @@ the same run, ``-n`` messages of ``--size`` bytes each way:
   consumer (assigned the partition from offset 0, ``consume`` of up to
   10,000, ``fetch.queue.backoff.ms`` 10), each reading the topic its side
   produced from the start; and raylog's ``poll_batch`` (views of the
-  fetched sets) for reference. librdkafka (2.4 and later) stops fetching
+  fetched sets) and raylog's ``poll`` of the topic the Kafka producer
+  wrote (its batches are stored as compressed wrappers, docs/design.md
+  section 10) for reference. librdkafka (2.4 and later) stops fetching
   for ``fetch.queue.backoff.ms`` (1,000 by default) whenever its queue holds
   ``queued.min.messages`` (100,000): with the default, a consumer that reads
   slower than the broker answers idles most of each second, against any
@@ -159,7 +161,9 @@ def main(argv=None) -> int:
         total = 500 + (args.messages // 50) * 50
         consumed = {"raylog": raylog_consume(client, "bench-raylog", total, batches=False),
                     "kafka": kafka_consume(config, "bench-kafka", total),
-                    "raylog_batch": raylog_consume(client, "bench-raylog", total, batches=True)}
+                    "raylog_batch": raylog_consume(client, "bench-raylog", total, batches=True),
+                    "raylog_of_kafka": {**raylog_consume(client, "bench-kafka", total, batches=False),
+                                        "case": "raylog consumer, poll, of the Kafka producer's topic"}}
         for row in consumed.values():
             _emit(rows, row, args.json_only)
     summary = {"produce_ratio": round(produced["kafka"]["msg_per_s"] / produced["raylog"]["msg_per_s"], 3),

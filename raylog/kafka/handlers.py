@@ -27,7 +27,6 @@ import time
 
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
-from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from raylog.errors import (
@@ -58,6 +57,7 @@ from raylog.kafka.frames import (
     encode_response,
     peek_header,
 )
+from raylog.kafka.produce_wire import decode_produce, encode_produce_response
 from raylog.kafka.records import RecordsRefused, encode_batch, to_message_set
 from raylog.kafka.sasl import MECHANISM, SaslFailed
 from raylog.storage.decoding import decode_messages
@@ -194,6 +194,10 @@ class Session:
         if not self.authenticated and api_key not in _BEFORE_AUTH:
             raise BadFrame(f"api key {api_key} before SASL authentication (a client without the cluster's "
                            f"credentials: use client.kafka_config())")
+        if api_key == PRODUCE:
+            out: list[bytes] = []
+            self.handle_produce_run([frame], out)
+            return out[0] if out else None
         request = decode_request(frame)
         self.client_id = request.client_id
         handler = _HANDLERS[api_key]
@@ -319,24 +323,22 @@ class Session:
         requests, failure = [], None
         for frame in frames:
             try:
-                request = decode_request(frame)
+                request = decode_produce(frame)
             except BadFrame as err:
                 failure = err
                 break
             self.client_id = request.client_id
             requests.append(request)
-        for request, response in zip(requests, self._produce_all([(r.body, r.version) for r in requests])):
-            if response is not None:
-                out.append(encode_response(response, request.correlation_id))
+        for request, answered in zip(requests, self._produce_all([r.body for r in requests])):
+            if request.body.acks != 0:
+                out.append(encode_produce_response(request.version, request.correlation_id, answered))
         if failure is not None:
             raise failure
 
-    def _produce(self, body, version):
-        return self._produce_all([(body, version)])[0]
-
     def _produce_all(self, requests) -> list:
-        """The ProduceResponse of each ``(body, version)`` (None for acks=0),
-        their sets written first and answered after (see
+        """The answer of each request body, ``[(topic, [(partition, error
+        code, base offset, error message), ...]), ...]``, their sets written
+        first and answered after (see
         :meth:`handle_produce_run`), in groups of one acks value: a group is
         answered whole before the next is written, so that acks=0 sets,
         which nothing answers, never share a connection's pipeline with
@@ -344,7 +346,7 @@ class Session:
         responses, i = [], 0
         while i < len(requests):
             j = i + 1
-            while j < len(requests) and requests[j][0].acks == requests[i][0].acks:
+            while j < len(requests) and requests[j].acks == requests[i].acks:
                 j += 1
             responses += self._produce_group(requests[i:j])
             i = j
@@ -355,7 +357,7 @@ class Session:
         written = []  # per request: [(topic, [entry, ...]), ...]
         outgoing: dict[int, tuple] = {}  # id(connection) -> (connection, [(entry, set), ...])
         broken: dict[int, RaylogError] = {}  # id(connection) -> its failure in this run
-        for body, _version in requests:
+        for body in requests:
             acks = body.acks
             topics = []
             for topic in body.topic_data:
@@ -389,10 +391,8 @@ class Session:
                 topics.append((topic.name, partitions))
             written.append(topics)
         _write_all(outgoing, broken)
-        Topic = ProduceResponse.TopicProduceResponse
-        Partition = Topic.PartitionProduceResponse
         responses = []
-        for (body, version), topics in zip(requests, written):
+        for topics in written:
             answered = []
             for name, partitions in topics:
                 for entry in partitions:
@@ -414,12 +414,8 @@ class Session:
                             self._refused(entry, name, err)
                     if entry[1] != NONE:
                         log.info("produce to %s-%s refused: %s", name, entry[0], entry[3])
-                answered.append(Topic(name=name, partition_responses=[
-                    Partition(index=index, error_code=code, base_offset=base, log_append_time_ms=-1,
-                              log_start_offset=-1, record_errors=[], error_message=message)
-                    for index, code, base, message, _ in partitions]))
-            responses.append(None if body.acks == 0 else ProduceResponse[version](responses=answered,
-                                                                                  throttle_time_ms=0))
+                answered.append((name, [(index, code, base, message) for index, code, base, message, _ in partitions]))
+            responses.append(answered)
         return responses
 
     def _refused(self, entry: list, topic: str, err: RaylogError) -> None:
@@ -627,7 +623,6 @@ _HANDLERS = {
     OFFSET_COMMIT: _offset_commit,
     OFFSET_FETCH: _offset_fetch,
     FIND_COORDINATOR: _find_coordinator,
-    PRODUCE: Session._produce,
     FETCH: Session._fetch,
     LIST_OFFSETS: Session._list_offsets,
     METADATA: Session._metadata,
