@@ -23,6 +23,7 @@ Thread-safety: a Session is confined to its connection's thread; the
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
@@ -94,10 +95,12 @@ UNKNOWN_SERVER_ERROR = -1
 _POLL_SLICE_MS = 100
 #: how many times a fetch skips past messages holding no record it wants
 _SKIPS = 4
+#: how long a read made ahead may wait for the fetch that wants it (see Session.after_reply)
+READ_AHEAD_TTL_S = 1.0
 #: the most partitions a connection remembers the inflation of (see Session._read)
 _MAX_EXPANSIONS = 10_000
 #: what a partition's first fetch on a connection assumes its stored bytes inflate by
-_FIRST_EXPANSION = 4.0
+_FIRST_EXPANSION = 16.0
 
 
 def error_code(err: Exception) -> int:
@@ -172,20 +175,69 @@ class Session:
         self._connections: dict = {}
         #: (topic, partition) -> Kafka batch bytes per stored byte of its last fetch (see _read)
         self._expansion: dict = {}
+        #: the read to make ahead once the reply is out, and the one made (see after_reply)
+        self._ahead_key: tuple | None = None
+        self._ahead: tuple | None = None
         self.client_id: str | None = None
         #: set when the connection must close after the reply is sent
         self.closing = False
 
     def close(self) -> None:
+        self._settle()
         for conn in self._connections.values():
             conn.close()
         self._connections.clear()
 
     # -- dispatch ------------------------------------------------------------
 
+    # -- reading ahead ---------------------------------------------------------
+
+    def after_reply(self) -> None:
+        """Called once the replies to the frames received together are out:
+        a fetch that left data below the high watermark reads the next
+        answer for that partition now, on a thread of its own, while the
+        client takes in this one (a Kafka client sends its next fetch only
+        after it has read the last answer, so the two would otherwise wait
+        for each other). The next fetch uses it when it asks for exactly
+        that (partition, offset, bytes) within :data:`READ_AHEAD_TTL_S`;
+        anything else reads afresh. What it holds was below the high
+        watermark when read: committed records, never taken back."""
+        key, self._ahead_key = self._ahead_key, None
+        if key is None or self._ahead is not None:
+            return
+        box: dict = {}
+        thread = threading.Thread(target=self._read_ahead, args=(key, box), name="kafka-read-ahead", daemon=True)
+        self._ahead = (key, thread, box)
+        thread.start()
+
+    def _read_ahead(self, key: tuple, box: dict) -> None:
+        try:
+            box["result"] = self._read(*key, 0)
+            box["at"] = time.monotonic()
+        except Exception as err:  # noqa: BLE001 - the fetch that wanted it reads afresh (and meets the error)
+            log.debug("Kafka listener: reading ahead %s: %s", key, err)
+
+    def _settle(self) -> None:
+        """Wait for a read ahead to finish (its connection is then free)."""
+        if self._ahead is not None:
+            self._ahead[1].join()
+
+    def _take_ahead(self, key: tuple):
+        """The read made ahead for ``key`` if there is a fresh one (and
+        forget any other)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        made, thread, box = ahead
+        thread.join()
+        if made != key or "result" not in box or time.monotonic() - box["at"] > READ_AHEAD_TTL_S:
+            return None
+        return box["result"]
+
     def handle(self, frame: bytes) -> bytes | None:
         """The response frame to one request frame, or None (acks=0 produce).
         Raises :class:`BadFrame` when the connection must close."""
+        self._settle()
         api_key, version, correlation_id = peek_header(frame)
         if api_key == API_VERSIONS:
             _, low, high = SUPPORTED[API_VERSIONS]
@@ -320,6 +372,7 @@ class Session:
         that failure (nothing more is written on it in this run). Raises
         :class:`BadFrame` for a malformed frame, after the frames before it
         are answered."""
+        self._settle()
         requests, failure = [], None
         for frame in frames:
             try:
@@ -423,8 +476,9 @@ class Session:
         entry[1], entry[3] = error_code(err), str(err).splitlines()[0]
 
     def _read(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int):
-        """``(records bytes, high watermark, log start)`` of one partition
-        from ``offset``: at most ``max_bytes`` of Kafka batches, or the
+        """``(records bytes, high watermark, log start, next offset)`` of one
+        partition from ``offset`` (the next offset: where the client goes on
+        after these records): at most ``max_bytes`` of Kafka batches, or the
         first record alone when it is larger (as a Kafka broker answers).
 
         Stored bytes are not Kafka bytes: a compressed wrapper inflates into
@@ -453,7 +507,7 @@ class Session:
             hw, log_start = result.high_watermark, result.log_start_offset
             records, consumed = decode_messages(result.data, result.offset, max_message_bytes=max_message_bytes)
             if not consumed:
-                return b"", hw, log_start
+                return b"", hw, log_start, offset
             end = result.offset + consumed
             if records and records[0][0] < offset:  # a wrapper's records before the offset asked for
                 records = [r for r in records if r[0] >= offset]
@@ -464,10 +518,11 @@ class Session:
                 self._expansion[key] = max(1.0, len(batch) / consumed)
                 if len(batch) > max_bytes and len(records) > 1:
                     keep = _cut(records, max(1, len(records) * max_bytes // len(batch)))
-                    batch = encode_batch(records[:keep], records[keep][0])
-                return batch, hw, log_start
+                    end = records[keep][0]
+                    batch = encode_batch(records[:keep], end)
+                return batch, hw, log_start, end
             start = end  # a wrapper's tail holding no record at or after offset
-        return b"", hw, log_start
+        return b"", hw, log_start, start
 
     def _fetch(self, body, version):
         deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000.0
@@ -497,12 +552,19 @@ class Session:
 
     def _fetch_round(self, wanted, response_max_bytes: int):
         results, total, failed = [], 0, False
+        self._ahead_key = None
         for topic, partition, offset, max_bytes in wanted:
             budget = max(1, min(max_bytes, response_max_bytes - total)) if total else max(1, max_bytes)
             try:
-                records, hw, start = self._read(topic, partition, offset, budget, 0)
+                key = (topic, partition, offset, budget)
+                found = self._take_ahead(key)
+                if found is None:
+                    found = self._read(*key, 0)
+                records, hw, start, next_offset = found
                 results.append((NONE, records, hw, start))
                 total += len(records)
+                if records and next_offset < hw and self._ahead_key is None:
+                    self._ahead_key = (topic, partition, next_offset, budget)
             except OffsetOutOfRangeError as err:
                 failed = True
                 results.append((OFFSET_OUT_OF_RANGE, b"", err.details.get("latest", -1),

@@ -160,6 +160,7 @@ class KafkaServer:
                     replies.send()
                 if session.closing:
                     return
+                session.after_reply()
         except BadFrame as err:
             log.info("Kafka listener: closing the connection from %s: %s", peer, err)
         except (_Closed, OSError):

@@ -97,6 +97,50 @@ def test_a_fetch_answers_at_most_the_bytes_asked_for_however_much_stored_bytes_i
     assert answers >= 1_000 * 110 // 4_000  # many answers: none held more than asked
 
 
+def test_a_fetch_read_ahead_is_used_only_by_the_fetch_it_was_read_for(raylog_client, kafka_config):
+    """After an answer that left data below the high watermark the listener
+    reads the next answer ahead (Session.after_reply); a fetch of another
+    offset or size, or one after more records arrived, still gets exactly
+    what a fresh read gives."""
+    topic = _topic(raylog_client)
+    producer = raylog_client.producer(batch_size=20, linger_ms=20, compression="lz4")
+    values = [f"{i:04d}".encode() + b"z" * 60 for i in range(400)]
+    for value in values[:300]:
+        producer.send(topic, value, partition=0)
+    producer.flush()
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        deadline = time.monotonic() + WAIT_S
+        while [v for _, v in _fetch(raw, topic, 0, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)[1][-1:]] != [
+                values[299]]:  # every one of the first 300 visible
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        part, first = _fetch(raw, topic, 0, max_wait_ms=0, min_bytes=1, max_bytes=2_000)
+        after = _next_offset(bytes(part.records))
+        assert 0 < len(first) < 300
+        # another offset than the one read ahead: from the start again
+        _, again = _fetch(raw, topic, 0, max_wait_ms=0, min_bytes=1, max_bytes=2_000)
+        assert again == first
+        # the offset read ahead, with another size: a fresh read of that size
+        part, bigger = _fetch(raw, topic, after, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+        assert [v for _, v in bigger] == values[len(first):300]
+        # more records after an answer was read ahead: the rest of them, in order, follow
+        part, second = _fetch(raw, topic, after, max_wait_ms=0, min_bytes=1, max_bytes=2_000)
+        for value in values[300:]:
+            producer.send(topic, value, partition=0)
+        producer.flush()
+        read, offset = list(first) + list(second), _next_offset(bytes(part.records))
+        for _ in range(200):
+            if len(read) >= len(values):
+                break
+            part, more = _fetch(raw, topic, offset, max_wait_ms=1_000, min_bytes=1, max_bytes=2_000)
+            if more:
+                offset = _next_offset(bytes(part.records))
+            read.extend(more)
+    producer.close()
+    assert [v for _, v in read] == values
+
+
 def _next_offset(data: bytes) -> int:
     """The offset a client continues at after ``data``'s batches: the last batch's last offset + 1."""
     pos, last = 0, -1
