@@ -17,7 +17,9 @@ the same run, ``-n`` messages of ``--size`` bytes each way:
   produced from the start; and raylog's ``poll_batch`` (views of the
   fetched sets) and raylog's ``poll`` of the topic the Kafka producer
   wrote (its batches are stored as compressed wrappers, docs/design.md
-  section 10) for reference. librdkafka (2.4 and later) stops fetching
+  section 10) for reference; and the confluent-kafka consumer's own
+  ceiling: ``consume`` of messages librdkafka already holds (fetched
+  before the clock starts), which no broker can beat. librdkafka (2.4 and later) stops fetching
   for ``fetch.queue.backoff.ms`` (1,000 by default) whenever its queue holds
   ``queued.min.messages`` (100,000): with the default, a consumer that reads
   slower than the broker answers idles most of each second, against any
@@ -132,6 +134,37 @@ def kafka_consume(config: dict, topic: str, n: int) -> dict:
             "seconds": round(seconds, 3), "msg_per_s": round(received / seconds)}
 
 
+def kafka_consume_prefetched(config: dict, topic: str, n: int) -> dict:
+    """The confluent-kafka consumer's own ceiling on this machine: ``consume``
+    of messages librdkafka has already fetched into its queue (it is given
+    a queue that holds them all and :data:`PREFETCH_S` to fill it), so no
+    broker is waited for while timed."""
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer({**config, "group.id": f"bench-{os.getpid()}-prefetched",
+                                         "enable.auto.commit": False, "fetch.max.bytes": 1 << 20,
+                                         "queued.min.messages": n, "queued.max.messages.kbytes": 2_097_151})
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    if not consumer.consume(num_messages=1, timeout=10.0):
+        raise RuntimeError("confluent-kafka consumer read nothing")
+    time.sleep(PREFETCH_S)
+    received, want = 1, n
+    t0 = time.perf_counter()
+    while received < want:
+        got = consumer.consume(num_messages=min(10_000, want - received), timeout=10.0)
+        if not got:
+            raise RuntimeError(f"confluent-kafka consumer stalled after {received} of {want} messages")
+        received += len(got)
+    seconds = time.perf_counter() - t0
+    consumer.close()
+    return {"case": "confluent-kafka consumer, messages already fetched (the client's ceiling)",
+            "messages": received - 1, "seconds": round(seconds, 3), "msg_per_s": round((received - 1) / seconds)}
+
+
+#: how long the prefetched case lets librdkafka fill its queue before it is timed
+PREFETCH_S = 5.0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--messages", type=int, default=200_000)
@@ -163,11 +196,14 @@ def main(argv=None) -> int:
                     "kafka": kafka_consume(config, "bench-kafka", total),
                     "raylog_batch": raylog_consume(client, "bench-raylog", total, batches=True),
                     "raylog_of_kafka": {**raylog_consume(client, "bench-kafka", total, batches=False),
-                                        "case": "raylog consumer, poll, of the Kafka producer's topic"}}
+                                        "case": "raylog consumer, poll, of the Kafka producer's topic"},
+                    "kafka_prefetched": kafka_consume_prefetched(config, "bench-kafka", total)}
         for row in consumed.values():
             _emit(rows, row, args.json_only)
     summary = {"produce_ratio": round(produced["kafka"]["msg_per_s"] / produced["raylog"]["msg_per_s"], 3),
                "consume_ratio": round(consumed["kafka"]["msg_per_s"] / consumed["raylog"]["msg_per_s"], 3),
+               "consume_of_client_ceiling": round(consumed["kafka"]["msg_per_s"]
+                                                  / consumed["kafka_prefetched"]["msg_per_s"], 3),
                "messages": args.messages, "size": args.size, "loadavg_before": round(load_before, 2),
                "loadavg_after": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
     _emit(rows, summary, args.json_only)
@@ -178,8 +214,9 @@ def main(argv=None) -> int:
             if "case" in row and not row.get("warm_up"):
                 print(f"{row['case']:<66} {row['msg_per_s']:>12,}")
         print(f"front door / raylog's own client: produce {summary['produce_ratio']}, consume "
-              f"{summary['consume_ratio']} (issue: at least 0.5 each); load average {summary['loadavg_before']}"
-              f" -> {summary['loadavg_after']}, {summary['cpus']} cpus")
+              f"{summary['consume_ratio']} (issue: at least 0.5 each); consume through the front door / the "
+              f"client's own ceiling {summary['consume_of_client_ceiling']}; load average "
+              f"{summary['loadavg_before']} -> {summary['loadavg_after']}, {summary['cpus']} cpus")
     return 0
 
 
