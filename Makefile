@@ -15,13 +15,18 @@ JAVA_SOURCES := $(shell find integrations/spark/java -type f -not -name '.*')
 
 venv: $(STAMP) $(SPARK_JAR) hosts-tools
 
-# nftables, for the network faults of the hosts kit (raylog/testing/hosts.py): installed
-# when missing and this runs as root with apt-get; else the kit's tests skip and say why
+# system tools the tests use, installed when missing and this runs as root with apt-get (else the
+# tests that need them skip and say why): nftables, for the network faults of the hosts kit
+# (raylog/testing/hosts.py), and kcat, a Kafka client on Debian's own librdkafka (tests/kafka)
 hosts-tools:
 	@command -v nft >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || { \
 		echo "installing nftables (the hosts kit's network faults) ..."; \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; } >/dev/null 2>&1 \
 		|| echo "note: nftables could not be installed; the hosts kit's tests will skip"; }
+	@command -v kcat >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || { \
+		echo "installing kcat (a Kafka client for the front door's tests) ..."; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } >/dev/null 2>&1 \
+		|| echo "note: kcat could not be installed; the kcat tests will skip"; }
 
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
 $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/producer/_fastsend.c raylog/kafka/_kafkarecords.c \

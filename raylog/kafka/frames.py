@@ -47,7 +47,7 @@ SUPPORTED = {
     HeartbeatRequest.API_KEY: (HeartbeatRequest, 0, 3),
     LeaveGroupRequest.API_KEY: (LeaveGroupRequest, 0, 3),
     SyncGroupRequest.API_KEY: (SyncGroupRequest, 0, 3),
-    SaslHandshakeRequest.API_KEY: (SaslHandshakeRequest, 1, 1),
+    SaslHandshakeRequest.API_KEY: (SaslHandshakeRequest, 0, 1),
     ApiVersionsRequest.API_KEY: (ApiVersionsRequest, 0, 3),
     SaslAuthenticateRequest.API_KEY: (SaslAuthenticateRequest, 0, 1),
     InitProducerIdRequest.API_KEY: (InitProducerIdRequest, 0, 4),

@@ -2,7 +2,8 @@
 
 A :class:`Session` takes request frames (payload without the size field)
 and returns response frames. It authenticates the connection (SASL
-handshake then SaslAuthenticate with SCRAM-SHA-256; until then every API
+handshake then SaslAuthenticate with SCRAM-SHA-256, or after a handshake of
+version 0 the SCRAM tokens as bare size-prefixed frames; until then every API
 but ApiVersions, SaslHandshake and SaslAuthenticate closes the connection,
 as a Kafka broker does), and serves Produce, Fetch, ListOffsets and
 Metadata by forwarding to each partition's data endpoint through raylog's
@@ -50,6 +51,7 @@ from raylog.errors import (
 from raylog.kafka import admin, brokers, group_offsets, idempotence
 from raylog.kafka.coordinator import Coordinator
 from raylog.kafka.frames import (
+    SIZE,
     SUPPORTED,
     UNSUPPORTED_VERSION,
     BadFrame,
@@ -172,6 +174,8 @@ class Session:
         self.backend = backend
         self.authenticated = backend.verifier is None
         self._exchange = None
+        #: after a SaslHandshake of version 0: the SASL tokens come as bare frames
+        self._bare_sasl = False
         self._connections: dict = {}
         #: (topic, partition) -> Kafka batch bytes per stored byte of its last fetch (see _read)
         self._expansion: dict = {}
@@ -238,6 +242,8 @@ class Session:
         """The response frame to one request frame, or None (acks=0 produce).
         Raises :class:`BadFrame` when the connection must close."""
         self._settle()
+        if self._bare_sasl:
+            return self._bare_sasl_token(frame)
         api_key, version, correlation_id = peek_header(frame)
         if api_key == API_VERSIONS:
             _, low, high = SUPPORTED[API_VERSIONS]
@@ -272,7 +278,24 @@ class Session:
             offered = [MECHANISM] if self.backend.verifier is not None else []
             return SaslHandshakeResponse[version](error_code=UNSUPPORTED_SASL_MECHANISM, mechanisms=offered)
         self._exchange = self.backend.verifier.exchange()
+        # version 0 (clients before SaslAuthenticate): the tokens follow as
+        # bare size-prefixed frames, without Kafka request headers
+        self._bare_sasl = version == 0
         return SaslHandshakeResponse[version](error_code=NONE, mechanisms=[MECHANISM])
+
+    def _bare_sasl_token(self, token: bytes) -> bytes:
+        """The answer to one SASL token after a SaslHandshake of version 0:
+        the server's token as a bare frame; a failure closes the connection
+        (what a Kafka broker does: the protocol has no error to answer)."""
+        try:
+            answer = self._exchange.step(bytes(token))
+        except SaslFailed as err:
+            raise BadFrame(f"SASL authentication failed: {err}; the user is the cluster's name and the password "
+                           f"its token (client.kafka_config() gives both)") from None
+        if self._exchange.done:
+            self.authenticated = True
+            self._bare_sasl = False
+        return SIZE.pack(len(answer)) + answer
 
     def _sasl_authenticate(self, body, version):
         if self._exchange is None or self.authenticated:

@@ -46,6 +46,7 @@ class ScramExchange:
     def __init__(self, verifier: ScramVerifier):
         self._server = verifier._mechanism.make_server(verifier._lookup)
         self._round = 0
+        self._client_nonce = ""
         self.done = False
 
     def step(self, message: bytes) -> bytes:
@@ -53,9 +54,17 @@ class ScramExchange:
             text = message.decode("utf-8")
             if self._round == 0:
                 self._server.set_client_first(text)
+                self._client_nonce = _attribute(text, "r") or ""
                 self._round = 1
                 return self._server.get_server_first().encode("utf-8")
             if self._round == 1:
+                nonce, expected = _attribute(text, "r"), str(self._server.nonce)
+                if nonce is not None and nonce != expected and nonce == self._client_nonce + expected:
+                    # librdkafka before 2.1 (Debian's kcat, among others) puts its own nonce
+                    # again before the server's whole one; a Kafka broker takes a final nonce
+                    # that ends with the server's, so this one form is taken too (the proof
+                    # is still checked over the message as sent, the server's fresh nonce in it)
+                    self._server.nonce = type(self._server.nonce)(nonce)
                 self._server.set_client_final(text)
                 self._round = 2
                 self.done = True
@@ -63,3 +72,11 @@ class ScramExchange:
         except (ScramException, UnicodeDecodeError, ValueError, KeyError, IndexError) as err:
             raise SaslFailed(f"SCRAM-SHA-256 authentication failed: {err}") from None
         raise SaslFailed("SCRAM-SHA-256 authentication is already complete")
+
+
+def _attribute(message: str, name: str) -> str | None:
+    """The value of SCRAM attribute ``name`` in ``message`` (``a=b,c=d``), or None."""
+    for part in message.split(","):
+        if part.startswith(name + "="):
+            return part[len(name) + 1:]
+    return None

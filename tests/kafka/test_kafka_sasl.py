@@ -37,3 +37,28 @@ def test_garbage_fails_and_a_finished_exchange_takes_nothing_more():
     exchange = _run(ScramVerifier("c1", TOKEN), "c1", TOKEN.decode())
     with pytest.raises(SaslFailed):
         exchange.step(b"n,,n=c1,r=abc")
+
+
+def _run_with_final_nonce(verifier, user, password, nonce_of):
+    """An exchange whose client-final carries ``nonce_of(client nonce, server nonce)``."""
+    client = ScramClient(["SCRAM-SHA-256"], user, password)
+    exchange = verifier.exchange()
+    client.set_server_first(exchange.step(client.get_client_first().encode()).decode())
+    client.nonce = type(client.nonce)(nonce_of(str(client.c_nonce), str(client.nonce)))
+    client.set_server_final(exchange.step(client.get_client_final().encode()).decode())
+    return exchange
+
+
+def test_the_final_nonce_of_librdkafka_before_2_1_is_taken_as_a_kafka_broker_takes_it():
+    """librdkafka 2.0 (Debian's kcat) sends its own nonce again before the
+    server's whole one: taken, and the proof still checked over it."""
+    assert _run_with_final_nonce(ScramVerifier("c1", TOKEN), "c1", TOKEN.decode(), lambda c, s: c + s).done
+    with pytest.raises(SaslFailed):  # the same form with a wrong token
+        _run_with_final_nonce(ScramVerifier("c1", TOKEN), "c1", "cd" * 32, lambda c, s: c + s)
+
+
+@pytest.mark.parametrize("nonce_of", [lambda c, s: c, lambda c, s: s[:-1], lambda c, s: "x" + s,
+                                      lambda c, s: c + c + s])
+def test_any_other_final_nonce_fails(nonce_of):
+    with pytest.raises(SaslFailed):
+        _run_with_final_nonce(ScramVerifier("c1", TOKEN), "c1", TOKEN.decode(), nonce_of)
