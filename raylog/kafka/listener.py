@@ -69,7 +69,13 @@ class _Frames:
             frames, pos, total = [], 0, len(buf)
             while total - pos >= SIZE.size:
                 (size,) = SIZE.unpack_from(buf, pos)
-                check_size(size)
+                if frames:  # the frames before a bad size are answered first; it is met at the next call
+                    try:
+                        check_size(size)
+                    except BadFrame:
+                        break
+                else:
+                    check_size(size)
                 if total - pos - SIZE.size < size:
                     break
                 frames.append(bytes(buf[pos + SIZE.size:pos + SIZE.size + size]))

@@ -107,15 +107,17 @@ def test_produce_requests_sent_together_are_answered_in_order_each_with_its_own_
 @pytest.mark.parametrize("garbage", [
     struct.pack(">hhi", 999, 0, 3) + b"\x00\x00",  # an api key never served
     struct.pack(">hhi", 0, 8, 3) + b"\x00\x03raw\xff\xff\x00",  # a Produce request cut short: in the run
-], ids=["unknown-api", "malformed-produce"])
+    b"\x7f" * 8,  # a size field over the bound (the frame's size is this garbage's first 4 bytes)
+], ids=["unknown-api", "malformed-produce", "size-over-the-bound"])
 def test_a_malformed_frame_after_produce_requests_closes_the_connection_after_they_are_answered(
         raylog_client, kafka_config, garbage):
     topic = f"k-{uuid.uuid4().hex[:12]}"
     raylog_client.create_topic(topic, partitions=1)
     with RawKafka(kafka_config) as raw:
         raw.authenticate()
+        framed = garbage if garbage.startswith(b"\x7f") else struct.pack(">i", len(garbage)) + garbage
         raw.sock.sendall(_frame(1, topic, 0, _batch([b"a", b"b"])) + _frame(2, topic, 0, _batch([b"c"]))
-                         + struct.pack(">i", len(garbage)) + garbage + _frame(3, topic, 0, _batch([b"never"])))
+                         + framed + _frame(3, topic, 0, _batch([b"never"])))
         answers = _answers(raw, 2)
         assert [(a[0], a[1]) for a in answers] == [(1, 0), (2, 0)]
         assert raw.read_frame() is None  # then closed, the frame after it not served
