@@ -69,13 +69,12 @@ class _Frames:
             frames, pos, total = [], 0, len(buf)
             while total - pos >= SIZE.size:
                 (size,) = SIZE.unpack_from(buf, pos)
-                if frames:  # the frames before a bad size are answered first; it is met at the next call
-                    try:
-                        check_size(size)
-                    except BadFrame:
-                        break
-                else:
+                try:
                     check_size(size)
+                except BadFrame:
+                    if frames:  # the frames before it are answered first; it is met at the next call
+                        break
+                    raise
                 if total - pos - SIZE.size < size:
                     break
                 frames.append(bytes(buf[pos + SIZE.size:pos + SIZE.size + size]))

@@ -159,15 +159,15 @@ def _decode(
                 raise _nested(base_offset + pos)
             offset = base_offset + pos
             inner = _inner_set(data, pos, end, attrs, klen, max_message_bytes, offset, max_inflated_bytes)
+            # A record type may build inner messages as a type of their own
+            # (``inner_type``) and the last one with the wrapper's end (``last_inner``),
+            # as raylog.Message does for its next_offset.
+            inner_type = getattr(record_type, "inner_type", record_type) if typed else None
             fast = _format._speedups
             if fast is not None:
                 # the compiled loop numbers the inner messages offset + i itself, building
                 # the records as they are handed out, when it reads the whole set and no
-                # offset needs clamping (else the general way below, which also raises).
-                # A record type may build inner messages as a type of their own
-                # (``inner_type``) and the last one with the wrapper's end (``last_inner``),
-                # as raylog.Message does for its next_offset.
-                inner_type = getattr(record_type, "inner_type", record_type) if typed else None
+                # offset needs clamping (else the general way below, which also raises)
                 inner_records, used, status = fast.decode(inner, offset, max_message_bytes, inner_type, p0, p1,
                                                           True)
                 if not status and used == len(inner) and offset + len(inner_records) - 1 <= base_offset + end - 1:
@@ -189,7 +189,6 @@ def _decode(
                 _, stamps, keys, values = zip(*inner_records)
                 offsets = range(offset, offset + count)
                 if typed:
-                    inner_type = getattr(record_type, "inner_type", record_type)
                     records.extend(map(functools.partial(new, inner_type),
                                        zip(repeat(p0), repeat(p1), offsets, stamps, keys, values)))
                     if inner_type is not record_type:
