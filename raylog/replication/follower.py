@@ -11,8 +11,11 @@ next (which tells the leader how far it reaches) is on its disk. With the
 bytes go the idempotent producers' sets they hold, fetched from the leader
 under the name ``replica_topic(topic, node, PRODUCERS_LEARNT_PREFIX)`` (with
 where the leader learnt each producer; a leader of an older version knows
-only ``PRODUCERS_PREFIX``, asked then) right after
-the bytes and appended with them (:meth:`raylog.storage.log.PartitionLog.append_replica`), so
+only ``PRODUCERS_PREFIX``, asked then) in the same round trip: both
+FETCHes leave in one write and the leader answers them in order, so the
+sets are read after the bytes and cover every set the bytes hold
+(:meth:`~raylog.transfer.connection.BrokerConnection.fetch_pair`). They are
+appended with the bytes (:meth:`raylog.storage.log.PartitionLog.append_replica`), so
 that a follower that takes over deduplicates a retry as its leader would.
 A set larger than one fetch is appended in parts and remembered with the
 fetch that completes it (:func:`replicable`), so it loses no sequence;
@@ -305,21 +308,21 @@ class Follower:
             while not self._stopped.is_set():
                 offset = self.log.log_end_offset
                 try:
-                    reply = conn.fetch(name, self.partition, offset, max_bytes, max_wait_ms=FETCH_WAIT_MS)
+                    # the bytes, then (in the same round trip) the producers' sets they hold
+                    reply, sets = conn.fetch_pair(name, producers, self.partition, offset, max_bytes,
+                                                  FETCH_WAIT_MS)
                 except OffsetOutOfRangeError as err:
                     if not start_over_if_behind(self.log, offset, err, f"{self.node} of {self.topic}-{self.partition}"):
                         raise
                     continue
                 length = whole_messages(reply.data)
                 if length:
-                    try:
-                        sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)
-                    except NotOwnerError:
-                        if producers.startswith(PRODUCERS_PREFIX):
-                            raise
+                    if isinstance(sets, NotOwnerError) and not producers.startswith(PRODUCERS_PREFIX):
                         # a leader of an older version: the sets only, under the older name
                         producers = replica_topic(self.topic, self.node, PRODUCERS_PREFIX)
                         sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)
+                    if isinstance(sets, RaylogError):
+                        raise sets
                     records = parse_records(sets.data)
                     length, sequences = replicable(offset, length, records,
                                                    full=len(sets.data) + RECORD_SIZE > max_bytes)
