@@ -105,6 +105,22 @@ def test_jvm_reader_with_small_fetches_refetches_cut_messages(spark, raylog_clie
     assert as_tuples(df.collect()) == sorted(log_messages(raylog_client, clicks))
 
 
+def test_jvm_reader_walks_replies_of_many_pieces_and_stops_at_a_range_end_inside_one(spark, raylog_client, make_topic):
+    # a reply of several MiB is read and walked in pieces (FetchClient.WALK_PIECE, 256 KiB):
+    # messages of odd sizes straddle every piece boundary; a range that ends inside the
+    # reply returns the messages before its end only
+    topic = make_topic(partitions=1)
+    produce(raylog_client, topic, [(None, b"%06d:" % i + b"v" * (1000 + i % 331)) for i in range(4000)])
+    expected = sorted(log_messages(raylog_client, topic))
+    assert expected[-1][1] > 3 * (256 << 10)  # more than three pieces in one 8 MiB reply
+    df = raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm")
+    assert as_tuples(df.collect()) == expected
+    end = expected[2500][1]  # the offset of message 2500: a message boundary inside the reply
+    part = raylog_spark.read_topic(spark, topic, starting_offsets={0: 0}, ending_offsets={0: end},
+                                   client=raylog_client, engine="jvm")
+    assert as_tuples(part.collect()) == expected[:2500]
+
+
 def _with_ranges(plan, **changes):
     """``plan`` with every range changed by ``changes`` (for reads the planner would refuse)."""
     return dataclasses.replace(plan, ranges=tuple(r._replace(**changes) for r in plan.ranges))

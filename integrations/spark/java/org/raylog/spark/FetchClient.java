@@ -118,6 +118,11 @@ final class FetchClient implements Closeable {
 
   /** What the last FETCH reply said: its data length, high watermark and log start. */
   int dataLength;
+  /** the pieces a reply's data is read and walked in (readFetch with a walk) */
+  static final int WALK_PIECE = 256 << 10;
+  /** the run of whole messages the last walked readFetch found, or the error of its walk */
+  private int walked;
+  private RaylogReadException walkError;
   long highWatermark;
   long logStartOffset;
 
@@ -385,9 +390,23 @@ final class FetchClient implements Closeable {
    * connection stays usable.
    */
   byte[] readFetch(byte[] buf) {
+    return readFetch(buf, 0, 0, 0);
+  }
+
+  /**
+   * {@link #readFetch(byte[])}, and the run of whole messages in the first
+   * {@code walkLimit} bytes of the data ({@link MessageSet#wholeMessages},
+   * from log offset {@code base}) found while the data comes in, in pieces
+   * of {@link #WALK_PIECE} bytes: each piece is walked while it is still in
+   * the CPU's cache, where a walk of the whole reply after it came in reads
+   * every message header from memory again. The run: {@link #wholeLength()}.
+   */
+  byte[] readFetch(byte[] buf, long walkLimit, int maxMessageBytes, long base) {
     if (outstanding == null) {
       throw new IllegalStateException("no FETCH is outstanding");
     }
+    walkError = null;
+    walked = 0;
     int id = outstanding;
     outstanding = null;
     readReplyHeader(id, "FETCH");
@@ -405,9 +424,35 @@ final class FetchClient implements Closeable {
     if (length > buf.length) {
       buf = new byte[length]; // a message larger than the request: at most maxDataBytes()
     }
-    readFully(buf, 0, length);
+    int limit = (int) Math.max(0, Math.min(length, walkLimit));
+    int got = 0;
+    int p = 0;
+    while (got < length) {
+      int piece = Math.min(WALK_PIECE, length - got);
+      readFully(buf, got, piece);
+      got += piece;
+      if (walkError == null && p < limit) {
+        try {
+          p = MessageSet.wholeMessagesFrom(buf, p, Math.min(got, limit), maxMessageBytes, base);
+        } catch (RaylogReadException e) {
+          walkError = e; // raised by wholeLength(), once the whole reply is read (the connection stays in step)
+        }
+      }
+    }
+    walked = p;
     dataLength = length;
     return buf;
+  }
+
+  /**
+   * The run of whole messages that {@link #readFetch(byte[], long, int, long)}
+   * found; a size field out of bounds raises its error here.
+   */
+  int wholeLength() {
+    if (walkError != null) {
+      throw walkError;
+    }
+    return walked;
   }
 
   /** Read a reply header of the request {@code id}; an error reply is raised here. */

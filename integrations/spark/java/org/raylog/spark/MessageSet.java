@@ -100,7 +100,14 @@ final class MessageSet {
    * here, from the 4 size bytes alone.
    */
   static int wholeMessages(byte[] buf, int n, int maxMessageBytes, long base) {
-    int p = 0;
+    return wholeMessagesFrom(buf, 0, n, maxMessageBytes, base);
+  }
+
+  /**
+   * {@link #wholeMessages} from position {@code p}, a message start (the
+   * whole run found so far): the walk goes on as more of a reply comes in.
+   */
+  static int wholeMessagesFrom(byte[] buf, int p, int n, int maxMessageBytes, long base) {
     while (n - p >= LOG_OVERHEAD) {
       int size = FetchClient.readInt(buf, p);
       checkSize(size, maxMessageBytes, base + p);

@@ -224,7 +224,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
           send(); // connecting to a partition actor that moved fails here
         }
         pending = false;
-        buffer = client.readFetch(buffer);
+        buffer = client.readFetch(buffer, range.end - next, settings.maxMessageBytes, next);
         length = client.dataLength;
         refindDeadline = 0;
       } catch (RaylogReadException e) {
@@ -274,7 +274,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
       int n = (int) Math.min(length, range.end - next);
       int whole;
       try {
-        whole = MessageSet.wholeMessages(buffer, n, settings.maxMessageBytes, next);
+        whole = client.wholeLength(); // MessageSet.wholeMessages(buffer, n, ...), walked as the data came in
       } catch (RaylogReadException e) {
         if (follower == null) {
           throw e;
