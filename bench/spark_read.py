@@ -130,7 +130,9 @@ def main(argv=None) -> None:
     parser.add_argument("-n", "--messages", type=int, default=1_000_000)
     parser.add_argument("-p", "--partitions", type=int, default=4)
     parser.add_argument("--avro", type=int, default=200_000, help="Avro records for the typed read")
-    parser.add_argument("--repeat", type=int, default=3)
+    # each job takes a few tenths of a second, a third of it Spark's own
+    # fixed cost: with 3 rounds one noisy round decided a case's best
+    parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--executor-cores", type=int, default=2)
     parser.add_argument("--json-only", action="store_true")
     args = parser.parse_args(argv)
