@@ -2,7 +2,8 @@
 door with confluent-kafka's AdminClient, on real ZooKeeper, Ray and
 sockets: topics made as client.create_topic makes them, configs under
 Kafka's names, unknown configs refused by name with nothing created,
-validate_only honoured."""
+validate_only honoured; a topic deleted and made again is served with its
+new partition count and configs."""
 
 from __future__ import annotations
 
@@ -110,3 +111,42 @@ def test_delete_topics_removes_the_topic_and_an_unknown_one_is_an_error(raylog_c
     assert name not in raylog_client.list_topics()
     err = _error(admin.delete_topics([name], operation_timeout=WAIT_S)[name])
     assert err.name() == "UNKNOWN_TOPIC_OR_PART"
+
+
+def test_a_topic_deleted_and_made_again_is_served_as_made_again(raylog_client, kafka_config):
+    # the same listeners serve the new topic: its partition count and configs, not the old one's
+    name = _name()
+    raylog_client.create_topic(name, partitions=3, retention_ms=120_000)
+    admin = AdminClient(kafka_config)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    assert admin.describe_configs([resource])[resource].result(timeout=WAIT_S)["retention.ms"].value == "120000"
+    producer = confluent_kafka.Producer({**kafka_config, "acks": "all"})
+    for i in range(30):
+        producer.produce(name, b"old-%d" % i, key=b"%d" % i)
+    assert producer.flush(WAIT_S) == 0
+    assert admin.delete_topics([name], operation_timeout=WAIT_S)[name].result(timeout=WAIT_S) is None
+    deadline = time.monotonic() + 30
+    while name in raylog_client.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    raylog_client.create_topic(name, partitions=1, retention_ms=240_000)
+
+    assert admin.describe_configs([resource])[resource].result(timeout=WAIT_S)["retention.ms"].value == "240000"
+    metadata = admin.list_topics(name, timeout=WAIT_S).topics[name]
+    assert sorted(metadata.partitions) == [0]
+    delivered = []
+    producer = confluent_kafka.Producer({**kafka_config, "acks": "all"})
+    for i in range(10):
+        producer.produce(name, b"new-%d" % i, key=b"%d" % i,
+                         on_delivery=lambda err, msg: delivered.append((err, msg.partition())))
+    assert producer.flush(WAIT_S) == 0
+    assert delivered == [(None, 0)] * 10
+    consumer = confluent_kafka.Consumer({**kafka_config, "group.id": _name(), "auto.offset.reset": "earliest"})
+    consumer.subscribe([name])
+    got = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < 10 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    consumer.close()
+    assert got == [b"new-%d" % i for i in range(10)]  # nothing of the old topic
