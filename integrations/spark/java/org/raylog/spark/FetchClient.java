@@ -118,13 +118,13 @@ final class FetchClient implements Closeable {
 
   /** What the last FETCH reply said: its data length, high watermark and log start. */
   int dataLength;
+  long highWatermark;
+  long logStartOffset;
   /** the pieces a reply's data is read and walked in (readFetch with a walk) */
   static final int WALK_PIECE = 256 << 10;
   /** the run of whole messages the last walked readFetch found, or the error of its walk */
   private int walked;
   private RaylogReadException walkError;
-  long highWatermark;
-  long logStartOffset;
 
   FetchClient(String host, int port, byte[] token, int timeoutMs, int maxMessageBytes) {
     this.host = host;
