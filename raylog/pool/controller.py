@@ -94,11 +94,12 @@ class PoolController:
                 self._members[index] = self._new_member(index)
             leaving = sorted(self._members)[count:]
             handles = [self._members.pop(i) for i in leaving]
+            if count != before:  # with the change, so that a status showing the new count shows its step
+                self._events.append({"at": time.time(), "from": before, "to": count, "why": why})
+        if count != before:
+            log.info("pool %s: %d -> %d members (%s)", self.spec.group, before, count, why)
         if handles:
             self._drain(handles)
-        if count != before:
-            self._events.append({"at": time.time(), "from": before, "to": count, "why": why})
-            log.info("pool %s: %d -> %d members (%s)", self.spec.group, before, count, why)
 
     def _drain(self, handles: list) -> None:
         import ray

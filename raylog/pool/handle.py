@@ -60,7 +60,8 @@ class PoolHandle:
                              "lag_bytes", "lag_messages", "lag_s",   # None where not known
                              "handled", "stopped", "fetching", "dead_lettered",
                              "errors", "last_error", "error"}],
-             "events": [{"at", "from", "to", "why"}]}   # scaling steps and replacements
+             "events": [{"at", "from", "to", "why"}]}   # scaling steps (kept as the count changes,
+                                                         # before the leaving members drain) and replacements
 
         ``lag_messages`` is exact at 0 and an estimate above it; ``lag_s``
         is the age of the oldest message not committed

@@ -11,7 +11,8 @@
   error in ``status()`` and commits nothing past it (and no longer fetches
   it); with a dead-letter topic the failed batches go there, once each, and
   the partition goes on;
-* scaling by lag: a burst grows the pool, the drained lag shrinks it.
+* scaling by lag: a burst grows the pool, the drained lag shrinks it;
+* a status read while a step down drains shows the new count with its step.
 """
 
 from __future__ import annotations
@@ -254,3 +255,32 @@ def test_a_burst_grows_the_pool_and_the_drained_lag_shrinks_it(raylog_client, ma
     finally:
         pool.stop(drain=True)
     check_at_least_once_in_order(handled(path), produced)
+
+
+def test_a_status_read_while_a_step_down_drains_shows_the_step_with_the_new_count(raylog_client, make_topic, tmp_path):
+    """A step down takes its members out, then waits for them to finish their
+    batch, commit and leave. A status read in that wait counts the members
+    left; its events must already hold the step that took them out (a status
+    counting 1 member whose events end at the step up is a pool that shrank
+    for no recorded reason)."""
+    topic, group, path = make_topic(2, flush_ms=20), _group(), str(tmp_path / "handled")
+    pool = raylog_client.consumer_pool(topic, group, Recorder(path, sleep_s=4.0), min_members=1, max_members=2,
+                                       autoscale=False, batch_max=5, **FAST)
+    try:
+        assert pool.scale(2) == 2
+        assert wait_until(lambda: (lambda o: len(o) == 2 and all(o.values()))(_owners(pool)), WAIT_S, 0.5)
+        produce(raylog_client, topic, 40, 2)  # 4 batches of 4 s for each member
+        # each member handled its first batch: it is in its second when the step starts
+        assert wait_until(lambda: len(handled(path)) == 2, WAIT_S, 0.2)
+        stepping = threading.Thread(target=pool.scale, args=(1,))
+        stepping.start()
+        seen = []
+        while stepping.is_alive():
+            status = pool.status()
+            if status["member_count"] == 1:
+                seen.append([(e["from"], e["to"]) for e in status["events"] if e["why"] != "start"])
+        stepping.join()
+        assert seen, "no status read fell inside the drain"
+        assert all(steps and steps[-1] == (2, 1) for steps in seen), seen
+    finally:
+        pool.stop(drain=False)
