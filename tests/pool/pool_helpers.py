@@ -51,6 +51,23 @@ class Recorder:
             os.close(fd)
 
 
+class Gated(Recorder):
+    """A :class:`Recorder` whose every batch, once begun, waits until the
+    file ``gate`` exists (at most ``wait_s``) before it is recorded; the
+    batch's start is marked by the file ``<path>.began-<partition>``."""
+
+    def __init__(self, path: str, gate: str, wait_s: float = 120.0):
+        super().__init__(path)
+        self.gate, self.wait_s = gate, wait_s
+
+    def __call__(self, batch) -> None:
+        open(f"{self.path}.began-{batch[0].partition}", "a").close()
+        deadline = time.monotonic() + self.wait_s
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        super().__call__(batch)
+
+
 def handled(path: str) -> dict[int, list[str]]:
     """``{partition: [value, ...]}`` in the order handled, duplicates included."""
     out = collections.defaultdict(list)

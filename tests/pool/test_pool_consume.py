@@ -17,15 +17,15 @@
 
 from __future__ import annotations
 
+import os
 import threading
-import time
 import uuid
 
 import pytest
 
 import pool_helpers
 import raylog
-from pool_helpers import Recorder, check_at_least_once_in_order, handled, produce
+from pool_helpers import Gated, Recorder, check_at_least_once_in_order, handled, produce
 from raylog.testing.clusters import wait_until
 
 #: the pools here take no CPU of the shared test Ray, react fast, and move a dead member's partitions soon
@@ -258,33 +258,39 @@ def test_a_burst_grows_the_pool_and_the_drained_lag_shrinks_it(raylog_client, ma
     check_at_least_once_in_order(handled(path), produced)
 
 
+
 def test_a_status_read_while_a_step_down_drains_shows_the_step_with_the_new_count(raylog_client, make_topic, tmp_path):
     """A step down takes its members out, then waits for them to finish their
     batch, commit and leave. A status read in that wait counts the members
     left; its events must already hold the step that took them out (a status
     counting 1 member whose events end at the step up is a pool that shrank
-    for no recorded reason)."""
-    topic, group, path = make_topic(2, flush_ms=20), _group(), str(tmp_path / "handled")
-    pool = raylog_client.consumer_pool(topic, group, Recorder(path, sleep_s=4.0), min_members=1, max_members=2,
+    for no recorded reason). The leaving member's batch is held open by a
+    gate until the read is made, so the read falls inside the drain however
+    loaded the machine."""
+    topic, group = make_topic(2, flush_ms=20), _group()
+    path, gate = str(tmp_path / "handled"), str(tmp_path / "gate")
+    pool = raylog_client.consumer_pool(topic, group, Gated(path, gate), min_members=1, max_members=2,
                                        autoscale=False, batch_max=5, **FAST)
     try:
         assert pool.scale(2) == 2
         assert wait_until(lambda: (lambda o: len(o) == 2 and all(o.values()))(_owners(pool)), WAIT_S, 0.5)
         (leaving,) = _owners(pool)[1]  # the step down takes the member of the highest index out
-        partition = int(leaving.rsplit("-", 1)[1])
-        produce(raylog_client, topic, 40, 2)  # 4 batches of 4 s for each member
-        # the leaving member has just handled its first batch: the step starts early in its second
-        assert wait_until(lambda: partition in handled(path), WAIT_S, 0.05)
+        produce(raylog_client, topic, 20, 2)
+        assert wait_until(lambda: os.path.exists(f"{path}.began-{leaving.rsplit('-', 1)[1]}"), WAIT_S, 0.1)
         stepping = threading.Thread(target=pool.scale, args=(1,))
         stepping.start()
-        seen = []
-        while stepping.is_alive():
+        reads = []
+
+        def shrunk() -> bool:
             status = pool.status()
-            if status["member_count"] == 1:
-                seen.append([(e["from"], e["to"]) for e in status["events"] if e["why"] != "start"])
-            time.sleep(0.05)
-        stepping.join()
-        assert seen, "no status read fell inside the drain"
-        assert all(steps and steps[-1] == (2, 1) for steps in seen), seen
+            steps = [(e["from"], e["to"]) for e in status["events"] if e["why"] != "start"]
+            reads.append((status["member_count"], stepping.is_alive(), steps))
+            return status["member_count"] == 1
+
+        assert wait_until(shrunk, WAIT_S, 0.1), reads
+        count, draining, steps = reads[-1]
+        assert draining, reads  # the step had not returned: its member was still in the gated batch
+        assert steps and steps[-1] == (2, 1), reads
     finally:
+        open(gate, "a").close()
         pool.stop(drain=False)
