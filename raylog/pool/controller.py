@@ -96,8 +96,7 @@ class PoolController:
             handles = [self._members.pop(i) for i in leaving]
             if count != before:  # with the change, so that a status showing the new count shows its step
                 self._events.append({"at": time.time(), "from": before, "to": count, "why": why})
-        if count != before:
-            log.info("pool %s: %d -> %d members (%s)", self.spec.group, before, count, why)
+                log.info("pool %s: %d -> %d members (%s)", self.spec.group, before, count, why)
         if handles:
             self._drain(handles)
 
