@@ -258,7 +258,6 @@ def test_a_burst_grows_the_pool_and_the_drained_lag_shrinks_it(raylog_client, ma
     check_at_least_once_in_order(handled(path), produced)
 
 
-
 def test_a_status_read_while_a_step_down_drains_shows_the_step_with_the_new_count(raylog_client, make_topic, tmp_path):
     """A step down takes its members out, then waits for them to finish their
     batch, commit and leave. A status read in that wait counts the members
