@@ -1,4 +1,5 @@
-/* raylog.storage._speedups: the compiled fast path of raylog.storage.message.
+/* raylog.storage._speedups: the compiled fast path of raylog.storage.message
+ * (format 1) and raylog.storage.record_batch (format 2, the batch_* functions).
  *
  * The pure-Python code in message.py is the reference and the fallback. This
  * module only walks runs of *plain* messages (magic 1, attributes 0, a key
@@ -31,6 +32,12 @@
  *     timestamps(buf, start, end) -> (largest, consumed)
  *         the time index's pass over an appended set (reference:
  *         raylog.storage.timeindex.timestamps)
+ *     batch_records(values, keys) -> bytes | None
+ *     batch_validate(buf, pos, size, count, base_ts, max_ts, append_time) -> bool
+ *     batch_decode(buf, pos, size, count, base_ts, max_ts, append_time, offset, skip[, record_type])
+ *         format 2 (raylog.storage.record_batch, the reference): the
+ *         records section of an uncompressed batch, encoded, checked or
+ *         decoded; None/False on anything the reference must handle
  *     crc32c(data, value=0) -> int            (what scan/decode use)
  *     crc32c_table(data, value=0) -> int      (the software implementation)
  *     CRC32C_IMPL: "sse4.2" or "table"
@@ -962,6 +969,391 @@ speedups_crc32c_table(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ------------------------------------------------------------------------ */
+/* format 2: uncompressed record batches (reference: raylog/storage/record_batch.py,
+ * where the layout is documented field by field). These functions see only the
+ * records section of a batch whose header the reference has checked; on any
+ * doubt they answer None/False and the reference does the work or raises. */
+
+#define BATCH_HEADER_SIZE 61
+#define MIN_RECORD_SIZE 7
+
+/* Kafka's zigzag varint of v (at most 10 bytes) at p; returns the bytes written. */
+static inline Py_ssize_t
+put_varint(unsigned char *p, int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    Py_ssize_t n = 0;
+    while (u >= 0x80) {
+        p[n++] = (unsigned char)(u | 0x80);
+        u >>= 7;
+    }
+    p[n++] = (unsigned char)u;
+    return n;
+}
+
+static inline Py_ssize_t
+varint_size(int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    Py_ssize_t n = 1;
+    while (u >= 0x80) {
+        n++;
+        u >>= 7;
+    }
+    return n;
+}
+
+/* Read the varint at *pos (before end) of at most max_bytes (5: an i32,
+ * 10: an i64) into *out; 0 when it runs past end, is longer or out of range. */
+static inline int
+get_varint(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, int64_t *out)
+{
+    uint64_t u = 0;
+    int shift = 0, i;
+    Py_ssize_t p = *pos;
+    for (i = 0; i < max_bytes; i++) {
+        unsigned char c;
+        if (p >= end)
+            return 0;
+        c = b[p++];
+        if (i == 9 && (c & 0x7F) > 1)
+            return 0;  /* past 64 bits */
+        u |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) {
+            if (max_bytes == 5 && (u >> 32))
+                return 0;
+            if (max_bytes == 5) {
+                uint32_t w = (uint32_t)u;
+                *out = (int64_t)(int32_t)((w >> 1) ^ (0u - (w & 1)));
+            }
+            else {
+                uint64_t z = (u >> 1) ^ (0 - (u & 1));
+                memcpy(out, &z, 8);
+            }
+            *pos = p;
+            return 1;
+        }
+        shift += 7;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(batch_records_doc,
+"batch_records(values, keys) -> bytes | None\n\n"
+"The uncompressed records section of a batch of values (a list or tuple of\n"
+"bytes or None) with keys (None, or one bytes or None per value), every\n"
+"timestampDelta 0 and no headers, byte for byte as\n"
+"raylog.storage.record_batch.encode_batch (the reference) builds it. None\n"
+"when an argument is not one of those or a length exceeds an i32.");
+
+static PyObject *
+speedups_batch_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *values, *keys, *out;
+    PyObject **vitems, **kitems = NULL;
+    Py_ssize_t n, i;
+    uint64_t total = 0;
+    unsigned char *p;
+
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "batch_records() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    values = args[0];
+    keys = args[1];
+    if (!PyList_CheckExact(values) && !PyTuple_CheckExact(values))
+        Py_RETURN_NONE;
+    n = PySequence_Fast_GET_SIZE(values);
+    vitems = PySequence_Fast_ITEMS(values);
+    if (n > INT32_MAX)
+        Py_RETURN_NONE;
+    if (keys != Py_None) {
+        if ((!PyList_CheckExact(keys) && !PyTuple_CheckExact(keys)) || PySequence_Fast_GET_SIZE(keys) != n)
+            Py_RETURN_NONE;
+        kitems = PySequence_Fast_ITEMS(keys);
+    }
+    /* pass 1: check the items, add up the sizes */
+    for (i = 0; i < n; i++) {
+        PyObject *k = kitems ? kitems[i] : Py_None, *v = vitems[i];
+        int64_t klen, vlen, body;
+        if ((v != Py_None && !PyBytes_CheckExact(v)) || (k != Py_None && !PyBytes_CheckExact(k)))
+            Py_RETURN_NONE;
+        klen = k == Py_None ? -1 : PyBytes_GET_SIZE(k);
+        vlen = v == Py_None ? -1 : PyBytes_GET_SIZE(v);
+        body = 1 + 1 + varint_size(i) + varint_size(klen) + (klen > 0 ? klen : 0) + varint_size(vlen) +
+               (vlen > 0 ? vlen : 0) + 1;
+        if (body > INT32_MAX)
+            Py_RETURN_NONE;
+        total += (uint64_t)(varint_size(body) + body);
+    }
+    if (total > (uint64_t)PY_SSIZE_T_MAX)
+        Py_RETURN_NONE;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (out == NULL)
+        return NULL;
+    /* pass 2: write the records (no Python code ran in between) */
+    p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (i = 0; i < n; i++) {
+        PyObject *k = kitems ? kitems[i] : Py_None, *v = vitems[i];
+        int64_t klen = k == Py_None ? -1 : PyBytes_GET_SIZE(k);
+        int64_t vlen = v == Py_None ? -1 : PyBytes_GET_SIZE(v);
+        int64_t body = 1 + 1 + varint_size(i) + varint_size(klen) + (klen > 0 ? klen : 0) + varint_size(vlen) +
+                       (vlen > 0 ? vlen : 0) + 1;
+        p += put_varint(p, body);
+        *p++ = 0;  /* attributes */
+        *p++ = 0;  /* timestampDelta 0 */
+        p += put_varint(p, i);
+        p += put_varint(p, klen);
+        if (klen > 0) {
+            memcpy(p, PyBytes_AS_STRING(k), (size_t)klen);
+            p += klen;
+        }
+        p += put_varint(p, vlen);
+        if (vlen > 0) {
+            memcpy(p, PyBytes_AS_STRING(v), (size_t)vlen);
+            p += vlen;
+        }
+        *p++ = 0;  /* no headers */
+    }
+    return out;
+}
+
+/* Walk the records section b[0:end) of a batch as the reference's _walk does.
+ * With rows (a list), append one row per record of index >= skip: a
+ * record_type instance (a tuple subclass, or a tuple when record_type is
+ * tuple) of (offset, timestamp, key, value, headers). Returns 1 when every
+ * record is sound, 0 when not (the reference raises), -1 on a Python error. */
+static int
+walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_ts, int64_t max_ts,
+           int append_time, int64_t offset, int64_t skip, PyObject *rows, PyTypeObject *record_type)
+{
+    Py_ssize_t pos = 0;
+    int64_t i;
+    if (count > end / MIN_RECORD_SIZE)
+        return 0;
+    for (i = 0; i < count; i++) {
+        int64_t length, ts_delta, delta, klen, vlen, hcount, h, ts;
+        Py_ssize_t p, rend, kpos, vpos;
+        PyObject *headers = NULL;
+        int want = rows != NULL && i >= skip;
+        if (!get_varint(b, &pos, end, 5, &length) || length < MIN_RECORD_SIZE - 1 || length > end - pos)
+            return 0;
+        rend = pos + (Py_ssize_t)length;
+        if (b[pos] != 0)
+            return 0;
+        p = pos + 1;
+        if (!get_varint(b, &p, rend, 10, &ts_delta) || !get_varint(b, &p, rend, 5, &delta) || delta != i)
+            return 0;
+        if (__builtin_add_overflow(base_ts, ts_delta, &ts))
+            return 0;
+        if (!append_time && ts > max_ts)
+            return 0;
+        if (!get_varint(b, &p, rend, 5, &klen) || klen < -1 || klen > rend - p)
+            return 0;
+        kpos = p;
+        p += klen > 0 ? (Py_ssize_t)klen : 0;
+        if (!get_varint(b, &p, rend, 5, &vlen) || vlen < -1 || vlen > rend - p)
+            return 0;
+        vpos = p;
+        p += vlen > 0 ? (Py_ssize_t)vlen : 0;
+        if (!get_varint(b, &p, rend, 5, &hcount) || hcount < 0 || hcount > rend - p)
+            return 0;
+        if (want && (headers = PyList_New(0)) == NULL)
+            return -1;
+        for (h = 0; h < hcount; h++) {
+            int64_t hklen, hvlen;
+            PyObject *hkey, *hval, *pair;
+            if (!get_varint(b, &p, rend, 5, &hklen) || hklen < 0 || hklen > rend - p)
+                goto bad;
+            hkey = PyUnicode_DecodeUTF8((const char *)b + p, (Py_ssize_t)hklen, "strict");
+            if (hkey == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
+                PyErr_Clear();
+                goto bad;
+            }
+            p += (Py_ssize_t)hklen;
+            if (!get_varint(b, &p, rend, 5, &hvlen) || hvlen < -1 || hvlen > rend - p) {
+                Py_DECREF(hkey);
+                goto bad;
+            }
+            if (!want) {
+                Py_DECREF(hkey);
+                p += hvlen > 0 ? (Py_ssize_t)hvlen : 0;
+                continue;
+            }
+            if (hvlen < 0) {
+                hval = Py_None;
+                Py_INCREF(hval);
+            }
+            else if ((hval = PyBytes_FromStringAndSize((const char *)b + p, (Py_ssize_t)hvlen)) == NULL) {
+                Py_DECREF(hkey);
+                goto fail;
+            }
+            p += hvlen > 0 ? (Py_ssize_t)hvlen : 0;
+            pair = PyTuple_New(2);
+            if (pair == NULL) {
+                Py_DECREF(hkey);
+                Py_DECREF(hval);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(pair, 0, hkey);
+            PyTuple_SET_ITEM(pair, 1, hval);
+            if (PyList_Append(headers, pair) < 0) {
+                Py_DECREF(pair);
+                goto fail;
+            }
+            Py_DECREF(pair);
+        }
+        if (p != rend)
+            goto bad;
+        if (want) {
+            PyObject *rec = record_type == &PyTuple_Type ? PyTuple_New(5) : record_type->tp_alloc(record_type, 5);
+            PyObject *o, *t, *k, *v;
+            if (rec == NULL)
+                goto fail;
+            o = PyLong_FromLongLong(offset + i);
+            t = PyLong_FromLongLong(append_time ? max_ts : ts);
+            if (klen < 0) {
+                k = Py_None;
+                Py_INCREF(k);
+            }
+            else
+                k = PyBytes_FromStringAndSize((const char *)b + kpos, (Py_ssize_t)klen);
+            if (vlen < 0) {
+                v = Py_None;
+                Py_INCREF(v);
+            }
+            else
+                v = PyBytes_FromStringAndSize((const char *)b + vpos, (Py_ssize_t)vlen);
+            PyTuple_SET_ITEM(rec, 0, o);
+            PyTuple_SET_ITEM(rec, 1, t);
+            PyTuple_SET_ITEM(rec, 2, k);
+            PyTuple_SET_ITEM(rec, 3, v);
+            PyTuple_SET_ITEM(rec, 4, headers);
+            headers = NULL;
+            if (o == NULL || t == NULL || k == NULL || v == NULL) {
+                Py_DECREF(rec);
+                return -1;
+            }
+            if (PyList_Append(rows, rec) < 0) {
+                Py_DECREF(rec);
+                return -1;
+            }
+            Py_DECREF(rec);
+        }
+        pos = rend;
+        continue;
+    bad:
+        Py_XDECREF(headers);
+        return 0;
+    fail:
+        Py_XDECREF(headers);
+        return -1;
+    }
+    return pos == end;
+}
+
+/* The records section [pos + 61, pos + size) of args[0], checked to lie in the buffer. */
+static int
+batch_args(PyObject *const *args, Py_buffer *view, Py_ssize_t *start, Py_ssize_t *end, int64_t v[6])
+{
+    int k;
+    for (k = 0; k < 6; k++)
+        if (!ts_arg(args[1 + k], &v[k]))
+            return 0;
+    if (PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (v[0] < 0 || v[1] < BATCH_HEADER_SIZE || v[0] + v[1] > view->len) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *start = (Py_ssize_t)v[0] + BATCH_HEADER_SIZE;
+    *end = (Py_ssize_t)(v[0] + v[1]);
+    return 1;
+}
+
+PyDoc_STRVAR(batch_validate_doc,
+"batch_validate(buf, pos, size, count, base_ts, max_ts, append_time) -> bool\n\n"
+"Whether the records of the uncompressed batch at buf[pos:pos + size) (whose\n"
+"header and crc the caller checked) pass every check of the reference\n"
+"(raylog.storage.record_batch._walk). False: the reference raises.");
+
+static PyObject *
+speedups_batch_validate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t start, end;
+    int64_t v[6];
+    int ok;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "batch_validate() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    ok = batch_args(args, &view, &start, &end, v);
+    if (ok < 0)
+        return NULL;
+    if (ok == 0)
+        Py_RETURN_FALSE;
+    ok = walk_batch((const unsigned char *)view.buf + start, end - start, v[2], v[3], v[4],
+                    PyObject_IsTrue(args[6]) == 1, 0, 0, NULL, NULL);
+    PyBuffer_Release(&view);
+    if (ok < 0)
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
+PyDoc_STRVAR(batch_decode_doc,
+"batch_decode(buf, pos, size, count, base_ts, max_ts, append_time, offset, skip[, record_type])\n"
+"    -> list | None\n\n"
+"The records of index >= skip of the uncompressed batch at buf[pos:pos + size)\n"
+"as (offset, timestamp, key, value, headers) tuples (or record_type instances,\n"
+"a tuple subclass), exactly as the reference decodes them. None when a record\n"
+"fails a check: the reference raises.");
+
+static PyObject *
+speedups_batch_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t start, end;
+    int64_t v[6], offset, skip;
+    PyObject *rows;
+    PyTypeObject *record_type = &PyTuple_Type;
+    int ok;
+    if (nargs != 9 && nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "batch_decode() takes 9 or 10 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (nargs == 10) {
+        if (!PyType_Check(args[9]) || !PyType_IsSubtype((PyTypeObject *)args[9], &PyTuple_Type))
+            Py_RETURN_NONE;
+        record_type = (PyTypeObject *)args[9];
+    }
+    if (!ts_arg(args[7], &offset) || !ts_arg(args[8], &skip))
+        Py_RETURN_NONE;
+    ok = batch_args(args, &view, &start, &end, v);
+    if (ok < 0)
+        return NULL;
+    if (ok == 0)
+        Py_RETURN_NONE;
+    rows = PyList_New(0);
+    if (rows == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    ok = walk_batch((const unsigned char *)view.buf + start, end - start, v[2], v[3], v[4],
+                    PyObject_IsTrue(args[6]) == 1, offset, skip, rows, record_type);
+    PyBuffer_Release(&view);
+    if (ok <= 0) {
+        Py_DECREF(rows);
+        if (ok < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    return rows;
+}
+
+/* ------------------------------------------------------------------------ */
 /* the module */
 
 static PyMethodDef speedups_methods[] = {
@@ -971,6 +1363,9 @@ static PyMethodDef speedups_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))speedups_encode, METH_FASTCALL, encode_doc},
     {"index", (PyCFunction)(void (*)(void))speedups_index, METH_FASTCALL, index_doc},
     {"group", (PyCFunction)(void (*)(void))speedups_group, METH_FASTCALL, group_doc},
+    {"batch_records", (PyCFunction)(void (*)(void))speedups_batch_records, METH_FASTCALL, batch_records_doc},
+    {"batch_validate", (PyCFunction)(void (*)(void))speedups_batch_validate, METH_FASTCALL, batch_validate_doc},
+    {"batch_decode", (PyCFunction)(void (*)(void))speedups_batch_decode, METH_FASTCALL, batch_decode_doc},
     {"crc32c", (PyCFunction)(void (*)(void))speedups_crc32c, METH_FASTCALL, crc32c_doc},
     {"crc32c_table", (PyCFunction)(void (*)(void))speedups_crc32c_table, METH_FASTCALL, crc32c_table_doc},
     {NULL, NULL, 0, NULL},

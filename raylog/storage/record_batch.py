@@ -775,8 +775,8 @@ def decode_batch(
     skip = 0 if from_offset is None else max(0, from_offset - offset)
     if _speedups is not None and header.codec == CODEC_NONE:
         rows = _speedups.batch_decode(data, pos, header.size, header.count, header.base_timestamp,
-                                      header.max_timestamp, header.log_append_time, offset, skip)
+                                      header.max_timestamp, header.log_append_time, offset, skip, Record)
         if rows is not None:
-            return DecodedBatch(header, [Record._make(r) for r in rows])
+            return DecodedBatch(header, rows)
     section = _records_section(data, pos, header, max_message_bytes, max_inflated_bytes)
     return DecodedBatch(header, _walk(section, header, offset, skip, True))

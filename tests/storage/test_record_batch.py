@@ -41,6 +41,17 @@ CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 BOTH_IMPLEMENTATIONS = True
 
 
+@pytest.fixture(autouse=True, params=["c", "python"])
+def batch_implementation(request, monkeypatch):
+    """Every test here runs against the compiled fast path and the Python reference."""
+    if request.param == "c":
+        if rb._speedups is None:
+            pytest.skip("raylog.storage._speedups (with format 2) is not built")
+    else:
+        monkeypatch.setattr(rb, "_speedups", None)
+    return request.param
+
+
 def _records():
     return [
         (None, b"v0", [("h", b"1"), ("h", None), ("z", b"")], 1_000),
