@@ -33,10 +33,11 @@
  *         the time index's pass over an appended set (reference:
  *         raylog.storage.timeindex.timestamps)
  *     batch_records(values, keys) -> bytes | None
- *     batch_validate(buf, pos, size, count, base_ts, max_ts, append_time) -> bool
- *     batch_decode(buf, pos, size, count, base_ts, max_ts, append_time, offset, skip[, record_type])
+ *     batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool
+ *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type])
  *         format 2 (raylog.storage.record_batch, the reference): the
- *         records section of an uncompressed batch, encoded, checked or
+ *         records section buf[start:end) of a batch (uncompressed, or
+ *         decompressed by the caller), encoded, checked or
  *         decoded; None/False on anything the reference must handle
  *     crc32c(data, value=0) -> int            (what scan/decode use)
  *     crc32c_table(data, value=0) -> int      (the software implementation)
@@ -1254,7 +1255,8 @@ walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_t
     return pos == end;
 }
 
-/* The records section [pos + 61, pos + size) of args[0], checked to lie in the buffer. */
+/* The records section [start, end) of args[0], checked to lie in the buffer;
+ * v: start, end, count, base_ts, max_ts, append_time. */
 static int
 batch_args(PyObject *const *args, Py_buffer *view, Py_ssize_t *start, Py_ssize_t *end, int64_t v[6])
 {
@@ -1264,19 +1266,19 @@ batch_args(PyObject *const *args, Py_buffer *view, Py_ssize_t *start, Py_ssize_t
             return 0;
     if (PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0)
         return -1;
-    if (v[0] < 0 || v[1] < BATCH_HEADER_SIZE || v[0] + v[1] > view->len) {
+    if (v[0] < 0 || v[1] < v[0] || v[1] > view->len) {
         PyBuffer_Release(view);
         return 0;
     }
-    *start = (Py_ssize_t)v[0] + BATCH_HEADER_SIZE;
-    *end = (Py_ssize_t)(v[0] + v[1]);
+    *start = (Py_ssize_t)v[0];
+    *end = (Py_ssize_t)v[1];
     return 1;
 }
 
 PyDoc_STRVAR(batch_validate_doc,
-"batch_validate(buf, pos, size, count, base_ts, max_ts, append_time) -> bool\n\n"
-"Whether the records of the uncompressed batch at buf[pos:pos + size) (whose\n"
-"header and crc the caller checked) pass every check of the reference\n"
+"batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool\n\n"
+"Whether the records section buf[start:end) of a batch (uncompressed, or\n"
+"decompressed; the caller checked the header and crc) passes every check of the reference\n"
 "(raylog.storage.record_batch._walk). False: the reference raises.");
 
 static PyObject *
@@ -1304,9 +1306,9 @@ speedups_batch_validate(PyObject *module, PyObject *const *args, Py_ssize_t narg
 }
 
 PyDoc_STRVAR(batch_decode_doc,
-"batch_decode(buf, pos, size, count, base_ts, max_ts, append_time, offset, skip[, record_type])\n"
+"batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type])\n"
 "    -> list | None\n\n"
-"The records of index >= skip of the uncompressed batch at buf[pos:pos + size)\n"
+"The records of index >= skip of the records section buf[start:end) of a batch\n"
 "as (offset, timestamp, key, value, headers) tuples (or record_type instances,\n"
 "a tuple subclass), exactly as the reference decodes them. None when a record\n"
 "fails a check: the reference raises.");

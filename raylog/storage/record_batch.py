@@ -75,8 +75,9 @@ batch), so readers handle both formats alike.
 All functions are pure and thread-safe (:func:`stamp_into` writes only the
 buffer it is given).
 
-Fast path: :mod:`raylog.storage._speedups` encodes, validates and decodes
-*uncompressed* batches (``batch_records``, ``batch_validate``,
+Fast path: :mod:`raylog.storage._speedups` encodes the records of an
+uncompressed batch (``batch_records``) and validates and decodes records
+sections, uncompressed or once decompressed (``batch_validate``,
 ``batch_decode``); the Python code here is the reference and gives the same
 results and the same errors (on any doubt the fast path returns ``None`` and
 the Python code runs). :data:`ACCELERATED` tells whether it is in use;
@@ -691,12 +692,7 @@ def validate_batch(
     :func:`needs_reencode` tells, :func:`reencode_uncompressed` fixes it.
     """
     header = _check_frame(data, pos, max_message_bytes)
-    if _speedups is not None and header.codec == CODEC_NONE:
-        if _speedups.batch_validate(data, pos, header.size, header.count, header.base_timestamp,
-                                    header.max_timestamp, header.log_append_time):
-            return header
-    section = _records_section(data, pos, header, max_message_bytes, max_inflated_bytes)
-    _walk(section, header, _offset_of(header, pos), header.count, False)
+    _records(data, pos, header, max_message_bytes, max_inflated_bytes, 0, False)
     return header
 
 
@@ -773,10 +769,27 @@ def decode_batch(
     header = _check_frame(data, pos, max_message_bytes)
     offset = _offset_of(header, pos)
     skip = 0 if from_offset is None else max(0, from_offset - offset)
-    if _speedups is not None and header.codec == CODEC_NONE:
-        rows = _speedups.batch_decode(data, pos, header.size, header.count, header.base_timestamp,
-                                      header.max_timestamp, header.log_append_time, offset, skip, Record)
-        if rows is not None:
-            return DecodedBatch(header, rows)
-    section = _records_section(data, pos, header, max_message_bytes, max_inflated_bytes)
-    return DecodedBatch(header, _walk(section, header, offset, skip, True))
+    return DecodedBatch(header, _records(data, pos, header, max_message_bytes, max_inflated_bytes, skip, True))
+
+
+def _records(data, pos: int, header: BatchHeader, max_message_bytes, max_inflated_bytes, skip: int, want: bool):
+    """Check the records of the (checked) batch at ``pos``; with ``want``, decode those from index ``skip``.
+    The fast path walks the records section (decompressed first when compressed); the
+    reference walks it when the fast path is off or declines, and raises the error."""
+    if header.codec == CODEC_NONE:
+        section, start, end = data, pos + HEADER_SIZE, pos + header.size
+    else:
+        section = _records_section(data, pos, header, max_message_bytes, max_inflated_bytes)
+        start, end = 0, len(section)
+    offset = _offset_of(header, pos)
+    if _speedups is not None:
+        args = (section, start, end, header.count, header.base_timestamp, header.max_timestamp,
+                header.log_append_time)
+        if not want:
+            if _speedups.batch_validate(*args):
+                return []
+        else:
+            rows = _speedups.batch_decode(*args, offset, skip, Record)
+            if rows is not None:
+                return rows
+    return _walk(memoryview(section)[start:end], header, offset, skip, want)

@@ -52,7 +52,7 @@ def test_decode_identical(monkeypatch, records, base, skip):
     batch = rb.stamp(rb.encode_batch([r[1] for r in records], [r[0] for r in records], [r[2] for r in records], 7), base)
     fast, reference = _both(monkeypatch, rb.decode_batch, batch, 0, base + skip)
     assert fast == reference
-    assert SPEEDUPS.batch_decode(batch, 0, len(batch), len(records), 7, 7, False, base, skip) is not None
+    assert SPEEDUPS.batch_decode(batch, rb.HEADER_SIZE, len(batch), len(records), 7, 7, False, base, skip) is not None
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -77,6 +77,27 @@ def test_fast_path_declines_what_it_does_not_handle():
     assert SPEEDUPS.batch_records(iter([b"a"]), None) is None
     batch = rb.encode_batch([b"a"], timestamp_ms=0)
     # a size past the buffer or a negative position: declined, not read
-    assert SPEEDUPS.batch_validate(batch, 0, len(batch) + 1, 1, 0, 0, False) is False
+    assert SPEEDUPS.batch_validate(batch, rb.HEADER_SIZE, len(batch) + 1, 1, 0, 0, False) is False
     assert SPEEDUPS.batch_decode(batch, -1, len(batch), 1, 0, 0, False, 0, 0) is None
-    assert SPEEDUPS.batch_validate(batch, 0, len(batch), 1, 0, 0, False) is True
+    assert SPEEDUPS.batch_decode(batch, 70, 69, 1, 0, 0, False, 0, 0) is None
+    assert SPEEDUPS.batch_validate(batch, rb.HEADER_SIZE, len(batch), 1, 0, 0, False) is True
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=records_st, codec=st.sampled_from(["gzip", "snappy", "lz4", "zstd"]), data=st.data())
+def test_compressed_batches_same_verdict(monkeypatch, records, codec, data):
+    """The fast path also walks a decompressed records section: same records, or same error."""
+    plain = bytearray(rb.encode_batch([r[1] for r in records], [r[0] for r in records], [r[2] for r in records], 7))
+    if data.draw(st.booleans()):
+        at = data.draw(st.integers(rb.HEADER_SIZE, len(plain) - 1))
+        plain[at] = data.draw(st.integers(0, 255))
+    section = rb._compress(rb._codec_of(codec), bytes(plain[rb.HEADER_SIZE:]))
+    head = bytearray(plain[: rb.HEADER_SIZE])
+    struct.pack_into(">h", head, 21, rb._codec_of(codec))
+    struct.pack_into(">i", head, 8, rb.HEADER_SIZE - 12 + len(section))
+    struct.pack_into(">i", head, 23, rb.HEADER_SIZE + len(section) - 1)
+    batch = bytearray(bytes(head) + section)
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    for fn in (rb.validate_batch, rb.decode_batch):
+        fast, reference = _both(monkeypatch, fn, bytes(batch))
+        assert fast == reference
