@@ -38,6 +38,10 @@ snappy block librdkafka writes, bounded by the lengths each block declares
   5. block             bytes  one raw snappy block (a varint of its
                               uncompressed length, then the elements)
 
+Format 2 also reads zstd frames that do not declare their content size
+(Kafka's Java client writes them): :func:`zstd_decompress_unsized` bounds
+such a frame by a limited read before it inflates it whole.
+
 Thread-safety: every function may be called from any thread; codec contexts
 that are not thread-safe (zstd) are kept per thread.
 """
@@ -266,3 +270,31 @@ def snappy_decompress(data, max_bytes: int) -> bytes:
         parts.append(out)
         pos += length
     return b"".join(parts)
+
+
+# --------------------------------------------------------------------------
+# zstd frames that do not declare their size (format 2 only)
+
+
+def zstd_decompress_unsized(data, max_bytes: int) -> bytes:
+    """Decompress one zstd frame that may not declare its content size (Kafka's
+    Java client streams zstd and writes none), refusing output past ``max_bytes``.
+
+    A bounded read (``max_bytes + 1`` bytes of output at most) finds the size
+    first; only a frame within the bound is then inflated whole, to check that
+    it is one complete frame with nothing after it. Raises
+    :class:`InflatedSizeTooLargeError` or :class:`InvalidMessageError`.
+    """
+    try:
+        reader = _zstd_decompressor().stream_reader(bytes(data), read_across_frames=False)
+        head = reader.read(max_bytes + 1)
+    except zstandard.ZstdError as err:
+        raise _bad_stream(CODEC_ZSTD, str(err)) from None
+    if len(head) > max_bytes:
+        raise _too_large(CODEC_ZSTD, max_bytes)
+    d = _zstd_decompressor().decompressobj()
+    try:
+        out = d.decompress(data)  # bounded: the same frame gave at most max_bytes above
+    except zstandard.ZstdError as err:
+        raise _bad_stream(CODEC_ZSTD, str(err)) from None
+    return _whole(CODEC_ZSTD, d, out)

@@ -91,6 +91,7 @@ import struct
 import time
 from typing import Iterator, NamedTuple, Sequence
 
+import zstandard
 from crc32c import crc32c
 
 from raylog.errors import (
@@ -455,9 +456,19 @@ def _compress(codec: int, data: bytes) -> bytes:
     return bytes(data)
 
 
+def _zstd_unsized(data) -> bool:
+    """Whether ``data`` opens with a zstd frame that does not declare its content size."""
+    try:
+        return zstandard.frame_content_size(data) == -1
+    except zstandard.ZstdError:
+        return False  # not zstd: the bounded decompress names the error
+
+
 def _decompress(codec: int, data, max_bytes: int) -> bytes:
     if codec == CODEC_SNAPPY:
         return _compression.snappy_decompress(data, max_bytes)
+    if codec == CODEC_ZSTD and _zstd_unsized(data):
+        return _compression.zstd_decompress_unsized(data, max_bytes)
     internal = {CODEC_GZIP: _compression.CODEC_GZIP, CODEC_LZ4: _compression.CODEC_LZ4, CODEC_ZSTD: _compression.CODEC_ZSTD}
     return _compression.decompress(internal[codec], data, max_bytes)
 

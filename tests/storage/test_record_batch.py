@@ -432,3 +432,23 @@ def test_raw_snappy_batch_as_librdkafka_writes_it():
     struct.pack_into(">h", head, 21, 2)
     batch = _with_records_section(bytes(head), bytes(cramjam.snappy.compress_raw(plain[HEADER_SIZE:])))
     assert [r.value for r in decode_batch(batch).records] == [b"r%d" % i for i in range(20)]
+
+
+def test_zstd_without_content_size_as_java_writes_it():
+    plain = encode_batch([b"z%d" % i for i in range(50)], timestamp_ms=0)
+    co = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    section = co.compress(plain[HEADER_SIZE:]) + co.flush()
+    assert zstandard.frame_content_size(section) == -1
+    head = bytearray(plain[:HEADER_SIZE])
+    struct.pack_into(">h", head, 21, 4)
+    batch = _with_records_section(bytes(head), section)
+    assert [r.value for r in decode_batch(batch).records] == [b"z%d" % i for i in range(50)]
+    # the same bounds as for every codec: a bomb, a cut frame, trailing bytes
+    co = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    bomb = _with_records_section(bytes(head), co.compress(b"\x00" * 20_000_000) + co.flush(), count=1)
+    with pytest.raises(InflatedSizeTooLargeError):
+        validate_batch(bomb, max_inflated_bytes=1 << 20)
+    with pytest.raises(InvalidMessageError, match="truncated"):
+        validate_batch(_with_records_section(bytes(head), section[:-5]))
+    with pytest.raises(InvalidMessageError, match="trailing"):
+        validate_batch(_with_records_section(bytes(head), section + b"\x00\x01"))
