@@ -40,7 +40,9 @@ snappy block librdkafka writes, bounded by the lengths each block declares
 
 Format 2 also reads zstd frames that do not declare their content size
 (Kafka's Java client writes them): :func:`zstd_decompress_unsized` bounds
-such a frame by a limited read before it inflates it whole.
+such a frame by a limited read before it inflates it whole; and it writes
+lz4 as Kafka's Java reader requires (:func:`lz4_compress_kafka`: independent
+blocks).
 
 Thread-safety: every function may be called from any thread; codec contexts
 that are not thread-safe (zstd) are kept per thread.
@@ -298,3 +300,21 @@ def zstd_decompress_unsized(data, max_bytes: int) -> bytes:
     except zstandard.ZstdError as err:
         raise _bad_stream(CODEC_ZSTD, str(err)) from None
     return _whole(CODEC_ZSTD, d, out)
+
+
+# --------------------------------------------------------------------------
+# lz4 as Kafka writes it (format 2 only)
+
+
+def lz4_compress_kafka(data) -> bytes:
+    """``data`` as one lz4 frame the way Kafka's Java client writes it and its
+    reader requires: independent blocks (it refuses linked ones) of at most
+    64 KiB, no content size, no content checksum. Read back by
+    :func:`decompress` (``CODEC_LZ4``), bounded by its output limit."""
+    return lz4.frame.compress(
+        data,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        store_size=False,
+    )

@@ -450,7 +450,7 @@ def _compress(codec: int, data: bytes) -> bytes:
     if codec == CODEC_SNAPPY:
         return _compression.snappy_compress(data)
     if codec == CODEC_LZ4:
-        return _compression.compress(_compression.CODEC_LZ4, data)
+        return _compression.lz4_compress_kafka(data)
     if codec == CODEC_ZSTD:
         return _compression.compress(_compression.CODEC_ZSTD, data)
     return bytes(data)

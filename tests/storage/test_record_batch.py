@@ -452,3 +452,13 @@ def test_zstd_without_content_size_as_java_writes_it():
         validate_batch(_with_records_section(bytes(head), section[:-5]))
     with pytest.raises(InvalidMessageError, match="trailing"):
         validate_batch(_with_records_section(bytes(head), section + b"\x00\x01"))
+
+
+def test_lz4_frames_have_independent_blocks_as_kafkas_java_reader_requires():
+    batch = encode_batch([b"l%d" % i * 50 for i in range(2_000)], timestamp_ms=0, compression="lz4")
+    section = batch[HEADER_SIZE:]
+    assert section[:4] == b"\x04\x22\x4d\x18"  # the lz4 frame magic
+    flg, bd = section[4], section[5]
+    assert flg & 0x20, "block independence must be set (Kafka's KafkaLZ4BlockInputStream refuses linked blocks)"
+    assert not flg & 0x08 and (bd >> 4) & 0x7 == 4  # no content size; 64 KiB blocks
+    assert len(decode_batch(batch).records) == 2_000
