@@ -101,6 +101,7 @@ from raylog.errors import (
     MessageTooLargeError,
 )
 from raylog.storage import compression as _compression
+from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES, INNER_SET_FACTOR
 
 __all__ = [
     "ACCELERATED",
@@ -131,8 +132,6 @@ HEADER_SIZE = 61
 LOG_OVERHEAD = 12
 #: the smallest record: seven one-byte fields (see the module's docstring)
 MIN_RECORD_SIZE = 7
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
-INNER_SET_FACTOR = 8
 
 CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
 #: Kafka's codec ids (attributes bits 0-2) -> name
