@@ -33,6 +33,8 @@
  *         the time index's pass over an appended set (reference:
  *         raylog.storage.timeindex.timestamps)
  *     batch_records(values, keys) -> bytes | None
+ *     batch_encode(values, keys, timestamp, attributes, producer_id, producer_epoch, base_sequence)
+ *         -> bytes | None
  *     batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool
  *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type])
  *         format 2 (raylog.storage.record_batch, the reference): the
@@ -1047,30 +1049,43 @@ PyDoc_STRVAR(batch_records_doc,
 "raylog.storage.record_batch.encode_batch (the reference) builds it. None\n"
 "when an argument is not one of those or a length exceeds an i32.");
 
-static PyObject *
-speedups_batch_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+PyDoc_STRVAR(batch_encode_doc,
+"batch_encode(values, keys, timestamp, attributes, producer_id, producer_epoch, base_sequence)\n"
+"    -> bytes | None\n\n"
+"The whole uncompressed batch of batch_records(values, keys) with one\n"
+"timestamp for every record: the 61-byte header (baseOffset 0,\n"
+"partitionLeaderEpoch -1, raylog's lastOffsetDelta, the crc) and the records,\n"
+"byte for byte as raylog.storage.record_batch.encode_batch builds it. None as\n"
+"for batch_records, or when an int argument is out of its field's range.");
+
+static inline void
+store_u16(unsigned char *p, uint16_t v)
 {
-    PyObject *values, *keys, *out;
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+/* The records of values/keys (checked) written after `head` bytes left for
+ * the caller; NULL with no error set when an argument is not handled. */
+static PyObject *
+records_into(PyObject *values, PyObject *keys, Py_ssize_t head, int *declined)
+{
+    PyObject *out;
     PyObject **vitems, **kitems = NULL;
     Py_ssize_t n, i;
     uint64_t total = 0;
     unsigned char *p;
 
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "batch_records() takes 2 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    values = args[0];
-    keys = args[1];
+    *declined = 1;
     if (!PyList_CheckExact(values) && !PyTuple_CheckExact(values))
-        Py_RETURN_NONE;
+        return NULL;
     n = PySequence_Fast_GET_SIZE(values);
     vitems = PySequence_Fast_ITEMS(values);
     if (n > INT32_MAX)
-        Py_RETURN_NONE;
+        return NULL;
     if (keys != Py_None) {
         if ((!PyList_CheckExact(keys) && !PyTuple_CheckExact(keys)) || PySequence_Fast_GET_SIZE(keys) != n)
-            Py_RETURN_NONE;
+            return NULL;
         kitems = PySequence_Fast_ITEMS(keys);
     }
     /* pass 1: check the items, add up the sizes */
@@ -1078,22 +1093,23 @@ speedups_batch_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyObject *k = kitems ? kitems[i] : Py_None, *v = vitems[i];
         int64_t klen, vlen, body;
         if ((v != Py_None && !PyBytes_CheckExact(v)) || (k != Py_None && !PyBytes_CheckExact(k)))
-            Py_RETURN_NONE;
+            return NULL;
         klen = k == Py_None ? -1 : PyBytes_GET_SIZE(k);
         vlen = v == Py_None ? -1 : PyBytes_GET_SIZE(v);
         body = 1 + 1 + varint_size(i) + varint_size(klen) + (klen > 0 ? klen : 0) + varint_size(vlen) +
                (vlen > 0 ? vlen : 0) + 1;
         if (body > INT32_MAX)
-            Py_RETURN_NONE;
+            return NULL;
         total += (uint64_t)(varint_size(body) + body);
     }
-    if (total > (uint64_t)PY_SSIZE_T_MAX)
-        Py_RETURN_NONE;
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (total + (uint64_t)head > (uint64_t)INT32_MAX)
+        return NULL;
+    *declined = 0;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total + (uint64_t)head));
     if (out == NULL)
         return NULL;
     /* pass 2: write the records (no Python code ran in between) */
-    p = (unsigned char *)PyBytes_AS_STRING(out);
+    p = (unsigned char *)PyBytes_AS_STRING(out) + head;
     for (i = 0; i < n; i++) {
         PyObject *k = kitems ? kitems[i] : Py_None, *v = vitems[i];
         int64_t klen = k == Py_None ? -1 : PyBytes_GET_SIZE(k);
@@ -1116,6 +1132,66 @@ speedups_batch_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         }
         *p++ = 0;  /* no headers */
     }
+    return out;
+}
+
+static PyObject *
+speedups_batch_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *out;
+    int declined;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "batch_records() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    out = records_into(args[0], args[1], 0, &declined);
+    if (out == NULL && declined)
+        Py_RETURN_NONE;
+    return out;
+}
+
+static PyObject *
+speedups_batch_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *out;
+    int64_t ts, attrs, pid, epoch, seq;
+    int declined;
+    unsigned char *b;
+    Py_ssize_t size;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "batch_encode() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!ts_arg(args[2], &ts) || !ts_arg(args[3], &attrs) || !ts_arg(args[4], &pid) || !ts_arg(args[5], &epoch) ||
+        !ts_arg(args[6], &seq))
+        Py_RETURN_NONE;
+    if (attrs < INT16_MIN || attrs > INT16_MAX || epoch < INT16_MIN || epoch > INT16_MAX || seq < INT32_MIN ||
+        seq > INT32_MAX)
+        Py_RETURN_NONE;
+    if ((!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0])) || PySequence_Fast_GET_SIZE(args[0]) < 1)
+        Py_RETURN_NONE;
+    out = records_into(args[0], args[1], BATCH_HEADER_SIZE, &declined);
+    if (out == NULL) {
+        if (declined)
+            Py_RETURN_NONE;
+        return NULL;
+    }
+    b = (unsigned char *)PyBytes_AS_STRING(out);
+    size = PyBytes_GET_SIZE(out);
+    /* the header, fields 1-13 of record_batch.py */
+    store_i64(b, 0);                                           /* baseOffset */
+    store_u32(b + 8, (uint32_t)(size - 12));                   /* batchLength */
+    store_u32(b + 12, 0xFFFFFFFFu);                            /* partitionLeaderEpoch -1 */
+    b[16] = 2;                                                 /* magic */
+    store_u16(b + 21, (uint16_t)(int16_t)attrs);               /* attributes */
+    store_u32(b + 23, (uint32_t)(size - 1));                   /* lastOffsetDelta */
+    store_i64(b + 27, ts);                                     /* baseTimestamp */
+    store_i64(b + 35, ts);                                     /* maxTimestamp */
+    store_i64(b + 43, pid);                                    /* producerId */
+    store_u16(b + 51, (uint16_t)(int16_t)epoch);               /* producerEpoch */
+    store_u32(b + 53, (uint32_t)(int32_t)seq);                 /* baseSequence */
+    store_u32(b + 57, (uint32_t)PySequence_Fast_GET_SIZE(args[0])); /* count */
+    store_u32(b + 17, crc32c_fn(0, b + 21, (size_t)(size - 21)));  /* crc */
     return out;
 }
 
@@ -1366,6 +1442,7 @@ static PyMethodDef speedups_methods[] = {
     {"index", (PyCFunction)(void (*)(void))speedups_index, METH_FASTCALL, index_doc},
     {"group", (PyCFunction)(void (*)(void))speedups_group, METH_FASTCALL, group_doc},
     {"batch_records", (PyCFunction)(void (*)(void))speedups_batch_records, METH_FASTCALL, batch_records_doc},
+    {"batch_encode", (PyCFunction)(void (*)(void))speedups_batch_encode, METH_FASTCALL, batch_encode_doc},
     {"batch_validate", (PyCFunction)(void (*)(void))speedups_batch_validate, METH_FASTCALL, batch_validate_doc},
     {"batch_decode", (PyCFunction)(void (*)(void))speedups_batch_decode, METH_FASTCALL, batch_decode_doc},
     {"crc32c", (PyCFunction)(void (*)(void))speedups_crc32c, METH_FASTCALL, crc32c_doc},

@@ -75,8 +75,8 @@ batch), so readers handle both formats alike.
 All functions are pure and thread-safe (:func:`stamp_into` writes only the
 buffer it is given).
 
-Fast path: :mod:`raylog.storage._speedups` encodes the records of an
-uncompressed batch (``batch_records``) and validates and decodes records
+Fast path: :mod:`raylog.storage._speedups` encodes uncompressed batches
+(``batch_encode``) and the records to compress (``batch_records``) and validates and decodes records
 sections, uncompressed or once decompressed (``batch_validate``,
 ``batch_decode``); the Python code here is the reference and gives the same
 results and the same errors (on any doubt the fast path returns ``None`` and
@@ -406,6 +406,13 @@ def encode_batch(
         base_ts = timestamp_ms[0]
         max_ts = max(timestamp_ms)
         deltas = [t - base_ts for t in timestamp_ms]
+    if not (-1 <= producer_id < 1 << 63 and -1 <= producer_epoch < 1 << 15 and -1 <= base_sequence < 1 << 31):
+        raise ConfigError(
+            f"producer id {producer_id}, epoch {producer_epoch} or base sequence {base_sequence} is out of range "
+            f"(an i64, i16 and i32 each, -1 for none)"
+        )
+    if not -(1 << 63) <= min(base_ts, max_ts) <= max(base_ts, max_ts) < 1 << 63:
+        raise ConfigError(f"timestamps must fit an i64 of milliseconds (got {base_ts} .. {max_ts})")
     attributes = (
         (TIMESTAMP_LOG_APPEND if log_append_time else 0)
         | (_TRANSACTIONAL if transactional else 0)
@@ -413,6 +420,10 @@ def encode_batch(
     )
     section = None
     if _speedups is not None and deltas is None and headers is None:
+        if codec == CODEC_NONE:
+            batch = _speedups.batch_encode(values, keys, base_ts, attributes, producer_id, producer_epoch, base_sequence)
+            if batch is not None:
+                return batch
         section = _speedups.batch_records(values, keys)  # None: the code below builds it
     if section is None:
         no_keys = (None,) * count if keys is None else keys

@@ -462,3 +462,12 @@ def test_lz4_frames_have_independent_blocks_as_kafkas_java_reader_requires():
     assert flg & 0x20, "block independence must be set (Kafka's KafkaLZ4BlockInputStream refuses linked blocks)"
     assert not flg & 0x08 and (bd >> 4) & 0x7 == 4  # no content size; 64 KiB blocks
     assert len(decode_batch(batch).records) == 2_000
+
+
+def test_encoder_refuses_fields_out_of_range():
+    with pytest.raises(ConfigError, match="out of range"):
+        encode_batch([b"a"], producer_epoch=1 << 15)
+    with pytest.raises(ConfigError, match="out of range"):
+        encode_batch([b"a"], base_sequence=-2)
+    with pytest.raises(ConfigError, match="i64"):
+        encode_batch([b"a"], timestamp_ms=1 << 63)

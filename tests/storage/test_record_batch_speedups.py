@@ -101,3 +101,26 @@ def test_compressed_batches_same_verdict(monkeypatch, records, codec, data):
     for fn in (rb.validate_batch, rb.decode_batch):
         fast, reference = _both(monkeypatch, fn, bytes(batch))
         assert fast == reference
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(blobs, min_size=1, max_size=60), keys=st.one_of(st.none(), st.lists(blobs, min_size=60, max_size=60)),
+       ts=st.integers(-(2**63), 2**63 - 1), producer=st.tuples(st.integers(-1, 2**63 - 1), st.integers(-1, 2**15 - 1),
+                                                             st.integers(-1, 2**31 - 1)),
+       flags=st.tuples(st.booleans(), st.booleans(), st.booleans()))
+def test_whole_batch_encode_identical(monkeypatch, values, keys, ts, producer, flags):
+    keys = None if keys is None else keys[: len(values)]
+    pid, epoch, seq = producer
+    kwargs = dict(producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=flags[0],
+                  control=flags[1], log_append_time=flags[2])
+    fast, reference = _both(monkeypatch, rb.encode_batch, values, keys, None, ts, None, **kwargs)
+    assert fast == reference
+    assert SPEEDUPS.batch_encode(values, keys, ts, 0, pid, epoch, seq) is not None  # the fast path was taken
+
+
+def test_whole_batch_encode_declines():
+    assert SPEEDUPS.batch_encode([], None, 0, 0, -1, -1, -1) is None
+    assert SPEEDUPS.batch_encode(iter([b"a"]), None, 0, 0, -1, -1, -1) is None
+    assert SPEEDUPS.batch_encode([b"a"], None, 0, 1 << 16, -1, -1, -1) is None
+    assert SPEEDUPS.batch_encode([b"a"], None, 0, 0, -1, 1 << 15, -1) is None
+    assert SPEEDUPS.batch_encode([b"a"], None, 2**63, 0, -1, -1, -1) is None
