@@ -6,10 +6,13 @@ Modules, one per concept:
 
 * :mod:`raylog.storage.message` -- the byte layout of a message (documented
   field by field there), encoding of messages and message sets;
+* :mod:`raylog.storage.record_batch` -- format 2, Kafka's RecordBatch v2
+  with raylog's offsets (documented field by field there): encoding,
+  validation at append, stamping, decoding, telling the formats apart;
 * :mod:`raylog.storage.message_errors` -- the errors of the format (a corrupt
   message, a bad header), built off the hot paths;
 * :mod:`raylog.storage.compression` -- the gzip, zstd and lz4 codecs of
-  wrapper messages;
+  wrapper messages, and snappy (format 2);
 * :mod:`raylog.storage.validation` -- every CRC and header of a set, on
   append and in recovery; :mod:`raylog.storage.decoding` -- decoding sets
   into messages, consumer side; :mod:`raylog.storage.counting` -- counting

@@ -1,4 +1,5 @@
-/* raylog.storage._speedups: the compiled fast path of raylog.storage.message.
+/* raylog.storage._speedups: the compiled fast path of raylog.storage.message
+ * (format 1) and raylog.storage.record_batch (format 2, the batch_* functions).
  *
  * The pure-Python code in message.py is the reference and the fallback. This
  * module only walks runs of *plain* messages (magic 1, attributes 0, a key
@@ -31,6 +32,15 @@
  *     timestamps(buf, start, end) -> (largest, consumed)
  *         the time index's pass over an appended set (reference:
  *         raylog.storage.timeindex.timestamps)
+ *     batch_records(values, keys) -> bytes | None
+ *     batch_encode(values, keys, timestamp, attributes, producer_id, producer_epoch, base_sequence)
+ *         -> bytes | None
+ *     batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool
+ *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type])
+ *         format 2 (raylog.storage.record_batch, the reference): the
+ *         records section buf[start:end) of a batch (uncompressed, or
+ *         decompressed by the caller), encoded, checked or
+ *         decoded; None/False on anything the reference must handle
  *     crc32c(data, value=0) -> int            (what scan/decode use)
  *     crc32c_table(data, value=0) -> int      (the software implementation)
  *     CRC32C_IMPL: "sse4.2" or "table"
@@ -962,6 +972,466 @@ speedups_crc32c_table(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ------------------------------------------------------------------------ */
+/* format 2: uncompressed record batches (reference: raylog/storage/record_batch.py,
+ * where the layout is documented field by field). These functions see only the
+ * records section of a batch whose header the reference has checked; on any
+ * doubt they answer None/False and the reference does the work or raises. */
+
+#define BATCH_HEADER_SIZE 61
+#define MIN_RECORD_SIZE 7
+
+/* Kafka's zigzag varint of v (at most 10 bytes) at p; returns the bytes written. */
+static inline Py_ssize_t
+put_varint(unsigned char *p, int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    Py_ssize_t n = 0;
+    while (u >= 0x80) {
+        p[n++] = (unsigned char)(u | 0x80);
+        u >>= 7;
+    }
+    p[n++] = (unsigned char)u;
+    return n;
+}
+
+static inline Py_ssize_t
+varint_size(int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    Py_ssize_t n = 1;
+    while (u >= 0x80) {
+        n++;
+        u >>= 7;
+    }
+    return n;
+}
+
+/* Read the varint at *pos (before end) of at most max_bytes (5: an i32,
+ * 10: an i64) into *out; 0 when it runs past end, is longer or out of range. */
+static inline int
+get_varint(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, int64_t *out)
+{
+    uint64_t u = 0;
+    int shift = 0, i;
+    Py_ssize_t p = *pos;
+    for (i = 0; i < max_bytes; i++) {
+        unsigned char c;
+        if (p >= end)
+            return 0;
+        c = b[p++];
+        if (i == 9 && (c & 0x7F) > 1)
+            return 0;  /* past 64 bits */
+        u |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) {
+            if (max_bytes == 5 && (u >> 32))
+                return 0;
+            if (max_bytes == 5) {
+                uint32_t w = (uint32_t)u;
+                *out = (int64_t)(int32_t)((w >> 1) ^ (0u - (w & 1)));
+            }
+            else {
+                uint64_t z = (u >> 1) ^ (0 - (u & 1));
+                memcpy(out, &z, 8);
+            }
+            *pos = p;
+            return 1;
+        }
+        shift += 7;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(batch_records_doc,
+"batch_records(values, keys) -> bytes | None\n\n"
+"The uncompressed records section of a batch of values (a list or tuple of\n"
+"bytes or None) with keys (None, or one bytes or None per value), every\n"
+"timestampDelta 0 and no headers, byte for byte as\n"
+"raylog.storage.record_batch.encode_batch (the reference) builds it. None\n"
+"when an argument is not one of those or a length exceeds an i32.");
+
+PyDoc_STRVAR(batch_encode_doc,
+"batch_encode(values, keys, timestamp, attributes, producer_id, producer_epoch, base_sequence)\n"
+"    -> bytes | None\n\n"
+"The whole uncompressed batch of batch_records(values, keys) with one\n"
+"timestamp for every record: the 61-byte header (baseOffset 0,\n"
+"partitionLeaderEpoch -1, raylog's lastOffsetDelta, the crc) and the records,\n"
+"byte for byte as raylog.storage.record_batch.encode_batch builds it. None as\n"
+"for batch_records, or when an int argument is out of its field's range.");
+
+static inline void
+store_u16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+/* The records of values/keys (checked) written after `head` bytes left for
+ * the caller; NULL with no error set when an argument is not handled. */
+static PyObject *
+records_into(PyObject *values, PyObject *keys, Py_ssize_t head, int *declined)
+{
+    PyObject *out;
+    PyObject **vitems, **kitems = NULL;
+    Py_ssize_t n, i;
+    uint64_t total = 0;
+    unsigned char *p;
+
+    *declined = 1;
+    if (!PyList_CheckExact(values) && !PyTuple_CheckExact(values))
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(values);
+    vitems = PySequence_Fast_ITEMS(values);
+    if (n > INT32_MAX)
+        return NULL;
+    if (keys != Py_None) {
+        if ((!PyList_CheckExact(keys) && !PyTuple_CheckExact(keys)) || PySequence_Fast_GET_SIZE(keys) != n)
+            return NULL;
+        kitems = PySequence_Fast_ITEMS(keys);
+    }
+    /* pass 1: check the items, add up the sizes */
+    for (i = 0; i < n; i++) {
+        PyObject *k = kitems ? kitems[i] : Py_None, *v = vitems[i];
+        int64_t klen, vlen, body;
+        if ((v != Py_None && !PyBytes_CheckExact(v)) || (k != Py_None && !PyBytes_CheckExact(k)))
+            return NULL;
+        klen = k == Py_None ? -1 : PyBytes_GET_SIZE(k);
+        vlen = v == Py_None ? -1 : PyBytes_GET_SIZE(v);
+        body = 1 + 1 + varint_size(i) + varint_size(klen) + (klen > 0 ? klen : 0) + varint_size(vlen) +
+               (vlen > 0 ? vlen : 0) + 1;
+        if (body > INT32_MAX)
+            return NULL;
+        total += (uint64_t)(varint_size(body) + body);
+    }
+    if (total + (uint64_t)head > (uint64_t)INT32_MAX)
+        return NULL;
+    *declined = 0;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total + (uint64_t)head));
+    if (out == NULL)
+        return NULL;
+    /* pass 2: write the records (no Python code ran in between) */
+    p = (unsigned char *)PyBytes_AS_STRING(out) + head;
+    for (i = 0; i < n; i++) {
+        PyObject *k = kitems ? kitems[i] : Py_None, *v = vitems[i];
+        int64_t klen = k == Py_None ? -1 : PyBytes_GET_SIZE(k);
+        int64_t vlen = v == Py_None ? -1 : PyBytes_GET_SIZE(v);
+        int64_t body = 1 + 1 + varint_size(i) + varint_size(klen) + (klen > 0 ? klen : 0) + varint_size(vlen) +
+                       (vlen > 0 ? vlen : 0) + 1;
+        p += put_varint(p, body);
+        *p++ = 0;  /* attributes */
+        *p++ = 0;  /* timestampDelta 0 */
+        p += put_varint(p, i);
+        p += put_varint(p, klen);
+        if (klen > 0) {
+            memcpy(p, PyBytes_AS_STRING(k), (size_t)klen);
+            p += klen;
+        }
+        p += put_varint(p, vlen);
+        if (vlen > 0) {
+            memcpy(p, PyBytes_AS_STRING(v), (size_t)vlen);
+            p += vlen;
+        }
+        *p++ = 0;  /* no headers */
+    }
+    return out;
+}
+
+static PyObject *
+speedups_batch_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *out;
+    int declined;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "batch_records() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    out = records_into(args[0], args[1], 0, &declined);
+    if (out == NULL && declined)
+        Py_RETURN_NONE;
+    return out;
+}
+
+static PyObject *
+speedups_batch_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *out;
+    int64_t ts, attrs, pid, epoch, seq;
+    int declined;
+    unsigned char *b;
+    Py_ssize_t size;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "batch_encode() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!ts_arg(args[2], &ts) || !ts_arg(args[3], &attrs) || !ts_arg(args[4], &pid) || !ts_arg(args[5], &epoch) ||
+        !ts_arg(args[6], &seq))
+        Py_RETURN_NONE;
+    if (attrs < INT16_MIN || attrs > INT16_MAX || epoch < INT16_MIN || epoch > INT16_MAX || seq < INT32_MIN ||
+        seq > INT32_MAX)
+        Py_RETURN_NONE;
+    if ((!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0])) || PySequence_Fast_GET_SIZE(args[0]) < 1)
+        Py_RETURN_NONE;
+    out = records_into(args[0], args[1], BATCH_HEADER_SIZE, &declined);
+    if (out == NULL) {
+        if (declined)
+            Py_RETURN_NONE;
+        return NULL;
+    }
+    b = (unsigned char *)PyBytes_AS_STRING(out);
+    size = PyBytes_GET_SIZE(out);
+    /* the header, fields 1-13 of record_batch.py */
+    store_i64(b, 0);                                           /* baseOffset */
+    store_u32(b + 8, (uint32_t)(size - 12));                   /* batchLength */
+    store_u32(b + 12, 0xFFFFFFFFu);                            /* partitionLeaderEpoch -1 */
+    b[16] = 2;                                                 /* magic */
+    store_u16(b + 21, (uint16_t)(int16_t)attrs);               /* attributes */
+    store_u32(b + 23, (uint32_t)(size - 1));                   /* lastOffsetDelta */
+    store_i64(b + 27, ts);                                     /* baseTimestamp */
+    store_i64(b + 35, ts);                                     /* maxTimestamp */
+    store_i64(b + 43, pid);                                    /* producerId */
+    store_u16(b + 51, (uint16_t)(int16_t)epoch);               /* producerEpoch */
+    store_u32(b + 53, (uint32_t)(int32_t)seq);                 /* baseSequence */
+    store_u32(b + 57, (uint32_t)PySequence_Fast_GET_SIZE(args[0])); /* count */
+    store_u32(b + 17, crc32c_fn(0, b + 21, (size_t)(size - 21)));  /* crc */
+    return out;
+}
+
+/* Walk the records section b[0:end) of a batch as the reference's _walk does.
+ * With rows (a list), append one row per record of index >= skip: a
+ * record_type instance (a tuple subclass, or a tuple when record_type is
+ * tuple) of (offset, timestamp, key, value, headers). Returns 1 when every
+ * record is sound, 0 when not (the reference raises), -1 on a Python error. */
+static int
+walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_ts, int64_t max_ts,
+           int append_time, int64_t offset, int64_t skip, PyObject *rows, PyTypeObject *record_type)
+{
+    Py_ssize_t pos = 0;
+    int64_t i;
+    if (count > end / MIN_RECORD_SIZE)
+        return 0;
+    for (i = 0; i < count; i++) {
+        int64_t length, ts_delta, delta, klen, vlen, hcount, h, ts;
+        Py_ssize_t p, rend, kpos, vpos;
+        PyObject *headers = NULL;
+        int want = rows != NULL && i >= skip;
+        if (!get_varint(b, &pos, end, 5, &length) || length < MIN_RECORD_SIZE - 1 || length > end - pos)
+            return 0;
+        rend = pos + (Py_ssize_t)length;
+        if (b[pos] != 0)
+            return 0;
+        p = pos + 1;
+        if (!get_varint(b, &p, rend, 10, &ts_delta) || !get_varint(b, &p, rend, 5, &delta) || delta != i)
+            return 0;
+        if (__builtin_add_overflow(base_ts, ts_delta, &ts))
+            return 0;
+        if (!append_time && ts > max_ts)
+            return 0;
+        if (!get_varint(b, &p, rend, 5, &klen) || klen < -1 || klen > rend - p)
+            return 0;
+        kpos = p;
+        p += klen > 0 ? (Py_ssize_t)klen : 0;
+        if (!get_varint(b, &p, rend, 5, &vlen) || vlen < -1 || vlen > rend - p)
+            return 0;
+        vpos = p;
+        p += vlen > 0 ? (Py_ssize_t)vlen : 0;
+        if (!get_varint(b, &p, rend, 5, &hcount) || hcount < 0 || hcount > rend - p)
+            return 0;
+        if (want && (headers = PyList_New(0)) == NULL)
+            return -1;
+        for (h = 0; h < hcount; h++) {
+            int64_t hklen, hvlen;
+            PyObject *hkey, *hval, *pair;
+            if (!get_varint(b, &p, rend, 5, &hklen) || hklen < 0 || hklen > rend - p)
+                goto bad;
+            hkey = PyUnicode_DecodeUTF8((const char *)b + p, (Py_ssize_t)hklen, "strict");
+            if (hkey == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
+                PyErr_Clear();
+                goto bad;
+            }
+            p += (Py_ssize_t)hklen;
+            if (!get_varint(b, &p, rend, 5, &hvlen) || hvlen < -1 || hvlen > rend - p) {
+                Py_DECREF(hkey);
+                goto bad;
+            }
+            if (!want) {
+                Py_DECREF(hkey);
+                p += hvlen > 0 ? (Py_ssize_t)hvlen : 0;
+                continue;
+            }
+            if (hvlen < 0) {
+                hval = Py_None;
+                Py_INCREF(hval);
+            }
+            else if ((hval = PyBytes_FromStringAndSize((const char *)b + p, (Py_ssize_t)hvlen)) == NULL) {
+                Py_DECREF(hkey);
+                goto fail;
+            }
+            p += hvlen > 0 ? (Py_ssize_t)hvlen : 0;
+            pair = PyTuple_New(2);
+            if (pair == NULL) {
+                Py_DECREF(hkey);
+                Py_DECREF(hval);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(pair, 0, hkey);
+            PyTuple_SET_ITEM(pair, 1, hval);
+            if (PyList_Append(headers, pair) < 0) {
+                Py_DECREF(pair);
+                goto fail;
+            }
+            Py_DECREF(pair);
+        }
+        if (p != rend)
+            goto bad;
+        if (want) {
+            PyObject *rec = record_type == &PyTuple_Type ? PyTuple_New(5) : record_type->tp_alloc(record_type, 5);
+            PyObject *o, *t, *k, *v;
+            if (rec == NULL)
+                goto fail;
+            o = PyLong_FromLongLong(offset + i);
+            t = PyLong_FromLongLong(append_time ? max_ts : ts);
+            if (klen < 0) {
+                k = Py_None;
+                Py_INCREF(k);
+            }
+            else
+                k = PyBytes_FromStringAndSize((const char *)b + kpos, (Py_ssize_t)klen);
+            if (vlen < 0) {
+                v = Py_None;
+                Py_INCREF(v);
+            }
+            else
+                v = PyBytes_FromStringAndSize((const char *)b + vpos, (Py_ssize_t)vlen);
+            PyTuple_SET_ITEM(rec, 0, o);
+            PyTuple_SET_ITEM(rec, 1, t);
+            PyTuple_SET_ITEM(rec, 2, k);
+            PyTuple_SET_ITEM(rec, 3, v);
+            PyTuple_SET_ITEM(rec, 4, headers);
+            headers = NULL;
+            if (o == NULL || t == NULL || k == NULL || v == NULL) {
+                Py_DECREF(rec);
+                return -1;
+            }
+            if (PyList_Append(rows, rec) < 0) {
+                Py_DECREF(rec);
+                return -1;
+            }
+            Py_DECREF(rec);
+        }
+        pos = rend;
+        continue;
+    bad:
+        Py_XDECREF(headers);
+        return 0;
+    fail:
+        Py_XDECREF(headers);
+        return -1;
+    }
+    return pos == end;
+}
+
+/* The records section [start, end) of args[0], checked to lie in the buffer;
+ * v: start, end, count, base_ts, max_ts, append_time. */
+static int
+batch_args(PyObject *const *args, Py_buffer *view, Py_ssize_t *start, Py_ssize_t *end, int64_t v[6])
+{
+    int k;
+    for (k = 0; k < 6; k++)
+        if (!ts_arg(args[1 + k], &v[k]))
+            return 0;
+    if (PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (v[0] < 0 || v[1] < v[0] || v[1] > view->len) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *start = (Py_ssize_t)v[0];
+    *end = (Py_ssize_t)v[1];
+    return 1;
+}
+
+PyDoc_STRVAR(batch_validate_doc,
+"batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool\n\n"
+"Whether the records section buf[start:end) of a batch (uncompressed, or\n"
+"decompressed; the caller checked the header and crc) passes every check of the reference\n"
+"(raylog.storage.record_batch._walk). False: the reference raises.");
+
+static PyObject *
+speedups_batch_validate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t start, end;
+    int64_t v[6];
+    int ok;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "batch_validate() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    ok = batch_args(args, &view, &start, &end, v);
+    if (ok < 0)
+        return NULL;
+    if (ok == 0)
+        Py_RETURN_FALSE;
+    ok = walk_batch((const unsigned char *)view.buf + start, end - start, v[2], v[3], v[4],
+                    PyObject_IsTrue(args[6]) == 1, 0, 0, NULL, NULL);
+    PyBuffer_Release(&view);
+    if (ok < 0)
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
+PyDoc_STRVAR(batch_decode_doc,
+"batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type])\n"
+"    -> list | None\n\n"
+"The records of index >= skip of the records section buf[start:end) of a batch\n"
+"as (offset, timestamp, key, value, headers) tuples (or record_type instances,\n"
+"a tuple subclass), exactly as the reference decodes them. None when a record\n"
+"fails a check: the reference raises.");
+
+static PyObject *
+speedups_batch_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t start, end;
+    int64_t v[6], offset, skip;
+    PyObject *rows;
+    PyTypeObject *record_type = &PyTuple_Type;
+    int ok;
+    if (nargs != 9 && nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "batch_decode() takes 9 or 10 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (nargs == 10) {
+        if (!PyType_Check(args[9]) || !PyType_IsSubtype((PyTypeObject *)args[9], &PyTuple_Type))
+            Py_RETURN_NONE;
+        record_type = (PyTypeObject *)args[9];
+    }
+    if (!ts_arg(args[7], &offset) || !ts_arg(args[8], &skip))
+        Py_RETURN_NONE;
+    ok = batch_args(args, &view, &start, &end, v);
+    if (ok < 0)
+        return NULL;
+    if (ok == 0)
+        Py_RETURN_NONE;
+    rows = PyList_New(0);
+    if (rows == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    ok = walk_batch((const unsigned char *)view.buf + start, end - start, v[2], v[3], v[4],
+                    PyObject_IsTrue(args[6]) == 1, offset, skip, rows, record_type);
+    PyBuffer_Release(&view);
+    if (ok <= 0) {
+        Py_DECREF(rows);
+        if (ok < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    return rows;
+}
+
+/* ------------------------------------------------------------------------ */
 /* the module */
 
 static PyMethodDef speedups_methods[] = {
@@ -971,6 +1441,10 @@ static PyMethodDef speedups_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))speedups_encode, METH_FASTCALL, encode_doc},
     {"index", (PyCFunction)(void (*)(void))speedups_index, METH_FASTCALL, index_doc},
     {"group", (PyCFunction)(void (*)(void))speedups_group, METH_FASTCALL, group_doc},
+    {"batch_records", (PyCFunction)(void (*)(void))speedups_batch_records, METH_FASTCALL, batch_records_doc},
+    {"batch_encode", (PyCFunction)(void (*)(void))speedups_batch_encode, METH_FASTCALL, batch_encode_doc},
+    {"batch_validate", (PyCFunction)(void (*)(void))speedups_batch_validate, METH_FASTCALL, batch_validate_doc},
+    {"batch_decode", (PyCFunction)(void (*)(void))speedups_batch_decode, METH_FASTCALL, batch_decode_doc},
     {"crc32c", (PyCFunction)(void (*)(void))speedups_crc32c, METH_FASTCALL, crc32c_doc},
     {"crc32c_table", (PyCFunction)(void (*)(void))speedups_crc32c_table, METH_FASTCALL, crc32c_table_doc},
     {NULL, NULL, 0, NULL},

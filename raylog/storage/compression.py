@@ -22,6 +22,28 @@ limit of ``max_bytes + 1``), raising
 :class:`raylog.InflatedSizeTooLargeError`. A wrapper that is not a single well-formed stream of
 its codec raises :class:`raylog.InvalidMessageError`.
 
+Snappy (Kafka's codec 2 of format 2, :mod:`raylog.storage.record_batch`; not a
+codec of format 1's wrappers, so it has no id in :data:`CODEC_NAMES`) goes
+through ``cramjam.snappy``: :func:`snappy_compress` writes xerial's framing as
+Kafka's Java client does, :func:`snappy_decompress` reads both that and the raw
+snappy block librdkafka writes, bounded by the lengths each block declares
+(checked before it is inflated). The xerial framing, big-endian::
+
+     field             type   meaning
+  1. magic             8s     b"\\x82SNAPPY\\x00"
+  2. version           i32    1
+  3. compatible        i32    1
+  then blocks, back to back to the end of the stream:
+  4. block length      i32    bytes of the raw snappy block that follows
+  5. block             bytes  one raw snappy block (a varint of its
+                              uncompressed length, then the elements)
+
+Format 2 also reads zstd frames that do not declare their content size
+(Kafka's Java client writes them): :func:`zstd_decompress_unsized` bounds
+such a frame by a limited read before it inflates it whole; and it writes
+lz4 as Kafka's Java reader requires (:func:`lz4_compress_kafka`: independent
+blocks).
+
 Thread-safety: every function may be called from any thread; codec contexts
 that are not thread-safe (zstd) are kept per thread.
 """
@@ -31,6 +53,7 @@ from __future__ import annotations
 import threading
 import zlib
 
+import cramjam
 import lz4.frame
 import zstandard
 
@@ -168,3 +191,130 @@ def decompress(codec: int, data, max_bytes: int) -> bytes:
     if codec == CODEC_NONE:
         return bytes(data)
     raise InvalidMessageError(f"unknown codec id {codec}")
+
+
+# --------------------------------------------------------------------------
+# snappy (format 2 only)
+
+SNAPPY_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = SNAPPY_XERIAL_MAGIC + (1).to_bytes(4, "big") + (1).to_bytes(4, "big")
+#: the uncompressed bytes per block of the xerial framing (Java's SnappyOutputStream default)
+SNAPPY_XERIAL_BLOCK = 32 * 1024
+
+
+def snappy_compress(data) -> bytes:
+    """``data`` as a xerial-framed snappy stream (what Kafka's Java client writes)."""
+    view = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    for start in range(0, len(view), SNAPPY_XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + SNAPPY_XERIAL_BLOCK]))
+        parts.append(len(block).to_bytes(4, "big"))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_error(why: str) -> InvalidMessageError:
+    return InvalidMessageError(
+        f"the records of a snappy batch are not a valid snappy stream ({why}); the producer sent a malformed batch"
+    )
+
+
+def _snappy_too_large(max_bytes: int, claimed: int) -> InflatedSizeTooLargeError:
+    return InflatedSizeTooLargeError(
+        f"snappy records claim at least {claimed} bytes, more than the limit of {max_bytes} bytes for "
+        f"decompressed records (the topic's max_inflated_bytes); send smaller compressed batches",
+        limit=max_bytes,
+    )
+
+
+def _snappy_block(block, budget: int, max_bytes: int, before: int) -> bytes:
+    """One raw snappy block, its declared length checked against ``budget`` first."""
+    try:
+        claimed = cramjam.snappy.decompress_raw_len(block)
+    except Exception as err:  # cramjam raises its own DecompressionError
+        raise _snappy_error(f"bad length preamble: {err}") from None
+    if claimed > budget:
+        raise _snappy_too_large(max_bytes, before + claimed)
+    try:
+        out = bytes(cramjam.snappy.decompress_raw(block))
+    except Exception as err:
+        raise _snappy_error(str(err)) from None
+    if len(out) != claimed:
+        raise _snappy_error(f"a block declares {claimed} bytes but holds {len(out)}")
+    return out
+
+
+def snappy_decompress(data, max_bytes: int) -> bytes:
+    """Decompress xerial-framed or raw snappy, refusing output past ``max_bytes``.
+
+    Every block's declared length is checked before the block is inflated, so
+    nothing larger than ``max_bytes`` is allocated. Raises
+    :class:`InflatedSizeTooLargeError` or :class:`InvalidMessageError` (cut
+    framing, a block that is not snappy, a block longer than it declares).
+    """
+    view = memoryview(data).cast("B")
+    if bytes(view[:8]) != SNAPPY_XERIAL_MAGIC:
+        return _snappy_block(view, max_bytes, max_bytes, 0)
+    if len(view) < 16:
+        raise _snappy_error("the xerial header is cut")
+    parts: list[bytes] = []
+    total = 0
+    pos = 16
+    while pos < len(view):
+        if len(view) - pos < 4:
+            raise _snappy_error("a xerial block length is cut")
+        length = int.from_bytes(view[pos : pos + 4], "big")
+        pos += 4
+        if length > len(view) - pos or length & 0x80000000:
+            raise _snappy_error(f"a xerial block claims {length} bytes, more than remain")
+        out = _snappy_block(view[pos : pos + length], max_bytes - total, max_bytes, total)
+        total += len(out)
+        parts.append(out)
+        pos += length
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------
+# zstd frames that do not declare their size (format 2 only)
+
+
+def zstd_decompress_unsized(data, max_bytes: int) -> bytes:
+    """Decompress one zstd frame that may not declare its content size (Kafka's
+    Java client streams zstd and writes none), refusing output past ``max_bytes``.
+
+    A bounded read (``max_bytes + 1`` bytes of output at most) finds the size
+    first; only a frame within the bound is then inflated whole, to check that
+    it is one complete frame with nothing after it. Raises
+    :class:`InflatedSizeTooLargeError` or :class:`InvalidMessageError`.
+    """
+    try:
+        reader = _zstd_decompressor().stream_reader(bytes(data), read_across_frames=False)
+        head = reader.read(max_bytes + 1)
+    except zstandard.ZstdError as err:
+        raise _bad_stream(CODEC_ZSTD, str(err)) from None
+    if len(head) > max_bytes:
+        raise _too_large(CODEC_ZSTD, max_bytes)
+    d = _zstd_decompressor().decompressobj()
+    try:
+        out = d.decompress(data)  # bounded: the same frame gave at most max_bytes above
+    except zstandard.ZstdError as err:
+        raise _bad_stream(CODEC_ZSTD, str(err)) from None
+    return _whole(CODEC_ZSTD, d, out)
+
+
+# --------------------------------------------------------------------------
+# lz4 as Kafka writes it (format 2 only)
+
+
+def lz4_compress_kafka(data) -> bytes:
+    """``data`` as one lz4 frame the way Kafka's Java client writes it and its
+    reader requires: independent blocks (it refuses linked ones) of at most
+    64 KiB, no content size, no content checksum. Read back by
+    :func:`decompress` (``CODEC_LZ4``), bounded by its output limit."""
+    return lz4.frame.compress(
+        data,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        store_size=False,
+    )
