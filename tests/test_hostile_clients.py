@@ -28,6 +28,59 @@ from __future__ import annotations
 
 # -- data channel -----------------------------------------------------------------
 
+import socket  # noqa: E402 - each section imports what it uses
+import time  # noqa: E402
+
+
+def _closed_by_peer_within(sock: socket.socket, timeout_s: float, poke=None, every_s: float = 2.0) -> float | None:
+    """Seconds until the far end closes ``sock`` (reading and dropping what it
+    sends), calling ``poke()`` every ``every_s`` meanwhile; None if it is
+    still open after ``timeout_s``."""
+    start = time.monotonic()
+    next_poke = start
+    while time.monotonic() - start < timeout_s:
+        if poke is not None and time.monotonic() >= next_poke:
+            try:
+                poke()
+            except OSError:
+                return time.monotonic() - start
+            next_poke += every_s
+        sock.settimeout(0.2)
+        try:
+            if not sock.recv(65536):
+                return time.monotonic() - start
+        except socket.timeout:
+            continue
+        except OSError:
+            return time.monotonic() - start
+    return None
+
+
+def test_data_channel_hello_every_few_seconds_does_not_outlive_the_auth_deadline(raylog_client, make_topic):
+    from raylog.transfer.handshake import new_nonce
+    from raylog.transfer.requests import encode_auth_hello
+    from raylog.transfer.server import DEFAULT_AUTH_TIMEOUT_S
+
+    topic = make_topic()
+    host, port = raylog_client.metadata.endpoint(topic, 0, wait_s=30)
+    sock = socket.create_connection((host, port), timeout=10)
+    correlation = iter(range(1, 1000))
+    try:
+        took = _closed_by_peer_within(
+            sock, DEFAULT_AUTH_TIMEOUT_S + 8,
+            poke=lambda: sock.sendall(encode_auth_hello(next(correlation), new_nonce())), every_s=2.0)
+    finally:
+        sock.close()
+    assert took is not None, "a HELLO every 2 s kept a stranger connected past the authentication deadline"
+    # a client with the token is served as before
+    with raylog_client.producer() as producer:
+        producer.send(topic, b"after the stranger").result(timeout_s=30)
+    with raylog_client.consumer(topic, auto_offset_reset="earliest") as consumer:
+        got, deadline = [], time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got += consumer.poll(timeout_ms=1000)
+    assert [m.value for m in got] == [b"after the stranger"]
+
 
 # -- Kafka listener ---------------------------------------------------------------
 
