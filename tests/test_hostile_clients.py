@@ -219,6 +219,32 @@ def test_kafka_strangers_of_one_address_are_bounded(kafka_listener):
         _close_all(socks)
 
 
+def test_kafka_strangers_from_many_addresses_are_shed_first_at_the_connection_limit(kafka_listener):
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANGERS_PER_ADDRESS
+
+    config, _ = kafka_listener
+    host, port = _kafka_raw().bootstrap(config)
+    per_address = DEFAULT_MAX_STRANGERS_PER_ADDRESS - 4  # under the per-address bound: only the limit sheds
+    addresses = [f"127.0.0.{i}" for i in range(2, 2 + DEFAULT_MAX_CONNECTIONS // per_address + 2)]
+    socks = []
+    try:
+        for address in addresses:  # more strangers than the listener serves, from loopback addresses of this machine
+            for _ in range(per_address):
+                socks.append(socket.create_connection((host, port), timeout=10, source_address=(address, 0)))
+        assert len(socks) > DEFAULT_MAX_CONNECTIONS
+        time.sleep(1.0)
+        open_now = [_open_now(sock) for sock in socks]
+        assert sum(open_now) <= DEFAULT_MAX_CONNECTIONS and not any(open_now[:len(socks) - DEFAULT_MAX_CONNECTIONS])
+        for _ in range(3):  # clients with the token get in, one after another, while the strangers stay
+            with _kafka_raw().RawKafka(config) as raw:
+                raw.authenticate()
+                assert raw.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
+    finally:
+        _close_all(socks)
+
+
 def _batch_of_one_record(codec: int, value_head: bytes, zeros: int) -> bytes:
     """A Kafka record batch (magic 2) of codec ``codec`` (1 gzip, 3 lz4, 4
     zstd, streamed: zstd without a declared size, as Kafka's Java producer

@@ -27,7 +27,9 @@ address. Once authenticated, a connection costs nothing more than a flag
 check and a clock read per batch of frames received together (the clock
 read tells the table which connection is idle longest).
 
-Thread-safety: :meth:`KafkaServer.close` may be called from any thread.
+Thread-safety: :meth:`KafkaServer.close`, :meth:`KafkaServer.stats` and
+:attr:`KafkaServer.connections` may be called from any thread; each
+connection's :class:`_Frames` and :class:`Session` are confined to its thread.
 """
 
 from __future__ import annotations
