@@ -44,6 +44,59 @@ from raylog.transfer.handshake import authenticate_socket
 
 # -- data channel -----------------------------------------------------------------
 
+import socket  # noqa: E402 - each section imports what it uses
+import time  # noqa: E402
+
+
+def _closed_by_peer_within(sock: socket.socket, timeout_s: float, poke=None, every_s: float = 2.0) -> float | None:
+    """Seconds until the far end closes ``sock`` (reading and dropping what it
+    sends), calling ``poke()`` every ``every_s`` meanwhile; None if it is
+    still open after ``timeout_s``."""
+    start = time.monotonic()
+    next_poke = start
+    while time.monotonic() - start < timeout_s:
+        if poke is not None and time.monotonic() >= next_poke:
+            try:
+                poke()
+            except OSError:
+                return time.monotonic() - start
+            next_poke += every_s
+        sock.settimeout(0.2)
+        try:
+            if not sock.recv(65536):
+                return time.monotonic() - start
+        except socket.timeout:
+            continue
+        except OSError:
+            return time.monotonic() - start
+    return None
+
+
+def test_data_channel_hello_every_few_seconds_does_not_outlive_the_auth_deadline(raylog_client, make_topic):
+    from raylog.transfer.handshake import new_nonce
+    from raylog.transfer.requests import encode_auth_hello
+    from raylog.transfer.server import DEFAULT_AUTH_TIMEOUT_S
+
+    topic = make_topic()
+    host, port = raylog_client.metadata.endpoint(topic, 0, wait_s=30)
+    sock = socket.create_connection((host, port), timeout=10)
+    correlation = iter(range(1, 1000))
+    try:
+        took = _closed_by_peer_within(
+            sock, DEFAULT_AUTH_TIMEOUT_S + 8,
+            poke=lambda: sock.sendall(encode_auth_hello(next(correlation), new_nonce())), every_s=2.0)
+    finally:
+        sock.close()
+    assert took is not None, "a HELLO every 2 s kept a stranger connected past the authentication deadline"
+    # a client with the token is served as before
+    with raylog_client.producer() as producer:
+        producer.send(topic, b"after the stranger").result(timeout_s=30)
+    with raylog_client.consumer(topic, auto_offset_reset="earliest") as consumer:
+        got, deadline = [], time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got += consumer.poll(timeout_ms=1000)
+    assert [m.value for m in got] == [b"after the stranger"]
+
 
 @pytest.fixture(scope="module")
 def data_port(raylog_client):
@@ -195,6 +248,292 @@ def test_data_channel_300_idle_connections_do_not_lock_a_new_client_out(raylog_c
 
 
 # -- Kafka listener ---------------------------------------------------------------
+
+import pytest  # noqa: E402
+
+#: how much the listener's process may grow (peak RSS) under an attack
+KAFKA_RSS_GROWTH_BOUND = 64 << 20
+
+
+@pytest.fixture(scope="module")
+def kafka_listener(raylog_client):
+    """``(kafka_config, actor)``: the module cluster's Kafka listener (one
+    disk node) and its actor (whose ``stats()`` gives its ``pid``)."""
+    import ray
+
+    from raylog.config import NAMESPACE
+    from raylog.kafka.service import listener_name
+
+    entries = raylog_client.start_kafka_listeners()
+    assert len(entries) == 1
+    actor = ray.get_actor(listener_name(raylog_client.settings.cluster, entries[0]["node"]), namespace=NAMESPACE)
+    return raylog_client.kafka_config(), actor
+
+
+def _peak_rss(actor) -> int:
+    """The peak resident size of the listener's process (VmHWM), in bytes."""
+    import ray
+
+    pid = ray.get(actor.stats.remote(), timeout=30)["pid"]
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def _kafka_raw():
+    """tests/kafka/kafka_raw.py (raw Kafka requests, SCRAM with scramp)."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    if "kafka_raw" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("kafka_raw", pathlib.Path(__file__).parent / "kafka" / "kafka_raw.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["kafka_raw"] = module
+    return sys.modules["kafka_raw"]
+
+
+def _api_versions_frame(correlation_id: int) -> bytes:
+    from kafka.protocol.metadata import ApiVersionsRequest
+
+    request = ApiVersionsRequest[0]()
+    request.with_header(correlation_id=correlation_id, client_id="stranger")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def _strangers(config: dict, n: int) -> list[socket.socket]:
+    host, port = _kafka_raw().bootstrap(config)
+    return [socket.create_connection((host, port), timeout=10) for _ in range(n)]
+
+
+def _open_now(sock: socket.socket) -> bool:
+    """Whether the far end still holds ``sock`` open (without waiting)."""
+    sock.settimeout(0)
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def _close_all(socks) -> None:
+    for sock in socks:
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
+def test_kafka_stranger_is_closed_at_the_auth_deadline_whatever_it_sends(kafka_listener):
+    from raylog.kafka.listener import DEFAULT_AUTH_TIMEOUT_S
+
+    config, _ = kafka_listener
+    (sock,) = _strangers(config, 1)
+    correlation = iter(range(1, 1000))
+    try:
+        took = _closed_by_peer_within(sock, DEFAULT_AUTH_TIMEOUT_S + 8,
+                                      poke=lambda: sock.sendall(_api_versions_frame(next(correlation))))
+    finally:
+        sock.close()
+    assert took is not None, "an ApiVersions every 2 s kept a stranger connected past the authentication deadline"
+
+
+def test_kafka_large_frame_before_sasl_is_refused_from_its_size(kafka_listener):
+    from raylog.kafka.frames import PRE_AUTH_MAX_REQUEST_BYTES
+
+    config, actor = kafka_listener
+    before = _peak_rss(actor)
+    (sock,) = _strangers(config, 1)
+    try:
+        sock.sendall((64 << 20).to_bytes(4, "big") + b"\0" * 4096)  # a 64 MiB frame announced, a bit of it sent
+        assert _closed_by_peer_within(sock, 5) is not None, "a 64 MiB frame before SASL was received"
+    finally:
+        sock.close()
+    (sock,) = _strangers(config, 1)
+    try:  # just under the bound: still read (and refused as a malformed request, which closes it too)
+        sock.sendall(PRE_AUTH_MAX_REQUEST_BYTES.to_bytes(4, "big") + b"\0" * PRE_AUTH_MAX_REQUEST_BYTES)
+        assert _closed_by_peer_within(sock, 10) is not None
+    finally:
+        sock.close()
+    with _kafka_raw().RawKafka(config) as raw:  # a client with the token is served
+        raw.authenticate()
+    assert _peak_rss(actor) - before < KAFKA_RSS_GROWTH_BOUND
+
+
+def test_kafka_strangers_of_one_address_are_bounded(kafka_listener):
+    from raylog.kafka.connections import DEFAULT_MAX_STRANGERS_PER_ADDRESS
+
+    config, _ = kafka_listener
+    extra = 20
+    socks = _strangers(config, DEFAULT_MAX_STRANGERS_PER_ADDRESS + extra)
+    try:
+        time.sleep(1.0)  # (well inside the authentication deadline)
+        open_now = [_open_now(sock) for sock in socks]
+        # the oldest ones of the address were shed to let the newest in
+        assert open_now == [False] * extra + [True] * DEFAULT_MAX_STRANGERS_PER_ADDRESS
+        with _kafka_raw().RawKafka(config) as raw:  # one more from the same address, with the token: served
+            raw.authenticate()
+            from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+            assert raw.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
+    finally:
+        _close_all(socks)
+
+
+def test_kafka_strangers_from_many_addresses_are_shed_first_at_the_connection_limit(kafka_listener):
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANGERS_PER_ADDRESS
+
+    config, _ = kafka_listener
+    host, port = _kafka_raw().bootstrap(config)
+    per_address = DEFAULT_MAX_STRANGERS_PER_ADDRESS - 4  # under the per-address bound: only the limit sheds
+    addresses = [f"127.0.0.{i}" for i in range(2, 2 + DEFAULT_MAX_CONNECTIONS // per_address + 2)]
+    socks = []
+    try:
+        for address in addresses:  # more strangers than the listener serves, from loopback addresses of this machine
+            for _ in range(per_address):
+                socks.append(socket.create_connection((host, port), timeout=10, source_address=(address, 0)))
+        assert len(socks) > DEFAULT_MAX_CONNECTIONS
+        time.sleep(1.0)
+        open_now = [_open_now(sock) for sock in socks]
+        assert sum(open_now) <= DEFAULT_MAX_CONNECTIONS and not any(open_now[:len(socks) - DEFAULT_MAX_CONNECTIONS])
+        for _ in range(3):  # clients with the token get in, one after another, while the strangers stay
+            with _kafka_raw().RawKafka(config) as raw:
+                raw.authenticate()
+                assert raw.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
+    finally:
+        _close_all(socks)
+
+
+def _batch_of_one_record(codec: int, value_head: bytes, zeros: int) -> bytes:
+    """A Kafka record batch (magic 2) of codec ``codec`` (1 gzip, 3 lz4, 4
+    zstd, streamed: zstd without a declared size, as Kafka's Java producer
+    writes it) holding one record whose value is ``zeros`` zero bytes,
+    compressed without ever holding them."""
+    import struct
+    import zlib
+
+    import lz4.frame
+    import zstandard
+    from crc32c import crc32c
+
+    from raylog.kafka.records import _varint
+
+    body = b"\x00" + _varint(0) + _varint(0) + _varint(-1) + _varint(zeros)
+    record_head = _varint(len(body) + zeros + 1) + body
+    if codec == 1:
+        c = zlib.compressobj(9, zlib.DEFLATED, 31)
+        finish = c.flush
+    elif codec == 3:
+        c = lz4.frame.LZ4FrameCompressor()
+        first = c.begin()
+        finish = c.flush
+    else:
+        c = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+        finish = c.flush
+    parts = [first] if codec == 3 else []
+    parts.append(c.compress(record_head))
+    chunk = bytes(1 << 20)
+    for _ in range(zeros >> 20):
+        parts.append(c.compress(chunk))
+    parts.append(c.compress(bytes(zeros & ((1 << 20) - 1)) + b"\x00"))  # the rest, then no headers
+    parts.append(finish())
+    section = b"".join(parts)
+    now = int(time.time() * 1000)
+    tail = struct.pack(">ibIhiqqqhii", -1, 2, 0, codec, 0, now, now, -1, -1, -1, 1)
+    batch = bytearray(struct.pack(">qi", 0, len(tail) + len(section)) + tail + section)
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+    return bytes(batch)
+
+
+def _produce(raw, topic: str, records: bytes):
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    Topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest[8](transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[
+        Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=0, records=records)])])
+    return raw.request(request, ProduceResponse).responses[0].partition_responses[0].error_code
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
+def test_kafka_compressed_produce_that_inflates_past_the_bound_is_refused_as_it_inflates(
+        raylog_client, kafka_listener, make_topic, codec):
+    from raylog.kafka.handlers import MESSAGE_TOO_LARGE
+
+    config, actor = kafka_listener
+    topic = make_topic()
+    bomb = _batch_of_one_record(codec, b"", 256 << 20)
+    assert len(bomb) < 2 << 20  # 256 MiB of zeros, a few KiB (gzip, zstd) or one MiB (lz4) on the wire
+    before = _peak_rss(actor)
+    with _kafka_raw().RawKafka(config) as raw:
+        raw.authenticate()
+        assert _produce(raw, topic, _batch_of_one_record(codec, b"", 1000)) == 0
+        assert _produce(raw, topic, bomb) == MESSAGE_TOO_LARGE
+        assert _produce(raw, topic, _batch_of_one_record(codec, b"", 2000)) == 0  # the connection goes on
+    assert _peak_rss(actor) - before < KAFKA_RSS_GROWTH_BOUND
+    with raylog_client.consumer(topic, auto_offset_reset="earliest") as consumer:  # what was accepted is intact
+        got, deadline = [], time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += consumer.poll(timeout_ms=1000)
+    assert [m.value for m in got] == [bytes(1000), bytes(2000)]
+
+
+def test_kafka_300_idle_strangers_and_6_large_frames_keep_no_client_out(raylog_client, kafka_listener, make_topic):
+    """The acceptance test of issue 43."""
+    import threading
+
+    from confluent_kafka import Consumer, Producer
+
+    config, actor = kafka_listener
+    topic = make_topic()
+    before = _peak_rss(actor)
+    idle = _strangers(config, 300)
+    large = _strangers(config, 6)
+    stop = threading.Event()
+
+    def send_large(sock):
+        try:
+            sock.sendall((64 << 20).to_bytes(4, "big"))
+            chunk = bytes(1 << 20)
+            for _ in range(64):
+                if stop.is_set():
+                    return
+                sock.sendall(chunk)
+        except OSError:
+            pass
+
+    senders = [threading.Thread(target=send_large, args=(sock,), daemon=True) for sock in large]
+    for thread in senders:
+        thread.start()
+    try:
+        producer = Producer({**config, "linger.ms": 5, "message.timeout.ms": 60000})
+        for i in range(1000):
+            producer.produce(topic, value=b"m%d" % i)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+        try:
+            consumer.subscribe([topic])
+            got, deadline = [], time.monotonic() + 60
+            while len(got) < 1000 and time.monotonic() < deadline:
+                message = consumer.poll(1.0)
+                if message is not None and message.error() is None:
+                    got.append(message.value())
+        finally:
+            consumer.close()
+        assert sorted(got) == sorted(b"m%d" % i for i in range(1000))
+        assert _peak_rss(actor) - before < KAFKA_RSS_GROWTH_BOUND
+    finally:
+        stop.set()
+        _close_all(idle + large)
+        for thread in senders:
+            thread.join(10)
 
 
 # -- ZooKeeper --------------------------------------------------------------------

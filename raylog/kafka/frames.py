@@ -33,6 +33,10 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 SIZE = struct.Struct(">i")
 #: the largest request frame accepted (a produce of several 1 MiB batches)
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: the largest request frame accepted before SASL completes, on a listener
+#: that requires it: what a client sends then (ApiVersions, SaslHandshake,
+#: SaslAuthenticate or a bare SCRAM token) is a few hundred bytes
+PRE_AUTH_MAX_REQUEST_BYTES = 16 * 1024
 
 #: api key -> (request class, lowest and highest version served)
 SUPPORTED = {
@@ -76,9 +80,11 @@ class Request:
         self.client_id, self.body = client_id, body
 
 
-def check_size(size: int) -> None:
-    if size < _HEAD.size or size > MAX_REQUEST_BYTES:
-        raise BadFrame(f"a request frame of {size} bytes (accepted: {_HEAD.size}..{MAX_REQUEST_BYTES})")
+def check_size(size: int, limit: int = MAX_REQUEST_BYTES) -> None:
+    """Raise :class:`BadFrame` for a frame size outside ``_HEAD.size..limit``."""
+    if size < _HEAD.size or size > limit:
+        before = " before SASL authentication" if limit < MAX_REQUEST_BYTES else ""
+        raise BadFrame(f"a request frame of {size} bytes{before} (accepted: {_HEAD.size}..{limit})")
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:

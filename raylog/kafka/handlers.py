@@ -447,7 +447,8 @@ class Session:
                         continue
                     try:
                         records = bytes(data.records or b"")
-                        message_set, count = to_message_set(records)
+                        limit = self.backend.metadata.config(topic.name).max_inflated_limit
+                        message_set, count = to_message_set(records, limit)
                         if not count:
                             continue
                         conn = self._connection(topic.name, data.index)

@@ -13,10 +13,23 @@ order. A malformed frame, an API
 or version not served, or a failure inside a handler closes that connection
 only; the others go on. A frame started but not finished within
 ``frame_timeout_s`` closes the connection too, so a stalled peer holds a
-thread no longer than that. At most ``max_connections`` are served at once;
-one more is closed at once.
+thread no longer than that.
 
-Thread-safety: :meth:`KafkaServer.close` may be called from any thread.
+Strangers: on a listener that requires SASL, a connection must complete it
+within ``auth_timeout_s`` of its accept (a deadline that frames before it do
+not restart; it is then closed), and its frames until then are at most
+:data:`~raylog.kafka.frames.PRE_AUTH_MAX_REQUEST_BYTES` (a larger size field
+closes it before anything of that size is received). The connections are a
+:class:`~raylog.kafka.connections.ClientTable`: at most ``max_connections``,
+strangers shed first at the limit so that an authenticated client always
+gets in, and at most ``max_strangers_per_address`` strangers per source
+address. Once authenticated, a connection costs nothing more than a flag
+check and a clock read per batch of frames received together (the clock
+read tells the table which connection is idle longest).
+
+Thread-safety: :meth:`KafkaServer.close`, :meth:`KafkaServer.stats` and
+:attr:`KafkaServer.connections` may be called from any thread; each
+connection's :class:`_Frames` and :class:`Session` are confined to its thread.
 """
 
 from __future__ import annotations
@@ -24,14 +37,19 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 
-from raylog.kafka.frames import SIZE, BadFrame, check_size
+from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANGERS_PER_ADDRESS, ClientTable
+from raylog.kafka.frames import MAX_REQUEST_BYTES, PRE_AUTH_MAX_REQUEST_BYTES, SIZE, BadFrame, check_size
 from raylog.kafka.handlers import Session
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_CONNECTIONS = 256
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_STRANGERS_PER_ADDRESS", "KafkaServer"]
+
 FRAME_TIMEOUT_S = 30.0
+#: a connection to a listener that requires SASL must complete it within this long of its accept
+DEFAULT_AUTH_TIMEOUT_S = 10.0
 
 
 #: the most Produce requests answered as one pipelined run
@@ -44,15 +62,32 @@ class _Closed(Exception):
     pass
 
 
+class _AuthTimeout(Exception):
+    pass
+
+
 class _Frames:
     """The request frames of one connection: complete frames as they
-    arrive, several at once when they came together."""
+    arrive, several at once when they came together.
 
-    def __init__(self, sock: socket.socket, frame_timeout_s: float):
+    Until :meth:`authenticated` (only when the listener requires SASL), a
+    frame is at most :data:`PRE_AUTH_MAX_REQUEST_BYTES`, a receive takes no
+    more than that, and every wait ends at ``auth_deadline`` (monotonic)."""
+
+    def __init__(self, sock: socket.socket, frame_timeout_s: float, auth_deadline: float | None = None):
         self._sock = sock
         self._frame_timeout_s = frame_timeout_s
         self._buf = bytearray()
         self._timeout = -1.0
+        self._auth_deadline = auth_deadline
+        self._limit = MAX_REQUEST_BYTES if auth_deadline is None else PRE_AUTH_MAX_REQUEST_BYTES
+        self._recv_bytes = RECV_BYTES if auth_deadline is None else SIZE.size + PRE_AUTH_MAX_REQUEST_BYTES
+
+    def authenticated(self) -> None:
+        """SASL has completed: full-size frames, no deadline."""
+        self._auth_deadline = None
+        self._limit = MAX_REQUEST_BYTES
+        self._recv_bytes = RECV_BYTES
 
     def _set_timeout(self, timeout) -> None:
         if timeout != self._timeout:
@@ -61,16 +96,18 @@ class _Frames:
 
     def next(self) -> list[bytes]:
         """The complete frames received so far (at least one: waits for the
-        first without a bound, and for the rest of a started frame up to
-        the frame timeout). A size outside :func:`check_size`'s bounds
-        raises :class:`BadFrame` before a byte of that frame is kept."""
+        first without a bound (but the authentication deadline), and for the
+        rest of a started frame up to the frame timeout). A size outside
+        :func:`check_size`'s bounds raises :class:`BadFrame` before a byte
+        of that frame is kept; the deadline passing raises :class:`_AuthTimeout`."""
         buf = self._buf
+        limit = self._limit
         while True:
             frames, pos, total = [], 0, len(buf)
             while total - pos >= SIZE.size:
                 (size,) = SIZE.unpack_from(buf, pos)
                 try:
-                    check_size(size)
+                    check_size(size, limit)
                 except BadFrame:
                     if frames:  # the frames before it are answered first; it is met at the next call
                         break
@@ -82,8 +119,19 @@ class _Frames:
             if frames:
                 del buf[:pos]
                 return frames
-            self._set_timeout(None if not buf else self._frame_timeout_s)
-            chunk = self._sock.recv(RECV_BYTES)
+            timeout = None if not buf else self._frame_timeout_s
+            if self._auth_deadline is not None:
+                left = self._auth_deadline - time.monotonic()
+                if left <= 0:
+                    raise _AuthTimeout()
+                timeout = left if timeout is None else min(timeout, left)
+            self._set_timeout(timeout)
+            try:
+                chunk = self._sock.recv(self._recv_bytes)
+            except socket.timeout:
+                if self._auth_deadline is not None and time.monotonic() >= self._auth_deadline:
+                    raise _AuthTimeout() from None
+                raise
             if not chunk:
                 raise _Closed()
             buf += chunk
@@ -97,26 +145,33 @@ class _Frames:
 
 class KafkaServer:
     """Accepts Kafka clients on ``host:port`` (0: any free port) and serves
-    each with a :class:`Session` of ``backend``."""
+    each with a :class:`Session` of ``backend`` (see the module docstring
+    for the bounds)."""
 
     def __init__(self, backend, host: str, port: int = 0, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 frame_timeout_s: float = FRAME_TIMEOUT_S):
+                 max_strangers_per_address: int = DEFAULT_MAX_STRANGERS_PER_ADDRESS,
+                 auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S, frame_timeout_s: float = FRAME_TIMEOUT_S):
         self.backend = backend
         self.max_connections = max_connections
+        self.auth_timeout_s = auth_timeout_s
         self.frame_timeout_s = frame_timeout_s
+        self._table = ClientTable(max_connections=max_connections,
+                                  max_strangers_per_address=max_strangers_per_address)
         self._sock = socket.create_server((host, port), reuse_port=False, backlog=128)
         self.host = host
         self.port = self._sock.getsockname()[1]
-        self._lock = threading.Lock()
-        self._clients: set[socket.socket] = set()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name=f"kafka-listener-{self.port}", daemon=True)
         self._thread.start()
 
     @property
     def connections(self) -> int:
-        with self._lock:
-            return len(self._clients)
+        return len(self._table)
+
+    def stats(self) -> dict:
+        """``connections``, ``strangers`` (not yet authenticated),
+        ``connections_accepted``, ``connections_refused``, ``connections_shed``."""
+        return self._table.stats()
 
     def close(self) -> None:
         self._closed.set()
@@ -125,15 +180,14 @@ class KafkaServer:
         except OSError:
             pass
         self._sock.close()
-        with self._lock:
-            clients = list(self._clients)
-        for sock in clients:
+        for sock in self._table.sockets():
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 
     def _accept(self) -> None:
+        open_door = self.backend.verifier is None
         while not self._closed.is_set():
             try:
                 sock, peer = self._sock.accept()
@@ -141,41 +195,52 @@ class KafkaServer:
                 if self._closed.is_set():
                     return
                 continue
-            with self._lock:
-                full = len(self._clients) >= self.max_connections
-                if not full:
-                    self._clients.add(sock)
-            if full:
-                log.warning("Kafka listener %s:%s: %d connections already; closing one from %s",
-                            self.host, self.port, self.max_connections, peer)
-                sock.close()
+            client = self._table.admit(sock, peer, authenticated=open_door)
+            if client is None:
                 continue
-            threading.Thread(target=self._serve, args=(sock, peer), name=f"kafka-conn-{peer}", daemon=True).start()
+            try:
+                threading.Thread(target=self._serve, args=(client,), name=f"kafka-conn-{peer}", daemon=True).start()
+            except RuntimeError:  # no thread to be had: this connection only
+                log.warning("Kafka listener: no thread for the connection from %s; closing it", peer)
+                self._table.release(client)
+                sock.close()
 
-    def _serve(self, sock: socket.socket, peer) -> None:
+    def _serve(self, client) -> None:
+        sock, peer = client.sock, client.peer
         session = Session(self.backend)
+        authenticated = session.authenticated
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            frames = _Frames(sock, self.frame_timeout_s)
+            frames = _Frames(sock, self.frame_timeout_s,
+                             None if authenticated else client.accepted_at + self.auth_timeout_s)
             while not self._closed.is_set():
+                client.waiting_since = time.monotonic()
+                received = frames.next()
+                client.waiting_since = None
                 replies = _Replies(frames)
                 try:
-                    _answer(session, frames.next(), replies)
+                    _answer(session, received, replies)
                 finally:
                     replies.send()
                 if session.closing:
                     return
+                if not authenticated and session.authenticated:
+                    authenticated = True
+                    frames.authenticated()
+                    self._table.authenticated(client)
                 session.after_reply()
         except BadFrame as err:
             log.info("Kafka listener: closing the connection from %s: %s", peer, err)
+        except _AuthTimeout:
+            log.info("Kafka listener: closing the connection from %s: no SASL authentication within %g s of "
+                     "connecting", peer, self.auth_timeout_s)
         except (_Closed, OSError):
             pass
         except Exception:  # noqa: BLE001 - one connection's failure never ends the listener
             log.exception("Kafka listener: a request from %s failed; closing its connection", peer)
         finally:
             session.close()
-            with self._lock:
-                self._clients.discard(sock)
+            self._table.release(client)
             try:
                 sock.close()
             except OSError:

@@ -2,7 +2,9 @@
 
 Produce: each Kafka batch of a request is read with kafka-python's
 :class:`kafka.record.default_records.DefaultRecordBatch` (its header; CRC32C
-checked), its records section decompressed (gzip / lz4 / zstd) and its
+checked), its records section decompressed (gzip / lz4 / zstd, through
+:func:`raylog.storage.compression.decompress`: bounded as it runs by the
+partition's limit, MESSAGE_TOO_LARGE past it) and its
 records read by the compiled ``_kafkarecords.parse`` (where it is built;
 else record by record through kafka-python), and written as one raylog wrapper
 (docs/design.md section 2) of the batch's codec, so that the i-th record of
@@ -57,11 +59,12 @@ import struct
 import time
 
 from crc32c import crc32c
-from kafka.codec import gzip_decode, lz4_decode, zstd_decode
 from kafka.errors import CorruptRecordError, UnsupportedCodecError
 from kafka.record.default_records import DefaultRecordBatch
 
-from raylog.storage.compression import codec_id
+from raylog.config import INFLATED_FACTOR, TopicConfig
+from raylog.errors import InflatedSizeTooLargeError, InvalidMessageError
+from raylog.storage.compression import CODEC_GZIP, CODEC_LZ4, CODEC_ZSTD, codec_id, decompress
 from raylog.storage.message import encode_message_set
 
 try:  # the per-record loops in C (raylog/kafka/_kafkarecords.c); this module's own are the reference
@@ -95,6 +98,7 @@ class RecordsRefused(Exception):
 
 #: Kafka error codes used here
 CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 
@@ -117,22 +121,36 @@ def _batches(data: bytes):
         pos = end
 
 
-#: a compressed records section's codec (Kafka's id) -> its decompression
-_DECOMPRESS = {1: gzip_decode, 3: lambda data: lz4_decode(bytes(data)), 4: lambda data: zstd_decode(bytes(data))}
+#: a compressed records section's codec (Kafka's id) -> raylog's codec id (the same stream formats)
+_CODEC_IDS = {1: CODEC_GZIP, 3: CODEC_LZ4, 4: CODEC_ZSTD}
+
+
+def _inflate(section, codec: int, max_bytes: int) -> bytes:
+    """The records section of a batch of Kafka codec ``codec``, inflated
+    with :func:`raylog.storage.compression.decompress` (which stops past
+    ``max_bytes``, never holding more); raises :class:`RecordsRefused`:
+    MESSAGE_TOO_LARGE past the bound, CORRUPT_MESSAGE for a broken stream."""
+    try:
+        return decompress(_CODEC_IDS[codec], section, max_bytes, sized_only=False)
+    except InflatedSizeTooLargeError as err:
+        raise RecordsRefused(MESSAGE_TOO_LARGE, f"a record batch {str(err).splitlines()[0]}") from None
+    except InvalidMessageError as err:
+        raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be read: {err}") from None
 _RECORD_COUNT = struct.Struct(">i")  # field 13, at byte 57
 _FIRST_TIMESTAMP = struct.Struct(">q")  # field 8, at byte 27
 
 
-def _records(raw, batch, now: int):
+def _records(raw, batch, now: int, max_bytes: int):
     """``(keys, values, timestamps)`` of one batch (its CRC, codec and kind
-    checked by the caller); raises :class:`RecordsRefused`."""
-    if _kafkarecords is None:
-        return _records_reference(batch, now)
+    checked by the caller; its records section inflated to at most
+    ``max_bytes``); raises :class:`RecordsRefused`."""
     codec = batch.compression_type
     section = memoryview(raw)[_HEADER_SIZE:]
+    if codec:
+        section = _inflate(section, codec, max_bytes)
+    if _kafkarecords is None:
+        return _records_reference(batch, now)
     try:
-        if codec:
-            section = _DECOMPRESS[codec](section)
         parsed = _kafkarecords.parse(section, _RECORD_COUNT.unpack_from(raw, 57)[0])
     except (UnsupportedCodecError, ValueError, OSError, EOFError, RuntimeError) as err:
         raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be read: {err}") from None
@@ -150,7 +168,8 @@ _NO_HEADERS = "raylog's message format carries no record headers; send records w
 
 
 def _records_reference(batch, now: int):
-    """:func:`_records` through kafka-python's reader, record by record."""
+    """:func:`_records` through kafka-python's reader, record by record
+    (which inflates the section again: the caller has bounded it first)."""
     keys, values, times = [], [], []
     try:
         for record in batch:
@@ -165,9 +184,17 @@ def _records_reference(batch, now: int):
     return [None if k is None else bytes(k) for k in keys], values, times
 
 
-def to_message_set(data: bytes) -> tuple[bytes, int]:
+#: the bound of :func:`to_message_set` on an inflated records section when none is given (a topic's default)
+DEFAULT_MAX_INFLATED_BYTES = INFLATED_FACTOR * TopicConfig.max_message_bytes
+
+
+def to_message_set(data: bytes, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> tuple[bytes, int]:
     """``(raylog message set, record count)`` of the Kafka batches in
-    ``data``; raises :class:`RecordsRefused`."""
+    ``data``; raises :class:`RecordsRefused`. A compressed batch's records
+    section may inflate to at most ``max_inflated_bytes`` (the partition's
+    bound on a decompressed set, ``TopicConfig.max_inflated_limit``: what
+    raylog would store); its decompression stops past it and the batch is
+    refused with MESSAGE_TOO_LARGE."""
     parts, count = [], 0
     now = time.time_ns() // 1_000_000
     for raw, batch in _batches(data):
@@ -181,7 +208,7 @@ def to_message_set(data: bytes) -> tuple[bytes, int]:
                 UNSUPPORTED_COMPRESSION_TYPE,
                 f"compression {_CODEC_NAMES.get(codec, codec)} is not supported; use gzip, lz4, zstd or none",
             )
-        keys, values, times = _records(raw, batch, now)
+        keys, values, times = _records(raw, batch, now, max_inflated_bytes)
         if not values:
             continue
         compression = KAFKA_CODECS[codec]

@@ -23,6 +23,7 @@ except :meth:`KafkaListenerActor.stop`.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from raylog.config import NAMESPACE
@@ -88,7 +89,9 @@ class KafkaListenerActor:
         return dict(self._entry)
 
     def stats(self) -> dict:
-        return {"connections": self._server.connections, **self._entry}
+        """The server's connection counters (:meth:`KafkaServer.stats`), the
+        registry entry and ``pid`` (the process the listener serves in)."""
+        return {**self._server.stats(), **self._entry, "pid": os.getpid()}
 
     def stop(self) -> None:
         self._closed.set()

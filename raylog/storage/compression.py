@@ -13,14 +13,21 @@ of the inner (uncompressed) message set (see :mod:`raylog.storage.message`).
  3     lz4     ``lz4.frame``, content size in the frame
 =====  ======  ===========================================
 
-Decompression is always bounded: :func:`decompress` refuses output larger
-than ``max_bytes`` without allocating it (zstd and lz4 frames declare their
-content size, which is checked first, and a zstd frame must declare it:
-libzstd then fails a frame whose blocks inflate past the declared size
-within one block of 128 KiB; gzip and lz4 frames are inflated with an output
-limit of ``max_bytes + 1``), raising
-:class:`raylog.InflatedSizeTooLargeError`. A wrapper that is not a single well-formed stream of
-its codec raises :class:`raylog.InvalidMessageError`.
+Decompression is always bounded as it runs: :func:`decompress` refuses
+output larger than ``max_bytes`` without holding more than about that much
+(gzip and lz4 frames are inflated with an output limit of ``max_bytes + 1``:
+zlib's ``decompressobj`` ``max_length``, ``lz4.frame``'s ``max_length``; a
+zstd frame that declares its content size has it checked first, and libzstd
+then fails a frame whose blocks inflate past the declared size within one
+block of 128 KiB; a raylog wrapper's zstd frame must declare it, and one
+that does not (Kafka's Java producer writes such frames; accepted with
+``sized_only=False``) is inflated twice: once in chunks of
+:data:`ZSTD_CHUNK_BYTES` that are counted and dropped, stopping past
+``max_bytes``, then for its bytes), raising
+:class:`raylog.InflatedSizeTooLargeError`. A value that is not a single
+well-formed stream of its codec raises :class:`raylog.InvalidMessageError`.
+Every decompression of raylog goes through :func:`decompress` (wrappers in
+readers and on the data channel, Kafka batches at the listener).
 
 Snappy (Kafka's codec 2 of format 2, :mod:`raylog.storage.record_batch`; not a
 codec of format 1's wrappers, so it has no id in :data:`CODEC_NAMES`) goes
@@ -78,6 +85,8 @@ CODEC_NAMES: dict[int, str] = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_ZST
 
 GZIP_LEVEL = 6
 ZSTD_LEVEL = 3
+#: output chunk of the counting pass over a zstd frame without a declared size
+ZSTD_CHUNK_BYTES = 128 * 1024
 
 _local = threading.local()
 
@@ -146,8 +155,26 @@ def _whole(codec: int, d, out: bytes) -> bytes:
     return out
 
 
-def decompress(codec: int, data, max_bytes: int) -> bytes:
+def _zstd_within(data, max_bytes: int) -> None:
+    """Raise :class:`InflatedSizeTooLargeError` when the zstd frame ``data``
+    (of no declared size) inflates past ``max_bytes``: its output is counted
+    chunk by chunk and dropped, so no more than one chunk is held."""
+    total = 0
+    try:
+        for chunk in _zstd_decompressor().read_to_iter(data, write_size=ZSTD_CHUNK_BYTES):
+            total += len(chunk)
+            if total > max_bytes:
+                raise _too_large(CODEC_ZSTD, max_bytes)
+    except zstandard.ZstdError as err:
+        raise _bad_stream(CODEC_ZSTD, str(err)) from None
+
+
+def decompress(codec: int, data, max_bytes: int, *, sized_only: bool = True) -> bytes:
     """Decompress a wrapper's value, refusing output larger than ``max_bytes``.
+
+    ``sized_only``: a zstd frame must declare its content size (raylog's
+    own wrappers always do); False takes one that does not too (Kafka
+    batches of the Java producer), inflated with the counting pass first.
 
     Raises :class:`InflatedSizeTooLargeError` (a subclass of
     :class:`MessageTooLargeError`; nothing past ``max_bytes`` is inflated)
@@ -171,8 +198,9 @@ def decompress(codec: int, data, max_bytes: int) -> bytes:
         if claimed > max_bytes:
             raise _too_large(codec, max_bytes, claimed)
         if claimed < 0:
-            # Only a declared size bounds the output before inflating it.
-            raise _bad_stream(codec, "the frame does not declare its content size")
+            if sized_only:
+                raise _bad_stream(codec, "the frame does not declare its content size")
+            _zstd_within(data, max_bytes)
         d = _zstd_decompressor().decompressobj()
         try:
             out = d.decompress(data)

@@ -41,7 +41,7 @@ class _Connection:
 
     __slots__ = (
         "sock", "peer", "thread", "requests", "bytes_in", "bytes_out", "message_sets_in", "errors",
-        "waiting_since", "authenticated", "long_polling",
+        "waiting_since", "authenticated", "long_polling", "accepted_at",
     )
 
     def __init__(self, sock: socket.socket, peer):
@@ -49,7 +49,9 @@ class _Connection:
         self.peer = peer
         self.thread: threading.Thread | None = None
         #: monotonic time since when the thread waits for bytes (None: busy)
-        self.waiting_since: float | None = time.monotonic()
+        #: monotonic time of the accept (the authentication deadline runs from it)
+        self.accepted_at = time.monotonic()
+        self.waiting_since: float | None = self.accepted_at
         self.authenticated = False
         #: holds a long-poll slot (under the table's lock)
         self.long_polling = False

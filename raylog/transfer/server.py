@@ -35,7 +35,8 @@ would wait is answered after a short pause (``NO_SLOT_PAUSE_S`` of
 (the consumer asks again, without spinning). A parked connection checks its socket while it waits: a peer that
 closed it frees the slot within ``LONG_POLL_SLICE_S``, and at once when
 another FETCH needs that slot. A connection must
-authenticate within ``auth_timeout_s`` and is closed after
+authenticate within ``auth_timeout_s`` of its accept (a deadline that frames
+before AUTH, such as HELLO after HELLO, do not restart) and is closed after
 ``idle_timeout_s`` with nothing to read (also inside a frame) or with a
 reply the peer does not read (kernel SO_RCVTIMEO/SO_SNDTIMEO, no cost per
 call). A long poll waits at most ``max_wait_ms_cap`` whatever it asks.

@@ -181,15 +181,23 @@ class FrameLoop:
         view = memoryview(buf)
         end = 0  # bytes in buf; a partial frame is always kept at buf[0:end]
         monotonic = time.monotonic
+        # The token must come within auth_timeout_s of the accept, whatever
+        # arrives before it: the receive timeout is cut to what is left of
+        # that deadline after each read (a HELLO every few seconds does not
+        # restart it). Nothing of this runs once the peer is authenticated.
+        auth_deadline = conn.accepted_at + self.auth_timeout_s
         while True:
             conn.waiting_since = monotonic()
+            if not state.authenticated:
+                left = auth_deadline - conn.waiting_since
+                if left <= 0:
+                    self._auth_late(conn)
+                set_timeout(sock, socket.SO_RCVTIMEO, max(left, 0.001))
             try:
                 n = sock.recv_into(view[end:])
             except BlockingIOError:  # SO_RCVTIMEO: the auth deadline or the idle timeout passed
                 if not state.authenticated:
-                    self._fail(conn, AuthenticationError(
-                        f"no AUTH frame within {self.auth_timeout_s:g} s; pass the cluster's token"
-                    ))
+                    self._auth_late(conn)
                 log.debug("data server connection %s idle for %.0f s; closing", conn.peer, self.idle_timeout_s)
                 return
             conn.waiting_since = None
@@ -214,6 +222,11 @@ class FrameLoop:
             elif remaining and pos:
                 view[:remaining] = view[pos:end]
             end = remaining
+
+    def _auth_late(self, conn: _Connection) -> NoReturn:
+        self._fail(conn, AuthenticationError(
+            f"no AUTH frame within {self.auth_timeout_s:g} s of connecting; pass the cluster's token"
+        ))
 
     def _handle_frames(self, conn: _Connection, state: "_State", view: memoryview, end: int) -> tuple[int, int]:
         """Handle every whole frame in ``view[:end]``; return where the first

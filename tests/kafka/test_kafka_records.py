@@ -155,3 +155,30 @@ def test_damage_inside_the_records_is_refused_as_corrupt_and_nothing_else_is_rai
             assert err.code in (CORRUPT_MESSAGE, INVALID_RECORD)
             continue
         assert count == len(RECORDS) == len(decode_messages(message_set, 0)[0])
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
+def test_a_batch_that_inflates_past_the_bound_is_refused_as_message_too_large(codec):
+    from raylog.kafka.records import MESSAGE_TOO_LARGE
+
+    value = bytes(4 << 20)
+    bomb = _batch([(1_000, None, value)], codec)
+    assert len(bomb) < len(value) // 100
+    with pytest.raises(RecordsRefused) as refused:
+        to_message_set(bomb, 1 << 20)
+    assert refused.value.code == MESSAGE_TOO_LARGE and "more than the limit" in refused.value.message
+    # within the bound the same batch is taken
+    message_set, count = to_message_set(bomb, 8 << 20)
+    assert count == 1 and decode_messages(message_set, 0, max_message_bytes=8 << 20)[0][0][3] == value
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
+def test_a_compressed_section_that_is_not_its_codec_is_corrupt(codec):
+    from crc32c import crc32c
+
+    good = bytearray(_batch(RECORDS, codec))
+    good[61:] = b"\x00" * (len(good) - 61)  # the records section: zeros, not a stream of the codec
+    struct.pack_into(">I", good, 17, crc32c(memoryview(good)[21:]))
+    with pytest.raises(RecordsRefused) as refused:
+        to_message_set(bytes(good))
+    assert refused.value.code == CORRUPT_MESSAGE
