@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import sys
 import time
@@ -42,7 +43,20 @@ from raylog.zk.session import OutageReporter, connect_kazoo
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DATA_DIR = "/tmp/raylog"
+
+
+def default_data_dir() -> str:
+    """Where a node keeps partition logs when no ``data_dir`` is given: in the
+    user's own space, ``$XDG_DATA_HOME/raylog`` (``~/.local/share/raylog``
+    when unset), never the shared ``/tmp`` (data at rest is its owner's
+    only: :mod:`raylog.storage.owner_only`). Resolved by the process that creates
+    topics and given to the partition actors as a path."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "raylog")
+
+
+#: the default ``data_dir`` as this process resolved it at import (see :func:`default_data_dir`)
+DEFAULT_DATA_DIR = default_data_dir()
 #: closing a producer actor may take its delivery deadline and this much more
 PRODUCER_ACTOR_CLOSE_GRACE_S = 10.0
 

@@ -31,6 +31,7 @@ from raylog.client import DEFAULT_DATA_DIR, Client
 from raylog.errors import DataDirInUseError
 from raylog.kafka_listeners import start_soon as start_kafka_listeners_soon
 from raylog.ray_join import check_ray_reachable, present_ray_token
+from raylog.storage.owner_only import FILE_MODE, make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
 from raylog.zk.server import EmbeddedZooKeeper
 from raylog.zk.session import connect_kazoo
 
@@ -56,9 +57,9 @@ class DataDirLock:
     """
 
     def __init__(self, data_dir: str):
-        os.makedirs(data_dir, exist_ok=True)
+        make_owner_only_dirs(data_dir)
         self.path = os.path.join(os.path.abspath(data_dir), DATA_DIR_LOCK)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # close-on-exec: children never hold it
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)  # close-on-exec: children never hold it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -74,6 +75,9 @@ class DataDirLock:
         except BaseException:
             os.close(fd)
             raise
+        # a kept data_dir made before raylog kept its data its owner's only
+        # (the logs, ZooKeeper's snapshots) is tightened, once, with a warning
+        tighten_to_owner(data_dir, "the data directory")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {' '.join([sys.executable, *sys.argv])}\n".encode(), 0)
         self._fd: int | None = fd
@@ -122,7 +126,8 @@ def connect(
       the same ``data_dir`` serves the topics again (its supervisor,
       :mod:`raylog.actors.supervisor`, starts every partition actor);
     - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
-      existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
+      existing cluster (``data_dir`` defaults to ``~/.local/share/raylog`` on each node,
+      :func:`raylog.client.default_data_dir`).
 
     ``token``: the cluster's token, for a process that cannot derive it
     (outside Ray, without Ray's auth token); by default the client derives

@@ -161,6 +161,7 @@ def launch(
         close_fds=True,
         start_new_session=detached,
         preexec_fn=None if detached else _parent_death_signal(),
+        umask=0o077,  # its snapshots and logs are its owner's only (raylog.storage.owner_only)
     )
 
 
