@@ -133,7 +133,7 @@ class Client:
         self._owned_zookeeper = _owned_zookeeper
         self._owns_ray = _owns_ray
         self._owned_data_dir = _owned_data_dir
-        self._zk = _zk if _zk is not None else connect_kazoo(zookeeper)
+        self._zk = _zk if _zk is not None else connect_kazoo(zookeeper, refused_fails_fast=True)
         # One line when ZooKeeper goes away and one when it is back, from
         # the driver; a client inside a Ray actor or task says nothing, as
         # the actors' own sessions do not (raylog.zk.session).

@@ -158,7 +158,7 @@ def connect(
     try:
         if zookeeper is not None:
             # A wrong address fails here, within its deadline, before Ray starts.
-            zk = connect_kazoo(zookeeper)
+            zk = connect_kazoo(zookeeper, refused_fails_fast=True)
         if zookeeper is None:
             # With a kept data_dir the topics are kept too: ZooKeeper's data
             # lives beside the logs, and the supervisor serves them again.

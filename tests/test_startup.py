@@ -113,3 +113,49 @@ def test_a_wrong_ray_address_fails_fast_through_the_cli_and_creates_nothing(zook
     )
     _cli_error(proc, elapsed, "Ray", address)
     assert Registry(zk, cluster).list_topics() == []
+
+
+#: a refused port (nothing listens) fails at once: well under the 10 s
+#: deadline that a slow or silent ZooKeeper gets (a loose bound: the machine is shared)
+REFUSED_WITHIN_S = 5.0
+_TIMED = '''
+import sys, time
+import raylog
+start = time.monotonic()
+try:
+    {call}
+except raylog.ZooKeeperUnavailableError as err:
+    print("ELAPSED", time.monotonic() - start)
+    print(err)
+    raise SystemExit(3)
+raise SystemExit("connected?!")
+'''
+
+
+def test_a_refused_zookeeper_port_fails_at_once_naming_the_address():
+    address = f"127.0.0.1:{free_port()}"  # nothing listens: connections are refused
+    for call in (f"raylog.connect(zookeeper={address!r})",
+                 f"raylog.Client(zookeeper={address!r})"):
+        proc, _ = _run([sys.executable, "-c", _TIMED.format(call=call)])
+        assert proc.returncode == 3, (call, proc.stdout, proc.stderr)
+        elapsed_line, message = proc.stdout.splitlines()[:2]
+        assert float(elapsed_line.split()[1]) < REFUSED_WITHIN_S, (call, elapsed_line)
+        assert address in message and "refused" in message, message
+
+
+def test_a_silent_zookeeper_keeps_its_full_deadline():
+    """A port that accepts and never answers is not taken for a refused one:
+    the connection gets its whole deadline (here 3 s) before the error."""
+    import socket
+
+    from raylog.errors import ZooKeeperUnavailableError
+    from raylog.zk.session import connect_kazoo
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshake; nothing ever answers
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(ZooKeeperUnavailableError, match="within 3s"):
+            connect_kazoo(address, timeout_s=3.0, refused_fails_fast=True)
+        assert time.monotonic() - start >= 2.5
