@@ -24,11 +24,12 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 from raylog import quiet
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import DEFAULT_DATA_DIR, Client
-from raylog.errors import DataDirInUseError
+from raylog.errors import DataDirInUseError, RaylogError
 from raylog.kafka_listeners import start_soon as start_kafka_listeners_soon
 from raylog.ray_join import check_ray_reachable, present_ray_token
 from raylog.storage.owner_only import FILE_MODE, make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
@@ -41,6 +42,12 @@ EMBEDDED_ZOOKEEPER_DIR = ".zookeeper"
 LOCAL_NODE = "local"
 #: the lock file of the embedded default's kept data_dir (one owner at a time)
 DATA_DIR_LOCK = ".raylog-owner.lock"
+#: how long ``connect(data_dir=D)`` waits for D's partitions to be served again
+RESTORE_WAIT_S = 120.0
+#: pause between two rounds of asking the partitions that do not answer yet
+RESTORE_POLL_S = 0.2
+
+logger = logging.getLogger(__name__)
 
 
 class DataDirLock:
@@ -107,6 +114,35 @@ class _LockedZooKeeper:
         return getattr(self._server, name)
 
 
+def wait_until_served(client: Client, timeout_s: float) -> list[tuple[str, int]]:
+    """Wait until every registered partition of ``client``'s cluster answers
+    on its data port (an OFFSETS request on a fresh connection to its
+    endpoint, looked up anew each time: an endpoint an unclean stop left in
+    ZooKeeper refuses until the partition's new actor registers its own).
+    Returns the partitions that still did not answer after ``timeout_s``,
+    after one warning naming them (they go on starting; the calls that
+    reach them retry or raise a retriable error)."""
+    deadline = time.monotonic() + timeout_s
+    pending = [(topic, p) for topic in client.list_topics() for p in range(client.metadata.partitions(topic))]
+    while pending:
+        late = []
+        for topic, partition in pending:
+            try:
+                client.offsets(topic, partition)
+            except RaylogError:
+                late.append((topic, partition))
+        pending = late
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(RESTORE_POLL_S)
+    if pending:
+        shown = ", ".join(f"{t}-{p}" for t, p in pending[:10]) + (" ..." if len(pending) > 10 else "")
+        logger.warning("%d partition(s) of data_dir %s are not served again after %g s (still starting): %s; "
+                       "client.describe_topic(...) shows them, client.repair(...) serves one again",
+                       len(pending), client.data_dir, timeout_s, shown)
+    return pending
+
+
 def connect(
     zookeeper: str | None = None,
     ray_address: str | None = None,
@@ -124,7 +160,11 @@ def connect(
     - ``raylog.connect(data_dir="/tmp/rl")``: the same, logs kept there,
       and ZooKeeper's data in ``/tmp/rl/.zookeeper``: a later connect with
       the same ``data_dir`` serves the topics again (its supervisor,
-      :mod:`raylog.actors.supervisor`, starts every partition actor);
+      :mod:`raylog.actors.supervisor`, starts every partition actor) and
+      returns once every one answers (after an unclean stop too; bounded
+      by :data:`RESTORE_WAIT_S`, past it a warning names the partitions
+      still starting); the data dir is its owner's only (``0700``, files
+      ``0600``; a looser kept one is tightened, with a warning);
     - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
       existing cluster (``data_dir`` defaults to ``~/.local/share/raylog`` on each node,
       :func:`raylog.client.default_data_dir`).
@@ -220,6 +260,9 @@ def connect(
                 client.start_supervisor(wait=False)
                 # and its Kafka listeners (docs/design.md section 10), started by a Ray task
                 start_kafka_listeners_soon(zookeeper, cluster, data_dir, data_host)
+                if data_dir_lock is not None:
+                    # a kept data_dir: return once its topics are served again
+                    wait_until_served(client, RESTORE_WAIT_S)
             except BaseException:
                 client.close()
                 raise

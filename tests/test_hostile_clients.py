@@ -123,6 +123,8 @@ def test_at_rest_a_kept_data_dir_with_loose_modes_is_tightened_on_open(tmp_path)
     first = _subprocess.run([_sys.executable, "-c", KEEP_WRITE, data_dir], capture_output=True, text=True,
                             env=_clean_env(), timeout=400)
     assert first.returncode == 0, first.stderr[-3000:]
+    # a new embedded data dir is its owner's only, ZooKeeper's data in it included
+    assert _loose_modes(data_dir) == []
     # as an older raylog (or a umask of 022) left it
     for root, dirs, files in _os.walk(data_dir):
         _os.chmod(root, 0o755)

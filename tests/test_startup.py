@@ -9,6 +9,7 @@ Each attempt runs in a subprocess: this process may already hold a Ray
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -159,3 +160,66 @@ def test_a_silent_zookeeper_keeps_its_full_deadline():
         with pytest.raises(ZooKeeperUnavailableError, match="within 3s"):
             connect_kazoo(address, timeout_s=3.0, refused_fails_fast=True)
         assert time.monotonic() - start >= 2.5
+
+
+UNCLEAN_FIRST = textwrap.dedent('''
+    import os, sys
+    import raylog
+    client = raylog.connect(data_dir=sys.argv[1])
+    client.create_topic("kept", partitions=3, flush_ms=10)
+    producer = client.producer(acks="all")
+    for i in range(60):
+        producer.send("kept", b"k-%d" % i, partition=i % 3)
+    producer.close()
+    print("READY", flush=True)
+    sys.stdin.readline()  # killed here, by the test: no close
+''')
+
+UNCLEAN_SECOND = textwrap.dedent('''
+    import json, sys, time
+    import raylog
+    client = raylog.connect(data_dir=sys.argv[1])
+    # the first calls right after connect returns: every partition serves
+    ends = client.end_offsets("kept")
+    consumer = client.consumer("kept", auto_offset_reset="earliest")
+    got, deadline = [], time.monotonic() + 120
+    while any((consumer.position("kept", p) or 0) < end for p, end in ends.items()):
+        assert time.monotonic() < deadline, "could not read to the end"
+        got += [m.value.decode() for m in consumer.poll(timeout_ms=200)]
+    consumer.close()
+    client.close()
+    print("RESULT " + json.dumps(sorted(got)), flush=True)
+''')
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` and every process below it (its Ray, its ZooKeeper), by PID."""
+    import psutil
+
+    try:
+        below = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        below = []
+    proc.kill()
+    proc.wait(timeout=60)
+    for child in below:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(below, timeout=30)
+
+
+def test_connect_on_a_kept_data_dir_after_an_unclean_stop_returns_when_every_partition_serves(tmp_path):
+    data_dir = str(tmp_path / "data")
+    first = subprocess.Popen([sys.executable, "-c", UNCLEAN_FIRST, data_dir], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        line = first.stdout.readline()
+        assert line.startswith("READY"), line + first.stderr.read()[-3000:] if first.poll() is not None else line
+    finally:
+        _kill_tree(first)  # an unclean stop: the partitions' endpoints stay behind in ZooKeeper
+    proc, _ = _run([sys.executable, "-c", UNCLEAN_SECOND, data_dir])
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result and json.loads(result[0][len("RESULT "):]) == sorted(f"k-{i}" for i in range(60)), proc.stdout
