@@ -79,15 +79,16 @@ def _owner_only(path: str) -> None:
     if not st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) or st.st_uid != os.geteuid():
         return
     old = stat.S_IMODE(st.st_mode)
-    try:
-        os.chmod(path, old & ~(stat.S_IRWXG | stat.S_IRWXO))
-    except OSError as err:
-        log.warning("Ray's token file %s is readable by others (%04o) and could not be made its owner's only: %s",
-                    path, old, err)
-        return
     with _tightened_lock:
         first = path not in _tightened
         _tightened.add(path)
+    try:
+        os.chmod(path, old & ~(stat.S_IRWXG | stat.S_IRWXO))
+    except OSError as err:
+        if first:
+            log.warning("Ray's token file %s is readable by others (%04o) and could not be made its owner's "
+                        "only: %s", path, old, err)
+        return
     if first:
         log.warning("Ray's token file %s (raylog's cluster token derives from it) was readable by others; "
                     "made it its owner's only: %04o -> %04o", path, old, old & ~(stat.S_IRWXG | stat.S_IRWXO))
