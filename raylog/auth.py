@@ -21,6 +21,11 @@ and handed around by whoever starts an actor.
   (drivers, workers, actors) can read it, which is again the set of
   processes that can already run code on the cluster.
 
+At rest: Ray's token file is its owner's only; raylog makes it so where it
+first reads it (group and other bits taken off, with a warning once).
+raylog itself writes no token to disk (a token passed on the command line
+is read from a file the user keeps: ``--source-token-file``).
+
 A process that cannot derive the token (outside Ray, without the Ray token)
 passes it explicitly: ``raylog.connect(token=...)`` (or ``raylog --token``).
 The partition actor derives it itself and never takes one from its caller:
@@ -43,14 +48,56 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
+import stat
+import threading
 
 from raylog.errors import AuthenticationError
+
+log = logging.getLogger(__name__)
 
 KV_NAMESPACE = "raylog"
 #: how the derived token starts its HMAC message
 CONTEXT = b"raylog:"
+
+
+_tightened: set[str] = set()
+_tightened_lock = threading.Lock()
+
+
+def _owner_only(path: str) -> None:
+    """Make Ray's token file ``0600`` if group or others may read it (and this
+    process owns it), with a warning once per path and process. The same
+    rule as the data at rest (:mod:`raylog.storage.owner_only`, which this
+    base module may not import)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if not st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) or st.st_uid != os.geteuid():
+        return
+    old = stat.S_IMODE(st.st_mode)
+    with _tightened_lock:
+        first = path not in _tightened
+        _tightened.add(path)
+    try:
+        os.chmod(path, old & ~(stat.S_IRWXG | stat.S_IRWXO))
+    except OSError as err:
+        if first:
+            log.warning("Ray's token file %s is readable by others (%04o) and could not be made its owner's "
+                        "only: %s", path, old, err)
+        return
+    if first:
+        log.warning("Ray's token file %s (raylog's cluster token derives from it) was readable by others; "
+                    "made it its owner's only: %04o -> %04o", path, old, old & ~(stat.S_IRWXG | stat.S_IRWXO))
+
+
+def ray_token_path() -> str:
+    """The file Ray reads its auth token from (``RAY_AUTH_TOKEN_PATH``, else
+    ``~/.ray/auth_token``)."""
+    return os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
 
 
 def _ray_token_outside_ray() -> bytes | None:
@@ -59,7 +106,8 @@ def _ray_token_outside_ray() -> bytes | None:
     raw = os.environ.get("RAY_AUTH_TOKEN")
     if raw:
         return raw.strip().encode()
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    path = ray_token_path()
+    _owner_only(path)
     try:
         with open(path, "rb") as f:
             raw = f.read().strip()
@@ -85,6 +133,8 @@ def _ray_token() -> tuple[bool, bytes | None]:
     loader = AuthenticationTokenLoader.instance()
     if not loader.has_token():
         return True, None
+    if not os.environ.get("RAY_AUTH_TOKEN"):
+        _owner_only(ray_token_path())
     raw = loader.get_raw_token()
     return True, raw.encode() if isinstance(raw, str) else bytes(raw)
 

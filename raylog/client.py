@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import sys
 import time
@@ -42,7 +43,20 @@ from raylog.zk.session import OutageReporter, connect_kazoo
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DATA_DIR = "/tmp/raylog"
+
+
+def default_data_dir() -> str:
+    """Where a node keeps partition logs when no ``data_dir`` is given: in the
+    user's own space, ``$XDG_DATA_HOME/raylog`` (``~/.local/share/raylog``
+    when unset), never the shared ``/tmp`` (data at rest is its owner's
+    only: :mod:`raylog.storage.owner_only`). Resolved by the process that creates
+    topics and given to the partition actors as a path."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "raylog")
+
+
+#: the default ``data_dir`` as this process resolved it at import (see :func:`default_data_dir`)
+DEFAULT_DATA_DIR = default_data_dir()
 #: closing a producer actor may take its delivery deadline and this much more
 PRODUCER_ACTOR_CLOSE_GRACE_S = 10.0
 
@@ -119,7 +133,7 @@ class Client:
         self._owned_zookeeper = _owned_zookeeper
         self._owns_ray = _owns_ray
         self._owned_data_dir = _owned_data_dir
-        self._zk = _zk if _zk is not None else connect_kazoo(zookeeper)
+        self._zk = _zk if _zk is not None else connect_kazoo(zookeeper, refused_fails_fast=True)
         # One line when ZooKeeper goes away and one when it is back, from
         # the driver; a client inside a Ray actor or task says nothing, as
         # the actors' own sessions do not (raylog.zk.session).

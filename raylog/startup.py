@@ -24,13 +24,15 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 from raylog import quiet
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.client import DEFAULT_DATA_DIR, Client
-from raylog.errors import DataDirInUseError
+from raylog.errors import DataDirInUseError, RaylogError
 from raylog.kafka_listeners import start_soon as start_kafka_listeners_soon
 from raylog.ray_join import check_ray_reachable, present_ray_token
+from raylog.storage.owner_only import FILE_MODE, make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
 from raylog.zk.server import EmbeddedZooKeeper
 from raylog.zk.session import connect_kazoo
 
@@ -40,6 +42,12 @@ EMBEDDED_ZOOKEEPER_DIR = ".zookeeper"
 LOCAL_NODE = "local"
 #: the lock file of the embedded default's kept data_dir (one owner at a time)
 DATA_DIR_LOCK = ".raylog-owner.lock"
+#: how long ``connect(data_dir=D)`` waits for D's partitions to be served again
+RESTORE_WAIT_S = 120.0
+#: pause between two rounds of asking the partitions that do not answer yet
+RESTORE_POLL_S = 0.2
+
+logger = logging.getLogger(__name__)
 
 
 class DataDirLock:
@@ -56,9 +64,9 @@ class DataDirLock:
     """
 
     def __init__(self, data_dir: str):
-        os.makedirs(data_dir, exist_ok=True)
+        make_owner_only_dirs(data_dir)
         self.path = os.path.join(os.path.abspath(data_dir), DATA_DIR_LOCK)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # close-on-exec: children never hold it
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)  # close-on-exec: children never hold it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -74,6 +82,9 @@ class DataDirLock:
         except BaseException:
             os.close(fd)
             raise
+        # a kept data_dir made before raylog kept its data its owner's only
+        # (the logs, ZooKeeper's snapshots) is tightened, once, with a warning
+        tighten_to_owner(data_dir, "the data directory")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {' '.join([sys.executable, *sys.argv])}\n".encode(), 0)
         self._fd: int | None = fd
@@ -103,6 +114,35 @@ class _LockedZooKeeper:
         return getattr(self._server, name)
 
 
+def wait_until_served(client: Client, timeout_s: float) -> list[tuple[str, int]]:
+    """Wait until every registered partition of ``client``'s cluster answers
+    on its data port (an OFFSETS request on a fresh connection to its
+    endpoint, looked up anew each time: an endpoint an unclean stop left in
+    ZooKeeper refuses until the partition's new actor registers its own).
+    Returns the partitions that still did not answer after ``timeout_s``,
+    after one warning naming them (they go on starting; the calls that
+    reach them retry or raise a retriable error)."""
+    deadline = time.monotonic() + timeout_s
+    pending = [(topic, p) for topic in client.list_topics() for p in range(client.metadata.partitions(topic))]
+    while pending:
+        late = []
+        for topic, partition in pending:
+            try:
+                client.offsets(topic, partition)
+            except RaylogError:
+                late.append((topic, partition))
+        pending = late
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(RESTORE_POLL_S)
+    if pending:
+        shown = ", ".join(f"{t}-{p}" for t, p in pending[:10]) + (" ..." if len(pending) > 10 else "")
+        logger.warning("%d partition(s) of data_dir %s are not served again after %g s (still starting): %s; "
+                       "client.describe_topic(...) shows them, client.repair(...) serves one again",
+                       len(pending), client.data_dir, timeout_s, shown)
+    return pending
+
+
 def connect(
     zookeeper: str | None = None,
     ray_address: str | None = None,
@@ -120,9 +160,14 @@ def connect(
     - ``raylog.connect(data_dir="/tmp/rl")``: the same, logs kept there,
       and ZooKeeper's data in ``/tmp/rl/.zookeeper``: a later connect with
       the same ``data_dir`` serves the topics again (its supervisor,
-      :mod:`raylog.actors.supervisor`, starts every partition actor);
+      :mod:`raylog.actors.supervisor`, starts every partition actor) and
+      returns once every one answers (after an unclean stop too; bounded
+      by :data:`RESTORE_WAIT_S`, past it a warning names the partitions
+      still starting); the data dir is its owner's only (``0700``, files
+      ``0600``; a looser kept one is tightened, with a warning);
     - ``raylog.connect(zookeeper="host:2181", ray_address="auto")``: an
-      existing cluster (``data_dir`` defaults to ``/tmp/raylog`` on each node).
+      existing cluster (``data_dir`` defaults to ``~/.local/share/raylog`` on each node,
+      :func:`raylog.client.default_data_dir`).
 
     ``token``: the cluster's token, for a process that cannot derive it
     (outside Ray, without Ray's auth token); by default the client derives
@@ -153,7 +198,7 @@ def connect(
     try:
         if zookeeper is not None:
             # A wrong address fails here, within its deadline, before Ray starts.
-            zk = connect_kazoo(zookeeper)
+            zk = connect_kazoo(zookeeper, refused_fails_fast=True)
         if zookeeper is None:
             # With a kept data_dir the topics are kept too: ZooKeeper's data
             # lives beside the logs, and the supervisor serves them again.
@@ -215,6 +260,9 @@ def connect(
                 client.start_supervisor(wait=False)
                 # and its Kafka listeners (docs/design.md section 10), started by a Ray task
                 start_kafka_listeners_soon(zookeeper, cluster, data_dir, data_host)
+                if data_dir_lock is not None:
+                    # a kept data_dir: return once its topics are served again
+                    wait_until_served(client, RESTORE_WAIT_S)
             except BaseException:
                 client.close()
                 raise

@@ -176,3 +176,7 @@ def test_the_kafka_clients_example_runs_as_written(tmp_path):
         "b'user-42' b'/'", "b'user-42' b'/cart'", "b'user-42' b'/pay'"], proc.stdout
     offsets = [int(line.split(" ", 1)[0]) for line in lines]
     assert offsets == sorted(set(offsets))
+    # its Kafka clients are closed inside the block: none outlives the
+    # cluster and tells of refused connections to its stopped listener
+    assert "Connection refused" not in proc.stderr, proc.stderr
+    assert proc.stderr == "", proc.stderr

@@ -62,6 +62,7 @@ from raylog.replication.state import leave_isr, running_replicas
 from raylog.retry import RetryPolicy
 from raylog.storage import faults
 from raylog.storage.log import PartitionLog
+from raylog.storage.owner_only import tighten as tighten_to_owner
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 from raylog.transfer.server import DataServer
 from raylog.zk.errors import zookeeper_errors
@@ -155,6 +156,10 @@ class PartitionActor:
         what = f"partition {topic}-{partition}"
         until_zookeeper(deadline, what, check_before_serving, zookeeper, cluster, topic, partition, log_dir,
                         replica)
+        # <data_dir>/<cluster>/<topic>-<partition> (raylog.topic_admin): the two
+        # directories above the log's are the owner's only too (raylog.storage.owner_only)
+        for directory in (os.path.dirname(os.path.dirname(log_dir)), os.path.dirname(log_dir)):
+            tighten_to_owner(directory, "the data directory", recursive=False)
         self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error, lock_wait_s=_lock_wait_s())
         for report in self.log.recovery_reports:
             log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)

@@ -21,7 +21,8 @@ acks:
   futures report offset -1 and a refused set shows up as a failed later
   write. Not idempotent.
 * ``1`` waits until the partition's log has the set (it survives a
-  process kill once flushed).
+  process kill once flushed); ``flush()`` also waits until every set sent
+  can be read (:mod:`raylog.producer.visibility`).
 * ``"all"`` waits until the set is flushed (fsynced) and visible to
   consumers: after ``flush()`` every message sent can be read
   (read-your-writes).
@@ -327,7 +328,12 @@ class Producer:
         """Send everything queued so far and wait for its outcome. Raises one
         :class:`DeliveryError` listing each topic-partition that lost
         messages since the last flush (and how many); all else is delivered.
-        RequestTimeoutError if the outcomes take longer than ``timeout_s``."""
+        RequestTimeoutError if the outcomes take longer than ``timeout_s``.
+
+        With acks=1 or "all" it returns only when everything delivered can
+        be read (read-your-writes, docs/design.md section 6): acks="all" is
+        answered so; for acks=1 flush waits until each partition written to
+        has made its sets readable (:mod:`raylog.producer.visibility`)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         if self._audit is not None and not self._closed:
             self._publish_audit()
@@ -346,6 +352,9 @@ class Producer:
                     f"flush did not finish within {timeout_s} s; {acc.buffered} messages still queued "
                     f"(is the cluster reachable?)"
                 ) from None
+        if self._sender.visibility is not None:
+            # acks=1: read-your-writes (docs/design.md section 6), as acks="all" has from its replies
+            self._sender.visibility.wait(deadline)
         self._raise_failures()
 
     def close(self, timeout_s: float | None = 60.0) -> None:

@@ -90,6 +90,7 @@ from raylog.errors import (
     TooManyConnectionsError,
 )
 from raylog.producer.futures import UNKNOWN_OFFSET, _track
+from raylog.producer.visibility import Visibility
 from raylog.retry import RetryPolicy
 from raylog.storage.message import encode_message_set
 from raylog.transfer.connection import BrokerConnection
@@ -189,6 +190,9 @@ class Sender:
         self._periodic = periodic  # () -> seconds until it is due again (audit); lock not held
         self.max_in_flight_sets = max_in_flight_sets
         self.producer_id = new_producer_id() if idempotent else -1
+        #: acks=1: the acknowledged offsets that flush() waits to be readable
+        #: (raylog.producer.visibility); acks="all" replies once readable
+        self.visibility = Visibility(metadata, request_timeout_s) if acks == 1 else None
         self._connections: dict[tuple[str, int], object] = {}
         self._abandon = threading.Event()  # set by close(): stop retrying
         self._sequences: dict[tuple[str, int], _Sequences] = {}
@@ -355,9 +359,10 @@ class Sender:
                         self._resolve(batch, error=err)
             self._on_resolved(batches)
 
-    @staticmethod
-    def _resolve(batch, base: int | None = None, error: BaseException | None = None) -> None:
+    def _resolve(self, batch, base: int | None = None, error: BaseException | None = None) -> None:
         if error is None:
+            if self.visibility is not None:
+                self.visibility.note(batch.topic, batch.partition, base)
             batch.future.resolve(base)
         else:
             _track(batch)  # (the error's traceback may hold it: a cycle the collector must see)
@@ -591,6 +596,8 @@ class Sender:
         for conn in list(self._connections.values()):
             conn.close()
         self._connections.clear()
+        if self.visibility is not None:
+            self.visibility.close()
 
     def stop(self, timeout_s: float) -> None:
         """Stop now (the producer's close at interpreter exit, once its

@@ -73,6 +73,7 @@ from raylog.replication.leader import PRODUCERS_LEARNT_PREFIX, PRODUCERS_PREFIX,
 from raylog.replication.liveness import clear_dead_leader
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
+from raylog.storage.owner_only import private_opener
 from raylog.storage.producer_state import RECORD_SIZE, parse_records
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
@@ -115,7 +116,7 @@ def read_epoch(directory: str) -> int:
 
 def write_epoch(directory: str, epoch: int) -> None:
     path = os.path.join(directory, EPOCH_FILE)
-    with open(path + ".tmp", "w") as f:
+    with open(path + ".tmp", "w", opener=private_opener) as f:
         f.write(str(epoch))
         f.flush()
         os.fsync(f.fileno())

@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from raylog.errors import LogDirectoryLockedError, LogInUseError, StorageError
+from raylog.storage.owner_only import FILE_MODE
 
 
 #: the file a log's owner holds an exclusive ``flock`` on while the log is open
@@ -75,7 +76,7 @@ def _lock_directory(directory: str, wait_s: float = 0.0) -> int:
     actor started again waits: Ray starts the new process as soon as the old
     one says it is leaving, and the old one may still be handing its lead
     off, holding the lock, for up to its SIGTERM drain bound."""
-    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     deadline = time.monotonic() + wait_s
     try:
         while True:

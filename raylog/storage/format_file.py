@@ -53,6 +53,7 @@ from crc32c import crc32c
 
 from raylog.errors import StorageFormatError
 from raylog.storage.fileops import LOCK_NAME, _sync_directory
+from raylog.storage.owner_only import FILE_MODE
 
 FILE_NAME = "format"
 MAGIC = b"RLFM"
@@ -120,7 +121,7 @@ def write(directory: str, formats: Formats = CURRENT) -> None:
     """Write the format file of ``directory`` whole (temporary file, sync, rename, directory sync)."""
     path = os.path.join(directory, FILE_NAME)
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
     try:
         os.write(fd, encode(formats))
         os.fsync(fd)

@@ -89,6 +89,7 @@ from raylog.storage.fileops import (
     is_disk_full,
 )
 from raylog.storage.log_reads import FileSlice, LogReader
+from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.recovery import (
     CHECKPOINT_NAME,
@@ -190,7 +191,9 @@ class PartitionLog(LogBasics):
         self._waiting = 0  # readers blocked in wait_for_data: they get a prompt flush
         self._end_waiting = 0  # followers blocked in wait_for_end: woken by an append
         try:
-            os.makedirs(self._dir, exist_ok=True)
+            # the owner's only (raylog.storage.owner_only): made 0700, a kept one tightened
+            make_owner_only_dirs(self._dir)
+            tighten_to_owner(self._dir, "the log directory")
             self._lock_fd = _lock_directory(self._dir, lock_wait_s)
         except OSError as err:
             raise _open_error(self._dir, err) from None

@@ -96,6 +96,7 @@ from crc32c import crc32c
 
 from raylog.errors import CorruptMessageError, DuplicateSequenceError, OutOfOrderSequenceError
 from raylog.storage.fileops import is_disk_full
+from raylog.storage.owner_only import FILE_MODE
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +324,7 @@ class ProducerStateTable:
             return
         data = self._records()
         tmp = self._path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
         try:
             view = memoryview(data)
             while view:

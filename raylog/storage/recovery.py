@@ -19,6 +19,7 @@ from crc32c import crc32c
 
 from raylog.errors import StorageError
 from raylog.storage.fileops import _sync_directory
+from raylog.storage.owner_only import FILE_MODE
 from raylog.storage.resync import next_readable
 from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
 
@@ -61,7 +62,7 @@ class Checkpoint:
     def __init__(self, directory: str):
         self.directory = directory
         self.path = os.path.join(directory, CHECKPOINT_NAME)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         self.file = SegmentFile(fd, "r+")
 
     def write(self, offset: int) -> None:

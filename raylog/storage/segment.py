@@ -25,6 +25,7 @@ import os
 import re
 
 from raylog.storage.message import LOG_OVERHEAD
+from raylog.storage.owner_only import private_opener as _private_opener
 from raylog.storage.timeindex import TimeIndex
 from raylog.storage.validation import message_size_at, scan_message_set
 
@@ -73,7 +74,7 @@ class LogSegment:
     def open(cls, directory: str, base_offset: int) -> "LogSegment":
         """Open (creating if needed) the segment of ``base_offset`` in ``directory``."""
         path = os.path.join(directory, segment_name(base_offset))
-        return cls(path, base_offset, SegmentFile(path, "a+"))
+        return cls(path, base_offset, SegmentFile(path, "a+", opener=_private_opener))
 
     def __repr__(self) -> str:
         return f"LogSegment({self.path!r}, size={self.size})"

@@ -53,6 +53,7 @@ import threading
 from crc32c import crc32c
 
 from raylog.storage.message import LOG_OVERHEAD
+from raylog.storage.owner_only import FILE_MODE, private_opener as _private_opener
 from raylog.storage.resync import message_at
 from raylog.storage.message import _speedups  # None in pure-Python mode
 
@@ -277,7 +278,7 @@ class TimeIndex:
         self._offsets.append(offset)
         try:
             if self._fd is None:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
             os.write(self._fd, _entry(max_ts, offset))
         except OSError as err:  # a hint only: the lookup still works from memory
             log.warning("cannot write the time index %s: %s", self.path, err)
@@ -286,7 +287,7 @@ class TimeIndex:
         self._close_fd()
         try:
             tmp = self.path + ".tmp"
-            with open(tmp, "wb") as f:
+            with open(tmp, "wb", opener=_private_opener) as f:
                 f.write(b"".join(_entry(t, o) for t, o in zip(self._times, self._offsets)))
             os.replace(tmp, self.path)
         except OSError as err:

@@ -31,6 +31,7 @@ import time
 
 from raylog.errors import EmbeddedZooKeeperError
 from raylog.jdk import jdk_tool
+from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, private_opener
 
 #: the jars a standalone ZooKeeper server needs, as glob patterns in the
 #: pyspark ``jars/`` folder (any version of each)
@@ -91,7 +92,7 @@ def write_config(settings: ServerSettings) -> str:
     """Write ``zoo.cfg`` and the logging configuration into the data
     directory (creating ``data/``); return the path of ``zoo.cfg``."""
     data = os.path.join(settings.data_dir, "data")
-    os.makedirs(data, exist_ok=True)
+    make_owner_only_dirs(data)  # its data is the owner's only (raylog.storage.owner_only)
     lines = [
         f"tickTime={settings.tick_ms}",
         f"dataDir={data}",
@@ -107,9 +108,9 @@ def write_config(settings: ServerSettings) -> str:
         "autopurge.purgeInterval=1",
     ]
     cfg = os.path.join(settings.data_dir, CFG_NAME)
-    with open(cfg, "w") as f:
+    with open(cfg, "w", opener=private_opener) as f:
         f.write("\n".join(lines) + "\n")
-    with open(os.path.join(settings.data_dir, LOG4J_CFG_NAME), "w") as f:
+    with open(os.path.join(settings.data_dir, LOG4J_CFG_NAME), "w", opener=private_opener) as f:
         f.write(_LOG4J_CONFIG.replace("{level}", settings.log_level))
     return cfg
 
@@ -161,6 +162,7 @@ def launch(
         close_fds=True,
         start_new_session=detached,
         preexec_fn=None if detached else _parent_death_signal(),
+        umask=0o077,  # its snapshots and logs are its owner's only (raylog.storage.owner_only)
     )
 
 

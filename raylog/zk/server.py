@@ -42,6 +42,7 @@ import time
 
 from raylog.errors import ConfigError, EmbeddedZooKeeperError
 from raylog.retry import RetryPolicy
+from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, private_opener
 from raylog.zk.launcher import LOG_NAME, ServerSettings, find_jars, find_java, four_letter_word, free_port, launch
 
 _BIND_FAILURE_TRIES = 5
@@ -190,7 +191,7 @@ class EmbeddedZooKeeper:
 
     def _start_process(self, java: str, classpath: str) -> None:
         """Launch and wait for readiness, picking a new port on a bind race."""
-        os.makedirs(os.path.join(self._data_dir, "data"), exist_ok=True)
+        make_owner_only_dirs(os.path.join(self._data_dir, "data"))
         backoff = (_BIND_RETRY if not self._port_fixed else dataclasses.replace(_BIND_RETRY, max_tries=1)).start()
         while True:
             if self._port is None:
@@ -267,7 +268,7 @@ class EmbeddedZooKeeper:
             max_session_timeout_ms=self.max_session_timeout_ms,
             heap_mb=self.heap_mb, log_level=self.log_level,
         )
-        self._log_file = open(os.path.join(self._data_dir, LOG_NAME), "ab")
+        self._log_file = open(os.path.join(self._data_dir, LOG_NAME), "ab", opener=private_opener)
         self._proc = launch(settings, self._log_file, java=java, classpath=classpath)
 
     def _wait_ready(self) -> None:

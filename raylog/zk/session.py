@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 
@@ -87,8 +88,41 @@ def check_hosts(hosts) -> str:
     return hosts
 
 
+#: how long a probe of a ZooKeeper address waits for its TCP connection
+#: before the address counts as slow (then kazoo's own deadline applies)
+REFUSED_PROBE_S = 1.0
+
+
+def _servers(hosts: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` pairs of a checked connect string."""
+    found = []
+    for server in hosts.split("/", 1)[0].split(","):
+        server = server.strip()
+        host, sep, port = server.rpartition(":")
+        if not sep:
+            host, port = server, "2181"
+        found.append((host.strip("[]"), int(port)))
+    return found
+
+
+def _all_refuse(hosts: str, probe_s: float = REFUSED_PROBE_S) -> bool:
+    """Whether every server of ``hosts`` refuses a TCP connection outright
+    (nothing listens on the port: the kernel answers with a reset at once).
+    A server that accepts, stays silent past ``probe_s`` or cannot be
+    resolved is not counted as refusing."""
+    for host, port in _servers(hosts):
+        try:
+            with socket.create_connection((host, port), timeout=probe_s):
+                return False
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
 def connect_kazoo(hosts: str, timeout_s: float = 10.0, *, token: bytes | None = None,
-                  cluster: str | None = None, **kw):
+                  cluster: str | None = None, refused_fails_fast: bool = False, **kw):
     """Start a :class:`kazoo.client.KazooClient` on ``hosts`` and return it,
     connected. ``kw`` goes to ``KazooClient`` (e.g. ``timeout``, the session
     timeout in seconds); unless it says otherwise, the client reconnects
@@ -103,8 +137,22 @@ def connect_kazoo(hosts: str, timeout_s: float = 10.0, *, token: bytes | None = 
     connection is made within ``timeout_s``; the client is stopped and
     closed then. kazoo's retry warnings are left out of the log (see
     :data:`EXPECTED_CONNECTION_WARNINGS`).
+
+    ``refused_fails_fast`` (a user's first connection: ``raylog.connect``, a
+    :class:`raylog.Client`): when every server refuses the connection at
+    once, nothing listens there, and :class:`ZooKeeperUnavailableError` is
+    raised at once instead of after ``timeout_s`` (a server that is slow or
+    silent still gets ``timeout_s``). Off for the cluster's own processes,
+    which wait out a ZooKeeper that is being restarted.
     """
     check_hosts(hosts)
+    if refused_fails_fast and _all_refuse(hosts):
+        raise ZooKeeperUnavailableError(
+            f"could not connect to ZooKeeper at {hosts}: the connection was refused, nothing listens on "
+            f"that port; check that it runs and listens there, or use raylog.connect() without "
+            f"zookeeper= to start an embedded one",
+            hosts=hosts,
+        )
     kw.setdefault("logger", SESSION_LOGGER)
     kw.setdefault("connection_retry", connection_retry())
     kw.setdefault("command_retry", command_retry())

@@ -297,6 +297,34 @@ def test_acks_all_flush_then_an_immediate_read_sees_everything(raylog_client, ma
     producer.close()
 
 
+@pytest.mark.parametrize("batch_size", [1, 50])
+def test_acks_1_flush_then_an_immediate_read_sees_everything(raylog_client, make_topic, batch_size):
+    """acks=1 acknowledges on append; flush() waits until the partitions
+    made the sets readable (docs/design.md section 6): end offsets and a
+    consumer's first polls right after it see all 300 messages."""
+    # A flush timer far away: only the producer's flush makes the data visible this soon.
+    topic = make_topic(partitions=3, flush_ms=60_000, flush_messages=1_000_000)
+    producer = raylog_client.producer(acks=1, batch_size=batch_size)
+    for i in range(300):
+        producer.send(topic, b"m%d" % i, key=b"k%d" % i)
+    producer.flush()
+    ends = raylog_client.end_offsets(topic)
+    assert sum(len(_read(raylog_client, topic, p)) for p in range(3)) == 300, ends
+    consumer = raylog_client.consumer(topic, auto_offset_reset="earliest")
+    got = []
+    while any((consumer.position(topic, p) or 0) < end for p, end in ends.items()):
+        polled = consumer.poll(timeout_ms=200)
+        got += [m.value for m in polled]
+    consumer.close()
+    assert sorted(got) == sorted(b"m%d" % i for i in range(300))
+    # a second flush with nothing new returns at once; more sends are readable after the next
+    producer.flush()
+    producer.send(topic, b"late", partition=0)
+    producer.flush()
+    assert _read(raylog_client, topic, 0)[-1][2] == b"late"
+    producer.close()
+
+
 def test_bad_settings_are_config_errors(raylog_client):
     from raylog.errors import ConfigError
 

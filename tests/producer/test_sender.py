@@ -115,6 +115,7 @@ def _producer(partition: FakePartition, **options) -> Producer:
     options.setdefault("acks", 1)
     producer = Producer(FakeMetadata(), linger_ms=1000, **options)
     producer._sender._connection = lambda tp: partition
+    producer._sender.visibility = None  # the in-memory partition makes every set readable at once
     return producer
 
 
@@ -217,6 +218,7 @@ def test_batch_one_sends_each_keyless_message_as_its_own_set():
     # one partition (the fake keeps one sequence state per producer); linger_ms=1000: sealed at send
     producer = Producer(FakeMetadata(partitions=1), linger_ms=1000, batch_size=1, acks=1)
     producer._sender._connection = lambda tp: part
+    producer._sender.visibility = None  # the in-memory partition makes every set readable at once
     futures = [producer.send("t", b"m%d" % i) for i in range(20)]
     results = [f.result(timeout_s=5) for f in futures]
     assert part.log == [b"m%d" % i for i in range(20)]
@@ -250,6 +252,7 @@ def test_an_acks_0_round_takes_at_most_its_bound_of_sets():
     part = RoundsPartition()
     producer = Producer(FakeMetadata(partitions=1), linger_ms=1000, batch_size=1, acks=0)
     producer._sender._connection = lambda tp: part
+    producer._sender.visibility = None  # the in-memory partition makes every set readable at once
     n = 2 * MAX_UNACKED_ROUND_SETS + 100
     for i in range(n):  # the first set's round waits at the gate while the rest queue up
         producer.send("t", b"m%d" % i)

@@ -34,7 +34,8 @@ def topics():
     "--data-dir",
     envvar="RAYLOG_DATA_DIR",
     show_envvar=True,
-    help="Directory for the partition logs on each node (default /tmp/raylog; a temporary "
+    help="Directory for the partition logs on each node (default ~/.local/share/raylog, or "
+    "$XDG_DATA_HOME/raylog; a temporary "
     "directory for the embedded cluster).",
 )
 @pass_target
