@@ -11,7 +11,8 @@ reads. Nothing survives the process: it is for tests (the data channel's
 tests run against both logs) and for tools that need a log without a disk.
 No retention: the log start stays 0. Record batches (format 2) are
 stored beside messages (no segments here, so no roll between formats), and
-an offset inside a batch reads that batch.
+an offset inside a batch reads that batch; a read ends where the format
+changes, as a file log's read ends with its segment.
 
 Thread-safety: appends, flushes and ``close`` serialize on one lock; reads
 take the same lock briefly; ``wait_for_data`` waits on a condition.
@@ -46,6 +47,8 @@ class MemoryLog(LogBasics):
         self._flush_on_append = flush_on_append
         self._data = bytearray()
         self._starts: list[int] = []  # the offset of every outer message, in order
+        self._changes: list[int] = []  # offsets where the format changes (1 <-> 2), in order
+        self._format: int | None = None  # the format of the last append
         self._closed = False
         self._producers = ProducerStateTable(None, config.max_producer_ids)
         self._batch_producers = BatchProducerState(None, config.max_producer_ids)
@@ -90,6 +93,7 @@ class MemoryLog(LogBasics):
             if stored is not None:
                 return stored
             base = len(self._data)
+            self._note_format(2, base)
             batches = stamp_batches(prepared, base, leader_epoch)
             self._starts.extend(offset for offset, _header in batches)
             self._data += prepared.data
@@ -115,8 +119,14 @@ class MemoryLog(LogBasics):
     def _validate(self, message_set) -> None:
         validate_append(message_set, self._config.max_message_bytes, self._config.max_inflated_limit)
 
+    def _note_format(self, fmt: int, base: int) -> None:
+        if self._format is not None and fmt != self._format:
+            self._changes.append(base)
+        self._format = fmt
+
     def _append_locked(self, message_set) -> int:
         base = len(self._data)
+        self._note_format(1, base)
         view = memoryview(message_set)
         pos = 0
         while pos < len(view):  # validated: whole messages
@@ -163,7 +173,10 @@ class MemoryLog(LogBasics):
             if offset == hw:
                 return BytesSlice(b"", offset)
             offset, first = self._message_at(offset)
-            end = min(hw, offset + max(first, max_bytes))
+            # a read holds one format, as a file log's lies within one segment
+            i = bisect.bisect_right(self._changes, offset)
+            limit = min(hw, self._changes[i]) if i < len(self._changes) else hw
+            end = min(limit, offset + max(first, max_bytes))
             return BytesSlice(bytes(self._data[offset:end]), offset)
 
     def _message_at(self, offset: int) -> tuple[int, int]:
