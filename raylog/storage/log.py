@@ -99,7 +99,7 @@ from raylog.storage.fileops import (
     is_disk_full,
 )
 from raylog.storage.batch_producers import BatchProducerState
-from raylog.storage.batch_validation import prepare_append, stamp_batches
+from raylog.storage.batch_validation import prepare_append, scan_batches, stamp_batches
 from raylog.storage.log_reads import FileSlice, LogReader
 from raylog.storage.record_batch import format_at
 from raylog.storage.producer_state import ProducerStateTable
@@ -799,7 +799,8 @@ class PartitionLog(LogBasics):
         hold the same bytes at the same offsets, docs/design.md §7).
 
         The range must lie in one segment below the high watermark, and
-        ``data`` must be whole messages that pass every check (size, header,
+        ``data`` must be whole messages (record batches stamped with their
+        offsets, in a segment of format 2) that pass every check (size, header,
         CRC) and fill it exactly; else :class:`InvalidOffsetError` or
         :class:`CorruptMessageError` and nothing is written. The bytes are
         written in place and synced. Any thread (takes the writer's lock).
@@ -818,7 +819,10 @@ class PartitionLog(LogBasics):
                 raise InvalidOffsetError(f"cannot mend [{offset}, {end}) of {self._dir}: it crosses a segment",
                                          offset=offset)
             limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
-            valid, _count, err = scan_message_set(data, limit, base_offset=offset, check_inner=False)
+            if segment.format == 2:  # stored batches, stamped with their offsets
+                valid, _count, err = scan_batches(data, limit, base_offset=offset)
+            else:
+                valid, _count, err = scan_message_set(data, limit, base_offset=offset, check_inner=False)
             if err is not None or valid != len(data):
                 raise CorruptMessageError(
                     f"the bytes to mend [{offset}, {end}) of {self._dir} with are not whole valid messages "

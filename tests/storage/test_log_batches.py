@@ -381,3 +381,84 @@ def test_damage_in_a_flushed_batch_is_kept_reported_and_skipped(tmp_path):
     _start, data = _read_bytes(log, a, 10)
     assert [r.value for r in decode_batch(data).records] == [b"a"]
     log.close()
+
+
+def test_an_idempotent_batch_needs_one_sync_a_sequenced_set_two(tmp_path, monkeypatch):
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    log.append(encode_message_set([b"warm"], timestamp_ms=1))
+    log.flush()
+    syncs = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    sequenced = encode_message_set([b"f1"], timestamp_ms=2)
+    log.append_sequenced(sequenced, 7, 0, 0, [len(sequenced)])  # (creates the journal)
+    log.flush()
+    del syncs[:]
+    log.append_sequenced(sequenced, 7, 0, 1, [len(sequenced)])
+    log.flush()
+    format_1 = len(syncs)
+    del syncs[:]
+    log.append(_idem([b"f2"], 0))  # rolls a segment of format 2 (its own sync of the old one)
+    log.flush()
+    del syncs[:]
+    log.append(_idem([b"f2-next"], 1))
+    log.flush()
+    # format 1: the segment and the producer-state journal; format 2: the segment
+    # (the recovery point is written without a sync of its own)
+    assert (format_1, len(syncs)) == (2, 1)
+    log.close()
+
+
+def test_mending_a_damaged_batch_with_a_replica_copy(tmp_path):
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    log.append(encode_batch([b"a"], timestamp_ms=1))
+    b = log.append(encode_batch([b"b"], timestamp_ms=2))
+    log.append(encode_batch([b"c"], timestamp_ms=3))
+    log.flush()
+    copy = log.read(b, 1).tobytes()
+    log.close()
+    flip_byte(tmp_path / "p" / segment_name(0), b + HEADER_SIZE + 1)
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    with pytest.raises(CorruptMessageError):
+        log.read(b, 1)
+    with pytest.raises(CorruptMessageError):  # bytes that are not the batch stored there
+        log.mend(b, rb.stamp(copy, b + 1))
+    log.mend(b, copy)
+    assert [r.value for r in decode_batch(log.read(b, 1).tobytes()).records] == [b"b"]
+    log.close()
+
+
+def test_a_batch_torn_before_its_format_shows_is_cut_like_any_torn_tail(tmp_path):
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    log.append(encode_message_set([b"old"], timestamp_ms=1))
+    log.flush()
+    at = log.append(encode_batch([b"new"], timestamp_ms=2))  # the first of a new segment
+    crash(log)
+    path = tmp_path / "p" / segment_name(at)
+    with open(path, "r+b") as f:
+        f.truncate(10)  # byte 16, the magic, never reached the disk
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    (report,) = log.recovery_reports
+    assert report.start_offset == at and report.truncated_bytes == 10
+    assert log.log_end_offset == at
+    assert log.append(encode_batch([b"again"], timestamp_ms=3)) == at
+    log.close()
+
+
+def test_skipping_a_damaged_batch_after_format_1_segments(tmp_path):
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    log.append(encode_message_set([b"f1-%d" % i for i in range(5)], timestamp_ms=1))
+    a = log.append(encode_batch([b"a1", b"a2"], timestamp_ms=2))
+    b = log.append(encode_batch([b"b1"], timestamp_ms=3))
+    log.close()
+    flip_byte(tmp_path / "p" / segment_name(a), 30)  # inside the first batch's crc-covered fields
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    (report,) = log.recovery_reports
+    assert report.kept and (report.start_offset, report.end_offset) == (a, b)
+    with pytest.raises(CorruptMessageError) as info:
+        log.read(a + 1, 1 << 20)
+    assert info.value.details["next_offset"] == b
+    _start, data = _read_bytes(log, info.value.details["next_offset"])
+    assert [r.value for d in _batches(data) for r in d.records] == [b"b1"]
+    assert log.message_boundaries(0, log.high_watermark, [a - 1]) == [a]
+    log.close()
