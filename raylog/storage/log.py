@@ -211,7 +211,7 @@ class PartitionLog(LogBasics):
         try:
             # before anything in the directory is read or created: a newer
             # format is refused whole, never taken for damage and cut
-            format_file.check_directory(self._dir)
+            self._formats = format_file.check_directory(self._dir)
             checkpoint = Checkpoint(self._dir)
             recovery = LogRecovery(self._dir, checkpoint, config.max_message_bytes)
             segments = recovery.run()
@@ -496,6 +496,8 @@ class PartitionLog(LogBasics):
             # segment is dropped on recovery (it lies beyond the log end).
             for producer_id, epoch, first_sequence, at, lengths in sequenced:
                 self._producers.journal(producer_id, epoch, first_sequence, -1 if at is None else base + at, lengths)
+            if fmt == 2 and self._formats.segments < 2:  # older raylogs refuse the directory from now on
+                self._formats = format_file.mark_segments(self._dir, self._formats, 2)
             active.append(message_set, fmt)
         except OSError as err:
             # The segment (and the journal) cut the partial write back.

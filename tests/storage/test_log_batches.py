@@ -9,6 +9,8 @@ import os
 import struct
 
 import pytest
+
+import raylog.errors
 from crc32c import crc32c
 
 from raylog.config import TopicConfig
@@ -461,4 +463,27 @@ def test_skipping_a_damaged_batch_after_format_1_segments(tmp_path):
     _start, data = _read_bytes(log, info.value.details["next_offset"])
     assert [r.value for d in _batches(data) for r in d.records] == [b"b1"]
     assert log.message_boundaries(0, log.high_watermark, [a - 1]) == [a]
+    log.close()
+
+
+def test_the_first_batch_segment_marks_the_directory_for_older_code_to_refuse(tmp_path):
+    from raylog.storage import format_file
+
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    log.append(encode_message_set([b"old"], timestamp_ms=1))
+    assert format_file.check_directory(str(tmp_path / "p")).segments == 1  # format 1 only: as before
+    log.append(encode_batch([b"new"], timestamp_ms=2))
+    log.close()
+    formats = format_file.decode((tmp_path / "p" / format_file.FILE_NAME).read_bytes(), "x")
+    assert formats == format_file.CURRENT._replace(segments=2)
+    # a raylog that reads segments only up to version 1 refuses the directory
+    with pytest.raises(raylog.errors.StorageFormatError):
+        old_reads = format_file.READS
+        try:
+            format_file.READS = format_file.CURRENT
+            format_file.check_directory(str(tmp_path / "p"))
+        finally:
+            format_file.READS = old_reads
+    log = PartitionLog(tmp_path / "p", CONFIG)  # this one reads it
+    assert log.recovery_reports == []
     log.close()
