@@ -101,7 +101,7 @@ from raylog.storage.fileops import (
 from raylog.storage.batch_producers import BatchProducerState
 from raylog.storage.batch_validation import prepare_append, scan_batches, stamp_batches
 from raylog.storage.log_reads import FileSlice, LogReader
-from raylog.storage.record_batch import format_at
+from raylog.storage.record_batch import format_at, iter_batches
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.recovery import (
     CHECKPOINT_NAME,
@@ -474,21 +474,24 @@ class PartitionLog(LogBasics):
         """Check a set (nothing is written yet); its number of (outer) messages."""
         return validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
 
-    def _append_locked(self, message_set, size: int, count: int, sequenced, leader_epoch: int | None = None) -> int:
+    def _append_locked(
+        self, message_set, size: int, count: int, sequenced, leader_epoch: int | None = None, stamped=None
+    ) -> int:
         """Write a validated set at the log end (writer lock held);
         ``sequenced``: the producers' sets in it, ``(producer id, epoch,
         first sequence, offset within message_set, lengths)`` each.
-        ``message_set`` is format 1's bytes, or (``leader_epoch`` given)
+        ``message_set`` is format 1's bytes; or (``leader_epoch`` given)
         :class:`~raylog.storage.batch_validation.PreparedBatches`, stamped
-        here; a segment of the other format is rolled first (one format a
-        segment, docs/design.md §2)."""
-        fmt = 1 if leader_epoch is None else 2
+        here; or (``stamped``: ``(offset, header)`` of each) record batches
+        stamped already (a leader's, on a replica). A segment of the other
+        format is rolled first (one format a segment, docs/design.md §2)."""
+        fmt = 1 if leader_epoch is None and stamped is None else 2
         active = self._active
         if active.size and (active.size + size > self._config.segment_bytes or active.format != fmt):
             active = self._roll()
         base = self._leo
-        batches = None
-        if fmt == 2:
+        batches = stamped
+        if fmt == 2 and stamped is None:
             batches = stamp_batches(message_set, base, leader_epoch)
             message_set = message_set.data
         try:
@@ -633,7 +636,13 @@ class PartitionLog(LogBasics):
         that reaches past this append: journaled now and held as pending
         (:meth:`ProducerStateTable.hold`), so that the part is cut back
         before this replica leads (:meth:`cut_partial_replica_set`) or when
-        it reopens."""
+        it reopens.
+
+        Record batches (format 2) come whole and stamped by the leader (each
+        baseOffset its offset here, checked with its crc); their producers
+        are remembered from their own fields (no ``sequences``)."""
+        if format_at(message_set) == 2:
+            return self._append_replica_batches(message_set, offset)
         size, count = len(message_set), self._validate(message_set)
         if spanning is not None:
             producer_id, epoch, sequence, base, (length,) = spanning
@@ -668,6 +677,21 @@ class PartitionLog(LogBasics):
                     self._fail(err)
                     raise StorageError(f"cannot write the producer state of {self._dir}: {err}") from err
             return self._append_locked(message_set, size, count, sequenced)
+
+    def _append_replica_batches(self, data, offset: int) -> int:
+        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        valid, _count, err = scan_batches(data, limit, base_offset=offset)
+        if err is not None:
+            raise err
+        headers = [(offset + pos, header) for pos, header in iter_batches(data, 0, valid)]
+        records = sum(header.count for _offset, header in headers)
+        with self._lock:
+            self._check_writable()
+            if offset != self._leo:
+                raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
+            if not records:
+                return self._leo
+            return self._append_locked(data, len(data), records, (), stamped=headers)
 
     def cut_partial_replica_set(self) -> int | None:
         """Before this replica leads: cut the log back to the start of the

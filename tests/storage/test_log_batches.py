@@ -487,3 +487,27 @@ def test_the_first_batch_segment_marks_the_directory_for_older_code_to_refuse(tm
     log = PartitionLog(tmp_path / "p", CONFIG)  # this one reads it
     assert log.recovery_reports == []
     log.close()
+
+
+def test_a_replica_stores_the_leaders_batches_and_judges_a_retry_as_the_leader_did(tmp_path):
+    leader = PartitionLog(tmp_path / "leader", CONFIG)
+    follower = PartitionLog(tmp_path / "follower", CONFIG)
+    leader.append(encode_message_set([b"old"], timestamp_ms=1))
+    a = leader.append(_idem([b"a"], 0), leader_epoch=2)
+    leader.append(encode_batch([b"b"], timestamp_ms=3), leader_epoch=2)
+    leader.flush()
+    pos = 0
+    while pos < leader.high_watermark:
+        chunk = leader.read_unflushed(pos, 1 << 20)
+        follower.append_replica(chunk.tobytes(), pos)
+        pos += chunk.length
+    assert follower.segment_bases == leader.segment_bases
+    end = follower.log_end_offset
+    assert follower.append(_idem([b"a"], 0)) == a  # the leader's store, recognised
+    assert follower.log_end_offset == end
+    restamped = rb.stamp(leader.read(a, 1).tobytes(), a + 1)
+    with pytest.raises(InvalidMessageError):  # bytes that do not belong at the offset given
+        follower.append_replica(restamped, end)
+    assert follower.log_end_offset == end
+    leader.close()
+    follower.close()
