@@ -4,7 +4,8 @@ record batches' own fields (docs/design.md §2, "The producer state").
 A format-2 batch carries its producer: producerId, producerEpoch and
 baseSequence (its records have sequences baseSequence .. baseSequence +
 count - 1, :attr:`~raylog.storage.record_batch.BatchHeader.last_sequence`).
-A batch with producerId >= 0 is judged before it is appended
+A batch with producerId >= 0 and a baseSequence (>= 0; not a control
+batch, whose markers carry none) is judged before it is appended
 (:meth:`BatchProducerState.judge`), by the rules of format 1's
 :meth:`~raylog.storage.producer_state.ProducerStateTable.check`:
 
@@ -81,6 +82,12 @@ _SEQ_MASK = 0x7FFFFFFF
 _READ_BYTES = 1 << 16
 
 
+def _sequenced(header: BatchHeader) -> bool:
+    """Whether a batch is judged by its sequence: an idempotent producer's
+    data (a control batch, a transaction marker, has no sequence: -1)."""
+    return header.producer_id >= 0 and header.base_sequence >= 0 and not header.control
+
+
 def snapshot_name(offset: int) -> str:
     return f"{offset:020d}{SUFFIX}"
 
@@ -120,7 +127,7 @@ class BatchProducerState:
         """Judge the batches of one append (``(position, header)`` each):
         ``None`` to append them, else (one idempotent batch, a duplicate)
         the offset of its first store. Raises as the module docstring says."""
-        idempotent = [h for _pos, h in headers if h.producer_id >= 0]
+        idempotent = [h for _pos, h in headers if _sequenced(h)]
         if not idempotent:
             return None
         if len(headers) == 1:
@@ -170,7 +177,7 @@ class BatchProducerState:
     def remember(self, batches) -> None:
         """Remember the idempotent batches just appended (``(offset, header)`` each)."""
         for offset, h in batches:
-            if h.producer_id < 0:
+            if not _sequenced(h):
                 continue
             producers = self._producers
             state = producers.get(h.producer_id)
