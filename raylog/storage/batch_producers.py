@@ -92,6 +92,25 @@ def snapshot_name(offset: int) -> str:
     return f"{offset:020d}{SUFFIX}"
 
 
+def _headers(segment, pos: int, stop: int) -> list[tuple[int, BatchHeader]]:
+    """``(offset, header)`` of the whole batches of ``segment`` in ``[pos, stop)``,
+    read in blocks of :data:`_READ_BYTES` (a header that straddles a block is read again)."""
+    found = []
+    block, block_at = b"", pos
+    while stop - pos >= HEADER_SIZE:
+        rel = pos - block_at
+        if rel < 0 or rel + HEADER_SIZE > len(block):
+            block, block_at, rel = segment.read_at(pos - segment.base_offset, min(_READ_BYTES, stop - pos)), pos, 0
+            if len(block) < HEADER_SIZE:
+                break
+        header = read_header(block, rel)
+        if header.batch_length < HEADER_SIZE - 12 or pos + header.size > stop:
+            break  # recovery checked the log: only damage it kept stops the walk
+        found.append((pos, header))
+        pos += header.size
+    return found
+
+
 class _Producer:
     __slots__ = ("epoch", "batches")
 
@@ -271,19 +290,7 @@ class BatchProducerState:
         for segment in segments:
             if segment.format != 2 or segment.end_offset <= start:
                 continue
-            pos = max(start, segment.base_offset)
-            stop = min(segment.end_offset, end_offset)
-            found = []
-            while stop - pos >= HEADER_SIZE:
-                head = segment.read_at(pos - segment.base_offset, HEADER_SIZE)
-                if len(head) < HEADER_SIZE:
-                    break
-                header = read_header(head)
-                if header.batch_length < HEADER_SIZE - 12 or pos + header.size > stop:
-                    break  # recovery checked the log: only damage kept there stops the walk
-                found.append((pos, header))
-                pos += header.size
-            self.remember(found)
+            self.remember(_headers(segment, max(start, segment.base_offset), min(segment.end_offset, end_offset)))
         return notes
 
     def truncate(self, segments, end_offset: int) -> None:

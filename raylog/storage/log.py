@@ -547,7 +547,7 @@ class PartitionLog(LogBasics):
         try:
             _faults.check("roll", self._dir)
             old.flush()  # so that only the last segment can ever hold unsynced bytes
-            if len(self._batch_producers):  # format 2's producer state up to here (batch_producers)
+            if old.format == 2 or len(self._batch_producers):  # format 2's producer state up to here
                 self._batch_producers.snapshot(self._leo)
             new = LogSegment.open(self._dir, self._leo)
             _sync_directory(self._dir)

@@ -522,3 +522,19 @@ def test_transaction_markers_are_not_judged_by_sequence(make):
     data = encode_batch([b"d"], timestamp_ms=2, producer_id=9, producer_epoch=0, base_sequence=0, transactional=True)
     at = log.append(data)
     assert log.append(data) == at
+
+
+def test_the_state_is_rebuilt_from_headers_across_read_blocks(tmp_path):
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    offsets = [log.append(_idem([b"%d" % i + b"." * 600], i)) for i in range(400)]  # ~250 KB, no roll
+    log.close()
+    assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(".producers")]
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    end = log.log_end_offset
+    assert log.append(_idem([b"399" + b"." * 600], 399)) == offsets[399]
+    assert log.append(_idem([b"395" + b"." * 600], 395)) == offsets[395]
+    with pytest.raises(raylog.errors.DuplicateSequenceError):  # stored, no longer remembered
+        log.append(_idem([b"390" + b"." * 600], 390))
+    assert log.log_end_offset == end
+    assert log.append(_idem([b"400"], 400)) == end
+    log.close()
