@@ -322,6 +322,10 @@ class PartitionLog(LogBasics):
         ``[log_start_offset, high_watermark]`` and :class:`InvalidOffsetError`
         for an offset that is not the start of a message (see
         :meth:`LogReader.read <raylog.storage.log_reads.LogReader.read>`).
+
+        In a segment of format 2 an offset inside a batch (a record's) gives
+        the slice of that batch: its ``offset`` is then the batch's, before
+        the asked one, and the reader skips the records before it.
         """
         if self._closed:
             raise ClosedError(f"the partition log in {self._dir} is closed")

@@ -94,6 +94,10 @@ class LogReader:
         for an offset that is not the start of a message; for one inside a
         compressed wrapper (an inner message's record offset) its
         ``wrapper_offset`` detail names the wrapper's start (:func:`inside_wrapper`).
+
+        In a segment of format 2 an offset inside a batch (a record's) gives
+        the slice of that batch: its ``offset`` is then the batch's, before
+        the asked one, and the reader skips the records before it.
         """
         bases, segments = view
         start = bases[0]
