@@ -271,8 +271,9 @@ class BatchProducerState:
 
     def rebuild(self, segments, end_offset: int) -> list[str]:
         """The state of the log ``segments`` up to ``end_offset``: the newest
-        sound snapshot at or before it, then the headers of the format-2
-        batches after it. Snapshots past ``end_offset`` are deleted.
+        sound snapshot at or before it (one from before the log start, whose
+        segments retention deleted, included), then the headers of the format-2
+        batches after it. Snapshots past ``end_offset`` and damaged ones are deleted.
         Returns notes for the recovery log."""
         notes: list[str] = []
         self._producers = OrderedDict()
@@ -282,10 +283,10 @@ class BatchProducerState:
                 if offset > end_offset:
                     self._delete(offset)
                     continue
-                if offset >= start and self._load(offset):
-                    start = offset
+                if self._load(offset):  # (one older than the log start, after retention, holds)
+                    start = max(offset, start)
                     break
-                notes.append(f"producer snapshot {snapshot_name(offset)} is damaged or predates the log; ignored")
+                notes.append(f"producer snapshot {snapshot_name(offset)} is damaged; ignored and deleted")
                 self._delete(offset)
         for segment in segments:
             if segment.format != 2 or segment.end_offset <= start:
@@ -296,3 +297,11 @@ class BatchProducerState:
     def truncate(self, segments, end_offset: int) -> None:
         """The log was cut back to ``end_offset``: rebuild from it."""
         self.rebuild(segments, end_offset)
+
+    def restart(self, segments, offset: int) -> None:
+        """The log starts over, empty, at ``offset`` (a replica restarted at its
+        leader's log start): every snapshot goes, the state is empty."""
+        if self._dir is not None:
+            for old in self._snapshots():
+                self._delete(old)
+        self.rebuild(segments, offset)

@@ -767,7 +767,7 @@ class PartitionLog(LogBasics):
             self._view, self._active, self._leo = ([offset], [new]), new, offset
             self._active_since = None
             self._producers.truncate(0)
-            self._batch_producers.truncate([new], offset)
+            self._batch_producers.restart([new], offset)
             self._checkpoint.write(offset)
             with self._cond:
                 self._hw = offset

@@ -538,3 +538,20 @@ def test_the_state_is_rebuilt_from_headers_across_read_blocks(tmp_path):
     assert log.log_end_offset == end
     assert log.append(_idem([b"400"], 400)) == end
     log.close()
+
+
+
+def test_a_replica_restarted_at_its_leaders_start_forgets_every_producer(tmp_path):
+    config = TopicConfig(flush_messages=10**9, flush_ms=10**9, segment_bytes=4096, max_message_bytes=1024)
+    log = PartitionLog(tmp_path / "p", config)
+    for i in range(40):
+        log.append(_idem([b"v%d" % i + b"." * 200], i))
+    assert [n for n in os.listdir(tmp_path / "p") if n.endswith(".producers")]
+    restart = log.log_end_offset + 1000
+    log.restart_replica_at(restart)
+    assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(".producers")]
+    assert log.append(_idem([b"v0"], 0)) == restart  # not taken for a retry: nothing is known here
+    log.close()
+    log = PartitionLog(tmp_path / "p", config)
+    assert log.append(_idem([b"v0"], 0)) == restart  # the retry, after a reopen
+    log.close()
