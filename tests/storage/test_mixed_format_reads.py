@@ -13,7 +13,7 @@ import pytest
 
 from raylog.config import TopicConfig
 from raylog.consumer.record import Message
-from raylog.errors import CorruptMessageError, InvalidMessageError
+from raylog.errors import CorruptMessageError, InvalidMessageError, InvalidOffsetError
 from raylog.storage.counting import count_range, count_records
 from raylog.storage.decoding import HeadedRecord, decode_messages
 from raylog.storage.log import PartitionLog
@@ -39,12 +39,18 @@ def log(request, tmp_path):
 
 def read_every_record(log, start=None, max_bytes=4096):
     """Every record from ``start`` to the high watermark, read as a consumer
-    does: a slice, decoded, the records before the asked offset skipped,
+    does: a slice (from the start of the wrapper or batch an offset lies
+    in), decoded, the records before the asked offset skipped,
     continuing at the slice's offset + consumed."""
     offset = log.log_start_offset if start is None else start
     records = []
     while offset < log.high_watermark:
-        chunk = log.read(offset, max_bytes)
+        try:
+            chunk = log.read(offset, max_bytes)
+        except InvalidOffsetError as err:  # inside a format-1 wrapper: read it from its start
+            if "wrapper_offset" not in err.details:
+                raise
+            chunk = log.read(err.details["wrapper_offset"], max_bytes)
         got, consumed = decode_messages(chunk.tobytes(), chunk.offset)
         assert consumed > 0
         records.extend(r for r in got if r[0] >= offset)
@@ -154,3 +160,41 @@ def test_a_format_1_log_from_before_opens_reads_and_takes_format_2(tmp_path):
     assert log.recovery_reports == []
     assert [r[3] for r in read_every_record(log)] == expected
     log.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_mixes_of_both_formats_read_count_and_reopen_alike(seed, tmp_path):
+    import random
+
+    rng = random.Random(seed)
+    config = TopicConfig(flush_messages=10**9, flush_ms=10**9, segment_bytes=8192, max_message_bytes=4096)
+    file_log, memory_log = PartitionLog(tmp_path / "p", config), MemoryLog(config)
+    expected = []
+    for step in range(60):
+        n = rng.randint(1, 6)
+        values = [rng.choice([None, b"", b"v%d-%d" % (step, i) * rng.randint(1, 20)]) for i in range(n)]
+        if rng.random() < 0.4:
+            values = [b"" if v is None else v for v in values]  # format 1 has no null value
+            data = encode_message_set(values, timestamp_ms=step, compression=rng.choice([None, "gzip", "zstd"]))
+        else:
+            data = encode_batch(values, timestamp_ms=step, compression=rng.choice([None, "gzip", "lz4", "zstd"]),
+                                headers=[[("i", b"%d" % i)] for i in range(n)])
+        assert file_log.append(data) == memory_log.append(data)
+        expected.extend(values)
+        if rng.random() < 0.3:
+            file_log.flush()
+            memory_log.flush()
+    for log in (file_log, memory_log):
+        log.flush()
+        records = read_every_record(log, max_bytes=rng.choice([1, 500, 1 << 20]))
+        assert [r[3] for r in records] == expected
+        assert [r[0] for r in records] == sorted(set(r[0] for r in records))
+        assert count_range(log, 0, log.high_watermark, 1 << 20).messages == len(expected)
+        middle = records[len(records) // 2][0]
+        assert [r[3] for r in read_every_record(log, middle)] == expected[len(records) // 2:]
+    file_log.close()
+    file_log = PartitionLog(tmp_path / "p", config)
+    assert file_log.recovery_reports == []
+    assert [r[3] for r in read_every_record(file_log)] == expected
+    file_log.close()
+    memory_log.close()
