@@ -198,3 +198,14 @@ def test_random_mixes_of_both_formats_read_count_and_reopen_alike(seed, tmp_path
     assert [r[3] for r in read_every_record(file_log)] == expected
     file_log.close()
     memory_log.close()
+
+
+def test_a_record_type_with_a_headers_hook_gets_each_records_headers():
+    class Row(tuple):
+        @staticmethod
+        def with_headers(row, headers):
+            return (*row, headers)
+
+    batch = encode_batch([b"a", None], timestamp_ms=4, headers=[[("h", b"1")], [("h", None), ("g", b"")]])
+    rows, _consumed = decode_messages(batch, 0, record_type=Row, prefix=("t", 3))
+    assert rows == [("t", 3, 0, 4, None, b"a", [("h", b"1")]), ("t", 3, 1, 4, None, None, [("h", None), ("g", b"")])]
