@@ -9,6 +9,8 @@ Modules, one per concept:
 * :mod:`raylog.storage.record_batch` -- format 2, Kafka's RecordBatch v2
   with raylog's offsets (documented field by field there): encoding,
   validation at append, stamping, decoding, telling the formats apart;
+* :mod:`raylog.storage.batch_validation` -- format 2 in the log: the checks
+  before batches are stored, their stamping, recovery's scan of them;
 * :mod:`raylog.storage.message_errors` -- the errors of the format (a corrupt
   message, a bad header), built off the hot paths;
 * :mod:`raylog.storage.compression` -- the gzip, zstd and lz4 codecs of
@@ -33,7 +35,8 @@ Modules, one per concept:
   :mod:`raylog.storage.resync` -- the way past damaged bytes;
 * :mod:`raylog.storage.retention` -- segment rolls and retention;
 * :mod:`raylog.storage.producer_state` -- the idempotent producers'
-  sequences, kept with the log;
+  sequences, kept with the log; :mod:`raylog.storage.batch_producers` --
+  those of format 2, from the batches' own fields (snapshots at rolls);
 * :mod:`raylog.storage.fileops` -- the file system: the directory lock,
   removing a log under that lock, replica directory names, flush threads,
   directory syncs, a full disk;

@@ -82,8 +82,9 @@ class Log(Protocol):
     def log_end_offset(self) -> int:
         """The end of the appended bytes (flushed or not)."""
 
-    def append(self, message_set: bytes) -> int:
-        """Validate and append a message set; return its base offset."""
+    def append(self, message_set: bytes, *, leader_epoch: int = -1) -> int:
+        """Validate and append a message set, or record batches (format 2,
+        stamped with their offsets and ``leader_epoch``); return its base offset."""
 
     def append_sequenced(
         self, message_set, producer_id: int, producer_epoch: int, first_sequence: int,

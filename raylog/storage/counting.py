@@ -16,6 +16,11 @@ of plain messages; the Python code here is the reference and judges each
 message the walker stops at (a wrapper, a damaged message, a cut tail), so
 the errors are the same with and without it (``RAYLOG_PURE_PYTHON=1``).
 
+Record batches (format 2) count their records (control batches count
+none: readers are not handed them), each batch validated whole
+(:func:`~raylog.storage.record_batch.validate_batch`). An offset inside a
+batch (a record's) is answered as one inside a wrapper.
+
 Used by the data server's COUNT request (:mod:`raylog.transfer.protocol`).
 All functions are pure or read-only on the log; thread-safe.
 """
@@ -28,6 +33,8 @@ from raylog.errors import InvalidMessageError, InvalidOffsetError, OffsetOutOfRa
 from raylog.storage import message as _format
 from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, _CODEC_MASK, _HEADER_CHECK, _STOP_HEADER
 from raylog.storage.message_errors import _in_wrapper, _inner_set, inside_wrapper
+from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
+from raylog.storage.record_batch import format_at, validate_batch
 from raylog.storage.validation import _scan, scan_message_set
 
 #: bytes of log read (``os.pread``) and walked at a time by :func:`count_range`
@@ -53,6 +60,8 @@ def count_message_set(
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
+    if format_at(mv) == 2:
+        return _count_batches(mv, max_message_bytes, base_offset, max_inflated_bytes)
     n = len(mv)
     fast = _format._speedups  # looked up per call: tests swap the fast path
     pos = count = 0
@@ -89,6 +98,26 @@ def count_message_set(
             count += 1
         pos = end
     return pos, count, None
+
+
+def _count_batches(mv, max_message_bytes: int, base_offset: int, max_inflated_bytes):
+    """:func:`count_message_set` of record batches."""
+    n = len(mv)
+    pos = count = 0
+    while pos < n:
+        try:
+            header = validate_batch(mv, pos, max_message_bytes, max_inflated_bytes)
+        except InvalidMessageError as err:
+            return pos, count, err
+        if not header.control:
+            count += header.count
+        pos += header.size
+    return pos, count, None
+
+
+def _inside_batch(piece, offset: int):
+    """The error for ``offset`` inside the batch ``piece`` starts with (a read there returns that batch)."""
+    return inside_wrapper(offset, piece.offset, piece.offset + piece.length)
 
 
 class Counted(NamedTuple):
@@ -129,10 +158,14 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
     pos = start
     count = 0
     if start == end:
-        log.read(start, 0)  # the bounds and the boundary are checked all the same
+        piece = log.read(start, 0)  # the bounds and the boundary are checked all the same
+        if piece.offset != start:  # inside a record batch: the read gave the batch
+            raise _inside_batch(piece, start)
     while pos < end and (pos == start or pos < limit):
         # at least the whole message at pos (the read's rule), at most the block
         piece = log.read(pos, min(COUNT_BLOCK_BYTES, end - pos, max(1, limit - pos)))
+        if piece.offset != pos:
+            raise _inside_batch(piece, pos)
         if piece.length == 0:  # the log was cut under the count (a replica truncated)
             raise OffsetOutOfRangeError(
                 f"the log ends at {pos}, before the count's end {end}",
@@ -148,6 +181,9 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
         count += more
         if err is not None and not (valid and err.details.get("partial")):
             if err.details.get("partial") and cut < len(data):
+                if format_at(data, valid) == 2:
+                    size = BATCH_OVERHEAD + int.from_bytes(data[valid + 8 : valid + 12], "big")
+                    raise inside_wrapper(end, pos + valid, pos + valid + size)
                 if len(data) > valid + HEADER_SIZE and data[valid + 9] & _CODEC_MASK:
                     size = LOG_OVERHEAD + int.from_bytes(data[valid : valid + 4], "big")
                     raise inside_wrapper(end, pos + valid, pos + valid + size)
@@ -180,7 +216,9 @@ def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) 
     count = 0
     pos = start
     try:
-        log.read(start, 0)
+        piece = log.read(start, 0)
+        if piece.offset != start:  # a record of a batch: counted from it, as an inner message
+            raise _inside_batch(piece, start)
     except InvalidOffsetError as err:
         wrapper, wrapper_end = err.details.get("wrapper_offset"), err.details.get("next_offset")
         if wrapper is None or wrapper_end > end:

@@ -1,7 +1,17 @@
 """Decoding of message sets, consumer side: ``(offset, timestamp, key, value)``
 records, every CRC checked, wrappers unpacked (the format:
 :mod:`raylog.storage.message`; the compiled fast path decodes runs of plain
-messages, the code here is the reference)."""
+messages, the code here is the reference).
+
+Record batches (format 2, :mod:`raylog.storage.record_batch`) decode to the
+same 4-tuples, as :class:`HeadedRecord`: a tuple that unpacks as before and
+carries the record's ``headers`` (a list of ``(key, value or None)``, in
+order) as an attribute; its ``value`` is ``None`` for a null value (a
+tombstone), ``b""`` for an empty one, as its key. Record ``i`` of the batch at
+``p`` reports ``p + i``. Control batches (transaction markers) are checked
+and passed over: their records are not handed out, their bytes are consumed.
+A buffer is of one format (a read lies within one segment), told by its
+first bytes (:func:`~raylog.storage.record_batch.format_at`)."""
 
 from __future__ import annotations
 
@@ -14,6 +24,57 @@ from raylog.errors import ConfigError, InvalidMessageError
 from raylog.storage import message as _format
 from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES, _CODEC_MASK, _HEADER_FAST, _SIZE, _STOP_HEADER
 from raylog.storage.message_errors import _corrupt, _bad_header, _tail_error, _nested, _in_wrapper, _inner_set
+from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
+from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
+from raylog.storage.record_batch import MAX_BATCH_LENGTH, decode_batch, format_at
+
+class HeadedRecord(tuple):
+    """``(offset, timestamp, key, value)`` of a format-2 record, with
+    ``headers`` (see the module docstring). Compares and unpacks as the plain
+    4-tuple; not thread-confined (immutable once built)."""
+
+    # (a tuple subclass with a __dict__: the four fields stay a plain tuple)
+
+    def __new__(cls, offset, timestamp, key, value, headers):
+        record = tuple.__new__(cls, (offset, timestamp, key, value))
+        record.__dict__["headers"] = headers
+        return record
+
+    @property
+    def headers(self) -> list:
+        return self.__dict__["headers"]
+
+
+def _decode_batches(buf, base_offset, max_message_bytes, partial_tail_ok, record_type, prefix, max_inflated_bytes):
+    """:func:`decode_messages` of a buffer of record batches."""
+    n = len(buf)
+    bound = min(max_message_bytes, MAX_BATCH_LENGTH)
+    records: list = []
+    pos = 0
+    while pos < n:
+        if n - pos < BATCH_HEADER_SIZE or n - pos < BATCH_OVERHEAD + int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True):
+            length = int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True) if n - pos >= BATCH_OVERHEAD else 0
+            if partial_tail_ok and length <= bound and (n - pos < BATCH_OVERHEAD or length >= BATCH_HEADER_SIZE - BATCH_OVERHEAD):
+                break  # a batch cut by the end of the fetch: the next fetch reads it
+        decoded = decode_batch(buf, pos, max_message_bytes=max_message_bytes, max_inflated_bytes=max_inflated_bytes)
+        pos += decoded.header.size
+        if decoded.control or not decoded.records:
+            continue
+        if record_type is None:
+            records.extend(HeadedRecord(*r) for r in decoded.records)
+            continue
+        # as the inner messages of a wrapper: each but the last resumes at offset + 1, the last at the batch's end
+        p0, p1 = prefix
+        inner_type = getattr(record_type, "inner_type", record_type)
+        with_headers = getattr(record_type, "with_headers", None)
+        built = [tuple.__new__(inner_type, (p0, p1, r.offset, r.timestamp, r.key, r.value)) for r in decoded.records]
+        if inner_type is not record_type:
+            built[-1] = record_type.last_inner(built[-1], decoded.next_offset)
+        if with_headers is not None:
+            built = [with_headers(m, r.headers) for m, r in zip(built, decoded.records)]
+        records.extend(built)
+    return records, pos
+
 
 def decode_messages(
     buf,
@@ -47,9 +108,18 @@ def decode_messages(
     and a two-field ``prefix`` (the consumer passes topic and partition) each
     record is built directly as ``record_type((*prefix, offset, timestamp_ms,
     key, value))``, sparing the consumer a second pass.
+
+    Record batches (format 2) decode as the module docstring says; with
+    ``record_type`` their records are built as a wrapper's inner messages
+    are (``record_type.inner_type`` / ``last_inner`` with the batch's end),
+    and passed through ``record_type.with_headers(message, headers)`` when
+    the type has it (else their headers are not kept).
     """
     if record_type is not None and len(prefix) != 2:
         raise ConfigError(f"prefix must hold two fields (topic, partition), got {prefix!r}")
+    if format_at(buf) == 2:
+        return _decode_batches(buf, base_offset, max_message_bytes, partial_tail_ok, record_type, prefix,
+                               max_inflated_bytes)
     fast = _format._speedups  # looked up per call: tests swap the fast path
     kind = type(buf)
     if fast is not None and (kind is bytes or kind is bytearray or kind is memoryview and buf.c_contiguous):

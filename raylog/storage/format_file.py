@@ -24,7 +24,10 @@ The file is 13 bytes, big-endian::
   1. magic            4s    0..4     b"RLFM"
   2. layout           u8    4        the layout of this file (1: these fields)
   3. segments         u8    5        the message format of the ``.log`` segment
-                                     files (1: docs/design.md §2, magic byte 1)
+                                     files (1: docs/design.md §2, magic byte 1;
+                                     2: format 1 and record batches, format 2,
+                                     one format a segment -- written when the
+                                     directory gets its first segment of format 2)
   4. producer state   u8    6        the ``producer-state`` journal's record
                                      format (1: :mod:`raylog.storage.producer_state`)
   5. time index       u8    7        the ``.timeindex`` entry format
@@ -74,8 +77,13 @@ class Formats(NamedTuple):
     recovery_point: int
 
 
-#: what this code writes, and the newest it reads, of each kind
+#: what this code writes in a new directory, of each kind
 CURRENT = Formats(segments=1, producer_state=1, time_index=1, recovery_point=1)
+#: the newest version of each kind this code reads (segments 2: a directory
+#: holding record batches, marked so when it gets its first segment of format 2
+#: -- :func:`mark_segments` -- which a raylog reading only format 1 refuses
+#: instead of cutting the batches as damage)
+READS = CURRENT._replace(segments=2)
 #: the versions of a directory written before the format file existed
 IMPLIED = Formats(1, 1, 1, 1)
 
@@ -101,19 +109,30 @@ def decode(data: bytes, path: str) -> Formats:
             f"{path}: the format file is damaged ({len(data)} bytes, expected {SIZE} with magic {MAGIC!r} "
             f"and a matching CRC); nothing in the directory was read or changed. Restore the file "
             f"(or, if the directory was written by raylog 1.x, delete it: version 1 is then implied)",
-            path=path, found=None, known=CURRENT._asdict(),
+            path=path, found=None, known=READS._asdict(),
         )
     formats = Formats(*_FIELDS.unpack_from(data)[2:])
     unknown = {kind: version for kind, version in formats._asdict().items()
-               if not 1 <= version <= getattr(CURRENT, kind)}
+               if not 1 <= version <= getattr(READS, kind)}
     if unknown:
-        said = ", ".join(f"{kind} version {version} (this raylog reads up to {getattr(CURRENT, kind)})"
+        said = ", ".join(f"{kind} version {version} (this raylog reads up to {getattr(READS, kind)})"
                          for kind, version in unknown.items())
         raise StorageFormatError(
             f"{path}: the directory holds {said}: it was written by a newer raylog; nothing was read, "
             f"truncated or rewritten. Open it with that version",
-            path=path, found=formats._asdict(), known=CURRENT._asdict(),
+            path=path, found=formats._asdict(), known=READS._asdict(),
         )
+    return formats
+
+
+def mark_segments(directory: str, formats: Formats, version: int) -> Formats:
+    """Raise the segments version of ``directory``'s format file to
+    ``version`` (before the first segment that needs it is written); the
+    versions now recorded. Nothing is written when it is that already."""
+    if formats.segments >= version:
+        return formats
+    formats = formats._replace(segments=version)
+    write(directory, formats)
     return formats
 
 

@@ -4,7 +4,9 @@ On disk a partition is a directory of segment files ``<base offset, 20
 digits>.log`` (:mod:`raylog.storage.segment`) plus a small checkpoint file,
 ``recovery-point``, holding the last flushed offset (with a CRC32C of its own),
 ``producer-state``, the journal of idempotent producers' sequences
-(:mod:`raylog.storage.producer_state`), ``format``, the version of each of
+(:mod:`raylog.storage.producer_state`), ``<offset, 20 digits>.producers``,
+snapshots of format 2's producer state written at segment rolls
+(:mod:`raylog.storage.batch_producers`), ``format``, the version of each of
 these kinds of file (:mod:`raylog.storage.format_file`: checked before
 anything else is read; an unknown version is a
 :class:`~raylog.errors.StorageFormatError`, nothing cut), and ``lock``, an empty file its owner
@@ -13,6 +15,14 @@ holds an exclusive ``fcntl.flock`` on while the log is open: a second owner
 directory) fails to open it with :class:`LogDirectoryLockedError`. The log offset of a
 message is its byte position in the concatenation of the segments; segment
 ``k + 1`` starts where segment ``k`` ends.
+
+Segments hold format 1's messages or format 2's record batches, one
+format a segment (docs/design.md §2): :meth:`PartitionLog.append` takes
+either, and the first append of the other format rolls a new segment.
+Batches are stamped at append (baseOffset = their position, the leader
+epoch given) and an idempotent batch is judged by its own producer fields
+(no journal: the state is rebuilt from the batches' headers on open), so
+it needs one flush, of the segment.
 
 Life of a message set:
 
@@ -88,8 +98,11 @@ from raylog.storage.fileops import (
     _sync_directory,
     is_disk_full,
 )
+from raylog.storage.batch_producers import BatchProducerState
+from raylog.storage.batch_validation import prepare_append, scan_batches, stamp_batches
 from raylog.storage.log_reads import FileSlice, LogReader
 from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
+from raylog.storage.record_batch import format_at, iter_batches
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.recovery import (
     CHECKPOINT_NAME,
@@ -201,7 +214,7 @@ class PartitionLog(LogBasics):
         try:
             # before anything in the directory is read or created: a newer
             # format is refused whole, never taken for damage and cut
-            format_file.check_directory(self._dir)
+            self._formats = format_file.check_directory(self._dir)
             checkpoint = Checkpoint(self._dir)
             recovery = LogRecovery(self._dir, checkpoint, config.max_message_bytes)
             segments = recovery.run()
@@ -211,6 +224,9 @@ class PartitionLog(LogBasics):
                 log.warning("recovery of %s: %s", self._dir, note)
             if self._producers.partial_set_base is not None:
                 self._cut_partial_set(segments, self._producers.partial_set_base)
+            self._batch_producers = BatchProducerState(self._dir, config.max_producer_ids)
+            for note in self._batch_producers.rebuild(segments, segments[-1].end_offset):
+                log.warning("recovery of %s: %s", self._dir, note)
         except BaseException as err:
             if checkpoint is not None:
                 checkpoint.close()
@@ -309,6 +325,10 @@ class PartitionLog(LogBasics):
         ``[log_start_offset, high_watermark]`` and :class:`InvalidOffsetError`
         for an offset that is not the start of a message (see
         :meth:`LogReader.read <raylog.storage.log_reads.LogReader.read>`).
+
+        In a segment of format 2 an offset inside a batch (a record's) gives
+        the slice of that batch: its ``offset`` is then the batch's, before
+        the asked one, and the reader skips the records before it.
         """
         if self._closed:
             raise ClosedError(f"the partition log in {self._dir} is closed")
@@ -388,13 +408,20 @@ class PartitionLog(LogBasics):
 
     # -- writer -------------------------------------------------------------------
 
-    def append(self, message_set: bytes) -> int:
+    def append(self, message_set: bytes, *, leader_epoch: int = -1) -> int:
         """Append a message set; return the offset of its first byte.
 
         The set is validated first (nothing is written if any message is
         bad) and becomes visible at the next flush. Once ``flush_messages``
         messages are unflushed, this starts a flush on a background thread.
+
+        Record batches (format 2, told by :func:`~raylog.storage.record_batch.format_at`)
+        go by :meth:`_append_batches`: stamped with their offsets and
+        ``leader_epoch`` (the appending leader's epoch; the log does not know
+        it, -1 when none), in a segment of format 2.
         """
+        if format_at(message_set) == 2:
+            return self._append_batches(message_set, leader_epoch)
         size, count = len(message_set), self._validate(message_set)
         with self._lock:
             self._check_writable()
@@ -432,24 +459,56 @@ class PartitionLog(LogBasics):
             sequenced = ((producer_id, producer_epoch, first_sequence, 0, lengths),)
             return self._append_locked(message_set, size, count, sequenced)
 
+    def _append_batches(self, data, leader_epoch: int) -> int:
+        """Append record batches (see :mod:`raylog.storage.batch_validation`):
+        validated, re-encoded where shorter than their count, stamped at the
+        log end; an idempotent batch is judged by its own producer fields
+        (:class:`~raylog.storage.batch_producers.BatchProducerState`): a
+        duplicate appends nothing and answers its first store's offset.
+        ``flush_messages`` counts their records."""
+        prepared = prepare_append(data, self._config.max_message_bytes, self._max_inflated)
+        with self._lock:
+            self._check_writable()
+            if not prepared.records:
+                return self._leo
+            stored = self._batch_producers.judge(prepared.headers, name=self._dir)
+            if stored is not None:
+                return stored
+            self._check_space()
+            return self._append_locked(prepared, len(prepared.data), prepared.records, (), leader_epoch)
+
     def _validate(self, message_set) -> int:
         """Check a set (nothing is written yet); its number of (outer) messages."""
         return validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
 
-    def _append_locked(self, message_set, size: int, count: int, sequenced) -> int:
+    def _append_locked(
+        self, message_set, size: int, count: int, sequenced, leader_epoch: int | None = None, stamped=None
+    ) -> int:
         """Write a validated set at the log end (writer lock held);
         ``sequenced``: the producers' sets in it, ``(producer id, epoch,
-        first sequence, offset within message_set, lengths)`` each."""
+        first sequence, offset within message_set, lengths)`` each.
+        ``message_set`` is format 1's bytes; or (``leader_epoch`` given)
+        :class:`~raylog.storage.batch_validation.PreparedBatches`, stamped
+        here; or (``stamped``: ``(offset, header)`` of each) record batches
+        stamped already (a leader's, on a replica). A segment of the other
+        format is rolled first (one format a segment, docs/design.md §2)."""
+        fmt = 1 if leader_epoch is None and stamped is None else 2
         active = self._active
-        if active.size and active.size + size > self._config.segment_bytes:
+        if active.size and (active.size + size > self._config.segment_bytes or active.format != fmt):
             active = self._roll()
         base = self._leo
+        batches = stamped
+        if fmt == 2 and stamped is None:
+            batches = stamp_batches(message_set, base, leader_epoch)
+            message_set = message_set.data
         try:
             # The journal first: a record whose set never reaches the
             # segment is dropped on recovery (it lies beyond the log end).
             for producer_id, epoch, first_sequence, at, lengths in sequenced:
                 self._producers.journal(producer_id, epoch, first_sequence, -1 if at is None else base + at, lengths)
-            active.append(message_set)
+            if fmt == 2 and self._formats.segments < 2:  # older raylogs refuse the directory from now on
+                self._formats = format_file.mark_segments(self._dir, self._formats, 2)
+            active.append(message_set, fmt)
         except OSError as err:
             # The segment (and the journal) cut the partial write back.
             if is_disk_full(err):
@@ -466,6 +525,8 @@ class PartitionLog(LogBasics):
                 self._now_disk_full(err, self._dir)  # the journal stays long until there is room
             else:
                 self._fail(err)
+        if batches is not None:
+            self._batch_producers.remember(batches)
         if self._disk_full is not None:
             self._resume("a write succeeded")
         active.timeindex.on_append(active, message_set, base)
@@ -493,6 +554,8 @@ class PartitionLog(LogBasics):
         try:
             _faults.check("roll", self._dir)
             old.flush()  # so that only the last segment can ever hold unsynced bytes
+            if old.format == 2 or len(self._batch_producers):  # format 2's producer state up to here
+                self._batch_producers.snapshot(self._leo)
             new = LogSegment.open(self._dir, self._leo)
             _sync_directory(self._dir)
         except OSError as err:
@@ -580,7 +643,13 @@ class PartitionLog(LogBasics):
         that reaches past this append: journaled now and held as pending
         (:meth:`ProducerStateTable.hold`), so that the part is cut back
         before this replica leads (:meth:`cut_partial_replica_set`) or when
-        it reopens."""
+        it reopens.
+
+        Record batches (format 2) come whole and stamped by the leader (each
+        baseOffset its offset here, checked with its crc); their producers
+        are remembered from their own fields (no ``sequences``)."""
+        if format_at(message_set) == 2:
+            return self._append_replica_batches(message_set, offset)
         size, count = len(message_set), self._validate(message_set)
         if spanning is not None:
             producer_id, epoch, sequence, base, (length,) = spanning
@@ -615,6 +684,21 @@ class PartitionLog(LogBasics):
                     self._fail(err)
                     raise StorageError(f"cannot write the producer state of {self._dir}: {err}") from err
             return self._append_locked(message_set, size, count, sequenced)
+
+    def _append_replica_batches(self, data, offset: int) -> int:
+        limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        valid, _count, err = scan_batches(data, limit, base_offset=offset)
+        if err is not None:
+            raise err
+        headers = [(offset + pos, header) for pos, header in iter_batches(data, 0, valid)]
+        records = sum(header.count for _offset, header in headers)
+        with self._lock:
+            self._check_writable()
+            if offset != self._leo:
+                raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
+            if not records:
+                return self._leo
+            return self._append_locked(data, len(data), records, (), stamped=headers)
 
     def cut_partial_replica_set(self) -> int | None:
         """Before this replica leads: cut the log back to the start of the
@@ -655,6 +739,7 @@ class PartitionLog(LogBasics):
             keep[-1].truncate(offset - keep[-1].base_offset)
             self._view, self._active, self._leo = ([s.base_offset for s in keep], keep), keep[-1], offset
             self._producers.truncate(offset)
+            self._batch_producers.truncate(keep, offset)
             self._checkpoint.write(offset)
             with self._cond:
                 self._hw = min(self._hw, offset)
@@ -685,6 +770,7 @@ class PartitionLog(LogBasics):
             self._view, self._active, self._leo = ([offset], [new]), new, offset
             self._active_since = None
             self._producers.truncate(0)
+            self._batch_producers.restart([new], offset)
             self._checkpoint.write(offset)
             with self._cond:
                 self._hw = offset
@@ -746,7 +832,8 @@ class PartitionLog(LogBasics):
         hold the same bytes at the same offsets, docs/design.md §7).
 
         The range must lie in one segment below the high watermark, and
-        ``data`` must be whole messages that pass every check (size, header,
+        ``data`` must be whole messages (record batches stamped with their
+        offsets, in a segment of format 2) that pass every check (size, header,
         CRC) and fill it exactly; else :class:`InvalidOffsetError` or
         :class:`CorruptMessageError` and nothing is written. The bytes are
         written in place and synced. Any thread (takes the writer's lock).
@@ -765,7 +852,10 @@ class PartitionLog(LogBasics):
                 raise InvalidOffsetError(f"cannot mend [{offset}, {end}) of {self._dir}: it crosses a segment",
                                          offset=offset)
             limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
-            valid, _count, err = scan_message_set(data, limit, base_offset=offset, check_inner=False)
+            if segment.format == 2:  # stored batches, stamped with their offsets
+                valid, _count, err = scan_batches(data, limit, base_offset=offset)
+            else:
+                valid, _count, err = scan_message_set(data, limit, base_offset=offset, check_inner=False)
             if err is not None or valid != len(data):
                 raise CorruptMessageError(
                     f"the bytes to mend [{offset}, {end}) of {self._dir} with are not whole valid messages "

@@ -16,7 +16,7 @@ from raylog.errors import CorruptMessageError, InvalidOffsetError, OffsetOutOfRa
 from raylog.storage.message import _CODEC_MASK, HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
 from raylog.storage.message_errors import inside_wrapper
 from raylog.storage.recovery import RECOVERY_MAX_MESSAGE_BYTES
-from raylog.storage.resync import message_at, next_readable, walk_to
+from raylog.storage.resync import batch_at, message_at, next_readable, walk_to
 from raylog.storage.segment import LogSegment
 
 #: bytes read to check the message at the start of a read
@@ -24,6 +24,8 @@ _PEEK_BYTES = 4096
 #: bytes read at a time when :meth:`PartitionLog.message_boundaries` walks size fields
 BOUNDARY_BLOCK_BYTES = 1 << 20
 _SIZE_FIELD = struct.Struct(">I")
+#: the smallest batchLength of a record batch (format 2: its 61-byte header less 12)
+_BATCH_MIN_LENGTH = 49
 
 _u32 = int.from_bytes
 
@@ -92,6 +94,10 @@ class LogReader:
         for an offset that is not the start of a message; for one inside a
         compressed wrapper (an inner message's record offset) its
         ``wrapper_offset`` detail names the wrapper's start (:func:`inside_wrapper`).
+
+        In a segment of format 2 an offset inside a batch (a record's) gives
+        the slice of that batch: its ``offset`` is then the batch's, before
+        the asked one, and the reader skips the records before it.
         """
         bases, segments = view
         start = bases[0]
@@ -108,8 +114,50 @@ class LogReader:
         available = min(hw, segment.base_offset + segment.size) - offset
         if available <= 0:
             return FileSlice(segment.file, position, 0, offset)
-        first = self._check_boundary(segment, position, offset, available)
+        if segment.format == 2:
+            # an offset inside a batch reads that batch (docs/design.md §2): the
+            # slice starts at the batch, whose reader skips the records before offset
+            start, first = self._batch_containing(segment, offset, available)
+            available += offset - start
+            position, offset = start - segment.base_offset, start
+        else:
+            first = self._check_boundary(segment, position, offset, available)
         return FileSlice(segment.file, position, max(first, min(max_bytes, available)), offset)
+
+    def _batch_containing(self, segment: LogSegment, offset: int, available: int) -> tuple[int, int]:
+        """``(its offset, its length)`` of the record batch that holds ``offset``
+        in a segment of format 2: the batch that starts there, or the one whose
+        records ``offset`` names (record ``i`` of the batch at ``p`` is ``p + i``);
+        :class:`CorruptMessageError` (with ``next_offset``) where the bytes are damaged."""
+        end = offset + available
+        limit = max(self._max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
+        read = _reader(segment)
+        length = batch_at(read, offset, end, limit)
+        if length is not None:
+            return offset, length
+        start = segment.timeindex.boundary_before(offset)
+        if start != segment.base_offset and batch_at(read, start, end, limit) is None:
+            start = segment.base_offset  # the index entry is no boundary: do not trust it
+        kind, low, high = walk_to(read, start, offset, end, limit, fmt=2)
+        if kind == "inside":
+            length = batch_at(read, low, end, limit)
+            if length is not None:
+                return low, length
+            low, kind = offset, "boundary"  # the batch holding offset is damaged
+        if kind == "boundary":
+            following = next_readable(read, low, end, limit, fmt=2)
+            raise CorruptMessageError(
+                f"the batch at offset {low} is damaged: the segment {segment.path} is damaged there; "
+                f"the next readable batch is at {following} (consumer.skip_corrupt() skips "
+                f"{following - low} bytes)",
+                offset=offset,
+                next_offset=following,
+            )
+        raise CorruptMessageError(
+            f"offset {offset} lies in damaged bytes [{low}, {high}) of {segment.path}; the next "
+            f"readable batch is at {high} (consumer.skip_corrupt() or seek there)",
+            offset=offset, damaged_from=low, next_offset=high,
+        )
 
     def _check_boundary(self, segment: LogSegment, position: int, offset: int, available: int) -> int:
         """The length of the message at ``position``: :class:`CorruptMessageError`
@@ -184,6 +232,9 @@ class LogReader:
         offset, a committed offset) or lie inside a compressed wrapper (an
         inner message's offset: the first boundary after it is the
         wrapper's end), and ``end`` one or the high watermark.
+        In a segment of format 2, a ``start`` inside a batch (a record's
+        offset) gives the batch's end as the first boundary after it, and the
+        walk reads batchLength fields.
         The walk reads only the 4-byte size fields, in blocks of
         :data:`BOUNDARY_BLOCK_BYTES`, from the nearest known boundary before
         each target: ``start``, the previous answer, or the base of the
@@ -204,7 +255,11 @@ class LogReader:
         if start < end:
             segment = segments[bisect.bisect_right(bases, start) - 1]
             available = min(hw, segment.base_offset + segment.size) - start
-            if start != segment.base_offset and available > 0:
+            if start != segment.base_offset and available > 0 and segment.format == 2:
+                low, length = self._batch_containing(segment, start, available)
+                if low != start:
+                    known = min(low + length, end)  # start is inside a batch: its end is next
+            elif start != segment.base_offset and available > 0:
                 try:
                     self._check_boundary(segment, start - segment.base_offset, start, available)
                 except InvalidOffsetError as err:
@@ -224,24 +279,26 @@ class LogReader:
             seg_base = segment.base_offset
             seg_end = min(end, seg_base + segment.size)
             pos = max(known, seg_base)
+            # format 1: a u32 size at 0..4; format 2: batchLength (i32) at 8..12
+            field_at, overhead, smallest = (8, 12, _BATCH_MIN_LENGTH) if segment.format == 2 else (0, 4, MIN_MESSAGE_SIZE)
             block, block_start = b"", pos
             while pos < target:
                 rel = pos - block_start
-                if rel + 4 > len(block):
+                if rel + overhead > len(block):
                     block = segment.read_at(pos - seg_base, min(BOUNDARY_BLOCK_BYTES, seg_end - pos))
                     block_start, rel = pos, 0
-                    if len(block) < 4:
+                    if len(block) < overhead:
                         raise CorruptMessageError(
                             f"the size field at offset {pos} of {self._dir} is cut short", offset=pos
                         )
-                (size,) = _SIZE_FIELD.unpack_from(block, rel)
-                if size < MIN_MESSAGE_SIZE or size > limit or pos + 4 + size > seg_end:
+                (size,) = _SIZE_FIELD.unpack_from(block, rel + field_at)
+                if size < smallest or size > limit or pos + overhead + size > seg_end:
                     raise CorruptMessageError(
                         f"offset {pos} of {self._dir} holds a size field of {size}, which is not a "
                         f"message's (the walk from {max(known, seg_base)} lost the message boundaries)",
                         offset=pos,
                     )
-                pos += 4 + size
+                pos += overhead + size
             found[target] = known = pos
         return [found[t] for t in targets]
 

@@ -9,7 +9,10 @@ journal), makes appends readable at :meth:`MemoryLog.flush` (or at once with
 ``flush_on_append``) and hands out :class:`~raylog.storage.base.BytesSlice`
 reads. Nothing survives the process: it is for tests (the data channel's
 tests run against both logs) and for tools that need a log without a disk.
-No retention: the log start stays 0.
+No retention: the log start stays 0. Record batches (format 2) are
+stored beside messages (no segments here, so no roll between formats), and
+an offset inside a batch reads that batch; a read ends where the format
+changes, as a file log's read ends with its segment.
 
 Thread-safety: appends, flushes and ``close`` serialize on one lock; reads
 take the same lock briefly; ``wait_for_data`` waits on a condition.
@@ -26,10 +29,14 @@ from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, 
 from raylog.storage.base import BytesSlice, LogBasics
 from raylog.storage.message import _CODEC_MASK, HEADER_SIZE, LOG_OVERHEAD
 from raylog.storage.message_errors import inside_wrapper
+from raylog.storage.batch_producers import BatchProducerState
+from raylog.storage.batch_validation import batch_size_at, prepare_append, stamp_batches
 from raylog.storage.producer_state import ProducerStateTable
+from raylog.storage.record_batch import format_at
 from raylog.storage.validation import validate_append
 
 _TS_AT = 10  # a message's timestamp: after size, crc, magic, attributes
+_BATCH_TS_AT = 35  # a record batch's maxTimestamp (format 2)
 
 
 class MemoryLog(LogBasics):
@@ -40,8 +47,11 @@ class MemoryLog(LogBasics):
         self._flush_on_append = flush_on_append
         self._data = bytearray()
         self._starts: list[int] = []  # the offset of every outer message, in order
+        self._changes: list[int] = []  # offsets where the format changes (1 <-> 2), in order
+        self._format: int | None = None  # the format of the last append
         self._closed = False
         self._producers = ProducerStateTable(None, config.max_producer_ids)
+        self._batch_producers = BatchProducerState(None, config.max_producer_ids)
         self._cond = threading.Condition(threading.Lock())
 
     # -- the contract's properties ------------------------------------------------
@@ -63,11 +73,34 @@ class MemoryLog(LogBasics):
 
     # -- writes ----------------------------------------------------------------------
 
-    def append(self, message_set: bytes) -> int:
+    def append(self, message_set: bytes, *, leader_epoch: int = -1) -> int:
+        if format_at(message_set) == 2:
+            return self._append_batches(message_set, leader_epoch)
         self._validate(message_set)
         with self._cond:
             self._check_open()
             return self._append_locked(message_set)
+
+    def _append_batches(self, data, leader_epoch: int) -> int:
+        """Record batches, as the file log stores them (validated, re-encoded
+        where shorter than their count, stamped, idempotent ones judged)."""
+        prepared = prepare_append(data, self._config.max_message_bytes, self._config.max_inflated_limit)
+        with self._cond:
+            self._check_open()
+            if not prepared.records:
+                return len(self._data)
+            stored = self._batch_producers.judge(prepared.headers, name="memory log")
+            if stored is not None:
+                return stored
+            base = len(self._data)
+            self._note_format(2, base)
+            batches = stamp_batches(prepared, base, leader_epoch)
+            self._starts.extend(offset for offset, _header in batches)
+            self._data += prepared.data
+            self._batch_producers.remember(batches)
+            if self._flush_on_append:
+                self._advance()
+            return base
 
     def append_sequenced(
         self, message_set, producer_id: int, producer_epoch: int, first_sequence: int,
@@ -86,8 +119,14 @@ class MemoryLog(LogBasics):
     def _validate(self, message_set) -> None:
         validate_append(message_set, self._config.max_message_bytes, self._config.max_inflated_limit)
 
+    def _note_format(self, fmt: int, base: int) -> None:
+        if self._format is not None and fmt != self._format:
+            self._changes.append(base)
+        self._format = fmt
+
     def _append_locked(self, message_set) -> int:
         base = len(self._data)
+        self._note_format(1, base)
         view = memoryview(message_set)
         pos = 0
         while pos < len(view):  # validated: whole messages
@@ -133,9 +172,24 @@ class MemoryLog(LogBasics):
                 )
             if offset == hw:
                 return BytesSlice(b"", offset)
-            first = self._message_length(offset)
-            end = min(hw, offset + max(first, max_bytes))
+            offset, first = self._message_at(offset)
+            # a read holds one format, as a file log's lies within one segment
+            i = bisect.bisect_right(self._changes, offset)
+            limit = min(hw, self._changes[i]) if i < len(self._changes) else hw
+            end = min(limit, offset + max(first, max_bytes))
             return BytesSlice(bytes(self._data[offset:end]), offset)
+
+    def _message_at(self, offset: int) -> tuple[int, int]:
+        """``(its offset, its length)`` of the message at ``offset``, or of the
+        record batch that holds ``offset`` (an offset inside a batch reads
+        that batch, docs/design.md §2)."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0 and format_at(self._data, self._starts[i]) == 2:
+            start = self._starts[i]
+            length = batch_size_at(self._data, start)
+            if offset < start + length:
+                return start, length
+        return offset, self._message_length(offset)
 
     def _message_length(self, offset: int) -> int:
         """The whole length of the message at ``offset`` (a boundary, else InvalidOffsetError)."""
@@ -165,6 +219,7 @@ class MemoryLog(LogBasics):
             for start in self._starts:
                 if start >= hw:
                     break
-                if int.from_bytes(data[start + _TS_AT : start + _TS_AT + 8], "big", signed=True) >= timestamp_ms:
+                at = _BATCH_TS_AT if format_at(data, start) == 2 else _TS_AT  # a batch's maxTimestamp
+                if int.from_bytes(data[start + at : start + at + 8], "big", signed=True) >= timestamp_ms:
                     return start
             return hw

@@ -63,7 +63,11 @@ message; here byte 8 is the high byte of batchLength, which is 0 for every
 batch under 16 MiB (``max_message_bytes`` is far below; its default is 1 MiB)
 and byte 16 is the magic 2. So byte 8 tells the formats apart
 (:func:`format_at`): 1 is format 1, 0 with byte 16 = 2 is format 2; anything
-else is neither. Segments hold one format each (the storage layer records it
+else is neither. For the rule to be exact, batchLength is bounded by
+:data:`MAX_BATCH_LENGTH` (16 MiB - 1) whatever ``max_message_bytes`` says:
+:func:`validate_batch` refuses a longer batch (:class:`MessageTooLargeError`),
+and a re-encoded batch (:func:`reencode_uncompressed`) longer than that is
+refused by the log that would store it. Segments hold one format each (the storage layer records it
 per segment), which readers use first; :func:`format_at` is the check of the
 bytes themselves.
 
@@ -109,6 +113,7 @@ __all__ = [
     "HEADER_SIZE",
     "LOG_OVERHEAD",
     "MIN_RECORD_SIZE",
+    "MAX_BATCH_LENGTH",
     "KAFKA_CODECS",
     "TIMESTAMP_LOG_APPEND",
     "BatchHeader",
@@ -120,6 +125,7 @@ __all__ = [
     "format_at",
     "iter_batches",
     "validate_batch",
+    "check_frame",
     "reencode_uncompressed",
     "stamp",
     "stamp_into",
@@ -132,6 +138,9 @@ HEADER_SIZE = 61
 LOG_OVERHEAD = 12
 #: the smallest record: seven one-byte fields (see the module's docstring)
 MIN_RECORD_SIZE = 7
+#: the largest batchLength of a stored batch: its top byte (byte 8 of the
+#: batch) stays 0, which tells format 2 from format 1 ("Which format is at a position")
+MAX_BATCH_LENGTH = (1 << 24) - 1
 
 CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
 #: Kafka's codec ids (attributes bits 0-2) -> name
@@ -560,7 +569,16 @@ def _check_frame(data, pos: int, max_message_bytes: int) -> BatchHeader:
             partial=True,
         )
     (batch_length,) = _LENGTH.unpack_from(data, pos + 8)
-    if batch_length > max_message_bytes:
+    if batch_length > min(max_message_bytes, MAX_BATCH_LENGTH):
+        if batch_length > MAX_BATCH_LENGTH:
+            raise MessageTooLargeError(
+                f"batch at offset {pos} claims {batch_length} bytes, more than {MAX_BATCH_LENGTH}, the "
+                f"largest batchLength of format 2 (16 MiB - 1, whatever max_message_bytes says); send "
+                f"smaller batches",
+                offset=pos,
+                size=batch_length,
+                limit=MAX_BATCH_LENGTH,
+            )
         raise MessageTooLargeError(
             f"batch at offset {pos} claims {batch_length} bytes, more than the limit of "
             f"{max_message_bytes}; raise max_message_bytes or send smaller batches",
@@ -610,6 +628,13 @@ def _check_frame(data, pos: int, max_message_bytes: int) -> BatchHeader:
             offset=offset,
         )
     return header
+
+
+def check_frame(data, pos: int = 0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> BatchHeader:
+    """The checks of :func:`validate_batch` short of the records: sizes, magic,
+    crc (which covers the records), attributes, count, lastOffsetDelta; the
+    header when they pass. What recovery checks of a stored batch."""
+    return _check_frame(data, pos, max_message_bytes)
 
 
 def _records_section(data, pos: int, header: BatchHeader, max_message_bytes, max_inflated_bytes) -> bytes:

@@ -190,7 +190,7 @@ class LogRecovery:
         offset); returns the position to go on checking from."""
         base = segment.base_offset
         following = next_readable(lambda offset, length: segment.read_at(offset - base, length),
-                                  base + position, segment.end_offset, limit)
+                                  base + position, segment.end_offset, limit, segment.format or 1)
         report = RecoveryReport(base, base + position, following, 0, f"damaged flushed data kept: {err}", True)
         self.reports.append(report)
         log.warning(

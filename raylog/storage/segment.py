@@ -1,7 +1,11 @@
 """One segment file of a partition log: ``<base offset, 20 digits>.log``.
 
-A segment holds whole messages back to back (:mod:`raylog.storage.message`);
-the log offset of the byte at position ``p`` of the file is ``base_offset + p``.
+A segment holds whole messages back to back (:mod:`raylog.storage.message`),
+or whole record batches (:mod:`raylog.storage.record_batch`): one format per
+segment (docs/design.md §2), :attr:`LogSegment.format`, read from its first
+bytes when it is opened (:func:`~raylog.storage.record_batch.format_at`'s
+byte-8 rule) and set by its first append; ``None`` while it is empty.
+The log offset of the byte at position ``p`` of the file is ``base_offset + p``.
 Writes go to the end of the file only (``O_APPEND``); readers use
 ``os.pread`` or ``os.sendfile`` with an explicit position on
 ``segment.file.fileno()``, which never moves the file position, so readers and
@@ -24,10 +28,16 @@ import io
 import os
 import re
 
+from raylog.storage.batch_validation import batch_size_at, scan_batches
 from raylog.storage.message import LOG_OVERHEAD
 from raylog.storage.owner_only import private_opener as _private_opener
+from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
+from raylog.storage.record_batch import format_at
 from raylog.storage.timeindex import TimeIndex
 from raylog.storage.validation import message_size_at, scan_message_set
+
+#: bytes at a segment's start that tell its format (format_at)
+_FORMAT_PEEK = 17
 
 SUFFIX = ".log"
 _NAME = re.compile(r"^(\d{20})\.log$")
@@ -59,7 +69,7 @@ class SegmentFile(io.FileIO):
 class LogSegment:
     """An open segment file and its size (bytes written, flushed or not)."""
 
-    __slots__ = ("base_offset", "path", "file", "fd", "size", "timeindex")
+    __slots__ = ("base_offset", "path", "file", "fd", "size", "format", "timeindex")
 
     def __init__(self, path: str, base_offset: int, file: SegmentFile):
         self.base_offset = base_offset
@@ -67,6 +77,11 @@ class LogSegment:
         self.file = file
         self.fd = file.fileno()
         self.size = os.fstat(self.fd).st_size
+        #: 1 or 2, the format of every message or batch in it; None while empty
+        #: (bytes that are neither are taken as format 1, whose checks report them)
+        self.format: int | None = None
+        if self.size:
+            self.format = 2 if format_at(os.pread(self.fd, _FORMAT_PEEK, 0)) == 2 else 1
         #: the segment's time index (raylog.storage.timeindex), kept with it
         self.timeindex = TimeIndex.open(os.path.dirname(path), base_offset, base_offset + self.size)
 
@@ -88,9 +103,10 @@ class LogSegment:
 
     # -- writer ---------------------------------------------------------------
 
-    def append(self, data) -> None:
-        """Write all of ``data`` at the end. On an error nothing stays written
-        (the file is cut back) and the ``OSError`` propagates."""
+    def append(self, data, fmt: int = 1) -> None:
+        """Write all of ``data`` (of format ``fmt``, the segment's, or its
+        first) at the end. On an error nothing stays written (the file is cut
+        back) and the ``OSError`` propagates."""
         fd = self.fd
         size = self.size
         length = len(data)
@@ -107,6 +123,8 @@ class LogSegment:
                 pass
             raise
         self.size = size + length
+        if self.format is None:
+            self.format = fmt
 
     def flush(self) -> None:
         """Make everything written so far durable (data and the file's size)."""
@@ -117,6 +135,8 @@ class LogSegment:
         os.ftruncate(self.fd, size)
         os.fdatasync(self.fd)
         self.size = size
+        if not size:
+            self.format = None
         self.timeindex.truncate(self.base_offset + size)
 
     def delete(self) -> None:
@@ -142,14 +162,16 @@ class LogSegment:
         """
         pos = start
         size = os.fstat(self.fd).st_size
+        if self.format == 2:
+            scan, overhead, size_at = self._scan_batches, BATCH_OVERHEAD, batch_size_at
+        else:
+            scan, overhead, size_at = self._scan_messages, LOG_OVERHEAD, message_size_at
         while pos < size:
             want = min(SCAN_CHUNK_BYTES, size - pos)
             chunk = os.pread(self.fd, want, pos)
             if len(chunk) < want:  # the file shrank under us: treat the rest as cut
                 size = pos + len(chunk)
-            valid, _count, err = scan_message_set(
-                chunk, max_message_bytes, base_offset=self.base_offset + pos, check_inner=False
-            )
+            valid, err = scan(chunk, max_message_bytes, self.base_offset + pos)
             if err is None:
                 pos += valid
                 continue
@@ -161,14 +183,22 @@ class LogSegment:
             # scan would have said so).
             pos += valid
             if valid == 0:
-                need = message_size_at(chunk) if len(chunk) >= LOG_OVERHEAD else LOG_OVERHEAD
+                need = size_at(chunk) if len(chunk) >= overhead else overhead
                 if pos + need > size:
                     return pos, err
                 chunk = os.pread(self.fd, need, pos)
-                valid, _count, err = scan_message_set(
-                    chunk, max_message_bytes, base_offset=self.base_offset + pos, check_inner=False
-                )
+                valid, err = scan(chunk, max_message_bytes, self.base_offset + pos)
                 if err is not None:
                     return pos + valid, err
                 pos += valid
         return pos, None
+
+    @staticmethod
+    def _scan_messages(chunk, max_message_bytes: int, offset: int):
+        valid, _count, err = scan_message_set(chunk, max_message_bytes, base_offset=offset, check_inner=False)
+        return valid, err
+
+    @staticmethod
+    def _scan_batches(chunk, max_message_bytes: int, offset: int):
+        valid, _count, err = scan_batches(chunk, max_message_bytes, base_offset=offset)
+        return valid, err

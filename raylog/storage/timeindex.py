@@ -20,6 +20,11 @@ entry whose max timestamp is below ``t`` (every message before it is older
 than ``t``) and reads messages from there until one has a timestamp at or
 after ``t``: at most about one interval plus one append set is read.
 
+Both formats (docs/design.md §2; a segment holds one, ``segment.format``):
+in a segment of format 2 the entries name batch positions and the time of
+a batch is its maxTimestamp (field 9), so a lookup lands on the batch that
+holds the first record at or after the time.
+
 Timestamps are the producers' create times (message field 5); a compressed
 wrapper carries the largest time of its inner messages, so a lookup lands on
 the wrapper that holds the first message at or after the time, and the
@@ -71,6 +76,45 @@ _SIZE = struct.Struct(">I")
 _TS_AT = 10  # the timestamp's position in a message (after size, crc, magic, attributes)
 _TS = struct.Struct(">q")
 _NO_TIME = -(1 << 63)
+
+
+# format 2: a batch's size is 12 + batchLength (bytes 8..12), its time the maxTimestamp (bytes 35..43)
+_BATCH_LENGTH = struct.Struct(">i")
+_BATCH_LENGTH_AT = 8
+_BATCH_OVERHEAD = 12
+_BATCH_TS_AT = 35
+_BATCH_MIN = 61  # a whole batch header
+
+
+def batch_timestamps(data, start: int = 0, end: int | None = None) -> tuple[int, int]:
+    """:func:`timestamps` for record batches: ``(largest maxTimestamp, bytes of
+    whole batches)`` in ``data[start:end]``."""
+    end = len(data) if end is None else end
+    largest = _NO_TIME
+    pos = start
+    while end - pos >= _BATCH_MIN:
+        nxt = pos + _frame_size(data, pos, 2)
+        if nxt - pos < _BATCH_MIN or nxt > end:
+            break
+        (ts,) = _TS.unpack_from(data, pos + _BATCH_TS_AT)
+        if ts > largest:
+            largest = ts
+        pos = nxt
+    return largest, pos - start
+
+
+def _frame_size(data, pos: int, fmt) -> int:
+    """The whole length of the message (format 1) or batch (2) at ``pos``."""
+    if fmt == 2:
+        return _BATCH_OVERHEAD + _BATCH_LENGTH.unpack_from(data, pos + _BATCH_LENGTH_AT)[0]
+    return LOG_OVERHEAD + _SIZE.unpack_from(data, pos)[0]
+
+
+def _frame_layout(fmt) -> tuple[int, int]:
+    """``(bytes needed to read a frame's size and time, the time's position)``."""
+    if fmt == 2:
+        return _BATCH_TS_AT + 8, _BATCH_TS_AT
+    return LOG_OVERHEAD + _TS_AT + 8, _TS_AT
 
 
 def _entry(max_ts: int, offset: int) -> bytes:
@@ -168,7 +212,10 @@ class TimeIndex:
                 self._catch_up(segment, offset)
             if offset - (self._offsets[-1] if self._offsets else self.base_offset) >= INDEX_INTERVAL_BYTES:
                 self._add(self._max_ts, offset)
-            largest, _ = timestamps(message_set)
+            if getattr(segment, "format", 1) == 2:
+                largest, _ = batch_timestamps(message_set)
+            else:
+                largest, _ = timestamps(message_set)
             if largest > self._max_ts:
                 self._max_ts = largest
             self._covered = offset + len(message_set)
@@ -241,6 +288,8 @@ class TimeIndex:
         """Account for the messages in ``[_covered, end_offset)`` (after opening)."""
         pos = self._covered
         last = self._offsets[-1] if self._offsets else self.base_offset
+        fmt = getattr(segment, "format", 1)
+        need, ts_at = _frame_layout(fmt)
         while pos < end_offset:
             data = segment.read_at(pos - segment.base_offset, min(READ_CHUNK_BYTES, end_offset - pos))
             if not data:
@@ -248,23 +297,22 @@ class TimeIndex:
             # entries at message boundaries, one per interval
             p = 0
             n = len(data)
-            while n - p >= LOG_OVERHEAD + _TS_AT + 8:
-                (size,) = _SIZE.unpack_from(data, p)
-                if p + LOG_OVERHEAD + size > n:
+            while n - p >= need:
+                length = _frame_size(data, p, fmt)
+                if p + length > n or (fmt == 2 and length < need):  # (a batch's length may be negative)
                     break
                 if pos + p - last >= INDEX_INTERVAL_BYTES:
                     self._add(self._max_ts, pos + p)
                     last = pos + p
-                (ts,) = _TS.unpack_from(data, p + _TS_AT)
+                (ts,) = _TS.unpack_from(data, p + ts_at)
                 if ts > self._max_ts:
                     self._max_ts = ts
-                p += LOG_OVERHEAD + size
+                p += length
             if p == 0:
-                if len(data) >= LOG_OVERHEAD:
+                if len(data) >= need:
                     # one message larger than the chunk: read it whole
-                    (size,) = _SIZE.unpack_from(data, 0)
-                    whole = segment.read_at(pos - segment.base_offset, LOG_OVERHEAD + size)
-                    largest, used = timestamps(whole)
+                    whole = segment.read_at(pos - segment.base_offset, _frame_size(data, 0, fmt))
+                    largest, used = (batch_timestamps if fmt == 2 else timestamps)(whole)
                     if used:
                         self._max_ts = max(self._max_ts, largest)
                         pos += used
@@ -305,20 +353,24 @@ class TimeIndex:
 def _scan_for(segment, start: int, end: int, timestamp_ms: int) -> int | None:
     """The first message in ``[start, end)`` of ``segment`` with a timestamp at or after the time."""
     pos = start
+    fmt = getattr(segment, "format", 1)
+    need, ts_at = _frame_layout(fmt)
     while pos < end:
         data = segment.read_at(pos - segment.base_offset, min(READ_CHUNK_BYTES, end - pos))
         if not data:
             return None
         p = 0
         n = len(data)
-        while n - p >= LOG_OVERHEAD + _TS_AT + 8:
-            (size,) = _SIZE.unpack_from(data, p)
-            if p + LOG_OVERHEAD + size > n and p:
+        while n - p >= need:
+            length = _frame_size(data, p, fmt)
+            if p + length > n and p:
                 break
-            (ts,) = _TS.unpack_from(data, p + _TS_AT)
+            (ts,) = _TS.unpack_from(data, p + ts_at)
             if ts >= timestamp_ms:
                 return pos + p
-            p += LOG_OVERHEAD + size
+            if fmt == 2 and length < need:
+                return None  # not a batch (a negative length would walk back)
+            p += length
         if p == 0:
             return None
         pos += p

@@ -9,7 +9,7 @@ import raylog
 from raylog.config import TopicConfig
 from raylog.errors import StorageFormatError
 from raylog.storage import format_file
-from raylog.storage.format_file import CURRENT, FILE_NAME, Formats
+from raylog.storage.format_file import CURRENT, FILE_NAME, READS, Formats
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import encode_message_set
 
@@ -69,7 +69,7 @@ def test_a_directory_without_a_format_file_is_version_1_and_stays_readable(tmp_p
 @pytest.mark.parametrize("kind", Formats._fields)
 def test_a_newer_version_of_any_file_kind_is_refused_and_nothing_is_touched(tmp_path, kind):
     write_partition(tmp_path)
-    newer = CURRENT._replace(**{kind: getattr(CURRENT, kind) + 1})
+    newer = READS._replace(**{kind: getattr(READS, kind) + 1})
     format_file.write(str(tmp_path), newer)
     # what a newer producer-state journal might hold: a record this code
     # reads as damage (it would cut it as a torn tail)
@@ -83,7 +83,7 @@ def test_a_newer_version_of_any_file_kind_is_refused_and_nothing_is_touched(tmp_
     assert path in str(err) and kind in str(err)
     assert f"{kind} version {getattr(newer, kind)}" in str(err)
     assert err.path == path and err.found[kind] == getattr(newer, kind)
-    assert err.known == CURRENT._asdict()
+    assert err.known == READS._asdict()
     assert isinstance(err, raylog.RaylogError) and not err.retriable
     assert snapshot(tmp_path) == before  # nothing truncated, rewritten or created
     # the directory's lock was let go: with the known version back, it opens whole

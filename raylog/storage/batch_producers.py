@@ -1,0 +1,308 @@
+"""Idempotent producers of format 2: the state a partition keeps from the
+record batches' own fields (docs/design.md §2, "The producer state").
+
+A format-2 batch carries its producer: producerId, producerEpoch and
+baseSequence (its records have sequences baseSequence .. baseSequence +
+count - 1, :attr:`~raylog.storage.record_batch.BatchHeader.last_sequence`).
+A batch with producerId >= 0 and a baseSequence (>= 0; not a control
+batch, whose markers carry none) is judged before it is appended
+(:meth:`BatchProducerState.judge`), by the rules of format 1's
+:meth:`~raylog.storage.producer_state.ProducerStateTable.check`:
+
+* a producer id not known, another epoch than the one known, or
+  ``baseSequence == last + 1``: append, and remember;
+* a batch with the same first and last sequence as one of the last
+  :data:`BATCHES_REMEMBERED` stored for the id: a duplicate (a retry):
+  append nothing, answer the offset of its first store;
+* ``baseSequence <= last`` otherwise: :class:`DuplicateSequenceError`;
+* ``baseSequence > last + 1``: :class:`OutOfOrderSequenceError`.
+
+Several batches in one append are appended together only when every
+idempotent one is new and in order (else :class:`OutOfOrderSequenceError`:
+the caller offers them one by one).
+
+No journal: nothing is written at an append, so an idempotent append needs
+one flush, of the segment. The state is rebuilt when the log opens
+(:meth:`BatchProducerState.rebuild`) from the headers of the batches after
+the newest snapshot, which the log writes at each segment roll (as Kafka's
+ProducerStateManager does): ``<offset, 20 digits>.producers``, the state of
+the log up to that offset, big-endian::
+
+     field          type   meaning
+  1. crc            u32    CRC32C of every byte after this field
+  2. version        u16    1
+  3. offset         i64    the log offset the state is that of (= the file name's)
+  4. producers      u32    n, then n times:
+  5.   producer id  i64    (>= 0)
+  6.   epoch        i16
+  7.   batches      u8     k (1 .. BATCHES_REMEMBERED), then k times, oldest first:
+  8.     first seq  i32    the batch's baseSequence
+  9.     last seq   i32    its last record's sequence
+ 10.     offset     i64    the batch's offset (its baseOffset)
+
+A snapshot is written to a temporary file, synced and renamed (a crash
+leaves the old set of snapshots or the new one). One that fails its CRC, or
+lies past the recovered log's end, is ignored (and deleted); the state is
+then rebuilt from an older one or from the log's first batch. Only the
+newest :data:`SNAPSHOTS_KEPT` are kept. At most ``max_producer_ids`` ids are
+remembered; the one that appended least recently goes first.
+
+Thread-safety: none; the owning log calls it under its writer lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from collections import OrderedDict, deque
+
+from crc32c import crc32c
+
+from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
+from raylog.storage.record_batch import HEADER_SIZE, BatchHeader, read_header
+from raylog.storage.owner_only import FILE_MODE
+
+__all__ = ["BATCHES_REMEMBERED", "SNAPSHOTS_KEPT", "BatchProducerState", "snapshot_name"]
+
+log = logging.getLogger(__name__)
+
+#: batches remembered per producer id (Kafka's five in flight)
+BATCHES_REMEMBERED = 5
+#: snapshots kept in a partition directory
+SNAPSHOTS_KEPT = 2
+SUFFIX = ".producers"
+_NAME = re.compile(r"^(\d{20})\.producers$")
+_VERSION = 1
+_HEAD = struct.Struct(">IHqI")
+_PRODUCER = struct.Struct(">qhB")
+_BATCH = struct.Struct(">iiq")
+_SEQ_MASK = 0x7FFFFFFF
+#: bytes of batch headers read at a time when the state is rebuilt
+_READ_BYTES = 1 << 16
+
+
+def _sequenced(header: BatchHeader) -> bool:
+    """Whether a batch is judged by its sequence: an idempotent producer's
+    data (a control batch, a transaction marker, has no sequence: -1)."""
+    return header.producer_id >= 0 and header.base_sequence >= 0 and not header.control
+
+
+def snapshot_name(offset: int) -> str:
+    return f"{offset:020d}{SUFFIX}"
+
+
+def _headers(segment, pos: int, stop: int) -> list[tuple[int, BatchHeader]]:
+    """``(offset, header)`` of the whole batches of ``segment`` in ``[pos, stop)``,
+    read in blocks of :data:`_READ_BYTES` (a header that straddles a block is read again)."""
+    found = []
+    block, block_at = b"", pos
+    while stop - pos >= HEADER_SIZE:
+        rel = pos - block_at
+        if rel < 0 or rel + HEADER_SIZE > len(block):
+            block, block_at, rel = segment.read_at(pos - segment.base_offset, min(_READ_BYTES, stop - pos)), pos, 0
+            if len(block) < HEADER_SIZE:
+                break
+        header = read_header(block, rel)
+        if header.batch_length < HEADER_SIZE - 12 or pos + header.size > stop:
+            break  # recovery checked the log: only damage it kept stops the walk
+        found.append((pos, header))
+        pos += header.size
+    return found
+
+
+class _Producer:
+    __slots__ = ("epoch", "batches")
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+        #: (first sequence, last sequence, offset) of the last batches, oldest first
+        self.batches: deque[tuple[int, int, int]] = deque(maxlen=BATCHES_REMEMBERED)
+
+    @property
+    def last(self) -> int:
+        return self.batches[-1][1]
+
+
+class BatchProducerState:
+    """The idempotent producers of a log's format-2 batches (see the module docstring)."""
+
+    def __init__(self, directory: str | None, max_producer_ids: int = 10_000):
+        """``directory=None``: in memory only (no snapshots; the in-memory log's)."""
+        self._dir = directory
+        self._max = max_producer_ids
+        self._producers: OrderedDict[int, _Producer] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def last_sequence(self, producer_id: int) -> int | None:
+        state = self._producers.get(producer_id)
+        return None if state is None else state.last
+
+    # -- the writer's calls ---------------------------------------------------------
+
+    def judge(self, headers, *, name: str = "") -> int | None:
+        """Judge the batches of one append (``(position, header)`` each):
+        ``None`` to append them, else (one idempotent batch, a duplicate)
+        the offset of its first store. Raises as the module docstring says."""
+        idempotent = [h for _pos, h in headers if _sequenced(h)]
+        if not idempotent:
+            return None
+        if len(headers) == 1:
+            return self._check(idempotent[0], name)
+        expected: dict[int, tuple[int, int]] = {}
+        for h in idempotent:
+            state = self._producers.get(h.producer_id)
+            known = expected.get(h.producer_id) or (None if state is None else (state.epoch, state.last))
+            if known is not None and known[0] == h.producer_epoch and h.base_sequence != (known[1] + 1) & _SEQ_MASK:
+                raise OutOfOrderSequenceError(
+                    f"{name}: the batches of producer {h.producer_id} from sequence {h.base_sequence} "
+                    f"are not all new and in order (expected {(known[1] + 1) & _SEQ_MASK}); offer them one by one",
+                    producer_id=h.producer_id,
+                    sequence=h.base_sequence,
+                    expected=(known[1] + 1) & _SEQ_MASK,
+                )
+            expected[h.producer_id] = (h.producer_epoch, h.last_sequence)
+        return None
+
+    def _check(self, h: BatchHeader, name: str) -> int | None:
+        state = self._producers.get(h.producer_id)
+        if state is None or state.epoch != h.producer_epoch:
+            return None
+        expected = (state.last + 1) & _SEQ_MASK
+        if h.base_sequence == expected:
+            return None
+        for first, last, offset in state.batches:
+            if first == h.base_sequence and last == h.last_sequence:
+                return offset
+        if h.base_sequence > state.last:
+            raise OutOfOrderSequenceError(
+                f"{name}: producer {h.producer_id} sent a batch at sequence {h.base_sequence} but the next "
+                f"expected is {expected}; a batch in between is missing, this one was not stored",
+                producer_id=h.producer_id,
+                sequence=h.base_sequence,
+                expected=expected,
+            )
+        raise DuplicateSequenceError(
+            f"{name}: producer {h.producer_id} sent sequences {h.base_sequence}..{h.last_sequence} again, "
+            f"which were stored before (the last stored is {state.last}) but are no longer remembered as "
+            f"one batch; not stored again, its offset is unknown",
+            producer_id=h.producer_id,
+            sequence=h.base_sequence,
+            last=state.last,
+        )
+
+    def remember(self, batches) -> None:
+        """Remember the idempotent batches just appended (``(offset, header)`` each)."""
+        for offset, h in batches:
+            if not _sequenced(h):
+                continue
+            producers = self._producers
+            state = producers.get(h.producer_id)
+            if state is None or state.epoch != h.producer_epoch:
+                state = producers[h.producer_id] = _Producer(h.producer_epoch)
+            producers.move_to_end(h.producer_id)
+            state.batches.append((h.base_sequence, h.last_sequence, offset))
+            while len(producers) > self._max:
+                producers.popitem(last=False)
+
+    # -- snapshots and rebuilding ---------------------------------------------------
+
+    def snapshot(self, offset: int) -> None:
+        """Write the state as that of the log up to ``offset`` (at a roll;
+        raises ``OSError``), and delete all but the newest snapshots."""
+        if self._dir is None:
+            return
+        parts = [struct.pack(">HqI", _VERSION, offset, len(self._producers))]
+        for producer_id, state in self._producers.items():
+            parts.append(_PRODUCER.pack(producer_id, state.epoch, len(state.batches)))
+            parts.extend(_BATCH.pack(*b) for b in state.batches)
+        body = b"".join(parts)
+        path = os.path.join(self._dir, snapshot_name(offset))
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.write(fd, crc32c(body).to_bytes(4, "big") + body)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        for old in self._snapshots()[:-SNAPSHOTS_KEPT]:
+            self._delete(old)
+
+    def _snapshots(self) -> list[int]:
+        found = []
+        for name in os.listdir(self._dir):
+            match = _NAME.match(name)
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def _delete(self, offset: int) -> None:
+        try:
+            os.unlink(os.path.join(self._dir, snapshot_name(offset)))
+        except FileNotFoundError:
+            pass
+
+    def _load(self, offset: int) -> bool:
+        """Load the snapshot of ``offset``; whether it was sound."""
+        try:
+            with open(os.path.join(self._dir, snapshot_name(offset)), "rb") as f:
+                data = f.read()
+            crc, version, at, count = _HEAD.unpack_from(data, 0)
+            if crc != crc32c(memoryview(data)[4:]) or version != _VERSION or at != offset:
+                return False
+            producers: OrderedDict[int, _Producer] = OrderedDict()
+            pos = _HEAD.size
+            for _ in range(count):
+                producer_id, epoch, k = _PRODUCER.unpack_from(data, pos)
+                pos += _PRODUCER.size
+                state = producers[producer_id] = _Producer(epoch)
+                for _ in range(k):
+                    state.batches.append(_BATCH.unpack_from(data, pos))
+                    pos += _BATCH.size
+            if pos != len(data):
+                return False
+        except (OSError, struct.error):
+            return False
+        self._producers = producers
+        return True
+
+    def rebuild(self, segments, end_offset: int) -> list[str]:
+        """The state of the log ``segments`` up to ``end_offset``: the newest
+        sound snapshot at or before it (one from before the log start, whose
+        segments retention deleted, included), then the headers of the format-2
+        batches after it. Snapshots past ``end_offset`` and damaged ones are deleted.
+        Returns notes for the recovery log."""
+        notes: list[str] = []
+        self._producers = OrderedDict()
+        start = segments[0].base_offset if segments else 0
+        if self._dir is not None:
+            for offset in reversed(self._snapshots()):
+                if offset > end_offset:
+                    self._delete(offset)
+                    continue
+                if self._load(offset):  # (one older than the log start, after retention, holds)
+                    start = max(offset, start)
+                    break
+                notes.append(f"producer snapshot {snapshot_name(offset)} is damaged; ignored and deleted")
+                self._delete(offset)
+        for segment in segments:
+            if segment.format != 2 or segment.end_offset <= start:
+                continue
+            self.remember(_headers(segment, max(start, segment.base_offset), min(segment.end_offset, end_offset)))
+        return notes
+
+    def truncate(self, segments, end_offset: int) -> None:
+        """The log was cut back to ``end_offset``: rebuild from it."""
+        self.rebuild(segments, end_offset)
+
+    def restart(self, segments, offset: int) -> None:
+        """The log starts over, empty, at ``offset`` (a replica restarted at its
+        leader's log start): every snapshot goes, the state is empty."""
+        if self._dir is not None:
+            for old in self._snapshots():
+                self._delete(old)
+        self.rebuild(segments, offset)
