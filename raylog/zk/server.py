@@ -118,7 +118,8 @@ class EmbeddedZooKeeper:
 
     Thread-safety: :meth:`start`, :meth:`stop` and :meth:`restart` serialize
     on an internal lock, so any thread may call them; the read-only
-    properties may be read from any thread.
+    properties may be read from any thread. The watchdog is a daemon thread
+    that restarts under the same lock; :meth:`stop` ends it first.
     """
 
     def __init__(
