@@ -139,6 +139,12 @@ def _ray_token() -> tuple[bool, bytes | None]:
     return True, raw.encode() if isinstance(raw, str) else bytes(raw)
 
 
+def ray_token() -> bytes | None:
+    """Ray's auth token as this process can read it (inside Ray or outside,
+    as :func:`cluster_token` does), or None."""
+    return _ray_token()[1]
+
+
 def derive(ray_token: bytes, cluster: str) -> bytes:
     """The cluster token from Ray's auth token."""
     return hmac.new(ray_token, CONTEXT + cluster.encode("utf-8"), hashlib.sha256).hexdigest().encode()

@@ -576,8 +576,11 @@ class Client:
             except Exception as err:  # noqa: BLE001
                 logger.warning("stopping the supervisor failed: %s", err)
             self._stop_all_actors()
-        self._zk.stop()
-        self._zk.close()
+        try:
+            self._zk.stop()
+            self._zk.close()
+        except Exception as err:  # noqa: BLE001 - closing goes on
+            logger.warning("closing the ZooKeeper session failed: %s", err)
         if self._owned_zookeeper is not None:
             self._owned_zookeeper.stop()
         if self._owns_ray:
@@ -625,7 +628,13 @@ class Client:
         when ZooKeeper stops."""
         import ray  # heavy, lazy on purpose
 
-        for topic in self.registry.list_topics():
+        try:
+            topics = self.registry.list_topics()
+        except Exception as err:  # noqa: BLE001 - ZooKeeper gone: the actors end with Ray
+            logger.warning("stopping the partition actors: the topics could not be listed (%s); they stop with Ray",
+                           err)
+            topics = []
+        for topic in topics:
             try:
                 self._topic_admin._stop_actors(topic, self.registry.topic_config(topic).partitions, delete_data=False)
             except Exception as err:  # noqa: BLE001

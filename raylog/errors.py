@@ -250,6 +250,15 @@ class AuthenticationError(RaylogError):
     token (``raylog.connect(token=...)``)."""
 
 
+@_code(91)
+class ClusterPathTakenError(AuthenticationError):
+    """A cluster's ZooKeeper node (``/raylog/<cluster>``, or a node above or
+    below it) is held by another identity than the session's: someone without
+    this token made it first. The message names the path and its holder;
+    choose another cluster name, or remove the node with the ZooKeeper's
+    admin credentials (or pass the cluster's token, if it was a wrong one)."""
+
+
 @_code(23)
 class NotOwnerError(RaylogError):
     """This endpoint does not serve the partition; refresh the endpoint from

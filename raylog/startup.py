@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -28,11 +29,13 @@ import time
 
 from raylog import quiet
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
+from raylog.auth import cluster_token
 from raylog.client import DEFAULT_DATA_DIR, Client
 from raylog.errors import DataDirInUseError, RaylogError
 from raylog.kafka_listeners import start_soon as start_kafka_listeners_soon
 from raylog.ray_join import check_ray_reachable, present_ray_token
 from raylog.storage.owner_only import FILE_MODE, make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
+from raylog.zk.acl import owner_secret
 from raylog.zk.server import EmbeddedZooKeeper
 from raylog.zk.session import connect_kazoo
 
@@ -48,6 +51,9 @@ RESTORE_WAIT_S = 120.0
 RESTORE_POLL_S = 0.2
 
 logger = logging.getLogger(__name__)
+#: the embedded ZooKeeper owner's secret, in its kept data dir, when this
+#: machine has no Ray auth token to derive it from
+OWNER_SECRET_FILE = "owner.secret"
 
 
 class DataDirLock:
@@ -141,6 +147,28 @@ def wait_until_served(client: Client, timeout_s: float) -> list[tuple[str, int]]
                        "client.describe_topic(...) shows them, client.repair(...) serves one again",
                        len(pending), client.data_dir, timeout_s, shown)
     return pending
+def _owner_secret(zk_dir: str | None) -> bytes:
+    """The secret the embedded ZooKeeper's owner is derived from: this
+    machine's Ray auth token (every cluster of this user shares it, so each
+    can make its root, :mod:`raylog.zk.acl`), else a random one, kept
+    (readable by its owner only) beside a kept ZooKeeper's data so that the
+    next start is the same owner."""
+    secret = owner_secret()
+    if secret is not None:
+        return secret
+    if zk_dir is None:
+        return secrets.token_bytes(32)
+    os.makedirs(zk_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(zk_dir, OWNER_SECRET_FILE)
+    try:
+        with open(path, "rb") as f:
+            return bytes.fromhex(f.read().decode().strip())
+    except (OSError, ValueError):
+        secret = secrets.token_bytes(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret.hex())
+        return secret
 
 
 def connect(
@@ -207,7 +235,8 @@ def connect(
                 # One owner per data_dir: a second embedded ZooKeeper on the
                 # same data would write into this cluster.
                 data_dir_lock = DataDirLock(data_dir)
-            embedded_zk = EmbeddedZooKeeper(data_dir=zk_dir).start()
+            # Closed to strangers, and restarted should it die (raylog.zk.server).
+            embedded_zk = EmbeddedZooKeeper(data_dir=zk_dir, owner_secret=_owner_secret(zk_dir), watchdog=True).start()
             zookeeper = embedded_zk.connect_string
         data_host = None
         if not ray.is_initialized():
@@ -242,6 +271,10 @@ def connect(
                 data_dir = owned_data_dir = tempfile.mkdtemp(prefix="raylog-data-")
             else:
                 data_dir = DEFAULT_DATA_DIR
+        if embedded_zk is not None:
+            # Its owner makes the cluster's root (the cluster's token may not
+            # create under the locked /raylog).
+            embedded_zk.admit(token if token is not None else cluster_token(cluster), cluster)
         client = Client(
             zookeeper=zookeeper,
             cluster=cluster,

@@ -54,7 +54,9 @@ def _close(client) -> None:
 
 @pytest.fixture(scope="session")
 def zookeeper():
-    server = EmbeddedZooKeeper()
+    # a scratch server (no owner: the unit tests write through sessions
+    # without a token); "cons" for the tests that watch sessions come and go
+    server = EmbeddedZooKeeper(four_letter_words="ruok,srvr,cons")
     try:
         server.start()
         yield server

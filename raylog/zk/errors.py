@@ -26,7 +26,7 @@ from kazoo.exceptions import SessionExpiredError as KazooSessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from raylog.errors import AuthenticationError, ClosedError, SessionExpiredError, ZooKeeperUnavailableError
+from raylog.errors import AuthenticationError, ClosedError, ClusterPathTakenError, SessionExpiredError, ZooKeeperUnavailableError
 
 
 def _hosts(zk) -> str:
@@ -59,6 +59,9 @@ def zookeeper_errors(zk, action: str) -> Iterator[None]:
             hosts=where,
         ) from err
     except NoAuthError as err:
+        taken = getattr(zk, "_raylog_taken", None)
+        if taken is not None:  # a squatted cluster root (raylog.zk.acl.secure_session)
+            raise ClusterPathTakenError(f"cannot {action}: {taken}", hosts=where) from err
         raise AuthenticationError(
             f"cannot {action}: ZooKeeper at {where} refused it, as raylog's nodes may be changed only "
             f"with the cluster's token; pass it (raylog.connect(token=...), raylog --token) or run "

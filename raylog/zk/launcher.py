@@ -67,6 +67,31 @@ rootLogger.appenderRef.out.ref = out
 """
 
 
+#: connections a server takes from one address: every partition actor,
+#: consumer and client of a node holds one (all from one address on a node),
+#: so a few hundred partitions per node and a test run's shared server fit
+MAX_CLIENT_CONNECTIONS = 300
+#: the largest request (and znode) a server reads, ``jute.maxbuffer``: the
+#: largest raylog writes is a topic's creation (one transaction with every
+#: partition's znodes, :data:`raylog.topic_admin.MAX_PARTITIONS`), well below
+MAX_REQUEST_BYTES = 1 << 20
+#: requests a server holds at once before it stops reading from sockets
+#: (``globalOutstandingLimit``)
+MAX_OUTSTANDING_REQUESTS = 200
+#: the heap beside the connections' buffers: the tree of znodes and the rest
+BASE_HEAP_MB = 192
+#: the four-letter words an embedded server answers: whether it runs, and its
+#: version and counts (never its configuration, clients or sessions)
+FOUR_LETTER_WORDS = "ruok,srvr"
+
+
+def heap_for(max_client_connections: int, max_request_bytes: int) -> int:
+    """A heap (MiB) that every connection's largest request fits in at once
+    (ZooKeeper allocates a request's buffer from its length prefix, before
+    the bytes arrive), plus :data:`BASE_HEAP_MB`."""
+    return BASE_HEAP_MB + -(-max_client_connections * max_request_bytes // (1 << 20))
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerSettings:
     """What a server's ``zoo.cfg`` and command line say."""
@@ -77,10 +102,17 @@ class ServerSettings:
     tick_ms: int = 500
     min_session_timeout_ms: int = 1_000
     max_session_timeout_ms: int = 60_000
-    heap_mb: int = 256
+    #: the JVM heap, MiB; None: :func:`heap_for` the bounds below
+    heap_mb: int | None = None
     log_level: str = "INFO"
     #: four-letter words the server answers ("*": all)
-    four_letter_words: str = "*"
+    four_letter_words: str = FOUR_LETTER_WORDS
+    #: ``maxClientCnxns``: connections from one address (0: unbounded)
+    max_client_connections: int = MAX_CLIENT_CONNECTIONS
+    #: ``jute.maxbuffer``: the largest request and znode, bytes
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    #: ``globalOutstandingLimit``
+    max_outstanding_requests: int = MAX_OUTSTANDING_REQUESTS
     #: snapshots kept by the hourly purge
     snapshots_kept: int = 3
     #: a small, quickly started JVM (serial GC, C1 only): right for a
@@ -100,7 +132,8 @@ def write_config(settings: ServerSettings) -> str:
         f"clientPortAddress={settings.host}",
         f"minSessionTimeout={settings.min_session_timeout_ms}",
         f"maxSessionTimeout={settings.max_session_timeout_ms}",
-        "maxClientCnxns=0",
+        f"maxClientCnxns={settings.max_client_connections}",
+        f"globalOutstandingLimit={settings.max_outstanding_requests}",
         "admin.enableServer=false",
         f"4lw.commands.whitelist={settings.four_letter_words}",
         # keep the disk from filling with old snapshots
@@ -118,10 +151,16 @@ def write_config(settings: ServerSettings) -> str:
 def command(settings: ServerSettings, java: str, classpath: str) -> list[str]:
     """The server's command line (after :func:`write_config`)."""
     quick = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"] if settings.quick_jvm else []
+    heap_mb = settings.heap_mb or heap_for(settings.max_client_connections or 1000, settings.max_request_bytes)
     return [
         java,
-        f"-Xmx{settings.heap_mb}m",
+        f"-Xmx{heap_mb}m",
         *quick,
+        # a request (or znode) past this is refused and its connection closed
+        f"-Djute.maxbuffer={settings.max_request_bytes}",
+        # a server out of memory exits (and is restarted by its watchdog,
+        # raylog.zk.server) instead of living on half dead
+        "-XX:+ExitOnOutOfMemoryError",
         "-Djava.net.preferIPv4Stack=true",
         "-Dzookeeper.jmx.log4j.disable=true",
         # raylog's nodes carry digest ACLs (raylog.zk.acl): never skip them

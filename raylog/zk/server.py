@@ -26,12 +26,31 @@ The layout of a data directory::
 
 A data directory the caller passes is kept on :meth:`stop`; one the server
 created itself (a temp dir) is removed.
+
+**Closed to strangers** (what ``raylog.connect()`` launches): with an
+``owner_secret`` the server is locked at every start: ``/``, ``/raylog``
+and ``/zookeeper`` may be written by the owner's digest identity only
+(:func:`raylog.zk.acl.lock_server`; everyone reads), and a cluster's root is
+made by the owner (:meth:`admit`, or a session that derives the owner's
+password, :func:`raylog.zk.acl.secure_session`). Without one (a test's
+scratch server) anyone may write outside raylog's clusters, as on any
+ZooKeeper. Every server, locked or not, takes at most
+``max_client_connections`` connections per address, requests of at most
+``max_request_bytes`` (``jute.maxbuffer``), with a heap that all of them fit
+in at once, and answers the four-letter words ``ruok`` and ``srvr`` only
+(see :mod:`raylog.zk.launcher`).
+
+**Watched** (``watchdog=True``, what ``raylog.connect()`` asks for): a
+thread of the launching process restarts a server process that exits without
+being asked to (killed, out of memory) on the same port and data dir, saying
+so once in the log; if it cannot, it says that once and stops trying.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import logging
 import os
 import shutil
 import socket
@@ -43,7 +62,25 @@ import time
 from raylog.errors import ConfigError, EmbeddedZooKeeperError
 from raylog.retry import RetryPolicy
 from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, private_opener
-from raylog.zk.launcher import LOG_NAME, ServerSettings, find_jars, find_java, four_letter_word, free_port, launch
+from raylog.zk.launcher import (
+    FOUR_LETTER_WORDS,
+    LOG_NAME,
+    MAX_CLIENT_CONNECTIONS,
+    MAX_REQUEST_BYTES,
+    ServerSettings,
+    find_jars,
+    find_java,
+    four_letter_word,
+    free_port,
+    launch,
+)
+
+log = logging.getLogger(__name__)
+
+#: how often the watchdog looks at the server process, seconds
+WATCH_INTERVAL_S = 0.5
+#: restarts the watchdog tries after one exit before it gives up
+_WATCH_RESTART = RetryPolicy(max_tries=5, delay_s=0.5, max_delay_s=5.0, deadline_s=None)
 
 _BIND_FAILURE_TRIES = 5
 #: a start whose bind failed is tried again under this policy (a new port,
@@ -77,10 +114,13 @@ class EmbeddedZooKeeper:
     every later start (:meth:`restart`, or :meth:`start` after
     :meth:`kill_process` or :meth:`stop`) uses the same port again.
     ``data_dir=None`` uses a temp dir that :meth:`stop` removes.
+    ``owner_secret``: lock the server to its owner (see the module
+    docstring); ``watchdog``: restart a process that dies unasked.
 
     Thread-safety: :meth:`start`, :meth:`stop` and :meth:`restart` serialize
     on an internal lock, so any thread may call them; the read-only
-    properties may be read from any thread.
+    properties may be read from any thread. The watchdog is a daemon thread
+    that restarts under the same lock; :meth:`stop` ends it first.
     """
 
     def __init__(
@@ -93,10 +133,15 @@ class EmbeddedZooKeeper:
         min_session_timeout_ms: int = 1_000,
         max_session_timeout_ms: int = 60_000,
         start_timeout_s: float = 60.0,
-        heap_mb: int = 256,
+        heap_mb: int | None = None,
         log_level: str = "INFO",
         java: str | None = None,
         jars_dir: str | None = None,
+        owner_secret: bytes | None = None,
+        max_client_connections: int = MAX_CLIENT_CONNECTIONS,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        four_letter_words: str = FOUR_LETTER_WORDS,
+        watchdog: bool = False,
     ):
         if host != "127.0.0.1":
             # The embedded server is a development and test tool; it never
@@ -113,6 +158,13 @@ class EmbeddedZooKeeper:
         self.start_timeout_s = start_timeout_s
         self.heap_mb = heap_mb
         self.log_level = log_level
+        self._owner_secret = bytes(owner_secret) if owner_secret is not None else None
+        self.max_client_connections = max_client_connections
+        self.max_request_bytes = max_request_bytes
+        self.four_letter_words = four_letter_words
+        self._watch = watchdog
+        self._watcher: threading.Thread | None = None
+        self._watch_stop = threading.Event()
         self._java = java
         self._jars_dir = jars_dir
         self._port = port
@@ -180,6 +232,8 @@ class EmbeddedZooKeeper:
                 self._data_dir = tempfile.mkdtemp(prefix="raylog-zk-")
             try:
                 self._start_process(java, classpath)
+                if self._owner_secret is not None:
+                    self._lock_down()
             except BaseException:
                 if created_dir:
                     # the error carries the output tail; leave no temp dir
@@ -187,7 +241,68 @@ class EmbeddedZooKeeper:
                     self._data_dir = None
                 raise
             _LIVE.add(self)
+            if self._watch and (self._watcher is None or not self._watcher.is_alive()):
+                self._watch_stop.clear()
+                self._watcher = threading.Thread(target=self._watch_loop, name=f"zookeeper-watchdog-{self._port}",
+                                                 daemon=True)
+                self._watcher.start()
             return self
+
+    def admit(self, token: bytes, cluster: str) -> None:
+        """Make ``cluster``'s root with the cluster's ACL, as the owner of a
+        locked server (before the cluster's first client, which could not);
+        nothing on a server without an owner, or for a root that exists."""
+        from raylog.zk.acl import make_cluster_root  # only with an owner
+
+        if self._owner_secret is None or token is None:
+            return
+        make_cluster_root(self.connect_string, self._owner_secret, bytes(token), cluster)
+
+    def _lock_down(self) -> None:
+        from kazoo.client import KazooClient  # only here: imported when used
+
+        from kazoo.exceptions import NoAuthError
+
+        from raylog.zk.acl import lock_server, owner_credential
+
+        zk = KazooClient(hosts=self.connect_string, timeout=10.0,
+                         auth_data=[("digest", owner_credential(self._owner_secret))])
+        zk.start(timeout=self.start_timeout_s)
+        try:
+            lock_server(zk, self._owner_secret)
+        except NoAuthError:
+            raise EmbeddedZooKeeperError(
+                f"the embedded ZooKeeper's data ({self._data_dir}) was locked by another owner than this "
+                f"process's (another Ray auth token); start it with that token, or with a fresh data dir"
+            ) from None
+        finally:
+            zk.stop()
+            zk.close()
+
+    def _watch_loop(self) -> None:
+        """Restart the process when it exits unasked (see the module docstring)."""
+        while not self._watch_stop.wait(WATCH_INTERVAL_S):
+            proc = self._proc
+            if proc is None or proc.poll() is None:
+                continue  # running, or stopped on purpose
+            with self._lock:
+                if self._watch_stop.is_set() or self._proc is not proc:
+                    continue
+                code = proc.returncode
+                log.warning("the embedded ZooKeeper on %s (pid %s) exited with code %s; restarting it on the same "
+                            "port and data (its output: %s)", self.connect_string, proc.pid, code, self.log_path)
+                backoff = _WATCH_RESTART.start()
+                while True:
+                    try:
+                        self._reap()
+                        self.start()
+                        break
+                    except Exception as err:  # noqa: BLE001 - said once below
+                        pause = backoff.next_delay()
+                        if pause is None or self._watch_stop.wait(pause):
+                            log.error("the embedded ZooKeeper on %s could not be restarted (%s); clients fail "
+                                      "until it is started again", self.connect_string, str(err).splitlines()[0])
+                            return
 
     def _start_process(self, java: str, classpath: str) -> None:
         """Launch and wait for readiness, picking a new port on a bind race."""
@@ -228,6 +343,11 @@ class EmbeddedZooKeeper:
     def stop(self) -> None:
         """Stop the server by PID (terminate, wait, then kill) and, if the
         data dir is a temp dir this server created, remove it. Idempotent."""
+        self._watch_stop.set()
+        watcher = self._watcher
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(timeout=30)
+        self._watcher = None
         with self._lock:
             self._reap()
             _LIVE.discard(self)
@@ -266,7 +386,8 @@ class EmbeddedZooKeeper:
             data_dir=self._data_dir, port=self._port, host=self.host, tick_ms=self.tick_ms,
             min_session_timeout_ms=self.min_session_timeout_ms,
             max_session_timeout_ms=self.max_session_timeout_ms,
-            heap_mb=self.heap_mb, log_level=self.log_level,
+            heap_mb=self.heap_mb, log_level=self.log_level, four_letter_words=self.four_letter_words,
+            max_client_connections=self.max_client_connections, max_request_bytes=self.max_request_bytes,
         )
         self._log_file = open(os.path.join(self._data_dir, LOG_NAME), "ab", opener=private_opener)
         self._proc = launch(settings, self._log_file, java=java, classpath=classpath)
@@ -275,18 +396,17 @@ class EmbeddedZooKeeper:
         """Wait until a kazoo client connects; raise _ServerExited if the
         process ends first, EmbeddedZooKeeperError on timeout."""
         deadline = time.monotonic() + self.start_timeout_s
-        # First the cheap probe: a four-letter word answered by *this* server
-        # (its dataDir is ours; another server may hold a port we were told
-        # to use) once it serves requests.
-        ours = os.path.join(self._data_dir, "data")
+        # First the cheap probe: a four-letter word answered once the server
+        # serves requests, by a socket that *this* process listens on (another
+        # server may hold a port we were told to use).
         while True:
             self._check_alive()
             try:
-                conf = four_letter_word(self._port, "conf", self.host, timeout_s=1.0)
+                srvr = four_letter_word(self._port, "srvr", self.host, timeout_s=1.0)
             except OSError:
-                conf = ""
-            if "dataDir=" in conf:
-                if f"dataDir={ours}{os.sep}" in conf:
+                srvr = ""
+            if "Zookeeper version" in srvr:
+                if self._listens_here():
                     break
                 time.sleep(0.2)  # someone else's server; wait for ours to exit
             if time.monotonic() > deadline:
@@ -310,6 +430,15 @@ class EmbeddedZooKeeper:
             finally:
                 client.stop()
                 client.close()
+
+    def _listens_here(self) -> bool:
+        import psutil  # a dependency of Ray's; imported when used
+
+        try:
+            conns = psutil.Process(self._proc.pid).net_connections(kind="tcp")
+        except (psutil.Error, OSError):
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self._port for c in conns)
 
     def _check_alive(self) -> None:
         code = self._proc.poll()

@@ -269,3 +269,65 @@ def test_every_launched_zookeeper_enforces_acls(tmp_path):
     line = command(ServerSettings(data_dir=str(tmp_path), port=2181), "java", "cp")
     assert "-Dzookeeper.skipACL=no" in line
     assert "-Dzookeeper.DigestAuthenticationProvider.enabled=true" in line
+
+
+# -- a server raylog launched: locked to its owner -----------------------------
+
+OWNER = b"the machine's ray token"
+
+
+def test_owner_and_cluster_identities_differ_and_derive_nothing_of_the_secret():
+    token = b"t" * 64
+    assert acl.owner_identity(OWNER) != acl.identity(token, "c1")
+    assert acl.owner_identity(OWNER) != acl.owner_identity(b"another secret")
+    assert OWNER.decode() not in acl.owner_credential(OWNER)
+    assert acl.locked_acl(OWNER) == [acl.ACL(Permissions.ALL, acl.owner_identity(OWNER)), acl.WORLD_READ]
+
+
+def test_a_locked_server_takes_writes_from_its_owner_and_admitted_clusters_only(tmp_path, monkeypatch):
+    from raylog.errors import ClusterPathTakenError, EmbeddedZooKeeperError
+    from raylog.zk.server import EmbeddedZooKeeper
+
+    token = b"c1-token"
+    with EmbeddedZooKeeper(data_dir=str(tmp_path / "zk"), owner_secret=OWNER) as server:
+        stranger = connect_kazoo(server.connect_string)
+        try:
+            for path in ("/junk", "/raylog/c1", "/zookeeper/junk", "/zookeeper/quota/junk"):
+                with pytest.raises(NoAuthError):
+                    stranger.create(path, b"x")
+            for path in ("/", "/raylog", "/zookeeper"):
+                with pytest.raises(NoAuthError):
+                    stranger.set(path, b"x")
+                # (ZooKeeper shows a digest's hash to the node's admins only)
+                owner = acl.ACL(Permissions.ALL, acl.Id("digest", f"{acl.OWNER_USER}:x"))
+                assert stranger.get_acls(path)[0] == [owner, acl.WORLD_READ]
+            # the owner makes a cluster's root; the cluster's session then writes below it only
+            server.admit(token, "c1")
+            holder = connect_kazoo(server.connect_string, token=token, cluster="c1")
+            try:
+                holder.create("/raylog/c1/topics", b"")
+                with pytest.raises(NoAuthError):
+                    holder.create("/raylog/c2", b"")
+            finally:
+                holder.stop()
+                holder.close()
+            # a cluster the owner did not admit, from a process without the owner's secret
+            monkeypatch.setattr(acl, "owner_secret", lambda: None)
+            with pytest.raises(ClusterPathTakenError, match="/raylog"):
+                connect_kazoo(server.connect_string, token=b"c2-token", cluster="c2")
+            # ... and with it (a holder of this machine's Ray token)
+            monkeypatch.setattr(acl, "owner_secret", lambda: OWNER)
+            other = connect_kazoo(server.connect_string, token=b"c2-token", cluster="c2")
+            try:
+                other.create("/raylog/c2/topics", b"")
+            finally:
+                other.stop()
+                other.close()
+            assert sorted(stranger.get_children("/raylog")) == ["c1", "c2"]
+            assert sorted(stranger.get_children("/")) == ["raylog", "zookeeper"]
+        finally:
+            stranger.stop()
+            stranger.close()
+    # the lock is kept with the data: another owner cannot take the server over
+    with pytest.raises(EmbeddedZooKeeperError, match="another owner"):
+        EmbeddedZooKeeper(data_dir=str(tmp_path / "zk"), owner_secret=b"someone else").start()

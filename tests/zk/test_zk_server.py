@@ -238,3 +238,61 @@ def test_only_a_lost_bind_is_tried_again_and_within_the_policys_tries(tmp_path, 
         zk._start_process("java", "")
     assert len(ports) == launches == (server_module._BIND_FAILURE_TRIES if bind_failure else 1)
     assert info.value.port_in_use is bind_failure
+
+
+# -------------------------------------------------------------- bounds
+
+def test_a_server_bounds_connections_request_size_and_four_letter_words(tmp_path):
+    from raylog.zk.launcher import MAX_CLIENT_CONNECTIONS, MAX_REQUEST_BYTES, ServerSettings, command, heap_for, write_config
+
+    settings = ServerSettings(data_dir=str(tmp_path), port=2181)
+    with open(write_config(settings)) as f:
+        cfg = f.read().splitlines()
+    assert f"maxClientCnxns={MAX_CLIENT_CONNECTIONS}" in cfg and MAX_CLIENT_CONNECTIONS > 0
+    assert "4lw.commands.whitelist=ruok,srvr" in cfg
+    line = command(settings, "java", "cp")
+    assert f"-Djute.maxbuffer={MAX_REQUEST_BYTES}" in line and MAX_REQUEST_BYTES <= 1 << 20
+    heap = int(next(arg for arg in line if arg.startswith("-Xmx"))[4:-1])
+    # every connection's largest request fits at once, with room for the tree
+    assert heap == heap_for(MAX_CLIENT_CONNECTIONS, MAX_REQUEST_BYTES)
+    assert heap * (1 << 20) >= MAX_CLIENT_CONNECTIONS * MAX_REQUEST_BYTES + (128 << 20)
+    assert "-XX:+ExitOnOutOfMemoryError" in line
+
+
+def test_a_request_past_the_bound_is_refused_and_the_server_serves_on(private_zookeeper):
+    from kazoo.exceptions import ConnectionLoss
+
+    zk = connect_kazoo(private_zookeeper.connect_string)
+    try:
+        with pytest.raises(ConnectionLoss):
+            zk.create_async("/big", b"x" * (2 << 20)).get(timeout=30)
+        assert zk.exists("/big") is None
+        zk.create("/small", b"x" * 1000)
+        assert four_letter_word(private_zookeeper.port, "ruok") == "imok"
+    finally:
+        close(zk)
+
+
+# -------------------------------------------------------------- the watchdog
+
+def test_the_watchdog_restarts_a_server_that_died_unasked_and_leaves_one_stopped_on_purpose(tmp_path, caplog):
+    import logging
+    import signal
+
+    with EmbeddedZooKeeper(data_dir=str(tmp_path / "zk"), watchdog=True) as server:
+        port = server.port
+        zk = connect_kazoo(server.connect_string)
+        try:
+            zk.create("/kept", b"1")
+            with caplog.at_level(logging.WARNING, logger="raylog.zk.server"):
+                pid = server.pid
+                os.kill(pid, signal.SIGKILL)
+                assert wait_until(lambda: server.running and server.pid != pid, 60)
+            assert server.port == port
+            assert zk.get("/kept")[0] == b"1"
+            assert len([r for r in caplog.records if "restarting it" in r.getMessage()]) == 1
+            server.kill_process()  # on purpose: it stays down
+            assert not wait_until(lambda: server.running, 2.0)
+        finally:
+            close(zk)
+    assert server.pid is None

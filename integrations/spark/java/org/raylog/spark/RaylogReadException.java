@@ -91,6 +91,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(72, "FaultInjectionError");
     NAMES.put(80, "DataDirInUseError");
     NAMES.put(90, "EmbeddedZooKeeperError");
+    NAMES.put(91, "ClusterPathTakenError");
     NAMES.put(100, "BenchError");
     NAMES.put(110, "DataLossError");
     NAMES.put(120, "MirrorSourceError");
