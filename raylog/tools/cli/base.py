@@ -8,15 +8,18 @@ import contextlib
 import dataclasses
 import json
 
+import os
+
 import click
 
 import raylog
 from raylog import quiet
-from raylog.client import Client
+from raylog.client import Client, default_data_dir
 from raylog.errors import RaylogError
 
-#: where ``zookeeper start`` and ``zookeeper stop`` keep a local ZooKeeper's data
-DEFAULT_ZOOKEEPER_DIR = "/tmp/raylog-zookeeper"
+#: where ``zookeeper start`` and ``zookeeper stop`` keep a local ZooKeeper's data:
+#: in the user's own space beside the default data dir, not the shared /tmp
+DEFAULT_ZOOKEEPER_DIR = os.path.join(default_data_dir(), "zookeeper")
 ZOOKEEPER_PID_FILE = "raylog-zookeeper.pid"
 ZOOKEEPER_LOG_FILE = "raylog-zookeeper.log"
 #: how long ``consume`` in a group waits for its first assignment before the

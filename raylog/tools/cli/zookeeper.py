@@ -91,7 +91,7 @@ def zookeeper_start(port, data_dir, foreground, timeout_s):
             f"a ZooKeeper started by raylog already runs from {data_dir} (pid {running}); "
             f"stop it first with: raylog zookeeper stop --data-dir {data_dir}"
         )
-    os.makedirs(data_dir, exist_ok=True)
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)  # its data is the owner's only
     if foreground:
         _run_zookeeper(port, data_dir, timeout_s)
         return
