@@ -47,6 +47,21 @@ def use_implementation(monkeypatch, impl):
     monkeypatch.setattr(message_module, "ACCELERATED", fast is not None)
 
 
+@pytest.fixture(params=["c", "python"])
+def batch_implementation(request, monkeypatch):
+    """The format-2 code (raylog.storage.record_batch) the test runs against:
+    the compiled fast path or the Python reference; a module takes it for
+    every test with ``pytestmark = pytest.mark.usefixtures("batch_implementation")``."""
+    from raylog.storage import record_batch
+
+    if request.param == "c":
+        if record_batch._speedups is None:
+            pytest.skip("raylog.storage._speedups (with format 2) is not built")
+    else:
+        monkeypatch.setattr(record_batch, "_speedups", None)
+    return request.param
+
+
 @pytest.fixture(params=COMPRESSIONS, ids=lambda c: c or "none")
 def compression(request):
     return request.param

@@ -41,15 +41,8 @@ CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 BOTH_IMPLEMENTATIONS = True
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
-def batch_implementation(request, monkeypatch):
-    """Every test here runs against the compiled fast path and the Python reference."""
-    if request.param == "c":
-        if rb._speedups is None:
-            pytest.skip("raylog.storage._speedups (with format 2) is not built")
-    else:
-        monkeypatch.setattr(rb, "_speedups", None)
-    return request.param
+#: every test here runs against the compiled fast path and the Python reference
+pytestmark = pytest.mark.usefixtures("batch_implementation")
 
 
 def _records():

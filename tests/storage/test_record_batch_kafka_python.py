@@ -6,21 +6,13 @@ kafka-python's ``DefaultRecordBatch`` (reader) and ``DefaultRecordBatchBuilder``
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from raylog.storage import record_batch as rb
 from raylog.storage.record_batch import decode_batch, encode_batch, read_header, stamp, validate_batch
 
 BOTH_IMPLEMENTATIONS = True  # see tests/storage/conftest.py
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
-def batch_implementation(request, monkeypatch):
-    """Every test here runs against the compiled fast path and the Python reference."""
-    if request.param == "c":
-        if rb._speedups is None:
-            pytest.skip("raylog.storage._speedups (with format 2) is not built")
-    else:
-        monkeypatch.setattr(rb, "_speedups", None)
-    return request.param
+#: every test here runs against the compiled fast path and the Python reference
+pytestmark = pytest.mark.usefixtures("batch_implementation")
 
 # kafka-python reads snappy only through python-snappy, which is not installed:
 # snappy is checked against raw/xerial snappy in test_record_batch.py instead.
