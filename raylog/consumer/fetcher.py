@@ -44,6 +44,7 @@ from raylog.config import EARLIEST, LATEST
 from raylog.consumer.record import Message, with_next_offsets
 from raylog.errors import InvalidMessageError, OffsetOutOfRangeError, RaylogError
 from raylog.retry import RetryPolicy
+from raylog.storage import record_batch
 from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
@@ -65,6 +66,19 @@ def _decode(data, offset: int, tp, max_message: int, max_inflated: int):
         data, offset, max_message_bytes=max_message, record_type=Message, prefix=tp, max_inflated_bytes=max_inflated
     )
     return with_next_offsets(records, offset + consumed), consumed
+
+
+def _batch_start(data, offset: int) -> int:
+    """Where the fetched ``data`` starts in the log. The server reads a
+    position inside a format-2 batch from the batch's start but answers with
+    the position asked for; the batch's baseOffset is its start (stamped at
+    append, docs/design.md §2). Format 1 (and a wrapper re-read from its
+    start, where the answer's offset already is the start): ``offset``."""
+    if len(data) >= 17 and data[8] == 0 and record_batch.format_at(data) == 2:
+        base = int.from_bytes(data[:8], "big")
+        if base < offset:
+            return base
+    return offset
 
 
 class Chunk:
@@ -184,16 +198,19 @@ class Fetcher(threading.Thread):
                 self._transient(err)
         return None
 
-    def _put_inside_wrapper(self, result, max_message: int, max_inflated: int) -> None:
-        """Hand over the wrapper at ``result.offset`` that holds the position,
+    def _put_inside_wrapper(self, data, start: int, max_message: int, max_inflated: int) -> None:
+        """Hand over the wrapper (or format-2 batch) at ``start`` that holds the position,
         without its inner messages before the position, and move past it."""
-        data = result.data
-        size = 4 + int.from_bytes(data[:4], "big") if len(data) >= 4 else 0
+        if record_batch.format_at(data) == 2:
+            # a format-2 batch: baseOffset(8) + batchLength(4) + batchLength bytes
+            size = 12 + int.from_bytes(data[8:12], "big") if len(data) >= 12 else 0
+        else:
+            size = 4 + int.from_bytes(data[:4], "big") if len(data) >= 4 else 0
         records, consumed = decode_messages(
-            memoryview(data)[:size], result.offset, max_message_bytes=max_message, record_type=Message,
+            memoryview(data)[:size], start, max_message_bytes=max_message, record_type=Message,
             prefix=self.tp, max_inflated_bytes=max_inflated, partial_tail_ok=False,
         )
-        end = result.offset + consumed
+        end = start + consumed
         records = with_next_offsets([m for m in records if m.offset >= self.offset], end)
         self.offset = end
         self._put(Chunk(self.tp, self.epoch, records, end))
@@ -241,10 +258,12 @@ class Fetcher(threading.Thread):
                 data = result.data
                 if not data:
                     continue
-                if result.offset < self.offset:
-                    # a position inside a compressed wrapper (an inner message's
-                    # offset): the wrapper came whole; skip what is before it
-                    self._put_inside_wrapper(result, max_message, max_inflated)
+                start = _batch_start(data, result.offset)
+                if start < self.offset:
+                    # a position inside a compressed wrapper or a format-2
+                    # batch (a record's offset): it came whole from its start;
+                    # skip what is before the position
+                    self._put_inside_wrapper(data, start, max_message, max_inflated)
                     continue
                 try:
                     decoder = getattr(s, "fetch_decoder", None) or _decode

@@ -8,9 +8,17 @@ hot path) with named fields:
 ``offset``
     its byte offset in the partition log;
 ``key``, ``value``
-    bytes (``key`` is ``None`` when the producer sent none);
+    bytes (``key`` is ``None`` when the producer sent none; ``value`` is
+    ``None`` for a format-2 record with a null value, a tombstone, which is
+    distinct from an empty value ``b""``);
 ``timestamp``
     the producer's create time, milliseconds since the epoch;
+``headers``
+    a format-2 record's headers, in order, duplicates kept: a list of
+    ``(str, bytes | None)`` pairs; the empty tuple ``()`` for a format-1
+    message and a record without headers (the decoder builds format-1
+    messages as six-tuples, and ``headers`` reads as ``()`` for them; a
+    record with headers is a seven-tuple, built by ``Message.with_headers``);
 
 and one derived property:
 
@@ -18,7 +26,11 @@ and one derived property:
     where to resume after this message: store it (or commit it) once the
     message is processed, as Kafka users store ``offset + 1``. For a plain
     message it is ``offset + 22 + len(key) + len(value)`` (the size field,
-    the fixed header and the bytes; docs/design.md §2).
+    the fixed header and the bytes; docs/design.md §2). A format-2 record
+    follows the wrapper rule below with its batch as the wrapper: record i of
+    the batch at ``p`` has offset ``p + i``, its ``next_offset`` is
+    ``p + i + 1``, and the batch's next offset (``p + lastOffsetDelta + 1``)
+    for its last record.
 
 **The wrapper rule.** The i-th message (from 0) that arrived inside a
 compressed wrapper at offset ``w`` reports the offset ``w + i`` (every
@@ -49,7 +61,10 @@ class Message(NamedTuple):
     offset: int
     timestamp: int
     key: bytes | None
-    value: bytes
+    value: bytes | None
+    # ``headers`` is a property (below), not a field: format-1 messages stay
+    # six-tuples, equal however they were built; a format-2 record with
+    # headers is a seventh item, set by the decoder's ``with_headers`` hook.
 
     @property
     def next_offset(self) -> int:
@@ -57,10 +72,11 @@ class Message(NamedTuple):
         return self.offset + HEADER_BYTES + (len(self.key) if self.key is not None else 0) + len(self.value)
 
     def __repr__(self) -> str:
-        value = self.value if len(self.value) <= 40 else self.value[:37] + b"..."
+        value = self.value if self.value is None or len(self.value) <= 40 else self.value[:37] + b"..."
+        headers = f", headers={self.headers!r}" if self.headers else ""
         return (
             f"Message(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
-            f"timestamp={self.timestamp}, key={self.key!r}, value={value!r})"
+            f"timestamp={self.timestamp}, key={self.key!r}, value={value!r}{headers})"
         )
 
 
@@ -92,6 +108,27 @@ def _last_inner(message: tuple, next_offset: int) -> WrappedMessage:
     wrapped.__dict__["_next_offset"] = next_offset
     return wrapped
 
+
+def _headers(message: tuple):
+    # the decoder builds format-1 messages as six-tuples (no headers slot)
+    return message[6] if len(message) > 6 else ()
+
+
+Message.headers = property(_headers, doc="the record's headers: ``(str, bytes | None)`` pairs, ``()`` for none")
+
+
+def _with_headers(message: tuple, headers: list):
+    """The decoder's hook for a format-2 record: ``message`` (of any Message
+    type, as built) with its headers, keeping its type and ``next_offset``."""
+    if not headers:
+        return message
+    with_h = tuple.__new__(type(message), (*message[:6], list(headers)))
+    if type(message) is WrappedMessage:
+        with_h.__dict__["_next_offset"] = message.__dict__["_next_offset"]
+    return with_h
+
+
+Message.with_headers = staticmethod(_with_headers)
 
 # What the decoder builds for the inner messages of a wrapper when it is
 # asked for Messages (raylog.storage.decoding: every one but the last as
