@@ -32,10 +32,11 @@ partition actor:
 - ``raylog_partition_disk_full`` (gauge): 1 while the partition refuses
   writes because its disk is full (``DiskFullError``), else 0.
 
-The actor never touches a metric on the request path: its timer thread
-reads the cheap counters the log and the data server keep anyway
-(:meth:`PartitionMetrics.sample`, about once a second) and times the
-flushes it runs itself (:meth:`PartitionMetrics.observe_flush`). Counters
+The actor touches no metric per request: its timer thread reads the cheap
+counters the log and the data server keep anyway
+(:meth:`PartitionMetrics.sample`, about once a second), and each flush of
+its log, whichever thread runs it, is timed once
+(:meth:`PartitionMetrics.observe_flush`, the log's ``on_flush`` hook). Counters
 count from the start of the actor process; Ray labels each series with its
 worker, so a restarted actor starts a new series.
 

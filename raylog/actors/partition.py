@@ -160,7 +160,8 @@ class PartitionActor:
         # directories above the log's are the owner's only too (raylog.storage.owner_only)
         for directory in (os.path.dirname(os.path.dirname(log_dir)), os.path.dirname(log_dir)):
             tighten_to_owner(directory, "the data directory", recursive=False)
-        self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error, lock_wait_s=_lock_wait_s())
+        self.log = PartitionLog(log_dir, self.config, on_disk_error=self._disk_error, on_flush=self._flush_timed,
+                                lock_wait_s=_lock_wait_s())
         for report in self.log.recovery_reports:
             log.warning("partition %s-%d recovered with loss: %s", topic, partition, report)
         self._metrics = PartitionMetrics(cluster, topic, partition, self.log)
@@ -227,6 +228,13 @@ class PartitionActor:
                                         self.log, self._token, damaged_ranges(self.log))
         except Exception:  # noqa: BLE001 - the damage stays reported; readers can skip it
             log.exception("partition %s-%d: mending damaged bytes from a replica failed", self.topic, self.partition)
+
+    def _flush_timed(self, seconds: float) -> None:
+        """The log's flush hook: every flush is timed in the metrics (from
+        whichever thread ran it: the timer, the log's flush thread)."""
+        metrics = getattr(self, "_metrics", None)  # none yet while the log opens
+        if metrics is not None:
+            metrics.observe_flush(seconds)
 
     def _disk_error(self, err: BaseException) -> None:
         """Any disk error of the log (append, fsync, roll, retention): end the
@@ -331,9 +339,7 @@ class PartitionActor:
                         self.log.wait_for_appends(due - now)
                     if self._closed.is_set():
                         break
-                started = time.perf_counter()
-                if self.log.maybe_flush():
-                    self._metrics.observe_flush(time.perf_counter() - started)
+                self.log.maybe_flush()  # timed by the log's on_flush, as every flush
                 if self.role is not None:
                     self.role.tick()
                     if time.monotonic() >= next_preferred:

@@ -54,6 +54,9 @@ Disk errors: the first failed write, sync, roll or delete makes the log
 refuse every later write (:class:`StorageError`) and calls ``on_disk_error``
 when one was given; the partition actor passes a function that ends its
 process, so that Ray restarts it and recovery runs (never a wedged log).
+``on_flush(seconds)``, when given, is called after every flush that synced
+something, whoever asked for it (the timer, ``flush_messages``, a waiting
+reader): the partition actor times its flushes with it.
 
 A full disk is not such an error (a restart would not help): a write or
 roll that fails with ``ENOSPC``/``EDQUOT`` leaves the log as it was (the
@@ -174,6 +177,7 @@ class PartitionLog(LogBasics):
         *,
         clock: Callable[[], float] = time.time,
         on_disk_error: Callable[[BaseException], None] | None = None,
+        on_flush: Callable[[float], None] | None = None,
         node: str | None = None,
         lock_wait_s: float = 0.0,
     ):
@@ -187,6 +191,7 @@ class PartitionLog(LogBasics):
         super().__init__(config)
         self._clock = clock
         self._on_disk_error = on_disk_error
+        self._on_flush = on_flush
         self._max_inflated = config.max_inflated_limit
         self._lock = threading.Lock()  # appends, rolls, retention, segment list
         self._flush_lock = threading.Lock()  # one sync at a time; taken before _lock
@@ -930,6 +935,7 @@ class PartitionLog(LogBasics):
                 self._has_unflushed.clear()
             if target == self._hw:
                 return False
+            started = time.perf_counter()
             try:
                 _faults.check("fsync", self._dir)
                 active.flush()  # earlier segments were synced when they were rolled
@@ -941,6 +947,8 @@ class PartitionLog(LogBasics):
             with self._cond:
                 self._hw = target
                 self._cond.notify_all()
+            if self._on_flush is not None:
+                self._on_flush(time.perf_counter() - started)
             return True
 
     def close(self) -> None:
