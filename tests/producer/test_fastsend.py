@@ -46,13 +46,14 @@ class Metadata:
 
 
 class Partitions:
-    """In-memory partitions: every set stored, decoded, in order; ``gate``
-    holds every request until it is set; ``refuse`` (an error) is raised by
-    every request while set."""
+    """In-memory partitions: every set stored, decoded, in order, per
+    topic-partition (two topics' partitions are sent to by different
+    workers, in no fixed order between them); ``gate`` holds every request
+    until it is set; ``refuse`` (an error) is raised by every request while set."""
 
     def __init__(self):
-        self.sets: dict[int, list] = {}
-        self.offsets: dict[int, int] = {}
+        self.sets: dict[tuple[str, int], list] = {}
+        self.offsets: dict[tuple[str, int], int] = {}
         self.gate = threading.Event()
         self.gate.set()
         self.refuse = None
@@ -71,9 +72,9 @@ class Partitions:
                 bases = []
                 for payload in payloads:
                     records = decode_messages(payload, 0)[0]
-                    parts.sets.setdefault(partition, []).append([(k, v) for _, _, k, v in records])
-                    bases.append(parts.offsets.get(partition, 0))
-                    parts.offsets[partition] = bases[-1] + len(payload)
+                    parts.sets.setdefault((topic, partition), []).append([(k, v) for _, _, k, v in records])
+                    bases.append(parts.offsets.get((topic, partition), 0))
+                    parts.offsets[(topic, partition)] = bases[-1] + len(payload)
                 return bases if acks else None
 
             def close(self):
@@ -127,8 +128,8 @@ def test_the_compiled_send_and_the_reference_store_the_same_sets_and_offsets(mon
         producer, store = _producer(compiled, monkeypatch)
         assert isinstance(producer.send, _fastsend.KeylessSend) is compiled
         results = _script(producer)
+        producer.close()  # buffered counts down just after the futures resolve: read it once all is done
         stats = producer.stats()
-        producer.close()
         outcomes.append((results, store.sets, stats["sent_messages"], stats["sent_batches"], stats["buffered"]))
     compiled, reference = outcomes
     assert compiled == reference
