@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import pytest
 
+from raylog.errors import RaylogError
 from raylog.config import TopicConfig
 from raylog.storage.base import Log
 from raylog.storage.log import PartitionLog
 from raylog.storage.memory import MemoryLog
 from raylog.transfer.connection import BrokerConnection
+from raylog.transfer.handshake import authenticate_socket
 from raylog.transfer.server import DataServer
 
 TOPIC = "clicks"
@@ -102,3 +104,12 @@ def make_conn():
 @pytest.fixture
 def conn(make_conn, server) -> BrokerConnection:
     return make_conn(server)
+
+
+def authenticated_or_refused(sock, token, correlation_id):
+    """Authenticate a raw connection; one refused at the connection limit
+    (TooManyConnectionsError, or closed) stays open on our side as a stranger would."""
+    try:
+        authenticate_socket(sock, token, correlation_id)
+    except (RaylogError, OSError):
+        pass

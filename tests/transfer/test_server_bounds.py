@@ -9,8 +9,6 @@ import time
 
 import pytest
 
-from raylog.errors import RaylogError
-from raylog.transfer.handshake import authenticate_socket
 from raylog.errors import AuthenticationError, BrokerUnavailableError
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
@@ -19,16 +17,11 @@ from raylog.transfer import protocol as p
 from raylog.transfer import replies as rep
 from raylog.transfer import requests as req
 
+from tests.transfer.conftest import authenticated_or_refused
+
 TOPIC = "clicks"
 TOKEN = b"cluster-token"
 
-def _authenticated_or_refused(sock, token, correlation_id):
-    """Authenticate a raw connection; one refused at the connection limit
-    (TooManyConnectionsError, or closed) stays open on our side as a stranger would."""
-    try:
-        authenticate_socket(sock, token, correlation_id)
-    except (RaylogError, OSError):
-        pass
 
 
 
@@ -121,7 +114,7 @@ def test_300_idle_connections_do_not_lock_a_new_client_out(make_server, make_con
         for i in range(300):
             sock = socket.create_connection(server.address)
             if authenticated:
-                _authenticated_or_refused(sock, TOKEN, 2 * i)
+                authenticated_or_refused(sock, TOKEN, 2 * i)
             idle.append(sock)
         conn = make_conn(server, token=TOKEN, timeout_s=5)
 
