@@ -5,14 +5,15 @@ clients in any language produce to and fetch from raylog topics:
 
 * :mod:`raylog.kafka.frames` -- request frames in, response frames out; the
   APIs and versions served;
-* :mod:`raylog.kafka.records` -- Kafka record batches to raylog message sets
-  and back;
+* :mod:`raylog.kafka.records` -- Kafka record batches checked and stored as
+  they came (format 2), and stored ones cut for a Fetch; format 1's messages
+  converted;
 * :mod:`raylog.kafka.sasl` -- SCRAM-SHA-256 (user: the cluster, secret: its token);
 * :mod:`raylog.kafka.handlers` -- the API handlers of one connection;
 * :mod:`raylog.kafka.group_offsets` -- FindCoordinator, OffsetCommit and
   OffsetFetch on raylog's group offsets;
-* :mod:`raylog.kafka.idempotence` -- InitProducerId, and idempotent
-  producers' sequences translated to raylog's (per record to per set);
+* :mod:`raylog.kafka.idempotence` -- InitProducerId, and the partition's
+  answers to idempotent batches (judged by the log's producer state);
 * :mod:`raylog.kafka.admin` -- CreateTopics, DeleteTopics, DescribeConfigs
   through raylog's own topic administration;
 * :mod:`raylog.kafka.coordinator` -- JoinGroup, SyncGroup, Heartbeat and
@@ -28,7 +29,7 @@ SaslHandshake 1, SaslAuthenticate 0-1, InitProducerId 0-4, CreateTopics 2-5,
 DeleteTopics 1-5, DescribeConfigs 1-4, JoinGroup 0-5, Heartbeat 0-3,
 LeaveGroup 0-3, SyncGroup 0-3 (:data:`raylog.kafka.frames.SUPPORTED`).
 Not yet: static group membership (``group.instance.id``), transactional
-producers (refused), record headers, snappy.
+producers (refused).
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
 a Kafka client :meth:`raylog.Client.kafka_config`.

@@ -61,9 +61,11 @@ from raylog.kafka.frames import (
     peek_header,
 )
 from raylog.kafka.produce_wire import decode_produce, encode_produce_response
-from raylog.kafka.records import RecordsRefused, encode_batch, to_message_set
+from raylog.kafka.records import RecordsRefused, encode_batch, stored_batches, to_stored
 from raylog.kafka.sasl import MECHANISM, SaslFailed
 from raylog.storage.decoding import decode_messages
+from raylog.storage.record_batch import format_at
+from raylog.transfer.protocol import NO_PRODUCER_ID, NO_SEQUENCE
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +154,6 @@ class Backend:
         self.settings = metadata.settings
         self.verifier = verifier
         self.entry = entry
-        self.sequences = idempotence.SequenceMap()
         #: raylog's topic administration for CreateTopics / DeleteTopics (:mod:`raylog.kafka.admin`), or None
         self.topics = None
         #: the Kafka-protocol groups this listener coordinates
@@ -446,21 +447,19 @@ class Session:
                         entry[1], entry[3] = INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), not {acks}"
                         continue
                     try:
-                        records = bytes(data.records or b"")
-                        limit = self.backend.metadata.config(topic.name).max_inflated_limit
-                        message_set, count = to_message_set(records, limit)
+                        config = self.backend.metadata.config(topic.name)
+                        stored, count = to_stored(data.records or b"", config.max_message_bytes,
+                                                  config.max_inflated_limit)
                         if not count:
                             continue
                         conn = self._connection(topic.name, data.index)
-                        producer_id, sequence = idempotence.translate(self.backend.sequences, topic.name,
-                                                                      data.index, records)
+                        # the batch carries its producer: the partition judges it (idempotence)
                         if not acks:
-                            conn.produce(topic.name, data.index, message_set, acks=0, producer_id=producer_id,
-                                         sequence=sequence)
+                            conn.produce(topic.name, data.index, stored, acks=0)
                             continue
                         entry[4] = (conn, None)
                         outgoing.setdefault(id(conn), (conn, []))[1].append(
-                            (entry, (topic.name, data.index, message_set, acks, producer_id, sequence)))
+                            (entry, (topic.name, data.index, stored, acks, NO_PRODUCER_ID, NO_SEQUENCE)))
                     except RecordsRefused as err:
                         entry[1], entry[3] = err.code, err.message
                     except RaylogError as err:
@@ -503,9 +502,15 @@ class Session:
         """``(records bytes, high watermark, log start, next offset)`` of one
         partition from ``offset`` (the next offset: where the client goes on
         after these records): at most ``max_bytes`` of Kafka batches, or the
-        first record alone when it is larger (as a Kafka broker answers).
+        first batch alone when it is larger (as a Kafka broker answers).
 
-        Stored bytes are not Kafka bytes: a compressed wrapper inflates into
+        Stored format-2 batches are Kafka's own: they go as they are, cut at
+        whole batches by their headers alone
+        (:func:`~raylog.kafka.records.stored_batches`; no record is decoded
+        or encoded), a batch whose records all lie before ``offset`` passed
+        over.
+
+        Stored format-1 messages are not Kafka bytes: a compressed wrapper inflates into
         an uncompressed batch (tenfold and more for repetitive values), so
         the stored bytes asked for are ``max_bytes`` divided by what the
         partition's last fetch on this connection inflated by, and the
@@ -529,6 +534,13 @@ class Session:
                 continue
             wait_ms = 0
             hw, log_start = result.high_watermark, result.log_start_offset
+            if format_at(result.data) == 2:  # stored batches go as they are
+                self._expansion[key] = 1.0
+                batches, end, walked = stored_batches(result.data, offset, max_bytes)
+                if batches or not walked:
+                    return batches, hw, log_start, max(end, offset) if batches else offset
+                start = end  # a batch whose records all lie before offset
+                continue
             records, consumed = decode_messages(result.data, result.offset, max_message_bytes=max_message_bytes)
             if not consumed:
                 return b"", hw, log_start, offset

@@ -1,26 +1,33 @@
-"""Kafka record batches (message format v2) to raylog message sets and back.
+"""Kafka record batches in and out of the listener.
 
-Produce: each Kafka batch of a request is read with kafka-python's
-:class:`kafka.record.default_records.DefaultRecordBatch` (its header; CRC32C
-checked), its records section decompressed (gzip / lz4 / zstd, through
-:func:`raylog.storage.compression.decompress`: bounded as it runs by the
-partition's limit, MESSAGE_TOO_LARGE past it) and its
-records read by the compiled ``_kafkarecords.parse`` (where it is built;
-else record by record through kafka-python), and written as one raylog wrapper
-(docs/design.md section 2) of the batch's codec, so that the i-th record of
-a batch stored at ``w`` gets the Kafka offset ``w + i`` -- the offset a
-Kafka producer reports for it (base offset + i). An uncompressed batch of
-several records is stored in an lz4 wrapper for that reason (a run of plain
-messages would give its records byte offsets that are not ``base + i``); a
-batch of one record is stored as one plain message.
-What raylog's format cannot carry is refused, never dropped: record headers,
-transactional and control batches, and snappy (raylog has no snappy codec;
-the batch is refused with UNSUPPORTED_COMPRESSION_TYPE). A null value is
-stored as an empty value (raylog's format has no null).
+Produce (:func:`to_stored`): a Kafka batch *is* raylog's format 2
+(docs/design.md section 2; :mod:`raylog.storage.record_batch` defines it
+field by field), so a client's batches are stored as they came. Each is
+checked here first with :func:`~raylog.storage.record_batch.validate_batch`
+(sizes, magic, CRC32C, attributes, every record; a compressed section --
+gzip, snappy, lz4 or zstd -- inflated within the partition's bound,
+MESSAGE_TOO_LARGE past it), so a bad batch is answered by the listener and
+never crosses the data channel; the partition checks it again before it
+appends (its own rule, whoever sends). Headers, null values (tombstones)
+and empty values are kept as sent. A compressed batch shorter than its
+record count (many tiny records compressed well: its records could not
+have offsets of their own, docs/design.md section 2) is re-encoded
+uncompressed here (:func:`~raylog.storage.record_batch.reencode_uncompressed`:
+same records, producer fields and flags), and refused with
+MESSAGE_TOO_LARGE when that is longer than ``max_message_bytes``; it is
+never split (one batch in, one batch out keeps an idempotent producer's
+sequence numbers whole). So the bytes sent are the bytes stored, and the
+partition answers the stored batch's position: the base offset a Kafka
+client adds record indexes to. Refused (nothing stored): record batches of
+magic 0 or 1 (a MessageSet of Produce versions before 3, which raylog does
+not serve), transactional and control batches (raylog's Kafka side has no
+transactions), an unknown codec.
 
-Fetch: raylog records ``(offset, timestamp, key, value)`` become one
-uncompressed Kafka batch (:func:`encode_batch`; its records section by the
-compiled ``_kafkarecords.encode`` where it is built). Its layout, big-endian:
+Fetch of format 1 (:func:`encode_batch`): stored format-2 batches go to a
+client as they are (:mod:`raylog.kafka.handlers`); the paper's format-1
+messages are converted: raylog records ``(offset, timestamp, key, value)``
+become one uncompressed Kafka batch (its records section by the compiled
+``_kafkarecords.encode`` where it is built). Its layout, big-endian:
 
 ====  ======================  =====  =========================================
  #    field                   type   value written here
@@ -48,35 +55,32 @@ compiled ``_kafkarecords.encode`` where it is built). Its layout, big-endian:
 Kafka offsets are raylog byte offsets, so they have gaps (as on a compacted
 Kafka topic). ``lastOffsetDelta`` names the last byte of the last raylog
 message the batch covers (``end - 1``, ``end`` being the offset of the next
-message): clients continue at ``lastOffset + 1`` (both librdkafka and
-kafka-python do for format v2), which is then the next message's offset
-rather than an offset inside the message just read.
+message): clients continue at ``lastOffset + 1`` (librdkafka, kafka-python
+and aiokafka do for format v2), which is then the next message's offset
+rather than an offset inside the message just read -- as a stored format-2
+batch's own lastOffsetDelta does.
+
+Pure functions; any thread.
 """
 
 from __future__ import annotations
 
 import struct
-import time
 
 from crc32c import crc32c
-from kafka.errors import CorruptRecordError, UnsupportedCodecError
-from kafka.record.default_records import DefaultRecordBatch
 
 from raylog.config import INFLATED_FACTOR, TopicConfig
-from raylog.errors import InflatedSizeTooLargeError, InvalidMessageError
-from raylog.storage.compression import CODEC_GZIP, CODEC_LZ4, CODEC_ZSTD, codec_id, decompress
-from raylog.storage.message import encode_message_set
+from raylog.errors import InvalidMessageError, MessageTooLargeError
+from raylog.storage import record_batch
+from raylog.storage.record_batch import HEADER_SIZE, LOG_OVERHEAD, MAX_BATCH_LENGTH, read_header
 
 try:  # the per-record loops in C (raylog/kafka/_kafkarecords.c); this module's own are the reference
     from raylog.kafka import _kafkarecords
 except ImportError:  # a build without a compiler
     _kafkarecords = None
 
-#: Kafka batch codec -> raylog's compression name (docs/design.md section 2)
-KAFKA_CODECS = {0: None, 1: "gzip", 3: "lz4", 4: "zstd"}
-#: the wrapper codec of an uncompressed Kafka batch of several records
-UNCOMPRESSED_BATCH_CODEC = "lz4"
-_CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+#: Kafka batch codecs accepted in a Produce (docs/design.md section 2)
+KAFKA_CODECS = record_batch.KAFKA_CODECS
 
 # fields 1 and 2; fields 3 to 13
 _PREFIX = struct.Struct(">qi")
@@ -103,121 +107,91 @@ UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 
 
-def _batches(data: bytes):
-    pos, total = 0, len(data)
+#: the bound of :func:`to_stored` on an inflated records section when none is given (a topic's default)
+DEFAULT_MAX_INFLATED_BYTES = INFLATED_FACTOR * TopicConfig.max_message_bytes
+_TRANSACTIONAL_OR_CONTROL = 0x30
+_CODEC_MASK = 0x07
+
+
+def to_stored(data, max_message_bytes: int = TopicConfig.max_message_bytes,
+              max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> tuple[bytes, int]:
+    """``(format-2 bytes to store, record count)`` of the Kafka batches of one
+    Produce partition (see the module docstring); raises
+    :class:`RecordsRefused` and then nothing of ``data`` is to be stored."""
+    pos, total, count = 0, len(data), 0
+    parts = []
     while pos < total:
-        if total - pos < _HEADER_SIZE:
+        if total - pos < HEADER_SIZE:
             raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch is cut off after {total - pos} bytes")
-        _, length = _PREFIX.unpack_from(data, pos)
-        end = pos + _PREFIX.size + length
-        if length < _HEADER_SIZE - _PREFIX.size or end > total:
-            raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch claims {length} bytes; {total - pos - 12} follow")
         magic = data[pos + 16]
-        if magic != 2:
+        if magic != record_batch.MAGIC:
             raise RecordsRefused(INVALID_RECORD, f"record batches of magic {magic} are not accepted; use magic 2 "
                                                  f"(Produce version 3 or later)")
-        raw = data[pos:end]
-        yield raw, DefaultRecordBatch(raw)
-        pos = end
-
-
-#: a compressed records section's codec (Kafka's id) -> raylog's codec id (the same stream formats)
-_CODEC_IDS = {1: CODEC_GZIP, 3: CODEC_LZ4, 4: CODEC_ZSTD}
-
-
-def _inflate(section, codec: int, max_bytes: int) -> bytes:
-    """The records section of a batch of Kafka codec ``codec``, inflated
-    with :func:`raylog.storage.compression.decompress` (which stops past
-    ``max_bytes``, never holding more); raises :class:`RecordsRefused`:
-    MESSAGE_TOO_LARGE past the bound, CORRUPT_MESSAGE for a broken stream."""
-    try:
-        return decompress(_CODEC_IDS[codec], section, max_bytes, sized_only=False)
-    except InflatedSizeTooLargeError as err:
-        raise RecordsRefused(MESSAGE_TOO_LARGE, f"a record batch {str(err).splitlines()[0]}") from None
-    except InvalidMessageError as err:
-        raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be read: {err}") from None
-_RECORD_COUNT = struct.Struct(">i")  # field 13, at byte 57
-_FIRST_TIMESTAMP = struct.Struct(">q")  # field 8, at byte 27
-
-
-def _records(raw, batch, now: int, max_bytes: int):
-    """``(keys, values, timestamps)`` of one batch (its CRC, codec and kind
-    checked by the caller; its records section inflated to at most
-    ``max_bytes``); raises :class:`RecordsRefused`."""
-    codec = batch.compression_type
-    section = memoryview(raw)[_HEADER_SIZE:]
-    if codec:
-        section = _inflate(section, codec, max_bytes)
-    if _kafkarecords is None:
-        return _records_reference(batch, now)
-    try:
-        parsed = _kafkarecords.parse(section, _RECORD_COUNT.unpack_from(raw, 57)[0])
-    except (UnsupportedCodecError, ValueError, OSError, EOFError, RuntimeError) as err:
-        raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be read: {err}") from None
-    if parsed is None:
-        raise RecordsRefused(INVALID_RECORD, _NO_HEADERS)
-    keys, values, deltas = parsed
-    values = [b"" if v is None else v for v in values]
-    if batch.timestamp_type == 1:
-        return keys, values, [now] * len(values)
-    first = _FIRST_TIMESTAMP.unpack_from(raw, 27)[0]
-    return keys, values, [first + d if first + d >= 0 else now for d in deltas]
-
-
-_NO_HEADERS = "raylog's message format carries no record headers; send records without headers"
-
-
-def _records_reference(batch, now: int):
-    """:func:`_records` through kafka-python's reader, record by record
-    (which inflates the section again: the caller has bounded it first)."""
-    keys, values, times = [], [], []
-    try:
-        for record in batch:
-            if record.headers:
-                raise RecordsRefused(INVALID_RECORD, _NO_HEADERS)
-            keys.append(record.key)
-            values.append(b"" if record.value is None else bytes(record.value))
-            ts = record.timestamp
-            times.append(now if ts is None or ts < 0 or batch.timestamp_type == 1 else ts)
-    except (CorruptRecordError, UnsupportedCodecError, ValueError, OSError, EOFError) as err:
-        raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be read: {err}") from None
-    return [None if k is None else bytes(k) for k in keys], values, times
-
-
-#: the bound of :func:`to_message_set` on an inflated records section when none is given (a topic's default)
-DEFAULT_MAX_INFLATED_BYTES = INFLATED_FACTOR * TopicConfig.max_message_bytes
-
-
-def to_message_set(data: bytes, max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> tuple[bytes, int]:
-    """``(raylog message set, record count)`` of the Kafka batches in
-    ``data``; raises :class:`RecordsRefused`. A compressed batch's records
-    section may inflate to at most ``max_inflated_bytes`` (the partition's
-    bound on a decompressed set, ``TopicConfig.max_inflated_limit``: what
-    raylog would store); its decompression stops past it and the batch is
-    refused with MESSAGE_TOO_LARGE."""
-    parts, count = [], 0
-    now = time.time_ns() // 1_000_000
-    for raw, batch in _batches(data):
-        if not batch.validate_crc():
-            raise RecordsRefused(CORRUPT_MESSAGE, "a record batch fails its CRC32C check")
-        if batch.is_transactional or batch.is_control_batch:
-            raise RecordsRefused(INVALID_RECORD, "transactional and control batches are not supported by raylog")
-        codec = batch.compression_type
+        attributes = int.from_bytes(data[pos + 21:pos + 23], "big")
+        codec = attributes & _CODEC_MASK
         if codec not in KAFKA_CODECS:
-            raise RecordsRefused(
-                UNSUPPORTED_COMPRESSION_TYPE,
-                f"compression {_CODEC_NAMES.get(codec, codec)} is not supported; use gzip, lz4, zstd or none",
-            )
-        keys, values, times = _records(raw, batch, now, max_inflated_bytes)
-        if not values:
-            continue
-        compression = KAFKA_CODECS[codec]
-        if compression is None and len(values) > 1:
-            compression = UNCOMPRESSED_BATCH_CODEC  # record i at base + i (see the module docstring)
-        codec_id(compression)  # known to raylog (a ConfigError otherwise)
-        parts.append(encode_message_set(values, keys, times, compression=compression))
-        count += len(values)
+            raise RecordsRefused(UNSUPPORTED_COMPRESSION_TYPE,
+                                 f"compression codec {codec} is not supported; use gzip, snappy, lz4, zstd or none")
+        try:
+            header = record_batch.validate_batch(data, pos, max_message_bytes, max_inflated_bytes)
+            if header.attributes & _TRANSACTIONAL_OR_CONTROL:
+                raise RecordsRefused(INVALID_RECORD, "transactional and control batches are not accepted by "
+                                                     "raylog's Kafka listener (it has no transactions)")
+            batch = memoryview(data)[pos:pos + header.size]
+            if record_batch.needs_reencode(header):
+                batch = record_batch.reencode_uncompressed(data, pos, max_message_bytes, max_inflated_bytes)
+                if len(batch) - LOG_OVERHEAD > min(max_message_bytes, MAX_BATCH_LENGTH):
+                    raise RecordsRefused(
+                        MESSAGE_TOO_LARGE,
+                        f"a record batch holds {header.count} records in {header.size} compressed bytes; stored "
+                        f"uncompressed (a batch is never shorter than its count) it takes {len(batch)} bytes, "
+                        f"more than max_message_bytes ({max_message_bytes}): send smaller batches")
+        except MessageTooLargeError as err:
+            raise RecordsRefused(MESSAGE_TOO_LARGE, f"a record batch: {str(err).splitlines()[0]}") from None
+        except InvalidMessageError as err:
+            raise RecordsRefused(CORRUPT_MESSAGE, f"a record batch cannot be stored: {str(err).splitlines()[0]}") \
+                from None
+        parts.append(batch)
+        count += header.count
+        pos += header.size
+    if len(parts) == 1:
+        return bytes(parts[0]), count
     return b"".join(parts), count
+
+
+def stored_batches(data, offset: int, max_bytes: int) -> tuple[memoryview, int, int]:
+    """The whole format-2 batches at the start of ``data`` (a stored read)
+    to send to a Kafka client fetching from ``offset``, without touching
+    their records: ``(bytes, next offset, bytes of data walked)``. Batches
+    whose records all lie before ``offset`` (the read starts at the batch
+    holding ``offset``; its last record may be below it) are passed over;
+    the rest are cut at whole batches within ``max_bytes`` (the first kept
+    one whole even when larger, as a Kafka broker answers). The walk stops
+    at a cut last batch or at bytes of another format. The next offset is
+    where the client goes on: the last batch's ``baseOffset +
+    lastOffsetDelta + 1`` (``offset`` when nothing was walked)."""
+    pos, total = 0, len(data)
+    first = end = -1
+    next_offset = offset
+    while total - pos >= HEADER_SIZE and record_batch.format_at(data, pos) == 2:
+        header = read_header(data, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > total:
+            break
+        if first < 0 and header.base_offset + header.count - 1 < offset:
+            pos += header.size  # no record at or after offset
+            next_offset = max(next_offset, header.next_offset)
+            continue
+        if first >= 0 and pos + header.size - first > max_bytes:
+            break
+        if first < 0:
+            first = pos
+        pos += header.size
+        end = pos
+        next_offset = header.next_offset
+    if first < 0:
+        return memoryview(b""), next_offset, pos
+    return memoryview(data)[first:end], next_offset, pos
+
 
 
 def _varint(value: int) -> bytes:

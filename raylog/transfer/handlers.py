@@ -17,6 +17,7 @@ from typing import Callable, NoReturn
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
 from raylog.storage.base import Log
 from raylog.storage.counting import count_range, count_records
+from raylog.storage.record_batch import format_at, iter_batches, needs_reencode
 from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES
 from raylog.transfer.replies import (
     encode_count_reply,
@@ -129,23 +130,31 @@ class RequestHandlers:
         run: list[ProduceRequest] = []
         run_bytes = 0
         run_pid = next_sequence = -1
+        run_format = None
         for request in requests:
             length = len(request.message_set)
             pid = request.producer_id
-            # A run joins sets of one producer id (or of none), in sequence.
+            fmt = _joinable_format(request.message_set)
+            # A run joins sets of one producer id (or of none), in sequence,
+            # of one format, each stored as sent (see _joinable_format).
             if run and (
                 run_bytes + length > limit or pid != run_pid or (pid >= 0 and request.sequence != next_sequence)
+                or fmt is None or fmt != run_format
             ):
                 self._append(conn, partition_log, run, out)
                 run, run_bytes = [], 0
             if pid >= 0:
                 next_sequence = request.sequence + 1
             run_pid = pid
+            run_format = fmt
             run.append(request)
             run_bytes += length
         self._append(conn, partition_log, run, out)
 
     def _append(self, conn: _Connection, partition_log: Log, run: list[ProduceRequest], out: list) -> None:
+        """Append one run (its sets joined) and answer each set with its own
+        base offset: the run's base plus the bytes of the sets before it
+        (which is why a run joins only sets stored byte for byte as sent)."""
         first = run[0]
         try:
             # A replicated leader refuses acks="all" while its ISR is below
@@ -320,3 +329,24 @@ class RequestHandlers:
             return encode_count_reply(request.correlation_id, counted.messages, counted.next_offset)
 
         self._answer(conn, request, out, reply_for)
+
+
+def _joinable_format(message_set) -> int | None:
+    """The format (1 or 2) of a PRODUCE set that may join a run, or None
+    when it must be appended alone: a set of record batches of which one is
+    re-encoded at append (a compressed batch shorter than its count,
+    docs/design.md section 2: then the stored bytes are not the sent bytes
+    and the sets after it in a run would be answered wrong offsets), or
+    whose batches cannot be walked (the append refuses it alone)."""
+    fmt = format_at(message_set)
+    if fmt != 2:
+        return fmt
+    try:
+        walked = 0
+        for pos, header in iter_batches(message_set):
+            if needs_reencode(header):
+                return None
+            walked = pos + header.size
+    except RaylogError:
+        return None
+    return 2 if walked == len(message_set) else None

@@ -1,7 +1,9 @@
-"""Idempotent Kafka producers through the front door: InitProducerId, the
-Kafka-to-raylog sequence translation (pure), a resent batch stored once, a
-gap refused, transactional ids refused, and confluent-kafka's idempotent
-producer end to end -- on real ZooKeeper, Ray and sockets."""
+"""Idempotent Kafka producers through the front door: InitProducerId, a
+resent batch stored once (through the same listener, another listener, and
+a listener started again: the partition judges the batch by its own
+producer fields), a gap refused, transactional ids refused, and
+confluent-kafka's idempotent producer end to end -- on real ZooKeeper, Ray
+and sockets."""
 
 from __future__ import annotations
 
@@ -12,8 +14,6 @@ import pytest
 from kafka_raw import RawKafka
 
 from raylog.kafka import idempotence
-from raylog.kafka.idempotence import SequenceMap
-from raylog.kafka.records import RecordsRefused
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -57,55 +57,12 @@ def _batch(producer_id: int, epoch: int, base_sequence: int, values) -> bytes:
 
 
 def _produce(raw: RawKafka, topic: str, records: bytes):
+    """``(error code, base offset)`` of one acks=-1 Produce of ``records`` to partition 0."""
     Topic = ProduceRequest.TopicProduceData
     request = ProduceRequest[8](transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
         Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=0, records=records)])])
     part = raw.request(request, ProduceResponse).responses[0].partition_responses[0]
     return part.error_code, part.base_offset
-
-
-# -- the translation (pure logic) --------------------------------------------------
-
-
-def test_batches_are_numbered_per_set_and_a_retry_gets_its_first_number():
-    sequences = SequenceMap()
-    rid, first = sequences.assign(7, 0, "t", 0, 0, 5)
-    assert first == 0
-    assert sequences.assign(7, 0, "t", 0, 5, 3) == (rid, 1)  # Kafka counts records, raylog sets
-    assert sequences.assign(7, 0, "t", 0, 8, 1) == (rid, 2)
-    assert sequences.assign(7, 0, "t", 0, 5, 3) == (rid, 1)  # a retry: the same raylog sequence
-    other, zero = sequences.assign(7, 1, "t", 0, 0, 2)  # a new epoch starts a new stream
-    assert zero == 0 and other != rid
-    assert sequences.assign(7, 0, "t", 1, 0, 1)[1] == 0  # so does another partition
-
-
-def test_a_gap_and_a_forgotten_duplicate_are_refused_and_change_nothing():
-    sequences = SequenceMap()
-    rid, _ = sequences.assign(9, 0, "t", 0, 0, 1)
-    with pytest.raises(RecordsRefused) as gap:
-        sequences.assign(9, 0, "t", 0, 5, 1)
-    assert gap.value.code == idempotence.OUT_OF_ORDER_SEQUENCE_NUMBER
-    for seq in range(1, idempotence.RECENT_BATCHES + 2):
-        sequences.assign(9, 0, "t", 0, seq, 1)
-    with pytest.raises(RecordsRefused) as old:
-        sequences.assign(9, 0, "t", 0, 0, 1)  # no longer among the recent batches
-    assert old.value.code == idempotence.DUPLICATE_SEQUENCE_NUMBER
-    assert sequences.assign(9, 0, "t", 0, idempotence.RECENT_BATCHES + 2, 1) == (rid, idempotence.RECENT_BATCHES + 2)
-
-
-def test_streams_are_bounded():
-    sequences = SequenceMap(max_streams=3)
-    for pid in range(10):
-        sequences.assign(pid, 0, "t", 0, 0, 1)
-    assert len(sequences) == 3
-
-
-def test_an_idempotent_request_of_two_batches_is_refused():
-    records = _batch(1, 0, 0, [b"a"]) + _batch(1, 0, 1, [b"b"])
-    with pytest.raises(RecordsRefused) as refused:
-        idempotence.batch_identity(records)
-    assert refused.value.code == idempotence.INVALID_RECORD
-    assert idempotence.batch_identity(_batch(-1, -1, -1, [b"a"]))[0] == -1
 
 
 # -- over a listener -------------------------------------------------------------
@@ -177,3 +134,54 @@ def test_a_transactional_producer_fails_at_once_saying_why_and_stores_nothing(ra
     assert err.name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" and err.fatal()
     assert "raylog has no transactions" in err.str()
     assert raylog_client.offsets(topic, 0) == (0, 0)
+
+
+class _SecondListener:
+    """Another Kafka listener of the cluster, in this process (as a node's
+    listener actor serves, under an identity of its own); stopped on exit."""
+
+    def __init__(self, raylog_client, identity: str):
+        from raylog.kafka.service import KafkaListenerActor
+
+        settings = raylog_client.settings
+        self.actor = KafkaListenerActor(settings.zookeeper, settings.cluster, identity, "127.0.0.1", 0)
+
+    def config(self, kafka_config: dict) -> dict:
+        entry = self.actor.entry()
+        return {**kafka_config, "bootstrap.servers": f"{entry['host']}:{entry['port']}"}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.actor.stop()
+
+
+def test_a_batch_resent_through_another_listener_and_after_a_restart_is_stored_once(raylog_client, kafka_config):
+    """The same batch (same producer id, epoch and sequence) sent through
+    two different listeners, and through a listener started again, is
+    stored once: every copy is answered with the first store's offset."""
+    topic = _topic(raylog_client)
+    identity = f"second-{uuid.uuid4().hex[:6]}"
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        pid = raw.request(InitProducerIdRequest[1](transactional_id=None, transaction_timeout_ms=60_000),
+                          InitProducerIdResponse).producer_id
+        first = _batch(pid, 0, 0, [b"a0", b"a1"])
+        code, base = _produce(raw, topic, first)
+        assert code == 0
+    with _SecondListener(raylog_client, identity) as second:
+        assert second.config(kafka_config)["bootstrap.servers"] != kafka_config["bootstrap.servers"]
+        with RawKafka(second.config(kafka_config)) as other:
+            other.authenticate()
+            assert _produce(other, topic, first) == (0, base)  # the retry through another listener
+            code, next_base = _produce(other, topic, _batch(pid, 0, 2, [b"b0"]))
+            assert code == 0 and next_base > base
+    with _SecondListener(raylog_client, identity) as again:  # the listener started again
+        with RawKafka(again.config(kafka_config)) as other:
+            other.authenticate()
+            assert _produce(other, topic, first) == (0, base)
+            assert _produce(other, topic, _batch(pid, 0, 2, [b"b0"])) == (0, next_base)
+            assert _produce(other, topic, _batch(pid, 0, 7, [b"gap"]))[0] == idempotence.OUT_OF_ORDER_SEQUENCE_NUMBER
+    got = _read(raylog_client, topic, 3)
+    assert [(m.offset, m.value) for m in got] == [(base, b"a0"), (base + 1, b"a1"), (next_base, b"b0")]
