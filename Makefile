@@ -7,6 +7,9 @@ PY     := $(VENV)/bin/python
 # `make test` runs the suite on this many workers (pytest-xdist); TEST_WORKERS=0 runs it in one process
 TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed-stamp
+# tools the tests use that no Python package brings (KafkaJS), project-local
+TOOLS  ?= .tools
+KAFKAJS_VERSION := 2.2.4
 # the Spark reader's jar (raylog_spark/jars/), built again when its Java sources change
 SPARK_JAR    := $(VENV)/.spark-jar-stamp
 JAVA_SOURCES := $(shell find integrations/spark/java -type f -not -name '.*')
@@ -17,7 +20,8 @@ venv: $(STAMP) $(SPARK_JAR) hosts-tools
 
 # system tools the tests use, installed when missing and this runs as root with apt-get (else the
 # tests that need them skip and say why): nftables, for the network faults of the hosts kit
-# (raylog/testing/hosts.py), and kcat, a Kafka client on Debian's own librdkafka (tests/kafka)
+# (raylog/testing/hosts.py), kcat, a Kafka client on Debian's own librdkafka (tests/kafka), and, where
+# node and npm are, KafkaJS into $(TOOLS)/node_modules (tests/kafka/test_kafka_kafkajs.py)
 hosts-tools:
 	@command -v nft >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || { \
 		echo "installing nftables (the hosts kit's network faults) ..."; \
@@ -27,6 +31,10 @@ hosts-tools:
 		echo "installing kcat (a Kafka client for the front door's tests) ..."; \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } >/dev/null 2>&1 \
 		|| echo "note: kcat could not be installed; the kcat tests will skip"; }
+	@[ -f $(TOOLS)/node_modules/kafkajs/package.json ] || ! command -v npm >/dev/null 2>&1 || { \
+		echo "installing KafkaJS $(KAFKAJS_VERSION) into $(TOOLS) (a Node.js Kafka client for the front door's tests) ..."; \
+		npm install --silent --no-audit --no-fund --prefix $(TOOLS) kafkajs@$(KAFKAJS_VERSION) >/dev/null 2>&1 \
+		|| echo "note: KafkaJS could not be installed; the KafkaJS tests will skip"; }
 
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
 $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/producer/_fastsend.c raylog/kafka/_kafkarecords.c \
