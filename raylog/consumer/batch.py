@@ -11,6 +11,28 @@ fetched set, and no per-message object is made until one is asked for
 (``batch[i]`` and iteration give :class:`~raylog.consumer.record.Message`
 tuples; ``to_arrow()`` a ``pyarrow.RecordBatch``).
 
+Columns, message by message, in offset order:
+
+``offsets``, ``timestamps``
+    int64 memoryviews (offset: docs/design.md §2, record ``i`` of a format-2
+    batch at ``p`` reports ``p + i``; timestamp: create time, ms);
+``keys``
+    ``None`` for no key, else the key's bytes (a memoryview when indexed);
+``values``
+    the value's bytes, or ``None`` for a format-2 record with a null value
+    (a tombstone), which differs from an empty value ``b""``;
+``headers``
+    a list per message of ``(str, bytes | None)`` pairs, in order,
+    duplicates kept; an empty list for a format-1 message (which has none)
+    and for a record sent without headers.
+
+``to_arrow()`` gives the same as columns ``offset`` int64, ``timestamp``
+int64, ``key`` binary (null: no key), ``value`` binary (null: a tombstone)
+and ``headers`` ``list<struct<key: string, value: binary>>`` (as Spark's Kafka
+source with ``includeHeaders``; a null ``value`` field for a null header
+value; empty lists for format 1). Format-2 data always goes the decoded way
+below (its records are decoded, not indexed).
+
 How: after the first ``poll_batch`` the consumer's fetchers index each
 fetched set with the compiled ``_speedups.index`` (one pass: sizes, CRC32C,
 headers; every check of the decoder) instead of building a tuple per
@@ -32,6 +54,7 @@ import bisect
 from raylog.consumer.record import Message, with_next_offsets
 from raylog.storage import message as _format
 from raylog.storage.decoding import decode_messages
+from raylog.storage.record_batch import format_at
 
 _EMPTY = memoryview(b"").cast("q")
 
@@ -98,11 +121,16 @@ class MessageBatch:
             buf, records, base = self._buf, self._records, self._stored_at
             offsets = [m.offset for m in records]
             starts, pos, end = [], 0, len(buf)
-            while pos + 4 <= end:
+            # format 1: a u32 size, then that many bytes; format 2: baseOffset, then a batchLength (§2)
+            batches = format_at(buf) == 2
+            while pos + (12 if batches else 4) <= end:
                 k = bisect.bisect_left(offsets, base + pos)
                 if k < len(records) and (not starts or k > starts[-1][0]):
                     starts.append((k, pos))
-                pos += 4 + int.from_bytes(buf[pos : pos + 4], "big")
+                if batches:
+                    pos += 12 + int.from_bytes(buf[pos + 8 : pos + 12], "big")
+                else:
+                    pos += 4 + int.from_bytes(buf[pos : pos + 4], "big")
             self._cuts = starts
         return self._cuts
 
@@ -163,8 +191,17 @@ class MessageBatch:
         return self._timestamps
 
     @property
+    def headers(self) -> list:
+        """Each message's headers: a list of ``(str, bytes | None)`` (empty
+        for none, and for every format-1 message)."""
+        if self._records is not None:
+            return [list(m.headers) for m in self._records]
+        return [[] for _ in range(len(self._offsets))]
+
+    @property
     def values(self) -> list:
-        """The values, as memoryviews of the fetched bytes (bytes when decoded)."""
+        """The values, as memoryviews of the fetched bytes (bytes when
+        decoded; ``None`` for a format-2 null value, a tombstone)."""
         if self._records is not None:
             return [m.value for m in self._records]
         buf, b = self._buf, self._bounds
@@ -216,19 +253,52 @@ class MessageBatch:
         return (self[i] for i in range(len(self)))
 
     def to_arrow(self):
-        """A ``pyarrow.RecordBatch`` (offset, timestamp, key, value); the
-        int64 columns are not copied, keys and values are."""
+        """A ``pyarrow.RecordBatch`` of :func:`arrow_schema` (offset,
+        timestamp, key, value, headers: see the module docstring); the int64
+        columns are not copied, keys and values are."""
         import pyarrow as pa  # heavy, and only this method needs it: imported here on purpose
 
+        n = len(self)
+        if self._records is None or not any(m.headers for m in self._records):
+            # no message has headers (every format-1 batch): n empty lists, without a Python list each
+            headers = pa.ListArray.from_arrays(_zero_offsets(n + 1), pa.array([], headers_type().value_type))
+        else:
+            headers = pa.array([[{"key": k, "value": v} for k, v in m.headers] for m in self._records],
+                               headers_type())
         return pa.RecordBatch.from_arrays(
             [pa.array(self.offsets, pa.int64()), pa.array(self.timestamps, pa.int64()),
              pa.array([None if k is None else bytes(k) for k in self.keys], pa.binary()),
-             pa.array([bytes(v) for v in self.values], pa.binary())],
-            names=["offset", "timestamp", "key", "value"],
+             pa.array([None if v is None else bytes(v) for v in self.values], pa.binary()),
+             headers],
+            schema=arrow_schema(),
         )
 
     def __repr__(self) -> str:
         return f"MessageBatch({self.topic}-{self.partition}, {len(self)} messages, next_offset={self.next_offset})"
+
+
+def headers_type():
+    """The Arrow type of a headers column: ``list<struct<key: string, value: binary>>``."""
+    import pyarrow as pa
+
+    return pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
+def arrow_schema():
+    """The schema of :meth:`MessageBatch.to_arrow`."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field("offset", pa.int64()), pa.field("timestamp", pa.int64()),
+                      pa.field("key", pa.binary()), pa.field("value", pa.binary()),
+                      pa.field("headers", headers_type())])
+
+
+def _zero_offsets(n: int):
+    """``n`` zero list offsets (int32): the offsets of ``n - 1`` empty lists."""
+    import numpy as np
+    import pyarrow as pa
+
+    return pa.array(np.zeros(n, dtype=np.int32))
 
 
 def _int64s(values: list):
