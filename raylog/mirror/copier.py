@@ -34,6 +34,14 @@ only in an old, unpadded wrapper do its last messages share one, and a set
 ends after the last of them), holds at most
 :data:`MAX_SET_MESSAGES` messages and :data:`MAX_SET_BYTES` bytes of payload.
 
+**Format 2.** Format-2 record batches (docs/design.md §2) are read (the
+consumer decodes them, with their headers and null values) but not copied
+yet: a set that holds any is refused with :class:`MirrorFormatError` before
+its intent is written or anything is sent, so nothing is lost and the mirror
+stays at its position. (Copying them needs their identity in the batch's own
+fields, producerId and a baseSequence numbered per record, instead of the
+idempotent PRODUCE's per-set sequence used here.)
+
 **Continuity.** The copier accepts a message only at its cursor (the source
 offset after the last whole message it holds); one before it is a
 redelivery and is skipped, one after it is a gap (the consumer restarted
@@ -51,9 +59,10 @@ import threading
 import time
 
 from raylog.consumer.batch import MessageBatch
-from raylog.errors import DuplicateSequenceError, RaylogError, RequestTimeoutError
+from raylog.errors import DuplicateSequenceError, MirrorFormatError, RaylogError, RequestTimeoutError
 from raylog.mirror import progress
 from raylog.storage.message import encode_message_set
+from raylog.storage.record_batch import format_at
 from raylog.transfer.protocol import ACKS_ALL
 
 log = logging.getLogger(__name__)
@@ -77,8 +86,8 @@ class CopierStopped(Exception):
 
 
 def _size(msg) -> int:
-    """A message's bytes in a set (header, key, value)."""
-    return 22 + len(msg.value) + (len(msg.key) if msg.key is not None else 0)
+    """A message's bytes in a set (header, key, value; a null value takes none)."""
+    return 22 + (len(msg.value) if msg.value is not None else 0) + (len(msg.key) if msg.key is not None else 0)
 
 
 def _boundary(msg) -> bool:
@@ -154,6 +163,15 @@ def _set_bytes(run) -> bytes:
     """A held run as a message set: its stored bytes as they came (an
     indexed run's, or a whole fetch's decoded messages with their compressed
     wrappers), else its messages encoded again, uncompressed."""
+    if not run.indexed and (
+            (run.has_stored_bytes and format_at(run.stored_bytes()) == 2)
+            or any(m.value is None or m.headers for m in run.records)):
+        first = run.records[0]
+        raise MirrorFormatError(
+            f"{first.topic}-{first.partition} holds format-2 record batches from offset {first.offset} on "
+            f"(headers, null values), which this mirror does not copy yet: written again as format 1 they "
+            f"would lose their headers and null values. Nothing of the set was sent; the mirror stays at "
+            f"its position until it runs a raylog that copies format 2")
     if run.has_stored_bytes:
         return run.stored_bytes()
     records = run.records

@@ -28,13 +28,24 @@ Kafka source:
 column     Arrow type                  meaning
 =========  ==========================  =========================================
 key        binary (null: no key)       the message's key
-value      binary                      the message's value
+value      binary (null: a tombstone)  the message's value; null for a format-2
+                                       record with a null value, which differs
+                                       from an empty value
 topic      string                      the topic
 partition  int32                       the partition
-offset     int64                       the message's byte offset (inner messages
-                                       of a compressed set: the wrapper's)
+offset     int64                       the message's offset (docs/design.md §2:
+                                       a byte position; inner message i of a
+                                       wrapper or record i of a format-2 batch
+                                       at p: p + i)
 timestamp  timestamp[us, UTC]          the producer's create time
+headers    list<struct<key: string,    a format-2 record's headers in order,
+           value: binary>>             duplicates kept (a null header value is
+                                       null); an empty list for format 1
 =========  ==========================  =========================================
+
+Both formats are read alike, in one read (a log of format-1 segments followed
+by format-2 ones, as an upgrade leaves it). ``headers`` was added last, so
+code that reads columns by name or position (the first six) is unchanged.
 
 **Data loss.** A range that starts below the partition's log start was (in
 part) deleted by retention. With ``fail_on_data_loss=True`` (the default)

@@ -14,7 +14,12 @@ from raylog.config import MiB
 from raylog.metadata import ConnectionSettings
 
 
-#: the columns of every bounded read (Spark's Kafka source, as Arrow)
+#: a headers column: each record's headers in order, duplicates kept (Spark's
+#: Kafka source with includeHeaders); a header's value is null when sent as null
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+#: the columns of every bounded read (Spark's Kafka source, as Arrow; ``value``
+#: is null for a format-2 tombstone, ``headers`` an empty list for format 1)
 ARROW_SCHEMA = pa.schema(
     [
         pa.field("key", pa.binary()),
@@ -23,6 +28,7 @@ ARROW_SCHEMA = pa.schema(
         pa.field("partition", pa.int32()),
         pa.field("offset", pa.int64()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("headers", HEADERS_TYPE),
     ]
 )
 
@@ -122,10 +128,18 @@ class ReadPlan:
 
 def records_to_batch(records: list, topic: str, partition: int) -> pa.RecordBatch:
     """``decode_messages`` records ``(offset, timestamp_ms, key, value)`` as a
-    RecordBatch of :data:`ARROW_SCHEMA`."""
+    RecordBatch of :data:`ARROW_SCHEMA` (a format-2 record's ``headers``
+    attribute, :class:`~raylog.storage.decoding.HeadedRecord`, fills its
+    headers; other records get an empty list; a ``None`` value is null)."""
     import numpy as np  # heavy: imported when used
 
     n = len(records)
+    if any(getattr(r, "headers", None) for r in records):
+        headers = pa.array([[{"key": k, "value": v} for k, v in getattr(r, "headers", ())] for r in records],
+                           HEADERS_TYPE)
+    else:  # n empty lists (every format-1 read), without a Python list each
+        headers = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                           pa.array([], HEADERS_TYPE.value_type))
     keys = [r[2] for r in records]
     ts = np.fromiter([r[1] for r in records], dtype=np.int64, count=n)
     ts *= 1000
@@ -136,5 +150,6 @@ def records_to_batch(records: list, topic: str, partition: int) -> pa.RecordBatc
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(np.fromiter([r[0] for r in records], dtype=np.int64, count=n)),
         pa.array(ts, pa.timestamp("us", tz="UTC")),
+        headers,
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

@@ -33,6 +33,7 @@ from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DE
 from raylog.read.replicas import Replica, local_replica, where_am_i
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
+from raylog.storage.record_batch import format_at
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,8 @@ def read_range(
     lost: list | None = None,
     replica: str | None = LOCAL,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``rng`` as RecordBatches of :data:`ARROW_SCHEMA`,
+    """The messages of ``rng`` (format 1 and format 2 alike, docs/design.md
+    §2) as RecordBatches of :data:`ARROW_SCHEMA`,
     each gathered from fetches of up to ``fetch_bytes`` until it holds about
     ``batch_bytes`` of log.
 
@@ -152,13 +154,14 @@ def read_range(
                                                          inside_wrapper=True)
                     if not result.data:
                         raise BrokerUnavailableError(f"nothing served within {FOLLOWER_WAIT_MS} ms (behind)")
-                    records, consumed = decode_messages(result.data, result.offset, max_message_bytes=max_message_bytes)
+                    at = data_start(result.data, result.offset)
+                    records, consumed = decode_messages(result.data, at, max_message_bytes=max_message_bytes)
                     if not consumed:
                         raise InvalidMessageError("no whole message in the reply", offset=offset)
                 except (RaylogError, OSError) as err:
                     endpoint.leave_follower(offset, err)
                     continue
-                offset = result.offset + consumed
+                offset = at + consumed
                 pending.extend(_within(records, rng.start, end))
                 continue
             try:
@@ -214,18 +217,32 @@ def read_range(
                     topic=topic, partition=partition, lost_start=offset, lost_end=end,
                     offset=offset, earliest=result.log_start_offset, latest=result.high_watermark,
                 )
-            records, consumed = decode_messages(data, result.offset, max_message_bytes=max_message_bytes)
+            at = data_start(data, result.offset)
+            records, consumed = decode_messages(data, at, max_message_bytes=max_message_bytes)
             if not consumed:
                 raise InvalidMessageError(
                     f"the fetch of {topic}-{partition} at {offset} returned no whole message", offset=offset
                 )
-            offset = result.offset + consumed
+            offset = at + consumed
             pending.extend(_within(records, rng.start, end))
             catch_up_until = None
         if pending:
             yield records_to_batch(pending, topic, partition)
     finally:
         endpoint.close()
+
+
+def data_start(data, offset: int) -> int:
+    """Where fetched ``data`` starts in the log. A fetch at a record's offset
+    inside a format-2 batch is answered with the whole batch from its start
+    and the offset asked for; the batch's baseOffset is its start
+    (docs/design.md §2). Format 1 (and a wrapper, answered with its own
+    offset): ``offset``."""
+    if len(data) >= 17 and data[8] == 0 and format_at(data) == 2:
+        base = int.from_bytes(data[:8], "big")
+        if base < offset:
+            return base
+    return offset
 
 
 def _within(records: list, start: int, end: int) -> list:

@@ -1,5 +1,16 @@
 """``raylog produce`` and ``raylog consume``: the console producer and consumer
-(lines on stdin to a topic, a topic or group to stdout)."""
+(lines on stdin to a topic, a topic or group to stdout).
+
+What ``consume`` prints per record, one line each, in this order: with
+``--print-offset`` ``Partition:P<TAB>Offset:O<TAB>``; with
+``--print-headers`` ``Headers:K1=V1,K2=V2<TAB>`` (the record's headers in
+order, duplicates kept, as kcat's ``%h``: a header with a null value is its
+key alone, an empty value ``K=``; format-1 messages and records without
+headers print ``Headers:<TAB>``); with ``--print-key`` the key (``null``
+for none) and the key separator; then the value, or ``--null-literal``
+(``NULL`` by default, as kcat's ``-Z``) for a null value (a tombstone),
+while an empty value prints nothing before the line end.
+``produce --header K=V`` (repeatable) sends the pairs with every message."""
 
 from __future__ import annotations
 
@@ -39,14 +50,20 @@ def _progress(unit: str):
               help="Messages per batch and partition.")
 @click.option("--linger-ms", type=click.FloatRange(min=0), default=5, show_default=True,
               help="Send a batch at the latest this long after its first message.")
+@click.option("--header", "headers", metavar="KEY=VALUE", multiple=True,
+              help="Add this header to every message (repeat for more; kept in order, duplicates "
+                   "allowed). KEY is text; VALUE is sent as its UTF-8 bytes (KEY= sends an empty value).")
 @pass_target
-def produce(target: Target, topic, key_separator, acks, compression, batch_size, linger_ms):
+def produce(target: Target, topic, key_separator, acks, compression, batch_size, linger_ms, headers):
     """Send the lines of stdin to TOPIC, one message per line (the line
     end is not part of it); print the count to stderr at the end. Keyed
-    messages go to partitions by their key, others are spread in batches."""
+    messages go to partitions by their key, others are spread in batches.
+    Every message carries the --header pairs given, in their order."""
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     separator = key_separator.encode() if key_separator is not None else None
+    pairs = [_header(h) for h in headers]
+    extra = {"headers": pairs} if pairs else {}  # without --header: the producer's send as it always was
     count = 0
     with target.client("produce") as client:
         client.metadata.partitions(topic)  # fail now for an unknown topic, before reading stdin
@@ -70,7 +87,7 @@ def produce(target: Target, topic, key_separator, acks, compression, batch_size,
                                 f"--key-separator every line is KEY{key_separator}VALUE"
                             )
                         line = value
-                    producer.send(topic, line, key)
+                    producer.send(topic, line, key, **extra)
                     count += 1
                     bar.update(1)
         finally:
@@ -97,12 +114,18 @@ def produce(target: Target, topic, key_separator, acks, compression, batch_size,
 @click.option("--print-offset", is_flag=True, help="Prefix each line with 'Partition:P<TAB>Offset:O<TAB>'.")
 @click.option("--key-separator", metavar="SEP", default="\t", show_default="tab",
               help="What separates the key from the value with --print-key.")
+@click.option("--print-headers", is_flag=True,
+              help="Prefix each value (after the offset) with 'Headers:K1=V1,K2=V2<TAB>', the record's "
+                   "headers in order ('Headers:' alone for none; a header with a null value prints as "
+                   "its key alone, an empty one as 'K=').")
+@click.option("--null-literal", metavar="TEXT", default="NULL", show_default=True,
+              help="What a null value (a tombstone) prints as; an empty value prints as an empty line.")
 @click.option("--skip-corrupt", is_flag=True,
               help="Skip a damaged stored message (a CRC or size field that does not match) to the next "
                    "readable one, with a warning on stderr, instead of stopping with an error.")
 @pass_target
 def consume(target: Target, topic, group, from_beginning, max_messages, timeout_ms, auto_commit_interval_ms,
-            print_key, print_offset, key_separator, skip_corrupt):
+            print_key, print_offset, key_separator, print_headers, null_literal, skip_corrupt):
     """Print TOPIC's messages to stdout, one value per line, until
     --max-messages or --timeout-ms says stop, or a signal. In a --group,
     what was printed is committed every --auto-commit-interval-ms (also
@@ -112,9 +135,13 @@ def consume(target: Target, topic, group, from_beginning, max_messages, timeout_
     second signal stops at once. A damaged stored message stops it with
     the error (its offset and the next readable offset) unless
     --skip-corrupt, which skips the damaged bytes and goes on (one warning
-    line each; counted in the final line)."""
+    line each; counted in the final line). A null value (a tombstone)
+    prints as --null-literal, an empty value as an empty line;
+    --print-headers shows each record's headers as K1=V1,K2=V2 (kcat's
+    form; a null header value as its key alone)."""
     out = sys.stdout.buffer
     separator = key_separator.encode()
+    null = null_literal.encode()
     count = skipped = 0
     interval_s = auto_commit_interval_ms / 1000.0
     with _stop_signals() as stopped, target.client("consume") as client:
@@ -144,7 +171,7 @@ def consume(target: Target, topic, group, from_beginning, max_messages, timeout_
                     continue
                 now = time.monotonic()
                 if batch:
-                    out.write(b"".join(_format(m, print_key, print_offset, separator) for m in batch))
+                    out.write(b"".join(_format(m, print_key, print_offset, separator, print_headers, null) for m in batch))
                     out.flush()
                     count += len(batch)
                     idle_since = now
@@ -197,13 +224,30 @@ def _stop_signals():
             signal.signal(sig, handler)
 
 
-def _format(message, print_key: bool, print_offset: bool, separator: bytes) -> bytes:
+def _header(text: str) -> tuple[str, bytes]:
+    """``KEY=VALUE`` of ``--header`` as a header pair."""
+    key, found, value = text.partition("=")
+    if not found or not key:
+        raise click.BadParameter(f"{text!r} is not KEY=VALUE (e.g. trace=abc; KEY= for an empty value)",
+                                 param_hint="--header")
+    return key, value.encode()
+
+
+def format_headers(headers) -> bytes:
+    """``K1=V1,K2=V2`` (kcat's ``%h``): in order, a null value as the key alone."""
+    return b",".join(k.encode() if v is None else k.encode() + b"=" + v for k, v in headers)
+
+
+def _format(message, print_key: bool, print_offset: bool, separator: bytes, print_headers: bool = False,
+            null: bytes = b"NULL") -> bytes:
     parts = []
     if print_offset:
         parts.append(f"Partition:{message.partition}\tOffset:{message.offset}\t".encode())
+    if print_headers:
+        parts.append(b"Headers:" + format_headers(message.headers) + b"\t")
     if print_key:
         parts.append(b"null" if message.key is None else message.key)
         parts.append(separator)
-    parts.append(message.value)
+    parts.append(null if message.value is None else message.value)
     parts.append(b"\n")
     return b"".join(parts)
