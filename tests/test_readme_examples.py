@@ -111,7 +111,7 @@ def test_the_ray_data_example_runs_as_written(raylog_client, capsys):
     assert len(namespace["plan"].ranges) >= 4
     count, names = printed_lines(capsys.readouterr().out)[-1].split(" ", 1)
     assert int(count) == 40
-    assert eval(names) == ["key", "value", "topic", "partition", "offset", "timestamp"]
+    assert eval(names) == ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
 
 
 def test_the_quickstart_demo_runs_clean_and_stops_the_cluster(tmp_path):

@@ -75,6 +75,7 @@ from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
 from raylog.storage.owner_only import private_opener
 from raylog.storage.producer_state import RECORD_SIZE, parse_records
+from raylog.storage.record_batch import LOG_OVERHEAD, format_at
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 
@@ -124,14 +125,18 @@ def write_epoch(directory: str, epoch: int) -> None:
 
 
 def whole_messages(data) -> int:
-    """The length of the longest prefix of ``data`` made of whole messages
-    (each a 4-byte big-endian size, then that many bytes)."""
+    """The length of the longest prefix of ``data`` made of whole entries:
+    format-1 messages (a 4-byte big-endian size, then that many bytes) or
+    format-2 record batches (12 + batchLength bytes; docs/design.md §2)."""
     pos, end = 0, len(data)
-    while pos + 4 <= end:
-        size = _SIZE.unpack_from(data, pos)[0]
-        if pos + 4 + size > end:
+    while pos + 17 <= end:  # (every entry is longer: 17 bytes tell its format)
+        if format_at(data, pos) == 2:
+            size = LOG_OVERHEAD + _SIZE.unpack_from(data, pos + 8)[0]
+        else:
+            size = 4 + _SIZE.unpack_from(data, pos)[0]
+        if pos + size > end:
             break
-        pos += 4 + size
+        pos += size
     return pos
 
 

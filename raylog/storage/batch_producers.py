@@ -68,8 +68,11 @@ __all__ = ["BATCHES_REMEMBERED", "SNAPSHOTS_KEPT", "BatchProducerState", "snapsh
 
 log = logging.getLogger(__name__)
 
-#: batches remembered per producer id (Kafka's five in flight)
-BATCHES_REMEMBERED = 5
+#: batches remembered per producer id: twice the sets raylog's producer keeps
+#: unacknowledged per partition (16, raylog.transfer.protocol's
+#: MAX_IN_FLIGHT_PER_PARTITION), so every retry of a round finds its first
+#: store (Kafka remembers five, its clients' in-flight bound)
+BATCHES_REMEMBERED = 32
 #: snapshots kept in a partition directory
 SNAPSHOTS_KEPT = 2
 SUFFIX = ".producers"

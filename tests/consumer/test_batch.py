@@ -86,7 +86,8 @@ def test_to_arrow_has_the_columns(impl):
     if not isinstance(batch, MessageBatch):  # without the compiled index: decoded messages
         batch = MessageBatch.of_records(batch)
     table = batch.to_arrow()
-    assert table.column_names == ["offset", "timestamp", "key", "value"]
+    assert table.column_names == ["offset", "timestamp", "key", "value", "headers"]
+    assert table.column("headers").to_pylist() == [[], []]  # format 1 has none
     assert table.column("value").to_pylist() == [b"v1", b"v2"]
     assert table.column("key").to_pylist() == [b"k", None]
     assert table.column("timestamp").to_pylist() == [5, 6]

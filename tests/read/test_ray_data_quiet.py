@@ -54,7 +54,7 @@ def _run(**env) -> subprocess.CompletedProcess:
     except subprocess.TimeoutExpired as hung:
         pytest.fail(f"still ran after {RUN_TIMEOUT_S} s: {hung.stderr!r}")
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.splitlines()[-1] == "40 ['key', 'value', 'topic', 'partition', 'offset', 'timestamp']", proc.stdout
+    assert proc.stdout.splitlines()[-1] == "40 ['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'headers']", proc.stdout
     return proc
 
 

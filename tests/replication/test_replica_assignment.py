@@ -9,6 +9,8 @@ from raylog.config import TopicConfig
 from raylog.errors import ConfigError
 from raylog.replication.assignment import assign_replicas, replica_actor_name, replica_log_dir
 from raylog.replication.follower import whole_messages
+from raylog.storage.message import encode_message_set
+from raylog.storage.record_batch import encode_batch, stamp
 from raylog.replication.leader import parse_replica_topic, replica_topic
 from raylog.replication.state import PartitionState
 
@@ -44,7 +46,19 @@ def test_names_state_and_whole_messages():
     state = PartitionState("a", 3, ("a", "b"), ("a", "b", "c"))
     assert PartitionState.from_json(state.to_json()) == state
     assert state.with_isr({"c", "a"}).isr == ("a", "c")
-    one = (3).to_bytes(4, "big") + b"xyz"
+    one = encode_message_set([b"xyz"], None, 0)  # format 1
     assert whole_messages(one + one[:5]) == len(one)
     assert whole_messages(one * 2) == 2 * len(one)
     assert whole_messages(b"\x00\x00") == 0
+
+
+def test_whole_messages_knows_record_batches():
+    """A follower appends only whole entries; a record batch's length is
+    12 + batchLength (its first 4 bytes are baseOffset's high half)."""
+    first = stamp(encode_batch([b"a", b"bb"], timestamp_ms=0), 0)
+    second = stamp(encode_batch([b"c"], timestamp_ms=0), len(first))
+    data = first + second
+    assert whole_messages(data) == len(data)
+    for cut in (len(first) + 4, len(first) + 16, len(data) - 1):
+        assert whole_messages(data[:cut]) == len(first)
+    assert whole_messages(first[:16]) == 0

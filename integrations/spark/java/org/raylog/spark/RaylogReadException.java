@@ -98,6 +98,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(121, "MirrorNoTopicsError");
     NAMES.put(122, "MirrorTopicMismatchError");
     NAMES.put(123, "MirrorNotFoundError");
+    NAMES.put(124, "MirrorFormatError");
     NAMES.put(150, "PoolNotFoundError");
     NAMES.put(151, "PoolExistsError");
     NAMES.put(160, "MixedGroupError");
