@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+from kafka_reads import raylog_read
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -43,18 +44,6 @@ def _confluent_produce(config: dict, topic: str, values, keys=None, **extra) -> 
     return delivered
 
 
-def _raylog_read(raylog_client, topic: str, count: int) -> list:
-    consumer = raylog_client.consumer([topic], group=f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
-    got = []
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            got.extend(consumer.poll(timeout_ms=1000))
-    finally:
-        consumer.close()
-    return got
-
-
 @pytest.mark.parametrize("acks, compression", [("1", "none"), ("all", "gzip"), ("all", "zstd"), ("1", "lz4")])
 def test_confluent_produce_reads_back_with_raylog_consumer(raylog_client, config, acks, compression):
     topic = _topic(raylog_client)
@@ -63,7 +52,7 @@ def test_confluent_produce_reads_back_with_raylog_consumer(raylog_client, config
     delivered = _confluent_produce(config, topic, values, keys, **{"acks": acks, "compression.type": compression,
                                                                    "linger.ms": 5})
     assert [err for err, _, _ in delivered if err is not None] == []
-    got = _raylog_read(raylog_client, topic, len(values))
+    got = raylog_read(raylog_client, topic, len(values))
     assert [m.value for m in got] == values
     assert [m.key for m in got] == keys
     # the offsets librdkafka was told are the offsets raylog's consumer reads
@@ -77,7 +66,7 @@ def test_raylog_produce_consumed_by_confluent_and_kafka_python(raylog_client, co
         for i, value in enumerate(values):
             producer.send(topic, value, key=f"k{i}".encode(), partition=0)
         producer.flush(WAIT_S)
-    expected = [(m.offset, m.key, m.value) for m in _raylog_read(raylog_client, topic, len(values))]
+    expected = [(m.offset, m.key, m.value) for m in raylog_read(raylog_client, topic, len(values))]
     assert [v for _, _, v in expected] == values
 
     consumer = confluent_kafka.Consumer({**config, "group.id": "unused", "enable.auto.commit": False,

@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+from kafka_reads import raylog_read
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -45,20 +46,8 @@ def _norm(key, value, headers):
             [(k, None if v is None else bytes(v)) for k, v in (headers or [])])
 
 
-def _raylog_read(raylog_client, topic: str, count: int) -> list:
-    consumer = raylog_client.consumer([topic], group=f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
-    got = []
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            got.extend(consumer.poll(timeout_ms=1000))
-    finally:
-        consumer.close()
-    return got
-
-
 def _check_raylog(raylog_client, topic: str, offsets, records=RECORDS) -> None:
-    got = _raylog_read(raylog_client, topic, len(records))
+    got = raylog_read(raylog_client, topic, len(records))
     assert [_norm(m.key, m.value, list(m.headers)) for m in got] == [_norm(*r) for r in records]
     assert [m.offset for m in got] == list(offsets)
 
