@@ -21,7 +21,7 @@ from raylog.errors import (
     OutOfOrderSequenceError,
 )
 from raylog.storage import record_batch as rb
-from raylog.storage.batch_producers import snapshot_name
+from raylog.storage.batch_producers import BATCHES_REMEMBERED, snapshot_name
 from raylog.storage.log import PartitionLog
 from raylog.storage.memory import MemoryLog
 from raylog.storage.message import encode_message_set
@@ -531,10 +531,11 @@ def test_the_state_is_rebuilt_from_headers_across_read_blocks(tmp_path):
     assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(".producers")]
     log = PartitionLog(tmp_path / "p", CONFIG)
     end = log.log_end_offset
+    kept = 400 - BATCHES_REMEMBERED  # the oldest batch still remembered
     assert log.append(_idem([b"399" + b"." * 600], 399)) == offsets[399]
-    assert log.append(_idem([b"395" + b"." * 600], 395)) == offsets[395]
+    assert log.append(_idem([b"%d" % kept + b"." * 600], kept)) == offsets[kept]
     with pytest.raises(raylog.errors.DuplicateSequenceError):  # stored, no longer remembered
-        log.append(_idem([b"390" + b"." * 600], 390))
+        log.append(_idem([b"%d" % (kept - 1) + b"." * 600], kept - 1))
     assert log.log_end_offset == end
     assert log.append(_idem([b"400"], 400)) == end
     log.close()
