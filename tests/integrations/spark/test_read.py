@@ -258,7 +258,7 @@ def test_read_raylog_converts_to_spark(spark, raylog_client, clicks):
     ds = read_raylog(clicks, client=raylog_client, min_partitions=4)
     assert ds.count() == 600
     df = ds.to_spark(spark)
-    # Ray Data's columns: the source's, and headers (Spark's reader gives them with includeHeaders, not yet)
+    # Ray Data's columns: the source's, and headers (Spark's reader gives them with includeHeaders)
     assert sorted(df.columns) == sorted(raylog_spark.spark_schema().fieldNames() + ["headers"])
     assert as_tuples(df.collect()) == sorted(log_messages(raylog_client, clicks))
 

@@ -24,7 +24,7 @@ import org.slf4j.LoggerFactory;
  * those of {@link RaylogWrite.Plan}, checked on the driver before any task.
  *
  * <p>Each Spark task writes its rows with a {@link TopicWriter}. A row that
- * cannot be a message (a null value, or no topic) fails no task: the tasks
+ * cannot be a message (no topic) fails no task: the tasks
  * count such rows and write the others, and the driver then fails the write
  * with a ConfigError saying how many rows were refused and how many
  * messages were written. Stateless.

@@ -388,11 +388,13 @@ final class Cluster implements Closeable {
       int want = (int) Math.max(MessageSet.HEADER_SIZE, Math.min(limit - start, c.maxDataBytes()));
       c.sendFetch(bytes(topic), partition, start, want);
       byte[] buf = c.readFetch(new byte[Math.min(want, 1 << 20)]);
-      int whole = MessageSet.wholeMessages(buf, c.dataLength, maxMessageBytes, start);
-      if (whole == 0 && c.dataLength >= 4) {
-        whole = MessageSet.LOG_OVERHEAD + FetchClient.readInt(buf, 0); // one message larger than the share
+      int n = c.dataLength;
+      long from = MessageSet.dataStart(buf, n, start); // a record batch that holds start: from its start
+      int whole = MessageSet.wholeMessages(buf, n, maxMessageBytes, from);
+      if (whole == 0) {
+        whole = Math.max(0, MessageSet.entryLength(buf, 0, n, maxMessageBytes, from)); // one larger than the share
       }
-      return start + whole;
+      return from + whole;
     });
   }
 
@@ -424,7 +426,8 @@ final class Cluster implements Closeable {
 
   /**
    * InvalidOffsetError unless a whole, valid message starts at {@code offset} or it lies inside a
-   * compressed wrapper (the record offset of an inner message, docs/design.md §2).
+   * compressed wrapper (the record offset of an inner message, docs/design.md §2) or a record
+   * batch (a record's offset: the partition answers with the batch).
    */
   void checkBoundary(String topic, int partition, long offset, int maxMessageBytes) {
     call(topic, partition, c -> {
@@ -439,12 +442,13 @@ final class Cluster implements Closeable {
         throw e;
       }
       int n = c.dataLength;
+      long from = MessageSet.dataStart(buf, n, offset);
       try {
-        int whole = MessageSet.wholeMessages(buf, n, maxMessageBytes, offset);
+        int whole = MessageSet.wholeMessages(buf, n, maxMessageBytes, from);
         if (whole > 0) {
           MessageSet set = new MessageSet(maxMessageBytes, 0);
-          set.reset(buf, Math.min(whole, MessageSet.LOG_OVERHEAD + FetchClient.readInt(buf, 0)), offset);
-          set.next();
+          set.reset(buf, Math.min(whole, MessageSet.entryLength(buf, 0, n, maxMessageBytes, from)), from);
+          set.next(); // the first record of the entry: its checks pass
         }
       } catch (RaylogReadException e) {
         throw new RaylogReadException(RaylogReadException.INVALID_OFFSET,

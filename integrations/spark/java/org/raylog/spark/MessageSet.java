@@ -5,9 +5,12 @@ import java.util.Map;
 import java.util.zip.CRC32C;
 
 /**
- * A cursor over the messages of a message set (docs/design.md §2), the same bytes on
- * disk and on the wire; big-endian throughout. A message at byte offset
- * {@code o} of a partition log:
+ * A cursor over the records of a log's bytes (docs/design.md §2), the same bytes on
+ * disk and on the wire, in either format: format 1's messages and format 2's
+ * record batches, told apart entry by entry by byte 8 (format 1's magic, 1; the
+ * high byte of a batch's batchLength, 0). Big-endian throughout.
+ *
+ * <p><b>Format 1.</b> A message at byte offset {@code o} of a partition log:
  *
  * <pre>
  *    field        type   bytes       meaning
@@ -35,6 +38,43 @@ import java.util.zip.CRC32C;
  * allocated (MessageTooLargeError), and whole inner sets. Errors name log
  * offsets; errors inside a wrapper name the wrapper and the inner position.
  *
+ * <p><b>Format 2</b>, Kafka's RecordBatch v2 ({@code raylog/storage/record_batch.py}
+ * defines it field by field). A batch at byte offset {@code p}:
+ *
+ * <pre>
+ *    field                 type   bytes     meaning
+ * 1. baseOffset            i64    0..8      p, the batch's position (set at append)
+ * 2. batchLength           i32    8..12     bytes after this field (at most 16 MiB - 1: byte 8 is 0)
+ * 3. partitionLeaderEpoch  i32    12..16
+ * 4. magic                 i8     16        2
+ * 5. crc                   u32    17..21    CRC32C of bytes 21 .. 12 + batchLength
+ * 6. attributes            i16    21..23    bits 0-2 codec (Kafka's: 0 none, 1 gzip, 2 snappy, 3 lz4,
+ *                                           4 zstd), bit 3 LogAppendTime, bit 4 transactional,
+ *                                           bit 5 control; bits 6-15 are 0
+ * 7. lastOffsetDelta       i32    23..27    12 + batchLength - 1 (or count - 1, a Kafka client's)
+ * 8. baseTimestamp         i64    27..35
+ * 9. maxTimestamp          i64    35..43
+ * 10. producerId           i64    43..51
+ * 11. producerEpoch        i16    51..53
+ * 12. baseSequence         i32    53..57
+ * 13. count                i32    57..61    records (at least 1)
+ * 14. records              bytes  61..      count records; with a codec, one stream of the codec
+ * </pre>
+ *
+ * <p>A record (zigzag varints): length, attributes i8 (0), timestampDelta
+ * (varlong), offsetDelta (= its index i), keyLength (-1: null), key,
+ * valueLength (-1: null, a tombstone), value, header count, then per header:
+ * keyLength, key (UTF-8), valueLength (-1: null), value. Record i of the batch
+ * at {@code p} has offset {@code p + i}; after the last record comes the next
+ * batch, at {@code p + 12 + batchLength}. A LogAppendTime batch reports
+ * maxTimestamp for every record. The records of a control batch (a
+ * transaction marker) are not returned. Checks, as
+ * {@code raylog.storage.record_batch.decode_batch}: sizes, magic, crc,
+ * attributes, count, lastOffsetDelta, every record's varints and lengths.
+ *
+ * <p>A fetch that starts inside a batch (at a record's offset) is answered
+ * from the batch's start: {@link #dataStart} tells where a reply's bytes begin.
+ *
  * <p>Not thread-safe: one reader owns it. The fields of the current message
  * point into buffers that stay valid until the next call of {@link #next()}.
  */
@@ -45,6 +85,16 @@ final class MessageSet {
   static final int MIN_MESSAGE_SIZE = HEADER_SIZE - LOG_OVERHEAD;
   static final int MAGIC = 1;
   static final int CODEC_MASK = 0x07;
+  // format 2 (record batches)
+  static final int BATCH_OVERHEAD = 12;
+  static final int BATCH_HEADER_SIZE = 61;
+  static final int BATCH_MAGIC = 2;
+  static final int MAX_BATCH_LENGTH = (1 << 24) - 1;
+  static final int MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - BATCH_OVERHEAD;
+  static final int MIN_RECORD_SIZE = 7;
+  private static final int BATCH_LOG_APPEND_TIME = 0x08;
+  private static final int BATCH_CONTROL = 0x20;
+  private static final int BATCH_KNOWN_ATTRIBUTES = 0x3F;
   /**
    * a wrapper's decompressed inner set may be this many times max_message_bytes
    * unless the topic sets max_inflated_bytes (raylog.config.INFLATED_FACTOR)
@@ -65,13 +115,19 @@ final class MessageSet {
    */
   long nextOffset;
   long timestamp;
+  /** 0 CreateTime; 1 LogAppendTime (a record of a batch with that attribute) */
+  int timestampType;
   /** the buffer holding the key and value */
   byte[] data;
   /** -1: no key */
   int keyLength;
   int keyOffset;
   int valueOffset;
+  /** -1: a null value (a tombstone, format 2 only) */
   int valueLength;
+  /** the record's headers (format 2): how many, and where the first starts in {@link #data} */
+  int headerCount;
+  int headersOffset;
 
   // -- the outer set ---------------------------------------------------------------
   private byte[] outer;
@@ -87,6 +143,22 @@ final class MessageSet {
   private long wrapperNext;
   private int innerCount;
   private int wrapperCodec;
+
+  // -- the records of the current record batch (format 2) ------------------------------
+  private boolean inBatch;
+  private byte[] recBuf;
+  private int recPos;
+  private int recLimit;
+  private int recIndex;
+  private int recCount;
+  private long batchOffset;
+  private long batchNext;
+  private long baseTimestamp;
+  private long maxTimestamp;
+  private boolean logAppendTime;
+  private int batchCodec;
+  /** where the last varint read ended */
+  private int vpos;
 
   MessageSet(int maxMessageBytes, long maxInflatedBytes) {
     this.maxMessageBytes = maxMessageBytes;
@@ -108,15 +180,73 @@ final class MessageSet {
    * whole run found so far): the walk goes on as more of a reply comes in.
    */
   static int wholeMessagesFrom(byte[] buf, int p, int n, int maxMessageBytes, long base) {
-    while (n - p >= LOG_OVERHEAD) {
-      int size = FetchClient.readInt(buf, p);
-      checkSize(size, maxMessageBytes, base + p);
-      if ((long) p + LOG_OVERHEAD + size > n) {
+    for (;;) {
+      int length = entryLength(buf, p, n, maxMessageBytes, base + p);
+      if (length < 0 || (long) p + length > n) {
         break;
       }
-      p += LOG_OVERHEAD + size;
+      p += length;
     }
     return p;
+  }
+
+  /** Whether the entry at {@code p} is a format-2 record batch (byte 8 is 0; 9 bytes must be there). */
+  static boolean isBatch(byte[] buf, int p) {
+    return buf[p + 8] == 0;
+  }
+
+  /**
+   * The whole length of the entry (a message or a record batch) at {@code p} of {@code buf[0..n)},
+   * from its size field alone (checked against the limits: a bad one raises); -1 when the bytes
+   * there do not yet tell it.
+   */
+  static int entryLength(byte[] buf, int p, int n, int maxMessageBytes, long at) {
+    if (n - p < 9) {
+      return -1;
+    }
+    if (isBatch(buf, p)) {
+      if (n - p < BATCH_OVERHEAD) {
+        return -1;
+      }
+      int batchLength = FetchClient.readInt(buf, p + 8);
+      checkBatchLength(batchLength, maxMessageBytes, at);
+      return BATCH_OVERHEAD + batchLength;
+    }
+    int size = FetchClient.readInt(buf, p);
+    checkSize(size, maxMessageBytes, at);
+    return LOG_OVERHEAD + size;
+  }
+
+  /**
+   * Where the bytes of a FETCH reply at {@code asked} begin: a reply that starts with a record
+   * batch starts at the batch (its baseOffset, which may lie before a record offset asked for);
+   * else at {@code asked}.
+   */
+  static long dataStart(byte[] buf, int n, long asked) {
+    if (n >= 17 && isBatch(buf, 0) && (buf[16] & 0xFF) == BATCH_MAGIC) {
+      long base = FetchClient.readLong(buf, 0);
+      if (base <= asked && asked - base < BATCH_OVERHEAD + (long) MAX_BATCH_LENGTH) {
+        return base;
+      }
+    }
+    return asked;
+  }
+
+  private static void checkBatchLength(int batchLength, int maxMessageBytes, long offset) {
+    if (batchLength < 0 || batchLength > Math.min(maxMessageBytes, MAX_BATCH_LENGTH)) {
+      throw error(
+          RaylogReadException.MESSAGE_TOO_LARGE,
+          "batch at offset " + offset + " claims " + (batchLength & 0xFFFFFFFFL) + " bytes, more than the limit of "
+              + Math.min(maxMessageBytes, MAX_BATCH_LENGTH) + "; raise max_message_bytes or send smaller batches",
+          offset);
+    }
+    if (batchLength < MIN_BATCH_LENGTH) {
+      throw error(
+          RaylogReadException.INVALID_MESSAGE,
+          "batch at offset " + offset + " claims batchLength " + batchLength + ", less than the minimum "
+              + MIN_BATCH_LENGTH,
+          offset);
+    }
   }
 
   private static void checkSize(int size, int maxMessageBytes, long offset) {
@@ -142,11 +272,19 @@ final class MessageSet {
     this.limit = limit;
     this.base = base;
     this.inWrapper = false;
+    this.inBatch = false;
   }
 
   /** Move to the next message; false at the end of the set. */
   boolean next() {
     for (;;) {
+      if (inBatch) {
+        if (recIndex < recCount) {
+          nextRecord();
+          return true;
+        }
+        endBatch();
+      }
       if (inWrapper) {
         if (innerPos < innerLimit) {
           nextInner();
@@ -160,6 +298,10 @@ final class MessageSet {
       byte[] buf = outer;
       int p = pos;
       long at = base + p;
+      if (limit - p >= 9 && isBatch(buf, p)) {
+        startBatch(buf, p, at);
+        continue;
+      }
       int size = FetchClient.readInt(buf, p);
       checkSize(size, maxMessageBytes, at); // wholeMessages checked it; cheap
       int attrs = check(buf, p, size, at);
@@ -223,6 +365,243 @@ final class MessageSet {
     keyOffset = p + HEADER_SIZE;
     valueOffset = keyOffset + Math.max(klen, 0);
     valueLength = p + LOG_OVERHEAD + size - valueOffset;
+    headerCount = 0;
+    timestampType = 0;
+  }
+
+  // -- format 2 ----------------------------------------------------------------------
+
+  /** Check the batch at {@code p} (whole in {@code buf[..limit)}) and make its records current. */
+  private void startBatch(byte[] buf, int p, long at) {
+    if (limit - p < BATCH_OVERHEAD) {
+      throw incomplete(limit - p, at);
+    }
+    int batchLength = FetchClient.readInt(buf, p + 8);
+    checkBatchLength(batchLength, maxMessageBytes, at);
+    int end = p + BATCH_OVERHEAD + batchLength;
+    if (end > limit || end < 0) {
+      throw incomplete(limit - p, at);
+    }
+    int magic = buf[p + 16] & 0xFF;
+    if (magic != BATCH_MAGIC) {
+      throw error(RaylogReadException.INVALID_MESSAGE,
+          "batch at offset " + at + " has magic " + magic + ", expected " + BATCH_MAGIC, at);
+    }
+    CRC32C c = crc;
+    c.reset();
+    c.update(buf, p + 21, end - (p + 21));
+    int computed = (int) c.getValue();
+    int stored = FetchClient.readInt(buf, p + 17);
+    if (computed != stored) {
+      Map<String, Object> details = new HashMap<>();
+      details.put("offset", at);
+      details.put("stored_crc", stored & 0xFFFFFFFFL);
+      details.put("computed_crc", computed & 0xFFFFFFFFL);
+      throw new RaylogReadException(
+          RaylogReadException.CORRUPT_MESSAGE,
+          String.format(
+              "batch at offset %d fails its CRC32C check (stored %#010x, computed %#010x): "
+                  + "its bytes were damaged on disk or in transit",
+              at, stored, computed),
+          details,
+          null);
+    }
+    int attrs = ((buf[p + 21] & 0xFF) << 8) | (buf[p + 22] & 0xFF);
+    int kafkaCodec = attrs & CODEC_MASK;
+    if ((attrs & ~BATCH_KNOWN_ATTRIBUTES) != 0 || Codecs.fromKafka(kafkaCodec) < 0) {
+      throw error(RaylogReadException.INVALID_MESSAGE,
+          String.format("batch at offset %d has unknown attributes %#06x", at, attrs), at);
+    }
+    int count = FetchClient.readInt(buf, p + 57);
+    if (count < 1) {
+      throw error(RaylogReadException.INVALID_MESSAGE,
+          "batch at offset " + at + " has record count " + count + "; a batch holds at least one record", at);
+    }
+    int lastOffsetDelta = FetchClient.readInt(buf, p + 23);
+    int size = BATCH_OVERHEAD + batchLength;
+    if (lastOffsetDelta != count - 1 && lastOffsetDelta != size - 1) {
+      throw error(RaylogReadException.INVALID_MESSAGE,
+          "batch at offset " + at + " has lastOffsetDelta " + lastOffsetDelta + "; expected " + (size - 1)
+              + " (12 + batchLength - 1) or " + (count - 1) + " (count - 1, a Kafka client's)", at);
+    }
+    pos = end;
+    if ((attrs & BATCH_CONTROL) != 0) {
+      return; // a transaction marker: nothing for readers
+    }
+    batchCodec = Codecs.fromKafka(kafkaCodec);
+    if (batchCodec == Codecs.NONE) {
+      recBuf = buf;
+      recPos = p + BATCH_HEADER_SIZE;
+      recLimit = end;
+    } else {
+      try {
+        recLimit = codecs.decompress(batchCodec, buf, p + BATCH_HEADER_SIZE, end - p - BATCH_HEADER_SIZE,
+            maxInflatedBytes, false);
+      } catch (RaylogReadException e) {
+        throw inBatch(e, batchCodec, at);
+      }
+      recBuf = codecs.output();
+      recPos = 0;
+    }
+    if (count > (recLimit - recPos) / MIN_RECORD_SIZE) {
+      throw error(RaylogReadException.INVALID_MESSAGE,
+          "batch at offset " + at + " claims " + count + " records, more than its " + (recLimit - recPos)
+              + " bytes of records can hold", at);
+    }
+    baseTimestamp = FetchClient.readLong(buf, p + 27);
+    maxTimestamp = FetchClient.readLong(buf, p + 35);
+    logAppendTime = (attrs & BATCH_LOG_APPEND_TIME) != 0;
+    batchOffset = at;
+    batchNext = at + size;
+    recIndex = 0;
+    recCount = count;
+    inBatch = true;
+  }
+
+  /** The batch's records are all returned: no bytes may be left over. */
+  private void endBatch() {
+    inBatch = false;
+    if (recPos != recLimit) {
+      throw badRecord(recCount, (recLimit - recPos) + " bytes follow the last of the " + recCount + " records");
+    }
+  }
+
+  /** Check and make current record {@link #recIndex} of the batch. */
+  private void nextRecord() {
+    byte[] b = recBuf;
+    int i = recIndex;
+    int length = varint(b, recPos, recLimit, 5, i);
+    int p = vpos;
+    if (length < MIN_RECORD_SIZE - 1 || length > recLimit - p) {
+      throw badRecord(i, "its length " + length + " does not fit the " + (recLimit - p) + " bytes left");
+    }
+    int rend = p + length;
+    if (b[p] != 0) {
+      throw badRecord(i, "its attributes are " + b[p] + ", expected 0");
+    }
+    long tsDelta = varlong(b, p + 1, rend, i);
+    int offsetDelta = varint(b, vpos, rend, 5, i);
+    if (offsetDelta != i) {
+      throw badRecord(i, "its offsetDelta is " + offsetDelta + ", expected " + i);
+    }
+    long ts = baseTimestamp + tsDelta;
+    if (!logAppendTime && ts > maxTimestamp) {
+      throw badRecord(i, "its timestamp " + ts + " is later than the batch's maxTimestamp " + maxTimestamp);
+    }
+    int klen = varint(b, vpos, rend, 5, i);
+    p = vpos;
+    if (klen < -1 || klen > rend - p) {
+      throw badRecord(i, "its key length " + klen + " does not fit the record");
+    }
+    keyOffset = p;
+    keyLength = klen;
+    p += Math.max(klen, 0);
+    int vlen = varint(b, p, rend, 5, i);
+    p = vpos;
+    if (vlen < -1 || vlen > rend - p) {
+      throw badRecord(i, "its value length " + vlen + " does not fit the record");
+    }
+    valueOffset = p;
+    valueLength = vlen;
+    p += Math.max(vlen, 0);
+    int hcount = varint(b, p, rend, 5, i);
+    p = vpos;
+    if (hcount < 0 || hcount > rend - p) {
+      throw badRecord(i, "its header count " + hcount + " does not fit the record");
+    }
+    headersOffset = p;
+    for (int h = 0; h < hcount; h++) {
+      int hklen = varint(b, p, rend, 5, i);
+      p = vpos;
+      if (hklen < 0 || hklen > rend - p) {
+        throw badRecord(i, "a header key length " + hklen + " does not fit the record");
+      }
+      p += hklen;
+      int hvlen = varint(b, p, rend, 5, i);
+      p = vpos;
+      if (hvlen < -1 || hvlen > rend - p) {
+        throw badRecord(i, "a header value length " + hvlen + " does not fit the record");
+      }
+      p += Math.max(hvlen, 0);
+    }
+    if (p != rend) {
+      throw badRecord(i, "its fields end " + (rend - p) + " bytes before its length says");
+    }
+    headerCount = hcount;
+    data = b;
+    timestamp = logAppendTime ? maxTimestamp : ts;
+    timestampType = logAppendTime ? 1 : 0;
+    offset = batchOffset + i;
+    recPos = rend;
+    recIndex = i + 1;
+    nextOffset = recIndex < recCount ? batchOffset + recIndex : batchNext;
+  }
+
+  /**
+   * The headers of the current record, {@code [key0, value0, key1, value1, ...]}: keys as UTF-8
+   * bytes, values as bytes or null (a null header value). Empty for format 1.
+   */
+  byte[][] headers() {
+    byte[][] out = new byte[2 * headerCount][];
+    int p = headersOffset;
+    for (int h = 0; h < headerCount; h++) {
+      int klen = varint(data, p, data.length, 5, recIndex - 1);
+      p = vpos;
+      out[2 * h] = java.util.Arrays.copyOfRange(data, p, p + klen);
+      p += klen;
+      int vlen = varint(data, p, data.length, 5, recIndex - 1);
+      p = vpos;
+      out[2 * h + 1] = vlen < 0 ? null : java.util.Arrays.copyOfRange(data, p, p + vlen);
+      p += Math.max(vlen, 0);
+    }
+    return out;
+  }
+
+  /** A zigzag varint of at most {@code maxBytes} bytes at {@code p} (before {@code end}); sets {@link #vpos}. */
+  private int varint(byte[] b, int p, int end, int maxBytes, int record) {
+    long v = readVarlong(b, p, end, maxBytes, record);
+    if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
+      throw badRecord(record, "a varint holds " + v + ", out of an i32's range");
+    }
+    return (int) v;
+  }
+
+  private long varlong(byte[] b, int p, int end, int record) {
+    return readVarlong(b, p, end, 10, record);
+  }
+
+  private long readVarlong(byte[] b, int p, int end, int maxBytes, int record) {
+    long raw = 0;
+    int shift = 0;
+    for (int n = 0; n < maxBytes; n++) {
+      if (p >= end) {
+        throw badRecord(record, "a varint is cut by the end of the record");
+      }
+      int x = b[p++] & 0xFF;
+      raw |= (long) (x & 0x7F) << shift;
+      if ((x & 0x80) == 0) {
+        vpos = p;
+        return (raw >>> 1) ^ -(raw & 1);
+      }
+      shift += 7;
+    }
+    throw badRecord(record, "a varint is longer than " + maxBytes + " bytes");
+  }
+
+  private RaylogReadException badRecord(int record, String why) {
+    Map<String, Object> details = new HashMap<>();
+    details.put("offset", batchOffset);
+    details.put("record", record);
+    return new RaylogReadException(RaylogReadException.INVALID_MESSAGE,
+        "batch at offset " + batchOffset + ", record " + record + ": " + why, details, null);
+  }
+
+  private static RaylogReadException inBatch(RaylogReadException e, int codec, long offset) {
+    Map<String, Object> details = new HashMap<>(e.details());
+    details.put("offset", offset);
+    String message = e.getMessage().substring(e.errorName().length() + 2);
+    return new RaylogReadException(
+        e.code(), "in the " + Codecs.name(codec) + " batch at offset " + offset + ": " + message, details, e);
   }
 
   /** Check the CRC, magic, attributes and key length of the message at p; return its attributes. */

@@ -41,14 +41,14 @@ final class OptionNames {
 
   /** Options of a read by name (Spark's Kafka source names and raylog's settings). */
   static final Set<String> READ_BY_NAME = lower(CONNECTION, AVRO, Arrays.asList(
-      "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
+      "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "includeHeaders", "startingTimestamp",
       "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
       "startingOffsetsByTimestampStrategy", "failOnDataLoss", "fail_on_data_loss", "minPartitions",
       "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "kafkaConsumer.pollTimeoutMs", "fetch_bytes", "count_pushdown"));
 
   /** Options of a read of planned ranges (set by raylog_spark.read_topic; see ReadOptions). */
   static final Set<String> PLANNED_READ = lower(CONNECTION, AVRO, Arrays.asList(
-      "ranges", "fetch_bytes", "max_message_bytes", "max_inflated_bytes", "fail_on_data_loss", "locality",
+      "ranges", "includeHeaders", "fetch_bytes", "max_message_bytes", "max_inflated_bytes", "fail_on_data_loss", "locality",
       "count_pushdown"));
 
   /** Options of the sink ({@code checkpointLocation} is the stream's, handed over by Spark). */
@@ -58,8 +58,6 @@ final class OptionNames {
   static final Map<String, String> REFUSED = new HashMap<>();
 
   static {
-    refuse("includeHeaders", "raylog messages carry no headers yet, so there is no 'headers' column to include; "
-        + "leave the option out");
     refuse("maxRecordsPerPartition", "raylog splits a read by bytes, not records; use minPartitions");
     refuse("fetchOffset.numRetries", "raylog looks a partition's offsets up again for timeout_ms; set "
         + "'timeout_ms' instead");

@@ -5,6 +5,7 @@ import java.util.HashMap;
 import java.util.Map;
 
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -78,6 +79,8 @@ final class RangeReader implements PartitionReader<InternalRow> {
   private final UnsafeRowWriter writer;
   /** the rows of a typed Avro read, or null */
   private final TypedRows typed;
+  /** the headers column is read: rows are built as generic rows (an array of structs) */
+  private final boolean generic;
   private byte[] buffer;
 
   /** the offset of the next FETCH: everything before it was fetched */
@@ -110,6 +113,11 @@ final class RangeReader implements PartitionReader<InternalRow> {
     this.messages = new MessageSet(settings.maxMessageBytes, settings.maxInflatedBytes);
     this.writer = columns.length == 0 || avro != null ? null : new UnsafeRowWriter(columns.length, 256);
     this.typed = columns.length == 0 || avro == null ? null : new TypedRows(avro, columns, settings);
+    boolean headers = false;
+    for (int c : columns) {
+      headers |= c == RaylogTable.HEADERS;
+    }
+    this.generic = headers;
     this.next = range.start;
     this.skipBelow = range.start;
   }
@@ -171,6 +179,13 @@ final class RangeReader implements PartitionReader<InternalRow> {
       return NO_COLUMNS;
     }
     MessageSet m = messages;
+    if (generic) {
+      Object[] values = new Object[columns.length];
+      for (int i = 0; i < columns.length; i++) {
+        values[i] = TypedRows.meta(columns[i], m, range.partition, topic);
+      }
+      return new GenericInternalRow(values);
+    }
     UnsafeRowWriter w = writer;
     w.reset();
     w.zeroOutNullBytes();
@@ -184,7 +199,11 @@ final class RangeReader implements PartitionReader<InternalRow> {
           }
           break;
         case RaylogTable.VALUE:
-          w.write(i, m.data, m.valueOffset, m.valueLength);
+          if (m.valueLength < 0) {
+            w.setNullAt(i); // a tombstone
+          } else {
+            w.write(i, m.data, m.valueOffset, m.valueLength);
+          }
           break;
         case RaylogTable.TOPIC:
           w.write(i, topic);
@@ -199,7 +218,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
           w.write(i, m.timestamp * 1000L);
           break;
         case RaylogTable.TIMESTAMP_TYPE:
-          w.write(i, RaylogTable.CREATE_TIME);
+          w.write(i, m.timestampType);
           break;
         case RaylogTable.NEXT_OFFSET:
           w.write(i, m.nextOffset);
@@ -282,12 +301,16 @@ final class RangeReader implements PartitionReader<InternalRow> {
         leaveFollower(e.getMessage());
         continue;
       }
-      if (whole == 0 && n < length && length - n >= MessageSet.LOG_OVERHEAD) {
-        // the range ends inside the compressed wrapper at next: read it whole (its messages at or
-        // past the end are not returned)
-        int first = MessageSet.LOG_OVERHEAD + FetchClient.readInt(buffer, 0);
+      // a reply that starts with a record batch holding next (a range that starts at a record of
+      // it) starts at the batch: its records before the range's start are skipped (skipBelow)
+      long from = MessageSet.dataStart(buffer, length, next);
+      if (whole == 0 && (n < length || from < next)) {
+        // the range ends inside the compressed wrapper or record batch at next, or starts inside a
+        // batch longer than the rest of the range: read it whole (its records outside the range
+        // are not returned)
+        int first = MessageSet.entryLength(buffer, 0, length, settings.maxMessageBytes, from);
         if (first > 0 && first <= length) {
-          whole = MessageSet.wholeMessages(buffer, first, settings.maxMessageBytes, next);
+          whole = MessageSet.wholeMessages(buffer, first, settings.maxMessageBytes, from);
         }
       }
       if (whole == 0 && follower != null) {
@@ -300,9 +323,9 @@ final class RangeReader implements PartitionReader<InternalRow> {
             "the fetch of " + range.topic + "-" + range.partition + " at " + next + " returned no whole message",
             next);
       }
-      messages.reset(buffer, whole, next);
+      messages.reset(buffer, whole, from);
       fromFollower = follower != null;
-      next += whole;
+      next = from + whole;
       if (next < range.end) {
         try {
           send(); // the next reply streams in while these messages become rows

@@ -88,13 +88,14 @@ public final class RaylogSource implements TableProvider, DataSourceRegister, Cr
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
     AvroSpec spec = avro(options);
-    return spec == null ? RaylogTable.SCHEMA : spec.tableSchema();
+    return RaylogTable.withHeaders(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), options);
   }
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     AvroSpec spec = avro(new CaseInsensitiveStringMap(properties));
-    return new RaylogTable(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), spec);
+    return new RaylogTable(
+        RaylogTable.withHeaders(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), properties), spec);
   }
 
   /**

@@ -9,6 +9,7 @@ import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -27,10 +28,16 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
 
   /** Column ordinals of {@link #SCHEMA}. */
   static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6,
-      NEXT_OFFSET = 7;
+      NEXT_OFFSET = 7, HEADERS = 8;
 
-  /** timestampType of every message: 0, the producer's create time (Kafka's CreateTime) */
+  /** timestampType of a message: 0, the producer's create time (Kafka's CreateTime) */
   static final int CREATE_TIME = 0;
+  /** timestampType of a record of a LogAppendTime batch (Kafka's LogAppendTime) */
+  static final int LOG_APPEND_TIME = 1;
+
+  /** The type of the {@code headers} column, Spark's Kafka source's: keys strings, values bytes (null allowed). */
+  static final ArrayType HEADERS_TYPE = new ArrayType(
+      new StructType().add("key", DataTypes.StringType, true).add("value", DataTypes.BinaryType, true), true);
 
   /**
    * The columns of Spark's Kafka source, in this order, then raylog's
@@ -48,6 +55,35 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
           .add("timestamp", DataTypes.TimestampType, true)
           .add("timestampType", DataTypes.IntegerType, true)
           .add("next_offset", DataTypes.LongType, true);
+
+  /**
+   * {@link #SCHEMA} and, with the option {@code includeHeaders=true}, the record's headers (as
+   * Spark's Kafka source: in order, duplicates kept; empty for a format-1 message). Column
+   * ordinals are those of this schema.
+   */
+  static final StructType SCHEMA_WITH_HEADERS = SCHEMA.add("headers", HEADERS_TYPE, true);
+
+  /** {@code base} with the {@code headers} column added when the options include headers. */
+  static StructType withHeaders(StructType base, java.util.Map<String, String> options) {
+    return includeHeaders(options) ? base.add("headers", HEADERS_TYPE, true) : base;
+  }
+
+  /** The option {@code includeHeaders} ("true" or "false", as Spark's Kafka source; default false). */
+  static boolean includeHeaders(java.util.Map<String, String> options) {
+    String v = null;
+    for (java.util.Map.Entry<String, String> e : options.entrySet()) {
+      if (e.getKey().equalsIgnoreCase("includeHeaders")) {
+        v = e.getValue();
+      }
+    }
+    if (v == null || v.trim().equalsIgnoreCase("false")) {
+      return false;
+    }
+    if (v.trim().equalsIgnoreCase("true")) {
+      return true;
+    }
+    throw SourceOptions.config("option 'includeHeaders' must be 'true' or 'false', not '" + v + "'");
+  }
 
   @Override
   public String name() {

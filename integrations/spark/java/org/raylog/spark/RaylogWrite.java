@@ -13,6 +13,7 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory;
 import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
+import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.IntegerType;
@@ -27,13 +28,14 @@ import org.slf4j.LoggerFactory;
  * Spark's Kafka sink (a batch write, {@code df.write.format("raylog")},
  * goes through {@link BatchSink} with the same {@link Plan}).
  *
- * <p>Columns: {@code value} (binary or string, required, never null: a
- * message's value is "the rest of the message", so a null could not be told
- * from an empty value), {@code key} (binary or string, optional; null: no
- * key), {@code topic} (string, optional: the row's topic when the option
+ * <p>Columns, as Spark's Kafka sink: {@code value} (binary or string,
+ * required; null: a tombstone), {@code key} (binary or string, optional; null:
+ * no key), {@code topic} (string, optional: the row's topic when the option
  * {@code topic} is not given; the option overrides it, as in Spark's Kafka
- * sink) and {@code partition} (int, optional). A {@code headers} column is
- * refused (messages carry no headers). Other columns are ignored. Options:
+ * sink), {@code partition} (int, optional) and {@code headers}
+ * ({@code array<struct<key: string, value: binary>>}, optional; null: none).
+ * Other columns are ignored. Rows are written as format-2 record batches
+ * (docs/design.md §2). Options:
  * {@code topic}, {@code zookeeper}, {@code cluster}, {@code token} (as for
  * reads, {@link SourceOptions}), {@code batch_bytes} (largest message set
  * sent at once, default 256 KiB, at most the topic's max_message_bytes) and
@@ -59,6 +61,8 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
     final boolean keyIsString;
     final int topicColumn;
     final int partitionColumn;
+    /** the headers column, or -1 */
+    final int headersColumn;
 
     Plan(CaseInsensitiveStringMap options, StructType schema) {
       OptionNames.check(options, OptionNames.Use.SINK);
@@ -78,9 +82,10 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
       this.keyIsString = keyColumn >= 0 && schema.fields()[keyColumn].dataType() instanceof StringType;
       this.topicColumn = column(schema, "topic", false, false);
       this.partitionColumn = column(schema, "partition", false, false);
-      if (column(schema, "headers", false, false) >= 0) {
-        throw SourceOptions.config("column 'headers' can't be written: raylog messages carry no headers yet; "
-            + "drop the column (or put what it holds into the value)");
+      this.headersColumn = column(schema, "headers", false, false);
+      if (headersColumn >= 0 && !headersType(schema.fields()[headersColumn].dataType())) {
+        throw SourceOptions.config("column 'headers' must be " + RaylogTable.HEADERS_TYPE.simpleString()
+            + " (Spark's Kafka sink's), got " + schema.fields()[headersColumn].dataType().simpleString());
       }
       if (topicColumn >= 0 && !(schema.fields()[topicColumn].dataType() instanceof StringType)) {
         throw SourceOptions.config("column 'topic' must be a string");
@@ -91,6 +96,17 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
       if (topic == null && topicColumn < 0) {
         throw SourceOptions.config("the raylog sink needs the option 'topic' or a 'topic' column");
       }
+    }
+
+    /** array of struct(key string, value binary) (the order of Spark's Kafka sink; nullability free) */
+    private static boolean headersType(DataType type) {
+      if (!(type instanceof ArrayType) || !(((ArrayType) type).elementType() instanceof StructType)) {
+        return false;
+      }
+      StructType element = (StructType) ((ArrayType) type).elementType();
+      return element.fields().length == 2
+          && element.fields()[0].name().equals("key") && element.fields()[0].dataType() instanceof StringType
+          && element.fields()[1].name().equals("value") && element.fields()[1].dataType() instanceof BinaryType;
     }
 
     private static int column(StructType schema, String name, boolean bytes, boolean required) {

@@ -9,6 +9,7 @@ import java.util.zip.CRC32C;
 import com.fasterxml.jackson.databind.JsonNode;
 
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.slf4j.Logger;
@@ -16,12 +17,13 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Writes the rows of one Spark task into raylog topics: each row becomes one
- * message (docs/design.md section 2: size, CRC32C, magic 1, attributes 0, the time of
- * the write, key, value), gathered per partition into message sets of up to
- * {@code batch_bytes} (at most the topic's max_message_bytes) and sent with
- * PRODUCE (version 0, acks=1) to the partition's data socket; each set is
+ * record (key, value or null, headers, the time of the write), gathered per
+ * partition into one format-2 record batch (docs/design.md §2; laid out in
+ * {@link MessageSet}: no codec, no producer id, raylog's lastOffsetDelta) of up
+ * to {@code batch_bytes} (at most the topic's max_message_bytes) and sent with
+ * PRODUCE (version 0, acks=1) to the partition's data socket; each batch is
  * acknowledged before the next is sent to that partition, and
- * {@link #commit()} returns once every set is acknowledged.
+ * {@link #commit()} returns once every batch is acknowledged.
  *
  * <p>Partitions: the row's {@code partition} column when the query has one,
  * else {@code crc32c(key) mod partitions} for a keyed row (the producer's
@@ -59,9 +61,13 @@ final class TopicWriter implements DataWriter<InternalRow> {
     final byte[] nameBytes;
     final int partitions;
     final int maxSetBytes;
+    /** each partition's pending batch: its records section */
     final ByteArrayOutputStream[] pending;
-    /** messages in each pending set */
+    /** records in each pending batch */
     final long[] counts;
+    /** the first and the largest record time of each pending batch, ms */
+    final long[] baseTimestamps;
+    final long[] maxTimestamps;
 
     Topic(String name, int partitions, int maxSetBytes) {
       this.name = name;
@@ -70,6 +76,8 @@ final class TopicWriter implements DataWriter<InternalRow> {
       this.maxSetBytes = maxSetBytes;
       this.pending = new ByteArrayOutputStream[partitions];
       this.counts = new long[partitions];
+      this.baseTimestamps = new long[partitions];
+      this.maxTimestamps = new long[partitions];
     }
   }
 
@@ -78,12 +86,14 @@ final class TopicWriter implements DataWriter<InternalRow> {
   private final Map<String, Topic> topics = new HashMap<>();
   private final Map<String, FetchClient> clients = new HashMap<>();
   private final CRC32C crc = new CRC32C();
-  private final byte[] head = new byte[22];
+  /** the record being encoded (after its length varint) */
+  private final ByteArrayOutputStream record = new ByteArrayOutputStream(256);
+  private final byte[] varintBytes = new byte[10];
   private Zk zk;
   private long written;
   /** messages acknowledged by the partitions */
   private long sent;
-  /** rows refused (null value, or no topic) */
+  /** rows refused (no topic) */
   private long refused;
   private String firstRefusal;
   /** count refused rows and go on (a batch write), or fail the task at the first one (a stream) */
@@ -99,7 +109,7 @@ final class TopicWriter implements DataWriter<InternalRow> {
     this.countRefused = countRefused;
   }
 
-  /** Rows refused so far (null value or no topic). */
+  /** Rows refused so far (no topic). */
   long refused() {
     return refused;
   }
@@ -132,11 +142,9 @@ final class TopicWriter implements DataWriter<InternalRow> {
     // the option 'topic' overrides a 'topic' column, as in Spark's Kafka sink
     String name = plan.topic != null ? plan.topic
         : !row.isNullAt(plan.topicColumn) ? row.getUTF8String(plan.topicColumn).toString() : null;
-    if (name == null || row.isNullAt(plan.valueColumn)) {
+    if (name == null) {
       if (refused++ == 0) {
-        firstRefusal = name == null ? "a null topic (give the option 'topic', or fill the column)"
-            : "a null value (a raylog message's value is the rest of the message: a null could not be told from "
-                + "an empty value; filter the rows or fill them, e.g. coalesce(value, '') )";
+        firstRefusal = "a null topic (give the option 'topic', or fill the column)";
       }
       if (!countRefused) {
         throw SourceOptions.config("a row has " + firstRefusal + "; this task had written " + sent
@@ -144,7 +152,10 @@ final class TopicWriter implements DataWriter<InternalRow> {
       }
       return; // counted: the driver fails the write naming how many rows were refused
     }
-    byte[] value = plan.valueIsString ? row.getUTF8String(plan.valueColumn).getBytes() : row.getBinary(plan.valueColumn);
+    byte[] value = row.isNullAt(plan.valueColumn) ? null // a tombstone
+        : plan.valueIsString ? row.getUTF8String(plan.valueColumn).getBytes() : row.getBinary(plan.valueColumn);
+    ArrayData headers = plan.headersColumn >= 0 && !row.isNullAt(plan.headersColumn)
+        ? row.getArray(plan.headersColumn) : null;
     byte[] key = null;
     if (plan.keyColumn >= 0 && !row.isNullAt(plan.keyColumn)) {
       key = plan.keyIsString ? row.getUTF8String(plan.keyColumn).getBytes() : row.getBinary(plan.keyColumn);
@@ -164,43 +175,102 @@ final class TopicWriter implements DataWriter<InternalRow> {
     } else {
       partition = Math.floorMod(taskPartition, t.partitions);
     }
-    int size = 22 - 4 + (key == null ? 0 : key.length) + value.length;
+    long now = System.currentTimeMillis();
     ByteArrayOutputStream set = t.pending[partition];
-    if (set != null && set.size() + 4 + size > t.maxSetBytes) {
-      send(t, partition);
-      set = null;
+    if (set != null) {
+      encodeRecord(t.counts[partition], now - t.baseTimestamps[partition], key, value, headers);
+      if (MessageSet.BATCH_HEADER_SIZE + set.size() + record.size() + 5 > t.maxSetBytes) {
+        send(t, partition);
+        set = null;
+      }
     }
     if (set == null) {
       set = t.pending[partition] = new ByteArrayOutputStream(Math.min(t.maxSetBytes, 64 * 1024));
       t.counts[partition] = 0;
+      t.baseTimestamps[partition] = now;
+      t.maxTimestamps[partition] = now;
+      encodeRecord(0, 0, key, value, headers);
     }
-    encode(set, key, value, size);
+    writeVarlong(set, record.size());
+    set.write(record.toByteArray(), 0, record.size()); // (writeTo declares IOException)
+    t.maxTimestamps[partition] = Math.max(t.maxTimestamps[partition], now);
     t.counts[partition]++;
     written++;
   }
 
-  /** One message (docs/design.md section 2) at the end of {@code set}. */
-  private void encode(ByteArrayOutputStream set, byte[] key, byte[] value, int size) {
-    byte[] h = head;
-    FetchClient.putInt(h, 0, size);
-    h[8] = 1; // magic
-    h[9] = 0; // attributes: no codec
-    long now = System.currentTimeMillis();
-    FetchClient.putInt(h, 10, (int) (now >>> 32));
-    FetchClient.putInt(h, 14, (int) now);
-    FetchClient.putInt(h, 18, key == null ? -1 : key.length);
+  /** One record of a batch, without its length (MessageSet's format 2), into {@link #record}. */
+  private void encodeRecord(long index, long timestampDelta, byte[] key, byte[] value, ArrayData headers) {
+    ByteArrayOutputStream r = record;
+    r.reset();
+    r.write(0); // attributes
+    writeVarlong(r, timestampDelta);
+    writeVarlong(r, index);
+    writeBytes(r, key);
+    writeBytes(r, value);
+    int n = headers == null ? 0 : headers.numElements();
+    writeVarlong(r, n);
+    for (int i = 0; i < n; i++) {
+      if (headers.isNullAt(i)) {
+        throw SourceOptions.config("a row's headers hold a null header; a header is a (key, value) struct");
+      }
+      InternalRow h = headers.getStruct(i, 2);
+      if (h.isNullAt(0)) {
+        throw SourceOptions.config("a row's headers hold a header with a null key; header keys are strings");
+      }
+      writeBytes(r, h.getUTF8String(0).getBytes());
+      writeBytes(r, h.isNullAt(1) ? null : h.getBinary(1));
+    }
+  }
+
+  private void writeBytes(ByteArrayOutputStream out, byte[] b) {
+    if (b == null) {
+      writeVarlong(out, -1);
+    } else {
+      writeVarlong(out, b.length);
+      out.write(b, 0, b.length);
+    }
+  }
+
+  /** A zigzag varint (Kafka's, as MessageSet reads it). */
+  private void writeVarlong(ByteArrayOutputStream out, long v) {
+    long z = (v << 1) ^ (v >> 63);
+    int n = 0;
+    while ((z & ~0x7FL) != 0) {
+      varintBytes[n++] = (byte) ((z & 0x7F) | 0x80);
+      z >>>= 7;
+    }
+    varintBytes[n++] = (byte) z;
+    out.write(varintBytes, 0, n);
+  }
+
+  /** The pending records of a partition as one record batch (MessageSet's format 2), crc set. */
+  private byte[] batch(Topic t, int partition, ByteArrayOutputStream records) {
+    int size = MessageSet.BATCH_HEADER_SIZE + records.size();
+    byte[] b = new byte[size];
+    int batchLength = size - MessageSet.BATCH_OVERHEAD;
+    FetchClient.putInt(b, 8, batchLength); // baseOffset 0: set at append
+    FetchClient.putInt(b, 12, -1); // partitionLeaderEpoch: set at append
+    b[16] = MessageSet.BATCH_MAGIC;
+    // attributes 0: no codec, CreateTime, not transactional
+    FetchClient.putInt(b, 23, size - 1); // lastOffsetDelta: the next batch's position
+    putLong(b, 27, t.baseTimestamps[partition]);
+    putLong(b, 35, t.maxTimestamps[partition]);
+    putLong(b, 43, -1L); // producerId: none
+    b[51] = (byte) 0xFF; // producerEpoch -1
+    b[52] = (byte) 0xFF;
+    FetchClient.putInt(b, 53, -1); // baseSequence: none
+    FetchClient.putInt(b, 57, (int) t.counts[partition]);
+    byte[] recs = records.toByteArray();
+    System.arraycopy(recs, 0, b, MessageSet.BATCH_HEADER_SIZE, recs.length);
     crc.reset();
-    crc.update(h, 8, 14);
-    if (key != null) {
-      crc.update(key, 0, key.length);
-    }
-    crc.update(value, 0, value.length);
-    FetchClient.putInt(h, 4, (int) crc.getValue());
-    set.write(h, 0, 22);
-    if (key != null) {
-      set.write(key, 0, key.length);
-    }
-    set.write(value, 0, value.length);
+    crc.update(b, 21, size - 21);
+    FetchClient.putInt(b, 17, (int) crc.getValue());
+    return b;
+  }
+
+  private static void putLong(byte[] b, int at, long v) {
+    FetchClient.putInt(b, at, (int) (v >>> 32));
+    FetchClient.putInt(b, at + 4, (int) v);
   }
 
   /** Send the pending set of a partition and wait for its acknowledgement. */
@@ -210,7 +280,7 @@ final class TopicWriter implements DataWriter<InternalRow> {
     if (set == null || set.size() == 0) {
       return;
     }
-    byte[] data = set.toByteArray();
+    byte[] data = batch(t, partition, set);
     long deadline = 0;
     int attempt = 0;
     for (;;) {

@@ -5,6 +5,8 @@ import java.util.Arrays;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
@@ -30,7 +32,7 @@ final class TypedRows implements Closeable {
   /** The row of the message {@code m} points at. */
   InternalRow row(MessageSet m, int partition, UTF8String topic, String where) {
     Object[] fields = null;
-    if (avro != null) {
+    if (avro != null && m.valueLength >= 0) { // a null value (a tombstone): null value columns
       try {
         fields = avro.fields(m.data, m.valueOffset, m.valueLength);
       } catch (RaylogReadException e) {
@@ -66,7 +68,7 @@ final class TypedRows implements Closeable {
       case RaylogTable.KEY:
         return m.keyLength < 0 ? null : Arrays.copyOfRange(m.data, m.keyOffset, m.keyOffset + m.keyLength);
       case RaylogTable.VALUE:
-        return Arrays.copyOfRange(m.data, m.valueOffset, m.valueOffset + m.valueLength);
+        return m.valueLength < 0 ? null : Arrays.copyOfRange(m.data, m.valueOffset, m.valueOffset + m.valueLength);
       case RaylogTable.TOPIC:
         return topic;
       case RaylogTable.PARTITION:
@@ -76,12 +78,24 @@ final class TypedRows implements Closeable {
       case RaylogTable.TIMESTAMP:
         return m.timestamp * 1000L;
       case RaylogTable.TIMESTAMP_TYPE:
-        return RaylogTable.CREATE_TIME;
+        return m.timestampType;
       case RaylogTable.NEXT_OFFSET:
         return m.nextOffset;
+      case RaylogTable.HEADERS:
+        return headers(m);
       default:
         throw new IllegalStateException("no column " + column);
     }
+  }
+
+  /** The headers of {@code m} as Spark's Kafka source has them: an array of (key string, value binary). */
+  static ArrayData headers(MessageSet m) {
+    byte[][] kv = m.headers();
+    Object[] rows = new Object[kv.length / 2];
+    for (int h = 0; h < rows.length; h++) {
+      rows[h] = new GenericInternalRow(new Object[] {UTF8String.fromBytes(kv[2 * h]), kv[2 * h + 1]});
+    }
+    return new GenericArrayData(rows);
   }
 
   @Override
