@@ -1,15 +1,16 @@
 """A partition log of format-1 messages followed by format-2 batches, put
 into a real server's log for the readers' tests (consumer batches, Ray Data,
-the CLI, the mirror): format-1 messages come from raylog's producer (which
-writes format 1 on this branch), format-2 batches through the data channel's
-PRODUCE (the partition stores a record batch as it is sent, in a segment of
-its own: a segment holds one format, docs/design.md §2)."""
+the CLI, the mirror, Spark): both through the data channel's PRODUCE, format-1
+message sets (one message each, as the producer before format 2 sent them)
+and then format-2 batches (the partition stores a record batch as it is
+sent, in a segment of its own: a segment holds one format, docs/design.md §2)."""
 
 from __future__ import annotations
 
 import glob
 import os
 
+from raylog.storage.message import encode_message_set
 from raylog.storage.record_batch import encode_records
 
 #: (key, value, headers, timestamp) of the two format-2 batches
@@ -29,11 +30,9 @@ def mixed_log(client, topic: str, partition: int = 0, batches=(BATCH_A, BATCH_B)
 
     from raylog.transfer.connection import BrokerConnection
 
-    producer = client.producer(acks=1)
-    plain = [producer.send(topic, b"plain-%d" % i, partition=partition).result()[1] for i in range(PLAIN)]
-    producer.close()
     host, port = client.metadata.endpoint(topic, partition, refresh=True, wait_s=10.0)
     with BrokerConnection(host, port, token=client.settings.token, timeout_s=10) as conn:
+        plain = [conn.produce(topic, partition, encode_message_set([b"plain-%d" % i])) for i in range(PLAIN)]
         positions = [conn.produce(topic, partition, encode_records(b)) for b in batches]
     ray.get(client.partition_actor(topic, partition).flush.remote())
     return plain, positions
