@@ -356,7 +356,8 @@ class PartitionCopier:
         if self._redo is not None:
             return self._cursor >= self._redo["end"]
         now = time.monotonic() if now is None else now
-        return (self._held_count >= MAX_SET_MESSAGES or self._held_bytes >= MAX_SET_BYTES
+        return (self._held_count >= MAX_SET_MESSAGES
+                or record_batch.HEADER_SIZE + self._held_bytes >= MAX_SET_BYTES
                 or (self._held_since is not None and now - self._held_since >= LINGER_S))
 
     def pump(self, now: float | None = None, *, flush: bool = False) -> int:
