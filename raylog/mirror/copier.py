@@ -95,6 +95,8 @@ PRODUCER_EPOCH = 0
 RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
 #: the most bytes a header takes besides its key and value: two varint lengths
 HEADER_OVERHEAD = 5 + 5
+#: record sequences are i32s that wrap to 0 after 2**31 - 1 (docs/design.md §2)
+_SEQUENCE_MASK = 0x7FFFFFFF
 #: the bytes of a format-1 message besides its key and value (an indexed run's offsets are format-1 bytes)
 _FORMAT_1_OVERHEAD = format_1.HEADER_SIZE
 
@@ -201,11 +203,13 @@ def _columns(pieces: list) -> tuple[list, list, list, list]:
 def _set_batch(pieces: list, producer_id: int, base_sequence: int) -> bytes:
     """Held runs as one uncompressed record batch (format 2) under
     ``producer_id`` from record sequence ``base_sequence``: the same runs
-    give the same bytes, whatever form the source stored them in."""
+    give the same bytes, whatever form the source stored them in. The
+    progress record counts sequences on; the batch carries them modulo 2**31
+    (an i32 that wraps to 0, as the target's producer state expects)."""
     values, keys, headers, timestamps = _columns(pieces)
     return record_batch.encode_batch(
         values, keys, headers if any(h is not None for h in headers) else None, timestamps,
-        producer_id=producer_id, producer_epoch=PRODUCER_EPOCH, base_sequence=base_sequence)
+        producer_id=producer_id, producer_epoch=PRODUCER_EPOCH, base_sequence=base_sequence & _SEQUENCE_MASK)
 
 
 class PartitionCopier:

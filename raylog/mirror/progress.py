@@ -6,8 +6,8 @@ acknowledged it (:mod:`raylog.mirror.copier`: a set goes as one format-2
 record batch)::
 
     {"seq": 17,             # the set's number (0, 1, 2, ...; for people: the target judges base_seq)
-     "base_seq": 1700,      # the record sequence of its first record, the batch's baseSequence (the
-                            #  next set's is base_seq + count); absent in records of the previous
+     "base_seq": 1700,      # the record sequence of its first record (the batch's baseSequence is
+                            #  this modulo 2**31; the next set's is base_seq + count); absent in records of the previous
                             #  version, whose format-1 sets were numbered by "seq": read as 0
      "start": 40960,        # source offset of its first message
      "end": 45056,          # source offset after its last message (a message boundary)

@@ -320,6 +320,21 @@ def test_a_record_of_the_previous_version_resumes_at_record_sequence_0(records):
     assert records[-3]["acked"] and records[-3]["target_end"] is None  # another size than the format-1 set
 
 
+def test_record_sequences_wrap_in_the_batch_past_2_31(records):
+    """The progress record counts on; a batch carries its base sequence
+    modulo 2**31, as the target's producer state numbers them."""
+    acked = {"seq": 9, "base_seq": (1 << 31) - 6, "start": 0, "end": 62, "count": 4, "bytes": 1, "acked": True,
+             "target_end": None, "last_ts": 0}
+    copier = _started(_Copier(), acked)
+    copier.offer_batch(_batches(_log((4, None)), 10_000)[0][1:])
+    copier.pump(flush=True)
+    assert _identity(copier.sets[0])[2:] == ((1 << 31) - 2, 3)
+    assert records[-1]["base_seq"] == (1 << 31) - 2
+    copier.offer_batch(_batches(_log((5, None)), 10_000)[0][4:])
+    copier.pump(flush=True)
+    assert _identity(copier.sets[1])[2:] == (1, 1) and records[-1]["base_seq"] == (1 << 31) + 1
+
+
 class _Unreachable:
     """A target connection that never gets through."""
 
