@@ -527,7 +527,8 @@ class MirrorFormatError(RaylogError):
     does not copy yet: written again as format 1 they would lose their
     headers and null values. Nothing of the set holding them was sent or
     recorded; the mirror stays at its position and copies on from there once
-    it runs a raylog that copies format 2."""
+    it runs a raylog that copies format 2. (Raised by earlier versions only:
+    the mirror now copies format 2; the code stays reserved for the name.)"""
 
 
 # -- consumer pools (raylog.pool) ----------------------------------------------

@@ -3,6 +3,7 @@ that Ray tasks and actors can produce through one shared, batching handle::
 
     handle = client.producer_actor(batch_size=50, acks="all")
     ray.get(handle.send_batch.remote("clicks", [b"v1", b"v2"], keys=None))   # -> 2
+    ray.get(handle.send.remote("clicks", b"v", headers=[("trace", b"t1")]))  # -> (partition, offset)
 
 Each call's ObjectRef resolves when **its own** messages have their outcome
 at the producer's acks level: ``send_batch`` returns the number of messages
@@ -74,10 +75,17 @@ class ProducerActor:
         self._last_call = 0.0  # loop time a send last started (see flush)
 
     async def send(
-        self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
     ) -> tuple[int, int]:
+        """One message (``value`` None: a tombstone; ``headers``: ``(str,
+        bytes | None)`` pairs, as :meth:`raylog.Producer.send`)."""
         self._last_call = asyncio.get_running_loop().time()
-        future = self._producer.send(topic, value, key, partition=partition)
+        future = self._producer.send(topic, value, key, partition=partition, headers=headers)
         await _when_done(future)
         return tuple(future.result())
 

@@ -2,45 +2,54 @@
 
 **Identity.** The copier of ``(mirror, source topic, source partition)``
 sends under one producer id (:func:`raylog.mirror.spec.producer_id`, a
-function of the names: the same after any restart) and numbers its message
-sets 0, 1, 2, ... The target partition judges every set by
-:mod:`raylog.storage.producer_state`: a sequence it already stored is
-answered as a duplicate, never stored again.
+function of the names: the same after any restart), producer epoch 0, and
+numbers its RECORDS 0, 1, 2, ... Each set goes to the target as ONE
+format-2 record batch (docs/design.md §2) carrying that producer id and the
+sequence of its first record as its baseSequence (the next set's
+baseSequence is this one's plus its count), sent through the same PRODUCE
+as raylog's producer (the identity travels in the batch). The target
+partition judges every batch by :mod:`raylog.storage.batch_producers`: a
+batch it already stored is answered as that duplicate (the offset of its
+first store), never stored again.
 
 **Write-ahead intent.** Before a set is sent, its progress record
-(:mod:`raylog.mirror.progress`) names its sequence and its exact source range
-``[start, end)`` (record offsets: message boundaries, or the offsets of
-inner messages of a compressed source wrapper, docs/design.md §2). A copier that starts (first time, or
-after a kill anywhere between the intent, the send, the acknowledgement and
-the source commit) reads the record; if the set was not acknowledged it
-builds *the same set again* from the source range and sends it under the
-same sequence: stored once either way. Then it continues at ``end`` with
-the next sequence. The source group's commit is only a progress view for
-``raylog groups describe`` on the source; the record is the truth.
+(:mod:`raylog.mirror.progress`) names its base record sequence and its exact
+source range ``[start, end)`` (record offsets: message boundaries, the
+offsets of inner messages of a compressed source wrapper, or of the records
+of a source record batch, docs/design.md §2). A copier that starts (first
+time, or after a kill anywhere between the intent, the send, the
+acknowledgement and the source commit) reads the record; if the set was not
+acknowledged it builds *the same batch again* from the source range (the
+same records, base sequence, timestamps: the same bytes) and sends it:
+stored once either way. Then it continues at ``end`` with the next
+sequence. The source group's commit is only a progress view for ``raylog
+groups describe`` on the source; the record is the truth.
 
-**Sets.** A set is sent once it is full (:data:`MAX_SET_MESSAGES`
-messages or :data:`MAX_SET_BYTES` bytes), or once its first message has
-been held :data:`LINGER_S` (a trickle). Messages are forwarded with their
-keys, values and create times, as the source stores them where the
-consumer's batch has those bytes (:attr:`MessageBatch.has_stored_bytes`:
-uncompressed messages always, compressed wrappers when a fetch's decoded
-messages are held whole), else encoded again without compression (a part of
-a wrapper). A resent set holds the same messages; its bytes may differ in
-form (a wrapper whole the first time, in part the second), so the intent
-keeps the set's size and a resend of another size leaves ``target_end``
-unknown (the target keeps whichever came first). A set ends after any message (inside
-a compressed source wrapper too: every message has an offset of its own;
-only in an old, unpadded wrapper do its last messages share one, and a set
-ends after the last of them), holds at most
-:data:`MAX_SET_MESSAGES` messages and :data:`MAX_SET_BYTES` bytes of payload.
+**Sets.** A set is sent once it is full (:data:`MAX_SET_MESSAGES` records
+or :data:`MAX_SET_BYTES` bytes of record batch), or once its first record
+has been held :data:`LINGER_S` (a trickle). Whatever the source's format (1
+or 2, compressed or not), the set is encoded again, uncompressed, as one
+record batch of its records with their keys, values (a null value stays
+null), headers and create times. Its size is measured as the batch takes it
+(:func:`_size`: the batch header, then each record's upper bound), so a
+set's batch never exceeds :data:`MAX_SET_BYTES`, except a single record
+larger than that, which goes alone. A set ends after any record (inside a
+compressed source wrapper too: every message has an offset of its own; only
+in an old, unpadded wrapper do its last messages share one, and a set ends
+after the last of them).
 
-**Format 2.** Format-2 record batches (docs/design.md §2) are read (the
-consumer decodes them, with their headers and null values) but not copied
-yet: a set that holds any is refused with :class:`MirrorFormatError` before
-its intent is written or anything is sent, so nothing is lost and the mirror
-stays at its position. (Copying them needs their identity in the batch's own
-fields, producerId and a baseSequence numbered per record, instead of the
-idempotent PRODUCE's per-set sequence used here.)
+**Progress records of the previous version** (format-1 sets numbered 0, 1,
+2, ... by set under the same producer id; no ``base_seq``): the target's
+format-2 producer state knows nothing of those sets, so record sequences
+start at 0 (a producer id the target does not know is accepted at any
+sequence). An acknowledged old record resumes at its ``end``, exactly once.
+An old record that is an unacknowledged intent is sent again as a format-2
+batch from base sequence 0: if the old version's set never reached the
+target, it is stored once; if it did (killed between the send and the
+acknowledgement), the target cannot tell (it judged that set by its
+format-1 state) and holds that range TWICE, once as the old format-1 set and
+once as the new batch: at-least-once for that one set, exactly once after.
+Its ``target_end`` is then unknown (the sizes differ).
 
 **Continuity.** The copier accepts a message only at its cursor (the source
 offset after the last whole message it holds); one before it is a
@@ -59,10 +68,10 @@ import threading
 import time
 
 from raylog.consumer.batch import MessageBatch
-from raylog.errors import DuplicateSequenceError, MirrorFormatError, RaylogError, RequestTimeoutError
+from raylog.errors import DuplicateSequenceError, RaylogError, RequestTimeoutError
 from raylog.mirror import progress
-from raylog.storage.message import encode_message_set
-from raylog.storage.record_batch import format_at
+from raylog.storage import message as format_1
+from raylog.storage import record_batch
 from raylog.transfer.protocol import ACKS_ALL
 
 log = logging.getLogger(__name__)
@@ -77,17 +86,35 @@ LINGER_S = 0.05
 SEND_DEADLINE_S = 120.0
 #: the pause between two tries of a set
 RETRY_PAUSE_S = 0.2
+#: the producerEpoch of the copier's batches (its id never gets a new epoch)
+PRODUCER_EPOCH = 0
+#: the most bytes a record takes in a batch besides its key, value and
+#: headers: its length (varint, 5), attributes (1), timestamp delta
+#: (varlong, 10), offset delta, key length, value length and header count
+#: (varints, 5 each)
+RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
+#: the most bytes a header takes besides its key and value: two varint lengths
+HEADER_OVERHEAD = 5 + 5
+#: record sequences are i32s that wrap to 0 after 2**31 - 1 (docs/design.md §2)
+_SEQUENCE_MASK = 0x7FFFFFFF
+#: the bytes of a format-1 message besides its key and value (an indexed run's offsets are format-1 bytes)
+_FORMAT_1_OVERHEAD = format_1.HEADER_SIZE
 
 
 class CopierStopped(Exception):
     """The mirror is stopping while a set waits for its target: the set stays
     an intent in its progress record and is sent again when the mirror
-    resumes (the same sequence: stored once)."""
+    resumes (the same batch: stored once)."""
 
 
 def _size(msg) -> int:
-    """A message's bytes in a set (header, key, value; a null value takes none)."""
-    return 22 + (len(msg.value) if msg.value is not None else 0) + (len(msg.key) if msg.key is not None else 0)
+    """The most bytes a message takes as a record of a set's batch (key,
+    value and headers, a null taking none, and :data:`RECORD_OVERHEAD`)."""
+    size = RECORD_OVERHEAD + (len(msg.value) if msg.value is not None else 0) + (
+        len(msg.key) if msg.key is not None else 0)
+    for key, value in msg.headers:
+        size += HEADER_OVERHEAD + len(key.encode()) + (len(value) if value is not None else 0)
+    return size
 
 
 def _boundary(msg) -> bool:
@@ -96,87 +123,93 @@ def _boundary(msg) -> bool:
     return msg.next_offset > msg.offset
 
 
+def _indexed_bytes(run, n: int) -> int:
+    """:func:`_size` of the first ``n`` messages of an indexed run (format-1
+    messages without headers: their offsets are byte positions, so the keys
+    and values of ``n`` take their span less ``n`` format-1 headers)."""
+    offsets = run.offsets
+    span = (run.next_offset if n == len(offsets) else offsets[n]) - offsets[0]
+    return span + n * (RECORD_OVERHEAD - _FORMAT_1_OVERHEAD)
+
+
 def _run_bytes(run, n: int) -> int:
-    """The bytes the first ``n`` messages of a held run take in a set."""
+    """The bytes the first ``n`` messages of a held run take in a set's batch
+    (at most; the batch header is counted once per set, by :func:`_fit`)."""
     if n == 0:
         return 0
     if run.indexed:
-        offsets = run.offsets
-        return (run.next_offset if n == len(offsets) else offsets[n]) - offsets[0]
+        return _indexed_bytes(run, n)
     return sum(map(_size, run.records[:n]))
 
 
 def _fit(run, count: int, size: int, redo_end: int | None, have_boundary: bool):
     """How much of ``run`` joins a set that holds ``count`` messages of
-    ``size`` bytes: ``(messages, their bytes, messages up to the last
-    boundary among them (0: none), whether the set is full)``. A resend
-    takes every message before ``redo_end`` whatever its size; otherwise a
-    set holds at most :data:`MAX_SET_MESSAGES` messages and
-    :data:`MAX_SET_BYTES` bytes, except a first message larger than that."""
+    ``size`` bytes (records only): ``(messages, their bytes, messages up to
+    the last boundary among them (0: none), whether the set is full)``. A
+    resend takes every message before ``redo_end`` whatever its size;
+    otherwise a set holds at most :data:`MAX_SET_MESSAGES` messages and its
+    batch (header and records) at most :data:`MAX_SET_BYTES` bytes, except a
+    first message larger than that."""
     n = len(run)
+    room = MAX_SET_BYTES - record_batch.HEADER_SIZE - size
     if run.indexed:  # every message a boundary; sizes from offsets
-        offsets = run.offsets
         if redo_end is not None:
-            taken = bisect.bisect_left(offsets, redo_end)
+            taken = bisect.bisect_left(run.offsets, redo_end)
         else:
             taken = min(n, MAX_SET_MESSAGES - count)
-            limit = offsets[0] + MAX_SET_BYTES - size
-            if taken and (run.next_offset if taken == n else offsets[taken]) > limit:
-                # the most messages whose end is within the limit: the end of message i is offsets[i + 1]
-                taken = min(taken, bisect.bisect_right(offsets, limit, 1, n) - 1)
+            if taken and _indexed_bytes(run, taken) > room:
+                # the most messages whose bytes fit the room (the bytes of k messages grow with k)
+                taken = bisect.bisect_right(range(1, taken + 1), room, key=lambda k: _indexed_bytes(run, k))
                 if taken == 0 and count == 0 and not have_boundary:
                     taken = 1  # a message larger than a set goes alone
         return taken, _run_bytes(run, taken), taken, taken < n
-    records = run.records
     taken = boundary = 0
-    for i, msg in enumerate(records):
+    used = 0
+    for i, msg in enumerate(run.records):
         if redo_end is not None:
             if msg.offset >= redo_end:
                 break
         else:
             if count + i >= MAX_SET_MESSAGES:
                 break
-            grown = size + _size(msg)
-            if grown > MAX_SET_BYTES and (have_boundary or boundary):
+            grown = used + _size(msg)
+            if grown > room and (have_boundary or boundary):
                 break
-            size = grown
+            used = grown
         taken = i + 1
         if _boundary(msg):
             boundary = taken
-    if taken < n and redo_end is None and run.has_stored_bytes:
-        # cut where a stored message starts, so that both parts keep their stored bytes (a
-        # compressed wrapper is not taken apart): back to the last such start, or, when that
-        # leaves the set empty, on to the end of the first stored message, past the bounds
-        cuts = run.stored_cuts()
-        before = bisect.bisect_right(cuts, taken)
-        if before:
-            taken = cuts[before - 1]
-        elif count == 0:
-            taken = cuts[0] if cuts else n
-        else:
-            taken = 0
-        boundary = taken
     return taken, _run_bytes(run, taken), boundary, taken < n
 
 
-def _set_bytes(run) -> bytes:
-    """A held run as a message set: its stored bytes as they came (an
-    indexed run's, or a whole fetch's decoded messages with their compressed
-    wrappers), else its messages encoded again, uncompressed."""
-    if not run.indexed and (
-            (run.has_stored_bytes and format_at(run.stored_bytes()) == 2)
-            or any(m.value is None or m.headers for m in run.records)):
-        first = run.records[0]
-        raise MirrorFormatError(
-            f"{first.topic}-{first.partition} holds format-2 record batches from offset {first.offset} on "
-            f"(headers, null values), which this mirror does not copy yet: written again as format 1 they "
-            f"would lose their headers and null values. Nothing of the set was sent; the mirror stays at "
-            f"its position until it runs a raylog that copies format 2")
-    if run.has_stored_bytes:
-        return run.stored_bytes()
-    records = run.records
-    return encode_message_set([m.value for m in records], [m.key for m in records],
-                              [m.timestamp for m in records], None)
+def _columns(pieces: list) -> tuple[list, list, list, list]:
+    """The values, keys, headers (None: none) and timestamps of held runs, in order."""
+    values, keys, headers, timestamps = [], [], [], []
+    for run in pieces:
+        if run.indexed:  # format-1 messages: no headers, never a null value
+            values += [bytes(v) for v in run.values]
+            keys += [None if k is None else bytes(k) for k in run.keys]
+            headers += [None] * len(run)
+            timestamps += run.timestamps.tolist()
+        else:
+            for msg in run.records:
+                values.append(msg.value)
+                keys.append(msg.key)
+                headers.append(list(msg.headers) or None)
+                timestamps.append(msg.timestamp)
+    return values, keys, headers, timestamps
+
+
+def _set_batch(pieces: list, producer_id: int, base_sequence: int) -> bytes:
+    """Held runs as one uncompressed record batch (format 2) under
+    ``producer_id`` from record sequence ``base_sequence``: the same runs
+    give the same bytes, whatever form the source stored them in. The
+    progress record counts sequences on; the batch carries them modulo 2**31
+    (an i32 that wraps to 0, as the target's producer state expects)."""
+    values, keys, headers, timestamps = _columns(pieces)
+    return record_batch.encode_batch(
+        values, keys, headers if any(h is not None for h in headers) else None, timestamps,
+        producer_id=producer_id, producer_epoch=PRODUCER_EPOCH, base_sequence=base_sequence & _SEQUENCE_MASK)
 
 
 class PartitionCopier:
@@ -196,10 +229,12 @@ class PartitionCopier:
         self._conn = None
         self._runs: list = []  # held messages: MessageBatch runs, in source order
         self._held_count = 0  # messages in _runs
-        self._held_bytes = 0  # the bytes they take in a set
+        self._held_bytes = 0  # the bytes their records take in a set's batch
         self._record: dict | None = None
         self._version = -1
-        self._seq = 0
+        self._seq = 0  # the number of the next set (for people: the target judges by record sequences)
+        self._base = 0  # the record sequence of the next set's first record
+        self._lost_count = 0  # the records of an intent given up (see skip_to)
         self._pos: int | None = None  # source offset after the last acknowledged set
         self._cursor: int | None = None  # source offset after the last whole buffered message
         self._redo: dict | None = None  # an intent not acknowledged: resend exactly it
@@ -216,11 +251,14 @@ class PartitionCopier:
         self._record, self._version = progress.read_progress(self.zk, self.progress_path)
         rec = self._record
         if rec is None:
-            self._seq, self._pos = 0, None
+            self._seq, self._base, self._pos = 0, 0, None
         elif rec["acked"]:
-            self._seq, self._pos = rec["seq"] + 1, rec["end"]
+            # a record of the previous version (format-1 sets, no base_seq): record sequences start
+            # at 0, which the target's format-2 producer state takes (module docstring)
+            base = rec["base_seq"] + rec["count"] if "base_seq" in rec else 0
+            self._seq, self._base, self._pos = rec["seq"] + 1, base, rec["end"]
         else:
-            self._seq, self._pos, self._redo = rec["seq"], rec["start"], rec
+            self._seq, self._base, self._pos, self._redo = rec["seq"], rec.get("base_seq", 0), rec["start"], rec
         self._cursor = self._pos
         self._drop_held()
         return self._pos
@@ -237,10 +275,11 @@ class PartitionCopier:
         """Continue at ``offset`` (the source's retention removed what lay
         before it); an unacknowledged intent before it is given up. Whether
         the target stored that intent's set is unknown: the next set goes
-        under its sequence and is checked (:meth:`_send`)."""
+        from its base sequence and is checked (:meth:`_send`)."""
         self._pos = offset
         if self._redo is not None:
             self._unsure = True
+            self._lost_count = self._redo["count"]
         self._redo = None
 
     @property
@@ -254,9 +293,8 @@ class PartitionCopier:
         handed out for this partition. An indexed batch (uncompressed
         messages) is held as it is: its messages are contiguous (the index
         walks the fetched bytes message by message), so only its first
-        offset is checked against the cursor, and its stored bytes are sent
-        as they are. A decoded batch (a compressed wrapper's messages) is
-        checked message by message; taken whole, its stored bytes go on too."""
+        offset is checked against the cursor. A decoded batch (a compressed
+        wrapper's messages, format-2 records) is checked message by message."""
         if not batch.indexed:
             self.offer(batch)
             return
@@ -274,8 +312,7 @@ class PartitionCopier:
 
     def offer(self, messages) -> None:
         """Take the messages the consumer handed out for this partition, one
-        by one. A decoded batch taken whole is held as it is: its stored
-        bytes (a compressed wrapper as it came) can go on."""
+        by one (a decoded batch taken whole is held as it is)."""
         taken = []
         for msg in messages:
             if self.need_seek or self._cursor is None:
@@ -323,7 +360,8 @@ class PartitionCopier:
         if self._redo is not None:
             return self._cursor >= self._redo["end"]
         now = time.monotonic() if now is None else now
-        return (self._held_count >= MAX_SET_MESSAGES or self._held_bytes >= MAX_SET_BYTES
+        return (self._held_count >= MAX_SET_MESSAGES
+                or record_batch.HEADER_SIZE + self._held_bytes >= MAX_SET_BYTES
                 or (self._held_since is not None and now - self._held_since >= LINGER_S))
 
     def pump(self, now: float | None = None, *, flush: bool = False) -> int:
@@ -391,43 +429,47 @@ class PartitionCopier:
         end = tail.next_offset
         count = sum(len(piece) for piece in pieces)
         last_ts = tail.records[-1].timestamp if not tail.indexed else tail.timestamps[len(tail) - 1]
-        parts = [_set_bytes(piece) for piece in pieces]
-        payload = parts[0] if len(parts) == 1 else b"".join(parts)
+        payload = _set_batch(pieces, self.producer_id, self._base)
         same_bytes = True
         if self._redo is not None:
             assert start == self._redo["start"] and end == self._redo["end"], (self._redo, start, end)
-            # the set sent before may have had other bytes (a wrapper sent on as it came, now encoded
-            # again): the target keeps whichever came first, so its end is known only for equal sizes
+            # the same records from the same base sequence give the same batch; an intent of the
+            # previous version was a format-1 set of another size: the target's end is then unknown
             same_bytes = self._redo.get("bytes") == len(payload)
             self._redo = None
         else:
-            intent = {"seq": self._seq, "start": start, "end": end, "count": count, "bytes": len(payload),
-                      "acked": False, "target_end": None, "last_ts": last_ts}
-            self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
+            self._write_intent(start, end, count, len(payload), last_ts)
         if self._unsure:
-            base = self._send_after_a_lost_intent(payload, start, end, count, last_ts)
+            payload, base = self._send_after_a_lost_intent(pieces, payload, start, end, count, last_ts)
         else:
             base = self._produce(payload)
         if not same_bytes:
             base = None
-        record = {"seq": self._seq, "start": start, "end": end, "count": count, "bytes": len(payload),
-                  "acked": True, "target_end": None if base is None else base + len(payload), "last_ts": last_ts}
+        record = {"seq": self._seq, "base_seq": self._base, "start": start, "end": end, "count": count,
+                  "bytes": len(payload), "acked": True,
+                  "target_end": None if base is None else base + len(payload), "last_ts": last_ts}
         self._version = progress.write_progress(self.zk, self.progress_path, record, self._version)
         self._record = record
         self._seq += 1
+        self._base += count
         self._pos = end
         now = time.monotonic()
         if base is not None and now - self._last_checkpoint >= self.checkpoint_interval_s:
             progress.append_checkpoint(self.zk, self.checkpoints_path, end, base + len(payload))
             self._last_checkpoint = now
 
+    def _write_intent(self, start: int, end: int, count: int, size: int, last_ts: int) -> None:
+        intent = {"seq": self._seq, "base_seq": self._base, "start": start, "end": end, "count": count,
+                  "bytes": size, "acked": False, "target_end": None, "last_ts": last_ts}
+        self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
+
     def _produce(self, payload: bytes) -> int | None:
-        """Send one set under the copier's sequence until the target answers
-        (retriable failures: the same set again). The base offset, or None for
-        a set stored before whose offset the target no longer remembers."""
-        result = self._ask(lambda conn: conn.produce_sets(
-            self.target_topic, self.partition, [payload], ACKS_ALL, producer_id=self.producer_id,
-            sequences=[self._seq])[0], f"take sequence {self._seq}")
+        """Send one set's batch until the target answers (retriable failures:
+        the same batch again). The base offset (of its first store, for a
+        batch stored before), or None for a batch stored before whose offset
+        the target no longer remembers."""
+        result = self._ask(lambda conn: conn.produce_sets(self.target_topic, self.partition, [payload], ACKS_ALL)[0],
+                           f"take record sequence {self._base}")
         if isinstance(result, DuplicateSequenceError):
             return None  # stored before (sequence <= last), offset no longer remembered
         return int(result)
@@ -436,25 +478,30 @@ class PartitionCopier:
         return self._ask(lambda conn: conn.offsets(self.target_topic, self.partition),
                          "give its offsets").high_watermark
 
-    def _send_after_a_lost_intent(self, payload, start: int, end: int, count: int, last_ts: int) -> int | None:
-        """Send the first set after an intent was given up, under that
-        intent's sequence. If the target had stored the lost set, it answers
-        this one as that duplicate (an offset below its high watermark before
-        the send, or no offset at all) and stores nothing: the set then goes
-        again under the next sequence, its intent written first."""
+    def _send_after_a_lost_intent(self, pieces, payload, start: int, end: int, count: int,
+                                  last_ts: int) -> tuple[bytes, int | None]:
+        """Send the first set after an intent was given up, from that
+        intent's base sequence. If the target had stored the lost set, it
+        answers this one as that duplicate (an offset below its high
+        watermark before the send: the same first and last sequence; or no
+        offset at all: another count) and stores nothing: the set then goes
+        again, its intent written first, from the sequence after the lost
+        set's records. ``(the batch stored, its base offset)``."""
         before = self._high_watermark()
         base = self._produce(payload)
         if base is None or base < before:
-            log.warning("%s-%d: the target had stored sequence %d of a range lost to the source's retention; "
-                        "sending [%d, %d) under %d", self.target_topic, self.partition, self._seq, start, end,
-                        self._seq + 1)
+            lost = self._base
             self._seq += 1
-            intent = {"seq": self._seq, "start": start, "end": end, "count": count, "bytes": len(payload),
-                      "acked": False, "target_end": None, "last_ts": last_ts}
-            self._version = progress.write_progress(self.zk, self.progress_path, intent, self._version)
+            self._base += self._lost_count
+            log.warning("%s-%d: the target had stored record sequences %d.. of a range lost to the source's "
+                        "retention; sending [%d, %d) from sequence %d", self.target_topic, self.partition, lost,
+                        start, end, self._base)
+            payload = _set_batch(pieces, self.producer_id, self._base)
+            self._write_intent(start, end, count, len(payload), last_ts)
             base = self._produce(payload)
         self._unsure = False
-        return base
+        self._lost_count = 0
+        return payload, base
 
     def _ask(self, call, what: str):
         """``call(connection)`` until the target answers: retriable failures
@@ -486,8 +533,9 @@ class PartitionCopier:
 
     def _pause_before_retry(self, error: Exception) -> None:
         if self.stopping.wait(RETRY_PAUSE_S):
-            raise CopierStopped(f"{self.target_topic}-{self.partition}: the mirror stopped while sequence {self._seq} "
-                                f"waited for the target ({error}); it is sent again when the mirror resumes")
+            raise CopierStopped(f"{self.target_topic}-{self.partition}: the mirror stopped while the set from record "
+                                f"sequence {self._base} waited for the target ({error}); it is sent again when the "
+                                f"mirror resumes")
 
     def _connection(self):
         if self._conn is None:

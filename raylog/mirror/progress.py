@@ -1,17 +1,22 @@
 """The progress of one source partition's copy, kept in the target's ZooKeeper.
 
 **The progress record** (``mirrors/<name>/progress/<topic>/<p>``, JSON) is
-written *before* a message set is sent (the intent) and again once the
-target acknowledged it::
+written *before* a set is sent (the intent) and again once the target
+acknowledged it (:mod:`raylog.mirror.copier`: a set goes as one format-2
+record batch)::
 
-    {"seq": 17,             # the producer sequence number of the set
+    {"seq": 17,             # the set's number (0, 1, 2, ...; for people: the target judges base_seq)
+     "base_seq": 1700,      # the record sequence of its first record (the batch's baseSequence is
+                            #  this modulo 2**31; the next set's is base_seq + count); absent in records of the previous
+                            #  version, whose format-1 sets were numbered by "seq": read as 0
      "start": 40960,        # source offset of its first message
      "end": 45056,          # source offset after its last message (a message boundary)
-     "count": 100,          # messages in the set
-     "bytes": 6144,         # its size as sent (absent in records of older versions)
+     "count": 100,          # messages (records) in the set
+     "bytes": 6144,         # its batch's size as sent (absent in records of older versions)
      "acked": true,         # the target acknowledged it
      "target_end": 51200,   # target offset after the set (null: unknown: stored before and
-                            #  no longer remembered, or a resend of another size)
+                            #  no longer remembered, or a resend of another size: an intent of
+                            #  the previous version, a format-1 set, sent again as a batch)
      "last_ts": 1764130000000}  # create time of its last message, ms
 
 Every write is a compare-and-set on the node's version: a copier that lost

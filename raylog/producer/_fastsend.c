@@ -94,7 +94,7 @@ typedef struct {
     Py_ssize_t max_buffered;
     Py_ssize_t header_size;
     /* slot offsets of ProducerBatch */
-    Py_ssize_t b_values, b_keys, b_timestamps, b_size, b_limit, b_future;
+    Py_ssize_t b_values, b_keys, b_timestamps, b_headers, b_size, b_limit, b_future;
     Py_ssize_t b_topic, b_partition, b_created, b_deadline;
     /* slot offsets of SendFuture */
     Py_ssize_t f_batch, f_index;
@@ -146,6 +146,7 @@ KeylessSend_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     PyTypeObject *bt = self->batch_type, *ft = self->future_type;
     if (slot_offset(bt, "values", &self->b_values) < 0 || slot_offset(bt, "keys", &self->b_keys) < 0 ||
         slot_offset(bt, "timestamps", &self->b_timestamps) < 0 || slot_offset(bt, "size", &self->b_size) < 0 ||
+        slot_offset(bt, "headers", &self->b_headers) < 0 ||
         slot_offset(bt, "limit", &self->b_limit) < 0 || slot_offset(bt, "future", &self->b_future) < 0 ||
         slot_offset(bt, "topic", &self->b_topic) < 0 || slot_offset(bt, "partition", &self->b_partition) < 0 ||
         slot_offset(bt, "created", &self->b_created) < 0 || slot_offset(bt, "deadline", &self->b_deadline) < 0 ||
@@ -369,6 +370,7 @@ send_alone(KeylessSend *self, PyObject *topic, PyObject *value, PyObject **out)
     fill(batch, self->b_values, values);
     fill(batch, self->b_keys, Py_None);
     fill(batch, self->b_timestamps, Py_None);
+    fill(batch, self->b_headers, Py_None);
     fill(batch, self->b_created, created);
     fill(batch, self->b_deadline, self->zero_float);
     fill(batch, self->b_size, size);

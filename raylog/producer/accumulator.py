@@ -78,7 +78,7 @@ import time
 from typing import Callable, NamedTuple, Sequence
 
 from raylog.errors import ClosedError, RequestTimeoutError
-from raylog.producer.batch import ProducerBatch, add_key_size
+from raylog.producer.batch import ProducerBatch, add_key_size, batch_limit, headers_size
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
 from raylog.producer.partitioner import StickyPartitioner, group_by_partition, partition_for_key
 from raylog.storage.message import HEADER_SIZE
@@ -316,18 +316,21 @@ class RecordAccumulator:
         count = self._counts.get(topic)
         if count is None:
             count = self._counts[topic] = self._metadata.partitions(topic)
-            self._limits[topic] = self._metadata.config(topic).max_message_bytes
+            self._limits[topic] = batch_limit(self._metadata.config(topic).max_message_bytes)
         return count
 
     # -- appending ------------------------------------------------------------------
 
-    def append(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None,
-               timestamp_ms: int | None = None) -> SendFuture:
-        """One message (keyless ones join the topic's sticky batch)."""
-        if key is None and partition is None and timestamp_ms is None:
+    def append(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
+               timestamp_ms: int | None = None, headers: list | None = None) -> SendFuture:
+        """One message (keyless ones join the topic's sticky batch); a
+        ``None`` value is a tombstone; ``headers`` a list of ``(str, bytes | None)``."""
+        if key is None and partition is None and timestamp_ms is None and not headers and value is not None:
             return self.append_keyless(topic, value)
         count = self._counts.get(topic) or self.partitions(topic)
-        grow = HEADER_SIZE + len(value)
+        grow = HEADER_SIZE + (len(value) if value is not None else 0)
+        if headers:
+            grow += headers_size(headers)
         if partition is None and key is not None:
             partition = partition_for_key(key, count)
         if key is not None:
@@ -353,6 +356,10 @@ class RecordAccumulator:
                 batch.timestamps.append(timestamp_ms)
             elif batch.timestamps is not None:
                 batch.timestamps.append(int(batch.created * 1000))
+            if headers:
+                if batch.headers is None:
+                    batch.headers = {}
+                batch.headers[index] = headers
             batch.size += grow
             self.buffered += 1
             if index + 1 >= self.batch_size:
@@ -464,7 +471,7 @@ class RecordAccumulator:
             self._seal(batch)
             batch = None
         if batch is None:
-            limit = self._limits.get(topic) or self._metadata.config(topic).max_message_bytes
+            limit = self._limits.get(topic) or batch_limit(self._metadata.config(topic).max_message_bytes)
             batch = ProducerBatch(topic, partition, self.linger_s, limit, self.compressed)
             self.open[(topic, partition)] = batch
             if self.sender_waiting and batch.deadline < self.sender_wakes_at and self.batch_size > 1:

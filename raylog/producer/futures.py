@@ -6,10 +6,8 @@ of it (the batch and the message's index), so that the hot path allocates
 almost nothing per message. ``send_batch`` hands out a :class:`CallFuture`
 over the batches its messages went to.
 
-Offsets (docs/design.md §2): in an uncompressed set, message ``i`` is at the set's
-base offset plus the sizes of the messages before it; in a compressed set
-message ``i`` reports the wrapper's offset plus ``i`` (the wrapper is padded
-to at least as many bytes as it holds messages). With ``acks=0`` nothing comes
+Offsets (docs/design.md §2): a batch travels as one record batch, and
+message ``i`` of it has the batch's offset (its byte position) plus ``i``. With ``acks=0`` nothing comes
 back and every message reports offset ``-1``, as does a set the partition
 recognised as a duplicate it can no longer place (DuplicateSequenceError).
 
@@ -28,7 +26,6 @@ import threading
 from typing import Callable, NamedTuple
 
 from raylog.errors import DeliveryError, RaylogError, RequestTimeoutError
-from raylog.storage.message import HEADER_SIZE
 
 try:  # puts a future the compiled send left untracked back under the garbage collector
     from raylog.producer._fastsend import track as _track
@@ -80,7 +77,7 @@ class BatchFuture:
     def __init__(self, topic: str, partition: int, values: list, compressed: bool):
         self.topic = topic
         self.partition = partition
-        self._values = values  # the batch's own list: offsets are computed from it on demand
+        self._values = values  # the batch's own list (until resolved)
         self._keys = None
         self._compressed = compressed
         self._done = False
@@ -100,6 +97,7 @@ class BatchFuture:
 
     def resolve(self, base_offset: int) -> None:
         self._base = base_offset
+        self._values = self._keys = None
         self._finish()
 
     def fail(self, error: BaseException) -> None:
@@ -186,22 +184,7 @@ class BatchFuture:
         base = self._base
         if base < 0:
             return base
-        if self._compressed:
-            return base + index
-        offsets = self._offsets
-        if offsets is None:
-            offsets = self._offsets = self._compute_offsets(base)
-        return offsets[index]
-
-    def _compute_offsets(self, base: int) -> list[int]:
-        offsets = []
-        position = base
-        keys = self._keys
-        for i, value in enumerate(self._values):
-            offsets.append(position)
-            position += HEADER_SIZE + len(value) + (len(keys[i]) if keys is not None and keys[i] is not None else 0)
-        self._values = self._keys = None
-        return offsets
+        return base + index
 
 
 class SendFuture:

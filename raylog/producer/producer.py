@@ -150,6 +150,26 @@ def check_key(key) -> None:
         raise ArgumentTypeError(f"key must be bytes, got {type(key).__name__}; encode it, e.g. key.encode()")
 
 
+def check_headers(headers) -> list[tuple[str, bytes | None]]:
+    """``headers`` as a list of ``(str, bytes | None)`` pairs, or
+    ArgumentTypeError naming the first that is not one."""
+    out = []
+    for i, pair in enumerate(headers):
+        if type(pair) not in (tuple, list) or len(pair) != 2:
+            raise ArgumentTypeError(
+                f"headers[{i}] must be a (str, bytes) pair, got {pair!r}; e.g. headers=[('trace', b'abc')]"
+            )
+        name, value = pair
+        if type(name) is not str:
+            raise ArgumentTypeError(f"headers[{i}]'s key must be a str, got {type(name).__name__}")
+        if value is not None and type(value) is not bytes:
+            raise ArgumentTypeError(
+                f"headers[{i}]'s value must be bytes or None, got {type(value).__name__}; encode it, e.g. v.encode()"
+            )
+        out.append((name, value))
+    return out
+
+
 class Producer:
     def __init__(
         self,
@@ -247,19 +267,27 @@ class Producer:
     def send(
         self,
         topic: str,
-        value: bytes,
+        value: bytes | None,
         key: bytes | None = None,
         *,
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
     ) -> SendFuture:
         """Queue one message; returns its future at once (unless the buffer
-        is full: then it waits up to ``max_block_s`` for room)."""
-        if type(value) is not bytes:
+        is full: then it waits up to ``max_block_s`` for room).
+
+        ``value`` ``None`` is a tombstone (a null value, kept distinct from
+        ``b""``); ``headers`` are ``(str, bytes | None)`` pairs, kept in
+        order, duplicates allowed (docs/design.md §2)."""
+        if type(value) is not bytes and value is not None:
             raise ArgumentTypeError(
-                f"value must be bytes, got {type(value).__name__}; encode it first, e.g. value.encode()"
+                f"value must be bytes (or None for a tombstone), got {type(value).__name__}; "
+                f"encode it first, e.g. value.encode()"
             )
-        if key is None and partition is None and timestamp_ms is None:
+        if headers:
+            headers = check_headers(headers)
+        if key is None and partition is None and timestamp_ms is None and not headers and value is not None:
             if self._direct:
                 # batch 1 with acks: an idle partition's set goes out on this
                 # thread, and its reply is read by the thread that waits for it
@@ -271,7 +299,7 @@ class Producer:
         check_key(key)
         if partition is not None:
             self._check_partition(topic, partition)
-        return self._acc.append(topic, value, key, partition, timestamp_ms)
+        return self._acc.append(topic, value, key, partition, timestamp_ms, headers or None)
 
     def send_batch(
         self,

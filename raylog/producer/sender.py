@@ -92,7 +92,8 @@ from raylog.errors import (
 from raylog.producer.futures import UNKNOWN_OFFSET, _track
 from raylog.producer.visibility import Visibility
 from raylog.retry import RetryPolicy
-from raylog.storage.message import encode_message_set
+from raylog.producer.batch import BATCH_OVERHEAD
+from raylog.storage.record_batch import LOG_OVERHEAD, encode_batch, with_producer
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES, MAX_IN_FLIGHT_PER_PARTITION
 
@@ -107,6 +108,8 @@ MAX_UNACKED_ROUND_SETS = 256
 MAX_IN_FLIGHT_PARTITIONS = 8
 _MAX_PRODUCER_ID = (1 << 63) - 1
 _MAX_SEQUENCE = (1 << 31) - 1
+#: the producerEpoch of raylog's idempotent batches (a fresh id, never a new epoch)
+PRODUCER_EPOCH = 0
 
 
 def new_producer_id() -> int:
@@ -123,9 +126,12 @@ class _Sequences:
         self.producer_id = producer_id
         self.next = 0
 
-    def take(self) -> int:
+    def take(self, count: int = 1) -> int:
+        """The base sequence of a batch of ``count`` records (its records
+        are numbered base .. base + count - 1, as Kafka's; wrapping at the
+        i32's end)."""
         seq = self.next
-        self.next = seq + 1 if seq < _MAX_SEQUENCE else 0
+        self.next = (seq + count) & _MAX_SEQUENCE
         return seq
 
     def restart(self) -> None:
@@ -153,12 +159,50 @@ _UNREAD = object()
 
 
 class _Set:
+    """One batch on its way: its record batch (format 2) and base sequence."""
+
     __slots__ = ("batch", "payload", "sequence")
 
-    def __init__(self, batch, payload: bytes):
+    def __init__(self, batch, payload: bytes, sequence: int = -1):
         self.batch = batch
         self.payload = payload
-        self.sequence = -1
+        self.sequence = sequence
+
+    def renumber(self, state: _Sequences) -> None:
+        """Under ``state``'s (fresh) producer id, with its next sequences."""
+        self.sequence = state.take(len(self.batch.values))
+        self.payload = with_producer(self.payload, state.producer_id, PRODUCER_EPOCH, self.sequence)
+
+
+def encode(batch, compression: str | None, state: _Sequences | None) -> bytes:
+    """The record batch (format 2, docs/design.md §2) of a producer batch,
+    carrying the producer id and the next base sequence of ``state`` when
+    idempotent (taken only once the batch is known to fit: :meth:`_Sequences.take`)."""
+    timestamps = batch.timestamps if batch.timestamps is not None else int(batch.created * 1000)
+    headers = batch.headers
+    if headers is not None:
+        headers = [headers.get(i) for i in range(len(batch.values))]
+    if state is None:
+        return encode_batch(batch.values, batch.keys, headers, timestamps, compression)
+    return encode_batch(
+        batch.values, batch.keys, headers, timestamps, compression,
+        producer_id=state.producer_id, producer_epoch=PRODUCER_EPOCH, base_sequence=state.next,
+    )
+
+
+def too_large(batch, payload: bytes) -> MessageTooLargeError | None:
+    """The error of a batch whose record batch is over the topic's
+    ``max_message_bytes`` (batchLength: the bytes after its first 12)."""
+    length = len(payload) - LOG_OVERHEAD
+    limit = batch.limit + BATCH_OVERHEAD
+    if length <= limit:
+        return None
+    return MessageTooLargeError(
+        f"a record batch of {length} bytes ({len(batch.values)} message(s)) is larger than the "
+        f"topic's max_message_bytes ({limit}); send smaller messages or raise max_message_bytes",
+        size=length,
+        limit=limit,
+    )
 
 
 class Sender:
@@ -234,22 +278,14 @@ class Sender:
             conn = self._connections.get(tp)
             if conn is None or not conn.connected or self._abandon.is_set():
                 return
-            payload = encode_message_set(batch.values, None, int(batch.created * 1000), self.compression)
-            if len(payload) > batch.limit:
+            state = self._state(tp)
+            payload = encode(batch, self.compression, state)
+            if too_large(batch, payload) is not None:
                 return  # the worker refuses it (no sequence number spent)
-            one = _Set(batch, payload)
-            state = None
-            if self.idempotent:
-                state = self._sequences.get(tp)
-                if state is None:
-                    state = self._sequences[tp] = _Sequences(self.producer_id)
-                one.sequence = state.take()
+            one = _Set(batch, payload, state.take(len(batch.values)) if state is not None else -1)
             work.set, work.state, work.conn = one, state, conn
             try:
-                work.correlation = conn.write_set(
-                    tp[0], tp[1], payload, self.acks,
-                    producer_id=state.producer_id if state is not None else -1, sequence=one.sequence,
-                )
+                work.correlation = conn.write_set(tp[0], tp[1], payload, self.acks)
             except RaylogError as err:
                 work.error = err
                 return
@@ -375,36 +411,31 @@ class Sender:
                 self._resolve(b, error=ClosedError("the producer was closed before this message was sent"))
             return
         sets = []
+        state = self._state(tp)
         for b in batches:
-            timestamps = b.timestamps if b.timestamps is not None else int(b.created * 1000)
-            payload = encode_message_set(b.values, b.keys, timestamps, self.compression)
-            if len(payload) > b.limit:
+            payload = encode(b, self.compression, state)
+            error = too_large(b, payload)
+            if error is not None:
                 # Refused here rather than by the partition: no sequence number is spent on it.
-                self._resolve(
-                    b,
-                    error=MessageTooLargeError(
-                        f"a message set of {len(payload)} bytes ({len(b.values)} message(s)) is larger than the "
-                        f"topic's max_message_bytes ({b.limit}); send smaller messages or raise max_message_bytes",
-                        size=len(payload),
-                        limit=b.limit,
-                    ),
-                )
+                self._resolve(b, error=error)
                 continue
-            sets.append(_Set(b, payload))
+            sets.append(_Set(b, payload, state.take(len(b.values)) if state is not None else -1))
         if not sets:
             return
-        state = None
-        if self.idempotent:
-            state = self._sequences.get(tp)
-            if state is None:
-                state = self._sequences[tp] = _Sequences(self.producer_id)
-            for s in sets:
-                s.sequence = state.take()
         pending = sets
         try:
             self._send_within_deadline(tp, pending, state)
         except RaylogError as err:
             self._give_up(pending, state, err)
+
+    def _state(self, tp: tuple[str, int]) -> _Sequences | None:
+        """The idempotence state of ``tp`` (None when not idempotent)."""
+        if not self.idempotent:
+            return None
+        state = self._sequences.get(tp)
+        if state is None:
+            state = self._sequences[tp] = _Sequences(self.producer_id)
+        return state
 
     def _give_up(self, pending: list, state: _Sequences | None, err: RaylogError) -> None:
         """Fail ``pending`` with ``err``: these sets may or may not be
@@ -449,14 +480,9 @@ class Sender:
                                   f"these messages may or may not be stored")
             conn = self._connected(tp, pending)
             try:
-                results = conn.produce_sets(
-                    topic,
-                    partition,
-                    [s.payload for s in sending],
-                    self.acks,
-                    producer_id=state.producer_id if state is not None else -1,
-                    sequences=[s.sequence for s in sending] if state is not None else None,
-                )
+                # The producer's id and sequences travel in the batches
+                # (format 2): the partition judges them from there.
+                results = conn.produce_sets(topic, partition, [s.payload for s in sending], self.acks)
             except RaylogError as err:
                 if self.acks or err.retriable:
                     raise
@@ -506,7 +532,7 @@ class Sender:
             # under a fresh one.
             state.restart()
             for s in pending:
-                s.sequence = state.take()
+                s.renumber(state)
         if retry_error is not None:
             raise retry_error
         if again and not gap:

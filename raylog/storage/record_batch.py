@@ -120,6 +120,7 @@ __all__ = [
     "Record",
     "DecodedBatch",
     "encode_batch",
+    "with_producer",
     "encode_records",
     "read_header",
     "format_at",
@@ -788,6 +789,21 @@ def stamp_into(buf: bytearray, pos: int, position: int, leader_epoch: int) -> No
         struct.pack_into(">i", buf, pos + _LAST_OFFSET_DELTA_AT, lod)
         crc = crc32c(memoryview(buf)[pos + _ATTRIBUTES_AT : pos + LOG_OVERHEAD + batch_length])
         _CRC.pack_into(buf, pos + _CRC_AT, crc)
+
+
+_PRODUCER_AT = 43  # producerId i64, producerEpoch i16, baseSequence i32
+_PRODUCER_FIELDS = struct.Struct(">qhi")
+
+
+def with_producer(batch, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """A copy of the (one, whole) ``batch`` under another producer identity:
+    producerId, producerEpoch and baseSequence set and the crc made again.
+    A producer that moves to a fresh id after a gap numbers the batches it
+    has not sent yet again with it."""
+    buf = bytearray(batch)
+    _PRODUCER_FIELDS.pack_into(buf, _PRODUCER_AT, producer_id, producer_epoch, base_sequence)
+    _CRC.pack_into(buf, _CRC_AT, crc32c(memoryview(buf)[_ATTRIBUTES_AT:]))
+    return bytes(buf)
 
 
 def stamp(batch, position: int, leader_epoch: int = -1) -> bytes:

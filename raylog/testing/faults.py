@@ -53,6 +53,8 @@ from kazoo.protocol.states import KazooState
 
 from raylog.errors import FaultInjectionError
 from raylog.retry import RetryPolicy
+from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
+from raylog.storage.record_batch import LOG_OVERHEAD, format_at
 
 
 def _hosts(client: KazooClient) -> str:
@@ -278,7 +280,8 @@ def zookeeper_outage(server, seconds: float) -> None:
 
 # -- disk ----------------------------------------------------------------------------
 
-# size, crc, magic, attributes, timestamp, key_length (docs/design.md section 2)
+# size, crc, magic, attributes, timestamp, key_length (docs/design.md section 2);
+# 22 bytes, enough to tell a record batch too (format_at reads bytes 8 and 16)
 _HEADER = struct.Struct(">IIBBqi")
 
 
@@ -294,16 +297,19 @@ def _segment_holding(log_dir: str, offset: int) -> tuple[str, int]:
 
 
 def message_size(log_dir: str, offset: int) -> int:
-    """The whole size (size field included) of the message at ``offset`` of
-    the partition log in ``log_dir``: the next message starts at
+    """The whole size of the entry at ``offset`` of the partition log in
+    ``log_dir`` (a format-1 message, size field included, or a format-2
+    record batch, 12 + batchLength): the next entry starts at
     ``offset + message_size(...)``."""
     path, position = _segment_holding(log_dir, offset)
     with open(path, "rb") as f:
         f.seek(position)
-        raw = f.read(4)
+        raw = f.read(17)
+    if len(raw) >= 17 and format_at(raw) == 2:
+        return LOG_OVERHEAD + int.from_bytes(raw[8:12], "big")
     if len(raw) < 4:
         raise FaultInjectionError(f"offset {offset} of {log_dir} is not a whole message")
-    return 4 + int.from_bytes(raw, "big")
+    return 4 + int.from_bytes(raw[:4], "big")
 
 
 def flip_byte(log_dir: str, offset: int, rng=None) -> dict:
@@ -311,7 +317,8 @@ def flip_byte(log_dir: str, offset: int, rng=None) -> dict:
     the partition log in ``log_dir``, in place, as a failing disk would.
 
     The byte is taken from the message's value (or, for an empty value, its
-    timestamp), never from its size field: the log keeps its message
+    timestamp; for a format-2 record batch, from its records section), never
+    from its size field: the log keeps its message
     boundaries and readers detect the damage by the message's CRC32C.
     Writing through the file also changes what the page cache serves, so a
     running partition actor serves the damaged byte from now on. Flip only
@@ -328,13 +335,21 @@ def flip_byte(log_dir: str, offset: int, rng=None) -> dict:
         header = os.pread(fd, _HEADER.size, position)
         if len(header) < _HEADER.size:
             raise FaultInjectionError(f"offset {offset} of {log_dir} is not a whole message")
-        size, _crc, _magic, _attrs, _ts, key_length = _HEADER.unpack(header)
-        value_start = position + _HEADER.size + max(key_length, 0)
-        end = position + 4 + size
-        if value_start < end:
-            lo, hi = value_start, end
-        else:  # empty value: the timestamp
-            lo, hi = position + 10, position + 18
+        if format_at(header) == 2:
+            # a record batch: a byte of its records section (the batch's
+            # length fields stay, its crc finds the damage)
+            size = int.from_bytes(header[8:12], "big") + LOG_OVERHEAD - 4
+            lo, hi = position + BATCH_HEADER_SIZE, position + 4 + size
+            if lo >= hi:
+                raise FaultInjectionError(f"the batch at offset {offset} of {log_dir} has no records section")
+        else:
+            size, _crc, _magic, _attrs, _ts, key_length = _HEADER.unpack(header)
+            value_start = position + _HEADER.size + max(key_length, 0)
+            end = position + 4 + size
+            if value_start < end:
+                lo, hi = value_start, end
+            else:  # empty value: the timestamp
+                lo, hi = position + 10, position + 18
         target = lo if rng is None else rng.randrange(lo, hi)
         old = os.pread(fd, 1, target)
         if len(old) != 1:

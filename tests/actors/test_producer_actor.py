@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raylog.errors import DeliveryError
+from raylog.storage.record_batch import encode_batch
 
 
 def _consume(client, topic: str, count: int, timeout_s: float = 30.0) -> list:
@@ -50,7 +51,7 @@ def test_a_call_resolves_once_its_messages_are_acknowledged_without_a_flush(rayl
     handle = raylog_client.producer_actor(acks="all", batch_size=50, linger_ms=5)
     assert ray.get(handle.send_batch.remote(topic, [b"alone"]), timeout=30) == 1
     partition, offset = ray.get(handle.send.remote(topic, b"single"), timeout=30)
-    assert (partition, offset) == (0, 27)
+    assert (partition, offset) == (0, len(encode_batch([b"alone"], timestamp_ms=0)))  # the next batch's position
     # acks="all": visible as soon as the call returned
     assert raylog_client.offsets(topic, 0)[1] > offset
     assert [m.value for m in _consume(raylog_client, topic, 2)] == [b"alone", b"single"]
@@ -88,3 +89,19 @@ def test_a_flush_covers_the_calls_submitted_before_it_even_when_ray_starts_it_fi
         assert stats["sent_messages"] == 20, (round_, stats)
         assert ray.get(sends, timeout=60) == [5] * 4
         ray.get(handle.close.remote())
+
+
+def test_the_actor_sends_headers_and_tombstones_as_given(raylog_client, make_topic):
+    import ray
+
+    topic = make_topic(partitions=1)
+    handle = raylog_client.producer_actor(acks="all", batch_size=50, linger_ms=5)
+    headers = [("trace", b"t1"), ("trace", b"t2"), ("empty", None)]
+    ray.get(handle.send.remote(topic, b"v", b"k", headers=headers), timeout=30)
+    ray.get(handle.send.remote(topic, None, b"k"), timeout=30)
+    ray.get(handle.send.remote(topic, b"", b"k"), timeout=30)
+    got = _consume(raylog_client, topic, 3)
+    assert [(m.key, m.value, list(m.headers)) for m in got] == [
+        (b"k", b"v", headers), (b"k", None, []), (b"k", b"", [])
+    ]
+    ray.get(handle.close.remote())

@@ -34,7 +34,7 @@ def test_consume_stops_at_a_corrupt_message_or_skips_it(cluster, raylog_client, 
     import ray
 
     topic = make_topic(partitions=1)
-    producer = raylog_client.producer(acks=1, batch_size=50)
+    producer = raylog_client.producer(acks=1, batch_size=1)  # a record batch each, all of one size
     for i in range(8):
         producer.send(topic, b"line-%d" % i)
     producer.close()
@@ -47,7 +47,7 @@ def test_consume_stops_at_a_corrupt_message_or_skips_it(cluster, raylog_client, 
     assert stopped.returncode != 0
     assert stopped.stdout.decode().split() == ["line-0", "line-1", "line-2"]
     err = stopped.stderr.decode()
-    assert f"offset {3 * size}" in err and f"next readable message is at {4 * size}" in err
+    assert f"offset {3 * size}" in err and f"next readable batch is at {4 * size}" in err
     assert "--skip-corrupt" in err
 
     skipped = _consume(cluster, topic, "--skip-corrupt")

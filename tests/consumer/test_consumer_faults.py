@@ -20,10 +20,10 @@ from consumer_helpers import wait_for
 SESSION_MS = 3000
 
 
-def _produce(client, topic: str, values: list[bytes], keys=None) -> None:
+def _produce(client, topic: str, values: list[bytes], keys=None, batch_size: int = 50) -> None:
     import ray
 
-    producer = client.producer(batch_size=50, acks=1)
+    producer = client.producer(batch_size=batch_size, acks=1)
     for i, v in enumerate(values):
         producer.send(topic, v, key=None if keys is None else keys[i])
     producer.close()
@@ -244,10 +244,10 @@ def _segment(client, topic):
 def test_a_corrupt_message_raises_on_every_poll_until_a_seek(raylog_client, make_topic):
     topic = make_topic(partitions=1)
     values = [b"c-%03d" % i for i in range(10)]
-    _produce(raylog_client, topic, values)
+    _produce(raylog_client, topic, values, batch_size=1)  # a record batch each, all of one size
     size = raylog_client.offsets(topic, 0)[1] // 10
     bad = 5 * size
-    with open(_segment(raylog_client, topic), "r+b") as f:  # flip a byte of message 5's value
+    with open(_segment(raylog_client, topic), "r+b") as f:  # flip the last byte of batch 5's record
         f.seek(bad + size - 1)
         byte = f.read(1)
         f.seek(bad + size - 1)

@@ -19,7 +19,7 @@ SESSION_MS = 3000
 def _produce(client, topic: str, values: list[bytes]) -> None:
     import ray
 
-    producer = client.producer(batch_size=50, acks=1)
+    producer = client.producer(batch_size=1, acks=1)  # a record batch each, all of one size
     for v in values:
         producer.send(topic, v)
     producer.close()
@@ -33,12 +33,13 @@ def _committed(client, group, topic, partition):
 
 
 def _damage_size_field(log_dir: str, offset: int) -> None:
-    """Set the top byte of the size field of the message at ``offset`` (one
-    segment, so the offset is the file position): a size no message has."""
+    """Set the top byte of the batchLength field of the record batch at
+    ``offset`` (one segment, so the offset is the file position): a size no
+    batch has."""
     path = os.path.join(log_dir, sorted(f for f in os.listdir(log_dir) if f.endswith(".log"))[0])
     fd = os.open(path, os.O_RDWR)
     try:
-        os.pwrite(fd, b"\x7f", offset)
+        os.pwrite(fd, b"\x7f", offset + 8)
     finally:
         os.close(fd)
 
@@ -67,7 +68,7 @@ def test_skip_corrupt_moves_past_the_damage_and_reads_the_rest(raylog_client, ma
             wait_for(lambda: False, 30, "the corruption error", polling=[consumer], sink=got)
         assert info.value.offset == bad
         assert info.value.next_offset == bad + size
-        assert "next readable message" in str(info.value)
+        assert "next readable batch" in str(info.value)
         with pytest.raises(CorruptMessageError):  # still there until the application decides
             consumer.poll(timeout_ms=200)
         assert consumer.skip_corrupt() == {(topic, 0): (bad, bad + size)}

@@ -12,6 +12,7 @@ import pytest
 from raylog.mirror import progress, spec as specs
 from raylog.mirror import copier as copier_module
 from raylog.mirror.copier import PartitionCopier
+from raylog.storage import record_batch
 
 
 class Crash(Exception):
@@ -107,7 +108,9 @@ def _fresh_copier(target, source, prefix: str, values: list[bytes]):
 def test_a_set_is_due_once_full(raylog_client, source, monkeypatch):
     target = raylog_client
     topic, name, sent, copier = _fresh_copier(target, source, "full", [b"v" * 100] * 12)
-    monkeypatch.setattr(copier_module, "MAX_SET_BYTES", 5 * (22 + 100))
+    # five 100-byte records fill a set's batch
+    monkeypatch.setattr(copier_module, "MAX_SET_BYTES",
+                        record_batch.HEADER_SIZE + 5 * (100 + copier_module.RECORD_OVERHEAD))
     copier.offer(sent[:4])
     assert not copier.due()
     copier.offer(sent[4:6])  # past MAX_SET_BYTES: full, due before its linger
@@ -127,6 +130,6 @@ def test_a_set_waits_for_more_messages_until_it_is_full_or_its_linger_is_over(ra
     assert copier.pump(time.monotonic() + copier_module.LINGER_S) == 30  # one set of all thirty
     assert not copier.lingering and not copier.due(time.monotonic() + 60)
     record, _ = progress.read_progress(target._zk, specs.progress_path(target.settings.cluster, name, topic, 0))
-    assert (record["seq"], record["count"], record["acked"]) == (0, 30, True)
+    assert (record["seq"], record["base_seq"], record["count"], record["acked"]) == (0, 0, 30, True)
     copier.close()
     assert [m.value for m in _messages(target, topic)] == [m.value for m in sent]

@@ -7,7 +7,9 @@ import threading
 
 from raylog.config import TopicConfig
 from raylog.producer.accumulator import RecordAccumulator
-from raylog.storage.message import HEADER_SIZE, encode_message_set
+from raylog.storage.message import HEADER_SIZE
+from raylog.producer.batch import BATCH_OVERHEAD
+from raylog.storage.record_batch import encode_batch, stamp
 
 
 class Metadata:
@@ -41,8 +43,9 @@ def test_a_batch_seals_before_its_set_outgrows_max_message_bytes():
     batches = _sealed(acc)
     assert sum(len(b.values) for b in batches) == 80
     for b in batches:
-        assert len(encode_message_set(b.values, b.keys, 0)) == b.size <= 4096
-    assert max(len(b.values) for b in batches) == 4096 // (HEADER_SIZE + 300)
+        # the counted size bounds the record batch's (batchLength: the bytes after its first 12)
+        assert len(encode_batch(b.values, b.keys, None, 0)) - 12 <= b.size + BATCH_OVERHEAD <= 4096
+    assert max(len(b.values) for b in batches) == (4096 - BATCH_OVERHEAD) // (HEADER_SIZE + 300)
 
 
 def test_a_batch_seals_at_batch_size_and_keys_group_by_partition():
@@ -109,7 +112,7 @@ def test_keyed_calls_join_the_open_batches_in_order_and_report_each_message():
             batch = batches[p]
             assert p == partition_for_key(key, 3)
             index = batch.values.index(value)
-            assert offset == sum(HEADER_SIZE + len(v) + len(k) for v, k in zip(batch.values[:index], batch.keys))
+            assert offset == index  # record i of a batch at 0 (docs/design.md §2)
 
 
 def test_keyless_keyed_and_timestamped_sends_share_the_sticky_batch_in_step():
@@ -131,7 +134,7 @@ def test_keyless_keyed_and_timestamped_sends_share_the_sticky_batch_in_step():
     assert first.timestamps == [created, created, created, 7, created, created] and second.timestamps is None
     for b in (first, second):
         b.future.resolve(1000)
-    decoded, _ = decode_messages(encode_message_set(first.values, first.keys, first.timestamps), 1000)
+    decoded, _ = decode_messages(stamp(encode_batch(first.values, first.keys, None, first.timestamps), 1000), 1000)
     assert [f.result() for f in futures[:6]] == [(0, offset) for offset, *_ in decoded]
     assert [(ts, k, v) for _, ts, k, v in decoded] == [(ts or created, k, v) for v, k, ts in sent[:6]]
     assert futures[6].result() == (0, 1000)
@@ -181,7 +184,7 @@ def test_keyed_calls_fill_seal_and_open_batches_without_losing_or_reordering():
             offset = base
             for v, k in zip(b.values, b.keys):
                 where[v] = (p, offset)
-                offset += HEADER_SIZE + len(v) + len(k)
-            base = offset
+                offset += 1  # record i of a batch at base has offset base + i
+            base += 1000 // 3
     for call, values, _ in calls:
         assert call.result() == [where[v] for v in values]

@@ -54,6 +54,7 @@ class Partitions:
     def __init__(self):
         self.sets: dict[tuple[str, int], list] = {}
         self.offsets: dict[tuple[str, int], int] = {}
+        self.sizes: dict[tuple[str, int], list[int]] = {}  # each stored batch's length
         self.gate = threading.Event()
         self.gate.set()
         self.refuse = None
@@ -74,6 +75,7 @@ class Partitions:
                     records = decode_messages(payload, 0)[0]
                     parts.sets.setdefault((topic, partition), []).append([(k, v) for _, _, k, v in records])
                     bases.append(parts.offsets.get((topic, partition), 0))
+                    parts.sizes.setdefault((topic, partition), []).append(len(payload))
                     parts.offsets[(topic, partition)] = bases[-1] + len(payload)
                 return bases if acks else None
 
@@ -169,7 +171,9 @@ def test_calls_the_compiled_path_does_not_take_get_the_references_answer(monkeyp
     with pytest.raises(TypeError):
         producer.send("t", b"v", None, key=None)  # key twice
     with pytest.raises(TypeError):
-        producer.send("t", b"v", headers={})  # no such argument
+        producer.send("t", b"v", trace=b"x")  # no such argument
+    with pytest.raises(TypeError, match="headers"):
+        producer.send("t", b"v", headers=["x"])  # not a pair
     with pytest.raises(TypeError):
         producer.send("t")
     producer.send("t", b"last")
@@ -246,7 +250,7 @@ def test_a_batch_of_one_made_by_the_compiled_send_is_the_references_in_every_slo
     assert not any(gc.is_tracked(o) for o in (batch, batch.future, batch.values))
     store.gate.set()
     producer.close()
-    assert [f.result(timeout_s=5) for f in (first, second)] == [(0, 0), (0, HEADER_SIZE + len(b"first"))]
+    assert [f.result(timeout_s=5) for f in (first, second)] == [(0, 0), (0, store.sizes[("t", 0)][0])]
 
 
 def test_a_failed_batch_of_one_is_collected_with_the_cycle_its_error_makes(monkeypatch):
@@ -286,8 +290,9 @@ def test_the_compiled_send_shows_the_references_signature(monkeypatch):
     try:
         assert isinstance(compiled.send, _fastsend.KeylessSend)
         assert str(inspect.signature(compiled.send)) == str(inspect.signature(reference.send))
-        assert str(inspect.signature(compiled.send)) == "(topic: 'str', value: 'bytes', key: 'bytes | None' = None, *, " \
-            "partition: 'int | None' = None, timestamp_ms: 'int | None' = None) -> 'SendFuture'"
+        assert str(inspect.signature(compiled.send)) == "(topic: 'str', value: 'bytes | None', key: 'bytes | None' = None, " \
+            "*, partition: 'int | None' = None, timestamp_ms: 'int | None' = None, " \
+            "headers: 'Sequence[tuple[str, bytes | None]] | None' = None) -> 'SendFuture'"
     finally:
         compiled.close()
         reference.close()

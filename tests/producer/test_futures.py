@@ -9,16 +9,16 @@ import pytest
 from raylog.errors import DeliveryError, MessageTooLargeError, RequestTimeoutError
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture, scoped_error
 from raylog.storage.decoding import decode_messages
-from raylog.storage.message import encode_message_set
+from raylog.storage.record_batch import encode_batch, stamp
 
 
-def test_offsets_of_an_uncompressed_set_are_where_decoding_finds_the_messages():
+def test_offsets_of_a_batch_are_where_decoding_finds_the_records():
     values = [b"a", b"bb" * 10, b"", b"ccc"]
     keys = [None, b"key", None, b"k"]
     batch = BatchFuture("t", 2, values, compressed=False)
     batch.set_keys(keys)
     batch.resolve(1000)
-    decoded, _ = decode_messages(encode_message_set(values, keys, 0), 1000)
+    decoded, _ = decode_messages(stamp(encode_batch(values, keys, None, 0), 1000), 1000)
     assert [SendFuture(batch, i).result() for i in range(4)] == [(2, o) for o, *_ in decoded]
 
 
@@ -59,7 +59,7 @@ def test_a_call_lists_results_in_its_order_and_fails_only_for_its_own_messages()
     assert not done.is_set()
     b.resolve(7)
     assert done.is_set()
-    assert call.result() == [(0, 0), (1, 7), (0, 24)]
+    assert call.result() == [(0, 0), (1, 7), (0, 1)]
 
     c = BatchFuture("t", 2, [b"z"], compressed=False)
     failing = CallFuture()

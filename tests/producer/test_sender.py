@@ -1,5 +1,7 @@
 """The sender's logic against an in-memory partition that follows the
-idempotence rules of the wire contract: a refused set fails alone, a resent
+idempotence rules of format 2 (docs/design.md §2: the producer's id and
+sequences travel in each record batch, whose records are numbered
+baseSequence, baseSequence + 1, ...): a refused set fails alone, a resent
 set is stored once, a gap moves the partition to a fresh producer id."""
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from raylog.errors import (
 from raylog.producer.producer import Producer
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
+from raylog.storage.record_batch import read_header
 
 #: every test runs with the compiled send and with the reference (conftest.py)
 BOTH_SEND_PATHS = True
@@ -64,6 +67,10 @@ class FakePartition:
         self.earlier_refusal = None  # acks=0: an error the next request finds waiting
 
     def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
+        assert producer_id == -1 and sequences is None  # (they travel in the batches)
+        headers = [read_header(p) for p in payloads]
+        producer_id = headers[0].producer_id
+        sequences = [h.base_sequence for h in headers] if producer_id >= 0 else None
         self.requests.append((producer_id, list(sequences or [])))
         if self.earlier_refusal is not None:
             err, self.earlier_refusal = self.earlier_refusal, None
@@ -92,12 +99,13 @@ class FakePartition:
             if state is not None:
                 last = max(state)
                 if sequence in state:
-                    return state[sequence]  # duplicate: the first store's offset
+                    return state[sequence][0]  # duplicate: the first store's offset
                 if sequence <= last:
                     return DuplicateSequenceError(f"{sequence} is too old")
-                if sequence > last + 1:
-                    return OutOfOrderSequenceError(f"expected {last + 1}, got {sequence}")
-            self.producers.setdefault(producer_id, {})[sequence] = self.offset
+                expected = last + state[last][1]
+                if sequence > expected:
+                    return OutOfOrderSequenceError(f"expected {expected}, got {sequence}")
+            self.producers.setdefault(producer_id, {})[sequence] = (self.offset, len(values))
         base = self.offset
         self.log.extend(values)
         self.offset += len(payload)
@@ -132,9 +140,10 @@ def test_a_refused_set_fails_alone_and_later_sets_continue_under_a_fresh_produce
     assert part.log == [b"a", b"b", b"d", b"e", b"f", b"g"]
     # the first set under an id goes alone, then the rest; after the gap the
     # sets continue under a new id, from 0 (again the first alone)
-    assert part.requests[:2] == [(first_id, [0]), (first_id, [1, 2, 3])]
+    # (two records a batch: base sequences 0, 2, 4, ...)
+    assert part.requests[:2] == [(first_id, [0]), (first_id, [2, 4, 6])]
     new_id = part.requests[2][0]
-    assert new_id != first_id and part.requests[2:] == [(new_id, [0]), (new_id, [1])]
+    assert new_id != first_id and part.requests[2:] == [(new_id, [0]), (new_id, [2])]
     producer.close()
 
 
@@ -267,7 +276,7 @@ class AwayPartition(FakePartition):
     """A partition whose every request fails as if its actor were gone."""
 
     def produce_sets(self, topic, partition, payloads, acks, *, producer_id=-1, sequences=None):
-        self.requests.append((producer_id, list(sequences or [])))
+        self.requests.append((read_header(payloads[0]).producer_id, [read_header(p).base_sequence for p in payloads]))
         raise BrokerUnavailableError("partition t-0 has no live endpoint")
 
 
