@@ -53,8 +53,18 @@ from kazoo.protocol.states import KazooState
 
 from raylog.errors import FaultInjectionError
 from raylog.retry import RetryPolicy
-from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
-from raylog.storage.record_batch import LOG_OVERHEAD, format_at
+
+# The on-disk layout the byte faults read, as docs/design.md §2 defines it (the fault kit
+# stands outside the storage layer, as a failing disk does): a format-2 record batch has
+# byte 8 = 0 (the top of batchLength) and byte 16 = its magic 2; its size is 12 (baseOffset
+# and batchLength) + batchLength, its records start after the 61-byte header.
+LOG_OVERHEAD = 12
+BATCH_HEADER_SIZE = 61
+
+
+def format_at(raw) -> int:
+    """2 for a record batch at the start of ``raw`` (17 bytes at least), else 1."""
+    return 2 if len(raw) >= 17 and raw[8] == 0 and raw[16] == 2 else 1
 
 
 def _hosts(client: KazooClient) -> str:
