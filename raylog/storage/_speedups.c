@@ -36,7 +36,7 @@
  *     batch_encode(values, keys, timestamp, attributes, producer_id, producer_epoch, base_sequence)
  *         -> bytes | None
  *     batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool
- *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type])
+ *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type[, prefix]])
  *         format 2 (raylog.storage.record_batch, the reference): the
  *         records section buf[start:end) of a batch (uncompressed, or
  *         decompressed by the caller), encoded, checked or
@@ -1198,11 +1198,15 @@ speedups_batch_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* Walk the records section b[0:end) of a batch as the reference's _walk does.
  * With rows (a list), append one row per record of index >= skip: a
  * record_type instance (a tuple subclass, or a tuple when record_type is
- * tuple) of (offset, timestamp, key, value, headers). Returns 1 when every
- * record is sound, 0 when not (the reference raises), -1 on a Python error. */
+ * tuple) of (offset, timestamp, key, value, headers); with prefix (a
+ * 2-tuple (p0, p1)) of (p0, p1, offset, timestamp, key, value), and the
+ * headers list as a seventh item only when it is not empty (the consumer's
+ * messages: raylog.consumer.record). Returns 1 when every record is sound,
+ * 0 when not (the reference raises), -1 on a Python error. */
 static int
 walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_ts, int64_t max_ts,
-           int append_time, int64_t offset, int64_t skip, PyObject *rows, PyTypeObject *record_type)
+           int append_time, int64_t offset, int64_t skip, PyObject *rows, PyTypeObject *record_type,
+           PyObject *prefix)
 {
     Py_ssize_t pos = 0;
     int64_t i;
@@ -1235,7 +1239,7 @@ walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_t
         p += vlen > 0 ? (Py_ssize_t)vlen : 0;
         if (!get_varint(b, &p, rend, 5, &hcount) || hcount < 0 || hcount > rend - p)
             return 0;
-        if (want && (headers = PyList_New(0)) == NULL)
+        if (want && (hcount > 0 || prefix == NULL) && (headers = PyList_New(0)) == NULL)
             return -1;
         for (h = 0; h < hcount; h++) {
             int64_t hklen, hvlen;
@@ -1285,7 +1289,9 @@ walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_t
         if (p != rend)
             goto bad;
         if (want) {
-            PyObject *rec = record_type == &PyTuple_Type ? PyTuple_New(5) : record_type->tp_alloc(record_type, 5);
+            Py_ssize_t at = prefix != NULL ? 2 : 0;
+            Py_ssize_t items = prefix == NULL ? 5 : headers != NULL ? 7 : 6;  /* (prefix: a list only for hcount > 0) */
+            PyObject *rec = record_type == &PyTuple_Type ? PyTuple_New(items) : record_type->tp_alloc(record_type, items);
             PyObject *o, *t, *k, *v;
             if (rec == NULL)
                 goto fail;
@@ -1303,11 +1309,19 @@ walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_t
             }
             else
                 v = PyBytes_FromStringAndSize((const char *)b + vpos, (Py_ssize_t)vlen);
-            PyTuple_SET_ITEM(rec, 0, o);
-            PyTuple_SET_ITEM(rec, 1, t);
-            PyTuple_SET_ITEM(rec, 2, k);
-            PyTuple_SET_ITEM(rec, 3, v);
-            PyTuple_SET_ITEM(rec, 4, headers);
+            if (prefix != NULL) {
+                PyObject *p0 = PyTuple_GET_ITEM(prefix, 0), *p1 = PyTuple_GET_ITEM(prefix, 1);
+                Py_INCREF(p0);
+                Py_INCREF(p1);
+                PyTuple_SET_ITEM(rec, 0, p0);
+                PyTuple_SET_ITEM(rec, 1, p1);
+            }
+            PyTuple_SET_ITEM(rec, at + 0, o);
+            PyTuple_SET_ITEM(rec, at + 1, t);
+            PyTuple_SET_ITEM(rec, at + 2, k);
+            PyTuple_SET_ITEM(rec, at + 3, v);
+            if (items != 6)
+                PyTuple_SET_ITEM(rec, at + 4, headers);
             headers = NULL;
             if (o == NULL || t == NULL || k == NULL || v == NULL) {
                 Py_DECREF(rec);
@@ -1374,7 +1388,7 @@ speedups_batch_validate(PyObject *module, PyObject *const *args, Py_ssize_t narg
     if (ok == 0)
         Py_RETURN_FALSE;
     ok = walk_batch((const unsigned char *)view.buf + start, end - start, v[2], v[3], v[4],
-                    PyObject_IsTrue(args[6]) == 1, 0, 0, NULL, NULL);
+                    PyObject_IsTrue(args[6]) == 1, 0, 0, NULL, NULL, NULL);
     PyBuffer_Release(&view);
     if (ok < 0)
         return NULL;
@@ -1382,11 +1396,13 @@ speedups_batch_validate(PyObject *module, PyObject *const *args, Py_ssize_t narg
 }
 
 PyDoc_STRVAR(batch_decode_doc,
-"batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type])\n"
+"batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type[, prefix]])\n"
 "    -> list | None\n\n"
 "The records of index >= skip of the records section buf[start:end) of a batch\n"
 "as (offset, timestamp, key, value, headers) tuples (or record_type instances,\n"
-"a tuple subclass), exactly as the reference decodes them. None when a record\n"
+"a tuple subclass), exactly as the reference decodes them; with prefix (a\n"
+"2-tuple), record_type instances of (*prefix, offset, timestamp, key, value)\n"
+"and the headers list as a seventh item when not empty. None when a record\n"
 "fails a check: the reference raises.");
 
 static PyObject *
@@ -1397,15 +1413,21 @@ speedups_batch_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t v[6], offset, skip;
     PyObject *rows;
     PyTypeObject *record_type = &PyTuple_Type;
+    PyObject *prefix = NULL;
     int ok;
-    if (nargs != 9 && nargs != 10) {
-        PyErr_Format(PyExc_TypeError, "batch_decode() takes 9 or 10 arguments (%zd given)", nargs);
+    if (nargs < 9 || nargs > 11) {
+        PyErr_Format(PyExc_TypeError, "batch_decode() takes 9 to 11 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (nargs == 10) {
+    if (nargs >= 10) {
         if (!PyType_Check(args[9]) || !PyType_IsSubtype((PyTypeObject *)args[9], &PyTuple_Type))
             Py_RETURN_NONE;
         record_type = (PyTypeObject *)args[9];
+    }
+    if (nargs == 11) {
+        if (!PyTuple_CheckExact(args[10]) || PyTuple_GET_SIZE(args[10]) != 2)
+            Py_RETURN_NONE;
+        prefix = args[10];
     }
     if (!ts_arg(args[7], &offset) || !ts_arg(args[8], &skip))
         Py_RETURN_NONE;
@@ -1420,7 +1442,7 @@ speedups_batch_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     ok = walk_batch((const unsigned char *)view.buf + start, end - start, v[2], v[3], v[4],
-                    PyObject_IsTrue(args[6]) == 1, offset, skip, rows, record_type);
+                    PyObject_IsTrue(args[6]) == 1, offset, skip, rows, record_type, prefix);
     PyBuffer_Release(&view);
     if (ok <= 0) {
         Py_DECREF(rows);

@@ -26,7 +26,7 @@ from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES, _CODEC_MASK, _HEAD
 from raylog.storage.message_errors import _corrupt, _bad_header, _tail_error, _nested, _in_wrapper, _inner_set
 from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
-from raylog.storage.record_batch import MAX_BATCH_LENGTH, decode_batch, format_at
+from raylog.storage.record_batch import MAX_BATCH_LENGTH, decode_batch, decode_batch_as, format_at
 
 class HeadedRecord(tuple):
     """``(offset, timestamp, key, value)`` of a format-2 record, with
@@ -56,6 +56,17 @@ def _decode_batches(buf, base_offset, max_message_bytes, partial_tail_ok, record
             length = int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True) if n - pos >= BATCH_OVERHEAD else 0
             if partial_tail_ok and length <= bound and (n - pos < BATCH_OVERHEAD or length >= BATCH_HEADER_SIZE - BATCH_OVERHEAD):
                 break  # a batch cut by the end of the fetch: the next fetch reads it
+        if record_type is not None and len(prefix) == 2:
+            # the compiled path builds the messages in one pass (headers as a seventh item)
+            inner_type = getattr(record_type, "inner_type", record_type)
+            header, built = decode_batch_as(buf, pos, inner_type, tuple(prefix), max_message_bytes, max_inflated_bytes)
+            if built is not None:
+                pos += header.size
+                if built:
+                    if inner_type is not record_type:
+                        built[-1] = record_type.last_inner(built[-1], header.next_offset)
+                    records.extend(built)
+                continue
         decoded = decode_batch(buf, pos, max_message_bytes=max_message_bytes, max_inflated_bytes=max_inflated_bytes)
         pos += decoded.header.size
         if decoded.control or not decoded.records:

@@ -131,6 +131,7 @@ __all__ = [
     "stamp",
     "stamp_into",
     "decode_batch",
+    "decode_batch_as",
 ]
 
 MAGIC = 2
@@ -832,6 +833,36 @@ def decode_batch(
     offset = _offset_of(header, pos)
     skip = 0 if from_offset is None else max(0, from_offset - offset)
     return DecodedBatch(header, _records(data, pos, header, max_message_bytes, max_inflated_bytes, skip, True))
+
+
+def decode_batch_as(
+    data,
+    pos: int,
+    record_type: type,
+    prefix: tuple,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_inflated_bytes: int | None = None,
+) -> tuple[BatchHeader, list | None]:
+    """The batch at ``pos`` checked as :func:`decode_batch` does, its records
+    built directly as ``record_type`` instances of ``(*prefix, offset,
+    timestamp, key, value)``, with the headers as a seventh item when a
+    record has any (the consumer's messages, :mod:`raylog.consumer.record`):
+    ``(header, rows)``. ``rows`` is None when the compiled fast path is off
+    or declines (the caller then decodes with :func:`decode_batch`); a
+    control batch gives ``[]``."""
+    header = _check_frame(data, pos, max_message_bytes)
+    if header.control:
+        return header, []
+    if _speedups is None:
+        return header, None
+    if header.codec == CODEC_NONE:
+        section, start, end = data, pos + HEADER_SIZE, pos + header.size
+    else:
+        section = _records_section(data, pos, header, max_message_bytes, max_inflated_bytes)
+        start, end = 0, len(section)
+    rows = _speedups.batch_decode(section, start, end, header.count, header.base_timestamp, header.max_timestamp,
+                                  header.log_append_time, _offset_of(header, pos), 0, record_type, prefix)
+    return header, rows
 
 
 def _records(data, pos: int, header: BatchHeader, max_message_bytes, max_inflated_bytes, skip: int, want: bool):

@@ -209,3 +209,32 @@ def test_a_record_type_with_a_headers_hook_gets_each_records_headers():
     batch = encode_batch([b"a", None], timestamp_ms=4, headers=[[("h", b"1")], [("h", None), ("g", b"")]])
     rows, _consumed = decode_messages(batch, 0, record_type=Row, prefix=("t", 3))
     assert rows == [("t", 3, 0, 4, None, b"a", [("h", b"1")]), ("t", 3, 1, 4, None, None, [("h", None), ("g", b"")])]
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_the_compiled_path_builds_the_consumers_messages_as_the_reference_does(monkeypatch, compression):
+    from raylog.consumer.record import Message, WrappedMessage
+    from raylog.storage import record_batch
+
+    buf = bytearray()
+    for n in (1, 3, 50):
+        batch = encode_batch([b"v%d" % i if i % 4 else None for i in range(n)],
+                             keys=[b"k%d" % i if i % 3 else None for i in range(n)],
+                             headers=[[("h", b"%d" % i), ("z", None)] if i % 2 else None for i in range(n)],
+                             timestamp_ms=[1000 + i for i in range(n)], compression=compression)
+        buf += record_batch.stamp(batch, len(buf))
+    buf += record_batch.stamp(encode_batch([b"m"], timestamp_ms=5, control=True, transactional=True,
+                                           producer_id=1, producer_epoch=0, base_sequence=-1), len(buf))
+    data = bytes(buf)
+    if not record_batch.ACCELERATED:
+        pytest.skip("the compiled path is not built here")
+    fast, consumed = decode_messages(data, 0, record_type=Message, prefix=("t", 3))
+    monkeypatch.setattr(record_batch, "_speedups", None)  # the reference: decode_batch, then the hooks
+    slow, consumed_slow = decode_messages(data, 0, record_type=Message, prefix=("t", 3))
+    assert consumed == consumed_slow == len(data)
+    assert fast == slow and len(fast) == 54
+    assert [type(m) for m in fast] == [type(m) for m in slow]
+    assert [m.headers for m in fast] == [m.headers for m in slow]
+    assert [m.next_offset for m in fast] == [m.next_offset for m in slow]
+    assert sum(type(m) is WrappedMessage for m in fast) == 3  # each batch's last record
+    assert fast[2].headers == [("h", b"1"), ("z", None)] and fast[0].headers == () and fast[0].value is None
