@@ -37,6 +37,7 @@
  *         -> bytes | None
  *     batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool
  *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type[, prefix]])
+ *     batches_decode(buf, start, end, max_length, record_type, prefix) -> (rows, ends, stop)
  *         format 2 (raylog.storage.record_batch, the reference): the
  *         records section buf[start:end) of a batch (uncompressed, or
  *         decompressed by the caller), encoded, checked or
@@ -1453,6 +1454,97 @@ speedups_batch_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return rows;
 }
 
+PyDoc_STRVAR(batches_decode_doc,
+"batches_decode(buf, start, end, max_length, record_type, prefix)\n"
+"    -> (rows, ends, stop)\n\n"
+"The consumer's messages of the uncompressed, non-control record batches back\n"
+"to back in buf[start:end), each checked as raylog.storage.record_batch.decode_batch\n"
+"checks it (batchLength within max_length and at least 49, whole, magic 2, crc,\n"
+"attributes, count, lastOffsetDelta, every record): rows as batch_decode with\n"
+"prefix builds them (the records of the batch at p: offset baseOffset + i, or\n"
+"p + i for an unstamped one), ends the (index in rows, next offset) of each\n"
+"batch's last record, stop the position of the first batch not taken (end, a\n"
+"cut, compressed, control or faulty batch: the reference decodes or refuses it).");
+
+static PyObject *
+speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int64_t start, end, max_length;
+    PyTypeObject *record_type;
+    PyObject *prefix, *rows = NULL, *ends = NULL, *result = NULL;
+    const unsigned char *b;
+    Py_ssize_t pos;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "batches_decode() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &max_length))
+        Py_RETURN_NONE;
+    if (!PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type))
+        Py_RETURN_NONE;
+    record_type = (PyTypeObject *)args[4];
+    prefix = args[5];
+    if (!PyTuple_CheckExact(prefix) || PyTuple_GET_SIZE(prefix) != 2)
+        Py_RETURN_NONE;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (start < 0 || end < start || end > view.len) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    b = (const unsigned char *)view.buf;
+    rows = PyList_New(0);
+    ends = PyList_New(0);
+    if (rows == NULL || ends == NULL)
+        goto done;
+    pos = (Py_ssize_t)start;
+    while (end - pos >= 61) {
+        int64_t length = (int32_t)load_u32(b + pos + 8), size, count, lod, base, offset;
+        unsigned attrs;
+        int ok;
+        Py_ssize_t before;
+        PyObject *pair;
+        if (length < 49 || length > max_length || length > (1 << 24) - 1 || pos + 12 + length > end)
+            break;
+        size = 12 + length;
+        if (b[pos + 16] != 2 || load_u32(b + pos + 17) != crc32c_fn(0, b + pos + 21, (size_t)(size - 21)))
+            break;
+        attrs = ((unsigned)b[pos + 21] << 8) | b[pos + 22];
+        if (attrs & ~0x08u)  /* a codec, transactional, control or an unknown bit: the reference */
+            break;
+        lod = (int32_t)load_u32(b + pos + 23);
+        count = (int32_t)load_u32(b + pos + 57);
+        if (count < 1 || (lod != count - 1 && lod != size - 1))
+            break;
+        base = load_i64(b + pos);
+        offset = base ? base : (int64_t)pos;
+        before = PyList_GET_SIZE(rows);
+        ok = walk_batch(b + pos + 61, (Py_ssize_t)(size - 61), count, load_i64(b + pos + 27), load_i64(b + pos + 35),
+                        (attrs & 0x08u) != 0, offset, 0, rows, record_type, prefix);
+        if (ok < 0)
+            goto done;
+        if (ok == 0) {  /* the rows of this batch are dropped: the reference raises */
+            if (PyList_SetSlice(rows, before, PyList_GET_SIZE(rows), NULL) < 0)
+                goto done;
+            break;
+        }
+        pair = Py_BuildValue("(nL)", PyList_GET_SIZE(rows) - 1, (long long)(base + lod + 1));
+        if (pair == NULL || PyList_Append(ends, pair) < 0) {
+            Py_XDECREF(pair);
+            goto done;
+        }
+        Py_DECREF(pair);
+        pos += (Py_ssize_t)size;
+    }
+    result = Py_BuildValue("(OOn)", rows, ends, pos);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(rows);
+    Py_XDECREF(ends);
+    return result;
+}
+
 /* ------------------------------------------------------------------------ */
 /* the module */
 
@@ -1467,6 +1559,7 @@ static PyMethodDef speedups_methods[] = {
     {"batch_encode", (PyCFunction)(void (*)(void))speedups_batch_encode, METH_FASTCALL, batch_encode_doc},
     {"batch_validate", (PyCFunction)(void (*)(void))speedups_batch_validate, METH_FASTCALL, batch_validate_doc},
     {"batch_decode", (PyCFunction)(void (*)(void))speedups_batch_decode, METH_FASTCALL, batch_decode_doc},
+    {"batches_decode", (PyCFunction)(void (*)(void))speedups_batches_decode, METH_FASTCALL, batches_decode_doc},
     {"crc32c", (PyCFunction)(void (*)(void))speedups_crc32c, METH_FASTCALL, crc32c_doc},
     {"crc32c_table", (PyCFunction)(void (*)(void))speedups_crc32c_table, METH_FASTCALL, crc32c_table_doc},
     {NULL, NULL, 0, NULL},

@@ -26,7 +26,7 @@ from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES, _CODEC_MASK, _HEAD
 from raylog.storage.message_errors import _corrupt, _bad_header, _tail_error, _nested, _in_wrapper, _inner_set
 from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
-from raylog.storage.record_batch import MAX_BATCH_LENGTH, decode_batch, decode_batch_as, format_at
+from raylog.storage.record_batch import MAX_BATCH_LENGTH, decode_batch, decode_batch_as, decode_batches_as, format_at
 
 class HeadedRecord(tuple):
     """``(offset, timestamp, key, value)`` of a format-2 record, with
@@ -51,7 +51,27 @@ def _decode_batches(buf, base_offset, max_message_bytes, partial_tail_ok, record
     bound = min(max_message_bytes, MAX_BATCH_LENGTH)
     records: list = []
     pos = 0
+    runs = record_type is not None and len(prefix) == 2
+    if runs:
+        inner_type = getattr(record_type, "inner_type", record_type)
+        prefix = tuple(prefix)
     while pos < n:
+        if runs:
+            # runs of plain batches in one compiled pass; the batch it stops at goes the way below
+            run = decode_batches_as(buf, pos, n, max_message_bytes, inner_type, prefix)
+            if run is None:
+                runs = False
+            else:
+                rows, ends, stop = run
+                if rows:
+                    if inner_type is not record_type:
+                        last_inner = record_type.last_inner
+                        for i, next_offset in ends:
+                            rows[i] = last_inner(rows[i], next_offset)
+                    records.extend(rows)
+                pos = stop
+                if pos >= n:
+                    break
         if n - pos < BATCH_HEADER_SIZE or n - pos < BATCH_OVERHEAD + int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True):
             length = int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True) if n - pos >= BATCH_OVERHEAD else 0
             if partial_tail_ok and length <= bound and (n - pos < BATCH_OVERHEAD or length >= BATCH_HEADER_SIZE - BATCH_OVERHEAD):

@@ -132,6 +132,7 @@ __all__ = [
     "stamp_into",
     "decode_batch",
     "decode_batch_as",
+    "decode_batches_as",
 ]
 
 MAGIC = 2
@@ -863,6 +864,19 @@ def decode_batch_as(
     rows = _speedups.batch_decode(section, start, end, header.count, header.base_timestamp, header.max_timestamp,
                                   header.log_append_time, _offset_of(header, pos), 0, record_type, prefix)
     return header, rows
+
+
+def decode_batches_as(data, start: int, end: int, max_message_bytes: int, record_type: type, prefix: tuple):
+    """The run of uncompressed, non-control batches from ``start`` (before
+    ``end``) decoded in one compiled pass into ``record_type`` instances as
+    :func:`decode_batch_as` builds them: ``(rows, ends, stop)``, ``ends`` the
+    ``(index in rows, next offset)`` of each batch's last record, ``stop``
+    the position of the first batch not taken (``end``, a cut, compressed,
+    control or faulty batch: decode it with :func:`decode_batch`, which
+    raises the error of a faulty one). None when the compiled path is off."""
+    if _speedups is None or not hasattr(_speedups, "batches_decode"):
+        return None
+    return _speedups.batches_decode(data, start, end, min(max_message_bytes, MAX_BATCH_LENGTH), record_type, prefix)
 
 
 def _records(data, pos: int, header: BatchHeader, max_message_bytes, max_inflated_bytes, skip: int, want: bool):

@@ -238,3 +238,35 @@ def test_the_compiled_path_builds_the_consumers_messages_as_the_reference_does(m
     assert [m.next_offset for m in fast] == [m.next_offset for m in slow]
     assert sum(type(m) is WrappedMessage for m in fast) == 3  # each batch's last record
     assert fast[2].headers == [("h", b"1"), ("z", None)] and fast[0].headers == () and fast[0].value is None
+
+
+def test_runs_of_plain_batches_decode_in_one_pass_around_compressed_control_and_damaged_ones(monkeypatch):
+    from raylog.consumer.record import Message
+    from raylog.storage import record_batch
+
+    def batch(values, **kw):
+        return encode_batch(values, headers=[[("i", v)] for v in values], timestamp_ms=7, **kw)
+
+    parts = [batch([b"a", b"b"]), batch([b"c"]), batch([b"d", b"e"], compression="gzip"), batch([b"f"]),
+             encode_batch([b"m"], timestamp_ms=5, control=True, transactional=True, producer_id=1, producer_epoch=0,
+                          base_sequence=-1),
+             batch([b"g", b"h", b"i"])]
+    buf = bytearray()
+    for part in parts:
+        buf += record_batch.stamp(part, len(buf))
+    cut = bytes(buf) + record_batch.stamp(batch([b"j"]), len(buf))[:40]  # a cut last batch: left for the next fetch
+    decoded = {}
+    for path in ("fast", "reference"):
+        if path == "reference":
+            monkeypatch.setattr(record_batch, "_speedups", None)
+        decoded[path] = decode_messages(cut, 0, record_type=Message, prefix=("t", 0))
+    (fast, used), (slow, used_slow) = decoded["fast"], decoded["reference"]
+    assert used == used_slow == len(buf)
+    assert fast == slow and [m.value for m in fast] == [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i"]
+    assert [m.next_offset for m in fast] == [m.next_offset for m in slow]
+    assert [m.headers for m in fast] == [[("i", m.value)] for m in fast]
+    monkeypatch.undo()
+    damaged = bytearray(buf)
+    damaged[len(parts[0]) + 70] ^= 0x01  # inside the second batch's records: its crc fails
+    with pytest.raises(CorruptMessageError, match=f"batch at offset {len(parts[0])} fails its CRC32C check"):
+        decode_messages(bytes(damaged), 0, record_type=Message, prefix=("t", 0))
