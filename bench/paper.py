@@ -58,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from peers.brokers import HOST, ActiveMQ, RabbitMQ, cpu_seconds  # noqa: E402
+from throughput import _wait_until_stored  # noqa: E402
 
 MESSAGE = b"x" * 200
 PREFETCH = 1000  # messages per fetch, as in the paper
@@ -135,7 +136,7 @@ def run_raylog(n: int) -> list[dict]:
     import raylog
     from raylog.storage.message import HEADER_SIZE
 
-    size = HEADER_SIZE + len(MESSAGE)  # bytes per message in the log (no key)
+    size = HEADER_SIZE + len(MESSAGE)  # about the bytes per message in the log (no key): the prefetch bound
     info = {"server": f"raylog {raylog.__version__}", "client": "raylog (Python)"}
     rows = []
     actor_pids = {}  # topic -> PID of its partition actor (the broker side)
@@ -165,11 +166,10 @@ def run_raylog(n: int) -> list[dict]:
                     if i % 2000 == 1999:
                         bar.update(2000)
             producer.flush()
-            deadline = deadline_for(n)
-            while client.offsets(topic, 0)[1] < n * size:
-                if time.monotonic() > deadline:
-                    raise StallError(f"raylog: the high watermark of {topic} did not reach {n} messages")
-                time.sleep(0.005)
+            try:  # every record visible (counted: a log's bytes depend on how batches were cut)
+                _wait_until_stored(client, topic, {0: 0}, n, timeout_s=deadline_for(n) - time.monotonic())
+            except RuntimeError as err:
+                raise StallError(f"raylog: {err}") from None
             measured = meter.stop()
             bar.close()
             producer.close()

@@ -27,15 +27,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from disk_cluster import disk_cluster  # noqa: E402 - beside this file
-from throughput import MESSAGE, _best, _uptime, _wait_for_watermark, bench_consume  # noqa: E402
+from throughput import MESSAGE, _best, _uptime, _wait_until_stored, bench_consume  # noqa: E402
 
 ACKS = (1, "all")
 FACTORS = (1, 3)
 
 
 def bench_produce(client, topic: str, n: int, acks, factor: int) -> dict:
-    from raylog.storage.message import HEADER_SIZE
-
     start_hw = client.offsets(topic, 0)[1]
     producer = client.producer(batch_size=50, linger_ms=5, acks=acks, max_buffered_messages=200_000)
     t0 = time.perf_counter()
@@ -44,8 +42,7 @@ def bench_produce(client, topic: str, n: int, acks, factor: int) -> dict:
         send(topic, MESSAGE)
     producer.flush()
     sent_s = time.perf_counter() - t0
-    _wait_for_watermark(client, topic, start_hw + n * (HEADER_SIZE + len(MESSAGE)))
-    seconds = time.perf_counter() - t0
+    seconds = _wait_until_stored(client, topic, {0: start_hw}, n) - t0
     producer.close()
     return {
         "case": f"RF{factor} produce batch 50, acks={acks}", "replication_factor": factor, "acks": acks,
