@@ -16,7 +16,6 @@ import raylog
 from raylog.errors import (
     AuthenticationError,
     ConfigError,
-    InvalidOffsetError,
     OffsetOutOfRangeError,
     TopicExistsError,
     UnknownPartitionError,
