@@ -42,7 +42,8 @@ def test_a_count_reads_no_column_but_checks_every_message(spark, raylog_client, 
     victim = log_messages(raylog_client, topic)[20]
     flip_byte(raylog_client, topic, 0, victim[1] + 30)
     for pushdown in (False, True):
-        with pytest.raises(Exception, match="CorruptMessageError: message at offset %d" % victim[1]):
+        # the record batch holding the victim fails its CRC (refused by the partition, or by the reader)
+        with pytest.raises(Exception, match=r"CorruptMessageError: (the )?batch at offset \d+ (is damaged|fails its CRC32C)"):
             raylog_spark.read_topic(spark, topic, client=raylog_client, engine="jvm", count_pushdown=pushdown).count()
 
 
@@ -132,10 +133,10 @@ def test_jvm_reader_errors_name_the_raylog_error(spark, raylog_client, clicks):
 
     plan = plan_read(clicks, {0: "earliest", 1: "latest", 2: "latest"}, client=raylog_client)
     (rng,) = plan.ranges
-    # a start off a message boundary: the data socket refuses it
-    off = _with_ranges(plan, start=rng.start + 3)
-    with pytest.raises(Exception, match=r"InvalidOffsetError: .*\[reading %s-0 " % clicks):
-        plan_dataframe(spark, off, engine="jvm").count()
+    # a start at the second record of the first record batch: the read starts there (docs/design.md §2)
+    whole = plan_dataframe(spark, plan, engine="jvm").count()
+    inside = _with_ranges(plan, start=rng.start + 1)
+    assert plan_dataframe(spark, inside, engine="jvm").count() == whole - 1
     # a range past the end of the log: the data that the plan promises is not there
     past = _with_ranges(plan, start=rng.end + 1000, end=rng.end + 2000)
     with pytest.raises(Exception, match=r"DataLossError: %s-0 ends at %d" % (clicks, rng.end)):

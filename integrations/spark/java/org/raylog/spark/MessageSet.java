@@ -387,25 +387,7 @@ final class MessageSet {
       throw error(RaylogReadException.INVALID_MESSAGE,
           "batch at offset " + at + " has magic " + magic + ", expected " + BATCH_MAGIC, at);
     }
-    CRC32C c = crc;
-    c.reset();
-    c.update(buf, p + 21, end - (p + 21));
-    int computed = (int) c.getValue();
-    int stored = FetchClient.readInt(buf, p + 17);
-    if (computed != stored) {
-      Map<String, Object> details = new HashMap<>();
-      details.put("offset", at);
-      details.put("stored_crc", stored & 0xFFFFFFFFL);
-      details.put("computed_crc", computed & 0xFFFFFFFFL);
-      throw new RaylogReadException(
-          RaylogReadException.CORRUPT_MESSAGE,
-          String.format(
-              "batch at offset %d fails its CRC32C check (stored %#010x, computed %#010x): "
-                  + "its bytes were damaged on disk or in transit",
-              at, stored, computed),
-          details,
-          null);
-    }
+    checkCrc(buf, p + 21, end - (p + 21), FetchClient.readInt(buf, p + 17), "batch", at);
     int attrs = ((buf[p + 21] & 0xFF) << 8) | (buf[p + 22] & 0xFF);
     int kafkaCodec = attrs & CODEC_MASK;
     if ((attrs & ~BATCH_KNOWN_ATTRIBUTES) != 0 || Codecs.fromKafka(kafkaCodec) < 0) {
@@ -606,25 +588,7 @@ final class MessageSet {
 
   /** Check the CRC, magic, attributes and key length of the message at p; return its attributes. */
   private int check(byte[] buf, int p, int size, long at) {
-    CRC32C c = crc;
-    c.reset();
-    c.update(buf, p + 8, size - 4);
-    int computed = (int) c.getValue();
-    int stored = FetchClient.readInt(buf, p + 4);
-    if (computed != stored) {
-      Map<String, Object> details = new HashMap<>();
-      details.put("offset", at);
-      details.put("stored_crc", stored & 0xFFFFFFFFL);
-      details.put("computed_crc", computed & 0xFFFFFFFFL);
-      throw new RaylogReadException(
-          RaylogReadException.CORRUPT_MESSAGE,
-          String.format(
-              "message at offset %d fails its CRC32C check (stored %#010x, computed %#010x): "
-                  + "its bytes were damaged on disk or in transit",
-              at, stored, computed),
-          details,
-          null);
-    }
+    checkCrc(buf, p + 8, size - 4, FetchClient.readInt(buf, p + 4), "message", at);
     int magic = buf[p + 8] & 0xFF;
     int attrs = buf[p + 9] & 0xFF;
     int klen = FetchClient.readInt(buf, p + 18);
@@ -641,6 +605,28 @@ final class MessageSet {
           "message at offset " + at + " has key_length " + klen + ", which does not fit its size " + size, at);
     }
     return attrs;
+  }
+
+  /** CorruptMessageError unless the CRC32C of {@code buf[from, from + n)} is {@code stored}. */
+  private void checkCrc(byte[] buf, int from, int n, int stored, String what, long at) {
+    CRC32C c = crc;
+    c.reset();
+    c.update(buf, from, n);
+    int computed = (int) c.getValue();
+    if (computed != stored) {
+      Map<String, Object> details = new HashMap<>();
+      details.put("offset", at);
+      details.put("stored_crc", stored & 0xFFFFFFFFL);
+      details.put("computed_crc", computed & 0xFFFFFFFFL);
+      throw new RaylogReadException(
+          RaylogReadException.CORRUPT_MESSAGE,
+          String.format(
+              "%s at offset %d fails its CRC32C check (stored %#010x, computed %#010x): "
+                  + "its bytes were damaged on disk or in transit",
+              what, at, stored, computed),
+          details,
+          null);
+    }
   }
 
   private static RaylogReadException incomplete(int have, long at) {
