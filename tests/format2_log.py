@@ -61,3 +61,22 @@ def flip_in_batch(client, topic: str, position: int, partition: int = 0) -> None
         byte = f.read(1)
         f.seek(where)
         f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def format1_topic(client, topic: str, values, partitions: int = 1) -> dict[int, list[int]]:
+    """A topic whose partitions hold format-1 messages only (one set per
+    message through the data channel, as the producer before format 2 wrote
+    them), flushed: where format 1's rule still holds (an offset inside a
+    message is no offset). ``{partition: offsets}``."""
+    import ray
+
+    from raylog.transfer.connection import BrokerConnection
+
+    client.create_topic(topic, partitions=partitions)
+    offsets: dict[int, list[int]] = {}
+    for p in range(partitions):
+        host, port = client.metadata.endpoint(topic, p, refresh=True, wait_s=10.0)
+        with BrokerConnection(host, port, token=client.settings.token, timeout_s=10) as conn:
+            offsets[p] = [conn.produce(topic, p, encode_message_set([v])) for v in values]
+        ray.get(client.partition_actor(topic, p).flush.remote())
+    return offsets

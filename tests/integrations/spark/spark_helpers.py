@@ -8,12 +8,12 @@ from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 
 
-def produce(client, topic: str, messages, compression=None) -> None:
+def produce(client, topic: str, messages, compression=None, batch_size: int = 50) -> None:
     """Send ``(key, value)`` pairs with acks=1 and flush every partition, so
     that everything is below the high watermark."""
     import ray
 
-    producer = client.producer(acks=1, batch_size=50, linger_ms=1, compression=compression)
+    producer = client.producer(acks=1, batch_size=batch_size, linger_ms=1, compression=compression)
     for key, value in messages:
         producer.send(topic, value, key)
     producer.flush()
@@ -57,10 +57,11 @@ def as_tuples(rows) -> list[tuple]:
 
 
 def make_clicks(raylog_client, topic: str) -> str:
-    """A three-partition topic of 600 messages, keyed and unkeyed, of varied sizes."""
+    """A three-partition topic of 600 messages, keyed and unkeyed, of varied sizes, in record batches
+    of at most 10 (a read is cut at batch boundaries: many batches, many possible cuts)."""
     raylog_client.create_topic(topic, partitions=3)
     messages = [
         (None if i % 4 == 0 else b"user-%d" % (i % 17), b"click-%05d:" % i + b"x" * (i % 97)) for i in range(600)
     ]
-    produce(raylog_client, topic, messages)
+    produce(raylog_client, topic, messages, batch_size=10)
     return topic

@@ -25,6 +25,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from format2_log import format1_topic
 from spark_helpers import as_tuples, log_messages, make_clicks, produce
 
 pytestmark = pytest.mark.timeout(600)
@@ -49,13 +50,15 @@ def test_unknown_topic_is_a_typed_error(spark, raylog_client):
         raylog_spark.read_topic(spark, "no-such-topic", client=raylog_client)
 
 
-def test_offset_off_a_message_boundary_is_refused(spark, raylog_client, clicks):
-    first = log_messages(raylog_client, clicks)[0]
+def test_offset_off_a_message_boundary_is_refused(spark, raylog_client):
+    # format 1's rule (a log written before record batches): an offset inside a message is no offset
+    topic = "read-format1"
+    offsets = format1_topic(raylog_client, topic, [b"plain-%03d" % i for i in range(20)], partitions=2)
     with pytest.raises(InvalidOffsetError, match="not the start of a message"):
-        raylog_spark.read_topic(spark, clicks, starting_offsets={first[0]: first[1] + 3}, client=raylog_client)
-    end = raylog_client.offsets(clicks, 1)[1]
+        raylog_spark.read_topic(spark, topic, starting_offsets={0: offsets[0][0] + 3}, client=raylog_client)
+    end = raylog_client.offsets(topic, 1)[1]
     with pytest.raises(InvalidOffsetError):
-        raylog_spark.read_topic(spark, clicks, ending_offsets={1: end - 5}, client=raylog_client)
+        raylog_spark.read_topic(spark, topic, ending_offsets={1: end - 5}, client=raylog_client)
 
 
 def test_offsets_past_the_end_and_bad_arguments_are_refused(spark, raylog_client, clicks):

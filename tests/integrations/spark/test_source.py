@@ -17,6 +17,7 @@ import pytest
 
 import raylog_spark
 import spark_helpers
+from format2_log import format1_topic
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -137,11 +138,12 @@ def test_every_row_of_a_compressed_topic_has_its_own_offset(spark, raylog_client
     assert values(streamed) == sorted(sent[150:])
 
 
-def test_an_offset_inside_a_plain_message_stays_an_error(spark, raylog_client, topics):
-    a, _ = topics
-    first = min(o for p, o, _v in log_messages(raylog_client, a) if p == 0)
+def test_an_offset_inside_a_plain_message_stays_an_error(spark, raylog_client):
+    # format 1's rule (a log written before record batches): an offset inside a message is no offset
+    topic = "source-format1"
+    offsets = format1_topic(raylog_client, topic, [b"plain-%03d" % i for i in range(20)])
     with pytest.raises(Exception, match="InvalidOffsetError"):
-        read(spark, subscribe=a, startingOffsets=json.dumps({a: {"0": first + 3}})).count()
+        read(spark, subscribe=topic, startingOffsets=json.dumps({topic: {"0": offsets[0][0] + 3}})).count()
 
 
 def test_starting_and_ending_offsets(spark, raylog_client, topics):
@@ -166,9 +168,10 @@ def test_bad_options_are_raylog_errors(spark, raylog_client, topics):
         read(spark, subscribe="no-such-topic").count()
     with pytest.raises(Exception, match="ConfigError: .*subscribe"):
         read(spark).count()
-    with pytest.raises(Exception, match="InvalidOffsetError"):
-        first = log_messages(raylog_client, a)[0]
-        read(spark, subscribe=a, startingOffsets=json.dumps({a: {str(first[0]): first[1] + 3}})).count()
+    with pytest.raises(Exception, match="InvalidOffsetError"):  # inside a format-1 message
+        plain = "source-format1-bad"
+        offsets = format1_topic(raylog_client, plain, [b"plain-0", b"plain-1"])
+        read(spark, subscribe=plain, startingOffsets=json.dumps({plain: {"0": offsets[0][0] + 3}})).count()
     with pytest.raises(Exception, match="OffsetOutOfRangeError"):
         read(spark, subscribe=a, endingOffsets=json.dumps({a: {"0": 10**9}})).count()
     with pytest.raises(Exception, match="UnknownPartitionError"):
