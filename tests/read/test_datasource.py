@@ -20,7 +20,7 @@ MESSAGES = 50
 def filled(raylog_client):
     topic = "resources"
     raylog_client.create_topic(topic, partitions=2, flush_ms=10)
-    producer = raylog_client.producer(acks=1)
+    producer = raylog_client.producer(acks=1, batch_size=10)  # many record batches: a read cuts at their starts
     for i in range(MESSAGES):
         producer.send(topic, b"m%d" % i)
     producer.close()
