@@ -70,7 +70,7 @@ def test_a_str_key_is_refused_naming_the_key_and_how_to_encode_it(raylog_client,
         assert isinstance(err.value, TypeError) and isinstance(err.value, RaylogError)
         with pytest.raises(ArgumentTypeError, match=r"keys must be bytes or None, got str; encode them, e\.g\. key\.encode\(\)"):
             producer.send_batch(topic, [b"a", b"b"], [b"k1", "k2"])
-        with pytest.raises(ArgumentTypeError, match=r"value must be bytes, got str; encode it first"):
+        with pytest.raises(ArgumentTypeError, match=r"value must be bytes \(or None for a tombstone\), got str; encode it first"):
             producer.send(topic, "v", key=b"k")
         producer.send(topic, b"after", key=b"k").result(timeout_s=60)
     finally:

@@ -101,7 +101,7 @@ def test_the_ray_data_example_runs_as_written(raylog_client, capsys):
     """The Ray Data block (docs/howto/spark.md) on the module's client, its topic
     "clicks" of two partitions holding 40 messages."""
     raylog_client.create_topic("clicks", partitions=2)
-    producer = raylog_client.producer(acks="all")
+    producer = raylog_client.producer(acks="all", batch_size=5)  # several record batches: reads cut at their starts
     for i in range(40):
         producer.send("clicks", b"v%d" % i, key=b"k%d" % (i % 5))
     producer.flush()

@@ -360,12 +360,17 @@ def test_consume_exits_after_the_idle_timeout(cluster, make_topic):
 
 
 def _produce_ten(raylog_client, topic: str) -> tuple[int, int]:
-    """Ten values of one size into ``topic``'s partition 0, flushed:
+    """Ten values of one size into ``topic``'s partition 0 as format-1
+    messages (one set each, through the data channel: every message at a byte
+    position of its own, which the offsets below count), flushed:
     ``(log end, size of one message)``."""
-    producer = raylog_client.producer(acks=1)
-    for value in _values(10):
-        producer.send(topic, value.encode())
-    producer.close()
+    from raylog.storage.message import encode_message_set
+    from raylog.transfer.connection import BrokerConnection
+
+    host, port = raylog_client.metadata.endpoint(topic, 0, refresh=True, wait_s=10.0)
+    with BrokerConnection(host, port, token=raylog_client.settings.token, timeout_s=10) as conn:
+        for value in _values(10):
+            conn.produce(topic, 0, encode_message_set([value.encode()]))
     end = _wait_flushed(raylog_client, topic)
     return end, end // 10
 
