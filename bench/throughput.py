@@ -47,14 +47,6 @@ def _emit(rows: list, row: dict, json_only: bool) -> None:
     print(json.dumps(row), flush=True)
 
 
-def _wait_for_watermark(client, topic: str, target: int, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while client.offsets(topic, 0)[1] < target:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"high watermark did not reach {target} within {timeout_s} s")
-        time.sleep(0.002)
-
-
 #: how long the high watermarks stay still before the records are counted
 SETTLED_S = 0.2
 
