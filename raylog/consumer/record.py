@@ -135,6 +135,9 @@ Message.with_headers = staticmethod(_with_headers)
 # ``inner_type``, the last through ``last_inner`` with the wrapper's end).
 Message.inner_type = InnerMessage
 Message.last_inner = staticmethod(_last_inner)
+# The compiled decoder builds the last record of a batch directly as this
+# type, with ``_next_offset`` in its ``__dict__`` (as ``last_inner`` does).
+Message.last_type = WrappedMessage
 
 
 def with_next_offsets(records: list, end: int) -> list:

@@ -37,7 +37,7 @@
  *         -> bytes | None
  *     batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool
  *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type[, prefix]])
- *     batches_decode(buf, start, end, max_length, record_type, prefix) -> (rows, ends, stop)
+ *     batches_decode(buf, start, end, max_length, record_type, prefix[, last_type]) -> (rows, ends, stop)
  *         format 2 (raylog.storage.record_batch, the reference): the
  *         records section buf[start:end) of a batch (uncompressed, or
  *         decompressed by the caller), encoded, checked or
@@ -1202,12 +1202,17 @@ speedups_batch_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * tuple) of (offset, timestamp, key, value, headers); with prefix (a
  * 2-tuple (p0, p1)) of (p0, p1, offset, timestamp, key, value), and the
  * headers list as a seventh item only when it is not empty (the consumer's
- * messages: raylog.consumer.record). Returns 1 when every record is sound,
- * 0 when not (the reference raises), -1 on a Python error. */
+ * messages: raylog.consumer.record). With last_type, the last record is a
+ * last_type instance (its type has a __dict__) with _next_offset =
+ * next_offset. A record holding no list is untracked by the collector (see
+ * new_record). Returns 1 when every record is sound, 0 when not (the
+ * reference raises), -1 on a Python error. */
+static PyObject *next_offset_name;  /* "_next_offset", interned at import */
+
 static int
 walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_ts, int64_t max_ts,
            int append_time, int64_t offset, int64_t skip, PyObject *rows, PyTypeObject *record_type,
-           PyObject *prefix)
+           PyObject *prefix, PyTypeObject *last_type, int64_t next_offset)
 {
     Py_ssize_t pos = 0;
     int64_t i;
@@ -1292,7 +1297,8 @@ walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_t
         if (want) {
             Py_ssize_t at = prefix != NULL ? 2 : 0;
             Py_ssize_t items = prefix == NULL ? 5 : headers != NULL ? 7 : 6;  /* (prefix: a list only for hcount > 0) */
-            PyObject *rec = record_type == &PyTuple_Type ? PyTuple_New(items) : record_type->tp_alloc(record_type, items);
+            PyTypeObject *type = last_type != NULL && i == count - 1 ? last_type : record_type;
+            PyObject *rec = type == &PyTuple_Type ? PyTuple_New(items) : type->tp_alloc(type, items);
             PyObject *o, *t, *k, *v;
             if (rec == NULL)
                 goto fail;
@@ -1328,6 +1334,18 @@ walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_t
                 Py_DECREF(rec);
                 return -1;
             }
+            if (type == last_type) {
+                /* the batch's last record: its next offset is the batch's end, kept in its __dict__ */
+                PyObject *next = PyLong_FromLongLong(next_offset);
+                int failed = next == NULL || PyObject_GenericSetAttr(rec, next_offset_name, next) < 0;
+                Py_XDECREF(next);
+                if (failed) {
+                    Py_DECREF(rec);
+                    return -1;
+                }
+            }
+            else if (items != 7 && (type == &PyTuple_Type || type->tp_dictoffset == 0) && PyObject_GC_IsTracked(rec))
+                PyObject_GC_UnTrack(rec);  /* str, int, bytes, None only: no cycle (see new_record) */
             if (PyList_Append(rows, rec) < 0) {
                 Py_DECREF(rec);
                 return -1;
@@ -1389,7 +1407,7 @@ speedups_batch_validate(PyObject *module, PyObject *const *args, Py_ssize_t narg
     if (ok == 0)
         Py_RETURN_FALSE;
     ok = walk_batch((const unsigned char *)view.buf + start, end - start, v[2], v[3], v[4],
-                    PyObject_IsTrue(args[6]) == 1, 0, 0, NULL, NULL, NULL);
+                    PyObject_IsTrue(args[6]) == 1, 0, 0, NULL, NULL, NULL, NULL, 0);
     PyBuffer_Release(&view);
     if (ok < 0)
         return NULL;
@@ -1443,7 +1461,7 @@ speedups_batch_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     ok = walk_batch((const unsigned char *)view.buf + start, end - start, v[2], v[3], v[4],
-                    PyObject_IsTrue(args[6]) == 1, offset, skip, rows, record_type, prefix);
+                    PyObject_IsTrue(args[6]) == 1, offset, skip, rows, record_type, prefix, NULL, 0);
     PyBuffer_Release(&view);
     if (ok <= 0) {
         Py_DECREF(rows);
@@ -1455,7 +1473,7 @@ speedups_batch_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(batches_decode_doc,
-"batches_decode(buf, start, end, max_length, record_type, prefix)\n"
+"batches_decode(buf, start, end, max_length, record_type, prefix[, last_type])\n"
 "    -> (rows, ends, stop)\n\n"
 "The consumer's messages of the uncompressed, non-control record batches back\n"
 "to back in buf[start:end), each checked as raylog.storage.record_batch.decode_batch\n"
@@ -1464,7 +1482,10 @@ PyDoc_STRVAR(batches_decode_doc,
 "prefix builds them (the records of the batch at p: offset baseOffset + i, or\n"
 "p + i for an unstamped one), ends the (index in rows, next offset) of each\n"
 "batch's last record, stop the position of the first batch not taken (end, a\n"
-"cut, compressed, control or faulty batch: the reference decodes or refuses it).");
+"cut, compressed, control or faulty batch: the reference decodes or refuses it).\n"
+"With last_type (a tuple subclass whose instances have a __dict__), each\n"
+"batch's last record is a last_type instance whose _next_offset attribute is\n"
+"the batch's next offset, and ends stays empty.");
 
 static PyObject *
 speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1475,9 +1496,16 @@ speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
     PyObject *prefix, *rows = NULL, *ends = NULL, *result = NULL;
     const unsigned char *b;
     Py_ssize_t pos;
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "batches_decode() takes 6 arguments (%zd given)", nargs);
+    PyTypeObject *last_type = NULL;
+    if (nargs != 6 && nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "batches_decode() takes 6 or 7 arguments (%zd given)", nargs);
         return NULL;
+    }
+    if (nargs == 7 && args[6] != Py_None) {
+        if (!PyType_Check(args[6]) || !PyType_IsSubtype((PyTypeObject *)args[6], &PyTuple_Type)
+            || ((PyTypeObject *)args[6])->tp_dictoffset == 0)
+            Py_RETURN_NONE;
+        last_type = (PyTypeObject *)args[6];
     }
     if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &max_length))
         Py_RETURN_NONE;
@@ -1521,7 +1549,7 @@ speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
         offset = base ? base : (int64_t)pos;
         before = PyList_GET_SIZE(rows);
         ok = walk_batch(b + pos + 61, (Py_ssize_t)(size - 61), count, load_i64(b + pos + 27), load_i64(b + pos + 35),
-                        (attrs & 0x08u) != 0, offset, 0, rows, record_type, prefix);
+                        (attrs & 0x08u) != 0, offset, 0, rows, record_type, prefix, last_type, base + lod + 1);
         if (ok < 0)
             goto done;
         if (ok == 0) {  /* the rows of this batch are dropped: the reference raises */
@@ -1529,12 +1557,14 @@ speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
                 goto done;
             break;
         }
-        pair = Py_BuildValue("(nL)", PyList_GET_SIZE(rows) - 1, (long long)(base + lod + 1));
-        if (pair == NULL || PyList_Append(ends, pair) < 0) {
-            Py_XDECREF(pair);
-            goto done;
+        if (last_type == NULL) {
+            pair = Py_BuildValue("(nL)", PyList_GET_SIZE(rows) - 1, (long long)(base + lod + 1));
+            if (pair == NULL || PyList_Append(ends, pair) < 0) {
+                Py_XDECREF(pair);
+                goto done;
+            }
+            Py_DECREF(pair);
         }
-        Py_DECREF(pair);
         pos += (Py_ssize_t)size;
     }
     result = Py_BuildValue("(OOn)", rows, ends, pos);
@@ -1583,6 +1613,9 @@ PyInit__speedups(void)
     PyObject *m;
     crc_table_init();
     crc_select();
+    next_offset_name = PyUnicode_InternFromString("_next_offset");
+    if (next_offset_name == NULL)
+        return NULL;
     m = PyModule_Create(&speedups_module);
     if (m == NULL)
         return NULL;

@@ -54,11 +54,13 @@ def _decode_batches(buf, base_offset, max_message_bytes, partial_tail_ok, record
     runs = record_type is not None and len(prefix) == 2
     if runs:
         inner_type = getattr(record_type, "inner_type", record_type)
+        # each batch's last record built as this type, its next offset the batch's end, in the same pass
+        last_type = getattr(record_type, "last_type", None) if inner_type is not record_type else None
         prefix = tuple(prefix)
     while pos < n:
         if runs:
             # runs of plain batches in one compiled pass; the batch it stops at goes the way below
-            run = decode_batches_as(buf, pos, n, max_message_bytes, inner_type, prefix)
+            run = decode_batches_as(buf, pos, n, max_message_bytes, inner_type, prefix, last_type)
             if run is None:
                 runs = False
             else:

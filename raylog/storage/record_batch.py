@@ -866,17 +866,22 @@ def decode_batch_as(
     return header, rows
 
 
-def decode_batches_as(data, start: int, end: int, max_message_bytes: int, record_type: type, prefix: tuple):
+def decode_batches_as(data, start: int, end: int, max_message_bytes: int, record_type: type, prefix: tuple,
+                      last_type: type | None = None):
     """The run of uncompressed, non-control batches from ``start`` (before
     ``end``) decoded in one compiled pass into ``record_type`` instances as
     :func:`decode_batch_as` builds them: ``(rows, ends, stop)``, ``ends`` the
     ``(index in rows, next offset)`` of each batch's last record, ``stop``
     the position of the first batch not taken (``end``, a cut, compressed,
     control or faulty batch: decode it with :func:`decode_batch`, which
-    raises the error of a faulty one). None when the compiled path is off."""
+    raises the error of a faulty one). With ``last_type`` (a tuple subclass
+    whose instances have a ``__dict__``) each batch's last record is built
+    as a ``last_type`` with its next offset in ``_next_offset``, and ``ends``
+    is empty. None when the compiled path is off."""
     if _speedups is None or not hasattr(_speedups, "batches_decode"):
         return None
-    return _speedups.batches_decode(data, start, end, min(max_message_bytes, MAX_BATCH_LENGTH), record_type, prefix)
+    return _speedups.batches_decode(data, start, end, min(max_message_bytes, MAX_BATCH_LENGTH), record_type, prefix,
+                                    last_type)
 
 
 def _records(data, pos: int, header: BatchHeader, max_message_bytes, max_inflated_bytes, skip: int, want: bool):

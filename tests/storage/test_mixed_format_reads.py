@@ -270,3 +270,23 @@ def test_runs_of_plain_batches_decode_in_one_pass_around_compressed_control_and_
     damaged[len(parts[0]) + 70] ^= 0x01  # inside the second batch's records: its crc fails
     with pytest.raises(CorruptMessageError, match=f"batch at offset {len(parts[0])} fails its CRC32C check"):
         decode_messages(bytes(damaged), 0, record_type=Message, prefix=("t", 0))
+
+
+def test_the_compiled_path_leaves_records_without_a_list_to_no_collector_pass():
+    """A consumer holding a million records must not pay for the garbage
+    collector walking them again and again: a record holding only str, int,
+    bytes and None cannot be part of a cycle, so the compiled path untracks it
+    (as format 1's does); a record with headers (a list) and a batch's last
+    record (a ``__dict__``) stay tracked."""
+    import gc
+
+    from raylog.consumer.record import InnerMessage, Message, WrappedMessage
+    from raylog.storage import record_batch
+
+    if not record_batch.ACCELERATED:
+        pytest.skip("the compiled path is not built here")
+    data = bytes(record_batch.stamp(encode_batch([b"a", b"b", b"c"], headers=[None, [("h", b"1")], None]), 0))
+    records, _ = decode_messages(data, 0, record_type=Message, prefix=("t", 0))
+    assert [type(m) for m in records] == [InnerMessage, InnerMessage, WrappedMessage]
+    assert [gc.is_tracked(m) for m in records] == [False, True, True]
+    assert records[-1].next_offset == len(data)
