@@ -65,6 +65,8 @@ def _decode(data, offset: int, tp, max_message: int, max_inflated: int):
     records, consumed = decode_messages(
         data, offset, max_message_bytes=max_message, record_type=Message, prefix=tp, max_inflated_bytes=max_inflated
     )
+    if record_batch.format_at(data) == 2:
+        return records, consumed  # built with their next offsets (the batch rule), none a plain Message
     return with_next_offsets(records, offset + consumed), consumed
 
 

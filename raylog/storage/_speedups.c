@@ -38,6 +38,9 @@
  *     batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool
  *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type[, prefix]])
  *     batches_decode(buf, start, end, max_length, record_type, prefix[, last_type]) -> (rows, ends, stop)
+ *     batches_prepare(buf, start, end, max_length, header_type) -> (pairs, records, stop)
+ *     batches_stamp(buf, start, end, base, leader_epoch, header_type) -> pairs | None
+ *     batches_largest_ts(buf, start, end) -> (largest, consumed)
  *         format 2 (raylog.storage.record_batch, the reference): the
  *         records section buf[start:end) of a batch (uncompressed, or
  *         decompressed by the caller), encoded, checked or
@@ -1343,6 +1346,14 @@ walk_batch(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_t
                     Py_DECREF(rec);
                     return -1;
                 }
+                /* Its __dict__ holds one int (an untracked dict) and its items
+                 * no list: no cycle can pass through it unless someone sets an
+                 * attribute on a received message (messages are immutable
+                 * tuples to their users), so it is untracked as the others
+                 * are. A batch of single records otherwise makes every
+                 * message one more object for each collection to walk. */
+                if (items != 7 && PyObject_GC_IsTracked(rec))
+                    PyObject_GC_UnTrack(rec);
             }
             else if (items != 7 && (type == &PyTuple_Type || type->tp_dictoffset == 0) && PyObject_GC_IsTracked(rec))
                 PyObject_GC_UnTrack(rec);  /* str, int, bytes, None only: no cycle (see new_record) */
@@ -1575,6 +1586,245 @@ done:
     return result;
 }
 
+/* The 13 header fields of the batch at h as a header_type instance (a tuple
+ * subclass built as tuple.__new__(header_type, fields), as read_header's
+ * BatchHeader._make builds it): baseOffset, batchLength,
+ * partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+ * baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence,
+ * recordCount. */
+static PyObject *
+header_fields(PyTypeObject *header_type, const unsigned char *h)
+{
+    PyObject *items[13];
+    int k;
+    items[0] = PyLong_FromLongLong(load_i64(h));
+    items[1] = PyLong_FromLong(load_i32(h + 8));
+    items[2] = PyLong_FromLong(load_i32(h + 12));
+    items[3] = PyLong_FromLong(h[16]);
+    items[4] = PyLong_FromUnsignedLong(load_u32(h + 17));
+    items[5] = PyLong_FromLong((int16_t)((h[21] << 8) | h[22]));
+    items[6] = PyLong_FromLong(load_i32(h + 23));
+    items[7] = PyLong_FromLongLong(load_i64(h + 27));
+    items[8] = PyLong_FromLongLong(load_i64(h + 35));
+    items[9] = PyLong_FromLongLong(load_i64(h + 43));
+    items[10] = PyLong_FromLong((int16_t)((h[51] << 8) | h[52]));
+    items[11] = PyLong_FromLong(load_i32(h + 53));
+    items[12] = PyLong_FromLong(load_i32(h + 57));
+    for (k = 0; k < 13; k++)
+        if (items[k] == NULL) {
+            for (k = 0; k < 13; k++)
+                Py_XDECREF(items[k]);
+            return NULL;
+        }
+    return new_record(header_type, items, 13);
+}
+
+/* Whether the whole batch at b (size bytes, 61 <= size, within max_length)
+ * passes the checks of the reference's validate_batch for a batch without a
+ * codec and without the control bit: magic 2, crc, attributes, count,
+ * lastOffsetDelta and every record. 1 yes, 0 no (the reference decides and
+ * raises), -1 on a Python error. */
+static int
+plain_batch_sound(const unsigned char *b, int64_t size)
+{
+    unsigned attrs = ((unsigned)b[21] << 8) | b[22];
+    int64_t count = load_i32(b + 57), lod = load_i32(b + 23);
+    if (b[16] != 2 || (attrs & ~0x18u))  /* a codec, control or an unknown bit: the reference */
+        return 0;
+    if (count < 1 || (lod != count - 1 && lod != size - 1))
+        return 0;
+    if (load_u32(b + 17) != crc32c_fn(0, b + 21, (size_t)(size - 21)))
+        return 0;
+    return walk_batch(b + 61, (Py_ssize_t)(size - 61), count, load_i64(b + 27), load_i64(b + 35),
+                      (attrs & 0x08u) != 0, 0, 0, NULL, NULL, NULL, NULL, 0);
+}
+
+PyDoc_STRVAR(batches_prepare_doc,
+"batches_prepare(buf, start, end, max_length, header_type) -> (pairs, records, stop)\n\n"
+"The append-side check of the record batches back to back in buf[start:end)\n"
+"(raylog.storage.batch_validation.prepare_append, the reference), for the run\n"
+"of batches without a codec or the control bit from start: each whole, its\n"
+"batchLength within max_length, magic, crc, attributes, count, lastOffsetDelta\n"
+"and every record as validate_batch checks them. pairs: (position, header)\n"
+"of each (header a header_type instance of the 13 fields, as read_header\n"
+"builds it), records: their record count, stop: the position of the first\n"
+"batch not taken (end, or a batch the reference takes or refuses).");
+
+static PyObject *
+speedups_batches_prepare(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int64_t start, end, max_length, records = 0;
+    PyTypeObject *header_type;
+    PyObject *pairs = NULL, *result = NULL;
+    const unsigned char *b;
+    Py_ssize_t pos;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "batches_prepare() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &max_length))
+        Py_RETURN_NONE;
+    if (!PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type))
+        Py_RETURN_NONE;
+    header_type = (PyTypeObject *)args[4];
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (start < 0 || end < start || end > view.len) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    b = (const unsigned char *)view.buf;
+    if ((pairs = PyList_New(0)) == NULL)
+        goto done;
+    pos = (Py_ssize_t)start;
+    while (end - pos >= 61) {
+        int64_t length = load_i32(b + pos + 8), size;
+        int ok;
+        PyObject *header, *pair;
+        if (length < 49 || length > max_length || length > (1 << 24) - 1 || pos + 12 + length > end)
+            break;
+        size = 12 + length;
+        ok = plain_batch_sound(b + pos, size);
+        if (ok < 0)
+            goto done;
+        if (ok == 0)
+            break;
+        if ((header = header_fields(header_type, b + pos)) == NULL)
+            goto done;
+        pair = Py_BuildValue("(nN)", pos, header);
+        if (pair == NULL || PyList_Append(pairs, pair) < 0) {
+            Py_XDECREF(pair);
+            goto done;
+        }
+        Py_DECREF(pair);
+        records += load_i32(b + pos + 57);
+        pos += (Py_ssize_t)size;
+    }
+    result = Py_BuildValue("(OLn)", pairs, (long long)records, pos);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(pairs);
+    return result;
+}
+
+PyDoc_STRVAR(batches_stamp_doc,
+"batches_stamp(buf, start, end, base, leader_epoch, header_type) -> pairs\n\n"
+"Stamp, in place, the validated batches back to back in the bytearray\n"
+"buf[start:end) for the log offset base (raylog.storage.record_batch.stamp_into,\n"
+"the reference, for each: baseOffset = base + its position - start,\n"
+"partitionLeaderEpoch = leader_epoch, and raylog's lastOffsetDelta with the crc\n"
+"made again where a Kafka client's was there). pairs: (offset, header as\n"
+"stored) of each. None when the batches do not tile buf[start:end).");
+
+static PyObject *
+speedups_batches_stamp(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int64_t start, end, base, epoch;
+    PyTypeObject *header_type;
+    PyObject *pairs = NULL, *result = NULL;
+    unsigned char *b;
+    Py_ssize_t pos;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "batches_stamp() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &base) || !ts_arg(args[4], &epoch)
+        || epoch < INT32_MIN || epoch > INT32_MAX)
+        Py_RETURN_NONE;
+    if (!PyType_Check(args[5]) || !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type))
+        Py_RETURN_NONE;
+    header_type = (PyTypeObject *)args[5];
+    if (!PyByteArray_Check(args[0]))
+        Py_RETURN_NONE;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (start < 0 || end < start || end > view.len)
+        goto done_none;
+    b = (unsigned char *)view.buf;
+    /* the batches must tile [start, end) before anything is written */
+    for (pos = (Py_ssize_t)start; pos < end;) {
+        int64_t length;
+        if (end - pos < 61)
+            goto done_none;
+        length = load_i32(b + pos + 8);
+        if (length < 49 || pos + 12 + length > end)
+            goto done_none;
+        pos += (Py_ssize_t)(12 + length);
+    }
+    if ((pairs = PyList_New(0)) == NULL)
+        goto done;
+    for (pos = (Py_ssize_t)start; pos < end;) {
+        int64_t size = 12 + (int64_t)load_i32(b + pos + 8), offset = base + (pos - (Py_ssize_t)start);
+        PyObject *header, *pair;
+        store_i64(b + pos, offset);
+        store_u32(b + pos + 12, (uint32_t)(int32_t)epoch);
+        if ((int64_t)load_i32(b + pos + 23) != size - 1) {
+            store_u32(b + pos + 23, (uint32_t)(size - 1));
+            store_u32(b + pos + 17, crc32c_fn(0, b + pos + 21, (size_t)(size - 21)));
+        }
+        if ((header = header_fields(header_type, b + pos)) == NULL)
+            goto done;
+        pair = Py_BuildValue("(LN)", (long long)offset, header);
+        if (pair == NULL || PyList_Append(pairs, pair) < 0) {
+            Py_XDECREF(pair);
+            goto done;
+        }
+        Py_DECREF(pair);
+        pos += (Py_ssize_t)size;
+    }
+    result = pairs;
+    pairs = NULL;
+    goto done;
+done_none:
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(pairs);
+    return result;
+}
+
+PyDoc_STRVAR(batches_largest_ts_doc,
+"batches_largest_ts(buf, start, end) -> (largest, consumed)\n\n"
+"raylog.storage.timeindex.batch_timestamps (the reference): the largest\n"
+"maxTimestamp of the whole batches in buf[start:end) and the bytes they take.");
+
+static PyObject *
+speedups_batches_largest_ts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int64_t start, end, largest = INT64_MIN;
+    const unsigned char *b;
+    Py_ssize_t pos;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "batches_largest_ts() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end))
+        Py_RETURN_NONE;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (start < 0 || end < start || end > view.len) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    b = (const unsigned char *)view.buf;
+    pos = (Py_ssize_t)start;
+    while (end - pos >= 61) {
+        int64_t size = 12 + (int64_t)load_i32(b + pos + 8), ts;
+        if (size < 61 || pos + size > end)
+            break;
+        ts = load_i64(b + pos + 35);
+        if (ts > largest)
+            largest = ts;
+        pos += (Py_ssize_t)size;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Ln)", (long long)largest, pos - (Py_ssize_t)start);
+}
+
 /* ------------------------------------------------------------------------ */
 /* the module */
 
@@ -1590,6 +1840,10 @@ static PyMethodDef speedups_methods[] = {
     {"batch_validate", (PyCFunction)(void (*)(void))speedups_batch_validate, METH_FASTCALL, batch_validate_doc},
     {"batch_decode", (PyCFunction)(void (*)(void))speedups_batch_decode, METH_FASTCALL, batch_decode_doc},
     {"batches_decode", (PyCFunction)(void (*)(void))speedups_batches_decode, METH_FASTCALL, batches_decode_doc},
+    {"batches_prepare", (PyCFunction)(void (*)(void))speedups_batches_prepare, METH_FASTCALL, batches_prepare_doc},
+    {"batches_stamp", (PyCFunction)(void (*)(void))speedups_batches_stamp, METH_FASTCALL, batches_stamp_doc},
+    {"batches_largest_ts", (PyCFunction)(void (*)(void))speedups_batches_largest_ts, METH_FASTCALL,
+     batches_largest_ts_doc},
     {"crc32c", (PyCFunction)(void (*)(void))speedups_crc32c, METH_FASTCALL, crc32c_doc},
     {"crc32c_table", (PyCFunction)(void (*)(void))speedups_crc32c_table, METH_FASTCALL, crc32c_table_doc},
     {NULL, NULL, 0, NULL},

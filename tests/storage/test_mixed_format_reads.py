@@ -276,8 +276,8 @@ def test_the_compiled_path_leaves_records_without_a_list_to_no_collector_pass():
     """A consumer holding a million records must not pay for the garbage
     collector walking them again and again: a record holding only str, int,
     bytes and None cannot be part of a cycle, so the compiled path untracks it
-    (as format 1's does); a record with headers (a list) and a batch's last
-    record (a ``__dict__``) stay tracked."""
+    (as format 1's does), a batch's last record too (its ``__dict__`` holds
+    one int); a record with headers (a list) stays tracked."""
     import gc
 
     from raylog.consumer.record import InnerMessage, Message, WrappedMessage
@@ -288,5 +288,8 @@ def test_the_compiled_path_leaves_records_without_a_list_to_no_collector_pass():
     data = bytes(record_batch.stamp(encode_batch([b"a", b"b", b"c"], headers=[None, [("h", b"1")], None]), 0))
     records, _ = decode_messages(data, 0, record_type=Message, prefix=("t", 0))
     assert [type(m) for m in records] == [InnerMessage, InnerMessage, WrappedMessage]
-    assert [gc.is_tracked(m) for m in records] == [False, True, True]
+    assert [gc.is_tracked(m) for m in records] == [False, True, False]
     assert records[-1].next_offset == len(data)
+    one = bytes(record_batch.stamp(encode_batch([b"a"], headers=[[("h", None)]]), 0))
+    (last,), _ = decode_messages(one, 0, record_type=Message, prefix=("t", 0))
+    assert type(last) is WrappedMessage and gc.is_tracked(last) and last.headers == [("h", None)]
