@@ -86,10 +86,14 @@ _SEQ_MASK = 0x7FFFFFFF
 _READ_BYTES = 1 << 16
 
 
+_CONTROL_BIT = 0x20  # attributes bit 5 (docs/design.md §2)
+
+
 def _sequenced(header: BatchHeader) -> bool:
     """Whether a batch is judged by its sequence: an idempotent producer's
     data (a control batch, a transaction marker, has no sequence: -1)."""
-    return header.producer_id >= 0 and header.base_sequence >= 0 and not header.control
+    # (fields by index, on every append: producerId, baseSequence, attributes' control bit)
+    return header[9] >= 0 and header[11] >= 0 and not header[5] & _CONTROL_BIT
 
 
 def snapshot_name(offset: int) -> str:
@@ -150,11 +154,12 @@ class BatchProducerState:
         """Judge the batches of one append (``(position, header)`` each):
         ``None`` to append them, else (one idempotent batch, a duplicate)
         the offset of its first store. Raises as the module docstring says."""
+        if len(headers) == 1:  # (one batch: most appends)
+            h = headers[0][1]
+            return self._check(h, name) if _sequenced(h) else None
         idempotent = [h for _pos, h in headers if _sequenced(h)]
         if not idempotent:
             return None
-        if len(headers) == 1:
-            return self._check(idempotent[0], name)
         expected: dict[int, tuple[int, int]] = {}
         for h in idempotent:
             state = self._producers.get(h.producer_id)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from raylog.errors import InvalidMessageError, MessageTooLargeError
+from raylog.storage import record_batch as _record_batch
 from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES
 from raylog.storage.record_batch import (
     LOG_OVERHEAD,
@@ -49,6 +50,13 @@ class PreparedBatches(NamedTuple):
     records: int
 
 
+def _compiled(name: str):
+    """The compiled pass ``name`` of :mod:`raylog.storage._speedups`, or None
+    (pure-Python mode, or a module built before it): looked up per call, as
+    tests turn the compiled path off through ``record_batch._speedups``."""
+    return getattr(_record_batch._speedups, name, None)
+
+
 def batch_size_at(buf, pos: int = 0) -> int:
     """``12 + batchLength`` of the batch at ``pos`` (unchecked)."""
     return LOG_OVERHEAD + int.from_bytes(buf[pos + _HEADER_LENGTH_AT : pos + LOG_OVERHEAD], "big", signed=True)
@@ -75,11 +83,33 @@ def prepare_append(
         )
     if not size:
         return PreparedBatches(bytearray(), [], 0)
+    fast = _compiled("batches_prepare")
+    bound = min(max_message_bytes, MAX_BATCH_LENGTH)
+    if fast is not None:
+        run = fast(data, 0, size, bound, BatchHeader)
+        if run is not None and run[2] == size:  # all plain batches, all sound: the common case
+            return PreparedBatches(bytearray(data), run[0], run[1])
     out = bytearray()
     headers: list[tuple[int, BatchHeader]] = []
     records = 0
     pos = 0
     while pos < size:
+        if fast is not None:
+            # the run of plain batches from pos, checked in one compiled pass;
+            # the batch it stops at (compressed, control, faulty) goes the way below
+            run = fast(data, pos, size, bound, BatchHeader)
+            if run is None:
+                fast = None
+            else:
+                pairs, count, stop = run
+                if pairs:
+                    shift = len(out) - pos
+                    headers.extend([(at + shift, header) for at, header in pairs] if shift else pairs)
+                    out += memoryview(data)[pos:stop]
+                    records += count
+                    pos = stop
+                    if pos >= size:
+                        break
         header = validate_batch(data, pos, max_message_bytes, max_inflated_bytes)
         batch = memoryview(data)[pos : pos + header.size]
         if needs_reencode(header):
@@ -107,6 +137,11 @@ def stamp_batches(prepared: PreparedBatches, base: int, leader_epoch: int = -1) 
     """Stamp the prepared batches in place for the log offset ``base`` (each
     batch's baseOffset is its own position); ``(offset, header)`` of each,
     headers as stored."""
+    fast = _compiled("batches_stamp")
+    if fast is not None and isinstance(prepared.data, bytearray):
+        stamped = fast(prepared.data, 0, len(prepared.data), base, leader_epoch, BatchHeader)
+        if stamped is not None:
+            return stamped
     stamped = []
     for at, _header in prepared.headers:
         stamp_into(prepared.data, at, base + at, leader_epoch)

@@ -155,6 +155,13 @@ if getattr(_speedups, "timestamps", None) is not None:  # (a module built before
         return _speedups.timestamps(data, start, len(data) if end is None else end)
 
 
+batch_timestamps_reference = batch_timestamps
+if getattr(_speedups, "batches_largest_ts", None) is not None:
+    # likewise for record batches (every format-2 append)
+    def batch_timestamps(data, start: int = 0, end: int | None = None) -> tuple[int, int]:  # noqa: F811
+        return _speedups.batches_largest_ts(data, start, len(data) if end is None else end)
+
+
 class TimeIndex:
     """The time index of one segment; see the module docstring."""
 

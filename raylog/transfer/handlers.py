@@ -17,7 +17,7 @@ from typing import Callable, NoReturn
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
 from raylog.storage.base import Log
 from raylog.storage.counting import count_range, count_records
-from raylog.storage.record_batch import format_at, iter_batches, needs_reencode
+from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE, format_at, iter_batches, needs_reencode
 from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES
 from raylog.transfer.replies import (
     encode_count_reply,
@@ -341,6 +341,9 @@ def _joinable_format(message_set) -> int | None:
     fmt = format_at(message_set)
     if fmt != 2:
         return fmt
+    n = len(message_set)
+    if n >= BATCH_HEADER_SIZE and int.from_bytes(message_set[8:12], "big") + 12 == n and not message_set[22] & 7:
+        return 2  # one whole batch without a codec (what raylog's producer sends): stored as sent
     try:
         walked = 0
         for pos, header in iter_batches(message_set):

@@ -124,3 +124,69 @@ def test_whole_batch_encode_declines():
     assert SPEEDUPS.batch_encode([b"a"], None, 0, 1 << 16, -1, -1, -1) is None
     assert SPEEDUPS.batch_encode([b"a"], None, 0, 0, -1, 1 << 15, -1) is None
     assert SPEEDUPS.batch_encode([b"a"], None, 2**63, 0, -1, -1, -1) is None
+
+
+# -- the append side: prepare, stamp and the time index's pass, in one compiled pass each
+
+
+def _batches_st():
+    """Record batches back to back as an append brings them: plain ones (some
+    idempotent, some with a Kafka client's lastOffsetDelta), compressed and
+    control ones between them."""
+    one = st.tuples(records_st, st.sampled_from([None, None, None, "gzip", "control", "kafka"]),
+                    st.integers(-1, 5), st.integers(0, 2**31 - 100))
+    return st.lists(one, min_size=1, max_size=8)
+
+
+def _append_bytes(batches) -> bytes:
+    out = bytearray()
+    for records, kind, producer, sequence in batches:
+        kw = {}
+        if producer >= 0:
+            kw = {"producer_id": producer, "producer_epoch": 0, "base_sequence": sequence}
+        if kind == "control":
+            kw = {"control": True, "transactional": True, "producer_id": 1, "producer_epoch": 0, "base_sequence": -1}
+        batch = bytearray(rb.encode_batch([r[1] for r in records], [r[0] for r in records], [r[2] for r in records], 7,
+                                          "gzip" if kind == "gzip" else None, **kw))
+        if kind == "kafka":  # a Kafka client's lastOffsetDelta (count - 1), its crc made again
+            struct.pack_into(">i", batch, 23, len(records) - 1)
+            struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+        out += batch
+    return bytes(out)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=_batches_st(), base=st.integers(0, 2**40), epoch=st.integers(-1, 2**31 - 1), data=st.data())
+def test_append_prepare_and_stamp_identical(monkeypatch, batches, base, epoch, data):
+    from raylog.storage.batch_validation import prepare_append, stamp_batches
+    from raylog.storage.timeindex import batch_timestamps, batch_timestamps_reference
+
+    buf = _append_bytes(batches)
+    if data.draw(st.booleans()):  # damage one byte anywhere: both refuse it alike (or both take it)
+        at = data.draw(st.integers(0, len(buf) - 1))
+        buf = buf[:at] + bytes([buf[at] ^ data.draw(st.integers(1, 255))]) + buf[at + 1:]
+
+    def prepared_and_stamped():
+        prepared = prepare_append(buf, 1 << 20, 1 << 24)
+        stamped = stamp_batches(prepared, base, epoch)
+        return bytes(prepared.data), prepared.headers, prepared.records, stamped
+
+    fast, reference = _both(monkeypatch, prepared_and_stamped)
+    assert fast == reference
+    if not isinstance(fast, tuple) or isinstance(fast[0], type):
+        return
+    stored = fast[0]
+    assert batch_timestamps(stored) == batch_timestamps_reference(stored)
+    assert batch_timestamps(stored, 0, len(stored) - 1) == batch_timestamps_reference(stored, 0, len(stored) - 1)
+
+
+def test_the_append_passes_are_taken_for_plain_batches():
+    buf = _append_bytes([([(None, b"v", None)] * 3, None, 4, 10), ([(b"k", None, [("h", b"")])], "kafka", -1, 0)])
+    pairs, records, stop = SPEEDUPS.batches_prepare(buf, 0, len(buf), 1 << 20, rb.BatchHeader)
+    assert stop == len(buf) and records == 4 and [at for at, _ in pairs] == [0, len(buf) - pairs[1][1].size]
+    assert pairs[0][1] == rb.read_header(buf, 0)
+    stored = bytearray(buf)
+    stamped = SPEEDUPS.batches_stamp(stored, 0, len(stored), 500, 3, rb.BatchHeader)
+    assert [offset for offset, _ in stamped] == [500, 500 + pairs[1][0]]
+    assert all(h.partition_leader_epoch == 3 and h.last_offset_delta == h.size - 1 for _, h in stamped)
+    assert SPEEDUPS.batches_stamp(stored, 0, len(stored) - 1, 0, 0, rb.BatchHeader) is None  # not whole batches
