@@ -93,6 +93,7 @@ from raylog.producer.futures import UNKNOWN_OFFSET, _track
 from raylog.producer.visibility import Visibility
 from raylog.retry import RetryPolicy
 from raylog.producer.batch import BATCH_OVERHEAD
+from raylog.storage import record_batch
 from raylog.storage.record_batch import LOG_OVERHEAD, encode_batch, with_producer
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES, MAX_IN_FLIGHT_PER_PARTITION
@@ -178,8 +179,18 @@ def encode(batch, compression: str | None, state: _Sequences | None) -> bytes:
     """The record batch (format 2, docs/design.md §2) of a producer batch,
     carrying the producer id and the next base sequence of ``state`` when
     idempotent (taken only once the batch is known to fit: :meth:`_Sequences.take`)."""
-    timestamps = batch.timestamps if batch.timestamps is not None else int(batch.created * 1000)
     headers = batch.headers
+    fast = record_batch._speedups
+    if fast is not None and compression is None and headers is None and batch.timestamps is None:
+        # the common case straight to the compiled encoder (encode_batch's checks are for arbitrary callers)
+        if state is None:
+            payload = fast.batch_encode(batch.values, batch.keys, int(batch.created * 1000), 0, -1, -1, -1)
+        else:
+            payload = fast.batch_encode(batch.values, batch.keys, int(batch.created * 1000), 0, state.producer_id,
+                                        PRODUCER_EPOCH, state.next)
+        if payload is not None:
+            return payload
+    timestamps = batch.timestamps if batch.timestamps is not None else int(batch.created * 1000)
     if headers is not None:
         headers = [headers.get(i) for i in range(len(batch.values))]
     if state is None:

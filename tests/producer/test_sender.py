@@ -315,3 +315,26 @@ def test_close_abandons_sets_still_retried_and_fails_them_as_closed():
     assert all(f.done() for f in futures)
     assert all(isinstance(f.exception(), ClosedError) for f in futures), {type(f.exception()) for f in futures}
     assert partition.requests  # it was tried before the close
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+@pytest.mark.parametrize("keys", [None, [b"k", None, b""]])
+def test_the_compiled_encode_of_a_plain_batch_is_the_reference_batch(monkeypatch, idempotent, keys):
+    """The sender's straight call to the compiled encoder (no codec, no
+    headers, one time) gives the batch encode_batch gives, byte for byte."""
+    from raylog.producer.batch import ProducerBatch
+    from raylog.producer.sender import _Sequences, encode
+    from raylog.storage import record_batch
+
+    if record_batch._speedups is None:
+        pytest.skip("the compiled encoder is not built here")
+    batch = ProducerBatch("t", 0, None, 1 << 20, False, values=[b"a", None, b"ccc"])
+    batch.keys = keys
+    state = _Sequences(42) if idempotent else None
+    if state is not None:
+        state.next = 7
+    fast = encode(batch, None, state)
+    monkeypatch.setattr(record_batch, "_speedups", None)
+    assert fast == encode(batch, None, state)
+    header = record_batch.read_header(fast)
+    assert (header.producer_id, header.base_sequence) == ((42, 7) if idempotent else (-1, -1))
