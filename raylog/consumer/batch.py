@@ -30,13 +30,18 @@ Columns, message by message, in offset order:
 int64, ``key`` binary (null: no key), ``value`` binary (null: a tombstone)
 and ``headers`` ``list<struct<key: string, value: binary>>`` (as Spark's Kafka
 source with ``includeHeaders``; a null ``value`` field for a null header
-value; empty lists for format 1). Format-2 data always goes the decoded way
-below (its records are decoded, not indexed).
+value; empty lists for format 1).
 
 How: after the first ``poll_batch`` the consumer's fetchers index each
 fetched set with the compiled ``_speedups.index`` (one pass: sizes, CRC32C,
 headers; every check of the decoder) instead of building a tuple per
-message. A set the index does not fully cover (a compressed wrapper, a bad
+message. Record batches (format 2) without a codec and without headers are
+indexed alike by ``_speedups.batches_index`` (every check of
+``batches_decode``), with each record's next offset as a column of its own
+(the batch rule of :mod:`raylog.consumer.record`); such a batch is not
+:attr:`~MessageBatch.indexed` in format 1's sense (its offsets are not byte
+positions): asked for :attr:`~MessageBatch.records` or cut into parts, it
+builds its messages then. A set the index does not fully cover (a compressed wrapper, a bad
 message) and every set without the compiled module go through the
 reference decoder, so errors and wrapper offsets are the decoder's; such a
 batch holds those decoded messages and the bytes they came from
@@ -51,10 +56,10 @@ from __future__ import annotations
 
 import bisect
 
-from raylog.consumer.record import Message, with_next_offsets
+from raylog.consumer.record import InnerMessage, Message, _last_inner, with_next_offsets
 from raylog.storage import message as _format
 from raylog.storage.decoding import decode_messages
-from raylog.storage.record_batch import format_at
+from raylog.storage.record_batch import MAX_BATCH_LENGTH, format_at
 
 _EMPTY = memoryview(b"").cast("q")
 
@@ -64,20 +69,24 @@ class MessageBatch:
     the decoded messages of a set the index does not cover)."""
 
     __slots__ = ("topic", "partition", "_buf", "_offsets", "_timestamps", "_bounds", "_records", "next_offset",
-                 "_stored_at", "_cuts")
+                 "_stored_at", "_cuts", "_nexts")
 
-    def __init__(self, topic, partition, buf, offsets, timestamps, bounds, next_offset, records=None):
+    def __init__(self, topic, partition, buf, offsets, timestamps, bounds, next_offset, records=None, nexts=None):
         self.topic = topic
         self.partition = partition
         self._buf = buf  # a memoryview of the fetched bytes (None with records)
         self._offsets = offsets  # int64 memoryviews
         self._timestamps = timestamps
-        self._bounds = bounds  # three int64s per message: key start (-1: none), value start, value end
+        # three int64s per message: key start (-1: none), value start, value end; four in an index of
+        # record batches: key start and end, value start and end (-1: a null key or value)
+        self._bounds = bounds
         self._records = records  # the decoded messages, when not indexed
         #: where to resume after the batch's last message
         self.next_offset = next_offset
         self._stored_at = None  # the log offset of a decoded batch's stored bytes
         self._cuts = None  # (message index, byte position) where its stored messages start, computed once
+        # an index of record batches (format 2): each record's next offset (int64s); None for format 1
+        self._nexts = nexts
 
     @classmethod
     def of_records(cls, records: list, stored=None, stored_at: int | None = None) -> "MessageBatch":
@@ -106,6 +115,12 @@ class MessageBatch:
         parts keep stored bytes: ``k`` for an indexed batch or one without
         stored bytes; else the last stored message start at or before ``k``
         (0 when the first stored message holds more than ``k``)."""
+        if self._nexts is not None and self._records is None and k < len(self._offsets):
+            # an index of record batches: back to the first record of the batch holding record k
+            offsets = self._offsets
+            while k > 0 and offsets[k] == offsets[k - 1] + 1:
+                k -= 1
+            return k
         if self._records is None or self._buf is None or k >= len(self._records):
             return k
         cuts = self.stored_cuts()
@@ -139,13 +154,17 @@ class MessageBatch:
 
     @property
     def indexed(self) -> bool:
-        """Whether the batch indexes fetched bytes (uncompressed messages as
-        the log stores them), not decoded messages."""
-        return self._records is None
+        """Whether the batch indexes fetched format-1 bytes (uncompressed
+        messages as the log stores them, their offsets byte positions), not
+        decoded messages or records of batches."""
+        return self._records is None and self._nexts is None
 
     @property
     def records(self) -> list | None:
-        """The decoded messages of a batch that is not indexed (else None)."""
+        """The decoded messages of a batch that is not indexed (else None).
+        An index of record batches builds its messages when first asked."""
+        if self._records is None and self._nexts is not None:
+            self._records = [self._message(i) for i in range(len(self._offsets))]
         return self._records
 
     @property
@@ -162,10 +181,10 @@ class MessageBatch:
         set, the same bytes that encoding those messages again would give;
         for decoded messages (see :attr:`has_stored_bytes`) all of them only,
         compressed wrappers as they came."""
-        if self._records is not None:
+        if self._records is not None or self._nexts is not None:
             if self._buf is None:
                 raise ValueError("a batch of decoded messages taken apart from their fetch has no stored bytes")
-            if stop not in (None, len(self._records)):
+            if stop not in (None, len(self)):
                 raise ValueError("the stored bytes of decoded messages cover all of them, not a part")
             return self._buf
         n = len(self._offsets)
@@ -205,6 +224,8 @@ class MessageBatch:
         if self._records is not None:
             return [m.value for m in self._records]
         buf, b = self._buf, self._bounds
+        if self._nexts is not None:  # four bounds a record: key start, key end, value start, value end
+            return [None if b[i + 2] < 0 else buf[b[i + 2] : b[i + 3]] for i in range(0, len(b), 4)]
         return [buf[b[i + 1] : b[i + 2]] for i in range(0, len(b), 3)]
 
     @property
@@ -212,9 +233,20 @@ class MessageBatch:
         if self._records is not None:
             return [m.key for m in self._records]
         buf, b = self._buf, self._bounds
+        if self._nexts is not None:
+            return [None if b[i] < 0 else buf[b[i] : b[i + 1]] for i in range(0, len(b), 4)]
         return [None if b[i] < 0 else buf[b[i] : b[i + 1]] for i in range(0, len(b), 3)]
 
     def __getitem__(self, i):
+        if self._nexts is not None and self._records is None:
+            if isinstance(i, slice):
+                self.records  # noqa: B018 - a part of an index of record batches: as decoded messages
+            else:
+                if i < 0:
+                    i += len(self)
+                if not 0 <= i < len(self):
+                    raise IndexError("MessageBatch index out of range")
+                return self._message(i)
         if isinstance(i, slice):
             if self._records is not None:
                 n = len(self._records)
@@ -246,6 +278,17 @@ class MessageBatch:
         key = None if b[3 * i] < 0 else bytes(buf[b[3 * i] : b[3 * i + 1]])
         value = bytes(buf[b[3 * i + 1] : b[3 * i + 2]])
         return Message(self.topic, self.partition, self._offsets[i], self._timestamps[i], key, value)
+
+    def _message(self, i: int):
+        """Record ``i`` of an index of record batches, as the decoder builds
+        it: its next offset by the batch rule (:mod:`raylog.consumer.record`)."""
+        b, buf = self._bounds, self._buf
+        key = None if b[4 * i] < 0 else bytes(buf[b[4 * i] : b[4 * i + 1]])
+        value = None if b[4 * i + 2] < 0 else bytes(buf[b[4 * i + 2] : b[4 * i + 3]])
+        offset, nxt = self._offsets[i], self._nexts[i]
+        if nxt == offset + 1:
+            return tuple.__new__(InnerMessage, (self.topic, self.partition, offset, self._timestamps[i], key, value))
+        return _last_inner((self.topic, self.partition, offset, self._timestamps[i], key, value), nxt)
 
     def __iter__(self):
         if self._records is not None:
@@ -313,7 +356,18 @@ def fetched_batch(data, offset: int, tp, max_message: int, max_inflated: int):
     compiled index covers all of its whole messages, else the decoder's
     messages (which raises for a bad message, as ``poll`` does)."""
     fast = _format._speedups
-    if fast is not None:
+    if fast is not None and format_at(data) == 2 and hasattr(fast, "batches_index"):
+        mv = memoryview(data)
+        offsets, timestamps, bounds, nexts, stop = fast.batches_index(mv, 0, len(mv), min(max_message, MAX_BATCH_LENGTH))
+        if offsets and (stop == len(mv) or _cut_batch(mv, stop, max_message)):
+            # plain batches without headers, every check made: the columns, no message built
+            nexts = memoryview(nexts).cast("q")
+            batch = MessageBatch(tp[0], tp[1], mv[:stop], memoryview(offsets).cast("q"),
+                                 memoryview(timestamps).cast("q"), memoryview(bounds).cast("q"), nexts[-1],
+                                 nexts=nexts)
+            batch._stored_at = offset
+            return batch, stop
+    elif fast is not None:
         mv = memoryview(data)
         offsets, timestamps, bounds, used, status = fast.index(mv, offset, max_message)
         if offsets and (status == 0 or (status == 1 and _whole_tail(mv, used, max_message))):
@@ -328,6 +382,16 @@ def fetched_batch(data, offset: int, tp, max_message: int, max_inflated: int):
         return records, consumed
     # the bytes decoded are whole messages from ``offset``: kept, so that the batch can be sent on as it came
     return MessageBatch.of_records(records, stored=memoryview(data)[:consumed], stored_at=offset), consumed
+
+
+def _cut_batch(mv, used: int, max_message: int) -> bool:
+    """Whether the bytes after ``used`` are only a record batch cut by the
+    end of the fetch (left for the next one)."""
+    rest = len(mv) - used
+    if rest < 12:
+        return True
+    length = int.from_bytes(mv[used + 8 : used + 12], "big", signed=True)
+    return 49 <= length <= min(max_message, MAX_BATCH_LENGTH) and 12 + length > rest
 
 
 def _whole_tail(mv, used: int, max_message: int) -> bool:

@@ -38,6 +38,7 @@
  *     batch_validate(buf, start, end, count, base_ts, max_ts, append_time) -> bool
  *     batch_decode(buf, start, end, count, base_ts, max_ts, append_time, offset, skip[, record_type[, prefix]])
  *     batches_decode(buf, start, end, max_length, record_type, prefix[, last_type]) -> (rows, ends, stop)
+ *     batches_index(buf, start, end, max_length) -> (offsets, timestamps, bounds, nexts, stop)
  *     batches_prepare(buf, start, end, max_length, header_type) -> (pairs, records, stop)
  *     batches_stamp(buf, start, end, base, leader_epoch, header_type) -> pairs | None
  *     batches_largest_ts(buf, start, end) -> (largest, consumed)
@@ -1825,6 +1826,140 @@ speedups_batches_largest_ts(PyObject *module, PyObject *const *args, Py_ssize_t 
     return Py_BuildValue("(Ln)", (long long)largest, pos - (Py_ssize_t)start);
 }
 
+/* The records of a checked batch's records section b[0:end): for each,
+ * its offset (offset + i), timestamp, the bounds of its key and value in
+ * the whole buffer (section_at: where b starts there; -1 for a null key's
+ * start, -1 for a null value's start and end) and its next offset (offset +
+ * i + 1, next_offset for the last), into the arrays from index at (four
+ * bounds a record: key start and end, value start and end). Returns
+ * 1, or 0 when a record has headers (the index does not hold them) or does
+ * not parse. With cols NULL, only says which. */
+static int
+index_records(const unsigned char *b, Py_ssize_t end, int64_t count, int64_t base_ts, int64_t max_ts,
+              int append_time, int64_t offset, int64_t next_offset, Py_ssize_t section_at, int64_t *cols[4],
+              Py_ssize_t at)
+{
+    Py_ssize_t pos = 0;
+    int64_t i;
+    for (i = 0; i < count; i++) {
+        int64_t length, ts_delta, delta, klen, vlen, hcount;
+        Py_ssize_t p, rend;
+        if (!get_varint(b, &pos, end, 5, &length) || length > end - pos)
+            return 0;
+        rend = pos + (Py_ssize_t)length;
+        p = pos + 1;
+        if (!get_varint(b, &p, rend, 10, &ts_delta) || !get_varint(b, &p, rend, 5, &delta))
+            return 0;
+        if (!get_varint(b, &p, rend, 5, &klen) || klen < -1 || klen > rend - p)
+            return 0;
+        if (cols != NULL) {
+            cols[0][at + i] = offset + i;
+            cols[1][at + i] = append_time ? max_ts : base_ts + ts_delta;
+            cols[2][4 * (at + i)] = klen < 0 ? -1 : section_at + p;
+            cols[2][4 * (at + i) + 1] = klen < 0 ? -1 : section_at + p + klen;
+        }
+        p += klen > 0 ? (Py_ssize_t)klen : 0;
+        if (!get_varint(b, &p, rend, 5, &vlen) || vlen < -1 || vlen > rend - p)
+            return 0;
+        if (cols != NULL) {
+            cols[2][4 * (at + i) + 2] = vlen < 0 ? -1 : section_at + p;
+            cols[2][4 * (at + i) + 3] = vlen < 0 ? -1 : section_at + p + vlen;
+            cols[3][at + i] = i == count - 1 ? next_offset : offset + i + 1;
+        }
+        p += vlen > 0 ? (Py_ssize_t)vlen : 0;
+        if (!get_varint(b, &p, rend, 5, &hcount) || hcount != 0)
+            return 0;
+        pos = rend;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(batches_index_doc,
+"batches_index(buf, start, end, max_length) -> (offsets, timestamps, bounds, nexts, stop)\n\n"
+"The consumer's columns of the uncompressed, non-control record batches\n"
+"without headers back to back in buf[start:end), each checked as\n"
+"batches_decode checks it: offsets, timestamps and nexts (each record's next\n"
+"offset) as int64 bytes, bounds four int64 per record (key start and end,\n"
+"value start and end; -1 for a null key or value) into buf; stop the position\n"
+"of the first batch not taken (end, a cut batch, or one the decoder takes:\n"
+"compressed, control, with headers, or faulty).");
+
+static PyObject *
+speedups_batches_index(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int64_t start, end, max_length, records = 0;
+    const unsigned char *b;
+    Py_ssize_t pos, stop, at = 0;
+    PyObject *cols[4] = {NULL, NULL, NULL, NULL}, *result = NULL;
+    int64_t *arrays[4];
+    int k;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "batches_index() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &max_length))
+        Py_RETURN_NONE;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (start < 0 || end < start || end > view.len) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    b = (const unsigned char *)view.buf;
+    /* first pass: which batches are taken (checked whole), and how many records */
+    pos = (Py_ssize_t)start;
+    while (end - pos >= 61) {
+        int64_t length = load_i32(b + pos + 8), size, count, lod;
+        unsigned attrs;
+        int ok;
+        if (length < 49 || length > max_length || length > (1 << 24) - 1 || pos + 12 + length > end)
+            break;
+        size = 12 + length;
+        if (b[pos + 16] != 2 || load_u32(b + pos + 17) != crc32c_fn(0, b + pos + 21, (size_t)(size - 21)))
+            break;
+        attrs = ((unsigned)b[pos + 21] << 8) | b[pos + 22];
+        if (attrs & ~0x08u)
+            break;
+        lod = load_i32(b + pos + 23);
+        count = load_i32(b + pos + 57);
+        if (count < 1 || (lod != count - 1 && lod != size - 1))
+            break;
+        ok = walk_batch(b + pos + 61, (Py_ssize_t)(size - 61), count, load_i64(b + pos + 27), load_i64(b + pos + 35),
+                        (attrs & 0x08u) != 0, 0, 0, NULL, NULL, NULL, NULL, 0);
+        if (ok < 0)
+            goto done;
+        if (ok == 0 || !index_records(b + pos + 61, (Py_ssize_t)(size - 61), count, 0, 0, 0, 0, 0, 0, NULL, 0))
+            break;
+        records += count;
+        pos += (Py_ssize_t)size;
+    }
+    stop = pos;
+    for (k = 0; k < 4; k++) {
+        cols[k] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(records * 8 * (k == 2 ? 4 : 1)));
+        if (cols[k] == NULL)
+            goto done;
+        arrays[k] = (int64_t *)PyBytes_AS_STRING(cols[k]);
+    }
+    /* second pass: the columns */
+    for (pos = (Py_ssize_t)start; pos < stop;) {
+        int64_t size = 12 + (int64_t)load_i32(b + pos + 8), count = load_i32(b + pos + 57);
+        int64_t lod = load_i32(b + pos + 23), base = load_i64(b + pos);
+        int64_t offset = base ? base : (int64_t)pos;
+        unsigned attrs = ((unsigned)b[pos + 21] << 8) | b[pos + 22];
+        index_records(b + pos + 61, (Py_ssize_t)(size - 61), count, load_i64(b + pos + 27), load_i64(b + pos + 35),
+                      (attrs & 0x08u) != 0, offset, offset + lod + 1, pos + 61, arrays, at);
+        at += (Py_ssize_t)count;
+        pos += (Py_ssize_t)size;
+    }
+    result = Py_BuildValue("(OOOOn)", cols[0], cols[1], cols[2], cols[3], stop);
+done:
+    PyBuffer_Release(&view);
+    for (k = 0; k < 4; k++)
+        Py_XDECREF(cols[k]);
+    return result;
+}
+
 /* ------------------------------------------------------------------------ */
 /* the module */
 
@@ -1840,6 +1975,7 @@ static PyMethodDef speedups_methods[] = {
     {"batch_validate", (PyCFunction)(void (*)(void))speedups_batch_validate, METH_FASTCALL, batch_validate_doc},
     {"batch_decode", (PyCFunction)(void (*)(void))speedups_batch_decode, METH_FASTCALL, batch_decode_doc},
     {"batches_decode", (PyCFunction)(void (*)(void))speedups_batches_decode, METH_FASTCALL, batches_decode_doc},
+    {"batches_index", (PyCFunction)(void (*)(void))speedups_batches_index, METH_FASTCALL, batches_index_doc},
     {"batches_prepare", (PyCFunction)(void (*)(void))speedups_batches_prepare, METH_FASTCALL, batches_prepare_doc},
     {"batches_stamp", (PyCFunction)(void (*)(void))speedups_batches_stamp, METH_FASTCALL, batches_stamp_doc},
     {"batches_largest_ts", (PyCFunction)(void (*)(void))speedups_batches_largest_ts, METH_FASTCALL,
