@@ -13,9 +13,13 @@ FindCoordinator, OffsetCommit and OffsetFetch through
 LeaveGroup through the listener's :mod:`raylog.kafka.coordinator`.
 
 Offsets (docs/design.md section 10): a Kafka offset is the raylog offset.
-A fetch from an offset inside a compressed wrapper returns the wrapper's
+Stored format-2 batches go to a Fetch as they are (the client skips the
+records of the first batch before its offset; a batch that holds no record
+at or after it is not sent, the reply starts at the next one). In format 1,
+a fetch from an offset inside a compressed wrapper returns the wrapper's
 records from that offset on; one inside a plain message (which holds no
-record at or after it) starts at the next message.
+record at or after it) starts at the next message. Produce stores the
+client's batches as they came (:func:`raylog.kafka.records.to_stored`).
 
 Thread-safety: a Session is confined to its connection's thread; the
 :class:`Backend` it shares with the other sessions is thread-safe.
@@ -27,7 +31,7 @@ import logging
 import threading
 import time
 
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.consumer import ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
@@ -60,6 +64,7 @@ from raylog.kafka.frames import (
     encode_response,
     peek_header,
 )
+from raylog.kafka.fetch_wire import encode_fetch_response
 from raylog.kafka.produce_wire import decode_produce, encode_produce_response
 from raylog.kafka.records import RecordsRefused, encode_batch, stored_batches, to_stored
 from raylog.kafka.sasl import MECHANISM, SaslFailed
@@ -259,6 +264,8 @@ class Session:
             return out[0] if out else None
         request = decode_request(frame)
         self.client_id = request.client_id
+        if api_key == FETCH:  # written directly (raylog.kafka.fetch_wire)
+            return encode_fetch_response(version, correlation_id, self._fetch(request.body))
         handler = _HANDLERS[api_key]
         response = handler(self, request.body, version)
         if response is None:
@@ -560,7 +567,10 @@ class Session:
             start = end  # a wrapper's tail holding no record at or after offset
         return b"", hw, log_start, start
 
-    def _fetch(self, body, version):
+    def _fetch(self, body):
+        """A Fetch's answer, ``[(topic, [(partition, error code, high
+        watermark, log start, records), ...]), ...]`` for
+        :func:`~raylog.kafka.fetch_wire.encode_fetch_response`."""
         deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000.0
         wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in body.topics for p in t.partitions]
@@ -575,16 +585,10 @@ class Session:
                 self._connection(topic, partition).fetch(topic, partition, offset, 1, wait_ms)
             except RaylogError:
                 pass
-        Topic = FetchResponse.FetchableTopicResponse
-        Partition = Topic.PartitionData
         by_topic: dict[str, list] = {}
         for (topic, partition, _, _), (code, records, hw, start) in zip(wanted, results):
-            by_topic.setdefault(topic, []).append(Partition(
-                partition_index=partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
-                log_start_offset=start, aborted_transactions=[], preferred_read_replica=-1, records=records))
-        return FetchResponse[version](
-            throttle_time_ms=0, error_code=NONE, session_id=0,
-            responses=[Topic(topic=topic, partitions=parts) for topic, parts in by_topic.items()])
+            by_topic.setdefault(topic, []).append((partition, code, hw, start, records))
+        return list(by_topic.items())
 
     def _fetch_round(self, wanted, response_max_bytes: int):
         results, total, failed = [], 0, False
@@ -721,7 +725,6 @@ _HANDLERS = {
     OFFSET_COMMIT: _offset_commit,
     OFFSET_FETCH: _offset_fetch,
     FIND_COORDINATOR: _find_coordinator,
-    FETCH: Session._fetch,
     LIST_OFFSETS: Session._list_offsets,
     METADATA: Session._metadata,
     SASL_HANDSHAKE: Session._sasl_handshake,
