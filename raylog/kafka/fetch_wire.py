@@ -33,12 +33,18 @@ responses                  array of:
                                              :mod:`raylog.kafka.records`)
 =========================  ================  ================================
 
+A partition's records may be a :class:`~raylog.kafka.file_ranges.FileRange`
+(stored batches located in their segment file): the frame is then a list of
+pieces, bytes and ranges, written in order (the ranges by ``sendfile``).
+
 Pure functions; any thread.
 """
 
 from __future__ import annotations
 
 import struct
+
+from raylog.kafka.file_ranges import FileRange
 
 LOWEST, HIGHEST = 4, 11
 
@@ -52,11 +58,13 @@ _NO_ABORTED = _I32.pack(0)
 _NO_REPLICA = _I32.pack(-1)
 
 
-def encode_fetch_response(version: int, correlation_id: int, topics) -> bytes:
+def encode_fetch_response(version: int, correlation_id: int, topics) -> bytes | list:
     """The response frame (size included) of a Fetch request of ``version``
     (4..11); ``topics`` holds ``(name, [(partition, error_code,
     high_watermark, log_start_offset, records), ...])``, ``records`` any
-    bytes-like object."""
+    bytes-like object or a :class:`~raylog.kafka.file_ranges.FileRange`.
+    Bytes when every ``records`` is bytes-like; else a list of the frame's
+    pieces in order, each bytes or a ``FileRange``."""
     parts = [b"", _TOP_V7.pack(0, 0) if version >= 7 else b"", _I32.pack(len(topics))]
     append = parts.append
     for name, partitions in topics:
@@ -75,4 +83,13 @@ def encode_fetch_response(version: int, correlation_id: int, topics) -> bytes:
             append(records)
     size = sum(map(len, parts)) + _HEAD.size - 4
     parts[0] = _HEAD.pack(size, correlation_id, 0)
-    return b"".join(parts)
+    ranges = [i for i, part in enumerate(parts) if type(part) is FileRange]
+    if not ranges:
+        return b"".join(parts)
+    pieces, start = [], 0
+    for i in ranges:
+        pieces += [b"".join(parts[start:i]), parts[i]]
+        start = i + 1
+    if start < len(parts):
+        pieces.append(b"".join(parts[start:]))
+    return pieces

@@ -28,6 +28,7 @@ Thread-safety: a Session is confined to its connection's thread; the
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 
@@ -46,6 +47,7 @@ from raylog.errors import (
     NotEnoughReplicasError,
     NotOwnerError,
     OffsetOutOfRangeError,
+    ProtocolError,
     RaylogError,
     RequestTimeoutError,
     StorageError,
@@ -65,12 +67,13 @@ from raylog.kafka.frames import (
     peek_header,
 )
 from raylog.kafka.fetch_wire import encode_fetch_response
+from raylog.kafka.file_ranges import FileRange, open_located
 from raylog.kafka.produce_wire import decode_produce, encode_produce_response
 from raylog.kafka.records import RecordsRefused, encode_batch, stored_batches, to_stored
 from raylog.kafka.sasl import MECHANISM, SaslFailed
 from raylog.storage.decoding import decode_messages
 from raylog.storage.record_batch import format_at
-from raylog.transfer.protocol import NO_PRODUCER_ID, NO_SEQUENCE
+from raylog.transfer.protocol import LOCATED_BATCHES, NO_PRODUCER_ID, NO_SEQUENCE
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +151,9 @@ def error_code(err: Exception) -> int:
 class Backend:
     """What every session of one listener shares: the cluster's metadata
     (:class:`raylog.metadata.Metadata`, thread-safe), its connection
-    settings, the SCRAM verifier (None: no token, no authentication) and
-    this listener's own registry entry."""
+    settings, the SCRAM verifier (None: no token, no authentication),
+    this listener's own registry entry and the counts of the record bytes
+    its Fetch responses carried (thread-safe: one lock)."""
 
     def __init__(self, metadata, verifier, entry: dict):
         from raylog.groups.offsets import OffsetStore
@@ -163,6 +167,20 @@ class Backend:
         self.topics = None
         #: the Kafka-protocol groups this listener coordinates
         self.coordinator = Coordinator(metadata.zk, metadata.registry.paths, lambda: self.entry)
+        self._lock = threading.Lock()
+        self._fetched = {"fetch_bytes_sent_from_files": 0, "fetch_bytes_relayed": 0}
+
+    def count_fetched(self, from_files: int, relayed: int) -> None:
+        """Count the record bytes of a Fetch response: sent from segment
+        files (``sendfile``) and read through the data channel."""
+        with self._lock:
+            self._fetched["fetch_bytes_sent_from_files"] += from_files
+            self._fetched["fetch_bytes_relayed"] += relayed
+
+    def fetch_stats(self) -> dict:
+        """``fetch_bytes_sent_from_files`` and ``fetch_bytes_relayed`` so far."""
+        with self._lock:
+            return dict(self._fetched)
 
     @property
     def zk(self):
@@ -191,9 +209,14 @@ class Session:
         self.client_id: str | None = None
         #: set when the connection must close after the reply is sent
         self.closing = False
+        #: data endpoints (host, port) whose segment files this listener cannot open (see _locate)
+        self._remote: set = set()
 
     def close(self) -> None:
         self._settle()
+        if self._ahead is not None:
+            _close_records(self._ahead[2].get("result"))
+            self._ahead = None
         for conn in self._connections.values():
             conn.close()
         self._connections.clear()
@@ -241,12 +264,15 @@ class Session:
         made, thread, box = ahead
         thread.join()
         if made != key or "result" not in box or time.monotonic() - box["at"] > READ_AHEAD_TTL_S:
+            _close_records(box.get("result"))
             return None
         return box["result"]
 
-    def handle(self, frame: bytes) -> bytes | None:
-        """The response frame to one request frame, or None (acks=0 produce).
-        Raises :class:`BadFrame` when the connection must close."""
+    def handle(self, frame: bytes) -> bytes | list | None:
+        """The response frame to one request frame, or None (acks=0 produce);
+        a Fetch response holding file ranges is a list of pieces (see
+        :func:`~raylog.kafka.fetch_wire.encode_fetch_response`). Raises
+        :class:`BadFrame` when the connection must close."""
         self._settle()
         if self._bare_sasl:
             return self._bare_sasl_token(frame)
@@ -522,7 +548,16 @@ class Session:
         the stored bytes asked for are ``max_bytes`` divided by what the
         partition's last fetch on this connection inflated by, and the
         records are cut at ``max_bytes``; the client goes on from the first
-        record left out (an offset inside a wrapper is served)."""
+        record left out (an offset inside a wrapper is served).
+
+        When the partition's data server runs on this machine, stored
+        batches are not read at all: the partition says where they lie
+        (LOCATE) and the records returned are a
+        :class:`~raylog.kafka.file_ranges.FileRange` of the segment file,
+        sent to the client by ``sendfile`` (see :meth:`_locate`)."""
+        located = self._locate(topic, partition, offset, max_bytes)
+        if located is not None:
+            return located
         conn = self._connection(topic, partition)
         max_message_bytes = self.backend.metadata.config(topic).max_message_bytes
         key = (topic, partition)
@@ -567,6 +602,45 @@ class Session:
             start = end  # a wrapper's tail holding no record at or after offset
         return b"", hw, log_start, start
 
+    def _locate(self, topic: str, partition: int, offset: int, max_bytes: int):
+        """:meth:`_read`'s answer as a file range of the partition's
+        segment, or None when the bytes must be read through the data
+        channel: the data server is not on this machine (its address is not
+        one of this host's; its segment files are not this machine's
+        either), the bytes are not format-2 batches in a segment file, the
+        segment cannot be opened as located (retention deleted it since, or
+        it is not the file located), or the offset is not one LOCATE
+        serves (the relayed read says why)."""
+        conn = self._connection(topic, partition)
+        endpoint = conn.host, conn.port
+        if endpoint in self._remote:
+            return None
+        if not _is_local_address(conn.host):
+            self._remote.add(endpoint)
+            return None
+        start = offset
+        for _ in range(_SKIPS):
+            try:
+                found = conn.locate(topic, partition, start, max_bytes)
+            except (InvalidOffsetError, CorruptMessageError):
+                return None
+            except ProtocolError:  # a data server that does not know LOCATE (an older raylog)
+                self._remote.add(endpoint)
+                return None
+            hw, log_start = found.high_watermark, found.log_start_offset
+            if found.kind != LOCATED_BATCHES:
+                return None
+            if found.length:
+                records = open_located(found)
+                if records is None:
+                    return None
+                self._expansion[(topic, partition)] = 1.0
+                return records, hw, log_start, found.next_offset
+            if found.next_offset <= start:  # nothing at the offset yet
+                return b"", hw, log_start, offset
+            start = found.next_offset  # batches whose records all lie before offset
+        return b"", hw, log_start, start
+
     def _fetch(self, body):
         """A Fetch's answer, ``[(topic, [(partition, error code, high
         watermark, log start, records), ...]), ...]`` for
@@ -579,12 +653,16 @@ class Session:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if total >= max(1, body.min_bytes) or failed or remaining_ms <= 0 or not wanted:
                 break
+            for _, records, _, _ in results:  # read again after the long poll
+                _close_records(records)
             topic, partition, offset, max_bytes = wanted[0]
             wait_ms = min(remaining_ms, _POLL_SLICE_MS if len(wanted) > 1 else remaining_ms)
             try:  # a long poll on the first partition; the next round reads them all
                 self._connection(topic, partition).fetch(topic, partition, offset, 1, wait_ms)
             except RaylogError:
                 pass
+        from_files = sum(len(r[1]) for r in results if isinstance(r[1], FileRange))
+        self.backend.count_fetched(from_files, sum(len(r[1]) for r in results) - from_files)
         by_topic: dict[str, list] = {}
         for (topic, partition, _, _), (code, records, hw, start) in zip(wanted, results):
             by_topic.setdefault(topic, []).append((partition, code, hw, start, records))
@@ -653,6 +731,36 @@ class Session:
             if found_offset >= offset and found_ts >= timestamp:
                 return found_ts, found_offset
         return timestamp, offset
+
+
+def _close_records(found) -> None:
+    """Close the file of a read's records that will not be sent (a
+    :class:`~raylog.kafka.file_ranges.FileRange`; bytes need nothing):
+    ``found`` is the records or a :meth:`Session._read` answer."""
+    records = found[0] if isinstance(found, tuple) else found
+    if isinstance(records, FileRange):
+        records.close()
+
+
+#: address -> whether it is one of this host's (see _is_local_address)
+_LOCAL_ADDRESSES: dict = {}
+
+
+def _is_local_address(host: str) -> bool:
+    """Whether ``host`` is an address of this machine (of its network
+    namespace): one a socket can be bound to here. Remembered per address."""
+    known = _LOCAL_ADDRESSES.get(host)
+    if known is None:
+        try:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((host, 0))
+            known = True
+        except OSError:
+            known = False
+        if len(_LOCAL_ADDRESSES) < 1024:
+            _LOCAL_ADDRESSES[host] = known
+    return known
 
 
 def _cut(records, keep: int) -> int:

@@ -63,3 +63,23 @@ def test_served_versions_are_the_listeners():
 
     _, low, high = SUPPORTED[1]
     assert (low, high) == (LOWEST, HIGHEST)
+
+
+def test_records_in_a_file_range_are_the_frame_pieces_around_it(tmp_path):
+    """A partition's records given as a FileRange (batches located in their
+    segment file) leave the frame in pieces: the bytes before it, the range,
+    the bytes after; together the same frame as with the bytes themselves."""
+    import os
+
+    from raylog.kafka.file_ranges import FileRange
+
+    records = _batch([b"a" * 100, b"b"]) + _batch([b"c"])
+    path = tmp_path / "segment"
+    path.write_bytes(b"\0" * 50 + records + b"\0" * 7)
+    topics = lambda first: [("t", [(0, 0, 900, 0, first), (1, 0, 5, 0, b"")]), ("u", [(2, 0, 8, 0, records)])]
+    whole = encode_fetch_response(11, 3, topics(records))
+    with open(path, "rb", buffering=0) as f:
+        pieces = encode_fetch_response(11, 3, topics(FileRange(f, 50, len(records))))
+        assert [type(piece) for piece in pieces] == [bytes, FileRange, bytes]
+        got = pieces[0] + os.pread(f.fileno(), len(pieces[1]), pieces[1].position) + pieces[2]
+    assert got == whole
