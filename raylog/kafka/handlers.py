@@ -113,6 +113,10 @@ READ_AHEAD_TTL_S = 1.0
 _MAX_EXPANSIONS = 10_000
 #: what a partition's first fetch on a connection assumes its stored bytes inflate by
 _FIRST_EXPANSION = 16.0
+#: how long a connection reads a partition whose bytes LOCATE did not place in a
+#: segment file (format-1 messages, a log in memory) through the data channel
+#: before it asks LOCATE again (see Session._locate)
+_NOT_LOCATABLE_S = 10.0
 
 
 def error_code(err: Exception) -> int:
@@ -211,6 +215,8 @@ class Session:
         self.closing = False
         #: data endpoints (host, port) whose segment files this listener cannot open (see _locate)
         self._remote: set = set()
+        #: (topic, partition) -> until when its reads skip LOCATE (see _locate)
+        self._not_locatable: dict = {}
 
     def close(self) -> None:
         self._settle()
@@ -615,6 +621,11 @@ class Session:
         endpoint = conn.host, conn.port
         if endpoint in self._remote:
             return None
+        key = (topic, partition)
+        if key in self._not_locatable:
+            if time.monotonic() < self._not_locatable[key]:
+                return None
+            del self._not_locatable[key]
         if not _is_local_address(conn.host):
             self._remote.add(endpoint)
             return None
@@ -628,13 +639,16 @@ class Session:
                 self._remote.add(endpoint)
                 return None
             hw, log_start = found.high_watermark, found.log_start_offset
-            if found.kind != LOCATED_BATCHES:
+            if found.kind != LOCATED_BATCHES:  # format 1 (converted) or a log in memory
+                if len(self._not_locatable) >= _MAX_EXPANSIONS:
+                    self._not_locatable.clear()
+                self._not_locatable[key] = time.monotonic() + _NOT_LOCATABLE_S
                 return None
             if found.length:
                 records = open_located(found)
                 if records is None:
                     return None
-                self._expansion[(topic, partition)] = 1.0
+                self._expansion[key] = 1.0
                 return records, hw, log_start, found.next_offset
             if found.next_offset <= start:  # nothing at the offset yet
                 return b"", hw, log_start, offset
@@ -748,7 +762,8 @@ _LOCAL_ADDRESSES: dict = {}
 
 def _is_local_address(host: str) -> bool:
     """Whether ``host`` is an address of this machine (of its network
-    namespace): one a socket can be bound to here. Remembered per address."""
+    namespace): one a socket can be bound to here. Remembered per address
+    (any thread: a lost race only probes an address twice)."""
     known = _LOCAL_ADDRESSES.get(host)
     if known is None:
         try:

@@ -3,7 +3,8 @@ machine, goes from the segment file to the client's socket by sendfile
 (docs/design.md section 10): the listener reads none of the bytes. When the
 segment cannot be used as located (deleted by retention since, replaced by
 another file of that name) the bytes are read through the data channel as
-before and the client gets the same records. Real ZooKeeper, Ray, listener,
+before and the client gets the same records; so are format-1 messages
+(converted to Kafka batches on the way). Real ZooKeeper, Ray, listener,
 partition and a confluent-kafka (librdkafka) consumer."""
 
 from __future__ import annotations
@@ -102,3 +103,25 @@ def test_a_segment_gone_or_replaced_since_it_was_located_is_read_through_the_dat
     from_files, relayed = _fetched(before, _listener_stats(raylog_client, listeners))
     assert [(k, v) for _, k, v in got] == [(b"k%d" % i, v) for i, v in enumerate(values)]
     assert from_files == 0 and relayed >= size
+
+
+def test_format_1_messages_are_converted_and_relayed_as_before(raylog_client, kafka_config, listeners):
+    """The paper's messages (written through the data channel as a format-1
+    client does, plain and gzip wrappers) are not Kafka bytes: LOCATE says
+    so and the listener converts what it reads through the data channel."""
+    from raylog.storage.message import encode_message_set
+
+    topic = f"k-{uuid.uuid4().hex[:12]}"
+    raylog_client.create_topic(topic, partitions=1)
+    sets = [[b"f1-%d-%d" % (i, j) for j in range(20)] for i in range(30)]
+    host, port = raylog_client.metadata.endpoint(topic, 0, refresh=True)
+    with raylog_client.settings.broker_connection(host, port) as conn:
+        for i, values in enumerate(sets):
+            conn.produce(topic, 0, encode_message_set(values, compression="gzip" if i % 2 else None))
+    before = _listener_stats(raylog_client, listeners)
+    expected = [v for values in sets for v in values]
+    got = _consume(kafka_config, topic, len(expected))
+    from_files, relayed = _fetched(before, _listener_stats(raylog_client, listeners))
+    assert [v for _, _, v in got] == expected
+    assert [o for o, _, _ in got] == sorted({o for o, _, _ in got})
+    assert from_files == 0 and relayed > 0
