@@ -28,6 +28,7 @@ Thread-safety: a :class:`FileRange` is confined to one connection's thread.
 from __future__ import annotations
 
 import os
+import select
 import socket
 
 
@@ -55,16 +56,32 @@ class FileRange:
         return f"FileRange({self.file.name!r}, position={self.position}, length={self.length})"
 
     def send_to(self, sock: socket.socket) -> None:
-        """Send the range to ``sock`` (its timeout applies to each wait for
-        room) and close the file; :class:`RangeCut` when the file ended
-        before the range did."""
+        """Send the range to ``sock`` with ``os.sendfile`` and close the
+        file. The socket's timeout bounds each wait for room in its send
+        buffer (:class:`TimeoutError` past it); :class:`RangeCut` when the
+        file ended before the range did."""
+        out_fd, timeout = sock.fileno(), sock.gettimeout()
+        position, left = self.position, self.length
         try:
-            sent = sock.sendfile(self.file, self.position, self.length) if self.length else 0
+            in_fd = self.file.fileno()
+            while left:
+                try:
+                    sent = os.sendfile(out_fd, in_fd, position, left)
+                except BlockingIOError:  # a socket with a timeout is non-blocking underneath
+                    waiting = select.poll()
+                    waiting.register(out_fd, select.POLLOUT)
+                    if not waiting.poll(None if timeout is None else timeout * 1000):
+                        raise TimeoutError(f"the peer took no bytes for {timeout} s") from None
+                    continue
+                if not sent:
+                    break
+                position += sent
+                left -= sent
         finally:
             self.close()
-        if sent != self.length:
-            raise RangeCut(f"{self.file.name}: {sent} of the {self.length} bytes at {self.position} sent "
-                           f"(the segment was cut under the send)")
+        if left:
+            raise RangeCut(f"{self.file.name}: {self.length - left} of the {self.length} bytes at {self.position} "
+                           f"sent (the segment was cut under the send)")
 
     def close(self) -> None:
         self.file.close()

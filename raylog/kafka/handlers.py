@@ -209,7 +209,7 @@ class Session:
         self._expansion: dict = {}
         #: the read to make ahead once the reply is out, and the one made (see after_reply)
         self._ahead_key: tuple | None = None
-        self._ahead: tuple | None = None
+        self._ahead: _Ahead | None = None
         self.client_id: str | None = None
         #: set when the connection must close after the reply is sent
         self.closing = False
@@ -221,7 +221,7 @@ class Session:
     def close(self) -> None:
         self._settle()
         if self._ahead is not None:
-            _close_records(self._ahead[2].get("result"))
+            _close_records(self._ahead.result)
             self._ahead = None
         for conn in self._connections.values():
             conn.close()
@@ -234,45 +234,70 @@ class Session:
     def after_reply(self) -> None:
         """Called once the replies to the frames received together are out:
         a fetch that left data below the high watermark reads the next
-        answer for that partition now, on a thread of its own, while the
-        client takes in this one (a Kafka client sends its next fetch only
-        after it has read the last answer, so the two would otherwise wait
-        for each other). The next fetch uses it when it asks for exactly
-        that (partition, offset, bytes) within :data:`READ_AHEAD_TTL_S`;
-        anything else reads afresh. What it holds was below the high
-        watermark when read: committed records, never taken back."""
+        answer for that partition now, while the client takes in this one
+        (a Kafka client sends its next fetch only after it has read the
+        last answer, so the two would otherwise wait for each other). For a
+        partition whose batches are sent from its segment file (see
+        :meth:`_locate`) the LOCATE is sent now and its reply read when the
+        next request comes (no thread: the partition answers meanwhile);
+        any other read is made on a thread of its own. The next fetch uses
+        it when it asks for exactly that (partition, offset, bytes) within
+        :data:`READ_AHEAD_TTL_S`; anything else reads afresh. What it holds
+        was below the high watermark when read: committed records, never
+        taken back."""
         key, self._ahead_key = self._ahead_key, None
         if key is None or self._ahead is not None:
             return
-        box: dict = {}
-        thread = threading.Thread(target=self._read_ahead, args=(key, box), name="kafka-read-ahead", daemon=True)
-        self._ahead = (key, thread, box)
-        thread.start()
+        topic, partition = key[0], key[1]
+        if self._locating(topic, partition):
+            try:
+                conn = self._connection(topic, partition)
+                self._ahead = _Ahead(key, conn=conn, correlation=conn.send_locate(*key))
+            except RaylogError as err:
+                log.debug("Kafka listener: locating ahead %s: %s", key, err)
+            return
+        ahead = self._ahead = _Ahead(key)
+        ahead.thread = threading.Thread(target=self._read_ahead, args=(ahead,), name="kafka-read-ahead",
+                                        daemon=True)
+        ahead.thread.start()
 
-    def _read_ahead(self, key: tuple, box: dict) -> None:
+    def _read_ahead(self, ahead: "_Ahead") -> None:
         try:
-            box["result"] = self._read(*key, 0)
-            box["at"] = time.monotonic()
+            ahead.result = self._read(*ahead.key, 0)
+            ahead.at = time.monotonic()
         except Exception as err:  # noqa: BLE001 - the fetch that wanted it reads afresh (and meets the error)
-            log.debug("Kafka listener: reading ahead %s: %s", key, err)
+            log.debug("Kafka listener: reading ahead %s: %s", ahead.key, err)
 
     def _settle(self) -> None:
-        """Wait for a read ahead to finish (its connection is then free)."""
-        if self._ahead is not None:
-            self._ahead[1].join()
+        """Finish a read ahead (its connection is then free): wait for its
+        thread, or read the reply of its LOCATE."""
+        ahead = self._ahead
+        if ahead is None:
+            return
+        if ahead.thread is not None:
+            ahead.thread.join()
+            ahead.thread = None
+        elif ahead.conn is not None:
+            conn, ahead.conn = ahead.conn, None
+            try:
+                ahead.located = conn.read_locate(ahead.correlation)
+            except RaylogError as err:
+                log.debug("Kafka listener: locating ahead %s: %s", ahead.key, err)
 
     def _take_ahead(self, key: tuple):
         """The read made ahead for ``key`` if there is a fresh one (and
         forget any other)."""
+        self._settle()
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return None
-        made, thread, box = ahead
-        thread.join()
-        if made != key or "result" not in box or time.monotonic() - box["at"] > READ_AHEAD_TTL_S:
-            _close_records(box.get("result"))
+        fresh = ahead.key == key and ahead.at is not None and time.monotonic() - ahead.at <= READ_AHEAD_TTL_S
+        if ahead.located is not None:
+            return self._locate(*key, first=ahead.located) if fresh else None
+        if not fresh:
+            _close_records(ahead.result)
             return None
-        return box["result"]
+        return ahead.result
 
     def handle(self, frame: bytes) -> bytes | list | None:
         """The response frame to one request frame, or None (acks=0 produce);
@@ -608,7 +633,23 @@ class Session:
             start = end  # a wrapper's tail holding no record at or after offset
         return b"", hw, log_start, start
 
-    def _locate(self, topic: str, partition: int, offset: int, max_bytes: int):
+    def _locating(self, topic: str, partition: int) -> bool:
+        """Whether reads of the partition ask LOCATE first (see :meth:`_locate`)."""
+        conn = self._connection(topic, partition)
+        endpoint = conn.host, conn.port
+        if endpoint in self._remote:
+            return False
+        key = (topic, partition)
+        if key in self._not_locatable:
+            if time.monotonic() < self._not_locatable[key]:
+                return False
+            del self._not_locatable[key]
+        if not _is_local_address(conn.host):
+            self._remote.add(endpoint)
+            return False
+        return True
+
+    def _locate(self, topic: str, partition: int, offset: int, max_bytes: int, *, first=None):
         """:meth:`_read`'s answer as a file range of the partition's
         segment, or None when the bytes must be read through the data
         channel: the data server is not on this machine (its address is not
@@ -616,27 +657,20 @@ class Session:
         either), the bytes are not format-2 batches in a segment file, the
         segment cannot be opened as located (retention deleted it since, or
         it is not the file located), or the offset is not one LOCATE
-        serves (the relayed read says why)."""
+        serves (the relayed read says why). ``first``: the reply of a
+        LOCATE for ``offset`` made ahead (:meth:`after_reply`)."""
+        if first is None and not self._locating(topic, partition):
+            return None
         conn = self._connection(topic, partition)
-        endpoint = conn.host, conn.port
-        if endpoint in self._remote:
-            return None
         key = (topic, partition)
-        if key in self._not_locatable:
-            if time.monotonic() < self._not_locatable[key]:
-                return None
-            del self._not_locatable[key]
-        if not _is_local_address(conn.host):
-            self._remote.add(endpoint)
-            return None
         start = offset
         for _ in range(_SKIPS):
             try:
-                found = conn.locate(topic, partition, start, max_bytes)
+                found, first = first or conn.locate(topic, partition, start, max_bytes), None
             except (InvalidOffsetError, CorruptMessageError):
                 return None
             except ProtocolError:  # a data server that does not know LOCATE (an older raylog)
-                self._remote.add(endpoint)
+                self._remote.add((conn.host, conn.port))
                 return None
             hw, log_start = found.high_watermark, found.log_start_offset
             if found.kind != LOCATED_BATCHES:  # format 1 (converted) or a log in memory
@@ -745,6 +779,24 @@ class Session:
             if found_offset >= offset and found_ts >= timestamp:
                 return found_ts, found_offset
         return timestamp, offset
+
+
+class _Ahead:
+    """A read made ahead for ``key`` (see :meth:`Session.after_reply`):
+    a thread that leaves ``result`` (a :meth:`Session._read` answer), or a
+    LOCATE sent on ``conn`` as ``correlation`` whose reply becomes
+    ``located``; ``at`` is when it was made. Confined to its session's
+    thread (and the read-ahead thread until joined)."""
+
+    __slots__ = ("key", "thread", "result", "conn", "correlation", "located", "at")
+
+    def __init__(self, key: tuple, conn=None, correlation: int | None = None):
+        self.key = key
+        self.thread: threading.Thread | None = None
+        self.result = None
+        self.conn, self.correlation = conn, correlation
+        self.located = None
+        self.at: float | None = time.monotonic() if conn is not None else None
 
 
 def _close_records(found) -> None:

@@ -620,10 +620,21 @@ class BrokerConnection:
         first whole), for a reader on the partition's machine that sends
         them itself; see LOCATE in :mod:`raylog.transfer.protocol`. Errors as
         :meth:`fetch`'s."""
+        return self.read_locate(self.send_locate(topic, partition, offset, max_bytes))
+
+    def send_locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> int:
+        """Send a LOCATE (:meth:`locate`) without waiting for its reply;
+        returns its correlation id for :meth:`read_locate`, which must read
+        the reply before any other request is made on this connection."""
         channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
         channel.send(encode_locate(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes))
+        return correlation_id
+
+    def read_locate(self, correlation_id: int) -> Located:
+        """The reply of the LOCATE sent as ``correlation_id`` (:meth:`send_locate`)."""
+        channel = self._channel
         channel.expect_wait(0)
         fixed = REPLY_HEADER_BODY + LOCATE_REPLY_FIELDS.size + STRING_LENGTH.size
         pos = channel.read_reply(correlation_id, fixed, whole=False)

@@ -80,3 +80,33 @@ def test_a_file_cut_under_the_send_raises_range_cut(tmp_path):
             found.send_to(a)
         assert _received(b, 1000) == b"z" * 1000
     assert found.file.closed
+
+
+def test_a_range_larger_than_the_socket_buffers_waits_for_room_and_arrives_whole(tmp_path):
+    import threading
+
+    path = tmp_path / "00000000000000000000.log"
+    data = os.urandom(1 << 16) * 64  # 4 MiB
+    path.write_bytes(data)
+    found = open_located(_located(path, 0, len(data)))
+    a, b = socket.socketpair()
+    with a, b:
+        a.settimeout(30)  # non-blocking underneath: sendfile meets a full buffer and waits
+        got = []
+        reader = threading.Thread(target=lambda: got.append(_received(b, len(data))))
+        reader.start()
+        found.send_to(a)
+        reader.join(60)
+    assert got == [data]
+
+
+def test_a_peer_that_takes_nothing_times_out_and_the_file_is_closed(tmp_path):
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"q" * (8 << 20))
+    found = open_located(_located(path, 0, 8 << 20))
+    a, b = socket.socketpair()
+    with a, b:
+        a.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            found.send_to(a)
+    assert found.file.closed
