@@ -104,3 +104,14 @@ def test_locate_round_trips_through_the_codec():
     frame = req.encode_locate(9, TOPIC, 3, 12345, 4096)
     request = req.decode_request(memoryview(frame), 0, len(frame) - 4)
     assert request == req.LocateRequest(9, TOPIC, 3, 12345, 4096)
+
+
+@pytest.mark.file_log_only
+def test_a_locate_sent_ahead_is_read_later_and_the_connection_stays_in_step(conn, plog):
+    """send_locate / read_locate (the Kafka listener's read-ahead): the
+    reply waits on the connection; read, the next request is answered."""
+    bases = produced(conn, plog, _batches())
+    correlation = conn.send_locate(TOPIC, 0, bases[2], 1 << 20)
+    located = conn.read_locate(correlation)
+    assert (located.position, located.next_offset) == (bases[2], plog.high_watermark)
+    assert conn.offsets(TOPIC, 0) == (0, plog.high_watermark)
