@@ -15,7 +15,10 @@ LeaveGroup through the listener's :mod:`raylog.kafka.coordinator`.
 Offsets (docs/design.md section 10): a Kafka offset is the raylog offset.
 Stored format-2 batches go to a Fetch as they are (the client skips the
 records of the first batch before its offset; a batch that holds no record
-at or after it is not sent, the reply starts at the next one). In format 1,
+at or after it is not sent, the reply starts at the next one): from a
+partition on this machine straight from its segment file by ``sendfile``
+(:meth:`Session._locate`, :mod:`raylog.kafka.file_ranges`), from one
+elsewhere through the data channel. In format 1,
 a fetch from an offset inside a compressed wrapper returns the wrapper's
 records from that offset on; one inside a plain message (which holds no
 record at or after it) starts at the next message. Produce stores the
