@@ -26,6 +26,14 @@ the same run, ``-n`` messages of ``--size`` bytes each way:
   broker, so the benchmark sets it to 10 ms as a throughput-minded
   application would.
 
+The confluent-kafka consumer's case also reports the CPU the Kafka
+listeners' processes spent serving it (user + system time from
+``/proc/<pid>/stat``, the pids from each listener actor's ``stats()``),
+as ``listener_cpu_s`` and ``listener_cpu_s_per_gb`` of values fetched
+(messages x ``--size``: the same figure whatever the stored format; the
+topic's stored bytes are reported beside it): the front door's own cost,
+apart from the partition's and the client's.
+
 Prints one JSON line per case, then a table with the front door's ratio to
 raylog's own client (issue: at least 0.5 each way). The machine may be
 shared: the ratios, measured side by side, are what to read.
@@ -41,6 +49,29 @@ import json
 import os
 import sys
 import time
+
+
+def _cpu_seconds(pids) -> float:
+    """User + system CPU seconds of the processes ``pids`` so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / tick
+
+
+def _listener_pids(client, entries) -> list[int]:
+    """The pids of the listener actors of ``entries`` (this machine's)."""
+    import ray
+
+    from raylog.config import NAMESPACE
+    from raylog.kafka.service import listener_name
+
+    actors = [ray.get_actor(listener_name(client.settings.cluster, e["node"]), namespace=NAMESPACE)
+              for e in entries]
+    return sorted({stats["pid"] for stats in ray.get([a.stats.remote() for a in actors])})
 
 
 def _emit(rows: list, row: dict, json_only: bool) -> None:
@@ -161,6 +192,17 @@ def kafka_consume_prefetched(config: dict, topic: str, n: int) -> dict:
             "messages": received - 1, "seconds": round(seconds, 3), "msg_per_s": round((received - 1) / seconds)}
 
 
+def _with_listener_cpu(client, pids, topic: str, value_bytes: int, case) -> dict:
+    """``case()``'s row with the listeners' CPU seconds spent while it ran,
+    in all and per GB of values read (``value_bytes``)."""
+    before = _cpu_seconds(pids)
+    row = case()
+    cpu = _cpu_seconds(pids) - before
+    start, end = client.offsets(topic, 0)
+    return {**row, "listener_cpu_s": round(cpu, 3), "value_bytes": value_bytes, "stored_bytes": end - start,
+            "listener_cpu_s_per_gb": round(cpu / (value_bytes / 1e9), 2) if value_bytes else None}
+
+
 #: how long the prefetched case lets librdkafka fill its queue before it is timed
 PREFETCH_S = 5.0
 
@@ -180,7 +222,7 @@ def main(argv=None) -> int:
     rows: list = []
     load_before = os.getloadavg()[0]
     with raylog.connect(num_cpus=2) as client:
-        client.start_kafka_listeners()
+        listener_pids = _listener_pids(client, client.start_kafka_listeners())
         config = client.kafka_config()
         for topic in ("bench-raylog", "bench-kafka"):
             client.create_topic(topic, partitions=1)
@@ -193,7 +235,8 @@ def main(argv=None) -> int:
             _emit(rows, row, args.json_only)
         total = 500 + (args.messages // 50) * 50
         consumed = {"raylog": raylog_consume(client, "bench-raylog", total, batches=False),
-                    "kafka": kafka_consume(config, "bench-kafka", total),
+                    "kafka": _with_listener_cpu(client, listener_pids, "bench-kafka", total * args.size,
+                                                lambda: kafka_consume(config, "bench-kafka", total)),
                     "raylog_batch": raylog_consume(client, "bench-raylog", total, batches=True),
                     "raylog_of_kafka": {**raylog_consume(client, "bench-kafka", total, batches=False),
                                         "case": "raylog consumer, poll, of the Kafka producer's topic"},
@@ -204,6 +247,7 @@ def main(argv=None) -> int:
                "consume_ratio": round(consumed["kafka"]["msg_per_s"] / consumed["raylog"]["msg_per_s"], 3),
                "consume_of_client_ceiling": round(consumed["kafka"]["msg_per_s"]
                                                   / consumed["kafka_prefetched"]["msg_per_s"], 3),
+               "listener_cpu_s_per_gb_fetched": consumed["kafka"]["listener_cpu_s_per_gb"],
                "messages": args.messages, "size": args.size, "loadavg_before": round(load_before, 2),
                "loadavg_after": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
     _emit(rows, summary, args.json_only)
@@ -215,7 +259,8 @@ def main(argv=None) -> int:
                 print(f"{row['case']:<66} {row['msg_per_s']:>12,}")
         print(f"front door / raylog's own client: produce {summary['produce_ratio']}, consume "
               f"{summary['consume_ratio']} (issue: at least 0.5 each); consume through the front door / the "
-              f"client's own ceiling {summary['consume_of_client_ceiling']}; load average "
+              f"client's own ceiling {summary['consume_of_client_ceiling']}; listener CPU "
+              f"{summary['listener_cpu_s_per_gb_fetched']} s per GB fetched; load average "
               f"{summary['loadavg_before']} -> {summary['loadavg_after']}, {summary['cpus']} cpus")
     return 0
 

@@ -8,7 +8,7 @@ the same locks.
 
 The attack list (door: what a stranger tries → what it gets):
 
-* data channel: no AUTH, plaintext AUTH, a 4 GiB frame before AUTH, replayed
+* data channel: no AUTH (LOCATE, which names segment files, included), plaintext AUTH, a 4 GiB frame before AUTH, replayed
   proofs, 300 idle strangers, a HELLO every few seconds to stay past the
   authentication deadline → refused, shed or closed; nothing allocated of a
   claimed size.
@@ -151,6 +151,20 @@ def test_data_channel_a_request_without_auth_is_refused_and_closed(raylog_client
     with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(req.encode_offsets(7, topic, 0))
         assert _reply(sock)[1] == AuthenticationError.code
+        assert _closed(sock)
+    assert _intact(raylog_client, topic) == [b"accepted before"]
+
+
+def test_data_channel_a_locate_without_auth_is_refused_and_names_no_file(raylog_client, data_port):
+    """LOCATE answers a segment file's path: a stranger gets the refusal alone."""
+    topic, address = data_port
+    with socket.create_connection(address, timeout=10) as sock:
+        sock.sendall(req.encode_locate(7, topic, 0, 0, 1 << 20))
+        head = sock.recv(p.REPLY_HEADER.size, socket.MSG_WAITALL)
+        size, correlation_id, code = p.REPLY_HEADER.unpack(head)
+        assert code == AuthenticationError.code
+        body = sock.recv(size - p.REPLY_HEADER_BODY, socket.MSG_WAITALL)
+        assert b".log" not in body and str(raylog_client.data_dir).encode() not in body
         assert _closed(sock)
     assert _intact(raylog_client, topic) == [b"accepted before"]
 

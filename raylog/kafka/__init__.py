@@ -8,6 +8,10 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.records` -- Kafka record batches checked and stored as
   they came (format 2), and stored ones cut for a Fetch; format 1's messages
   converted;
+* :mod:`raylog.kafka.produce_wire`, :mod:`raylog.kafka.fetch_wire` -- Produce
+  requests and responses, and Fetch responses, read and written directly;
+* :mod:`raylog.kafka.file_ranges` -- stored batches of a partition on the
+  listener's machine sent to a Fetch by ``sendfile`` from their segment file;
 * :mod:`raylog.kafka.sasl` -- SCRAM-SHA-256 (user: the cluster, secret: its token);
 * :mod:`raylog.kafka.handlers` -- the API handlers of one connection;
 * :mod:`raylog.kafka.group_offsets` -- FindCoordinator, OffsetCommit and

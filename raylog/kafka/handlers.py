@@ -13,9 +13,16 @@ FindCoordinator, OffsetCommit and OffsetFetch through
 LeaveGroup through the listener's :mod:`raylog.kafka.coordinator`.
 
 Offsets (docs/design.md section 10): a Kafka offset is the raylog offset.
-A fetch from an offset inside a compressed wrapper returns the wrapper's
+Stored format-2 batches go to a Fetch as they are (the client skips the
+records of the first batch before its offset; a batch that holds no record
+at or after it is not sent, the reply starts at the next one): from a
+partition on this machine straight from its segment file by ``sendfile``
+(:meth:`Session._locate`, :mod:`raylog.kafka.file_ranges`), from one
+elsewhere through the data channel. In format 1,
+a fetch from an offset inside a compressed wrapper returns the wrapper's
 records from that offset on; one inside a plain message (which holds no
-record at or after it) starts at the next message.
+record at or after it) starts at the next message. Produce stores the
+client's batches as they came (:func:`raylog.kafka.records.to_stored`).
 
 Thread-safety: a Session is confined to its connection's thread; the
 :class:`Backend` it shares with the other sessions is thread-safe.
@@ -24,10 +31,11 @@ Thread-safety: a Session is confined to its connection's thread; the
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.consumer import ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
@@ -42,6 +50,7 @@ from raylog.errors import (
     NotEnoughReplicasError,
     NotOwnerError,
     OffsetOutOfRangeError,
+    ProtocolError,
     RaylogError,
     RequestTimeoutError,
     StorageError,
@@ -60,12 +69,14 @@ from raylog.kafka.frames import (
     encode_response,
     peek_header,
 )
+from raylog.kafka.fetch_wire import encode_fetch_response
+from raylog.kafka.file_ranges import FileRange, open_located
 from raylog.kafka.produce_wire import decode_produce, encode_produce_response
 from raylog.kafka.records import RecordsRefused, encode_batch, stored_batches, to_stored
 from raylog.kafka.sasl import MECHANISM, SaslFailed
 from raylog.storage.decoding import decode_messages
 from raylog.storage.record_batch import format_at
-from raylog.transfer.protocol import NO_PRODUCER_ID, NO_SEQUENCE
+from raylog.transfer.protocol import LOCATED_BATCHES, NO_PRODUCER_ID, NO_SEQUENCE
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +116,10 @@ READ_AHEAD_TTL_S = 1.0
 _MAX_EXPANSIONS = 10_000
 #: what a partition's first fetch on a connection assumes its stored bytes inflate by
 _FIRST_EXPANSION = 16.0
+#: how long a connection reads a partition whose bytes LOCATE did not place in a
+#: segment file (format-1 messages, a log in memory) through the data channel
+#: before it asks LOCATE again (see Session._locate)
+_NOT_LOCATABLE_S = 10.0
 
 
 def error_code(err: Exception) -> int:
@@ -143,8 +158,9 @@ def error_code(err: Exception) -> int:
 class Backend:
     """What every session of one listener shares: the cluster's metadata
     (:class:`raylog.metadata.Metadata`, thread-safe), its connection
-    settings, the SCRAM verifier (None: no token, no authentication) and
-    this listener's own registry entry."""
+    settings, the SCRAM verifier (None: no token, no authentication),
+    this listener's own registry entry and the counts of the record bytes
+    its Fetch responses carried (thread-safe: one lock)."""
 
     def __init__(self, metadata, verifier, entry: dict):
         from raylog.groups.offsets import OffsetStore
@@ -158,6 +174,20 @@ class Backend:
         self.topics = None
         #: the Kafka-protocol groups this listener coordinates
         self.coordinator = Coordinator(metadata.zk, metadata.registry.paths, lambda: self.entry)
+        self._lock = threading.Lock()
+        self._fetched = {"fetch_bytes_sent_from_files": 0, "fetch_bytes_relayed": 0}
+
+    def count_fetched(self, from_files: int, relayed: int) -> None:
+        """Count the record bytes of a Fetch response: sent from segment
+        files (``sendfile``) and read through the data channel."""
+        with self._lock:
+            self._fetched["fetch_bytes_sent_from_files"] += from_files
+            self._fetched["fetch_bytes_relayed"] += relayed
+
+    def fetch_stats(self) -> dict:
+        """``fetch_bytes_sent_from_files`` and ``fetch_bytes_relayed`` so far."""
+        with self._lock:
+            return dict(self._fetched)
 
     @property
     def zk(self):
@@ -182,13 +212,20 @@ class Session:
         self._expansion: dict = {}
         #: the read to make ahead once the reply is out, and the one made (see after_reply)
         self._ahead_key: tuple | None = None
-        self._ahead: tuple | None = None
+        self._ahead: _Ahead | None = None
         self.client_id: str | None = None
         #: set when the connection must close after the reply is sent
         self.closing = False
+        #: data endpoints (host, port) whose segment files this listener cannot open (see _locate)
+        self._remote: set = set()
+        #: (topic, partition) -> until when its reads skip LOCATE (see _locate)
+        self._not_locatable: dict = {}
 
     def close(self) -> None:
         self._settle()
+        if self._ahead is not None:
+            _close_records(self._ahead.result)
+            self._ahead = None
         for conn in self._connections.values():
             conn.close()
         self._connections.clear()
@@ -200,48 +237,76 @@ class Session:
     def after_reply(self) -> None:
         """Called once the replies to the frames received together are out:
         a fetch that left data below the high watermark reads the next
-        answer for that partition now, on a thread of its own, while the
-        client takes in this one (a Kafka client sends its next fetch only
-        after it has read the last answer, so the two would otherwise wait
-        for each other). The next fetch uses it when it asks for exactly
-        that (partition, offset, bytes) within :data:`READ_AHEAD_TTL_S`;
-        anything else reads afresh. What it holds was below the high
-        watermark when read: committed records, never taken back."""
+        answer for that partition now, while the client takes in this one
+        (a Kafka client sends its next fetch only after it has read the
+        last answer, so the two would otherwise wait for each other). For a
+        partition whose batches are sent from its segment file (see
+        :meth:`_locate`) the LOCATE is sent now and its reply read when the
+        next request comes (no thread: the partition answers meanwhile);
+        any other read is made on a thread of its own. The next fetch uses
+        it when it asks for exactly that (partition, offset, bytes) within
+        :data:`READ_AHEAD_TTL_S`; anything else reads afresh. What it holds
+        was below the high watermark when read: committed records, never
+        taken back."""
         key, self._ahead_key = self._ahead_key, None
         if key is None or self._ahead is not None:
             return
-        box: dict = {}
-        thread = threading.Thread(target=self._read_ahead, args=(key, box), name="kafka-read-ahead", daemon=True)
-        self._ahead = (key, thread, box)
-        thread.start()
+        topic, partition = key[0], key[1]
+        if self._locating(topic, partition):
+            try:
+                conn = self._connection(topic, partition)
+                self._ahead = _Ahead(key, conn=conn, correlation=conn.send_locate(*key))
+            except RaylogError as err:
+                log.debug("Kafka listener: locating ahead %s: %s", key, err)
+            return
+        ahead = self._ahead = _Ahead(key)
+        ahead.thread = threading.Thread(target=self._read_ahead, args=(ahead,), name="kafka-read-ahead",
+                                        daemon=True)
+        ahead.thread.start()
 
-    def _read_ahead(self, key: tuple, box: dict) -> None:
+    def _read_ahead(self, ahead: "_Ahead") -> None:
         try:
-            box["result"] = self._read(*key, 0)
-            box["at"] = time.monotonic()
+            ahead.result = self._read(*ahead.key, 0)
+            ahead.at = time.monotonic()
         except Exception as err:  # noqa: BLE001 - the fetch that wanted it reads afresh (and meets the error)
-            log.debug("Kafka listener: reading ahead %s: %s", key, err)
+            log.debug("Kafka listener: reading ahead %s: %s", ahead.key, err)
 
     def _settle(self) -> None:
-        """Wait for a read ahead to finish (its connection is then free)."""
-        if self._ahead is not None:
-            self._ahead[1].join()
+        """Finish a read ahead (its connection is then free): wait for its
+        thread, or read the reply of its LOCATE."""
+        ahead = self._ahead
+        if ahead is None:
+            return
+        if ahead.thread is not None:
+            ahead.thread.join()
+            ahead.thread = None
+        elif ahead.conn is not None:
+            conn, ahead.conn = ahead.conn, None
+            try:
+                ahead.located = conn.read_locate(ahead.correlation)
+            except RaylogError as err:
+                log.debug("Kafka listener: locating ahead %s: %s", ahead.key, err)
 
     def _take_ahead(self, key: tuple):
         """The read made ahead for ``key`` if there is a fresh one (and
         forget any other)."""
+        self._settle()
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return None
-        made, thread, box = ahead
-        thread.join()
-        if made != key or "result" not in box or time.monotonic() - box["at"] > READ_AHEAD_TTL_S:
+        fresh = ahead.key == key and ahead.at is not None and time.monotonic() - ahead.at <= READ_AHEAD_TTL_S
+        if ahead.located is not None:
+            return self._locate(*key, first=ahead.located) if fresh else None
+        if not fresh:
+            _close_records(ahead.result)
             return None
-        return box["result"]
+        return ahead.result
 
-    def handle(self, frame: bytes) -> bytes | None:
-        """The response frame to one request frame, or None (acks=0 produce).
-        Raises :class:`BadFrame` when the connection must close."""
+    def handle(self, frame: bytes) -> bytes | list | None:
+        """The response frame to one request frame, or None (acks=0 produce);
+        a Fetch response holding file ranges is a list of pieces (see
+        :func:`~raylog.kafka.fetch_wire.encode_fetch_response`). Raises
+        :class:`BadFrame` when the connection must close."""
         self._settle()
         if self._bare_sasl:
             return self._bare_sasl_token(frame)
@@ -259,6 +324,8 @@ class Session:
             return out[0] if out else None
         request = decode_request(frame)
         self.client_id = request.client_id
+        if api_key == FETCH:  # written directly (raylog.kafka.fetch_wire)
+            return encode_fetch_response(version, correlation_id, self._fetch(request.body))
         handler = _HANDLERS[api_key]
         response = handler(self, request.body, version)
         if response is None:
@@ -515,7 +582,16 @@ class Session:
         the stored bytes asked for are ``max_bytes`` divided by what the
         partition's last fetch on this connection inflated by, and the
         records are cut at ``max_bytes``; the client goes on from the first
-        record left out (an offset inside a wrapper is served)."""
+        record left out (an offset inside a wrapper is served).
+
+        When the partition's data server runs on this machine, stored
+        batches are not read at all: the partition says where they lie
+        (LOCATE) and the records returned are a
+        :class:`~raylog.kafka.file_ranges.FileRange` of the segment file,
+        sent to the client by ``sendfile`` (see :meth:`_locate`)."""
+        located = self._locate(topic, partition, offset, max_bytes)
+        if located is not None:
+            return located
         conn = self._connection(topic, partition)
         max_message_bytes = self.backend.metadata.config(topic).max_message_bytes
         key = (topic, partition)
@@ -560,7 +636,66 @@ class Session:
             start = end  # a wrapper's tail holding no record at or after offset
         return b"", hw, log_start, start
 
-    def _fetch(self, body, version):
+    def _locating(self, topic: str, partition: int) -> bool:
+        """Whether reads of the partition ask LOCATE first (see :meth:`_locate`)."""
+        conn = self._connection(topic, partition)
+        endpoint = conn.host, conn.port
+        if endpoint in self._remote:
+            return False
+        key = (topic, partition)
+        if key in self._not_locatable:
+            if time.monotonic() < self._not_locatable[key]:
+                return False
+            del self._not_locatable[key]
+        if not _is_local_address(conn.host):
+            self._remote.add(endpoint)
+            return False
+        return True
+
+    def _locate(self, topic: str, partition: int, offset: int, max_bytes: int, *, first=None):
+        """:meth:`_read`'s answer as a file range of the partition's
+        segment, or None when the bytes must be read through the data
+        channel: the data server is not on this machine (its address is not
+        one of this host's; its segment files are not this machine's
+        either), the bytes are not format-2 batches in a segment file, the
+        segment cannot be opened as located (retention deleted it since, or
+        it is not the file located), or the offset is not one LOCATE
+        serves (the relayed read says why). ``first``: the reply of a
+        LOCATE for ``offset`` made ahead (:meth:`after_reply`)."""
+        if first is None and not self._locating(topic, partition):
+            return None
+        conn = self._connection(topic, partition)
+        key = (topic, partition)
+        start = offset
+        for _ in range(_SKIPS):
+            try:
+                found, first = first or conn.locate(topic, partition, start, max_bytes), None
+            except (InvalidOffsetError, CorruptMessageError):
+                return None
+            except ProtocolError:  # a data server that does not know LOCATE (an older raylog)
+                self._remote.add((conn.host, conn.port))
+                return None
+            hw, log_start = found.high_watermark, found.log_start_offset
+            if found.kind != LOCATED_BATCHES:  # format 1 (converted) or a log in memory
+                if len(self._not_locatable) >= _MAX_EXPANSIONS:
+                    self._not_locatable.clear()
+                self._not_locatable[key] = time.monotonic() + _NOT_LOCATABLE_S
+                return None
+            if found.length:
+                records = open_located(found)
+                if records is None:
+                    return None
+                self._expansion[key] = 1.0
+                return records, hw, log_start, found.next_offset
+            if found.next_offset <= start:  # nothing at the offset yet
+                return b"", hw, log_start, offset
+            start = found.next_offset  # batches whose records all lie before offset
+        return b"", hw, log_start, start
+
+    def _fetch(self, body):
+        """A Fetch's answer, ``[(topic, [(partition, error code, high
+        watermark, log start, records), ...]), ...]`` for
+        :func:`~raylog.kafka.fetch_wire.encode_fetch_response`."""
         deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000.0
         wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in body.topics for p in t.partitions]
@@ -569,22 +704,20 @@ class Session:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if total >= max(1, body.min_bytes) or failed or remaining_ms <= 0 or not wanted:
                 break
+            for _, records, _, _ in results:  # read again after the long poll
+                _close_records(records)
             topic, partition, offset, max_bytes = wanted[0]
             wait_ms = min(remaining_ms, _POLL_SLICE_MS if len(wanted) > 1 else remaining_ms)
             try:  # a long poll on the first partition; the next round reads them all
                 self._connection(topic, partition).fetch(topic, partition, offset, 1, wait_ms)
             except RaylogError:
                 pass
-        Topic = FetchResponse.FetchableTopicResponse
-        Partition = Topic.PartitionData
+        from_files = sum(len(r[1]) for r in results if isinstance(r[1], FileRange))
+        self.backend.count_fetched(from_files, sum(len(r[1]) for r in results) - from_files)
         by_topic: dict[str, list] = {}
         for (topic, partition, _, _), (code, records, hw, start) in zip(wanted, results):
-            by_topic.setdefault(topic, []).append(Partition(
-                partition_index=partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
-                log_start_offset=start, aborted_transactions=[], preferred_read_replica=-1, records=records))
-        return FetchResponse[version](
-            throttle_time_ms=0, error_code=NONE, session_id=0,
-            responses=[Topic(topic=topic, partitions=parts) for topic, parts in by_topic.items()])
+            by_topic.setdefault(topic, []).append((partition, code, hw, start, records))
+        return list(by_topic.items())
 
     def _fetch_round(self, wanted, response_max_bytes: int):
         results, total, failed = [], 0, False
@@ -649,6 +782,55 @@ class Session:
             if found_offset >= offset and found_ts >= timestamp:
                 return found_ts, found_offset
         return timestamp, offset
+
+
+class _Ahead:
+    """A read made ahead for ``key`` (see :meth:`Session.after_reply`):
+    a thread that leaves ``result`` (a :meth:`Session._read` answer), or a
+    LOCATE sent on ``conn`` as ``correlation`` whose reply becomes
+    ``located``; ``at`` is when it was made. Confined to its session's
+    thread (and the read-ahead thread until joined)."""
+
+    __slots__ = ("key", "thread", "result", "conn", "correlation", "located", "at")
+
+    def __init__(self, key: tuple, conn=None, correlation: int | None = None):
+        self.key = key
+        self.thread: threading.Thread | None = None
+        self.result = None
+        self.conn, self.correlation = conn, correlation
+        self.located = None
+        self.at: float | None = time.monotonic() if conn is not None else None
+
+
+def _close_records(found) -> None:
+    """Close the file of a read's records that will not be sent (a
+    :class:`~raylog.kafka.file_ranges.FileRange`; bytes need nothing):
+    ``found`` is the records or a :meth:`Session._read` answer."""
+    records = found[0] if isinstance(found, tuple) else found
+    if isinstance(records, FileRange):
+        records.close()
+
+
+#: address -> whether it is one of this host's (see _is_local_address)
+_LOCAL_ADDRESSES: dict = {}
+
+
+def _is_local_address(host: str) -> bool:
+    """Whether ``host`` is an address of this machine (of its network
+    namespace): one a socket can be bound to here. Remembered per address
+    (any thread: a lost race only probes an address twice)."""
+    known = _LOCAL_ADDRESSES.get(host)
+    if known is None:
+        try:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((host, 0))
+            known = True
+        except OSError:
+            known = False
+        if len(_LOCAL_ADDRESSES) < 1024:
+            _LOCAL_ADDRESSES[host] = known
+    return known
 
 
 def _cut(records, keep: int) -> int:
@@ -721,7 +903,6 @@ _HANDLERS = {
     OFFSET_COMMIT: _offset_commit,
     OFFSET_FETCH: _offset_fetch,
     FIND_COORDINATOR: _find_coordinator,
-    FETCH: Session._fetch,
     LIST_OFFSETS: Session._list_offsets,
     METADATA: Session._metadata,
     SASL_HANDSHAKE: Session._sasl_handshake,

@@ -9,7 +9,9 @@ together (a client with several requests in flight) are answered together:
 a run of Produce requests among them is pipelined to the partitions
 (:meth:`~raylog.kafka.handlers.Session.handle_produce_run`, at most
 :data:`MAX_RUN` requests), and their responses go back in one write, in
-order. A malformed frame, an API
+order. A Fetch response whose stored batches were located in their
+segment file (:mod:`raylog.kafka.file_ranges`) goes out as its fixed fields
+then the file's bytes by ``sendfile``. A malformed frame, an API
 or version not served, or a failure inside a handler closes that connection
 only; the others go on. A frame started but not finished within
 ``frame_timeout_s`` closes the connection too, so a stalled peer holds a
@@ -40,6 +42,7 @@ import threading
 import time
 
 from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANGERS_PER_ADDRESS, ClientTable
+from raylog.kafka.file_ranges import RangeCut
 from raylog.kafka.frames import MAX_REQUEST_BYTES, PRE_AUTH_MAX_REQUEST_BYTES, SIZE, BadFrame, check_size
 from raylog.kafka.handlers import Session
 
@@ -56,6 +59,7 @@ DEFAULT_AUTH_TIMEOUT_S = 10.0
 MAX_RUN = 64
 #: the most bytes one receive takes (a larger frame is received in several)
 RECV_BYTES = 1 << 20
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 
 class _Closed(Exception):
@@ -136,11 +140,18 @@ class _Frames:
                 raise _Closed()
             buf += chunk
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, more: bool = False) -> None:
         """Write response bytes (a peer that takes none for the frame
-        timeout closes the connection)."""
+        timeout closes the connection); with ``more``, the kernel may hold
+        them for the bytes that follow (a file range)."""
         self._set_timeout(self._frame_timeout_s)
-        self._sock.sendall(data)
+        self._sock.sendall(data, _MSG_MORE if more else 0)
+
+    def send_range(self, piece) -> None:
+        """Write a :class:`~raylog.kafka.file_ranges.FileRange` (``sendfile``;
+        the frame timeout bounds each wait for room); closes its file."""
+        self._set_timeout(self._frame_timeout_s)
+        piece.send_to(self._sock)
 
 
 class KafkaServer:
@@ -170,8 +181,11 @@ class KafkaServer:
 
     def stats(self) -> dict:
         """``connections``, ``strangers`` (not yet authenticated),
-        ``connections_accepted``, ``connections_refused``, ``connections_shed``."""
-        return self._table.stats()
+        ``connections_accepted``, ``connections_refused``, ``connections_shed``;
+        ``fetch_bytes_sent_from_files`` and ``fetch_bytes_relayed`` (the
+        record bytes of Fetch responses sent from segment files by
+        ``sendfile``, and read through the data channel)."""
+        return {**self._table.stats(), **self.backend.fetch_stats()}
 
     def close(self) -> None:
         self._closed.set()
@@ -231,6 +245,8 @@ class KafkaServer:
                 session.after_reply()
         except BadFrame as err:
             log.info("Kafka listener: closing the connection from %s: %s", peer, err)
+        except RangeCut as err:
+            log.warning("Kafka listener: closing the connection from %s in a Fetch response: %s", peer, err)
         except _AuthTimeout:
             log.info("Kafka listener: closing the connection from %s: no SASL authentication within %g s of "
                      "connecting", peer, self.auth_timeout_s)
@@ -250,24 +266,51 @@ class KafkaServer:
 class _Replies(list):
     """Response frames of one connection waiting to go out together; sent
     as soon as they hold :data:`RECV_BYTES` (so frames answered together
-    never hold more than that, plus one response, in memory)."""
+    never hold more than that, plus one response, in memory; the bytes of
+    file ranges are not held, only counted). A response is bytes, or a
+    list of pieces (bytes and :class:`~raylog.kafka.file_ranges.FileRange`)
+    from :func:`~raylog.kafka.fetch_wire.encode_fetch_response`."""
 
     def __init__(self, frames: _Frames):
         super().__init__()
         self._frames = frames
         self._bytes = 0
 
-    def append(self, reply: bytes) -> None:
-        super().append(reply)
-        self._bytes += len(reply)
+    def append(self, reply) -> None:
+        if isinstance(reply, list):
+            self.extend(reply)
+            self._bytes += sum(map(len, reply))
+        else:
+            super().append(reply)
+            self._bytes += len(reply)
         if self._bytes >= RECV_BYTES:
             self.send()
 
     def send(self) -> None:
-        if self:
-            self._frames.send(b"".join(self))
-            self.clear()
-            self._bytes = 0
+        """Write what is waiting, in order: runs of bytes joined, each file
+        range by ``sendfile`` (every file range's file is closed, sent or not)."""
+        if not self:
+            return
+        pieces = list(self)
+        self.clear()
+        self._bytes = 0
+        frames, run = self._frames, []
+        try:
+            for i, piece in enumerate(pieces):
+                if isinstance(piece, (bytes, bytearray, memoryview)):
+                    run.append(piece)
+                    continue
+                if run:
+                    frames.send(b"".join(run), more=True)
+                    run = []
+                pieces[i] = None
+                frames.send_range(piece)
+            if run:
+                frames.send(b"".join(run))
+        finally:
+            for piece in pieces:
+                if piece is not None and not isinstance(piece, (bytes, bytearray, memoryview)):
+                    piece.close()
 
 
 def _answer(session: Session, frames: list[bytes], out: list) -> None:

@@ -72,7 +72,7 @@ from crc32c import crc32c
 from raylog.config import INFLATED_FACTOR, TopicConfig
 from raylog.errors import InvalidMessageError, MessageTooLargeError
 from raylog.storage import record_batch
-from raylog.storage.record_batch import HEADER_SIZE, LOG_OVERHEAD, MAX_BATCH_LENGTH, read_header
+from raylog.storage.record_batch import HEADER_SIZE, LOG_OVERHEAD, MAX_BATCH_LENGTH
 
 try:  # the per-record loops in C (raylog/kafka/_kafkarecords.c); this module's own are the reference
     from raylog.kafka import _kafkarecords
@@ -162,36 +162,13 @@ def to_stored(data, max_message_bytes: int = TopicConfig.max_message_bytes,
 def stored_batches(data, offset: int, max_bytes: int) -> tuple[memoryview, int, int]:
     """The whole format-2 batches at the start of ``data`` (a stored read)
     to send to a Kafka client fetching from ``offset``, without touching
-    their records: ``(bytes, next offset, bytes of data walked)``. Batches
-    whose records all lie before ``offset`` (the read starts at the batch
-    holding ``offset``; its last record may be below it) are passed over;
-    the rest are cut at whole batches within ``max_bytes`` (the first kept
-    one whole even when larger, as a Kafka broker answers). The walk stops
-    at a cut last batch or at bytes of another format. The next offset is
-    where the client goes on: the last batch's ``baseOffset +
-    lastOffsetDelta + 1`` (``offset`` when nothing was walked)."""
-    pos, total = 0, len(data)
-    first = end = -1
-    next_offset = offset
-    while total - pos >= HEADER_SIZE and record_batch.format_at(data, pos) == 2:
-        header = read_header(data, pos)
-        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > total:
-            break
-        if first < 0 and header.base_offset + header.count - 1 < offset:
-            pos += header.size  # no record at or after offset
-            next_offset = max(next_offset, header.next_offset)
-            continue
-        if first >= 0 and pos + header.size - first > max_bytes:
-            break
-        if first < 0:
-            first = pos
-        pos += header.size
-        end = pos
-        next_offset = header.next_offset
-    if first < 0:
-        return memoryview(b""), next_offset, pos
-    return memoryview(data)[first:end], next_offset, pos
-
+    their records: ``(bytes, next offset, bytes of data walked)``, as
+    :func:`~raylog.storage.record_batch.whole_batches` finds them (batches
+    whose records all lie before ``offset`` passed over, the rest cut at
+    whole batches within ``max_bytes``, the first kept one whole even when
+    larger)."""
+    first, end, next_offset, walked = record_batch.whole_batches(data, offset, max_bytes)
+    return memoryview(data)[first:end], next_offset, walked
 
 
 def _varint(value: int) -> bytes:

@@ -535,6 +535,42 @@ def iter_batches(data, pos: int = 0, end: int | None = None) -> Iterator[tuple[i
         pos += header.size
 
 
+def whole_batches(data, offset: int, max_bytes: int) -> tuple[int, int, int, int]:
+    """Where the whole format-2 batches at the start of ``data`` (a stored
+    read from the batch holding ``offset``) that a reader from ``offset``
+    wants lie, without touching their records: ``(first, end, next offset,
+    walked)``, positions in ``data``. Batches whose records all lie before
+    ``offset`` (the read starts at the batch holding ``offset``; its last
+    record may be below it) are passed over; the rest are cut at whole
+    batches within ``max_bytes`` (the first kept one whole even when
+    larger, as a Kafka broker answers). The walk stops at a cut last batch
+    or at bytes of another format. ``first == end`` when no batch is kept;
+    the next offset is where the reader goes on: the last walked batch's
+    ``baseOffset + lastOffsetDelta + 1`` (``offset`` when nothing was
+    walked); ``walked`` is how many bytes of ``data`` were walked."""
+    pos, total = 0, len(data)
+    first = end = -1
+    next_offset = offset
+    while total - pos >= HEADER_SIZE and format_at(data, pos) == 2:
+        header = read_header(data, pos)
+        if header.batch_length < _MIN_BATCH_LENGTH or pos + header.size > total:
+            break
+        if first < 0 and header.base_offset + header.count - 1 < offset:
+            pos += header.size  # no record at or after offset
+            next_offset = max(next_offset, header.next_offset)
+            continue
+        if first >= 0 and pos + header.size - first > max_bytes:
+            break
+        if first < 0:
+            first = pos
+        pos += header.size
+        end = pos
+        next_offset = header.next_offset
+    if first < 0:
+        return pos, pos, next_offset, pos
+    return first, end, next_offset, pos
+
+
 def _offset_of(header: BatchHeader, pos: int) -> int:
     return header.base_offset if header.base_offset else pos
 

@@ -80,7 +80,9 @@ from raylog.transfer.protocol import (
     FETCH_REPLY_FIELDS,
     OFFSETS_FOR_TIME_REPLY_FIELDS,
     COUNT_REPLY_FIELDS,
+    LOCATE_REPLY_FIELDS,
     OFFSETS_REPLY_FIELDS,
+    STRING_LENGTH,
     REPLY_HEADER_BODY,
 )
 from raylog.transfer.requests import (
@@ -89,6 +91,7 @@ from raylog.transfer.requests import (
     encode_auth_proof,
     encode_count,
     encode_fetch,
+    encode_locate,
     encode_offsets,
     encode_offsets_for_time,
 )
@@ -131,6 +134,24 @@ class FetchResult(NamedTuple):
     data: bytearray
     high_watermark: int
     log_start_offset: int
+
+
+class Located(NamedTuple):
+    """A LOCATE reply (:mod:`raylog.transfer.protocol`): ``kind`` 0 (the
+    whole batches wanted are ``length`` bytes at ``position`` of the
+    segment file ``path``, whose ``device`` and ``inode`` they are) or 1
+    (not locatable: FETCH them); ``next_offset`` is where the reader goes
+    on after them."""
+
+    high_watermark: int
+    log_start_offset: int
+    kind: int
+    next_offset: int
+    position: int
+    length: int
+    device: int
+    inode: int
+    path: str
 
 
 class Offsets(NamedTuple):
@@ -592,6 +613,38 @@ class BrokerConnection:
         messages, next_offset = COUNT_REPLY_FIELDS.unpack_from(channel.buf, pos)
         channel.consume_reply()
         return messages, next_offset
+
+    def locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> Located:
+        """Where the whole batches a FETCH from ``offset`` would answer lie
+        in the partition's segment file (at most ``max_bytes`` of them, the
+        first whole), for a reader on the partition's machine that sends
+        them itself; see LOCATE in :mod:`raylog.transfer.protocol`. Errors as
+        :meth:`fetch`'s."""
+        return self.read_locate(self.send_locate(topic, partition, offset, max_bytes))
+
+    def send_locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> int:
+        """Send a LOCATE (:meth:`locate`) without waiting for its reply;
+        returns its correlation id for :meth:`read_locate`, which must read
+        the reply before any other request is made on this connection."""
+        channel = self._channel
+        self._before_request()
+        correlation_id = self._next_correlation()
+        channel.send(encode_locate(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes))
+        return correlation_id
+
+    def read_locate(self, correlation_id: int) -> Located:
+        """The reply of the LOCATE sent as ``correlation_id`` (:meth:`send_locate`)."""
+        channel = self._channel
+        channel.expect_wait(0)
+        fixed = REPLY_HEADER_BODY + LOCATE_REPLY_FIELDS.size + STRING_LENGTH.size
+        pos = channel.read_reply(correlation_id, fixed, whole=False)
+        fields = LOCATE_REPLY_FIELDS.unpack_from(channel.buf, pos)
+        (length,) = STRING_LENGTH.unpack_from(channel.buf, pos + LOCATE_REPLY_FIELDS.size)
+        if channel.reply_size != fixed + length:
+            channel.drop()
+            raise ProtocolError(f"LOCATE reply of {channel.reply_size} bytes carries a path of {length} bytes")
+        path = bytes(channel.take(pos + LOCATE_REPLY_FIELDS.size + STRING_LENGTH.size, length)).decode("utf-8")
+        return Located(*fields, path)
 
     # -- frames ------------------------------------------------------------------
 

@@ -3,12 +3,14 @@
 sequences, acks), FETCH (long polls, the reply's bytes sent by the log's
 slice: ``os.sendfile`` from a segment file), OFFSETS and OFFSETS_FOR_TIME
 and COUNT (the messages of a range, walked and checked here: no data sent),
+LOCATE (where a FETCH's whole batches lie in a segment file: no data sent),
 each run on the thread of the connection it came on
 (:class:`~raylog.transfer.serving.FrameLoop`)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -17,12 +19,15 @@ from typing import Callable, NoReturn
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
 from raylog.storage.base import Log
 from raylog.storage.counting import count_range, count_records
-from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE, format_at, iter_batches, needs_reencode
-from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES
+from raylog.storage.log_reads import FileSlice
+from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
+from raylog.storage.record_batch import format_at, iter_batches, needs_reencode, whole_batches
+from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES, LOCATED_BATCHES, NOT_LOCATABLE
 from raylog.transfer.replies import (
     encode_count_reply,
     encode_error,
     encode_fetch_reply_header,
+    encode_locate_reply,
     encode_offsets_for_time_reply,
     encode_offsets_reply,
     encode_produce_reply,
@@ -30,6 +35,7 @@ from raylog.transfer.replies import (
 from raylog.transfer.requests import (
     CountRequest,
     FetchRequest,
+    LocateRequest,
     OffsetsForTimeRequest,
     OffsetsRequest,
     ProduceRequest,
@@ -271,6 +277,32 @@ class RequestHandlers:
             # The log lost bytes of the slice (a segment deleted and cut
             # under us); the reply cannot be completed.
             raise _Close()
+
+    def locate(self, conn: _Connection, request: LocateRequest, out: list) -> None:
+        """LOCATE: where the whole batches a FETCH of ``request`` would
+        answer lie in their segment file (read as a FETCH reads, at once:
+        no long poll; the batches' headers walked, never their records)."""
+
+        def reply_for(partition_log):
+            chunk = partition_log.read(request.offset, min(request.max_bytes, self._max_fetch_bytes))
+            high_watermark, log_start = partition_log.high_watermark, partition_log.log_start_offset
+            if not isinstance(chunk, FileSlice) or not isinstance(chunk.file.name, str):  # a log held in memory
+                return encode_locate_reply(request.correlation_id, high_watermark, log_start, NOT_LOCATABLE,
+                                           request.offset)
+            if not chunk.length:
+                return encode_locate_reply(request.correlation_id, high_watermark, log_start, LOCATED_BATCHES,
+                                           request.offset)
+            data = chunk.tobytes()
+            if format_at(data) != 2:  # format-1 messages: FETCH converts them
+                return encode_locate_reply(request.correlation_id, high_watermark, log_start, NOT_LOCATABLE,
+                                           request.offset)
+            first, end, next_offset, _ = whole_batches(data, request.offset, request.max_bytes)
+            stat = os.fstat(chunk.file.fileno())
+            return encode_locate_reply(
+                request.correlation_id, high_watermark, log_start, LOCATED_BATCHES, next_offset,
+                chunk.position + first, end - first, stat.st_dev, stat.st_ino, os.path.abspath(chunk.file.name))
+
+        self._answer(conn, request, out, reply_for)
 
     def _wait_for_data(self, conn: _Connection, partition_log: Log, request: FetchRequest, max_bytes: int,
                        max_wait_ms: int, chunk):

@@ -10,7 +10,7 @@ Request frame
 
 1. size            u32  number of bytes that follow this field
 2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH, 4 OFFSETS_FOR_TIME,
-                        5 COUNT
+                        5 COUNT, 6 LOCATE
 3. version         i16  0; PRODUCE also 1 (idempotence and acks=-1, below);
                         COUNT also 1 (bounded by a number of messages, below)
 4. correlation id  i32  chosen by the client, echoed in the reply
@@ -135,6 +135,26 @@ between two positions)
     (wrapper offset + its index), which a FETCH or a COUNT may start at.
     Checks and errors as version 0 (:func:`raylog.storage.counting.count_records`).
 
+LOCATE (where a FETCH's record batches lie in the partition's segment file,
+for a reader on the partition's own machine that sends them itself with
+``os.sendfile``: the Kafka listener, docs/design.md section 10)
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+    8. offset         i64  record offset of the first record wanted (as a
+                           FETCH's: the batch holding it is located)
+    9. max bytes      i32  how many bytes of batches to locate: whole
+                           batches within it, the first one whole even when
+                           larger (as a Kafka broker answers a fetch)
+
+    The partition reads as a FETCH does (no long poll: the caller waits
+    with FETCH), then walks the batches' headers (never their records,
+    :func:`raylog.storage.record_batch.whole_batches`): batches whose
+    records all lie before the offset are passed over, the rest cut at
+    whole batches. Bytes that are not format-2 batches in a segment file
+    (format-1 messages; a log held in memory) are answered with kind 1:
+    the caller reads them with FETCH. Errors as FETCH's.
+
 Reply frame
 -----------
 
@@ -174,6 +194,24 @@ COUNT     4. messages i64: the messages a read of [start, next offset) returns
              (past max bytes) the first boundary after it; ask again from there
           (version 1: the same fields; next offset may be a record offset
           inside a wrapper when max messages stopped the count there)
+LOCATE    4. high watermark i64, 5. log start offset i64,
+          6. kind i8: 0 a range of format-2 batches (fields 8 to 12; its
+             length is 0 when nothing at the offset is below the high
+             watermark, or when the batches walked held no record at or
+             after it: then ask again from the next offset); 1 not
+             locatable (format-1 messages or a log in memory): FETCH it
+          7. next offset i64: where the reader goes on after the range (the
+             last batch's baseOffset + lastOffsetDelta + 1; the request's
+             offset when nothing was walked)
+          8. position i64: of the range's first byte in the segment file
+          9. length i32: bytes of the range
+          10. device u64, 11. inode u64: the segment file's (``os.fstat``):
+             the reader checks that the file it opens by path is this one
+             (not a segment replaced since, nor another machine's file)
+          12. path length u16, 13. path UTF-8: the segment file, absolute
+          A reader must check the file it opens (fields 10 and 11, and
+          that it holds the range) and read the range with FETCH when it
+          cannot open it (retention may delete the segment meanwhile).
 
 Errors and the connection
 -------------------------
@@ -232,6 +270,7 @@ API_OFFSETS = 2
 API_AUTH = 3
 API_OFFSETS_FOR_TIME = 4
 API_COUNT = 5
+API_LOCATE = 6
 #: COUNT version 1: field 11, max messages
 COUNT_VERSION_BOUNDED = 1
 API_NAMES = {
@@ -241,6 +280,7 @@ API_NAMES = {
     API_AUTH: "AUTH",
     API_OFFSETS_FOR_TIME: "OFFSETS_FOR_TIME",
     API_COUNT: "COUNT",
+    API_LOCATE: "LOCATE",
 }
 
 VERSION = 0
@@ -315,6 +355,8 @@ OFFSETS_FOR_TIME_FIELDS = struct.Struct(">iq")
 COUNT_FIELDS = struct.Struct(">iqqi")
 #: COUNT version 1 after the topic: partition, start, end, max bytes, max messages
 COUNT_V1_FIELDS = struct.Struct(">iqqiq")
+#: LOCATE after the topic: partition, offset, max bytes
+LOCATE_FIELDS = struct.Struct(">iqi")
 
 #: AUTH version 1 body: step, nonce or proof
 AUTH_FIELDS = struct.Struct(f">b{NONCE_BYTES}s")
@@ -330,6 +372,11 @@ FETCH_REPLY_FIELDS = struct.Struct(">qqi")  # high watermark, log start offset, 
 OFFSETS_REPLY_FIELDS = struct.Struct(">qq")  # log start offset, high watermark
 OFFSETS_FOR_TIME_REPLY_FIELDS = struct.Struct(">q")  # offset
 COUNT_REPLY_FIELDS = struct.Struct(">qq")  # messages, next offset
+#: high watermark, log start offset, kind, next offset, position, length, device, inode (then the path)
+LOCATE_REPLY_FIELDS = struct.Struct(">qqbqqiQQ")
+#: LOCATE reply kinds
+LOCATED_BATCHES = 0
+NOT_LOCATABLE = 1
 AUTH_HELLO_REPLY_FIELDS = struct.Struct(f">{NONCE_BYTES}s{PROOF_BYTES}s")  # server nonce, server proof
 
 
@@ -343,4 +390,5 @@ FETCH_REPLY = _after_reply_header(FETCH_REPLY_FIELDS)
 OFFSETS_REPLY = _after_reply_header(OFFSETS_REPLY_FIELDS)
 OFFSETS_FOR_TIME_REPLY = _after_reply_header(OFFSETS_FOR_TIME_REPLY_FIELDS)
 COUNT_REPLY = _after_reply_header(COUNT_REPLY_FIELDS)
+LOCATE_REPLY = _after_reply_header(LOCATE_REPLY_FIELDS)
 AUTH_HELLO_REPLY = _after_reply_header(AUTH_HELLO_REPLY_FIELDS)

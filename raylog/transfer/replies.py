@@ -19,6 +19,7 @@ from raylog.transfer.protocol import (
     OFFSETS_REPLY,
     OFFSETS_FOR_TIME_REPLY,
     COUNT_REPLY,
+    LOCATE_REPLY,
     AUTH_HELLO_REPLY,
 )
 
@@ -54,6 +55,20 @@ def encode_offsets_for_time_reply(correlation_id: int, offset: int) -> bytes:
 
 def encode_count_reply(correlation_id: int, messages: int, next_offset: int) -> bytes:
     return COUNT_REPLY.pack(COUNT_REPLY.size - SIZE.size, correlation_id, 0, messages, next_offset)
+
+
+def encode_locate_reply(
+    correlation_id: int, high_watermark: int, log_start_offset: int, kind: int, next_offset: int,
+    position: int = 0, length: int = 0, device: int = 0, inode: int = 0, path: str = "",
+) -> bytes:
+    """A LOCATE reply; ``path`` the segment file's (empty for kind 1)."""
+    raw = path.encode("utf-8")
+    if len(raw) > MAX_STRING_BYTES:
+        raise ProtocolError(f"a segment path of {len(raw)} bytes does not fit a LOCATE reply; use a shorter data_dir")
+    return LOCATE_REPLY.pack(
+        LOCATE_REPLY.size - SIZE.size + STRING_LENGTH.size + len(raw), correlation_id, 0, high_watermark,
+        log_start_offset, kind, next_offset, position, length, device, inode,
+    ) + STRING_LENGTH.pack(len(raw)) + raw
 
 
 def _clip_utf8(raw: bytes, limit: int) -> bytes:

@@ -20,6 +20,7 @@ from raylog.transfer.protocol import (
     NONCE_BYTES,
     API_OFFSETS_FOR_TIME,
     API_COUNT,
+    API_LOCATE,
     API_NAMES,
     VERSION,
     PRODUCE_VERSION_IDEMPOTENT,
@@ -42,6 +43,7 @@ from raylog.transfer.protocol import (
     COUNT_FIELDS,
     COUNT_V1_FIELDS,
     COUNT_VERSION_BOUNDED,
+    LOCATE_FIELDS,
 )
 
 
@@ -96,6 +98,14 @@ class CountRequest(NamedTuple):
     max_bytes: int
     #: version 1: the most messages to count (-1: no bound); None for version 0
     max_messages: int | None = None
+
+
+class LocateRequest(NamedTuple):
+    correlation_id: int
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
 
 
 def encode_string(text: str) -> bytes:
@@ -277,6 +287,12 @@ def encode_count(
     return header + topic + fields
 
 
+def encode_locate(correlation_id: int, topic: str | bytes, partition: int, offset: int, max_bytes: int) -> bytes:
+    topic = encode_string(topic) if isinstance(topic, str) else topic
+    fields = LOCATE_FIELDS.pack(partition, offset, max_bytes)
+    return _request_header(API_LOCATE, correlation_id, len(topic) + len(fields)) + topic + fields
+
+
 def _malformed(api_key: int, correlation_id: int, what: str) -> ProtocolError:
     name = API_NAMES.get(api_key, str(api_key))
     return ProtocolError(f"malformed {name} frame: {what}", correlation_id=correlation_id)
@@ -426,6 +442,15 @@ def decode_request(buf, pos: int, size: int):
         if max_bytes < 0:
             raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes})")
         return CountRequest(correlation_id, topic, partition, start, stop, max_bytes)
+    if api_key == API_LOCATE:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos != LOCATE_FIELDS.size:
+            what = f"{end - pos} bytes after the topic, expected {LOCATE_FIELDS.size}"
+            raise _malformed(api_key, correlation_id, what)
+        partition, offset, max_bytes = LOCATE_FIELDS.unpack_from(buf, pos)
+        if max_bytes < 0:
+            raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes})")
+        return LocateRequest(correlation_id, topic, partition, offset, max_bytes)
     raise ProtocolError(f"unknown api key {api_key}", correlation_id=correlation_id)
 
 

@@ -27,6 +27,7 @@ from raylog.transfer.requests import (
     AuthRequest,
     CountRequest,
     FetchRequest,
+    LocateRequest,
     OffsetsForTimeRequest,
     ProduceRequest,
     check_frame_size,
@@ -286,6 +287,8 @@ class FrameLoop:
                     handlers.offsets_for_time(conn, request, out)
                 elif kind is CountRequest:
                     handlers.count(conn, request, out)
+                elif kind is LocateRequest:
+                    handlers.locate(conn, request, out)
                 else:
                     handlers.offsets(conn, request, out)
             if group:

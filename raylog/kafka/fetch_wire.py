@@ -1,0 +1,95 @@
+"""Fetch responses written directly: the listener's hot read path, without
+kafka-python's generic schema codec (which :mod:`raylog.kafka.frames` uses
+for every other API), so that the stored record batches a response carries
+are copied once, into the frame, and never walked. Versions 4 to 11 are
+served, none of them flexible (response header: the correlation id alone).
+Every integer is big-endian; a string is an i16 length then UTF-8 bytes,
+nullable bytes an i32 length (-1 for null) then the bytes, an array an i32
+count then its items.
+
+Response frame:
+
+=========================  ================  ================================
+field                      type              notes
+=========================  ================  ================================
+size                       i32               bytes after this field
+correlation_id             i32               the request's
+throttle_time_ms           i32               0
+error_code                 i16               version 7 and later; 0
+session_id                 i32               version 7 and later; 0 (no
+                                             fetch sessions)
+responses                  array of:
+  topic                    string
+  partitions               array of:
+    partition_index        i32
+    error_code             i16
+    high_watermark         i64
+    last_stable_offset     i64               the high watermark
+    log_start_offset       i64               version 5 and later
+    aborted_transactions   nullable array    always empty (count 0)
+    preferred_read_replica i32               version 11 and later; -1
+    records                nullable bytes    record batches (format 2, as
+                                             stored; or converted, see
+                                             :mod:`raylog.kafka.records`)
+=========================  ================  ================================
+
+A partition's records may be a :class:`~raylog.kafka.file_ranges.FileRange`
+(stored batches located in their segment file): the frame is then a list of
+pieces, bytes and ranges, written in order (the ranges by ``sendfile``).
+
+Pure functions; any thread.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from raylog.kafka.file_ranges import FileRange
+
+LOWEST, HIGHEST = 4, 11
+
+_HEAD = struct.Struct(">iii")  # size, correlation_id, throttle_time_ms
+_TOP_V7 = struct.Struct(">hi")  # error_code, session_id
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION = struct.Struct(">ihqq")  # index, error_code, high_watermark, last_stable_offset
+_I64 = struct.Struct(">q")
+_NO_ABORTED = _I32.pack(0)
+_NO_REPLICA = _I32.pack(-1)
+
+
+def encode_fetch_response(version: int, correlation_id: int, topics) -> bytes | list:
+    """The response frame (size included) of a Fetch request of ``version``
+    (4..11); ``topics`` holds ``(name, [(partition, error_code,
+    high_watermark, log_start_offset, records), ...])``, ``records`` any
+    bytes-like object or a :class:`~raylog.kafka.file_ranges.FileRange`.
+    Bytes when every ``records`` is bytes-like; else a list of the frame's
+    pieces in order, each bytes or a ``FileRange``."""
+    parts = [b"", _TOP_V7.pack(0, 0) if version >= 7 else b"", _I32.pack(len(topics))]
+    append = parts.append
+    for name, partitions in topics:
+        data = name.encode("utf-8")
+        append(_I16.pack(len(data)))
+        append(data)
+        append(_I32.pack(len(partitions)))
+        for index, code, hw, log_start, records in partitions:
+            fixed = _PARTITION.pack(index, code, hw, hw)
+            if version >= 5:
+                fixed += _I64.pack(log_start)
+            fixed += _NO_ABORTED
+            if version >= 11:
+                fixed += _NO_REPLICA
+            append(fixed + _I32.pack(len(records)))
+            append(records)
+    size = sum(map(len, parts)) + _HEAD.size - 4
+    parts[0] = _HEAD.pack(size, correlation_id, 0)
+    ranges = [i for i, part in enumerate(parts) if type(part) is FileRange]
+    if not ranges:
+        return b"".join(parts)
+    pieces, start = [], 0
+    for i in ranges:
+        pieces += [b"".join(parts[start:i]), parts[i]]
+        start = i + 1
+    if start < len(parts):
+        pieces.append(b"".join(parts[start:]))
+    return pieces
