@@ -360,11 +360,11 @@ def _uses_shared_kit(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if hasattr(config, "workerinput"):
-        # a worker of several: the hosts kit's long unit first, so it ends in time; in it, the tests
-        # that start kits of their own (or need none) before the shared kit starts, so that its idle
-        # Ray nodes do not slow their start-ups (a node that misses Ray's 30 s registration starts again)
-        items.sort(key=lambda item: (item.get_closest_marker("hosts") is None, _uses_shared_kit(item)))
+    # the tests marked hosts first: on a worker of several, the hosts kit's long unit first, so that it
+    # ends in time; in it (and in a run of one process), the tests that start kits of their own (or need
+    # none) before the shared kit starts, so that its idle Ray nodes do not slow their start-ups (a node
+    # that misses Ray's 30 s registration starts again); and the shared kit stops after them (below)
+    items.sort(key=lambda item: (item.get_closest_marker("hosts") is None, _uses_shared_kit(item)))
 
 
 #: the shared kit while it runs (the ``hosts_cluster`` fixture's), for its early stop
@@ -388,15 +388,15 @@ def hosts_cluster():
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
-    """On a worker of several (items sorted as above: every test marked
-    ``hosts`` first), the shared kit stops after the last test marked
-    ``hosts`` rather than at the end of the session: its Ray nodes and
-    ZooKeeper would otherwise idle on the machine's cores under the rest of
-    the run. (Its session teardown then finds it stopped: ``stop`` runs once
-    more, doing nothing.)"""
+    """The shared kit stops after the last test marked ``hosts`` (the items
+    are sorted as above: those first; on a worker of several, the scheduler
+    hands the whole hosts kit's unit to one worker, in that order) rather
+    than at the end of the session: its Ray nodes and ZooKeeper would
+    otherwise idle on the machine's cores under the rest of the run. (Its
+    session teardown then finds it stopped: ``stop`` runs once more, doing
+    nothing.)"""
     result = yield
-    if (_shared_kit and nextitem is not None and nextitem.get_closest_marker("hosts") is None
-            and hasattr(item.config, "workerinput")):
+    if _shared_kit and nextitem is not None and nextitem.get_closest_marker("hosts") is None:
         _shared_kit.pop().stop()
     return result
 
