@@ -355,9 +355,20 @@ def pytest_xdist_make_scheduler(config, log):
     return ByModule(config, log)
 
 
+def _uses_shared_kit(item) -> bool:
+    return "hosts_cluster" in item.fixturenames
+
+
 def pytest_collection_modifyitems(config, items):
-    if hasattr(config, "workerinput"):  # a worker of several: the hosts kit's long unit first, so it ends in time
-        items.sort(key=lambda item: item.get_closest_marker("hosts") is None)
+    # the tests marked hosts first: on a worker of several, the hosts kit's long unit first, so that it
+    # ends in time; in it (and in a run of one process), the tests that start kits of their own (or need
+    # none) before the shared kit starts, so that its idle Ray nodes do not slow their start-ups (a node
+    # that misses Ray's 30 s registration starts again); and the shared kit stops after them (below)
+    items.sort(key=lambda item: (item.get_closest_marker("hosts") is None, _uses_shared_kit(item)))
+
+
+#: the shared kit while it runs (the ``hosts_cluster`` fixture's), for its early stop
+_shared_kit: list = []
 
 
 @pytest.fixture(scope="session")
@@ -368,7 +379,26 @@ def hosts_cluster():
     if why is not None:
         pytest.skip(why)
     with HostsCluster(hosts=4) as cluster:
-        yield cluster
+        _shared_kit.append(cluster)
+        try:
+            yield cluster
+        finally:
+            _shared_kit.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The shared kit stops after the last test marked ``hosts`` (the items
+    are sorted as above: those first; on a worker of several, the scheduler
+    hands the whole hosts kit's unit to one worker, in that order) rather
+    than at the end of the session: its Ray nodes and ZooKeeper would
+    otherwise idle on the machine's cores under the rest of the run. (Its
+    session teardown then finds it stopped: ``stop`` runs once more, doing
+    nothing.)"""
+    result = yield
+    if _shared_kit and nextitem is not None and nextitem.get_closest_marker("hosts") is None:
+        _shared_kit.pop().stop()
+    return result
 
 
 @pytest.fixture(scope="module")

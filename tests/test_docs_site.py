@@ -14,7 +14,6 @@ block, or a ``text`` block run nowhere fails
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import pathlib
@@ -72,7 +71,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         NOT_RUN + "a fault run of 60 s and one of 10 minutes, each with a cluster of its own; "
         "tests/testing/test_run.py runs the same runner briefly",
     ("docs/howto/hosts.md", "Checking the guarantees under faults", 1): HERE + "test_the_fault_kit_import_line_runs",
-    ("docs/howto/hosts.md", "Across hosts", 0): HERE + "test_the_hosts_kit_example_runs_as_written",
+    ("docs/howto/hosts.md", "Across hosts", 0):
+        "tests/test_docs_site_hosts.py::test_the_hosts_kit_example_runs_as_written",
     ("docs/howto/hosts.md", "Across hosts", 1):
         NOT_RUN + "a ten-minute fault run on five hosts; tests/testing/test_run_hosts.py runs it briefly",
     ("docs/howto/operations.md", "One command on a laptop", 0): HERE + "test_one_command_on_a_laptop_runs_as_written",
@@ -328,20 +328,3 @@ def test_the_corrupt_message_snippet_skips_a_damaged_message(raylog_client, make
         assert skipped[(topic, 0)][0] == offsets[1]
     finally:
         consumer.close()
-
-
-@pytest.mark.hosts
-@pytest.mark.timeout(960)  # the example's own bound (900 s) and the set-up, not the suite's 600 s
-def test_the_hosts_kit_example_runs_as_written(tmp_path):
-    """The hosts kit's example, in a fresh interpreter as root (it makes
-    network namespaces, a bridge and mounts of its own, and removes them)."""
-    from raylog.testing.hosts import unavailable
-
-    why = unavailable()
-    if why is not None:
-        pytest.skip(why)
-    code = block("docs/howto/hosts.md", "Across hosts")
-    tree = ast.parse(code)
-    assert any(isinstance(node, ast.With) for node in tree.body)
-    proc = run_example(code, tmp_path, timeout_s=900)
-    assert proc.returncode == 0, proc.stderr[-5000:]

@@ -2,12 +2,18 @@
 that producer exactly as its leader holds it, across hosts
 (:mod:`raylog.testing.hosts`): the follower's process is frozen while the
 producer stores 45 sets on the leader (which remembers the last 32 of
-them), then goes on and catches up from the leader on another host. Each
-replica's producer-state journal, read on its own host, then says the
-same: a truncation that cuts off every remembered set keeps the producer
-known on both (so an old retry is refused, never stored again), where a
-follower that learnt the producer only from the sets handed to it would
-forget it.
+them), then goes on and catches up from the leader on another host.
+
+The producer state is rebuilt from the record batches' own fields
+(:mod:`raylog.storage.batch_producers`). Each replica's log directory is
+copied on its own host and opened there, as a restarted replica would open
+it (its newest producer snapshot, written at a roll from what the replica
+held in memory, then the batches after it); the tables agree: the same
+producer, epoch and last 32 batches (first and last sequence, offset),
+which are the last 32 idempotent batches of that log. On each copy a retry of a remembered batch is answered with the
+offset of its first store and appends nothing, and a retry of an older
+set, no longer remembered, is refused: never stored twice, whichever
+replica leads.
 
 Every wait is bounded by a generous deadline of the test's own; no time is
 asserted.
@@ -29,35 +35,56 @@ from raylog.testing.on_hosts import partition_state, read_values, wait
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 
-#: on a host: the producers of a replica's journal (a copy, opened beside it),
-#: and what a truncation at the first remembered set of each leaves of it
+#: on a host: a copy of a replica's directory opened as a log; its producer
+#: table, the idempotent batches of the log, and what retries of its sets
+#: (given by sequence in argv[2:]) are answered with, the log end before and after
 _TABLE = """
 import json, os, shutil, sys, tempfile
-from raylog.storage.producer_state import FILE_NAME, ProducerStateTable, parse_records
-directory, end = sys.argv[1], int(sys.argv[2])
-with tempfile.TemporaryDirectory() as copy:
-    shutil.copy(os.path.join(directory, FILE_NAME), copy)
-    table = ProducerStateTable(copy)
-    table.open(end)
-    sets = [r for r in parse_records(table.records_from(0, 1 << 24)) if r[4]]
-    first = {}
-    for pid, _epoch, sequence, base, _lengths in sets:
-        first.setdefault(pid, base)
-    out = {"last": {str(pid): table.last_sequence(pid) for pid in first}}
-    table.truncate(min(first.values()))
-    out["after_truncation"] = {str(pid): table.last_sequence(pid) for pid in first}
-    table.close()
+from raylog.config import TopicConfig
+from raylog.errors import DuplicateSequenceError
+from raylog.storage.log import PartitionLog
+from raylog.storage.record_batch import iter_batches
+directory, retried = sys.argv[1], [int(s) for s in sys.argv[2:]]
+with tempfile.TemporaryDirectory() as tmp:
+    copy = os.path.join(tmp, "replica")
+    shutil.copytree(directory, copy)
+    plog = PartitionLog(copy, TopicConfig(flush_messages=10**9, flush_ms=10**9))
+    try:
+        table = {str(pid): {"epoch": s.epoch, "batches": [list(b) for b in s.batches]}
+                 for pid, s in plog._batch_producers._producers.items()}
+        start, end = plog.log_start_offset, plog.log_end_offset
+        data = b""
+        while start + len(data) < end:  # a read stops at a segment's end
+            chunk = plog.read(start + len(data), end - start - len(data)).tobytes()
+            if not chunk:
+                break
+            data += chunk
+        batches = [(start + pos, h, data[pos:pos + h.size]) for pos, h in iter_batches(data) if h.producer_id >= 0]
+        by_sequence = {h.base_sequence: raw for _offset, h, raw in batches}
+        answers = {}
+        for sequence in retried:
+            try:
+                answers[str(sequence)] = plog.append(by_sequence[sequence])
+            except DuplicateSequenceError as err:
+                answers[str(sequence)] = type(err).__name__
+        snapshots = sorted(int(n.split(".")[0]) for n in os.listdir(copy) if n.endswith(".producers"))
+        out = {"table": table, "end": end, "snapshots": snapshots, "end_after_retries": plog.log_end_offset,
+               "answers": answers,
+               "batches": [[h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, offset]
+                           for offset, h, _raw in batches]}
+    finally:
+        plog.close()
 print(json.dumps(out))
 """
 
 
-@pytest.mark.xfail(strict=False, reason="reads format 1's producer-state journal on the hosts; with record batches "
-                   "the state is rebuilt from the batches (raylog/storage/batch_producers.py) and this test must "
-                   "compare those tables instead")
 def test_a_follower_far_behind_on_a_producer_learns_it_as_its_leader_holds_it(hosts):
     client = hosts.client(cluster=f"seq-{uuid.uuid4().hex[:8]}")
     topic = f"s-{uuid.uuid4().hex[:8]}"
-    client.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=1, flush_ms=5)
+    # small segments: each replica rolls (and writes its producer snapshot) every dozen sets or so, the
+    # follower where its own catching up takes it (it fetches max_message_bytes at a time)
+    client.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=1, flush_ms=5,
+                        segment_bytes=1024, max_message_bytes=512)
     state = partition_state(client, topic)
     follower = next(n for n in state.replicas if n != state.leader)
     place = client.registry.placement(topic, 0)
@@ -90,12 +117,24 @@ def test_a_follower_far_behind_on_a_producer_learns_it_as_its_leader_holds_it(ho
         return end if len(leader) == end and log_bytes_on(follower_host, follower_dir) == leader else None
 
     end = wait(caught_up, "the follower catches up")
-    on_leader = json.loads(leader_host.python(_TABLE, leader_dir, str(end)))
-    on_follower = json.loads(follower_host.python(_TABLE, follower_dir, str(end)))
-    (producer_id,) = on_leader["last"]
-    assert on_leader["last"] == {producer_id: 49}
-    assert on_leader["after_truncation"] == {producer_id: 49 - 32}  # known: older retries refused
-    assert on_follower == on_leader
+    # retries of the newest set, of the oldest one remembered (49 - 31) and of one before it
+    retried = ("49", "18", "5")
+    on_leader = json.loads(leader_host.python(_TABLE, leader_dir, *retried))
+    on_follower = json.loads(follower_host.python(_TABLE, follower_dir, *retried))
+
+    assert on_leader["end"] == end
+    ((producer_id, epoch, *_), *_) = on_leader["batches"]
+    assert [b[2:4] for b in on_leader["batches"]] == [[s, s] for s in range(50)]  # one batch a set, each once
+    remembered = [[first, last, offset] for _pid, _epoch, first, last, offset in on_leader["batches"][-32:]]
+    assert on_leader["table"] == {str(producer_id): {"epoch": epoch, "batches": remembered}}
+    offset_of = {first: offset for first, _last, offset in remembered}
+    assert on_leader["answers"] == {"49": offset_of[49], "18": offset_of[18], "5": "DuplicateSequenceError"}
+    assert on_leader["end_after_retries"] == end  # a retry stores nothing again
+    # the follower's table is rebuilt from a snapshot of its own, written at one of its rolls after the
+    # oldest remembered set: what it held in memory, not only the bytes it was handed, is compared
+    assert on_follower["snapshots"] and on_follower["snapshots"][-1] > offset_of[18]
+    assert {k: v for k, v in on_follower.items() if k != "snapshots"} == \
+        {k: v for k, v in on_leader.items() if k != "snapshots"}
     assert read_values(client, topic, 50) == values
     client.delete_topic(topic)
     client.close()
