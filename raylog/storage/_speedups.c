@@ -1484,6 +1484,64 @@ speedups_batch_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return rows;
 }
 
+/* args[0] a buffer, args[1] and args[2] a range [start, end) within it:
+ * 1 with the buffer held in view (flags: PyBUF_SIMPLE or PyBUF_WRITABLE),
+ * 0 when the range is not two ints inside the buffer (the caller returns
+ * None), -1 on a Python error. */
+static int
+buffer_range(PyObject *const *args, int flags, Py_buffer *view, int64_t *start, int64_t *end)
+{
+    if (!ts_arg(args[1], start) || !ts_arg(args[2], end))
+        return 0;
+    if (PyObject_GetBuffer(args[0], view, flags) < 0)
+        return -1;
+    if (*start < 0 || *end < *start || *end > view->len) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* The size (12 + batchLength) of the batch at b + pos when its frame passes
+ * the checks of the reference's check_frame that a compiled pass makes
+ * before it walks the records: whole before end, batchLength within
+ * max_length (and format 2's 16 MiB - 1) and at least 49, magic 2,
+ * attributes within allowed (bits outside it: the reference takes the
+ * batch), count at least 1, lastOffsetDelta raylog's or a Kafka client's,
+ * and the crc. 0 when not. */
+static int64_t
+plain_frame(const unsigned char *b, Py_ssize_t pos, int64_t end, int64_t max_length, unsigned allowed)
+{
+    int64_t length, size, count, lod;
+    unsigned attrs;
+    if (end - pos < 61)
+        return 0;
+    length = load_i32(b + pos + 8);
+    if (length < 49 || length > max_length || length > (1 << 24) - 1 || pos + 12 + length > end)
+        return 0;
+    size = 12 + length;
+    attrs = ((unsigned)b[pos + 21] << 8) | b[pos + 22];
+    if (b[pos + 16] != 2 || (attrs & ~allowed))
+        return 0;
+    lod = load_i32(b + pos + 23);
+    count = load_i32(b + pos + 57);
+    if (count < 1 || (lod != count - 1 && lod != size - 1))
+        return 0;
+    if (load_u32(b + pos + 17) != crc32c_fn(0, b + pos + 21, (size_t)(size - 21)))
+        return 0;
+    return size;
+}
+
+/* Walk the records of the batch at b (its frame checked by plain_frame) as
+ * walk_batch does: 1 sound, 0 not, -1 on a Python error. */
+static inline int
+plain_records_sound(const unsigned char *b, int64_t size)
+{
+    unsigned attrs = ((unsigned)b[21] << 8) | b[22];
+    return walk_batch(b + 61, (Py_ssize_t)(size - 61), load_i32(b + 57), load_i64(b + 27), load_i64(b + 35),
+                      (attrs & 0x08u) != 0, 0, 0, NULL, NULL, NULL, NULL, 0);
+}
+
 PyDoc_STRVAR(batches_decode_doc,
 "batches_decode(buf, start, end, max_length, record_type, prefix[, last_type])\n"
 "    -> (rows, ends, stop)\n\n"
@@ -1503,12 +1561,13 @@ static PyObject *
 speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    int64_t start, end, max_length;
+    int64_t start, end, max_length, size;
     PyTypeObject *record_type;
     PyObject *prefix, *rows = NULL, *ends = NULL, *result = NULL;
     const unsigned char *b;
     Py_ssize_t pos;
     PyTypeObject *last_type = NULL;
+    int ok;
     if (nargs != 6 && nargs != 7) {
         PyErr_Format(PyExc_TypeError, "batches_decode() takes 6 or 7 arguments (%zd given)", nargs);
         return NULL;
@@ -1519,7 +1578,7 @@ speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
             Py_RETURN_NONE;
         last_type = (PyTypeObject *)args[6];
     }
-    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &max_length))
+    if (!ts_arg(args[3], &max_length))
         Py_RETURN_NONE;
     if (!PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type))
         Py_RETURN_NONE;
@@ -1527,10 +1586,10 @@ speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
     prefix = args[5];
     if (!PyTuple_CheckExact(prefix) || PyTuple_GET_SIZE(prefix) != 2)
         Py_RETURN_NONE;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (start < 0 || end < start || end > view.len) {
-        PyBuffer_Release(&view);
+    ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
+    if (ok <= 0) {
+        if (ok < 0)
+            return NULL;
         Py_RETURN_NONE;
     }
     b = (const unsigned char *)view.buf;
@@ -1539,29 +1598,12 @@ speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
     if (rows == NULL || ends == NULL)
         goto done;
     pos = (Py_ssize_t)start;
-    while (end - pos >= 61) {
-        int64_t length = (int32_t)load_u32(b + pos + 8), size, count, lod, base, offset;
-        unsigned attrs;
-        int ok;
-        Py_ssize_t before;
-        PyObject *pair;
-        if (length < 49 || length > max_length || length > (1 << 24) - 1 || pos + 12 + length > end)
-            break;
-        size = 12 + length;
-        if (b[pos + 16] != 2 || load_u32(b + pos + 17) != crc32c_fn(0, b + pos + 21, (size_t)(size - 21)))
-            break;
-        attrs = ((unsigned)b[pos + 21] << 8) | b[pos + 22];
-        if (attrs & ~0x08u)  /* a codec, transactional, control or an unknown bit: the reference */
-            break;
-        lod = (int32_t)load_u32(b + pos + 23);
-        count = (int32_t)load_u32(b + pos + 57);
-        if (count < 1 || (lod != count - 1 && lod != size - 1))
-            break;
-        base = load_i64(b + pos);
-        offset = base ? base : (int64_t)pos;
-        before = PyList_GET_SIZE(rows);
+    while ((size = plain_frame(b, pos, end, max_length, 0x08u)) > 0) {
+        int64_t count = load_i32(b + pos + 57), lod = load_i32(b + pos + 23), base = load_i64(b + pos);
+        int64_t offset = base ? base : (int64_t)pos;
+        Py_ssize_t before = PyList_GET_SIZE(rows);
         ok = walk_batch(b + pos + 61, (Py_ssize_t)(size - 61), count, load_i64(b + pos + 27), load_i64(b + pos + 35),
-                        (attrs & 0x08u) != 0, offset, 0, rows, record_type, prefix, last_type, base + lod + 1);
+                        b[pos + 22] & 0x08u, offset, 0, rows, record_type, prefix, last_type, base + lod + 1);
         if (ok < 0)
             goto done;
         if (ok == 0) {  /* the rows of this batch are dropped: the reference raises */
@@ -1570,7 +1612,7 @@ speedups_batches_decode(PyObject *module, PyObject *const *args, Py_ssize_t narg
             break;
         }
         if (last_type == NULL) {
-            pair = Py_BuildValue("(nL)", PyList_GET_SIZE(rows) - 1, (long long)(base + lod + 1));
+            PyObject *pair = Py_BuildValue("(nL)", PyList_GET_SIZE(rows) - 1, (long long)(base + lod + 1));
             if (pair == NULL || PyList_Append(ends, pair) < 0) {
                 Py_XDECREF(pair);
                 goto done;
@@ -1620,26 +1662,6 @@ header_fields(PyTypeObject *header_type, const unsigned char *h)
     return new_record(header_type, items, 13);
 }
 
-/* Whether the whole batch at b (size bytes, 61 <= size, within max_length)
- * passes the checks of the reference's validate_batch for a batch without a
- * codec and without the control bit: magic 2, crc, attributes, count,
- * lastOffsetDelta and every record. 1 yes, 0 no (the reference decides and
- * raises), -1 on a Python error. */
-static int
-plain_batch_sound(const unsigned char *b, int64_t size)
-{
-    unsigned attrs = ((unsigned)b[21] << 8) | b[22];
-    int64_t count = load_i32(b + 57), lod = load_i32(b + 23);
-    if (b[16] != 2 || (attrs & ~0x18u))  /* a codec, control or an unknown bit: the reference */
-        return 0;
-    if (count < 1 || (lod != count - 1 && lod != size - 1))
-        return 0;
-    if (load_u32(b + 17) != crc32c_fn(0, b + 21, (size_t)(size - 21)))
-        return 0;
-    return walk_batch(b + 61, (Py_ssize_t)(size - 61), count, load_i64(b + 27), load_i64(b + 35),
-                      (attrs & 0x08u) != 0, 0, 0, NULL, NULL, NULL, NULL, 0);
-}
-
 PyDoc_STRVAR(batches_prepare_doc,
 "batches_prepare(buf, start, end, max_length, header_type) -> (pairs, records, stop)\n\n"
 "The append-side check of the record batches back to back in buf[start:end)\n"
@@ -1655,38 +1677,35 @@ static PyObject *
 speedups_batches_prepare(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    int64_t start, end, max_length, records = 0;
+    int64_t start, end, max_length, size, records = 0;
     PyTypeObject *header_type;
     PyObject *pairs = NULL, *result = NULL;
     const unsigned char *b;
     Py_ssize_t pos;
+    int ok;
     if (nargs != 5) {
         PyErr_Format(PyExc_TypeError, "batches_prepare() takes 5 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &max_length))
+    if (!ts_arg(args[3], &max_length))
         Py_RETURN_NONE;
     if (!PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type))
         Py_RETURN_NONE;
     header_type = (PyTypeObject *)args[4];
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (start < 0 || end < start || end > view.len) {
-        PyBuffer_Release(&view);
+    ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
+    if (ok <= 0) {
+        if (ok < 0)
+            return NULL;
         Py_RETURN_NONE;
     }
     b = (const unsigned char *)view.buf;
     if ((pairs = PyList_New(0)) == NULL)
         goto done;
     pos = (Py_ssize_t)start;
-    while (end - pos >= 61) {
-        int64_t length = load_i32(b + pos + 8), size;
-        int ok;
+    /* no codec and no control bit; the transactional bit is checked as the reference checks it */
+    while ((size = plain_frame(b, pos, end, max_length, 0x18u)) > 0) {
         PyObject *header, *pair;
-        if (length < 49 || length > max_length || length > (1 << 24) - 1 || pos + 12 + length > end)
-            break;
-        size = 12 + length;
-        ok = plain_batch_sound(b + pos, size);
+        ok = plain_records_sound(b + pos, size);
         if (ok < 0)
             goto done;
         if (ok == 0)
@@ -1731,18 +1750,20 @@ speedups_batches_stamp(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_Format(PyExc_TypeError, "batches_stamp() takes 6 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &base) || !ts_arg(args[4], &epoch)
-        || epoch < INT32_MIN || epoch > INT32_MAX)
+    int ok;
+    if (!ts_arg(args[3], &base) || !ts_arg(args[4], &epoch) || epoch < INT32_MIN || epoch > INT32_MAX)
         Py_RETURN_NONE;
     if (!PyType_Check(args[5]) || !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type))
         Py_RETURN_NONE;
     header_type = (PyTypeObject *)args[5];
     if (!PyByteArray_Check(args[0]))
         Py_RETURN_NONE;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
-        return NULL;
-    if (start < 0 || end < start || end > view.len)
-        goto done_none;
+    ok = buffer_range(args, PyBUF_WRITABLE, &view, &start, &end);
+    if (ok <= 0) {
+        if (ok < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
     b = (unsigned char *)view.buf;
     /* the batches must tile [start, end) before anything is written */
     for (pos = (Py_ssize_t)start; pos < end;) {
@@ -1803,12 +1824,10 @@ speedups_batches_largest_ts(PyObject *module, PyObject *const *args, Py_ssize_t 
         PyErr_Format(PyExc_TypeError, "batches_largest_ts() takes 3 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end))
-        Py_RETURN_NONE;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (start < 0 || end < start || end > view.len) {
-        PyBuffer_Release(&view);
+    int ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
+    if (ok <= 0) {
+        if (ok < 0)
+            return NULL;
         Py_RETURN_NONE;
     }
     b = (const unsigned char *)view.buf;
@@ -1888,50 +1907,35 @@ static PyObject *
 speedups_batches_index(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    int64_t start, end, max_length, records = 0;
+    int64_t start, end, max_length, size, records = 0;
     const unsigned char *b;
     Py_ssize_t pos, stop, at = 0;
     PyObject *cols[4] = {NULL, NULL, NULL, NULL}, *result = NULL;
     int64_t *arrays[4];
-    int k;
+    int k, ok;
     if (nargs != 4) {
         PyErr_Format(PyExc_TypeError, "batches_index() takes 4 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (!ts_arg(args[1], &start) || !ts_arg(args[2], &end) || !ts_arg(args[3], &max_length))
+    if (!ts_arg(args[3], &max_length))
         Py_RETURN_NONE;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (start < 0 || end < start || end > view.len) {
-        PyBuffer_Release(&view);
+    ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
+    if (ok <= 0) {
+        if (ok < 0)
+            return NULL;
         Py_RETURN_NONE;
     }
     b = (const unsigned char *)view.buf;
-    /* first pass: which batches are taken (checked whole), and how many records */
+    /* first pass: which batches are taken (checked whole, no headers), and how many records */
     pos = (Py_ssize_t)start;
-    while (end - pos >= 61) {
-        int64_t length = load_i32(b + pos + 8), size, count, lod;
-        unsigned attrs;
-        int ok;
-        if (length < 49 || length > max_length || length > (1 << 24) - 1 || pos + 12 + length > end)
-            break;
-        size = 12 + length;
-        if (b[pos + 16] != 2 || load_u32(b + pos + 17) != crc32c_fn(0, b + pos + 21, (size_t)(size - 21)))
-            break;
-        attrs = ((unsigned)b[pos + 21] << 8) | b[pos + 22];
-        if (attrs & ~0x08u)
-            break;
-        lod = load_i32(b + pos + 23);
-        count = load_i32(b + pos + 57);
-        if (count < 1 || (lod != count - 1 && lod != size - 1))
-            break;
-        ok = walk_batch(b + pos + 61, (Py_ssize_t)(size - 61), count, load_i64(b + pos + 27), load_i64(b + pos + 35),
-                        (attrs & 0x08u) != 0, 0, 0, NULL, NULL, NULL, NULL, 0);
+    while ((size = plain_frame(b, pos, end, max_length, 0x08u)) > 0) {
+        ok = plain_records_sound(b + pos, size);
         if (ok < 0)
             goto done;
-        if (ok == 0 || !index_records(b + pos + 61, (Py_ssize_t)(size - 61), count, 0, 0, 0, 0, 0, 0, NULL, 0))
+        if (ok == 0 || !index_records(b + pos + 61, (Py_ssize_t)(size - 61), load_i32(b + pos + 57), 0, 0, 0, 0, 0, 0,
+                                      NULL, 0))
             break;
-        records += count;
+        records += load_i32(b + pos + 57);
         pos += (Py_ssize_t)size;
     }
     stop = pos;

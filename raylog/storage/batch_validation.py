@@ -85,10 +85,6 @@ def prepare_append(
         return PreparedBatches(bytearray(), [], 0)
     fast = _compiled("batches_prepare")
     bound = min(max_message_bytes, MAX_BATCH_LENGTH)
-    if fast is not None:
-        run = fast(data, 0, size, bound, BatchHeader)
-        if run is not None and run[2] == size:  # all plain batches, all sound: the common case
-            return PreparedBatches(bytearray(data), run[0], run[1])
     out = bytearray()
     headers: list[tuple[int, BatchHeader]] = []
     records = 0
@@ -102,6 +98,8 @@ def prepare_append(
                 fast = None
             else:
                 pairs, count, stop = run
+                if stop == size and not pos:  # all plain batches, all sound: the common case
+                    return PreparedBatches(bytearray(data), pairs, count)
                 if pairs:
                     shift = len(out) - pos
                     headers.extend([(at + shift, header) for at, header in pairs] if shift else pairs)
