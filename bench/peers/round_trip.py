@@ -18,8 +18,7 @@ process on 127.0.0.1 and a 16-byte reply, one at a time).
 - ActiveMQ: a persistent STOMP SEND, its receipt awaited before the next.
 
 A peer that is not installed is skipped with the reason (bench/peers/setup.sh
-installs RabbitMQ and ActiveMQ; ``apt-get install redis-server`` and
-``pip install redis`` for Redis). Every broker listens on 127.0.0.1 only and
+installs RabbitMQ, ActiveMQ and Redis, and their clients). Every broker listens on 127.0.0.1 only and
 is stopped by its PID.
 
     python bench/peers/round_trip.py [-n 20000] [--json-only]

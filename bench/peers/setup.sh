@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the peers of the paper's comparison (bench/paper.py):
-#   RabbitMQ and ActiveMQ from Debian's packages, never started as system
+# Install the peers of the paper's comparison (bench/paper.py) and of the
+# acknowledged round trip (bench/peers/round_trip.py):
+#   RabbitMQ, ActiveMQ and Redis from Debian's packages, never started as system
 #   services (bench/peers/brokers.py runs them as child processes on
 #   127.0.0.1), and their Python clients into the project's virtualenv.
 # Idempotent and quiet: a second run installs nothing and prints one line.
@@ -14,9 +15,9 @@ root="$(cd "$here/../.." && pwd)"
 PYTHON="${PYTHON:-$root/.venv/bin/python}"
 
 # The Python clients, pinned (also the project's optional group `paper`).
-CLIENTS=(pika==1.4.4 stomp.py==9.0.0)
+CLIENTS=(pika==1.4.4 stomp.py==9.0.0 redis==8.1.0)
 
-DEBS=(rabbitmq-server activemq)
+DEBS=(rabbitmq-server activemq redis-server)
 
 missing=()
 for pkg in "${DEBS[@]}"; do
@@ -50,7 +51,7 @@ if ((${#missing[@]})); then
     # stopped it): disable and stop them, so that only bench/peers/brokers.py
     # ever runs these brokers.
     if [[ -d /run/systemd/system ]]; then
-        for unit in rabbitmq-server activemq; do
+        for unit in rabbitmq-server activemq redis-server; do
             systemctl disable --now "$unit" >/dev/null 2>&1 || true
         done
     fi
@@ -74,4 +75,5 @@ then
 fi
 
 echo "setup.sh: peers ready: rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server)," \
-     "activemq $(dpkg-query -W -f='${Version}' activemq), ${CLIENTS[*]}"
+     "activemq $(dpkg-query -W -f='${Version}' activemq)," \
+     "redis-server $(dpkg-query -W -f='${Version}' redis-server), ${CLIENTS[*]}"
