@@ -41,6 +41,7 @@
  *     batches_index(buf, start, end, max_length) -> (offsets, timestamps, bounds, nexts, stop)
  *     batches_prepare(buf, start, end, max_length, header_type) -> (pairs, records, stop)
  *     batches_count(buf, start, end, max_length) -> (records, stop)
+ *     batches_runs(buf, start, end) -> runs | None
  *     batches_stamp(buf, start, end, base, leader_epoch, header_type) -> pairs | None
  *     batches_largest_ts(buf, start, end) -> (largest, consumed)
  *         format 2 (raylog.storage.record_batch, the reference): the
@@ -1774,6 +1775,97 @@ speedups_batches_count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return Py_BuildValue("(Ln)", (long long)records, pos);
 }
 
+PyDoc_STRVAR(batches_runs_doc,
+"batches_runs(buf, start, end) -> runs | None\n\n"
+"The idempotent producers' runs of the checked record batches back to back in\n"
+"buf[start:end) (raylog.storage.batch_producers.producer_runs, the reference):\n"
+"(producer_id, producer_epoch, first_sequence, last_sequence, first, stop) for\n"
+"each longest stretch of batches first..stop-1 (indexes in buf's batches) of one\n"
+"producer id and epoch whose sequences follow one another; a batch without a\n"
+"producer id or a sequence, or a control batch, is in no run. None when the\n"
+"batches do not tile buf[start:end).");
+
+static PyObject *
+speedups_batches_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int64_t start, end;
+    PyObject *runs = NULL, *result = NULL;
+    const unsigned char *b;
+    Py_ssize_t pos, index = 0, first = 0;
+    int64_t pid = -1, last = 0, first_seq = 0;
+    int epoch = 0, open = 0, ok;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "batches_runs() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
+    if (ok <= 0) {
+        if (ok < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    b = (const unsigned char *)view.buf;
+    if ((runs = PyList_New(0)) == NULL)
+        goto done;
+#define CLOSE_RUN()                                                                                          \
+    do {                                                                                                      \
+        if (open) {                                                                                           \
+            PyObject *run = Py_BuildValue("(LiLLnn)", (long long)pid, epoch, (long long)first_seq,           \
+                                          (long long)last, first, index);                                    \
+            if (run == NULL || PyList_Append(runs, run) < 0) {                                                \
+                Py_XDECREF(run);                                                                              \
+                goto done;                                                                                    \
+            }                                                                                                 \
+            Py_DECREF(run);                                                                                   \
+            open = 0;                                                                                         \
+        }                                                                                                     \
+    } while (0)
+    for (pos = (Py_ssize_t)start; pos < end; index++) {
+        const unsigned char *h = b + pos;
+        int64_t length, seq, count, bpid;
+        int bepoch;
+        unsigned attrs;
+        if (end - pos < 61)
+            goto done_none;
+        length = load_i32(h + 8);
+        if (length < 49 || pos + 12 + length > end)
+            goto done_none;
+        attrs = ((unsigned)h[21] << 8) | h[22];
+        bpid = load_i64(h + 43);
+        bepoch = (int16_t)((h[51] << 8) | h[52]);
+        seq = load_i32(h + 53);
+        count = load_i32(h + 57);
+        if (bpid >= 0 && seq >= 0 && !(attrs & 0x20u)) {
+            int64_t blast = (seq + count - 1) & 0x7FFFFFFF;
+            if (!(open && bpid == pid && bepoch == epoch && seq == ((last + 1) & 0x7FFFFFFF))) {
+                CLOSE_RUN();
+                open = 1;
+                pid = bpid;
+                epoch = bepoch;
+                first_seq = seq;
+                first = index;
+            }
+            last = blast;
+        } else {
+            CLOSE_RUN();
+        }
+        pos += (Py_ssize_t)(12 + length);
+    }
+    CLOSE_RUN();
+#undef CLOSE_RUN
+    result = runs;
+    runs = NULL;
+    goto done;
+done_none:
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(runs);
+    return result;
+}
+
 PyDoc_STRVAR(batches_stamp_doc,
 "batches_stamp(buf, start, end, base, leader_epoch, header_type) -> pairs\n\n"
 "Stamp, in place, the validated batches back to back in the bytearray\n"
@@ -2028,6 +2120,7 @@ static PyMethodDef speedups_methods[] = {
     {"batches_index", (PyCFunction)(void (*)(void))speedups_batches_index, METH_FASTCALL, batches_index_doc},
     {"batches_prepare", (PyCFunction)(void (*)(void))speedups_batches_prepare, METH_FASTCALL, batches_prepare_doc},
     {"batches_count", (PyCFunction)(void (*)(void))speedups_batches_count, METH_FASTCALL, batches_count_doc},
+    {"batches_runs", (PyCFunction)(void (*)(void))speedups_batches_runs, METH_FASTCALL, batches_runs_doc},
     {"batches_stamp", (PyCFunction)(void (*)(void))speedups_batches_stamp, METH_FASTCALL, batches_stamp_doc},
     {"batches_largest_ts", (PyCFunction)(void (*)(void))speedups_batches_largest_ts, METH_FASTCALL,
      batches_largest_ts_doc},

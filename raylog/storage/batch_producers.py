@@ -64,7 +64,7 @@ from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
 from raylog.storage.record_batch import HEADER_SIZE, BatchHeader, read_header
 from raylog.storage.owner_only import FILE_MODE
 
-__all__ = ["BATCHES_REMEMBERED", "SNAPSHOTS_KEPT", "BatchProducerState", "snapshot_name"]
+__all__ = ["BATCHES_REMEMBERED", "SNAPSHOTS_KEPT", "BatchProducerState", "producer_runs", "snapshot_name"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,36 @@ def _sequenced(header: BatchHeader) -> bool:
     data (a control batch, a transaction marker, has no sequence: -1)."""
     # (fields by index, on every append: producerId, baseSequence, attributes' control bit)
     return header[9] >= 0 and header[11] >= 0 and not header[5] & _CONTROL_BIT
+
+
+def producer_runs(headers) -> list[tuple[int, int, int, int, int, int]]:
+    """The producers' runs of an append's batches (``(position, header)``
+    each): ``(producer id, epoch, first sequence, last sequence, first,
+    stop)`` for each longest stretch ``headers[first:stop]`` of batches of
+    one producer id and epoch whose sequences follow one another (a batch
+    not :func:`_sequenced` is in no run). What :meth:`BatchProducerState.judge`
+    and :meth:`~BatchProducerState.remember` take instead of walking every
+    batch; ``_speedups.batches_runs`` computes the same from the bytes."""
+    runs = []
+    run = None
+    for index, (_pos, h) in enumerate(headers):
+        if not _sequenced(h):
+            if run is not None:
+                runs.append(tuple(run))
+                run = None
+            continue
+        if run is not None and run[0] == h.producer_id and run[1] == h.producer_epoch and (
+            h.base_sequence == (run[3] + 1) & _SEQ_MASK
+        ):
+            run[3] = h.last_sequence
+            run[5] = index + 1
+            continue
+        if run is not None:
+            runs.append(tuple(run))
+        run = [h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, index, index + 1]
+    if run is not None:
+        runs.append(tuple(run))
+    return runs
 
 
 def snapshot_name(offset: int) -> str:
@@ -150,29 +180,36 @@ class BatchProducerState:
 
     # -- the writer's calls ---------------------------------------------------------
 
-    def judge(self, headers, *, name: str = "") -> int | None:
+    def judge(self, headers, *, name: str = "", runs=None) -> int | None:
         """Judge the batches of one append (``(position, header)`` each):
         ``None`` to append them, else (one idempotent batch, a duplicate)
-        the offset of its first store. Raises as the module docstring says."""
-        if len(headers) == 1:  # (one batch: most appends)
+        the offset of its first store. Raises as the module docstring says.
+        ``runs``: their :func:`producer_runs` when known (computed here otherwise)."""
+        if len(headers) == 1:  # (one batch: most appends; fields by index, as _sequenced reads them)
             h = headers[0][1]
-            return self._check(h, name) if _sequenced(h) else None
-        idempotent = [h for _pos, h in headers if _sequenced(h)]
-        if not idempotent:
-            return None
+            if h[9] < 0 or h[11] < 0 or h[5] & _CONTROL_BIT:
+                return None
+            state = self._producers.get(h[9])
+            if state is None or state.epoch != h[10] or h[11] == (state.batches[-1][1] + 1) & _SEQ_MASK:
+                return None  # new, or the next in order
+            return self._check(h, name)
+        if runs is None:
+            runs = producer_runs(headers)
+        # Within a run every batch follows the one before it: judging each
+        # run's first sequence judges all of its batches.
         expected: dict[int, tuple[int, int]] = {}
-        for h in idempotent:
-            state = self._producers.get(h.producer_id)
-            known = expected.get(h.producer_id) or (None if state is None else (state.epoch, state.last))
-            if known is not None and known[0] == h.producer_epoch and h.base_sequence != (known[1] + 1) & _SEQ_MASK:
+        for producer_id, epoch, first, last, _i, _j in runs:
+            state = self._producers.get(producer_id)
+            known = expected.get(producer_id) or (None if state is None else (state.epoch, state.last))
+            if known is not None and known[0] == epoch and first != (known[1] + 1) & _SEQ_MASK:
                 raise OutOfOrderSequenceError(
-                    f"{name}: the batches of producer {h.producer_id} from sequence {h.base_sequence} "
+                    f"{name}: the batches of producer {producer_id} from sequence {first} "
                     f"are not all new and in order (expected {(known[1] + 1) & _SEQ_MASK}); offer them one by one",
-                    producer_id=h.producer_id,
-                    sequence=h.base_sequence,
+                    producer_id=producer_id,
+                    sequence=first,
                     expected=(known[1] + 1) & _SEQ_MASK,
                 )
-            expected[h.producer_id] = (h.producer_epoch, h.last_sequence)
+            expected[producer_id] = (epoch, last)
         return None
 
     def _check(self, h: BatchHeader, name: str) -> int | None:
@@ -202,17 +239,38 @@ class BatchProducerState:
             last=state.last,
         )
 
-    def remember(self, batches) -> None:
-        """Remember the idempotent batches just appended (``(offset, header)`` each)."""
-        for offset, h in batches:
-            if not _sequenced(h):
-                continue
-            producers = self._producers
-            state = producers.get(h.producer_id)
-            if state is None or state.epoch != h.producer_epoch:
-                state = producers[h.producer_id] = _Producer(h.producer_epoch)
-            producers.move_to_end(h.producer_id)
-            state.batches.append((h.base_sequence, h.last_sequence, offset))
+    def remember(self, batches, runs=None) -> None:
+        """Remember the idempotent batches just appended (``(offset, header)``
+        each; ``runs``: their :func:`producer_runs` when known). Of a run,
+        only its last :data:`BATCHES_REMEMBERED` batches are looked at: the
+        ones before would leave the producer's window anyway."""
+        producers = self._producers
+        if runs is None:
+            if len(batches) != 1:
+                if not batches:
+                    return
+                runs = producer_runs(batches)
+            else:  # one batch (most appends): its fields by index, as _sequenced reads them
+                offset, h = batches[0]
+                producer_id, epoch, first = h[9], h[10], h[11]
+                if producer_id < 0 or first < 0 or h[5] & _CONTROL_BIT:
+                    return
+                state = producers.get(producer_id)
+                if state is None or state.epoch != epoch:
+                    state = producers[producer_id] = _Producer(epoch)
+                producers.move_to_end(producer_id)
+                state.batches.append((first, (first + h[12] - 1) & _SEQ_MASK, offset))
+                if len(producers) > self._max:
+                    producers.popitem(last=False)
+                return
+        for producer_id, epoch, _first, _last, i, j in runs:
+            state = producers.get(producer_id)
+            if state is None or state.epoch != epoch:
+                state = producers[producer_id] = _Producer(epoch)
+            producers.move_to_end(producer_id)
+            state.batches.extend(
+                [(h.base_sequence, h.last_sequence, offset) for offset, h in batches[max(i, j - BATCHES_REMEMBERED) : j]]
+            )
             while len(producers) > self._max:
                 producers.popitem(last=False)
 

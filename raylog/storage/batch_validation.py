@@ -42,12 +42,15 @@ _HEADER_LENGTH_AT = 8
 
 class PreparedBatches(NamedTuple):
     """Batches ready to store: ``data`` (their bytes, re-encoded where needed,
-    not yet stamped), ``headers`` (each batch's position in ``data`` and header)
-    and ``records`` (the number of records, what flush counts)."""
+    not yet stamped), ``headers`` (each batch's position in ``data`` and header),
+    ``records`` (the number of records, what flush counts) and ``runs``."""
 
     data: bytearray
     headers: list[tuple[int, BatchHeader]]
     records: int
+    #: the idempotent producers' runs of the batches
+    #: (:func:`~raylog.storage.batch_producers.producer_runs`), when computed
+    runs: list | None = None
 
 
 def _compiled(name: str):
@@ -99,7 +102,11 @@ def prepare_append(
             else:
                 pairs, count, stop = run
                 if stop == size and not pos:  # all plain batches, all sound: the common case
-                    return PreparedBatches(bytearray(data), pairs, count)
+                    runs = None
+                    if len(pairs) > 1:
+                        runs_of = _compiled("batches_runs")
+                        runs = None if runs_of is None else runs_of(data, 0, size)
+                    return PreparedBatches(bytearray(data), pairs, count, runs)
                 if pairs:
                     shift = len(out) - pos
                     headers.extend([(at + shift, header) for at, header in pairs] if shift else pairs)

@@ -476,7 +476,7 @@ class PartitionLog(LogBasics):
             self._check_writable()
             if not prepared.records:
                 return self._leo
-            stored = self._batch_producers.judge(prepared.headers, name=self._dir)
+            stored = self._batch_producers.judge(prepared.headers, name=self._dir, runs=prepared.runs)
             if stored is not None:
                 return stored
             self._check_space()
@@ -502,9 +502,10 @@ class PartitionLog(LogBasics):
         if active.size and (active.size + size > self._config.segment_bytes or active.format != fmt):
             active = self._roll()
         base = self._leo
-        batches = stamped
+        batches, runs = stamped, None
         if fmt == 2 and stamped is None:
             batches = stamp_batches(message_set, base, leader_epoch)
+            runs = message_set.runs
             message_set = message_set.data
         try:
             # The journal first: a record whose set never reaches the
@@ -531,7 +532,7 @@ class PartitionLog(LogBasics):
             else:
                 self._fail(err)
         if batches is not None:
-            self._batch_producers.remember(batches)
+            self._batch_producers.remember(batches, runs)
         if self._disk_full is not None:
             self._resume("a write succeeded")
         active.timeindex.on_append(active, message_set, base)

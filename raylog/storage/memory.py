@@ -89,7 +89,7 @@ class MemoryLog(LogBasics):
             self._check_open()
             if not prepared.records:
                 return len(self._data)
-            stored = self._batch_producers.judge(prepared.headers, name="memory log")
+            stored = self._batch_producers.judge(prepared.headers, name="memory log", runs=prepared.runs)
             if stored is not None:
                 return stored
             base = len(self._data)
@@ -97,7 +97,7 @@ class MemoryLog(LogBasics):
             batches = stamp_batches(prepared, base, leader_epoch)
             self._starts.extend(offset for offset, _header in batches)
             self._data += prepared.data
-            self._batch_producers.remember(batches)
+            self._batch_producers.remember(batches, prepared.runs)
             if self._flush_on_append:
                 self._advance()
             return base
