@@ -474,7 +474,7 @@ class LogInUseError(StorageError):
 class ConcurrentLoadError(RaylogError):
     """The group's committed offsets moved while an incremental load ran
     (``raylog_spark.load_incremental``), or while a stream of
-    :func:`raylog.read_stream.read_raylog_stream` held a batch; its offsets
+    :func:`raylog.read.stream.read_raylog_stream` held a batch; its offsets
     were not stored. Run the load (or stream) again (it starts from the new
     offsets)."""
 

@@ -2,7 +2,9 @@
 
 Modules: :mod:`~raylog.read.ranges` (the schema, plans and ranges as values),
 :mod:`~raylog.read.plan` (planning on the driver), :mod:`~raylog.read.reader`
-(range readers), :mod:`~raylog.read.datasource` (Ray Data). Everything public
+(range readers), :mod:`~raylog.read.datasource` (Ray Data),
+:mod:`~raylog.read.stream` (unbounded reads: a topic as micro-batches whose
+position is a consumer group's committed offsets). Everything public
 is importable from :mod:`raylog.read`.
 
 A **read plan** fixes what a batch read of a topic returns. Made once on the
@@ -99,6 +101,7 @@ from raylog.read.reader import (
     read_range,
     read_ranges,
 )
+from raylog.read.stream import RaylogStream, read_raylog_stream
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -112,6 +115,7 @@ __all__ = [
     "PLAN_OPTIONS",
     "RECONNECT_DEADLINE_S",
     "ReadPlan",
+    "RaylogStream",
     "ReadRange",
     "default_settings",
     "head_values",
@@ -120,6 +124,7 @@ __all__ = [
     "read_range",
     "read_ranges",
     "read_raylog",
+    "read_raylog_stream",
     "records_to_batch",
     "resolve_connection",
     "split_counts",

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 
 from raylog.errors import ConcurrentLoadError, ConfigError
-from raylog.offset_admin import offset_store
+from raylog.admin.offsets import offset_store
 from raylog.read import ReadPlan, plan_read, resolve_connection
 from raylog_spark.reader import plan_dataframe
 
