@@ -20,6 +20,13 @@ from raylog.zk.session import connect_kazoo
 
 
 class Metadata:
+    """The cluster as a client sees it: topic configs (cached; fixed at
+    creation) and partition endpoints (cached; looked up again with
+    ``refresh=True`` after a "not owner" reply or a dead connection), read
+    from the cluster's registry in ZooKeeper. Made by the :class:`raylog.Client`
+    (``client.metadata``) or, in another process, by :meth:`connect`.
+    Thread-safe (see the module docstring)."""
+
     def __init__(self, registry, settings: ConnectionSettings, *, owns_zk=None):
         self.registry = registry
         self.settings = settings

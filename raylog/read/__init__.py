@@ -4,7 +4,9 @@ Modules: :mod:`~raylog.read.ranges` (the schema, plans and ranges as values),
 :mod:`~raylog.read.plan` (planning on the driver), :mod:`~raylog.read.reader`
 (range readers), :mod:`~raylog.read.datasource` (Ray Data),
 :mod:`~raylog.read.stream` (unbounded reads: a topic as micro-batches whose
-position is a consumer group's committed offsets). Everything public
+position is a consumer group's committed offsets),
+:mod:`~raylog.read.group_offsets` (a group's committed offsets for readers
+that keep its position themselves). Everything public
 is importable from :mod:`raylog.read`.
 
 A **read plan** fixes what a batch read of a topic returns. Made once on the
@@ -77,6 +79,7 @@ from raylog.read.datasource import (
     placement_options,
     read_raylog,
 )
+from raylog.read.group_offsets import offset_store
 from raylog.read.plan import (
     default_settings,
     plan_read,
@@ -119,6 +122,7 @@ __all__ = [
     "ReadRange",
     "default_settings",
     "head_values",
+    "offset_store",
     "placement_options",
     "plan_read",
     "read_range",

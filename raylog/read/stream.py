@@ -66,8 +66,8 @@ from typing import Mapping
 
 from raylog.errors import ConcurrentLoadError, ConfigError, GroupActiveError
 from raylog.groups.admin import live_members
-from raylog.groups.offsets import OffsetStore
 from raylog.read.datasource import read_raylog
+from raylog.read.group_offsets import offset_store
 from raylog.read.plan import plan_read, resolve_connection
 from raylog.read.ranges import FETCH_BYTES
 
@@ -269,7 +269,7 @@ class RaylogStream:
         try:
             for topic in topics:
                 self._metadata.partitions(topic)  # UnknownTopicError
-            self._store = OffsetStore(self._metadata.zk, self._metadata.settings.cluster)
+            self._store = offset_store(self._metadata)
             self._refuse_if_active("read")
             #: ``{(topic, partition): offset}`` stored for the group (read at the start, then stored by commits)
             self.committed: dict[tuple[str, int], int] = {

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from raylog.errors import ConcurrentLoadError, ConfigError, GroupActiveError, UnknownTopicError
-from raylog.admin.offsets import offset_store
+from raylog.read import offset_store
 from raylog.read import read_raylog_stream
 
 pytestmark = pytest.mark.timeout(400)
