@@ -44,3 +44,25 @@ def test_the_storage_docstring_names_every_module_of_storage():
     modules = {f"raylog.storage.{p.stem}" for p in (ROOT / "raylog" / "storage").glob("*.py")
                if p.stem != "__init__"} | {"raylog.storage._speedups"}
     assert modules - named == set(), f"modules of raylog/storage/ its docstring leaves out: {modules - named}"
+
+
+FOLDERS = sorted(p.parent.name for p in (ROOT / "raylog").glob("*/__init__.py"))
+
+
+def _table_lines(page: str) -> list[str]:
+    return [line for line in (ROOT / page).read_text().splitlines() if line.startswith("|")]
+
+
+def test_the_concepts_table_has_a_row_for_every_folder():
+    """docs/concepts.md's table of parts: each package folder of raylog/ has a row of its own."""
+    firsts = [line.split("|")[1] for line in _table_lines("docs/concepts.md")]
+    missing = [f for f in FOLDERS if not any(f"`raylog/{f}/`" in first for first in firsts)]
+    assert not missing, f"docs/concepts.md has no row for: {missing}"
+
+
+def test_architecture_places_every_folder():
+    """ARCHITECTURE.md's tables (the one-message walk and the rooms around
+    it) name every package folder of raylog/."""
+    lines = "\n".join(_table_lines("ARCHITECTURE.md"))
+    missing = [f for f in FOLDERS if f"raylog/{f}/" not in lines]
+    assert not missing, f"ARCHITECTURE.md's tables do not name: {missing}"
