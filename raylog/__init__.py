@@ -12,6 +12,7 @@ Heavy parts (Ray, ZooKeeper) are imported on first use, so that the storage
 engine and the errors can be used on their own.
 """
 
+from raylog import errors as _errors
 from raylog.config import TopicConfig
 from raylog.errors import *  # noqa: F401,F403  (every error class is public)
 from raylog.errors import RaylogError
@@ -26,6 +27,9 @@ _LAZY = {
     "Message": "raylog.consumer.record",
     "RetryPolicy": "raylog.retry",
     "partition_for_key": "raylog.producer.partitioner",
+    "EmbeddedZooKeeper": "raylog.zookeeper",
+    "AvroSerializer": "raylog.avro",
+    "AvroDeserializer": "raylog.avro",
 }
 
 
@@ -40,4 +44,6 @@ def __getattr__(name):
     return value
 
 
-__all__ = ["RaylogError", "TopicConfig", *_LAZY]
+#: the public surface: docs/reference/api.md documents each of these names
+#: (tests/test_public_surface.py holds the two to each other)
+__all__ = ["TopicConfig", *_errors.__all__, *_LAZY]

@@ -3,8 +3,8 @@ made (producers, consumers, producer actors) and must close.
 
 Its parts, each in a module of its own and given what it uses when the
 client is made: topics and their partition actors
-(:class:`~raylog.topic_admin.TopicAdmin`), partition and group offsets
-(:class:`~raylog.offset_admin.OffsetAdmin`); the client's methods of the
+(:class:`~raylog.admin.topics.TopicAdmin`), partition and group offsets
+(:class:`~raylog.admin.offsets.OffsetAdmin`); the client's methods of the
 same names call them. :func:`raylog.connect` (:mod:`raylog.startup`)
 starts the embedded default or joins a cluster and returns a client. This
 module keeps the factories of producers and consumers, the audit report and
@@ -17,6 +17,7 @@ consumers it creates are documented in their own modules.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -25,16 +26,16 @@ import time
 
 from raylog.actors.producer import CLOSE_SETTLE_S, producer_actor
 from raylog.actors.supervisor import stop_supervisor
+from raylog.admin.offsets import OffsetAdmin
+from raylog.admin.topics import TopicAdmin, for_kafka_listener
 from raylog.audit import AUDIT_TOPIC, audit_report
 from raylog.config import EARLIEST, TopicConfig
 from raylog.consumer import Consumer
 from raylog.errors import ClosedError, RaylogError, RequestTimeoutError, TopicExistsError
 from raylog.metadata import OPEN_CLIENTS, ConnectionSettings, Metadata, current_client
-from raylog.offset_admin import OffsetAdmin
 from raylog.producer import Producer
 from raylog.producer.audit_publisher import ProducerAuditPublisher
 from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, _register_exit_hook, close_open_producers
-from raylog.topic_admin import TopicAdmin
 from raylog.zk.registry import Registry
 from raylog.zk.acl import secure_session
 from raylog.zk.partition_state import read_state
@@ -96,6 +97,24 @@ def _close_all_at_exit() -> None:
 _register_exit_hook(_close_all_at_exit)
 
 
+def kafka_listener_placements() -> list[tuple[str, dict]]:
+    """Each disk node's identity and the Ray options that pin an actor to it:
+    where :mod:`raylog.kafka.launch` starts the Kafka listeners (called in
+    the process or Ray task that starts them)."""
+    import ray  # heavy (Ray): imported when used
+
+    from raylog.actors.placement import disk_nodes, scheduling_options
+
+    nodes = ray.nodes()
+    return [(disk.identity, scheduling_options(disk.identity, nodes)) for disk in disk_nodes(nodes)]
+
+
+def kafka_listener_topics(data_dir: str, data_host: str | None):
+    """The factory of a Kafka listener's topic administration (CreateTopics,
+    DeleteTopics): new partitions under ``data_dir``, served on ``data_host``."""
+    return functools.partial(for_kafka_listener, data_dir=data_dir, data_host=data_host)
+
+
 def _in_ray_worker() -> bool:
     """Whether this process is a Ray worker (an actor or a task), not a
     driver; False where Ray was never imported."""
@@ -110,8 +129,8 @@ def _in_ray_worker() -> bool:
 
 class Client:
     """A connection to one raylog cluster (a ZooKeeper root and a Ray
-    cluster). Topics: :class:`raylog.topic_admin.TopicAdmin`; offsets and
-    groups: :class:`raylog.offset_admin.OffsetAdmin`."""
+    cluster). Topics: :class:`raylog.admin.topics.TopicAdmin`; offsets and
+    groups: :class:`raylog.admin.offsets.OffsetAdmin`."""
 
     def __init__(
         self,
@@ -201,7 +220,7 @@ class Client:
         if options.get("audit"):
             self.ensure_audit_topic()
 
-    # -- topics (raylog.topic_admin) -----------------------------------------
+    # -- topics (raylog.admin.topics) -----------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1, *, timeout_s: float = 120.0, **settings) -> TopicConfig:
         """Create a topic and start one partition actor per partition, spread
@@ -274,11 +293,11 @@ class Client:
         client takes :meth:`kafka_config`. Joins the Ray cluster."""
         import ray  # heavy, lazy on purpose
 
-        from raylog.kafka_listeners import start_all
+        from raylog.kafka.launch import start_all
 
         self._check_open()
-        handles = start_all(self.settings.zookeeper, self.settings.cluster, host, port, self.data_dir,
-                            self.data_host)
+        handles = start_all(self.settings.zookeeper, self.settings.cluster, host or self.data_host, port,
+                            kafka_listener_placements, kafka_listener_topics(self.data_dir, self.data_host))
         ready, _ = ray.wait([h.entry.remote() for h in handles], num_returns=len(handles), timeout=timeout_s)
         if len(ready) < len(handles):
             raise RaylogError(f"{len(handles) - len(ready)} Kafka listener(s) did not start within {timeout_s:g} s",
@@ -380,7 +399,7 @@ class Client:
         """The partition's actor handle, or None when none runs."""
         return self._topic_admin._actor(topic, partition)
 
-    # -- offsets and groups (raylog.offset_admin) -------------------------------
+    # -- offsets and groups (raylog.admin.offsets) -------------------------------
 
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
         """``(log start offset, high watermark)`` of a partition."""

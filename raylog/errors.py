@@ -13,6 +13,70 @@ Errors that cross the data channel have a numeric ``code``; the classes
 register themselves with :func:`_code` and :func:`error_for_code` maps a
 code received from a broker back to the class (in the manner of kazoo's
 exception registry).
+
+The hierarchy, in source order (a class with a second base outside this
+module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
+
+    Exception
+    └── RaylogError
+        ├── ConfigError
+        │   ├── ArgumentTypeError (also TypeError)
+        │   └── InvalidReassignmentError
+        ├── ClosedError
+        ├── DeliveryError
+        ├── InvalidMessageError
+        │   ├── CorruptMessageError
+        │   └── MessageTooLargeError
+        │       └── InflatedSizeTooLargeError
+        ├── OffsetOutOfRangeError
+        │   └── DataLossError
+        ├── BenchError
+        ├── InvalidOffsetError
+        ├── StorageError
+        │   ├── DiskFullError
+        │   ├── LogDirectoryLockedError
+        │   └── LogInUseError
+        ├── StorageFormatError
+        ├── OutOfOrderSequenceError
+        ├── DuplicateSequenceError
+        ├── ProtocolError
+        │   └── FrameTooLargeError
+        ├── AuthenticationError
+        │   └── ClusterPathTakenError
+        ├── NotOwnerError
+        │   ├── PartitionNotAssignedError
+        │   └── StaleEpochError
+        ├── BrokerUnavailableError
+        │   └── TooManyConnectionsError
+        ├── RequestTimeoutError
+        ├── NotEnoughReplicasError
+        ├── UnknownTopicError
+        ├── TopicExistsError
+        ├── UnknownPartitionError
+        ├── ReassignmentTimeoutError
+        ├── HandoffError
+        ├── RollingRestartError
+        ├── ZooKeeperUnavailableError
+        │   └── SessionExpiredError
+        ├── EmbeddedZooKeeperError
+        ├── RayUnavailableError
+        ├── RebalanceError
+        ├── UnknownGroupError
+        ├── GroupActiveError
+        ├── MixedGroupError
+        ├── SchemaError
+        │   └── UnknownSchemaError
+        ├── ResourcesUnavailableError
+        ├── ConcurrentLoadError
+        ├── FaultInjectionError (also AssertionError)
+        ├── DataDirInUseError
+        ├── MirrorSourceError
+        ├── MirrorNoTopicsError
+        ├── MirrorTopicMismatchError
+        ├── MirrorNotFoundError
+        ├── MirrorFormatError
+        ├── PoolNotFoundError
+        └── PoolExistsError
 """
 
 from __future__ import annotations
@@ -474,7 +538,7 @@ class LogInUseError(StorageError):
 class ConcurrentLoadError(RaylogError):
     """The group's committed offsets moved while an incremental load ran
     (``raylog_spark.load_incremental``), or while a stream of
-    :func:`raylog.read_stream.read_raylog_stream` held a batch; its offsets
+    :func:`raylog.read.stream.read_raylog_stream` held a batch; its offsets
     were not stored. Run the load (or stream) again (it starts from the new
     offsets)."""
 
@@ -544,3 +608,8 @@ class PoolNotFoundError(RaylogError):
 class PoolExistsError(RaylogError):
     """A consumer pool of that group already runs in this cluster; stop it
     (``PoolHandle.stop``) or scale it (``PoolHandle.scale``) instead."""
+
+
+#: every error class (what ``from raylog.errors import *`` gives ``raylog``)
+__all__ = [name for name, obj in list(globals().items())
+           if isinstance(obj, type) and issubclass(obj, RaylogError)]

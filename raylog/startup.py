@@ -6,7 +6,7 @@ starts a local Ray (with one node that offers local disk), a ZooKeeper of
 its own on 127.0.0.1, and keeps partition logs under a temporary directory
 that ``close()`` removes (pass ``data_dir=`` to keep them); its Kafka
 listeners start too, by a Ray task that ``connect`` does not wait for
-(:mod:`raylog.kafka_listeners`; ``client.kafka_config()`` waits for them). Given
+(:mod:`raylog.kafka.launch`; ``client.kafka_config()`` waits for them). Given
 ``zookeeper="host:2181"`` and ``ray_address="auto"`` it joins an existing
 cluster instead and starts nothing but the partition actors of the topics
 it creates. What it starts, the returned :class:`raylog.Client` owns and
@@ -30,9 +30,9 @@ import time
 from raylog import quiet
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.auth import cluster_token
-from raylog.client import DEFAULT_DATA_DIR, Client
+from raylog.client import DEFAULT_DATA_DIR, Client, kafka_listener_placements, kafka_listener_topics
 from raylog.errors import DataDirInUseError, RaylogError
-from raylog.kafka_listeners import start_soon as start_kafka_listeners_soon
+from raylog.kafka.launch import start_soon as start_kafka_listeners_soon
 from raylog.ray_join import check_ray_reachable, present_ray_token
 from raylog.storage.owner_only import FILE_MODE, make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
 from raylog.zk.acl import owner_secret
@@ -292,7 +292,8 @@ def connect(
             try:
                 client.start_supervisor(wait=False)
                 # and its Kafka listeners (docs/design.md section 10), started by a Ray task
-                start_kafka_listeners_soon(zookeeper, cluster, data_dir, data_host)
+                start_kafka_listeners_soon(zookeeper, cluster, data_host, kafka_listener_placements,
+                                           kafka_listener_topics(data_dir, data_host))
                 if data_dir_lock is not None:
                     # a kept data_dir: return once its topics are served again
                     wait_until_served(client, RESTORE_WAIT_S)

@@ -94,7 +94,7 @@ def test_a_topic_that_is_not_a_str_is_named_as_the_argument(raylog_client, make_
 
 
 def test_too_many_partitions_is_a_config_error_with_the_maximum_before_zookeeper(raylog_client, monkeypatch):
-    from raylog.topic_admin import MAX_PARTITIONS
+    from raylog.admin.topics import MAX_PARTITIONS
 
     name = f"huge-{uuid.uuid4().hex[:8]}"
 

@@ -56,6 +56,16 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/test_readme_examples.py::test_the_consumer_pool_example_runs_as_written",
     ("README.md", "Streaming Ray Data", 0):
         "tests/test_readme_examples.py::test_the_streaming_ray_data_example_runs_as_written",
+    ("docs/howto/kafka.md", "confluent-kafka", 0):
+        "tests/kafka/test_kafka_docs_page.py::test_the_confluent_kafka_block_runs_as_written",
+    ("docs/howto/kafka.md", "kafka-python", 0):
+        "tests/kafka/test_kafka_docs_page.py::test_the_kafka_python_block_runs_as_written",
+    ("docs/howto/kafka.md", "aiokafka", 0):
+        "tests/kafka/test_kafka_docs_page.py::test_the_aiokafka_block_runs_as_written",
+    ("docs/howto/kafka.md", "KafkaJS", 0):
+        NOT_RUN + "a Node.js fragment; tests/kafka/test_kafka_kafkajs.py runs these settings (kafkajs/headers.js)",
+    ("docs/howto/kafka.md", "kcat", 0):
+        NOT_RUN + "placeholders for the address, cluster and token; tests/kafka/test_kafka_kcat.py runs kcat so",
     ("README.md", "Mirroring between clusters", 0):
         "tests/mirror/test_cli_mirror.py::test_the_readme_mirroring_example_runs_as_written",
     ("README.md", "Kafka clients", 0):

@@ -81,3 +81,52 @@ def test_errors_moved_here_keep_their_bases():
     with pytest.raises(AssertionError):
         raise errors.FaultInjectionError("the fault did not happen")
     assert not errors.ConcurrentLoadError.retriable
+
+
+def draw_tree() -> list[str]:
+    """The error classes of raylog.errors as a tree under ``Exception``, in
+    source order; a class's first base is its parent, and another base
+    from outside raylog.errors is named after it as ``(also X)``."""
+    classes = [obj for obj in vars(errors).values()
+               if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == errors.__name__]
+    children: dict[type, list[type]] = {}
+    for cls in classes:
+        children.setdefault(cls.__bases__[0], []).append(cls)
+
+    def label(cls: type) -> str:
+        extra = [base.__name__ for base in cls.__bases__[1:]]
+        return cls.__name__ + (f" (also {', '.join(extra)})" if extra else "")
+
+    lines = ["Exception"]
+
+    def walk(parent: type, prefix: str) -> None:
+        kids = children.get(parent, [])
+        for i, cls in enumerate(kids):
+            last = i == len(kids) - 1
+            lines.append(prefix + ("└── " if last else "├── ") + label(cls))
+            walk(cls, prefix + ("    " if last else "│   "))
+
+    walk(Exception, "")
+    return lines
+
+
+def test_the_docstring_draws_the_tree_of_every_error_class():
+    """raylog.errors' docstring holds the hierarchy as it is (every class,
+    each under its base), drawn as :func:`draw_tree` draws it."""
+    drawn = [line[4:] for line in errors.__doc__.splitlines() if line.startswith("    ")]
+    tree = draw_tree()
+    assert len(tree) == len([cls for cls in _all_errors()]) + 1
+    assert drawn == tree, "redraw the tree in raylog/errors.py's docstring:\n" + "\n".join(
+        "    " + line for line in tree)
+
+
+def test_the_tree_drawing_sees_a_class_moved_in_the_tree(monkeypatch):
+    """A class put under another base no longer matches the drawing."""
+    class Moved(errors.ConfigError):
+        """Moved."""
+
+    Moved.__module__ = errors.__name__
+    monkeypatch.setattr(errors, "Moved", Moved, raising=False)
+    assert any(line.endswith("── Moved") for line in draw_tree())
+    drawn = [line[4:] for line in errors.__doc__.splitlines() if line.startswith("    ")]
+    assert drawn != draw_tree()

@@ -146,7 +146,7 @@ def test_the_streaming_ray_data_example_runs_as_written(raylog_client, capsys):
     (or more) of 30 rows written, then the idle timeout; the group committed the end."""
     import shutil
 
-    from raylog.offset_admin import offset_store
+    from raylog.read import offset_store
 
     raylog_client.create_topic("events", partitions=2, flush_ms=10)
     producer = raylog_client.producer(acks="all")

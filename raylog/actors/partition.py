@@ -156,7 +156,7 @@ class PartitionActor:
         what = f"partition {topic}-{partition}"
         until_zookeeper(deadline, what, check_before_serving, zookeeper, cluster, topic, partition, log_dir,
                         replica)
-        # <data_dir>/<cluster>/<topic>-<partition> (raylog.topic_admin): the two
+        # <data_dir>/<cluster>/<topic>-<partition> (raylog.admin.topics): the two
         # directories above the log's are the owner's only too (raylog.storage.owner_only)
         for directory in (os.path.dirname(os.path.dirname(log_dir)), os.path.dirname(log_dir)):
             tighten_to_owner(directory, "the data directory", recursive=False)

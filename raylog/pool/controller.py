@@ -35,10 +35,10 @@ import threading
 import time
 
 from raylog.errors import ConfigError
-from raylog.offset_admin import offset_store
 from raylog.pool.lag import group_lag
 from raylog.pool.member import PoolMember
 from raylog.pool.scaling import Autoscaler, ScalingPolicy
+from raylog.read import offset_store
 
 log = logging.getLogger(__name__)
 

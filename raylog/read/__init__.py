@@ -2,7 +2,11 @@
 
 Modules: :mod:`~raylog.read.ranges` (the schema, plans and ranges as values),
 :mod:`~raylog.read.plan` (planning on the driver), :mod:`~raylog.read.reader`
-(range readers), :mod:`~raylog.read.datasource` (Ray Data). Everything public
+(range readers), :mod:`~raylog.read.datasource` (Ray Data),
+:mod:`~raylog.read.stream` (unbounded reads: a topic as micro-batches whose
+position is a consumer group's committed offsets),
+:mod:`~raylog.read.group_offsets` (a group's committed offsets for readers
+that keep its position themselves). Everything public
 is importable from :mod:`raylog.read`.
 
 A **read plan** fixes what a batch read of a topic returns. Made once on the
@@ -75,6 +79,7 @@ from raylog.read.datasource import (
     placement_options,
     read_raylog,
 )
+from raylog.read.group_offsets import offset_store
 from raylog.read.plan import (
     default_settings,
     plan_read,
@@ -99,6 +104,7 @@ from raylog.read.reader import (
     read_range,
     read_ranges,
 )
+from raylog.read.stream import RaylogStream, read_raylog_stream
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -112,14 +118,17 @@ __all__ = [
     "PLAN_OPTIONS",
     "RECONNECT_DEADLINE_S",
     "ReadPlan",
+    "RaylogStream",
     "ReadRange",
     "default_settings",
     "head_values",
+    "offset_store",
     "placement_options",
     "plan_read",
     "read_range",
     "read_ranges",
     "read_raylog",
+    "read_raylog_stream",
     "records_to_batch",
     "resolve_connection",
     "split_counts",

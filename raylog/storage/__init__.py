@@ -26,8 +26,9 @@ Modules, one per concept:
 * :mod:`raylog.storage.segment` -- one segment file; :mod:`raylog.storage.timeindex`
   -- its sparse time index;
 * :mod:`raylog.storage.log_reads` -- reads as :class:`FileSlice` for
-  ``os.sendfile``, message boundaries; :mod:`raylog.storage.log_replica` --
-  a replica's writes (a leader's bytes at the same offsets, truncation);
+  ``os.sendfile``, message boundaries; a replica's writes (a leader's bytes
+  at the same offsets, truncation) are :class:`PartitionLog`'s own
+  (``append_replica``, ``truncate_replica``);
 * :mod:`raylog.storage.format_file` -- the ``format`` file of a partition
   directory: the version of each kind of file, checked when a log opens;
 * :mod:`raylog.storage.recovery` -- opening a log: the checkpoint and the
@@ -42,8 +43,14 @@ Modules, one per concept:
   directory syncs, a full disk;
 * :mod:`raylog.storage.stable_hash` -- the stable hash (CRC32C) that maps a
   key to a partition and a topic to its first node;
+* :mod:`raylog.storage.owner_only` -- data and secrets at rest are their
+  owner's only (``0700`` directories, ``0600`` files);
 * :mod:`raylog.storage.faults` -- fault injection for tests of the
-  disk-error paths (off unless switched on).
+  disk-error paths (off unless switched on);
+* ``raylog.storage._speedups`` (``_speedups.c``) -- the compiled fast path
+  of :mod:`~raylog.storage.message` and :mod:`~raylog.storage.record_batch`
+  for runs of plain messages; the pure-Python code is the reference and the
+  fallback.
 """
 
 from raylog.storage.decoding import decode_messages

@@ -73,7 +73,7 @@ rootLogger.appenderRef.out.ref = out
 MAX_CLIENT_CONNECTIONS = 300
 #: the largest request (and znode) a server reads, ``jute.maxbuffer``: the
 #: largest raylog writes is a topic's creation (one transaction with every
-#: partition's znodes, :data:`raylog.topic_admin.MAX_PARTITIONS`), well below
+#: partition's znodes, :data:`raylog.admin.topics.MAX_PARTITIONS`), well below
 MAX_REQUEST_BYTES = 1 << 20
 #: requests a server holds at once before it stops reading from sockets
 #: (``globalOutstandingLimit``)

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from raylog.errors import ConcurrentLoadError, ConfigError, GroupActiveError, UnknownTopicError
-from raylog.offset_admin import offset_store
-from raylog.read_stream import read_raylog_stream
+from raylog.read import offset_store
+from raylog.read import read_raylog_stream
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -33,7 +33,7 @@ DRIVER = textwrap.dedent(
     import ray
     from ray.data import DataContext
     from raylog.metadata import ConnectionSettings
-    from raylog.read_stream import read_raylog_stream
+    from raylog.read import read_raylog_stream
 
     ray.init(address=os.environ["STREAM_RAY_ADDRESS"], logging_level="WARNING")
     DataContext.get_current().execution_options.preserve_order = True

@@ -164,12 +164,12 @@ def test_without_a_client_reads_use_the_client_of_this_process_or_RAYLOG_ZOOKEEP
     raylog_client, events, monkeypatch
 ):
     import raylog.client
-    import raylog.metadata
+    import raylog.metadata.clients
 
     expected = plan_read(events, client=raylog_client)
     # the client this process made (raylog_client is the only one open)
     assert plan_read(events).end_offsets == expected.end_offsets
-    monkeypatch.setattr(raylog.metadata, "OPEN_CLIENTS", [])
+    monkeypatch.setattr(raylog.metadata.clients, "OPEN_CLIENTS", [])
     monkeypatch.delenv("RAYLOG_ZOOKEEPER", raising=False)
     with pytest.raises(ConfigError, match=r"raylog.connect\(\).*RAYLOG_ZOOKEEPER"):
         plan_read(events)
@@ -181,7 +181,7 @@ def test_without_a_client_reads_use_the_client_of_this_process_or_RAYLOG_ZOOKEEP
     assert plan.settings.zookeeper == settings.zookeeper and plan.settings.cluster == settings.cluster
     # a closed client is no longer the default
     monkeypatch.delenv("RAYLOG_ZOOKEEPER")
-    monkeypatch.setattr(raylog.metadata, "OPEN_CLIENTS", [raylog_client])
+    monkeypatch.setattr(raylog.metadata.clients, "OPEN_CLIENTS", [raylog_client])
     assert raylog.client.current_client() is raylog_client
 
 

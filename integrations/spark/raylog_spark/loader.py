@@ -29,8 +29,7 @@ from __future__ import annotations
 import logging
 
 from raylog.errors import ConcurrentLoadError, ConfigError
-from raylog.offset_admin import offset_store
-from raylog.read import ReadPlan, plan_read, resolve_connection
+from raylog.read import ReadPlan, offset_store, plan_read, resolve_connection
 from raylog_spark.reader import plan_dataframe
 
 log = logging.getLogger(__name__)

@@ -12,60 +12,21 @@ Thread-safe: the caches are plain dicts updated atomically.
 
 from __future__ import annotations
 
-import dataclasses
-
-from raylog import auth
 from raylog.errors import ArgumentTypeError, BrokerUnavailableError, UnknownPartitionError, UnknownTopicError
+from raylog.metadata.settings import ConnectionSettings
 from raylog.retry import RetryPolicy
-from raylog.transfer.connection import BrokerConnection
-from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
 
 
-#: the clients (:class:`raylog.Client`) made in this process and not closed
-#: yet, oldest first: :mod:`raylog.client` appends and removes them, the
-#: readers and writers that take an optional ``client=`` (:mod:`raylog.read`)
-#: find the last one here, below the client; appended and removed under the
-#: GIL, safe from any thread
-OPEN_CLIENTS: list = []
-
-
-def current_client():
-    """The client this process connected last and has not closed (what
-    ``raylog.connect()`` returned), or None: anything with ``metadata`` and
-    ``settings``."""
-    return OPEN_CLIENTS[-1] if OPEN_CLIENTS else None
-
-
-@dataclasses.dataclass(frozen=True)
-class ConnectionSettings:
-    """Everything a producer or consumer in another process needs to reach
-    the cluster (picklable, so it travels to Ray actors and Spark tasks)."""
-
-    zookeeper: str
-    cluster: str = "default"
-    #: the cluster's data token; ``None`` derives it where this process can
-    #: (inside the Ray cluster, or holding Ray's auth token: see raylog.auth)
-    token: bytes | None = None
-
-    def __post_init__(self):
-        if self.token is None:
-            token = auth.cluster_token(self.cluster)  # closed by default
-            if token is not None:
-                object.__setattr__(self, "token", token)
-
-    def broker_connection(
-        self, host: str, port: int, *, timeout_s: float = 30.0, max_message_bytes: int | None = None
-    ) -> BrokerConnection:
-        """A :class:`~raylog.transfer.connection.BrokerConnection` to a data
-        server of this cluster, authenticated with its token; with
-        ``max_message_bytes``, replies may hold messages up to that size."""
-        options = {} if max_message_bytes is None else {"max_frame_bytes": max_message_bytes + FRAME_OVERHEAD_BYTES}
-        return BrokerConnection(host, port, token=self.token, timeout_s=timeout_s, **options)
-
-
 class Metadata:
+    """The cluster as a client sees it: topic configs (cached; fixed at
+    creation) and partition endpoints (cached; looked up again with
+    ``refresh=True`` after a "not owner" reply or a dead connection), read
+    from the cluster's registry in ZooKeeper. Made by the :class:`raylog.Client`
+    (``client.metadata``) or, in another process, by :meth:`connect`.
+    Thread-safe (see the module docstring)."""
+
     def __init__(self, registry, settings: ConnectionSettings, *, owns_zk=None):
         self.registry = registry
         self.settings = settings

@@ -54,7 +54,7 @@ def check_new_topic(name, partitions) -> None:
         raise ArgumentTypeError(f"partitions must be an int, got {type(partitions).__name__}")
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise ConfigError(
-            f"partitions must be between 1 and {MAX_PARTITIONS} (raylog.topic_admin.MAX_PARTITIONS: one "
+            f"partitions must be between 1 and {MAX_PARTITIONS} (raylog.admin.topics.MAX_PARTITIONS: one "
             f"partition actor each), got {partitions}; use fewer partitions"
         )
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 from raylog.config import EARLIEST, LATEST
 from raylog.errors import ConfigError, InvalidOffsetError, OffsetOutOfRangeError, RaylogError
 from raylog.groups import admin as groups
-from raylog.groups.offsets import OffsetStore
 from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
 
@@ -30,14 +29,6 @@ COUNT_STEP_BYTES = 64 * 1024 * 1024
 #: the most log :meth:`OffsetAdmin.count_messages` walks by default before it answers None
 COUNT_WALK_BYTES = 256 * 1024 * 1024
 
-
-
-def offset_store(metadata) -> OffsetStore:
-    """The committed offsets of every consumer group of the cluster that
-    ``metadata`` (a :class:`raylog.metadata.Metadata`, e.g. ``client.metadata``)
-    reads: ``committed(group, topic, partition)`` and ``commit(...)``, for
-    readers that keep a group's position themselves (``raylog_spark.load_incremental``)."""
-    return OffsetStore(metadata.zk, metadata.settings.cluster)
 
 class OffsetAdmin:
     """Partition offsets and consumer groups' committed offsets (part of

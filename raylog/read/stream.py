@@ -4,7 +4,7 @@ position is a consumer group's committed offsets.
 ::
 
     import raylog
-    from raylog.read_stream import read_raylog_stream
+    from raylog.read import read_raylog_stream
 
     client = raylog.connect()
     with read_raylog_stream("clicks", group="clicks-to-parquet", client=client,
@@ -66,8 +66,10 @@ from typing import Mapping
 
 from raylog.errors import ConcurrentLoadError, ConfigError, GroupActiveError
 from raylog.groups.admin import live_members
-from raylog.offset_admin import offset_store
-from raylog.read import FETCH_BYTES, plan_read, read_raylog, resolve_connection
+from raylog.read.datasource import read_raylog
+from raylog.read.group_offsets import offset_store
+from raylog.read.plan import plan_read, resolve_connection
+from raylog.read.ranges import FETCH_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,7 @@ def read_raylog_stream(topics, *, group: str, starting_offsets="earliest", poll_
     Runnable example (a local cluster, a topic with 3 messages)::
 
         import raylog
-        from raylog.read_stream import read_raylog_stream
+        from raylog.read import read_raylog_stream
 
         client = raylog.connect()
         client.create_topic("events", partitions=2)
