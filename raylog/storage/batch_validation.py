@@ -53,6 +53,9 @@ class PreparedBatches(NamedTuple):
     runs: list | None = None
 
 
+_prepared = PreparedBatches._make
+
+
 def _compiled(name: str):
     """The compiled pass ``name`` of :mod:`raylog.storage._speedups`, or None
     (pure-Python mode, or a module built before it): looked up per call, as
@@ -86,8 +89,22 @@ def prepare_append(
         )
     if not size:
         return PreparedBatches(bytearray(), [], 0)
-    fast = _compiled("batches_prepare")
-    bound = min(max_message_bytes, MAX_BATCH_LENGTH)
+    compiled = _record_batch._speedups  # looked up per call: tests turn it off
+    fast = getattr(compiled, "batches_prepare", None)
+    bound = max_message_bytes if max_message_bytes < MAX_BATCH_LENGTH else MAX_BATCH_LENGTH
+    run = None
+    if fast is not None:
+        # the common case first: all plain batches, all sound (what raylog's producer sends)
+        run = fast(data, 0, size, bound, BatchHeader)
+        if run is None:
+            fast = None
+        elif run[2] == size:
+            pairs = run[0]
+            runs = None
+            if len(pairs) > 1:
+                runs_of = getattr(compiled, "batches_runs", None)
+                runs = None if runs_of is None else runs_of(data, 0, size)
+            return _prepared((bytearray(data), pairs, run[1], runs))
     out = bytearray()
     headers: list[tuple[int, BatchHeader]] = []
     records = 0
@@ -96,17 +113,12 @@ def prepare_append(
         if fast is not None:
             # the run of plain batches from pos, checked in one compiled pass;
             # the batch it stops at (compressed, control, faulty) goes the way below
-            run = fast(data, pos, size, bound, BatchHeader)
+            if pos:  # (the run from 0 was taken above)
+                run = fast(data, pos, size, bound, BatchHeader)
             if run is None:
                 fast = None
             else:
                 pairs, count, stop = run
-                if stop == size and not pos:  # all plain batches, all sound: the common case
-                    runs = None
-                    if len(pairs) > 1:
-                        runs_of = _compiled("batches_runs")
-                        runs = None if runs_of is None else runs_of(data, 0, size)
-                    return PreparedBatches(bytearray(data), pairs, count, runs)
                 if pairs:
                     shift = len(out) - pos
                     headers.extend([(at + shift, header) for at, header in pairs] if shift else pairs)
@@ -142,9 +154,10 @@ def stamp_batches(prepared: PreparedBatches, base: int, leader_epoch: int = -1) 
     """Stamp the prepared batches in place for the log offset ``base`` (each
     batch's baseOffset is its own position); ``(offset, header)`` of each,
     headers as stored."""
-    fast = _compiled("batches_stamp")
-    if fast is not None and isinstance(prepared.data, bytearray):
-        stamped = fast(prepared.data, 0, len(prepared.data), base, leader_epoch, BatchHeader)
+    fast = getattr(_record_batch._speedups, "batches_stamp", None)
+    data = prepared[0]
+    if fast is not None and type(data) is bytearray:
+        stamped = fast(data, 0, len(data), base, leader_epoch, BatchHeader)
         if stamped is not None:
             return stamped
     stamped = []
