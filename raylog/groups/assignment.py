@@ -77,6 +77,19 @@ def partition_count(data: bytes | None) -> int:
         return count
 
 
+def parse_assignors(data: bytes | None) -> tuple[str, ...]:
+    """The assignors a member's ``ids/<id>`` node lists, most preferred first:
+    ``("range",)`` when it lists none (a member of an older version) or the
+    list is unreadable."""
+    try:
+        names = json.loads(data).get("assignors")
+    except (ValueError, AttributeError, TypeError):
+        return ("range",)
+    if isinstance(names, list) and names and all(isinstance(n, str) and n for n in names):
+        return tuple(names)
+    return ("range",)
+
+
 def parse_subscription(data: bytes | None) -> list[str] | None:
     """The topics in a member's ``ids/<id>`` node, or None if unreadable."""
     try:
