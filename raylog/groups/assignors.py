@@ -19,7 +19,8 @@ The interface (:class:`Assignor`) is an object with
   them (empty unless the assignor sets ``reads_owners``); it returns
   ``{member id: iterable of (topic, p)}`` giving each partition of a
   subscribed topic to exactly one member subscribed to that topic
-  (:func:`assign` checks this and raises :class:`AssignorError` otherwise);
+  (:func:`assign` checks this and raises :class:`raylog.errors.AssignorError`
+  otherwise);
 - optionally ``reads_owners = True``: the members read the owner nodes before
   assigning, and a member calls its rebalance done only once it has seen the
   group hold exactly the assignment it computed (so members that read the
@@ -74,7 +75,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
-from raylog.errors import ConfigError
+from raylog.errors import AssignorError
 from raylog.groups.assignment import Assignment, TopicPartition, range_assignment
 
 log = logging.getLogger(__name__)
@@ -83,13 +84,6 @@ log = logging.getLogger(__name__)
 DEFAULT_NAMES: tuple[str, ...] = ("range",)
 #: ``joined`` of a member whose ids node could not be read: ranked last
 UNKNOWN_JOINED = 2**63 - 1
-
-
-class AssignorError(ConfigError):
-    """An assignor option names no known assignor, or an assignor returned an
-    assignment that does not give every partition exactly one subscribed
-    owner. Fix the option (the message lists the known names) or the
-    assignor's code; nothing was assigned by it."""
 
 
 class MemberInfo(NamedTuple):

@@ -16,11 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raylog.errors import ConfigError, RaylogError
+from raylog.errors import AssignorError, ConfigError, RaylogError
 from raylog.groups.assignment import parse_assignors, range_assignment
 from raylog.groups.assignors import (
     BUILTIN,
-    AssignorError,
     MemberInfo,
     RangeAssignor,
     StickyAssignor,
