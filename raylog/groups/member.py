@@ -677,10 +677,13 @@ class GroupMember:
         if busy:
             self._note_blocked(busy)
             return Event.INCOMPLETE
-        if view is not None and not self._at_fixpoint(view, group_target, counts):
+        if view is not None:
             # Computed from owners/ as this step read it: done only once the
             # group was seen holding exactly the assignment computed from it.
-            return Event.INCOMPLETE
+            elsewhere = self._not_yet_placed(view, group_target)
+            if elsewhere:
+                self._note_blocked(elsewhere, f"not yet where {assignor.name!r} puts them")
+                return Event.INCOMPLETE
         self._blocked_since = None
         log.info("consumer %s of group %r: %d members, owns %s", self._id, self.group, len(members),
                  ", ".join(f"{t}/{p}" for t, p in sorted(target)) or "nothing")
@@ -709,25 +712,27 @@ class GroupMember:
                 self._watched_topics.add(topic)
                 self._watches.append(DataWatch(self.zk, self._zk_ops.paths.topic(topic), self._topic_watcher(topic)))
 
-    def _at_fixpoint(self, view, group_target: Mapping[str, Assignment], counts: Mapping[str, int]) -> bool:
-        """Whether ``view`` (owners/ read before assigning) showed every
-        partition of this member's topics held by its target owner."""
-        expected = {tp: member for member, parts in group_target.items() for tp in parts if tp[0] in self.topics}
+    def _not_yet_placed(self, view, group_target: Mapping[str, Assignment]) -> dict:
+        """The partitions of this member's topics that ``view`` (owners/ read
+        before assigning) did not show with the owner ``group_target`` gives
+        them: ``{(topic, p): "held by X, assigned to Y"}``."""
         holders = view.holders()
-        return all(holders.get(tp) == member for tp, member in expected.items()) and len(holders) == len(expected)
+        want = {tp: member for member, parts in group_target.items() for tp in parts if tp[0] in self.topics}
+        return {tp: f"held by {holders.get(tp) or 'nobody'}, assigned to {want.get(tp) or 'nobody'}"
+                for tp in sorted(set(want) | set(holders)) if holders.get(tp) != want.get(tp)}
 
     _blocked_since: float | None = None
     _warned = False
 
-    def _note_blocked(self, busy: dict) -> None:
+    def _note_blocked(self, busy: dict, what: str = "still held by another member") -> None:
         now = time.monotonic()
         if self._blocked_since is None:
             self._blocked_since, self._warned = now, False
         if not self._warned and now - self._blocked_since > self._warn_after_s:
             self._warned = True
-            log.warning("consumer %s of group %r: %s still held by another member after %.0fs; "
-                        "retrying until it lets go", self._id, self.group,
-                        ", ".join(f"{t}/{p} ({h})" for (t, p), h in sorted(busy.items())), now - self._blocked_since)
+            log.warning("consumer %s of group %r: %s %s after %.0fs; retrying until it lets go",
+                        self._id, self.group, ", ".join(f"{t}/{p} ({h})" for (t, p), h in sorted(busy.items())),
+                        what, now - self._blocked_since)
 
     def _leave(self) -> None:
         self._revoke(self._handed_now())

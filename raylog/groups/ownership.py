@@ -49,7 +49,7 @@ class Held(dict):
 
 class Owners(dict):
     """``{(topic, p): (holder id, node version, created by this session)}``,
-    read with ``session``."""
+    read with ``session``: a snapshot, made and read on the member's thread."""
 
     def __init__(self, session: int | None):
         super().__init__()

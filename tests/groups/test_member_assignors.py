@@ -10,6 +10,7 @@ Every check reads the owner nodes in ZooKeeper. Waits are bounded polls.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -223,3 +224,42 @@ def test_sticky_keeps_the_owner_node_of_every_partition_that_stays(zk, cluster_n
                 assert final[tp] == (holder, czxid), f"{tp} moved although its owner stayed"
         assert all(m.recorder.revoked == [] for m in group)
         assert sorted(len(m.assignment) for m in group) == [2, 3, 3]
+
+
+def test_sticky_members_started_at_once_converge_with_one_owner_per_partition(
+        zk, cluster_name, topic, make_zk, owner_watcher):
+    """Members that read owners/ at different moments of overlapping
+    rebalances still end up agreeing (each step is done only at the fixpoint)."""
+    group: list = []
+    lock = threading.Lock()
+
+    def join(i):
+        member = GroupMember(make_zk(timeout=SESSION_S), cluster_name, "g", ["t"], consumer_id=f"s{i}",
+                             assignors="sticky", settle_s=0.05)
+        with lock:
+            group.append(member)
+        member.start(timeout_s=WAIT_S)
+
+    try:
+        with owner_watcher(cluster_name, "g", ["t"], lambda: list(group)):
+            threads = [threading.Thread(target=join, args=(i,)) for i in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(WAIT_S)
+            wait_settled(zk, cluster_name, group, "sticky")
+            assert sorted(len(m.assignment) for m in group) == [1, 1, 1, 1, 2, 2]
+            # two leave at once, two more join
+            for m in group[:2]:
+                m.close()
+            del group[:2]
+            threads = [threading.Thread(target=join, args=(i,)) for i in (6, 7)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(WAIT_S)
+            wait_settled(zk, cluster_name, group, "sticky")
+            assert frozenset().union(*(m.assignment for m in group)) == ALL
+    finally:
+        for m in group:
+            m.close()
