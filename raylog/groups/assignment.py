@@ -1,4 +1,7 @@
-"""Who gets which partition: the paper's range assignment, as a pure function.
+"""Who gets which partition: the paper's range assignment, as a pure function
+(the ``range`` assignor of :mod:`raylog.groups.assignors`, which holds the
+pluggable interface and the other assignors), the moves of a cooperative
+rebalance, and the reading of the nodes the assignment is computed from.
 
 Every member of a group computes the same assignment from the same read of
 ZooKeeper (the member ids with their subscriptions, and each subscribed

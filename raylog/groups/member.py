@@ -136,7 +136,8 @@ class GroupMember:
     ``assignors`` names the assignors the member supports, most preferred
     first (a name, ``"sticky,range"``, or a list of names and assignor
     objects; default ``range``; :func:`raylog.groups.assignors.resolve`
-    raises :class:`raylog.errors.ConfigError` for an unknown name). They are
+    raises :class:`raylog.errors.AssignorError`, a ``ConfigError``, for an
+    unknown name). They are
     written into the member's ``ids/`` node; the group applies the first, in
     its oldest member's order, that every member supports, else ``range``.
 
