@@ -18,7 +18,7 @@ import pytest
 from raylog.config import TopicConfig
 from raylog.errors import AssignorError, ConfigError
 from raylog.groups import assignors
-from raylog.groups.assignment import parse_assignors
+from raylog.groups.assignment import parse_assignors, range_assignment
 from raylog.groups.member import GroupMember
 from raylog.groups.states import MemberState
 from raylog.zk.paths import Paths
@@ -178,7 +178,7 @@ def test_a_member_of_an_older_version_counts_as_supporting_range_only(zk, cluste
     paths = Paths(cluster_name)
     legacy.create(paths.member("g", "old"), b'{"topics": ["t"]}', ephemeral=True)
     b = members(["sticky", "round_robin"], consumer_id="b")
-    want = assignors.range_assignment({"t": PARTITIONS}, {"a": ["t"], "b": ["t"], "old": ["t"]})
+    want = range_assignment({"t": PARTITIONS}, {"a": ["t"], "b": ["t"], "old": ["t"]})
 
     def on_range():
         held = {tp: h for tp, (h, _) in owner_nodes(zk, cluster_name).items()}
@@ -263,3 +263,26 @@ def test_sticky_members_started_at_once_converge_with_one_owner_per_partition(
     finally:
         for m in group:
             m.close()
+
+
+class Reversed:
+    """A user's assignor: contiguous ranges with the members in reverse id order."""
+
+    name = "reversed_range"
+
+    def assign(self, members, partition_counts, owners):
+        order = sorted((m.id for m in members), reverse=True)
+        ranges = range_assignment(
+            partition_counts, {f"{i:03d}": next(m.topics for m in members if m.id == mid) for i, mid in enumerate(order)})
+        return {mid: ranges[f"{i:03d}"] for i, mid in enumerate(order)}
+
+
+def test_a_users_assignor_listed_by_every_member_is_applied(zk, cluster_name, topic, members):
+    a = members([Reversed(), "range"], consumer_id="a")
+    b = members([Reversed, "sticky", "range"], consumer_id="b")  # a class will do
+    half = frozenset(("t", p) for p in range(PARTITIONS // 2))
+    wait_until(lambda: a.assignor == b.assignor == "reversed_range" and b.assignment == half
+               and a.assignment == ALL - half
+               and {tp: h for tp, (h, _) in owner_nodes(zk, cluster_name).items()}
+               == {**{tp: "b" for tp in half}, **{tp: "a" for tp in ALL - half}},
+               what="the user's assignor applied")
