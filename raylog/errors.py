@@ -505,6 +505,16 @@ class MixedGroupError(RaylogError):
     consumers first."""
 
 
+@_code(161)
+class AssignorError(ConfigError):
+    """A consumer's ``partition_assignment_strategy`` names no known assignor
+    (the message lists the known names: ``range``, ``round_robin``,
+    ``sticky``), lists one twice, or holds something that is not an
+    assignor; or a user's assignor gave a partition no owner, two owners or
+    an owner not subscribed to its topic. Fix the option or the assignor;
+    nothing was assigned by it, and a consumer refused for it never joined."""
+
+
 @_code(50)
 class SchemaError(RaylogError):
     """A schema is invalid or a value does not match its schema."""

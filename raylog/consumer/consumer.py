@@ -79,6 +79,7 @@ from raylog.errors import (
     RaylogError,
     ZooKeeperUnavailableError,
 )
+from raylog.groups.assignors import resolve as resolve_assignors
 from raylog.groups.member import SETTLE_S, GroupMember
 from raylog.zk.session import connect_kazoo
 
@@ -102,7 +103,22 @@ class _Partition:
 
 class Consumer:
     """A consumer of topics, alone (every partition) or in a group (see the
-    module docstring; ``raylog.Client.consumer`` makes one)."""
+    module docstring; ``raylog.Client.consumer`` makes one).
+
+    ``partition_assignment_strategy`` (Kafka's name for it) chooses how the
+    group divides partitions among its members: the assignors this member
+    supports, most preferred first — a name (``"range"``, the default and
+    the paper's; ``"round_robin"``; ``"sticky"``, which moves the fewest
+    partitions when members join or leave), names separated by commas
+    (``"sticky,range"``), or a list of names and assignor objects of your
+    own (:mod:`raylog.groups.assignors`). The group applies the first
+    assignor, in its oldest member's order, that every member lists (a
+    member of an older raylog version supports ``range`` only); with none
+    in common, ``range``. An unknown name raises
+    :class:`raylog.errors.AssignorError` (a :class:`raylog.ConfigError`)
+    before the consumer joins. :attr:`group_assignor` tells which one the
+    group applied.
+    """
 
     #: what the fetchers decode with (set by the first poll_batch)
     fetch_decoder = None
@@ -125,6 +141,7 @@ class Consumer:
         unavailable_warning_s: float = 60.0,
         revoke_timeout_ms: int = 30_000,
         settle_ms: int | None = None,
+        partition_assignment_strategy=None,
         on_assigned=None,
         on_revoked=None,
         consumer_id: str | None = None,
@@ -137,6 +154,8 @@ class Consumer:
             topics = [topics]
         if auto_offset_reset not in OFFSET_RESETS:
             raise ConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, got {auto_offset_reset!r}")
+        # Checked with or without a group, so a misspelt name fails at once.
+        self.partition_assignment_strategy = resolve_assignors(partition_assignment_strategy)
         if audit and audit_publisher is None:
             raise ConfigError("audit=True needs an audit_publisher (raylog.audit.AuditPublisher); make the "
                               "consumer with client.consumer(..., audit=True), which hands one in")
@@ -213,6 +232,7 @@ class Consumer:
                 on_assigned=self._on_assigned,
                 on_revoked=self._on_revoked,
                 settle_s=SETTLE_S if settle_ms is None else settle_ms / 1000.0,
+                assignors=self.partition_assignment_strategy,
             )
             try:
                 self._member.start()
@@ -238,6 +258,12 @@ class Consumer:
             self._stop_fetchers(list(self._parts))
             for tp, start in zip(partitions, starts):
                 self._start_fetcher(tp, start)
+
+    @property
+    def group_assignor(self) -> str | None:
+        """The name of the assignor the group applied in this member's last
+        rebalance (None without a group or before the first)."""
+        return None if self._member is None else self._member.assignor
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this consumer reads (in a group: not those being revoked)."""

@@ -1,4 +1,7 @@
-"""Who gets which partition: the paper's range assignment, as a pure function.
+"""Who gets which partition: the paper's range assignment, as a pure function
+(the ``range`` assignor of :mod:`raylog.groups.assignors`, which holds the
+pluggable interface and the other assignors), the moves of a cooperative
+rebalance, and the reading of the nodes the assignment is computed from.
 
 Every member of a group computes the same assignment from the same read of
 ZooKeeper (the member ids with their subscriptions, and each subscribed
@@ -75,6 +78,19 @@ def partition_count(data: bytes | None) -> int:
         if not isinstance(count, int) or count < 0:
             raise
         return count
+
+
+def parse_assignors(data: bytes | None) -> tuple[str, ...]:
+    """The assignors a member's ``ids/<id>`` node lists, most preferred first:
+    ``("range",)`` when it lists none (a member of an older version) or the
+    list is unreadable."""
+    try:
+        names = json.loads(data).get("assignors")
+    except (ValueError, AttributeError, TypeError):
+        return ("range",)
+    if isinstance(names, list) and names and all(isinstance(n, str) and n for n in names):
+        return tuple(names)
+    return ("range",)
 
 
 def parse_subscription(data: bytes | None) -> list[str] | None:

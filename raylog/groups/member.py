@@ -1,8 +1,9 @@
 """One consumer's membership in a consumer group.
 
 There is no group leader: every member watches the same ZooKeeper nodes,
-computes the same assignment from a fresh read (:mod:`raylog.groups.assignment`)
-and claims its own share (:mod:`raylog.groups.ownership`). What the member
+computes the same assignment from a fresh read with the assignor every
+member supports (:mod:`raylog.groups.assignors`; ``range`` by default) and
+claims its own share (:mod:`raylog.groups.ownership`). What the member
 does next is decided by the pure transition function of
 :mod:`raylog.groups.states`; this module feeds it events and performs its
 actions.
@@ -35,9 +36,12 @@ partitions already claimed are handed out meanwhile (``on_assigned`` may
 be called several times in one rebalance, each with the newly owned ones).
 
 Each rebalance costs the member one listing of the members, one read per
-member it has not seen before, one read per subscribed topic, and the
+member it has not seen before, one read per topic the group subscribes to, and the
 reconciliation of its owner nodes (one listing per topic plus one read per
 owner node): O(members + partitions) reads (:attr:`GroupMember.zk_reads`).
+An assignor that reads the owners (``sticky``) costs that listing once more,
+and its step is repeated (with back-off) until the member sees the group
+hold exactly the assignment it computed.
 
 A member never shares its ZooKeeper session with another member: two
 members on one client could both "own" a partition (the session, not the
@@ -72,8 +76,10 @@ from raylog.errors import (
     SessionExpiredError,
     ZooKeeperUnavailableError,
 )
+from raylog.groups import assignors as assignors_
 from raylog.groups import kafka_members
-from raylog.groups.assignment import Assignment, TopicPartition, moves, partition_count, range_assignment
+from raylog.groups.assignment import Assignment, TopicPartition, moves, partition_count
+from raylog.groups.assignors import UNKNOWN_JOINED, Assignor, MemberInfo
 from raylog.groups.offsets import REQUEST_TIMEOUT_S, OffsetStore
 from raylog.groups.ownership import Ownership
 from raylog.groups.states import Action, Event, MemberState, hands_out, transition
@@ -127,6 +133,14 @@ class GroupMember:
     ``on_assigned`` revokes those partitions again, releases them and
     retries the rebalance after a pause.
 
+    ``assignors`` names the assignors the member supports, most preferred
+    first (a name, ``"sticky,range"``, or a list of names and assignor
+    objects; default ``range``; :func:`raylog.groups.assignors.resolve`
+    raises :class:`raylog.errors.AssignorError`, a ``ConfigError``, for an
+    unknown name). They are
+    written into the member's ``ids/`` node; the group applies the first, in
+    its oldest member's order, that every member supports, else ``range``.
+
     ``settle_s`` is the quiet period before a rebalance; ``retry`` the
     back-off between retried steps; ``warn_after_s`` how long claims may be
     blocked before a warning is logged.
@@ -153,6 +167,7 @@ class GroupMember:
         max_settle_s: float = MAX_SETTLE_S,
         warn_after_s: float | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        assignors: "str | Sequence[str | Assignor] | None" = None,
     ):
         if isinstance(topics, str):
             raise ConfigError(f"topics is a list of topic names, got the string {topics!r}")
@@ -165,6 +180,9 @@ class GroupMember:
         self.cluster = cluster
         self.group = _check_name("group name", group)
         self.topics: tuple[str, ...] = topics
+        #: the assignors this member supports, most preferred first (:mod:`raylog.groups.assignors`)
+        self.assignors: tuple[Assignor, ...] = assignors_.resolve(assignors)
+        self._assignor_names = tuple(a.name for a in self.assignors)
         self._id = _check_name("consumer id", consumer_id) if consumer_id is not None else default_consumer_id()
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
@@ -188,8 +206,10 @@ class GroupMember:
         self._rebalances = 0
         self._last_members: frozenset[str] | None = None
         self._last_counts: dict[str, int] = {}
+        self._assignor: str | None = None       # the name applied by the last rebalance step
         self._thread: threading.Thread | None = None
         self._watches: list = []
+        self._watched_topics: set[str] = set(topics)  # on the member's thread (and start)
 
         # Owner nodes held (created by the current session, holding our id).
         # Guarded by _ownership: commit holds it across its check and write,
@@ -220,6 +240,13 @@ class GroupMember:
         """The number of rebalance steps run (each after a settle period)."""
         with self._cond:
             return self._rebalances
+
+    @property
+    def assignor(self) -> str | None:
+        """The name of the assignor the group applied in this member's last
+        rebalance step (None before the first)."""
+        with self._cond:
+            return self._assignor
 
     @property
     def zk_reads(self) -> int:
@@ -523,7 +550,7 @@ class GroupMember:
     def _perform(self, action: Action) -> Event | None:
         try:
             if action is Action.REGISTER:
-                return Event.JOINED if self._zk_ops.register(self.topics) else Event.FAILED_STEP
+                return Event.JOINED if self._zk_ops.register(self.topics, self._assignor_names) else Event.FAILED_STEP
             if action is Action.REBALANCE:
                 return self._rebalance()
             if action is Action.HIDE:
@@ -593,16 +620,24 @@ class GroupMember:
         members = self._zk_ops.members()
         if self._id not in members:
             # Our ids node is gone (deleted from outside, or a session change raced us).
-            if not self._zk_ops.register(self.topics):
+            if not self._zk_ops.register(self.topics, self._assignor_names):
                 return Event.FAILED_STEP
             members = sorted({*members, self._id})
-        subscriptions = self._zk_ops.subscriptions(members)
-        subscriptions[self._id] = list(self.topics)
-        counts = self._zk_ops.partition_counts(self.topics)
+        infos = self._zk_ops.subscriptions(members)
+        own = infos.get(self._id)
+        infos[self._id] = MemberInfo(self._id, frozenset(self.topics), self._assignor_names,
+                                     own.joined if own is not None else UNKNOWN_JOINED)
+        assignor = self._pick_assignor(infos.values())
+        # Every topic of the group: an assignor may deal partitions across topics.
+        group_topics = sorted({t for info in infos.values() for t in info.topics})
+        counts = self._zk_ops.partition_counts(group_topics)
         with self._cond:
             self._last_members = frozenset(members)
             self._last_counts = dict(counts)
-        target = range_assignment(counts, subscriptions)[self._id]
+        self._watch_topics(group_topics)
+        view = self._zk_ops.owners(self.topics) if assignors_.reads_owners(assignor) else None
+        group_target = assignors_.assign(assignor, infos.values(), counts, view.holders() if view else None)
+        target = group_target[self._id]
 
         # Revoke what moves away (the application commits it while it still owns it) ...
         mv = moves(self._handed_now(), target)
@@ -643,23 +678,62 @@ class GroupMember:
         if busy:
             self._note_blocked(busy)
             return Event.INCOMPLETE
+        if view is not None:
+            # Computed from owners/ as this step read it: done only once the
+            # group was seen holding exactly the assignment computed from it.
+            elsewhere = self._not_yet_placed(view, group_target)
+            if elsewhere:
+                self._note_blocked(elsewhere, f"not yet where {assignor.name!r} puts them")
+                return Event.INCOMPLETE
         self._blocked_since = None
         log.info("consumer %s of group %r: %d members, owns %s", self._id, self.group, len(members),
                  ", ".join(f"{t}/{p}" for t, p in sorted(target)) or "nothing")
         return Event.REBALANCED
 
+    def _pick_assignor(self, infos) -> Assignor:
+        """The assignor every member supports (:func:`raylog.groups.assignors.choose`)."""
+        name = assignors_.choose(infos)
+        chosen = next((a for a in self.assignors if a.name == name), None) or assignors_.BUILTIN[name]
+        with self._cond:
+            previous, self._assignor = self._assignor, name
+        if previous != name:
+            if name not in self._assignor_names:
+                log.warning("consumer %s of group %r: no assignor is supported by every member (this one "
+                            "lists %s); applying %r, which every member computes", self._id, self.group,
+                            ", ".join(self._assignor_names), name)
+            else:
+                log.info("consumer %s of group %r: the group applies assignor %r", self._id, self.group, name)
+        return chosen
+
+    def _watch_topics(self, topics) -> None:
+        """Watch the partition count of group topics this member does not
+        subscribe to (an assignor may deal across topics)."""
+        for topic in topics:
+            if topic not in self._watched_topics:
+                self._watched_topics.add(topic)
+                self._watches.append(DataWatch(self.zk, self._zk_ops.paths.topic(topic), self._topic_watcher(topic)))
+
+    def _not_yet_placed(self, view, group_target: Mapping[str, Assignment]) -> dict:
+        """The partitions of this member's topics that ``view`` (owners/ read
+        before assigning) did not show with the owner ``group_target`` gives
+        them: ``{(topic, p): "held by X, assigned to Y"}``."""
+        holders = view.holders()
+        want = {tp: member for member, parts in group_target.items() for tp in parts if tp[0] in self.topics}
+        return {tp: f"held by {holders.get(tp) or 'nobody'}, assigned to {want.get(tp) or 'nobody'}"
+                for tp in sorted(set(want) | set(holders)) if holders.get(tp) != want.get(tp)}
+
     _blocked_since: float | None = None
     _warned = False
 
-    def _note_blocked(self, busy: dict) -> None:
+    def _note_blocked(self, busy: dict, what: str = "still held by another member") -> None:
         now = time.monotonic()
         if self._blocked_since is None:
             self._blocked_since, self._warned = now, False
         if not self._warned and now - self._blocked_since > self._warn_after_s:
             self._warned = True
-            log.warning("consumer %s of group %r: %s still held by another member after %.0fs; "
-                        "retrying until it lets go", self._id, self.group,
-                        ", ".join(f"{t}/{p} ({h})" for (t, p), h in sorted(busy.items())), now - self._blocked_since)
+            log.warning("consumer %s of group %r: %s %s after %.0fs; retrying until it lets go",
+                        self._id, self.group, ", ".join(f"{t}/{p} ({h})" for (t, p), h in sorted(busy.items())),
+                        what, now - self._blocked_since)
 
     def _leave(self) -> None:
         self._revoke(self._handed_now())

@@ -2,7 +2,7 @@
 
 Nodes of a group (docs/design.md §4)::
 
-    consumers/<group>/ids/<consumer id>        ephemeral  {"topics": [...]}
+    consumers/<group>/ids/<consumer id>        ephemeral  {"topics": [...], "assignors": [...]}
     consumers/<group>/owners/<topic>/<p>       ephemeral  the owning consumer id
 
 **Reconciliation** (the rule kazoo's ``Lock`` recipe follows): a member never
@@ -33,7 +33,8 @@ from typing import Callable, Iterable, Mapping
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from raylog.groups.assignment import TopicPartition, parse_subscription, partition_count
+from raylog.groups.assignment import TopicPartition, parse_assignors, parse_subscription, partition_count
+from raylog.groups.assignors import DEFAULT_NAMES, MemberInfo
 from raylog.zk.errors import ensure_connected, zookeeper_errors
 from raylog.zk.paths import Paths
 
@@ -44,6 +45,19 @@ class Held(dict):
     def __init__(self, session: int | None):
         super().__init__()
         self.session = session
+
+
+class Owners(dict):
+    """``{(topic, p): (holder id, node version, created by this session)}``,
+    read with ``session``: a snapshot, made and read on the member's thread."""
+
+    def __init__(self, session: int | None):
+        super().__init__()
+        self.session = session
+
+    def holders(self) -> dict[TopicPartition, str]:
+        """``{(topic, p): holder id}``."""
+        return {tp: holder for tp, (holder, _, _) in self.items()}
 
 
 class Ownership:
@@ -57,7 +71,7 @@ class Ownership:
         self._lock = threading.Lock()
         self._reads = 0
         # ids/<member> nodes never change while they exist: their data is read once
-        self._subscriptions: dict[str, list[str]] = {}
+        self._subscriptions: dict[str, MemberInfo] = {}
 
     # -- bookkeeping ----------------------------------------------------------
 
@@ -94,14 +108,16 @@ class Ownership:
 
     # -- membership -------------------------------------------------------------
 
-    def register(self, topics: Iterable[str]) -> bool:
-        """Create ``ids/<consumer id>``; True when it exists and is this session's.
+    def register(self, topics: Iterable[str], assignors: Iterable[str] = DEFAULT_NAMES) -> bool:
+        """Create ``ids/<consumer id>`` (the subscribed topics and the names of
+        the assignors the member supports, most preferred first); True when it
+        exists and is this session's.
 
         False when another session holds the id (a previous incarnation whose
         session has not expired yet, or a duplicate id): try again later.
         """
         path = self.paths.member(self.group, self.consumer_id)
-        data = json.dumps({"topics": sorted(topics)}).encode()
+        data = json.dumps({"topics": sorted(topics), "assignors": list(assignors)}).encode()
         what = f"register consumer {self.consumer_id} in group {self.group!r}"
         ensure_connected(self.zk, what)
         try:
@@ -133,8 +149,9 @@ class Ownership:
         self.count_reads()
         return sorted(self._wait(what, self.zk.get_children_async(self.paths.ids(self.group))))
 
-    def subscriptions(self, members: Iterable[str]) -> dict[str, list[str]]:
-        """``{member: topics}``; only members not seen before are read."""
+    def subscriptions(self, members: Iterable[str]) -> dict[str, MemberInfo]:
+        """``{member: MemberInfo}`` (topics, assignors, when its node was
+        created); only members not seen before are read."""
         members = list(members)
         for gone in set(self._subscriptions) - set(members):
             del self._subscriptions[gone]
@@ -145,7 +162,9 @@ class Ownership:
         for member, result in zip(new, results):
             if result is None:
                 continue  # left meanwhile: its watch event is on its way
-            self._subscriptions[member] = parse_subscription(result[0]) or []
+            data, stat = result
+            self._subscriptions[member] = MemberInfo(
+                member, frozenset(parse_subscription(data) or ()), parse_assignors(data), stat.czxid)
         return {m: self._subscriptions[m] for m in members if m in self._subscriptions}
 
     def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
@@ -156,10 +175,10 @@ class Ownership:
 
     # -- owner nodes ------------------------------------------------------------
 
-    def held(self, topics: Iterable[str]) -> dict[TopicPartition, int]:
-        """The owner nodes this session created holding this member's id:
-        ``{(topic, p): node version}``. One listing per topic plus one read
-        per owner node of those topics."""
+    def owners(self, topics: Iterable[str]) -> "Owners":
+        """Every owner node of these topics: ``{(topic, p): (holder id, node
+        version, created by this session)}``, read with :attr:`Owners.session`.
+        One listing per topic plus one read per owner node."""
         session = self.session_id()
         what = f"list the owner nodes of group {self.group!r}"
         topics = list(topics)
@@ -168,13 +187,23 @@ class Ownership:
         nodes = [(t, int(name)) for t, names in zip(topics, listings) for name in (names or ()) if name.isdigit()]
         self.count_reads(len(nodes))
         results = self._gather(what, [self.zk.get_async(self.paths.owner(self.group, *tp)) for tp in nodes])
-        mine = Held(session)
+        view = Owners(session)
         for tp, result in zip(nodes, results):
             if result is None:
                 continue
             data, stat = result
-            if stat.ephemeralOwner == session and data == self._id_bytes:
-                mine[tp] = stat.version
+            view[tp] = (data.decode(errors="replace"), stat.version, stat.ephemeralOwner == session)
+        return view
+
+    def held(self, topics: Iterable[str]) -> Held:
+        """The owner nodes this session created holding this member's id:
+        ``{(topic, p): node version}``. One listing per topic plus one read
+        per owner node of those topics."""
+        view = self.owners(topics)
+        mine = Held(view.session)
+        for tp, (holder, version, ours) in view.items():
+            if ours and holder == self.consumer_id:
+                mine[tp] = version
         return mine
 
     def release(self, versions: Mapping[TopicPartition, int], session: int | None = None) -> None:

@@ -12,7 +12,10 @@ path                                                    kind        content
                                                                     epochs, removing}``: replication
                                                                     (:mod:`raylog.replication.state`)
 ``topics/<topic>/partitions/<p>/replicas/<node>``       ephemeral   JSON endpoint of one replica actor
-``consumers/<group>/ids/<consumer id>``                 ephemeral   JSON ``{"topics": [...]}``
+``consumers/<group>/ids/<consumer id>``                 ephemeral   JSON ``{"topics": [...], "assignors": [...]}``:
+                                                                    the assignors most preferred first; none
+                                                                    listed means ``range`` only
+                                                                    (:mod:`raylog.groups.assignors`)
 ``consumers/<group>/owners/<topic>/<p>``                ephemeral   the owning consumer id (UTF-8)
 ``consumers/<group>/offsets/<topic>/<p>``               persistent  the next byte offset to consume (ASCII)
 ``consumers/<group>/kafka/<node>``                      ephemeral   JSON ``{"members": [...]}``: the group's

@@ -124,7 +124,7 @@ def test_members_own_disjoint_partitions_that_cover_the_topic(zk, cluster_name, 
     paths = Paths(cluster_name)
     assert sorted(zk.get_children(paths.ids("g"))) == sorted(m.consumer_id for m in group)
     data, _ = zk.get(paths.member("g", group[0].consumer_id))
-    assert data == b'{"topics": ["t"]}'
+    assert data == b'{"topics": ["t"], "assignors": ["range"]}'
 
 
 def test_a_join_rebalances_to_the_new_membership(zk, cluster_name, topic, members):
