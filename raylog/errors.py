@@ -21,7 +21,8 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
     └── RaylogError
         ├── ConfigError
         │   ├── ArgumentTypeError (also TypeError)
-        │   └── InvalidReassignmentError
+        │   ├── InvalidReassignmentError
+        │   └── AssignorError
         ├── ClosedError
         ├── DeliveryError
         ├── InvalidMessageError
