@@ -302,7 +302,7 @@ class RequestHandlers:
             # the headers walked where they lie (never a copy of the slice)
             first, end, next_offset, walked = whole_batches_in_file(fd, chunk.position, chunk.length,
                                                                     request.offset, request.max_bytes)
-            if not walked and format_at(os.pread(fd, FORMAT_PREFIX, chunk.position)) != 2:
+            if not walked and format_at(os.pread(fd, min(FORMAT_PREFIX, chunk.length), chunk.position)) != 2:
                 # format-1 messages: FETCH converts them
                 return encode_locate_reply(request.correlation_id, high_watermark, log_start, NOT_LOCATABLE,
                                            request.offset)
