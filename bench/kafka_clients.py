@@ -32,7 +32,10 @@ listeners' processes spent serving it (user + system time from
 as ``listener_cpu_s`` and ``listener_cpu_s_per_gb`` of values fetched
 (messages x ``--size``: the same figure whatever the stored format; the
 topic's stored bytes are reported beside it): the front door's own cost,
-apart from the partition's and the client's.
+apart from the partition's and the client's. The partition's own, for the
+same case (its actor's process: the data server that answers the
+listener's LOCATE and FETCH requests), is reported beside it as
+``partition_cpu_s`` and ``partition_cpu_s_per_gb``.
 
 Prints one JSON line per case, then a table with the front door's ratio to
 raylog's own client (issue: at least 0.5 each way). The machine may be
@@ -72,6 +75,13 @@ def _listener_pids(client, entries) -> list[int]:
     actors = [ray.get_actor(listener_name(client.settings.cluster, e["node"]), namespace=NAMESPACE)
               for e in entries]
     return sorted({stats["pid"] for stats in ray.get([a.stats.remote() for a in actors])})
+
+
+def _partition_pid(client, topic: str) -> int:
+    """The pid of the process that serves ``topic``-0 (its partition actor)."""
+    import ray
+
+    return ray.get(client.partition_actor(topic, 0).pid.remote())
 
 
 def _emit(rows: list, row: dict, json_only: bool) -> None:
@@ -194,13 +204,18 @@ def kafka_consume_prefetched(config: dict, topic: str, n: int) -> dict:
 
 def _with_listener_cpu(client, pids, topic: str, value_bytes: int, case) -> dict:
     """``case()``'s row with the listeners' CPU seconds spent while it ran,
-    in all and per GB of values read (``value_bytes``)."""
-    before = _cpu_seconds(pids)
+    and the partition's (its actor's process), in all and per GB of values
+    read (``value_bytes``)."""
+    partition = [_partition_pid(client, topic)]
+    before, partition_before = _cpu_seconds(pids), _cpu_seconds(partition)
     row = case()
-    cpu = _cpu_seconds(pids) - before
+    cpu, partition_cpu = _cpu_seconds(pids) - before, _cpu_seconds(partition) - partition_before
     start, end = client.offsets(topic, 0)
+    gb = value_bytes / 1e9
     return {**row, "listener_cpu_s": round(cpu, 3), "value_bytes": value_bytes, "stored_bytes": end - start,
-            "listener_cpu_s_per_gb": round(cpu / (value_bytes / 1e9), 2) if value_bytes else None}
+            "listener_cpu_s_per_gb": round(cpu / gb, 2) if value_bytes else None,
+            "partition_cpu_s": round(partition_cpu, 3),
+            "partition_cpu_s_per_gb": round(partition_cpu / gb, 2) if value_bytes else None}
 
 
 #: how long the prefetched case lets librdkafka fill its queue before it is timed
@@ -248,6 +263,7 @@ def main(argv=None) -> int:
                "consume_of_client_ceiling": round(consumed["kafka"]["msg_per_s"]
                                                   / consumed["kafka_prefetched"]["msg_per_s"], 3),
                "listener_cpu_s_per_gb_fetched": consumed["kafka"]["listener_cpu_s_per_gb"],
+               "partition_cpu_s_per_gb_fetched": consumed["kafka"]["partition_cpu_s_per_gb"],
                "messages": args.messages, "size": args.size, "loadavg_before": round(load_before, 2),
                "loadavg_after": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
     _emit(rows, summary, args.json_only)
@@ -260,7 +276,8 @@ def main(argv=None) -> int:
         print(f"front door / raylog's own client: produce {summary['produce_ratio']}, consume "
               f"{summary['consume_ratio']} (issue: at least 0.5 each); consume through the front door / the "
               f"client's own ceiling {summary['consume_of_client_ceiling']}; listener CPU "
-              f"{summary['listener_cpu_s_per_gb_fetched']} s per GB fetched; load average "
+              f"{summary['listener_cpu_s_per_gb_fetched']} s per GB fetched (the partition's "
+              f"{summary['partition_cpu_s_per_gb_fetched']}); load average "
               f"{summary['loadavg_before']} -> {summary['loadavg_after']}, {summary['cpus']} cpus")
     return 0
 

@@ -167,6 +167,8 @@ _ATTRIBUTES_AT = 21
 _LAST_OFFSET_DELTA_AT = 23
 _LEADER_EPOCH_AT = 12
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+#: the bytes :func:`format_at` reads at a position (up to the magic, byte 16)
+FORMAT_PREFIX = 17
 
 if os.environ.get("RAYLOG_PURE_PYTHON", "") in ("", "0"):
     try:
@@ -507,7 +509,7 @@ def read_header(data, pos: int = 0) -> BatchHeader:
 def format_at(data, pos: int = 0) -> int | None:
     """1 or 2: the format of the message or batch at ``pos``; ``None`` when neither
     (or fewer than 17 bytes are there). See "Which format is at a position"."""
-    if len(data) - pos < 17:
+    if len(data) - pos < FORMAT_PREFIX:
         return None
     b8 = data[pos + 8]
     if b8 == 1:
@@ -566,6 +568,63 @@ def whole_batches(data, offset: int, max_bytes: int) -> tuple[int, int, int, int
         pos += header.size
         end = pos
         next_offset = header.next_offset
+    if first < 0:
+        return pos, pos, next_offset, pos
+    return first, end, next_offset, pos
+
+
+#: what :func:`whole_batches_in_file` reads at once after a batch smaller than
+#: :data:`_SMALL_BATCH` bytes (the next headers are near: one read walks many)
+_WALK_WINDOW = 32 * 1024
+_SMALL_BATCH = 1024
+#: baseOffset, batchLength, magic, lastOffsetDelta: what a walk needs of a header
+_WALKED = struct.Struct(">qi4xb4x2xi")
+_COUNT_AT = 57
+
+
+def whole_batches_in_file(fd: int, position: int, length: int, offset: int, max_bytes: int):
+    """:func:`whole_batches` of the ``length`` bytes at ``position`` of the
+    open file ``fd`` (a segment's; a stored read from the batch holding
+    ``offset``), walked where they lie: only the batches' headers are read
+    (``os.pread``), never a copy of the whole range. After a batch of
+    :data:`_SMALL_BATCH` bytes or more the next read is the next header
+    alone; after a smaller one it is a window of :data:`_WALK_WINDOW` bytes,
+    which holds the next headers too (one read for many small batches).
+    Positions in the answer are relative to ``position``. The walk stops
+    where :func:`whole_batches` stops, and where the file ends before the
+    range does (cut under the reader)."""
+    pos = 0
+    first = end = -1
+    next_offset = offset
+    buf, buf_end = b"", 0  # the bytes last read, and where they end in the range
+    window = HEADER_SIZE
+    walked, count_at, pread = _WALKED.unpack_from, _LENGTH.unpack_from, os.pread
+    while length - pos >= HEADER_SIZE:
+        if buf_end - pos < HEADER_SIZE:
+            buf = pread(fd, window if length - pos > window else length - pos, position + pos)
+            buf_end = pos + len(buf)
+            if buf_end - pos < HEADER_SIZE:
+                break
+        at = pos - buf_end + len(buf)
+        base_offset, batch_length, magic, last_offset_delta = walked(buf, at)
+        # byte 8 (batchLength's top byte) 0 and magic 2: format 2 (format_at)
+        if magic != MAGIC or not _MIN_BATCH_LENGTH <= batch_length <= MAX_BATCH_LENGTH:
+            break
+        size = LOG_OVERHEAD + batch_length
+        if pos + size > length:
+            break
+        window = HEADER_SIZE if size >= _SMALL_BATCH else _WALK_WINDOW
+        if first < 0:
+            if base_offset + count_at(buf, at + _COUNT_AT)[0] - 1 < offset:
+                pos += size  # no record at or after offset
+                next_offset = max(next_offset, base_offset + last_offset_delta + 1)
+                continue
+            first = pos
+        elif pos + size - first > max_bytes:
+            break
+        pos += size
+        end = pos
+        next_offset = base_offset + last_offset_delta + 1
     if first < 0:
         return pos, pos, next_offset, pos
     return first, end, next_offset, pos

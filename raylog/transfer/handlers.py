@@ -21,7 +21,13 @@ from raylog.storage.base import Log
 from raylog.storage.counting import count_range, count_records
 from raylog.storage.log_reads import FileSlice
 from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
-from raylog.storage.record_batch import format_at, iter_batches, needs_reencode, whole_batches
+from raylog.storage.record_batch import (
+    FORMAT_PREFIX,
+    format_at,
+    iter_batches,
+    needs_reencode,
+    whole_batches_in_file,
+)
 from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES, LOCATED_BATCHES, NOT_LOCATABLE
 from raylog.transfer.replies import (
     encode_count_reply,
@@ -292,12 +298,15 @@ class RequestHandlers:
             if not chunk.length:
                 return encode_locate_reply(request.correlation_id, high_watermark, log_start, LOCATED_BATCHES,
                                            request.offset)
-            data = chunk.tobytes()
-            if format_at(data) != 2:  # format-1 messages: FETCH converts them
+            fd = chunk.file.fileno()
+            # the headers walked where they lie (never a copy of the slice)
+            first, end, next_offset, walked = whole_batches_in_file(fd, chunk.position, chunk.length,
+                                                                    request.offset, request.max_bytes)
+            if not walked and format_at(os.pread(fd, min(FORMAT_PREFIX, chunk.length), chunk.position)) != 2:
+                # format-1 messages: FETCH converts them
                 return encode_locate_reply(request.correlation_id, high_watermark, log_start, NOT_LOCATABLE,
                                            request.offset)
-            first, end, next_offset, _ = whole_batches(data, request.offset, request.max_bytes)
-            stat = os.fstat(chunk.file.fileno())
+            stat = os.fstat(fd)
             return encode_locate_reply(
                 request.correlation_id, high_watermark, log_start, LOCATED_BATCHES, next_offset,
                 chunk.position + first, end - first, stat.st_dev, stat.st_ino, os.path.abspath(chunk.file.name))

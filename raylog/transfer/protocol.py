@@ -148,10 +148,11 @@ for a reader on the partition's own machine that sends them itself with
                            larger (as a Kafka broker answers a fetch)
 
     The partition reads as a FETCH does (no long poll: the caller waits
-    with FETCH), then walks the batches' headers (never their records,
-    :func:`raylog.storage.record_batch.whole_batches`): batches whose
-    records all lie before the offset are passed over, the rest cut at
-    whole batches. Bytes that are not format-2 batches in a segment file
+    with FETCH), then walks the batches' headers where they lie in the
+    segment file (the headers alone are read, never the records nor a
+    copy of the range: :func:`raylog.storage.record_batch.whole_batches_in_file`):
+    batches whose records all lie before the offset are passed over, the
+    rest cut at whole batches. Bytes that are not format-2 batches in a segment file
     (format-1 messages; a log held in memory) are answered with kind 1:
     the caller reads them with FETCH. Errors as FETCH's.
 

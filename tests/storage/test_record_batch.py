@@ -464,3 +464,49 @@ def test_encoder_refuses_fields_out_of_range():
         encode_batch([b"a"], base_sequence=-2)
     with pytest.raises(ConfigError, match="i64"):
         encode_batch([b"a"], timestamp_ms=1 << 63)
+
+
+def _stored(sizes) -> bytes:
+    """Batches of the given record counts and value sizes, stamped back to back."""
+    out = bytearray()
+    for count, size in sizes:
+        batch = encode_batch([bytes([65 + count % 26]) * size] * count, [None] * count, timestamp_ms=7)
+        out += stamp(batch, len(out))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("sizes", [
+    [(3, 10)] * 40,  # small batches: windows of many headers
+    [(2, 3000)] * 6,  # each batch past the small-batch size: a read per header
+    [(1, 5), (4, 2000), (1, 5), (1, 5), (3, 40_000), (2, 10), (1, 70_000), (5, 1)],  # both, and past a window
+])
+def test_whole_batches_in_file_answers_as_whole_batches_does_on_the_bytes(tmp_path, sizes):
+    data = _stored(sizes)
+    path = tmp_path / "segment.log"
+    path.write_bytes(b"\xff" * 100 + data)  # the range lies at a position of its file
+    bounds = [pos for pos, _ in iter_batches(data)] + [len(data)]
+    offsets = sorted({0, 1, 2, 3, len(data) - 1} | set(bounds[:-1]) | {b + 1 for b in bounds[:-1]})
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        for start in bounds[:-1]:
+            for end in (bounds[-1], len(data) - 1, start + 61, start + 100):
+                if end <= start:
+                    continue
+                for offset in (o for o in offsets if o >= start):
+                    for max_bytes in (1, 500, 5000, 1 << 20):
+                        expected = rb.whole_batches(data[start:end], offset, max_bytes)
+                        assert rb.whole_batches_in_file(fd, 100 + start, end - start, offset, max_bytes) == expected
+        # a file that ends before the range does (cut under the reader): the walk ends there
+        cut = bounds[len(bounds) // 2] + 30
+        f.close()
+    path.write_bytes(b"\xff" * 100 + data[:cut])
+    with open(path, "rb") as f:
+        expected = rb.whole_batches(data[:cut], 0, 1 << 20)
+        assert rb.whole_batches_in_file(f.fileno(), 100, len(data), 0, 1 << 20) == expected
+
+
+def test_whole_batches_in_file_stops_at_format_1_bytes(tmp_path):
+    path = tmp_path / "segment.log"
+    path.write_bytes(encode_message_set([b"a", b"b"]) + _stored([(2, 10)]))
+    with open(path, "rb") as f:
+        assert rb.whole_batches_in_file(f.fileno(), 0, path.stat().st_size, 0, 1 << 20) == (0, 0, 0, 0)

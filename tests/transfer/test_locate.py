@@ -115,3 +115,26 @@ def test_a_locate_sent_ahead_is_read_later_and_the_connection_stays_in_step(conn
     located = conn.read_locate(correlation)
     assert (located.position, located.next_offset) == (bases[2], plog.high_watermark)
     assert conn.offsets(TOPIC, 0) == (0, plog.high_watermark)
+
+
+@pytest.mark.file_log_only
+def test_locate_walks_the_headers_where_they_lie_and_reads_no_records(conn, plog, monkeypatch):
+    """The walk reads only the batches' headers from the segment file, not
+    a copy of the range it locates (what the server reads is counted; the
+    log's read checks the first batch, the one at the offset, whole)."""
+    values = [os.urandom(40_000) for _ in range(5)]  # incompressible: each batch is ~200 KB
+    bases = produced(conn, plog, [encode_batch(values, [None] * 5) for _ in range(4)])
+    read = []
+    pread = os.pread
+
+    def counted(fd, length, position):
+        data = pread(fd, length, position)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", counted)
+    located = conn.locate(TOPIC, 0, 0, 1 << 20)
+    monkeypatch.setattr(os, "pread", pread)
+    assert (located.position, located.length, located.next_offset) == (0, plog.high_watermark, plog.high_watermark)
+    assert [pos for pos, _ in iter_batches(_range(located))] == bases
+    assert sum(read) <= bases[1] + len(bases) * 128, read  # then the headers (61 bytes each), no records
