@@ -9,7 +9,11 @@ the same run, ``-n`` messages of ``--size`` bytes each way:
   50, acks 1) beside a confluent-kafka (librdkafka) producer with
   ``client.kafka_config()``, acks 1, ``linger.ms`` 5, ``batch.num.messages``
   50 (the same batch), each timed from the first send until every message
-  is acknowledged;
+  is acknowledged; and for the same per-message calls on both sides,
+  raylog's ``send`` of one message at a time (batch 50, acks 1), and the
+  confluent-kafka producer's own ceiling: its ``produce`` + ``poll(0)``
+  loop into a producer whose broker does not answer (``127.0.0.1:1``: the
+  messages are queued and purged, nothing is sent), which no broker can beat;
 * **consume**: raylog's consumer (``poll``: a message object each, as a
   Kafka client hands out; the ratio is to this) beside a confluent-kafka
   consumer (assigned the partition from offset 0, ``consume`` of up to
@@ -135,6 +139,43 @@ def kafka_produce(config: dict, topic: str, n: int, value: bytes) -> dict:
             "seconds": round(seconds, 3), "msg_per_s": round(n / seconds)}
 
 
+def raylog_produce_each(client, topic: str, n: int, value: bytes) -> dict:
+    """raylog's producer with ``send`` of one message a call (batch 50,
+    acks 1): the calls a confluent-kafka application makes."""
+    producer = client.producer(batch_size=50, linger_ms=5, acks=1, max_buffered_messages=200_000)
+    send = producer.send
+    t0 = time.perf_counter()
+    for _ in range(n):
+        send(topic, value, partition=0)
+    producer.flush()
+    seconds = time.perf_counter() - t0
+    producer.close()
+    return {"case": "raylog producer, send of one message, batch 50, acks 1", "messages": n,
+            "seconds": round(seconds, 3), "msg_per_s": round(n / seconds)}
+
+
+def kafka_produce_ceiling(n: int, value: bytes) -> dict:
+    """The confluent-kafka producer's own ceiling: :func:`kafka_produce`'s
+    ``produce`` + ``poll(0)`` loop with the same settings into a producer
+    whose broker (``127.0.0.1:1``) refuses connections, so every message
+    stays queued (then purged): what the client's own calls cost."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:1", "acks": "1", "linger.ms": 5,
+                                         "batch.num.messages": 50, "queue.buffering.max.messages": 1_000_000,
+                                         "log_level": 0})
+    n = min((n // 50) * 50, 1_000_000)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        producer.produce("ceiling", value, partition=0)
+        producer.poll(0)
+    seconds = time.perf_counter() - t0
+    producer.purge()
+    producer.flush(0)
+    return {"case": "confluent-kafka producer's own ceiling (queued, no broker)", "messages": n,
+            "seconds": round(seconds, 3), "msg_per_s": round(n / seconds)}
+
+
 def raylog_consume(client, topic: str, n: int, batches: bool) -> dict:
     """``poll`` (a message object each, as a Kafka client gives) or ``poll_batch`` (views)."""
     consumer = client.consumer(topic, auto_offset_reset="earliest", fetch_max_bytes=1 << 20)
@@ -239,13 +280,15 @@ def main(argv=None) -> int:
     with raylog.connect(num_cpus=2) as client:
         listener_pids = _listener_pids(client, client.start_kafka_listeners())
         config = client.kafka_config()
-        for topic in ("bench-raylog", "bench-kafka"):
+        for topic in ("bench-raylog", "bench-kafka", "bench-raylog-each"):
             client.create_topic(topic, partitions=1)
         # a few messages first on each side: connections and actors warm
         _emit(rows, {**raylog_produce(client, "bench-raylog", 500, value), "warm_up": True}, args.json_only)
         _emit(rows, {**kafka_produce(config, "bench-kafka", 500, value), "warm_up": True}, args.json_only)
         produced = {"raylog": raylog_produce(client, "bench-raylog", args.messages, value),
-                    "kafka": kafka_produce(config, "bench-kafka", args.messages, value)}
+                    "kafka": kafka_produce(config, "bench-kafka", args.messages, value),
+                    "raylog_each": raylog_produce_each(client, "bench-raylog-each", args.messages, value),
+                    "kafka_ceiling": kafka_produce_ceiling(args.messages, value)}
         for row in produced.values():
             _emit(rows, row, args.json_only)
         total = 500 + (args.messages // 50) * 50
@@ -259,6 +302,10 @@ def main(argv=None) -> int:
         for row in consumed.values():
             _emit(rows, row, args.json_only)
     summary = {"produce_ratio": round(produced["kafka"]["msg_per_s"] / produced["raylog"]["msg_per_s"], 3),
+               "produce_ratio_per_message": round(produced["kafka"]["msg_per_s"]
+                                                  / produced["raylog_each"]["msg_per_s"], 3),
+               "produce_of_client_ceiling": round(produced["kafka"]["msg_per_s"]
+                                                  / produced["kafka_ceiling"]["msg_per_s"], 3),
                "consume_ratio": round(consumed["kafka"]["msg_per_s"] / consumed["raylog"]["msg_per_s"], 3),
                "consume_of_client_ceiling": round(consumed["kafka"]["msg_per_s"]
                                                   / consumed["kafka_prefetched"]["msg_per_s"], 3),
@@ -273,6 +320,9 @@ def main(argv=None) -> int:
         for row in rows:
             if "case" in row and not row.get("warm_up"):
                 print(f"{row['case']:<66} {row['msg_per_s']:>12,}")
+        print(f"produce through the front door / raylog's send of one message "
+              f"{summary['produce_ratio_per_message']}, / the client's own ceiling "
+              f"{summary['produce_of_client_ceiling']}")
         print(f"front door / raylog's own client: produce {summary['produce_ratio']}, consume "
               f"{summary['consume_ratio']} (issue: at least 0.5 each); consume through the front door / the "
               f"client's own ceiling {summary['consume_of_client_ceiling']}; listener CPU "
