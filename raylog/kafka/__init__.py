@@ -25,11 +25,12 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.brokers` -- the listeners' registry in ZooKeeper and
   which listener Metadata names for a partition;
 * :mod:`raylog.kafka.listener` -- the socket server;
-* :mod:`raylog.kafka.service` -- the listener actor.
+* :mod:`raylog.kafka.service` -- the listener actor;
+* :mod:`raylog.kafka.launch` -- starting a listener actor on each disk node.
 
 Served: ApiVersions 0-3, Metadata 1-8, Produce 3-8, Fetch 4-11,
 ListOffsets 1-5, OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2,
-SaslHandshake 1, SaslAuthenticate 0-1, InitProducerId 0-4, CreateTopics 2-5,
+SaslHandshake 0-1, SaslAuthenticate 0-1, InitProducerId 0-4, CreateTopics 2-5,
 DeleteTopics 1-5, DescribeConfigs 1-4, JoinGroup 0-5, Heartbeat 0-3,
 LeaveGroup 0-3, SyncGroup 0-3 (:data:`raylog.kafka.frames.SUPPORTED`).
 Not yet: static group membership (``group.instance.id``), transactional

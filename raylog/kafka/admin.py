@@ -3,10 +3,10 @@ administration on raylog's topics (what ``confluent_kafka.admin.AdminClient``
 and ``kcat -L`` need).
 
 Topics are created and deleted through raylog's own administration, the
-:class:`raylog.topic_admin.TopicAdmin` that ``client.create_topic`` uses
+:class:`raylog.admin.topics.TopicAdmin` that ``client.create_topic`` uses
 (same placement, same partition actors, same ZooKeeper records): the
 listener is given one when it is started (``Backend.topics``, built by
-:func:`raylog.topic_admin.for_kafka_listener`); a listener without one
+:func:`raylog.admin.topics.for_kafka_listener`); a listener without one
 answers CreateTopics and DeleteTopics with CLUSTER_AUTHORIZATION_FAILED and
 a message saying so.
 

@@ -1,9 +1,9 @@
 """Creating, describing and stopping the replicas of a topic (the client's
-side; :mod:`raylog.topic_admin` calls these for a topic whose
+side; :mod:`raylog.admin.topics` calls these for a topic whose
 ``replication_factor`` is above 1).
 
 The functions keep no state. Ray is imported inside them (heavy, lazy on
-purpose, as in :mod:`raylog.topic_admin`).
+purpose, as in :mod:`raylog.admin.topics`).
 """
 
 from __future__ import annotations
