@@ -103,6 +103,7 @@ from raylog.storage.fileops import (
 )
 from raylog.storage.batch_producers import BatchProducerState
 from raylog.storage.batch_validation import prepare_append, scan_batches, stamp_batches
+from raylog.storage.keyed import require_keys
 from raylog.storage.log_reads import FileSlice, LogReader
 from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
 from raylog.storage.record_batch import format_at, iter_batches
@@ -472,6 +473,8 @@ class PartitionLog(LogBasics):
         duplicate appends nothing and answers its first store's offset.
         ``flush_messages`` counts their records."""
         prepared = prepare_append(data, self._config.max_message_bytes, self._max_inflated)
+        if self._config.compacted:
+            require_keys(prepared.data, self._config.max_message_bytes, self._max_inflated, name=self._dir)
         with self._lock:
             self._check_writable()
             if not prepared.records:
@@ -483,8 +486,12 @@ class PartitionLog(LogBasics):
             return self._append_locked(prepared, len(prepared.data), prepared.records, (), leader_epoch)
 
     def _validate(self, message_set) -> int:
-        """Check a set (nothing is written yet); its number of (outer) messages."""
-        return validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
+        """Check a set (nothing is written yet); its number of (outer) messages.
+        On a compacted topic every message needs a key (:mod:`raylog.storage.keyed`)."""
+        count = validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
+        if self._config.compacted and count:
+            require_keys(message_set, self._config.max_message_bytes, self._max_inflated, name=self._dir)
+        return count
 
     def _append_locked(
         self, message_set, size: int, count: int, sequenced, leader_epoch: int | None = None, stamped=None
@@ -602,9 +609,11 @@ class PartitionLog(LogBasics):
         ``now_ms``, then while the log is larger than ``retention_bytes``
         (when that is not -1). Only flushed segments go. Returns ``(base
         offset, bytes)`` of each deleted segment; the log start moves forward.
+        A topic whose ``cleanup_policy`` is ``compact`` alone deletes nothing
+        (its cleaner keeps the latest record of each key, docs/design.md §3).
         """
         with self._lock:
-            if self._closed:
+            if self._closed or not self._config.deletes_old_segments:
                 return []
             if now_ms is None:
                 now_ms = int(self._clock() * 1000)
