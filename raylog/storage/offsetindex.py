@@ -22,13 +22,17 @@ The file, big-endian::
   6. span            u32   +8..+12    lastOffsetDelta + 1: the batch covers the
                                       offsets [offset, offset + span)
   7. position        u32   +12..+16   the batch's position in the segment file
-  trailer (16 bytes)
+  trailer (24 bytes)
   8. count           u32   0..4       the number of entries
   9. end offset      i64   4..12      where the segment's offsets end (the next
                                       segment's base offset), past the last
                                       kept batch when the cleaner removed
                                       batches at the end
- 10. crc             u32   12..16     CRC32C of every byte before this field
+ 10. dirty from      i64   12..20     the records from this offset on were not
+                                      in the cleaner's map when it wrote the
+                                      segment (its map filled up there); the
+                                      end offset when the whole segment is clean
+ 11. crc             u32   20..24     CRC32C of every byte before this field
 
 Offsets grow strictly and each batch's range ends at or before the next
 one's offset; positions grow by each batch's size and the last batch ends at
@@ -63,7 +67,7 @@ MAGIC = b"RLOI"
 VERSION = 1
 HEADER = struct.Struct(">4sHHq")
 ENTRY = struct.Struct(">qII")
-TRAILER = struct.Struct(">IqI")
+TRAILER = struct.Struct(">IqqI")
 #: the largest cleaned segment file (positions are u32)
 MAX_SEGMENT_BYTES = (1 << 32) - 1
 
@@ -100,11 +104,13 @@ def index_name(base_offset: int) -> str:
 class OffsetIndex:
     """The offset index of one cleaned segment (see the module docstring)."""
 
-    __slots__ = ("base_offset", "end_offset", "file_size", "_offsets", "_spans", "_positions")
+    __slots__ = ("base_offset", "end_offset", "dirty_from", "file_size", "_offsets", "_spans", "_positions")
 
-    def __init__(self, base_offset: int, end_offset: int, entries, file_size: int):
+    def __init__(self, base_offset: int, end_offset: int, entries, file_size: int, dirty_from: int | None = None):
         self.base_offset = base_offset
         self.end_offset = end_offset
+        #: the first offset the cleaner has not deduplicated (field 10)
+        self.dirty_from = end_offset if dirty_from is None else dirty_from
         self.file_size = file_size
         self._offsets = [e[0] for e in entries]
         self._spans = [e[1] for e in entries]
@@ -128,6 +134,11 @@ class OffsetIndex:
             return self._entry(i)
         i += 1
         return self._entry(i) if i < len(self._offsets) else None
+
+    def size_of(self, entry: Entry) -> int:
+        """The bytes of the kept batch ``entry`` in the segment file."""
+        i = bisect.bisect_right(self._positions, entry.position)
+        return (self._positions[i] if i < len(self._positions) else self.file_size) - entry.position
 
     def position_of(self, offset: int) -> int:
         """The file position where a read from ``offset`` starts (the file's
@@ -161,7 +172,7 @@ class OffsetIndex:
         parts = [HEADER.pack(MAGIC, VERSION, 0, self.base_offset)]
         parts.extend(ENTRY.pack(*e) for e in zip(self._offsets, self._spans, self._positions))
         body = b"".join(parts)
-        tail = TRAILER.pack(len(self._offsets), self.end_offset, 0)[:-4]
+        tail = TRAILER.pack(len(self._offsets), self.end_offset, self.dirty_from, 0)[:-4]
         return body + tail + struct.pack(">I", crc32c(tail, crc32c(body)))
 
     @classmethod
@@ -179,11 +190,14 @@ class OffsetIndex:
                 f"the offset index of segment {base_offset} has magic {magic!r}, version {version}, "
                 f"base {base}: not this segment's index of version {VERSION}"
             )
-        count, end_offset, _crc = TRAILER.unpack_from(data, len(data) - TRAILER.size)
+        count, end_offset, dirty_from, _crc = TRAILER.unpack_from(data, len(data) - TRAILER.size)
         if count * ENTRY.size != len(data) - HEADER.size - TRAILER.size:
             raise OffsetIndexError(f"the offset index of segment {base_offset} says {count} entries but holds others")
         entries = list(ENTRY.iter_unpack(memoryview(data)[HEADER.size : len(data) - TRAILER.size]))
-        return cls(base_offset, end_offset, entries, file_size)
+        if not base_offset <= dirty_from <= end_offset:
+            raise OffsetIndexError(f"the offset index of segment {base_offset} is dirty from {dirty_from}, "
+                                   f"outside [{base_offset}, {end_offset}]")
+        return cls(base_offset, end_offset, entries, file_size, dirty_from)
 
     @classmethod
     def load(cls, directory: str, base_offset: int, file_size: int) -> "OffsetIndex | None":
