@@ -224,10 +224,16 @@ def build_map(dirty: list[LogSegment], offset_map: OffsetMap, max_message_bytes:
         for _pos, header, data in batches(segment, throttler):
             if not _plain(header) or header.next_offset <= start:
                 continue
-            for record in decode_batch(data, 0, max_message_bytes=max_message_bytes,
-                                       max_inflated_bytes=max_inflated).records:
-                if record.offset >= start and not offset_map.put(record.key, record.offset):
-                    return record.offset
+            records = decode_batch(data, 0, max_message_bytes=max_message_bytes,
+                                   max_inflated_bytes=max_inflated).records
+            if header.base_offset < start:
+                records = [r for r in records if r.offset >= start]
+            if not records:
+                continue
+            # records of a batch have consecutive offsets from the first
+            taken = offset_map.put_many([r.key for r in records], records[0].offset)
+            if taken < len(records):
+                return records[taken].offset
     return dirty[-1].end_offset
 
 
@@ -335,8 +341,10 @@ def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap
                     continue
                 records = decode_batch(data, 0, max_message_bytes=max_message_bytes,
                                        max_inflated_bytes=max_inflated).records
-                keep = [offset_map.get(r.key) <= r.offset
-                        and not (r.value is None and header.max_timestamp <= horizon) for r in records]
+                first = header.base_offset
+                expired = header.max_timestamp <= horizon
+                keep = [latest <= first + i and not (expired and r.value is None)
+                        for i, (latest, r) in enumerate(zip(offset_map.get_many([r.key for r in records]), records))]
                 if all(keep):
                     writer.add(header.base_offset, span, data)
                     continue

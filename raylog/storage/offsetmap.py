@@ -1,8 +1,10 @@
 """The cleaner's map of keys to their latest offset, bounded in memory (as
 Kafka's ``SkimpyOffsetMap`` under ``log.cleaner.dedupe.buffer.size``).
 
-A key is not stored: its 16-byte BLAKE2b digest is (two keys that share a
-digest are, at 2**-128 a pair, taken for one, as in Kafka, which uses MD5).
+A key longer than 15 bytes is not stored: its 16-byte BLAKE2b digest is (two
+keys that share a digest are, at 2**-128 a pair, taken for one, as in Kafka,
+which uses MD5); a shorter key is its own name (it never equals a digest,
+and costs no more room).
 The map holds at most ``capacity`` entries, ``buffer_bytes`` divided by
 :data:`ENTRY_BYTES` (a digest and an i64 offset, Kafka's count) times
 :data:`LOAD_FACTOR`; :meth:`OffsetMap.put` of a new key into a full map
@@ -29,7 +31,11 @@ DIGEST_BYTES = 16
 
 def digest(key: bytes) -> bytes:
     """The map's name for ``key``."""
-    return blake2b(key, digest_size=DIGEST_BYTES).digest()
+    return key if len(key) < DIGEST_BYTES else blake2b(key, digest_size=DIGEST_BYTES).digest()
+
+
+def _names(keys) -> list[bytes]:
+    return [k if len(k) < DIGEST_BYTES else blake2b(k, digest_size=DIGEST_BYTES).digest() for k in keys]
 
 
 class OffsetMap:
@@ -65,6 +71,30 @@ class OffsetMap:
         if offset > self.latest_offset:
             self.latest_offset = offset
         return True
+
+    def put_many(self, keys, first_offset: int) -> int:
+        """:meth:`put` of ``keys[i]`` at ``first_offset + i`` for each ``i``
+        in order, stopping at the first new key a full map refuses; how many
+        were put."""
+        names = _names(keys)
+        stored = self._map
+        if len(stored) + len(names) <= self.capacity:
+            stored.update(zip(names, range(first_offset, first_offset + len(names))))
+            if names and first_offset + len(names) - 1 > self.latest_offset:
+                self.latest_offset = first_offset + len(names) - 1
+            return len(names)
+        for i, name in enumerate(names):
+            if name not in stored and len(stored) >= self.capacity:
+                return i
+            stored[name] = first_offset + i
+            if first_offset + i > self.latest_offset:
+                self.latest_offset = first_offset + i
+        return len(names)
+
+    def get_many(self, keys) -> list[int]:
+        """:meth:`get` of each of ``keys``."""
+        get = self._map.get
+        return [get(name, -1) for name in _names(keys)]
 
     def get(self, key: bytes) -> int:
         """The latest offset of ``key``, -1 when the map does not hold it."""

@@ -32,3 +32,13 @@ def test_a_full_map_refuses_new_keys_but_updates_known_ones():
 def test_a_buffer_too_small_for_one_key_is_refused():
     with pytest.raises(ValueError):
         OffsetMap(ENTRY_BYTES - 1)
+
+
+def test_many_at_once_is_put_one_by_one():
+    m = OffsetMap(ENTRY_BYTES * 5)  # 4 keys
+    assert m.put_many([b"a", b"b", b"a"], 10) == 3
+    assert m.get_many([b"a", b"b", b"c"]) == [12, 11, -1]
+    long_key = b"x" * 40
+    assert m.put_many([b"c", long_key, b"d", b"b"], 20) == 2  # "d" is the fifth key: refused, and what follows
+    assert m.get_many([b"c", long_key, b"d", b"b"]) == [20, 21, -1, 11] and m.latest_offset == 21
+    assert m.get(long_key) == 21 and m.get(b"y" * 40) == -1
