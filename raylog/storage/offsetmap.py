@@ -35,6 +35,8 @@ def digest(key: bytes) -> bytes:
 
 
 def _names(keys) -> list[bytes]:
+    if not keys or max(map(len, keys)) < DIGEST_BYTES:
+        return keys
     return [k if len(k) < DIGEST_BYTES else blake2b(k, digest_size=DIGEST_BYTES).digest() for k in keys]
 
 
