@@ -235,3 +235,29 @@ def test_a_crash_at_each_step_of_the_swap_leaves_the_old_or_the_new(tmp_path, in
         # and the log cleans on from there
         again.clean(now_ms=NOW, force=True)
         assert all((offset, key, value) in read_all(again) for key, (offset, value) in model.items())
+
+
+def test_boundaries_and_time_lookups_in_a_cleaned_segment(tmp_path):
+    with PartitionLog(tmp_path / "p", CONFIG) as log:
+        written = []
+        for t in range(40):  # one batch a millisecond, each record its own time
+            base = log.append(encode_batch([b"v%d" % t], keys=[b"k%d" % (t % 4)], timestamp_ms=1000 + t))
+            written.append((base, 1000 + t))
+        log.flush()
+        log.clean(now_ms=NOW)
+        kept = [o for o, _k, _v in read_all(log)]
+        first_segment_end = log.segment_bases[1]
+        removed = [o for o, _t in written if o not in kept and o < first_segment_end]
+        assert removed and log.segment_bases[0] == 0
+        # the first boundary at or after a removed offset: at most the next kept batch, and a
+        # read from it starts at that batch
+        targets = [o for o in removed if o > 0][:5]
+        got = log.message_boundaries(log.log_start_offset, log.high_watermark, targets)
+        for target, boundary in zip(targets, got):
+            following = min(o for o in kept if o > target)
+            assert target <= boundary <= following
+            assert read_all(log, boundary)[0][0] == following
+        # a time lookup lands on the first kept batch at or after the time
+        for offset, ts in written[:10]:
+            want = min(o for o, t in written if t >= ts and o in kept)
+            assert log.offset_for_time(ts) == want
