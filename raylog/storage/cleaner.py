@@ -63,6 +63,7 @@ import logging
 import os
 import struct
 import time
+from operator import le
 from typing import Callable, NamedTuple
 
 from crc32c import crc32c
@@ -360,8 +361,13 @@ def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap
                                        max_inflated_bytes=max_inflated).records
                 first = header.base_offset
                 expired = header.max_timestamp <= horizon
-                keep = [latest <= first + i and not (expired and r.value is None)
-                        for i, (latest, r) in enumerate(zip(offset_map.get_many([r.key for r in records]), records))]
+                offsets = range(first, first + len(records))
+                keep = list(map(le, offset_map.get_many([r.key for r in records]), offsets))
+                if expired:
+                    keep = [k and r.value is not None for k, r in zip(keep, records)]
+                if not any(keep):
+                    removed += len(records)
+                    continue
                 if all(keep):
                     writer.add(header.base_offset, span, data)
                     continue

@@ -18,6 +18,7 @@ Thread-safety: none; one map belongs to one cleaning pass on one thread.
 from __future__ import annotations
 
 from hashlib import blake2b
+from itertools import repeat
 
 #: bytes a key takes in the map, as Kafka counts them: its 16-byte digest and an 8-byte offset
 ENTRY_BYTES = 24
@@ -95,8 +96,7 @@ class OffsetMap:
 
     def get_many(self, keys) -> list[int]:
         """:meth:`get` of each of ``keys``."""
-        get = self._map.get
-        return [get(name, -1) for name in _names(keys)]
+        return list(map(self._map.get, _names(keys), repeat(-1)))
 
     def get(self, key: bytes) -> int:
         """The latest offset of ``key``, -1 when the map does not hold it."""
