@@ -261,3 +261,23 @@ def test_boundaries_and_time_lookups_in_a_cleaned_segment(tmp_path):
         for offset, ts in written[:10]:
             want = min(o for o, t in written if t >= ts and o in kept)
             assert log.offset_for_time(ts) == want
+
+
+def test_the_producer_state_is_rebuilt_from_cleaned_segments_without_snapshots(tmp_path):
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    batch = None
+    for seq in range(0, 40, 4):
+        batch = encode_batch([b"v%d" % i for i in range(4)], keys=[b"k%d" % (i % 2) for i in range(4)],
+                             producer_id=9, producer_epoch=0, base_sequence=seq, timestamp_ms=1000)
+        first = log.append(batch)
+    for i in range(30):
+        log.append(encode_batch([b"x" * 100], keys=[b"other-%d" % (i % 3)], timestamp_ms=1000))
+    log.flush()
+    log.clean(now_ms=NOW)
+    assert first < log.segment_bases[-1]  # the producer's last batch lies in a cleaned segment
+    log.close()
+    for name in os.listdir(tmp_path / "p"):
+        if name.endswith(".producers"):
+            os.unlink(tmp_path / "p" / name)  # rebuilt from the log's batches alone
+    with PartitionLog(tmp_path / "p", CONFIG) as again:
+        assert again.append(batch) == first  # a retry of the last batch is still known
