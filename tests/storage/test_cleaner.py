@@ -281,3 +281,31 @@ def test_the_producer_state_is_rebuilt_from_cleaned_segments_without_snapshots(t
             os.unlink(tmp_path / "p" / name)  # rebuilt from the log's batches alone
     with PartitionLog(tmp_path / "p", CONFIG) as again:
         assert again.append(batch) == first  # a retry of the last batch is still known
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zstd", "lz4", "snappy"])
+def test_compressed_batches_are_cleaned_too(plog, compression):
+    written = []
+    for round_ in range(12):
+        ks = [b"key-%d" % k for k in range(6)]
+        vs = [b"value-%d-%d" % (round_, k) * 3 for k in range(6)]
+        base = plog.append(encode_batch(vs, keys=ks, compression=compression, timestamp_ms=1000))
+        written.extend((base + i, ks[i], vs[i]) for i in range(6))
+    plog.flush()
+    plog.clean(now_ms=NOW)
+    got = read_all(plog)
+    assert set(got) <= set(written) and len(got) < len(written)
+    assert all((offset, key, value) in got for key, (offset, value) in latest(written).items())
+
+
+def test_records_of_transactions_never_hide_earlier_records(plog):
+    plain = plog.append(encode_batch([b"committed"], keys=[b"k"], timestamp_ms=1000))
+    txn = plog.append(encode_batch([b"maybe-aborted", b"x"], keys=[b"k", b"j"], producer_id=5, producer_epoch=0,
+                                   base_sequence=0, transactional=True, timestamp_ms=1000))
+    for i in range(30):
+        plog.append(encode_batch([b"y" * 100], keys=[b"other-%d" % (i % 3)], timestamp_ms=1000))
+    plog.flush()
+    plog.clean(now_ms=NOW)
+    got = read_all(plog)
+    assert (plain, b"k", b"committed") in got  # the transaction's k may be aborted: the plain one stays
+    assert (txn, b"k", b"maybe-aborted") in got and (txn + 1, b"j", b"x") in got  # kept whole
