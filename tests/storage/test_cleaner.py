@@ -340,3 +340,22 @@ def test_appends_and_reads_during_cleaning_lose_nothing(plog):
     got = read_all(plog)
     assert passes and set(got) <= set(written)
     assert all((offset, key, value) in got for key, (offset, value) in latest(written).items())
+
+
+def _mtime_ms(log) -> int:
+    return max(os.stat(os.path.join(log.directory, n)).st_mtime_ns // 1_000_000
+               for n in os.listdir(log.directory) if n.endswith(".log"))
+
+
+def test_when_a_pass_is_due(tmp_path):
+    config = CONFIG.replace(min_compaction_lag_ms=60_000, min_cleanable_dirty_ratio=0.7,
+                            max_compaction_lag_ms=3_600_000)
+    with PartitionLog(tmp_path / "p", config) as log:
+        fill(log)
+        newest = _mtime_ms(log)
+        assert log.clean(now_ms=newest + 59_000) is None  # younger than min_compaction_lag_ms
+        assert log.clean(now_ms=newest + 61_000) is not None  # all dirty: ratio 1
+        fill(log, rounds=1)
+        later = _mtime_ms(log) + 61_000
+        assert log.clean(now_ms=later) is None  # a little dirty beside much clean: below the ratio
+        assert log.clean(now_ms=later + 3_600_000) is not None  # older than max_compaction_lag_ms: forced
