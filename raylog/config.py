@@ -37,6 +37,14 @@ GiB = 1024 * MiB
 
 DAY_MS = 24 * 3600 * 1000
 
+#: the ``cleanup_policy`` values of a topic (docs/design.md section 3)
+CLEANUP_DELETE = "delete"
+CLEANUP_COMPACT = "compact"
+CLEANUP_COMPACT_DELETE = "compact,delete"
+CLEANUP_POLICIES = (CLEANUP_DELETE, CLEANUP_COMPACT, CLEANUP_COMPACT_DELETE)
+#: ``max_compaction_lag_ms`` when none is set (Kafka's: the largest i64)
+MAX_COMPACTION_LAG_MS = (1 << 63) - 1
+
 #: where a position starts when none is stored, as callers name it
 #: (``auto_offset_reset``, ``reset_offsets(to=...)``, Spark's
 #: ``startingOffsets``): the log start, or the high watermark
@@ -111,6 +119,21 @@ class TopicConfig:
     #: lead (availability over consistency: acknowledged messages it lacks
     #: are lost); off by default, as in Kafka
     unclean_leader_election: bool = False
+    #: what happens to old data (docs/design.md section 3): ``"delete"``
+    #: (retention drops whole old segments), ``"compact"`` (the cleaner
+    #: keeps the latest record of each key; records without a key are
+    #: refused), or ``"compact,delete"`` (both)
+    cleanup_policy: str = CLEANUP_DELETE
+    #: on a compacted topic, how long a tombstone (a null value) is kept
+    #: after its segment was cleaned, so that readers see the delete
+    delete_retention_ms: int = DAY_MS
+    #: the cleaner never touches records younger than this
+    min_compaction_lag_ms: int = 0
+    #: a record older than this is cleaned whatever the dirty ratio
+    max_compaction_lag_ms: int = MAX_COMPACTION_LAG_MS
+    #: the cleaner runs once the dirty part (bytes written since the last
+    #: cleaning) is at least this share of the cleanable log, in (0, 1]
+    min_cleanable_dirty_ratio: float = 0.5
 
     def __post_init__(self):
         positive = ("partitions", "segment_bytes", "flush_messages", "max_message_bytes", "segment_ms",
@@ -142,11 +165,51 @@ class TopicConfig:
                 f"min_insync_replicas ({self.min_insync_replicas}) must not exceed "
                 f"replication_factor ({self.replication_factor})"
             )
+        self._check_cleanup()
         if self.max_inflated_bytes and self.max_inflated_bytes < self.max_message_bytes:
             raise ConfigError(
                 f"max_inflated_bytes ({self.max_inflated_bytes}) must be 0 (the default) or at least "
                 f"max_message_bytes ({self.max_message_bytes})"
             )
+
+    def _check_cleanup(self) -> None:
+        """The compaction settings (docs/design.md section 3)."""
+        policy = self.cleanup_policy
+        if isinstance(policy, str):
+            # Kafka writes the list either way round ("delete,compact"): one spelling is kept
+            parts = sorted({part.strip() for part in policy.split(",")})
+            normal = ",".join(parts)
+            if normal in CLEANUP_POLICIES and normal != policy:
+                object.__setattr__(self, "cleanup_policy", normal)
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise ConfigError(
+                f"cleanup_policy must be one of {', '.join(repr(p) for p in CLEANUP_POLICIES)}, got {policy!r}"
+            )
+        for name in ("delete_retention_ms", "min_compaction_lag_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        lag = self.max_compaction_lag_ms
+        if not isinstance(lag, int) or isinstance(lag, bool) or not 0 < lag <= MAX_COMPACTION_LAG_MS:
+            raise ConfigError(f"max_compaction_lag_ms must be a positive integer (an i64), got {lag!r}")
+        if lag < self.min_compaction_lag_ms:
+            raise ConfigError(
+                f"max_compaction_lag_ms ({lag}) must not be below min_compaction_lag_ms "
+                f"({self.min_compaction_lag_ms}); raise the first or lower the second"
+            )
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+            raise ConfigError(f"min_cleanable_dirty_ratio must be a number in (0, 1], got {ratio!r}")
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the topic is compacted (``cleanup_policy`` holds ``compact``)."""
+        return self.cleanup_policy in (CLEANUP_COMPACT, CLEANUP_COMPACT_DELETE)
+
+    @property
+    def deletes_old_segments(self) -> bool:
+        """Whether retention deletes old segments (``cleanup_policy`` holds ``delete``)."""
+        return self.cleanup_policy in (CLEANUP_DELETE, CLEANUP_COMPACT_DELETE)
 
     @property
     def max_inflated_limit(self) -> int:

@@ -205,6 +205,15 @@ class MessageTooLargeError(InvalidMessageError):
     ``max_message_bytes`` on the topic or send smaller messages."""
 
 
+@_code(29)
+class MissingKeyError(InvalidMessageError):
+    """A record without a key was sent to a compacted topic
+    (``cleanup_policy`` ``compact`` or ``compact,delete``), whose cleaner
+    keeps the latest record of each key: nothing of the request was stored.
+    Give every record a key, or send keyless records to a topic with
+    ``cleanup_policy="delete"``."""
+
+
 @_code(13)
 class OffsetOutOfRangeError(RaylogError):
     """The offset is outside ``[earliest, latest]`` of the partition log.

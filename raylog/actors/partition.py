@@ -58,6 +58,7 @@ from raylog.metrics import PartitionMetrics
 from raylog.replication.mend import damaged_ranges, mend_from_isr
 from raylog.replication.preferred import PreferredWatch
 from raylog.replication.replica import MAINTAIN_INTERVAL_S, ReplicaRole
+from raylog.storage.cleaner_thread import CleanerThread
 from raylog.replication.state import leave_isr, running_replicas
 from raylog.retry import RetryPolicy
 from raylog.storage import faults
@@ -197,6 +198,8 @@ class PartitionActor:
             threading.Thread(target=self._mend, name="raylog-mend", daemon=True).start()
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
+        #: the log cleaner of a compacted topic (raylog.storage.cleaner_thread); not yet on replicas
+        self._cleaner = CleanerThread.for_log(self.log) if self.role is None else None
         if self.role is not None:
             # SIGTERM (a node stopped): Ray's worker exits through atexit; leave in order first
             atexit.register(self.leave_on_exit)
@@ -563,6 +566,8 @@ class PartitionActor:
             pass
         self.server.stop()
         self._timer.join(timeout=5)
+        if self._cleaner is not None:
+            self._cleaner.stop()
         try:
             self.log.flush()
         finally:

@@ -213,6 +213,8 @@ class Fetcher(threading.Thread):
             prefix=self.tp, max_inflated_bytes=max_inflated, partial_tail_ok=False,
         )
         end = start + consumed
+        if record_batch.format_at(data) == 2 and consumed:
+            end = record_batch.next_offset_after(data, consumed) or end
         records = with_next_offsets([m for m in records if m.offset >= self.offset], end)
         self.offset = end
         self._put(Chunk(self.tp, self.epoch, records, end))
@@ -295,6 +297,8 @@ class Fetcher(threading.Thread):
                 if consumed == 0:
                     continue  # the server always sends a whole first message; nothing to do
                 end = self.offset + consumed
+                if record_batch.format_at(data) == 2:  # batches say where they end (a compacted topic's differ)
+                    end = record_batch.next_offset_after(data, consumed) or end
                 self.offset = end
                 self._put(Chunk(self.tp, self.epoch, records, end))
         except Exception as err:  # noqa: BLE001 - reported through poll, on every poll until a seek

@@ -35,6 +35,14 @@ Modules, one per concept:
   recovery that reports what it dropped (:class:`RecoveryReport`);
   :mod:`raylog.storage.resync` -- the way past damaged bytes;
 * :mod:`raylog.storage.retention` -- segment rolls and retention;
+* compaction (docs/design.md §3): :mod:`raylog.storage.cleaner` -- a pass of
+  the log cleaner (keep the latest record of each key) and the atomic swap
+  of cleaned segments; :mod:`raylog.storage.offsetmap` -- its map of keys to
+  their latest offset, bounded in memory; :mod:`raylog.storage.offsetindex`
+  -- a cleaned segment's offset index (``<base>.index``);
+  :mod:`raylog.storage.cleaner_thread` -- the partition's thread that runs
+  the passes; :mod:`raylog.storage.keyed` -- a compacted topic refuses
+  records without a key;
 * :mod:`raylog.storage.producer_state` -- the idempotent producers'
   sequences, kept with the log; :mod:`raylog.storage.batch_producers` --
   those of format 2, from the batches' own fields (snapshots at rolls);

@@ -132,7 +132,12 @@ def snapshot_name(offset: int) -> str:
 
 def _headers(segment, pos: int, stop: int) -> list[tuple[int, BatchHeader]]:
     """``(offset, header)`` of the whole batches of ``segment`` in ``[pos, stop)``,
-    read in blocks of :data:`_READ_BYTES` (a header that straddles a block is read again)."""
+    read in blocks of :data:`_READ_BYTES` (a header that straddles a block is read again).
+    A segment the cleaner rewrote has its batches at the positions its offset index names."""
+    if segment.offsets is not None:
+        return [(entry.offset, read_header(segment.read_at(entry.position, HEADER_SIZE)))
+                for entry in segment.offsets.batches_between(pos, stop)
+                if entry.next_offset <= stop]
     found = []
     block, block_at = b"", pos
     while stop - pos >= HEADER_SIZE:

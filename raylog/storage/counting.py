@@ -176,13 +176,17 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
     count = 0
     if start == end:
         piece = log.read(start, 0)  # the bounds and the boundary are checked all the same
-        if piece.offset != start:  # inside a record batch: the read gave the batch
+        if piece.offset < start:  # inside a record batch: the read gave the batch
             raise _inside_batch(piece, start)
     while pos < end and (pos == start or pos < limit):
         # at least the whole message at pos (the read's rule), at most the block
         piece = log.read(pos, min(COUNT_BLOCK_BYTES, end - pos, max(1, limit - pos)))
-        if piece.offset != pos:
+        if piece.offset < pos:
             raise _inside_batch(piece, pos)
+        if getattr(piece, "cleaned", False):
+            more, pos = _count_cleaned(piece, end, max_message_bytes, max_inflated)
+            count += more
+            continue
         if piece.length == 0:  # the log was cut under the count (a replica truncated)
             raise OffsetOutOfRangeError(
                 f"the log ends at {pos}, before the count's end {end}",
@@ -210,8 +214,31 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
                     offset=end,
                 )
             raise err
-        pos += valid
+        if getattr(piece, "cleaned", False) and valid:
+            # a segment the cleaner rewrote: the batches say where their offsets end
+            pos = _record_batch.next_offset_after(data, valid)
+        else:
+            pos += valid
     return Counted(count, pos)
+
+
+def _count_cleaned(piece, end: int, max_message_bytes: int, max_inflated: int) -> tuple[int, int]:
+    """Count the records of a read from a segment the cleaner rewrote
+    (docs/design.md §3: kept batches at their own offsets, gaps between):
+    ``(records, next offset)`` of its whole batches below ``end``, each
+    validated; offsets the cleaner removed count nothing."""
+    data = piece.tobytes()
+    count, pos = 0, min(piece.offset, end)
+    for at, header in _record_batch.iter_batches(data):
+        if header.base_offset >= end:
+            break
+        validate_batch(data, at, max_message_bytes, max_inflated)
+        if header.next_offset > end:
+            raise inside_wrapper(end, header.base_offset, header.next_offset)
+        if not header.control:
+            count += header.count
+        pos = header.next_offset
+    return count, pos
 
 
 def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) -> Counted:

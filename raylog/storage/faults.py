@@ -7,7 +7,9 @@ each injection point, the log looks for a file named ``.fault-<point>`` in
 its partition directory; if it exists the file is removed (so the fault
 fires once) and the operation raises ``OSError(EIO)`` as a failing disk
 would. Points: ``fsync`` (a flush), ``roll`` (a segment roll),
-``retention`` (deleting old segments).
+``retention`` (deleting old segments), and the steps of the cleaner's
+swap (``clean-written``, ``clean-index-swap``, ``clean-swapped``,
+``clean-deleted``, ``clean-index``: :mod:`raylog.storage.cleaner`).
 
 Without the switch :func:`check` does nothing (one call of an empty
 function), so production logs pay no file lookups.

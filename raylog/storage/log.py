@@ -103,6 +103,8 @@ from raylog.storage.fileops import (
 )
 from raylog.storage.batch_producers import BatchProducerState
 from raylog.storage.batch_validation import prepare_append, scan_batches, stamp_batches
+from raylog.storage import cleaner as _cleaner
+from raylog.storage.keyed import require_keys
 from raylog.storage.log_reads import FileSlice, LogReader
 from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
 from raylog.storage.record_batch import format_at, iter_batches
@@ -194,6 +196,7 @@ class PartitionLog(LogBasics):
         self._on_flush = on_flush
         self._max_inflated = config.max_inflated_limit
         self._lock = threading.Lock()  # appends, rolls, retention, segment list
+        self._clean_lock = threading.Lock()  # one cleaning pass at a time; taken before _lock
         self._flush_lock = threading.Lock()  # one sync at a time; taken before _lock
         self._cond = threading.Condition(threading.Lock())  # high watermark waiters
         self._closed = False
@@ -220,6 +223,9 @@ class PartitionLog(LogBasics):
             # before anything in the directory is read or created: a newer
             # format is refused whole, never taken for damage and cut
             self._formats = format_file.check_directory(self._dir)
+            # a cleaning the process died in is finished or undone first (raylog.storage.cleaner)
+            for note in _cleaner.finish_swaps(self._dir):
+                log.warning("recovery of %s: %s", self._dir, note)
             checkpoint = Checkpoint(self._dir)
             recovery = LogRecovery(self._dir, checkpoint, config.max_message_bytes)
             segments = recovery.run()
@@ -472,6 +478,8 @@ class PartitionLog(LogBasics):
         duplicate appends nothing and answers its first store's offset.
         ``flush_messages`` counts their records."""
         prepared = prepare_append(data, self._config.max_message_bytes, self._max_inflated)
+        if self._config.compacted:
+            require_keys(prepared.data, self._config.max_message_bytes, self._max_inflated, name=self._dir)
         with self._lock:
             self._check_writable()
             if not prepared.records:
@@ -483,8 +491,12 @@ class PartitionLog(LogBasics):
             return self._append_locked(prepared, len(prepared.data), prepared.records, (), leader_epoch)
 
     def _validate(self, message_set) -> int:
-        """Check a set (nothing is written yet); its number of (outer) messages."""
-        return validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
+        """Check a set (nothing is written yet); its number of (outer) messages.
+        On a compacted topic every message needs a key (:mod:`raylog.storage.keyed`)."""
+        count = validate_append(message_set, self._config.max_message_bytes, self._max_inflated)
+        if self._config.compacted and count:
+            require_keys(message_set, self._config.max_message_bytes, self._max_inflated, name=self._dir)
+        return count
 
     def _append_locked(
         self, message_set, size: int, count: int, sequenced, leader_epoch: int | None = None, stamped=None
@@ -602,9 +614,11 @@ class PartitionLog(LogBasics):
         ``now_ms``, then while the log is larger than ``retention_bytes``
         (when that is not -1). Only flushed segments go. Returns ``(base
         offset, bytes)`` of each deleted segment; the log start moves forward.
+        A topic whose ``cleanup_policy`` is ``compact`` alone deletes nothing
+        (its cleaner keeps the latest record of each key, docs/design.md §3).
         """
         with self._lock:
-            if self._closed:
+            if self._closed or not self._config.deletes_old_segments:
                 return []
             if now_ms is None:
                 now_ms = int(self._clock() * 1000)
@@ -623,6 +637,61 @@ class PartitionLog(LogBasics):
         deleted = [(s.base_offset, s.size) for s in gone]
         log.info("retention deleted %d segment(s) of %s: %s", len(deleted), self._dir, deleted)
         return deleted
+
+    # -- compaction (raylog.storage.cleaner; the owner's cleaner thread) ----------
+
+    def clean(self, now_ms: int | None = None, *, buffer_bytes: int = _cleaner.DEFAULT_BUFFER_BYTES,
+              throttler: "_cleaner.Throttler | None" = None, force: bool = False) -> "_cleaner.Result | None":
+        """One pass of the log cleaner on a compacted topic (docs/design.md
+        §3; see :mod:`raylog.storage.cleaner`): None when the topic is not
+        compacted or no pass is due (``force``: whenever a closed segment is
+        dirty). The segments are read and the cleaned ones written outside
+        the writer's lock (closed segments never change); each swap takes
+        it. Readers and appends go on meanwhile. A disk error fails the log
+        as every other does."""
+        if not self._config.compacted:
+            return None
+        with self._clean_lock:
+            if self._closed:
+                raise ClosedError(f"the partition log in {self._dir} is closed")
+            self._check_writable()
+            if now_ms is None:
+                now_ms = int(self._clock() * 1000)
+            hw = self._hw  # before the view: a newer view only adds segments
+            try:
+                return _cleaner.clean(self._view, hw, self._dir, self._config, now_ms, self._install_cleaned,
+                                      buffer_bytes=buffer_bytes, throttler=throttler, force=force)
+            except OSError as err:
+                if self._failed is None:
+                    self._fail(err)
+                raise StorageError(f"the cleaner of {self._dir} failed: {err}", directory=self._dir) from err
+
+    def _install_cleaned(self, group: list[LogSegment], index) -> bool:
+        """Swap ``group`` for its cleaned segment (written beside it): the
+        files (:func:`raylog.storage.cleaner.swap`) and the view, under the
+        writer's lock; False when retention took a segment of the group meanwhile."""
+        with self._lock:
+            if self._closed or self._failed is not None:
+                return False
+            bases, segments = self._view
+            at = next((i for i, s in enumerate(segments) if s is group[0]), None)
+            if at is None or len(segments) - at <= len(group) or any(
+                    a is not b for a, b in zip(segments[at : at + len(group)], group)):
+                return False
+            base = group[0].base_offset
+            try:
+                _cleaner.swap(self._dir, base, [s.base_offset for s in group])
+                cleaned = LogSegment.open(self._dir, base)
+            except OSError as err:
+                self._fail(err)
+                raise
+            if cleaned.offsets is None:
+                err = OSError(f"the cleaned segment {cleaned.path} lost its offset index")
+                self._fail(err)
+                raise err
+            end = at + len(group)
+            self._view = (bases[:at] + [base] + bases[end:], segments[:at] + [cleaned] + segments[end:])
+            return True
 
     # -- replica writes (see raylog.replication) ----------------------------------
     #

@@ -26,6 +26,8 @@ BOUNDARY_BLOCK_BYTES = 1 << 20
 _SIZE_FIELD = struct.Struct(">I")
 #: the smallest batchLength of a record batch (format 2: its 61-byte header less 12)
 _BATCH_MIN_LENGTH = 49
+#: where a record batch's maxTimestamp lies (format 2: after baseTimestamp)
+_BATCH_MAX_TS_AT = 35
 
 _u32 = int.from_bytes
 
@@ -43,6 +45,11 @@ class FileSlice(NamedTuple):
     position: int
     length: int
     offset: int
+    #: the bytes come from a segment the cleaner rewrote: the next offset
+    #: after them is the last whole batch's (baseOffset + lastOffsetDelta +
+    #: 1, :func:`~raylog.storage.record_batch.next_offset_after`), not
+    #: ``offset`` + their length
+    cleaned: bool = False
 
     def send_to(self, sock, length: int) -> int:
         """``os.sendfile`` the first ``length`` bytes to ``sock``, zero-copy
@@ -110,6 +117,8 @@ class LogReader:
                 latest=hw,
             )
         segment = segments[bisect.bisect_right(bases, offset) - 1]
+        if segment.offsets is not None:
+            return self._read_cleaned(view, hw, segment, offset, max_bytes)
         position = offset - segment.base_offset
         available = min(hw, segment.base_offset + segment.size) - offset
         if available <= 0:
@@ -123,6 +132,20 @@ class LogReader:
         else:
             first = self._check_boundary(segment, position, offset, available)
         return FileSlice(segment.file, position, max(first, min(max_bytes, available)), offset)
+
+    def _read_cleaned(self, view: View, hw: int, segment: LogSegment, offset: int, max_bytes: int) -> FileSlice:
+        """A read from a segment the cleaner rewrote (below the high
+        watermark, whole): from the kept batch that holds ``offset``, or the
+        next kept one (an offset the cleaner removed: readers see a gap),
+        found in its offset index; from the next segment when nothing of
+        this one lies at or after ``offset``."""
+        index = segment.offsets
+        entry = index.locate(offset)
+        if entry is None:
+            return self.read(view, hw, max(offset, segment.end_offset), max_bytes)
+        available = index.file_size - entry.position
+        first = index.size_of(entry)
+        return FileSlice(segment.file, entry.position, max(first, min(max_bytes, available)), entry.offset, True)
 
     def _batch_containing(self, segment: LogSegment, offset: int, available: int) -> tuple[int, int]:
         """``(its offset, its length)`` of the record batch that holds ``offset``
@@ -255,7 +278,11 @@ class LogReader:
         if start < end:
             segment = segments[bisect.bisect_right(bases, start) - 1]
             available = min(hw, segment.base_offset + segment.size) - start
-            if start != segment.base_offset and available > 0 and segment.format == 2:
+            if segment.offsets is not None:
+                entry = segment.offsets.locate(start)
+                if entry is not None and entry.offset < start:
+                    known = min(entry.next_offset, end)  # start is inside a kept batch: its end is next
+            elif start != segment.base_offset and available > 0 and segment.format == 2:
                 low, length = self._batch_containing(segment, start, available)
                 if low != start:
                     known = min(low + length, end)  # start is inside a batch: its end is next
@@ -276,6 +303,13 @@ class LogReader:
                 found[target] = known
                 continue
             segment = segments[bisect.bisect_right(bases, target) - 1]
+            if segment.offsets is not None:  # a cleaned segment: its index knows every batch
+                entry = segment.offsets.locate(target)
+                if entry is None:
+                    found[target] = known = min(end, segment.end_offset)
+                else:
+                    found[target] = known = min(end, entry.offset if entry.offset >= target else entry.next_offset)
+                continue
             seg_base = segment.base_offset
             seg_end = min(end, seg_base + segment.size)
             pos = max(known, seg_base)
@@ -327,6 +361,12 @@ class LogReader:
         for segment in segments:
             if segment.base_offset >= hw:
                 break
+            if segment.offsets is not None:  # a cleaned segment: its batches' maxTimestamps, in order
+                for entry in segment.offsets.entries():
+                    if int.from_bytes(segment.read_at(entry.position + _BATCH_MAX_TS_AT, 8), "big",
+                                      signed=True) >= timestamp_ms:
+                        return entry.offset
+                continue
             found = segment.timeindex.lookup(segment, timestamp_ms, min(segment.end_offset, hw))
             if found is not None:
                 return found

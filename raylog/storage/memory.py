@@ -30,6 +30,7 @@ from raylog.storage.base import BytesSlice, LogBasics
 from raylog.storage.message import _CODEC_MASK, HEADER_SIZE, LOG_OVERHEAD
 from raylog.storage.message_errors import inside_wrapper
 from raylog.storage.batch_producers import BatchProducerState
+from raylog.storage.keyed import require_keys
 from raylog.storage.batch_validation import batch_size_at, prepare_append, stamp_batches
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.record_batch import format_at
@@ -85,6 +86,8 @@ class MemoryLog(LogBasics):
         """Record batches, as the file log stores them (validated, re-encoded
         where shorter than their count, stamped, idempotent ones judged)."""
         prepared = prepare_append(data, self._config.max_message_bytes, self._config.max_inflated_limit)
+        if self._config.compacted:
+            require_keys(prepared.data, self._config.max_message_bytes, self._config.max_inflated_limit)
         with self._cond:
             self._check_open()
             if not prepared.records:
@@ -118,6 +121,8 @@ class MemoryLog(LogBasics):
 
     def _validate(self, message_set) -> None:
         validate_append(message_set, self._config.max_message_bytes, self._config.max_inflated_limit)
+        if self._config.compacted:
+            require_keys(message_set, self._config.max_message_bytes, self._config.max_inflated_limit)
 
     def _note_format(self, fmt: int, base: int) -> None:
         if self._format is not None and fmt != self._format:

@@ -537,6 +537,23 @@ def iter_batches(data, pos: int = 0, end: int | None = None) -> Iterator[tuple[i
         pos += header.size
 
 
+def next_offset_after(data, end: int) -> int | None:
+    """The next offset after the whole batches back to back in ``data[:end]``
+    (the last one's baseOffset + lastOffsetDelta + 1), None when there is
+    none. Where a read continues after them: in a segment the cleaner
+    rewrote (docs/design.md §3) bytes and offsets differ, and only the
+    batches' own fields say where the next offset is."""
+    pos, found = 0, None
+    while end - pos >= HEADER_SIZE:
+        base, length = struct.unpack_from(">qi", data, pos)
+        (lod,) = _LENGTH.unpack_from(data, pos + _LAST_OFFSET_DELTA_AT)
+        if pos + LOG_OVERHEAD + length > end:
+            break
+        found = base + lod + 1
+        pos += LOG_OVERHEAD + length
+    return found
+
+
 def whole_batches(data, offset: int, max_bytes: int) -> tuple[int, int, int, int]:
     """Where the whole format-2 batches at the start of ``data`` (a stored
     read from the batch holding ``offset``) that a reader from ``offset``

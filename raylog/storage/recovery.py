@@ -21,6 +21,7 @@ from raylog.errors import StorageError
 from raylog.storage.fileops import _sync_directory
 from raylog.storage.owner_only import FILE_MODE
 from raylog.storage.resync import next_readable
+from raylog.storage.offsetindex import OffsetIndexError
 from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class LogRecovery:
             self._checkpoint.write(0)
             return [segment]
         segments = [LogSegment.open(self._dir, base) for base in sorted(bases)]
+        self._mend_offset_indexes(segments)
         for prev, nxt in zip(segments, segments[1:]):
             if prev.end_offset != nxt.base_offset:
                 raise StorageError(
@@ -146,8 +148,8 @@ class LogRecovery:
             scan_from = max(min(checkpoint, segments[-1].base_offset), segments[0].base_offset)
         limit = max(self._max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
         for index, segment in enumerate(segments):
-            if segment.end_offset <= scan_from and segment is not segments[-1]:
-                continue
+            if (segment.end_offset <= scan_from or segment.cleaned) and segment is not segments[-1]:
+                continue  # (a cleaned segment was synced whole before it replaced the old ones)
             start = max(scan_from - segment.base_offset, 0)
             while True:
                 valid_end, err = segment.scan(start, limit)
@@ -175,6 +177,28 @@ class LogRecovery:
         segments[-1].flush()
         self._checkpoint.write(segments[-1].end_offset)
         return segments
+
+    def _mend_offset_indexes(self, segments: list[LogSegment]) -> None:
+        """Rebuild the offset index of a cleaned segment that lost it or
+        whose index cannot be trusted (raylog.storage.offsetindex), from its
+        batch headers and the next segment's base offset; logged, since the
+        index is derived data nothing is lost."""
+        for prev, nxt in zip(segments, segments[1:]):
+            damaged = prev.index_damaged
+            lost = prev.offsets is None and prev.format in (2, None) and prev.end_offset < nxt.base_offset
+            if not (damaged or lost):
+                continue
+            try:
+                prev.rebuild_offsets(nxt.base_offset)
+            except (OffsetIndexError, OSError) as err:
+                if damaged:
+                    raise StorageError(
+                        f"the offset index of the cleaned segment {prev.path} is damaged and cannot be rebuilt "
+                        f"from the segment ({err}); restore the partition from a replica",
+                        directory=self._dir,
+                    ) from err
+                continue  # not a cleaned segment: the contiguity check below says what is wrong
+            log.warning("recovery of %s rebuilt the offset index of the cleaned segment %s", self._dir, prev.path)
 
     def _report(self, segment_base: int, start: int, end: int, size: int, reason: str) -> None:
         report = RecoveryReport(segment_base, start, end, size, reason)

@@ -17,6 +17,17 @@ retention deletes a segment the path is unlinked at once, but the file object
 is closed only by garbage collection of its last reference, so a reader in the
 middle of ``os.sendfile`` never sees its descriptor closed or reused.
 
+A segment the cleaner rewrote (docs/design.md §3, :mod:`raylog.storage.cleaner`)
+keeps only some batches, each at its own offset: its file positions are no
+longer ``offset - base_offset``. It carries an offset index
+(:mod:`raylog.storage.offsetindex`, :attr:`LogSegment.offsets`; None for a
+segment never cleaned) that maps offsets to positions and gives its
+:attr:`~LogSegment.end_offset`; it is never written to again and has no time
+index file (lookups by time walk its batch headers). An index that cannot be
+trusted leaves :attr:`LogSegment.offsets` None and
+:attr:`LogSegment.index_damaged` set: recovery rebuilds it from the batches
+(:meth:`LogSegment.rebuild_offsets`) with the next segment's base offset.
+
 Thread-safety: only the owning log's writer calls the mutating methods
 (:meth:`append`, :meth:`truncate`, :meth:`flush`, :meth:`delete`); readers
 may read ``size`` (a plain int, replaced atomically) and the file at any time.
@@ -33,6 +44,7 @@ from raylog.storage.message import LOG_OVERHEAD
 from raylog.storage.owner_only import private_opener as _private_opener
 from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
 from raylog.storage.record_batch import format_at
+from raylog.storage.offsetindex import OffsetIndex, OffsetIndexError, index_name, scan_entries
 from raylog.storage.timeindex import TimeIndex
 from raylog.storage.validation import message_size_at, scan_message_set
 
@@ -69,7 +81,7 @@ class SegmentFile(io.FileIO):
 class LogSegment:
     """An open segment file and its size (bytes written, flushed or not)."""
 
-    __slots__ = ("base_offset", "path", "file", "fd", "size", "format", "timeindex")
+    __slots__ = ("base_offset", "path", "file", "fd", "size", "format", "timeindex", "offsets", "index_damaged")
 
     def __init__(self, path: str, base_offset: int, file: SegmentFile):
         self.base_offset = base_offset
@@ -82,8 +94,18 @@ class LogSegment:
         self.format: int | None = None
         if self.size:
             self.format = 2 if format_at(os.pread(self.fd, _FORMAT_PEEK, 0)) == 2 else 1
-        #: the segment's time index (raylog.storage.timeindex), kept with it
-        self.timeindex = TimeIndex.open(os.path.dirname(path), base_offset, base_offset + self.size)
+        directory = os.path.dirname(path)
+        #: a cleaned segment's offset index (raylog.storage.offsetindex); None when never cleaned
+        self.offsets: OffsetIndex | None = None
+        #: the segment has an offset index that cannot be trusted (recovery rebuilds it)
+        self.index_damaged = False
+        try:
+            self.offsets = OffsetIndex.load(directory, base_offset, self.size)
+        except OffsetIndexError:
+            self.index_damaged = True
+        #: the segment's time index (raylog.storage.timeindex), kept with it; none when cleaned
+        self.timeindex = (TimeIndex.open(directory, base_offset, base_offset + self.size)
+                          if self.offsets is None and not self.index_damaged else _NO_TIME_INDEX)
 
     @classmethod
     def open(cls, directory: str, base_offset: int) -> "LogSegment":
@@ -96,7 +118,28 @@ class LogSegment:
 
     @property
     def end_offset(self) -> int:
-        return self.base_offset + self.size
+        """Where the segment's offsets end (the next segment's base offset)."""
+        offsets = self.offsets
+        return self.base_offset + self.size if offsets is None else offsets.end_offset
+
+    @property
+    def cleaned(self) -> bool:
+        return self.offsets is not None or self.index_damaged
+
+    def rebuild_offsets(self, end_offset: int) -> OffsetIndex:
+        """Rebuild a cleaned segment's offset index from its batch headers
+        (its offsets end at ``end_offset``), write it and use it;
+        :class:`~raylog.storage.offsetindex.OffsetIndexError` when the
+        batches do not make one."""
+        # which part was deduplicated is not known any more: all of it counts as dirty
+        index = OffsetIndex(self.base_offset, end_offset, scan_entries(self.read_at, self.size), self.size,
+                            self.base_offset)
+        path = os.path.join(os.path.dirname(self.path), index_name(self.base_offset))
+        tmp = path + ".rebuilt"
+        index.write(tmp)
+        os.replace(tmp, path)
+        self.offsets, self.index_damaged = index, False
+        return index
 
     def mtime_ms(self) -> int:
         return os.fstat(self.fd).st_mtime_ns // 1_000_000
@@ -146,6 +189,11 @@ class LogSegment:
         except FileNotFoundError:
             pass
         self.timeindex.delete()
+        if self.cleaned:
+            try:
+                os.unlink(os.path.join(os.path.dirname(self.path), index_name(self.base_offset)))
+            except FileNotFoundError:
+                pass
 
     # -- readers --------------------------------------------------------------
 
@@ -202,3 +250,22 @@ class LogSegment:
     def _scan_batches(chunk, max_message_bytes: int, offset: int):
         valid, _count, err = scan_batches(chunk, max_message_bytes, base_offset=offset)
         return valid, err
+
+
+class _NoTimeIndex:
+    """The time index of a cleaned segment: none (lookups walk the offset index)."""
+
+    def on_append(self, *args) -> None:
+        raise AssertionError("a cleaned segment is never appended to")
+
+    def truncate(self, end: int) -> None:
+        pass
+
+    def delete(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_NO_TIME_INDEX = _NoTimeIndex()

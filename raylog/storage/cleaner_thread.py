@@ -1,0 +1,83 @@
+"""The background thread that runs the log cleaner of a compacted topic's
+partition (docs/design.md §3; the passes are :mod:`raylog.storage.cleaner`'s).
+
+Every :func:`backoff_s` (Kafka's ``log.cleaner.backoff.ms``: 15 s, or the
+topic's ``retention_check_ms`` when shorter) it asks the log for a pass
+(:meth:`~raylog.storage.log.PartitionLog.clean`), which does nothing unless
+one is due (the dirty ratio, the compaction lags). A pass reads and writes at
+most ``io_bytes_per_s`` (a :class:`~raylog.storage.cleaner.Throttler`) and
+keeps a map of at most ``buffer_bytes``. A disk error ends the thread: the
+log has failed and told its owner (the partition actor restarts). A closed
+log ends it too.
+
+Thread-safety: :meth:`CleanerThread.start` and :meth:`CleanerThread.stop`
+from the owner's thread; the counters are plain ints read from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from raylog.errors import ClosedError, StorageError
+from raylog.storage.cleaner import DEFAULT_IO_BYTES_PER_S, Throttler
+from raylog.storage.offsetmap import DEFAULT_BUFFER_BYTES
+
+log = logging.getLogger(__name__)
+
+#: the longest pause between two checks (Kafka's ``log.cleaner.backoff.ms``)
+MAX_BACKOFF_S = 15.0
+
+
+def backoff_s(config) -> float:
+    return min(MAX_BACKOFF_S, config.retention_check_ms / 1000.0)
+
+
+class CleanerThread:
+    """The cleaner of one partition log (see the module docstring)."""
+
+    def __init__(self, partition_log, *, io_bytes_per_s: float = DEFAULT_IO_BYTES_PER_S,
+                 buffer_bytes: int = DEFAULT_BUFFER_BYTES):
+        self._log = partition_log
+        self._io = io_bytes_per_s
+        self._buffer = buffer_bytes
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raylog-cleaner", daemon=True)
+        #: passes that cleaned something, and the bytes they read
+        self.passes = 0
+        self.bytes_cleaned = 0
+
+    @classmethod
+    def for_log(cls, partition_log, **kwargs) -> "CleanerThread | None":
+        """A started cleaner when the log's topic is compacted, else None."""
+        if not partition_log.config.compacted:
+            return None
+        cleaner = cls(partition_log, **kwargs)
+        cleaner.start()
+        return cleaner
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop after the pass in progress (if any)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        wait = backoff_s(self._log.config)
+        while not self._stop.wait(wait):
+            try:
+                result = self._log.clean(buffer_bytes=self._buffer, throttler=Throttler(self._io))
+            except ClosedError:
+                return
+            except StorageError as err:  # the log failed and told its owner
+                log.error("the cleaner of %s stops: %s", self._log.directory, err)
+                return
+            if result is not None:
+                self.passes += 1
+                self.bytes_cleaned += result.bytes_read
+                log.info("cleaned %s: %d records removed, %d bytes read, %d written, clean up to %d",
+                         self._log.directory, result.records_removed, result.bytes_read, result.bytes_written,
+                         result.cleaned_to)
