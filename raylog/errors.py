@@ -27,8 +27,9 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
         ├── DeliveryError
         ├── InvalidMessageError
         │   ├── CorruptMessageError
-        │   └── MessageTooLargeError
-        │       └── InflatedSizeTooLargeError
+        │   ├── MessageTooLargeError
+        │   │   └── InflatedSizeTooLargeError
+        │   └── MissingKeyError
         ├── OffsetOutOfRangeError
         │   └── DataLossError
         ├── BenchError
