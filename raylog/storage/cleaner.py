@@ -70,7 +70,7 @@ from crc32c import crc32c
 
 from raylog.config import TopicConfig
 from raylog.storage import faults as _faults
-from raylog.storage.fileops import _sync_directory
+from raylog.storage.fileops import sync_directory
 from raylog.storage.offsetindex import MAX_SEGMENT_BYTES, OffsetIndex, index_name
 from raylog.storage.offsetmap import DEFAULT_BUFFER_BYTES, OffsetMap
 from raylog.storage.record_batch import (
@@ -421,7 +421,7 @@ def swap(directory: str, base: int, old_bases: list[int]) -> None:
     os.replace(os.path.join(directory, idx_name + CLEANED), os.path.join(directory, idx_name + SWAP))
     _faults.check("clean-index-swap", directory)
     os.replace(os.path.join(directory, log_name + CLEANED), os.path.join(directory, log_name + SWAP))
-    _sync_directory(directory)  # the commit point
+    sync_directory(directory)  # the commit point
     _faults.check("clean-swapped", directory)
     _finish(directory, base, old_bases)
 
@@ -438,7 +438,7 @@ def _finish(directory: str, base: int, old_bases: list[int]) -> None:
         os.replace(idx_swap, os.path.join(directory, idx_name))
         _faults.check("clean-index", directory)
     os.replace(os.path.join(directory, log_name + SWAP), os.path.join(directory, log_name))
-    _sync_directory(directory)
+    sync_directory(directory)
 
 
 def finish_swaps(directory: str) -> list[str]:

@@ -32,12 +32,12 @@ from typing import NamedTuple
 
 from raylog.errors import InvalidMessageError, InvalidOffsetError, OffsetOutOfRangeError
 from raylog.storage import message as _format
-from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, _CODEC_MASK, _HEADER_CHECK, _STOP_HEADER
-from raylog.storage.message_errors import _in_wrapper, _inner_set, inside_wrapper
+from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, CODEC_MASK, HEADER_CHECK, STOP_HEADER
+from raylog.storage.message_errors import in_wrapper, inner_set, inside_wrapper
 from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
 from raylog.storage import record_batch as _record_batch
 from raylog.storage.record_batch import MAX_BATCH_LENGTH, format_at, validate_batch
-from raylog.storage.validation import _scan, scan_message_set
+from raylog.storage.validation import scan_set, scan_message_set
 
 #: bytes of log read (``os.pread``) and walked at a time by :func:`count_range`
 COUNT_BLOCK_BYTES = 4 << 20
@@ -77,24 +77,24 @@ def count_message_set(
         # The reference judges one message: bounds, CRC32C, header.
         end = n
         if n - pos >= HEADER_SIZE:
-            size, _crc, magic_attrs, klen = _HEADER_CHECK.unpack_from(mv, pos)
+            size, _crc, magic_attrs, klen = HEADER_CHECK.unpack_from(mv, pos)
             end = min(n, pos + LOG_OVERHEAD + size)
-        _valid, one, err = _scan(mv[pos:end], max_message_bytes, base_offset + pos, False, True, None)
+        _valid, one, err = scan_set(mv[pos:end], max_message_bytes, base_offset + pos, False, True, None)
         if err is not None:
             return pos, count, err
         if not one:  # nothing whole at pos (cannot happen after the checks above)
             break
-        codec = (magic_attrs & 0xFF) & _CODEC_MASK
+        codec = (magic_attrs & 0xFF) & CODEC_MASK
         if codec:
             try:
-                inner = _inner_set(
+                inner = inner_set(
                     mv, pos, end, magic_attrs & 0xFF, klen, max_message_bytes, base_offset + pos, max_inflated_bytes
                 )
             except InvalidMessageError as raised:
                 return pos, count, raised
             _ok, inner_count, err = scan_message_set(inner, max_message_bytes, _allow_wrappers=False)
             if err is not None:
-                return pos, count, _in_wrapper(err, codec, base_offset + pos)
+                return pos, count, in_wrapper(err, codec, base_offset + pos)
             count += inner_count
         else:
             count += 1
@@ -205,7 +205,7 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
                 if format_at(data, valid) == 2:
                     size = BATCH_OVERHEAD + int.from_bytes(data[valid + 8 : valid + 12], "big")
                     raise inside_wrapper(end, pos + valid, pos + valid + size)
-                if len(data) > valid + HEADER_SIZE and data[valid + 9] & _CODEC_MASK:
+                if len(data) > valid + HEADER_SIZE and data[valid + 9] & CODEC_MASK:
                     size = LOG_OVERHEAD + int.from_bytes(data[valid : valid + 4], "big")
                     raise inside_wrapper(end, pos + valid, pos + valid + size)
                 raise InvalidOffsetError(

@@ -22,8 +22,8 @@ from crc32c import crc32c
 
 from raylog.errors import ConfigError, InvalidMessageError
 from raylog.storage import message as _format
-from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES, _CODEC_MASK, _HEADER_FAST, _SIZE, _STOP_HEADER
-from raylog.storage.message_errors import _corrupt, _bad_header, _tail_error, _nested, _in_wrapper, _inner_set
+from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES, CODEC_MASK, HEADER_FAST, SIZE_FIELD, STOP_HEADER
+from raylog.storage.message_errors import corrupt_message, bad_header, tail_error, nested_wrapper, in_wrapper, inner_set
 from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
 from raylog.storage.record_batch import MAX_BATCH_LENGTH, decode_batch, decode_batch_as, decode_batches_as, format_at
@@ -184,9 +184,9 @@ def _decode_fast(
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
-    while status == _STOP_HEADER:
+    while status == STOP_HEADER:
         # a wrapper, or a bad header: the reference decodes (or refuses) this one message
-        end = pos + 4 + _SIZE.unpack_from(mv, pos)[0]
+        end = pos + 4 + SIZE_FIELD.unpack_from(mv, pos)[0]
         one = bytes(mv[pos:end])
         more, _used = _decode(
             one, base_offset + pos, max_message_bytes, False, outer, record_type, prefix, max_inflated_bytes
@@ -225,7 +225,7 @@ def _decode(
     n = len(data)
     records: list[tuple[int, int, bytes | None, bytes]] = []
     append = records.append
-    unpack = _HEADER_FAST.unpack_from
+    unpack = HEADER_FAST.unpack_from
     pos = 0
     last = n - 22
     # The CRC of a plain message without key covers 14 header bytes that depend
@@ -246,22 +246,22 @@ def _decode(
                 run_ts = ts
                 run_crc = crc32c(mv[pos + 8 : pos + 22])
             if crc32c(value, run_crc) != crc:
-                raise _corrupt(data, pos, base_offset + pos)
+                raise corrupt_message(data, pos, base_offset + pos)
             if typed:
                 append(new(record_type, (p0, p1, base_offset + pos, ts, None, value)))
             else:
                 append((base_offset + pos, ts, None, value))
         elif crc32c(mv[pos + 8 : end]) != crc:
-            raise _corrupt(data, pos, base_offset + pos)
+            raise corrupt_message(data, pos, base_offset + pos)
         elif magic_attrs != 256 or klen < -1 or klen > size - 18:
             magic, attrs = magic_attrs >> 8, magic_attrs & 0xFF
-            err = _bad_header(magic, attrs, klen, size, base_offset + pos)
+            err = bad_header(magic, attrs, klen, size, base_offset + pos)
             if err is not None:
                 raise err
             if not outer:
-                raise _nested(base_offset + pos)
+                raise nested_wrapper(base_offset + pos)
             offset = base_offset + pos
-            inner = _inner_set(data, pos, end, attrs, klen, max_message_bytes, offset, max_inflated_bytes)
+            inner = inner_set(data, pos, end, attrs, klen, max_message_bytes, offset, max_inflated_bytes)
             # A record type may build inner messages as a type of their own
             # (``inner_type``) and the last one with the wrapper's end (``last_inner``),
             # as raylog.Message does for its next_offset.
@@ -282,7 +282,7 @@ def _decode(
             try:
                 inner_records, _consumed = _decode_set(inner, 0, max_message_bytes, False, False)
             except InvalidMessageError as err:
-                raise _in_wrapper(err, attrs & _CODEC_MASK, offset) from None
+                raise in_wrapper(err, attrs & CODEC_MASK, offset) from None
             # the i-th inner message reports offset + i (clamped to the
             # wrapper's last byte for an old wrapper shorter than its count)
             tail = base_offset + end - 1
@@ -312,7 +312,7 @@ def _decode(
                 append((base_offset + pos, ts, data[pos + 22 : kend], data[kend:end]))
         pos = end
     if pos < n:
-        err = _tail_error(data, pos, n, max_message_bytes, base_offset + pos)
+        err = tail_error(data, pos, n, max_message_bytes, base_offset + pos)
         if not partial_tail_ok or not err.details.get("partial"):
             raise err
     return records, pos

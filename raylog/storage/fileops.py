@@ -68,7 +68,7 @@ def _reset_flusher_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_flusher_after_fork)
 
 
-def _lock_directory(directory: str, wait_s: float = 0.0) -> int:
+def lock_directory(directory: str, wait_s: float = 0.0) -> int:
     """Take the exclusive lock of a partition directory (``fcntl.flock`` on
     its file ``lock``, held until :meth:`PartitionLog.close` or the process
     ends); :class:`LogDirectoryLockedError` if another owner still holds it
@@ -101,7 +101,7 @@ def _lock_directory(directory: str, wait_s: float = 0.0) -> int:
         raise
 
 
-def _sync_directory(directory: str) -> None:
+def sync_directory(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -55,7 +55,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from raylog.errors import StorageFormatError
-from raylog.storage.fileops import LOCK_NAME, _sync_directory
+from raylog.storage.fileops import LOCK_NAME, sync_directory
 from raylog.storage.owner_only import FILE_MODE
 
 FILE_NAME = "format"
@@ -147,7 +147,7 @@ def write(directory: str, formats: Formats = CURRENT) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _sync_directory(directory)
+    sync_directory(directory)
 
 
 def check_directory(directory: str) -> Formats:

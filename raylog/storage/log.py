@@ -97,8 +97,8 @@ from raylog.storage.fileops import (
     DISK_FULL_RETRY_S,
     LOCK_NAME,
     submit_flush,
-    _lock_directory,
-    _sync_directory,
+    lock_directory,
+    sync_directory,
     is_disk_full,
 )
 from raylog.storage.batch_producers import BatchProducerState
@@ -184,7 +184,7 @@ class PartitionLog(LogBasics):
         lock_wait_s: float = 0.0,
     ):
         # lock_wait_s: how long another owner's lock of the directory is
-        # waited for before LogDirectoryLockedError (fileops._lock_directory)
+        # waited for before LogDirectoryLockedError (fileops.lock_directory)
         self._dir = os.fspath(directory)
         #: the node named in a DiskFullError (the owner may set it; default the host name)
         self.node = node or socket.gethostname()
@@ -215,7 +215,7 @@ class PartitionLog(LogBasics):
             # the owner's only (raylog.storage.owner_only): made 0700, a kept one tightened
             make_owner_only_dirs(self._dir)
             tighten_to_owner(self._dir, "the log directory")
-            self._lock_fd = _lock_directory(self._dir, lock_wait_s)
+            self._lock_fd = lock_directory(self._dir, lock_wait_s)
         except OSError as err:
             raise _open_error(self._dir, err) from None
         checkpoint = None
@@ -575,7 +575,7 @@ class PartitionLog(LogBasics):
             if old.format == 2 or len(self._batch_producers):  # format 2's producer state up to here
                 self._batch_producers.snapshot(self._leo)
             new = LogSegment.open(self._dir, self._leo)
-            _sync_directory(self._dir)
+            sync_directory(self._dir)
         except OSError as err:
             if is_disk_full(err):  # the old segment stays active; nothing changed
                 raise self._now_disk_full(err, self._dir) from err
@@ -836,9 +836,9 @@ class PartitionLog(LogBasics):
             try:
                 for segment in self._view[1]:
                     segment.delete()
-                _sync_directory(self._dir)
+                sync_directory(self._dir)
                 new = LogSegment.open(self._dir, offset)
-                _sync_directory(self._dir)
+                sync_directory(self._dir)
             except OSError as err:
                 self._fail(err)
                 raise StorageError(f"cannot start the replica in {self._dir} over at {offset}: {err}") from err

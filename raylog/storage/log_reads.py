@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from crc32c import crc32c
 
 from raylog.errors import CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
-from raylog.storage.message import _CODEC_MASK, HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
+from raylog.storage.message import CODEC_MASK, HEADER_SIZE, MAGIC, MIN_MESSAGE_SIZE
 from raylog.storage.message_errors import inside_wrapper
 from raylog.storage.recovery import RECOVERY_MAX_MESSAGE_BYTES
 from raylog.storage.resync import batch_at, message_at, next_readable, walk_to
@@ -224,7 +224,7 @@ class LogReader:
                 offset=offset, damaged_from=low, next_offset=high,
             )
         head = read(low, HEADER_SIZE)
-        if len(head) == HEADER_SIZE and head[9] & _CODEC_MASK:
+        if len(head) == HEADER_SIZE and head[9] & CODEC_MASK:
             raise inside_wrapper(offset, low, high)
         raise InvalidOffsetError(
             f"offset {offset} is not the start of a message in the log (it lies inside the message "

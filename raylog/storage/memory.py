@@ -27,7 +27,7 @@ from typing import Sequence
 from raylog.config import TopicConfig
 from raylog.errors import ClosedError, CorruptMessageError, InvalidOffsetError, OffsetOutOfRangeError
 from raylog.storage.base import BytesSlice, LogBasics
-from raylog.storage.message import _CODEC_MASK, HEADER_SIZE, LOG_OVERHEAD
+from raylog.storage.message import CODEC_MASK, HEADER_SIZE, LOG_OVERHEAD
 from raylog.storage.message_errors import inside_wrapper
 from raylog.storage.batch_producers import BatchProducerState
 from raylog.storage.keyed import require_keys
@@ -200,7 +200,7 @@ class MemoryLog(LogBasics):
         """The whole length of the message at ``offset`` (a boundary, else InvalidOffsetError)."""
         i = bisect.bisect_left(self._starts, offset)
         if i == len(self._starts) or self._starts[i] != offset:
-            if i > 0 and self._data[self._starts[i - 1] + 9] & _CODEC_MASK:
+            if i > 0 and self._data[self._starts[i - 1] + 9] & CODEC_MASK:
                 high = self._starts[i] if i < len(self._starts) else len(self._data)
                 raise inside_wrapper(offset, self._starts[i - 1], high)
             raise InvalidOffsetError(

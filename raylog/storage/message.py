@@ -132,19 +132,19 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: max_message_bytes (see ``max_inflated_bytes``)
 INNER_SET_FACTOR = 8
 
-_CODEC_MASK = 0x07
+CODEC_MASK = 0x07
 
 # The 22 fixed bytes (fields 1-6), with magic and attributes read as one u16:
 # 0x0100 is magic 1 and no codec, the common case, tested with one comparison.
-_HEADER_FAST = struct.Struct(">IIHqi")
+HEADER_FAST = struct.Struct(">IIHqi")
 # ... and without the timestamp, for validation, which does not need it.
-_HEADER_CHECK = struct.Struct(">IIH8xi")
+HEADER_CHECK = struct.Struct(">IIH8xi")
 _PLAIN = MAGIC << 8
 # The hot loops spell these as literals (a local constant is cheaper than a global).
 assert (HEADER_SIZE, MIN_MESSAGE_SIZE, _PLAIN) == (22, 18, 256)
-_PREFIX = struct.Struct(">II")  # size, crc
+SIZE_AND_CRC = struct.Struct(">II")  # size, crc
 _BODY_HEAD = struct.Struct(">BBqi")  # magic, attributes, timestamp, key_length
-_SIZE = struct.Struct(">I")
+SIZE_FIELD = struct.Struct(">I")
 
 
 if os.environ.get("RAYLOG_PURE_PYTHON", "") in ("", "0"):
@@ -158,8 +158,8 @@ else:
 ACCELERATED = _speedups is not None
 # The fast path's answer when it stopped at a message that the reference
 # handles by itself: a wrapper, or a bad magic, attributes or key length.
-_STOP_HEADER = 3
-assert _speedups is None or _speedups.STATUS_HEADER == _STOP_HEADER
+STOP_HEADER = 3
+assert _speedups is None or _speedups.STATUS_HEADER == STOP_HEADER
 
 
 def _now_ms() -> int:
@@ -182,10 +182,10 @@ def encode_message(
     ts = _now_ms() if timestamp_ms is None else timestamp_ms
     if key is None:
         head = _BODY_HEAD.pack(MAGIC, codec, ts, -1)
-        return _PREFIX.pack(MIN_MESSAGE_SIZE + len(value), crc32c(value, crc32c(head))) + head + value
+        return SIZE_AND_CRC.pack(MIN_MESSAGE_SIZE + len(value), crc32c(value, crc32c(head))) + head + value
     head = _BODY_HEAD.pack(MAGIC, codec, ts, len(key))
     crc = crc32c(value, crc32c(key, crc32c(head)))
-    return b"".join((_PREFIX.pack(MIN_MESSAGE_SIZE + len(key) + len(value), crc), head, key, value))
+    return b"".join((SIZE_AND_CRC.pack(MIN_MESSAGE_SIZE + len(key) + len(value), crc), head, key, value))
 
 
 def inner_offset(wrapper_offset: int, wrapper_end: int, index: int) -> int:
@@ -208,10 +208,10 @@ def _append_message(append, value: bytes, key: bytes | None, timestamp_ms: int) 
     step for a keyed message or one with its own timestamp)."""
     head = _BODY_HEAD.pack(MAGIC, 0, timestamp_ms, -1 if key is None else len(key))
     if key is None:
-        append(_PREFIX.pack(MIN_MESSAGE_SIZE + len(value), crc32c(value, crc32c(head))))
+        append(SIZE_AND_CRC.pack(MIN_MESSAGE_SIZE + len(value), crc32c(value, crc32c(head))))
         append(head)
     else:
-        append(_PREFIX.pack(MIN_MESSAGE_SIZE + len(key) + len(value), crc32c(value, crc32c(key, crc32c(head)))))
+        append(SIZE_AND_CRC.pack(MIN_MESSAGE_SIZE + len(key) + len(value), crc32c(value, crc32c(key, crc32c(head)))))
         append(head)
         append(key)
     append(value)
@@ -245,7 +245,7 @@ def encode_message_set(
             return _wrap(codec, inner, count, wrapper_ts)
     parts: list[bytes] = []
     append = parts.append
-    prefix = _PREFIX.pack
+    prefix = SIZE_AND_CRC.pack
     if isinstance(timestamp_ms, int):
         wrapper_ts = timestamp_ms
         plain = _BODY_HEAD.pack(MAGIC, 0, timestamp_ms, -1)

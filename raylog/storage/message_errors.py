@@ -8,11 +8,11 @@ from crc32c import crc32c
 
 from raylog.errors import CorruptMessageError, InvalidMessageError, InvalidOffsetError, MessageTooLargeError
 from raylog.storage.compression import CODEC_NAMES, decompress
-from raylog.storage.message import MAGIC, LOG_OVERHEAD, HEADER_SIZE, MIN_MESSAGE_SIZE, INNER_SET_FACTOR, _CODEC_MASK, _PREFIX, _SIZE
+from raylog.storage.message import MAGIC, LOG_OVERHEAD, HEADER_SIZE, MIN_MESSAGE_SIZE, INNER_SET_FACTOR, CODEC_MASK, SIZE_AND_CRC, SIZE_FIELD
 
 
-def _corrupt(data, pos: int, offset: int) -> CorruptMessageError:
-    size, stored = _PREFIX.unpack_from(data, pos)
+def corrupt_message(data, pos: int, offset: int) -> CorruptMessageError:
+    size, stored = SIZE_AND_CRC.unpack_from(data, pos)
     actual = crc32c(memoryview(data)[pos + 8 : pos + 4 + size])
     return CorruptMessageError(
         f"message at offset {offset} fails its CRC32C check (stored {stored:#010x}, "
@@ -23,13 +23,13 @@ def _corrupt(data, pos: int, offset: int) -> CorruptMessageError:
     )
 
 
-def _bad_header(magic: int, attrs: int, klen: int, size: int, offset: int) -> InvalidMessageError | None:
+def bad_header(magic: int, attrs: int, klen: int, size: int, offset: int) -> InvalidMessageError | None:
     """The error for a message whose magic, attributes or key length is wrong."""
     if magic != MAGIC:
         return InvalidMessageError(
             f"message at offset {offset} has magic {magic}, expected {MAGIC}", offset=offset
         )
-    if attrs & ~_CODEC_MASK or (attrs & _CODEC_MASK) not in CODEC_NAMES:
+    if attrs & ~CODEC_MASK or (attrs & CODEC_MASK) not in CODEC_NAMES:
         return InvalidMessageError(
             f"message at offset {offset} has unknown attributes {attrs:#04x}", offset=offset
         )
@@ -41,10 +41,10 @@ def _bad_header(magic: int, attrs: int, klen: int, size: int, offset: int) -> In
     return None
 
 
-def _tail_error(data, pos: int, n: int, max_message_bytes: int, offset: int) -> InvalidMessageError:
+def tail_error(data, pos: int, n: int, max_message_bytes: int, offset: int) -> InvalidMessageError:
     """The error for the bytes at ``pos`` that the fast loop stopped at."""
     if n - pos >= LOG_OVERHEAD:
-        (size,) = _SIZE.unpack_from(data, pos)
+        (size,) = SIZE_FIELD.unpack_from(data, pos)
         if size > max_message_bytes:
             return MessageTooLargeError(
                 f"message at offset {offset} claims {size} bytes, more than the limit of "
@@ -68,14 +68,14 @@ def _tail_error(data, pos: int, n: int, max_message_bytes: int, offset: int) -> 
     )
 
 
-def _nested(offset: int) -> InvalidMessageError:
+def nested_wrapper(offset: int) -> InvalidMessageError:
     return InvalidMessageError(
         f"message at offset {offset} is a wrapper inside a wrapper; compressed sets may not nest",
         offset=offset,
     )
 
 
-def _in_wrapper(err: InvalidMessageError, codec: int, offset: int) -> InvalidMessageError:
+def in_wrapper(err: InvalidMessageError, codec: int, offset: int) -> InvalidMessageError:
     return type(err)(
         f"in the {CODEC_NAMES[codec]} wrapper message at offset {offset}: {err}",
         **{**err.details, "offset": offset, "inner_offset": err.details.get("offset")},
@@ -86,15 +86,15 @@ def _inflated_limit(max_message_bytes: int, max_inflated_bytes: int | None) -> i
     return INNER_SET_FACTOR * max_message_bytes if not max_inflated_bytes else max_inflated_bytes
 
 
-def _inner_set(
+def inner_set(
     data, pos: int, end: int, attrs: int, klen: int, max_message_bytes: int, offset: int, max_inflated_bytes=None
 ) -> bytes:
-    codec = attrs & _CODEC_MASK
+    codec = attrs & CODEC_MASK
     start = pos + HEADER_SIZE + max(klen, 0)
     try:
         return decompress(codec, memoryview(data)[start:end], _inflated_limit(max_message_bytes, max_inflated_bytes))
     except InvalidMessageError as err:
-        raise _in_wrapper(err, codec, offset) from None
+        raise in_wrapper(err, codec, offset) from None
 
 
 def inside_wrapper(offset: int, low: int, high: int) -> InvalidOffsetError:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from raylog.errors import StorageError
-from raylog.storage.fileops import _sync_directory
+from raylog.storage.fileops import sync_directory
 from raylog.storage.owner_only import FILE_MODE
 from raylog.storage.resync import next_readable
 from raylog.storage.offsetindex import OffsetIndexError
@@ -114,7 +114,7 @@ class LogRecovery:
                 log.warning("ignoring %s in %s: not a segment name", name, self._dir)
         if not bases:
             segment = LogSegment.open(self._dir, 0)
-            _sync_directory(self._dir)
+            sync_directory(self._dir)
             self._checkpoint.write(0)
             return [segment]
         segments = [LogSegment.open(self._dir, base) for base in sorted(bases)]
@@ -168,7 +168,7 @@ class LogRecovery:
                 )
                 later.delete()
             if index + 1 < len(segments):
-                _sync_directory(self._dir)
+                sync_directory(self._dir)
             what = "torn (incomplete) message" if err.details.get("partial") else str(err)
             self._report(segment.base_offset, cut_at, segment.end_offset, segment.size - valid_end, what)
             segment.truncate(valid_end)

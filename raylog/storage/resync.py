@@ -38,7 +38,7 @@ from typing import Callable
 from crc32c import crc32c
 
 from raylog.storage.compression import CODEC_NAMES
-from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_MESSAGE_SIZE, _CODEC_MASK
+from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_MESSAGE_SIZE, CODEC_MASK
 from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from raylog.storage.record_batch import KAFKA_CODECS, read_header
 from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
@@ -93,7 +93,7 @@ def message_at(read: Reader, offset: int, end: int, limit: int) -> int | None:
     key_length = int.from_bytes(head[18:22], "big", signed=True)
     if not MIN_MESSAGE_SIZE <= size <= limit or offset + LOG_OVERHEAD + size > end:
         return None
-    if attrs & ~_CODEC_MASK or (attrs & _CODEC_MASK) not in CODEC_NAMES:
+    if attrs & ~CODEC_MASK or (attrs & CODEC_MASK) not in CODEC_NAMES:
         return None
     if not -1 <= key_length <= size - MIN_MESSAGE_SIZE:
         return None

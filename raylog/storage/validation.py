@@ -12,12 +12,12 @@ from raylog.storage import message as _format
 from raylog.storage.message import (
     LOG_OVERHEAD,
     DEFAULT_MAX_MESSAGE_BYTES,
-    _CODEC_MASK,
-    _HEADER_CHECK,
-    _SIZE,
-    _STOP_HEADER,
+    CODEC_MASK,
+    HEADER_CHECK,
+    SIZE_FIELD,
+    STOP_HEADER,
 )
-from raylog.storage.message_errors import _corrupt, _bad_header, _tail_error, _nested, _in_wrapper, _inner_set
+from raylog.storage.message_errors import corrupt_message, bad_header, tail_error, nested_wrapper, in_wrapper, inner_set
 
 def scan_message_set(
     buf,
@@ -44,7 +44,7 @@ def scan_message_set(
         mv = mv.cast("B")
     fast = _format._speedups  # looked up per call: tests swap the fast path
     if fast is None:
-        return _scan(mv, max_message_bytes, base_offset, check_inner, _allow_wrappers, max_inflated_bytes)
+        return scan_set(mv, max_message_bytes, base_offset, check_inner, _allow_wrappers, max_inflated_bytes)
     pos = count = 0
     while True:
         valid, more, status = fast.scan(mv[pos:] if pos else mv, max_message_bytes)
@@ -52,16 +52,16 @@ def scan_message_set(
         count += more
         if not status:
             return pos, count, None
-        if status != _STOP_HEADER:
+        if status != STOP_HEADER:
             # a bad CRC, a cut or oversized message, or arguments the fast
             # path leaves alone: the reference takes over from here
-            valid, more, err = _scan(
+            valid, more, err = scan_set(
                 mv[pos:], max_message_bytes, base_offset + pos, check_inner, _allow_wrappers, max_inflated_bytes
             )
             return pos + valid, count + more, err
         # a wrapper, or a bad header: the reference judges this one message
-        end = pos + 4 + _SIZE.unpack_from(mv, pos)[0]
-        _valid, _one, err = _scan(
+        end = pos + 4 + SIZE_FIELD.unpack_from(mv, pos)[0]
+        _valid, _one, err = scan_set(
             mv[pos:end], max_message_bytes, base_offset + pos, check_inner, _allow_wrappers, max_inflated_bytes
         )
         if err is not None:
@@ -70,10 +70,10 @@ def scan_message_set(
         count += 1
 
 
-def _scan(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allow_wrappers: bool, max_inflated_bytes=None):
+def scan_set(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allow_wrappers: bool, max_inflated_bytes=None):
     """The reference of :func:`scan_message_set` (``mv``: a memoryview of bytes)."""
     n = len(mv)
-    unpack = _HEADER_CHECK.unpack_from
+    unpack = HEADER_CHECK.unpack_from
     pos = 0
     count = 0
     last = n - 22
@@ -83,15 +83,15 @@ def _scan(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allo
         if end > n or size > max_message_bytes or size < 18:
             break
         if crc32c(mv[pos + 8 : end]) != crc:
-            return pos, count, _corrupt(mv, pos, base_offset + pos)
+            return pos, count, corrupt_message(mv, pos, base_offset + pos)
         if magic_attrs != 256 or klen < -1 or klen > size - 18:
             magic, attrs = magic_attrs >> 8, magic_attrs & 0xFF
-            err = _bad_header(magic, attrs, klen, size, base_offset + pos)
+            err = bad_header(magic, attrs, klen, size, base_offset + pos)
             if err is None and not _allow_wrappers:
-                err = _nested(base_offset + pos)
+                err = nested_wrapper(base_offset + pos)
             if err is None and check_inner:
                 try:
-                    inner = _inner_set(
+                    inner = inner_set(
                         mv, pos, end, attrs, klen, max_message_bytes, base_offset + pos, max_inflated_bytes
                     )
                     _ok, _count, err = scan_message_set(inner, max_message_bytes, _allow_wrappers=False)
@@ -99,13 +99,13 @@ def _scan(mv, max_message_bytes: int, base_offset: int, check_inner: bool, _allo
                     err = raised
                 else:
                     if err is not None:
-                        err = _in_wrapper(err, attrs & _CODEC_MASK, base_offset + pos)
+                        err = in_wrapper(err, attrs & CODEC_MASK, base_offset + pos)
             if err is not None:
                 return pos, count, err
         pos = end
         count += 1
     if pos < n:
-        return pos, count, _tail_error(mv, pos, n, max_message_bytes, base_offset + pos)
+        return pos, count, tail_error(mv, pos, n, max_message_bytes, base_offset + pos)
     return pos, count, None
 
 
@@ -131,7 +131,7 @@ def validate_message_set(
 
 def message_size_at(buf, pos: int = 0) -> int:
     """``LOG_OVERHEAD + size`` of the message whose size field is at ``pos``."""
-    return LOG_OVERHEAD + _SIZE.unpack_from(buf, pos)[0]
+    return LOG_OVERHEAD + SIZE_FIELD.unpack_from(buf, pos)[0]
 
 
 def validate_append(message_set, max_message_bytes: int, max_inflated_bytes: int | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The partition directory's lock (raylog.storage.fileops._lock_directory):
+"""The partition directory's lock (raylog.storage.fileops.lock_directory):
 refused at once by default, waited for within a bound when asked."""
 
 import multiprocessing
