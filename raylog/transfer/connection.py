@@ -84,6 +84,8 @@ from raylog.transfer.protocol import (
     OFFSETS_REPLY_FIELDS,
     STRING_LENGTH,
     REPLY_HEADER_BODY,
+    REPLICA_FETCH_DATA_LENGTH,
+    REPLICA_FETCH_REPLY_FIELDS,
 )
 from raylog.transfer.requests import (
     ProduceHeader,
@@ -94,6 +96,7 @@ from raylog.transfer.requests import (
     encode_locate,
     encode_offsets,
     encode_offsets_for_time,
+    encode_replica_fetch,
 )
 from raylog.transfer.socket_io import FrameChannel, set_timeout
 
@@ -134,6 +137,20 @@ class FetchResult(NamedTuple):
     data: bytearray
     high_watermark: int
     log_start_offset: int
+
+
+class ReplicaFetched(NamedTuple):
+    """A REPLICA_FETCH reply (:mod:`raylog.transfer.protocol`): ``data`` is
+    the leader's log from ``offset`` on (whole messages, possibly a partial
+    last one), ``sets`` the producers' sets it holds (producer-state journal
+    records), then the leader's committed offset, log start and epoch."""
+
+    offset: int
+    data: memoryview
+    sets: memoryview
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
 
 
 class Located(NamedTuple):
@@ -555,6 +572,37 @@ class BrokerConnection:
                 raise
             return first, err
         return first, second
+
+    def replica_fetch(
+        self, topic: str, partition: int, replica: str, leader_epoch: int, log_end: int, flushed: int,
+        max_bytes: int, max_wait_ms: int = 0,
+    ) -> ReplicaFetched:
+        """A follower's REPLICA_FETCH: tell the leader that ``replica`` holds
+        its log up to ``log_end`` (synced up to ``flushed``) in
+        ``leader_epoch``, and read the leader's log from ``log_end`` with the
+        producers' sets it holds (waiting up to ``max_wait_ms`` for an
+        append when there is nothing new)."""
+        channel = self._channel
+        self._before_request()
+        correlation_id = self._next_correlation()
+        channel.expect_wait(max_wait_ms)
+        channel.send(encode_replica_fetch(correlation_id, self._topic(topic).encoded_topic, partition, replica,
+                                          leader_epoch, log_end, flushed, max_bytes, max_wait_ms))
+        fixed = REPLY_HEADER_BODY + REPLICA_FETCH_REPLY_FIELDS.size
+        header = channel.read_reply(correlation_id, fixed, whole=False)
+        high_watermark, log_start, epoch, sets_length = REPLICA_FETCH_REPLY_FIELDS.unpack_from(channel.buf, header)
+        rest = channel.reply_size - fixed
+        if not 0 <= sets_length <= rest - REPLICA_FETCH_DATA_LENGTH.size:
+            channel.drop()
+            raise ProtocolError(f"replica fetch reply of {channel.reply_size} bytes carries {sets_length} bytes of "
+                                f"producers' sets")
+        body = memoryview(channel.take(header + REPLICA_FETCH_REPLY_FIELDS.size, rest))
+        (length,) = REPLICA_FETCH_DATA_LENGTH.unpack_from(body, sets_length)
+        data = body[sets_length + REPLICA_FETCH_DATA_LENGTH.size:]
+        if length != len(data):
+            channel.drop()
+            raise ProtocolError(f"replica fetch reply carries a data length of {length} for {len(data)} bytes")
+        return ReplicaFetched(log_end, data, body[:sets_length], high_watermark, log_start, epoch)
 
     def _read_fetch(self, correlation_id: int, offset: int) -> FetchResult:
         channel = self._channel
