@@ -47,6 +47,7 @@ of its own.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -54,7 +55,12 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpir
 
 from raylog.errors import NotEnoughReplicasError, NotOwnerError, OffsetOutOfRangeError
 from raylog.replication.state import compare_and_set, read_state
+from raylog.storage.log_reads import FileSlice
+from raylog.storage.record_batch import format_at
 from raylog.transfer.replica_source import ReplicaRead
+
+#: bytes that tell a message's format from a record batch's (raylog.storage.record_batch.format_at)
+_FORMAT_BYTES = 17
 
 log = logging.getLogger(__name__)
 
@@ -316,9 +322,14 @@ class Leader:
         """The log from ``offset`` up to its end, flushed or not (the
         follower's sync overlaps the leader's; the committed offset waits
         for both), and the producers' sets those bytes hold (read after
-        them, so that they cover every set the bytes hold)."""
+        them, so that they cover every set the bytes hold). Record batches
+        (format 2) carry their producers' fields themselves, which is what a
+        replica remembers them from: their answer has no sets (nor the
+        writer's lock taken to read them)."""
         chunk = self.log.read_unflushed(offset, max_bytes)
-        sets = self.log.producer_records(offset, max_bytes, learnt=True) if chunk.length else b""
+        sets = b""
+        if chunk.length and not _record_batches(chunk):
+            sets = self.log.producer_records(offset, max_bytes, learnt=True)
         return ReplicaRead(chunk, sets, self._committed, self.log.log_start_offset, self._state.leader_epoch)
 
     def wait_for_end(self, offset: int, timeout_s: float) -> bool:
@@ -448,6 +459,16 @@ class Leader:
                     )
                 self._cond.wait(min(left, 0.1))
                 self._advance()
+
+
+def _record_batches(chunk) -> bool:
+    """Whether a slice of the log starts with a record batch (format 2; a
+    segment holds one format, and a read stays within one segment)."""
+    if isinstance(chunk, FileSlice):
+        head = os.pread(chunk.file.fileno(), _FORMAT_BYTES, chunk.position)
+    else:
+        head = chunk.tobytes()[:_FORMAT_BYTES]
+    return format_at(head) == 2
 
 
 class ClientView:

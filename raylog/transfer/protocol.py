@@ -257,7 +257,9 @@ REPLICA_FETCH
              after the request's log end, as records of the producer-state
              journal (:mod:`raylog.storage.producer_state`, ``RECORD_SIZE``
              bytes each, with the sequence each producer was learnt at), at
-             most max bytes of them,
+             most max bytes of them; none (length 0) when the data are
+             record batches (format 2): a replica remembers their producers
+             from the batches' own fields,
           9. data length i32, 10. data: the leader's log from the request's
              log end, appended bytes whether flushed or not, whole messages
              and possibly a partial last one; sent with ``os.sendfile``

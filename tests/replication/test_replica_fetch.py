@@ -21,6 +21,7 @@ from raylog.storage.decoding import decode_messages
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import encode_message_set
 from raylog.storage.producer_state import parse_records
+from raylog.storage.record_batch import encode_batch
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.requests import ReplicaFetchRequest, decode_request, encode_replica_fetch
 from raylog.transfer.server import DataServer
@@ -128,3 +129,21 @@ def test_a_replica_fetch_frame_decodes_and_a_flushed_end_past_the_log_end_is_mal
         decode_request(memoryview(bad), 0, len(bad) - 4)
     with pytest.raises(ProtocolError, match="REPLICA_FETCH"):
         decode_request(memoryview(frame[:-3]), 0, len(frame) - 7)
+
+
+def test_record_batches_come_without_sets_and_the_replica_remembers_their_producers_from_them(served, tmp_path):
+    # Format 2 carries each batch's producer id and sequence: the leader answers no sets (nor takes its
+    # writer's lock for them), and a replica that takes over still answers a retry with the first store.
+    log, _leader, conn = served
+    batches = [encode_batch([b"r%d" % i], timestamp_ms=1, producer_id=PID, producer_epoch=0, base_sequence=i)
+               for i in range(3)]
+    bases = [log.append(batch) for batch in batches]
+    reply = conn.replica_fetch("t", 0, "disk-b", EPOCH, 0, 0, 1 << 20)
+    assert reply.sets == b"" and len(reply.data) == log.log_end_offset
+    replica = PartitionLog(tmp_path / "replica", TopicConfig(flush_messages=10**9, flush_ms=10**9))
+    try:
+        replica.append_replica(bytes(reply.data), 0)
+        assert replica.append(batches[1]) == bases[1]  # a retry: the first store's offset, nothing appended
+        assert replica.log_end_offset == log.log_end_offset
+    finally:
+        replica.close()
