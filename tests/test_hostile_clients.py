@@ -8,8 +8,9 @@ the same locks.
 
 The attack list (door: what a stranger tries → what it gets):
 
-* data channel: no AUTH (LOCATE, which names segment files, and REPLICA_FETCH included), plaintext AUTH, a 4 GiB frame before AUTH, replayed
-  proofs, 300 idle strangers, a HELLO every few seconds to stay past the
+* data channel: no AUTH (LOCATE, which names segment files, and a
+  follower's REPLICA_FETCH included), plaintext AUTH, a 4 GiB frame before
+  AUTH, replayed proofs, 300 idle strangers, a HELLO every few seconds to stay past the
   authentication deadline → refused, shed or closed; nothing allocated of a
   claimed size.
 * Kafka listener: idle connections that never authenticate, large frames

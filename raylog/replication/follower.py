@@ -66,6 +66,7 @@ import time
 from raylog.config import LEADER_START_GRACE_MS
 from raylog.errors import OffsetOutOfRangeError, RaylogError, UnknownTopicError
 from raylog.replication.follower_reads import ServedWatermark
+from raylog.replication.leader import replica_sets_bytes
 from raylog.replication.liveness import clear_dead_leader
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
@@ -319,7 +320,7 @@ class Follower:
                 if length:
                     records = parse_records(reply.sets)
                     length, sequences = replicable(offset, length, records,
-                                                   full=len(reply.sets) + RECORD_SIZE > max_bytes)
+                                                   full=len(reply.sets) + RECORD_SIZE > replica_sets_bytes(max_bytes))
                     self.log.append_replica(bytes(reply.data[:length]), offset, sequences,
                                             spanning(offset, length, records))
                     self.log.flush()

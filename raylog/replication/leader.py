@@ -57,6 +57,7 @@ from raylog.errors import NotEnoughReplicasError, NotOwnerError, OffsetOutOfRang
 from raylog.replication.state import compare_and_set, read_state
 from raylog.storage.log_reads import FileSlice
 from raylog.storage.record_batch import format_at
+from raylog.transfer.protocol import REPLICA_FETCH_SETS_MAX_BYTES
 from raylog.transfer.replica_source import ReplicaRead
 
 #: bytes that tell a message's format from a record batch's (raylog.storage.record_batch.format_at)
@@ -329,7 +330,7 @@ class Leader:
         chunk = self.log.read_unflushed(offset, max_bytes)
         sets = b""
         if chunk.length and not _record_batches(chunk):
-            sets = self.log.producer_records(offset, max_bytes, learnt=True)
+            sets = self.log.producer_records(offset, replica_sets_bytes(max_bytes), learnt=True)
         return ReplicaRead(chunk, sets, self._committed, self.log.log_start_offset, self._state.leader_epoch)
 
     def wait_for_end(self, offset: int, timeout_s: float) -> bool:
@@ -459,6 +460,12 @@ class Leader:
                     )
                 self._cond.wait(min(left, 0.1))
                 self._advance()
+
+
+def replica_sets_bytes(max_bytes: int) -> int:
+    """The most bytes of producers' sets a replica fetch of ``max_bytes``
+    is answered with (:data:`~raylog.transfer.protocol.REPLICA_FETCH_SETS_MAX_BYTES`)."""
+    return min(max_bytes, REPLICA_FETCH_SETS_MAX_BYTES)
 
 
 def _record_batches(chunk) -> bool:

@@ -257,7 +257,11 @@ REPLICA_FETCH
              after the request's log end, as records of the producer-state
              journal (:mod:`raylog.storage.producer_state`, ``RECORD_SIZE``
              bytes each, with the sequence each producer was learnt at), at
-             most max bytes of them; none (length 0) when the data are
+             most the request's max bytes or
+             :data:`REPLICA_FETCH_SETS_MAX_BYTES`, the smaller, of them (so
+             that data of max bytes fits the frame beside them; when they
+             are cut short the follower keeps the bytes the sets it got
+             describe, and asks again from there); none (length 0) when the data are
              record batches (format 2): a replica remembers their producers
              from the batches' own fields,
           9. data length i32, 10. data: the leader's log from the request's
@@ -435,6 +439,9 @@ LOCATE_REPLY_FIELDS = struct.Struct(">qqbqqiQQ")
 #: REPLICA_FETCH: high watermark, log start offset, leader epoch, sets length (then the sets,
 #: then REPLICA_FETCH_DATA_LENGTH and the data)
 REPLICA_FETCH_REPLY_FIELDS = struct.Struct(">qqii")
+#: the most bytes of producers' sets a REPLICA_FETCH reply carries (within the
+#: FRAME_OVERHEAD_BYTES of a frame beside the data)
+REPLICA_FETCH_SETS_MAX_BYTES = 32 * KiB
 #: REPLICA_FETCH: data length, after the sets
 REPLICA_FETCH_DATA_LENGTH = struct.Struct(">i")
 LOCATED_BATCHES = 0

@@ -112,7 +112,8 @@ class DataServer:
     :data:`~raylog.transfer.protocol.FRAME_OVERHEAD_BYTES` when that is
     raised. ``resolve_replica(topic, partition)`` returns the partition's
     leader (a :class:`~raylog.transfer.replica_source.ReplicaSource`) that
-    answers its followers' REPLICA_FETCH, or ``None`` (NotOwnerError). ``socket_buffer_bytes`` sets SO_SNDBUF/SO_RCVBUF of accepted
+    answers its followers' REPLICA_FETCH, or ``None`` (NotOwnerError).
+    ``socket_buffer_bytes`` sets SO_SNDBUF/SO_RCVBUF of accepted
     connections (``None`` leaves the kernel's auto-tuning on).
     """
 

@@ -28,7 +28,8 @@ from raylog.replication.state import create_state
 from raylog.storage.decoding import decode_messages
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import encode_message_set
-from raylog.storage.producer_state import parse_records
+from raylog.storage.producer_state import RECORD_SIZE, parse_records
+from raylog.transfer.protocol import REPLICA_FETCH_SETS_MAX_BYTES
 from raylog.transfer.server import DataServer
 from raylog.zk.registry import Registry
 
@@ -168,3 +169,41 @@ def test_a_follower_replicates_the_producers_sets_with_where_each_producer_was_l
         follower_log.close()
         leader_log.close()
     assert stored[-1] < follower_log.log_end_offset
+
+
+def test_a_follower_catches_up_when_the_producers_sets_fill_more_than_a_reply_holds(
+        zk, registry, make_zk, tmp_path):
+    # Format-1 sets of 1,100 producers: their records (32 bytes each) are more than one replica fetch
+    # reply carries beside its data (REPLICA_FETCH_SETS_MAX_BYTES); the follower keeps the bytes the
+    # sets it got describe and asks again from there, so it neither stalls nor loses a sequence.
+    config = LEADER_CONFIG.replace(max_producer_ids=5000)
+    registry.create_topic("many", config)
+    create_state(zk, registry.paths, "many", 0, ["disk-a", "disk-b"])
+    leader_zk = make_zk()
+    leader_registry = Registry(leader_zk, registry.cluster)
+    leader_log = PartitionLog(tmp_path / "a", config)
+    follower_log = PartitionLog(tmp_path / "b", config)
+    role = ReplicaRole(leader_zk, leader_registry, "many", 0, "disk-a", leader_log, TOKEN)
+    producers = 1100
+    assert producers * RECORD_SIZE > REPLICA_FETCH_SETS_MAX_BYTES
+    for pid in range(1000, 1000 + producers):
+        data = encode_message_set([b"p%d" % pid], timestamp_ms=1)
+        leader_log.append_sequenced(data, pid, 0, 0, [len(data)], name="many-0")
+    leader_log.flush()
+    server = DataServer(lambda topic, partition: role.resolve(topic), token=TOKEN,
+                        resolve_replica=lambda topic, partition: role.resolve_replica(topic))
+    host, port = server.start()
+    leader_registry.register_endpoint("many", 0, host, port, "leader", 0)
+    role.register(host, port, "leader")
+    follower = Follower(registry, "many", 0, "disk-b", follower_log, TOKEN)
+    follower.start()
+    try:
+        _wait(lambda: follower_log.log_end_offset == leader_log.log_end_offset, "the follower catches up")
+        assert follower_log.producer_records(0, 1 << 20) == leader_log.producer_records(0, 1 << 20)
+        assert values(follower_log) == values(leader_log)
+    finally:
+        follower.stop()
+        server.stop()
+        role.stop()
+        follower_log.close()
+        leader_log.close()
