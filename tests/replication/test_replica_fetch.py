@@ -4,8 +4,8 @@ explicitly by the leader's handler; a consumer's read changes nothing; no
 special topic name reaches the replication state.
 
 Real pieces: a partition log on disk, the leader's logic over it (without
-ZooKeeper: the ISR stays as given), a real data server and real
-connections on 127.0.0.1."""
+ZooKeeper, the ISR staying as given; or the replica's role with a real
+ZooKeeper), a real data server and real connections on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 from raylog.config import TopicConfig
 from raylog.errors import NotOwnerError, ProtocolError
 from raylog.replication.leader import ClientView, Leader
-from raylog.replication.state import PartitionState
+from raylog.replication.replica import ReplicaRole
+from raylog.replication.state import PartitionState, create_state
 from raylog.storage.decoding import decode_messages
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import encode_message_set
@@ -78,16 +79,31 @@ def test_the_followers_requests_move_the_committed_offset_and_the_reply_carries_
     assert conn.offsets("t", 0) == (0, end)  # consumers see the committed offset
 
 
-def test_a_consumer_read_or_an_old_special_topic_name_records_no_progress(served):
-    log, leader, conn = served
-    _put(log, [b"x" * 50], 0)
-    log.flush()
-    end = log.log_end_offset
-    for name in ("__replica__/disk-b/t", "__producers-learnt__/disk-b/t", "__producers__/disk-b/t"):
-        with pytest.raises(NotOwnerError):
-            conn.fetch(name, 0, end, 1 << 20)
-    assert conn.fetch("t", 0, 0, 1 << 20).data == b""  # nothing committed yet: nothing handed out
-    assert leader.follower_ends() == {"disk-b": None, "disk-c": None} and leader.committed == 0
+def test_a_consumer_read_or_an_old_special_topic_name_records_no_progress(zk, registry, tmp_path):
+    # What the partition actor's data server serves, through the replica's role (real ZooKeeper): the
+    # names followers once fetched under are unknown topics, and reading them tells the leader nothing.
+    registry.create_topic("t", TopicConfig(replication_factor=3, min_insync_replicas=2))
+    create_state(zk, registry.paths, "t", 0, list(REPLICAS))
+    log = PartitionLog(tmp_path / "t-0", TopicConfig(replication_factor=3, min_insync_replicas=2))
+    role = ReplicaRole(zk, registry, "t", 0, "disk-a", log, TOKEN)
+    server = DataServer(lambda topic, partition: role.resolve(topic) if partition == 0 else None, token=TOKEN,
+                        resolve_replica=lambda topic, partition: role.resolve_replica(topic))
+    host, port = server.start()
+    conn = BrokerConnection(host, port, token=TOKEN)
+    try:
+        _put(log, [b"x" * 50], 0)
+        log.flush()
+        end = log.log_end_offset
+        for name in ("__replica__/disk-b/t", "__producers-learnt__/disk-b/t", "__producers__/disk-b/t"):
+            with pytest.raises(NotOwnerError):
+                conn.fetch(name, 0, end, 1 << 20)
+        assert conn.fetch("t", 0, 0, 1 << 20).data == b""  # nothing committed yet: nothing handed out
+        assert role.leader.follower_ends() == {"disk-b": None, "disk-c": None} and role.leader.committed == 0
+    finally:
+        conn.close()
+        server.stop()
+        role.stop()
+        log.close()
 
 
 def test_a_wrong_epoch_or_a_stranger_replica_is_refused_and_changes_nothing(served):
