@@ -533,46 +533,6 @@ class BrokerConnection:
         channel.send(frame)
         return self._read_fetch(correlation_id, offset)
 
-    def fetch_pair(
-        self, topic: str, then_topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int
-    ) -> tuple[FetchResult, FetchResult | RaylogError]:
-        """A FETCH of ``topic`` (with the long poll ``max_wait_ms``) and a
-        FETCH of ``then_topic`` at the same ``offset`` without a wait, sent
-        in one write: one round trip for both. The server handles a
-        connection's frames in order, so the second is read after the
-        first's reply was (what it holds is at least as recent).
-
-        Returns both results; the second is the typed error its reply
-        carried, if it did (the connection stays usable). An error reply to
-        the first raises, after the second reply was read. (A follower
-        fetching its leader's bytes and the producers' sets they hold,
-        :mod:`raylog.replication.follower`.)"""
-        channel = self._channel
-        self._before_request()
-        first_id = self._next_correlation()
-        second_id = self._next_correlation()
-        channel.expect_wait(max_wait_ms)
-        channel.send(
-            encode_fetch(first_id, self._topic(topic).encoded_topic, partition, offset, max_bytes, max_wait_ms)
-            + encode_fetch(second_id, self._topic(then_topic).encoded_topic, partition, offset, max_bytes, 0)
-        )
-        try:
-            first = self._read_fetch(first_id, offset)
-        except RaylogError:
-            if channel.sock is not None:  # the first's own error: the second's reply is still to come
-                try:
-                    self._read_fetch(second_id, offset)
-                except RaylogError:
-                    pass
-            raise
-        try:
-            second = self._read_fetch(second_id, offset)
-        except RaylogError as err:
-            if channel.sock is None:  # the connection itself failed
-                raise
-            return first, err
-        return first, second
-
     def replica_fetch(
         self, topic: str, partition: int, replica: str, leader_epoch: int, log_end: int, flushed: int,
         max_bytes: int, max_wait_ms: int = 0,
