@@ -127,7 +127,8 @@ def main(argv=None) -> int:
     if not args.keep_events:
         shutil.rmtree(events, ignore_errors=True)
     commits = len(steps.get("= producer send -> ack (one commit)", []))
-    print(f"{commits} commits; {row['msg_per_s']:,} msg/s; load average {os.getloadavg()[0]:.2f}" + (f"; events in {events}" if args.keep_events else ""))
+    kept = f"; events in {events}" if args.keep_events else ""
+    print(f"{commits} commits; {row['msg_per_s']:,} msg/s; load average {os.getloadavg()[0]:.2f}{kept}")
     for name in sorted(steps):
         v = sorted(steps[name])
         print(f"{name:<72} median {statistics.median(v):6.2f} ms  mean {statistics.mean(v):6.2f}"
