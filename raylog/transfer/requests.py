@@ -328,17 +328,18 @@ def _malformed(api_key: int, correlation_id: int, what: str) -> ProtocolError:
     return ProtocolError(f"malformed {name} frame: {what}", correlation_id=correlation_id)
 
 
-def _topic(buf, pos: int, end: int, api_key: int, correlation_id: int) -> tuple[str, int]:
+def _topic(buf, pos: int, end: int, api_key: int, correlation_id: int, what: str = "topic") -> tuple[str, int]:
+    """The string (a topic, or ``what``) at ``pos`` and where the frame goes on."""
     if end - pos < STRING_LENGTH.size:
-        raise _malformed(api_key, correlation_id, "truncated before the topic length")
+        raise _malformed(api_key, correlation_id, f"truncated before the {what} length")
     (length,) = STRING_LENGTH.unpack_from(buf, pos)
     pos += STRING_LENGTH.size
     if end - pos < length:
-        raise _malformed(api_key, correlation_id, f"topic length {length} runs past the frame")
+        raise _malformed(api_key, correlation_id, f"{what} length {length} runs past the frame")
     try:
         topic = str(buf[pos : pos + length], "utf-8")
     except UnicodeDecodeError:
-        raise _malformed(api_key, correlation_id, "topic is not UTF-8") from None
+        raise _malformed(api_key, correlation_id, f"{what} is not UTF-8") from None
     return topic, pos + length
 
 
@@ -491,7 +492,8 @@ def _decode_replica_fetch(buf, pos: int, end: int, correlation_id: int) -> Repli
     if end - pos < REPLICA_FETCH_PARTITION.size:
         raise _malformed(API_REPLICA_FETCH, correlation_id, "truncated before the partition")
     (partition,) = REPLICA_FETCH_PARTITION.unpack_from(buf, pos)
-    replica, pos = _topic(buf, pos + REPLICA_FETCH_PARTITION.size, end, API_REPLICA_FETCH, correlation_id)
+    replica, pos = _topic(buf, pos + REPLICA_FETCH_PARTITION.size, end, API_REPLICA_FETCH, correlation_id,
+                          "replica id")
     if end - pos != REPLICA_FETCH_FIELDS.size:
         what = f"{end - pos} bytes after the replica id, expected {REPLICA_FETCH_FIELDS.size}"
         raise _malformed(API_REPLICA_FETCH, correlation_id, what)

@@ -163,3 +163,11 @@ def test_record_batches_come_without_sets_and_the_replica_remembers_their_produc
         assert replica.log_end_offset == log.log_end_offset
     finally:
         replica.close()
+
+
+def test_a_replica_id_cut_short_is_named_in_the_error():
+    frame = bytearray(encode_replica_fetch(8, "t", 0, "disk-b", 4, 100, 90, 1 << 20, 500))
+    at = 4 + 8 + 2 + 1 + 4  # size, header, topic length and "t", partition: the replica id's length
+    frame[at:at + 2] = (200).to_bytes(2, "big")
+    with pytest.raises(ProtocolError, match="replica id length 200 runs past the frame"):
+        decode_request(memoryview(frame), 0, len(frame) - 4)
