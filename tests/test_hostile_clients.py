@@ -8,8 +8,9 @@ the same locks.
 
 The attack list (door: what a stranger tries → what it gets):
 
-* data channel: no AUTH (LOCATE, which names segment files, included), plaintext AUTH, a 4 GiB frame before AUTH, replayed
-  proofs, 300 idle strangers, a HELLO every few seconds to stay past the
+* data channel: no AUTH (LOCATE, which names segment files, and a
+  follower's REPLICA_FETCH included), plaintext AUTH, a 4 GiB frame before
+  AUTH, replayed proofs, 300 idle strangers, a HELLO every few seconds to stay past the
   authentication deadline → refused, shed or closed; nothing allocated of a
   claimed size.
 * Kafka listener: idle connections that never authenticate, large frames
@@ -165,6 +166,18 @@ def test_data_channel_a_locate_without_auth_is_refused_and_names_no_file(raylog_
         assert code == AuthenticationError.code
         body = sock.recv(size - p.REPLY_HEADER_BODY, socket.MSG_WAITALL)
         assert b".log" not in body and str(raylog_client.data_dir).encode() not in body
+        assert _closed(sock)
+    assert _intact(raylog_client, topic) == [b"accepted before"]
+
+
+def test_data_channel_a_replica_fetch_without_auth_is_refused_and_records_nothing(raylog_client, data_port):
+    """REPLICA_FETCH (a follower's request: it moves a leader's committed
+    offset) from a stranger: refused before anything is decoded past the
+    frame, and closed; the accepted data is intact."""
+    topic, address = data_port
+    with socket.create_connection(address, timeout=10) as sock:
+        sock.sendall(req.encode_replica_fetch(7, topic, 0, "disk-x", 0, 1 << 40, 1 << 40, 1 << 20, 1000))
+        assert _reply(sock) == (7, AuthenticationError.code)
         assert _closed(sock)
     assert _intact(raylog_client, topic) == [b"accepted before"]
 

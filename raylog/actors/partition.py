@@ -178,6 +178,7 @@ class PartitionActor:
             port=0,
             token=self._token,
             max_frame_bytes=self.config.max_message_bytes + FRAME_OVERHEAD_BYTES,
+            resolve_replica=self._resolve_replica,
         )
         self.host, self.port = self.server.start()
         self.log.node = self.replica or self.host  # named in a DiskFullError (a full disk: see PartitionLog)
@@ -238,6 +239,9 @@ class PartitionActor:
         metrics = getattr(self, "_metrics", None)  # none yet while the log opens
         if metrics is not None:
             metrics.observe_flush(seconds)
+        role = getattr(self, "role", None)
+        if role is not None:
+            role.on_flush()  # a leader's committed offset may move now
 
     def _disk_error(self, err: BaseException) -> None:
         """Any disk error of the log (append, fsync, roll, retention): end the
@@ -256,6 +260,12 @@ class PartitionActor:
         if self.replica is not None:  # replicated: the role decides (nothing before it is known)
             return None if self.role is None else self.role.resolve(topic)
         return self.log if topic == self.topic else None
+
+    def _resolve_replica(self, topic: str, partition: int):
+        """The leader that answers its followers' REPLICA_FETCH here, or None."""
+        if partition != self.partition or self._closed.is_set() or self.role is None:
+            return None
+        return self.role.resolve_replica(topic)
 
     # -- registration --------------------------------------------------------
 

@@ -2,20 +2,17 @@
 data channel and append them at the same byte offsets.
 
 One thread per follower replica actor. It finds the leader's endpoint in the
-registry, fetches from its own log end under the name
-:func:`~raylog.replication.leader.replica_topic` (a long poll; the leader
-sends with ``os.sendfile``), keeps the whole messages of the reply, appends
-them with :meth:`PartitionLog.append_replica` at the offset they have on the
-leader, and flushes before the next fetch, so that the offset it asks for
-next (which tells the leader how far it reaches) is on its disk. With the
-bytes go the idempotent producers' sets they hold, fetched from the leader
-under the name ``replica_topic(topic, node, PRODUCERS_LEARNT_PREFIX)`` (with
-where the leader learnt each producer; a leader of an older version knows
-only ``PRODUCERS_PREFIX``, asked then) in the same round trip: both
-FETCHes leave in one write and the leader answers them in order, so the
-sets are read after the bytes and cover every set the bytes hold
-(:meth:`~raylog.transfer.connection.BrokerConnection.fetch_pair`). They are
-appended with the bytes (:meth:`raylog.storage.log.PartitionLog.append_replica`), so
+registry and sends REPLICA_FETCH requests (:mod:`raylog.transfer.protocol`)
+with its replica id, the leader epoch of its data, its log end and its
+flushed end: that is how the leader learns how far it reaches
+(:meth:`~raylog.replication.leader.Leader.record_progress`). The answer (a
+long poll; the leader sends with ``os.sendfile``) holds the leader's bytes
+from the log end, flushed or not, and the idempotent producers' sets they
+hold, with where the leader learnt each producer: the follower keeps the
+whole messages, appends them with :meth:`PartitionLog.append_replica` at the
+offset they have on the leader together with the sets, flushes, and at once
+asks again, so that its new flushed end reaches the leader right after its
+sync (the next request says it). The sets are appended with the bytes so
 that a follower that takes over deduplicates a retry as its leader would.
 A set larger than one fetch is appended in parts and remembered with the
 fetch that completes it (:func:`replicable`), so it loses no sequence;
@@ -67,9 +64,9 @@ import threading
 import time
 
 from raylog.config import LEADER_START_GRACE_MS
-from raylog.errors import NotOwnerError, OffsetOutOfRangeError, RaylogError, UnknownTopicError
+from raylog.errors import OffsetOutOfRangeError, RaylogError, UnknownTopicError
 from raylog.replication.follower_reads import ServedWatermark
-from raylog.replication.leader import PRODUCERS_LEARNT_PREFIX, PRODUCERS_PREFIX, replica_topic
+from raylog.replication.leader import replica_sets_bytes
 from raylog.replication.liveness import clear_dead_leader
 from raylog.replication.state import read_state, take_over
 from raylog.retry import RetryPolicy
@@ -304,8 +301,6 @@ class Follower:
 
     def _fetch_from(self, endpoint: dict, backoff) -> None:
         max_bytes = self.log.config.max_message_bytes
-        name = replica_topic(self.topic, self.node)
-        producers = replica_topic(self.topic, self.node, PRODUCERS_LEARNT_PREFIX)
         with BrokerConnection(
             endpoint["host"], endpoint["port"], token=self._token, timeout_s=FETCH_TIMEOUT_S,
             connect_timeout_s=CONNECT_TIMEOUT_S, max_frame_bytes=max_bytes + FRAME_OVERHEAD_BYTES,
@@ -314,24 +309,18 @@ class Follower:
             while not self._stopped.is_set():
                 offset = self.log.log_end_offset
                 try:
-                    # the bytes, then (in the same round trip) the producers' sets they hold
-                    reply, sets = conn.fetch_pair(name, producers, self.partition, offset, max_bytes,
-                                                  FETCH_WAIT_MS)
+                    # (this replica flushes before it asks: its log end is its flushed end)
+                    reply = conn.replica_fetch(self.topic, self.partition, self.node, self.epoch, offset,
+                                               min(offset, self.log.high_watermark), max_bytes, FETCH_WAIT_MS)
                 except OffsetOutOfRangeError as err:
                     if not start_over_if_behind(self.log, offset, err, f"{self.node} of {self.topic}-{self.partition}"):
                         raise
                     continue
                 length = whole_messages(reply.data)
                 if length:
-                    if isinstance(sets, NotOwnerError) and not producers.startswith(PRODUCERS_PREFIX):
-                        # a leader of an older version: the sets only, under the older name
-                        producers = replica_topic(self.topic, self.node, PRODUCERS_PREFIX)
-                        sets = conn.fetch(producers, self.partition, offset, max_bytes, max_wait_ms=0)
-                    if isinstance(sets, RaylogError):
-                        raise sets
-                    records = parse_records(sets.data)
+                    records = parse_records(reply.sets)
                     length, sequences = replicable(offset, length, records,
-                                                   full=len(sets.data) + RECORD_SIZE > max_bytes)
+                                                   full=len(reply.sets) + RECORD_SIZE > replica_sets_bytes(max_bytes))
                     self.log.append_replica(bytes(reply.data[:length]), offset, sequences,
                                             spanning(offset, length, records))
                     self.log.flush()

@@ -4,7 +4,7 @@ follower's log as bounded readers (Spark, Ray Data) see it.
 A follower serves FETCH, OFFSETS and OFFSETS_FOR_TIME of its partition up to
 its **served high watermark**: the smaller of the high watermark it learned
 from the leader (every reply to its replication fetches carries the
-leader's committed offset, see :class:`~raylog.replication.leader.ReplicaView`)
+leader's committed offset, see :meth:`~raylog.replication.leader.Leader.replica_read`)
 and its own flushed end. It never serves its own log end beyond that, so it
 never hands out bytes a leader change could truncate: everything below the
 leader's committed offset is on every in-sync replica, the next leader is

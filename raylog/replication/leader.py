@@ -8,13 +8,18 @@ serves.
   flush (what ``acks="all"`` calls) returns once every ISR member has the
   appended bytes, or raises the retriable :class:`NotEnoughReplicasError`
   while the ISR is smaller than ``min_insync_replicas``.
-- A follower fetches through :class:`ReplicaView` under the topic name
-  :func:`replica_topic` (the existing fetch request): it reads the leader's
-  appended bytes, flushed or not (its long poll is answered as soon as an
-  append arrives, so the follower syncs while the leader does; the
-  committed offset still needs the leader's own flush), and the offset it asks for
-  tells the leader how far its log reaches (as in Kafka, a fetch at offset
-  ``o`` says the follower has everything below ``o``).
+- A follower fetches with a REPLICA_FETCH of its own
+  (:mod:`raylog.transfer.protocol`); the data server's handler calls
+  :meth:`Leader.record_progress` with what the request says (the follower's
+  log end and flushed end: as in Kafka, a fetch at ``o`` says the follower
+  has everything below ``o``), which updates the committed offset, wakes
+  whoever waits for it, and brings a caught-up follower back into the ISR
+  at once; then :meth:`Leader.replica_read` answers the leader's appended
+  bytes, flushed or not (the long poll, :meth:`Leader.wait_for_end`, ends as
+  soon as an append arrives, so the follower syncs while the leader does;
+  the committed offset still needs the leader's own flush) with the
+  idempotent producers' sets they hold. The leader is the data server's
+  :class:`~raylog.transfer.replica_source.ReplicaSource`.
 
 ISR: a follower whose fetches have not reached the leader's flushed end for
 ``replica_lag_ms`` leaves the ISR; one that reaches the committed offset
@@ -34,13 +39,15 @@ is **deposed**: it refuses everything and calls ``on_deposed`` (the
 partition actor then ends its process; Ray starts it again as a follower,
 which truncates to the new leader's epoch boundary).
 
-Thread-safety: :class:`Leader` guards its fields with one condition; the
-views keep no state of their own.
+Thread-safety: :class:`Leader` guards its fields with one condition (and
+its ISR review with a lock of its own); :class:`ClientView` keeps no state
+of its own.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -48,36 +55,20 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpir
 
 from raylog.errors import NotEnoughReplicasError, NotOwnerError, OffsetOutOfRangeError
 from raylog.replication.state import compare_and_set, read_state
-from raylog.storage.base import BytesSlice
+from raylog.storage.log_reads import FileSlice
+from raylog.storage.record_batch import format_at
+from raylog.transfer.protocol import REPLICA_FETCH_SETS_MAX_BYTES
+from raylog.transfer.replica_source import ReplicaRead
+
+#: bytes that tell a message's format from a record batch's (raylog.storage.record_batch.format_at)
+_FORMAT_BYTES = 17
 
 log = logging.getLogger(__name__)
 
-#: the prefix of the topic name a follower fetches under
-REPLICA_PREFIX = "__replica__/"
-#: the prefix of the name a follower fetches the producers' sets under
-PRODUCERS_PREFIX = "__producers__/"
-#: the same with the sequence each producer was learnt at (records without
-#: sets, raylog.storage.producer_state), which followers of older versions
-#: cannot read: they ask under PRODUCERS_PREFIX and get sets only
-PRODUCERS_LEARNT_PREFIX = "__producers-learnt__/"
 #: how often the leader reads its ``state`` node again (replicas added or removed)
 REFRESH_INTERVAL_S = 1.0
 #: how long a follower that another writer took out of the ISR stays out when it does not restart
 PARKED_HOLD_S = 600.0
-
-
-def replica_topic(topic: str, node: str, prefix: str = REPLICA_PREFIX) -> str:
-    """The name a follower on ``node`` fetches ``topic`` under (its bytes;
-    with ``prefix=PRODUCERS_PREFIX``, the idempotent producers' sets)."""
-    return f"{prefix}{node}/{topic}"
-
-
-def parse_replica_topic(name: str, prefix: str = REPLICA_PREFIX) -> tuple[str, str] | None:
-    """``(node, topic)`` of a follower's fetch name, else None."""
-    if not name.startswith(prefix):
-        return None
-    node, _, topic = name[len(prefix):].partition("/")
-    return (node, topic) if topic else None
 
 
 class Leader:
@@ -90,10 +81,12 @@ class Leader:
         self.config = partition_log.config
         self._state, self._version = state, version
         self._cond = threading.Condition()
+        #: one ISR review at a time (the timer's, or a replica fetch's that brings a follower back)
+        self._reviewing = threading.Lock()
         now = time.monotonic()
-        #: follower -> (log end it asked for last, when it was last caught up,
+        #: follower -> (flushed end it reported last, when it was last caught up,
         #: the leader's flushed end at its previous fetch); caught up (Kafka's
-        #: rule) is a fetch at or past the flushed end of the fetch before
+        #: rule) is a fetch from at or past the flushed end of the fetch before
         self._progress = {n: (None, now, 0) for n in state.replicas if n != node}
         self._next_refresh = now + REFRESH_INTERVAL_S
         # Starting (restarted on its node, or promoted) the leader does not
@@ -285,19 +278,75 @@ class Leader:
             self._committed = committed
             self._cond.notify_all()
 
-    def on_fetch(self, follower: str, offset: int) -> None:
-        """A follower asked for ``offset``: it holds everything below it."""
+    # -- the followers' replica fetches (raylog.transfer.replica_source.ReplicaSource) ------
+
+    def record_progress(self, replica: str, leader_epoch: int, log_end: int, flushed: int) -> None:
+        """A follower's REPLICA_FETCH says that ``replica`` holds the log up
+        to ``log_end``, synced up to ``flushed``: the committed offset moves
+        (``acks="all"`` counts synced bytes), waiters wake, and a follower
+        outside the ISR that caught up rejoins it now (a compare-and-set on
+        the ``state`` node, here on the fetch's thread) rather than at the
+        next review. Raises :class:`NotOwnerError` for a replica that is not
+        one of this partition's, another leader epoch, or a deposed leader."""
+        if self.deposed:
+            raise NotOwnerError(f"replica {self.node} of {self.topic}-{self.partition} no longer leads; read the "
+                                f"partition's state again", topic=self.topic, partition=self.partition)
+        epoch = self._state.leader_epoch
+        if leader_epoch != epoch:
+            raise NotOwnerError(
+                f"replica {replica} fetches {self.topic}-{self.partition} in leader epoch {leader_epoch}, this "
+                f"leader's is {epoch}; read the partition's state again (truncating to the epoch's boundary) and "
+                f"fetch again", topic=self.topic, partition=self.partition)
+        rejoins = False
         with self._cond:
-            if follower not in self._progress:
-                return
-            _, caught_up_at, previous = self._progress[follower]
-            flushed = self.log.high_watermark
-            if offset >= min(previous, flushed):
+            previous = self._progress.get(replica)
+            if previous is None:
+                raise NotOwnerError(
+                    f"{replica!r} is not a follower of {self.topic}-{self.partition} (replicas "
+                    f"{', '.join(self._state.replicas)}); a replica that was reassigned away stops fetching",
+                    topic=self.topic, partition=self.partition)
+            _, caught_up_at, before = previous
+            leader_flushed = self.log.high_watermark
+            if log_end >= min(before, leader_flushed):
                 caught_up_at = time.monotonic()
-            self._progress[follower] = (offset, caught_up_at, flushed)
+            self._progress[replica] = (flushed, caught_up_at, leader_flushed)
             self._advance()
+            rejoins = (replica not in self._state.isr and replica not in self._parked
+                       and flushed >= self._committed)
+        if rejoins and self._reviewing.acquire(blocking=False):
+            try:
+                self._review()
+            finally:
+                self._reviewing.release()
+
+    def replica_read(self, replica: str, offset: int, max_bytes: int) -> ReplicaRead:
+        """The log from ``offset`` up to its end, flushed or not (the
+        follower's sync overlaps the leader's; the committed offset waits
+        for both), and the producers' sets those bytes hold (read after
+        them, so that they cover every set the bytes hold). Record batches
+        (format 2) carry their producers' fields themselves, which is what a
+        replica remembers them from: their answer has no sets (nor the
+        writer's lock taken to read them)."""
+        chunk = self.log.read_unflushed(offset, max_bytes)
+        sets = b""
+        if chunk.length and not _record_batches(chunk):
+            sets = self.log.producer_records(offset, replica_sets_bytes(max_bytes), learnt=True)
+        return ReplicaRead(chunk, sets, self._committed, self.log.log_start_offset, self._state.leader_epoch)
+
+    def wait_for_end(self, offset: int, timeout_s: float) -> bool:
+        """A follower's long poll: until an append passes ``offset``."""
+        return self.log.wait_for_end(offset, timeout_s)
+
+    def wait_for_commit(self, offset: int, timeout_s: float) -> bool:
+        """A consumer's long poll: until the committed offset passes
+        ``offset`` (or ``timeout_s``, or the log closes); whether it did."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._committed > offset or self.log.closed, max(0.0, timeout_s))
+            return self._committed > offset
 
     def on_flush(self) -> None:
+        """The leader's own flush advanced its log's high watermark: the
+        committed offset may move now (not only at the next fetch)."""
         with self._cond:
             self._advance()
 
@@ -307,6 +356,13 @@ class Leader:
         tries again); the leader refuses writes meanwhile (:meth:`check_leading`)."""
         if self.deposed or (self.zk is not None and not self.zk.connected):
             return  # nothing to write; and a call would wait for ZooKeeper on the timer thread
+        with self._reviewing:
+            self._review()
+
+    def _review(self) -> None:
+        """:meth:`maintain` with the review lock held."""
+        if self.deposed or (self.zk is not None and not self.zk.connected):
+            return
         try:
             self._maintain()
         except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as err:
@@ -406,15 +462,48 @@ class Leader:
                 self._advance()
 
 
+def replica_sets_bytes(max_bytes: int) -> int:
+    """The most bytes of producers' sets a replica fetch of ``max_bytes``
+    is answered with (:data:`~raylog.transfer.protocol.REPLICA_FETCH_SETS_MAX_BYTES`)."""
+    return min(max_bytes, REPLICA_FETCH_SETS_MAX_BYTES)
+
+
+def _record_batches(chunk) -> bool:
+    """Whether a slice of the log starts with a record batch (format 2; a
+    segment holds one format, and a read stays within one segment)."""
+    if isinstance(chunk, FileSlice):
+        head = os.pread(chunk.file.fileno(), _FORMAT_BYTES, chunk.position)
+    else:
+        head = chunk.tobytes()[:_FORMAT_BYTES]
+    return format_at(head) == 2
+
+
 class ClientView:
     """The leader's log as producers and consumers see it (see the module
-    docstring); every other call goes to the log."""
+    docstring): what the data server serves under the partition's topic
+    (a :class:`~raylog.storage.base.Log`)."""
 
     def __init__(self, leader: Leader):
         self._leader, self._log = leader, leader.log
 
-    def __getattr__(self, name):
-        return getattr(self._log, name)
+    @property
+    def config(self):
+        return self._log.config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    @property
+    def closed(self) -> bool:
+        return self._log.closed
+
+    def close(self) -> None:
+        self._log.close()
 
     @property
     def high_watermark(self) -> int:
@@ -463,62 +552,7 @@ class ClientView:
         return chunk._replace(length=max(0, min(chunk.length, committed - offset)))
 
     def wait_for_data(self, offset: int, timeout_s: float) -> bool:
-        leader = self._leader
-        with leader._cond:
-            leader._cond.wait_for(lambda: leader.committed > offset or self._log.closed, max(0.0, timeout_s))
-        return leader.committed > offset
+        return self._leader.wait_for_commit(offset, timeout_s)
 
     def offset_for_time(self, timestamp_ms: int) -> int:
         return min(self._log.offset_for_time(timestamp_ms), self._leader.committed)
-
-
-class ReplicaView:
-    """The leader's log as the follower on ``node`` fetches it."""
-
-    def __init__(self, leader: Leader, node: str):
-        self._leader, self._log, self._node = leader, leader.log, node
-
-    def __getattr__(self, name):
-        return getattr(self._log, name)
-
-    @property
-    def high_watermark(self) -> int:
-        return self._leader.committed
-
-    def read(self, offset: int, max_bytes: int):
-        """Up to the leader's log end, flushed or not: the follower's sync
-        overlaps the leader's (the committed offset still waits for both)."""
-        self._leader.on_fetch(self._node, offset)
-        return self._log.read_unflushed(offset, max_bytes)
-
-    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
-        """The follower's long poll ends as soon as an append passes ``offset``."""
-        return self._log.wait_for_end(offset, timeout_s)
-
-    def _refuse(self, *args, **kwargs):
-        raise NotOwnerError(f"replica fetch names accept no writes ({self._node})")
-
-    append = append_sequenced = _refuse
-
-
-class ProducersView(ReplicaView):
-    """The idempotent producers' sets as the follower on ``node`` fetches
-    them: a read at ``offset`` answers the sets the leader remembers at or
-    after it, as producer-state journal records (never a long poll: the
-    follower asks right after fetching the bytes they lie in)."""
-
-    #: whether the records say where each producer was learnt (PRODUCERS_LEARNT_PREFIX)
-    learnt = False
-
-    def read(self, offset: int, max_bytes: int) -> BytesSlice:
-        return BytesSlice(self._log.producer_records(offset, max_bytes, learnt=self.learnt), offset)
-
-    def wait_for_data(self, offset: int, timeout_s: float) -> bool:
-        return False
-
-
-class LearntProducersView(ProducersView):
-    """:class:`ProducersView` with the sequence each producer was learnt at
-    (fetched under :data:`PRODUCERS_LEARNT_PREFIX`)."""
-
-    learnt = True

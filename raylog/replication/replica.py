@@ -13,17 +13,7 @@ from raylog.errors import ConfigError
 from raylog.replication import handoff
 from raylog.replication.follower import Follower, write_epoch
 from raylog.replication.follower_reads import FollowerView
-from raylog.replication.leader import (
-    PRODUCERS_LEARNT_PREFIX,
-    PRODUCERS_PREFIX,
-    REPLICA_PREFIX,
-    ClientView,
-    Leader,
-    LearntProducersView,
-    ProducersView,
-    ReplicaView,
-    parse_replica_topic,
-)
+from raylog.replication.leader import ClientView, Leader
 from raylog.replication.state import read_state, register_replica
 
 #: how often the leader reviews its ISR
@@ -51,7 +41,6 @@ class ReplicaRole:
         self.log = partition_log
         self.is_leader = state.leader == node
         self.leader = self.follower = None
-        self._views: dict[str, object] = {}
         self._next_maintain = 0.0
         self._on_promoted = on_promoted
         self._on_deposed = on_deposed
@@ -69,7 +58,6 @@ class ReplicaRole:
     def _lead(self, state, version) -> None:
         leader = Leader(self.zk, self.paths, self.topic, self.partition, self.node, self.log, state, version,
                         on_deposed=self._on_deposed)
-        self._views = {}  # the followers' views of an earlier lead in this process report to that leader
         self._client_view = ClientView(leader)
         self.leader = leader
         self.is_leader = True
@@ -101,26 +89,26 @@ class ReplicaRole:
 
     def resolve(self, topic: str):
         """What the data server serves under ``topic`` (None: not here): a
-        follower serves readers up to the high watermark it learned
+        leader serves clients its committed log; a follower serves readers
+        up to the high watermark it learned
         (:mod:`raylog.replication.follower_reads`)."""
-        leader, views = self.leader, self._views  # (a handoff may change both meanwhile)
-        if leader is None:
-            if topic == self.topic and self.follower is not None:
-                return self._follower_view
+        if topic != self.topic:
             return None
-        if topic == self.topic:
+        if self.leader is not None:
             return self._client_view
-        for prefix, kind in ((REPLICA_PREFIX, ReplicaView), (PRODUCERS_PREFIX, ProducersView),
-                             (PRODUCERS_LEARNT_PREFIX, LearntProducersView)):
-            parsed = parse_replica_topic(topic, prefix)
-            if parsed is not None:
-                break
-        if parsed is None or parsed[1] != self.topic or parsed[0] not in leader.state.replicas:
-            return None
-        view = views.get(topic)
-        if view is None or view._leader is not leader:
-            view = views[topic] = kind(leader, parsed[0])
-        return view
+        return self._follower_view if self.follower is not None else None
+
+    def resolve_replica(self, topic: str):
+        """The leader that answers its followers' REPLICA_FETCH under
+        ``topic`` (None: this replica does not lead it)."""
+        leader = self.leader  # (a handoff may change it meanwhile)
+        return leader if leader is not None and topic == self.topic else None
+
+    def on_flush(self) -> None:
+        """The log's flush hook: a leader's committed offset may move now."""
+        leader = self.leader
+        if leader is not None:
+            leader.on_flush()
 
     def register(self, host: str, port: int, actor: str) -> None:
         register_replica(self.zk, self.paths, self.topic, self.partition, self.node,

@@ -84,6 +84,8 @@ from raylog.transfer.protocol import (
     OFFSETS_REPLY_FIELDS,
     STRING_LENGTH,
     REPLY_HEADER_BODY,
+    REPLICA_FETCH_DATA_LENGTH,
+    REPLICA_FETCH_REPLY_FIELDS,
 )
 from raylog.transfer.requests import (
     ProduceHeader,
@@ -94,6 +96,7 @@ from raylog.transfer.requests import (
     encode_locate,
     encode_offsets,
     encode_offsets_for_time,
+    encode_replica_fetch,
 )
 from raylog.transfer.socket_io import FrameChannel, set_timeout
 
@@ -134,6 +137,20 @@ class FetchResult(NamedTuple):
     data: bytearray
     high_watermark: int
     log_start_offset: int
+
+
+class ReplicaFetched(NamedTuple):
+    """A REPLICA_FETCH reply (:mod:`raylog.transfer.protocol`): ``data`` is
+    the leader's log from ``offset`` on (whole messages, possibly a partial
+    last one), ``sets`` the producers' sets it holds (producer-state journal
+    records), then the leader's committed offset, log start and epoch."""
+
+    offset: int
+    data: memoryview
+    sets: memoryview
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
 
 
 class Located(NamedTuple):
@@ -516,45 +533,36 @@ class BrokerConnection:
         channel.send(frame)
         return self._read_fetch(correlation_id, offset)
 
-    def fetch_pair(
-        self, topic: str, then_topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int
-    ) -> tuple[FetchResult, FetchResult | RaylogError]:
-        """A FETCH of ``topic`` (with the long poll ``max_wait_ms``) and a
-        FETCH of ``then_topic`` at the same ``offset`` without a wait, sent
-        in one write: one round trip for both. The server handles a
-        connection's frames in order, so the second is read after the
-        first's reply was (what it holds is at least as recent).
-
-        Returns both results; the second is the typed error its reply
-        carried, if it did (the connection stays usable). An error reply to
-        the first raises, after the second reply was read. (A follower
-        fetching its leader's bytes and the producers' sets they hold,
-        :mod:`raylog.replication.follower`.)"""
+    def replica_fetch(
+        self, topic: str, partition: int, replica: str, leader_epoch: int, log_end: int, flushed: int,
+        max_bytes: int, max_wait_ms: int = 0,
+    ) -> ReplicaFetched:
+        """A follower's REPLICA_FETCH: tell the leader that ``replica`` holds
+        its log up to ``log_end`` (synced up to ``flushed``) in
+        ``leader_epoch``, and read the leader's log from ``log_end`` with the
+        producers' sets it holds (waiting up to ``max_wait_ms`` for an
+        append when there is nothing new)."""
         channel = self._channel
         self._before_request()
-        first_id = self._next_correlation()
-        second_id = self._next_correlation()
+        correlation_id = self._next_correlation()
         channel.expect_wait(max_wait_ms)
-        channel.send(
-            encode_fetch(first_id, self._topic(topic).encoded_topic, partition, offset, max_bytes, max_wait_ms)
-            + encode_fetch(second_id, self._topic(then_topic).encoded_topic, partition, offset, max_bytes, 0)
-        )
-        try:
-            first = self._read_fetch(first_id, offset)
-        except RaylogError:
-            if channel.sock is not None:  # the first's own error: the second's reply is still to come
-                try:
-                    self._read_fetch(second_id, offset)
-                except RaylogError:
-                    pass
-            raise
-        try:
-            second = self._read_fetch(second_id, offset)
-        except RaylogError as err:
-            if channel.sock is None:  # the connection itself failed
-                raise
-            return first, err
-        return first, second
+        channel.send(encode_replica_fetch(correlation_id, self._topic(topic).encoded_topic, partition, replica,
+                                          leader_epoch, log_end, flushed, max_bytes, max_wait_ms))
+        fixed = REPLY_HEADER_BODY + REPLICA_FETCH_REPLY_FIELDS.size
+        header = channel.read_reply(correlation_id, fixed, whole=False)
+        high_watermark, log_start, epoch, sets_length = REPLICA_FETCH_REPLY_FIELDS.unpack_from(channel.buf, header)
+        rest = channel.reply_size - fixed
+        if not 0 <= sets_length <= rest - REPLICA_FETCH_DATA_LENGTH.size:
+            channel.drop()
+            raise ProtocolError(f"replica fetch reply of {channel.reply_size} bytes carries {sets_length} bytes of "
+                                f"producers' sets")
+        body = memoryview(channel.take(header + REPLICA_FETCH_REPLY_FIELDS.size, rest))
+        (length,) = REPLICA_FETCH_DATA_LENGTH.unpack_from(body, sets_length)
+        data = body[sets_length + REPLICA_FETCH_DATA_LENGTH.size:]
+        if length != len(data):
+            channel.drop()
+            raise ProtocolError(f"replica fetch reply carries a data length of {length} for {len(data)} bytes")
+        return ReplicaFetched(log_end, data, body[:sets_length], high_watermark, log_start, epoch)
 
     def _read_fetch(self, correlation_id: int, offset: int) -> FetchResult:
         channel = self._channel

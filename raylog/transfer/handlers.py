@@ -28,6 +28,7 @@ from raylog.storage.record_batch import (
     needs_reencode,
     whole_batches_in_file,
 )
+from raylog.transfer.replica_source import ReplicaRead, ReplicaSource
 from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES, LOCATED_BATCHES, NOT_LOCATABLE
 from raylog.transfer.replies import (
     encode_count_reply,
@@ -37,6 +38,7 @@ from raylog.transfer.replies import (
     encode_offsets_for_time_reply,
     encode_offsets_reply,
     encode_produce_reply,
+    encode_replica_fetch_reply_header,
 )
 from raylog.transfer.requests import (
     CountRequest,
@@ -45,6 +47,7 @@ from raylog.transfer.requests import (
     OffsetsForTimeRequest,
     OffsetsRequest,
     ProduceRequest,
+    ReplicaFetchRequest,
 )
 from raylog.transfer.connections import _Close, _Connection, peer_closed
 
@@ -61,6 +64,11 @@ NO_SLOT_PAUSE_S = 0.2
 
 
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
+
+
+def _length(answer) -> int:
+    """Bytes of log in a long poll's answer: a slice, or a replica read's data."""
+    return answer.data.length if type(answer) is ReplicaRead else answer.length
 
 
 def _closing(topic: str, partition: int) -> NotOwnerError:
@@ -83,7 +91,10 @@ class RequestHandlers:
     long poll; ``fail(conn, err, correlation_id, out)`` answers ``err`` after
     ``out`` and ends the connection (it raises); ``park(conn)`` takes a
     long-poll slot (False: none free, answer at once) and ``unpark(conn)``
-    gives it back; a long poll ends when ``stopping`` is set.
+    gives it back; a long poll ends when ``stopping`` is set;
+    ``resolve_replica(topic, partition)`` is the leader that answers a
+    follower's REPLICA_FETCH here (a
+    :class:`~raylog.transfer.replica_source.ReplicaSource`) or ``None``.
     """
 
     def __init__(
@@ -97,8 +108,10 @@ class RequestHandlers:
         park: Callable[[_Connection], bool],
         unpark: Callable[[_Connection], None],
         stopping: threading.Event,
+        resolve_replica: Callable[[str, int], ReplicaSource | None] | None = None,
     ):
         self._resolve = resolve
+        self._resolve_replica = resolve_replica or (lambda topic, partition: None)
         self._max_fetch_bytes = max_fetch_bytes
         self.max_wait_ms_cap = max_wait_ms_cap
         self._send = send
@@ -241,22 +254,8 @@ class RequestHandlers:
             partition_log = self._lookup(request.topic, request.partition)
             chunk = partition_log.read(request.offset, max_bytes)
             if chunk.length == 0 and request.max_wait_ms > 0:
-                max_wait_ms = min(request.max_wait_ms, self.max_wait_ms_cap)
-                if out:  # earlier replies do not wait for the long poll
-                    self._send(conn, b"".join(out))
-                    out.clear()
-                if self._park(conn):  # a long-poll slot
-                    try:
-                        chunk = self._wait_for_data(conn, partition_log, request, max_bytes, max_wait_ms, chunk)
-                    finally:
-                        self._unpark(conn)
-                else:
-                    # Every slot is taken: answered after a short pause (no
-                    # slot held) with what there is then, so that a consumer
-                    # without a slot asks again at most every NO_SLOT_PAUSE_S
-                    # instead of spinning on empty replies.
-                    self._stopping.wait(min(max_wait_ms / 1000.0, NO_SLOT_PAUSE_S))
-                    chunk = partition_log.read(request.offset, max_bytes)
+                chunk = self._long_poll(conn, out, request.max_wait_ms, chunk, partition_log.wait_for_data,
+                                        lambda: partition_log.read(request.offset, max_bytes), request.offset)
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
         except ClosedError:
@@ -272,17 +271,7 @@ class RequestHandlers:
         out.append(encode_fetch_reply_header(request.correlation_id, high_watermark, log_start, length))
         if not length:
             return
-        data = b"".join(out)
-        out.clear()
-        sock = conn.sock
-        sock.sendall(data, _MSG_MORE)  # the header leaves with the first data
-        conn.bytes_out += len(data)
-        sent = chunk.send_to(sock, length)  # sendfile from a segment file
-        conn.bytes_out += sent
-        if sent < length:
-            # The log lost bytes of the slice (a segment deleted and cut
-            # under us); the reply cannot be completed.
-            raise _Close()
+        self._send_slice(conn, out, chunk, length)
 
     def locate(self, conn: _Connection, request: LocateRequest, out: list) -> None:
         """LOCATE: where the whole batches a FETCH of ``request`` would
@@ -313,26 +302,96 @@ class RequestHandlers:
 
         self._answer(conn, request, out, reply_for)
 
-    def _wait_for_data(self, conn: _Connection, partition_log: Log, request: FetchRequest, max_bytes: int,
-                       max_wait_ms: int, chunk):
-        """The long poll (its slot held): the slice once data comes, or the
-        empty ``chunk`` read before it after ``max_wait_ms``. A peer that closed the connection
+    def _long_poll(self, conn: _Connection, out: list, max_wait_ms: int, empty, wait, read, offset: int):
+        """A FETCH's (or REPLICA_FETCH's) long poll: earlier replies go out
+        first, then, with a long-poll slot, ``wait(offset, seconds)`` and
+        ``read()`` again until ``read()`` answers something, ``max_wait_ms``
+        (capped) passed or the server stops; ``empty``, the answer read
+        before, when nothing came. Every slot taken: answered after a short
+        pause (no slot held) with what there is then, so that a reader
+        without a slot asks again at most every ``NO_SLOT_PAUSE_S`` instead
+        of spinning on empty replies. A peer that closed the connection
         meanwhile ends the wait and the connection (checked every
         ``LONG_POLL_SLICE_S``)."""
-        deadline = time.monotonic() + max_wait_ms / 1000.0
-        while not self._stopping.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            partition_log.wait_for_data(request.offset, min(left, LONG_POLL_SLICE_S))
-            # Read again after every wait, whatever it said: a closed
-            # log says so here (instead of returning at once forever).
-            chunk = partition_log.read(request.offset, max_bytes)
-            if chunk.length:
-                break
-            if not conn.long_polling or peer_closed(conn.sock):
-                raise _Close()  # nobody is waiting for the reply
-        return chunk
+        max_wait_ms = min(max_wait_ms, self.max_wait_ms_cap)
+        if out:  # earlier replies do not wait for the long poll
+            self._send(conn, b"".join(out))
+            out.clear()
+        if not self._park(conn):  # no long-poll slot
+            self._stopping.wait(min(max_wait_ms / 1000.0, NO_SLOT_PAUSE_S))
+            return read()
+        answer = empty
+        try:
+            deadline = time.monotonic() + max_wait_ms / 1000.0
+            while not self._stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                wait(offset, min(left, LONG_POLL_SLICE_S))
+                # Read again after every wait, whatever it said: a closed
+                # log says so here (instead of returning at once forever).
+                answer = read()
+                if _length(answer):
+                    break
+                if not conn.long_polling or peer_closed(conn.sock):
+                    raise _Close()  # nobody is waiting for the reply
+        finally:
+            self._unpark(conn)
+        return answer
+
+    def replica_fetch(self, conn: _Connection, request: ReplicaFetchRequest, out: list) -> None:
+        """REPLICA_FETCH: the leader records the follower's progress
+        (:meth:`~raylog.transfer.replica_source.ReplicaSource.record_progress`),
+        then answers its log from the follower's log end, flushed or not,
+        with the producers' sets those bytes hold (a long poll while there
+        is nothing new); the bytes go with ``os.sendfile``."""
+        max_bytes = min(request.max_bytes, self._max_fetch_bytes)
+        try:
+            source = self._resolve_replica(request.topic, request.partition)
+            if source is None:
+                raise NotOwnerError(
+                    f"this endpoint does not lead {request.topic}-{request.partition}: a replica fetch goes to the "
+                    f"partition's leader; read its endpoint from the registry again",
+                    topic=request.topic, partition=request.partition,
+                )
+            source.record_progress(request.replica, request.leader_epoch, request.log_end, request.flushed)
+            answer = source.replica_read(request.replica, request.log_end, max_bytes)
+            if answer.data.length == 0 and request.max_wait_ms > 0:
+                answer = self._long_poll(conn, out, request.max_wait_ms, answer, source.wait_for_end,
+                                         lambda: source.replica_read(request.replica, request.log_end, max_bytes),
+                                         request.log_end)
+        except ClosedError:
+            err = _closing(request.topic, request.partition)
+            conn.count_error(err)
+            out.append(encode_error(request.correlation_id, err))
+            return
+        except RaylogError as err:
+            conn.count_error(err)
+            out.append(encode_error(request.correlation_id, err))
+            return
+        chunk = answer.data
+        length = min(chunk.length, self._max_fetch_bytes - len(answer.sets))
+        out.append(encode_replica_fetch_reply_header(
+            request.correlation_id, answer.high_watermark, answer.log_start_offset, answer.leader_epoch,
+            answer.sets, max(length, 0)))
+        if length <= 0:
+            return
+        self._send_slice(conn, out, chunk, length)
+
+    def _send_slice(self, conn: _Connection, out: list, chunk, length: int) -> None:
+        """Send the replies in ``out`` (the last one's header before its data),
+        then ``length`` bytes of ``chunk`` (``os.sendfile`` from a segment file)."""
+        data = b"".join(out)
+        out.clear()
+        sock = conn.sock
+        sock.sendall(data, _MSG_MORE)  # the header leaves with the first data
+        conn.bytes_out += len(data)
+        sent = chunk.send_to(sock, length)
+        conn.bytes_out += sent
+        if sent < length:
+            # The log lost bytes of the slice (a segment deleted and cut
+            # under us); the reply cannot be completed.
+            raise _Close()
 
     def _answer(self, conn: _Connection, request, out: list, reply_for) -> None:
         """A one-frame reply: ``reply_for(partition_log)``, or the error frame

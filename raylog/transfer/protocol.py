@@ -10,7 +10,7 @@ Request frame
 
 1. size            u32  number of bytes that follow this field
 2. api key         i16  0 PRODUCE, 1 FETCH, 2 OFFSETS, 3 AUTH, 4 OFFSETS_FOR_TIME,
-                        5 COUNT, 6 LOCATE
+                        5 COUNT, 6 LOCATE, 7 REPLICA_FETCH
 3. version         i16  0; PRODUCE also 1 (idempotence and acks=-1, below);
                         COUNT also 1 (bounded by a number of messages, below)
 4. correlation id  i32  chosen by the client, echoed in the reply
@@ -156,6 +156,42 @@ for a reader on the partition's own machine that sends them itself with
     (format-1 messages; a log held in memory) are answered with kind 1:
     the caller reads them with FETCH. Errors as FETCH's.
 
+REPLICA_FETCH (a follower replica copying its leader's log, docs/design.md
+section 7; never sent by clients)
+    5. topic length   u16
+    6. topic          UTF-8
+    7. partition      i32
+    8. replica length u16
+    9. replica        UTF-8: the follower's replica id (its disk node label,
+                      one of the partition's ``replicas`` in ZooKeeper)
+    10. leader epoch  i32  the leader epoch of the follower's data (it
+                           truncated to this epoch's boundary already); the
+                           leader answers NotOwnerError to any other epoch
+                           than its own (the follower reads the partition's
+                           ``state`` again, truncates and asks again)
+    11. log end       i64  the follower's log end: it holds every byte below
+                           it, and the answer's bytes start there (the
+                           fetch position)
+    12. flushed       i64  the follower's flushed (fsynced) end, <= log end:
+                           what ``acks="all"`` counts as on this replica
+    13. max bytes     i32  how much log to send (at least one whole message);
+                           the producers' sets are bounded by it too
+    14. max wait ms   i32  when the leader has no bytes past the log end,
+                           wait up to this long for an append (long poll,
+                           capped as FETCH's); 0 replies at once
+
+    The leader records the follower's progress first (log end and flushed,
+    whatever the rest of the request does: a follower's request is how the
+    leader learns how far it reaches), updates the committed offset (the
+    high watermark) and the ISR from it, then reads its log from the log
+    end, flushed or not, and the idempotent producers' sets those bytes hold
+    (read after the bytes, so that they cover every set the bytes hold).
+    Errors: NotOwnerError when this endpoint does not lead the partition,
+    the replica is not one of the partition's or the epochs differ;
+    OffsetOutOfRangeError (details earliest, latest) when the log end lies
+    outside the leader's log (a follower behind the leader's log start
+    starts over there).
+
 Reply frame
 -----------
 
@@ -213,6 +249,25 @@ LOCATE    4. high watermark i64, 5. log start offset i64,
           A reader must check the file it opens (fields 10 and 11, and
           that it holds the range) and read the range with FETCH when it
           cannot open it (retention may delete the segment meanwhile).
+
+REPLICA_FETCH
+          4. high watermark i64: the leader's committed offset (what the
+             follower serves readers up to), 5. log start offset i64,
+          6. leader epoch i32: the leader's,
+          7. sets length i32, 8. sets: the producers' sets remembered at or
+             after the request's log end, as records of the producer-state
+             journal (:mod:`raylog.storage.producer_state`, ``RECORD_SIZE``
+             bytes each, with the sequence each producer was learnt at), at
+             most the request's max bytes or
+             :data:`REPLICA_FETCH_SETS_MAX_BYTES`, the smaller, of them (so
+             that data of max bytes fits the frame beside them; when they
+             are cut short the follower keeps the bytes the sets it got
+             describe, and asks again from there); none (length 0) when the data are
+             record batches (format 2): a replica remembers their producers
+             from the batches' own fields,
+          9. data length i32, 10. data: the leader's log from the request's
+             log end, appended bytes whether flushed or not, whole messages
+             and possibly a partial last one; sent with ``os.sendfile``
 
 Errors and the connection
 -------------------------
@@ -272,6 +327,7 @@ API_AUTH = 3
 API_OFFSETS_FOR_TIME = 4
 API_COUNT = 5
 API_LOCATE = 6
+API_REPLICA_FETCH = 7
 #: COUNT version 1: field 11, max messages
 COUNT_VERSION_BOUNDED = 1
 API_NAMES = {
@@ -282,6 +338,7 @@ API_NAMES = {
     API_OFFSETS_FOR_TIME: "OFFSETS_FOR_TIME",
     API_COUNT: "COUNT",
     API_LOCATE: "LOCATE",
+    API_REPLICA_FETCH: "REPLICA_FETCH",
 }
 
 VERSION = 0
@@ -358,6 +415,10 @@ COUNT_FIELDS = struct.Struct(">iqqi")
 COUNT_V1_FIELDS = struct.Struct(">iqqiq")
 #: LOCATE after the topic: partition, offset, max bytes
 LOCATE_FIELDS = struct.Struct(">iqi")
+#: REPLICA_FETCH: partition (between the topic and the replica id)
+REPLICA_FETCH_PARTITION = struct.Struct(">i")
+#: REPLICA_FETCH after the replica id: leader epoch, log end, flushed, max bytes, max wait ms
+REPLICA_FETCH_FIELDS = struct.Struct(">iqqii")
 
 #: AUTH version 1 body: step, nonce or proof
 AUTH_FIELDS = struct.Struct(f">b{NONCE_BYTES}s")
@@ -376,6 +437,14 @@ COUNT_REPLY_FIELDS = struct.Struct(">qq")  # messages, next offset
 #: high watermark, log start offset, kind, next offset, position, length, device, inode (then the path)
 LOCATE_REPLY_FIELDS = struct.Struct(">qqbqqiQQ")
 #: LOCATE reply kinds
+#: REPLICA_FETCH: high watermark, log start offset, leader epoch, sets length (then the sets,
+#: then REPLICA_FETCH_DATA_LENGTH and the data)
+REPLICA_FETCH_REPLY_FIELDS = struct.Struct(">qqii")
+#: the most bytes of producers' sets a REPLICA_FETCH reply carries (within the
+#: FRAME_OVERHEAD_BYTES of a frame beside the data)
+REPLICA_FETCH_SETS_MAX_BYTES = 32 * KiB
+#: REPLICA_FETCH: data length, after the sets
+REPLICA_FETCH_DATA_LENGTH = struct.Struct(">i")
 LOCATED_BATCHES = 0
 NOT_LOCATABLE = 1
 AUTH_HELLO_REPLY_FIELDS = struct.Struct(f">{NONCE_BYTES}s{PROOF_BYTES}s")  # server nonce, server proof
@@ -392,4 +461,5 @@ OFFSETS_REPLY = _after_reply_header(OFFSETS_REPLY_FIELDS)
 OFFSETS_FOR_TIME_REPLY = _after_reply_header(OFFSETS_FOR_TIME_REPLY_FIELDS)
 COUNT_REPLY = _after_reply_header(COUNT_REPLY_FIELDS)
 LOCATE_REPLY = _after_reply_header(LOCATE_REPLY_FIELDS)
+REPLICA_FETCH_REPLY = _after_reply_header(REPLICA_FETCH_REPLY_FIELDS)
 AUTH_HELLO_REPLY = _after_reply_header(AUTH_HELLO_REPLY_FIELDS)

@@ -20,6 +20,8 @@ from raylog.transfer.protocol import (
     OFFSETS_FOR_TIME_REPLY,
     COUNT_REPLY,
     LOCATE_REPLY,
+    REPLICA_FETCH_REPLY,
+    REPLICA_FETCH_DATA_LENGTH,
     AUTH_HELLO_REPLY,
 )
 
@@ -43,6 +45,16 @@ def encode_fetch_reply_header(correlation_id: int, high_watermark: int, log_star
     return FETCH_REPLY.pack(
         FETCH_REPLY.size - SIZE.size + length, correlation_id, 0, high_watermark, log_start_offset, length
     )
+
+
+def encode_replica_fetch_reply_header(correlation_id: int, high_watermark: int, log_start_offset: int,
+                                     leader_epoch: int, sets: bytes, length: int) -> bytes:
+    """The REPLICA_FETCH reply up to its data (the producers' ``sets``
+    included); ``length`` bytes of log follow."""
+    return REPLICA_FETCH_REPLY.pack(
+        REPLICA_FETCH_REPLY.size - SIZE.size + len(sets) + REPLICA_FETCH_DATA_LENGTH.size + length,
+        correlation_id, 0, high_watermark, log_start_offset, leader_epoch, len(sets),
+    ) + sets + REPLICA_FETCH_DATA_LENGTH.pack(length)
 
 
 def encode_offsets_reply(correlation_id: int, log_start_offset: int, high_watermark: int) -> bytes:

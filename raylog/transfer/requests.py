@@ -44,6 +44,9 @@ from raylog.transfer.protocol import (
     COUNT_V1_FIELDS,
     COUNT_VERSION_BOUNDED,
     LOCATE_FIELDS,
+    API_REPLICA_FETCH,
+    REPLICA_FETCH_FIELDS,
+    REPLICA_FETCH_PARTITION,
 )
 
 
@@ -106,6 +109,21 @@ class LocateRequest(NamedTuple):
     partition: int
     offset: int
     max_bytes: int
+
+
+class ReplicaFetchRequest(NamedTuple):
+    correlation_id: int
+    topic: str
+    partition: int
+    #: the follower's replica id (its disk node)
+    replica: str
+    leader_epoch: int
+    #: the follower holds every byte below it; the answer starts there
+    log_end: int
+    #: the follower's fsynced end (<= log_end)
+    flushed: int
+    max_bytes: int
+    max_wait_ms: int
 
 
 def encode_string(text: str) -> bytes:
@@ -293,22 +311,35 @@ def encode_locate(correlation_id: int, topic: str | bytes, partition: int, offse
     return _request_header(API_LOCATE, correlation_id, len(topic) + len(fields)) + topic + fields
 
 
+def encode_replica_fetch(
+    correlation_id: int, topic: str | bytes, partition: int, replica: str | bytes, leader_epoch: int, log_end: int,
+    flushed: int, max_bytes: int, max_wait_ms: int = 0,
+) -> bytes:
+    """A REPLICA_FETCH (a follower's; :mod:`raylog.transfer.protocol`)."""
+    topic = encode_string(topic) if isinstance(topic, str) else topic
+    replica = encode_string(replica) if isinstance(replica, str) else replica
+    body = (topic + REPLICA_FETCH_PARTITION.pack(partition) + replica
+            + REPLICA_FETCH_FIELDS.pack(leader_epoch, log_end, flushed, max_bytes, max_wait_ms))
+    return _request_header(API_REPLICA_FETCH, correlation_id, len(body)) + body
+
+
 def _malformed(api_key: int, correlation_id: int, what: str) -> ProtocolError:
     name = API_NAMES.get(api_key, str(api_key))
     return ProtocolError(f"malformed {name} frame: {what}", correlation_id=correlation_id)
 
 
-def _topic(buf, pos: int, end: int, api_key: int, correlation_id: int) -> tuple[str, int]:
+def _topic(buf, pos: int, end: int, api_key: int, correlation_id: int, what: str = "topic") -> tuple[str, int]:
+    """The string (a topic, or ``what``) at ``pos`` and where the frame goes on."""
     if end - pos < STRING_LENGTH.size:
-        raise _malformed(api_key, correlation_id, "truncated before the topic length")
+        raise _malformed(api_key, correlation_id, f"truncated before the {what} length")
     (length,) = STRING_LENGTH.unpack_from(buf, pos)
     pos += STRING_LENGTH.size
     if end - pos < length:
-        raise _malformed(api_key, correlation_id, f"topic length {length} runs past the frame")
+        raise _malformed(api_key, correlation_id, f"{what} length {length} runs past the frame")
     try:
         topic = str(buf[pos : pos + length], "utf-8")
     except UnicodeDecodeError:
-        raise _malformed(api_key, correlation_id, "topic is not UTF-8") from None
+        raise _malformed(api_key, correlation_id, f"{what} is not UTF-8") from None
     return topic, pos + length
 
 
@@ -451,7 +482,30 @@ def decode_request(buf, pos: int, size: int):
         if max_bytes < 0:
             raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes})")
         return LocateRequest(correlation_id, topic, partition, offset, max_bytes)
+    if api_key == API_REPLICA_FETCH:
+        return _decode_replica_fetch(buf, pos, end, correlation_id)
     raise ProtocolError(f"unknown api key {api_key}", correlation_id=correlation_id)
+
+
+def _decode_replica_fetch(buf, pos: int, end: int, correlation_id: int) -> ReplicaFetchRequest:
+    topic, pos = _topic(buf, pos, end, API_REPLICA_FETCH, correlation_id)
+    if end - pos < REPLICA_FETCH_PARTITION.size:
+        raise _malformed(API_REPLICA_FETCH, correlation_id, "truncated before the partition")
+    (partition,) = REPLICA_FETCH_PARTITION.unpack_from(buf, pos)
+    replica, pos = _topic(buf, pos + REPLICA_FETCH_PARTITION.size, end, API_REPLICA_FETCH, correlation_id,
+                          "replica id")
+    if end - pos != REPLICA_FETCH_FIELDS.size:
+        what = f"{end - pos} bytes after the replica id, expected {REPLICA_FETCH_FIELDS.size}"
+        raise _malformed(API_REPLICA_FETCH, correlation_id, what)
+    leader_epoch, log_end, flushed, max_bytes, max_wait_ms = REPLICA_FETCH_FIELDS.unpack_from(buf, pos)
+    if max_bytes < 0 or max_wait_ms < 0:
+        raise _malformed(API_REPLICA_FETCH, correlation_id,
+                         f"negative max bytes ({max_bytes}) or max wait ({max_wait_ms})")
+    if not 0 <= flushed <= log_end:
+        raise _malformed(API_REPLICA_FETCH, correlation_id,
+                         f"flushed {flushed} must lie in [0, log end {log_end}]")
+    return ReplicaFetchRequest(correlation_id, topic, partition, replica, leader_epoch, log_end, flushed, max_bytes,
+                               max_wait_ms)
 
 
 def _decode_produce_v1(buf, pos: int, end: int, correlation_id: int) -> ProduceRequest:

@@ -67,6 +67,7 @@ from raylog.errors import ClosedError, ConfigError
 from raylog.storage.base import Log
 from raylog.transfer.connections import ConnectionTable
 from raylog.transfer.handlers import RequestHandlers
+from raylog.transfer.replica_source import ReplicaSource
 from raylog.transfer.protocol import DEFAULT_MAX_FRAME_BYTES, FETCH_REPLY, SIZE
 from raylog.transfer.serving import FrameLoop, fail, send
 
@@ -109,7 +110,10 @@ class DataServer:
     largest message set and the memory one connection can make the server
     allocate); give it the topic's ``max_message_bytes`` plus
     :data:`~raylog.transfer.protocol.FRAME_OVERHEAD_BYTES` when that is
-    raised. ``socket_buffer_bytes`` sets SO_SNDBUF/SO_RCVBUF of accepted
+    raised. ``resolve_replica(topic, partition)`` returns the partition's
+    leader (a :class:`~raylog.transfer.replica_source.ReplicaSource`) that
+    answers its followers' REPLICA_FETCH, or ``None`` (NotOwnerError).
+    ``socket_buffer_bytes`` sets SO_SNDBUF/SO_RCVBUF of accepted
     connections (``None`` leaves the kernel's auto-tuning on).
     """
 
@@ -128,6 +132,7 @@ class DataServer:
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         max_wait_ms_cap: int = DEFAULT_MAX_WAIT_MS_CAP,
         shed_idle_after_s: float = DEFAULT_SHED_IDLE_AFTER_S,
+        resolve_replica: Callable[[str, int], ReplicaSource | None] | None = None,
     ):
         if max_frame_bytes < FETCH_REPLY.size + 64:
             raise ConfigError(f"max_frame_bytes must be at least {FETCH_REPLY.size + 64}, got {max_frame_bytes}")
@@ -166,6 +171,7 @@ class DataServer:
             park=self._connections.park,
             unpark=self._connections.unpark,
             stopping=self._stopping,
+            resolve_replica=resolve_replica,
         )
         self._frames = FrameLoop(
             handlers,

@@ -30,6 +30,7 @@ from raylog.transfer.requests import (
     LocateRequest,
     OffsetsForTimeRequest,
     ProduceRequest,
+    ReplicaFetchRequest,
     check_frame_size,
     decode_request,
 )
@@ -289,6 +290,8 @@ class FrameLoop:
                     handlers.count(conn, request, out)
                 elif kind is LocateRequest:
                     handlers.locate(conn, request, out)
+                elif kind is ReplicaFetchRequest:
+                    handlers.replica_fetch(conn, request, out)
                 else:
                     handlers.offsets(conn, request, out)
             if group:

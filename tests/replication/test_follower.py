@@ -23,13 +23,13 @@ import pytest
 
 from raylog.config import TopicConfig
 from raylog.replication.follower import Follower
-from raylog.replication.leader import PRODUCERS_LEARNT_PREFIX, PRODUCERS_PREFIX, REPLICA_PREFIX
 from raylog.replication.replica import ReplicaRole
 from raylog.replication.state import create_state
 from raylog.storage.decoding import decode_messages
 from raylog.storage.log import PartitionLog
 from raylog.storage.message import encode_message_set
-from raylog.storage.producer_state import parse_records
+from raylog.storage.producer_state import RECORD_SIZE, parse_records
+from raylog.transfer.protocol import REPLICA_FETCH_SETS_MAX_BYTES
 from raylog.transfer.server import DataServer
 from raylog.zk.registry import Registry
 
@@ -81,11 +81,12 @@ def test_a_follower_taking_over_with_part_of_a_big_set_cuts_it_back_and_stores_t
 
     def gated(topic: str, partition: int):
         # the follower's fetches are answered until its log reaches into the big set
-        if topic.startswith((REPLICA_PREFIX, PRODUCERS_PREFIX, PRODUCERS_LEARNT_PREFIX)) and follower_log.log_end_offset > stored[3]:
+        if follower_log.log_end_offset > stored[3]:
             return None
-        return role.resolve(topic) if partition == 0 else None
+        return role.resolve_replica(topic) if partition == 0 else None
 
-    server = DataServer(gated, token=TOKEN)
+    server = DataServer(lambda topic, partition: role.resolve(topic) if partition == 0 else None, token=TOKEN,
+                        resolve_replica=gated)
     host, port = server.start()
     leader_registry.register_endpoint("big", 0, host, port, "leader", 0)
     role.register(host, port, "leader")
@@ -132,36 +133,35 @@ def test_a_follower_taking_over_with_part_of_a_big_set_cuts_it_back_and_stores_t
         leader_log.close()
 
 
-def test_a_follower_of_a_leader_of_an_older_version_replicates_the_sets_it_knows(zk, registry, make_zk, tmp_path):
-    # A leader of an older version serves the producers' sets under the older name only (records without
-    # sets are what its followers could not read): the follower asks there and replicates the sets.
-    registry.create_topic("old", LEADER_CONFIG)
-    create_state(zk, registry.paths, "old", 0, ["disk-a", "disk-b"])
+def test_a_follower_replicates_the_producers_sets_with_where_each_producer_was_learnt(
+        zk, registry, make_zk, tmp_path):
+    # The leader's REPLICA_FETCH answers carry the producers' sets of the bytes they hold, and the
+    # sequence each producer was learnt at: the follower's producer state ends up the leader's.
+    registry.create_topic("sets", LEADER_CONFIG)
+    create_state(zk, registry.paths, "sets", 0, ["disk-a", "disk-b"])
     leader_zk = make_zk()
     leader_registry = Registry(leader_zk, registry.cluster)
     leader_log = PartitionLog(tmp_path / "a", LEADER_CONFIG)
     follower_log = PartitionLog(tmp_path / "b", LEADER_CONFIG)
-    role = ReplicaRole(leader_zk, leader_registry, "old", 0, "disk-a", leader_log, TOKEN)
+    role = ReplicaRole(leader_zk, leader_registry, "sets", 0, "disk-a", leader_log, TOKEN)
     stored = [put(leader_log, b"v%d" % seq, seq) for seq in range(40)]
     leader_log.flush()
-    # what the older name gives: sets only; the newer one says where the producer was learnt (0)
-    assert all(r[4] for r in parse_records(leader_log.producer_records(0, 1 << 20, learnt=False)))
     assert [r[2] for r in parse_records(leader_log.producer_records(0, 1 << 20)) if not r[4]] == [0]
 
-    def older(topic: str, partition: int):
-        return None if topic.startswith(PRODUCERS_LEARNT_PREFIX) else role.resolve(topic)
-
-    server = DataServer(older, token=TOKEN)
+    server = DataServer(lambda topic, partition: role.resolve(topic), token=TOKEN,
+                        resolve_replica=lambda topic, partition: role.resolve_replica(topic))
     host, port = server.start()
-    leader_registry.register_endpoint("old", 0, host, port, "leader", 0)
+    leader_registry.register_endpoint("sets", 0, host, port, "leader", 0)
     role.register(host, port, "leader")
-    follower = Follower(registry, "old", 0, "disk-b", follower_log, TOKEN)
+    follower = Follower(registry, "sets", 0, "disk-b", follower_log, TOKEN)
     follower.start()
     try:
         _wait(lambda: follower_log.log_end_offset == leader_log.log_end_offset, "the follower catches up")
-        assert follower_log.producer_records(0, 1 << 20, learnt=False) == leader_log.producer_records(
-            0, 1 << 20, learnt=False)
+        assert follower_log.producer_records(0, 1 << 20) == leader_log.producer_records(0, 1 << 20)
         assert follower_log._producers.last_sequence(PID) == 39
+        # its progress reached the leader by its own request: the committed offset covers everything
+        _wait(lambda: role.leader.committed == leader_log.log_end_offset, "the leader learns the follower's end")
+        assert role.leader.follower_ends() == {"disk-b": leader_log.log_end_offset}
     finally:
         follower.stop()
         server.stop()
@@ -169,3 +169,41 @@ def test_a_follower_of_a_leader_of_an_older_version_replicates_the_sets_it_knows
         follower_log.close()
         leader_log.close()
     assert stored[-1] < follower_log.log_end_offset
+
+
+def test_a_follower_catches_up_when_the_producers_sets_fill_more_than_a_reply_holds(
+        zk, registry, make_zk, tmp_path):
+    # Format-1 sets of 1,100 producers: their records (32 bytes each) are more than one replica fetch
+    # reply carries beside its data (REPLICA_FETCH_SETS_MAX_BYTES); the follower keeps the bytes the
+    # sets it got describe and asks again from there, so it neither stalls nor loses a sequence.
+    config = LEADER_CONFIG.replace(max_producer_ids=5000)
+    registry.create_topic("many", config)
+    create_state(zk, registry.paths, "many", 0, ["disk-a", "disk-b"])
+    leader_zk = make_zk()
+    leader_registry = Registry(leader_zk, registry.cluster)
+    leader_log = PartitionLog(tmp_path / "a", config)
+    follower_log = PartitionLog(tmp_path / "b", config)
+    role = ReplicaRole(leader_zk, leader_registry, "many", 0, "disk-a", leader_log, TOKEN)
+    producers = 1100
+    assert producers * RECORD_SIZE > REPLICA_FETCH_SETS_MAX_BYTES
+    for pid in range(1000, 1000 + producers):
+        data = encode_message_set([b"p%d" % pid], timestamp_ms=1)
+        leader_log.append_sequenced(data, pid, 0, 0, [len(data)], name="many-0")
+    leader_log.flush()
+    server = DataServer(lambda topic, partition: role.resolve(topic), token=TOKEN,
+                        resolve_replica=lambda topic, partition: role.resolve_replica(topic))
+    host, port = server.start()
+    leader_registry.register_endpoint("many", 0, host, port, "leader", 0)
+    role.register(host, port, "leader")
+    follower = Follower(registry, "many", 0, "disk-b", follower_log, TOKEN)
+    follower.start()
+    try:
+        _wait(lambda: follower_log.log_end_offset == leader_log.log_end_offset, "the follower catches up")
+        assert follower_log.producer_records(0, 1 << 20) == leader_log.producer_records(0, 1 << 20)
+        assert values(follower_log) == values(leader_log)
+    finally:
+        follower.stop()
+        server.stop()
+        role.stop()
+        follower_log.close()
+        leader_log.close()

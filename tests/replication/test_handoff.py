@@ -84,9 +84,9 @@ def test_the_handoff_waits_until_the_target_fetched_from_the_log_end(tmp_path):
     log.flush()
     end = log.log_end_offset
     assert not leader.wait_reached("b", end, time.monotonic() + 0.05)
-    leader.on_fetch("b", end - 1)
+    leader.record_progress("b", 0, end - 1, end - 1)
     assert not leader.wait_reached("b", end, time.monotonic() + 0.05)
-    threading.Timer(0.05, leader.on_fetch, args=("b", end)).start()
+    threading.Timer(0.05, leader.record_progress, args=("b", 0, end, end)).start()
     assert leader.wait_reached("b", end, time.monotonic() + 10)
     log.close()
 

@@ -32,9 +32,9 @@ def test_a_started_leader_shows_nothing_the_isr_has_not_confirmed(tmp_path):
     # a consumer that read up to ``end`` before the restart gets nothing yet, not an out-of-range error
     assert view.read(end, 1 << 20).length == 0
     assert not view.wait_for_data(0, 0.01)
-    leader.on_fetch("disk-b", end)
+    leader.record_progress("disk-b", 0, end, end)
     assert view.high_watermark == 0  # disk-c has not said how far it reaches
-    leader.on_fetch("disk-c", end)
+    leader.record_progress("disk-c", 0, end, end)
     assert view.high_watermark == end and view.read(0, 1 << 20).length == end
     log.close()
 

@@ -11,7 +11,6 @@ from raylog.replication.assignment import assign_replicas, replica_actor_name, r
 from raylog.replication.follower import whole_messages
 from raylog.storage.message import encode_message_set
 from raylog.storage.record_batch import encode_batch, stamp
-from raylog.replication.leader import parse_replica_topic, replica_topic
 from raylog.replication.state import PartitionState
 
 NODES = [DiskNode(f"disk-{c}", c, "127.0.0.1", True) for c in "abc"]
@@ -41,8 +40,6 @@ def test_replication_settings_are_checked():
 def test_names_state_and_whole_messages():
     assert replica_actor_name("c/t/0", "disk-a", "disk-a") == "c/t/0"
     assert replica_log_dir("/d/t-0", "disk-b", "disk-a") == "/d/t-0@disk-b"
-    assert parse_replica_topic(replica_topic("t/x", "disk-b")) == ("disk-b", "t/x")
-    assert parse_replica_topic("t") is None
     state = PartitionState("a", 3, ("a", "b"), ("a", "b", "c"))
     assert PartitionState.from_json(state.to_json()) == state
     assert state.with_isr({"c", "a"}).isr == ("a", "c")
