@@ -1504,6 +1504,23 @@ buffer_range(PyObject *const *args, int flags, Py_buffer *view, int64_t *start, 
     return 1;
 }
 
+/* The arguments (buf, start, end[, max_length]) that open a compiled pass
+ * over the batches of a buffer (nargs must be want; max_length, when not
+ * NULL, is args[3]): 1 with buf held in view, 0 when the pass does not take
+ * them (the caller returns None), -1 on a Python error. */
+static int
+batch_pass_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *name, Py_buffer *view,
+                int64_t *start, int64_t *end, int64_t *max_length)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+        return -1;
+    }
+    if (max_length != NULL && !ts_arg(args[3], max_length))
+        return 0;
+    return buffer_range(args, PyBUF_SIMPLE, view, start, end);
+}
+
 /* The size (12 + batchLength) of the batch at b + pos when its frame passes
  * the checks of the reference's check_frame that a compiled pass makes
  * before it walks the records: whole before end, batchLength within
@@ -1685,21 +1702,12 @@ speedups_batches_prepare(PyObject *module, PyObject *const *args, Py_ssize_t nar
     const unsigned char *b;
     Py_ssize_t pos;
     int ok;
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "batches_prepare() takes 5 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    if (!ts_arg(args[3], &max_length))
+    if (nargs == 5 && (!PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)))
         Py_RETURN_NONE;
-    if (!PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type))
-        Py_RETURN_NONE;
+    ok = batch_pass_args(args, nargs, 5, "batches_prepare", &view, &start, &end, &max_length);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
     header_type = (PyTypeObject *)args[4];
-    ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
-    if (ok <= 0) {
-        if (ok < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
     b = (const unsigned char *)view.buf;
     if ((pairs = PyList_New(0)) == NULL)
         goto done;
@@ -1746,18 +1754,9 @@ speedups_batches_count(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     const unsigned char *b;
     Py_ssize_t pos;
     int ok;
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "batches_count() takes 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    if (!ts_arg(args[3], &max_length))
-        Py_RETURN_NONE;
-    ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
-    if (ok <= 0) {
-        if (ok < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+    ok = batch_pass_args(args, nargs, 4, "batches_count", &view, &start, &end, &max_length);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
     b = (const unsigned char *)view.buf;
     pos = (Py_ssize_t)start;
     while ((size = plain_frame(b, pos, end, max_length, 0x18u)) > 0) {
@@ -1795,16 +1794,9 @@ speedups_batches_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t pos, index = 0, first = 0;
     int64_t pid = -1, last = 0, first_seq = 0;
     int epoch = 0, open = 0, ok;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "batches_runs() takes 3 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
-    if (ok <= 0) {
-        if (ok < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+    ok = batch_pass_args(args, nargs, 3, "batches_runs", &view, &start, &end, NULL);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
     b = (const unsigned char *)view.buf;
     if ((runs = PyList_New(0)) == NULL)
         goto done;
@@ -1958,16 +1950,9 @@ speedups_batches_largest_ts(PyObject *module, PyObject *const *args, Py_ssize_t 
     int64_t start, end, largest = INT64_MIN;
     const unsigned char *b;
     Py_ssize_t pos;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "batches_largest_ts() takes 3 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    int ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
-    if (ok <= 0) {
-        if (ok < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+    int ok = batch_pass_args(args, nargs, 3, "batches_largest_ts", &view, &start, &end, NULL);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
     b = (const unsigned char *)view.buf;
     pos = (Py_ssize_t)start;
     while (end - pos >= 61) {
@@ -2051,18 +2036,9 @@ speedups_batches_index(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     PyObject *cols[4] = {NULL, NULL, NULL, NULL}, *result = NULL;
     int64_t *arrays[4];
     int k, ok;
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "batches_index() takes 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    if (!ts_arg(args[3], &max_length))
-        Py_RETURN_NONE;
-    ok = buffer_range(args, PyBUF_SIMPLE, &view, &start, &end);
-    if (ok <= 0) {
-        if (ok < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
+    ok = batch_pass_args(args, nargs, 4, "batches_index", &view, &start, &end, &max_length);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
     b = (const unsigned char *)view.buf;
     /* first pass: which batches are taken (checked whole, no headers), and how many records */
     pos = (Py_ssize_t)start;
