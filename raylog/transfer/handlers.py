@@ -239,6 +239,14 @@ class RequestHandlers:
                 return
         out.extend(replies)
 
+    def _refuse(self, conn: _Connection, request, err: RaylogError, out: list) -> None:
+        """Answer ``request`` (of one topic-partition) with ``err``; a closing
+        log's :class:`ClosedError` is answered as the partition moving away."""
+        if isinstance(err, ClosedError):
+            err = _closing(request.topic, request.partition)
+        conn.count_error(err)
+        out.append(encode_error(request.correlation_id, err))
+
     def _produce_failed(self, conn: _Connection, request: ProduceRequest, err: RaylogError, out: list) -> None:
         if request.acks:
             conn.count_error(err)
@@ -258,14 +266,8 @@ class RequestHandlers:
                                         lambda: partition_log.read(request.offset, max_bytes), request.offset)
             high_watermark = partition_log.high_watermark
             log_start = partition_log.log_start_offset
-        except ClosedError:
-            err = _closing(request.topic, request.partition)
-            conn.count_error(err)
-            out.append(encode_error(request.correlation_id, err))
-            return
         except RaylogError as err:
-            conn.count_error(err)
-            out.append(encode_error(request.correlation_id, err))
+            self._refuse(conn, request, err, out)
             return
         length = min(chunk.length, self._max_fetch_bytes)
         out.append(encode_fetch_reply_header(request.correlation_id, high_watermark, log_start, length))
@@ -360,14 +362,8 @@ class RequestHandlers:
                 answer = self._long_poll(conn, out, request.max_wait_ms, answer, source.wait_for_end,
                                          lambda: source.replica_read(request.replica, request.log_end, max_bytes),
                                          request.log_end)
-        except ClosedError:
-            err = _closing(request.topic, request.partition)
-            conn.count_error(err)
-            out.append(encode_error(request.correlation_id, err))
-            return
         except RaylogError as err:
-            conn.count_error(err)
-            out.append(encode_error(request.correlation_id, err))
+            self._refuse(conn, request, err, out)
             return
         chunk = answer.data
         length = min(chunk.length, self._max_fetch_bytes - len(answer.sets))
