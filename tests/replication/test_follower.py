@@ -17,6 +17,7 @@ when the leader's session ends."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -133,41 +134,56 @@ def test_a_follower_taking_over_with_part_of_a_big_set_cuts_it_back_and_stores_t
         leader_log.close()
 
 
-def test_a_follower_replicates_the_producers_sets_with_where_each_producer_was_learnt(
-        zk, registry, make_zk, tmp_path):
-    # The leader's REPLICA_FETCH answers carry the producers' sets of the bytes they hold, and the
-    # sequence each producer was learnt at: the follower's producer state ends up the leader's.
-    registry.create_topic("sets", LEADER_CONFIG)
-    create_state(zk, registry.paths, "sets", 0, ["disk-a", "disk-b"])
+@contextlib.contextmanager
+def _replicating(zk, registry, make_zk, tmp_path, topic: str, config: TopicConfig, fill):
+    """A leader's log (filled by ``fill(log)`` and flushed) served by a data
+    server, and a follower of its own log replicating it: ``(leader log,
+    follower log, role)``; everything stopped and closed on exit."""
+    registry.create_topic(topic, config)
+    create_state(zk, registry.paths, topic, 0, ["disk-a", "disk-b"])
     leader_zk = make_zk()
     leader_registry = Registry(leader_zk, registry.cluster)
-    leader_log = PartitionLog(tmp_path / "a", LEADER_CONFIG)
-    follower_log = PartitionLog(tmp_path / "b", LEADER_CONFIG)
-    role = ReplicaRole(leader_zk, leader_registry, "sets", 0, "disk-a", leader_log, TOKEN)
-    stored = [put(leader_log, b"v%d" % seq, seq) for seq in range(40)]
+    leader_log = PartitionLog(tmp_path / "a", config)
+    follower_log = PartitionLog(tmp_path / "b", config)
+    role = ReplicaRole(leader_zk, leader_registry, topic, 0, "disk-a", leader_log, TOKEN)
+    fill(leader_log)
     leader_log.flush()
-    assert [r[2] for r in parse_records(leader_log.producer_records(0, 1 << 20)) if not r[4]] == [0]
-
     server = DataServer(lambda topic, partition: role.resolve(topic), token=TOKEN,
                         resolve_replica=lambda topic, partition: role.resolve_replica(topic))
     host, port = server.start()
-    leader_registry.register_endpoint("sets", 0, host, port, "leader", 0)
+    leader_registry.register_endpoint(topic, 0, host, port, "leader", 0)
     role.register(host, port, "leader")
-    follower = Follower(registry, "sets", 0, "disk-b", follower_log, TOKEN)
+    follower = Follower(registry, topic, 0, "disk-b", follower_log, TOKEN)
     follower.start()
     try:
-        _wait(lambda: follower_log.log_end_offset == leader_log.log_end_offset, "the follower catches up")
-        assert follower_log.producer_records(0, 1 << 20) == leader_log.producer_records(0, 1 << 20)
-        assert follower_log._producers.last_sequence(PID) == 39
-        # its progress reached the leader by its own request: the committed offset covers everything
-        _wait(lambda: role.leader.committed == leader_log.log_end_offset, "the leader learns the follower's end")
-        assert role.leader.follower_ends() == {"disk-b": leader_log.log_end_offset}
+        yield leader_log, follower_log, role
     finally:
         follower.stop()
         server.stop()
         role.stop()
         follower_log.close()
         leader_log.close()
+
+
+def test_a_follower_replicates_the_producers_sets_with_where_each_producer_was_learnt(
+        zk, registry, make_zk, tmp_path):
+    # The leader's REPLICA_FETCH answers carry the producers' sets of the bytes they hold, and the
+    # sequence each producer was learnt at: the follower's producer state ends up the leader's.
+    stored = []
+
+    def fill(leader_log):
+        stored.extend(put(leader_log, b"v%d" % seq, seq) for seq in range(40))
+        leader_log.flush()
+        assert [r[2] for r in parse_records(leader_log.producer_records(0, 1 << 20)) if not r[4]] == [0]
+
+    with _replicating(zk, registry, make_zk, tmp_path, "sets", LEADER_CONFIG, fill) as (leader_log, follower_log,
+                                                                                         role):
+        _wait(lambda: follower_log.log_end_offset == leader_log.log_end_offset, "the follower catches up")
+        assert follower_log.producer_records(0, 1 << 20) == leader_log.producer_records(0, 1 << 20)
+        assert follower_log._producers.last_sequence(PID) == 39
+        # its progress reached the leader by its own request: the committed offset covers everything
+        _wait(lambda: role.leader.committed == leader_log.log_end_offset, "the leader learns the follower's end")
+        assert role.leader.follower_ends() == {"disk-b": leader_log.log_end_offset}
     assert stored[-1] < follower_log.log_end_offset
 
 
@@ -177,33 +193,15 @@ def test_a_follower_catches_up_when_the_producers_sets_fill_more_than_a_reply_ho
     # reply carries beside its data (REPLICA_FETCH_SETS_MAX_BYTES); the follower keeps the bytes the
     # sets it got describe and asks again from there, so it neither stalls nor loses a sequence.
     config = LEADER_CONFIG.replace(max_producer_ids=5000)
-    registry.create_topic("many", config)
-    create_state(zk, registry.paths, "many", 0, ["disk-a", "disk-b"])
-    leader_zk = make_zk()
-    leader_registry = Registry(leader_zk, registry.cluster)
-    leader_log = PartitionLog(tmp_path / "a", config)
-    follower_log = PartitionLog(tmp_path / "b", config)
-    role = ReplicaRole(leader_zk, leader_registry, "many", 0, "disk-a", leader_log, TOKEN)
     producers = 1100
     assert producers * RECORD_SIZE > REPLICA_FETCH_SETS_MAX_BYTES
-    for pid in range(1000, 1000 + producers):
-        data = encode_message_set([b"p%d" % pid], timestamp_ms=1)
-        leader_log.append_sequenced(data, pid, 0, 0, [len(data)], name="many-0")
-    leader_log.flush()
-    server = DataServer(lambda topic, partition: role.resolve(topic), token=TOKEN,
-                        resolve_replica=lambda topic, partition: role.resolve_replica(topic))
-    host, port = server.start()
-    leader_registry.register_endpoint("many", 0, host, port, "leader", 0)
-    role.register(host, port, "leader")
-    follower = Follower(registry, "many", 0, "disk-b", follower_log, TOKEN)
-    follower.start()
-    try:
+
+    def fill(leader_log):
+        for pid in range(1000, 1000 + producers):
+            data = encode_message_set([b"p%d" % pid], timestamp_ms=1)
+            leader_log.append_sequenced(data, pid, 0, 0, [len(data)], name="many-0")
+
+    with _replicating(zk, registry, make_zk, tmp_path, "many", config, fill) as (leader_log, follower_log, _role):
         _wait(lambda: follower_log.log_end_offset == leader_log.log_end_offset, "the follower catches up")
         assert follower_log.producer_records(0, 1 << 20) == leader_log.producer_records(0, 1 << 20)
         assert values(follower_log) == values(leader_log)
-    finally:
-        follower.stop()
-        server.stop()
-        role.stop()
-        follower_log.close()
-        leader_log.close()
