@@ -210,3 +210,14 @@ def test_a_fetch_at_a_removed_offset_starts_at_the_next_kept_record(raylog_clien
         got = read(kafka_config, topic, offset, following[0][0])
         assert got and got[0] == following[0], (offset, got[:1], following[:1])
         assert got == following[:len(got)]
+
+
+def test_a_record_without_a_key_is_refused_and_the_topic_keeps_what_it_had(raylog_client, kafka_config, compacted):
+    topic, _, records = compacted
+    errors = []
+    producer = confluent_kafka.Producer({**kafka_config, "acks": "all", "retries": 0})
+    producer.produce(topic, b"no key", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    assert producer.flush(WAIT_S) == 0
+    [err] = errors
+    assert err is not None and err.code() == confluent_kafka.KafkaError.INVALID_RECORD, err
+    assert _raylog_records(raylog_client, topic) == records
