@@ -30,6 +30,9 @@ among them; a broker resource gets the small read-only set of
 :func:`_broker_configs` (raylog's defaults for new topics). Only the keys
 asked for are answered when the request names some.
 
+A topic's configs are fixed when it is made (raylog has no live path to
+change them): AlterConfigs and IncrementalAlterConfigs are not served.
+
 Thread-safety: the functions keep no state; the topic administration they
 call is safe to call from the listener's connection threads (its state
 lives in ZooKeeper and Ray).
