@@ -16,17 +16,22 @@ cluster's default (raylog's, 1); manual replica assignments are refused
 taken by their Kafka names (:data:`TOPIC_CONFIGS`) and must be ones raylog
 has; any other is refused by name with INVALID_CONFIG, and so is a value
 raylog's :class:`raylog.config.TopicConfig` refuses (its message is the
-error message). ``cleanup.policy`` is accepted as ``delete`` only (raylog
-has no compaction). ``validate_only`` checks all of it, the name, that the
+error message). ``cleanup.policy`` is ``delete``, ``compact`` or both
+(``compact,delete`` in either order; docs/design.md section 3), with the
+compaction settings ``delete.retention.ms``, ``min.compaction.lag.ms``,
+``max.compaction.lag.ms`` and ``min.cleanable.dirty.ratio``. ``validate_only`` checks all of it, the name, that the
 topic does not exist and that the replication factor does not exceed the
 listeners registered (one per disk node), and creates nothing.
 
 DescribeConfigs: a topic's raylog settings under the Kafka names of
 :data:`TOPIC_CONFIGS` (source TOPIC_CONFIG where the topic set a value of
-its own, DEFAULT_CONFIG where it kept raylog's default), plus
-``cleanup.policy=delete``; a broker resource gets the small read-only set of
+its own, DEFAULT_CONFIG where it kept raylog's default), ``cleanup.policy``
+among them; a broker resource gets the small read-only set of
 :func:`_broker_configs` (raylog's defaults for new topics). Only the keys
 asked for are answered when the request names some.
+
+A topic's configs are fixed when it is made (raylog has no live path to
+change them): AlterConfigs and IncrementalAlterConfigs are not served.
 
 Thread-safety: the functions keep no state; the topic administration they
 call is safe to call from the listener's connection threads (its state
@@ -58,8 +63,16 @@ TOPIC_CONFIGS = {
     "flush.ms": "flush_ms",
     "min.insync.replicas": "min_insync_replicas",
     "unclean.leader.election.enable": "unclean_leader_election",
+    "cleanup.policy": "cleanup_policy",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
 }
-#: the one cleanup policy raylog has
+#: the TopicConfig fields taken as they are written (not integers)
+_TEXT_FIELDS = ("cleanup_policy",)
+_FLOAT_FIELDS = ("min_cleanable_dirty_ratio",)
+#: the cleanup policy of a broker's new topics
 CLEANUP_POLICY = "delete"
 #: the most a CreateTopics waits for a topic's partition actors
 CREATE_TIMEOUT_S = 120.0
@@ -101,16 +114,21 @@ def topic_settings(configs) -> dict:
     settings = {}
     for entry in configs or ():
         name, value = entry.name, entry.value
-        if name == "cleanup.policy":
-            if value != CLEANUP_POLICY:
-                raise Refused(INVALID_CONFIG, f"cleanup.policy={value!r}: raylog has only 'delete' (no compaction)")
-            continue
         field = TOPIC_CONFIGS.get(name)
         if field is None:
             raise Refused(INVALID_CONFIG, f"config {name!r} is not supported by raylog; supported: "
-                                          f"{', '.join(sorted([*TOPIC_CONFIGS, 'cleanup.policy']))}")
+                                          f"{', '.join(sorted(TOPIC_CONFIGS))}")
         if value is None:
             raise Refused(INVALID_CONFIG, f"config {name!r} has no value")
+        if field in _TEXT_FIELDS:
+            settings[field] = value
+            continue
+        if field in _FLOAT_FIELDS:
+            try:
+                settings[field] = float(value)
+            except ValueError:
+                raise Refused(INVALID_CONFIG, f"{name}={value!r}: a number is expected") from None
+            continue
         if field == "unclean_leader_election":
             if value.lower() not in ("true", "false"):
                 raise Refused(INVALID_CONFIG, f"{name}={value!r}: use true or false")
@@ -121,6 +139,14 @@ def topic_settings(configs) -> dict:
         except ValueError:
             raise Refused(INVALID_CONFIG, f"{name}={value!r}: an integer is expected") from None
     return settings
+
+
+def _kafka_message(message: str) -> str:
+    """TopicConfig's message with its field names as the Kafka names they
+    were given by (``cleanup_policy`` -> ``cleanup.policy``)."""
+    for name, field in sorted(TOPIC_CONFIGS.items(), key=lambda item: -len(item[1])):
+        message = message.replace(field, name)
+    return message
 
 
 def _check_create(backend, topic) -> tuple[str, int, dict]:
@@ -146,7 +172,7 @@ def _check_create(backend, topic) -> tuple[str, int, dict]:
     try:
         config = TopicConfig(partitions=partitions, **settings)
     except ConfigError as err:
-        raise Refused(INVALID_CONFIG, str(err).splitlines()[0]) from None
+        raise Refused(INVALID_CONFIG, _kafka_message(str(err).splitlines()[0])) from None
     nodes = len(brokers.listeners(backend.zk, backend.paths)) or 1
     if config.replication_factor > nodes:
         raise Refused(INVALID_REPLICATION_FACTOR, f"replication_factor {config.replication_factor} exceeds the "
@@ -218,7 +244,7 @@ def _kafka_value(value) -> str:
 def _topic_configs(config: TopicConfig) -> list[tuple[str, str, int, bool]]:
     """``(name, value, source, read only)`` of a topic's settings."""
     defaults = TopicConfig()
-    rows = [("cleanup.policy", CLEANUP_POLICY, DEFAULT_CONFIG_SOURCE, True)]
+    rows = []
     for name, field in TOPIC_CONFIGS.items():
         value = getattr(config, field)
         source = DEFAULT_CONFIG_SOURCE if value == getattr(defaults, field) else TOPIC_CONFIG_SOURCE

@@ -53,9 +53,14 @@ def test_create_topics_serves_the_topic_with_its_kafka_configs(raylog_client, ka
 
 @pytest.mark.parametrize("config, refused", [
     ({"compression.type": "lz4"}, "compression.type"),
-    ({"cleanup.policy": "compact"}, "cleanup.policy"),
+    ({"cleanup.policy": "shred"}, "cleanup.policy"),
     ({"retention.ms": "soon"}, "retention.ms"),
-    ({"segment.bytes": "0"}, "segment_bytes"),
+    ({"segment.bytes": "0"}, "segment.bytes"),
+    ({"min.cleanable.dirty.ratio": "2"}, "min.cleanable.dirty.ratio"),
+    ({"min.cleanable.dirty.ratio": "half"}, "min.cleanable.dirty.ratio"),
+    ({"delete.retention.ms": "-1"}, "delete.retention.ms"),
+    ({"cleanup.policy": "compact", "min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"},
+     "max.compaction.lag.ms"),
 ])
 def test_an_unknown_or_bad_config_is_refused_by_name_and_nothing_is_created(raylog_client, kafka_config, config,
                                                                            refused):
@@ -65,6 +70,33 @@ def test_an_unknown_or_bad_config_is_refused_by_name_and_nothing_is_created(rayl
                                      operation_timeout=WAIT_S)[name])
     assert err.name() == "INVALID_CONFIG" and refused in err.str(), err
     assert name not in raylog_client.list_topics()
+
+
+def test_a_compacted_topic_is_created_and_described_with_kafka_names(raylog_client, kafka_config):
+    # what Quix Streams and Kafka's AdminClient ask for at start-up (issue 46)
+    admin = AdminClient(kafka_config)
+    name = _name()
+    configs = {"cleanup.policy": "delete,compact", "delete.retention.ms": "60000", "min.compaction.lag.ms": "1000",
+               "max.compaction.lag.ms": "3600000", "min.cleanable.dirty.ratio": "0.25"}
+    futures = admin.create_topics([NewTopic(name, num_partitions=1, config=configs)], operation_timeout=WAIT_S)
+    assert futures[name].result(timeout=WAIT_S) is None
+    config = raylog_client.describe_topic(name)["config"]
+    assert (config.cleanup_policy, config.delete_retention_ms, config.min_compaction_lag_ms,
+            config.max_compaction_lag_ms, config.min_cleanable_dirty_ratio) == (
+        "compact,delete", 60_000, 1_000, 3_600_000, 0.25)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    entries = admin.describe_configs([resource])[resource].result(timeout=WAIT_S)
+    assert {key: entries[key].value for key in configs} == {**configs, "cleanup.policy": "compact,delete"}
+    assert all(entries[key].source == confluent_kafka.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+               for key in configs)
+    compact = _name()
+    futures = admin.create_topics([NewTopic(compact, num_partitions=1, config={"cleanup.policy": "compact"})],
+                                  operation_timeout=WAIT_S)
+    assert futures[compact].result(timeout=WAIT_S) is None
+    resource = ConfigResource(ConfigResource.Type.TOPIC, compact)
+    entries = admin.describe_configs([resource])[resource].result(timeout=WAIT_S)
+    assert entries["cleanup.policy"].value == "compact"
+    assert entries["delete.retention.ms"].source == confluent_kafka.admin.ConfigSource.DEFAULT_CONFIG.value
 
 
 def test_validate_only_creates_nothing_and_still_checks(raylog_client, kafka_config):

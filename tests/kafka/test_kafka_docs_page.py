@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import sys
 
 import pytest
@@ -60,3 +61,14 @@ def test_the_page_lists_every_api_the_listener_serves():
     for key, (request, low, high) in SUPPORTED.items():
         name = request.__name__.removesuffix("Request")
         assert f"| {name} | {key} | {low}–{high} |" in table or f"| {name} | {key} | {low} |" in table, name
+
+
+def test_the_page_lists_every_topic_config_createtopics_takes():
+    from raylog.config import TopicConfig
+    from raylog.kafka.admin import TOPIC_CONFIGS
+
+    text = (REPO / PAGE).read_text()
+    section = text.split("### Topic configs", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z.]+)` \| `([a-z_]+)`", section, re.M))
+    assert rows == TOPIC_CONFIGS
+    assert all(hasattr(TopicConfig(), field) for field in rows.values())
