@@ -105,6 +105,7 @@ from raylog.read.reader import (
     read_ranges,
 )
 from raylog.read.stream import RaylogStream, read_raylog_stream
+from raylog.read.table import latest_per_key, read_table
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -122,6 +123,7 @@ __all__ = [
     "ReadRange",
     "default_settings",
     "head_values",
+    "latest_per_key",
     "offset_store",
     "placement_options",
     "plan_read",
@@ -129,6 +131,7 @@ __all__ = [
     "read_ranges",
     "read_raylog",
     "read_raylog_stream",
+    "read_table",
     "records_to_batch",
     "resolve_connection",
     "split_counts",
