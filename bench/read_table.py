@@ -9,10 +9,11 @@ this machine), creates a compacted topic of ``--partitions`` partitions
 partition), then measures ``read_table`` (one read task per partition, the
 dataset materialized):
 
-* ``before``: before the cleaner has run (the read deduplicates all the
-  records itself);
-* ``after``: once every partition's cleaner has rewritten its closed
-  segments (the read skips the removed records' gaps);
+* ``uncleaned``: the same records in a topic of ``cleanup_policy="delete"``
+  (no cleaner: the read deduplicates all the records itself, as on a
+  compacted topic before its cleaner has run);
+* ``cleaned``: the compacted topic once every partition's cleaner has
+  rewritten its closed segments (the read skips the removed records' gaps);
 
 and for each: the rows, whether they are exactly the latest value of each
 key, the records a plain read (``read_raylog``) returns, and the seconds.
@@ -56,6 +57,7 @@ def produce(client, topic: str, records: int, keys: int, value_bytes: int) -> di
 def measure(client, topic: str, latest: dict, stage: str) -> dict:
     from raylog.read import read_raylog
 
+    records = read_raylog(topic, client=client).count()
     t0 = time.perf_counter()
     table = client.read_table(topic).materialize()
     rows = table.take_all()
@@ -63,7 +65,7 @@ def measure(client, topic: str, latest: dict, stage: str) -> dict:
     got = {r["key"]: r["value"] for r in rows}
     return {"bench": "read_table", "stage": stage, "rows": len(rows), "keys": len(got),
             "exactly_latest": got == latest and len(rows) == len(latest),
-            "records_in_log": read_raylog(topic, client=client).count(), "seconds": round(seconds, 3)}
+            "records_in_log": records, "seconds": round(seconds, 3)}
 
 
 def cleaned(client, topic: str, partitions: int) -> bool:
@@ -87,22 +89,24 @@ def main(argv=None) -> int:
 
     client = raylog.connect(num_cpus=max(2, args.partitions))
     try:
-        topic = "bench-table"
+        plain, topic = "bench-table-plain", "bench-table"
+        client.create_topic(plain, partitions=args.partitions, segment_bytes=4 << 20)
         client.create_topic(topic, partitions=args.partitions, cleanup_policy="compact", segment_bytes=4 << 20,
                             min_cleanable_dirty_ratio=0.01, retention_check_ms=500)
-        t0 = time.perf_counter()
-        latest = produce(client, topic, args.records, args.keys, args.value_bytes)
-        emit({"bench": "produce", "records": args.records, "keys": args.keys,
-              "seconds": round(time.perf_counter() - t0, 3)})
-        emit(measure(client, topic, latest, "before"))
+        for name in (plain, topic):
+            t0 = time.perf_counter()
+            latest = produce(client, name, args.records, args.keys, args.value_bytes)
+            emit({"bench": "produce", "topic": name, "records": args.records, "keys": args.keys,
+                  "seconds": round(time.perf_counter() - t0, 3)})
+        emit(measure(client, plain, latest, "uncleaned"))
         deadline = time.monotonic() + args.clean_timeout_s
         while not cleaned(client, topic, args.partitions):
             if time.monotonic() > deadline:
-                emit({"bench": "read_table", "stage": "after", "error": "the cleaners did not run in time"})
+                emit({"bench": "read_table", "stage": "cleaned", "error": "the cleaners did not run in time"})
                 return 1
             time.sleep(1)
         time.sleep(5)  # let the passes under way finish
-        emit(measure(client, topic, latest, "after"))
+        emit(measure(client, topic, latest, "cleaned"))
         return 0
     finally:
         client.close()
