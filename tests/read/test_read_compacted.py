@@ -122,3 +122,23 @@ def test_ray_data_read_table_and_count_agree_on_a_compacted_topic_before_and_aft
     rows = _rows(raylog_client.read_table(topic))
     assert {r["key"]: r["value"] for r in rows} == latest
     assert len(rows) == len(latest)
+
+
+def test_the_table_view_example_runs_as_written(raylog_client, capsys):
+    """The table view block (docs/howto/spark.md) on the module's client, its
+    compacted topic "users" holding 5 keys written 4 times, one deleted."""
+    from tests.doc_blocks import block, printed_lines
+
+    raylog_client.create_topic("users", partitions=2, cleanup_policy="compact")
+    producer = raylog_client.producer(acks="all", batch_size=3)
+    for i in range(20):
+        producer.send("users", b"v%d" % i, key=b"u%d" % (i % 5))
+    producer.send("users", None, key=b"u0")
+    producer.flush()
+    producer.close()
+    namespace = {"client": raylog_client}
+    exec(compile(block("docs/howto/spark.md", "Compacted topics and the table view"), "spark.md", "exec"),
+         namespace)
+    assert int(printed_lines(capsys.readouterr().out)[-1]) == 4
+    rows = namespace["table"].take_all()
+    assert sorted((r["key"], r["value"]) for r in rows) == [(b"u%d" % k, b"v%d" % (15 + k)) for k in range(1, 5)]
