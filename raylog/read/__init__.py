@@ -6,7 +6,8 @@ Modules: :mod:`~raylog.read.ranges` (the schema, plans and ranges as values),
 :mod:`~raylog.read.stream` (unbounded reads: a topic as micro-batches whose
 position is a consumer group's committed offsets),
 :mod:`~raylog.read.group_offsets` (a group's committed offsets for readers
-that keep its position themselves). Everything public
+that keep its position themselves), :mod:`~raylog.read.table` (the table
+view: the latest value of each key, ``read_table``). Everything public
 is importable from :mod:`raylog.read`.
 
 A **read plan** fixes what a batch read of a topic returns. Made once on the

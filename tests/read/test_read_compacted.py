@@ -83,13 +83,17 @@ def test_ray_data_read_table_and_count_agree_on_a_compacted_topic_before_and_aft
     topic = make_topic(partitions=PARTITIONS, cleanup_policy="compact", segment_bytes=256 * 1024,
                        max_message_bytes=128 * 1024, retention_check_ms=300, min_cleanable_dirty_ratio=0.01,
                        flush_ms=20)
+    plain = make_topic(partitions=PARTITIONS, segment_bytes=256 * 1024, max_message_bytes=128 * 1024)
     latest = _produce(raylog_client, topic)
+    assert _produce(raylog_client, plain) == latest
 
-    # the table view is right before the cleaner has run too (it deduplicates itself)
-    table = raylog_client.read_table(topic)
-    rows = _rows(table)
-    assert {r["key"]: r["value"] for r in rows} == latest
-    assert len(rows) == len(latest)
+    # the table view is right before a cleaner has run too (it deduplicates itself): the same records in a
+    # topic without a cleaner, and the compacted topic whether or not its cleaner has run yet
+    for name in (plain, topic):
+        rows = _rows(raylog_client.read_table(name))
+        assert {r["key"]: r["value"] for r in rows} == latest
+        assert len(rows) == len(latest)
+    assert len(_rows(read_raylog(plain, client=raylog_client))) == RECORDS + len(DELETED)
 
     deadline = time.monotonic() + 300
     while not _cleaned(raylog_client, topic):
