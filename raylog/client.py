@@ -489,6 +489,20 @@ class Client:
                           source_token=source_token, **options)
         return start_mirror(self, spec)
 
+    # -- the table view (raylog.read.table) -------------------------------------
+
+    def read_table(self, topic: str, ending_offsets="latest", **options):
+        """The latest value of each key of ``topic``, tombstones removed, as a
+        ``ray.data.Dataset`` with the columns of ``raylog.read.read_raylog``:
+        the state a changelog (a compacted topic) holds, in one call, right
+        before and after its log cleaner ran (:func:`raylog.read.read_table`,
+        whose keywords ``options`` are; one read task per partition). Joins
+        the Ray cluster."""
+        from raylog.read.table import read_table  # heavy (Arrow, Ray Data): imported when used
+
+        self._check_open()
+        return read_table(topic, ending_offsets, client=self, **options)
+
     # -- consumer pools (raylog.pool) ------------------------------------------
 
     def consumer_pool(self, topics, group: str, handler, **options):

@@ -36,7 +36,9 @@ STOP_TIMEOUT_S = 30.0
 
 #: source topic settings a target topic copies (replication is the target's choice)
 COPIED_SETTINGS = ("retention_ms", "retention_bytes", "segment_bytes", "segment_ms", "flush_messages", "flush_ms",
-                   "max_message_bytes", "max_inflated_bytes", "max_producer_ids")
+                   "max_message_bytes", "max_inflated_bytes", "max_producer_ids", "cleanup_policy",
+                   "delete_retention_ms", "min_compaction_lag_ms", "max_compaction_lag_ms",
+                   "min_cleanable_dirty_ratio")
 
 
 def missing_target_topics(spec, source, target) -> list[tuple[str, object]]:

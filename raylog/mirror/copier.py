@@ -55,7 +55,14 @@ Its ``target_end`` is then unknown (the sizes differ).
 offset after the last whole message it holds); one before it is a
 redelivery and is skipped, one after it is a gap (the consumer restarted
 the partition from elsewhere): the copier asks to be sought back to its
-position and drops what it held.
+position and drops what it held. A gap met again at the same place after
+that seek is one of the source log itself (offsets the log cleaner of a
+compacted topic removed, docs/design.md §3): the copier goes on at the
+message after it, and from then on takes that gap at once. The sets of a
+compacted source are its kept records; the target (made with the source's
+``cleanup_policy``, :mod:`raylog.mirror.controller`) stores them at offsets
+of its own and compacts them by its own cleaner, so it keeps the latest
+record of each key as the source does.
 
 Thread-safety: confined to the member's loop thread.
 """
@@ -238,6 +245,8 @@ class PartitionCopier:
         self._pos: int | None = None  # source offset after the last acknowledged set
         self._cursor: int | None = None  # source offset after the last whole buffered message
         self._redo: dict | None = None  # an intent not acknowledged: resend exactly it
+        #: (cursor, offset) of the gaps met since the last acknowledged set: met twice, a gap of the log
+        self._gaps: set[tuple[int, int]] = set()
         self._unsure = False  # an intent given up (its source range gone): was its sequence stored?
         self._held_since: float | None = None  # when the oldest message held came (monotonic)
         self._last_checkpoint = 0.0
@@ -304,8 +313,7 @@ class PartitionCopier:
         first = bisect.bisect_left(offsets, self._cursor)
         if first == len(offsets):
             return  # redelivered
-        if offsets[first] > self._cursor:
-            self._gap(offsets[first])
+        if offsets[first] > self._cursor and not self._gap(offsets[first]):
             return
         self._hold(batch[first:] if first else batch)
         self._cursor = batch.next_offset
@@ -319,8 +327,7 @@ class PartitionCopier:
                 return
             if msg.offset < self._cursor:
                 continue  # redelivered
-            if msg.offset > self._cursor:
-                self._gap(msg.offset)
+            if msg.offset > self._cursor and not self._gap(msg.offset):
                 return
             taken.append(msg)
             if _boundary(msg):
@@ -329,11 +336,20 @@ class PartitionCopier:
             whole = isinstance(messages, MessageBatch) and len(taken) == len(messages)
             self._hold(messages if whole else MessageBatch.of_records(taken))
 
-    def _gap(self, offset: int) -> None:
+    def _gap(self, offset: int) -> bool:
+        """A message at ``offset``, past the cursor: True when the gap is one
+        of the source log (met again after a seek back: the copier goes on
+        at ``offset``); else False, and the copier asks to be sought back."""
+        gap = (self._cursor, offset)
+        if gap in self._gaps:
+            self._cursor = offset
+            return True
         log.info("%s-%d: a gap at %d (expected %d): seeking back to %s",
                  self.topic, self.partition, offset, self._cursor, self._pos)
+        self._gaps.add(gap)
         self.need_seek = True
         self._drop_held()
+        return False
 
     def _hold(self, run) -> None:
         if not self._runs:
@@ -453,6 +469,7 @@ class PartitionCopier:
         self._seq += 1
         self._base += count
         self._pos = end
+        self._gaps = {gap for gap in self._gaps if gap[0] >= end}  # those behind are passed for good
         now = time.monotonic()
         if base is not None and now - self._last_checkpoint >= self.checkpoint_interval_s:
             progress.append_checkpoint(self.zk, self.checkpoints_path, end, base + len(payload))

@@ -6,7 +6,8 @@ Modules: :mod:`~raylog.read.ranges` (the schema, plans and ranges as values),
 :mod:`~raylog.read.stream` (unbounded reads: a topic as micro-batches whose
 position is a consumer group's committed offsets),
 :mod:`~raylog.read.group_offsets` (a group's committed offsets for readers
-that keep its position themselves). Everything public
+that keep its position themselves), :mod:`~raylog.read.table` (the table
+view: the latest value of each key, ``read_table``). Everything public
 is importable from :mod:`raylog.read`.
 
 A **read plan** fixes what a batch read of a topic returns. Made once on the
@@ -105,6 +106,7 @@ from raylog.read.reader import (
     read_ranges,
 )
 from raylog.read.stream import RaylogStream, read_raylog_stream
+from raylog.read.table import latest_per_key, read_table
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -122,6 +124,7 @@ __all__ = [
     "ReadRange",
     "default_settings",
     "head_values",
+    "latest_per_key",
     "offset_store",
     "placement_options",
     "plan_read",
@@ -129,6 +132,7 @@ __all__ = [
     "read_ranges",
     "read_raylog",
     "read_raylog_stream",
+    "read_table",
     "records_to_batch",
     "resolve_connection",
     "split_counts",

@@ -42,9 +42,10 @@ def _datasource_class():
         the leader)."""
 
         def __init__(self, plan: ReadPlan, ranges: Sequence[tuple[ReadRange, str | None]],
-                     fetch_bytes: int = FETCH_BYTES):
+                     fetch_bytes: int = FETCH_BYTES, read_task=None):
             super().__init__()
             self._plan = plan
+            self._read_task = read_task or _read_task_tables
             self._ranges = list(ranges)
             self._options = {
                 "fail_on_data_loss": plan.fail_on_data_loss,
@@ -62,7 +63,7 @@ def _datasource_class():
             tasks = []
             for rng, replica in self._ranges:
                 meta = BlockMetadata(num_rows=None, size_bytes=rng.size, exec_stats=None, input_files=None)
-                read_fn = functools.partial(_read_task_tables, rng, self._plan.settings, self._options, replica)
+                read_fn = functools.partial(self._read_task, rng, self._plan.settings, self._options, replica)
                 tasks.append(ReadTask(read_fn, meta, schema=ARROW_SCHEMA, per_task_row_limit=per_task_row_limit))
             return tasks
 
@@ -74,7 +75,8 @@ PLAN_OPTIONS = ("min_partitions", "fail_on_data_loss", "client", "settings")
 
 
 def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest", *,
-                plan: ReadPlan | None = None, locality: bool = True, fetch_bytes: int = FETCH_BYTES, **options):
+                plan: ReadPlan | None = None, locality: bool = True, fetch_bytes: int = FETCH_BYTES,
+                read_task=None, **options):
     """A bounded ``ray.data.Dataset`` of ``topic`` with :data:`ARROW_SCHEMA`.
 
     ``topic``, the offsets and the keywords of :data:`PLAN_OPTIONS`
@@ -96,6 +98,11 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
     once; a ``num_cpus`` that is not free now raises
     :class:`~raylog.errors.ResourcesUnavailableError` naming what is
     needed and what is free (see :func:`_read_resources`).
+
+    ``read_task``: what a read task does with its range, called as
+    ``read_task(rng, settings, read_options, replica)`` and yielding Arrow
+    tables of :data:`ARROW_SCHEMA` (default: every record of the range;
+    :func:`raylog.read.table.read_range_latest` gives the table view).
 
     The dataset converts to Spark with RayDP: ``ds.to_spark(spark)``.
     """
@@ -123,7 +130,7 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
             options.update(placement_options(node_id))
         datasets.append(
             ray.data.read_datasource(
-                datasource(plan, ranges, fetch_bytes), override_num_blocks=len(ranges), **options
+                datasource(plan, ranges, fetch_bytes, read_task), override_num_blocks=len(ranges), **options
             )
         )
     dataset = datasets[0] if len(datasets) == 1 else datasets[0].union(*datasets[1:])

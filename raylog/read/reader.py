@@ -33,7 +33,7 @@ from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DE
 from raylog.read.replicas import Replica, local_replica, where_am_i
 from raylog.retry import RetryPolicy
 from raylog.storage.decoding import decode_messages
-from raylog.storage.record_batch import format_at
+from raylog.storage.record_batch import format_at, next_offset_after
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def read_range(
                 except (RaylogError, OSError) as err:
                     endpoint.leave_follower(offset, err)
                     continue
-                offset = at + consumed
+                offset = next_offset(result.data, at, consumed)
                 pending.extend(_within(records, rng.start, end))
                 continue
             try:
@@ -223,7 +223,7 @@ def read_range(
                 raise InvalidMessageError(
                     f"the fetch of {topic}-{partition} at {offset} returned no whole message", offset=offset
                 )
-            offset = at + consumed
+            offset = next_offset(data, at, consumed)
             pending.extend(_within(records, rng.start, end))
             catch_up_until = None
         if pending:
@@ -236,13 +236,26 @@ def data_start(data, offset: int) -> int:
     """Where fetched ``data`` starts in the log. A fetch at a record's offset
     inside a format-2 batch is answered with the whole batch from its start
     and the offset asked for; the batch's baseOffset is its start
-    (docs/design.md §2). Format 1 (and a wrapper, answered with its own
-    offset): ``offset``."""
+    (docs/design.md §2). A fetch at an offset the log cleaner removed
+    (a compacted topic, §3) is answered from the next kept batch: its
+    baseOffset, past the offset asked for. Format 1 (and a wrapper, answered
+    with its own offset): ``offset``."""
     if len(data) >= 17 and data[8] == 0 and format_at(data) == 2:
-        base = int.from_bytes(data[:8], "big")
-        if base < offset:
-            return base
+        return int.from_bytes(data[:8], "big")
     return offset
+
+
+def next_offset(data, at: int, consumed: int) -> int:
+    """Where a read continues after the ``consumed`` bytes of whole messages
+    at the start of ``data`` (which starts at offset ``at``): for record
+    batches the last one's baseOffset + lastOffsetDelta + 1 (in a segment the
+    cleaner rewrote, bytes and offsets differ: docs/design.md §3), else
+    ``at + consumed`` (offsets are byte positions, §2)."""
+    if consumed and len(data) >= 17 and data[8] == 0 and format_at(data) == 2:
+        after = next_offset_after(data, consumed)
+        if after is not None:
+            return after
+    return at + consumed
 
 
 def _within(records: list, start: int, end: int) -> list:

@@ -183,6 +183,11 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
         piece = log.read(pos, min(COUNT_BLOCK_BYTES, end - pos, max(1, limit - pos)))
         if piece.offset < pos:
             raise _inside_batch(piece, pos)
+        if piece.offset > pos:  # pos was removed by the log cleaner: the read is of the next kept batch
+            if piece.offset >= end:
+                pos = end
+                break
+            pos = piece.offset
         if getattr(piece, "cleaned", False):
             more, pos = _count_cleaned(piece, end, max_message_bytes, max_inflated)
             count += more
@@ -241,6 +246,13 @@ def _count_cleaned(piece, end: int, max_message_bytes: int, max_inflated: int) -
     return count, pos
 
 
+def _message_at(log, offset: int) -> int:
+    """The offset of the message a read at ``offset`` (a boundary) starts
+    with: ``offset``, or past it where the log cleaner removed ``offset``
+    (docs/design.md §3: the read gives the next kept batch)."""
+    return max(offset, log.read(offset, 0).offset)
+
+
 def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) -> Counted:
     """COUNT version 1: :func:`count_range` from a record offset, stopping
     after at most ``max_messages`` messages (``-1``: no bound).
@@ -261,8 +273,9 @@ def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) 
     pos = start
     try:
         piece = log.read(start, 0)
-        if piece.offset != start:  # a record of a batch: counted from it, as an inner message
+        if piece.offset < start:  # a record of a batch: counted from it, as an inner message
             raise _inside_batch(piece, start)
+        # (piece.offset > start: start was removed by the log cleaner; the count goes on from the gap)
     except InvalidOffsetError as err:
         wrapper, wrapper_end = err.details.get("wrapper_offset"), err.details.get("next_offset")
         if wrapper is None or wrapper_end > end:
@@ -286,5 +299,6 @@ def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) 
             step = max(1, step // 8)  # too many: walk a shorter stretch from pos again
             first = True
         else:  # one wrapper holds more messages than are left to count: stop inside it
-            return Counted(count + budget, pos + budget)
+            # (its record i is at its offset + i; pos may lie in a gap the log cleaner left before it)
+            return Counted(count + budget, _message_at(log, pos) + budget)
     return Counted(count, pos)
