@@ -65,7 +65,7 @@ from typing import Iterable, Iterator, Sequence
 
 from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, AuditPublisher, new_source_id
 from raylog.config import LATEST, OFFSET_RESETS, RESET_ERROR
-from raylog.consumer.batch import MessageBatch, _Batches, fetched_batch
+from raylog.consumer.batch import MessageBatch, BatchList, fetched_batch
 from raylog.consumer.fetcher import Chunk, Fetcher, FetchSettings, decode_fetched
 from raylog.consumer.positions import OffsetQueries, TopicPartition
 from raylog.consumer.record import Message
@@ -521,7 +521,7 @@ class Consumer:
             raise ClosedError("the consumer is closed; create a new one with client.consumer()")
         self._decoder = fetched_batch
         self._unyielded.clear()
-        out = _Batches()
+        out = BatchList()
         self._poll(timeout_ms, max_messages, out)
         return list(out)
 
