@@ -35,7 +35,7 @@ from raylog.errors import ClosedError, RaylogError, RequestTimeoutError, TopicEx
 from raylog.metadata import OPEN_CLIENTS, ConnectionSettings, Metadata, current_client
 from raylog.producer import Producer
 from raylog.producer.audit_publisher import ProducerAuditPublisher
-from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, _register_exit_hook, close_open_producers
+from raylog.producer.producer import EXIT_DELIVERY_DEFAULT_S, register_exit_hook, close_open_producers
 from raylog.zk.registry import Registry
 from raylog.zk.acl import secure_session
 from raylog.zk.partition_state import read_state
@@ -94,7 +94,7 @@ def _close_all_at_exit() -> None:
 
 
 # after raylog.producer's own hook, so that this one runs first (latest first)
-_register_exit_hook(_close_all_at_exit)
+register_exit_hook(_close_all_at_exit)
 
 
 def kafka_listener_placements() -> list[tuple[str, dict]]:

@@ -446,10 +446,10 @@ def _batch_of_one_record(codec: int, value_head: bytes, zeros: int) -> bytes:
     import zstandard
     from crc32c import crc32c
 
-    from raylog.kafka.records import _varint
+    from raylog.kafka.records import zigzag_varint
 
-    body = b"\x00" + _varint(0) + _varint(0) + _varint(-1) + _varint(zeros)
-    record_head = _varint(len(body) + zeros + 1) + body
+    body = b"\x00" + zigzag_varint(0) + zigzag_varint(0) + zigzag_varint(-1) + zigzag_varint(zeros)
+    record_head = zigzag_varint(len(body) + zeros + 1) + body
     if codec == 1:
         c = zlib.compressobj(9, zlib.DEFLATED, 31)
         finish = c.flush

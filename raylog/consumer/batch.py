@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import bisect
 
-from raylog.consumer.record import InnerMessage, Message, _last_inner, with_next_offsets
+from raylog.consumer.record import InnerMessage, Message, last_inner, with_next_offsets
 from raylog.storage import message as _format
 from raylog.storage.decoding import decode_messages
 from raylog.storage.record_batch import MAX_BATCH_LENGTH, format_at
@@ -288,7 +288,7 @@ class MessageBatch:
         offset, nxt = self._offsets[i], self._nexts[i]
         if nxt == offset + 1:
             return tuple.__new__(InnerMessage, (self.topic, self.partition, offset, self._timestamps[i], key, value))
-        return _last_inner((self.topic, self.partition, offset, self._timestamps[i], key, value), nxt)
+        return last_inner((self.topic, self.partition, offset, self._timestamps[i], key, value), nxt)
 
     def __iter__(self):
         if self._records is not None:
@@ -404,7 +404,7 @@ def _whole_tail(mv, used: int, max_message: int) -> bool:
     return _format.MIN_MESSAGE_SIZE <= size <= max_message and 4 + size > rest
 
 
-class _Batches(list):
+class BatchList(list):
     """The list ``poll_batch`` fills: one batch per run handed over; its
     length is the number of messages (what the consumer's take counts)."""
 

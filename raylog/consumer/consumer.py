@@ -65,8 +65,8 @@ from typing import Iterable, Iterator, Sequence
 
 from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, AuditPublisher, new_source_id
 from raylog.config import LATEST, OFFSET_RESETS, RESET_ERROR
-from raylog.consumer.batch import MessageBatch, _Batches, fetched_batch
-from raylog.consumer.fetcher import Chunk, Fetcher
+from raylog.consumer.batch import MessageBatch, BatchList, fetched_batch
+from raylog.consumer.fetcher import Chunk, Fetcher, FetchSettings, decode_fetched
 from raylog.consumer.positions import OffsetQueries, TopicPartition
 from raylog.consumer.record import Message
 from raylog.consumer.revocation import GroupNotices
@@ -118,10 +118,12 @@ class Consumer:
     :class:`raylog.errors.AssignorError` (a :class:`raylog.ConfigError`)
     before the consumer joins. :attr:`group_assignor` tells which one the
     group applied.
-    """
 
-    #: what the fetchers decode with (set by the first poll_batch)
-    fetch_decoder = None
+    ``fetch_batches=True`` has the fetchers keep each fetch as
+    :class:`~raylog.consumer.batch.MessageBatch` views from the first fetch
+    on (what ``poll_batch`` returns; the first ``poll_batch`` turns it on
+    otherwise, from the next fetch).
+    """
 
     def __init__(
         self,
@@ -149,6 +151,7 @@ class Consumer:
         audit_window_ms: int | None = None,
         audit_interval_ms: int | None = None,
         audit_publisher: AuditPublisher | None = None,
+        fetch_batches: bool = False,
     ):
         if isinstance(topics, str):
             topics = [topics]
@@ -174,6 +177,13 @@ class Consumer:
         self.request_timeout_s = request_timeout_s
         self.warn_after_s = unavailable_warning_s
         self.revoke_timeout_s = revoke_timeout_ms / 1000.0
+        self._fetch_settings = FetchSettings(
+            fetch_max_bytes=fetch_max_bytes, fetch_max_wait_ms=fetch_max_wait_ms,
+            max_message_bytes=max_message_bytes, request_timeout_s=request_timeout_s,
+            auto_offset_reset=auto_offset_reset, warn_after_s=unavailable_warning_s,
+        )
+        #: what the fetchers decode with: poll_batch switches it to batches
+        self._decoder = fetched_batch if fetch_batches else decode_fetched
 
         self._lock = threading.RLock()
         self._offsets = OffsetQueries(metadata, request_timeout_s)
@@ -272,9 +282,16 @@ class Consumer:
 
     def _start_fetcher(self, tp: TopicPartition, offset: int | None) -> None:
         self._epoch += 1
-        fetcher = Fetcher(self, tp, offset, self._epoch)
+        fetcher = Fetcher(tp, offset, self._epoch, settings=self._fetch_settings, metadata=self.metadata,
+                          put=self.queue.put, committed=self.committed, offsets=self.offsets,
+                          decoder=self._decode)
         self._parts[tp] = _Partition(fetcher, offset)
         fetcher.start()
+
+    def _decode(self, data, offset, tp, max_message, max_inflated):
+        """The fetchers' decoder: the one chosen now (poll_batch may switch it
+        while they run)."""
+        return self._decoder(data, offset, tp, max_message, max_inflated)
 
     def _fetch_assigned(self, tp: TopicPartition) -> None:
         """A partition the group assigned (lock held): read it from its
@@ -502,9 +519,9 @@ class Consumer:
         views (see :mod:`raylog.consumer.batch`): at most ``max_messages`` in all."""
         if self._closed:
             raise ClosedError("the consumer is closed; create a new one with client.consumer()")
-        self.fetch_decoder = fetched_batch
+        self._decoder = fetched_batch
         self._unyielded.clear()
-        out = _Batches()
+        out = BatchList()
         self._poll(timeout_ms, max_messages, out)
         return list(out)
 

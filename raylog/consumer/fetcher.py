@@ -39,6 +39,8 @@ import logging
 import queue
 import threading
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 from raylog.config import EARLIEST, LATEST
 from raylog.consumer.record import Message, with_next_offsets
@@ -58,10 +60,10 @@ TopicPartition = tuple[str, int]
 TRANSIENT_RETRY = RetryPolicy.forever(delay_s=0.05, max_delay_s=1.0, jitter=0.5)
 
 
-def _decode(data, offset: int, tp, max_message: int, max_inflated: int):
+def decode_fetched(data, offset: int, tp, max_message: int, max_inflated: int):
     """The messages of a fetched set (each with its ``next_offset``) and the
-    bytes they take; the consumer's ``fetch_decoder`` replaces this for the
-    batch path (:mod:`raylog.consumer.batch`)."""
+    bytes they take: the default ``decoder`` of a :class:`Fetcher`
+    (:func:`raylog.consumer.batch.fetched_batch` is the batch path's)."""
     records, consumed = decode_messages(
         data, offset, max_message_bytes=max_message, record_type=Message, prefix=tp, max_inflated_bytes=max_inflated
     )
@@ -97,18 +99,53 @@ class Chunk:
         self.error = error
 
 
+@dataclass(frozen=True)
+class FetchSettings:
+    """A consumer's settings that its fetchers read (immutable, so shared
+    by every fetcher of the consumer without a lock)."""
+
+    fetch_max_bytes: int = 1 << 20
+    fetch_max_wait_ms: int = 500
+    #: None: the topic's own max_message_bytes
+    max_message_bytes: int | None = None
+    request_timeout_s: float = 30.0
+    auto_offset_reset: str = LATEST
+    #: seconds of failures before the one warning
+    warn_after_s: float = 60.0
+
+
 class Fetcher(threading.Thread):
     """Fetches one partition until stopped (see the module docstring).
 
-    ``source`` gives what the fetcher needs from its consumer: ``metadata``,
-    ``fetch_max_bytes``, ``fetch_max_wait_ms``, ``max_message_bytes``,
-    ``request_timeout_s``, ``auto_offset_reset``, ``warn_after_s``,
-    ``queue`` (bounded), ``committed(tp)`` and ``offsets(tp)``.
+    It is given what it uses and nothing else: ``settings``; ``metadata``
+    (``endpoint``, ``config``, ``forget``, ``settings.token``); ``put``, a
+    bounded queue's ``put(chunk, timeout=)`` (raises :class:`queue.Full`);
+    ``committed(tp)``, the group's committed offset or None; ``offsets(tp)``,
+    the partition's ``(earliest, latest)``; and ``decoder(data, offset, tp,
+    max_message, max_inflated) -> (records, consumed)``, called once a fetch
+    (:func:`decode_fetched` unless given).
     """
 
-    def __init__(self, source, tp: TopicPartition, offset: int | None, epoch: int):
+    def __init__(
+        self,
+        tp: TopicPartition,
+        offset: int | None,
+        epoch: int,
+        *,
+        settings: FetchSettings,
+        metadata,
+        put: Callable[..., None],
+        committed: Callable[[TopicPartition], int | None],
+        offsets: Callable[[TopicPartition], tuple[int, int]],
+        decoder: Callable = decode_fetched,
+    ):
         super().__init__(name=f"raylog-fetch-{tp[0]}-{tp[1]}", daemon=True)
-        self.source = source
+        self.settings = settings
+        self.metadata = metadata
+        self._queue_put = put
+        self._committed = committed
+        self._offsets = offsets
+        self._decoder = decoder
         self.tp = tp
         self.offset = offset
         self.epoch = epoch
@@ -132,7 +169,7 @@ class Fetcher(threading.Thread):
         """Queue a chunk, waiting for room; False once stopped."""
         while not self.stopped.is_set():
             try:
-                self.source.queue.put(chunk, timeout=0.1)
+                self._queue_put(chunk, timeout=0.1)
                 return True
             except queue.Full:
                 continue
@@ -146,11 +183,11 @@ class Fetcher(threading.Thread):
             self.conn.close()
             self.conn = None
         if err.refresh_metadata:
-            self.source.metadata.forget(*self.tp)
+            self.metadata.forget(*self.tp)
         now = time.monotonic()
         if self._failing_since is None:
             self._failing_since = now
-        if not self._warned and now - self._failing_since >= self.source.warn_after_s:
+        if not self._warned and now - self._failing_since >= self.settings.warn_after_s:
             self._warned = True
             logger.warning("%s-%d unreachable for %.0fs (%s); still retrying for as long as it is owned",
                            self.tp[0], self.tp[1], now - self._failing_since, err)
@@ -164,18 +201,18 @@ class Fetcher(threading.Thread):
             self._backoff.reset()
 
     def _connect(self) -> None:
-        s = self.source
+        s, metadata = self.settings, self.metadata
         # The cached endpoint, unless _transient forgot it (refresh_metadata).
-        host, port = s.metadata.endpoint(*self.tp, wait_s=1.0)
+        host, port = metadata.endpoint(*self.tp, wait_s=1.0)
         # A reply holds at least one whole message, however large the topic allows.
-        limit = max(s.fetch_max_bytes, s.metadata.config(self.tp[0]).max_message_bytes)
-        self.conn = BrokerConnection(host, port, token=s.metadata.settings.token, timeout_s=s.request_timeout_s,
+        limit = max(s.fetch_max_bytes, metadata.config(self.tp[0]).max_message_bytes)
+        self.conn = BrokerConnection(host, port, token=metadata.settings.token, timeout_s=s.request_timeout_s,
                                      max_frame_bytes=limit + FRAME_OVERHEAD_BYTES)
 
     def _reset(self, err: OffsetOutOfRangeError | None) -> int:
         """The position ``auto_offset_reset`` gives (``err`` has the range when known)."""
-        earliest, latest = (err.earliest, err.latest) if err is not None else self.source.offsets(self.tp)
-        policy = self.source.auto_offset_reset
+        earliest, latest = (err.earliest, err.latest) if err is not None else self._offsets(self.tp)
+        policy = self.settings.auto_offset_reset
         if policy == EARLIEST:
             return earliest
         if policy == LATEST:
@@ -190,7 +227,7 @@ class Fetcher(threading.Thread):
         """The committed offset, else the reset position; retried while transient."""
         while not self.stopped.is_set():
             try:
-                committed = self.source.committed(self.tp)
+                committed = self._committed(self.tp)
                 offset = committed if committed is not None else self._reset(None)
                 self._recovered()
                 return offset
@@ -222,7 +259,8 @@ class Fetcher(threading.Thread):
     # -- the loop ----------------------------------------------------------------
 
     def run(self) -> None:
-        s = self.source
+        s = self.settings
+        decoder = self._decoder
         topic, partition = self.tp
         try:
             if self.offset is None:
@@ -231,7 +269,7 @@ class Fetcher(threading.Thread):
                     return
                 self.offset = offset
                 self._put(Chunk(self.tp, self.epoch, (), offset))  # the position, for commit and position()
-            config = s.metadata.config(topic)
+            config = self.metadata.config(topic)
             max_message = s.max_message_bytes or config.max_message_bytes
             max_inflated = max(config.max_inflated_limit, max_message)  # storage's bound on a decompressed set
             while not self.stopped.is_set():
@@ -270,7 +308,6 @@ class Fetcher(threading.Thread):
                     self._put_inside_wrapper(data, start, max_message, max_inflated)
                     continue
                 try:
-                    decoder = getattr(s, "fetch_decoder", None) or _decode
                     records, consumed = decoder(data, self.offset, self.tp, max_message, max_inflated)
                 except InvalidMessageError as err:
                     # Hand over the whole messages before the bad one, then

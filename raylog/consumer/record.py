@@ -103,7 +103,7 @@ class InnerMessage(Message):
         return self.offset + 1
 
 
-def _last_inner(message: tuple, next_offset: int) -> WrappedMessage:
+def last_inner(message: tuple, next_offset: int) -> WrappedMessage:
     wrapped = tuple.__new__(WrappedMessage, message)
     wrapped.__dict__["_next_offset"] = next_offset
     return wrapped
@@ -134,7 +134,7 @@ Message.with_headers = staticmethod(_with_headers)
 # asked for Messages (raylog.storage.decoding: every one but the last as
 # ``inner_type``, the last through ``last_inner`` with the wrapper's end).
 Message.inner_type = InnerMessage
-Message.last_inner = staticmethod(_last_inner)
+Message.last_inner = staticmethod(last_inner)
 # The compiled decoder builds the last record of a batch directly as this
 # type, with ``_next_offset`` in its ``__dict__`` (as ``last_inner`` does).
 Message.last_type = WrappedMessage
@@ -154,5 +154,5 @@ def with_next_offsets(records: list, end: int) -> list:
             continue
         nxt = records[i + 1][2] if i + 1 < n else end
         if m[2] + HEADER_BYTES + (len(m[4]) if m[4] is not None else 0) + len(m[5]) != nxt:
-            records[i] = _last_inner(m, nxt)
+            records[i] = last_inner(m, nxt)
     return records

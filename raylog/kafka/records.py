@@ -171,7 +171,7 @@ def stored_batches(data, offset: int, max_bytes: int) -> tuple[memoryview, int, 
     return memoryview(data)[first:end], next_offset, walked
 
 
-def _varint(value: int) -> bytes:
+def zigzag_varint(value: int) -> bytes:
     """Kafka's zigzag varint (varlong) of ``value``."""
     z = (value << 1) ^ (value >> 63)
     if z < 0x80:
@@ -185,7 +185,7 @@ def _varint(value: int) -> bytes:
 
 
 _SMALL_VARINTS = [bytes([z]) for z in range(0x80)]
-_NULL = _varint(-1)
+_NULL = zigzag_varint(-1)
 
 
 def encode_batch(records, end: int) -> bytes:
@@ -212,7 +212,7 @@ def _encode_records(records, first_ts: int, base: int) -> tuple[bytes, int]:
     max_ts = first_ts
     parts = []
     append = parts.append
-    varint = _varint
+    varint = zigzag_varint
     for offset, ts, key, value in records:
         if ts > max_ts:
             max_ts = ts

@@ -42,7 +42,6 @@ import threading
 import time
 
 from raylog.config import EARLIEST
-from raylog.consumer.batch import fetched_batch
 from raylog.errors import OffsetOutOfRangeError
 from raylog.mirror import progress, spec as specs
 from raylog.mirror.copier import LINGER_S, PartitionCopier
@@ -107,10 +106,11 @@ class MirrorMember:
             self._stop.wait(min(self.spec.scan_interval_s, 5.0))
             return
         consumer = self.source.consumer(topics, group=self.spec.group, auto_offset_reset=EARLIEST,
-                                        enable_auto_commit=False, session_timeout_ms=6000)
-        # batches from the first fetch on (poll_batch sets this at its first call, which may come
-        # after a fetch): every fetch keeps its stored bytes, compressed wrappers whole
-        consumer.fetch_decoder = fetched_batch
+                                        enable_auto_commit=False, session_timeout_ms=6000,
+                                        # batches from the first fetch on (the first poll_batch may
+                                        # come after a fetch): every fetch keeps its stored bytes,
+                                        # compressed wrappers whole
+                                        fetch_batches=True)
         copiers: dict = {}
         sending: dict = {}  # tp -> Future of the copier's pump on the pool
         held: dict = {}  # tp -> message batches that came while its copier was sending

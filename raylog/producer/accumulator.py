@@ -101,19 +101,52 @@ DIRECT_GRACE_S = 0.005
 
 class DirectClaim:
     """A partition reserved to one set sent by its caller's thread (see
-    "The direct round" above). ``lock`` is held while the set is written
-    and while its reply is read, by one thread at a time; ``work`` is the
-    sender's state of the round (the accumulator never reads it)."""
+    "The direct round" above).
 
-    __slots__ = ("batch", "since", "due", "reading", "lock", "work")
+    Thread-safety: :meth:`hold` / :meth:`let_go` (or ``with claim:``) is a
+    lock held while the set is written and while its reply is read, by one
+    thread at a time; the sender's state of the round (:meth:`attach`,
+    :attr:`round`, the accumulator never reads it) and :meth:`set_reading`
+    are used by that thread only. ``due`` and ``reading`` are read under
+    the accumulator's lock."""
+
+    __slots__ = ("batch", "since", "due", "reading", "_lock", "_round")
 
     def __init__(self, batch: ProducerBatch, since: float):
-        self.batch = batch
+        self.batch = batch  # the one batch it carries (read only)
         self.since = since
         self.due = False  # handed over: a worker takes it at once
         self.reading = False  # a waiting thread reads its reply (no backstop needed)
-        self.lock = threading.Lock()
-        self.work = None
+        self._lock = threading.Lock()
+        self._round = None
+
+    def hold(self, blocking: bool = True) -> bool:
+        """Take the claim's lock (False: another thread holds it and ``blocking`` is False)."""
+        return self._lock.acquire(blocking)
+
+    def let_go(self) -> None:
+        """Release the claim's lock."""
+        self._lock.release()
+
+    def __enter__(self) -> "DirectClaim":
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def attach(self, state) -> None:
+        """The sender's state of the round (lock held)."""
+        self._round = state
+
+    @property
+    def round(self):
+        """What :meth:`attach` set, or None before the round was started."""
+        return self._round
+
+    def set_reading(self, reading: bool) -> None:
+        """A waiting thread reads (True) or stopped reading (False) the reply."""
+        self.reading = reading
 
 
 class CompiledSendView(NamedTuple):
@@ -449,7 +482,7 @@ class RecordAccumulator:
             queue = self.ready.get(tp)
             if direct and not queue and tp not in self.draining and tp not in self.direct:
                 claim = self.direct[tp] = DirectClaim(batch, time.monotonic())
-                claim.lock.acquire()
+                claim.hold()
                 if queue is None:  # (the compiled send appends to the queue it finds)
                     self.ready[tp] = collections.deque()
             else:

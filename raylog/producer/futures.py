@@ -28,10 +28,10 @@ from typing import Callable, NamedTuple
 from raylog.errors import DeliveryError, RaylogError, RequestTimeoutError
 
 try:  # puts a future the compiled send left untracked back under the garbage collector
-    from raylog.producer._fastsend import track as _track
+    from raylog.producer._fastsend import track
 except ImportError:  # pragma: no cover - built without a compiler
 
-    def _track(obj) -> None:
+    def track(obj) -> None:
         pass
 
 
@@ -95,13 +95,20 @@ class BatchFuture:
     def set_keys(self, keys) -> None:
         self._keys = keys
 
+    def read_reply_with(self, reap: Callable[..., None]) -> None:
+        """A direct round was written for this batch: ``reap(read,
+        timeout_s=None)`` reads its reply on a waiting thread (``read``)
+        or hands the round to the sender's worker. Called by the sender
+        once, before any reader can see the round."""
+        self._reap = reap
+
     def resolve(self, base_offset: int) -> None:
         self._base = base_offset
         self._values = self._keys = None
         self._finish()
 
     def fail(self, error: BaseException) -> None:
-        _track(self)  # (its error's traceback may lead back to it: a cycle the collector must see)
+        track(self)  # (its error's traceback may lead back to it: a cycle the collector must see)
         self._error = scoped_error(error, self.topic, self.partition)
         self._values = self._keys = None
         self._finish()
@@ -168,7 +175,7 @@ class BatchFuture:
         if not self._done:
             if self._reap is not None:
                 self._hand_over()
-            _track(self)  # (a callback may lead back to it: a cycle the collector must see)
+            track(self)  # (a callback may lead back to it: a cycle the collector must see)
             with _WAIT_LOCK:
                 if not self._done:
                     if self._callbacks is None:

@@ -536,7 +536,7 @@ def close_open_producers() -> None:
         thread.join()
 
 
-def _register_exit_hook(hook) -> None:
+def register_exit_hook(hook) -> None:
     """Run ``hook`` at interpreter exit **before** the interpreter shuts its
     thread pools down (``concurrent.futures`` refuses new work from then
     on, and ``atexit`` handlers run only after that): hooks registered
@@ -550,4 +550,4 @@ def _register_exit_hook(hook) -> None:
         register(hook)
 
 
-_register_exit_hook(close_open_producers)
+register_exit_hook(close_open_producers)

@@ -89,7 +89,7 @@ from raylog.errors import (
     RaylogError,
     TooManyConnectionsError,
 )
-from raylog.producer.futures import UNKNOWN_OFFSET, _track
+from raylog.producer.futures import UNKNOWN_OFFSET, track
 from raylog.producer.visibility import Visibility
 from raylog.retry import RetryPolicy
 from raylog.producer.batch import BATCH_OVERHEAD
@@ -118,7 +118,7 @@ def new_producer_id() -> int:
     return random.SystemRandom().randint(0, _MAX_PRODUCER_ID)
 
 
-class _Sequences:
+class PartitionSequences:
     """Idempotence state of one topic-partition (drain-worker confined)."""
 
     __slots__ = ("producer_id", "next")
@@ -148,7 +148,7 @@ class _Direct:
 
     def __init__(self):
         self.set = None  # the _Set written; None: nothing was written
-        self.state = None  # the partition's _Sequences (idempotent)
+        self.state = None  # the partition's PartitionSequences (idempotent)
         self.conn = None
         self.correlation = 0
         self.error = None  # the write or the read failed with it
@@ -169,16 +169,16 @@ class _Set:
         self.payload = payload
         self.sequence = sequence
 
-    def renumber(self, state: _Sequences) -> None:
+    def renumber(self, state: PartitionSequences) -> None:
         """Under ``state``'s (fresh) producer id, with its next sequences."""
         self.sequence = state.take(len(self.batch.values))
         self.payload = with_producer(self.payload, state.producer_id, PRODUCER_EPOCH, self.sequence)
 
 
-def encode(batch, compression: str | None, state: _Sequences | None) -> bytes:
+def encode(batch, compression: str | None, state: PartitionSequences | None) -> bytes:
     """The record batch (format 2, docs/design.md §2) of a producer batch,
     carrying the producer id and the next base sequence of ``state`` when
-    idempotent (taken only once the batch is known to fit: :meth:`_Sequences.take`)."""
+    idempotent (taken only once the batch is known to fit: :meth:`PartitionSequences.take`)."""
     headers = batch.headers
     fast = record_batch._speedups
     if fast is not None and compression is None and headers is None and batch.timestamps is None:
@@ -250,7 +250,7 @@ class Sender:
         self.visibility = Visibility(metadata, request_timeout_s) if acks == 1 else None
         self._connections: dict[tuple[str, int], object] = {}
         self._abandon = threading.Event()  # set by close(): stop retrying
-        self._sequences: dict[tuple[str, int], _Sequences] = {}
+        self._sequences: dict[tuple[str, int], PartitionSequences] = {}
         self._pool = ThreadPoolExecutor(max_in_flight_partitions, thread_name_prefix="raylog-sender")
         self._thread = threading.Thread(target=self._run, name="raylog-producer", daemon=True)
         self._thread.start()
@@ -283,7 +283,8 @@ class Sender:
         handed to a worker."""
         batch = claim.batch
         tp = (batch.topic, batch.partition)
-        work = claim.work = _Direct()
+        work = _Direct()
+        claim.attach(work)
         written = False
         try:
             conn = self._connections.get(tp)
@@ -301,9 +302,9 @@ class Sender:
                 work.error = err
                 return
             written = True
-            batch.future._reap = partial(self._reap, claim)  # reap(read, timeout_s=None)
+            batch.future.read_reply_with(partial(self._reap, claim))  # reap(read, timeout_s=None)
         finally:
-            claim.lock.release()
+            claim.let_go()
             if not written:
                 self._acc.hand_over(tp, claim)
 
@@ -317,30 +318,30 @@ class Sender:
         if not read:
             self._acc.hand_over(tp, claim)
             return
-        if not claim.lock.acquire(blocking=False):
+        if not claim.hold(blocking=False):
             return  # a worker is finishing it
         finished = False
         try:
-            work = claim.work
+            work = claim.round
             if work.finished or work.set is None or work.error is not None or work.result is not _UNREAD:
                 return
             if timeout_s is not None and not work.conn.reply_waiting(timeout_s):
                 return  # not within the caller's timeout: a worker waits on
-            claim.reading = True
+            claim.set_reading(True)
             try:
                 result = work.conn.read_set_reply(work.correlation)
             except RaylogError as err:
                 work.error = err
                 return
             finally:
-                claim.reading = False
+                claim.set_reading(False)
             work.result = result
             if isinstance(result, RaylogError):
                 return  # settled by a worker (retries, gaps)
             self._resolve(batch, result)
             work.finished = finished = True
         finally:
-            claim.lock.release()
+            claim.let_go()
             if not finished:
                 self._acc.hand_over(tp, claim)
         self._on_resolved([batch])
@@ -349,7 +350,7 @@ class Sender:
     def _finish_direct(self, tp: tuple[str, int], claim) -> None:
         """On the worker that took the partition over: settle its direct
         round as a round of its own (the claim's lock held)."""
-        work = claim.work
+        work = claim.round
         if work is None or work.set is None:  # nothing was written: an ordinary round
             self._send(tp, [claim.batch])
             return
@@ -381,8 +382,8 @@ class Sender:
         limit = MAX_UNACKED_ROUND_SETS if not self.acks else self.max_in_flight_sets
         claim = acc.take_direct(tp)
         if claim is not None:
-            with claim.lock:
-                work = claim.work
+            with claim:
+                work = claim.round
                 if work is None or not work.finished:
                     try:
                         self._finish_direct(tp, claim)
@@ -412,7 +413,7 @@ class Sender:
                 self.visibility.note(batch.topic, batch.partition, base)
             batch.future.resolve(base)
         else:
-            _track(batch)  # (the error's traceback may hold it: a cycle the collector must see)
+            track(batch)  # (the error's traceback may hold it: a cycle the collector must see)
             batch.future.fail(error)
 
     def _send(self, tp: tuple[str, int], batches: list) -> None:
@@ -439,16 +440,16 @@ class Sender:
         except RaylogError as err:
             self._give_up(pending, state, err)
 
-    def _state(self, tp: tuple[str, int]) -> _Sequences | None:
+    def _state(self, tp: tuple[str, int]) -> PartitionSequences | None:
         """The idempotence state of ``tp`` (None when not idempotent)."""
         if not self.idempotent:
             return None
         state = self._sequences.get(tp)
         if state is None:
-            state = self._sequences[tp] = _Sequences(self.producer_id)
+            state = self._sequences[tp] = PartitionSequences(self.producer_id)
         return state
 
-    def _give_up(self, pending: list, state: _Sequences | None, err: RaylogError) -> None:
+    def _give_up(self, pending: list, state: PartitionSequences | None, err: RaylogError) -> None:
         """Fail ``pending`` with ``err``: these sets may or may not be
         stored. Later sets must not wait on them, so the partition gets a
         fresh producer id."""
@@ -458,7 +459,7 @@ class Sender:
             self._resolve(s.batch, error=err)
         pending.clear()
 
-    def _send_within_deadline(self, tp, pending: list, state: _Sequences | None) -> None:
+    def _send_within_deadline(self, tp, pending: list, state: PartitionSequences | None) -> None:
         """``_attempt`` under the retry policy; an endpoint that refuses the
         connection as full (TooManyConnectionsError: it frees slots as
         connections end) is tried again until the delivery deadline, not
@@ -477,7 +478,7 @@ class Sender:
                 self._on_retry(tp, err)
                 time.sleep(pause)
 
-    def _attempt(self, tp, pending: list, state: _Sequences | None) -> None:
+    def _attempt(self, tp, pending: list, state: PartitionSequences | None) -> None:
         """Send ``pending`` (removing each set that gets its outcome); raise a
         retriable error if some must be sent again."""
         topic, partition = tp
@@ -511,7 +512,7 @@ class Sender:
                 continue
             self._settle(tp, sending, results, pending, state)
 
-    def _settle(self, tp, sending: list, results: list, pending: list, state: _Sequences | None) -> None:
+    def _settle(self, tp, sending: list, results: list, pending: list, state: PartitionSequences | None) -> None:
         """Resolve the sets of ``sending`` (the first sets of ``pending``) by
         their ``results`` and leave in ``pending`` those to send again;
         raise a retriable error if there are any."""

@@ -19,7 +19,7 @@ from raylog.errors import (
     UnknownPartitionError,
 )
 from raylog.metadata import ConnectionSettings, Metadata, current_client
-from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, _NAMED
+from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, NAMED_OFFSETS
 from raylog.read.replicas import find_candidates
 
 log = logging.getLogger(__name__)
@@ -71,9 +71,9 @@ def resolve_connection(client=None, settings: ConnectionSettings | None = None):
 def _offset_spec(spec, partitions: int, default: int, what: str) -> dict[int, int]:
     """``{partition: offset or EARLIEST/LATEST}`` for every partition."""
     if isinstance(spec, str):
-        if spec not in _NAMED:
+        if spec not in NAMED_OFFSETS:
             raise ConfigError(f"{what} must be 'earliest', 'latest' or {{partition: offset}}, got {spec!r}")
-        return {p: _NAMED[spec] for p in range(partitions)}
+        return {p: NAMED_OFFSETS[spec] for p in range(partitions)}
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{what} must be 'earliest', 'latest' or {{partition: offset}}, got {spec!r}")
     resolved = {p: default for p in range(partitions)}
@@ -87,9 +87,9 @@ def _offset_spec(spec, partitions: int, default: int, what: str) -> dict[int, in
                 f"{what} names partition {p}; the topic has partitions 0..{partitions - 1}", partition=p
             )
         if isinstance(offset, str):
-            if offset not in _NAMED:
+            if offset not in NAMED_OFFSETS:
                 raise ConfigError(f"{what}[{p}] must be an offset, 'earliest' or 'latest', got {offset!r}")
-            offset = _NAMED[offset]
+            offset = NAMED_OFFSETS[offset]
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
             raise ConfigError(
                 f"{what}[{p}] must be a byte offset (>= 0), -2 (earliest) or -1 (latest), got {offset!r}"

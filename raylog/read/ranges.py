@@ -46,7 +46,7 @@ NODE_ID_LABEL = "ray.io/node-id"
 
 EARLIEST = -2
 LATEST = -1
-_NAMED = {"earliest": EARLIEST, "latest": LATEST}
+NAMED_OFFSETS = {"earliest": EARLIEST, "latest": LATEST}
 
 
 class ReadRange(NamedTuple):

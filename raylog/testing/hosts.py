@@ -281,7 +281,7 @@ def _kill_all(pids, grace_s: float = 0.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _raylet_tail(ray_temp_dir: str, lines: int = 15) -> str:
+def raylet_tail(ray_temp_dir: str, lines: int = 15) -> str:
     """The last lines of the newest raylet's own logs in a node's latest
     session (why it did not register; a node started again in the same
     session writes ``raylet.<n>.out``), or ``""``."""
@@ -784,7 +784,7 @@ class HostsCluster:
         cause = lines[-1].strip() if lines else "no output"
         temp = os.path.join(self.tmp, "client", "ray") if host is None else os.path.join(host.temp_dir, "ray")
         raise FaultInjectionError(f"the Ray node of {name} did not start ({cause}); its output:\n"
-                                  f"{text[-3000:].decode(errors='replace')}{_raylet_tail(temp)}")
+                                  f"{text[-3000:].decode(errors='replace')}{raylet_tail(temp)}")
 
     def restart_ray(self, host: Host, retries: int = 2 * START_RETRIES) -> None:
         """Start ``host``'s Ray node again and wait until it runs (tried

@@ -12,7 +12,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from raylog.errors import ConfigError, StaleEpochError, RaylogError
-from raylog.zk.registry_base import _CONTENDED_TRIES, RegistryBase, _dump, _first_failure, _load, _translated
+from raylog.zk.registry_helpers import CONTENDED_TRIES, RegistryCalls, dump_json, first_failure, load_json, translated
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,16 @@ class EndpointWatch:
         return f"EndpointWatch({self.topic}-{self.partition}, {state})"
 
 
-class EndpointRegistry(RegistryBase):
-    """The endpoint part of :class:`~raylog.zk.registry.Registry`."""
+class EndpointRegistry:
+    """The endpoint part of :class:`~raylog.zk.registry.Registry`, making
+    its ZooKeeper calls through ``calls`` (thread-safety as there)."""
 
-    @_translated("register a partition endpoint")
+    def __init__(self, calls: RegistryCalls):
+        self.calls = calls
+        self.zk = calls.zk
+        self.paths = calls.paths
+
+    @translated("register a partition endpoint")
     def register_endpoint(
         self, topic: str, partition: int, host: str, port: int, actor: str, epoch: int
     ) -> None:
@@ -58,20 +64,20 @@ class EndpointRegistry(RegistryBase):
             raise ConfigError(f"epoch must be a non-negative integer, got {epoch!r}")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise ConfigError(f"port must be in 1..65535, got {port!r}")
-        self._check_partition(topic, partition)
-        data = _dump({"host": host, "port": port, "actor": actor, "epoch": epoch})
+        self.calls.check_partition(topic, partition)
+        data = dump_json({"host": host, "port": port, "actor": actor, "epoch": epoch})
         path = self.paths.endpoint(topic, partition)
-        for _ in range(_CONTENDED_TRIES):
+        for _ in range(CONTENDED_TRIES):
             fence = self._read_fence(topic, partition)
             if fence is None:
-                self._ensure_partition_node(topic, partition)
+                self.calls.ensure_partition_node(topic, partition)
                 continue
             fence_data, fence_version = fence
             try:
-                old, stat = self._call(self._zk.get_async, path)
+                old, stat = self.calls.call(self.zk.get_async, path)
             except NoNodeError:
                 old, stat = None, None
-            tx = self._zk.transaction()
+            tx = self.zk.transaction()
             if stat is None:
                 tx.set_data(self.paths.partition(topic, partition), fence_data, fence_version)
                 tx.create(path, data, ephemeral=True)
@@ -86,7 +92,7 @@ class EndpointRegistry(RegistryBase):
                         epoch=epoch,
                         current_epoch=old_epoch,
                     )
-                if old_epoch == epoch and stat.ephemeralOwner == self._session_id():
+                if old_epoch == epoch and stat.ephemeralOwner == self.calls.session_id():
                     # our own node: overwrite in place
                     tx.check(self.paths.partition(topic, partition), fence_version)
                     tx.set_data(path, data, stat.version)
@@ -96,7 +102,7 @@ class EndpointRegistry(RegistryBase):
                     tx.set_data(self.paths.partition(topic, partition), fence_data, fence_version)
                     tx.delete(path, stat.version)
                     tx.create(path, data, ephemeral=True)
-            if self._committed(tx, (BadVersionError, NoNodeError, NodeExistsError)):
+            if self.calls.committed(tx, (BadVersionError, NoNodeError, NodeExistsError)):
                 return
             # another registration (or a placement change) came first; look again
         raise RaylogError(
@@ -106,37 +112,37 @@ class EndpointRegistry(RegistryBase):
             partition=partition,
         )
 
-    @_translated("read a partition endpoint")
+    @translated("read a partition endpoint")
     def endpoint(self, topic: str, partition: int) -> dict | None:
         """``{"host", "port", "actor", "epoch"}`` of the actor serving the
         partition, or None while none serves it (or the topic is gone)."""
-        return self._get_json(self.paths.endpoint(topic, partition))
+        return self.calls.get_json(self.paths.endpoint(topic, partition))
 
-    @_translated("read a topic's endpoints")
+    @translated("read a topic's endpoints")
     def endpoints(self, topic: str) -> dict[int, dict]:
         """``{partition: endpoint}`` for the partitions being served.
         Raises UnknownTopicError if there is no such topic."""
-        return self._present(topic, self.paths.endpoint)
+        return self.calls.present(topic, self.paths.endpoint)
 
-    @_translated("unregister a partition endpoint")
+    @translated("unregister a partition endpoint")
     def unregister_endpoint(self, topic: str, partition: int, epoch: int) -> bool:
         """Remove the endpoint if ``epoch`` registered it; True if removed.
         An endpoint of another epoch (a newer actor) is left alone."""
         path = self.paths.endpoint(topic, partition)
-        for _ in range(_CONTENDED_TRIES):
+        for _ in range(CONTENDED_TRIES):
             fence = self._read_fence(topic, partition)
             if fence is None:
                 return False
             try:
-                data, stat = self._call(self._zk.get_async, path)
+                data, stat = self.calls.call(self.zk.get_async, path)
             except NoNodeError:
                 return False
             if self._epoch_of(data) != epoch:
                 return False
-            tx = self._zk.transaction()
+            tx = self.zk.transaction()
             tx.check(self.paths.partition(topic, partition), fence[1])
             tx.delete(path, stat.version)
-            failure = _first_failure(self._commit(tx))
+            failure = first_failure(self.calls.commit(tx))
             if failure is None:
                 return True
             if not isinstance(failure, (BadVersionError, NoNodeError)):
@@ -144,7 +150,7 @@ class EndpointRegistry(RegistryBase):
             # changed meanwhile; look again
         return False
 
-    @_translated("watch a partition endpoint")
+    @translated("watch a partition endpoint")
     def watch_endpoint(
         self, topic: str, partition: int, callback: Callable[[dict | None], Any]
     ) -> EndpointWatch:
@@ -159,14 +165,14 @@ class EndpointRegistry(RegistryBase):
         survives connection loss and session expiry (kazoo sets it again and
         calls back if the endpoint changed meanwhile).
         """
-        self._ready(f"watch the endpoint of {topic}-{partition}")
+        self.calls.ready(f"watch the endpoint of {topic}-{partition}")
         watch = EndpointWatch(topic, partition)
 
         def on_change(data, stat, event=None):
             if watch.cancelled:
                 return False
             try:
-                value = _load(data)
+                value = load_json(data)
             except ValueError:
                 log.warning("endpoint of %s-%d holds invalid JSON: %r", topic, partition, data)
                 value = None
@@ -180,7 +186,7 @@ class EndpointRegistry(RegistryBase):
                 return False
             return None
 
-        DataWatch(self._zk, self.paths.endpoint(topic, partition), on_change)
+        DataWatch(self.zk, self.paths.endpoint(topic, partition), on_change)
         return watch
 
     @staticmethod
@@ -204,7 +210,7 @@ class EndpointRegistry(RegistryBase):
         versions at 0, so the endpoint's own version cannot tell).
         """
         try:
-            data, stat = self._call(self._zk.get_async, self.paths.partition(topic, partition))
+            data, stat = self.calls.call(self.zk.get_async, self.paths.partition(topic, partition))
         except NoNodeError:
             return None
         return data, stat.version

@@ -29,7 +29,7 @@ from kazoo.protocol.states import KazooState
 from raylog.errors import AuthenticationError, ClosedError, ClusterPathTakenError, SessionExpiredError, ZooKeeperUnavailableError
 
 
-def _hosts(zk) -> str:
+def zk_hosts(zk) -> str:
     try:
         return ",".join(f"{host}:{port}" for host, port in zk.hosts) + (zk.chroot or "")
     except (TypeError, ValueError, AttributeError):
@@ -49,7 +49,7 @@ def zookeeper_errors(zk, action: str) -> Iterator[None]:
     Node-level errors (``NoNodeError``, ``NodeExistsError`` ...) pass through
     unchanged: they carry meaning the caller handles.
     """
-    where = _hosts(zk)
+    where = zk_hosts(zk)
     try:
         yield
     except (ConnectionClosedError, ZookeeperStoppedError) as err:

@@ -46,9 +46,10 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 from raylog.config import TopicConfig
 from raylog.errors import ConfigError, RaylogError, TopicExistsError
 from raylog.storage.fileops import replica_log_dir
-from raylog.zk.endpoints import EndpointRegistry
+from raylog.zk.endpoints import EndpointRegistry, EndpointWatch
+from raylog.zk.paths import DEFAULT_CLUSTER
 from raylog.zk.paths import tombstone_id
-from raylog.zk.registry_base import _CONTENDED_TRIES, _dump, _first_failure, _load, _translated
+from raylog.zk.registry_helpers import CONTENDED_TRIES, RegistryCalls, dump_json, first_failure, load_json, translated
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def validate_topic_name(name: str) -> str:
     return name
 
 
-class Registry(EndpointRegistry):
+class Registry:
     """Topics, placements and endpoints of one cluster in ZooKeeper.
 
     ``zk`` is a started :class:`kazoo.client.KazooClient`; the registry does
@@ -76,9 +77,61 @@ class Registry(EndpointRegistry):
     Thread-safety: a registry may be shared between threads. It keeps no
     state of its own besides immutable settings; every read goes to
     ZooKeeper (nothing is cached) and the KazooClient is thread-safe.
+
+    Its parts: :attr:`calls` (:class:`~raylog.zk.registry_helpers.RegistryCalls`,
+    how every call is made, and the shared reads) and :attr:`endpoint_part`
+    (:class:`~raylog.zk.endpoints.EndpointRegistry`, whose methods this
+    registry offers as its own); topics, placements and tombstones are here.
     """
 
-    @_translated("create a topic")
+    def __init__(
+        self,
+        zk,
+        cluster: str = DEFAULT_CLUSTER,
+        *,
+        op_timeout_s: float = 10.0,
+        connect_wait_s: float = 2.0,
+    ):
+        self.calls = RegistryCalls(zk, cluster, op_timeout_s=op_timeout_s, connect_wait_s=connect_wait_s)
+        self.endpoint_part = EndpointRegistry(self.calls)
+        self.zk = zk
+        self.cluster = cluster
+        self.paths = self.calls.paths
+        self.op_timeout_s = op_timeout_s
+        self.connect_wait_s = connect_wait_s
+
+    def __repr__(self):
+        return repr(self.calls)
+
+    # -- the endpoint part's --------------------------------------------------------
+
+    def register_endpoint(self, topic: str, partition: int, host: str, port: int, actor: str, epoch: int) -> None:
+        """See :meth:`raylog.zk.endpoints.EndpointRegistry.register_endpoint`."""
+        self.endpoint_part.register_endpoint(topic, partition, host, port, actor, epoch)
+
+    def endpoint(self, topic: str, partition: int) -> dict | None:
+        """See :meth:`raylog.zk.endpoints.EndpointRegistry.endpoint`."""
+        return self.endpoint_part.endpoint(topic, partition)
+
+    def endpoints(self, topic: str) -> dict[int, dict]:
+        """See :meth:`raylog.zk.endpoints.EndpointRegistry.endpoints`."""
+        return self.endpoint_part.endpoints(topic)
+
+    def unregister_endpoint(self, topic: str, partition: int, epoch: int) -> bool:
+        """See :meth:`raylog.zk.endpoints.EndpointRegistry.unregister_endpoint`."""
+        return self.endpoint_part.unregister_endpoint(topic, partition, epoch)
+
+    def watch_endpoint(self, topic: str, partition: int, callback) -> EndpointWatch:
+        """See :meth:`raylog.zk.endpoints.EndpointRegistry.watch_endpoint`."""
+        return self.endpoint_part.watch_endpoint(topic, partition, callback)
+
+    # -- topics ---------------------------------------------------------------------
+
+    def topic_config(self, name: str) -> TopicConfig:
+        """The topic's config. Raises UnknownTopicError if there is no such topic."""
+        return self.calls.topic_config(name)
+
+    @translated("create a topic")
     def create_topic(self, name: str, config: TopicConfig) -> None:
         """Create the topic with its partition nodes, atomically.
 
@@ -87,13 +140,13 @@ class Registry(EndpointRegistry):
         validate_topic_name(name)
         if not isinstance(config, TopicConfig):
             raise ConfigError(f"config must be a TopicConfig, got {type(config).__name__}")
-        self._call(self._zk.ensure_path_async, self.paths.topics)
-        tx = self._zk.transaction()
+        self.calls.call(self.zk.ensure_path_async, self.paths.topics)
+        tx = self.zk.transaction()
         tx.create(self.paths.topic(name), config.to_json())
         tx.create(self.paths.partitions(name), b"")
         for partition in range(config.partitions):
             tx.create(self.paths.partition(name, partition), b"")
-        failure = _first_failure(self._commit(tx))
+        failure = first_failure(self.calls.commit(tx))
         if isinstance(failure, NodeExistsError):
             raise TopicExistsError(
                 f"topic {name!r} already exists in cluster {self.cluster!r}; "
@@ -103,7 +156,7 @@ class Registry(EndpointRegistry):
         if failure is not None:
             raise failure
 
-    @_translated("delete a topic")
+    @translated("delete a topic")
     def delete_topic(self, name: str) -> list[dict]:
         """Delete the topic and everything under it (placements, endpoints),
         atomically, and in the same transaction leave a **tombstone** for
@@ -113,22 +166,22 @@ class Registry(EndpointRegistry):
         Raises UnknownTopicError if there is no such topic."""
         validate_topic_name(name)
         root = self.paths.topic(name)
-        self._call(self._zk.ensure_path_async, self.paths.tombstones)
-        for _ in range(_CONTENDED_TRIES):
-            nodes = self._subtree(root)
+        self.calls.call(self.zk.ensure_path_async, self.paths.tombstones)
+        for _ in range(CONTENDED_TRIES):
+            nodes = self.calls.subtree(root)
             if nodes is None:
-                raise self._unknown_topic(name)
+                raise self.calls.unknown_topic(name)
             tombstones = self._tombstones_of(name)
-            tx = self._zk.transaction()
+            tx = self.zk.transaction()
             for path in reversed(nodes):  # children before their parents
                 tx.delete(path)
             for stone in tombstones:
                 path = self.paths.tombstone(tombstone_id(stone["node"], stone["log_dir"]))
-                if self._call(self._zk.exists_async, path) is None:
-                    tx.create(path, _dump(stone))
+                if self.calls.call(self.zk.exists_async, path) is None:
+                    tx.create(path, dump_json(stone))
                 else:  # an older delete of the same directory, not yet honoured
-                    tx.set_data(path, _dump(stone))
-            if self._committed(tx, (NotEmptyError, NoNodeError, NodeExistsError)):
+                    tx.set_data(path, dump_json(stone))
+            if self.calls.committed(tx, (NotEmptyError, NoNodeError, NodeExistsError)):
                 return tombstones
             # a node appeared or vanished while we listed; list again
         raise RaylogError(
@@ -137,46 +190,46 @@ class Registry(EndpointRegistry):
             topic=name,
         )
 
-    @_translated("list topics")
+    @translated("list topics")
     def list_topics(self) -> list[str]:
         """Names of all topics of the cluster, sorted."""
         try:
-            return sorted(self._call(self._zk.get_children_async, self.paths.topics))
+            return sorted(self.calls.call(self.zk.get_children_async, self.paths.topics))
         except NoNodeError:
             return []
 
-    @_translated("check whether a topic exists")
+    @translated("check whether a topic exists")
     def topic_exists(self, name: str) -> bool:
-        return self._call(self._zk.exists_async, self.paths.topic(name)) is not None
+        return self.calls.call(self.zk.exists_async, self.paths.topic(name)) is not None
 
-    @_translated("set a partition's placement")
+    @translated("set a partition's placement")
     def set_placement(self, topic: str, partition: int, node: str, log_dir: str) -> None:
         """Record the node (a stable identity) and the log directory of a
         partition. Raises UnknownTopicError / UnknownPartitionError."""
-        self._check_partition(topic, partition)
+        self.calls.check_partition(topic, partition)
         path = self.paths.partition(topic, partition)
-        data = _dump({"node": node, "log_dir": log_dir})
+        data = dump_json({"node": node, "log_dir": log_dir})
         try:
-            self._call(self._zk.set_async, path, data)
+            self.calls.call(self.zk.set_async, path, data)
         except NoNodeError:
             try:
-                self._call(self._zk.create_async, path, data)
+                self.calls.call(self.zk.create_async, path, data)
             except NoNodeError:
-                raise self._unknown_topic(topic) from None
+                raise self.calls.unknown_topic(topic) from None
             except NodeExistsError:
-                self._call(self._zk.set_async, path, data)
+                self.calls.call(self.zk.set_async, path, data)
 
-    @_translated("read a partition's placement")
+    @translated("read a partition's placement")
     def placement(self, topic: str, partition: int) -> dict | None:
         """``{"node": ..., "log_dir": ...}``, or None if none is set (or the
         topic or partition does not exist)."""
-        return self._get_json(self.paths.partition(topic, partition))
+        return self.calls.get_json(self.paths.partition(topic, partition))
 
-    @_translated("read a topic's placements")
+    @translated("read a topic's placements")
     def placements(self, topic: str) -> dict[int, dict]:
         """``{partition: placement}`` for the partitions that have one.
         Raises UnknownTopicError if there is no such topic."""
-        return self._present(topic, self.paths.partition)
+        return self.calls.present(topic, self.paths.partition)
 
     def _tombstones_of(self, topic: str) -> list[dict]:
         """One per log of the topic: the placement's, and for a replicated
@@ -188,27 +241,27 @@ class Registry(EndpointRegistry):
                 continue
             logs = {place["node"]: place["log_dir"]}
             # the replication state (raylog.replication.state), read as plain JSON
-            state = self._get_json(self.paths.state(topic, p)) or {}
+            state = self.calls.get_json(self.paths.state(topic, p)) or {}
             for node in state.get("replicas", ()):
                 logs.setdefault(node, replica_log_dir(place["log_dir"], node, state.get("origin") or state["replicas"][0]))
             stones += [{"topic": topic, "partition": p, "node": node, "log_dir": log_dir, "deleted_ms": now_ms}
                        for node, log_dir in logs.items()]
         return stones
 
-    @_translated("write a tombstone")
+    @translated("write a tombstone")
     def add_tombstone(self, topic: str, partition: int, node: str, log_dir: str) -> None:
         """A tombstone for one log that is to go from its node (a replica a
         reassignment removed); honoured as a deleted topic's are."""
         path = self.paths.tombstone(tombstone_id(node, log_dir))
-        stone = _dump({"topic": topic, "partition": partition, "node": node, "log_dir": log_dir,
+        stone = dump_json({"topic": topic, "partition": partition, "node": node, "log_dir": log_dir,
                        "deleted_ms": int(time.time() * 1000), "reassigned": True})
-        self._call(self._zk.ensure_path_async, self.paths.tombstones)
+        self.calls.call(self.zk.ensure_path_async, self.paths.tombstones)
         try:
-            self._call(self._zk.create_async, path, stone)
+            self.calls.call(self.zk.create_async, path, stone)
         except NodeExistsError:
-            self._call(self._zk.set_async, path, stone)
+            self.calls.call(self.zk.set_async, path, stone)
 
-    @_translated("list tombstones")
+    @translated("list tombstones")
     def tombstones(self) -> dict[str, dict]:
         """``{id: {"topic", "partition", "node", "log_dir", "deleted_ms"}}``:
         logs of deleted partitions not yet removed from their nodes.
@@ -219,31 +272,31 @@ class Registry(EndpointRegistry):
         again under the same name therefore never serves the old messages,
         even when the old log's node was down during the delete."""
         try:
-            names = self._call(self._zk.get_children_async, self.paths.tombstones)
+            names = self.calls.call(self.zk.get_children_async, self.paths.tombstones)
         except NoNodeError:
             return {}
-        self._ready()
-        pending = [(n, self._zk.get_async(self.paths.tombstone(n))) for n in sorted(names)]
+        self.calls.ready()
+        pending = [(n, self.zk.get_async(self.paths.tombstone(n))) for n in sorted(names)]
         found = {}
         for name, result in pending:
             try:
                 data, _ = result.get(timeout=self.op_timeout_s)
             except NoNodeError:
                 continue
-            found[name] = _load(data)
+            found[name] = load_json(data)
         return found
 
-    @_translated("read a tombstone")
+    @translated("read a tombstone")
     def tombstone(self, node: str, log_dir: str) -> dict | None:
         """The tombstone of ``log_dir`` on ``node``, or None."""
-        return self._get_json(self.paths.tombstone(tombstone_id(node, log_dir)))
+        return self.calls.get_json(self.paths.tombstone(tombstone_id(node, log_dir)))
 
-    @_translated("remove a tombstone")
+    @translated("remove a tombstone")
     def remove_tombstone(self, node: str, log_dir: str) -> bool:
         """Remove the tombstone of ``log_dir`` on ``node`` (its log is gone);
         True if there was one."""
         try:
-            self._call(self._zk.delete_async, self.paths.tombstone(tombstone_id(node, log_dir)))
+            self.calls.call(self.zk.delete_async, self.paths.tombstone(tombstone_id(node, log_dir)))
             return True
         except NoNodeError:
             return False

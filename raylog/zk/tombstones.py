@@ -29,7 +29,7 @@ from raylog import auth
 from raylog.errors import StorageError, UnknownTopicError
 from raylog.storage.fileops import LOCK_NAME, remove_log
 from raylog.zk.registry import Registry
-from raylog.zk.registry_base import TOPIC_NAME
+from raylog.zk.registry_helpers import TOPIC_NAME
 from raylog.zk.session import connect_kazoo
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raylog.consumer.batch import MessageBatch, fetched_batch
-from raylog.consumer.fetcher import _decode
+from raylog.consumer.fetcher import decode_fetched
 from raylog.errors import CorruptMessageError
 from raylog.storage import message as message_module
 from raylog.storage.message import encode_message_set
@@ -49,7 +49,7 @@ def test_a_batch_holds_what_the_decoder_gives(msgs, compression, cut):
         saved = message_module._speedups
         message_module._speedups = fast
         try:
-            want, used = _decode(data, 500, TP, 1 << 20, 1 << 24)
+            want, used = decode_fetched(data, 500, TP, 1 << 20, 1 << 24)
             got, got_used = fetched_batch(data, 500, TP, 1 << 20, 1 << 24)
         finally:
             message_module._speedups = saved
@@ -74,7 +74,7 @@ def test_a_corrupt_message_raises_as_the_decoder_does(impl):
     with pytest.raises(CorruptMessageError) as fast:
         fetched_batch(bytes(data), 0, TP, 1 << 20, 1 << 24)
     with pytest.raises(CorruptMessageError) as ref:
-        _decode(bytes(data), 0, TP, 1 << 20, 1 << 24)
+        decode_fetched(bytes(data), 0, TP, 1 << 20, 1 << 24)
     assert str(fast.value) == str(ref.value)
 
 

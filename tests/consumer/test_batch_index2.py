@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raylog.consumer.batch import MessageBatch, fetched_batch
-from raylog.consumer.fetcher import _decode
+from raylog.consumer.fetcher import decode_fetched
 from raylog.errors import CorruptMessageError
 from raylog.storage import message as _format
 from raylog.storage.record_batch import encode_batch, stamp
@@ -42,7 +42,7 @@ def test_the_index_gives_what_the_decoder_gives(batches, cut):
     data = _log(batches)
     data = data + _log([[(None, b"tail")]], 5000 + len(data))[:cut]  # a batch cut by the end of the fetch
     indexed, used = fetched_batch(data, 5000, TP, 1 << 20, 1 << 24)
-    decoded, used_decoded = _decode(data, 5000, TP, 1 << 20, 1 << 24)
+    decoded, used_decoded = decode_fetched(data, 5000, TP, 1 << 20, 1 << 24)
     assert _indexed(indexed) and used == used_decoded == len(data) - cut
     assert [indexed[i] for i in range(len(indexed))] == decoded
     assert [type(m) for m in indexed] == [type(m) for m in decoded]
@@ -89,4 +89,4 @@ def test_what_the_index_does_not_cover_goes_the_decoders_way(kind):
         return
     batch, used = fetched_batch(data, 5000, TP, 1 << 20, 1 << 24)
     assert not _indexed(batch) and used == len(data)
-    assert list(batch) == _decode(data, 5000, TP, 1 << 20, 1 << 24)[0]
+    assert list(batch) == decode_fetched(data, 5000, TP, 1 << 20, 1 << 24)[0]

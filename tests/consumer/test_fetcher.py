@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import queue
 import time
-import types
 
 import pytest
 
 from raylog.consumer import Consumer
-from raylog.consumer.fetcher import Fetcher
+from raylog.consumer.fetcher import Fetcher, FetchSettings
 from raylog.errors import NotOwnerError
 from raylog.metadata import Metadata
 
@@ -75,13 +74,11 @@ def test_consumer_offsets_look_the_endpoint_up_again_after_not_owner(raylog_clie
 def test_a_fetcher_looks_the_endpoint_up_again_after_not_owner(raylog_client, make_topic):
     topic, values = _two_partitions(raylog_client, make_topic)
     metadata = _stale_metadata(raylog_client, topic)
-    # The fetcher's view of its consumer: what Fetcher's docstring lists.
-    source = types.SimpleNamespace(
-        metadata=metadata, fetch_max_bytes=1 << 20, fetch_max_wait_ms=100, max_message_bytes=None,
-        request_timeout_s=10.0, auto_offset_reset="earliest", warn_after_s=60.0,
-        queue=queue.Queue(maxsize=16), committed=lambda tp: None, offsets=lambda tp: (0, 0),
-    )
-    fetcher = Fetcher(source, (topic, 0), 0, epoch=1)  # a known position: no offsets lookup first
+    # The fetcher is given what it uses, no consumer.
+    chunks = queue.Queue(maxsize=16)
+    settings = FetchSettings(fetch_max_wait_ms=100, request_timeout_s=10.0, auto_offset_reset="earliest")
+    fetcher = Fetcher((topic, 0), 0, epoch=1, settings=settings, metadata=metadata, put=chunks.put,
+                      committed=lambda tp: None, offsets=lambda tp: (0, 0))  # a known position: no lookup first
     fetcher.start()
     try:
         got = []
@@ -89,7 +86,7 @@ def test_a_fetcher_looks_the_endpoint_up_again_after_not_owner(raylog_client, ma
         while len(got) < len(values):
             assert time.monotonic() < deadline, f"only {len(got)} messages within 30 s"
             try:
-                chunk = source.queue.get(timeout=0.2)
+                chunk = chunks.get(timeout=0.2)
             except queue.Empty:
                 continue
             assert chunk.error is None, chunk.error

@@ -323,14 +323,14 @@ def test_the_compiled_encode_of_a_plain_batch_is_the_reference_batch(monkeypatch
     """The sender's straight call to the compiled encoder (no codec, no
     headers, one time) gives the batch encode_batch gives, byte for byte."""
     from raylog.producer.batch import ProducerBatch
-    from raylog.producer.sender import _Sequences, encode
+    from raylog.producer.sender import PartitionSequences, encode
     from raylog.storage import record_batch
 
     if record_batch._speedups is None:
         pytest.skip("the compiled encoder is not built here")
     batch = ProducerBatch("t", 0, None, 1 << 20, False, values=[b"a", None, b"ccc"])
     batch.keys = keys
-    state = _Sequences(42) if idempotent else None
+    state = PartitionSequences(42) if idempotent else None
     if state is not None:
         state.next = 7
     fast = encode(batch, None, state)

@@ -47,7 +47,7 @@ def test_a_failed_start_names_the_newest_raylets_log(tmp_path):
     import os
     import time
 
-    from raylog.testing.hosts import _raylet_tail
+    from raylog.testing.hosts import raylet_tail
 
     logs = tmp_path / "session_latest" / "logs"
     logs.mkdir(parents=True)
@@ -55,5 +55,5 @@ def test_a_failed_start_names_the_newest_raylets_log(tmp_path):
     time.sleep(0.05)
     (logs / "raylet.2.out").write_text("Timed out waiting for file metrics_agent_port\n")
     os.utime(logs / "raylet.out", (time.time() - 60, time.time() - 60))
-    tail = _raylet_tail(str(tmp_path))
+    tail = raylet_tail(str(tmp_path))
     assert "raylet.2.out" in tail and "Timed out waiting" in tail and "first start" not in tail

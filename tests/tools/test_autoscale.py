@@ -20,7 +20,7 @@ import yaml
 from raylog.tools import bench as benchmark
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.tools.bench import BenchSettings, NodeTracker, format_table, parse_phases, phase_report
-from raylog.tools.bench.settings import _disk_node_types
+from raylog.tools.bench.settings import disk_node_types
 from raylog.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -179,7 +179,7 @@ def test_bench_config_makes_load_add_nodes_and_lets_them_go_soon():
     assert computes and all(t["min_workers"] == 0 and t["resources"]["CPU"] >= 1 for t in computes)
     assert sum(t["max_workers"] for t in workers.values()) == config["max_workers"] <= 4
     assert 0 < config["idle_timeout_minutes"] < 1
-    assert _disk_node_types(config) == 2
+    assert disk_node_types(config) == 2
 
 
 # -- the command line ------------------------------------------------------------

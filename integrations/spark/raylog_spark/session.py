@@ -262,11 +262,11 @@ def stop_spark(cleanup_data: bool = True) -> None:
     """
     import raydp  # heavy (RayDP): imported when used
 
-    _close_idle_zookeeper_sessions()
+    close_idle_zookeeper_sessions()
     raydp.stop_spark(cleanup_data=cleanup_data)
 
 
-def _close_idle_zookeeper_sessions() -> None:
+def close_idle_zookeeper_sessions() -> None:
     """Close the driver JVM's ZooKeeper sessions of reads by name that no
     read holds (else they outlive the session, and a ZooKeeper stopped after
     it fills the log with reconnection errors). Nothing to do without a

@@ -85,7 +85,7 @@ class BenchSettings:
                     f"the bench's cluster config {CONFIG} is missing from the installed package; "
                     f"reinstall raylog, or pass --zookeeper and --ray-address of an existing autoscaling cluster"
                 )
-            disk_types = _disk_node_types(_load_config())
+            disk_types = disk_node_types(_load_config())
             if self.disk_nodes > disk_types:
                 raise ConfigError(
                     f"the bench's local cluster has {disk_types} disk node types ({CONFIG}); "
@@ -114,7 +114,7 @@ def _load_config() -> dict:
         return yaml.safe_load(f)
 
 
-def _disk_node_types(config: dict) -> int:
+def disk_node_types(config: dict) -> int:
     return sum(
         t.get("max_workers", 0)
         for name, t in config["available_node_types"].items()

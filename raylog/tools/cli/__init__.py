@@ -62,7 +62,7 @@ import click
 
 from raylog.errors import ConfigError, RaylogError
 from raylog.tools.cli import audit, bench, groups, mirror, nodes, pool, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
-from raylog.tools.cli.base import _fail, cli
+from raylog.tools.cli.base import echo_error, cli
 
 __all__ = ["cli", "main", "run"]
 
@@ -99,10 +99,10 @@ def run(argv: list[str] | None = None) -> int:
         err.show()
         return err.exit_code
     except ConfigError as err:
-        _fail(err)
+        echo_error(err)
         return 2
     except RaylogError as err:
-        _fail(err)
+        echo_error(err)
         return 1
     return result if isinstance(result, int) else 0
 

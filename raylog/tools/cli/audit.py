@@ -9,7 +9,7 @@ import datetime
 import click
 
 from raylog.errors import UnknownTopicError
-from raylog.tools.cli.base import CommandError, Target, pass_target, _table, cli
+from raylog.tools.cli.base import CommandError, Target, pass_target, format_table, cli
 
 
 @cli.group(invoke_without_command=True)
@@ -60,7 +60,7 @@ def _audit_groups(target: Target, topic, group):
          ("SHORT: " + ",".join(r["short"]) if several else "SHORT") if r["short"] else "ok"]
         for r in rows
     ]
-    click.echo(_table(["WINDOW START (UTC)", "WIDTH", "PRODUCED", *(f"CONSUMED:{g}" for g in groups), "STATUS"],
+    click.echo(format_table(["WINDOW START (UTC)", "WIDTH", "PRODUCED", *(f"CONSUMED:{g}" for g in groups), "STATUS"],
                       table))
     short = [r for r in rows if r["short"]]
     if short:
@@ -115,7 +115,7 @@ def audit_compare(target: Target, source_zookeeper, source_cluster, source_token
     if not rows:
         click.echo(f"no closed window of {topic} to compare yet", err=True)
         return
-    click.echo(_table(["WINDOW START (UTC)", "WIDTH", "SOURCE", "TARGET", "STATUS"],
+    click.echo(format_table(["WINDOW START (UTC)", "WIDTH", "SOURCE", "TARGET", "STATUS"],
                       [[_utc(r["window_start"]), _width(r["window_ms"]), r["source"], r["target"], r["status"]]
                        for r in rows]))
     differ = [r for r in rows if r["status"] != "ok"]

@@ -43,7 +43,7 @@ class CommandError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
-def _fail(err: BaseException) -> None:
+def echo_error(err: BaseException) -> None:
     click.echo(f"error: {err}", err=True)
 
 
@@ -147,7 +147,7 @@ def ray_error(err: BaseException, address: str | None, what: str, advice: str | 
 def echo_names(names: list[str], as_json: bool) -> None:
     """A list of names: one per line, or (``--json``) one JSON list."""
     if as_json:
-        _echo_json(names)
+        echo_json(names)
         return
     for name in names:
         click.echo(name)
@@ -166,7 +166,7 @@ def _refused_token(err: BaseException | None) -> bool:
 pass_target = click.make_pass_decorator(Target)
 
 
-def _table(headers: list[str], rows: list[list]) -> str:
+def format_table(headers: list[str], rows: list[list]) -> str:
     """Plain columns aligned with two spaces; None shows as '-'."""
     cells = [["-" if v is None else str(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
@@ -181,7 +181,7 @@ json_option = click.option(
 )
 
 
-def _echo_json(value) -> None:
+def echo_json(value) -> None:
     """``value`` as indented JSON on stdout (dataclasses as objects)."""
     def default(obj):
         if dataclasses.is_dataclass(obj):

@@ -7,7 +7,7 @@ import datetime
 
 import click
 
-from raylog.tools.cli.base import echo_names, Target, _echo_json, json_option, pass_target, _table, cli
+from raylog.tools.cli.base import echo_names, Target, echo_json, json_option, pass_target, format_table, cli
 
 
 @cli.group()
@@ -41,7 +41,7 @@ def groups_describe(target: Target, group, timeout_s, as_json):
     with target.client("groups describe") as client:
         rows = client.describe_group(group, timeout_s=timeout_s)
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     table = [
         [r["topic"] if r.get("topic_exists", True) is not False else f"{r['topic']} (deleted)", r["partition"],
@@ -49,7 +49,7 @@ def groups_describe(target: Target, group, timeout_s, as_json):
          None if r.get("lag_messages_estimate") is None else f"~{r['lag_messages_estimate']}"]
         for r in rows
     ]
-    click.echo(_table(["TOPIC", "PARTITION", "OWNER", "COMMITTED", "END OFFSET", "LAG (BYTES)",
+    click.echo(format_table(["TOPIC", "PARTITION", "OWNER", "COMMITTED", "END OFFSET", "LAG (BYTES)",
                        "LAG (MESSAGES, ESTIMATE)"], table))
 
 
@@ -96,7 +96,7 @@ def groups_reset_offsets(target: Target, group, topic, partitions, to, to_offset
         to, kwargs["timestamp_ms"] = "timestamp", int(when.timestamp() * 1000)
     with target.client("groups reset-offsets") as client:
         rows = client.reset_offsets(group, topic, to, partitions=partitions or None, dry_run=not execute, **kwargs)
-    click.echo(_table(["TOPIC", "PARTITION", "CURRENT", "NEW"],
+    click.echo(format_table(["TOPIC", "PARTITION", "CURRENT", "NEW"],
                       [[r["topic"], r["partition"], r["current"], r["new"]] for r in rows]))
     if not execute:
         click.echo("dry run: nothing written; add --execute to apply", err=True)

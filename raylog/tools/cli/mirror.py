@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from raylog.mirror import MirrorHandle, list_mirrors, translate_group
-from raylog.tools.cli.base import Target, _echo_json, _table, cli, json_option, pass_target
+from raylog.tools.cli.base import Target, echo_json, format_table, cli, json_option, pass_target
 from raylog.tools.cli.groups import groups
 
 
@@ -62,7 +62,7 @@ def mirror_status(target: Target, name, as_json):
                     raise
                 result.append({"name": n, "stopped": True, "partitions": []})
     if as_json:
-        _echo_json(result if not name else result[0])
+        echo_json(result if not name else result[0])
         return
     for status in result:
         if status.get("stopped"):
@@ -71,7 +71,7 @@ def mirror_status(target: Target, name, as_json):
         spec = status["spec"]
         click.echo(f"mirror {status['name']}: {spec['source_cluster']}@{spec['source_zookeeper']} "
                    f"topics {spec['topics']!r} -> {spec['rename']!r}")
-        click.echo(_table(["TOPIC", "PARTITION", "TARGET TOPIC", "SOURCE END", "MIRRORED", "LAG (BYTES)",
+        click.echo(format_table(["TOPIC", "PARTITION", "TARGET TOPIC", "SOURCE END", "MIRRORED", "LAG (BYTES)",
                            "LAG (MSGS)", "LAG (S)"],
                           [[r["topic"], r["partition"], r["target_topic"], r["source_end"], r["mirrored"],
                             r["lag_bytes"], r["lag_messages"], None if r["lag_s"] is None else f"{r['lag_s']:.1f}"]
@@ -102,9 +102,9 @@ def groups_translate(target: Target, group, mirror_name, dry_run, as_json):
     with target.client("groups translate") as client:
         rows = translate_group(client, group, mirror_name, dry_run=dry_run)
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
-    click.echo(_table(["TOPIC", "PARTITION", "TARGET TOPIC", "SOURCE OFFSET", "TARGET OFFSET"],
+    click.echo(format_table(["TOPIC", "PARTITION", "TARGET TOPIC", "SOURCE OFFSET", "TARGET OFFSET"],
                       [[r["topic"], r["partition"], r["target_topic"], r["source_offset"], r["target_offset"]]
                        for r in rows]))
     if dry_run:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from raylog.tools.cli.base import CommandError, Target, _echo_json, _table, cli, json_option, pass_target
+from raylog.tools.cli.base import CommandError, Target, echo_json, format_table, cli, json_option, pass_target
 
 
 @cli.group()
@@ -29,9 +29,9 @@ def nodes_drain(target: Target, node, timeout_s, as_json):
     with target.client("nodes drain", ray=True) as client:
         report = client.drain_node(node, timeout_s=timeout_s)
     if as_json:
-        _echo_json(report)
+        echo_json(report)
     else:
-        click.echo(_table(["TOPIC", "PARTITION", "NEW LEADER", "EPOCH", "LEADERLESS S"],
+        click.echo(format_table(["TOPIC", "PARTITION", "NEW LEADER", "EPOCH", "LEADERLESS S"],
                           [[m["topic"], m["partition"], m["leader"], m["leader_epoch"],
                             None if m["leaderless_s"] is None else f"{m['leaderless_s']:.3f}"]
                            for m in report["leaders_moved"]]))
@@ -64,7 +64,7 @@ def nodes_restart(target: Target, rolling, names, timeout_s, balance):
     with target.client("nodes restart", ray=True) as client:
         rows = client.rolling_restart(list(names) or None, timeout_s=timeout_s, on_step=step)
         balanced = client.balance_leaders() if balance else None
-    click.echo(_table(["NODE", "LEADS MOVED", "LONGEST LEADERLESS S", "RESTART S", "IN SYNC AFTER S"],
+    click.echo(format_table(["NODE", "LEADS MOVED", "LONGEST LEADERLESS S", "RESTART S", "IN SYNC AFTER S"],
                       [[r["node"], r["leaders_moved"], r["longest_leaderless_s"], r["restart_s"],
                         r["whole_after_s"]] for r in rows]))
     if balanced is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from raylog.pool import PoolHandle
-from raylog.tools.cli.base import Target, _echo_json, _table, cli, json_option, pass_target
+from raylog.tools.cli.base import Target, echo_json, format_table, cli, json_option, pass_target
 
 
 @cli.group()
@@ -37,17 +37,17 @@ def pool_status(target: Target, group, as_json):
     with target.client("pool status", ray=True) as client:
         status = PoolHandle(client.settings.cluster, group).status()
     if as_json:
-        _echo_json(status)
+        echo_json(status)
         return
     click.echo(f"pool {status['group']}: {status['member_count']} members (min {status['min_members']}, "
                f"max {status['max_members']}, autoscale {'on' if status['autoscale'] else 'off'}, target lag "
                f"{status['target_lag_s']} s); lag {_seconds(status['lag_s']) or '-'} s, "
                f"{status['processed_per_s']:.1f} messages/s")
-    click.echo(_table(["MEMBER", "STATE", "PARTITIONS", "HANDLED", "MSG/S", "REPLACED"],
+    click.echo(format_table(["MEMBER", "STATE", "PARTITIONS", "HANDLED", "MSG/S", "REPLACED"],
                       [[m["index"], m["state"], ",".join(m["partitions"]) or None, m["handled"],
                         f"{m['processed_per_s']:.1f}", m["replaced"]] for m in status["members"]]))
     click.echo("")
-    click.echo(_table(["TOPIC", "PARTITION", "MEMBER", "COMMITTED", "END", "LAG (BYTES)", "LAG (MSGS)", "LAG (S)",
+    click.echo(format_table(["TOPIC", "PARTITION", "MEMBER", "COMMITTED", "END", "LAG (BYTES)", "LAG (MSGS)", "LAG (S)",
                        "HANDLED", "ERRORS", "STATE"],
                       [[r["topic"], r["partition"], r["member"], r["committed"], r["end"], r["lag_bytes"],
                         r["lag_messages"], _seconds(r["lag_s"]), r["handled"], r["errors"],

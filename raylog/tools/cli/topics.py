@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from raylog.config import TopicConfig
-from raylog.tools.cli.base import echo_names, CommandError, Target, _echo_json, json_option, pass_target, _table, cli
+from raylog.tools.cli.base import echo_names, CommandError, Target, echo_json, json_option, pass_target, format_table, cli
 
 
 @cli.group()
@@ -82,7 +82,7 @@ def topics_describe(target: Target, name, as_json):
         with target.client("topics describe", ray=True) as client:
             info = client.describe_topic(name)
     if as_json:
-        _echo_json({"topic": name, **info})
+        echo_json({"topic": name, **info})
         return
     config = info["config"]
     click.echo(
@@ -98,7 +98,7 @@ def topics_describe(target: Target, name, as_json):
          p["log_start_offset"], p["high_watermark"]]
         for p in info["partitions"]
     ]
-    click.echo(_table(["PARTITION", "NODE", "STATE", "ENDPOINT", "LOG START", "HIGH WATERMARK"], rows))
+    click.echo(format_table(["PARTITION", "NODE", "STATE", "ENDPOINT", "LOG START", "HIGH WATERMARK"], rows))
     if config.replication_factor > 1:
         click.echo(_replicas_table(info["partitions"]))
         under = sum(1 for p in info["partitions"] if p.get("under_replicated"))
@@ -130,7 +130,7 @@ def _replicas_table(partitions: list[dict]) -> str:
             ",".join(f"{node}={'-' if end is None else end}" for node, end in ends.items()) or None,
             "UNDER-REPLICATED" if p.get("under_replicated") else "ok",
         ])
-    return _table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "REPLICA_LOG_ENDS", "REPLICATION"], rows)
+    return format_table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "REPLICA_LOG_ENDS", "REPLICATION"], rows)
 
 
 @topics.command("repair")
@@ -148,7 +148,7 @@ def topics_repair(target: Target, name, timeout_s):
     cluster (see --ray-address)."""
     with target.client("topics repair", ray=True) as client:
         rows = client.repair(name, timeout_s=timeout_s)
-    click.echo(_table(["TOPIC", "PARTITION", "NODE", "STATE", "DETAIL"],
+    click.echo(format_table(["TOPIC", "PARTITION", "NODE", "STATE", "DETAIL"],
                       [[r["topic"], r["partition"], r["node"], r["state"], r["detail"] or None] for r in rows]))
     bad = [r for r in rows if r["state"] not in ("serving", "started", "removed")]
     if bad:
@@ -200,7 +200,7 @@ def topics_reassign(target: Target, name, partitions, replicas, replace, timeout
             state = client.reassign_partition(name, p, nodes, timeout_s=timeout_s)
             done.append([p, state["leader"], state["leader_epoch"], ",".join(state["replicas"]),
                          ",".join(state["isr"])])
-    click.echo(_table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR"], done))
+    click.echo(format_table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR"], done))
 
 
 @topics.command("balance-leaders")
@@ -217,7 +217,7 @@ def topics_balance_leaders(target: Target, names, timeout_s):
     Joins the Ray cluster (see --ray-address)."""
     with target.client("topics balance-leaders", ray=True) as client:
         result = client.balance_leaders(list(names) or None, timeout_s=timeout_s)
-    click.echo(_table(["TOPIC", "PARTITION", "LEADER", "EPOCH"],
+    click.echo(format_table(["TOPIC", "PARTITION", "LEADER", "EPOCH"],
                       [[m["topic"], m["partition"], m["leader"], m["leader_epoch"]] for m in result["moved"]]))
     click.echo("leaders per node: " + ", ".join(f"{n}: {result['leaders_before'][n]} -> {c}"
                                                 for n, c in sorted(result["leaders_after"].items())))

@@ -136,7 +136,7 @@ def test_stopping_spark_closes_the_reads_zookeeper_sessions_nobody_holds(spark, 
     log reconnection errors once the ZooKeeper stops): the server sees them
     go. A read afterwards opens a new one."""
     from raylog.zk.launcher import four_letter_word
-    from raylog_spark.session import _close_idle_zookeeper_sessions
+    from raylog_spark.session import close_idle_zookeeper_sessions
 
     def on_the_server(session_id: int) -> bool:
         return f"sid=0x{session_id & (1 << 64) - 1:x}," in four_letter_word(zookeeper.port, "cons")
@@ -145,7 +145,7 @@ def test_stopping_spark_closes_the_reads_zookeeper_sessions_nobody_holds(spark, 
     assert by_name(spark, mixed).count() == 2100
     before = sorted(sessions())
     assert before and all(map(on_the_server, before))
-    _close_idle_zookeeper_sessions()  # (what stop_spark does before RayDP stops Spark)
+    close_idle_zookeeper_sessions()  # (what stop_spark does before RayDP stops Spark)
     assert list(sessions()) == []
     assert not any(map(on_the_server, before))
     assert by_name(spark, mixed).count() == 2100

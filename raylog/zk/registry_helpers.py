@@ -1,7 +1,10 @@
-"""The base of the cluster registry: how every ZooKeeper call is made
-(bounded by ``op_timeout_s``, waiting up to ``connect_wait_s`` for a lost
-connection, kazoo failures translated by :func:`raylog.zk.errors.zookeeper_errors`)
-and the reads the topic and endpoint parts share (see :mod:`raylog.zk.registry`)."""
+"""What the parts of the cluster registry share (see :mod:`raylog.zk.registry`):
+:class:`RegistryCalls`, how every ZooKeeper call is made (bounded by
+``op_timeout_s``, waiting up to ``connect_wait_s`` for a lost connection,
+kazoo failures translated by :func:`raylog.zk.errors.zookeeper_errors`) and
+the reads the topic and endpoint parts share; and the helpers both use
+(:func:`translated`, :func:`first_failure`, :func:`load_json`,
+:func:`dump_json`, :data:`CONTENDED_TRIES`)."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from raylog.errors import (
     UnknownTopicError,
     ZooKeeperUnavailableError,
 )
-from raylog.zk.errors import _hosts, zookeeper_errors
+from raylog.zk.errors import zk_hosts, zookeeper_errors
 from raylog.zk.paths import DEFAULT_CLUSTER, Paths
 
 log = logging.getLogger(__name__)
@@ -31,16 +34,17 @@ log = logging.getLogger(__name__)
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 #: how often a write that raced with another writer is tried again
-_CONTENDED_TRIES = 20
+CONTENDED_TRIES = 20
 
 
-def _translated(action: str):
-    """Method decorator: run the method inside :func:`zookeeper_errors`."""
+def translated(action: str):
+    """Method decorator: run the method inside :func:`zookeeper_errors`
+    (of the instance's ``zk``, its KazooClient)."""
 
     def decorate(method):
         @functools.wraps(method)
         def call(self, *args, **kwargs):
-            with zookeeper_errors(self._zk, action):
+            with zookeeper_errors(self.zk, action):
                 return method(self, *args, **kwargs)
 
         return call
@@ -48,26 +52,32 @@ def _translated(action: str):
     return decorate
 
 
-def _first_failure(results: list) -> Exception | None:
+def first_failure(results: list) -> Exception | None:
     """The error that aborted a transaction (kazoo returns, not raises, it)."""
     errors = [r for r in results if isinstance(r, Exception)]
     real = [e for e in errors if not isinstance(e, RolledBackError)]
     return (real or errors or [None])[0]
 
 
-def _load(data: bytes | None) -> dict | None:
+def load_json(data: bytes | None) -> dict | None:
+    """A node's JSON value (None for an empty node)."""
     if not data:
         return None
     return json.loads(data)
 
 
-def _dump(value: dict) -> bytes:
+def dump_json(value: dict) -> bytes:
+    """``value`` as a node's JSON (keys sorted, no spaces)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-class RegistryBase:
-    """ZooKeeper calls and shared reads of :class:`~raylog.zk.registry.Registry`
-    (thread-safety as there)."""
+class RegistryCalls:
+    """ZooKeeper calls and the reads the parts of
+    :class:`~raylog.zk.registry.Registry` share; each part holds the one
+    instance of its registry.
+
+    Thread-safety: shareable between threads; it keeps only immutable
+    settings and the (thread-safe) KazooClient."""
 
     def __init__(
         self,
@@ -89,16 +99,16 @@ class RegistryBase:
         return self._zk
 
     def __repr__(self):
-        return f"Registry({_hosts(self._zk)}, cluster={self.cluster!r})"
+        return f"Registry({zk_hosts(self._zk)}, cluster={self.cluster!r})"
 
-    def _get_json(self, path: str) -> dict | None:
+    def get_json(self, path: str) -> dict | None:
         try:
-            data, _ = self._call(self._zk.get_async, path)
+            data, _ = self.call(self._zk.get_async, path)
         except NoNodeError:
             return None
-        return _load(data)
+        return load_json(data)
 
-    def _ready(self, action: str = "call ZooKeeper") -> None:
+    def ready(self, action: str = "call ZooKeeper") -> None:
         """Fail fast (after ``connect_wait_s``) unless the client is connected,
         so that no request waits in kazoo's queue for a reconnect."""
         state = self._zk.state
@@ -127,7 +137,7 @@ class RegistryBase:
                 changed.wait(left)
         finally:
             self._zk.remove_listener(on_change)
-        where = _hosts(self._zk)
+        where = zk_hosts(self._zk)
         if state == KazooState.LOST:
             raise SessionExpiredError(
                 f"cannot {action}: the ZooKeeper session was lost and no new session "
@@ -142,50 +152,50 @@ class RegistryBase:
             hosts=where,
         )
 
-    def _call(self, fn_async, *args, **kwargs):
+    def call(self, fn_async, *args, **kwargs):
         """One ZooKeeper request, bounded by ``op_timeout_s``."""
-        self._ready()
+        self.ready()
         return fn_async(*args, **kwargs).get(timeout=self.op_timeout_s)
 
-    def _commit(self, tx) -> list:
-        self._ready()
+    def commit(self, tx) -> list:
+        self.ready()
         return tx.commit_async().get(timeout=self.op_timeout_s)
 
-    def _committed(self, tx, contended: tuple[type[Exception], ...]) -> bool:
+    def committed(self, tx, contended: tuple[type[Exception], ...]) -> bool:
         """Commit ``tx``: True when it went through, False when it failed
         with one of ``contended`` (someone else changed the nodes first: the
         caller reads them again and builds a new transaction); any other
         failure is raised."""
-        failure = _first_failure(self._commit(tx))
+        failure = first_failure(self.commit(tx))
         if failure is None:
             return True
         if not isinstance(failure, contended):
             raise failure
         return False
 
-    def _session_id(self) -> int | None:
+    def session_id(self) -> int | None:
         client_id = self._zk.client_id
         return client_id[0] if client_id else None
 
-    def _unknown_topic(self, name: str) -> UnknownTopicError:
+    def unknown_topic(self, name: str) -> UnknownTopicError:
         return UnknownTopicError(
             f"topic {name!r} does not exist in cluster {self.cluster!r}; "
             f"create it first (client.create_topic)",
             topic=name,
         )
 
-    @_translated("read a topic's config")
+    @translated("read a topic's config")
     def topic_config(self, name: str) -> TopicConfig:
         """The topic's config. Raises UnknownTopicError if there is no such topic."""
         try:
-            data, _ = self._call(self._zk.get_async, self.paths.topic(name))
+            data, _ = self.call(self._zk.get_async, self.paths.topic(name))
         except NoNodeError:
-            raise self._unknown_topic(name) from None
+            raise self.unknown_topic(name) from None
         if not data:  # a node without its config: what a deleted topic's late writer may leave
-            raise self._unknown_topic(name)
+            raise self.unknown_topic(name)
         return TopicConfig.from_json(data)
 
-    def _check_partition(self, topic: str, partition: int) -> TopicConfig:
+    def check_partition(self, topic: str, partition: int) -> TopicConfig:
         config = self.topic_config(topic)
         if not isinstance(partition, int) or isinstance(partition, bool) or not (
             0 <= partition < config.partitions
@@ -197,27 +207,27 @@ class RegistryBase:
             )
         return config
 
-    def _ensure_partition_node(self, topic: str, partition: int) -> None:
+    def ensure_partition_node(self, topic: str, partition: int) -> None:
         try:
-            self._call(self._zk.create_async, self.paths.partition(topic, partition), b"")
+            self.call(self._zk.create_async, self.paths.partition(topic, partition), b"")
         except NodeExistsError:
             pass
         except NoNodeError:
-            raise self._unknown_topic(topic) from None
+            raise self.unknown_topic(topic) from None
 
-    def _present(self, topic: str, path_of) -> dict[int, dict]:
+    def present(self, topic: str, path_of) -> dict[int, dict]:
         """``{partition: value}`` of the partitions whose ``path_of`` node
         holds one (UnknownTopicError if there is no such topic)."""
-        return {p: value for p, value in self._read_partitions(topic, path_of).items() if value is not None}
+        return {p: value for p, value in self.read_partitions(topic, path_of).items() if value is not None}
 
-    def _read_partitions(self, topic: str, path_of) -> dict[int, dict | None]:
+    def read_partitions(self, topic: str, path_of) -> dict[int, dict | None]:
         """Read ``path_of(topic, p)`` for every partition node, pipelined."""
         try:
-            names = self._call(self._zk.get_children_async, self.paths.partitions(topic))
+            names = self.call(self._zk.get_children_async, self.paths.partitions(topic))
         except NoNodeError:
-            raise self._unknown_topic(topic) from None
+            raise self.unknown_topic(topic) from None
         partitions = sorted(int(n) for n in names if n.isdigit())
-        self._ready()
+        self.ready()
         pending = [(p, self._zk.get_async(path_of(topic, p))) for p in partitions]
         found: dict[int, dict | None] = {}
         for partition, result in pending:
@@ -225,16 +235,16 @@ class RegistryBase:
                 data, _ = result.get(timeout=self.op_timeout_s)
             except NoNodeError:
                 continue
-            found[partition] = _load(data)
+            found[partition] = load_json(data)
         return found
 
-    def _subtree(self, root: str) -> list[str] | None:
+    def subtree(self, root: str) -> list[str] | None:
         """``root`` and every node below it, parents before children (None if
         ``root`` does not exist). Each level's listings are pipelined."""
         nodes: list[str] = []
         level = [root]
         while level:
-            self._ready()
+            self.ready()
             pending = [(path, self._zk.get_children_async(path)) for path in level]
             level = []
             for path, result in pending:
