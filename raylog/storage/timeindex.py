@@ -117,7 +117,7 @@ def _frame_layout(fmt) -> tuple[int, int]:
     return LOG_OVERHEAD + _TS_AT + 8, _TS_AT
 
 
-def _entry(max_ts: int, offset: int) -> bytes:
+def encode_entry(max_ts: int, offset: int) -> bytes:
     fields = _ENTRY_FIELDS.pack(max_ts, offset)
     return fields + crc32c(fields).to_bytes(4, "big")
 
@@ -334,7 +334,7 @@ class TimeIndex:
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-            os.write(self._fd, _entry(max_ts, offset))
+            os.write(self._fd, encode_entry(max_ts, offset))
         except OSError as err:  # a hint only: the lookup still works from memory
             log.warning("cannot write the time index %s: %s", self.path, err)
 
@@ -343,7 +343,7 @@ class TimeIndex:
         try:
             tmp = self.path + ".tmp"
             with open(tmp, "wb", opener=_private_opener) as f:
-                f.write(b"".join(_entry(t, o) for t, o in zip(self._times, self._offsets)))
+                f.write(b"".join(encode_entry(t, o) for t, o in zip(self._times, self._offsets)))
             os.replace(tmp, self.path)
         except OSError as err:
             log.warning("cannot rewrite the time index %s: %s", self.path, err)

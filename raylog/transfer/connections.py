@@ -5,7 +5,7 @@ slots of connections parked in a FETCH wait, and the counters of
 :mod:`raylog.transfer.server` for the bounds).
 
 Thread-safety: every method may be called from any thread (one lock); a
-:class:`_Connection`'s own counters are written by its thread only and moved
+:class:`ServedConnection`'s own counters are written by its thread only and moved
 into the totals under the lock when it is released.
 """
 
@@ -32,11 +32,11 @@ def peer_closed(sock: socket.socket) -> bool:
         return True  # reset, or shut down by stop()
 
 
-class _Close(Exception):
+class CloseConnection(Exception):
     """End this connection (its reply, if any, was sent)."""
 
 
-class _Connection:
+class ServedConnection:
     """One client connection; its counters are written by its thread only."""
 
     __slots__ = (
@@ -77,7 +77,7 @@ class ConnectionTable:
         self.max_long_polls = max_long_polls
         self.shed_idle_after_s = shed_idle_after_s
         self._lock = threading.Lock()
-        self._connections: set[_Connection] = set()
+        self._connections: set[ServedConnection] = set()
         self._closed = False
         # totals of released connections (under _lock)
         self._totals = {"requests": 0, "bytes_in": 0, "bytes_out": 0, "message_sets_in": 0}
@@ -88,7 +88,7 @@ class ConnectionTable:
         self._long_polls = 0  # connections parked in a long poll now
         self._long_polls_refused = 0  # FETCH waits answered after a short pause, every slot taken
 
-    def admit(self, sock: socket.socket, peer) -> _Connection | None:
+    def admit(self, sock: socket.socket, peer) -> ServedConnection | None:
         """The new connection's entry, or ``None`` when it was refused
         (answered TooManyConnectionsError and closed) or the table is closed."""
         with self._lock:
@@ -102,20 +102,20 @@ class ConnectionTable:
                 conn = None
             else:
                 self._accepted += 1
-                conn = _Connection(sock, peer)
+                conn = ServedConnection(sock, peer)
                 self._connections.add(conn)
         if conn is None:
             self._refuse(sock)
         return conn
 
-    def close(self) -> list[_Connection]:
+    def close(self) -> list[ServedConnection]:
         """Admit nothing more; the connections open now (for the caller to
         shut down and join)."""
         with self._lock:
             self._closed = True
             return list(self._connections)
 
-    def release(self, conn: _Connection) -> None:
+    def release(self, conn: ServedConnection) -> None:
         """``conn`` has ended: give its slots back, add its counters to the totals."""
         with self._lock:
             self._unpark_locked(conn)
@@ -167,7 +167,7 @@ class ConnectionTable:
 
     # -- long-poll slots ----------------------------------------------------------
 
-    def park(self, conn: _Connection) -> bool:
+    def park(self, conn: ServedConnection) -> bool:
         """Take a long-poll slot for ``conn`` (about to wait in a FETCH);
         False when every slot is taken by a peer still there (a parked
         connection whose peer has closed gives its slot up here)."""
@@ -188,12 +188,12 @@ class ConnectionTable:
             conn.long_polling = True
             return True
 
-    def unpark(self, conn: _Connection) -> None:
+    def unpark(self, conn: ServedConnection) -> None:
         """Give the long-poll slot of ``conn`` back (if it still holds it)."""
         with self._lock:
             self._unpark_locked(conn)
 
-    def _unpark_locked(self, conn: _Connection) -> None:
+    def _unpark_locked(self, conn: ServedConnection) -> None:
         if conn.long_polling:
             conn.long_polling = False
             self._long_polls -= 1

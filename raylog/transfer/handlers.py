@@ -49,7 +49,7 @@ from raylog.transfer.requests import (
     ProduceRequest,
     ReplicaFetchRequest,
 )
-from raylog.transfer.connections import _Close, _Connection, peer_closed
+from raylog.transfer.connections import CloseConnection, ServedConnection, peer_closed
 
 # one logger for the whole data server
 log = logging.getLogger("raylog.transfer.server")
@@ -103,10 +103,10 @@ class RequestHandlers:
         *,
         max_fetch_bytes: int,
         max_wait_ms_cap: int,
-        send: Callable[[_Connection, bytes], None],
+        send: Callable[[ServedConnection, bytes], None],
         fail: Callable[..., NoReturn],
-        park: Callable[[_Connection], bool],
-        unpark: Callable[[_Connection], None],
+        park: Callable[[ServedConnection], bool],
+        unpark: Callable[[ServedConnection], None],
         stopping: threading.Event,
         resolve_replica: Callable[[str, int], ReplicaSource | None] | None = None,
     ):
@@ -130,7 +130,7 @@ class RequestHandlers:
             )
         return owner
 
-    def produce(self, conn: _Connection, group: list[ProduceRequest], out: list) -> None:
+    def produce(self, conn: ServedConnection, group: list[ProduceRequest], out: list) -> None:
         """Append a run of PRODUCE frames for one partition (clears ``group``):
         joined into sets of at most the log's ``max_message_bytes``."""
         if len(group) == 1:  # one set (one message at a time): no run to join
@@ -176,7 +176,7 @@ class RequestHandlers:
             run_bytes += length
         self._append(conn, partition_log, run, out)
 
-    def _append(self, conn: _Connection, partition_log: Log, run: list[ProduceRequest], out: list) -> None:
+    def _append(self, conn: ServedConnection, partition_log: Log, run: list[ProduceRequest], out: list) -> None:
         """Append one run (its sets joined) and answer each set with its own
         base offset: the run's base plus the bytes of the sets before it
         (which is why a run joins only sets stored byte for byte as sent)."""
@@ -239,7 +239,7 @@ class RequestHandlers:
                 return
         out.extend(replies)
 
-    def _refuse(self, conn: _Connection, request, err: RaylogError, out: list) -> None:
+    def _refuse(self, conn: ServedConnection, request, err: RaylogError, out: list) -> None:
         """Answer ``request`` (of one topic-partition) with ``err``; a closing
         log's :class:`ClosedError` is answered as the partition moving away."""
         if isinstance(err, ClosedError):
@@ -247,7 +247,7 @@ class RequestHandlers:
         conn.count_error(err)
         out.append(encode_error(request.correlation_id, err))
 
-    def _produce_failed(self, conn: _Connection, request: ProduceRequest, err: RaylogError, out: list) -> None:
+    def _produce_failed(self, conn: ServedConnection, request: ProduceRequest, err: RaylogError, out: list) -> None:
         if request.acks:
             conn.count_error(err)
             out.append(encode_error(request.correlation_id, err))
@@ -256,7 +256,7 @@ class RequestHandlers:
             # producer learns of it on its next call instead of never.
             self._fail(conn, err, request.correlation_id, out)
 
-    def fetch(self, conn: _Connection, request: FetchRequest, out: list) -> None:
+    def fetch(self, conn: ServedConnection, request: FetchRequest, out: list) -> None:
         max_bytes = min(request.max_bytes, self._max_fetch_bytes)
         try:
             partition_log = self._lookup(request.topic, request.partition)
@@ -275,7 +275,7 @@ class RequestHandlers:
             return
         self._send_slice(conn, out, chunk, length)
 
-    def locate(self, conn: _Connection, request: LocateRequest, out: list) -> None:
+    def locate(self, conn: ServedConnection, request: LocateRequest, out: list) -> None:
         """LOCATE: where the whole batches a FETCH of ``request`` would
         answer lie in their segment file (read as a FETCH reads, at once:
         no long poll; the batches' headers walked, never their records)."""
@@ -304,7 +304,7 @@ class RequestHandlers:
 
         self._answer(conn, request, out, reply_for)
 
-    def _long_poll(self, conn: _Connection, out: list, max_wait_ms: int, empty, wait, read, offset: int):
+    def _long_poll(self, conn: ServedConnection, out: list, max_wait_ms: int, empty, wait, read, offset: int):
         """A FETCH's (or REPLICA_FETCH's) long poll: earlier replies go out
         first, then, with a long-poll slot, ``wait(offset, seconds)`` and
         ``read()`` again until ``read()`` answers something, ``max_wait_ms``
@@ -336,12 +336,12 @@ class RequestHandlers:
                 if _length(answer):
                     break
                 if not conn.long_polling or peer_closed(conn.sock):
-                    raise _Close()  # nobody is waiting for the reply
+                    raise CloseConnection()  # nobody is waiting for the reply
         finally:
             self._unpark(conn)
         return answer
 
-    def replica_fetch(self, conn: _Connection, request: ReplicaFetchRequest, out: list) -> None:
+    def replica_fetch(self, conn: ServedConnection, request: ReplicaFetchRequest, out: list) -> None:
         """REPLICA_FETCH: the leader records the follower's progress
         (:meth:`~raylog.transfer.replica_source.ReplicaSource.record_progress`),
         then answers its log from the follower's log end, flushed or not,
@@ -374,7 +374,7 @@ class RequestHandlers:
             return
         self._send_slice(conn, out, chunk, length)
 
-    def _send_slice(self, conn: _Connection, out: list, chunk, length: int) -> None:
+    def _send_slice(self, conn: ServedConnection, out: list, chunk, length: int) -> None:
         """Send the replies in ``out`` (the last one's header before its data),
         then ``length`` bytes of ``chunk`` (``os.sendfile`` from a segment file)."""
         data = b"".join(out)
@@ -387,9 +387,9 @@ class RequestHandlers:
         if sent < length:
             # The log lost bytes of the slice (a segment deleted and cut
             # under us); the reply cannot be completed.
-            raise _Close()
+            raise CloseConnection()
 
-    def _answer(self, conn: _Connection, request, out: list, reply_for) -> None:
+    def _answer(self, conn: ServedConnection, request, out: list, reply_for) -> None:
         """A one-frame reply: ``reply_for(partition_log)``, or the error frame
         (a partition closing answers not-owner: the client looks it up again)."""
         try:
@@ -403,15 +403,15 @@ class RequestHandlers:
             reply = encode_error(request.correlation_id, err)
         out.append(reply)
 
-    def offsets(self, conn: _Connection, request: OffsetsRequest, out: list) -> None:
+    def offsets(self, conn: ServedConnection, request: OffsetsRequest, out: list) -> None:
         self._answer(conn, request, out, lambda partition_log: encode_offsets_reply(
             request.correlation_id, partition_log.log_start_offset, partition_log.high_watermark))
 
-    def offsets_for_time(self, conn: _Connection, request: OffsetsForTimeRequest, out: list) -> None:
+    def offsets_for_time(self, conn: ServedConnection, request: OffsetsForTimeRequest, out: list) -> None:
         self._answer(conn, request, out, lambda partition_log: encode_offsets_for_time_reply(
             request.correlation_id, partition_log.offset_for_time(request.timestamp_ms)))
 
-    def count(self, conn: _Connection, request: CountRequest, out: list) -> None:
+    def count(self, conn: ServedConnection, request: CountRequest, out: list) -> None:
         """COUNT: the messages of [start, end), walked and checked on this
         node (at most ``COUNT_MAX_BYTES`` of log per request); version 1
         stops after at most ``max_messages``."""

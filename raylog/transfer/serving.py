@@ -18,7 +18,7 @@ from raylog.errors import (
     ProtocolError,
     RaylogError,
 )
-from raylog.transfer.connections import _Close, _Connection
+from raylog.transfer.connections import CloseConnection, ServedConnection
 from raylog.transfer.handlers import RequestHandlers
 from raylog.transfer.handshake import client_proof, new_nonce, proven, server_proof
 from raylog.transfer.protocol import AUTH_HELLO, NO_CORRELATION, PRE_AUTH_MAX_FRAME_BYTES, REQUEST_HEADER, SIZE
@@ -53,16 +53,16 @@ LINGER_S = 0.5
 LINGER_BYTES = 4 * MiB
 
 
-def send(conn: _Connection, data: bytes) -> None:
+def send(conn: ServedConnection, data: bytes) -> None:
     """Send ``data`` on ``conn`` (counted in its ``bytes_out``)."""
     conn.sock.sendall(data)
     conn.bytes_out += len(data)
 
 
-def fail(conn: _Connection, err: RaylogError, correlation_id: int = NO_CORRELATION, out=None, *,
+def fail(conn: ServedConnection, err: RaylogError, correlation_id: int = NO_CORRELATION, out=None, *,
          stopping: threading.Event) -> NoReturn:
     """Reply ``err`` after whatever is pending in ``out``, then close (raises
-    ``_Close``); the lingering close ends early once ``stopping`` is set."""
+    ``CloseConnection``); the lingering close ends early once ``stopping`` is set."""
     conn.count_error(err)
     data = (b"".join(out) if out else b"") + encode_error(correlation_id, err)
     if out:
@@ -85,7 +85,7 @@ def fail(conn: _Connection, err: RaylogError, correlation_id: int = NO_CORRELATI
             drained += n
     except OSError:
         pass
-    raise _Close()
+    raise CloseConnection()
 
 
 class _State:
@@ -117,7 +117,7 @@ class FrameLoop:
     def __init__(
         self,
         handlers: RequestHandlers,
-        release: Callable[[_Connection], None],
+        release: Callable[[ServedConnection], None],
         *,
         token: bytes | None,
         max_frame_bytes: int,
@@ -135,10 +135,10 @@ class FrameLoop:
         self._socket_buffer_bytes = socket_buffer_bytes
         self._stopping = stopping
 
-    def _fail(self, conn: _Connection, err: RaylogError, correlation_id: int = NO_CORRELATION, out=None) -> NoReturn:
+    def _fail(self, conn: ServedConnection, err: RaylogError, correlation_id: int = NO_CORRELATION, out=None) -> NoReturn:
         fail(conn, err, correlation_id, out, stopping=self._stopping)
 
-    def serve(self, conn: _Connection) -> None:
+    def serve(self, conn: ServedConnection) -> None:
         """Run ``conn`` to its end (its thread's target)."""
         sock = conn.sock
         try:
@@ -152,7 +152,7 @@ class FrameLoop:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._socket_buffer_bytes)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._socket_buffer_bytes)
             self._read_loop(conn)
-        except _Close:
+        except CloseConnection:
             pass
         except OSError as err:  # the peer went away or stop() shut us down
             if not self._stopping.is_set():
@@ -171,7 +171,7 @@ class FrameLoop:
             finally:
                 self._release(conn)
 
-    def _read_loop(self, conn: _Connection) -> None:
+    def _read_loop(self, conn: ServedConnection) -> None:
         sock = conn.sock
         max_frame = self.max_frame_bytes
         state = _State(authenticated=self._token is None)
@@ -225,12 +225,12 @@ class FrameLoop:
                 view[:remaining] = view[pos:end]
             end = remaining
 
-    def _auth_late(self, conn: _Connection) -> NoReturn:
+    def _auth_late(self, conn: ServedConnection) -> NoReturn:
         self._fail(conn, AuthenticationError(
             f"no AUTH frame within {self.auth_timeout_s:g} s of connecting; pass the cluster's token"
         ))
 
-    def _handle_frames(self, conn: _Connection, state: "_State", view: memoryview, end: int) -> tuple[int, int]:
+    def _handle_frames(self, conn: ServedConnection, state: "_State", view: memoryview, end: int) -> tuple[int, int]:
         """Handle every whole frame in ``view[:end]``; return where the first
         incomplete frame starts and how many bytes the buffer needs to hold it."""
         pos = 0

@@ -49,12 +49,12 @@ def test_a_flipped_byte_in_the_index_file_is_found_and_the_index_rebuilt(tmp_pat
 
 
 def test_entries_with_good_crcs_but_no_message_boundary_are_rebuilt_from_the_log(tmp_path, caplog):
-    from raylog.storage.timeindex import _entry
+    from raylog.storage.timeindex import encode_entry
 
     offsets = build(tmp_path)
     path = tmp_path / index_name(0)
     # An index that is well formed but wrong for this log (say, left from another one).
-    wrong = b"".join(_entry(1000 + 10 * i, offsets[i] + 7) for i in range(10, 90, 10))
+    wrong = b"".join(encode_entry(1000 + 10 * i, offsets[i] + 7) for i in range(10, 90, 10))
     with open(path, "wb") as f:
         f.write(wrong)
     with PartitionLog(tmp_path, CONFIG) as log:
