@@ -79,6 +79,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(26, "TooManyConnectionsError");
     NAMES.put(27, "NotEnoughReplicasError");
     NAMES.put(28, "DiskFullError");
+    NAMES.put(29, "MissingKeyError");
     NAMES.put(33, "InvalidReassignmentError");
     NAMES.put(34, "ReassignmentTimeoutError");
     NAMES.put(35, "HandoffError");
@@ -102,6 +103,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(150, "PoolNotFoundError");
     NAMES.put(151, "PoolExistsError");
     NAMES.put(160, "MixedGroupError");
+    NAMES.put(161, "AssignorError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
