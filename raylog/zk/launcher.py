@@ -261,15 +261,20 @@ def find_jars(jars_dir: str | None = None, *, logging: bool = False) -> list[str
 def four_letter_word(port: int, command: str = "ruok", host: str = "127.0.0.1", timeout_s: float = 2.0) -> str:
     """Send a ZooKeeper four-letter-word command (``ruok``, ``srvr``,
     ``conf``, ``cons``, ``mntr`` ...) and return the reply ("" if the server
-    closed the connection without one). Raises OSError if nobody listens."""
+    closed the connection without one, or reset it: a server shedding
+    connections from an address over its bound does). Raises OSError if
+    nobody listens."""
+    chunks = []
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
-        sock.sendall(command.encode())
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        try:
+            sock.sendall(command.encode())
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
     return b"".join(chunks).decode(errors="replace")
 
 
