@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_STRANGERS_PER_ADDRESS", "KafkaServer"]
 
 FRAME_TIMEOUT_S = 30.0
+#: how long a closing server waits for the requests being answered
+CLOSE_WAIT_S = 5.0
 #: a connection to a listener that requires SASL must complete it within this long of its accept
 DEFAULT_AUTH_TIMEOUT_S = 10.0
 
@@ -199,6 +201,16 @@ class KafkaServer:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def wait_served(self, timeout_s: float = CLOSE_WAIT_S) -> bool:
+        """After :meth:`close`: wait until every connection's request being
+        answered has ended (its reply refused by the shut socket), so the
+        backend can go without a request served from it half-closed.
+        True if none is left."""
+        deadline = time.monotonic() + timeout_s
+        while len(self._table) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not len(self._table)
 
     def _accept(self) -> None:
         open_door = self.backend.verifier is None

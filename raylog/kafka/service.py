@@ -98,6 +98,7 @@ class KafkaListenerActor:
         self._keeper.join(timeout=REGISTRATION_CHECK_S + 10.0)
         self._server.close()
         self._server.backend.coordinator.close()
+        self._server.wait_served()
         try:
             brokers.unregister(self._metadata.zk, self._metadata.registry.paths, self.identity)
         finally:
