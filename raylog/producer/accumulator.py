@@ -12,7 +12,8 @@ audit events).
 
 Keyless messages stick to one partition per topic until their batch is
 sealed (:class:`~raylog.producer.partitioner.StickyPartitioner`); keyed
-messages go to ``crc32c(key) mod partitions``.
+messages go to ``crc32c(key) mod partitions`` (or the producer's chosen key
+hash: :data:`raylog.producer.partitioner.PARTITIONERS`).
 
 Sealed batches wait in a queue per topic-partition, in order, until the
 sender takes them. ``buffered`` counts messages accepted and not yet
@@ -191,8 +192,11 @@ class RecordAccumulator:
         compression: str | None,
         max_buffered_messages: int,
         max_block_s: float = DEFAULT_MAX_BLOCK_S,
+        key_partition=partition_for_key,
     ):
         self._metadata = metadata
+        #: key, partition count -> partition (raylog.producer.partitioner.PARTITIONERS)
+        self.key_partition = key_partition
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000.0
         self.compressed = compression is not None
@@ -365,7 +369,7 @@ class RecordAccumulator:
         if headers:
             grow += headers_size(headers)
         if partition is None and key is not None:
-            partition = partition_for_key(key, count)
+            partition = self.key_partition(key, count)
         if key is not None:
             grow += len(key)
         with self.lock:
@@ -620,7 +624,7 @@ class RecordAccumulator:
             return call
         # Keyed: split the call by partition (crc32c(key) mod partitions),
         # keeping the call's order within each; one compiled pass when built.
-        groups = group_by_partition(values, keys, count, check)
+        groups = group_by_partition(values, keys, count, check, self.key_partition)
         with self.lock:
             self.deferring = True
             try:

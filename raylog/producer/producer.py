@@ -6,7 +6,9 @@
     producer.flush()                           # raises DeliveryError listing what failed
 
 ``send`` appends the message to the open batch of its partition (a keyed
-message goes to ``crc32c(key) mod partitions``, a keyless one sticks to one
+message goes to ``crc32c(key) mod partitions``, or by the key hash named by
+``partitioner=`` (``"murmur2"``: as Kafka's Java client; ``"crc32"``: as
+librdkafka; :mod:`raylog.producer.partitioner`), a keyless one sticks to one
 partition per batch) and returns a :class:`~raylog.producer.futures.SendFuture`.
 The :mod:`accumulator <raylog.producer.accumulator>` seals a batch when it
 holds ``batch_size`` messages, would outgrow the topic's
@@ -99,6 +101,7 @@ from raylog.errors import (
 from raylog.producer.accumulator import DEFAULT_MAX_BLOCK_S, RecordAccumulator
 from raylog.producer.batch import ProducerBatch
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
+from raylog.producer.partitioner import DEFAULT_PARTITIONER, key_partitioner
 from raylog.producer.sender import MAX_IN_FLIGHT_PARTITIONS, Sender
 from raylog.transfer.protocol import ACKS_ALL
 from raylog.retry import RetryPolicy
@@ -188,6 +191,7 @@ class Producer:
         audit: bool = False,
         audit_window_ms: int | None = None,
         audit_interval_ms: int | None = None,
+        partitioner: str = DEFAULT_PARTITIONER,
     ):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
@@ -201,7 +205,9 @@ class Producer:
         if max_buffered_messages < 1 or max_in_flight_partitions < 1:
             raise ConfigError("max_buffered_messages and max_in_flight_partitions must be at least 1")
         codec_id(compression)  # raises ConfigError for an unknown codec
+        key_partition = key_partitioner(partitioner)  # raises ConfigError for an unknown one
         self._metadata = metadata
+        self.partitioner = partitioner
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.compression = compression
@@ -229,6 +235,7 @@ class Producer:
             compression=compression,
             max_buffered_messages=max_buffered_messages,
             max_block_s=max_block_s,
+            key_partition=key_partition,
         )
         if self._audit is not None:
             self._acc.on_seal = self._count_for_audit

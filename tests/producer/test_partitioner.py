@@ -91,3 +91,55 @@ def test_grouping_odd_arguments_falls_back_or_raises():
     assert fast == pure
     with pytest.raises(ConfigError):
         group_by_partition([b"v"], [b"k"], 0)
+
+
+# -- the other key hashes (raylog.producer.partitioner.PARTITIONERS) ---------
+
+#: Kafka's own murmur2 vectors (its Java client's UtilsTest.testMurmur2)
+MURMUR2_VECTORS = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+def test_murmur2_is_kafkas_java_clients_hash():
+    from raylog.producer.partitioner import murmur2_partition
+
+    for key, signed in MURMUR2_VECTORS.items():
+        assert murmur2_partition(key, 1 << 31) == (signed & 0x7FFFFFFF) % (1 << 31)
+        assert murmur2_partition(key, 7) == (signed & 0x7FFFFFFF) % 7
+
+
+def test_crc32_is_zlibs_unsigned_crc():
+    import zlib
+
+    from raylog.producer.partitioner import crc32_partition
+
+    assert zlib.crc32(b"123456789") == 0xCBF43926  # the CRC-32 check value
+    assert crc32_partition(b"123456789", 1 << 32) == 0xCBF43926
+    assert crc32_partition(b"123456789", 10) == 0xCBF43926 % 10
+
+
+def test_an_unknown_partitioner_is_refused_naming_the_choices():
+    from raylog.producer.partitioner import key_partitioner
+
+    with pytest.raises(ConfigError, match="'crc32c', 'murmur2', 'crc32'.*got 'fnv'"):
+        key_partitioner("fnv")
+
+
+@given(st.lists(st.tuples(st.binary(max_size=30), st.one_of(st.none(), st.binary(max_size=12))), max_size=40),
+       st.integers(min_value=1, max_value=40), st.sampled_from(["murmur2", "crc32"]))
+def test_grouping_with_another_hash_follows_that_hash(msgs, partitions, name):
+    from raylog.producer.partitioner import key_partitioner
+
+    hash_of = key_partitioner(name)
+    values = [v for v, _ in msgs]
+    keys = [k for _, k in msgs]
+    groups = group_by_partition(values, keys, partitions, None, hash_of)
+    assert sorted(i for g in groups for i in g[1]) == list(range(len(msgs)))
+    for p, positions, *_ in groups:
+        assert all(hash_of(keys[i], partitions) == p if keys[i] is not None else p == -1 for i in positions)
