@@ -29,7 +29,8 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
         │   ├── CorruptMessageError
         │   ├── MessageTooLargeError
         │   │   └── InflatedSizeTooLargeError
-        │   └── MissingKeyError
+        │   ├── MissingKeyError
+        │   └── ControlBatchError
         ├── OffsetOutOfRangeError
         │   └── DataLossError
         ├── BenchError
@@ -41,6 +42,9 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
         ├── StorageFormatError
         ├── OutOfOrderSequenceError
         ├── DuplicateSequenceError
+        ├── InvalidProducerEpochError
+        ├── InvalidTxnStateError
+        ├── TransactionCoordinatorFencedError
         ├── ProtocolError
         │   └── FrameTooLargeError
         ├── AuthenticationError
@@ -286,6 +290,45 @@ class DuplicateSequenceError(RaylogError):
     stored already but no longer remembers the offset of (older than the
     last 32). It was stored once; it is not stored again and its offset is
     unknown."""
+
+
+# -- transactions, the partition's side (raylog.storage.transactions) ---------
+
+
+@_code(170)
+class ControlBatchError(InvalidMessageError):
+    """A client sent a control batch (a transaction marker, attributes bit 5):
+    only the partition's transaction coordinator writes markers, through
+    the partition itself. Nothing of the request was stored; send data
+    batches only, and end a transaction with ``commit_transaction()`` or
+    ``abort_transaction()``."""
+
+
+@_code(171)
+class InvalidProducerEpochError(RaylogError):
+    """A transactional producer's batch or marker carries an older epoch than
+    the partition has seen for its producer id (``producer_id``, ``epoch``,
+    ``current_epoch``): a newer producer with the same ``transactional_id``
+    fenced this one. Nothing was stored; the old producer must stop (close
+    it; the new one carries on)."""
+
+
+@_code(172)
+class InvalidTxnStateError(RaylogError):
+    """A write does not fit the producer's transaction on this partition
+    (``producer_id``): a transactional batch of a transaction the
+    coordinator has not added the partition to (KIP-890's check), or a
+    plain batch while the producer's transaction is open. Nothing was
+    stored; begin the transaction (the producer adds the partition through
+    the coordinator) or end it first."""
+
+
+@_code(173)
+class TransactionCoordinatorFencedError(RaylogError):
+    """A transaction marker came from a coordinator of an older
+    ``coordinator_epoch`` than one that already wrote a marker for the
+    producer: a newer coordinator took over. The marker was not stored;
+    the old coordinator must stop (the new one completes the transaction)."""
 
 
 @_code(18)

@@ -104,6 +104,10 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(151, "PoolExistsError");
     NAMES.put(160, "MixedGroupError");
     NAMES.put(161, "AssignorError");
+    NAMES.put(170, "ControlBatchError");
+    NAMES.put(171, "InvalidProducerEpochError");
+    NAMES.put(172, "InvalidTxnStateError");
+    NAMES.put(173, "TransactionCoordinatorFencedError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
