@@ -89,7 +89,14 @@ import time
 from typing import Callable, NamedTuple
 
 from raylog.config import TopicConfig
-from raylog.errors import ClosedError, CorruptMessageError, DiskFullError, InvalidOffsetError, StorageError
+from raylog.errors import (
+    ClosedError,
+    CorruptMessageError,
+    DiskFullError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    StorageError,
+)
 from raylog.storage import faults as _faults
 from raylog.storage import format_file
 from raylog.storage.base import LogBasics
@@ -551,6 +558,7 @@ class PartitionLog(LogBasics):
             self._check_writable()
             if not prepared.records:
                 return self._leo
+            self._txns.check_epochs(prepared.headers, name=self._dir)
             stored = self._batch_producers.judge(prepared.headers, name=self._dir, runs=prepared.runs)
             if stored is not None:
                 return stored
@@ -672,7 +680,11 @@ class PartitionLog(LogBasics):
         for offset, header in batches:
             marker = None
             if header[5] & 0x20:  # a control batch: its decision is in its record
-                marker = decode_marker(data, offset - base)
+                try:
+                    marker = decode_marker(data, offset - base)
+                except InvalidMessageError:  # a leader's control batch that is no marker: no decision
+                    log.warning("%s: the control batch at %d is not a transaction marker; ignored", self._dir,
+                                offset)
             completed = self._txns.apply(offset, header, marker, self._hw)
             if completed is not None and completed.aborted:
                 self._txn_indexes.append(active.base_offset, completed.as_aborted())

@@ -22,8 +22,10 @@ snapshots):
   decides), else the high watermark. A ``read_committed`` reader reads only
   below it.
 
-Checks before an append (:meth:`TransactionState.check`; a replica's
-append and the rebuild check nothing, they take the leader's log as it is):
+Checks before an append (:meth:`TransactionState.check_epochs` before the
+idempotent producers' sequences are judged, :meth:`TransactionState.check`
+after; a replica's append and the rebuild check nothing, they take the
+leader's log as it is):
 
 * a batch of an older epoch than the one known for its producer id:
   :class:`~raylog.errors.InvalidProducerEpochError` (fenced by a newer
@@ -194,6 +196,26 @@ class TransactionState:
         guard = self._guards[producer_id] = VerificationGuard(producer_id, epoch)
         return guard
 
+    def check_epochs(self, headers, *, name: str = "") -> None:
+        """The epoch rule alone, for the batches of one append: judged
+        before their sequences (a zombie's batch is fenced, not out of
+        order; Kafka's order), while a retry of a stored batch is still
+        answered as a duplicate before :meth:`check`."""
+        producers = self._producers
+        if not producers:
+            return
+        for _pos, h in headers:
+            state = producers.get(h[9])
+            if state is not None and h[10] < state.epoch:
+                self._fenced(h[9], h[10], state.epoch, name)
+
+    @staticmethod
+    def _fenced(pid: int, epoch: int, known: int, name: str):
+        raise InvalidProducerEpochError(
+            f"{name}: producer {pid} wrote with epoch {epoch}, but epoch {known} of it was seen: a "
+            f"newer producer with its transactional id fenced it. Nothing was stored; close this "
+            f"producer", producer_id=pid, epoch=epoch, current_epoch=known)
+
     def check(self, headers, guard: VerificationGuard | None = None, *, name: str = "") -> None:
         """Check the data batches of one append (``(position, header)``
         each) against the transactions; raises as the module docstring says."""
@@ -215,10 +237,7 @@ class TransactionState:
             known, ongoing = tentative.get(pid) or (
                 (state.epoch, state.first_offset >= 0) if state is not None else (-1, False))
             if epoch < known:
-                raise InvalidProducerEpochError(
-                    f"{name}: producer {pid} wrote with epoch {epoch}, but epoch {known} of it was seen: a "
-                    f"newer producer with its transactional id fenced it. Nothing was stored; close this "
-                    f"producer", producer_id=pid, epoch=epoch, current_epoch=known)
+                self._fenced(pid, epoch, known, name)
             if txn:
                 if not ongoing and self.require_verification:
                     kept = self._guards.get(pid)

@@ -228,11 +228,14 @@ class TxnIndexes:
         """Add the replayed aborts missing from the files (after a crash);
         how many were added."""
         known = {(e.producer_id, e.last_offset) for index in self._view[1] for e in index.entries}
+        # the file of the marker's offsets: a cleaned segment's old files included (module docstring),
+        # so that the files, taken in base order, keep the markers in order
+        bases = sorted(set(segment_bases) | set(self._view[0]))
         added = 0
         for txn in replayed:
             if (txn.producer_id, txn.last_offset) in known:
                 continue
-            base = segment_bases[bisect.bisect_right(segment_bases, txn.last_offset) - 1]
+            base = bases[bisect.bisect_right(bases, txn.last_offset) - 1]
             self.append(base, txn)
             added += 1
         return added

@@ -26,7 +26,9 @@ from raylog.storage.record_batch import decode_batch, encode_batch, iter_batches
 from raylog.storage.transactions import AbortedTxn
 from raylog.storage.txnindex import ENTRY, index_name
 
-from conftest import crash
+from conftest import committed_values, crash as _crash
+
+_committed_values = committed_values
 
 CONFIG = TopicConfig(flush_messages=10**9, flush_ms=10**9)
 
@@ -50,38 +52,6 @@ def _values(log, start=0, end=None):
         out.extend(r[3] for r in records if r[0] >= offset)
         offset = chunk.offset + consumed
     return out
-
-
-def _committed_values(log, start=0):
-    """What a read_committed reader gets: read up to the last stable offset,
-    dropping the records of aborted transactions (as Kafka's consumers do)."""
-    out, offset = [], start
-    while True:
-        read = log.read_committed(offset, 1 << 20)
-        data = read.slice.tobytes()
-        if not data:
-            return out
-        aborted = {}
-        for txn in read.aborted:
-            aborted.setdefault(txn.producer_id, []).append(txn)
-        consumed = 0
-        for pos, header in iter_batches(data):
-            at = read.slice.offset + pos
-            if header.control:
-                consumed = pos + header.size
-                continue
-            dropped = header.transactional and any(t.first_offset <= at < t.last_offset
-                                                   for t in aborted.get(header.producer_id, ()))
-            if not dropped:
-                out.extend(r.value for r in decode_batch(data, pos).records if r.offset >= offset)
-            consumed = pos + header.size
-        assert consumed, "a read_committed read handed out no whole batch"
-        offset = read.slice.offset + consumed
-
-
-def _crash(log):
-    crash(log)
-    log._txn_indexes.close()  # noqa: SLF001 (the process's descriptors go with it)
 
 
 @pytest.fixture(params=["file", "memory"])
@@ -378,3 +348,78 @@ def test_a_replica_follows_the_leaders_transactions_and_truncates_them(tmp_path)
     assert sorted(follower.ongoing_transactions()) == [1, 2]
     follower.close()
     leader.close()
+
+
+def test_cleaning_keeps_markers_transactions_and_the_index(tmp_path):
+    """A compacted topic: the cleaner merges segments (keeping markers and
+    transactional batches whole); the aborted ranges, the committed reads and
+    the ongoing transaction are the same after it and after a reopening (a
+    merged segment keeps its old segments' index files)."""
+    config = TopicConfig(cleanup_policy="compact", flush_messages=10**9, flush_ms=10**9, segment_bytes=300,
+                         max_message_bytes=300, min_compaction_lag_ms=0)
+    path = tmp_path / "p"
+    log = PartitionLog(path, config)
+    seq = {1: 0, 2: 0}
+    for round_ in range(6):
+        for pid in (1, 2):
+            log.append(encode_batch([b"t%d-%d" % (pid, round_)], keys=[b"k%d" % pid], timestamp_ms=1,
+                                    producer_id=pid, producer_epoch=0, base_sequence=seq[pid], transactional=True))
+            seq[pid] += 1
+        log.append(encode_batch([b"p%d" % round_], keys=[b"plain-%d" % round_], timestamp_ms=1))
+        log.append_marker(1, 0, round_ % 2 == 0, 0)  # producer 1: commit, abort, commit, ...
+        if round_ < 5:
+            log.append_marker(2, 0, False, 0)  # producer 2's last transaction stays open
+    log.flush()
+    before = (log.aborted_transactions(0, log.high_watermark), committed_values(log), log.ongoing_transactions(),
+              log.last_stable_offset)
+    bases = log.segment_bases
+    assert len(bases) > 4
+    log.close()
+    config = config.replace(segment_bytes=1000)  # cleaned segments merge up to this
+    log = PartitionLog(path, config)
+    result = log.clean(now_ms=10**13, force=True)
+    assert result is not None and len(log.segment_bases) < len(bases)
+    assert (log.aborted_transactions(0, log.high_watermark), committed_values(log), log.ongoing_transactions(),
+            log.last_stable_offset) == before
+    log.close()
+    log = PartitionLog(path, config)
+    assert (log.aborted_transactions(0, log.high_watermark), committed_values(log), log.ongoing_transactions(),
+            log.last_stable_offset) == before
+    assert b"t1-1" not in committed_values(log) and b"t1-2" in committed_values(log)
+    log.close()
+
+
+def test_a_snapshot_of_version_1_still_loads(tmp_path):
+    """A snapshot written before transactions (version 1, no transactions'
+    section) is read, not taken for damage: the producers it holds are kept
+    when the segments before it are gone (retention)."""
+    import struct
+
+    from crc32c import crc32c
+
+    from raylog.storage.batch_producers import snapshot_name
+
+    config = CONFIG.replace(segment_bytes=200, max_message_bytes=200)
+    path = tmp_path / "p"
+    log = PartitionLog(path, config)
+    batch = encode_batch([b"x" * 80], timestamp_ms=1, producer_id=5, producer_epoch=0, base_sequence=0)
+    first = log.append(batch)
+    log.append(encode_batch([b"y" * 80], timestamp_ms=1, producer_id=5, producer_epoch=0, base_sequence=1))
+    log.append(_plain([b"z" * 80]))
+    log.close()
+    snapshots = sorted(p for p in path.iterdir() if p.name.endswith(".producers"))
+    assert snapshots
+    for snap in snapshots:  # rewritten as version 1: without the (empty) transactions' section
+        body = bytearray(snap.read_bytes()[4:-4])
+        assert snap.read_bytes()[-4:] == b"\x00\x00\x00\x00"
+        struct.pack_into(">H", body, 0, 1)
+        snap.write_bytes(crc32c(bytes(body)).to_bytes(4, "big") + bytes(body))
+    newest = int(snapshots[-1].name[:20])
+    for seg in path.iterdir():  # retention took the segments before the newest snapshot
+        if seg.name.endswith(".log") and int(seg.name[:20]) < newest:
+            seg.unlink()
+    log = PartitionLog(path, config)
+    assert (path / snapshot_name(newest)).exists()
+    assert log._batch_producers.last_sequence(5) == 1  # noqa: SLF001
+    assert first == 0
+    log.close()
