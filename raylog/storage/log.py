@@ -50,6 +50,20 @@ Life of a message set:
    (the owner's timer) rolls an active segment older than ``segment_ms``,
    so that retention reaches the data of a quiet partition too.
 
+Transactions (docs/design.md §6; :mod:`raylog.storage.transactions`): a
+transactional batch opens its producer's transaction here, checked first
+(an older epoch is fenced, a plain batch of a producer in a transaction is
+refused, and with ``verify_transactions`` the first batch needs the guard
+of :meth:`PartitionLog.start_transaction_verification`, KIP-890); only
+:meth:`PartitionLog.append_marker`, the coordinator's way in, writes the
+marker that ends it (a client's control batch is refused). An abort is
+recorded in the segment's ``<base>.txnindex`` (:mod:`raylog.storage.txnindex`);
+:attr:`PartitionLog.last_stable_offset` stops at the first open transaction,
+and :meth:`PartitionLog.read_committed` reads below it with the aborted
+transactions of the range. All of it is rebuilt on open with the producer
+state (snapshots at rolls, then the batches after), and a lost or torn
+index is restored from that replay.
+
 Disk errors: the first failed write, sync, roll or delete makes the log
 refuse every later write (:class:`StorageError`) and calls ``on_disk_error``
 when one was given; the partition actor passes a function that ends its
@@ -355,7 +369,7 @@ class PartitionLog(LogBasics):
         """The first offset of the earliest transaction still open (or whose
         marker is not below the high watermark yet), else the high
         watermark: ``read_committed`` readers read below it (docs/design.md §6)."""
-        return self._txns.last_stable_offset(self._hw)
+        return max(self._txns.last_stable_offset(self._hw), self.log_start_offset)
 
     def ongoing_transactions(self) -> dict[int, int]:
         """``producer id -> first offset`` of the transactions open here."""
@@ -399,8 +413,8 @@ class PartitionLog(LogBasics):
         if self._closed:
             raise ClosedError(f"the partition log in {self._dir} is closed")
         hw = self._hw  # before the view: a newer view only adds segments
-        lso = self._txns.last_stable_offset(hw)
         view = self._view
+        lso = max(self._txns.last_stable_offset(hw), view[0][0])  # (retention may pass an open transaction)
         end = lso if offset <= lso else min(offset, hw)
         chunk = self._reader.read(view, end, offset, max_bytes)
         bases, segments = view

@@ -321,6 +321,27 @@ def test_retention_deletes_a_transaction_index_with_its_segment(tmp_path):
     log.close()
 
 
+def test_retention_past_an_open_transaction_leaves_the_lso_at_the_log_start(tmp_path):
+    """Retention deletes a segment holding an open transaction's first batch
+    (as Kafka's does): the last stable offset is then the log start and a
+    read_committed reader there waits for the transaction's end."""
+    config = CONFIG.replace(segment_bytes=400, max_message_bytes=400, retention_ms=10**12)
+    log = PartitionLog(tmp_path / "p", config)
+    log.append(_txn([b"x" * 250], pid=1))
+    log.append(_plain([b"y" * 300]))
+    log.append(_plain([b"z" * 300]))
+    log.flush()
+    assert log.delete_old_segments(now_ms=10**13)
+    start = log.log_start_offset
+    assert log.last_stable_offset == start > 0
+    assert log.read_committed(start, 1 << 20).slice.length == 0
+    log.append_marker(1, 0, True, 0)
+    log.flush()
+    assert log.last_stable_offset == log.high_watermark
+    assert _committed_values(log, start) == _values(log, start) == [b"z" * 300]  # (y went with retention too)
+    log.close()
+
+
 def test_a_replica_follows_the_leaders_transactions_and_truncates_them(tmp_path):
     leader = PartitionLog(tmp_path / "leader", CONFIG)
     follower = PartitionLog(tmp_path / "follower", CONFIG)
