@@ -239,7 +239,7 @@ class TransactionState:
             if epoch < known:
                 self._fenced(pid, epoch, known, name)
             if txn:
-                if not ongoing and self.require_verification:
+                if not (ongoing and epoch == known) and self.require_verification:  # (Kafka: ongoing at this epoch)
                     kept = self._guards.get(pid)
                     if guard is None or guard is not kept or guard.epoch != epoch:
                         raise InvalidTxnStateError(

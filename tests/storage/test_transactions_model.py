@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raylog.config import TopicConfig
-from raylog.errors import InvalidProducerEpochError
+from raylog.errors import InvalidProducerEpochError, InvalidTxnStateError
 from raylog.storage.log import PartitionLog
 from raylog.storage.record_batch import encode_batch
 
@@ -82,11 +82,15 @@ def _check(log, model, offsets):
     assert not aborted_values & set(got)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(_op, min_size=1, max_size=30))
-def test_transactions_match_the_model(ops):
+@pytest.mark.parametrize("verify", [False, True])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_op, min_size=1, max_size=30))
+def test_transactions_match_the_model(verify, ops):
+    """``verify``: the log checks each transaction's first batch against a
+    guard (KIP-890); the model asks for one before each, and a guard taken
+    before an abort lets nothing in after it."""
     directory = tempfile.mkdtemp(prefix="txn-model-")
-    log = PartitionLog(directory + "/p", CONFIG)
+    log = PartitionLog(directory + "/p", CONFIG, verify_transactions=verify)
     model = Model()
     offsets = []  # the offset of each record of model.records
     try:
@@ -95,8 +99,10 @@ def test_transactions_match_the_model(ops):
             if kind == "txn":
                 _kind, pid, n = op
                 values = [_value(model) for _ in range(n)]
+                guard = log.start_transaction_verification(pid, model.epoch[pid]) if verify else None
+                assert (guard is None) == (not verify or pid in model.ongoing)
                 at = log.append(encode_batch(values, timestamp_ms=1, producer_id=pid, producer_epoch=model.epoch[pid],
-                                             base_sequence=model.seq[pid], transactional=True))
+                                             base_sequence=model.seq[pid], transactional=True), verification=guard)
                 model.seq[pid] += n
                 if pid not in model.ongoing:
                     model.ongoing[pid] = (("txn", pid, at), at)
@@ -110,6 +116,7 @@ def test_transactions_match_the_model(ops):
                 offsets.extend(at + i for i in range(len(values)))
             elif kind in ("commit", "abort", "bump"):
                 pid = op[1]
+                stale = log.start_transaction_verification(pid, model.epoch[pid]) if verify else None
                 if kind == "bump":  # a new producer fences the old: its coordinator aborts with the next epoch
                     model.epoch[pid] += 1
                     model.seq[pid] = 0
@@ -127,6 +134,13 @@ def test_transactions_match_the_model(ops):
                                                 producer_epoch=model.epoch[pid] - 1, base_sequence=99,
                                                 transactional=True))
                     assert log.log_end_offset == end
+                elif stale is not None:  # a write verified before the marker, arriving after it
+                    end = log.log_end_offset
+                    with pytest.raises(InvalidTxnStateError):
+                        log.append(encode_batch([b"late"], timestamp_ms=1, producer_id=pid,
+                                                producer_epoch=model.epoch[pid], base_sequence=model.seq[pid],
+                                                transactional=True), verification=stale)
+                    assert log.log_end_offset == end
             elif kind == "flush":
                 log.flush()
             elif kind == "roll":
@@ -136,7 +150,7 @@ def test_transactions_match_the_model(ops):
                     crash(log)
                 else:
                     log.close()
-                log = PartitionLog(directory + "/p", CONFIG)
+                log = PartitionLog(directory + "/p", CONFIG, verify_transactions=verify)
                 assert log.recovery_reports == [] or kind == "crash"
                 model.unstable_markers = []  # reopened: everything recovered is below the high watermark
             if kind != "flush":
