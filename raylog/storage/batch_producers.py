@@ -381,12 +381,16 @@ class BatchProducerState:
                     break
                 notes.append(f"producer snapshot {snapshot_name(offset)} is damaged; ignored and deleted")
                 self._delete(offset)
-        for segment in segments:
-            if segment.format != 2 or segment.end_offset <= start:
-                continue
-            headers = _headers(segment, max(start, segment.base_offset), min(segment.end_offset, end_offset))
-            self.remember(headers)
-            self._replay_transactions(segment, headers, end_offset)
+        self.transactions.replaying = True
+        try:
+            for segment in segments:
+                if segment.format != 2 or segment.end_offset <= start:
+                    continue
+                headers = _headers(segment, max(start, segment.base_offset), min(segment.end_offset, end_offset))
+                self.remember(headers)
+                self._replay_transactions(segment, headers, end_offset)
+        finally:
+            self.transactions.replaying = False
         return notes
 
     def _replay_transactions(self, segment, headers, end_offset: int) -> None:

@@ -281,6 +281,7 @@ class PartitionLog(LogBasics):
             self._txns = self._batch_producers.transactions
             self._txn_indexes, notes = TxnIndexes.open(self._dir, segments[0].base_offset, segments[-1].end_offset)
             restored = self._txn_indexes.restore([s.base_offset for s in segments], self._txns.replayed)
+            self._txns.replayed = []
             for note in notes + ([f"restored {restored} aborted transaction(s) to the transaction indexes"]
                                  if restored else []):
                 log.warning("recovery of %s: %s", self._dir, note)

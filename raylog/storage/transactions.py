@@ -154,8 +154,10 @@ class TransactionState:
         #: what readers look at: (first offset, marker offset or None while
         #: ongoing, producer id), by first offset; replaced whole
         self._unstable: tuple = ()
-        #: the aborted transactions :meth:`apply` met since :meth:`reset` (rebuild's)
+        #: the aborted transactions :meth:`apply` met while :attr:`replaying` (a rebuild's)
         self.replayed: list[AbortedTxn] = []
+        #: set by the rebuild while it replays the log's batches
+        self.replaying = False
 
     # -- inspection (any thread) ------------------------------------------------------
 
@@ -304,7 +306,7 @@ class TransactionState:
                                          min(others) if others else next_offset)
                 self._completed.append((state.first_offset, offset, pid))
                 state.first_offset = -1
-                if completed.aborted:
+                if completed.aborted and self.replaying:
                     self.replayed.append(completed.as_aborted())
             self._publish(hw)
         elif attributes & _TRANSACTIONAL and state.first_offset < 0:
