@@ -148,6 +148,7 @@ __all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "CommittedRead", "FileSlice", "Partit
 
 log = logging.getLogger(__name__)
 
+
 class CommittedRead(NamedTuple):
     """A ``read_committed`` read (:meth:`PartitionLog.read_committed`): the
     bytes (below the last stable offset), the aborted transactions that
