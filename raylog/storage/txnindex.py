@@ -198,6 +198,8 @@ class TxnIndexes:
         for name in sorted(os.listdir(directory)):
             match = _NAME.match(name)
             if not match:
+                if name.endswith(SUFFIX + ".tmp"):  # a rewrite the process died in: the file itself stands
+                    os.unlink(os.path.join(directory, name))
                 continue
             base = int(match.group(1))
             index = TxnIndex(directory, base)

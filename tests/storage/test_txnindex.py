@@ -61,6 +61,7 @@ def test_entries_past_the_log_end_or_out_of_order_are_not_kept(tmp_path):
 def test_files_outside_the_log_are_deleted_on_open(tmp_path):
     _indexes(tmp_path, {0: [AbortedTxn(1, 0, 50, 60)], 100: [AbortedTxn(1, 100, 150, 160)],
                         200: [AbortedTxn(1, 200, 250, 260)]}).close()
+    (tmp_path / (index_name(100) + ".tmp")).write_bytes(b"half a rewrite")
     indexes, _ = TxnIndexes.open(str(tmp_path), 100, 200)  # retention took [0, 100), a truncation [200, ...)
     assert sorted(os.listdir(tmp_path)) == [index_name(100)]
     assert indexes.aborted(0, 1000) == [AbortedTxn(1, 100, 150, 160)]
