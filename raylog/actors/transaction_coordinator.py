@@ -74,6 +74,7 @@ import time
 from typing import Callable, Iterable, Mapping, Protocol
 
 from raylog import auth
+from raylog.actors.process_exit import STARTUP_ZOOKEEPER_WAIT_S, exit_process, until_zookeeper
 from raylog.config import NAMESPACE
 from raylog.errors import (
     BrokerUnavailableError,
@@ -352,7 +353,10 @@ class TransactionCoordinatorActor:
                  fault_file: str | None = None):
         # the token is derived here, as the partition actors do (raylog.auth)
         self.cluster = cluster
-        self.zk = connect_kazoo(zookeeper, token=auth.cluster_token(cluster), cluster=cluster)
+        # ZooKeeper away at start: retried, then the process exits and Ray
+        # starts it again (a constructor that raised would end the actor for good)
+        self.zk = until_zookeeper(time.monotonic() + STARTUP_ZOOKEEPER_WAIT_S, "the transaction coordinator",
+                                  lambda: connect_kazoo(zookeeper, token=auth.cluster_token(cluster), cluster=cluster))
         self.registry = Registry(self.zk, cluster)
         store = TransactionStore(self.zk, cluster)
         blocks = ProducerIdBlocks(self.zk, store.paths, block_size)
@@ -374,8 +378,6 @@ class TransactionCoordinatorActor:
             os.unlink(self.fault_file)
         except FileNotFoundError:
             return
-        from raylog.actors.process_exit import exit_process
-
         exit_process(EXIT_FAULT, "transaction coordinator of %s: fault file %s: exiting after the decision "
                      "of %r was written", self.cluster, self.fault_file, transactional_id)
 
