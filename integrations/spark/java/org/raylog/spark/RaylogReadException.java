@@ -105,9 +105,16 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(160, "MixedGroupError");
     NAMES.put(161, "AssignorError");
     NAMES.put(170, "ControlBatchError");
-    NAMES.put(171, "InvalidProducerEpochError");
-    NAMES.put(172, "InvalidTxnStateError");
     NAMES.put(173, "TransactionCoordinatorFencedError");
+    NAMES.put(180, "TransactionError");
+    NAMES.put(181, "ProducerFencedError");
+    NAMES.put(182, "InvalidProducerEpochError");
+    NAMES.put(183, "InvalidTxnStateError");
+    NAMES.put(184, "ConcurrentTransactionsError");
+    NAMES.put(185, "InvalidProducerIdMappingError");
+    NAMES.put(186, "TransactionStateConflictError");
+    NAMES.put(187, "InvalidTransactionTimeoutError");
+    NAMES.put(188, "ProducerIdsExhaustedError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
