@@ -22,14 +22,16 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
         ├── ConfigError
         │   ├── ArgumentTypeError (also TypeError)
         │   ├── InvalidReassignmentError
-        │   └── AssignorError
+        │   ├── AssignorError
+        │   └── InvalidTransactionTimeoutError
         ├── ClosedError
         ├── DeliveryError
         ├── InvalidMessageError
         │   ├── CorruptMessageError
         │   ├── MessageTooLargeError
         │   │   └── InflatedSizeTooLargeError
-        │   └── MissingKeyError
+        │   ├── MissingKeyError
+        │   └── ControlBatchError
         ├── OffsetOutOfRangeError
         │   └── DataLossError
         ├── BenchError
@@ -41,6 +43,7 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
         ├── StorageFormatError
         ├── OutOfOrderSequenceError
         ├── DuplicateSequenceError
+        ├── TransactionCoordinatorFencedError
         ├── ProtocolError
         │   └── FrameTooLargeError
         ├── AuthenticationError
@@ -78,7 +81,15 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
         ├── MirrorNotFoundError
         ├── MirrorFormatError
         ├── PoolNotFoundError
-        └── PoolExistsError
+        ├── PoolExistsError
+        └── TransactionError
+            ├── ProducerFencedError
+            ├── InvalidProducerEpochError
+            ├── InvalidTxnStateError
+            ├── ConcurrentTransactionsError
+            ├── InvalidProducerIdMappingError
+            ├── TransactionStateConflictError
+            └── ProducerIdsExhaustedError
 """
 
 from __future__ import annotations
@@ -286,6 +297,26 @@ class DuplicateSequenceError(RaylogError):
     stored already but no longer remembers the offset of (older than the
     last 32). It was stored once; it is not stored again and its offset is
     unknown."""
+
+
+# -- transactions, the partition's side (raylog.storage.transactions) ---------
+
+
+@_code(170)
+class ControlBatchError(InvalidMessageError):
+    """A client sent a control batch (a transaction marker, attributes bit 5):
+    only the partition's transaction coordinator writes markers, through
+    the partition itself. Nothing of the request was stored; send data
+    batches only, and end a transaction with ``commit_transaction()`` or
+    ``abort_transaction()``."""
+
+
+@_code(173)
+class TransactionCoordinatorFencedError(RaylogError):
+    """A transaction marker came from a coordinator of an older
+    ``coordinator_epoch`` than one that already wrote a marker for the
+    producer: a newer coordinator took over. The marker was not stored;
+    the old coordinator must stop (the new one completes the transaction)."""
 
 
 @_code(18)
@@ -629,6 +660,93 @@ class PoolNotFoundError(RaylogError):
 class PoolExistsError(RaylogError):
     """A consumer pool of that group already runs in this cluster; stop it
     (``PoolHandle.stop``) or scale it (``PoolHandle.scale``) instead."""
+
+
+# -- transactions: the coordinator (docs/design.md section 6; codes 180-189) --------
+
+
+@_code(180)
+class TransactionError(RaylogError):
+    """The transaction coordinator refused a transactional call
+    (:mod:`raylog.zk.transaction_states`); the subclass says why and what
+    to do next. Nothing of the refused call was recorded."""
+
+
+@_code(181)
+class ProducerFencedError(TransactionError):
+    """Another producer started with the same ``transactional_id`` (its
+    start bumped the producer epoch): this one is a zombie, and every call
+    of its epoch is refused from now on, its sends and commits included.
+    Close it; only the newest producer of a transactional id may go on."""
+
+
+@_code(182)
+class InvalidProducerEpochError(TransactionError):
+    """The producer epoch of the call is not the transaction's current one
+    for a reason other than a newer producer: the coordinator aborted the
+    transaction when it passed its timeout (and bumped the epoch), or the
+    epoch was never handed out. Nothing of the call was recorded; start the
+    producer again (``init_producer_id``) to get the current epoch.
+
+    A partition raises it too for a transactional batch or marker of an
+    older epoch than it has seen for the producer id (``producer_id``,
+    ``epoch``, ``current_epoch``): nothing of it was stored."""
+
+
+@_code(183)
+class InvalidTxnStateError(TransactionError):
+    """The call does not fit the transaction's state: a commit of a
+    transaction that is aborting or aborted (or the reverse), an end of a
+    transaction that never began, a write to a partition the transaction
+    did not add. ``state`` names the state found. The transaction is as it
+    was; abort it, or begin a new one.
+
+    A partition raises it too (``producer_id``): a transactional batch of a
+    transaction the coordinator has not added the partition to (KIP-890's
+    check), or a plain batch while the producer's transaction is open;
+    nothing of it was stored."""
+
+
+@_code(184)
+class ConcurrentTransactionsError(TransactionError):
+    """The transactional id's previous transaction is still being
+    completed (its commit or abort markers are being written); retry
+    shortly: the call succeeds once the completion is recorded."""
+
+    retriable = True
+
+
+@_code(185)
+class InvalidProducerIdMappingError(TransactionError):
+    """The producer id of the call is not the one the coordinator holds for
+    the transactional id (or the id has no producer yet): call
+    ``init_producer_id`` with the transactional id first and use the id and
+    epoch it returns."""
+
+
+@_code(186)
+class TransactionStateConflictError(TransactionError):
+    """A transaction record in ZooKeeper changed since it was read (its
+    version moved: another coordinator wrote it): the write was refused by
+    ZooKeeper's compare-and-set and nothing was changed. Read the record
+    again and decide again (the coordinator does this by itself)."""
+
+    retriable = True
+
+
+@_code(187)
+class InvalidTransactionTimeoutError(ConfigError):
+    """A transaction timeout is not a whole number of milliseconds between 1
+    and the coordinator's maximum (``limit``); nothing was recorded. Pass a
+    ``transaction_timeout_ms`` in that range."""
+
+
+@_code(188)
+class ProducerIdsExhaustedError(TransactionError):
+    """The ZooKeeper node ``producer-ids`` cannot hand out another block:
+    its next id is past the largest producer id (2**63 - 1), or it does not
+    hold a block record at all (``path``, ``found``). Nothing was taken;
+    repair the node by hand (it must only ever grow)."""
 
 
 #: every error class (what ``from raylog.errors import *`` gives ``raylog``)

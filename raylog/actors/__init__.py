@@ -3,5 +3,6 @@
 (:mod:`~raylog.actors.placement`, ``place_topic``), the supervisor
 (:mod:`~raylog.actors.supervisor`) with the removal of deleted logs
 (:mod:`~raylog.actors.removal`), the partition actors as replication sees
-them (:mod:`~raylog.actors.replica_actors`), and the producer actor
-(:mod:`~raylog.actors.producer`)."""
+them (:mod:`~raylog.actors.replica_actors`), the producer actor
+(:mod:`~raylog.actors.producer`), and the transaction coordinator
+(:mod:`~raylog.actors.transaction_coordinator`)."""

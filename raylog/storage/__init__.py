@@ -46,6 +46,13 @@ Modules, one per concept:
 * :mod:`raylog.storage.producer_state` -- the idempotent producers'
   sequences, kept with the log; :mod:`raylog.storage.batch_producers` --
   those of format 2, from the batches' own fields (snapshots at rolls);
+* transactions, the partition's side (docs/design.md §6):
+  :mod:`raylog.storage.markers` -- the control batches that end a
+  transaction (written only through the log, for the coordinator);
+  :mod:`raylog.storage.transactions` -- ongoing transactions, the last
+  stable offset, fencing and KIP-890's verification, kept in the producer
+  snapshots; :mod:`raylog.storage.txnindex` -- the aborted-transactions
+  index of a segment (``<base>.txnindex``) that ``read_committed`` reads use;
 * :mod:`raylog.storage.fileops` -- the file system: the directory lock,
   removing a log under that lock, replica directory names, flush threads,
   directory syncs, a full disk;

@@ -30,7 +30,7 @@ the log up to that offset, big-endian::
 
      field          type   meaning
   1. crc            u32    CRC32C of every byte after this field
-  2. version        u16    1
+  2. version        u16    2 (1: written before transactions, without field 11)
   3. offset         i64    the log offset the state is that of (= the file name's)
   4. producers      u32    n, then n times:
   5.   producer id  i64    (>= 0)
@@ -39,6 +39,9 @@ the log up to that offset, big-endian::
   8.     first seq  i32    the batch's baseSequence
   9.     last seq   i32    its last record's sequence
  10.     offset     i64    the batch's offset (its baseOffset)
+ 11. transactions   bytes  (version 2) the transactions' section, field by field in
+                           :mod:`raylog.storage.transactions` (ongoing transactions
+                           and epochs); a snapshot of version 1 holds none
 
 A snapshot is written to a temporary file, synced and renamed (a crash
 leaves the old set of snapshots or the new one). One that fails its CRC, or
@@ -46,6 +49,12 @@ lies past the recovered log's end, is ignored (and deleted); the state is
 then rebuilt from an older one or from the log's first batch. Only the
 newest :data:`SNAPSHOTS_KEPT` are kept. At most ``max_producer_ids`` ids are
 remembered; the one that appended least recently goes first.
+
+The transactions of the log (:class:`~raylog.storage.transactions.TransactionState`,
+:attr:`BatchProducerState.transactions`) are rebuilt with the producers,
+from the same snapshot and the same batch headers (a marker's record read
+from its segment), which the log then checks its transaction indexes
+against (:attr:`TransactionState.replayed <raylog.storage.transactions.TransactionState.replayed>`).
 
 Thread-safety: none; the owning log calls it under its writer lock.
 """
@@ -60,8 +69,10 @@ from collections import OrderedDict, deque
 
 from crc32c import crc32c
 
-from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
+from raylog.errors import DuplicateSequenceError, InvalidMessageError, OutOfOrderSequenceError
+from raylog.storage.markers import decode_marker
 from raylog.storage.record_batch import HEADER_SIZE, BatchHeader, read_header
+from raylog.storage.transactions import TXN_BITS, TransactionState
 from raylog.storage.owner_only import FILE_MODE
 
 __all__ = ["BATCHES_REMEMBERED", "SNAPSHOTS_KEPT", "BatchProducerState", "producer_runs", "snapshot_name"]
@@ -77,7 +88,7 @@ BATCHES_REMEMBERED = 32
 SNAPSHOTS_KEPT = 2
 SUFFIX = ".producers"
 _NAME = re.compile(r"^(\d{20})\.producers$")
-_VERSION = 1
+_VERSION = 2
 _HEAD = struct.Struct(">IHqI")
 _PRODUCER = struct.Struct(">qhB")
 _BATCH = struct.Struct(">iiq")
@@ -170,11 +181,15 @@ class _Producer:
 class BatchProducerState:
     """The idempotent producers of a log's format-2 batches (see the module docstring)."""
 
-    def __init__(self, directory: str | None, max_producer_ids: int = 10_000):
-        """``directory=None``: in memory only (no snapshots; the in-memory log's)."""
+    def __init__(self, directory: str | None, max_producer_ids: int = 10_000, *,
+                 require_verification: bool = False):
+        """``directory=None``: in memory only (no snapshots; the in-memory log's).
+        ``require_verification``: see :class:`~raylog.storage.transactions.TransactionState`."""
         self._dir = directory
         self._max = max_producer_ids
         self._producers: OrderedDict[int, _Producer] = OrderedDict()
+        #: the log's transactions, kept in the same snapshots
+        self.transactions = TransactionState(max_producer_ids, require_verification)
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -290,6 +305,7 @@ class BatchProducerState:
         for producer_id, state in self._producers.items():
             parts.append(_PRODUCER.pack(producer_id, state.epoch, len(state.batches)))
             parts.extend(_BATCH.pack(*b) for b in state.batches)
+        parts.append(self.transactions.to_bytes())
         body = b"".join(parts)
         path = os.path.join(self._dir, snapshot_name(offset))
         tmp = path + ".tmp"
@@ -323,7 +339,7 @@ class BatchProducerState:
             with open(os.path.join(self._dir, snapshot_name(offset)), "rb") as f:
                 data = f.read()
             crc, version, at, count = _HEAD.unpack_from(data, 0)
-            if crc != crc32c(memoryview(data)[4:]) or version != _VERSION or at != offset:
+            if crc != crc32c(memoryview(data)[4:]) or version not in (1, _VERSION) or at != offset:
                 return False
             producers: OrderedDict[int, _Producer] = OrderedDict()
             pos = _HEAD.size
@@ -334,9 +350,13 @@ class BatchProducerState:
                 for _ in range(k):
                     state.batches.append(_BATCH.unpack_from(data, pos))
                     pos += _BATCH.size
+            if version >= 2:
+                pos = self.transactions.load(data, pos, offset)
             if pos != len(data):
+                self.transactions.reset()
                 return False
         except (OSError, struct.error):
+            self.transactions.reset()
             return False
         self._producers = producers
         return True
@@ -349,6 +369,7 @@ class BatchProducerState:
         Returns notes for the recovery log."""
         notes: list[str] = []
         self._producers = OrderedDict()
+        self.transactions.reset()
         start = segments[0].base_offset if segments else 0
         if self._dir is not None:
             for offset in reversed(self._snapshots()):
@@ -360,11 +381,34 @@ class BatchProducerState:
                     break
                 notes.append(f"producer snapshot {snapshot_name(offset)} is damaged; ignored and deleted")
                 self._delete(offset)
-        for segment in segments:
-            if segment.format != 2 or segment.end_offset <= start:
-                continue
-            self.remember(_headers(segment, max(start, segment.base_offset), min(segment.end_offset, end_offset)))
+        self.transactions.replaying = True
+        try:
+            for segment in segments:
+                if segment.format != 2 or segment.end_offset <= start:
+                    continue
+                headers = _headers(segment, max(start, segment.base_offset), min(segment.end_offset, end_offset))
+                self.remember(headers)
+                self._replay_transactions(segment, headers, end_offset)
+        finally:
+            self.transactions.replaying = False
         return notes
+
+    def _replay_transactions(self, segment, headers, end_offset: int) -> None:
+        """Rebuild: the transactions of the batches ``headers`` of ``segment``
+        (everything recovered counts as below the high watermark)."""
+        txns = self.transactions
+        for offset, h in headers:
+            if h[9] < 0 or not (h[5] & TXN_BITS or txns.tracking):
+                continue
+            marker = None
+            if h[5] & _CONTROL_BIT:
+                position = (offset - segment.base_offset if segment.offsets is None
+                            else segment.offsets.position_of(offset))
+                try:
+                    marker = decode_marker(segment.read_at(position, h.size))
+                except InvalidMessageError:  # damage recovery kept (reported there): no decision read
+                    continue
+            txns.apply(offset, h, marker, end_offset)
 
     def truncate(self, segments, end_offset: int) -> None:
         """The log was cut back to ``end_offset``: rebuild from it."""

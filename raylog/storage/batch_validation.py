@@ -9,8 +9,10 @@ validated whole (:func:`~raylog.storage.record_batch.validate_batch`: every
 record, decompressed within ``max_inflated_bytes``); a compressed batch
 shorter than its count is stored uncompressed
 (:func:`~raylog.storage.record_batch.reencode_uncompressed`), and refused
-when that is longer than ``max_message_bytes``. Nothing is stored when any
-batch is refused.
+when that is longer than ``max_message_bytes``. A control batch (a
+transaction marker) is refused (:class:`~raylog.errors.ControlBatchError`):
+markers are the partition's own (:mod:`raylog.storage.markers`). Nothing is
+stored when any batch is refused.
 
 Pure functions; any thread.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from raylog.errors import InvalidMessageError, MessageTooLargeError
+from raylog.errors import ControlBatchError, InvalidMessageError, MessageTooLargeError
 from raylog.storage import record_batch as _record_batch
 from raylog.storage.message import DEFAULT_MAX_MESSAGE_BYTES
 from raylog.storage.record_batch import (
@@ -69,7 +71,8 @@ def batch_size_at(buf, pos: int = 0) -> int:
 
 
 def prepare_append(
-    data, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_inflated_bytes: int | None = None
+    data, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_inflated_bytes: int | None = None, *,
+    allow_control: bool = False,
 ) -> PreparedBatches:
     """Check the batches of an append (see the module docstring).
 
@@ -77,7 +80,9 @@ def prepare_append(
     ``max_message_bytes`` (as format 1's sets are bounded) or a batch that
     is, :class:`InvalidMessageError` / :class:`CorruptMessageError` /
     :class:`InflatedSizeTooLargeError` for a bad one (naming its position in
-    ``data``), including bytes after the last whole batch.
+    ``data``), including bytes after the last whole batch;
+    :class:`ControlBatchError` for a control batch, unless ``allow_control``
+    (the partition's own markers, :meth:`~raylog.storage.log.PartitionLog.append_marker`).
     """
     size = len(data)
     if size > max_message_bytes:
@@ -128,6 +133,13 @@ def prepare_append(
                     if pos >= size:
                         break
         header = validate_batch(data, pos, max_message_bytes, max_inflated_bytes)
+        if header.control and not allow_control:
+            raise ControlBatchError(
+                f"the batch at offset {pos} is a control batch (a transaction marker): only the partition "
+                f"writes markers, for its transaction coordinator; nothing of this append was stored. Send "
+                f"data batches, and end a transaction through the producer's commit or abort",
+                offset=pos,
+            )
         batch = memoryview(data)[pos : pos + header.size]
         if needs_reencode(header):
             batch = reencode_uncompressed(data, pos, max_message_bytes, max_inflated_bytes)

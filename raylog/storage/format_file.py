@@ -27,7 +27,11 @@ The file is 13 bytes, big-endian::
                                      files (1: docs/design.md §2, magic byte 1;
                                      2: format 1 and record batches, format 2,
                                      one format a segment -- written when the
-                                     directory gets its first segment of format 2)
+                                     directory gets its first segment of format 2;
+                                     3: as 2, with transactions: transactional and
+                                     control batches, ``.txnindex`` files
+                                     (:mod:`raylog.storage.txnindex`) -- written
+                                     before the first transactional batch or marker)
   4. producer state   u8    6        the ``producer-state`` journal's record
                                      format (1: :mod:`raylog.storage.producer_state`)
   5. time index       u8    7        the ``.timeindex`` entry format
@@ -83,7 +87,7 @@ CURRENT = Formats(segments=1, producer_state=1, time_index=1, recovery_point=1)
 #: holding record batches, marked so when it gets its first segment of format 2
 #: -- :func:`mark_segments` -- which a raylog reading only format 1 refuses
 #: instead of cutting the batches as damage)
-READS = CURRENT._replace(segments=2)
+READS = CURRENT._replace(segments=3)
 #: the versions of a directory written before the format file existed
 IMPLIED = Formats(1, 1, 1, 1)
 

@@ -50,6 +50,20 @@ Life of a message set:
    (the owner's timer) rolls an active segment older than ``segment_ms``,
    so that retention reaches the data of a quiet partition too.
 
+Transactions (docs/design.md §6; :mod:`raylog.storage.transactions`): a
+transactional batch opens its producer's transaction here, checked first
+(an older epoch is fenced, a plain batch of a producer in a transaction is
+refused, and with ``verify_transactions`` the first batch needs the guard
+of :meth:`PartitionLog.start_transaction_verification`, KIP-890); only
+:meth:`PartitionLog.append_marker`, the coordinator's way in, writes the
+marker that ends it (a client's control batch is refused). An abort is
+recorded in the segment's ``<base>.txnindex`` (:mod:`raylog.storage.txnindex`);
+:attr:`PartitionLog.last_stable_offset` stops at the first open transaction,
+and :meth:`PartitionLog.read_committed` reads below it with the aborted
+transactions of the range. All of it is rebuilt on open with the producer
+state (snapshots at rolls, then the batches after), and a lost or torn
+index is restored from that replay.
+
 Disk errors: the first failed write, sync, roll or delete makes the log
 refuse every later write (:class:`StorageError`) and calls ``on_disk_error``
 when one was given; the partition actor passes a function that ends its
@@ -86,10 +100,17 @@ import os
 import socket
 import threading
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from raylog.config import TopicConfig
-from raylog.errors import ClosedError, CorruptMessageError, DiskFullError, InvalidOffsetError, StorageError
+from raylog.errors import (
+    ClosedError,
+    CorruptMessageError,
+    DiskFullError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    StorageError,
+)
 from raylog.storage import faults as _faults
 from raylog.storage import format_file
 from raylog.storage.base import LogBasics
@@ -107,6 +128,7 @@ from raylog.storage import cleaner as _cleaner
 from raylog.storage.keyed import require_keys
 from raylog.storage.log_reads import FileSlice, LogReader
 from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
+from raylog.storage.markers import decode_marker, encode_marker
 from raylog.storage.record_batch import format_at, iter_batches
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.recovery import (
@@ -118,11 +140,26 @@ from raylog.storage.recovery import (
 )
 from raylog.storage.retention import Retention
 from raylog.storage.segment import LogSegment
+from raylog.storage.transactions import TXN_BITS, AbortedTxn, VerificationGuard
+from raylog.storage.txnindex import TxnIndexes
 from raylog.storage.validation import scan_message_set, validate_append
 
-__all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "FileSlice", "PartitionLog", "RecoveryReport"]
+__all__ = ["CHECKPOINT_NAME", "LOCK_NAME", "CommittedRead", "FileSlice", "PartitionLog", "RecoveryReport"]
 
 log = logging.getLogger(__name__)
+
+
+class CommittedRead(NamedTuple):
+    """A ``read_committed`` read (:meth:`PartitionLog.read_committed`): the
+    bytes (below the last stable offset), the aborted transactions that
+    overlap them (a reader drops a batch of ``producer_id`` at or after its
+    ``first_offset`` up to its abort marker at ``last_offset``), and the last
+    stable offset the read stopped at."""
+
+    slice: FileSlice
+    aborted: list[AbortedTxn]
+    last_stable_offset: int
+
 
 def _open_error(directory: str, err: OSError) -> StorageError:
     """The error of a log that cannot be opened; a read-only directory said plainly."""
@@ -182,9 +219,12 @@ class PartitionLog(LogBasics):
         on_flush: Callable[[float], None] | None = None,
         node: str | None = None,
         lock_wait_s: float = 0.0,
+        verify_transactions: bool = False,
     ):
         # lock_wait_s: how long another owner's lock of the directory is
         # waited for before LogDirectoryLockedError (fileops.lock_directory)
+        # verify_transactions: a transaction's first batch needs a guard of
+        # start_transaction_verification (KIP-890; raylog.storage.transactions)
         self._dir = os.fspath(directory)
         #: the node named in a DiskFullError (the owner may set it; default the host name)
         self.node = node or socket.gethostname()
@@ -235,8 +275,16 @@ class PartitionLog(LogBasics):
                 log.warning("recovery of %s: %s", self._dir, note)
             if self._producers.partial_set_base is not None:
                 self._cut_partial_set(segments, self._producers.partial_set_base)
-            self._batch_producers = BatchProducerState(self._dir, config.max_producer_ids)
+            self._batch_producers = BatchProducerState(self._dir, config.max_producer_ids,
+                                                       require_verification=verify_transactions)
             for note in self._batch_producers.rebuild(segments, segments[-1].end_offset):
+                log.warning("recovery of %s: %s", self._dir, note)
+            self._txns = self._batch_producers.transactions
+            self._txn_indexes, notes = TxnIndexes.open(self._dir, segments[0].base_offset, segments[-1].end_offset)
+            restored = self._txn_indexes.restore([s.base_offset for s in segments], self._txns.replayed)
+            self._txns.replayed = []
+            for note in notes + ([f"restored {restored} aborted transaction(s) to the transaction indexes"]
+                                 if restored else []):
                 log.warning("recovery of %s: %s", self._dir, note)
         except BaseException as err:
             if checkpoint is not None:
@@ -318,6 +366,17 @@ class PartitionLog(LogBasics):
         """Whether appends are refused because the disk is full (see the module docstring)."""
         return self._disk_full is not None
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest transaction still open (or whose
+        marker is not below the high watermark yet), else the high
+        watermark: ``read_committed`` readers read below it (docs/design.md §6)."""
+        return max(self._txns.last_stable_offset(self._hw), self.log_start_offset)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """``producer id -> first offset`` of the transactions open here."""
+        return self._txns.ongoing()
+
     def __repr__(self) -> str:
         return (
             f"PartitionLog({self._dir!r}, start={self.log_start_offset}, hw={self._hw}, "
@@ -345,6 +404,31 @@ class PartitionLog(LogBasics):
             raise ClosedError(f"the partition log in {self._dir} is closed")
         hw = self._hw  # before the view: a newer view only adds segments
         return self._reader.read(self._view, hw, offset, max_bytes)
+
+    def read_committed(self, offset: int, max_bytes: int) -> CommittedRead:
+        """:meth:`read` for a ``read_committed`` reader: the bytes from
+        ``offset`` below the last stable offset (an empty slice at or past
+        it, up to the high watermark; :class:`OffsetOutOfRangeError` past
+        that), with the aborted transactions that overlap them
+        (:meth:`aborted_transactions`): the reader drops the records of
+        those, markers' records never reach it (docs/design.md §6)."""
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw  # before the view: a newer view only adds segments
+        view = self._view
+        lso = max(self._txns.last_stable_offset(hw), view[0][0])  # (retention may pass an open transaction)
+        end = lso if offset <= lso else min(offset, hw)
+        chunk = self._reader.read(view, end, offset, max_bytes)
+        bases, segments = view
+        segment = segments[bisect.bisect_right(bases, chunk.offset) - 1]
+        upper = min(end, segment.end_offset)
+        return CommittedRead(chunk, self.aborted_transactions(chunk.offset, upper), lso)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start, end)`` (their data
+        lies there in part), in marker order, from the segments' transaction
+        indexes (Kafka's collectAbortedTxns). Any thread."""
+        return self._txn_indexes.aborted(start, end)
 
     def read_unflushed(self, offset: int, max_bytes: int) -> FileSlice:
         """:meth:`read` up to the log end instead of the high watermark:
@@ -419,7 +503,8 @@ class PartitionLog(LogBasics):
 
     # -- writer -------------------------------------------------------------------
 
-    def append(self, message_set: bytes, *, leader_epoch: int = -1) -> int:
+    def append(self, message_set: bytes, *, leader_epoch: int = -1,
+               verification: VerificationGuard | None = None) -> int:
         """Append a message set; return the offset of its first byte.
 
         The set is validated first (nothing is written if any message is
@@ -429,10 +514,15 @@ class PartitionLog(LogBasics):
         Record batches (format 2, told by :func:`~raylog.storage.record_batch.format_at`)
         go by :meth:`_append_batches`: stamped with their offsets and
         ``leader_epoch`` (the appending leader's epoch; the log does not know
-        it, -1 when none), in a segment of format 2.
+        it, -1 when none), in a segment of format 2. A control batch is
+        refused (:class:`~raylog.errors.ControlBatchError`: markers go by
+        :meth:`append_marker`); transactional batches are checked against
+        the producers' transactions (:mod:`raylog.storage.transactions`;
+        ``verification``: the guard of :meth:`start_transaction_verification`
+        when the log verifies transactions).
         """
         if format_at(message_set) == 2:
-            return self._append_batches(message_set, leader_epoch)
+            return self._append_batches(message_set, leader_epoch, verification)
         size, count = len(message_set), self._validate(message_set)
         with self._lock:
             self._check_writable()
@@ -470,7 +560,7 @@ class PartitionLog(LogBasics):
             sequenced = ((producer_id, producer_epoch, first_sequence, 0, lengths),)
             return self._append_locked(message_set, size, count, sequenced)
 
-    def _append_batches(self, data, leader_epoch: int) -> int:
+    def _append_batches(self, data, leader_epoch: int, verification: VerificationGuard | None = None) -> int:
         """Append record batches (see :mod:`raylog.storage.batch_validation`):
         validated, re-encoded where shorter than their count, stamped at the
         log end; an idempotent batch is judged by its own producer fields
@@ -484,11 +574,40 @@ class PartitionLog(LogBasics):
             self._check_writable()
             if not prepared.records:
                 return self._leo
+            self._txns.check_epochs(prepared.headers, name=self._dir)
             stored = self._batch_producers.judge(prepared.headers, name=self._dir, runs=prepared.runs)
             if stored is not None:
                 return stored
+            self._txns.check(prepared.headers, verification, name=self._dir)
             self._check_space()
             return self._append_locked(prepared, len(prepared.data), prepared.records, (), leader_epoch)
+
+    def start_transaction_verification(self, producer_id: int, epoch: int) -> VerificationGuard | None:
+        """KIP-890's first step, for a log that verifies transactions: None
+        when the producer's transaction is open here already; else a guard
+        to ask the coordinator with and then pass to :meth:`append` (a
+        marker of the producer meanwhile voids it). Any thread."""
+        with self._lock:
+            return self._txns.start_verification(producer_id, epoch)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, *,
+                      leader_epoch: int = -1, timestamp_ms: int | None = None) -> int:
+        """Write the marker that ends ``producer_id``'s transaction here,
+        committed or aborted (:mod:`raylog.storage.markers`): the transaction
+        coordinator's way in (the leader's; clients cannot send markers).
+        Returns its offset. An abort is recorded in the segment's
+        transaction index; the last stable offset moves past the
+        transaction once the marker is below the high watermark. Raises
+        :class:`~raylog.errors.InvalidProducerEpochError` or
+        :class:`~raylog.errors.TransactionCoordinatorFencedError` for a
+        marker of an older producer or coordinator epoch (nothing written)."""
+        batch = encode_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp_ms)
+        prepared = prepare_append(batch, self._config.max_message_bytes, allow_control=True)
+        with self._lock:
+            self._check_writable()
+            self._txns.check_marker(producer_id, producer_epoch, coordinator_epoch, name=self._dir)
+            self._check_space()
+            return self._append_locked(prepared, len(prepared.data), 1, (), leader_epoch)
 
     def _validate(self, message_set) -> int:
         """Check a set (nothing is written yet); its number of (outer) messages.
@@ -519,6 +638,7 @@ class PartitionLog(LogBasics):
             batches = stamp_batches(message_set, base, leader_epoch)
             runs = message_set.runs
             message_set = message_set.data
+        txn_bits = fmt == 2 and any(h[5] & TXN_BITS for _o, h in batches)
         try:
             # The journal first: a record whose set never reaches the
             # segment is dropped on recovery (it lies beyond the log end).
@@ -526,6 +646,9 @@ class PartitionLog(LogBasics):
                 self._producers.journal(producer_id, epoch, first_sequence, -1 if at is None else base + at, lengths)
             if fmt == 2 and self._formats.segments < 2:  # older raylogs refuse the directory from now on
                 self._formats = format_file.mark_segments(self._dir, self._formats, 2)
+            if txn_bits and self._formats.segments < 3:
+                # transactions (their markers and .txnindex files): older raylogs refuse the directory
+                self._formats = format_file.mark_segments(self._dir, self._formats, 3)
             active.append(message_set, fmt)
         except OSError as err:
             # The segment (and the journal) cut the partial write back.
@@ -545,6 +668,8 @@ class PartitionLog(LogBasics):
                 self._fail(err)
         if batches is not None:
             self._batch_producers.remember(batches, runs)
+            if txn_bits or self._txns.tracking:
+                self._apply_transactions(batches, message_set, base, active)
         if self._disk_full is not None:
             self._resume("a write succeeded")
         active.timeindex.on_append(active, message_set, base)
@@ -564,6 +689,22 @@ class PartitionLog(LogBasics):
             submit_flush(self._flush_in_background)
         return base
 
+    def _apply_transactions(self, batches, data, base: int, active: LogSegment) -> None:
+        """The transactions of the batches just stored at ``base`` (writer
+        lock held): ongoing ones noted, markers ending them, each abort
+        recorded in the active segment's transaction index."""
+        for offset, header in batches:
+            marker = None
+            if header[5] & 0x20:  # a control batch: its decision is in its record
+                try:
+                    marker = decode_marker(data, offset - base)
+                except InvalidMessageError:  # a leader's control batch that is no marker: no decision
+                    log.warning("%s: the control batch at %d is not a transaction marker; ignored", self._dir,
+                                offset)
+            completed = self._txns.apply(offset, header, marker, self._hw)
+            if completed is not None and completed.aborted:
+                self._txn_indexes.append(active.base_offset, completed.as_aborted())
+
     # -- rolls and retention (writer side: they take the writer's lock) ----------
 
     def _roll(self) -> LogSegment:
@@ -572,6 +713,7 @@ class PartitionLog(LogBasics):
         try:
             _faults.check("roll", self._dir)
             old.flush()  # so that only the last segment can ever hold unsynced bytes
+            self._txn_indexes.sync(old.base_offset)  # durable before the snapshot (raylog.storage.txnindex)
             if old.format == 2 or len(self._batch_producers):  # format 2's producer state up to here
                 self._batch_producers.snapshot(self._leo)
             new = LogSegment.open(self._dir, self._leo)
@@ -634,6 +776,8 @@ class PartitionLog(LogBasics):
         except OSError as err:
             self._fail(err)
             raise StorageError(f"cannot delete old segments in {self._dir}: {err}") from err
+        with self._lock:  # after the segments: a crash between leaves only files the next open deletes
+            self._txn_indexes.delete_below(self.log_start_offset)
         deleted = [(s.base_offset, s.size) for s in gone]
         log.info("retention deleted %d segment(s) of %s: %s", len(deleted), self._dir, deleted)
         return deleted
@@ -815,6 +959,7 @@ class PartitionLog(LogBasics):
             self._view, self._active, self._leo = ([s.base_offset for s in keep], keep), keep[-1], offset
             self._producers.truncate(offset)
             self._batch_producers.truncate(keep, offset)
+            self._txn_indexes.truncate(offset)
             self._checkpoint.write(offset)
             with self._cond:
                 self._hw = min(self._hw, offset)
@@ -846,6 +991,7 @@ class PartitionLog(LogBasics):
             self._active_since = None
             self._producers.truncate(0)
             self._batch_producers.restart([new], offset)
+            self._txn_indexes.clear()
             self._checkpoint.write(offset)
             with self._cond:
                 self._hw = offset
@@ -1036,6 +1182,7 @@ class PartitionLog(LogBasics):
                 with self._lock:
                     self._closed = True
                     self._producers.close()
+                    self._txn_indexes.close()
                     for segment in self._view[1]:
                         segment.timeindex.close()
                 self._checkpoint.close()

@@ -138,12 +138,17 @@ class LogReader:
         watermark, whole): from the kept batch that holds ``offset``, or the
         next kept one (an offset the cleaner removed: readers see a gap),
         found in its offset index; from the next segment when nothing of
-        this one lies at or after ``offset``."""
+        this one lies at or after ``offset``. A bound ``hw`` inside the
+        segment (a ``read_committed`` read's last stable offset, a batch's
+        offset) ends the slice before the batch at it."""
         index = segment.offsets
         entry = index.locate(offset)
         if entry is None:
             return self.read(view, hw, max(offset, segment.end_offset), max_bytes)
-        available = index.file_size - entry.position
+        stop = index.file_size if hw >= index.end_offset else index.position_of(hw)
+        available = stop - entry.position
+        if available <= 0:
+            return FileSlice(segment.file, entry.position, 0, entry.offset, True)
         first = index.size_of(entry)
         return FileSlice(segment.file, entry.position, max(first, min(max_bytes, available)), entry.offset, True)
 

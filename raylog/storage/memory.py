@@ -12,7 +12,9 @@ tests run against both logs) and for tools that need a log without a disk.
 No retention: the log start stays 0. Record batches (format 2) are
 stored beside messages (no segments here, so no roll between formats), and
 an offset inside a batch reads that batch; a read ends where the format
-changes, as a file log's read ends with its segment.
+changes, as a file log's read ends with its segment. Markers are stored
+(:meth:`MemoryLog.append_marker`) but no transaction is tracked: no last
+stable offset, no aborted-transactions index (the file log's).
 
 Thread-safety: appends, flushes and ``close`` serialize on one lock; reads
 take the same lock briefly; ``wait_for_data`` waits on a condition.
@@ -32,6 +34,7 @@ from raylog.storage.message_errors import inside_wrapper
 from raylog.storage.batch_producers import BatchProducerState
 from raylog.storage.keyed import require_keys
 from raylog.storage.batch_validation import batch_size_at, prepare_append, stamp_batches
+from raylog.storage.markers import encode_marker
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.record_batch import format_at
 from raylog.storage.validation import validate_append
@@ -101,6 +104,24 @@ class MemoryLog(LogBasics):
             self._starts.extend(offset for offset, _header in batches)
             self._data += prepared.data
             self._batch_producers.remember(batches, prepared.runs)
+            if self._flush_on_append:
+                self._advance()
+            return base
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, *,
+                      leader_epoch: int = -1, timestamp_ms: int | None = None) -> int:
+        """Store a transaction marker as the file log does
+        (:meth:`~raylog.storage.log.PartitionLog.append_marker`); this log
+        keeps no transaction state (no last stable offset, no index)."""
+        batch = encode_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp_ms)
+        prepared = prepare_append(batch, self._config.max_message_bytes, allow_control=True)
+        with self._cond:
+            self._check_open()
+            base = len(self._data)
+            self._note_format(2, base)
+            stamp_batches(prepared, base, leader_epoch)
+            self._starts.append(base)
+            self._data += prepared.data
             if self._flush_on_append:
                 self._advance()
             return base

@@ -37,15 +37,31 @@ path                                                    kind        content
 ``tombstones/<id>``                                     persistent  JSON ``{"topic", "partition", "node",
                                                                     "log_dir", "deleted_ms"}``: a deleted
                                                                     partition's log still to remove
+``producer-ids``                                        persistent  JSON ``{"next": id}``: the first producer
+                                                                    id not yet handed out; a coordinator takes
+                                                                    a block ``[next, next + size)`` by a
+                                                                    versioned compare-and-set
+                                                                    (:mod:`raylog.zk.producer_ids`)
+``transactions/<transactional id>``                     persistent  JSON ``{producer_id, producer_epoch,
+                                                                    state, partitions, groups, timeout_ms,
+                                                                    started_ms, ...}``: one transactional
+                                                                    producer's current transaction, written
+                                                                    by the coordinator only, with a versioned
+                                                                    compare-and-set
+                                                                    (:mod:`raylog.zk.transactions`)
 ======================================================  ==========  ==========================================
 
 A tombstone's id is :func:`tombstone_id` of its node and log directory, so
 that one directory has at most one tombstone however often it is deleted.
+A transactional id may be any non-empty string (as Kafka's): its node name
+is :func:`transactional_id_node` of it (percent-encoded, so ``/`` and the
+names ``.`` and ``..`` are safe), read back by :func:`transactional_id_of_node`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import urllib.parse
 
 from raylog.errors import ConfigError
 
@@ -166,9 +182,53 @@ class Paths:
     def tombstone(self, tombstone_id: str) -> str:
         return f"{self.root}/tombstones/{tombstone_id}"
 
+    # transactions (docs/design.md section 6)
+    @property
+    def producer_ids(self) -> str:
+        """The next free block of producer ids (:mod:`raylog.zk.producer_ids`)."""
+        return f"{self.root}/producer-ids"
+
+    @property
+    def transactions(self) -> str:
+        return f"{self.root}/transactions"
+
+    def transaction(self, transactional_id: str) -> str:
+        """The record of one transactional id (:mod:`raylog.zk.transactions`),
+        under the id's node name (:func:`transactional_id_node`)."""
+        return f"{self.root}/transactions/{transactional_id_node(transactional_id)}"
+
 
 def tombstone_id(node: str, log_dir: str) -> str:
     """The stable id of the tombstone of ``log_dir`` on ``node``: 32 hex
     digits of SHA-256 over both (never Python's ``hash()``)."""
 
     return hashlib.sha256(f"{node}\0{log_dir}".encode()).hexdigest()[:32]
+
+
+#: the longest transactional id, in UTF-8 bytes (its node name is at most
+#: three times as long; ZooKeeper takes far longer paths)
+MAX_TRANSACTIONAL_ID_BYTES = 1024
+
+
+def transactional_id_node(transactional_id: str) -> str:
+    """The ZooKeeper node name of a transactional id: percent-encoded UTF-8
+    (every byte but letters, digits and ``_.-~``), with a leading ``.``
+    encoded too, so that no id can name ``.``, ``..`` or a path. Raises
+    :class:`ConfigError` for an id that is not a non-empty str of at most
+    :data:`MAX_TRANSACTIONAL_ID_BYTES` bytes."""
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise ConfigError(f"a transactional id is a non-empty str, got {transactional_id!r}")
+    if len(transactional_id.encode("utf-8", "surrogatepass")) > MAX_TRANSACTIONAL_ID_BYTES:
+        raise ConfigError(f"a transactional id is at most {MAX_TRANSACTIONAL_ID_BYTES} bytes in UTF-8; "
+                          f"{transactional_id[:40]!r}... is longer: use a shorter id")
+    try:
+        name = urllib.parse.quote(transactional_id, safe="", errors="strict")
+    except UnicodeEncodeError:
+        raise ConfigError(f"a transactional id must be encodable as UTF-8, got {transactional_id!r}") from None
+    return "%2E" + name[1:] if name.startswith(".") else name
+
+
+def transactional_id_of_node(name: str) -> str:
+    """The transactional id whose node name is ``name`` (the inverse of
+    :func:`transactional_id_node`)."""
+    return urllib.parse.unquote(name, errors="strict")

@@ -98,6 +98,7 @@ def crash(log):
     with log._flush_lock:  # noqa: SLF001
         log._closed = True  # noqa: SLF001
         log._producers.close()  # noqa: SLF001
+        log._txn_indexes.close()  # noqa: SLF001
         os.close(log._lock_fd)  # noqa: SLF001
 
 
@@ -108,3 +109,34 @@ def flip_byte(path, position, mask=0x20):
         byte = f.read(1)
         f.seek(position)
         f.write(bytes([byte[0] ^ mask]))
+
+
+def committed_values(log, start=0):
+    """The record values a ``read_committed`` reader gets from ``start``:
+    reads up to the last stable offset (``PartitionLog.read_committed``),
+    dropping the batches of the aborted transactions each read names (as
+    Kafka's consumers do) and the markers."""
+    from raylog.storage.record_batch import decode_batch, iter_batches
+
+    out, offset = [], start
+    while True:
+        read = log.read_committed(offset, 1 << 20)
+        data = read.slice.tobytes()
+        if not data:
+            return out
+        aborted = {}
+        for txn in read.aborted:
+            aborted.setdefault(txn.producer_id, []).append(txn)
+        next_offset = None
+        for pos, header in iter_batches(data):
+            at = header.base_offset  # (stored batches carry their offsets; a cleaned segment's are not positions)
+            assert at < read.last_stable_offset, "a read_committed read handed out a batch past the LSO"
+            next_offset = header.next_offset
+            if header.control:
+                continue
+            if header.transactional and any(t.first_offset <= at < t.last_offset
+                                            for t in aborted.get(header.producer_id, ())):
+                continue
+            out.extend(r.value for r in decode_batch(data, pos).records if r.offset >= offset)
+        assert next_offset is not None, "a read_committed read handed out no whole batch"
+        offset = next_offset

@@ -515,9 +515,8 @@ def test_a_replica_stores_the_leaders_batches_and_judges_a_retry_as_the_leader_d
 
 def test_transaction_markers_are_not_judged_by_sequence(make):
     log = make()
-    marker = dict(timestamp_ms=1, control=True, transactional=True, producer_id=9, producer_epoch=0, base_sequence=-1)
-    first = log.append(encode_batch([b"commit"], **marker))
-    second = log.append(encode_batch([b"commit"], **marker))  # the next transaction's: stored, not a retry
+    first = log.append_marker(9, 0, True, 0, timestamp_ms=1)
+    second = log.append_marker(9, 0, True, 0, timestamp_ms=1)  # the next transaction's: stored, not a retry
     assert second > first
     data = encode_batch([b"d"], timestamp_ms=2, producer_id=9, producer_epoch=0, base_sequence=0, transactional=True)
     at = log.append(data)

@@ -65,8 +65,7 @@ def _fill_mixed(log):
     log.append(encode_batch([b"f2-a", None, b""], keys=[b"k", None, b"k"], timestamp_ms=3,
                             headers=[[("h", b"1"), ("h", None)], None, [("x", b"")]]))
     log.append(encode_batch([b"c%d" % i for i in range(40)], timestamp_ms=4, compression="gzip"))
-    log.append(encode_batch([b"marker"], timestamp_ms=5, control=True, transactional=True,
-                            producer_id=1, producer_epoch=0, base_sequence=-1))
+    log.append_marker(1, 0, True, 0, timestamp_ms=5)
     log.append(encode_batch([b"f2-last"], timestamp_ms=6))
     log.flush()
 

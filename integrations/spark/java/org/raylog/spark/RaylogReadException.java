@@ -104,6 +104,17 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(151, "PoolExistsError");
     NAMES.put(160, "MixedGroupError");
     NAMES.put(161, "AssignorError");
+    NAMES.put(170, "ControlBatchError");
+    NAMES.put(173, "TransactionCoordinatorFencedError");
+    NAMES.put(180, "TransactionError");
+    NAMES.put(181, "ProducerFencedError");
+    NAMES.put(182, "InvalidProducerEpochError");
+    NAMES.put(183, "InvalidTxnStateError");
+    NAMES.put(184, "ConcurrentTransactionsError");
+    NAMES.put(185, "InvalidProducerIdMappingError");
+    NAMES.put(186, "TransactionStateConflictError");
+    NAMES.put(187, "InvalidTransactionTimeoutError");
+    NAMES.put(188, "ProducerIdsExhaustedError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
