@@ -60,8 +60,27 @@ SUPPORTED = {
     DescribeConfigsRequest.API_KEY: (DescribeConfigsRequest, 1, 4),
 }
 
+#: api key -> the lowest version ApiVersions advertises, where it is below
+#: the lowest served: librdkafka before 2.11.1 turns its "MsgVer1" feature
+#: off unless Produce 2 and Fetch 2 are advertised, and with it, without a
+#: word, compression (its issue #4956; Kafka 4 keeps advertising them for
+#: this reason). A request of such a version is refused as any version not
+#: served is (the connection closes, saying why); clients use the highest
+#: version both sides have, which is served.
+ADVERTISED_LOWEST = {
+    ProduceRequest.API_KEY: 0,
+    FetchRequest.API_KEY: 0,
+}
+
 #: Kafka's error code for an unsupported version
 UNSUPPORTED_VERSION = 35
+
+
+def advertised_versions() -> list[tuple[int, int, int]]:
+    """``(api key, lowest, highest)`` of every key ApiVersions names: the
+    served versions of :data:`SUPPORTED`, the lowest as
+    :data:`ADVERTISED_LOWEST` says where it says."""
+    return [(key, ADVERTISED_LOWEST.get(key, low), high) for key, (_, low, high) in sorted(SUPPORTED.items())]
 _HEAD = struct.Struct(">hhi")
 
 
@@ -102,7 +121,9 @@ def decode_request(frame: bytes) -> Request:
         raise BadFrame(f"api key {api_key} is not served")
     cls, low, high = entry
     if not low <= version <= high:
-        raise BadFrame(f"api key {api_key} version {version} is not served (versions {low}..{high})")
+        raise BadFrame(f"api key {api_key} version {version} is not served (versions {low}..{high})"
+                       + (" (the lower versions are advertised for old librdkafka's feature check only; "
+                          "use a client that speaks a served version)" if version < low else ""))
     try:
         stream = io.BytesIO(frame)
         header = RequestHeader.decode(stream, flexible=cls.flexible_version_q(version))
@@ -126,6 +147,6 @@ def api_versions_response(version: int, correlation_id: int, error_code: int = 0
     if error_code:
         version = 0
     keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
-            for key, (_, low, high) in sorted(SUPPORTED.items())]
+            for key, low, high in advertised_versions()]
     response = ApiVersionsResponse[version](error_code=error_code, api_keys=keys)
     return encode_response(response, correlation_id)

@@ -64,6 +64,7 @@ from raylog.kafka.frames import (
     SUPPORTED,
     UNSUPPORTED_VERSION,
     BadFrame,
+    advertised_versions,
     api_versions_response,
     decode_request,
     encode_response,
@@ -338,7 +339,7 @@ class Session:
         from kafka.protocol.metadata import ApiVersionsResponse
 
         keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
-                for key, (_, low, high) in sorted(SUPPORTED.items())]
+                for key, low, high in advertised_versions()]
         return ApiVersionsResponse[version](error_code=NONE, api_keys=keys, throttle_time_ms=0)
 
     def _sasl_handshake(self, body, version):

@@ -22,7 +22,7 @@ def test_api_versions_lists_what_is_served():
     answer = ApiVersionsResponse.decode(payload[4:], version=3)
     assert struct.unpack_from(">i", payload)[0] == 9
     assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys} == {
-        0: (3, 8), 1: (4, 11), 2: (1, 5), 3: (1, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2),
+        0: (0, 8), 1: (0, 11), 2: (1, 5), 3: (1, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 17: (0, 1), 18: (0, 3), 19: (2, 5), 20: (1, 5), 22: (0, 4),
         32: (1, 4), 36: (0, 1)}
     assert set(SUPPORTED) == {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 17, 18, 19, 20, 22, 32, 36}

@@ -89,3 +89,61 @@ def test_a_wrong_token_over_a_version_0_handshake_closes_the_connection(kafka_co
         client.set_server_first(raw.read_frame().decode())
         raw.send_raw(client.get_client_final().encode())
         assert raw.read_frame() is None
+
+
+def _stored_codecs(kafka_config, topic: str) -> list[int]:
+    """The codec bits of every batch of partition 0, as stored: a Fetch
+    sends the stored batches as they are (docs/design.md section 10)."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    FetchTopic = FetchRequest.FetchTopic
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        answer = raw.request(FetchRequest[4](
+            replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+            topics=[FetchTopic(topic=topic, partitions=[FetchTopic.FetchPartition(
+                partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), FetchResponse)
+    data = bytes(answer.responses[0].partitions[0].records or b"")
+    codecs, pos = [], 0
+    while len(data) - pos >= 61:
+        codecs.append(int.from_bytes(data[pos + 21:pos + 23], "big") & 7)
+        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+    return codecs
+
+
+@kcat_missing
+@pytest.mark.parametrize("compression, codec", [("gzip", 1), ("lz4", 3)])
+def test_kcats_old_librdkafka_compresses_what_it_sends(raylog_client, kafka_config, compression, codec):
+    """Debian's kcat is on librdkafka 2.0, which sends uncompressed batches
+    without a word unless Produce 2 and Fetch 2 are advertised (its
+    "MsgVer1" feature): they are, so its batches are stored compressed."""
+    topic = f"kcat-{uuid.uuid4().hex[:10]}"
+    raylog_client.create_topic(topic, partitions=1)
+    lines = [f"line {i} " + "x" * 40 for i in range(50)]
+    produced = _kcat(kafka_config, "-P", "-t", topic, "-p", "0", "-z", compression,
+                     stdin="\n".join(lines).encode() + b"\n")
+    assert produced.returncode == 0, produced.stderr.decode()[-2000:]
+    codecs = _stored_codecs(kafka_config, topic)
+    assert codecs and set(codecs) == {codec}, codecs
+
+
+def test_a_produce_below_the_served_versions_is_refused(raylog_client, kafka_config):
+    """Produce 0-2 are advertised, never served: such a request closes the
+    connection (nothing stored), as any version not served does."""
+    import struct
+
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    topic = f"kcat-{uuid.uuid4().hex[:10]}"
+    raylog_client.create_topic(topic, partitions=1)
+    with RawKafka(kafka_config) as raw:
+        versions = raw.request(ApiVersionsRequest[0](), ApiVersionsResponse)
+        ranges = {k[0]: (k[1], k[2]) for k in versions.api_keys}
+        assert ranges[0] == (0, 8) and ranges[1] == (0, 11)  # Produce and Fetch advertised from version 0
+        raw.authenticate()
+        # Produce v2: header, acks 1, timeout, one topic with one empty message set
+        name = topic.encode()
+        raw.send_raw(struct.pack(">hhih", 0, 2, 7, 3) + b"old" + struct.pack(">hii", 1, 1000, 1)
+                     + struct.pack(">h", len(name)) + name + struct.pack(">iii", 1, 0, 0))
+        assert raw.read_frame() is None  # closed
+    assert raylog_client.end_offsets(topic) == {0: 0}
