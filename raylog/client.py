@@ -306,15 +306,23 @@ class Client:
         self._kafka_nodes.extend(e["node"] for e in entries if e["node"] not in self._kafka_nodes)
         return entries
 
-    def kafka_config(self) -> dict:
+    def kafka_config(self, dialect: str = "librdkafka") -> dict:
         """What a Kafka client needs to reach this cluster's listeners:
         ``bootstrap.servers``, ``security.protocol`` and, for a cluster with a
         token, ``sasl.mechanisms`` (SCRAM-SHA-256), ``sasl.username`` (the
         cluster's name) and ``sasl.password`` (its token), so that
-        ``confluent_kafka.Producer(client.kafka_config())`` works as it is."""
+        ``confluent_kafka.Producer(client.kafka_config())`` works as it is.
+        ``dialect``: the same in the names another client takes --
+        ``"java"`` (``sasl.jaas.config``), ``"kafka-python"``
+        (``KafkaProducer(**config)``), ``"aiokafka"``
+        (:mod:`raylog.kafka.dialects`)."""
+        from raylog.kafka.dialects import DIALECTS, in_dialect
         from raylog.kafka.service import kafka_config
 
-        return kafka_config(self._zk, self.registry.paths, self.settings.cluster, self.settings.token)
+        if dialect not in DIALECTS:  # before any wait for a listener
+            in_dialect({}, dialect)
+        return in_dialect(kafka_config(self._zk, self.registry.paths, self.settings.cluster, self.settings.token),
+                          dialect)
 
     def reassign_partition(self, topic: str, partition: int, replicas: list[str], timeout_s: float = 120.0):
         """Move the replicas of ``topic``-``partition`` to the disk nodes
