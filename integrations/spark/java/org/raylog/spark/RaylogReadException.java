@@ -104,6 +104,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(151, "PoolExistsError");
     NAMES.put(160, "MixedGroupError");
     NAMES.put(161, "AssignorError");
+    NAMES.put(190, "ConfigNotLiveError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
