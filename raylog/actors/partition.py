@@ -284,7 +284,8 @@ class PartitionActor:
     def cleaner_state(self) -> dict | None:
         """The cleaner's state for ``raylog topics describe``: None when the
         topic is not compacted, else ``{"dirty_ratio", "running", "passes",
-        "bytes_cleaned", "bytes_removed", "records_removed", "last_run_ms"}``
+        "bytes_cleaned", "bytes_removed", "records_removed", "last_run_ms",
+        "failure"}``
         (:meth:`CleanerThread.state`; counted since this actor started)."""
         ratio = self.log.dirty_ratio()
         if ratio is None:
@@ -292,7 +293,7 @@ class PartitionActor:
         cleaner = self._cleaner
         state = cleaner.state() if cleaner is not None else {
             "running": False, "passes": 0, "bytes_cleaned": 0, "bytes_removed": 0, "records_removed": 0,
-            "last_run_ms": None}
+            "last_run_ms": None, "failure": None}
         return {"dirty_ratio": ratio, **state}
 
     def _mend(self) -> None:

@@ -8,7 +8,9 @@ one is due (the dirty ratio, the compaction lags). A pass reads and writes at
 most ``io_bytes_per_s`` (a :class:`~raylog.storage.cleaner.Throttler`) and
 keeps a map of at most ``buffer_bytes``. A disk error ends the thread: the
 log has failed and told its owner (the partition actor restarts). A closed
-log ends it too.
+log ends it too. Any other error of a pass ends it as well, logged with its
+traceback and kept in :attr:`CleanerThread.failure` (shown by
+``raylog topics describe``); the log goes on serving, uncleaned.
 
 Thread-safety: :meth:`CleanerThread.start` and :meth:`CleanerThread.stop`
 from the owner's thread; the counters (passes, bytes cleaned and removed,
@@ -54,6 +56,8 @@ class CleanerThread:
         self.records_removed = 0
         #: when the last of them ended (ms since the epoch), None before the first
         self.last_run_ms: int | None = None
+        #: why the thread ended by itself (an error of a pass), None while it runs or was stopped
+        self.failure: str | None = None
 
     @classmethod
     def for_log(cls, partition_log, **kwargs) -> "CleanerThread | None":
@@ -80,11 +84,11 @@ class CleanerThread:
 
     def state(self) -> dict:
         """``{"running", "passes", "bytes_cleaned", "bytes_removed",
-        "records_removed", "last_run_ms"}`` (what ``raylog topics describe``
-        shows of a compacted partition)."""
+        "records_removed", "last_run_ms", "failure"}`` (what ``raylog topics
+        describe`` shows of a compacted partition)."""
         return {"running": self.running, "passes": self.passes, "bytes_cleaned": self.bytes_cleaned,
                 "bytes_removed": self.bytes_removed, "records_removed": self.records_removed,
-                "last_run_ms": self.last_run_ms}
+                "last_run_ms": self.last_run_ms, "failure": self.failure}
 
     def _run(self) -> None:
         # the back-off is read again each time: the topic's config may change while it runs
@@ -95,6 +99,12 @@ class CleanerThread:
                 return
             except StorageError as err:  # the log failed and told its owner
                 log.error("the cleaner of %s stops: %s", self._log.directory, err)
+                self.failure = f"{type(err).__name__}: {err}"
+                return
+            except Exception as err:  # noqa: BLE001 - a pass that cannot go on: said, and shown in state()
+                log.exception("the cleaner of %s stops: a pass failed; the log keeps serving, uncleaned",
+                              self._log.directory)
+                self.failure = f"{type(err).__name__}: {err}"
                 return
             if result is not None:
                 self.passes += 1

@@ -214,7 +214,8 @@ def _cleaner_table(partitions: list[dict]) -> str:
             None if last is None else datetime.datetime.fromtimestamp(last / 1000, datetime.timezone.utc)
             .strftime("%Y-%m-%dT%H:%M:%SZ"),
             state.get("passes"), state.get("bytes_removed"), state.get("records_removed"),
-            None if not state else ("running" if state.get("running") else "STOPPED"),
+            None if not state else ("running" if state.get("running") else
+                                     f"STOPPED ({state['failure']})" if state.get("failure") else "STOPPED"),
         ])
     return format_table(["PARTITION", "DIRTY_RATIO", "LAST_RUN", "PASSES", "BYTES_REMOVED", "RECORDS_REMOVED",
                          "CLEANER"], rows)
