@@ -65,12 +65,12 @@ def topics_create(target: Target, name, partitions, data_dir, **settings):
 
 
 def _setting_value(name: str, text: str):
-    """The value of TopicConfig field ``name`` written as ``text`` (its type's)."""
+    """The value of TopicConfig field ``name`` written as ``text`` (its
+    type's); an unknown name's text as it is (``alter_topic`` refuses it,
+    listing the settings it takes)."""
     field = {f.name: f for f in dataclasses.fields(TopicConfig)}.get(name)
     if field is None:
-        from raylog.zk.live_config import LIVE_SETTINGS
-
-        raise ConfigError(f"unknown topic setting {name}; the settings a live topic takes: {', '.join(LIVE_SETTINGS)}")
+        return text
     kind = type(field.default)
     if kind is bool:
         if text.lower() not in ("true", "false"):
@@ -113,8 +113,7 @@ def topics_alter(target: Target, name, assignments, resets, as_json):
     defaults = TopicConfig()
     for key in resets:
         key = key.strip().replace("-", "_")
-        _setting_value(key, "0" if key != "cleanup_policy" else "delete")  # an unknown name refused alike
-        settings[key] = getattr(defaults, key)
+        settings[key] = getattr(defaults, key, None)  # an unknown name is refused by alter_topic
     with target.client("topics alter") as client:
         before = client.describe_topic(name)["config"]
         config = client.alter_topic(name, **settings)
