@@ -280,7 +280,11 @@ class Client:
         """Config, and per partition: node (of a replicated partition: its
         leader's), log directory, whether it is served, endpoint, log start
         offset and high watermark (a partition not served has no endpoint:
-        :meth:`repair` serves it again)."""
+        :meth:`repair` serves it again). A compacted topic's partitions also
+        have ``cleaner``: the dirty ratio, whether the cleaner runs, its
+        passes, bytes and records removed and its last pass's time (ms), as
+        the partition's actor reports them (None outside Ray or when it did
+        not answer)."""
         return self._topic_admin.describe_topic(name)
 
     def log_dir(self, topic: str, partition: int) -> str:
