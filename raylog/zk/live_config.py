@@ -24,7 +24,9 @@ accepted (so a tool may send a whole config back).
 The write is a compare-and-set on the node's version: the change is
 computed from the config read (``change(old) -> {setting: value}``), so
 two writers never lose each other's changes; a writer that lost the race
-reads again and computes again (at most :data:`CONTENDED_TRIES` times).
+reads again and computes again (:data:`CONTENDED`: at most
+:data:`CONTENDED_TRIES` times, with jittered pauses), then raises a
+retriable :class:`~raylog.errors.RaylogError` having changed nothing.
 A change is validated whole by :class:`~raylog.config.TopicConfig` before
 anything is written: a bad value is a :class:`~raylog.errors.ConfigError`
 naming the setting, and the stored config is unchanged.
@@ -38,14 +40,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Callable
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from raylog.config import TopicConfig
 from raylog.errors import ConfigError, ConfigNotLiveError, RaylogError
+from raylog.retry import RetryPolicy
 from raylog.zk.errors import zookeeper_errors
 from raylog.zk.registry_helpers import CONTENDED_TRIES
+
+#: how a writer that lost the compare-and-set tries again: at once first, then
+#: after short jittered pauses (writers racing in step would lose together again)
+CONTENDED = RetryPolicy(max_tries=CONTENDED_TRIES, delay_s=0.002, max_delay_s=0.2, jitter=0.9, deadline_s=None)
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +111,10 @@ def alter_topic_config(registry, topic: str, change: Callable[[TopicConfig], dic
     the retriable ZooKeeper errors of :mod:`raylog.zk.registry`."""
     path = registry.paths.topic(topic)
     zk = registry.zk
+    pauses = iter(CONTENDED.delays())
     with zookeeper_errors(zk, f"change the config of topic {topic!r}"):
-        for _ in range(CONTENDED_TRIES):
+        for pause in [0.0, *pauses]:
+            time.sleep(pause)
             try:
                 data, stat = registry.calls.call(zk.get_async, path)
             except NoNodeError:
