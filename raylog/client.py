@@ -236,6 +236,30 @@ class Client:
         before it serves (:mod:`raylog.actors.supervisor`)."""
         return self._topic_admin.create_topic(name, partitions, timeout_s=timeout_s, **settings)
 
+    def alter_topic(self, name: str, **settings) -> TopicConfig:
+        """Change settings of a live topic; returns its new config.
+
+        ``settings`` are :class:`raylog.TopicConfig` fields that may change
+        while the topic serves (:data:`raylog.zk.live_config.LIVE_SETTINGS`):
+        retention_ms, retention_bytes, segment_bytes, segment_ms,
+        flush_messages, flush_ms, retention_check_ms, cleanup_policy,
+        delete_retention_ms, min_compaction_lag_ms, max_compaction_lag_ms,
+        min_cleanable_dirty_ratio, unclean_leader_election,
+        replica_replace_after_s. Every partition actor of the topic takes
+        them within moments, without a restart (turned to ``compact``, its
+        cleaner starts and records without a key are refused from then on;
+        turned back to ``delete``, the cleaner stops), and a partition
+        started later takes them too.
+
+        The new config is validated whole before it is written (with a
+        versioned compare-and-set, so concurrent changes are never lost): a
+        bad value or an unknown name raises :class:`raylog.ConfigError`
+        naming the setting; partitions, replication_factor and the other
+        settings fixed at creation raise ``ConfigNotLiveError`` saying why.
+        Either way the stored config is unchanged. Requires the cluster's
+        token."""
+        return self._topic_admin.alter_topic(name, **settings)
+
     def delete_topic(self, name: str, timeout_s: float = 30.0) -> None:
         """Delete the topic and its logs on every node.
 
@@ -256,7 +280,11 @@ class Client:
         """Config, and per partition: node (of a replicated partition: its
         leader's), log directory, whether it is served, endpoint, log start
         offset and high watermark (a partition not served has no endpoint:
-        :meth:`repair` serves it again)."""
+        :meth:`repair` serves it again). A compacted topic's partitions also
+        have ``cleaner``: the dirty ratio, whether the cleaner runs, its
+        passes, bytes and records removed and its last pass's time (ms), as
+        the partition's actor reports them (None outside Ray or when it did
+        not answer)."""
         return self._topic_admin.describe_topic(name)
 
     def log_dir(self, topic: str, partition: int) -> str:

@@ -21,6 +21,7 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
     └── RaylogError
         ├── ConfigError
         │   ├── ArgumentTypeError (also TypeError)
+        │   ├── ConfigNotLiveError
         │   ├── InvalidReassignmentError
         │   ├── AssignorError
         │   └── InvalidTransactionTimeoutError
@@ -165,6 +166,19 @@ class ArgumentTypeError(ConfigError, TypeError):
     value that is not bytes); the message names the argument, the type given
     and how to convert it. Also a ``TypeError``, as Python's own would be.
     Nothing of the call was queued or stored."""
+
+
+@_code(190)
+class ConfigNotLiveError(ConfigError):
+    """A setting that cannot change on a live topic (``client.alter_topic``,
+    Kafka's AlterConfigs): ``partitions`` and ``replication_factor`` are
+    fixed when the topic is made (docs/design.md sections 4 and 7), and the
+    bounds clients, servers and recovery read once (``max_message_bytes``,
+    ``max_inflated_bytes``, ``max_producer_ids``) or a leader holds from its
+    start (``min_insync_replicas``, ``replica_lag_ms``) are too. The message
+    names the setting and why; ``setting`` holds its name. Nothing was
+    changed: make a new topic with the setting wanted (and copy the data,
+    e.g. with a mirror) instead."""
 
 
 # --------------------------------------------------------------------------

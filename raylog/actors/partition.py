@@ -15,7 +15,12 @@ start (and on every restart by Ray after its process died) it
    session loss;
 4. runs one timer thread: flush every few milliseconds when due
    (``flush_ms``), roll a segment older than ``segment_ms``, retention every
-   ``retention_check_ms``.
+   ``retention_check_ms``;
+5. watches its topic's config node (:mod:`raylog.zk.live_config`): the
+   config as stored is taken before the endpoint is registered (a restarted
+   actor's first arguments may be older), and each later change while it
+   serves (``client.alter_topic``, Kafka's AlterConfigs): the log takes the
+   live settings and the cleaner starts or stops with ``cleanup_policy``.
 
 Data never goes through Ray method calls; the methods here are small control
 calls (stats, offsets, flush, shutdown). A full disk is not a disk error:
@@ -30,13 +35,16 @@ the same way (:mod:`raylog.actors.process_exit`).
 
 Actor-confinement: the log is shared by the server's connection threads,
 the timer thread and the method threads; :class:`PartitionLog` serializes its
-writers and lets readers run concurrently. Everything else here is written
-only in ``__init__`` and ``shutdown``.
+writers and lets readers run concurrently. :attr:`PartitionActor.config` and the
+cleaner are replaced by a live config change (kazoo's thread) under
+``_config_lock``; everything else here is written only in ``__init__`` and
+``shutdown``.
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import shutil
@@ -67,6 +75,7 @@ from raylog.storage.owner_only import tighten as tighten_to_owner
 from raylog.transfer.protocol import FRAME_OVERHEAD_BYTES
 from raylog.transfer.server import DataServer
 from raylog.zk.errors import zookeeper_errors
+from raylog.zk.live_config import watch_topic_config
 from raylog.zk.registry import Registry
 from raylog.zk.session import connect_kazoo
 from raylog.zk.tombstones import check_before_serving
@@ -184,6 +193,11 @@ class PartitionActor:
         self.log.node = self.replica or self.host  # named in a DiskFullError (a full disk: see PartitionLog)
 
         self.zk = None
+        #: live config changes (raylog.zk.live_config): the watch, and the lock that
+        #: orders applying one with starting and stopping the cleaner
+        self._config_watch = None
+        self._config_lock = threading.Lock()
+        self._cleaner, self._cleaner_ready = None, False
         until_zookeeper(deadline, what, self._join, zookeeper)
 
         def on_state(state):
@@ -201,6 +215,9 @@ class PartitionActor:
         self._timer.start()
         #: the log cleaner of a compacted topic (raylog.storage.cleaner_thread); not yet on replicas
         self._cleaner = CleanerThread.for_log(self.log) if self.role is None else None
+        with self._config_lock:  # from now on a changed cleanup_policy starts or stops it
+            self._cleaner_ready = True
+        self._sync_cleaner()
         if self.role is not None:
             # SIGTERM (a node stopped): Ray's worker exits through atexit; leave in order first
             atexit.register(self.leave_on_exit)
@@ -224,7 +241,60 @@ class PartitionActor:
             self.epoch = 0
             if self.role is None or self.role.is_leader:  # followers leave the endpoint's epoch alone
                 self._new_epoch()
+            # the topic's config as it is now (it may have changed since the actor was made:
+            # Ray restarts it with its first arguments), then every change, before clients find it
+            if self._config_watch is not None:
+                self._config_watch.stop()
+            self._config_watch = watch_topic_config(self.registry, topic, self._apply_config)
             self._register()
+
+    def _apply_config(self, config: TopicConfig) -> None:
+        """A live change of the topic's config (:mod:`raylog.zk.live_config`;
+        kazoo's thread): the log takes what may change while it serves
+        (:meth:`PartitionLog.reconfigure` says which), the timer reads
+        retention_check_ms, flush_ms and segment_ms from :attr:`config`
+        at its next tick, and the cleaner starts or stops with
+        ``cleanup_policy``."""
+        with self._config_lock:
+            if config == self.config:
+                return
+            self.log.reconfigure(config)
+            changed = {k: v for k, v in dataclasses.asdict(self.log.config).items() if getattr(self.config, k) != v}
+            self.config = self.log.config
+        if changed:
+            log.warning("partition %s-%d takes its topic's changed config: %s", self.topic, self.partition, changed)
+        self._sync_cleaner()
+
+    def _sync_cleaner(self) -> None:
+        """Start the cleaner when the topic is compacted now and none runs;
+        stop it (after the pass in progress, without waiting here) when the
+        topic no longer is. Where a cleaner runs at all is decided as at
+        start (the line that makes :attr:`_cleaner` in ``__init__``)."""
+        with self._config_lock:
+            if not self._cleaner_ready or self._closed.is_set():
+                return
+            wanted = self.config.compacted and self.role is None
+            running = self._cleaner is not None and self._cleaner.running
+            if wanted and not running:
+                self._cleaner = CleanerThread.for_log(self.log)
+            elif not wanted and self._cleaner is not None:
+                self._cleaner.stop(timeout_s=0)
+                self._cleaner = None
+
+    def cleaner_state(self) -> dict | None:
+        """The cleaner's state for ``raylog topics describe``: None when the
+        topic is not compacted, else ``{"dirty_ratio", "running", "passes",
+        "bytes_cleaned", "bytes_removed", "records_removed", "last_run_ms",
+        "failure"}``
+        (:meth:`CleanerThread.state`; counted since this actor started)."""
+        ratio = self.log.dirty_ratio()
+        if ratio is None:
+            return None
+        cleaner = self._cleaner
+        state = cleaner.state() if cleaner is not None else {
+            "running": False, "passes": 0, "bytes_cleaned": 0, "bytes_removed": 0, "records_removed": 0,
+            "last_run_ms": None, "failure": None}
+        return {"dirty_ratio": ratio, **state}
 
     def _mend(self) -> None:
         try:
@@ -337,13 +407,16 @@ class PartitionActor:
 
     # -- timers --------------------------------------------------------------
 
+    def _tick_s(self) -> float:
+        """The timer's tick, from ``flush_ms`` (which may change while it runs)."""
+        return max(0.001, min(self.config.flush_ms, 50) / 2000.0)
+
     def _run_timers(self):
-        tick = max(0.001, min(self.config.flush_ms, 50) / 2000.0)
         next_retention = time.monotonic() + self.config.retention_check_ms / 1000.0
         next_sample = time.monotonic()
         next_preferred = time.monotonic() + PREFERRED_CHECK_S
         try:
-            while not self._closed.wait(tick):
+            while not self._closed.wait(self._tick_s()):
                 if not self.log.unflushed_messages and not self.log.disk_full:
                     # idle: sleep until an append (or the next periodic duty)
                     now = time.monotonic()
@@ -453,6 +526,7 @@ class PartitionActor:
             "recovery_reports": [r._asdict() for r in self.log.recovery_reports],
             "disk_full": self.log.disk_full,
             "mended": list(self.mended),
+            "cleaner": self.cleaner_state(),
             "uptime_s": time.time() - self.started_at,
             "server": self.server.stats(),
         }
@@ -576,8 +650,12 @@ class PartitionActor:
             pass
         self.server.stop()
         self._timer.join(timeout=5)
-        if self._cleaner is not None:
-            self._cleaner.stop()
+        if self._config_watch is not None:
+            self._config_watch.stop()
+        with self._config_lock:
+            cleaner, self._cleaner = self._cleaner, None
+        if cleaner is not None:
+            cleaner.stop()
         try:
             self.log.flush()
         finally:

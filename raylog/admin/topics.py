@@ -1,4 +1,5 @@
-"""The client's administration of topics: create, delete, list, describe;
+"""The client's administration of topics: create, alter (a live topic's
+config, :mod:`raylog.zk.live_config`), delete, list, describe;
 the partition actors that serve them; repair through the cluster's
 supervisor.
 
@@ -30,6 +31,7 @@ from raylog.errors import ArgumentTypeError, BrokerUnavailableError, ConfigError
 from raylog.groups.admin import delete_topic_offsets
 from raylog.replication.admin import describe_replicas, follower_actors, leader_actor, record_replicas, start_followers
 from raylog.replication.reassign import reassign_partition
+from raylog.zk.live_config import LIVE_SETTINGS, alter_topic_config
 from raylog.zk.registry import validate_topic_name
 
 
@@ -104,6 +106,19 @@ class TopicAdmin:
             remove_deleted(self.registry, self.settings.zookeeper, ray.nodes(), topic=name, token=self.settings.token)
             raise
         return config
+
+    def alter_topic(self, name: str, **settings) -> TopicConfig:
+        """What :meth:`raylog.Client.alter_topic` does (documented there)."""
+        self._check_open()
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"topic name must be a str, got {type(name).__name__}; pass e.g. "
+                                    f"alter_topic('clicks', retention_ms=3600000)")
+        if not settings:
+            raise ConfigError(f"alter_topic({name!r}) names no setting; pass e.g. cleanup_policy='compact' "
+                              f"(the settings a live topic takes: {', '.join(LIVE_SETTINGS)})")
+        # ZooKeeper's ACL is the guard (a session without the cluster's token cannot write the
+        # config: AuthenticationError); no Ray is needed, so a process outside it may alter too
+        return alter_topic_config(self.registry, name, lambda _old: settings)
 
     def log_dir(self, topic: str, partition: int) -> str:
         """What :meth:`raylog.Client.log_dir` does (documented there)."""
@@ -291,7 +306,35 @@ class TopicAdmin:
                 row.update(describe_replicas(self._zk, self.registry, self.settings.cluster, name, p))
                 row["node"] = row.get("leader") or row["node"]  # the node that serves it now
             partitions.append(row)
+        if config.compacted:
+            for row, state in zip(partitions, self._cleaner_states(name, config.partitions)):
+                row["cleaner"] = state
         return {"topic": name, "config": config, "partitions": partitions}
+
+    def _cleaner_states(self, name: str, partitions: int, timeout_s: float = 10.0) -> list[dict | None]:
+        """Each partition's cleaner state (the leader's actor's
+        :meth:`~raylog.actors.partition.PartitionActor.cleaner_state`); None
+        for a partition whose actor did not answer, and for all of them
+        outside Ray (a client that did not join it cannot ask actors)."""
+        import ray  # heavy (Ray): imported when used
+
+        if not ray.is_initialized():
+            return [None] * partitions
+        refs = {}
+        for p in range(partitions):
+            try:
+                refs[p] = self.leader_actor(name, p).cleaner_state.remote()
+            except BrokerUnavailableError:
+                continue
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        states = []
+        for p in range(partitions):
+            ref = refs.get(p)
+            try:
+                states.append(ray.get(ref) if ref in ready else None)
+            except Exception:  # noqa: BLE001 - an actor that failed meanwhile is shown as not answering
+                states.append(None)
+        return states
 
 
 def for_kafka_listener(metadata, *, data_dir: str, data_host: str | None) -> TopicAdmin:

@@ -1,6 +1,7 @@
-"""CreateTopics, DeleteTopics and DescribeConfigs: Kafka's topic
-administration on raylog's topics (what ``confluent_kafka.admin.AdminClient``
-and ``kcat -L`` need).
+"""CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs and
+IncrementalAlterConfigs: Kafka's topic administration on raylog's topics
+(what ``confluent_kafka.admin.AdminClient``, ``kafka-configs`` and ``kcat -L``
+need).
 
 Topics are created and deleted through raylog's own administration, the
 :class:`raylog.admin.topics.TopicAdmin` that ``client.create_topic`` uses
@@ -25,13 +26,27 @@ listeners registered (one per disk node), and creates nothing.
 
 DescribeConfigs: a topic's raylog settings under the Kafka names of
 :data:`TOPIC_CONFIGS` (source TOPIC_CONFIG where the topic set a value of
-its own, DEFAULT_CONFIG where it kept raylog's default), ``cleanup.policy``
-among them; a broker resource gets the small read-only set of
+its own, DEFAULT_CONFIG where it kept raylog's default; read-only where the
+setting cannot change on a live topic, :data:`raylog.zk.live_config.FIXED_SETTINGS`),
+``cleanup.policy`` among them; a broker resource gets the small read-only set of
 :func:`_broker_configs` (raylog's defaults for new topics). Only the keys
 asked for are answered when the request names some.
 
-A topic's configs are fixed when it is made (raylog has no live path to
-change them): AlterConfigs and IncrementalAlterConfigs are not served.
+AlterConfigs and IncrementalAlterConfigs change a live topic's config as
+``client.alter_topic`` does (:mod:`raylog.zk.live_config`: one versioned
+compare-and-set per resource, validated whole first; the topic's partition
+actors take it within moments). Names are Kafka's (:data:`TOPIC_CONFIGS`);
+one raylog does not have, a bad value, a name given twice or a setting
+fixed at creation (``max.message.bytes``, ``min.insync.replicas``) given
+another value is refused with INVALID_CONFIG (a name twice: INVALID_REQUEST)
+and the message saying why, and nothing of that resource changes.
+IncrementalAlterConfigs' operations are Kafka's: SET, DELETE (back to
+raylog's default), APPEND and SUBTRACT (only on the list
+``cleanup.policy``; elsewhere INVALID_CONFIG, as Kafka). AlterConfigs
+replaces the topic's settings as Kafka does: a live setting it does not
+name goes back to raylog's default (one fixed at creation keeps its value).
+``validate_only`` checks everything and changes nothing. Only TOPIC
+resources are changed; a broker's settings are read-only (INVALID_CONFIG).
 
 Thread-safety: the functions keep no state; the topic administration they
 call is safe to call from the listener's connection threads (its state
@@ -42,12 +57,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Callable
 
-from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    AlterConfigsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
 
 from raylog.config import TopicConfig
 from raylog.errors import ConfigError, RaylogError, TopicExistsError, UnknownTopicError
 from raylog.kafka import brokers
+from raylog.zk.live_config import FIXED_SETTINGS, alter_topic_config
 from raylog.zk.registry import validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -88,11 +111,14 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
+INVALID_REQUEST = 42
 UNKNOWN_SERVER_ERROR = -1
 
 # DescribeConfigs resource types and config sources
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 TOPIC_CONFIG_SOURCE, STATIC_BROKER_CONFIG_SOURCE, DEFAULT_CONFIG_SOURCE = 1, 4, 5
+# IncrementalAlterConfigs operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 _NO_ADMIN = ("this Kafka listener was started without topic administration; create and delete topics "
              "with client.create_topic / client.delete_topic, or start the listeners with "
@@ -113,32 +139,41 @@ def topic_settings(configs) -> dict:
     raises :class:`Refused` (INVALID_CONFIG) naming what raylog does not have."""
     settings = {}
     for entry in configs or ():
-        name, value = entry.name, entry.value
-        field = TOPIC_CONFIGS.get(name)
-        if field is None:
-            raise Refused(INVALID_CONFIG, f"config {name!r} is not supported by raylog; supported: "
-                                          f"{', '.join(sorted(TOPIC_CONFIGS))}")
-        if value is None:
-            raise Refused(INVALID_CONFIG, f"config {name!r} has no value")
-        if field in _TEXT_FIELDS:
-            settings[field] = value
-            continue
-        if field in _FLOAT_FIELDS:
-            try:
-                settings[field] = float(value)
-            except ValueError:
-                raise Refused(INVALID_CONFIG, f"{name}={value!r}: a number is expected") from None
-            continue
-        if field == "unclean_leader_election":
-            if value.lower() not in ("true", "false"):
-                raise Refused(INVALID_CONFIG, f"{name}={value!r}: use true or false")
-            settings[field] = value.lower() == "true"
-            continue
-        try:
-            settings[field] = int(value)
-        except ValueError:
-            raise Refused(INVALID_CONFIG, f"{name}={value!r}: an integer is expected") from None
+        field, value = _setting(entry.name, entry.value)
+        settings[field] = value
     return settings
+
+
+def _field(name: str) -> str:
+    """The raylog TopicConfig field of Kafka config ``name``; :class:`Refused` if none."""
+    field = TOPIC_CONFIGS.get(name)
+    if field is None:
+        raise Refused(INVALID_CONFIG, f"config {name!r} is not supported by raylog; supported: "
+                                      f"{', '.join(sorted(TOPIC_CONFIGS))}")
+    return field
+
+
+def _setting(name: str, value) -> tuple[str, object]:
+    """``(field, value)`` of Kafka config ``name`` set to the string ``value``;
+    raises :class:`Refused` (INVALID_CONFIG)."""
+    field = _field(name)
+    if value is None:
+        raise Refused(INVALID_CONFIG, f"config {name!r} has no value")
+    if field in _TEXT_FIELDS:
+        return field, value
+    if field in _FLOAT_FIELDS:
+        try:
+            return field, float(value)
+        except ValueError:
+            raise Refused(INVALID_CONFIG, f"{name}={value!r}: a number is expected") from None
+    if field == "unclean_leader_election":
+        if value.lower() not in ("true", "false"):
+            raise Refused(INVALID_CONFIG, f"{name}={value!r}: use true or false")
+        return field, value.lower() == "true"
+    try:
+        return field, int(value)
+    except ValueError:
+        raise Refused(INVALID_CONFIG, f"{name}={value!r}: an integer is expected") from None
 
 
 def _kafka_message(message: str) -> str:
@@ -248,7 +283,7 @@ def _topic_configs(config: TopicConfig) -> list[tuple[str, str, int, bool]]:
     for name, field in TOPIC_CONFIGS.items():
         value = getattr(config, field)
         source = DEFAULT_CONFIG_SOURCE if value == getattr(defaults, field) else TOPIC_CONFIG_SOURCE
-        rows.append((name, _kafka_value(value), source, True))
+        rows.append((name, _kafka_value(value), source, field in FIXED_SETTINGS))
     return rows
 
 
@@ -295,3 +330,107 @@ def describe_configs(backend, body, version):
         results.append(Result(error_code=code, error_message=message, resource_type=resource.resource_type,
                               resource_name=resource.resource_name, configs=configs))
     return DescribeConfigsResponse[version](throttle_time_ms=0, results=results)
+
+
+def _unique(configs) -> list:
+    """The entries of one resource; :class:`Refused` (INVALID_REQUEST) for a name given twice."""
+    entries = list(configs or ())
+    names = [entry.name for entry in entries]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise Refused(INVALID_REQUEST, f"config {twice[0]!r} is given more than once for one resource")
+    return entries
+
+
+def _incremental(entries) -> Callable[[TopicConfig], dict]:
+    """The change (old config -> settings) of IncrementalAlterConfigs ``entries``."""
+    ops = []
+    for entry in _unique(entries):
+        field = _field(entry.name)
+        op = entry.config_operation
+        if op == SET:
+            ops.append((op, *_setting(entry.name, entry.value)))
+        elif op == DELETE:
+            ops.append((op, field, None))
+        elif op in (APPEND, SUBTRACT):
+            if field != "cleanup_policy":
+                raise Refused(INVALID_CONFIG, f"config {entry.name!r} is not a list: APPEND and SUBTRACT apply "
+                                              f"to cleanup.policy only; use SET")
+            if entry.value is None:
+                raise Refused(INVALID_CONFIG, f"config {entry.name!r} has no value")
+            ops.append((op, field, {part.strip() for part in entry.value.split(",") if part.strip()}))
+        else:
+            raise Refused(INVALID_REQUEST, f"config operation {op} is not one of Kafka's (0 SET, 1 DELETE, "
+                                           f"2 APPEND, 3 SUBTRACT)")
+
+    def change(old: TopicConfig) -> dict:
+        defaults = TopicConfig()
+        settings = {}
+        for op, field, value in ops:
+            if op == SET:
+                settings[field] = value
+            elif op == DELETE:
+                settings[field] = getattr(defaults, field)
+            else:
+                parts = set(old.cleanup_policy.split(","))
+                parts = parts | value if op == APPEND else parts - value
+                if not parts:
+                    raise Refused(INVALID_CONFIG, "cleanup.policy cannot be empty: keep delete or compact")
+                settings[field] = ",".join(sorted(parts))
+        return settings
+
+    return change
+
+
+def _replacing(entries) -> Callable[[TopicConfig], dict]:
+    """The change of AlterConfigs ``entries``: the named settings, every
+    other live one back to raylog's default (Kafka's AlterConfigs replaces
+    a topic's whole set); settings fixed at creation keep their values."""
+    named = dict(_setting(entry.name, entry.value) for entry in _unique(entries))
+
+    def change(old: TopicConfig) -> dict:
+        defaults = TopicConfig()
+        settings = {field: getattr(defaults, field) for field in TOPIC_CONFIGS.values()
+                    if field not in FIXED_SETTINGS}
+        settings.update(named)
+        return settings
+
+    return change
+
+
+def _alter(backend, body, version, response, change_of, what: str):
+    """AlterConfigs and IncrementalAlterConfigs alike: each TOPIC resource
+    changed by ``change_of(configs)`` (module docstring)."""
+    Result = response.AlterConfigsResourceResponse
+    results = []
+    for resource in body.resources:
+        code, message = NONE, None
+        try:
+            if resource.resource_type != TOPIC_RESOURCE:
+                raise Refused(INVALID_CONFIG, f"resource type {resource.resource_type} cannot be changed: raylog's "
+                                              f"broker settings are read-only; change topics")
+            config = alter_topic_config(backend.metadata.registry, resource.resource_name,
+                                        change_of(resource.configs), validate_only=body.validate_only)
+            if not body.validate_only:
+                log.info("Kafka %s: topic %s now %s", what, resource.resource_name, config)
+        except Refused as err:
+            code, message = err.code, err.message
+        except UnknownTopicError:
+            code, message = UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist"
+        except ConfigError as err:  # ConfigNotLiveError among them
+            code, message = INVALID_CONFIG, _kafka_message(str(err).splitlines()[0])
+        except RaylogError as err:
+            code = REQUEST_TIMED_OUT if err.retriable else UNKNOWN_SERVER_ERROR
+            message = str(err).splitlines()[0]
+        results.append(Result(error_code=code, error_message=message, resource_type=resource.resource_type,
+                              resource_name=resource.resource_name))
+    return response[version](throttle_time_ms=0, responses=results)
+
+
+def alter_configs(backend, body, version):
+    return _alter(backend, body, version, AlterConfigsResponse, _replacing, "AlterConfigs")
+
+
+def incremental_alter_configs(backend, body, version):
+    return _alter(backend, body, version, IncrementalAlterConfigsResponse, _incremental,
+                  "IncrementalAlterConfigs")

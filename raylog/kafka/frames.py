@@ -22,7 +22,13 @@ from __future__ import annotations
 import io
 import struct
 
-from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
@@ -58,6 +64,8 @@ SUPPORTED = {
     CreateTopicsRequest.API_KEY: (CreateTopicsRequest, 2, 5),
     DeleteTopicsRequest.API_KEY: (DeleteTopicsRequest, 1, 5),
     DescribeConfigsRequest.API_KEY: (DescribeConfigsRequest, 1, 4),
+    AlterConfigsRequest.API_KEY: (AlterConfigsRequest, 0, 2),
+    IncrementalAlterConfigsRequest.API_KEY: (IncrementalAlterConfigsRequest, 0, 1),
 }
 
 #: api key -> the lowest version ApiVersions advertises, where it is below

@@ -87,6 +87,7 @@ JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 INIT_PRODUCER_ID = 22
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
+ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 # Kafka error codes
@@ -896,6 +897,9 @@ _HANDLERS = {
     CREATE_TOPICS: _create_topics,
     DELETE_TOPICS: _delete_topics,
     DESCRIBE_CONFIGS: _describe_configs,
+    ALTER_CONFIGS: lambda session, body, version: admin.alter_configs(session.backend, body, version),
+    INCREMENTAL_ALTER_CONFIGS: lambda session, body, version: admin.incremental_alter_configs(session.backend,
+                                                                                             body, version),
     JOIN_GROUP: lambda session, body, version: session.backend.coordinator.join_group(body, version,
                                                                                      session.client_id),
     SYNC_GROUP: lambda session, body, version: session.backend.coordinator.sync_group(body, version),

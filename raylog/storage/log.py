@@ -782,6 +782,36 @@ class PartitionLog(LogBasics):
         log.info("retention deleted %d segment(s) of %s: %s", len(deleted), self._dir, deleted)
         return deleted
 
+    def reconfigure(self, config: TopicConfig) -> None:
+        """Take a live topic's changed config (:mod:`raylog.zk.live_config`)
+        from the next append, flush check, roll, retention or cleaning
+        pass on: retention (``retention_ms``, ``retention_bytes``),
+        ``segment_bytes``, ``segment_ms``, ``flush_messages``, ``flush_ms``,
+        ``cleanup_policy`` (turned to compact, appends without keys are
+        refused from now on; retention deletes only under ``delete``) and
+        the compaction settings. What the log fixed when it opened stays as
+        it was: ``max_message_bytes`` and ``max_inflated_bytes`` (bounds of
+        reads and recovery) and ``max_producer_ids`` (the producer tables);
+        the config keeps the old values of those. Any thread."""
+        with self._lock:
+            kept = {name: getattr(self._config, name)
+                    for name in ("partitions", "max_message_bytes", "max_inflated_bytes", "max_producer_ids")}
+            self._config = config.replace(**kept)
+            self._retention = Retention(self._dir, config.retention_ms, config.retention_bytes)
+
+    def dirty_ratio(self, now_ms: int | None = None) -> float | None:
+        """The share of the cleanable log (closed segments older than
+        ``min_compaction_lag_ms``) that is dirty, written since its last
+        cleaning: what the cleaner compares to ``min_cleanable_dirty_ratio``
+        (0.0 when nothing is dirty); None when the topic is not compacted."""
+        config = self._config
+        if not config.compacted:
+            return None
+        if now_ms is None:
+            now_ms = int(self._clock() * 1000)
+        due = _cleaner.plan(self._view[1], self._hw, config.replace(min_cleanable_dirty_ratio=1e-9), now_ms)
+        return 0.0 if due is None else due.ratio
+
     # -- compaction (raylog.storage.cleaner; the owner's cleaner thread) ----------
 
     def clean(self, now_ms: int | None = None, *, buffer_bytes: int = _cleaner.DEFAULT_BUFFER_BYTES,

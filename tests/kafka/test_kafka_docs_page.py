@@ -72,3 +72,15 @@ def test_the_page_lists_every_topic_config_createtopics_takes():
     rows = dict(re.findall(r"^\| `([a-z.]+)` \| `([a-z_]+)`", section, re.M))
     assert rows == TOPIC_CONFIGS
     assert all(hasattr(TopicConfig(), field) for field in rows.values())
+
+
+def test_the_page_says_which_topic_configs_change_on_a_live_topic():
+    from raylog.kafka.admin import TOPIC_CONFIGS
+    from raylog.zk.live_config import FIXED_SETTINGS
+
+    text = (REPO / PAGE).read_text()
+    section = text.split("### Topic configs", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z.]+)` \| `[a-z_]+`.*\| (live|fixed at creation) \|$", section, re.M))
+    assert set(rows) == set(TOPIC_CONFIGS)
+    assert {name: (TOPIC_CONFIGS[name] in FIXED_SETTINGS) for name in rows} == {
+        name: kind == "fixed at creation" for name, kind in rows.items()}

@@ -104,6 +104,7 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         [],
         ["topics"],
         ["topics", "create"],
+        ["topics", "alter"],
         ["topics", "list"],
         ["topics", "describe"],
         ["topics", "delete"],

@@ -1,11 +1,15 @@
-"""``raylog topics ...`` and ``raylog supervisor start``: create, list, describe,
-repair and delete topics."""
+"""``raylog topics ...`` and ``raylog supervisor start``: create, alter, list,
+describe, repair and delete topics."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+
 import click
 
-from raylog.config import TopicConfig
+from raylog.config import CLEANUP_POLICIES, TopicConfig
+from raylog.errors import ConfigError
 from raylog.tools.cli.base import echo_names, CommandError, Target, echo_json, json_option, pass_target, format_table, cli
 
 
@@ -30,6 +34,16 @@ def topics():
               help="Move a replica whose node is gone this long to a spare disk node (default 600; 0: never).")
 @click.option("--unclean-leader-election/--no-unclean-leader-election", default=None,
               help="Let a replica outside the ISR lead when every in-sync replica is gone (loses data; off by default).")
+@click.option("--cleanup-policy", type=click.Choice(CLEANUP_POLICIES + ("delete,compact",)),
+              help="delete (default): retention drops old segments; compact: keep the latest record of each key "
+                   "(records need a key); compact,delete: both.")
+@click.option("--delete-retention-ms", type=int,
+              help="On a compacted topic, how long a tombstone is kept after its segment was cleaned (default 1 day).")
+@click.option("--min-compaction-lag-ms", type=int, help="The cleaner never touches records younger than this (default 0).")
+@click.option("--max-compaction-lag-ms", type=int,
+              help="A record older than this is cleaned whatever the dirty ratio (default: never forced).")
+@click.option("--min-cleanable-dirty-ratio", type=float,
+              help="Clean once this share of the cleanable log is dirty, in (0, 1] (default 0.5).")
 @click.option(
     "--data-dir",
     envvar="RAYLOG_DATA_DIR",
@@ -48,6 +62,66 @@ def topics_create(target: Target, name, partitions, data_dir, **settings):
     with target.client("topics create", ray=True, embedded_ok=True, data_dir=data_dir) as client:
         client.create_topic(name, partitions=partitions, **settings)
         click.echo(f"Created topic {name} with {partitions} partition{'s' if partitions != 1 else ''}.")
+
+
+def _setting_value(name: str, text: str):
+    """The value of TopicConfig field ``name`` written as ``text`` (its
+    type's); an unknown name's text as it is (``alter_topic`` refuses it,
+    listing the settings it takes)."""
+    field = {f.name: f for f in dataclasses.fields(TopicConfig)}.get(name)
+    if field is None:
+        return text
+    kind = type(field.default)
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise ConfigError(f"{name}={text}: use true or false")
+        return text.lower() == "true"
+    if kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text}: {'an integer' if kind is int else 'a number'} is expected") from None
+    return text
+
+
+@topics.command("alter")
+@click.argument("name")
+@click.option("--set", "assignments", multiple=True, metavar="SETTING=VALUE",
+              help="A setting to change (repeatable), by its raylog name (cleanup_policy, retention_ms, "
+                   "min_cleanable_dirty_ratio, ...; '-' may stand for '_').")
+@click.option("--reset", "resets", multiple=True, metavar="SETTING",
+              help="A setting to set back to raylog's default (repeatable).")
+@json_option
+@pass_target
+def topics_alter(target: Target, name, assignments, resets, as_json):
+    """Change settings of the live topic NAME (as client.alter_topic): its
+    partition actors take them within moments, without a restart; turned
+    to cleanup_policy=compact, each partition's cleaner starts. Settings
+    fixed when a topic is made (partitions, replication_factor,
+    max_message_bytes, ...) are refused saying why; a bad value is refused
+    naming the setting (exit 2), and nothing changes. Prints the settings
+    that changed (--json: the whole new config)."""
+    if not assignments and not resets:
+        raise click.UsageError("give at least one --set SETTING=VALUE or --reset SETTING")
+    settings = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--set takes SETTING=VALUE, got {assignment!r}")
+        key = key.strip().replace("-", "_")
+        settings[key] = _setting_value(key, text.strip())
+    defaults = TopicConfig()
+    for key in resets:
+        key = key.strip().replace("-", "_")
+        settings[key] = getattr(defaults, key, None)  # an unknown name is refused by alter_topic
+    with target.client("topics alter") as client:
+        before = client.describe_topic(name)["config"]
+        config = client.alter_topic(name, **settings)
+    if as_json:
+        echo_json(dataclasses.asdict(config))
+        return
+    changed = [f"{k}={getattr(config, k)}" for k in sorted(settings) if getattr(before, k) != getattr(config, k)]
+    click.echo(f"Altered topic {name}: {', '.join(changed)}." if changed else f"Topic {name} already had these settings.")
 
 
 @topics.command("list")
@@ -73,12 +147,19 @@ def topics_describe(target: Target, name, as_json):
     second table shows each partition's leader, leader epoch, replicas,
     in-sync replicas (ISR), each replica's log end, and marks the
     partitions whose ISR is smaller than their replicas UNDER-REPLICATED.
+    For a compacted topic a table shows each partition's cleaner: its
+    dirty ratio (the dirty share of the cleanable log, compared with
+    min_cleanable_dirty_ratio), its last pass (UTC), passes and bytes
+    removed since the partition started ('-': the actor did not answer).
     --json: one object {"topic", "config", "partitions": [...]}, a
-    partition not served with null endpoint and offsets."""
+    partition not served with null endpoint and offsets, a compacted
+    topic's partitions with "cleaner"."""
     with target.client("topics describe") as client:
         info = client.describe_topic(name)
-    if info["config"].replication_factor > 1 and target.ray_address is not None:
-        # Each replica's log end comes from its actor: join Ray to ask (else shown as '-').
+    config = info["config"]
+    if (config.replication_factor > 1 or config.compacted) and target.ray_address is not None:
+        # Each replica's log end and each cleaner's state come from the actors: join Ray to ask
+        # (else shown as '-').
         with target.client("topics describe", ray=True) as client:
             info = client.describe_topic(name)
     if as_json:
@@ -89,7 +170,7 @@ def topics_describe(target: Target, name, as_json):
         f"Topic: {name}  partitions: {config.partitions}  retention_ms: {config.retention_ms}  "
         f"retention_bytes: {config.retention_bytes}  segment_bytes: {config.segment_bytes}  "
         f"flush_messages: {config.flush_messages}  flush_ms: {config.flush_ms}  "
-        f"max_message_bytes: {config.max_message_bytes}"
+        f"max_message_bytes: {config.max_message_bytes}  cleanup_policy: {config.cleanup_policy}"
         + (f"  replication_factor: {config.replication_factor}  min_insync_replicas: "
            f"{config.min_insync_replicas}" if config.replication_factor > 1 else "")
     )
@@ -101,6 +182,8 @@ def topics_describe(target: Target, name, as_json):
     click.echo(format_table(["PARTITION", "NODE", "STATE", "ENDPOINT", "LOG START", "HIGH WATERMARK"], rows))
     if config.replication_factor > 1:
         click.echo(_replicas_table(info["partitions"]))
+    if config.compacted:
+        click.echo(_cleaner_table(info["partitions"]))
         under = sum(1 for p in info["partitions"] if p.get("under_replicated"))
         if under:
             click.echo(
@@ -115,6 +198,26 @@ def topics_describe(target: Target, name, as_json):
             f"when their nodes are alive; to do it now: raylog topics repair {name}",
             err=True,
         )
+
+
+def _cleaner_table(partitions: list[dict]) -> str:
+    """Per partition of a compacted topic: the cleaner's dirty ratio, last
+    pass (UTC), passes, bytes and records removed, whether it runs."""
+    rows = []
+    for p in partitions:
+        state = p.get("cleaner") or {}
+        last = state.get("last_run_ms")
+        rows.append([
+            p["partition"],
+            None if state.get("dirty_ratio") is None else f"{state['dirty_ratio']:.3f}",
+            None if last is None else datetime.datetime.fromtimestamp(last / 1000, datetime.timezone.utc)
+            .strftime("%Y-%m-%dT%H:%M:%SZ"),
+            state.get("passes"), state.get("bytes_removed"), state.get("records_removed"),
+            None if not state else ("running" if state.get("running") else
+                                     f"STOPPED ({state['failure']})" if state.get("failure") else "STOPPED"),
+        ])
+    return format_table(["PARTITION", "DIRTY_RATIO", "LAST_RUN", "PASSES", "BYTES_REMOVED", "RECORDS_REMOVED",
+                         "CLEANER"], rows)
 
 
 def _replicas_table(partitions: list[dict]) -> str:

@@ -115,6 +115,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(186, "TransactionStateConflictError");
     NAMES.put(187, "InvalidTransactionTimeoutError");
     NAMES.put(188, "ProducerIdsExhaustedError");
+    NAMES.put(190, "ConfigNotLiveError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
