@@ -44,6 +44,13 @@ delivered.
 Every message of a batch carries the batch's creation time as its
 timestamp unless ``send`` is given one.
 
+Transactions (``transactional_id=``; :mod:`raylog.producer.transaction`):
+``begin_transaction``, then sends (flagged transactional, under the
+coordinator's producer id and epoch; no direct round, no compiled keyless
+path: every send checks the transaction first), then
+``send_offsets_to_transaction`` and ``commit_transaction`` (deliver all,
+then end) or ``abort_transaction``.
+
 At interpreter exit a producer still open is closed for the caller
 (:func:`close_open_producers`, run by a hook that comes before the
 interpreter stops its thread pools, so the sender can still work): what

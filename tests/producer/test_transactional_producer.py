@@ -236,3 +236,50 @@ def test_the_producer_actor_runs_transactions(raylog_client, make_topic):
     ray.get(handle.close.remote())
     kinds = [(b[0], b[4] if b[0] == "data" else b[3]) for b in _log_batches(raylog_client, topic, 0)]
     assert kinds == [("data", [b"one"]), ("marker", True), ("data", [b"two"]), ("marker", False)]
+
+
+def test_a_read_uncommitted_consumer_hands_out_no_marker(raylog_client, make_topic):
+    """Markers are control batches: a consumer (read_uncommitted, the only
+    level it has yet) skips them and hands out every data record, the
+    aborted ones included, at their offsets."""
+    topic = make_topic(1)
+    producer = raylog_client.producer(transactional_id="txn-read", linger_ms=1)
+    try:
+        producer.begin_transaction()
+        first = producer.send(topic, b"committed", partition=0)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        second = producer.send(topic, b"aborted", partition=0)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        third = producer.send(topic, b"last", partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    consumer = raylog_client.consumer(topic, auto_offset_reset="earliest")
+    try:
+        got, deadline = [], time.monotonic() + 60
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += consumer.poll(500)
+        got += consumer.poll(1000)  # nothing more: no control record comes out
+    finally:
+        consumer.close()
+    assert [(m.offset, m.value) for m in got] == [
+        (first.result()[1], b"committed"), (second.result()[1], b"aborted"), (third.result()[1], b"last")]
+
+
+def test_write_marker_refuses_older_epochs_with_typed_errors_and_writes_nothing(raylog_client, make_topic):
+    import ray
+
+    from raylog.errors import TransactionCoordinatorFencedError
+
+    topic = make_topic(1)
+    actor = raylog_client.partition_actor(topic, 0)
+    assert ray.get(actor.write_marker.remote(77, 3, True, 5)) == 0
+    with pytest.raises(InvalidProducerEpochError):
+        ray.get(actor.write_marker.remote(77, 2, False, 5))
+    with pytest.raises(TransactionCoordinatorFencedError):
+        ray.get(actor.write_marker.remote(77, 3, False, 4))
+    assert _log_batches(raylog_client, topic, 0) == [("marker", 77, 3, True)]
+    stats = ray.get(actor.stats.remote())  # below the high watermark: stored as acks="all" is
+    assert stats["high_watermark"] == stats["log_end_offset"] > 0
