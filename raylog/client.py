@@ -182,8 +182,18 @@ class Client:
         """A :class:`raylog.Producer` (batch_size, linger_ms, compression,
         acks 0/1/"all", enable_idempotence, retry, audit...); ``send`` returns
         a future of ``(partition, offset)``; ``flush(timeout_s)`` and
-        ``close(timeout_s)`` take seconds."""
+        ``close(timeout_s)`` take seconds.
+
+        ``transactional_id="..."`` (with ``transaction_timeout_ms``) makes a
+        transactional producer (``begin_transaction``, ``send``,
+        ``send_offsets_to_transaction``, ``commit_transaction``,
+        ``abort_transaction``; acks "all", the default then): it fences
+        any older producer of that id. The cluster's transaction
+        coordinator is started here on first use (joins the Ray cluster)."""
         self._before_making(options)
+        if options.get("transactional_id") is not None:
+            options.setdefault("acks", "all")
+            options.setdefault("transaction_coordinator", self.transaction_coordinator())
         producer = Producer(self.metadata, **options)
         self._children.append(producer)
         return producer
@@ -194,6 +204,9 @@ class Client:
         returns once that call's messages are acknowledged (or raises for
         them alone)."""
         self._before_making(options)
+        if options.get("transactional_id") is not None:
+            options.setdefault("acks", "all")
+            self.transaction_coordinator()  # the actor finds it by its name
         handle = producer_actor(self.settings, **options)
         self._actors.append(handle)
         retry = options.get("retry")
@@ -311,6 +324,17 @@ class Client:
         (with ``wait``, once it answers, or a retriable :class:`RaylogError`
         after ``timeout_s``)."""
         return self._topic_admin.start_supervisor(interval_s, wait, timeout_s)
+
+    def transaction_coordinator(self, timeout_s: float = 60.0):
+        """The handle of the cluster's transaction coordinator
+        (:mod:`raylog.actors.transaction_coordinator`), started unless it
+        runs: on first use, so a cluster without transactions runs no
+        coordinator; it is a detached actor that Ray restarts, and it
+        finishes what an earlier incarnation left prepared. Joins the Ray
+        cluster."""
+        from raylog.actors.transaction_coordinator import start_transaction_coordinator
+
+        return start_transaction_coordinator(self.settings.zookeeper, self.settings.cluster, timeout_s=timeout_s)
 
     def start_kafka_listeners(self, host: str | None = None, port: int = 0, timeout_s: float = 60.0) -> list[dict]:
         """Start a Kafka protocol listener on every disk node unless one
@@ -644,6 +668,12 @@ class Client:
                 stop_supervisor(self.settings.cluster)  # first: it would serve them again
             except Exception as err:  # noqa: BLE001
                 logger.warning("stopping the supervisor failed: %s", err)
+            try:
+                from raylog.actors.transaction_coordinator import stop_transaction_coordinator
+
+                stop_transaction_coordinator(self.settings.cluster)
+            except Exception as err:  # noqa: BLE001
+                logger.warning("stopping the transaction coordinator failed: %s", err)
             self._stop_all_actors()
         try:
             self._zk.stop()

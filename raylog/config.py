@@ -33,6 +33,14 @@ def actor_name(cluster: str, topic: str, partition: int) -> str:
     carries ``@<node>`` (:func:`raylog.replication.assignment.replica_actor_name`)."""
     return f"{cluster}/{topic}/{partition}"
 
+
+def coordinator_name(cluster: str) -> str:
+    """The name (in :data:`NAMESPACE`) of the cluster's transaction
+    coordinator actor (:mod:`raylog.actors.transaction_coordinator`); the
+    producer finds it by this name."""
+    return f"{cluster}/transaction-coordinator"
+
+
 GiB = 1024 * MiB
 
 DAY_MS = 24 * 3600 * 1000

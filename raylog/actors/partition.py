@@ -61,7 +61,7 @@ from raylog.actors.process_exit import (
     until_zookeeper,
 )
 from raylog.config import NAMESPACE, TopicConfig, actor_name
-from raylog.errors import AuthenticationError, HandoffError
+from raylog.errors import AuthenticationError, ClosedError, HandoffError, NotOwnerError
 from raylog.metrics import PartitionMetrics
 from raylog.replication.mend import damaged_ranges, mend_from_isr
 from raylog.replication.preferred import PreferredWatch
@@ -616,6 +616,43 @@ class PartitionActor:
         """The partition's metric values (sampled now; see :mod:`raylog.metrics`)."""
         self._metrics.sample(self.log, self.server.stats())
         return self._metrics.snapshot()
+
+    def write_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int) -> int:
+        """The transaction coordinator's call (docs/design.md section 6):
+        append the marker ending ``producer_id``'s transaction here,
+        committed or aborted (:meth:`PartitionLog.append_marker`), and
+        return its offset once it is stored as an ``acks="all"`` write is:
+        synced and below the high watermark; on a replicated partition
+        confirmed by the in-sync replicas (the marker is replicated like
+        any batch). Leader only: a follower, or a replica that is not
+        serving, raises the retriable :class:`NotOwnerError` (the
+        coordinator looks the leader up again and retries). The log's
+        refusals come as they are: ``InvalidProducerEpochError`` and
+        ``TransactionCoordinatorFencedError`` (nothing written),
+        ``NotEnoughReplicasError``, ``DiskFullError``. A repeated marker
+        (the coordinator trying again) is harmless: it ends no transaction
+        a second time."""
+        view = self._resolve(self.topic, self.partition)
+        leader = None if self.role is None else self.role.leader
+        if view is None or (self.role is not None and leader is None):
+            raise NotOwnerError(f"{self.topic}-{self.partition}: this replica does not lead the partition now; "
+                                f"look its endpoint up again and write the marker there",
+                                topic=self.topic, partition=self.partition)
+        try:
+            if leader is None:
+                offset = self.log.append_marker(producer_id, producer_epoch, bool(commit), coordinator_epoch)
+            else:
+                view.before_acks_all()  # refused before appending while the ISR is too small
+                leader.begin_append()
+                try:
+                    offset = self.log.append_marker(producer_id, producer_epoch, bool(commit), coordinator_epoch)
+                finally:
+                    leader.end_append()
+            view.flush()  # acks="all": synced, and (replicated) confirmed by the ISR
+        except ClosedError:
+            raise NotOwnerError(f"{self.topic}-{self.partition} is closing; write the marker where it is served "
+                                f"next", topic=self.topic, partition=self.partition) from None
+        return offset
 
     def message_boundaries(self, start: int, end: int, targets: list[int]) -> list[int]:
         """For each target, the first message boundary at or after it within

@@ -137,6 +137,24 @@ class ProducerActor:
     async def stats(self) -> dict:
         return self._producer.stats()
 
+    # -- transactions (a producer made with transactional_id=...) -------------------
+    # One transaction at a time, as the wrapped producer: begin, the sends
+    # (each awaited, so every send of it is in the producer before the
+    # commit), offsets, then commit or abort. The coordinator is called from
+    # a thread, never from the event loop.
+
+    async def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets, group: str) -> None:
+        await asyncio.to_thread(self._producer.send_offsets_to_transaction, dict(offsets), group)
+
+    async def commit_transaction(self, timeout_s: float | None = None) -> None:
+        await asyncio.to_thread(self._producer.commit_transaction, timeout_s)
+
+    async def abort_transaction(self, timeout_s: float | None = None) -> None:
+        await asyncio.to_thread(self._producer.abort_transaction, timeout_s)
+
     async def close(self, settle_s: float = FLUSH_SETTLE_S) -> dict:
         await self._settled_flush(None, settle_s)
         try:

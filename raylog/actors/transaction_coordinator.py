@@ -75,7 +75,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 from raylog import auth
 from raylog.actors.process_exit import STARTUP_ZOOKEEPER_WAIT_S, exit_process, until_zookeeper
-from raylog.config import NAMESPACE
+from raylog.config import NAMESPACE, coordinator_name
 from raylog.errors import (
     BrokerUnavailableError,
     ConcurrentTransactionsError,
@@ -105,10 +105,6 @@ CONFLICT_RETRY = RetryPolicy(max_tries=20, delay_s=0.01, max_delay_s=0.5, deadli
 LOCK_STRIPES = 64
 #: exit status of a coordinator process ended by its fault file (tests)
 EXIT_FAULT = 79
-
-
-def coordinator_name(cluster: str) -> str:
-    return f"{cluster}/transaction-coordinator"
 
 
 class MarkerWriter(Protocol):

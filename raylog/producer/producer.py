@@ -44,6 +44,13 @@ delivered.
 Every message of a batch carries the batch's creation time as its
 timestamp unless ``send`` is given one.
 
+Transactions (``transactional_id=``; :mod:`raylog.producer.transaction`):
+``begin_transaction``, then sends (flagged transactional, under the
+coordinator's producer id and epoch; no direct round, no compiled keyless
+path: every send checks the transaction first), then
+``send_offsets_to_transaction`` and ``commit_transaction`` (deliver all,
+then end) or ``abort_transaction``.
+
 At interpreter exit a producer still open is closed for the caller
 (:func:`close_open_producers`, run by a hook that comes before the
 interpreter stops its thread pools, so the sender can still work): what
@@ -95,6 +102,8 @@ from raylog.errors import (
     ClosedError,
     ConfigError,
     DeliveryError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
     RequestTimeoutError,
     UnknownPartitionError,
 )
@@ -103,6 +112,7 @@ from raylog.producer.batch import ProducerBatch
 from raylog.producer.futures import BatchFuture, CallFuture, SendFuture
 from raylog.producer.partitioner import DEFAULT_PARTITIONER, key_partitioner
 from raylog.producer.sender import MAX_IN_FLIGHT_PARTITIONS, Sender
+from raylog.producer.transaction import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionManager, find_coordinator
 from raylog.transfer.protocol import ACKS_ALL
 from raylog.retry import RetryPolicy
 from raylog.audit import AUDIT_TOPIC, DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, new_source_id
@@ -192,6 +202,9 @@ class Producer:
         audit_window_ms: int | None = None,
         audit_interval_ms: int | None = None,
         partitioner: str = DEFAULT_PARTITIONER,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        transaction_coordinator=None,
     ):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
@@ -205,6 +218,10 @@ class Producer:
         if max_buffered_messages < 1 or max_in_flight_partitions < 1:
             raise ConfigError("max_buffered_messages and max_in_flight_partitions must be at least 1")
         codec_id(compression)  # raises ConfigError for an unknown codec
+        if transactional_id is not None and (_ACKS[acks] != ACKS_ALL or not enable_idempotence):
+            raise ConfigError(
+                f"a transactional producer needs acks='all' and enable_idempotence=True (as Kafka's), got "
+                f"acks={acks!r}, enable_idempotence={enable_idempotence!r}")
         key_partition = key_partitioner(partitioner)  # raises ConfigError for an unknown one
         self._metadata = metadata
         self.partitioner = partitioner
@@ -228,6 +245,14 @@ class Producer:
         self._audit = AuditCounter(audit_window_ms or DEFAULT_WINDOW_MS) if audit else None
         self._audit_interval_s = (audit_interval_ms or DEFAULT_INTERVAL_MS) / 1000.0
 
+        #: a transactional producer's state (raylog.producer.transaction); None otherwise
+        self.transaction = None
+        if transactional_id is not None:
+            if transaction_coordinator is None:
+                transaction_coordinator = find_coordinator(metadata.settings.cluster)
+            self.transaction = TransactionManager(transaction_coordinator, transactional_id,
+                                                  transaction_timeout_ms)
+            self.transaction.init()  # fences an older producer of the id
         self._acc = RecordAccumulator(
             metadata,
             batch_size=batch_size,
@@ -250,13 +275,14 @@ class Producer:
             on_resolved=self._resolved,
             periodic=self._publish_audit if self._audit is not None else None,
             max_in_flight_partitions=max_in_flight_partitions,
+            transaction=self.transaction,
         )
         #: the random id of the idempotent sets (-1 when not idempotent)
         self.producer_id = self._sender.producer_id
         #: the direct round (see raylog.producer.accumulator): batch 1 with acks
-        self._direct = batch_size == 1 and _ACKS[acks] != 0
+        self._direct = batch_size == 1 and _ACKS[acks] != 0 and self.transaction is None
         _OPEN_PRODUCERS.add(self)
-        if _fastsend is not None:
+        if _fastsend is not None and self.transaction is None:
             # send's commonest case compiled (a keyless message); every other
             # call goes to Producer.send.
             self.send = _fastsend.KeylessSend(
@@ -286,7 +312,10 @@ class Producer:
 
         ``value`` ``None`` is a tombstone (a null value, kept distinct from
         ``b""``); ``headers`` are ``(str, bytes | None)`` pairs, kept in
-        order, duplicates allowed (docs/design.md §2)."""
+        order, duplicates allowed (docs/design.md §2). A transactional
+        producer sends only inside a transaction."""
+        if self.transaction is not None:
+            self.transaction.check_send()
         if type(value) is not bytes and value is not None:
             raise ArgumentTypeError(
                 f"value must be bytes (or None for a tombstone), got {type(value).__name__}; "
@@ -318,6 +347,8 @@ class Producer:
     ) -> CallFuture:
         """Queue many messages at once (each still partitioned by its key);
         returns one future for all of them (see :class:`CallFuture`)."""
+        if self.transaction is not None:
+            self.transaction.check_send()
         if keys is not None and len(keys) != len(values):
             raise ConfigError(f"{len(values)} values but {len(keys)} keys")
         if keys is not None and partition is None:
@@ -391,6 +422,60 @@ class Producer:
             # acks=1: read-your-writes (docs/design.md section 6), as acks="all" has from its replies
             self._sender.visibility.wait(deadline)
         self._raise_failures()
+
+    # -- transactions (raylog.producer.transaction) ---------------------------
+
+    def _transactional(self) -> TransactionManager:
+        if self.transaction is None:
+            raise InvalidTxnStateError("this producer is not transactional; make it with "
+                                       "client.producer(transactional_id=...)", state="none")
+        return self.transaction
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: the sends until its end belong to it."""
+        self._transactional().begin()
+
+    def send_offsets_to_transaction(self, offsets, group: str) -> None:
+        """Commit ``group``'s offsets ``{(topic, partition): offset}`` with
+        the transaction: they become the group's committed offsets when it
+        commits, and never when it aborts."""
+        self._transactional().add_offsets(offsets, group)
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Deliver every message of the transaction, then commit it: its
+        messages and offsets become visible to ``read_committed`` readers
+        together. A send of it that failed makes the commit raise (one
+        :class:`DeliveryError`, or :class:`InvalidTxnStateError`): abort
+        it then. A transaction the coordinator aborted past its timeout
+        raises :class:`InvalidProducerEpochError`."""
+        txn = self._transactional()
+        txn.check_send()
+        try:
+            self.flush(timeout_s)
+        except DeliveryError as err:
+            txn.failed(err)
+            txn.check_not_fenced()
+            raise
+        self._end(txn, True)
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Abort the transaction: its messages stay in the logs, hidden
+        from ``read_committed`` readers by the abort markers, and its
+        offsets are dropped."""
+        txn = self._transactional()
+        txn.check_not_fenced()
+        try:
+            self.flush(timeout_s)  # every batch of it has its outcome before the markers
+        except DeliveryError:
+            pass  # aborted anyway
+        self._end(txn, False)
+
+    def _end(self, txn: TransactionManager, commit: bool) -> None:
+        try:
+            txn.end(commit)
+        except InvalidProducerEpochError as err:
+            txn.expired(err)  # the coordinator aborted it (its timeout): nothing is open here any more
+            raise
 
     def close(self, timeout_s: float | None = 60.0) -> None:
         """Flush, then stop the sender. Idempotent. Raises like ``flush``."""
@@ -493,6 +578,8 @@ class Producer:
                     sent_batches += 1
                 else:
                     self.failed_messages += n
+                    if self.transaction is not None:
+                        self.transaction.failed(error)
                     entry = self._failures.setdefault((batch.topic, batch.partition), [0, error])
                     entry[0] += n
             self.sent_messages += sent

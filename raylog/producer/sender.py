@@ -111,6 +111,8 @@ _MAX_PRODUCER_ID = (1 << 63) - 1
 _MAX_SEQUENCE = (1 << 31) - 1
 #: the producerEpoch of raylog's idempotent batches (a fresh id, never a new epoch)
 PRODUCER_EPOCH = 0
+#: a record batch's attributes bit 4: the batch belongs to a transaction (raylog.storage.record_batch)
+TRANSACTIONAL = 0x10
 
 
 def new_producer_id() -> int:
@@ -119,13 +121,17 @@ def new_producer_id() -> int:
 
 
 class PartitionSequences:
-    """Idempotence state of one topic-partition (drain-worker confined)."""
+    """Idempotence state of one topic-partition (drain-worker confined):
+    the producer id and epoch its batches carry, their attributes (a
+    transaction's: the transactional bit) and the next sequence."""
 
-    __slots__ = ("producer_id", "next")
+    __slots__ = ("producer_id", "next", "epoch", "attributes")
 
-    def __init__(self, producer_id: int):
+    def __init__(self, producer_id: int, epoch: int = PRODUCER_EPOCH, attributes: int = 0):
         self.producer_id = producer_id
         self.next = 0
+        self.epoch = epoch
+        self.attributes = attributes
 
     def take(self, count: int = 1) -> int:
         """The base sequence of a batch of ``count`` records (its records
@@ -136,7 +142,12 @@ class PartitionSequences:
         return seq
 
     def restart(self) -> None:
-        """A fresh producer id after a gap: later sets are numbered from 0."""
+        """A fresh producer id after a gap: later sets are numbered from 0.
+        Not for a transaction's sets: the coordinator's id is the only one
+        they may carry (the failed set makes the transaction abortable, and
+        the abort's new epoch numbers the next transaction's sets from 0)."""
+        if self.attributes & TRANSACTIONAL:
+            return
         self.producer_id = new_producer_id()
         self.next = 0
 
@@ -172,7 +183,7 @@ class _Set:
     def renumber(self, state: PartitionSequences) -> None:
         """Under ``state``'s (fresh) producer id, with its next sequences."""
         self.sequence = state.take(len(self.batch.values))
-        self.payload = with_producer(self.payload, state.producer_id, PRODUCER_EPOCH, self.sequence)
+        self.payload = with_producer(self.payload, state.producer_id, state.epoch, self.sequence)
 
 
 def encode(batch, compression: str | None, state: PartitionSequences | None) -> bytes:
@@ -186,8 +197,8 @@ def encode(batch, compression: str | None, state: PartitionSequences | None) -> 
         if state is None:
             payload = fast.batch_encode(batch.values, batch.keys, int(batch.created * 1000), 0, -1, -1, -1)
         else:
-            payload = fast.batch_encode(batch.values, batch.keys, int(batch.created * 1000), 0, state.producer_id,
-                                        PRODUCER_EPOCH, state.next)
+            payload = fast.batch_encode(batch.values, batch.keys, int(batch.created * 1000), state.attributes,
+                                        state.producer_id, state.epoch, state.next)
         if payload is not None:
             return payload
     timestamps = batch.timestamps if batch.timestamps is not None else int(batch.created * 1000)
@@ -197,7 +208,8 @@ def encode(batch, compression: str | None, state: PartitionSequences | None) -> 
         return encode_batch(batch.values, batch.keys, headers, timestamps, compression)
     return encode_batch(
         batch.values, batch.keys, headers, timestamps, compression,
-        producer_id=state.producer_id, producer_epoch=PRODUCER_EPOCH, base_sequence=state.next,
+        producer_id=state.producer_id, producer_epoch=state.epoch, base_sequence=state.next,
+        transactional=bool(state.attributes & TRANSACTIONAL),
     )
 
 
@@ -233,8 +245,11 @@ class Sender:
         periodic=None,
         max_in_flight_sets: int = MAX_IN_FLIGHT_SETS,
         max_in_flight_partitions: int = MAX_IN_FLIGHT_PARTITIONS,
+        transaction=None,
     ):
         self._acc = accumulator
+        #: a transactional producer's :class:`~raylog.producer.transaction.TransactionManager`
+        self.transaction = transaction
         self._metadata = metadata
         self.acks = acks
         self.idempotent = idempotent
@@ -423,7 +438,12 @@ class Sender:
                 self._resolve(b, error=ClosedError("the producer was closed before this message was sent"))
             return
         sets = []
-        state = self._state(tp)
+        try:
+            state = self._state(tp)
+        except RaylogError as err:  # a transaction's partition the coordinator did not add
+            for b in batches:
+                self._resolve(b, error=err)
+            return
         for b in batches:
             payload = encode(b, self.compression, state)
             error = too_large(b, payload)
@@ -441,9 +461,18 @@ class Sender:
             self._give_up(pending, state, err)
 
     def _state(self, tp: tuple[str, int]) -> PartitionSequences | None:
-        """The idempotence state of ``tp`` (None when not idempotent)."""
+        """The idempotence state of ``tp`` (None when not idempotent). In a
+        transaction: the partition added to it first (raises the
+        coordinator's refusal), under the transaction's id and epoch."""
         if not self.idempotent:
             return None
+        if self.transaction is not None:
+            producer_id, epoch = self.transaction.add_partition(tp)
+            state = self._sequences.get(tp)
+            if state is None or state.producer_id != producer_id or state.epoch != epoch:
+                # a new epoch (every transaction's): its sequences start at 0
+                state = self._sequences[tp] = PartitionSequences(producer_id, epoch, TRANSACTIONAL)
+            return state
         state = self._sequences.get(tp)
         if state is None:
             state = self._sequences[tp] = PartitionSequences(self.producer_id)
