@@ -199,8 +199,9 @@ class PartitionActor:
             threading.Thread(target=self._mend, name="raylog-mend", daemon=True).start()
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
-        #: the log cleaner of a compacted topic (raylog.storage.cleaner_thread); not yet on replicas
-        self._cleaner = CleanerThread.for_log(self.log) if self.role is None else None
+        #: the log cleaner of a compacted topic (raylog.storage.cleaner_thread); every replica
+        #: runs its own, up to the committed offset (ReplicaRole.committed_offset)
+        self._cleaner = CleanerThread.for_log(self.log)
         if self.role is not None:
             # SIGTERM (a node stopped): Ray's worker exits through atexit; leave in order first
             atexit.register(self.leave_on_exit)
