@@ -14,7 +14,12 @@ holds an exclusive ``fcntl.flock`` on while the log is open: a second owner
 (another actor, of this cluster or another one pointed at the same
 directory) fails to open it with :class:`LogDirectoryLockedError`. The log offset of a
 message is its byte position in the concatenation of the segments; segment
-``k + 1`` starts where segment ``k`` ends.
+``k + 1`` starts where segment ``k`` ends. A segment the cleaner rewrote,
+or that a replica wrote in that form (a cleaned leader's batches, see
+"Replica writes over cleaned ranges" below :meth:`PartitionLog.append_replica`),
+keeps its batches at their own offsets and maps them to file positions with
+an offset index (:mod:`raylog.storage.offsetindex`); its end offset is the
+next segment's base.
 
 Segments hold format 1's messages or format 2's record batches, one
 format a segment (docs/design.md §2): :meth:`PartitionLog.append` takes
@@ -264,7 +269,8 @@ class PartitionLog(LogBasics):
     the append that triggered it returns. A failed sync is raised (as
     :class:`StorageError`) by every later call.
 
-    Offsets are byte positions (docs/design.md §2). ``flush_messages`` counts messages
+    Offsets are byte positions (docs/design.md §2), but in a cleaned segment
+    (§3), where an offset index maps them. ``flush_messages`` counts messages
     as appended: a compressed wrapper counts as one.
     """
 
@@ -835,8 +841,13 @@ class PartitionLog(LogBasics):
         it reopens.
 
         Record batches (format 2) come whole and stamped by the leader (each
-        baseOffset its offset here, checked with its crc); their producers
-        are remembered from their own fields (no ``sequences``)."""
+        frame checked with its crc) and are stored at their own baseOffsets,
+        which may leave gaps where the leader's log was cleaned (see "Replica
+        writes over cleaned ranges" below); a first batch that begins before
+        ``offset`` and reaches past it makes the replica cut back to its start
+        and take it whole; one that lies before ``offset`` is refused
+        (:class:`InvalidMessageError`). Their producers are remembered from
+        their own fields (no ``sequences``)."""
         if format_at(message_set) == 2:
             return self._append_replica_batches(message_set, offset)
         size, count = len(message_set), self._validate(message_set)
@@ -1088,8 +1099,8 @@ class PartitionLog(LogBasics):
                     f"a replica starts over only past its log end ({self._leo}), not at {offset}", offset=offset
                 )
             try:
-                for segment in self._view[1]:
-                    segment.delete()
+                for segment in reversed(self._view[1]):
+                    _delete_segment(segment)
                 sync_directory(self._dir)
                 new = LogSegment.open(self._dir, offset)
                 sync_directory(self._dir)
@@ -1166,6 +1177,12 @@ class PartitionLog(LogBasics):
         CRC) and fill it exactly; else :class:`InvalidOffsetError` or
         :class:`CorruptMessageError` and nothing is written. The bytes are
         written in place and synced. Any thread (takes the writer's lock).
+        A range in a cleaned segment is refused (:class:`InvalidOffsetError`):
+        its positions are not offsets, and its batches are this replica's own
+        cleaning, which another replica's bytes need not match (recovery never
+        reports damage kept there). Another replica's cleaned bytes for a
+        range stored here uncleaned fail the checks above (their batches are
+        not at these positions): nothing is written.
         """
         end = offset + len(data)
         with self._lock:

@@ -321,3 +321,21 @@ def test_a_pass_never_cleans_past_the_clean_limit(logs):
     assert all(s.end_offset <= limit for s in log._view[1] if s.cleaned)
     log.clean_limit = None
     assert log.clean(NOW, force=True).cleaned_to > limit
+
+
+def test_mend_refuses_a_cleaned_replicas_bytes_for_a_range_stored_uncleaned(logs):
+    leader, follower = logs("leader"), logs("follower")
+    fill(leader, 8)
+    copy(leader, follower)
+    leader.clean(NOW, force=True)
+    records = read_all(follower)
+    segment = next(s for s in leader._view[1] if s.cleaned and len(s.offsets) >= 2)
+    entry = segment.offsets.entries()[0]
+    # the cleaned leader's bytes from that offset, as a peer serves them, for the follower's same range
+    data = leader.read(entry.offset, 1 << 16).tobytes()
+    end = next(s.end_offset for s in follower._view[1] if s.base_offset <= entry.offset < s.end_offset)
+    data = data[: min(len(data), end - entry.offset)]
+    assert data
+    with pytest.raises(CorruptMessageError):
+        follower.mend(entry.offset, data)
+    assert read_all(follower) == records
