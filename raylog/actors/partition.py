@@ -213,8 +213,9 @@ class PartitionActor:
             threading.Thread(target=self._mend, name="raylog-mend", daemon=True).start()
         self._timer = threading.Thread(target=self._run_timers, name="raylog-timers", daemon=True)
         self._timer.start()
-        #: the log cleaner of a compacted topic (raylog.storage.cleaner_thread); not yet on replicas
-        self._cleaner = CleanerThread.for_log(self.log) if self.role is None else None
+        #: the log cleaner of a compacted topic (raylog.storage.cleaner_thread); every replica
+        #: runs its own, up to the committed offset (ReplicaRole.committed_offset)
+        self._cleaner = CleanerThread.for_log(self.log)
         with self._config_lock:  # from now on a changed cleanup_policy starts or stops it
             self._cleaner_ready = True
         self._sync_cleaner()
@@ -273,7 +274,7 @@ class PartitionActor:
         with self._config_lock:
             if not self._cleaner_ready or self._closed.is_set():
                 return
-            wanted = self.config.compacted and self.role is None
+            wanted = self.config.compacted
             running = self._cleaner is not None and self._cleaner.running
             if wanted and not running:
                 self._cleaner = CleanerThread.for_log(self.log)

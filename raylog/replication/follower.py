@@ -39,6 +39,19 @@ fails and a new connect to its port is refused, the follower removes them
 (:mod:`raylog.replication.liveness`) and takes over without waiting for
 the session timeout.
 
+On a compacted topic every replica runs its own log cleaner, up to the
+committed offset it knows (:meth:`ReplicaRole.committed_offset
+<raylog.replication.replica.ReplicaRole.committed_offset>`). A follower that
+fetches from the leader's cleaned segments (a new replica, or one that was
+away) gets batches at offsets that are not their byte positions: it stores
+each at its own offset, in the cleaned form where needed (its segment then
+carries an offset index, see "Replica writes over cleaned ranges" in
+:mod:`raylog.storage.log`), so that it holds the leader's kept records at
+the same offsets; where its log ends inside one of the leader's batches
+(its copy was cleaned more than the new leader's) it cuts back to that
+batch's start and takes it whole. Truncation is by offset, at a batch
+boundary, on either form.
+
 Each reply carries the leader's committed offset (its high watermark): the
 follower keeps it (:class:`~raylog.replication.follower_reads.ServedWatermark`)
 and serves readers up to it (:mod:`raylog.replication.follower_reads`).

@@ -48,6 +48,8 @@ class ReplicaRole:
             self._lead(state, version)
         else:
             self._follow()
+        # each replica cleans its log on its own (a compacted topic), over committed records only
+        partition_log.clean_limit = self.committed_offset
 
     def _follow(self) -> None:
         self.follower = Follower(self.registry, self.topic, self.partition, self.node, self.log, self._token,
@@ -66,6 +68,18 @@ class ReplicaRole:
         self._lead(state, version)
         if self._on_promoted is not None:
             self._on_promoted()
+
+    def committed_offset(self) -> int:
+        """The committed offset this replica knows: the leader's own, or the
+        one a follower learnt from its leader's replies. The log cleaner
+        never cleans past it (:attr:`PartitionLog.clean_limit
+        <raylog.storage.log.PartitionLog.clean_limit>`): a record a leader
+        change may still cut off never removes an older, committed one."""
+        leader = self.leader
+        if leader is not None:
+            return leader.committed
+        follower = self.follower
+        return 0 if follower is None else follower.watermark.learned
 
     def hand_off(self, target: str, timeout_s: float) -> dict:
         """Hand this leader's lead to ``target`` (steps 1-3 of

@@ -14,7 +14,12 @@ holds an exclusive ``fcntl.flock`` on while the log is open: a second owner
 (another actor, of this cluster or another one pointed at the same
 directory) fails to open it with :class:`LogDirectoryLockedError`. The log offset of a
 message is its byte position in the concatenation of the segments; segment
-``k + 1`` starts where segment ``k`` ends.
+``k + 1`` starts where segment ``k`` ends. A segment the cleaner rewrote,
+or that a replica wrote in that form (a cleaned leader's batches, see
+"Replica writes over cleaned ranges" below :meth:`PartitionLog.append_replica`),
+keeps its batches at their own offsets and maps them to file positions with
+an offset index (:mod:`raylog.storage.offsetindex`); its end offset is the
+next segment's base.
 
 Segments hold format 1's messages or format 2's record batches, one
 format a segment (docs/design.md §2): :meth:`PartitionLog.append` takes
@@ -129,7 +134,7 @@ from raylog.storage.keyed import require_keys
 from raylog.storage.log_reads import FileSlice, LogReader
 from raylog.storage.owner_only import make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
 from raylog.storage.markers import decode_marker, encode_marker
-from raylog.storage.record_batch import format_at, iter_batches
+from raylog.storage.record_batch import check_frame, format_at, iter_batches
 from raylog.storage.producer_state import ProducerStateTable
 from raylog.storage.recovery import (
     CHECKPOINT_NAME,
@@ -139,7 +144,8 @@ from raylog.storage.recovery import (
     RecoveryReport,
 )
 from raylog.storage.retention import Retention
-from raylog.storage.segment import LogSegment
+from raylog.storage.offsetindex import OffsetIndex, index_name
+from raylog.storage.segment import LogSegment, segment_name
 from raylog.storage.transactions import TXN_BITS, AbortedTxn, VerificationGuard
 from raylog.storage.txnindex import TxnIndexes
 from raylog.storage.validation import scan_message_set, validate_append
@@ -179,6 +185,94 @@ def _open_error(directory: str, err: OSError) -> StorageError:
     return StorageError(f"cannot open the partition log in {directory}: {err}", directory=directory)
 
 
+#: the suffix of a cleaned segment's offset index being rewritten by a replica's truncation
+_CUT = ".cut"
+
+
+def _delete_segment(segment: LogSegment) -> None:
+    """Delete a segment's files, a cleaned segment's offset index first (an
+    index left without its segment would be taken for a new segment's)."""
+    if segment.cleaned:
+        try:
+            os.unlink(os.path.join(os.path.dirname(segment.path), index_name(segment.base_offset)))
+        except FileNotFoundError:
+            pass
+    segment.delete()
+
+
+def _stored_batches(data, limit: int) -> list:
+    """``(position, header)`` of each stored batch of ``data`` (a leader's,
+    stamped: every frame and crc checked, offsets growing, no batch
+    overlapping the one before); raises the error of the first bad one."""
+    headers = []
+    pos, n = 0, len(data)
+    previous_end = None
+    while pos < n:
+        try:
+            header = check_frame(data, pos, limit)
+        except InvalidMessageError as err:
+            details = dict(err.details)
+            details.setdefault("offset", pos)
+            raise type(err)(f"a replica's batch at byte {pos} of the fetched bytes: {err}", **details) from None
+        if previous_end is not None and header.base_offset < previous_end:
+            raise InvalidMessageError(
+                f"the leader's batch at offset {header.base_offset} overlaps the one before it (which ends at "
+                f"{previous_end}): not a stored log", offset=header.base_offset,
+            )
+        headers.append((pos, header))
+        previous_end = header.next_offset
+        pos += header.size
+    return headers
+
+
+class ReplicaLayout(NamedTuple):
+    """Where a replica append's batches go (:func:`replica_layout`): each
+    part ``(begin, stop, ...)`` is the bytes ``data[begin:stop]``;
+    ``plain``/``after``: ``(begin, stop, [(offset, header)])`` appended to
+    the active segment (before and after the cleaned part);
+    ``cleaned``: ``(begin, stop, end offset, [(offset, span, position)],
+    [(offset, header)])``, a segment in the cleaned form."""
+
+    plain: tuple | None
+    cleaned: tuple | None
+    after: tuple | None
+
+
+def replica_layout(headers, offset: int, size: int) -> ReplicaLayout:
+    """The layout of a replica append at ``offset`` (the log end) of the
+    batches ``headers`` (``(position, header)``, as :func:`_stored_batches`
+    gives them; ``size`` bytes in all): see "Replica writes over cleaned
+    ranges" in :class:`PartitionLog`. :class:`InvalidOffsetError` for a
+    batch before ``offset`` (:class:`InvalidMessageError`)."""
+    if headers and headers[0][1].base_offset < offset:
+        raise InvalidMessageError(f"the leader's batch at {headers[0][1].base_offset} lies before this replica's "
+                                  f"log end {offset}: not a batch to store here", offset=headers[0][1].base_offset)
+    cursor, i = offset, 0
+    while i < len(headers) and headers[i][1].base_offset == cursor and _plain_batch(headers[i][1]):
+        cursor = headers[i][1].next_offset
+        i += 1
+    stop = headers[i][0] if i < len(headers) else size
+    plain = (0, stop, [(h.base_offset, h) for _p, h in headers[:i]]) if i else None
+    rest = headers[i:]
+    if not rest:
+        return ReplicaLayout(plain, None, None)
+    contiguous = all(_plain_batch(h) for _p, h in rest) and all(
+        b[1].base_offset == a[1].next_offset for a, b in zip(rest, rest[1:]))
+    if contiguous:  # a gap, then the leader's log as appended: an empty cleaned segment over the gap
+        first = rest[0][1].base_offset
+        return ReplicaLayout(plain, (stop, stop, first, [], []),
+                             (stop, size, [(h.base_offset, h) for _p, h in rest]))
+    entries = [(h.base_offset, h.next_offset - h.base_offset, p - stop) for p, h in rest]
+    return ReplicaLayout(plain, (stop, size, rest[-1][1].next_offset, entries, [(h.base_offset, h) for _p, h in rest]),
+                         None)
+
+
+def _plain_batch(header) -> bool:
+    """A batch whose next offset is its position plus its size (as every
+    batch is appended): it can lie in a segment whose offsets are positions."""
+    return header.next_offset == header.base_offset + header.size
+
+
 class PartitionLog(LogBasics):
     """The log of one partition, in ``directory``.
 
@@ -205,7 +299,8 @@ class PartitionLog(LogBasics):
     the append that triggered it returns. A failed sync is raised (as
     :class:`StorageError`) by every later call.
 
-    Offsets are byte positions (docs/design.md §2). ``flush_messages`` counts messages
+    Offsets are byte positions (docs/design.md §2), but in a cleaned segment
+    (§3), where an offset index maps them. ``flush_messages`` counts messages
     as appended: a compressed wrapper counts as one.
     """
 
@@ -251,6 +346,10 @@ class PartitionLog(LogBasics):
         self._flush_requested = False
         self._waiting = 0  # readers blocked in wait_for_data: they get a prompt flush
         self._end_waiting = 0  # followers blocked in wait_for_end: woken by an append
+        #: on a replicated partition, the replication role's committed offset
+        #: (``() -> int``; the leader's, or the one a follower learnt): a
+        #: cleaning pass never reaches past it (see :meth:`clean`)
+        self.clean_limit: Callable[[], int] | None = None
         try:
             # the owner's only (raylog.storage.owner_only): made 0700, a kept one tightened
             make_owner_only_dirs(self._dir)
@@ -676,6 +775,12 @@ class PartitionLog(LogBasics):
         if not active.size - size:
             self._active_since = self._clock()
         self._leo = base + size
+        self._note_appended(count)
+        return base
+
+    def _note_appended(self, count: int) -> None:
+        """``count`` messages were appended (writer lock held): wake a waiting
+        follower, count them for the flush, start one when due."""
         if self._end_waiting:  # a follower waits for these bytes: it copies them while this log syncs
             with self._cond:
                 self._cond.notify_all()
@@ -687,7 +792,6 @@ class PartitionLog(LogBasics):
         if (self._unflushed >= self._config.flush_messages or self._waiting) and not self._flush_requested:
             self._flush_requested = True
             submit_flush(self._flush_in_background)
-        return base
 
     def _apply_transactions(self, batches, data, base: int, active: LogSegment) -> None:
         """The transactions of the batches just stored at ``base`` (writer
@@ -822,7 +926,13 @@ class PartitionLog(LogBasics):
         dirty). The segments are read and the cleaned ones written outside
         the writer's lock (closed segments never change); each swap takes
         it. Readers and appends go on meanwhile. A disk error fails the log
-        as every other does."""
+        as every other does.
+
+        A pass cleans only below the high watermark and, on a replicated
+        partition, below :attr:`clean_limit` (the committed offset): a record
+        that a leader change may still cut off never removes an older one,
+        so that every replica, cleaning on its own, keeps the latest
+        committed record of each key."""
         if not self._config.compacted:
             return None
         with self._clean_lock:
@@ -832,6 +942,9 @@ class PartitionLog(LogBasics):
             if now_ms is None:
                 now_ms = int(self._clock() * 1000)
             hw = self._hw  # before the view: a newer view only adds segments
+            limit = self.clean_limit
+            if limit is not None:
+                hw = min(hw, limit())
             try:
                 return _cleaner.clean(self._view, hw, self._dir, self._config, now_ms, self._install_cleaned,
                                       buffer_bytes=buffer_bytes, throttler=throttler, force=force)
@@ -895,8 +1008,13 @@ class PartitionLog(LogBasics):
         it reopens.
 
         Record batches (format 2) come whole and stamped by the leader (each
-        baseOffset its offset here, checked with its crc); their producers
-        are remembered from their own fields (no ``sequences``)."""
+        frame checked with its crc) and are stored at their own baseOffsets,
+        which may leave gaps where the leader's log was cleaned (see "Replica
+        writes over cleaned ranges" below); a first batch that begins before
+        ``offset`` and reaches past it makes the replica cut back to its start
+        and take it whole; one that lies before ``offset`` is refused
+        (:class:`InvalidMessageError`). Their producers are remembered from
+        their own fields (no ``sequences``)."""
         if format_at(message_set) == 2:
             return self._append_replica_batches(message_set, offset)
         size, count = len(message_set), self._validate(message_set)
@@ -935,19 +1053,112 @@ class PartitionLog(LogBasics):
             return self._append_locked(message_set, size, count, sequenced)
 
     def _append_replica_batches(self, data, offset: int) -> int:
+        """Append a leader's stamped batches at their own offsets (the
+        follower's side of replication over cleaned segments, see "Replica
+        writes over cleaned ranges" below); ``offset`` is this log's end."""
         limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
-        valid, _count, err = scan_batches(data, limit, base_offset=offset)
-        if err is not None:
-            raise err
-        headers = [(offset + pos, header) for pos, header in iter_batches(data, 0, valid)]
-        records = sum(header.count for _offset, header in headers)
+        headers = _stored_batches(data, limit)
+        if offset != self._leo:
+            raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
+        if headers and headers[0][1].base_offset < offset < headers[0][1].next_offset:
+            # The leader holds the batch this replica's log ends inside of as
+            # one batch (its copy is cleaned less, or not at all): the replica
+            # cuts back to the batch's start and takes it whole.
+            first = headers[0][1].base_offset
+            log.info("replica %s cuts %d..%d back to take the leader's batch at %d whole", self._dir, first,
+                     offset, first)
+            self.truncate_replica(first)
+            offset = first
+        layout = replica_layout(headers, offset, len(data))
         with self._lock:
             self._check_writable()
             if offset != self._leo:
                 raise InvalidOffsetError(f"a replica append at {offset}, but {self._dir} ends at {self._leo}")
-            if not records:
+            if not headers:
                 return self._leo
-            return self._append_locked(data, len(data), records, (), stamped=headers)
+            if layout.plain:
+                begin, stop, stamped = layout.plain
+                self._append_locked(data[begin:stop], stop - begin, sum(h.count for _o, h in stamped), (),
+                                    stamped=stamped)
+            if layout.cleaned is not None:
+                begin, stop, end, entries, stamped = layout.cleaned
+                self._append_cleaned_locked(data[begin:stop], end, entries, stamped)
+            if layout.after:
+                begin, stop, stamped = layout.after
+                self._append_locked(data[begin:stop], stop - begin, sum(h.count for _o, h in stamped), (),
+                                    stamped=stamped)
+            return offset
+
+    # Replica writes over cleaned ranges. A leader's cleaned segment (docs/
+    # design.md §3) holds batches at offsets that are not their byte
+    # positions; a follower that fetches it (a new replica, or one that was
+    # away) stores every batch at its own offset, as Kafka's followers do:
+    #
+    # - batches that continue the log end and whose next offset is their
+    #   position plus their size (every batch a leader appends) go to the
+    #   active segment as they are (offset == position);
+    # - the rest of a fetch, from the first batch that does not (a gap the
+    #   cleaner left, or a batch it rewrote), is written as a segment in the
+    #   cleaned form: its bytes and an offset index (raylog.storage.offsetindex),
+    #   made as the cleaner makes its own (``<base>.log.cleaned`` and
+    #   ``<base>.index.cleaned``, then raylog.storage.cleaner.swap), dirty
+    #   from its base (this replica's cleaner deduplicates it again), and
+    #   never written to again; a new empty active segment starts at its
+    #   end (the last batch's next offset);
+    # - a fetch that is a gap followed by such plain batches only (the
+    #   leader's log past its cleaned segments) makes an empty cleaned
+    #   segment over the gap and appends the batches to a new active one.
+    #
+    # So a replica holds the same kept records at the same offsets as its
+    # leader, its reads and its own cleaner work on either form, and
+    # truncate_replica cuts a cleaned segment by offset, at a batch boundary.
+
+    def _append_cleaned_locked(self, data, end: int, entries, stamped) -> None:
+        """Write ``data`` (whole stamped batches; ``entries``: ``(offset,
+        span, position)`` of each) as a segment in the cleaned form over
+        ``[log end, end)`` and start a new active segment at ``end``
+        (writer's lock held)."""
+        if self._active.size:
+            self._roll()
+        empty, base = self._active, self._leo
+        log_name = os.path.join(self._dir, segment_name(base))
+        idx_name = os.path.join(self._dir, index_name(base))
+        committed = False
+        try:
+            if self._formats.segments < 2:
+                self._formats = format_file.mark_segments(self._dir, self._formats, 2)
+            fd = os.open(log_name + _cleaner.CLEANED, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            OffsetIndex(base, end, entries, len(data), base).write(idx_name + _cleaner.CLEANED)
+            empty.timeindex.close()
+            committed = True
+            _cleaner.swap(self._dir, base, [base])
+            cleaned = LogSegment.open(self._dir, base)
+            new = LogSegment.open(self._dir, end)
+            sync_directory(self._dir)
+        except OSError as err:
+            if not committed and is_disk_full(err):
+                for name in (log_name, idx_name):
+                    try:
+                        os.unlink(name + _cleaner.CLEANED)
+                    except FileNotFoundError:
+                        pass
+                raise self._now_disk_full(err, self._dir) from err
+            self._fail(err)
+            raise StorageError(f"cannot write a replica's cleaned segment at {base} in {self._dir}: {err}") from err
+        bases, segments = self._view
+        self._view = ([*bases[:-1], base, end], [*segments[:-1], cleaned, new])
+        self._active, self._active_since = new, None
+        if stamped:
+            self._batch_producers.remember(stamped)
+        self._leo = end
+        self._note_appended(sum(h.count for _o, h in stamped))
 
     def cut_partial_replica_set(self) -> int | None:
         """Before this replica leads: cut the log back to the start of the
@@ -976,23 +1187,70 @@ class PartitionLog(LogBasics):
     def truncate_replica(self, offset: int) -> None:
         """Cut the log back to ``offset`` (a replica of an older leader epoch,
         see :mod:`raylog.replication.state`), forgetting the producers' sets
-        cut off; nothing at or past the end."""
-        with self._flush_lock, self._lock:
+        cut off; nothing at or past the end, nothing before the log start.
+
+        In a segment the cleaner rewrote (or a replica wrote in the cleaned
+        form) the cut is found in its offset index and made at a batch
+        boundary: an ``offset`` inside a kept batch cuts before that batch
+        (the replica fetches it again). The segment's index is rewritten
+        first, then its file cut, and a new empty active segment starts at
+        the cut (a crash in between is finished by recovery). Waits for a
+        cleaning pass in progress (it reads the segments cut here)."""
+        with self._clean_lock, self._flush_lock, self._lock:
             self._check_writable()
             if offset >= self._leo:
                 return
-            segments = self._view[1]
-            keep = [s for s in segments if s.base_offset <= offset] or segments[:1]
-            for segment in segments[len(keep):]:
-                segment.delete()
-            keep[-1].truncate(offset - keep[-1].base_offset)
+            bases, segments = self._view
+            offset = max(offset, bases[0])
+            keep = segments[: bisect.bisect_right(bases, offset)]
+            last = keep[-1]
+            if last.offsets is not None:
+                entry = last.offsets.locate(offset)
+                if entry is not None and entry.offset < offset:
+                    offset = entry.offset  # never inside a batch
+            try:
+                for segment in reversed(segments[len(keep):]):  # newest first: what stays is contiguous
+                    _delete_segment(segment)
+                if len(keep) < len(segments):
+                    sync_directory(self._dir)
+                if not last.cleaned:
+                    last.truncate(offset - last.base_offset)
+                else:
+                    keep[-1:] = self._cut_cleaned(last, offset)
+            except OSError as err:
+                self._fail(err)
+                raise StorageError(f"cannot cut the replica in {self._dir} back to {offset}: {err}") from err
             self._view, self._active, self._leo = ([s.base_offset for s in keep], keep), keep[-1], offset
+            self._active_since = None
             self._producers.truncate(offset)
             self._batch_producers.truncate(keep, offset)
             self._txn_indexes.truncate(offset)
             self._checkpoint.write(offset)
             with self._cond:
                 self._hw = min(self._hw, offset)
+
+    def _cut_cleaned(self, segment: LogSegment, offset: int) -> list[LogSegment]:
+        """Cut the cleaned ``segment`` at ``offset`` (a batch boundary or a
+        gap; locks held): what replaces it, the cut segment (unless nothing
+        of it stays) and a new empty active segment at ``offset``."""
+        base = segment.base_offset
+        if offset == base:
+            _delete_segment(segment)
+            new = LogSegment.open(self._dir, base)
+            sync_directory(self._dir)
+            return [new]
+        index = segment.offsets
+        position = index.position_of(offset)
+        kept = [e for e in index.entries() if e.offset < offset]
+        cut = OffsetIndex(base, offset, kept, position, min(index.dirty_from, offset))
+        path = os.path.join(self._dir, index_name(base))
+        cut.write(path + _CUT)  # the index first: recovery cuts a longer file to it
+        os.replace(path + _CUT, path)
+        segment.truncate(position)
+        segment.offsets = cut
+        new = LogSegment.open(self._dir, offset)
+        sync_directory(self._dir)
+        return [segment, new]
 
     def restart_replica_at(self, offset: int) -> None:
         """Start over, empty, at ``offset``, past this log's end: the leader's
@@ -1009,8 +1267,8 @@ class PartitionLog(LogBasics):
                     f"a replica starts over only past its log end ({self._leo}), not at {offset}", offset=offset
                 )
             try:
-                for segment in self._view[1]:
-                    segment.delete()
+                for segment in reversed(self._view[1]):
+                    _delete_segment(segment)
                 sync_directory(self._dir)
                 new = LogSegment.open(self._dir, offset)
                 sync_directory(self._dir)
@@ -1088,6 +1346,12 @@ class PartitionLog(LogBasics):
         CRC) and fill it exactly; else :class:`InvalidOffsetError` or
         :class:`CorruptMessageError` and nothing is written. The bytes are
         written in place and synced. Any thread (takes the writer's lock).
+        A range in a cleaned segment is refused (:class:`InvalidOffsetError`):
+        its positions are not offsets, and its batches are this replica's own
+        cleaning, which another replica's bytes need not match (recovery never
+        reports damage kept there). Another replica's cleaned bytes for a
+        range stored here uncleaned fail the checks above (their batches are
+        not at these positions): nothing is written.
         """
         end = offset + len(data)
         with self._lock:
@@ -1102,6 +1366,13 @@ class PartitionLog(LogBasics):
             if end > segment.end_offset:
                 raise InvalidOffsetError(f"cannot mend [{offset}, {end}) of {self._dir}: it crosses a segment",
                                          offset=offset)
+            if segment.cleaned:
+                # its file positions are not offsets, and its batches are this replica's own cleaning
+                raise InvalidOffsetError(
+                    f"cannot mend [{offset}, {end}) of {self._dir}: the segment {segment.path} was cleaned "
+                    f"(recovery never reports damage kept there); nothing was written",
+                    offset=offset,
+                )
             limit = max(self._config.max_message_bytes, RECOVERY_MAX_MESSAGE_BYTES)
             if segment.format == 2:  # stored batches, stamped with their offsets
                 valid, _count, err = scan_batches(data, limit, base_offset=offset)

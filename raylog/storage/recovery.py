@@ -21,7 +21,8 @@ from raylog.errors import StorageError
 from raylog.storage.fileops import sync_directory
 from raylog.storage.owner_only import FILE_MODE
 from raylog.storage.resync import next_readable
-from raylog.storage.offsetindex import OffsetIndexError
+from raylog.storage.offsetindex import OffsetIndex, OffsetIndexError, scan_entries
+from raylog.storage.record_batch import HEADER_SIZE, read_header
 from raylog.storage.segment import LogSegment, SegmentFile, parse_segment_name, segment_name
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ class LogRecovery:
             return [segment]
         segments = [LogSegment.open(self._dir, base) for base in sorted(bases)]
         self._mend_offset_indexes(segments)
+        if segments[-1].cleaned:
+            segments.append(self._active_after_cleaned(segments[-1]))
         for prev, nxt in zip(segments, segments[1:]):
             if prev.end_offset != nxt.base_offset:
                 raise StorageError(
@@ -199,6 +202,38 @@ class LogRecovery:
                     ) from err
                 continue  # not a cleaned segment: the contiguity check below says what is wrong
             log.warning("recovery of %s rebuilt the offset index of the cleaned segment %s", self._dir, prev.path)
+
+    def _active_after_cleaned(self, segment: LogSegment) -> LogSegment:
+        """The log ends with a cleaned segment: a replica's write of one, or
+        its cut by a truncation (:meth:`PartitionLog.truncate_replica
+        <raylog.storage.log.PartitionLog.truncate_replica>`), stopped before
+        the new active segment was made. Finish it: the index is sound (else
+        it is rebuilt from the batches, ending after the last); the file is
+        cut after the index's last batch (a cut rewrites the index first);
+        then the new empty active segment starts at the segment's end."""
+        if segment.index_damaged:
+            try:
+                entries = scan_entries(segment.read_at, segment.size)
+                segment.rebuild_offsets(entries[-1][0] + entries[-1][1] if entries else segment.base_offset)
+            except (OffsetIndexError, OSError) as err:
+                raise StorageError(
+                    f"the offset index of the cleaned segment {segment.path} is damaged and cannot be rebuilt "
+                    f"from the segment ({err}); restore the partition from a replica",
+                    directory=self._dir,
+                ) from err
+        index = segment.offsets
+        entries = index.entries()
+        want = 0
+        if entries:
+            want = entries[-1].position + read_header(segment.read_at(entries[-1].position, HEADER_SIZE)).size
+        if segment.size > want:
+            log.warning("recovery of %s finished cutting the cleaned segment %s at %d (a replica's truncation)",
+                        self._dir, segment.path, index.end_offset)
+            segment.truncate(want)
+            segment.offsets = OffsetIndex(segment.base_offset, index.end_offset, entries, want, index.dirty_from)
+        active = LogSegment.open(self._dir, segment.end_offset)
+        sync_directory(self._dir)
+        return active
 
     def _report(self, segment_base: int, start: int, end: int, size: int, reason: str) -> None:
         report = RecoveryReport(segment_base, start, end, size, reason)
