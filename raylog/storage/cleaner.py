@@ -63,6 +63,7 @@ import logging
 import os
 import struct
 import time
+from array import array
 from operator import le
 from typing import Callable, NamedTuple
 
@@ -72,10 +73,11 @@ from raylog.config import TopicConfig
 from raylog.storage import faults as _faults
 from raylog.storage.fileops import sync_directory
 from raylog.storage.offsetindex import MAX_SEGMENT_BYTES, OffsetIndex, index_name
-from raylog.storage.offsetmap import DEFAULT_BUFFER_BYTES, OffsetMap
+from raylog.storage.offsetmap import DEFAULT_BUFFER_BYTES, OffsetMap, new_map
 from raylog.storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAX_BATCH_LENGTH,
     BatchHeader,
     decode_batch,
     encode_batch,
@@ -85,6 +87,14 @@ from raylog.storage.segment import LogSegment, segment_name
 from raylog.storage.timeindex import SUFFIX as TIMEINDEX_SUFFIX
 
 log = logging.getLogger(__name__)
+
+if os.environ.get("RAYLOG_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from raylog.storage import _compaction
+    except ImportError:  # not built: the reference below does all the work
+        _compaction = None
+else:
+    _compaction = None
 
 CLEANED = ".cleaned"
 SWAP = ".swap"
@@ -232,27 +242,127 @@ def dirty_start(segment: LogSegment) -> int:
     return segment.base_offset if segment.offsets is None else segment.offsets.dirty_from
 
 
-def build_map(dirty: list[LogSegment], offset_map: OffsetMap, max_message_bytes: int, max_inflated: int,
+def build_map(dirty: list[LogSegment], offset_map, max_message_bytes: int, max_inflated: int,
               throttler: Throttler | None = None) -> int:
     """Fill ``offset_map`` over the ``dirty`` segments from their first
     offset not deduplicated (step 2); the offset where it stopped: the end
     of the last segment when all fit, else the first record it could not take."""
+    fast = _compiled(offset_map)
     for segment in dirty:
         start = dirty_start(segment)
+        if fast:
+            stopped = _map_segment(segment, start, offset_map, max_message_bytes, max_inflated, throttler)
+            if stopped is not None:
+                return stopped
+            continue
         for _pos, header, data in batches(segment, throttler):
-            if not _plain(header) or header.next_offset <= start:
-                continue
-            records = decode_batch(data, 0, max_message_bytes=max_message_bytes,
-                                   max_inflated_bytes=max_inflated).records
-            if header.base_offset < start:
-                records = [r for r in records if r.offset >= start]
-            if not records:
-                continue
-            # records of a batch have consecutive offsets from the first
-            taken = offset_map.put_many([r.key for r in records], records[0].offset)
-            if taken < len(records):
-                return records[taken].offset
+            stopped = _map_batch(offset_map, header, data, start, max_message_bytes, max_inflated)
+            if stopped is not None:
+                return stopped
     return dirty[-1].end_offset
+
+
+def _map_batch(offset_map, header: BatchHeader, data, start: int, max_message_bytes: int,
+               max_inflated: int) -> int | None:
+    """Step 2 for one batch (the reference): the offset of its first record
+    the map refused, None when it took them all."""
+    if not _plain(header) or header.next_offset <= start:
+        return None
+    records = decode_batch(data, 0, max_message_bytes=max_message_bytes, max_inflated_bytes=max_inflated).records
+    if header.base_offset < start:
+        records = [r for r in records if r.offset >= start]
+    if not records:
+        return None
+    # records of a batch have consecutive offsets from the first
+    taken = offset_map.put_many([r.key for r in records], records[0].offset)
+    if taken < len(records):
+        return records[taken].offset
+    return None
+
+
+# -- the compiled path (raylog.storage._compaction) ----------------------------
+#
+# A segment is read a block at a time (as batches() reads it) and each block
+# walked in C without the interpreter; a batch the walk does not handle
+# (compressed, faulty, partly kept) goes through the reference code above and
+# below for that batch alone, then the walk goes on after it.
+
+
+def _compiled(offset_map) -> bool:
+    return _compaction is not None and isinstance(offset_map, _compaction.SlotMap)
+
+
+class _Blocks:
+    """A segment's bytes, a block of at least :data:`READ_BYTES` (or to the
+    end) at a time, read into one reused buffer (a window is valid until the
+    next call)."""
+
+    def __init__(self, segment: LogSegment, throttler: Throttler | None):
+        self.segment, self.size = segment, segment.size
+        self._throttler = throttler
+        self._buffer = bytearray(min(READ_BYTES, self.size))
+        self.block, self.at = memoryview(self._buffer)[:0], 0
+
+    def window(self, pos: int, need: int = HEADER_SIZE) -> tuple[memoryview, int]:
+        """``(block, position of pos in it)`` with at least ``need`` bytes from ``pos``."""
+        rel = pos - self.at
+        if rel < 0 or rel + need > len(self.block):
+            length = min(max(need, READ_BYTES), self.size - pos)
+            self.block.release()
+            if length > len(self._buffer):
+                self._buffer = bytearray(length)
+            view = memoryview(self._buffer)[:length]
+            got = os.preadv(self.segment.fd, [view], pos)
+            view.release()
+            self.block, self.at, rel = memoryview(self._buffer)[:got], pos, 0
+            if self._throttler is not None:
+                self._throttler.count(got)
+            if got < need:
+                raise OSError(f"the segment {self.segment.path} is cut inside the batch at position {pos}")
+        return self.block, rel
+
+    def batch(self, pos: int) -> tuple[BatchHeader, memoryview]:
+        """The header and bytes of the batch at ``pos``."""
+        block, rel = self.window(pos)
+        header = read_header(block, rel)
+        block, rel = self.window(pos, max(header.size, HEADER_SIZE))
+        return header, block[rel : rel + header.size]
+
+
+def _walk(segment: LogSegment, throttler: Throttler | None, step, slow) -> int | None:
+    """Run ``step(block, rel) -> (rel, status, value, extra)`` over the
+    segment, ``slow(header, data) -> None | result`` on each batch it leaves
+    to the reference; the first result that is not None (``step``'s
+    ``STATUS_FULL`` value included)."""
+    blocks = _Blocks(segment, throttler)
+    pos, need = 0, HEADER_SIZE
+    size = segment.size
+    while pos < size:
+        block, rel = blocks.window(pos, need)
+        end, status, value = step(block, rel)
+        pos += end - rel
+        need = HEADER_SIZE
+        if status == _compaction.STATUS_END:
+            continue
+        if status == _compaction.STATUS_TAIL:
+            need = value
+        elif status == _compaction.STATUS_FULL:
+            return value
+        else:
+            header, data = blocks.batch(pos)
+            got = slow(header, data)
+            if got is not None:
+                return got
+            pos += header.size
+    return None
+
+
+def _map_segment(segment: LogSegment, start: int, offset_map, max_message_bytes: int, max_inflated: int,
+                 throttler: Throttler | None) -> int | None:
+    limit = min(max_message_bytes, MAX_BATCH_LENGTH)
+    return _walk(segment, throttler,
+                 lambda block, rel: _compaction.map_batches(offset_map, block, rel, start, limit),
+                 lambda header, data: _map_batch(offset_map, header, data, start, max_message_bytes, max_inflated))
 
 
 def groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
@@ -273,10 +383,23 @@ def groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]
 def last_producer_batches(segments: list[LogSegment], throttler: Throttler | None = None) -> set[int]:
     """The offset of the last batch of each producer id in ``segments``."""
     last: dict[int, int] = {}
+
+    def note(header: BatchHeader, _data=None) -> None:
+        if header.producer_id >= 0 and header.base_sequence >= 0 and not header.control:
+            last[header.producer_id] = header.base_offset
+
     for segment in segments:
-        for _pos, header, _data in batches(segment, throttler):
-            if header.producer_id >= 0 and header.base_sequence >= 0 and not header.control:
-                last[header.producer_id] = header.base_offset
+        if _compaction is None:
+            for _pos, header, _data in batches(segment, throttler):
+                note(header)
+            continue
+
+        def step(block, rel):
+            stop, status, value, pairs = _compaction.producer_batches(block, rel, MAX_BATCH_LENGTH)
+            last.update(pairs)
+            return stop, status, value
+
+        _walk(segment, throttler, step, note)
     return set(last.values())
 
 
@@ -316,6 +439,17 @@ class _Writer:
         if self._pending_bytes >= READ_BYTES:
             self._drain()
 
+    def add_run(self, entries, data) -> None:
+        """Batches kept whole, back to back in ``data``: ``entries`` their
+        ``(offset, span, position in data)``."""
+        at = self.size
+        self.entries.extend((offset, span, at + pos) for offset, span, pos in entries)
+        self.size += len(data)
+        self._pending.append(bytes(data))
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= READ_BYTES:
+            self._drain()
+
     def _drain(self) -> None:
         if self._pending:
             data = memoryview(b"".join(self._pending))
@@ -337,6 +471,62 @@ class _Writer:
             pass
 
 
+def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_whole: set[int], horizon: int,
+                 max_message_bytes: int, max_inflated: int) -> int:
+    """Step 3 for one batch (the reference): write what it keeps; the records it removed."""
+    span = header.last_offset_delta + 1
+    if not _plain(header) or header.base_offset in keep_whole:
+        writer.add(header.base_offset, span, data)
+        return 0
+    records = decode_batch(data, 0, max_message_bytes=max_message_bytes, max_inflated_bytes=max_inflated).records
+    first = header.base_offset
+    expired = header.max_timestamp <= horizon
+    offsets = range(first, first + len(records))
+    keep = list(map(le, offset_map.get_many([r.key for r in records]), offsets))
+    if expired:
+        keep = [k and r.value is not None for k, r in zip(keep, records)]
+    if not any(keep):
+        return len(records)
+    if all(keep):
+        writer.add(header.base_offset, span, data)
+        return 0
+    i = 0
+    while i < len(records):
+        if not keep[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(records) and keep[j]:
+            j += 1
+        writer.add(header.base_offset + i, j - i, _run_batch(header, records[i:j], i))
+        i = j
+    return keep.count(False)
+
+
+def _write_actions(writer: _Writer, block, actions: bytes) -> int:
+    """Write the batches of ``block`` that ``plan_batches`` kept, each run of
+    consecutive ones in one piece; the records of those it dropped."""
+    removed = 0
+    run_start = run_end = -1
+    entries: list[tuple[int, int, int]] = []
+    items = array("q", actions)
+    for i in range(0, len(items), 6):
+        kind, pos, size, base, span, count = items[i : i + 6]
+        if kind == _compaction.ACTION_DROP:
+            removed += count
+            continue
+        if pos != run_end:
+            if entries:
+                writer.add_run(entries, memoryview(block)[run_start:run_end])
+                entries = []
+            run_start = pos
+        entries.append((base, span, pos - run_start))
+        run_end = pos + size
+    if entries:
+        writer.add_run(entries, memoryview(block)[run_start:run_end])
+    return removed
+
+
 def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap, keep_whole: set[int],
                   config: TopicConfig, now_ms: int, throttler: Throttler | None = None,
                   dirty_from: int | None = None) -> tuple[OffsetIndex, int]:
@@ -350,38 +540,28 @@ def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap
     removed = 0
     horizon = now_ms - config.delete_retention_ms
     max_message_bytes, max_inflated = config.max_message_bytes, config.max_inflated_limit
+    fast = _compiled(offset_map)
+    keep_sorted = array("q", sorted(keep_whole)).tobytes()
+    limit = min(max_message_bytes, MAX_BATCH_LENGTH)
+
+    def slow(header, data) -> None:
+        nonlocal removed
+        removed += _clean_batch(writer, header, data, offset_map, keep_whole, horizon, max_message_bytes,
+                                max_inflated)
+
+    def step(block, rel):
+        nonlocal removed
+        stop, status, value, actions = _compaction.plan_batches(offset_map, block, rel, keep_sorted, horizon, limit)
+        removed += _write_actions(writer, block, actions)
+        return stop, status, value
+
     try:
         for segment in group:
+            if fast:
+                _walk(segment, throttler, step, slow)
+                continue
             for _pos, header, data in batches(segment, throttler):
-                span = header.last_offset_delta + 1
-                if not _plain(header) or header.base_offset in keep_whole:
-                    writer.add(header.base_offset, span, data)
-                    continue
-                records = decode_batch(data, 0, max_message_bytes=max_message_bytes,
-                                       max_inflated_bytes=max_inflated).records
-                first = header.base_offset
-                expired = header.max_timestamp <= horizon
-                offsets = range(first, first + len(records))
-                keep = list(map(le, offset_map.get_many([r.key for r in records]), offsets))
-                if expired:
-                    keep = [k and r.value is not None for k, r in zip(keep, records)]
-                if not any(keep):
-                    removed += len(records)
-                    continue
-                if all(keep):
-                    writer.add(header.base_offset, span, data)
-                    continue
-                removed += keep.count(False)
-                i = 0
-                while i < len(records):
-                    if not keep[i]:
-                        i += 1
-                        continue
-                    j = i
-                    while j < len(records) and keep[j]:
-                        j += 1
-                    writer.add(header.base_offset + i, j - i, _run_batch(header, records[i:j], i))
-                    i = j
+                slow(header, data)
         writer.finish()
         # the cleaned segment is as old as its newest part (retention and the compaction lags read it)
         newest = max(os.fstat(s.fd).st_mtime_ns for s in group)
@@ -492,7 +672,7 @@ def clean(log_view: tuple[list, list], hw: int, directory: str, config: TopicCon
     due = plan(segments, hw, config.replace(min_cleanable_dirty_ratio=1e-9) if force else config, now_ms)
     if due is None:
         return None
-    offset_map = OffsetMap(buffer_bytes)
+    offset_map = new_map(buffer_bytes)
     stop = build_map(due.dirty, offset_map, config.max_message_bytes, config.max_inflated_limit, throttler)
     section = due.clean + [s for s in due.dirty if s.base_offset < stop]
     dirty_bytes = sum(s.size for s in due.dirty if s.base_offset < stop)
