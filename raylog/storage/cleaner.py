@@ -243,15 +243,21 @@ def dirty_start(segment: LogSegment) -> int:
 
 
 def build_map(dirty: list[LogSegment], offset_map, max_message_bytes: int, max_inflated: int,
-              throttler: Throttler | None = None) -> int:
+              throttler: Throttler | None = None, producers: dict | None = None) -> int:
     """Fill ``offset_map`` over the ``dirty`` segments from their first
     offset not deduplicated (step 2); the offset where it stopped: the end
-    of the last segment when all fit, else the first record it could not take."""
+    of the last segment when all fit, else the first record it could not take.
+    ``producers`` (the compiled path only): filled with each dirty segment's
+    ``(producer id, batch offset)`` pairs that :func:`last_producer_batches`
+    reads, gathered on the same reads (the segment where the map stopped included)."""
     fast = _compiled(offset_map)
     for segment in dirty:
         start = dirty_start(segment)
         if fast:
-            stopped = _map_segment(segment, start, offset_map, max_message_bytes, max_inflated, throttler)
+            pairs: list = []
+            stopped = _map_segment(segment, start, offset_map, max_message_bytes, max_inflated, throttler, pairs)
+            if producers is not None:
+                producers[segment.base_offset] = pairs
             if stopped is not None:
                 return stopped
             continue
@@ -329,13 +335,14 @@ class _Blocks:
         return header, block[rel : rel + header.size]
 
 
-def _walk(segment: LogSegment, throttler: Throttler | None, step, slow) -> int | None:
-    """Run ``step(block, rel) -> (rel, status, value, extra)`` over the
-    segment, ``slow(header, data) -> None | result`` on each batch it leaves
-    to the reference; the first result that is not None (``step``'s
-    ``STATUS_FULL`` value included)."""
+def _walk(segment: LogSegment, throttler: Throttler | None, step, slow, pos: int = 0) -> tuple[int | None, int]:
+    """Run ``step(block, rel) -> (rel, status, value)`` over the segment
+    from ``pos``, ``slow(header, data) -> None | result`` on each batch it
+    leaves to the reference: ``(result, position)``, the first result that
+    is not None (``step``'s ``STATUS_FULL`` value included) and the
+    position of the batch it came from, or ``(None, the segment's size)``."""
     blocks = _Blocks(segment, throttler)
-    pos, need = 0, HEADER_SIZE
+    need = HEADER_SIZE
     size = segment.size
     while pos < size:
         block, rel = blocks.window(pos, need)
@@ -347,22 +354,53 @@ def _walk(segment: LogSegment, throttler: Throttler | None, step, slow) -> int |
         if status == _compaction.STATUS_TAIL:
             need = value
         elif status == _compaction.STATUS_FULL:
-            return value
+            return value, pos
         else:
             header, data = blocks.batch(pos)
             got = slow(header, data)
             if got is not None:
-                return got
+                return got, pos
             pos += header.size
-    return None
+    return None, size
+
+
+def _producer_step(pairs: list):
+    def step(block, rel):
+        stop, status, value, found = _compaction.producer_batches(block, rel, MAX_BATCH_LENGTH)
+        pairs.extend(found)
+        return stop, status, value
+
+    return step
+
+
+def _producer_note(pairs: list):
+    def note(header: BatchHeader, _data=None) -> None:
+        if header.producer_id >= 0 and header.base_sequence >= 0 and not header.control:
+            pairs.append((header.producer_id, header.base_offset))
+
+    return note
 
 
 def _map_segment(segment: LogSegment, start: int, offset_map, max_message_bytes: int, max_inflated: int,
-                 throttler: Throttler | None) -> int | None:
+                 throttler: Throttler | None, pairs: list) -> int | None:
     limit = min(max_message_bytes, MAX_BATCH_LENGTH)
-    return _walk(segment, throttler,
-                 lambda block, rel: _compaction.map_batches(offset_map, block, rel, start, limit),
-                 lambda header, data: _map_batch(offset_map, header, data, start, max_message_bytes, max_inflated))
+    note = _producer_note(pairs)
+
+    def step(block, rel):
+        stop, status, value = _compaction.map_batches(offset_map, block, rel, start, limit)
+        pairs.extend(_compaction.producer_batches(block[:stop], rel, MAX_BATCH_LENGTH)[3])
+        return stop, status, value
+
+    def slow(header, data):
+        note(header)
+        return _map_batch(offset_map, header, data, start, max_message_bytes, max_inflated)
+
+    stopped, pos = _walk(segment, throttler, step, slow)
+    if stopped is not None:
+        # the rest of the segment from the batch where the map stopped, for the producers alone
+        # (that batch may be noted twice: the same pair again changes nothing)
+        _walk(segment, throttler, _producer_step(pairs), note, pos)
+    return stopped
 
 
 def groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
@@ -380,26 +418,23 @@ def groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]
     return out
 
 
-def last_producer_batches(segments: list[LogSegment], throttler: Throttler | None = None) -> set[int]:
-    """The offset of the last batch of each producer id in ``segments``."""
+def last_producer_batches(segments: list[LogSegment], throttler: Throttler | None = None,
+                          known: dict | None = None) -> set[int]:
+    """The offset of the last batch of each producer id in ``segments``;
+    ``known``: the pairs of some of them already read (:func:`build_map`'s ``producers``)."""
     last: dict[int, int] = {}
-
-    def note(header: BatchHeader, _data=None) -> None:
-        if header.producer_id >= 0 and header.base_sequence >= 0 and not header.control:
-            last[header.producer_id] = header.base_offset
-
     for segment in segments:
+        if known is not None and segment.base_offset in known:
+            last.update(known[segment.base_offset])
+            continue
+        pairs: list = []
         if _compaction is None:
+            note = _producer_note(pairs)
             for _pos, header, _data in batches(segment, throttler):
                 note(header)
-            continue
-
-        def step(block, rel):
-            stop, status, value, pairs = _compaction.producer_batches(block, rel, MAX_BATCH_LENGTH)
-            last.update(pairs)
-            return stop, status, value
-
-        _walk(segment, throttler, step, note)
+        else:
+            _walk(segment, throttler, _producer_step(pairs), _producer_note(pairs))
+        last.update(pairs)
     return set(last.values())
 
 
@@ -445,10 +480,12 @@ class _Writer:
         at = self.size
         self.entries.extend((offset, span, at + pos) for offset, span, pos in entries)
         self.size += len(data)
-        self._pending.append(bytes(data))
-        self._pending_bytes += len(data)
-        if self._pending_bytes >= READ_BYTES:
-            self._drain()
+        self._drain()
+        nbytes = len(data)
+        while data:  # one write from the block read, no copy
+            data = data[os.write(self.fd, data):]
+        if self._throttler is not None:
+            self._throttler.count(nbytes)
 
     def _drain(self) -> None:
         if self._pending:
@@ -673,10 +710,12 @@ def clean(log_view: tuple[list, list], hw: int, directory: str, config: TopicCon
     if due is None:
         return None
     offset_map = new_map(buffer_bytes)
-    stop = build_map(due.dirty, offset_map, config.max_message_bytes, config.max_inflated_limit, throttler)
+    producers: dict = {}
+    stop = build_map(due.dirty, offset_map, config.max_message_bytes, config.max_inflated_limit, throttler,
+                     producers)
     section = due.clean + [s for s in due.dirty if s.base_offset < stop]
     dirty_bytes = sum(s.size for s in due.dirty if s.base_offset < stop)
-    keep_whole = last_producer_batches(section, throttler)
+    keep_whole = last_producer_batches(section, throttler, producers)
     read = written = removed = 0
     for group in groups(section, config.segment_bytes):
         dirty_from = stop if stop < group[-1].end_offset else None
