@@ -5,7 +5,8 @@ On a file log (:class:`raylog.storage.log.PartitionLog`, no Ray), measured:
 * ``clean``: one pass over a log of ``--records`` records over ``--keys``
   keys (values of ``--value-bytes``, batches of ``--batch`` records, segments
   of ``--segment-mib``): MB/s of dirty log cleaned (bytes the pass read over
-  its wall time), records removed, the bytes before and after;
+  its wall time; ``mb_per_cpu_s``: over the process's CPU time, which a
+  loaded machine disturbs less), records removed, the bytes before and after;
 * ``read_back``: a reader from the log start after cleaning (as the consumer
   reads: each read at the last batch's next offset): whether it gets exactly
   the latest value of each key, and how many records it reads;
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -57,13 +59,20 @@ from raylog.storage.log import PartitionLog  # noqa: E402
 from raylog.storage.record_batch import decode_batch, encode_batch, iter_batches, next_offset_after  # noqa: E402
 
 
-def fill(log: PartitionLog, records: int, keys: int, value_bytes: int, batch: int, start: int = 0) -> dict:
-    """Append ``records`` records over ``keys`` keys; the latest value of each key."""
+def fill(log: PartitionLog, records: int, keys: int, value_bytes: int, batch: int, start: int = 0,
+         shuffle: bool = False) -> dict:
+    """Append ``records`` records over ``keys`` keys (in turn, or at random
+    with ``shuffle``: then many batches keep some of their records only);
+    the latest value of each key."""
     latest = {}
     pad = b"." * max(0, value_bytes - 12)
+    rng = random.Random(start)
     for first in range(start, start + records, batch):
         n = min(batch, start + records - first)
-        ks = [b"key-%d" % ((first + i) % keys) for i in range(n)]
+        if shuffle:
+            ks = [b"key-%d" % rng.randrange(keys) for i in range(n)]
+        else:
+            ks = [b"key-%d" % ((first + i) % keys) for i in range(n)]
         vs = [b"%011d" % (first + i) + pad for i in range(n)]
         log.append(encode_batch(vs, keys=ks))
         latest.update(zip(ks, vs))
@@ -141,19 +150,21 @@ def run(args, root: str, emit, number: int) -> tuple[dict, dict, dict]:
     config = TopicConfig(cleanup_policy="compact", segment_bytes=args.segment_mib * MiB,
                          max_message_bytes=min(MiB, args.segment_mib * MiB), min_cleanable_dirty_ratio=0.01)
     with PartitionLog(os.path.join(root, f"p{number}"), config) as log:
-        latest = fill(log, args.records, args.keys, args.value_bytes, args.batch)
+        latest = fill(log, args.records, args.keys, args.value_bytes, args.batch, shuffle=args.shuffle)
         log.maybe_roll(now=time.time() + 10**9)  # the last records leave the active segment too
         before = log.size_bytes
         floor = floor_mb_per_s(log.directory)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         result = log.clean(throttler=Throttler(args.io_mbps * 1e6), force=True)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         mb_per_s = result.bytes_read / seconds / 1e6
-        clean = {"bench": "clean", "run": number, "implementation": IMPLEMENTATION, "records": args.records,
+        clean = {"bench": "clean", "run": number, "implementation": IMPLEMENTATION, "shuffle": args.shuffle,
+                 "records": args.records,
                  "keys": args.keys, "bytes_before": before, "bytes_after": log.size_bytes,
                  "dirty_bytes": result.dirty_bytes, "bytes_read": result.bytes_read,
                  "records_removed": result.records_removed, "seconds": round(seconds, 3),
-                 "mb_per_s": round(mb_per_s, 2), "floor_mb_per_s": round(floor, 2),
+                 "mb_per_s": round(mb_per_s, 2), "cpu_seconds": round(cpu, 3),
+                 "mb_per_cpu_s": round(result.bytes_read / max(cpu, 1e-9) / 1e6, 2), "floor_mb_per_s": round(floor, 2),
                  "floor_ratio": round(mb_per_s / floor, 3)}
         emit(clean)
         got = read_back(log)
@@ -205,6 +216,7 @@ def main(argv=None) -> int:
     parser.add_argument("--io-mbps", type=float, default=10_000)
     parser.add_argument("--produce-seconds", type=float, default=5.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--shuffle", action="store_true", help="keys at random (many partly kept batches)")
     parser.add_argument("--python", action="store_true", help="the cleaner's pure-Python reference")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--json-only", action="store_true")
@@ -232,8 +244,9 @@ def main(argv=None) -> int:
     def median(kind: int, field: str) -> float:
         return round(statistics.median(r[kind][field] for r in runs), 3)
 
-    summary = {"bench": "summary", "implementation": IMPLEMENTATION, "runs": args.runs,
-               "mb_per_s": median(0, "mb_per_s"), "floor_mb_per_s": median(0, "floor_mb_per_s"),
+    summary = {"bench": "summary", "implementation": IMPLEMENTATION, "runs": args.runs, "shuffle": args.shuffle,
+               "mb_per_s": median(0, "mb_per_s"), "mb_per_cpu_s": median(0, "mb_per_cpu_s"),
+               "floor_mb_per_s": median(0, "floor_mb_per_s"),
                "floor_ratio": median(0, "floor_ratio"),
                "exactly_latest": all(r[1]["exactly_latest"] for r in runs),
                "p99_ms_quiet": median(2, "p99_ms_quiet"), "p99_ms_cleaning": median(2, "p99_ms_cleaning"),
@@ -247,6 +260,7 @@ def main(argv=None) -> int:
         print(f"{'measurement (median of ' + str(args.runs) + ' runs)':<36}{'value':>20}")
         for name, value in (("implementation", IMPLEMENTATION),
                             ("clean MB/s", summary["mb_per_s"]),
+                            ("clean MB per CPU second", summary["mb_per_cpu_s"]),
                             ("floor MB/s (read + CRC32C)", summary["floor_mb_per_s"]),
                             ("clean / floor", summary["floor_ratio"]),
                             ("records removed (run 0)", clean["records_removed"]),

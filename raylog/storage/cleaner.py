@@ -47,6 +47,20 @@ segments below the high watermark whose records are all older than
    are ``clean-written``, ``clean-index-swap``, ``clean-swapped``,
    ``clean-deleted`` and ``clean-index``.
 
+The per-record work (checking each batch, reading its keys, the map, the
+keep/drop decision) runs in C without the interpreter when
+``raylog.storage._compaction`` is built (``_compaction.c``; the map is then
+its ``SlotMap``, see :func:`raylog.storage.offsetmap.new_map`): a segment is
+read a block at a time into one buffer, the walk fills the map (and notes
+the producers' batches on the same reads), then decides per batch to keep
+it whole (consecutive kept batches are written in one piece from the block
+read) or drop it. It leaves to the Python code here, one batch at a time,
+what it does not handle: compressed batches (the codecs are Python's),
+batches that keep only some of their records (written again by
+:func:`_run_batch`) and faulty ones (the reference raises the error). The
+Python code is the reference: without the module it does all the work, with
+the same result byte for byte (tests/storage/test_cleaner_compiled.py).
+
 I/O is bounded by a :class:`Throttler` (bytes read and written a second, as
 Kafka's ``log.cleaner.io.max.bytes.per.second``) and memory by the map's
 buffer and one batch at a time.
