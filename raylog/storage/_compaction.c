@@ -31,14 +31,18 @@
  *       control, not transactional) goes into the map at its offset.
  *
  *   plan_batches(map, buf, start, keep_whole, horizon, max_length)
- *       -> (pos, status, value, actions)
+ *       -> (pos, status, value, actions, runs)
  *       step 3: what becomes of each batch of buf[start:]: kept whole
  *       (control, transactional, a baseOffset in keep_whole -- the sorted
  *       native int64s of a buffer -- or every record still the latest of
- *       its key and not an expired tombstone) or dropped whole (none is).
- *       actions: the native int64s (kind, position, size, baseOffset, span,
- *       count) of each batch, kind ACTION_KEEP or ACTION_DROP (count: its
- *       records when dropped, else 0).
+ *       its key and not an expired tombstone), dropped whole (none is), or
+ *       cut: its kept records written again as one batch per run of
+ *       consecutive ones, byte for byte as cleaner._run_batch writes them,
+ *       back to back in runs. actions: six native int64s an action, in
+ *       order: (ACTION_KEEP, position in buf, size, baseOffset, span, 0)
+ *       for a batch kept whole, (ACTION_DROP, position, 0, baseOffset, 0,
+ *       records removed) for what a batch loses, (ACTION_RUN, position in
+ *       runs, size, baseOffset, span, 0) for a run batch.
  *
  *   producer_batches(buf, start) -> (pos, status, value, pairs)
  *       the (producerId, baseOffset) of each batch with a producer id and
@@ -53,8 +57,7 @@
  *     STATUS_SLOW    the reference must handle the batch at pos: compressed
  *                    (the codecs are Python's), a record batch that fails a
  *                    check (the reference raises the typed error), a null
- *                    key, or (plan_batches) one that keeps some of its
- *                    records only (the reference writes it again)
+ *                    key
  *     STATUS_FULL    (map_batches) the map refused a new key: value is the
  *                    offset of that record (where the pass's map stops)
  *
@@ -90,6 +93,7 @@ enum {
 enum {
     ACTION_KEEP = 0,
     ACTION_DROP = 1,
+    ACTION_RUN = 2,
 };
 
 #define LOG_OVERHEAD 12
@@ -749,6 +753,9 @@ valid_utf8(const unsigned char *b, Py_ssize_t n)
 /* one record's parts the cleaner needs */
 typedef struct {
     Py_ssize_t key;   /* position of the key in the batch */
+    Py_ssize_t tail;  /* position of its key length: the bytes a run batch copies, to end */
+    Py_ssize_t end;   /* position after the record */
+    int64_t ts;       /* its timestamp as a reader gets it */
     int32_t klen;     /* -1: null */
     int32_t null_value;
 } RecordRef;
@@ -818,6 +825,9 @@ walk_records(const unsigned char *b, int32_t length, Vec *refs)
             return 0;
         if (!append_time && ts > max_ts)
             return 0;
+        out[i].tail = HEADER_SIZE + p;
+        out[i].end = HEADER_SIZE + rend;
+        out[i].ts = append_time ? max_ts : ts;
         if (!get_varint(s, &p, rend, 5, &klen) || klen < -1 || klen > rend - p)
             return 0;
         out[i].key = HEADER_SIZE + p;
@@ -971,6 +981,90 @@ compaction_map_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return result(pos, status, value);
 }
 
+/* Kafka's zigzag varint of v at p; the bytes written (at most 10). */
+static inline Py_ssize_t
+put_varint(unsigned char *p, int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    Py_ssize_t n = 0;
+    while (u >= 0x80) {
+        p[n++] = (unsigned char)(u | 0x80);
+        u >>= 7;
+    }
+    p[n++] = (unsigned char)u;
+    return n;
+}
+
+static inline void
+store_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void
+store_i64(unsigned char *p, int64_t v)
+{
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    store_u32(p, (uint32_t)(u >> 32));
+    store_u32(p + 4, (uint32_t)u);
+}
+
+/* The kept records rec[i:j) of the batch b as one batch of their own, as
+ * cleaner._run_batch writes it (encode_batch of their keys, values,
+ * headers and timestamps, then baseOffset, batchLength, the batch's leader
+ * epoch, lastOffsetDelta = n - 1 and the CRC), appended to out. 1, 0 when a
+ * timestamp delta overflows (the reference's affair), -1 out of memory. */
+static int
+encode_run(const unsigned char *b, const RecordRef *rec, size_t i, size_t j, Vec *out)
+{
+    size_t bound = HEADER_SIZE;
+    int64_t base_ts = rec[i].ts, max_ts = rec[i].ts;
+    int32_t seq = load_i32(b + 53);
+    int16_t attrs = (int16_t)(b[21] << 8 | b[22]);
+    for (size_t k = i; k < j; k++) {
+        int64_t delta;
+        bound += (size_t)(rec[k].end - rec[k].tail) + 5 + 1 + 10 + 5;
+        if (__builtin_sub_overflow(rec[k].ts, base_ts, &delta))
+            return 0;
+        if (rec[k].ts > max_ts)
+            max_ts = rec[k].ts;
+    }
+    if (vec_reserve(out, out->len + bound) < 0)
+        return -1;
+    unsigned char *h = (unsigned char *)out->data + out->len, *p = h + HEADER_SIZE;
+    for (size_t k = i; k < j; k++) {
+        unsigned char body[16];
+        Py_ssize_t n = 0, rest = rec[k].end - rec[k].tail;
+        body[n++] = 0;
+        n += put_varint(body + n, rec[k].ts - base_ts);
+        n += put_varint(body + n, (int64_t)(k - i));
+        p += put_varint(p, (int64_t)n + rest);
+        memcpy(p, body, (size_t)n);
+        memcpy(p + n, b + rec[k].tail, (size_t)rest);
+        p += n + rest;
+    }
+    size_t size = (size_t)(p - h);
+    store_i64(h, load_i64(b) + (int64_t)i);
+    store_u32(h + 8, (uint32_t)(size - LOG_OVERHEAD));
+    memcpy(h + 12, b + 12, 4);                    /* partitionLeaderEpoch */
+    h[16] = MAGIC;
+    h[21] = 0;
+    h[22] = (unsigned char)(attrs & APPEND_TIME);
+    store_u32(h + 23, (uint32_t)(j - i - 1));    /* lastOffsetDelta */
+    store_i64(h + 27, base_ts);
+    store_i64(h + 35, max_ts);
+    memcpy(h + 43, b + 43, 10);                   /* producerId, producerEpoch */
+    store_u32(h + 53, seq < 0 ? 0xFFFFFFFFu : (uint32_t)(((int64_t)seq + (int64_t)i) & 0x7FFFFFFF));
+    store_u32(h + 57, (uint32_t)(j - i));
+    store_u32(h + 17, crc32c_fn(h + 21, size - 21));
+    out->len += size;
+    return 1;
+}
+
 static int
 in_sorted(const int64_t *v, Py_ssize_t n, int64_t x)
 {
@@ -986,8 +1080,8 @@ in_sorted(const int64_t *v, Py_ssize_t n, int64_t x)
 }
 
 PyDoc_STRVAR(plan_batches_doc,
-"plan_batches(map, buf, start, keep_whole, horizon, max_length) -> (pos, status, value, actions)\n\n"
-"What becomes of each batch of buf[start:] (kept or dropped whole); see the\n"
+"plan_batches(map, buf, start, keep_whole, horizon, max_length) -> (pos, status, value, actions, runs)\n\n"
+"What becomes of each batch of buf[start:] (kept, dropped, cut into runs); see the\n"
 "module docstring.");
 
 static PyObject *
@@ -1001,7 +1095,9 @@ compaction_plan_batches(PyObject *module, PyObject *const *args, Py_ssize_t narg
     SlotMap *m;
     Vec refs = {NULL, 0, 0, sizeof(RecordRef)};
     Vec actions = {NULL, 0, 0, 6 * sizeof(int64_t)};
-    PyObject *out;
+    Vec keeps = {NULL, 0, 0, 1};
+    Vec runs = {NULL, 0, 0, 1};
+    PyObject *out, *run_bytes;
     if (nargs != 6 || !PyObject_TypeCheck(args[0], &SlotMapType)) {
         PyErr_SetString(PyExc_TypeError, "plan_batches(map, buf, start, keep_whole, horizon, max_length)");
         return NULL;
@@ -1051,20 +1147,68 @@ compaction_plan_batches(PyObject *module, PyObject *const *args, Py_ssize_t narg
             int expired = load_i64(b + 35) <= horizon;
             RecordRef *rec = (RecordRef *)refs.data;
             size_t kept = 0;
+            if (vec_reserve(&keeps, refs.len) < 0) {
+                status = STATUS_NOMEM;
+                break;
+            }
+            unsigned char *keep_of = (unsigned char *)keeps.data;
             for (size_t i = 0; i < refs.len; i++) {
                 unsigned char name[NAME_BYTES];
                 name_of(b + rec[i].key, rec[i].klen, name);
-                if (map_get(m, name) <= base + (int64_t)i && !(expired && rec[i].null_value))
-                    kept++;
+                keep_of[i] = map_get(m, name) <= base + (int64_t)i && !(expired && rec[i].null_value);
+                kept += keep_of[i];
             }
-            count = (int64_t)refs.len;
             if (kept == refs.len)
                 kind = ACTION_KEEP;
-            else if (kept == 0)
+            else if (kept == 0) {
                 kind = ACTION_DROP;
+                count = (int64_t)refs.len;
+            }
             else {
-                status = STATUS_SLOW;
-                break;
+                /* a dropped part, then one batch per run of kept records (in runs) */
+                size_t mark = runs.len, before = actions.len;
+                int bad = 0;
+                if (vec_reserve(&actions, actions.len + 1 + kept) < 0) {
+                    status = STATUS_NOMEM;
+                    break;
+                }
+                int64_t *a = (int64_t *)actions.data + 6 * actions.len++;
+                a[0] = ACTION_DROP;
+                a[1] = pos;
+                a[2] = 0;
+                a[3] = base;
+                a[4] = 0;
+                a[5] = (int64_t)(refs.len - kept);
+                for (size_t i = 0; i < refs.len && !bad;) {
+                    if (!keep_of[i]) {
+                        i++;
+                        continue;
+                    }
+                    size_t j = i, at = runs.len;
+                    while (j < refs.len && keep_of[j])
+                        j++;
+                    r = encode_run(b, rec, i, j, &runs);
+                    if (r <= 0) {
+                        bad = r < 0 ? STATUS_NOMEM : STATUS_SLOW;
+                        break;
+                    }
+                    a = (int64_t *)actions.data + 6 * actions.len++;
+                    a[0] = ACTION_RUN;
+                    a[1] = (int64_t)at;
+                    a[2] = (int64_t)(runs.len - at);
+                    a[3] = base + (int64_t)i;
+                    a[4] = (int64_t)(j - i);
+                    a[5] = 0;
+                    i = j;
+                }
+                if (bad) {
+                    runs.len = mark;
+                    actions.len = before;
+                    status = bad;
+                    break;
+                }
+                pos += (Py_ssize_t)length + LOG_OVERHEAD;
+                continue;
             }
         }
         if (vec_reserve(&actions, actions.len + 1) < 0) {
@@ -1082,17 +1226,24 @@ compaction_plan_batches(PyObject *module, PyObject *const *args, Py_ssize_t narg
     }
     Py_END_ALLOW_THREADS
     free(refs.data);
+    free(keeps.data);
     PyBuffer_Release(&keep);
     PyBuffer_Release(&view);
     if (status == STATUS_NOMEM) {
         free(actions.data);
+        free(runs.data);
         return PyErr_NoMemory();
     }
     out = PyBytes_FromStringAndSize((const char *)actions.data, (Py_ssize_t)(actions.len * actions.item));
+    run_bytes = PyBytes_FromStringAndSize((const char *)runs.data, (Py_ssize_t)runs.len);
     free(actions.data);
-    if (out == NULL)
+    free(runs.data);
+    if (out == NULL || run_bytes == NULL) {
+        Py_XDECREF(out);
+        Py_XDECREF(run_bytes);
         return NULL;
-    return Py_BuildValue("(niLN)", pos, status, (long long)value, out);
+    }
+    return Py_BuildValue("(niLNN)", pos, status, (long long)value, out, run_bytes);
 }
 
 PyDoc_STRVAR(producer_batches_doc,
@@ -1210,6 +1361,7 @@ PyInit__compaction(void)
         PyModule_AddIntConstant(m, "STATUS_FULL", STATUS_FULL) < 0 ||
         PyModule_AddIntConstant(m, "ACTION_KEEP", ACTION_KEEP) < 0 ||
         PyModule_AddIntConstant(m, "ACTION_DROP", ACTION_DROP) < 0 ||
+        PyModule_AddIntConstant(m, "ACTION_RUN", ACTION_RUN) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_BYTES", ENTRY_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -54,10 +54,10 @@ its ``SlotMap``, see :func:`raylog.storage.offsetmap.new_map`): a segment is
 read a block at a time into one buffer, the walk fills the map (and notes
 the producers' batches on the same reads), then decides per batch to keep
 it whole (consecutive kept batches are written in one piece from the block
-read) or drop it. It leaves to the Python code here, one batch at a time,
-what it does not handle: compressed batches (the codecs are Python's),
-batches that keep only some of their records (written again by
-:func:`_run_batch`) and faulty ones (the reference raises the error). The
+read), drop it, or write its kept records again as :func:`_run_batch`
+does. It leaves to the Python code here, one batch at a time, what it does
+not handle: compressed batches (the codecs are Python's) and faulty ones
+(the reference raises the error). The
 Python code is the reference: without the module it does all the work, with
 the same result byte for byte (tests/storage/test_cleaner_compiled.py).
 
@@ -554,9 +554,10 @@ def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_wh
     return keep.count(False)
 
 
-def _write_actions(writer: _Writer, block, actions: bytes) -> int:
-    """Write the batches of ``block`` that ``plan_batches`` kept, each run of
-    consecutive ones in one piece; the records of those it dropped."""
+def _write_actions(writer: _Writer, block, actions: bytes, runs: bytes) -> int:
+    """Write what ``plan_batches`` made of ``block``'s batches: those kept
+    whole (each run of consecutive ones in one piece, from the block) and
+    the run batches of those cut (from ``runs``); the records removed."""
     removed = 0
     run_start = run_end = -1
     entries: list[tuple[int, int, int]] = []
@@ -566,15 +567,20 @@ def _write_actions(writer: _Writer, block, actions: bytes) -> int:
         if kind == _compaction.ACTION_DROP:
             removed += count
             continue
-        if pos != run_end:
+        if kind == _compaction.ACTION_RUN or pos != run_end:
             if entries:
-                writer.add_run(entries, memoryview(block)[run_start:run_end])
+                writer.add_run(entries, block[run_start:run_end])
                 entries = []
+            run_end = -1
+        if kind == _compaction.ACTION_RUN:
+            writer.add(base, span, runs[pos : pos + size])
+            continue
+        if not entries:
             run_start = pos
         entries.append((base, span, pos - run_start))
         run_end = pos + size
     if entries:
-        writer.add_run(entries, memoryview(block)[run_start:run_end])
+        writer.add_run(entries, block[run_start:run_end])
     return removed
 
 
@@ -602,8 +608,9 @@ def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap
 
     def step(block, rel):
         nonlocal removed
-        stop, status, value, actions = _compaction.plan_batches(offset_map, block, rel, keep_sorted, horizon, limit)
-        removed += _write_actions(writer, block, actions)
+        stop, status, value, actions, runs = _compaction.plan_batches(offset_map, block, rel, keep_sorted, horizon,
+                                                                      limit)
+        removed += _write_actions(writer, block, actions, runs)
         return stop, status, value
 
     try:
