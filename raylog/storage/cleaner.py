@@ -57,9 +57,9 @@ it whole (consecutive kept batches are written in one piece from the block
 read), drop it, or write its kept records again as :func:`_run_batch`
 does. It leaves to the Python code here, one batch at a time, what it does
 not handle: compressed batches (the codecs are Python's) and faulty ones
-(the reference raises the error). The
-Python code is the reference: without the module it does all the work, with
-the same result byte for byte (tests/storage/test_cleaner_compiled.py).
+(the reference raises the error). The Python code is the reference: without
+the module it does all the work, with the same result byte for byte
+(tests/storage/test_cleaner_compiled.py).
 
 I/O is bounded by a :class:`Throttler` (bytes read and written a second, as
 Kafka's ``log.cleaner.io.max.bytes.per.second``) and memory by the map's
@@ -304,8 +304,8 @@ def _map_batch(offset_map, header: BatchHeader, data, start: int, max_message_by
 #
 # A segment is read a block at a time (as batches() reads it) and each block
 # walked in C without the interpreter; a batch the walk does not handle
-# (compressed, faulty, partly kept) goes through the reference code above and
-# below for that batch alone, then the walk goes on after it.
+# (compressed, faulty) goes through the reference code above and below for
+# that batch alone, then the walk goes on after it.
 
 
 def _compiled(offset_map) -> bool:
