@@ -37,7 +37,7 @@ hosts-tools:
 		|| echo "note: KafkaJS could not be installed; the KafkaJS tests will skip"; }
 
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
-$(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/producer/_fastsend.c raylog/kafka/_kafkarecords.c \
+$(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/storage/_compaction.c raylog/producer/_fastsend.c raylog/kafka/_kafkarecords.c \
 		raylog/producer/_groupfill.c raylog/producer/_slots.h
 	@echo "setting up $(VENV) with the pinned dependencies (once; log in $(VENV)/install.log) ..."
 	@$(PYTHON) -m venv $(VENV)
@@ -68,4 +68,4 @@ docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) build site *.egg-info raylog/storage/_speedups*.so raylog/kafka/_kafkarecords*.so integrations/spark/raylog_spark/jars
+	rm -rf $(VENV) build site *.egg-info raylog/storage/_speedups*.so raylog/storage/_compaction*.so raylog/kafka/_kafkarecords*.so integrations/spark/raylog_spark/jars

@@ -1,10 +1,11 @@
 """Build steps beyond pyproject.toml: the compiled fast path of the message
 format, and the jar of the Spark data source ``raylog``.
 
-``raylog.storage._speedups`` and ``raylog.producer._fastsend`` are optional:
-if they do not build (no compiler, no Python headers), the install goes on
-and raylog runs the pure-Python message code and ``Producer.send``, which
-are the reference anyway.
+``raylog.storage._speedups``, ``raylog.storage._compaction`` and
+``raylog.producer._fastsend`` are optional: if they do not build (no
+compiler, no Python headers), the install goes on and raylog runs the
+pure-Python message code, log cleaner and ``Producer.send``, which are the
+reference anyway.
 
 The jar (``raylog_spark/jars/raylog-spark-<digest>.jar``) is compiled from
 ``integrations/spark/java`` by ``build_spark_jar`` (part of ``build``, and of
@@ -89,6 +90,11 @@ setup(
         Extension(
             "raylog.storage._speedups",
             sources=["raylog/storage/_speedups.c"],
+            optional=True,
+        ),
+        Extension(
+            "raylog.storage._compaction",
+            sources=["raylog/storage/_compaction.c"],
             optional=True,
         ),
         Extension(

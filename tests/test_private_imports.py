@@ -5,7 +5,7 @@ Every ``from raylog... import _x`` (and ``raylog_spark``) in ``raylog/``,
 ``integrations/``, ``tests/`` and ``bench/`` is found, the imports inside
 functions included. The sources are read with a pattern, not parsed: the
 test's answer never depends on the state another test left the interpreter
-in. A compiled module (``_speedups``, ``_fastsend``, ``_kafkarecords``) is a
+in. A compiled module (``_speedups``, ``_fastsend``, ``_kafkarecords``, ``_compaction``) is a
 module's name, not a private one.
 """
 
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPILED = {"_speedups", "_fastsend", "_kafkarecords"}
+COMPILED = {"_speedups", "_fastsend", "_kafkarecords", "_compaction"}
 
 
 #: ``from raylog... import`` a name list: on one line, or parenthesized over several

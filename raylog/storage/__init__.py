@@ -65,7 +65,11 @@ Modules, one per concept:
 * ``raylog.storage._speedups`` (``_speedups.c``) -- the compiled fast path
   of :mod:`~raylog.storage.message` and :mod:`~raylog.storage.record_batch`
   for runs of plain messages; the pure-Python code is the reference and the
-  fallback.
+  fallback;
+* ``raylog.storage._compaction`` (``_compaction.c``) -- the compiled fast
+  path of :mod:`~raylog.storage.cleaner` and :mod:`~raylog.storage.offsetmap`
+  (the map in fixed slots, the walks of uncompressed batches without the
+  interpreter); the Python code is the reference and the fallback.
 """
 
 from raylog.storage.decoding import decode_messages

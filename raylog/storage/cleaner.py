@@ -47,6 +47,20 @@ segments below the high watermark whose records are all older than
    are ``clean-written``, ``clean-index-swap``, ``clean-swapped``,
    ``clean-deleted`` and ``clean-index``.
 
+The per-record work (checking each batch, reading its keys, the map, the
+keep/drop decision) runs in C without the interpreter when
+``raylog.storage._compaction`` is built (``_compaction.c``; the map is then
+its ``SlotMap``, see :func:`raylog.storage.offsetmap.new_map`): a segment is
+read a block at a time into one buffer, the walk fills the map (and notes
+the producers' batches on the same reads), then decides per batch to keep
+it whole (consecutive kept batches are written in one piece from the block
+read), drop it, or write its kept records again as :func:`_run_batch`
+does. It leaves to the Python code here, one batch at a time, what it does
+not handle: compressed batches (the codecs are Python's) and faulty ones
+(the reference raises the error). The Python code is the reference: without
+the module it does all the work, with the same result byte for byte
+(tests/storage/test_cleaner_compiled.py).
+
 I/O is bounded by a :class:`Throttler` (bytes read and written a second, as
 Kafka's ``log.cleaner.io.max.bytes.per.second``) and memory by the map's
 buffer and one batch at a time.
@@ -63,6 +77,7 @@ import logging
 import os
 import struct
 import time
+from array import array
 from operator import le
 from typing import Callable, NamedTuple
 
@@ -72,10 +87,11 @@ from raylog.config import TopicConfig
 from raylog.storage import faults as _faults
 from raylog.storage.fileops import sync_directory
 from raylog.storage.offsetindex import MAX_SEGMENT_BYTES, OffsetIndex, index_name
-from raylog.storage.offsetmap import DEFAULT_BUFFER_BYTES, OffsetMap
+from raylog.storage.offsetmap import DEFAULT_BUFFER_BYTES, OffsetMap, new_map
 from raylog.storage.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAX_BATCH_LENGTH,
     BatchHeader,
     decode_batch,
     encode_batch,
@@ -85,6 +101,14 @@ from raylog.storage.segment import LogSegment, segment_name
 from raylog.storage.timeindex import SUFFIX as TIMEINDEX_SUFFIX
 
 log = logging.getLogger(__name__)
+
+if os.environ.get("RAYLOG_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from raylog.storage import _compaction
+    except ImportError:  # not built: the reference below does all the work
+        _compaction = None
+else:
+    _compaction = None
 
 CLEANED = ".cleaned"
 SWAP = ".swap"
@@ -232,27 +256,165 @@ def dirty_start(segment: LogSegment) -> int:
     return segment.base_offset if segment.offsets is None else segment.offsets.dirty_from
 
 
-def build_map(dirty: list[LogSegment], offset_map: OffsetMap, max_message_bytes: int, max_inflated: int,
-              throttler: Throttler | None = None) -> int:
+def build_map(dirty: list[LogSegment], offset_map, max_message_bytes: int, max_inflated: int,
+              throttler: Throttler | None = None, producers: dict | None = None) -> int:
     """Fill ``offset_map`` over the ``dirty`` segments from their first
     offset not deduplicated (step 2); the offset where it stopped: the end
-    of the last segment when all fit, else the first record it could not take."""
+    of the last segment when all fit, else the first record it could not take.
+    ``producers`` (the compiled path only): filled with each dirty segment's
+    ``(producer id, batch offset)`` pairs that :func:`last_producer_batches`
+    reads, gathered on the same reads (the segment where the map stopped included)."""
+    fast = _compiled(offset_map)
     for segment in dirty:
         start = dirty_start(segment)
+        if fast:
+            pairs: list = []
+            stopped = _map_segment(segment, start, offset_map, max_message_bytes, max_inflated, throttler, pairs)
+            if producers is not None:
+                producers[segment.base_offset] = pairs
+            if stopped is not None:
+                return stopped
+            continue
         for _pos, header, data in batches(segment, throttler):
-            if not _plain(header) or header.next_offset <= start:
-                continue
-            records = decode_batch(data, 0, max_message_bytes=max_message_bytes,
-                                   max_inflated_bytes=max_inflated).records
-            if header.base_offset < start:
-                records = [r for r in records if r.offset >= start]
-            if not records:
-                continue
-            # records of a batch have consecutive offsets from the first
-            taken = offset_map.put_many([r.key for r in records], records[0].offset)
-            if taken < len(records):
-                return records[taken].offset
+            stopped = _map_batch(offset_map, header, data, start, max_message_bytes, max_inflated)
+            if stopped is not None:
+                return stopped
     return dirty[-1].end_offset
+
+
+def _map_batch(offset_map, header: BatchHeader, data, start: int, max_message_bytes: int,
+               max_inflated: int) -> int | None:
+    """Step 2 for one batch (the reference): the offset of its first record
+    the map refused, None when it took them all."""
+    if not _plain(header) or header.next_offset <= start:
+        return None
+    records = decode_batch(data, 0, max_message_bytes=max_message_bytes, max_inflated_bytes=max_inflated).records
+    if header.base_offset < start:
+        records = [r for r in records if r.offset >= start]
+    if not records:
+        return None
+    # records of a batch have consecutive offsets from the first
+    taken = offset_map.put_many([r.key for r in records], records[0].offset)
+    if taken < len(records):
+        return records[taken].offset
+    return None
+
+
+# -- the compiled path (raylog.storage._compaction) ----------------------------
+#
+# A segment is read a block at a time (as batches() reads it) and each block
+# walked in C without the interpreter; a batch the walk does not handle
+# (compressed, faulty) goes through the reference code above and below for
+# that batch alone, then the walk goes on after it.
+
+
+def _compiled(offset_map) -> bool:
+    return _compaction is not None and isinstance(offset_map, _compaction.SlotMap)
+
+
+class _Blocks:
+    """A segment's bytes, a block of at least :data:`READ_BYTES` (or to the
+    end) at a time, read into one reused buffer (a window is valid until the
+    next call)."""
+
+    def __init__(self, segment: LogSegment, throttler: Throttler | None):
+        self.segment, self.size = segment, segment.size
+        self._throttler = throttler
+        self._buffer = bytearray(min(READ_BYTES, self.size))
+        self.block, self.at = memoryview(self._buffer)[:0], 0
+
+    def window(self, pos: int, need: int = HEADER_SIZE) -> tuple[memoryview, int]:
+        """``(block, position of pos in it)`` with at least ``need`` bytes from ``pos``."""
+        rel = pos - self.at
+        if rel < 0 or rel + need > len(self.block):
+            length = min(max(need, READ_BYTES), self.size - pos)
+            self.block.release()
+            if length > len(self._buffer):
+                self._buffer = bytearray(length)
+            view = memoryview(self._buffer)[:length]
+            got = os.preadv(self.segment.fd, [view], pos)
+            view.release()
+            self.block, self.at, rel = memoryview(self._buffer)[:got], pos, 0
+            if self._throttler is not None:
+                self._throttler.count(got)
+            if got < need:
+                raise OSError(f"the segment {self.segment.path} is cut inside the batch at position {pos}")
+        return self.block, rel
+
+    def batch(self, pos: int) -> tuple[BatchHeader, memoryview]:
+        """The header and bytes of the batch at ``pos``."""
+        block, rel = self.window(pos)
+        header = read_header(block, rel)
+        block, rel = self.window(pos, max(header.size, HEADER_SIZE))
+        return header, block[rel : rel + header.size]
+
+
+def _walk(segment: LogSegment, throttler: Throttler | None, step, slow, pos: int = 0) -> tuple[int | None, int]:
+    """Run ``step(block, rel) -> (rel, status, value)`` over the segment
+    from ``pos``, ``slow(header, data) -> None | result`` on each batch it
+    leaves to the reference: ``(result, position)``, the first result that
+    is not None (``step``'s ``STATUS_FULL`` value included) and the
+    position of the batch it came from, or ``(None, the segment's size)``."""
+    blocks = _Blocks(segment, throttler)
+    need = HEADER_SIZE
+    size = segment.size
+    while pos < size:
+        block, rel = blocks.window(pos, need)
+        end, status, value = step(block, rel)
+        pos += end - rel
+        need = HEADER_SIZE
+        if status == _compaction.STATUS_END:
+            continue
+        if status == _compaction.STATUS_TAIL:
+            need = value
+        elif status == _compaction.STATUS_FULL:
+            return value, pos
+        else:
+            header, data = blocks.batch(pos)
+            got = slow(header, data)
+            if got is not None:
+                return got, pos
+            pos += header.size
+    return None, size
+
+
+def _producer_step(pairs: list):
+    def step(block, rel):
+        stop, status, value, found = _compaction.producer_batches(block, rel, MAX_BATCH_LENGTH)
+        pairs.extend(found)
+        return stop, status, value
+
+    return step
+
+
+def _producer_note(pairs: list):
+    def note(header: BatchHeader, _data=None) -> None:
+        if header.producer_id >= 0 and header.base_sequence >= 0 and not header.control:
+            pairs.append((header.producer_id, header.base_offset))
+
+    return note
+
+
+def _map_segment(segment: LogSegment, start: int, offset_map, max_message_bytes: int, max_inflated: int,
+                 throttler: Throttler | None, pairs: list) -> int | None:
+    limit = min(max_message_bytes, MAX_BATCH_LENGTH)
+    note = _producer_note(pairs)
+
+    def step(block, rel):
+        stop, status, value = _compaction.map_batches(offset_map, block, rel, start, limit)
+        pairs.extend(_compaction.producer_batches(block[:stop], rel, MAX_BATCH_LENGTH)[3])
+        return stop, status, value
+
+    def slow(header, data):
+        note(header)
+        return _map_batch(offset_map, header, data, start, max_message_bytes, max_inflated)
+
+    stopped, pos = _walk(segment, throttler, step, slow)
+    if stopped is not None:
+        # the rest of the segment from the batch where the map stopped, for the producers alone
+        # (that batch may be noted twice: the same pair again changes nothing)
+        _walk(segment, throttler, _producer_step(pairs), note, pos)
+    return stopped
 
 
 def groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
@@ -270,13 +432,23 @@ def groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]
     return out
 
 
-def last_producer_batches(segments: list[LogSegment], throttler: Throttler | None = None) -> set[int]:
-    """The offset of the last batch of each producer id in ``segments``."""
+def last_producer_batches(segments: list[LogSegment], throttler: Throttler | None = None,
+                          known: dict | None = None) -> set[int]:
+    """The offset of the last batch of each producer id in ``segments``;
+    ``known``: the pairs of some of them already read (:func:`build_map`'s ``producers``)."""
     last: dict[int, int] = {}
     for segment in segments:
-        for _pos, header, _data in batches(segment, throttler):
-            if header.producer_id >= 0 and header.base_sequence >= 0 and not header.control:
-                last[header.producer_id] = header.base_offset
+        if known is not None and segment.base_offset in known:
+            last.update(known[segment.base_offset])
+            continue
+        pairs: list = []
+        if _compaction is None:
+            note = _producer_note(pairs)
+            for _pos, header, _data in batches(segment, throttler):
+                note(header)
+        else:
+            _walk(segment, throttler, _producer_step(pairs), _producer_note(pairs))
+        last.update(pairs)
     return set(last.values())
 
 
@@ -316,6 +488,19 @@ class _Writer:
         if self._pending_bytes >= READ_BYTES:
             self._drain()
 
+    def add_run(self, entries, data) -> None:
+        """Batches kept whole, back to back in ``data``: ``entries`` their
+        ``(offset, span, position in data)``."""
+        at = self.size
+        self.entries.extend((offset, span, at + pos) for offset, span, pos in entries)
+        self.size += len(data)
+        self._drain()
+        nbytes = len(data)
+        while data:  # one write from the block read, no copy
+            data = data[os.write(self.fd, data):]
+        if self._throttler is not None:
+            self._throttler.count(nbytes)
+
     def _drain(self) -> None:
         if self._pending:
             data = memoryview(b"".join(self._pending))
@@ -337,6 +522,68 @@ class _Writer:
             pass
 
 
+def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_whole: set[int], horizon: int,
+                 max_message_bytes: int, max_inflated: int) -> int:
+    """Step 3 for one batch (the reference): write what it keeps; the records it removed."""
+    span = header.last_offset_delta + 1
+    if not _plain(header) or header.base_offset in keep_whole:
+        writer.add(header.base_offset, span, data)
+        return 0
+    records = decode_batch(data, 0, max_message_bytes=max_message_bytes, max_inflated_bytes=max_inflated).records
+    first = header.base_offset
+    expired = header.max_timestamp <= horizon
+    offsets = range(first, first + len(records))
+    keep = list(map(le, offset_map.get_many([r.key for r in records]), offsets))
+    if expired:
+        keep = [k and r.value is not None for k, r in zip(keep, records)]
+    if not any(keep):
+        return len(records)
+    if all(keep):
+        writer.add(header.base_offset, span, data)
+        return 0
+    i = 0
+    while i < len(records):
+        if not keep[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(records) and keep[j]:
+            j += 1
+        writer.add(header.base_offset + i, j - i, _run_batch(header, records[i:j], i))
+        i = j
+    return keep.count(False)
+
+
+def _write_actions(writer: _Writer, block, actions: bytes, runs: bytes) -> int:
+    """Write what ``plan_batches`` made of ``block``'s batches: those kept
+    whole (each run of consecutive ones in one piece, from the block) and
+    the run batches of those cut (from ``runs``); the records removed."""
+    removed = 0
+    run_start = run_end = -1
+    entries: list[tuple[int, int, int]] = []
+    items = array("q", actions)
+    for i in range(0, len(items), 6):
+        kind, pos, size, base, span, count = items[i : i + 6]
+        if kind == _compaction.ACTION_DROP:
+            removed += count
+            continue
+        if kind == _compaction.ACTION_RUN or pos != run_end:
+            if entries:
+                writer.add_run(entries, block[run_start:run_end])
+                entries = []
+            run_end = -1
+        if kind == _compaction.ACTION_RUN:
+            writer.add(base, span, runs[pos : pos + size])
+            continue
+        if not entries:
+            run_start = pos
+        entries.append((base, span, pos - run_start))
+        run_end = pos + size
+    if entries:
+        writer.add_run(entries, block[run_start:run_end])
+    return removed
+
+
 def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap, keep_whole: set[int],
                   config: TopicConfig, now_ms: int, throttler: Throttler | None = None,
                   dirty_from: int | None = None) -> tuple[OffsetIndex, int]:
@@ -350,38 +597,29 @@ def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap
     removed = 0
     horizon = now_ms - config.delete_retention_ms
     max_message_bytes, max_inflated = config.max_message_bytes, config.max_inflated_limit
+    fast = _compiled(offset_map)
+    keep_sorted = array("q", sorted(keep_whole)).tobytes()
+    limit = min(max_message_bytes, MAX_BATCH_LENGTH)
+
+    def slow(header, data) -> None:
+        nonlocal removed
+        removed += _clean_batch(writer, header, data, offset_map, keep_whole, horizon, max_message_bytes,
+                                max_inflated)
+
+    def step(block, rel):
+        nonlocal removed
+        stop, status, value, actions, runs = _compaction.plan_batches(offset_map, block, rel, keep_sorted, horizon,
+                                                                      limit)
+        removed += _write_actions(writer, block, actions, runs)
+        return stop, status, value
+
     try:
         for segment in group:
+            if fast:
+                _walk(segment, throttler, step, slow)
+                continue
             for _pos, header, data in batches(segment, throttler):
-                span = header.last_offset_delta + 1
-                if not _plain(header) or header.base_offset in keep_whole:
-                    writer.add(header.base_offset, span, data)
-                    continue
-                records = decode_batch(data, 0, max_message_bytes=max_message_bytes,
-                                       max_inflated_bytes=max_inflated).records
-                first = header.base_offset
-                expired = header.max_timestamp <= horizon
-                offsets = range(first, first + len(records))
-                keep = list(map(le, offset_map.get_many([r.key for r in records]), offsets))
-                if expired:
-                    keep = [k and r.value is not None for k, r in zip(keep, records)]
-                if not any(keep):
-                    removed += len(records)
-                    continue
-                if all(keep):
-                    writer.add(header.base_offset, span, data)
-                    continue
-                removed += keep.count(False)
-                i = 0
-                while i < len(records):
-                    if not keep[i]:
-                        i += 1
-                        continue
-                    j = i
-                    while j < len(records) and keep[j]:
-                        j += 1
-                    writer.add(header.base_offset + i, j - i, _run_batch(header, records[i:j], i))
-                    i = j
+                slow(header, data)
         writer.finish()
         # the cleaned segment is as old as its newest part (retention and the compaction lags read it)
         newest = max(os.fstat(s.fd).st_mtime_ns for s in group)
@@ -492,11 +730,13 @@ def clean(log_view: tuple[list, list], hw: int, directory: str, config: TopicCon
     due = plan(segments, hw, config.replace(min_cleanable_dirty_ratio=1e-9) if force else config, now_ms)
     if due is None:
         return None
-    offset_map = OffsetMap(buffer_bytes)
-    stop = build_map(due.dirty, offset_map, config.max_message_bytes, config.max_inflated_limit, throttler)
+    offset_map = new_map(buffer_bytes)
+    producers: dict = {}
+    stop = build_map(due.dirty, offset_map, config.max_message_bytes, config.max_inflated_limit, throttler,
+                     producers)
     section = due.clean + [s for s in due.dirty if s.base_offset < stop]
     dirty_bytes = sum(s.size for s in due.dirty if s.base_offset < stop)
-    keep_whole = last_producer_batches(section, throttler)
+    keep_whole = last_producer_batches(section, throttler, producers)
     read = written = removed = 0
     for group in groups(section, config.segment_bytes):
         dirty_from = stop if stop < group[-1].end_offset else None

@@ -12,13 +12,29 @@ returns False and the cleaner stops its dirty section there: it cleans up to
 the last offset the map took, and the rest waits for the next pass (Kafka's
 fall-back when a segment has more keys than fit).
 
+Two implementations with one interface: :class:`OffsetMap` (a dict of
+names, the reference) and, when the compiled module is built,
+``raylog.storage._compaction.SlotMap`` (the same names, capacity and
+answers, in a table of fixed 24-byte slots as Kafka's: the walks of the
+compiled cleaner use it without the interpreter). :func:`new_map` gives the
+second when it is there.
+
 Thread-safety: none; one map belongs to one cleaning pass on one thread.
 """
 
 from __future__ import annotations
 
+import os
 from hashlib import blake2b
 from itertools import repeat
+
+if os.environ.get("RAYLOG_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from raylog.storage import _compaction
+    except ImportError:  # not built: the dict map below does the work
+        _compaction = None
+else:
+    _compaction = None
 
 #: bytes a key takes in the map, as Kafka counts them: its 16-byte digest and an 8-byte offset
 ENTRY_BYTES = 24
@@ -105,3 +121,12 @@ class OffsetMap:
     def clear(self) -> None:
         self._map.clear()
         self.latest_offset = -1
+
+
+def new_map(buffer_bytes: int = DEFAULT_BUFFER_BYTES):
+    """An empty map of at most ``buffer_bytes``: the compiled ``SlotMap``
+    (seeded at random, so that no producer can pick keys that crowd one run
+    of slots) when it is built, else an :class:`OffsetMap`."""
+    if _compaction is None:
+        return OffsetMap(buffer_bytes)
+    return _compaction.SlotMap(buffer_bytes, int.from_bytes(os.urandom(8), "little"))

@@ -1,15 +1,18 @@
 """Fixtures shared by the storage tests.
 
-Every storage test runs against each implementation of the message code:
-``c`` (the compiled fast path, ``raylog.storage._speedups``, with the Python
-reference behind it) and ``python`` (the reference alone). The ``c`` run is
+Every storage test runs against each implementation of the message code
+and the log cleaner: ``c`` (the compiled fast paths,
+``raylog.storage._speedups`` and ``raylog.storage._compaction``, with the
+Python reference behind them) and ``python`` (the reference alone). The ``c`` run is
 skipped when the module is not built. A test module that compares the two
 itself sets ``BOTH_IMPLEMENTATIONS = True`` and runs once.
 """
 
 import pytest
 
+from raylog.storage import cleaner as cleaner_module
 from raylog.storage import message as message_module
+from raylog.storage import offsetmap as offsetmap_module
 
 #: every codec a message set can be written with; suites run against each
 COMPRESSIONS = [None, "gzip", "zstd", "lz4"]
@@ -41,10 +44,13 @@ def implementation(request, monkeypatch):
 
 
 def use_implementation(monkeypatch, impl):
-    """Switch raylog.storage.message to ``impl`` ("c" or "python") until the test ends."""
+    """Switch raylog.storage.message and the cleaner to ``impl`` ("c" or "python") until the test ends."""
     fast = SPEEDUPS if impl == "c" else None
     monkeypatch.setattr(message_module, "_speedups", fast)
     monkeypatch.setattr(message_module, "ACCELERATED", fast is not None)
+    if impl == "python":
+        monkeypatch.setattr(cleaner_module, "_compaction", None)
+        monkeypatch.setattr(offsetmap_module, "_compaction", None)
 
 
 @pytest.fixture(params=["c", "python"])
