@@ -1,0 +1,184 @@
+"""Quix Streams, a stateful stream processor, against raylog's Kafka front door
+(issue 46): ``apps/quix/count_by_key.py`` counts messages per key in Quix's
+state with ``processing_guarantee="at-least-once"``; Quix makes its changelog
+topic (``cleanup.policy=compact``) and its output topic through the front door.
+The app runs once over 10,000 messages, its local state is deleted, more
+messages come, and the app runs again: it restores its state from the
+changelog, and the last count of each key on the output topic is the number
+of messages of that key.
+
+The app runs as a subprocess of the Quix venv's python (``.venv-apps/quix``,
+made by ``make venv-quix`` from ``apps/quix/constraints.txt``: Quix Streams
+pins confluent-kafka and pydantic below the project's own pins), with a
+timeout, killed on failure; raylog's cluster and listeners run in this
+interpreter (real ZooKeeper, Ray, partitions, listeners). Without that venv
+(no package index where it was set up) the tests skip and say why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from tests.doc_blocks import block
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+pytestmark = pytest.mark.timeout(900)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+QUIX_VENV = os.path.join(ROOT, ".venv-apps", "quix")
+QUIX_CONSTRAINTS = os.path.join(ROOT, "apps", "quix", "constraints.txt")
+APP = os.path.join(ROOT, "apps", "quix", "count_by_key.py")
+WAIT_S = 120.0
+#: how long one run of the app may take (its start, rebalance, recovery and processing)
+RUN_S = 420.0
+MESSAGES = 10_000
+MORE = 2_000
+KEYS = 20
+PARTITIONS = 4
+
+
+def quix_venv_unavailable() -> str | None:
+    """Why the Quix venv cannot be used (``None``: it can): absent, or made from
+    another ``apps/quix/constraints.txt`` than the checkout's (the Makefile's
+    stamp is the sha256 of that file)."""
+    python = os.path.join(QUIX_VENV, "bin", "python")
+    if not os.path.exists(python):
+        return (f"the Quix Streams venv {QUIX_VENV} is absent: `make venv-quix` makes it "
+                f"(needs the package index; `make test` runs it first)")
+    with open(QUIX_CONSTRAINTS, "rb") as f:
+        want = hashlib.sha256(f.read()).hexdigest()
+    try:
+        with open(os.path.join(QUIX_VENV, ".constraints-sha256")) as f:
+            have = f.read().strip()
+    except FileNotFoundError:
+        have = None
+    if have != want:
+        return f"the Quix Streams venv {QUIX_VENV} is not made from {QUIX_CONSTRAINTS} as it is: run `make venv-quix`"
+    return None
+
+
+@pytest.fixture(scope="module")
+def quix_python() -> str:
+    reason = quix_venv_unavailable()
+    if reason:
+        pytest.skip(reason)
+    return os.path.join(QUIX_VENV, "bin", "python")
+
+
+def run_app(python: str, config: dict, workdir, name: str) -> tuple[int, str]:
+    """Run the app to its end: ``(messages processed, its log)``; it is killed
+    (with any process it started) when it overruns :data:`RUN_S` or the test
+    stops, and a failed run fails with the tail of its log."""
+    config_path = os.path.join(workdir, f"{name}.json")
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    log_path = os.path.join(workdir, f"{name}.log")
+    with open(log_path, "w") as log:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        proc = subprocess.Popen([python, APP, config_path], stdout=subprocess.PIPE, stderr=log, text=True,
+                                start_new_session=True, cwd=workdir, env=env)
+        try:
+            out, _ = proc.communicate(timeout=RUN_S)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    with open(log_path) as f:
+        text = f.read()
+    assert proc.returncode == 0, f"the Quix app exited with {proc.returncode}:\n{text[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])["processed"], text
+
+
+def produce(config: dict, topic: str, start: int, n: int) -> Counter:
+    """``n`` JSON messages over :data:`KEYS` keys; their number per key."""
+    producer = confluent_kafka.Producer({**config, "acks": "all", "linger.ms": 5})
+    errors = []
+    per_key = Counter()
+    for i in range(start, start + n):
+        key = f"key-{i % KEYS:02d}"
+        producer.produce(topic, json.dumps({"i": i}).encode(), key=key.encode(),
+                         on_delivery=lambda err, msg: err is not None and errors.append(err))
+        per_key[key] += 1
+        producer.poll(0)
+    assert producer.flush(WAIT_S) == 0 and not errors, errors
+    return per_key
+
+
+def last_counts(config: dict, topic: str) -> tuple[dict[str, int], int]:
+    """The last count of each key on the output topic, and how many records it has."""
+    consumer = confluent_kafka.Consumer({**config, "group.id": f"check-{uuid.uuid4().hex[:8]}",
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    last: dict[str, int] = {}
+    records = 0
+    try:
+        metadata = consumer.list_topics(topic, timeout=WAIT_S).topics[topic]
+        tps = [confluent_kafka.TopicPartition(topic, p) for p in metadata.partitions]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=WAIT_S)[1] for tp in tps}
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in ends])
+        left = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + WAIT_S
+        while left and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=1000, timeout=1.0):
+                assert msg.error() is None, msg.error()
+                records += 1
+                last[msg.key().decode()] = json.loads(msg.value())["count"]
+            for tp in consumer.position([confluent_kafka.TopicPartition(topic, p) for p in left]):
+                if tp.offset >= ends[tp.partition]:
+                    left.discard(tp.partition)
+        assert not left, f"the output topic was not read to its end: partitions {sorted(left)}"
+    finally:
+        consumer.close()
+    return last, records
+
+
+def test_quix_counts_per_key_survive_a_restart_from_the_changelog(quix_python, raylog_client, kafka_config,
+                                                                   tmp_path):
+    name = uuid.uuid4().hex[:8]
+    source, sink, group = f"quix-in-{name}", f"quix-out-{name}", f"quix-{name}"
+    raylog_client.create_topic(source, partitions=PARTITIONS)
+    state_dir = tmp_path / "state"
+    config = {"kafka": kafka_config, "input": source, "output": sink, "consumer_group": group,
+              "state_dir": str(state_dir), "idle_timeout_s": 60.0}
+
+    expected = produce(kafka_config, source, 0, MESSAGES)
+    processed, _ = run_app(quix_python, {**config, "count": MESSAGES}, tmp_path, "first")
+    assert processed == MESSAGES
+    counts, records = last_counts(kafka_config, sink)
+    assert counts == dict(expected) and records == MESSAGES
+
+    # Quix's changelog of the count: made by Quix through the front door, compacted, one partition
+    # a partition of the input
+    changelogs = [t for t in raylog_client.list_topics() if t.startswith("changelog") and group in t]
+    assert len(changelogs) == 1, raylog_client.list_topics()
+    described = raylog_client.describe_topic(changelogs[0])["config"]
+    assert described.partitions == PARTITIONS and described.cleanup_policy == "compact", described
+
+    # the local state is lost; the app must take it back from the changelog
+    shutil.rmtree(state_dir)
+    expected += produce(kafka_config, source, MESSAGES, MORE)
+    processed, log = run_app(quix_python, {**config, "count": MORE}, tmp_path, "second")
+    assert processed == MORE
+    assert "Recovery successful" in log, log[-4000:]
+    counts, records = last_counts(kafka_config, sink)
+    assert counts == dict(expected), {k: (counts.get(k), n) for k, n in expected.items() if counts.get(k) != n}
+    assert records == MESSAGES + MORE
+
+
+def test_the_kafka_page_shows_the_app_these_tests_run():
+    """docs/howto/kafka.md's Quix block is apps/quix/count_by_key.py's code, word
+    for word (its docstring aside): the test above runs what the page shows."""
+    with open(APP) as f:
+        source = f.read()
+    shown = block("docs/howto/kafka.md", "Stream processors: Quix Streams")
+    assert shown.strip() and source.rstrip("\n").endswith(shown.rstrip("\n"))
+    assert shown.startswith("import json")
