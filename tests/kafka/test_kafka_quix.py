@@ -87,14 +87,18 @@ def run_app(python: str, config: dict, workdir, name: str) -> tuple[int, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         proc = subprocess.Popen([python, APP, config_path], stdout=subprocess.PIPE, stderr=log, text=True,
                                 start_new_session=True, cwd=workdir, env=env)
+        out, overran = "", False
         try:
             out, _ = proc.communicate(timeout=RUN_S)
+        except subprocess.TimeoutExpired:
+            overran = True
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     with open(log_path) as f:
         text = f.read()
+    assert not overran, f"the Quix app did not finish in {RUN_S:.0f} s (killed); its log ends:\n{text[-4000:]}"
     assert proc.returncode == 0, f"the Quix app exited with {proc.returncode}:\n{text[-4000:]}"
     return json.loads(out.strip().splitlines()[-1])["processed"], text
 
