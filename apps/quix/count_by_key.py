@@ -17,6 +17,8 @@ Streams pins confluent-kafka and pydantic of its own), beside a raylog cluster::
 * ``consumer_group``, ``state_dir``;
 * ``count``: stop after this many messages processed (after Quix's rebalance
   and its recovery of the state from the changelog);
+* ``commit_every`` (optional): a checkpoint after this many messages too
+  (Quix's default: every 5 s only);
 * ``idle_timeout_s``: stop sooner when no message came for this long.
 
 At the end it prints one line of JSON, ``{"processed": n}``; the state is
@@ -49,6 +51,7 @@ def main(config_path: str) -> int:
         processing_guarantee="at-least-once",
         state_dir=config["state_dir"],
         auto_offset_reset="earliest",
+        commit_every=config.get("commit_every", 0),
     )
     source = app.topic(config["input"], key_deserializer="str", value_deserializer="json")
     sink = app.topic(config["output"], key_serializer="str", value_serializer="json")

@@ -178,6 +178,66 @@ def test_quix_counts_per_key_survive_a_restart_from_the_changelog(quix_python, r
     assert records == MESSAGES + MORE
 
 
+def test_quix_restores_from_a_changelog_the_cleaner_compacted(quix_python, raylog_client, kafka_config, tmp_path):
+    """The same restart, from a changelog the partition's cleaner has compacted
+    (many values of few keys, small segments): Quix reads the kept records
+    across the cleaner's gaps and the counts are right. The changelog is made
+    beforehand under the name Quix gives it, so that its segments are small;
+    Quix takes a topic that exists as it is."""
+    name = uuid.uuid4().hex[:8]
+    source, sink, group = f"quix-in-{name}", f"quix-out-{name}", f"quix-{name}"
+    raylog_client.create_topic(source, partitions=1)
+    changelog = f"changelog__{group}--{source}--default"
+    raylog_client.create_topic(changelog, partitions=1, cleanup_policy="compact", segment_bytes=16384,
+                               max_message_bytes=8192, min_cleanable_dirty_ratio=0.01)
+    state_dir = tmp_path / "state"
+    config = {"kafka": kafka_config, "input": source, "output": sink, "consumer_group": group,
+              "state_dir": str(state_dir), "idle_timeout_s": 60.0, "commit_every": 20}
+    first = 4_000
+    expected = produce(kafka_config, source, 0, first)
+    processed, _ = run_app(quix_python, {**config, "count": first}, tmp_path, "first")
+    assert processed == first
+    written = raylog_client.offsets(changelog, 0)[1]
+
+    # the cleaner (every 15 s at most) cleans the closed segments: wait for their offset indexes and
+    # for fewer records than were written
+    directory = raylog_client.registry.placement(changelog, 0)["log_dir"]
+    consumer_config = {**kafka_config, "group.id": f"check-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+    deadline = time.monotonic() + 240
+    while True:
+        cleaned = [n for n in os.listdir(directory) if n.endswith(".index")]
+        kept = _count_records(consumer_config, changelog)
+        if cleaned and kept < first // 4:
+            break
+        assert time.monotonic() < deadline, f"the cleaner did not clean the changelog ({kept} records, {cleaned})"
+        time.sleep(3)
+    assert raylog_client.offsets(changelog, 0)[1] == written  # offsets never change
+
+    shutil.rmtree(state_dir)
+    expected += produce(kafka_config, source, first, 500)
+    processed, log = run_app(quix_python, {**config, "count": 500}, tmp_path, "second")
+    assert processed == 500 and "Recovery successful" in log, log[-4000:]
+    counts, records = last_counts(kafka_config, sink)
+    assert counts == dict(expected) and records == first + 500
+
+
+def _count_records(config: dict, topic: str) -> int:
+    """How many records partition 0 of ``topic`` holds, read to its end."""
+    consumer = confluent_kafka.Consumer(config)
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    count = 0
+    try:
+        end = consumer.get_watermark_offsets(tp, timeout=WAIT_S)[1]
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        deadline = time.monotonic() + WAIT_S
+        while consumer.position([tp])[0].offset < end:
+            count += sum(m.error() is None for m in consumer.consume(1000, timeout=1.0))
+            assert time.monotonic() < deadline, f"{topic} was not read to its end"
+    finally:
+        consumer.close()
+    return count
+
+
 def test_the_kafka_page_shows_the_app_these_tests_run():
     """docs/howto/kafka.md's Quix block is apps/quix/count_by_key.py's code, word
     for word (its docstring aside): the test above runs what the page shows."""
