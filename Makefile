@@ -13,10 +13,13 @@ KAFKAJS_VERSION := 2.2.4
 # the Spark reader's jar (raylog_spark/jars/), built again when its Java sources change
 SPARK_JAR    := $(VENV)/.spark-jar-stamp
 JAVA_SOURCES := $(shell find integrations/spark/java -type f -not -name '.*')
+# the venv of the Quix Streams apps (apps/quix/), with pins of its own (apps/quix/constraints.txt)
+QUIX_VENV        ?= .venv-apps/quix
+QUIX_CONSTRAINTS := apps/quix/constraints.txt
 
-.PHONY: demo test bench docs venv clean hosts-tools
+.PHONY: demo test bench docs venv clean hosts-tools venv-quix
 
-venv: $(STAMP) $(SPARK_JAR) hosts-tools
+venv: $(STAMP) $(SPARK_JAR) hosts-tools venv-quix
 
 # system tools the tests use, installed when missing and this runs as root with apt-get (else the
 # tests that need them skip and say why): nftables, for the network faults of the hosts kit
@@ -35,6 +38,19 @@ hosts-tools:
 		echo "installing KafkaJS $(KAFKAJS_VERSION) into $(TOOLS) (a Node.js Kafka client for the front door's tests) ..."; \
 		npm install --silent --no-audit --no-fund --prefix $(TOOLS) kafkajs@$(KAFKAJS_VERSION) >/dev/null 2>&1 \
 		|| echo "note: KafkaJS could not be installed; the KafkaJS tests will skip"; }
+
+# Quix Streams in a venv of its own (it caps confluent-kafka and pydantic below constraints.txt's
+# pins), made again when $(QUIX_CONSTRAINTS) changes: its sha256 is the venv's stamp (the same
+# check as tests/kafka/test_kafka_quix.py's). Without the package index it is not made and the
+# Quix tests skip and say why; pip's output goes to $(QUIX_VENV).install.log
+venv-quix:
+	@want="$$(sha256sum $(QUIX_CONSTRAINTS) | cut -d' ' -f1)"; \
+	[ "$$(cat $(QUIX_VENV)/.constraints-sha256 2>/dev/null)" = "$$want" ] || { \
+		echo "setting up $(QUIX_VENV) with Quix Streams ($(QUIX_CONSTRAINTS); log in $(QUIX_VENV).install.log) ..."; \
+		rm -rf $(QUIX_VENV) && mkdir -p $(dir $(QUIX_VENV)) && $(PYTHON) -m venv $(QUIX_VENV) \
+		&& $(QUIX_VENV)/bin/python -m pip install -c $(QUIX_CONSTRAINTS) quixstreams > $(QUIX_VENV).install.log 2>&1 \
+		&& echo "$$want" > $(QUIX_VENV)/.constraints-sha256 \
+		|| echo "note: Quix Streams could not be installed (see $(QUIX_VENV).install.log); the Quix tests will skip"; }
 
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
 $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/storage/_compaction.c raylog/producer/_fastsend.c raylog/kafka/_kafkarecords.c \
@@ -55,7 +71,7 @@ demo: $(STAMP) $(SPARK_JAR)
 
 # the tests of one module stay on one worker (they share its fixtures), and so do all the hosts
 # kit's (one shared HostsCluster, started first: tests/conftest.py)
-test: $(STAMP) $(SPARK_JAR) hosts-tools
+test: $(STAMP) $(SPARK_JAR) hosts-tools venv-quix
 	$(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 bench: $(STAMP) $(SPARK_JAR)
@@ -68,4 +84,4 @@ docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) build site *.egg-info raylog/storage/_speedups*.so raylog/storage/_compaction*.so raylog/kafka/_kafkarecords*.so integrations/spark/raylog_spark/jars
+	rm -rf $(VENV) .venv-apps build site *.egg-info raylog/storage/_speedups*.so raylog/storage/_compaction*.so raylog/kafka/_kafkarecords*.so integrations/spark/raylog_spark/jars

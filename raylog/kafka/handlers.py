@@ -12,7 +12,9 @@ FindCoordinator, OffsetCommit and OffsetFetch through
 :mod:`raylog.kafka.group_offsets`; JoinGroup, SyncGroup, Heartbeat and
 LeaveGroup through the listener's :mod:`raylog.kafka.coordinator`.
 
-Offsets (docs/design.md section 10): a Kafka offset is the raylog offset.
+Offsets (docs/design.md section 10): a Kafka offset is the raylog offset;
+ListOffsets' latest is the offset after the last record, where a consumer
+that has read everything stands (:meth:`Session._records_end`).
 Stored format-2 batches go to a Fetch as they are (the client skips the
 records of the first batch before its offset; a batch that holds no record
 at or after it is not sent, the reply starts at the next one): from a
@@ -76,7 +78,7 @@ from raylog.kafka.produce_wire import decode_produce, encode_produce_response
 from raylog.kafka.records import RecordsRefused, encode_batch, stored_batches, to_stored
 from raylog.kafka.sasl import MECHANISM, SaslFailed
 from raylog.storage.decoding import decode_messages
-from raylog.storage.record_batch import format_at
+from raylog.storage.record_batch import format_at, iter_batches
 from raylog.transfer.protocol import LOCATED_BATCHES, NO_PRODUCER_ID, NO_SEQUENCE
 
 log = logging.getLogger(__name__)
@@ -764,13 +766,50 @@ class Session:
             topics.append(Topic(name=topic.name, partitions=partitions))
         return ListOffsetsResponse[version](throttle_time_ms=0, topics=topics)
 
+    def _records_end(self, conn, topic: str, partition: int, offsets) -> int:
+        """ListOffsets' latest offset: the offset after the last record below
+        the high watermark (its batch's baseOffset + record count), the
+        position a Kafka consumer reaches when it has read everything.
+
+        A raylog offset is a byte position (docs/design.md section 2), so the
+        high watermark, the next batch's position, lies past the last
+        record's offset + 1. librdkafka's position (and so what it commits)
+        is the last record handed out + 1: answered the high watermark, a
+        consumer that has read everything would stay behind the end for
+        ever (lag that never reaches 0; Quix Streams' changelog recovery,
+        which waits for position >= latest, never ending). No record lies
+        between the two, and a read from this offset returns the last batch,
+        whose records all lie before it, then goes on at the high watermark.
+        Fetch answers keep the high watermark itself (librdkafka's
+        end-of-partition event compares the fetch position with it)."""
+        hw = offsets.high_watermark
+        if hw <= offsets.log_start_offset:
+            return hw
+        try:  # the batch (or format-1 message) that holds hw - 1: the last one
+            result = conn.fetch(topic, partition, hw - 1, 1, 0, inside_wrapper=True)
+        except InvalidOffsetError as err:  # inside a plain format-1 message: read from its start
+            start = err.details.get("message_offset")
+            if not isinstance(start, int) or not offsets.log_start_offset <= start < hw:
+                raise
+            result = conn.fetch(topic, partition, start, 1, 0)
+        data = result.data
+        if format_at(data) == 2:
+            last = None
+            for _, header in iter_batches(data):
+                last = header
+            if last is None or last.next_offset < hw:  # not the log's last batch: keep the high watermark
+                return hw
+            return last.base_offset + last.count
+        records, _ = decode_messages(data, result.offset)
+        return records[-1][0] + 1 if records else hw
+
     def _offset_for(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
         """``(timestamp, offset)`` answered for ListOffsets: -1 latest, -2
         earliest, else the first message at or after ``timestamp``."""
         conn = self._connection(topic, partition)
         offsets = conn.offsets(topic, partition)
         if timestamp == -1:
-            return -1, offsets.high_watermark
+            return -1, self._records_end(conn, topic, partition, offsets)
         if timestamp == -2:
             return -1, offsets.log_start_offset
         if timestamp < 0:

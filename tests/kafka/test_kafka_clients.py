@@ -112,10 +112,59 @@ def test_raylog_produce_consumed_by_confluent_and_kafka_python(raylog_client, co
             for records in kp.poll(timeout_ms=1000).values():
                 got.extend((r.offset, r.key, r.value) for r in records)
         assert got == expected
-        assert kp.end_offsets([tp])[tp] == raylog_client.offsets(topic, 0)[1]
+        # the latest offset: after the last record, where a consumer that read everything stands
+        assert kp.end_offsets([tp])[tp] == expected[-1][0] + 1
         assert kp.beginning_offsets([tp])[tp] == 0
     finally:
         kp.close()
+
+
+def test_a_consumer_that_read_everything_stands_at_the_latest_offset(raylog_client, config):
+    """ListOffsets' latest is the offset after the last record, not the high
+    watermark (a byte position past it): librdkafka's position after reading
+    everything (the last record + 1, what it commits) reaches it, so a caught
+    up group has no lag and Quix Streams' changelog recovery (position >=
+    latest) ends; a read from it hands out nothing old, and the next record
+    written after it comes."""
+    topic = _topic(raylog_client)
+    producer = confluent_kafka.Producer({**config, "linger.ms": 5})
+    for batch in range(3):  # three batches of five records
+        for i in range(5):
+            producer.produce(topic, b"v%d-%d" % (batch, i), key=b"k%d" % i, partition=0)
+        assert producer.flush(WAIT_S) == 0
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = confluent_kafka.Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        got = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < 15 and time.monotonic() < deadline:
+            got += [m.offset() for m in consumer.consume(100, timeout=1.0) if m.error() is None]
+        assert len(got) == 15
+        low, latest = consumer.get_watermark_offsets(tp, timeout=WAIT_S)
+        position = consumer.position([tp])[0].offset
+        assert latest == got[-1] + 1 == position, (got, latest, position, raylog_client.offsets(topic, 0))
+        assert latest < raylog_client.offsets(topic, 0)[1]  # the high watermark: the next batch's position
+        consumer.commit(asynchronous=False)
+        assert consumer.committed([tp], timeout=WAIT_S)[0].offset == latest  # a lag of 0
+    finally:
+        consumer.close()
+
+    # from the latest offset: nothing old, then the next record written
+    consumer = confluent_kafka.Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                                         "enable.auto.commit": False, "auto.offset.reset": "latest"})
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, latest)])
+        assert [m for m in consumer.consume(100, timeout=3.0) if m.error() is None] == []
+        _confluent_produce(config, topic, [b"after"])
+        after = []
+        deadline = time.monotonic() + WAIT_S
+        while not after and time.monotonic() < deadline:
+            after = [m for m in consumer.consume(100, timeout=1.0) if m.error() is None]
+        assert [m.value() for m in after] == [b"after"] and after[0].offset() > latest
+    finally:
+        consumer.close()
 
 
 def test_a_wrong_token_fails_authentication(raylog_client, config):

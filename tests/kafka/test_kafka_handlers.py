@@ -172,7 +172,7 @@ def test_list_offsets_earliest_latest_and_by_time(raylog_client, kafka_config):
         got.extend(consumer.poll(timeout_ms=1000))
     consumer.close()
     offsets = [m.offset for m in got]
-    end = raylog_client.offsets(topic, 0)[1]
+    end = offsets[-1] + 1  # latest: after the last record (the high watermark is the next batch's position)
     Topic = ListOffsetsRequest.ListOffsetsTopic
     with RawKafka(kafka_config) as raw:
         raw.authenticate()

@@ -1,0 +1,282 @@
+"""Quix Streams, a stateful stream processor, against raylog's Kafka front door
+(issue 46): ``apps/quix/count_by_key.py`` counts messages per key in Quix's
+state with ``processing_guarantee="at-least-once"``; Quix makes its changelog
+topic (``cleanup.policy=compact``) and its output topic through the front door.
+The app runs once over 10,000 messages, its local state is deleted, more
+messages come, and the app runs again: it restores its state from the
+changelog, and the last count of each key on the output topic is the number
+of messages of that key.
+
+The app runs as a subprocess of the Quix venv's python (``.venv-apps/quix``,
+made by ``make venv-quix`` from ``apps/quix/constraints.txt``: Quix Streams
+pins confluent-kafka and pydantic below the project's own pins), with a
+timeout, killed on failure; raylog's cluster and listeners run in this
+interpreter (real ZooKeeper, Ray, partitions, listeners). Without that venv
+(no package index where it was set up) the tests skip and say why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from tests.doc_blocks import block
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+pytestmark = pytest.mark.timeout(900)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+QUIX_VENV = os.path.join(ROOT, ".venv-apps", "quix")
+QUIX_CONSTRAINTS = os.path.join(ROOT, "apps", "quix", "constraints.txt")
+APP = os.path.join(ROOT, "apps", "quix", "count_by_key.py")
+WAIT_S = 120.0
+#: how long one run of the app may take (its start, rebalance, recovery and processing)
+RUN_S = 420.0
+MESSAGES = 10_000
+MORE = 2_000
+KEYS = 20
+PARTITIONS = 4
+
+
+def quix_venv_unavailable(venv: str = QUIX_VENV, constraints: str = QUIX_CONSTRAINTS) -> str | None:
+    """Why the Quix venv cannot be used (``None``: it can): absent, or made from
+    another ``apps/quix/constraints.txt`` than the checkout's (the Makefile's
+    stamp, ``.constraints-sha256``, is the sha256 of that file)."""
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        return (f"the Quix Streams venv {venv} is absent: `make venv-quix` makes it "
+                f"(needs the package index; `make test` runs it first)")
+    with open(constraints, "rb") as f:
+        want = hashlib.sha256(f.read()).hexdigest()
+    try:
+        with open(os.path.join(venv, ".constraints-sha256")) as f:
+            have = f.read().strip()
+    except FileNotFoundError:
+        have = None
+    if have != want:
+        return f"the Quix Streams venv {venv} is not made from {constraints} as it is: run `make venv-quix`"
+    return None
+
+
+@pytest.fixture(scope="module")
+def quix_python() -> str:
+    reason = quix_venv_unavailable()
+    if reason:
+        pytest.skip(reason)
+    return os.path.join(QUIX_VENV, "bin", "python")
+
+
+def run_app(python: str, config: dict, workdir, name: str) -> tuple[int, str]:
+    """Run the app to its end: ``(messages processed, its log)``; it is killed
+    (with any process it started) when it overruns :data:`RUN_S` or the test
+    stops, and a failed run fails with the tail of its log."""
+    config_path = os.path.join(workdir, f"{name}.json")
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    log_path = os.path.join(workdir, f"{name}.log")
+    with open(log_path, "w") as log:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        proc = subprocess.Popen([python, APP, config_path], stdout=subprocess.PIPE, stderr=log, text=True,
+                                start_new_session=True, cwd=workdir, env=env)
+        out, overran = "", False
+        try:
+            out, _ = proc.communicate(timeout=RUN_S)
+        except subprocess.TimeoutExpired:
+            overran = True
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    with open(log_path) as f:
+        text = f.read()
+    assert not overran, f"the Quix app did not finish in {RUN_S:.0f} s (killed); its log ends:\n{text[-4000:]}"
+    assert proc.returncode == 0, f"the Quix app exited with {proc.returncode}:\n{text[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])["processed"], text
+
+
+def produce(config: dict, topic: str, start: int, n: int) -> Counter:
+    """``n`` JSON messages over :data:`KEYS` keys; their number per key."""
+    producer = confluent_kafka.Producer({**config, "acks": "all", "linger.ms": 5})
+    errors = []
+    per_key = Counter()
+    for i in range(start, start + n):
+        key = f"key-{i % KEYS:02d}"
+        producer.produce(topic, json.dumps({"i": i}).encode(), key=key.encode(),
+                         on_delivery=lambda err, msg: err is not None and errors.append(err))
+        per_key[key] += 1
+        producer.poll(0)
+    assert producer.flush(WAIT_S) == 0 and not errors, errors
+    return per_key
+
+
+def last_counts(config: dict, topic: str) -> tuple[dict[str, int], int]:
+    """The last count of each key on the output topic, and how many records it has."""
+    consumer = confluent_kafka.Consumer({**config, "group.id": f"check-{uuid.uuid4().hex[:8]}",
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    last: dict[str, int] = {}
+    records = 0
+    try:
+        metadata = consumer.list_topics(topic, timeout=WAIT_S).topics[topic]
+        tps = [confluent_kafka.TopicPartition(topic, p) for p in metadata.partitions]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=WAIT_S)[1] for tp in tps}
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in ends])
+        left = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + WAIT_S
+        while left and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=1000, timeout=1.0):
+                assert msg.error() is None, msg.error()
+                records += 1
+                last[msg.key().decode()] = json.loads(msg.value())["count"]
+            for tp in consumer.position([confluent_kafka.TopicPartition(topic, p) for p in left]):
+                if tp.offset >= ends[tp.partition]:
+                    left.discard(tp.partition)
+        assert not left, f"the output topic was not read to its end: partitions {sorted(left)}"
+    finally:
+        consumer.close()
+    return last, records
+
+
+def test_quix_counts_per_key_survive_a_restart_from_the_changelog(quix_python, raylog_client, kafka_config,
+                                                                   tmp_path):
+    name = uuid.uuid4().hex[:8]
+    source, sink, group = f"quix-in-{name}", f"quix-out-{name}", f"quix-{name}"
+    raylog_client.create_topic(source, partitions=PARTITIONS)
+    state_dir = tmp_path / "state"
+    config = {"kafka": kafka_config, "input": source, "output": sink, "consumer_group": group,
+              "state_dir": str(state_dir), "idle_timeout_s": 60.0}
+
+    expected = produce(kafka_config, source, 0, MESSAGES)
+    processed, _ = run_app(quix_python, {**config, "count": MESSAGES}, tmp_path, "first")
+    assert processed == MESSAGES
+    counts, records = last_counts(kafka_config, sink)
+    assert counts == dict(expected) and records == MESSAGES
+
+    # Quix's changelog of the count: made by Quix through the front door, compacted, one partition
+    # a partition of the input
+    changelogs = [t for t in raylog_client.list_topics() if t.startswith("changelog") and group in t]
+    assert len(changelogs) == 1, raylog_client.list_topics()
+    described = raylog_client.describe_topic(changelogs[0])["config"]
+    assert described.partitions == PARTITIONS and described.cleanup_policy == "compact", described
+
+    # the local state is lost; the app must take it back from the changelog
+    shutil.rmtree(state_dir)
+    expected += produce(kafka_config, source, MESSAGES, MORE)
+    processed, log = run_app(quix_python, {**config, "count": MORE}, tmp_path, "second")
+    assert processed == MORE
+    assert "Recovery successful" in log, log[-4000:]
+    counts, records = last_counts(kafka_config, sink)
+    assert counts == dict(expected), {k: (counts.get(k), n) for k, n in expected.items() if counts.get(k) != n}
+    assert records == MESSAGES + MORE
+
+
+def test_quix_restores_from_a_changelog_the_cleaner_compacted(quix_python, raylog_client, kafka_config, tmp_path):
+    """The same restart, from a changelog the partition's cleaner has compacted
+    (many values of few keys, small segments): Quix reads the kept records
+    across the cleaner's gaps and the counts are right. The changelog is made
+    beforehand under the name Quix gives it, so that its segments are small;
+    Quix takes a topic that exists as it is."""
+    name = uuid.uuid4().hex[:8]
+    source, sink, group = f"quix-in-{name}", f"quix-out-{name}", f"quix-{name}"
+    raylog_client.create_topic(source, partitions=1)
+    changelog = f"changelog__{group}--{source}--default"
+    raylog_client.create_topic(changelog, partitions=1, cleanup_policy="compact", segment_bytes=16384,
+                               max_message_bytes=8192, min_cleanable_dirty_ratio=0.01)
+    state_dir = tmp_path / "state"
+    config = {"kafka": kafka_config, "input": source, "output": sink, "consumer_group": group,
+              "state_dir": str(state_dir), "idle_timeout_s": 60.0, "commit_every": 20}
+    first = 4_000
+    expected = produce(kafka_config, source, 0, first)
+    processed, _ = run_app(quix_python, {**config, "count": first}, tmp_path, "first")
+    assert processed == first
+    written = raylog_client.offsets(changelog, 0)[1]
+
+    # the cleaner (every 15 s at most) cleans the closed segments: wait for their offset indexes and
+    # for fewer records than were written
+    directory = raylog_client.registry.placement(changelog, 0)["log_dir"]
+    consumer_config = {**kafka_config, "group.id": f"check-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+    deadline = time.monotonic() + 240
+    while True:
+        cleaned = [n for n in os.listdir(directory) if n.endswith(".index")]
+        kept = _count_records(consumer_config, changelog)
+        if cleaned and kept < first // 4:
+            break
+        assert time.monotonic() < deadline, f"the cleaner did not clean the changelog ({kept} records, {cleaned})"
+        time.sleep(3)
+    assert raylog_client.offsets(changelog, 0)[1] == written  # offsets never change
+
+    shutil.rmtree(state_dir)
+    expected += produce(kafka_config, source, first, 500)
+    processed, log = run_app(quix_python, {**config, "count": 500}, tmp_path, "second")
+    assert processed == 500 and "Recovery successful" in log, log[-4000:]
+    counts, records = last_counts(kafka_config, sink)
+    assert counts == dict(expected) and records == first + 500
+
+
+def _count_records(config: dict, topic: str) -> int:
+    """How many records partition 0 of ``topic`` holds, read to its end."""
+    consumer = confluent_kafka.Consumer(config)
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    count = 0
+    try:
+        end = consumer.get_watermark_offsets(tp, timeout=WAIT_S)[1]
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        deadline = time.monotonic() + WAIT_S
+        while consumer.position([tp])[0].offset < end:
+            count += sum(m.error() is None for m in consumer.consume(1000, timeout=1.0))
+            assert time.monotonic() < deadline, f"{topic} was not read to its end"
+    finally:
+        consumer.close()
+    return count
+
+
+def test_the_kafka_page_shows_the_app_these_tests_run():
+    """docs/howto/kafka.md's Quix block is apps/quix/count_by_key.py's code, word
+    for word (its docstring aside): the test above runs what the page shows."""
+    with open(APP) as f:
+        source = f.read()
+    shown = block("docs/howto/kafka.md", "Stream processors: Quix Streams")
+    assert shown.strip() and source.rstrip("\n").endswith(shown.rstrip("\n"))
+    assert shown.startswith("import json")
+
+
+def test_the_quix_venv_is_used_only_when_made_from_the_constraints_as_they_are(tmp_path):
+    venv = tmp_path / "quix"
+    assert "is absent: `make venv-quix` makes it" in quix_venv_unavailable(str(venv))
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    assert "run `make venv-quix`" in quix_venv_unavailable(str(venv))  # no stamp
+    (venv / ".constraints-sha256").write_text("0" * 64 + "\n")
+    assert "run `make venv-quix`" in quix_venv_unavailable(str(venv))  # another file's
+    with open(QUIX_CONSTRAINTS, "rb") as f:
+        (venv / ".constraints-sha256").write_text(hashlib.sha256(f.read()).hexdigest() + "\n")
+    assert quix_venv_unavailable(str(venv)) is None
+
+
+def test_make_venv_quix_keeps_a_venv_whose_stamp_is_the_constraints_hash(tmp_path):
+    """The Makefile's stamp check and this module's agree: a venv stamped with
+    the sha256 this module computes is kept as it is (nothing installed; with
+    PYTHON=false any attempt to make it again would say so)."""
+    venv = tmp_path / "quix"
+    venv.mkdir()
+    with open(QUIX_CONSTRAINTS, "rb") as f:
+        (venv / ".constraints-sha256").write_text(hashlib.sha256(f.read()).hexdigest() + "\n")
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    run = subprocess.run([make, "-s", "venv-quix", f"QUIX_VENV={venv}", "PYTHON=false"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout == "" and run.stderr == "", (run.stdout, run.stderr)
+    (venv / ".constraints-sha256").write_text("0" * 64 + "\n")  # stale: made again (and here it fails, said so)
+    run = subprocess.run([make, "-s", "venv-quix", f"QUIX_VENV={venv}", "PYTHON=false"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "setting up" in run.stdout and "the Quix tests will skip" in run.stdout, run.stdout
+    assert not venv.exists() or not (venv / ".constraints-sha256").exists()
