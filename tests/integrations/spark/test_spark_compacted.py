@@ -8,7 +8,8 @@ at its stored offset (the cleaner's gaps skipped, none read twice, no
 endless loop), as the Python reader (``raylog.read.read_raylog``, tested on
 cleaned logs in tests/read/test_read_compacted.py) returns them; COUNT
 equals the rows read and ``maxOffsetsPerTrigger`` bounds each micro-batch
-in records.
+in records; ``raylog_spark.read_table`` gives exactly the latest value of
+each key, as ``client.read_table`` does, before and after the cleaning.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import pytest
 
 import raylog_spark
+from raylog.errors import ConfigError
 from raylog.read import read_raylog
 
 pytestmark = pytest.mark.timeout(900)
@@ -114,6 +116,16 @@ def _table(rows) -> dict:
     return {k: v for k, v in table.items() if v is not None}
 
 
+def test_read_table_gives_the_latest_value_per_key_before_the_cleaning(spark, raylog_client, topics):
+    compacted, plain, latest = topics
+    for name in (plain, compacted):  # no cleaner; a cleaner that may or may not have run yet
+        rows = raylog_spark.read_table(spark, name, client=raylog_client).collect()
+        assert len(rows) == len(latest)
+        assert {bytes(r["key"]): bytes(r["value"]) for r in rows} == latest
+    rows = raylog_spark.read_table(spark, plain, client=raylog_client, engine="python").collect()
+    assert {bytes(r["key"]): bytes(r["value"]) for r in rows} == latest and len(rows) == len(latest)
+
+
 def test_a_batch_read_of_a_cleaned_topic_returns_every_kept_record_once(spark, raylog_client, topics, cleaned):
     expected = _python_read(raylog_client, cleaned)
     _check_once(expected)
@@ -158,3 +170,60 @@ def test_a_stream_of_a_cleaned_topic_reads_every_kept_record_once_within_its_tri
     assert sum(counts) == len(expected)
     assert len(counts) >= 5  # the limit cut the backlog, in records (not bytes)
     assert max(counts) <= limit + PARTITIONS  # a share under one record is rounded up, as Kafka's source does
+
+
+def test_read_table_of_a_cleaned_topic_is_the_latest_value_per_key_as_client_read_table(spark, raylog_client,
+                                                                                       topics, cleaned):
+    latest = topics[2]
+    rows = raylog_spark.read_table(spark, cleaned, client=raylog_client).collect()
+    assert len(rows) == len(latest)
+    assert {bytes(r["key"]): bytes(r["value"]) for r in rows} == latest
+    ray_rows = raylog_client.read_table(cleaned).take_all()
+    assert sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in ray_rows) == \
+        sorted((r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"])) for r in rows)
+    python = raylog_spark.read_table(spark, cleaned, client=raylog_client, engine="python").collect()
+    assert sorted(map(tuple, python)) == sorted(map(tuple, rows))
+
+
+def test_read_table_refuses_a_bad_value_format_and_reads_on(spark, raylog_client, topics):
+    compacted, _plain, latest = topics
+    with pytest.raises(ConfigError, match="value_format"):
+        raylog_spark.read_table(spark, compacted, "latest", "xml", client=raylog_client)
+    with pytest.raises(ConfigError, match="value_format='json'"):
+        raylog_spark.read_table(spark, compacted, client=raylog_client, schema="a INT")
+    assert raylog_spark.read_table(spark, compacted, client=raylog_client).count() == len(latest)
+
+
+def test_read_table_of_json_values_parses_the_latest_values(spark, raylog_client, make_topic):
+    topic = make_topic(partitions=2, cleanup_policy="compact")
+    producer = raylog_client.producer(acks=1)
+    for i in range(30):
+        producer.send(topic, b'{"user": "u%d", "visits": %d}' % (i % 5, i), key=b"u%d" % (i % 5))
+    producer.send(topic, None, key=b"u0")
+    producer.flush()
+    producer.close()
+    rows = raylog_spark.read_table(spark, topic, value_format="json", client=raylog_client,
+                                   schema="user STRING, visits INT").collect()
+    assert sorted((r["user"], r["visits"], bytes(r["key"])) for r in rows) == \
+        [("u%d" % k, 25 + k, b"u%d" % k) for k in range(1, 5)]
+
+
+def test_the_spark_table_view_example_runs_as_written(spark, raylog_client, capsys):
+    """The Spark table view block (docs/howto/spark.md) on the module's
+    cluster, its compacted topic "users" holding 5 keys written 4 times, one
+    deleted."""
+    from tests.doc_blocks import block, printed_lines
+
+    raylog_client.create_topic("users", partitions=2, cleanup_policy="compact")
+    producer = raylog_client.producer(acks="all", batch_size=3)
+    for i in range(20):
+        producer.send("users", b"v%d" % i, key=b"u%d" % (i % 5))
+    producer.send("users", None, key=b"u0")
+    producer.flush()
+    producer.close()
+    namespace = {"client": raylog_client, "spark": spark, "raylog_spark": raylog_spark}
+    exec(compile(block("docs/howto/spark.md", "The table view in Spark"), "spark.md", "exec"), namespace)
+    assert int(printed_lines(capsys.readouterr().out)[-1]) == 4
+    rows = namespace["users"].collect()
+    assert sorted((bytes(r["key"]), bytes(r["value"])) for r in rows) == [(b"u%d" % k, b"v%d" % (15 + k))
+                                                                          for k in range(1, 5)]
