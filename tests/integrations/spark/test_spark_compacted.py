@@ -1,7 +1,8 @@
 """Spark on a compacted topic (docs/design.md §3 and §6), on real Spark
 (RayDP), Ray and ZooKeeper: a topic of 100 k records over 1 k keys with
 tombstones (the acceptance's 1 M over 10 k, scaled down; bench/read_table.py
-runs the full size), small segments, the partition actors' cleaners run.
+runs the full size), the keys' latest records spread along the log, small
+segments, the partition actors' cleaners run.
 
 The JVM reader's batch and streaming reads return every kept record once
 at its stored offset (the cleaner's gaps skipped, none read twice, no
@@ -32,22 +33,34 @@ PARTITIONS = 2
 DELETED = {b"key-%d" % k for k in range(0, KEYS, 10)}
 
 
+def key_of(i: int) -> bytes:
+    """The key of record ``i``: one of the keys still written at ``i`` (key
+    ``k`` is written up to about record ``k * RECORDS / KEYS``), so that the
+    keys' latest records, which the cleaner keeps, lie all along the log with
+    removed stretches between them."""
+    low = i * KEYS // RECORDS
+    return b"key-%d" % (low + i % (KEYS - low))
+
+
 def _produce(client, topic: str) -> dict:
-    """``RECORDS`` keyed records (record ``i``: key ``i mod KEYS``), then a
+    """``RECORDS`` records over ``KEYS`` keys (:func:`key_of`), then a
     tombstone of each key of DELETED; the latest value of each live key."""
     producer = client.producer(acks=1)
+    latest = {}
     try:
         step = 10_000
         for first in range(0, RECORDS, step):
             n = min(step, RECORDS - first)
-            producer.send_batch(topic, [b"value-%d" % (first + i) for i in range(n)],
-                                [b"key-%d" % ((first + i) % KEYS) for i in range(n)])
+            keys = [key_of(first + i) for i in range(n)]
+            values = [b"value-%d" % (first + i) for i in range(n)]
+            producer.send_batch(topic, values, keys)
+            latest.update(zip(keys, values))
         for key in sorted(DELETED):
             producer.send(topic, None, key=key)
         producer.flush()
     finally:
         producer.close()
-    latest = {b"key-%d" % k: b"value-%d" % (RECORDS - KEYS + k) for k in range(KEYS)}
+    assert len(latest) == KEYS
     return {k: v for k, v in latest.items() if k not in DELETED}
 
 
@@ -106,7 +119,7 @@ def _check_once(records: list[tuple]) -> None:
     assert len({(p, o) for p, o, _k, _v in records}) == len(records), "a record was read twice"
     for _p, _o, key, value in records:
         if value is not None:
-            assert key == b"key-%d" % (int(value.split(b"-")[1]) % KEYS)
+            assert key == key_of(int(value.split(b"-")[1]))
 
 
 def _table(rows) -> dict:
@@ -140,6 +153,16 @@ def test_a_batch_read_of_a_cleaned_topic_returns_every_kept_record_once(spark, r
         for (offset, after), (following, _) in zip(mine, mine[1:]):
             assert offset < after <= following
     assert df.count() == len(expected)  # COUNT pushed down to the partitions
+
+    # starting and ending offsets inside removed stretches: the kept records between them
+    mine = sorted((r["offset"], r["next_offset"]) for r in rows if r["partition"] == 0)
+    gaps = [(after + following) // 2 for (_o, after), (following, _n) in zip(mine, mine[1:]) if following - after > 2]
+    assert len(gaps) > 4, "the cleaner left gaps between kept batches"
+    start, end = gaps[len(gaps) // 4], gaps[3 * len(gaps) // 4]
+    between = spark.read.format("raylog").option("subscribe", cleaned).option(
+        "startingOffsets", '{"%s": {"0": %d, "1": -2}}' % (cleaned, start)).option(
+        "endingOffsets", '{"%s": {"0": %d, "1": -1}}' % (cleaned, end)).load()
+    assert _records(between.collect()) == [r for r in expected if r[0] == 1 or start <= r[1] < end]
 
     # split into many tasks (split points in removed ranges), and COUNT read row by row
     split = raylog_spark.read_topic(spark, cleaned, client=raylog_client, min_partitions=24, engine="jvm")
