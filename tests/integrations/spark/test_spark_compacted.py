@@ -250,3 +250,25 @@ def test_the_spark_table_view_example_runs_as_written(spark, raylog_client, caps
     rows = namespace["users"].collect()
     assert sorted((bytes(r["key"]), bytes(r["value"])) for r in rows) == [(b"u%d" % k, b"v%d" % (15 + k))
                                                                           for k in range(1, 5)]
+
+
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_read_table_of_avro_values_decodes_the_latest_values(spark, raylog_client, make_topic, engine):
+    from raylog.avro import AvroSerializer
+    from raylog.zk.schemas import SchemaRegistry
+
+    schema = {"type": "record", "name": "User", "fields": [{"name": "user", "type": "string"},
+                                                           {"name": "visits", "type": "long"}]}
+    serialize = AvroSerializer(SchemaRegistry(raylog_client.metadata.zk, raylog_client.settings.cluster), schema)
+    topic = make_topic(partitions=2, cleanup_policy="compact")
+    producer = raylog_client.producer(acks=1)
+    for i in range(30):
+        producer.send(topic, serialize({"user": "u%d" % (i % 5), "visits": i}), key=b"u%d" % (i % 5))
+    producer.send(topic, None, key=b"u0")
+    producer.flush()
+    producer.close()
+    table = raylog_spark.read_table(spark, topic, value_format="avro", client=raylog_client, engine=engine)
+    assert table.raylog_engine == engine
+    assert table.columns == ["user", "visits", "key", "topic", "partition", "offset", "timestamp"]
+    assert sorted((r["user"], r["visits"], bytes(r["key"])) for r in table.collect()) == \
+        [("u%d" % k, 25 + k, b"u%d" % k) for k in range(1, 5)]
