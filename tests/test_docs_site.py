@@ -50,6 +50,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/test_readme_examples.py::test_the_ray_data_example_runs_as_written",
     ("docs/howto/spark.md", "Compacted topics and the table view", 0):
         "tests/read/test_read_compacted.py::test_the_table_view_example_runs_as_written",
+    ("docs/howto/spark.md", "The table view in Spark", 0):
+        "tests/integrations/spark/test_spark_compacted.py::test_the_spark_table_view_example_runs_as_written",
     ("docs/howto/groups.md", "Consumer groups: the commit rule", 0):
         HERE + "test_the_corrupt_message_snippet_skips_a_damaged_message",
     ("docs/howto/groups.md", "Group administration", 0):

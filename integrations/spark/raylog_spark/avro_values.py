@@ -103,20 +103,30 @@ class AvroColumns:
         unpack = HEADER.unpack_from
         records = []
         append = records.append
+        nulls = []  # rows of null values (tombstones): null value columns, as the JVM reader gives them
         for value in batch.column(1).to_pylist():
-            if len(value) < 5:
+            if value is None:
+                nulls.append(len(records))
+                append({})
+            elif len(value) < 5:
                 append(resolving.deserialize(value))  # SchemaError: not an Avro frame
             else:
                 append((plain if unpack(value)[1] == reader_id else resolving).deserialize(value))
         if fix is not None:
-            records = [fix(r) for r in records]
+            records = [r if not r else fix(r) for r in records]
         typed = pa.RecordBatch.from_pylist(records, schema=arrow_schema)
         meta = [batch.column(name) for name in META_COLUMNS]
         if self.flatten:
             columns = [*typed.columns, *meta]
             names = [*arrow_schema.names, *META_COLUMNS]
         else:
-            columns = [pa.StructArray.from_arrays(typed.columns, fields=list(arrow_schema)), *meta]
+            mask = None
+            if nulls:
+                mask = [False] * len(records)
+                for i in nulls:
+                    mask[i] = True
+                mask = pa.array(mask, pa.bool_())
+            columns = [pa.StructArray.from_arrays(typed.columns, fields=list(arrow_schema), mask=mask), *meta]
             names = ["value", *META_COLUMNS]
         return pa.RecordBatch.from_arrays(columns, names=names)
 

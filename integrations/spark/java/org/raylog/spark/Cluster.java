@@ -391,10 +391,12 @@ final class Cluster implements Closeable {
       int n = c.dataLength;
       long from = MessageSet.dataStart(buf, n, start); // a record batch that holds start: from its start
       int whole = MessageSet.wholeMessages(buf, n, maxMessageBytes, from);
-      if (whole == 0) {
-        whole = Math.max(0, MessageSet.entryLength(buf, 0, n, maxMessageBytes, from)); // one larger than the share
+      if (whole == 0) { // one larger than the share
+        int first = MessageSet.entryLength(buf, 0, n, maxMessageBytes, from);
+        return first <= 0 ? from : MessageSet.entryNext(buf, 0, n, MessageSet.entryOffset(buf, 0, from), first);
       }
-      return from + whole;
+      // by the batches' own offsets: a cleaned segment's batches lie closer together than their offsets
+      return MessageSet.nextOffsetAfter(buf, whole, from, limit, maxMessageBytes);
     });
   }
 

@@ -66,7 +66,12 @@ import java.util.zip.CRC32C;
  * valueLength (-1: null, a tombstone), value, header count, then per header:
  * keyLength, key (UTF-8), valueLength (-1: null), value. Record i of the batch
  * at {@code p} has offset {@code p + i}; after the last record comes the next
- * batch, at {@code p + 12 + batchLength}. A LogAppendTime batch reports
+ * batch, at {@code p + 12 + batchLength} = {@code p + lastOffsetDelta + 1}.
+ * In a segment the log cleaner rewrote (docs/design.md §3) a kept batch keeps
+ * its baseOffset and lastOffsetDelta but not its position: its offset is its
+ * baseOffset, and the next offset after it is baseOffset + lastOffsetDelta + 1
+ * (the offsets between it and the next kept batch were removed; a batch the
+ * cleaner split holds records 0 .. n - 1 with lastOffsetDelta n - 1). A LogAppendTime batch reports
  * maxTimestamp for every record. The records of a control batch (a
  * transaction marker) are not returned. Checks, as
  * {@code raylog.storage.record_batch.decode_batch}: sizes, magic, crc,
@@ -225,11 +230,65 @@ final class MessageSet {
   static long dataStart(byte[] buf, int n, long asked) {
     if (n >= 17 && isBatch(buf, 0) && (buf[16] & 0xFF) == BATCH_MAGIC) {
       long base = FetchClient.readLong(buf, 0);
-      if (base <= asked && asked - base < BATCH_OVERHEAD + (long) MAX_BATCH_LENGTH) {
-        return base;
+      if (base > asked || asked - base < BATCH_OVERHEAD + (long) MAX_BATCH_LENGTH) {
+        return base; // past asked: the log cleaner removed asked, the reply starts at the next kept batch
       }
     }
     return asked;
+  }
+
+  /**
+   * The log offset of the entry at {@code p} of a buffer whose first byte is at log offset
+   * {@code base}: a record batch's stored baseOffset (in a segment the log cleaner rewrote, file
+   * positions and offsets differ, docs/design.md §3; a baseOffset of 0 is taken as unset, as
+   * {@code raylog.storage.record_batch} takes it), else {@code base + p}. The bytes at {@code p}
+   * must hold the first 9 of the entry.
+   */
+  static long entryOffset(byte[] buf, int p, long base) {
+    if (isBatch(buf, p)) {
+      long stored = FetchClient.readLong(buf, p);
+      if (stored != 0) {
+        return stored;
+      }
+    }
+    return base + p;
+  }
+
+  /**
+   * Where a read goes on after an entry: for a record batch at offset {@code at} of
+   * {@code length} bytes its baseOffset + lastOffsetDelta + 1 (a batch the cleaner kept keeps
+   * them, so this skips the records it removed after the batch), else {@code at + length}; the
+   * entry's header must lie in {@code buf[p..n)}.
+   */
+  static long entryNext(byte[] buf, int p, int n, long at, int length) {
+    if (isBatch(buf, p) && n - p >= 27) {
+      return at + FetchClient.readInt(buf, p + 23) + 1L;
+    }
+    return at + length;
+  }
+
+  /**
+   * The offset after the whole entries of {@code buf[0..n)} (which starts at log offset
+   * {@code base}) where a read goes on: the largest entry end at or below {@code limit}, or the
+   * first entry's end when that one alone passes it; {@code base} when there is no whole entry.
+   * Offsets, not {@code base + n}: a cleaned segment's batches lie closer together than their
+   * offsets (docs/design.md §3).
+   */
+  static long nextOffsetAfter(byte[] buf, int n, long base, long limit, int maxMessageBytes) {
+    long found = base;
+    int p = 0;
+    for (;;) {
+      int length = entryLength(buf, p, n, maxMessageBytes, base + p);
+      if (length < 0 || (long) p + length > n) {
+        return found;
+      }
+      long after = entryNext(buf, p, n, entryOffset(buf, p, base), length);
+      if (after > limit) {
+        return p == 0 ? after : found;
+      }
+      found = after;
+      p += length;
+    }
   }
 
   private static void checkBatchLength(int batchLength, int maxMessageBytes, long offset) {
@@ -299,7 +358,7 @@ final class MessageSet {
       int p = pos;
       long at = base + p;
       if (limit - p >= 9 && isBatch(buf, p)) {
-        startBatch(buf, p, at);
+        startBatch(buf, p, entryOffset(buf, p, base));
         continue;
       }
       int size = FetchClient.readInt(buf, p);
@@ -434,7 +493,7 @@ final class MessageSet {
     maxTimestamp = FetchClient.readLong(buf, p + 35);
     logAppendTime = (attrs & BATCH_LOG_APPEND_TIME) != 0;
     batchOffset = at;
-    batchNext = at + size;
+    batchNext = at + lastOffsetDelta + 1L; // past the records a log cleaner removed after the batch
     recIndex = 0;
     recCount = count;
     inBatch = true;

@@ -325,7 +325,7 @@ final class RangeReader implements PartitionReader<InternalRow> {
       }
       messages.reset(buffer, whole, from);
       fromFollower = follower != null;
-      next = from + whole;
+      next = MessageSet.nextOffsetAfter(buffer, whole, from, Long.MAX_VALUE, settings.maxMessageBytes);
       if (next < range.end) {
         try {
           send(); // the next reply streams in while these messages become rows
