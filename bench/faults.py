@@ -22,6 +22,11 @@ Usage::
     python bench/faults.py --nodes 3 --replication-factor 3 --min-insync 2   # replicated, kill-leader too
     python bench/faults.py --hosts 5 --replication-factor 3 --min-insync 2   # on hosts, network faults too (root)
 
+With ``--workload compact`` the run checks the compaction guarantee instead:
+a compacted topic, writes and deletes per key with acks "all", the cleaner
+crashed mid-swap, before its swap and with a full disk (see
+:mod:`raylog.testing.compaction_checker`).
+
 With ``--hosts N`` the run uses the hosts kit (:mod:`raylog.testing.hosts`):
 N network namespaces with their own addresses, disks and Ray nodes, and the
 network faults (a host cut off, partitions, a one-way partition, a leader cut

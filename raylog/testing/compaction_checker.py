@@ -118,7 +118,7 @@ def check(ops: Iterable[dict], *, delete_retention_ms: int) -> dict:
             "sends_by_outcome": {k: outcomes.get(k, 0) for k in (OK, FAILED, "unknown")},
             "deletes": sum(1 for op in sends if op.get("delete")),
             "deletes_acknowledged": sum(1 for op in sends if op.get("delete") and op["outcome"] == OK),
-            "scans": len({op["t0"] for op in scans if not op.get("final")}),
+            "partition_scans": sum(1 for op in scans if not op.get("final")),
             "final_reads": sum(len(op["reads"]) for op in scans if op.get("final")),
         },
         "keys": latest,
