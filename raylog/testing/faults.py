@@ -373,6 +373,8 @@ def flip_byte(log_dir: str, offset: int, rng=None) -> dict:
     return {"segment": path, "position": target, "offset": offset, "size": 4 + size, "byte": old[0]}
 
 
+#: the switch of raylog.storage.faults (set in a process's environment before it opens its logs)
+FAULT_INJECTION_ENV = "RAYLOG_FAULT_INJECTION"
 #: the cleaner's fault points (raylog.storage.cleaner.swap), in the order a pass meets them
 CLEAN_POINTS = ("clean-written", "clean-index-swap", "clean-swapped", "clean-deleted", "clean-index")
 #: the file that takes a disk's room (fill_disk)

@@ -61,9 +61,9 @@ import time
 
 from raylog.client import Client
 from raylog.config import DISK_RESOURCE, NODE_LABEL
-from raylog.storage import faults as storage_faults
 from raylog.testing import checker, compaction_checker, compaction_workload, report as reporting
 from raylog.testing.consumer_worker import consumer_actor_class
+from raylog.testing.faults import FAULT_INJECTION_ENV
 from raylog.testing.history import Recorder, history_files, read_history
 from raylog.testing.ray_messages import divert_ray_messages
 from raylog.testing.nemesis import (
@@ -186,10 +186,10 @@ def run(options: RunOptions) -> dict:
 
     ray_tmp = tempfile.mkdtemp(prefix="rlf-", dir="/tmp")
     data_disk = None
-    switch_before = os.environ.get(storage_faults.ENV)
+    switch_before = os.environ.get(FAULT_INJECTION_ENV)
     if compact:
         # the cleaner faults crash the partition actors at the cleaner's own steps
-        os.environ[storage_faults.ENV] = "1"
+        os.environ[FAULT_INJECTION_ENV] = "1"
         if not options.hosts:
             data_disk = _mount_data_disk(os.path.join(out, "data"))
     hosts = None
@@ -346,9 +346,9 @@ def run(options: RunOptions) -> dict:
             _unmount(data_disk)
         if compact:
             if switch_before is None:
-                os.environ.pop(storage_faults.ENV, None)
+                os.environ.pop(FAULT_INJECTION_ENV, None)
             else:
-                os.environ[storage_faults.ENV] = switch_before
+                os.environ[FAULT_INJECTION_ENV] = switch_before
         if diverted is not None:
             diverted.close()
             run_info["ray_messages"] = {"lines": diverted.lines, "file": diverted.path}
