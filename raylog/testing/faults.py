@@ -44,6 +44,7 @@ be made (or, where it waits for it, not seen) in time.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -408,25 +409,28 @@ def disarm(path: str) -> bool:
 def fill_disk(path: str, leave_bytes: int = 4096) -> int:
     """Take all the room of the file system holding ``path`` but
     ``leave_bytes`` with a filler file (``<path>/`` :data:`FILLER`), as a
-    disk that other data filled; returns the bytes taken. :func:`free_disk`
-    gives them back."""
-    st = os.statvfs(path)
-    free = st.f_bavail * st.f_frsize
-    size = max(0, free - leave_bytes)
+    disk that other data filled; returns the bytes taken. The filler grows
+    by ever smaller pieces until the file system refuses one (others write
+    meanwhile: a size read from ``statvfs`` first would be stale).
+    :func:`free_disk` gives the room back."""
     filler = os.path.join(path, FILLER)
     fd = os.open(filler, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    size = 0
     try:
-        if size:
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as err:
-                os.close(fd)
-                fd = -1
-                os.unlink(filler)
-                raise FaultInjectionError(f"could not fill the disk of {path}: {err}") from err
+        for piece in (16 << 20, 1 << 20, 64 << 10, 4 << 10):
+            while True:
+                try:
+                    os.posix_fallocate(fd, size, piece)
+                except OSError as err:
+                    if err.errno != errno.ENOSPC:
+                        os.unlink(filler)
+                        raise FaultInjectionError(f"could not fill the disk of {path}: {err}") from err
+                    break
+                size += piece
+        size = max(0, size - leave_bytes)
+        os.ftruncate(fd, size)
     finally:
-        if fd >= 0:
-            os.close(fd)
+        os.close(fd)
     return size
 
 

@@ -193,3 +193,23 @@ def test_crash_at_makes_a_cleaning_process_crash_at_that_step(tmp_path):
     assert proc.returncode == -9, proc.stdout + proc.stderr  # SIGKILL, at the step
     assert "not crashed" not in proc.stdout and not os.path.exists(trigger)
     assert any(n.endswith(".cleaned") for n in os.listdir(log_dir))  # written, never swapped
+
+
+def test_fill_disk_takes_the_room_of_a_real_tmpfs_and_free_disk_gives_it_back(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "data").write_bytes(b"x" * 100_000)
+        taken = faults.fill_disk(str(disk), leave_bytes=8192)
+        assert 3 << 20 < taken < 4 << 20
+        with pytest.raises(OSError) as err:  # nothing more than the room left fits
+            (disk / "more").write_bytes(b"y" * 64 * 1024)
+        assert err.value.errno == 28
+        assert (disk / "data").read_bytes() == b"x" * 100_000
+        faults.free_disk(str(disk))
+        (disk / "more").write_bytes(b"y" * 1024 * 1024)
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
