@@ -526,6 +526,8 @@ class PartitionActor:
             "segments": len(self.log.segment_bases),
             "recovery_reports": [r._asdict() for r in self.log.recovery_reports],
             "disk_full": self.log.disk_full,
+            # passes of this process's cleaner (None: the log is not cleaned here)
+            "cleaner_passes": None if self._cleaner is None else self._cleaner.passes,
             "mended": list(self.mended),
             "cleaner": self.cleaner_state(),
             "uptime_s": time.time() - self.started_at,

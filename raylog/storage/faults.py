@@ -10,6 +10,9 @@ would. Points: ``fsync`` (a flush), ``roll`` (a segment roll),
 ``retention`` (deleting old segments), and the steps of the cleaner's
 swap (``clean-written``, ``clean-index-swap``, ``clean-swapped``,
 ``clean-deleted``, ``clean-index``: :mod:`raylog.storage.cleaner`).
+A trigger file holding ``kill`` (:func:`arm` with ``action="kill"``) makes
+the process SIGKILL itself at that point instead: a crash there, as the
+fault runner's cleaner faults make (:mod:`raylog.testing.nemesis`).
 
 Without the switch :func:`check` does nothing (one call of an empty
 function), so production logs pay no file lookups.
@@ -21,26 +24,35 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 
 ENV = "RAYLOG_FAULT_INJECTION"
 PREFIX = ".fault-"
 
 
-def arm(directory: str, point: str) -> str:
+KILL = "kill"
+
+
+def arm(directory: str, point: str, action: str = "") -> str:
     """Make the next ``point`` operation of the log in ``directory`` fail
-    (in a process with the switch on); returns the trigger file's path."""
+    (in a process with the switch on), or with ``action="kill"`` end its
+    process by SIGKILL; returns the trigger file's path."""
     path = os.path.join(directory, PREFIX + point)
-    with open(path, "w"):
-        pass
+    with open(path, "w") as f:
+        f.write(action)
     return path
 
 
 def _check_files(point: str, directory: str) -> None:
     path = os.path.join(directory, PREFIX + point)
     try:
+        with open(path) as f:
+            action = f.read().strip()
         os.unlink(path)
     except FileNotFoundError:
         return
+    if action == KILL:
+        os.kill(os.getpid(), signal.SIGKILL)
     raise OSError(errno.EIO, f"injected {point} failure ({path})")
 
 

@@ -23,6 +23,9 @@ ZooKeeper itself (an :class:`~raylog.zk.server.EmbeddedZooKeeper`)::
 Disk and nodes::
 
     flip_byte(log_dir, offset)        # damage one byte of the message at offset
+    crash_at(log_dir, "clean-written")   # the actor SIGKILLs itself at that point of
+                                      # its log (raylog.storage.faults; the switch on)
+    fill_disk(path); free_disk(path)  # the file system of path full (a filler file), then room again
     remove_node(cluster, node)        # a ray.cluster_utils.Cluster node dies
 
 Hosts and the network (a :class:`raylog.testing.hosts.HostsCluster`)::
@@ -41,6 +44,7 @@ be made (or, where it waits for it, not seen) in time.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -368,6 +372,74 @@ def flip_byte(log_dir: str, offset: int, rng=None) -> dict:
     finally:
         os.close(fd)
     return {"segment": path, "position": target, "offset": offset, "size": 4 + size, "byte": old[0]}
+
+
+#: the switch of raylog.storage.faults (set in a process's environment before it opens its logs)
+FAULT_INJECTION_ENV = "RAYLOG_FAULT_INJECTION"
+#: the cleaner's fault points (raylog.storage.cleaner.swap), in the order a pass meets them
+CLEAN_POINTS = ("clean-written", "clean-index-swap", "clean-swapped", "clean-deleted", "clean-index")
+#: the file that takes a disk's room (fill_disk)
+FILLER = ".raylog-fault-filler"
+
+
+def crash_at(log_dir: str, point: str) -> str:
+    """Arm ``point`` (:mod:`raylog.storage.faults`) of the partition log in
+    ``log_dir`` so that the process owning it SIGKILLs itself when it gets
+    there (a crash at that very step); needs the fault-injection switch in
+    that process's environment. Returns the trigger file's path: it is gone
+    once the crash happened (:func:`disarm` removes it otherwise)."""
+    if point not in CLEAN_POINTS + ("fsync", "roll", "retention"):
+        raise FaultInjectionError(f"unknown fault point {point!r}")
+    # the trigger file as raylog.storage.faults reads it (the kit stands outside the storage layer)
+    path = os.path.join(log_dir, ".fault-" + point)
+    with open(path, "w") as f:
+        f.write("kill")
+    return path
+
+
+def disarm(path: str) -> bool:
+    """Remove a trigger file that did not fire; False when it had fired."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def fill_disk(path: str, leave_bytes: int = 4096) -> int:
+    """Take all the room of the file system holding ``path`` but
+    ``leave_bytes`` with a filler file (``<path>/`` :data:`FILLER`), as a
+    disk that other data filled; returns the bytes taken. The filler grows
+    by ever smaller pieces until the file system refuses one (others write
+    meanwhile: a size read from ``statvfs`` first would be stale).
+    :func:`free_disk` gives the room back."""
+    filler = os.path.join(path, FILLER)
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    size = 0
+    try:
+        for piece in (16 << 20, 1 << 20, 64 << 10, 4 << 10):
+            while True:
+                try:
+                    os.posix_fallocate(fd, size, piece)
+                except OSError as err:
+                    if err.errno != errno.ENOSPC:
+                        os.unlink(filler)
+                        raise FaultInjectionError(f"could not fill the disk of {path}: {err}") from err
+                    break
+                size += piece
+        size = max(0, size - leave_bytes)
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+    return size
+
+
+def free_disk(path: str) -> None:
+    """Remove the filler of :func:`fill_disk`."""
+    try:
+        os.unlink(os.path.join(path, FILLER))
+    except FileNotFoundError:
+        pass
 
 
 # -- nodes ---------------------------------------------------------------------------

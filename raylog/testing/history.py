@@ -40,6 +40,13 @@ The kinds and their fields:
 ``start`` / ``stop``
     a consumer process began or ended its loop (``stop`` only when it ended
     cleanly).
+``scan``
+    the compaction workload's read of one partition from its log start
+    (:mod:`raylog.testing.compaction_workload`): ``topic``, ``partition``,
+    ``start``, ``end`` (the position reached), ``hw``, ``reads``
+    ``[[offset, key, value], ...]``, ``final``, ``complete``, ``error``. Its
+    ``send`` operations carry ``id`` and ``delete`` too (``value`` None for
+    a delete).
 
 Thread-safety: :class:`Recorder` may be shared by the threads of one process.
 """
@@ -54,7 +61,7 @@ from typing import Iterable, Iterator
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
 OUTCOMES = (OK, FAILED, UNKNOWN)
-KINDS = ("send", "poll", "commit", "assign", "revoke", "seek", "fault", "start", "stop")
+KINDS = ("send", "poll", "commit", "assign", "revoke", "seek", "fault", "start", "stop", "scan")
 
 
 

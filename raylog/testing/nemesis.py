@@ -37,11 +37,22 @@ The kinds:
                      reach it) for 12-18 s, longer than a session, then heal
 ``kill-host``        SIGKILL every process of a disk host, start its Ray node again after 2-4 s
 ``pause-host``       SIGSTOP every process of a disk host for 2-4 s, then SIGCONT
+``kill-cleaning``    a partition actor whose cleaner runs SIGKILLs itself in the middle of
+                     a cleaning pass's swap (at a random one of the cleaner's fault points
+                     after the cleaned segment was written), then Ray restarts it
+``crash-before-swap`` the same at ``clean-written``: the cleaned segment written, the
+                     swap not begun
+``disk-full-cleaning`` the disk of the partitions full (a filler file takes its room) for
+                     3-5 s while the cleaners pass every few hundred ms, then room again
+                     (needs the run's data dir on a tmpfs of its own, or the hosts kit)
 ==================== ================================================================
 
 :data:`FAULT_KINDS` are the kinds of every run; :data:`REPLICATED_KINDS`
 join them when the topic is replicated, :data:`HOST_KINDS` on the hosts kit
 (:mod:`raylog.testing.hosts`), where ``remove-node`` does not apply.
+:data:`COMPACTION_KINDS` need a compacted topic (the compaction workload)
+and a partition actor that runs the cleaner (those crash the actor through
+:mod:`raylog.storage.faults`: the runner switches it on).
 
 Thread-safety: a :class:`Nemesis` runs on one thread (``run``); ``stop`` may
 be called from another.
@@ -93,7 +104,16 @@ KILL_HOST = "kill-host"
 PAUSE_HOST = "pause-host"
 #: kinds that need the hosts kit (real network boundaries)
 HOST_KINDS = (CUT_HOST, PARTITION_HOSTS, ONE_WAY_PARTITION, ZOMBIE_LEADER, KILL_HOST, PAUSE_HOST)
-KNOWN_KINDS = FAULT_KINDS + REPLICATED_KINDS + HOST_KINDS
+KILL_CLEANING = "kill-cleaning"
+CRASH_BEFORE_SWAP = "crash-before-swap"
+DISK_FULL_CLEANING = "disk-full-cleaning"
+#: kinds that need a compacted topic whose partition actors run the cleaner
+COMPACTION_KINDS = (KILL_CLEANING, CRASH_BEFORE_SWAP, DISK_FULL_CLEANING)
+#: kinds that need the consumer group (the queue workload's)
+CONSUMER_KINDS = (KILL_CONSUMER, EXPIRE_SESSION, DROP_CONNECTION)
+KNOWN_KINDS = FAULT_KINDS + REPLICATED_KINDS + HOST_KINDS + COMPACTION_KINDS
+#: how long a cleaner fault waits for a pass to reach its point, and for the actor to serve again
+CLEAN_WAIT_S = 30.0
 #: how long kill-leader waits for a leader to serve again
 LEADER_WAIT_S = 60.0
 #: how long the reassign and rolling-restart faults may take (each step)
@@ -135,8 +155,10 @@ class Target:
     :class:`raylog.testing.hosts.HostsCluster`)."""
 
     def __init__(self, *, client, topic, partitions, zookeeper, consumers, history_dir, cluster=None, disk_nodes=None,
-                 hosts=None):
+                 hosts=None, data_disk=None):
         self.hosts = hosts
+        #: the run's data dir when it is a file system of its own (disk-full-cleaning fills it)
+        self.data_disk = data_disk
         self.client = client
         self.topic = topic
         self.partitions = partitions
@@ -403,6 +425,95 @@ class Nemesis:
         time.sleep(seconds)
         t.disk_nodes[label] = (t.cluster.add_node(**kwargs), kwargs)
         return label, {"down_s": seconds}
+
+    # -- the log cleaner (the compaction workload) ------------------------------------
+
+    def _cleaning_partition(self):
+        """(partition, its leader's actor, its stats) of a partition whose actor runs the cleaner."""
+        import ray  # heavy (Ray): imported when used
+
+        t = self.target
+        partitions = list(range(t.partitions))
+        self.rng.shuffle(partitions)
+        for p in partitions:
+            try:
+                actor = t.client.leader_actor(t.topic, p)
+                stats = ray.get(actor.stats.remote(), timeout=30)
+            except Exception:  # noqa: BLE001 - away under another fault: another partition
+                continue
+            if stats.get("cleaner_passes") is not None:
+                return p, actor, stats
+        raise kit.FaultInjectionError(f"no partition actor of {t.topic} runs the log cleaner (a compacted topic "
+                                      f"is cleaned by its unreplicated partitions' actors)")
+
+    def _crash_cleaner(self, points) -> tuple[str, dict]:
+        """Arm a crash at one of ``points`` in a cleaning partition's log,
+        wait for a pass to reach it, then for the actor to serve again."""
+        t = self.target
+        p, actor, stats = self._cleaning_partition()
+        point = self.rng.choice(points)
+        on_host = None if t.hosts is None else t.hosts.host_of(stats["host"])
+        trigger = self._at_log(on_host, "crash_at", stats["log_dir"], point)
+        started = time.time()
+        fired = wait_until(lambda: not self._at_log(on_host, "exists", trigger), timeout_s=CLEAN_WAIT_S,
+                           interval_s=0.1)
+        if not fired and self._at_log(on_host, "disarm", trigger):
+            raise kit.FaultInjectionError(f"no cleaning pass of {t.topic}/{p} reached {point} within "
+                                          f"{CLEAN_WAIT_S:g} s")
+        crashed_after_s = round(time.time() - started, 3)
+        new_pid = None
+        try:  # Ray restarts it: the fault is over once it answers again
+            new_pid = kit.actor_pid(actor, timeout_s=60)
+        except kit.FaultInjectionError as err:
+            log.warning("%s/%d did not answer after its crash: %s", t.topic, p, err)
+        return f"{t.topic}/{p}", {"partition": p, "point": point, "pid": stats["pid"], "new_pid": new_pid,
+                                  "cleaner_passes_before": stats["cleaner_passes"],
+                                  "crashed_after_s": crashed_after_s}
+
+    def _kill_cleaning(self):
+        return self._crash_cleaner(kit.CLEAN_POINTS[1:])
+
+    def _crash_before_swap(self):
+        return self._crash_cleaner(("clean-written",))
+
+    def _disk_full_cleaning(self):
+        t = self.target
+        seconds = round(self.rng.uniform(3.0, 5.0), 2)
+        if t.hosts is not None:
+            host = self._disk_host()
+            path, where = host.data_dir, host.name
+        elif t.data_disk is not None:
+            host, path, where = None, t.data_disk, "data-disk"
+        else:
+            raise kit.FaultInjectionError("disk-full-cleaning needs the run's data dir on a file system of its "
+                                          "own (a tmpfs: root) or the hosts kit")
+        self._cleaning_partition()  # a cleaner runs there
+        taken = self._at_log(host, "fill_disk", path)
+        try:
+            self._for(seconds, seconds)
+        finally:
+            self._at_log(host, "free_disk", path)
+        return where, {"filled_bytes": taken, "full_s": seconds}
+
+    def _at_log(self, host, function: str, path: str, point: str | None = None):
+        """A file function of the fault kit on the disk of ``host`` (None: this machine)."""
+        if host is None:
+            if function == "exists":
+                return os.path.exists(path)
+            if function == "crash_at":
+                return kit.crash_at(path, point)
+            return getattr(kit, function)(path)
+        code = ("import json, os, sys\nfrom raylog.testing import faults\n"
+                "function, path, point = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+                "if function == 'exists':\n    out = os.path.exists(path)\n"
+                "elif function == 'crash_at':\n    out = faults.crash_at(path, point)\n"
+                "else:\n    out = getattr(faults, function)(path)\n"
+                "print(json.dumps(out))\n")
+        try:
+            out = host.python(code, function, path, point or "")
+        except kit.FaultInjectionError as err:
+            raise kit.FaultInjectionError(f"{function} on {host.name}: {err}") from None
+        return json.loads(out.strip().splitlines()[-1])
 
     # -- hosts and the network (the hosts kit) ---------------------------------------
 

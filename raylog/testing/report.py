@@ -16,6 +16,8 @@ from raylog.testing.history import OK
 
 def table(report: dict) -> str:
     """The report as a few aligned lines."""
+    if report.get("workload") == "compact":
+        return compaction_table(report)
     ops = report["operations"]
     lines = [
         f"verdict            {'VALID' if report['valid'] else 'INVALID: ' + ', '.join(sorted(report['forbidden']))}",
@@ -56,6 +58,40 @@ def table(report: dict) -> str:
         lines.append("faults not made   " + "; ".join(run["nemesis_errors"][:5]))
     if run.get("drained") and not run["drained"].get("complete"):
         lines.append("drain              INCOMPLETE: the group did not read every partition to its end")
+    return "\n".join(lines)
+
+
+def compaction_table(report: dict) -> str:
+    """The compaction workload's report (:mod:`raylog.testing.compaction_checker`) as aligned lines."""
+    ops, counts, keys = report["operations"], report["counts"], report["keys"]
+    run = report.get("run") or {}
+    cleaner = run.get("cleaner") or {}
+    lines = [
+        f"verdict            {'VALID' if report['valid'] else 'INVALID: ' + ', '.join(report['forbidden'])}",
+        f"sends              {ops['sends']}  " + "  ".join(f"{k} {v}" for k, v in ops["sends_by_outcome"].items())
+        + f"  (deletes {ops['deletes']}, acknowledged {ops['deletes_acknowledged']})",
+        f"keys               {keys['acknowledged']} with an acknowledged write: latest a value {keys['latest_value']},"
+        f" a delete {keys['latest_delete']} (kept {keys['delete_kept']}, gone after retention "
+        f"{keys['delete_gone']}); a later unknown write last {keys['later_unknown_write']}",
+        f"scans              {ops['partition_scans']} partition scans during the run; final read "
+        f"{ops['final_reads']} records",
+        f"cleaner passes     {cleaner.get('passes', 'not counted')}"
+        + (f"  (partitions cleaned by their actor: {len(cleaner['partitions_cleaned_by_their_actor'])})"
+           if cleaner else ""),
+        "faults             " + ("  ".join(f"{k} {v}" for k, v in report["faults"].items()) or "none"),
+        f"lost latest values {counts['lost-latest']}",
+        f"resurrected keys   {counts['resurrected']}",
+        f"offset anomalies   {counts['offset-anomaly']}",
+        f"records back       {counts['record-back']}",
+        f"unexpected records {counts['unexpected-record']}",
+    ]
+    if counts["final-incomplete"]:
+        lines.append(f"final read         INCOMPLETE in {counts['final-incomplete']} partitions")
+    diverted = run.get("ray_messages") or {}
+    if diverted.get("lines"):
+        lines.append(f"ray messages       {diverted['lines']} lines about the faults made, in {diverted['file']}")
+    if run.get("nemesis_errors"):
+        lines.append("faults not made   " + "; ".join(run["nemesis_errors"][:5]))
     return "\n".join(lines)
 
 

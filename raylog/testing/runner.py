@@ -32,6 +32,17 @@ What it does, in this order:
    ``<out>/report.json``, the table, and ``<out>/timeline.png`` when
    matplotlib is there.
 
+With ``workload="compact"`` (``--workload compact``) steps 2-5 are the
+compaction workload's instead (:mod:`raylog.testing.compaction_workload`):
+a compacted topic, writers of values and deletes per key with acks
+``"all"``, a scan of the whole topic now and then and one at the end (after
+the faults healed and the cleaner had ``delete_retention_ms`` and some passes
+more), checked by :mod:`raylog.testing.compaction_checker`; no consumer
+group (so no consumer faults, and no flip-byte), the cleaner faults
+(``COMPACTION_KINDS``) instead. The partition actors then run with the
+fault-injection switch of :mod:`raylog.storage.faults` on, and as root the
+run's data dir is a tmpfs of its own (``disk-full-cleaning`` fills it).
+
 Everything it started it stops by its own handle, in ``finally``.
 """
 
@@ -43,18 +54,21 @@ import dataclasses
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
 
 from raylog.client import Client
 from raylog.config import DISK_RESOURCE, NODE_LABEL
-from raylog.testing import checker, report as reporting
+from raylog.testing import checker, compaction_checker, compaction_workload, report as reporting
 from raylog.testing.consumer_worker import consumer_actor_class
+from raylog.testing.faults import FAULT_INJECTION_ENV
 from raylog.testing.history import Recorder, history_files, read_history
 from raylog.testing.ray_messages import divert_ray_messages
 from raylog.testing.nemesis import (
-    FAULT_KINDS, HOST_KINDS, MULTI_NODE_KINDS, REPLICATED_KINDS, Nemesis, Target, plan,
+    COMPACTION_KINDS, CONSUMER_KINDS, DISK_FULL_CLEANING, FAULT_KINDS, FLIP_BYTE, HOST_KINDS, MULTI_NODE_KINDS,
+    REPLICATED_KINDS, Nemesis, Target, plan,
 )
 from raylog.testing.workload import ProducerWorker
 from raylog.zookeeper import EmbeddedZooKeeper
@@ -63,6 +77,9 @@ log = logging.getLogger(__name__)
 
 TOPIC = "queue"
 GROUP = "checkers"
+WORKLOADS = ("queue", "compact")
+#: the size of the compaction workload's data disk (a tmpfs, as root)
+DATA_DISK_MB = 256
 
 #: (name, acks, keyed, compression) of the producers, taken in turn
 PRODUCERS = (
@@ -102,6 +119,13 @@ class RunOptions:
     #: and the Ray head, the others hold the partitions), with the network
     #: faults in the mix; ``nodes`` is then ignored
     hosts: int = 0
+    #: ``"queue"`` (producers and a consumer group) or ``"compact"`` (a
+    #: compacted topic: writes and deletes per key, scans; see the module docstring)
+    workload: str = "queue"
+    #: the compaction workload: keys per writer
+    keys: int = 24
+    #: the compaction workload: seconds between two scans during the run
+    scan_every_s: float = 15.0
 
 
 def _start_ray(options: RunOptions, ray_tmp: str):
@@ -145,6 +169,9 @@ def run(options: RunOptions) -> dict:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # heavy (Ray): imported when used
 
 
+    if options.workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {options.workload!r}; one of {', '.join(WORKLOADS)}")
+    compact = options.workload == "compact"
     kinds = run_kinds(options)
     schedule = plan(options.seed, options.duration_s, kinds, mean_gap_s=options.mean_gap_s)  # checks the kinds
     out = os.path.abspath(options.out_dir)
@@ -158,6 +185,13 @@ def run(options: RunOptions) -> dict:
     import tempfile
 
     ray_tmp = tempfile.mkdtemp(prefix="rlf-", dir="/tmp")
+    data_disk = None
+    switch_before = os.environ.get(FAULT_INJECTION_ENV)
+    if compact:
+        # the cleaner faults crash the partition actors at the cleaner's own steps
+        os.environ[FAULT_INJECTION_ENV] = "1"
+        if not options.hosts:
+            data_disk = _mount_data_disk(os.path.join(out, "data"))
     hosts = None
     if options.hosts:
         from raylog.testing.hosts import HostsCluster  # only with --hosts: the kit needs root and starts Ray nodes
@@ -170,9 +204,12 @@ def run(options: RunOptions) -> dict:
     producers: list = []
     consumers: list = []
     nemesis = None
+    watch = scanner = scans = None
+    topic = compaction_workload.TOPIC if compact else TOPIC
     run_info = {"seed": options.seed, "duration_s": options.duration_s, "nodes": options.nodes, "hosts": options.hosts,
                 "partitions": options.partitions, "replication_factor": options.replication_factor,
-                "min_insync_replicas": options.min_insync_replicas, "fault_kinds": list(kinds)}
+                "min_insync_replicas": options.min_insync_replicas, "fault_kinds": list(kinds),
+                "workload": options.workload, "data_disk": data_disk}
     started = time.time()
     try:
         if hosts is not None:
@@ -198,12 +235,16 @@ def run(options: RunOptions) -> dict:
             replication = dict(replication_factor=options.replication_factor,
                                min_insync_replicas=options.min_insync_replicas,
                                replica_lag_ms=options.replica_lag_ms)
-        client.create_topic(TOPIC, partitions=options.partitions, flush_ms=20, **replication)
+        if compact:
+            client.create_topic(topic, partitions=options.partitions, **compaction_workload.TOPIC_SETTINGS,
+                                **replication)
+        else:
+            client.create_topic(TOPIC, partitions=options.partitions, flush_ms=20, **replication)
         head = ray.get_runtime_context().get_node_id()
         actor_class = consumer_actor_class().options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False)
         )
-        for i in range(options.consumers):
+        for i in range(0 if compact else options.consumers):
             consumers.append(
                 actor_class.remote(
                     zookeeper.connect_string, client.settings.cluster, client.settings.token, TOPIC, GROUP,
@@ -211,7 +252,16 @@ def run(options: RunOptions) -> dict:
                 )
             )
         ray.get([c.pid.remote() for c in consumers], timeout=120)
-        for i in range(options.producers):
+        for i in range(options.producers if compact else 0):
+            producers.append(
+                compaction_workload.CompactionWriter(client, topic, f"writer-{i}", history_dir, rate=options.rate,
+                                                     seed=options.seed * 1000 + i, keys=options.keys).start()
+            )
+        if compact:
+            watch = compaction_workload.CleanerWatch(client, topic, options.partitions).start()
+            scanner = compaction_workload.Scanner(client, topic, options.partitions, history_dir)
+            scans = _Scans(scanner, options.scan_every_s)
+        for i in range(0 if compact else options.producers):
             name, acks, keyed, codec = PRODUCERS[i % len(PRODUCERS)]
             producers.append(
                 ProducerWorker(client, TOPIC, f"{name}-{i}" if i >= len(PRODUCERS) else name, history_dir,
@@ -219,9 +269,9 @@ def run(options: RunOptions) -> dict:
                                seed=options.seed * 1000 + i).start()
             )
 
-        target = Target(client=client, topic=TOPIC, partitions=options.partitions, zookeeper=zookeeper,
+        target = Target(client=client, topic=topic, partitions=options.partitions, zookeeper=zookeeper,
                         consumers=consumers, history_dir=history_dir, cluster=cluster, disk_nodes=disks,
-                        hosts=hosts)
+                        hosts=hosts, data_disk=data_disk)
         recorder = Recorder(os.path.join(history_dir, "nemesis.jsonl"), "nemesis")
         reader = Recorder(os.path.join(history_dir, "nemesis-reader.jsonl"), "nemesis-reader")
         nemesis = Nemesis(target, schedule, recorder, options.seed, reader=reader)
@@ -245,8 +295,16 @@ def run(options: RunOptions) -> dict:
         for producer in producers:
             producer.stop()
         run_info["producers"] = [p.summary for p in producers]
-        run_info["drained"] = _drain(client, consumers, options)
-        run_info["drain_s"] = round(time.time() - t, 1)
+        if compact:
+            scans.stop()
+            run_info["final_scan"] = _final_scan(client, topic, history_dir, scanner, watch, options)
+            run_info["drain_s"] = round(time.time() - t, 1)
+            watch.stop()
+            run_info["cleaner"] = watch.summary()
+            run_info["scans"] = scanner.scans
+        else:
+            run_info["drained"] = _drain(client, consumers, options)
+            run_info["drain_s"] = round(time.time() - t, 1)
         t = time.time()
         run_info["consumers"] = _stop_consumers(consumers)
         run_info["stop_s"] = round(time.time() - t, 1)
@@ -254,6 +312,12 @@ def run(options: RunOptions) -> dict:
         for producer in producers:
             if producer._thread.is_alive():
                 producer._stop.set()
+        if scans is not None:
+            scans.stop()
+        if watch is not None:
+            watch._stop.set()
+        if scanner is not None:
+            scanner.close()
         for actor in consumers:
             try:
                 ray.kill(actor, no_restart=True)
@@ -265,7 +329,8 @@ def run(options: RunOptions) -> dict:
             except Exception as err:  # noqa: BLE001
                 log.warning("closing the client failed: %s", err)
         if hosts is not None:
-            if not run_info.get("drained", {}).get("complete"):  # a failed run: keep what the hosts logged
+            finished = run_info.get("final_scan" if compact else "drained", {}).get("complete")
+            if not finished:  # a failed run: keep what the hosts logged
                 with contextlib.suppress(Exception):
                     run_info["host_logs"] = os.path.join(out, "host-logs")
                     hosts.keep_logs(run_info["host_logs"])
@@ -277,19 +342,30 @@ def run(options: RunOptions) -> dict:
         if hosts is None:
             zookeeper.stop()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+        if data_disk is not None:
+            _unmount(data_disk)
+        if compact:
+            if switch_before is None:
+                os.environ.pop(FAULT_INJECTION_ENV, None)
+            else:
+                os.environ[FAULT_INJECTION_ENV] = switch_before
         if diverted is not None:
             diverted.close()
             run_info["ray_messages"] = {"lines": diverted.lines, "file": diverted.path}
 
     ops = read_history(history_files(history_dir))
-    # replicated: an acks=1 set the followers had not fetched is dropped at a leader change
-    lossy = ("1",) if options.replication_factor > 1 else ()
-    result = checker.check(ops, forbid_unseen_acks=options.forbid_unseen_acks, lossy_acks=lossy)
+    if compact:
+        result = compaction_checker.check(
+            ops, delete_retention_ms=compaction_workload.TOPIC_SETTINGS["delete_retention_ms"])
+    else:
+        # replicated: an acks=1 set the followers had not fetched is dropped at a leader change
+        lossy = ("1",) if options.replication_factor > 1 else ()
+        result = checker.check(ops, forbid_unseen_acks=options.forbid_unseen_acks, lossy_acks=lossy)
     run_info["elapsed_s"] = round(time.time() - started, 1)
     result["run"] = run_info
     with open(os.path.join(out, "report.json"), "w") as f:
         f.write(reporting.to_json(result))
-    if options.png:
+    if options.png and not compact:
         try:
             result["run"]["timeline"] = reporting.timeline_png(
                 ops, os.path.join(out, "timeline.png"), f"raylog fault run, seed {options.seed}"
@@ -303,7 +379,23 @@ def run_kinds(options: RunOptions) -> tuple:
     """The fault kinds a run schedules: ``options.faults`` (None: all), less
     those its cluster cannot have (a single node, no replication)."""
     replicated = options.replication_factor > 1
-    kinds = tuple(options.faults) if options.faults is not None else FAULT_KINDS + (REPLICATED_KINDS if replicated else ())
+    compact = options.workload == "compact"
+    if options.faults is not None:
+        kinds = tuple(options.faults)
+    elif compact:  # no consumer group, no damaged bytes (the compaction checker reads no damage)
+        kinds = tuple(k for k in FAULT_KINDS if k not in CONSUMER_KINDS + (FLIP_BYTE,)) + COMPACTION_KINDS
+        if not options.hosts and os.geteuid() != 0:
+            kinds = tuple(k for k in kinds if k != DISK_FULL_CLEANING)  # its disk is a tmpfs: root
+        kinds += REPLICATED_KINDS if replicated else ()
+    else:
+        kinds = FAULT_KINDS + (REPLICATED_KINDS if replicated else ())
+    if compact:
+        wrong = [k for k in kinds if k in CONSUMER_KINDS + (FLIP_BYTE,)]
+        if wrong:
+            raise ValueError(f"fault kinds {', '.join(wrong)} do not apply to the compact workload (it has no "
+                             f"consumer group, and its checker reads no damaged bytes)")
+    else:
+        kinds = tuple(k for k in kinds if k not in COMPACTION_KINDS)
     if options.hosts:
         if options.faults is None:
             kinds += HOST_KINDS
@@ -341,6 +433,77 @@ class _Progress:
         self._stop.set()
         self._thread.join(2)
         self._bar.close()
+
+
+def _mount_data_disk(path: str) -> str | None:
+    """As root: a tmpfs of :data:`DATA_DISK_MB` at ``path`` (the run's data
+    dir: a disk the disk-full-cleaning fault can fill); else None."""
+    if os.geteuid() != 0:
+        return None
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DATA_DISK_MB}m,mode=0700", "raylog-faults-data", path],
+                   check=True)
+    return path
+
+
+def _unmount(path: str) -> None:
+    result = subprocess.run(["umount", path], capture_output=True, text=True)
+    if result.returncode != 0:  # a process of the run still holds a file there: detach it now, freed when it ends
+        log.warning("umount %s: %s; detaching it", path, result.stderr.strip())
+        subprocess.run(["umount", "-l", path], check=False)
+
+
+class _Scans:
+    """The compaction workload's scans during the run, by a thread of their own."""
+
+    def __init__(self, scanner, every_s: float):
+        self._scanner = scanner
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fault-scans", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(self._every_s):
+            try:
+                self._scanner.scan(timeout_s=self._every_s)
+            except Exception as err:  # noqa: BLE001 - each partition's scan records its own error
+                log.info("scan: %s", err)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(120)
+
+
+#: the final scan: tries (a partition whose actor is restarting is scanned again)
+FINAL_SCAN_TRIES = 4
+
+
+def _final_scan(client, topic, history_dir, scanner, watch, options) -> dict:
+    """After the writers stopped: give the cleaner ``delete_retention_ms``
+    and a few passes more (fed by the ``churn`` writer, see
+    :mod:`raylog.testing.compaction_workload`), then scan every partition to
+    its end (again, while one did not get there)."""
+    settings = compaction_workload.TOPIC_SETTINGS
+    passes = watch.passes
+    wait_s = settings["delete_retention_ms"] / 1000.0 + 5.0
+    churn = compaction_workload.CompactionWriter(client, topic, "churn", history_dir, rate=options.rate,
+                                                 seed=options.seed * 1000 + 999, keys=options.keys,
+                                                 delete_share=0.0).start()
+    try:
+        time.sleep(wait_s)
+    finally:
+        churn.stop()
+    time.sleep(10 * settings["retention_check_ms"] / 1000.0 + settings["segment_ms"] / 1000.0)
+    watch.poll()
+    summary: list = []
+    for _ in range(FINAL_SCAN_TRIES):
+        summary = scanner.scan(final=True, timeout_s=60)
+        if all(s["complete"] for s in summary):
+            break
+        time.sleep(5)
+    return {"complete": all(s["complete"] for s in summary), "waited_s": round(wait_s, 1),
+            "cleaner_passes_while_waiting": watch.passes - passes, "partitions": summary}
 
 
 def _drain(client, consumers, options) -> dict:
@@ -418,6 +581,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-png", action="store_true", help="skip the timeline PNG")
     p.add_argument("--progress", action="store_true", help="show a progress bar")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
+    p.add_argument("--workload", choices=WORKLOADS, default="queue",
+                   help="queue (default: producers and a consumer group) or compact (a compacted topic: "
+                        "writes and deletes per key with acks=all, the cleaner faults "
+                        f"{','.join(COMPACTION_KINDS)}; checked against docs/design.md section 6's compaction "
+                        "guarantee)")
+    p.add_argument("--keys", type=int, default=24, help="compact workload: keys per writer (default 24)")
 
 
 def options_from_args(args) -> RunOptions:
@@ -427,7 +596,7 @@ def options_from_args(args) -> RunOptions:
         partitions=args.partitions, producers=args.producers, consumers=args.consumers, rate=args.rate,
         drain_s=args.drain, mean_gap_s=args.gap, png=not args.no_png, progress=args.progress,
         replication_factor=args.replication_factor, min_insync_replicas=args.min_insync,
-        replica_lag_ms=args.replica_lag_ms, hosts=args.hosts,
+        replica_lag_ms=args.replica_lag_ms, hosts=args.hosts, workload=args.workload, keys=args.keys,
     )
 
 

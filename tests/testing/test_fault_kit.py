@@ -160,3 +160,56 @@ def test_old_module_still_reexports_the_zookeeper_faults():
     from raylog.testing import faults as old
 
     assert old.expire_session is faults.expire_session and old.drop_connection is faults.drop_connection
+
+
+def test_crash_at_makes_a_cleaning_process_crash_at_that_step(tmp_path):
+    """crash_at arms the storage layer's fault point with 'kill': a process
+    with the switch on SIGKILLs itself when its cleaner gets there (here,
+    the cleaned segment written, the swap not begun). (What recovery makes
+    of each step is tests/storage/test_cleaner.py's.)"""
+    from raylog.storage import faults as storage_faults
+
+    assert faults.FAULT_INJECTION_ENV == storage_faults.ENV
+    log_dir = str(tmp_path / "p")
+    code = (
+        "import sys\n"
+        "from raylog.config import TopicConfig\n"
+        "from raylog.storage.log import PartitionLog\n"
+        "from raylog.storage.record_batch import encode_batch\n"
+        "config = TopicConfig(cleanup_policy='compact', segment_bytes=512, max_message_bytes=512,"
+        " flush_messages=1, min_compaction_lag_ms=0)\n"
+        "log = PartitionLog(sys.argv[1], config)\n"
+        "for i in range(60):\n"
+        "    log.append(encode_batch([b'v%d' % i], keys=[b'k%d' % (i % 5)], timestamp_ms=1000))\n"
+        "log.flush()\n"
+        "print(log.high_watermark, flush=True)\n"
+        "log.clean(now_ms=10**13, force=True)\n"
+        "print('not crashed', flush=True)\n"
+    )
+    os.makedirs(log_dir)
+    trigger = faults.crash_at(log_dir, "clean-written")
+    proc = subprocess.run([sys.executable, "-c", code, log_dir], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, faults.FAULT_INJECTION_ENV: "1"})
+    assert proc.returncode == -9, proc.stdout + proc.stderr  # SIGKILL, at the step
+    assert "not crashed" not in proc.stdout and not os.path.exists(trigger)
+    assert any(n.endswith(".cleaned") for n in os.listdir(log_dir))  # written, never swapped
+
+
+def test_fill_disk_takes_the_room_of_a_real_tmpfs_and_free_disk_gives_it_back(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "data").write_bytes(b"x" * 100_000)
+        taken = faults.fill_disk(str(disk), leave_bytes=8192)
+        assert 3 << 20 < taken < 4 << 20
+        with pytest.raises(OSError) as err:  # nothing more than the room left fits
+            (disk / "more").write_bytes(b"y" * 64 * 1024)
+        assert err.value.errno == 28
+        assert (disk / "data").read_bytes() == b"x" * 100_000
+        faults.free_disk(str(disk))
+        (disk / "more").write_bytes(b"y" * 1024 * 1024)
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

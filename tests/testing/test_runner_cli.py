@@ -52,3 +52,34 @@ def test_raylog_faults_with_an_unknown_kind_is_a_usage_error_not_a_traceback(cap
     assert cli.run(["faults", "--faults", "meteor", "--duration", "1"]) == 2
     err = capfd.readouterr().err
     assert "unknown fault kinds ['meteor']" in err and "Traceback" not in err
+
+
+def test_the_compact_workload_schedules_the_cleaner_faults_and_no_consumer_fault():
+    import argparse
+    import os
+
+    from raylog.testing.nemesis import COMPACTION_KINDS, CONSUMER_KINDS, FLIP_BYTE, REPLICATED_KINDS
+    from raylog.testing.runner import RunOptions, add_arguments, options_from_args, run_kinds
+
+    kinds = run_kinds(RunOptions(nodes=3, workload="compact"))
+    expected = set(COMPACTION_KINDS) if os.geteuid() == 0 else set(COMPACTION_KINDS) - {"disk-full-cleaning"}
+    assert expected <= set(kinds)
+    assert not set(kinds) & set(CONSUMER_KINDS + (FLIP_BYTE,))
+    assert set(REPLICATED_KINDS) <= set(run_kinds(RunOptions(nodes=3, workload="compact", replication_factor=3)))
+    # the queue workload has no compacted topic: no cleaner fault, even when asked for
+    assert not set(run_kinds(RunOptions(nodes=3))) & set(COMPACTION_KINDS)
+    assert run_kinds(RunOptions(nodes=3, faults=("kill-cleaning", "kill-partition"))) == ("kill-partition",)
+    with pytest.raises(ValueError, match="do not apply to the compact workload"):
+        run_kinds(RunOptions(nodes=3, workload="compact", faults=("kill-consumer",)))
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = options_from_args(parser.parse_args(["--workload", "compact", "--keys", "7"]))
+    assert (options.workload, options.keys) == ("compact", 7)
+
+
+def test_an_unknown_workload_is_refused_before_anything_starts(tmp_path):
+    from raylog.testing.runner import RunOptions, run
+
+    with pytest.raises(ValueError, match="unknown workload"):
+        run(RunOptions(workload="bank", out_dir=str(tmp_path)))
+    assert list(tmp_path.iterdir()) == []
