@@ -1,0 +1,201 @@
+"""Kafka's transaction APIs through the front door (raylog.kafka.transactions),
+driven by confluent-kafka (librdkafka) on real ZooKeeper, Ray and sockets:
+init_transactions, a commit over two partitions with a consumer group's
+offsets, an abort, a zombie fenced by a second producer of the same
+transactional.id, and the answers without a coordinator."""
+
+from __future__ import annotations
+
+import glob
+import os
+import uuid
+
+import pytest
+from kafka_raw import RawKafka
+from kafka_reads import raylog_read
+
+from raylog.kafka import transactions
+from raylog.storage.markers import decode_marker
+from raylog.storage.record_batch import decode_batch, iter_batches
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse  # noqa: E402
+from kafka.protocol.producer import (  # noqa: E402
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def coordinator(raylog_client, listeners):
+    """The module's cluster's transaction coordinator, stopped at the end."""
+    from raylog.actors.transaction_coordinator import stop_transaction_coordinator
+
+    handle = raylog_client.transaction_coordinator()
+    yield handle
+    stop_transaction_coordinator(raylog_client.settings.cluster)
+
+
+def _topic(raylog_client, partitions: int = 2) -> str:
+    name = f"kt-{uuid.uuid4().hex[:12]}"
+    raylog_client.create_topic(name, partitions=partitions)
+    return name
+
+
+def _producer(kafka_config, tid: str):
+    return confluent_kafka.Producer({**kafka_config, "transactional.id": tid, "transaction.timeout.ms": 60_000})
+
+
+def _log_batches(client, topic: str, partition: int) -> list[tuple]:
+    """``(kind, producer_id, epoch, values or commit)`` of each batch in the
+    partition's segment files, in offset order; kind is "data" or "marker"."""
+    import ray
+
+    ray.get(client.partition_actor(topic, partition).flush.remote())
+    out = []
+    for path in sorted(glob.glob(os.path.join(client.log_dir(topic, partition), "*.log"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        for pos, header in iter_batches(data):
+            if header.control:
+                out.append(("marker", header.producer_id, header.producer_epoch, decode_marker(data, pos).commit))
+            else:
+                values = [r.value for r in decode_batch(data, pos).records]
+                out.append(("data", header.producer_id, header.producer_epoch, header.transactional, values))
+    return out
+
+
+def _group_metadata(kafka_config, group: str):
+    consumer = confluent_kafka.Consumer({**kafka_config, "group.id": group})
+    try:
+        return consumer.consumer_group_metadata()
+    finally:
+        consumer.close()
+
+
+def _committed(kafka_config, group: str, topic: str, partitions) -> list[int]:
+    consumer = confluent_kafka.Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([confluent_kafka.TopicPartition(topic, p) for p in partitions], timeout=WAIT_S)
+    finally:
+        consumer.close()
+    return [tp.offset for tp in found]
+
+
+def test_a_committed_transaction_stores_its_records_markers_and_group_offsets(raylog_client, kafka_config,
+                                                                             coordinator):
+    topic, source = _topic(raylog_client), _topic(raylog_client, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    producer = _producer(kafka_config, f"tx-{uuid.uuid4().hex[:8]}")
+    producer.init_transactions(WAIT_S)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce(topic, value=f"c{i}".encode(), partition=i % 2)
+    producer.send_offsets_to_transaction([confluent_kafka.TopicPartition(source, 0, 42)],
+                                         _group_metadata(kafka_config, group), WAIT_S)
+    # not committed yet: the offsets wait for the commit
+    assert _committed(kafka_config, group, source, [0]) == [confluent_kafka.OFFSET_INVALID]
+    producer.commit_transaction(WAIT_S)
+    # a second transaction with the same epoch (librdkafka keeps it: EndTxn below version 5)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"second", partition=0)
+    producer.commit_transaction(WAIT_S)
+
+    got = raylog_read(raylog_client, topic, 7)
+    assert sorted(m.value for m in got) == sorted([f"c{i}".encode() for i in range(6)] + [b"second"])
+    assert _committed(kafka_config, group, source, [0]) == [42]
+    for partition in (0, 1):
+        batches = _log_batches(raylog_client, topic, partition)
+        assert [b[0] for b in batches if b[0] == "marker"], batches
+        data = [b for b in batches if b[0] == "data"]
+        assert all(b[3] for b in data), "every batch is flagged transactional"
+        pid, epoch = data[0][1], data[0][2]
+        markers = [b for b in batches if b[0] == "marker"]
+        assert all(m == ("marker", pid, epoch, True) for m in markers), batches
+        assert batches[-1][0] == "marker"
+    assert len([b for b in _log_batches(raylog_client, topic, 0) if b[0] == "marker"]) == 2
+
+
+def test_an_aborted_transaction_writes_abort_markers_and_no_offsets(raylog_client, kafka_config, coordinator):
+    topic, source = _topic(raylog_client), _topic(raylog_client, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    producer = _producer(kafka_config, f"tx-{uuid.uuid4().hex[:8]}")
+    producer.init_transactions(WAIT_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"a0", partition=0)
+    producer.produce(topic, value=b"a1", partition=1)
+    producer.send_offsets_to_transaction([confluent_kafka.TopicPartition(source, 0, 7)],
+                                         _group_metadata(kafka_config, group), WAIT_S)
+    producer.abort_transaction(WAIT_S)
+    for partition in (0, 1):
+        batches = _log_batches(raylog_client, topic, partition)
+        assert batches[-1][0] == "marker" and batches[-1][3] is False, batches
+    assert _committed(kafka_config, group, source, [0]) == [confluent_kafka.OFFSET_INVALID]
+    # the producer goes on after its abort
+    producer.begin_transaction()
+    producer.produce(topic, value=b"after", partition=0)
+    producer.commit_transaction(WAIT_S)
+    assert _log_batches(raylog_client, topic, 0)[-1][3] is True
+
+
+def test_a_second_producer_of_the_transactional_id_fences_the_first(raylog_client, kafka_config, coordinator):
+    topic = _topic(raylog_client)
+    tid = f"tx-{uuid.uuid4().hex[:8]}"
+    zombie = _producer(kafka_config, tid)
+    zombie.init_transactions(WAIT_S)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=0)
+    zombie.flush(WAIT_S)
+    successor = _producer(kafka_config, tid)
+    successor.init_transactions(WAIT_S)  # aborts the zombie's transaction, bumps the epoch
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        zombie.commit_transaction(WAIT_S)
+    err = raised.value.args[0]
+    assert err.fatal() and err.code() in (confluent_kafka.KafkaError.PRODUCER_FENCED,
+                                          confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH,
+                                          confluent_kafka.KafkaError._FENCED), err
+    successor.begin_transaction()
+    successor.produce(topic, value=b"successor", partition=0)
+    successor.commit_transaction(WAIT_S)
+    batches = _log_batches(raylog_client, topic, 0)
+    # the zombie's batch aborted (by the fence), the successor's committed
+    assert [b[0] for b in batches] == ["data", "marker", "data", "marker"], batches
+    assert (batches[0][4], batches[1][3]) == ([b"zombie"], False)
+    assert (batches[2][4], batches[3][3]) == ([b"successor"], True)
+    assert batches[2][2] > batches[0][2]
+
+
+def test_the_raw_answers_of_refused_calls(raylog_client, kafka_config, coordinator):
+    tid = f"tx-{uuid.uuid4().hex[:8]}"
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        found = raw.request(FindCoordinatorRequest[1](key=tid, key_type=1), FindCoordinatorResponse)
+        assert found.error_code == 0 and found.port > 0
+        first = raw.request(InitProducerIdRequest[1](transactional_id=tid, transaction_timeout_ms=60_000),
+                            InitProducerIdResponse)
+        assert first.error_code == 0 and first.producer_epoch == 0
+        bad = raw.request(InitProducerIdRequest[1](transactional_id=tid, transaction_timeout_ms=0),
+                          InitProducerIdResponse)
+        assert bad.error_code == transactions.INVALID_TRANSACTION_TIMEOUT
+        # nothing ongoing: an end is an invalid state
+        end = raw.request(EndTxnRequest[1](transactional_id=tid, producer_id=first.producer_id,
+                                           producer_epoch=first.producer_epoch, committed=True), EndTxnResponse)
+        assert end.error_code == transactions.INVALID_TXN_STATE
+        # a second init fences the first epoch
+        second = raw.request(InitProducerIdRequest[1](transactional_id=tid, transaction_timeout_ms=60_000),
+                             InitProducerIdResponse)
+        assert (second.producer_id, second.producer_epoch) == (first.producer_id, 1)
+        for version, code in ((1, transactions.INVALID_PRODUCER_EPOCH), (2, transactions.PRODUCER_FENCED)):
+            end = raw.request(EndTxnRequest[version](transactional_id=tid, producer_id=first.producer_id,
+                                                     producer_epoch=0, committed=True), EndTxnResponse)
+            assert end.error_code == code
+        unknown = raw.request(EndTxnRequest[1](transactional_id=tid, producer_id=first.producer_id + 1,
+                                               producer_epoch=1, committed=True), EndTxnResponse)
+        assert unknown.error_code == transactions.INVALID_PRODUCER_ID_MAPPING
