@@ -15,7 +15,8 @@ reached by its name through Ray: ``raylog/kafka`` does not import
 * **InitProducerId** with a transactional id: the coordinator's
   ``init_producer_id`` with the request's transaction timeout; a known id
   gets its epoch bumped, fencing the older producer (an ongoing transaction
-  of it is aborted first).
+  of it is aborted first). A request naming the identity it holds (version
+  3 and later, KIP-360) is refused as fenced unless it is the current one.
 * **AddPartitionsToTxn** (versions 0-3): the partitions join the
   transaction; a partition of an unknown topic, or past the topic's count,
   is UNKNOWN_TOPIC_OR_PARTITION and the others of the request
@@ -196,6 +197,25 @@ def find_coordinator(body, version: int, link: CoordinatorLink, entry: dict):
                                             node_id=entry["broker_id"], host=entry["host"], port=entry["port"])
 
 
+def _check_held(link: CoordinatorLink, tid: str, held: tuple[int, int]) -> None:
+    """KIP-360: a producer that names the identity it holds (version 3 and
+    later: librdkafka's epoch bump after an abortable error) gets the bump
+    only while that identity is the current one; an older one is fenced.
+    (Checked before the call, not in the same compare-and-set: two
+    producers of one id racing here are both bumped in turn, and the loser
+    is fenced at its next call.)"""
+    record = link.call("describe", tid)
+    if record is None:
+        raise InvalidProducerIdMappingError(
+            f"transactional id {tid!r} has no producer, yet producer {held[0]} epoch {held[1]} was named; "
+            f"start again without a producer id", transactional_id=tid)
+    if (record["producer_id"], record["producer_epoch"]) != held:
+        raise ProducerFencedError(
+            f"producer {held[0]} epoch {held[1]} of transactional id {tid!r} is not the current one "
+            f"(a newer producer started): close this producer", transactional_id=tid, producer_id=held[0],
+            producer_epoch=held[1])
+
+
 def init_producer_id(body, version: int, link: CoordinatorLink):
     """InitProducerId with a transactional id: the coordinator's identity
     (fencing an older producer of the id)."""
@@ -204,6 +224,9 @@ def init_producer_id(body, version: int, link: CoordinatorLink):
         if not tid:
             raise ConfigError("a transactional id is a non-empty string; leave it null for an idempotent "
                               "producer without transactions")
+        held = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
+        if held[0] is not None and held[0] >= 0:
+            _check_held(link, tid, held)
         pid, epoch = link.call("init_producer_id", tid, body.transaction_timeout_ms)
         return InitProducerIdResponse[version](throttle_time_ms=0, error_code=NONE, producer_id=pid,
                                                producer_epoch=epoch)

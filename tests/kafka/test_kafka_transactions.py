@@ -15,7 +15,7 @@ from kafka_raw import RawKafka
 from kafka_reads import raylog_read
 
 from raylog.kafka import transactions
-from raylog.storage.markers import decode_marker
+from raylog.storage.markers import decode_marker, encode_marker
 from raylog.storage.record_batch import decode_batch, iter_batches
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -26,6 +26,8 @@ from kafka.protocol.producer import (  # noqa: E402
     EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -87,6 +89,21 @@ def _committed(kafka_config, group: str, topic: str, partitions) -> list[int]:
     finally:
         consumer.close()
     return [tp.offset for tp in found]
+
+
+def test_without_a_coordinator_the_client_is_told_to_retry_and_how_to_start_it(raylog_client, kafka_config):
+    """(First in the module: the coordinator is not started yet.)"""
+    from raylog.actors.transaction_coordinator import find_transaction_coordinator
+
+    assert find_transaction_coordinator(raylog_client.settings.cluster) is None
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        found = raw.request(FindCoordinatorRequest[1](key="tx", key_type=1), FindCoordinatorResponse)
+        assert found.error_code == transactions.COORDINATOR_NOT_AVAILABLE
+        assert "client.transaction_coordinator()" in found.error_message
+        init = raw.request(InitProducerIdRequest[1](transactional_id="tx", transaction_timeout_ms=60_000),
+                           InitProducerIdResponse)
+        assert init.error_code == transactions.COORDINATOR_NOT_AVAILABLE
 
 
 def test_a_committed_transaction_stores_its_records_markers_and_group_offsets(raylog_client, kafka_config,
@@ -199,3 +216,31 @@ def test_the_raw_answers_of_refused_calls(raylog_client, kafka_config, coordinat
         unknown = raw.request(EndTxnRequest[1](transactional_id=tid, producer_id=first.producer_id + 1,
                                                producer_epoch=1, committed=True), EndTxnResponse)
         assert unknown.error_code == transactions.INVALID_PRODUCER_ID_MAPPING
+        # KIP-360: naming the fenced identity does not bump; naming the current one does
+        zombie = raw.request(InitProducerIdRequest[4](transactional_id=tid, transaction_timeout_ms=60_000,
+                                                      producer_id=first.producer_id, producer_epoch=0),
+                             InitProducerIdResponse)
+        assert zombie.error_code == transactions.PRODUCER_FENCED
+        current = raw.request(InitProducerIdRequest[4](transactional_id=tid, transaction_timeout_ms=60_000,
+                                                       producer_id=first.producer_id, producer_epoch=1),
+                              InitProducerIdResponse)
+        assert (current.error_code, current.producer_epoch) == (0, 2)
+
+
+def test_a_control_batch_from_a_client_is_refused_and_the_partition_keeps_what_it_had(raylog_client, kafka_config,
+                                                                                      coordinator):
+    topic = _topic(raylog_client, 1)
+    producer = confluent_kafka.Producer(kafka_config)
+    producer.produce(topic, value=b"kept", partition=0)
+    producer.flush(WAIT_S)
+    before = raylog_client.offsets(topic, 0)
+    Topic = ProduceRequest.TopicProduceData
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        answer = raw.request(ProduceRequest[8](transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+            Topic(name=topic, partition_data=[Topic.PartitionProduceData(
+                index=0, records=encode_marker(7, 0, True, 0, 1))])]), ProduceResponse)
+    part = answer.responses[0].partition_responses[0]
+    assert part.error_code == 87 and "control batches" in part.error_message  # INVALID_RECORD
+    assert raylog_client.offsets(topic, 0) == before
+    assert [m.value for m in raylog_read(raylog_client, topic, 1)] == [b"kept"]
