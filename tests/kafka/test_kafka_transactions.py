@@ -244,3 +244,32 @@ def test_a_control_batch_from_a_client_is_refused_and_the_partition_keeps_what_i
     assert part.error_code == 87 and "control batches" in part.error_message  # INVALID_RECORD
     assert raylog_client.offsets(topic, 0) == before
     assert [m.value for m in raylog_read(raylog_client, topic, 1)] == [b"kept"]
+
+
+def test_kafka_pythons_transactional_producer_commits_and_aborts(raylog_client, coordinator):
+    import kafka
+
+    topic, source = _topic(raylog_client), _topic(raylog_client, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    config = raylog_client.kafka_config(dialect="kafka-python")
+    producer = kafka.KafkaProducer(**config, transactional_id=f"tx-{uuid.uuid4().hex[:8]}")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, value=b"k0", partition=0)
+        producer.send(topic, value=b"k1", partition=1)
+        producer.send_offsets_to_transaction({kafka.TopicPartition(source, 0): kafka.OffsetAndMetadata(9, "", -1)},
+                                             group)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send(topic, value=b"dropped", partition=0)
+        producer.flush()  # stored, then aborted (an abort drops what is not sent yet)
+        producer.abort_transaction()
+    finally:
+        producer.close(timeout=10)
+    assert sorted(m.value for m in raylog_read(raylog_client, topic, 3)) == [b"dropped", b"k0", b"k1"]
+    assert _committed(raylog_client.kafka_config(), group, source, [0]) == [9]
+    batches = _log_batches(raylog_client, topic, 0)
+    assert [b[0] for b in batches] == ["data", "marker", "data", "marker"], batches
+    assert (batches[1][3], batches[3][3]) == (True, False)
+    assert batches[0][2] == batches[2][2], "kafka-python keeps its epoch across transactions (EndTxn below 5)"
