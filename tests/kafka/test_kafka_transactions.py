@@ -11,6 +11,7 @@ import os
 import uuid
 
 import pytest
+import ray
 from kafka_raw import RawKafka
 from kafka_reads import raylog_read
 
@@ -22,12 +23,16 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse  # noqa: E402
 from kafka.protocol.producer import (  # noqa: E402
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -216,6 +221,28 @@ def test_the_raw_answers_of_refused_calls(raylog_client, kafka_config, coordinat
         unknown = raw.request(EndTxnRequest[1](transactional_id=tid, producer_id=first.producer_id + 1,
                                                producer_epoch=1, committed=True), EndTxnResponse)
         assert unknown.error_code == transactions.INVALID_PRODUCER_ID_MAPPING
+        # a partition of an unknown topic: refused, and nothing of the request added
+        topic = _topic(raylog_client, 1)
+        Add = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = raw.request(AddPartitionsToTxnRequest[1](
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=second.producer_id,
+            v3_and_below_producer_epoch=second.producer_epoch,
+            v3_and_below_topics=[Add(name=topic, partitions=[0]), Add(name="no-such-topic", partitions=[0])]),
+            AddPartitionsToTxnResponse)
+        codes = {(t.name, p.partition_index): p.partition_error_code for t in added.results_by_topic_v3_and_below
+                 for p in t.results_by_partition}
+        assert codes == {(topic, 0): transactions.OPERATION_NOT_ATTEMPTED,
+                         ("no-such-topic", 0): transactions.UNKNOWN_TOPIC_OR_PARTITION}
+        assert ray.get(coordinator.describe.remote(tid))["partitions"] == []
+        # a negative offset: refused, the transaction holds no offsets
+        Commit = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        committed = raw.request(TxnOffsetCommitRequest[1](
+            transactional_id=tid, group_id="g", producer_id=second.producer_id,
+            producer_epoch=second.producer_epoch, topics=[Commit(name=topic, partitions=[
+                Commit.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=-5,
+                                                       committed_metadata=None)])]), TxnOffsetCommitResponse)
+        assert committed.topics[0].partitions[0].error_code == transactions.INVALID_REQUEST
+        assert ray.get(coordinator.describe.remote(tid))["groups"] == {}
         # KIP-360: naming the fenced identity does not bump; naming the current one does
         zombie = raw.request(InitProducerIdRequest[4](transactional_id=tid, transaction_timeout_ms=60_000,
                                                       producer_id=first.producer_id, producer_epoch=0),
