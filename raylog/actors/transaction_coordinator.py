@@ -11,8 +11,10 @@ name, read from ZooKeeper and written back with a compare-and-set):
   older epoch; an ongoing transaction of it is aborted first);
 * ``add_partitions(transactional_id, producer_id, epoch, partitions)``;
 * ``add_offsets(transactional_id, producer_id, epoch, group, offsets)``;
-* ``end_transaction(transactional_id, producer_id, epoch, commit) -> (producer_id, epoch)``:
-  the decision (``PrepareCommit`` / ``PrepareAbort``, epoch bumped) is written,
+* ``end_transaction(transactional_id, producer_id, epoch, commit, bump=True) -> (producer_id, epoch)``:
+  the decision (``PrepareCommit`` / ``PrepareAbort``, epoch bumped; with
+  ``bump=False``, for Kafka clients of transaction version 1, the epoch
+  stays) is written,
   then the markers, then the completion; the answer is the producer's next
   identity (KIP-890). Once the decision is written the call succeeds even if
   a partition cannot take its marker yet: the coordinator keeps trying, and
@@ -272,11 +274,11 @@ class TransactionCoordinator:
                 r, transactional_id, producer_id, producer_epoch, group, offsets, now_ms=self.clock_ms())))
 
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                        commit: bool) -> tuple[int, int]:
+                        commit: bool, bump: bool = True) -> tuple[int, int]:
         with self._lock(transactional_id):
             step, record, version = self._decide(transactional_id, lambda r: states.end_transaction(
                 r, transactional_id, producer_id, producer_epoch, bool(commit), now_ms=self.clock_ms(),
-                new_producer_id=self.new_producer_id))
+                new_producer_id=self.new_producer_id, bump=bool(bump)))
             if step.record is not None:
                 self._try_complete(transactional_id, record, version)
             return step.reply
@@ -401,8 +403,8 @@ class TransactionCoordinatorActor:
     def add_offsets(self, transactional_id, producer_id, producer_epoch, group, offsets=None) -> None:
         self.coordinator.add_offsets(transactional_id, producer_id, producer_epoch, group, offsets)
 
-    def end_transaction(self, transactional_id, producer_id, producer_epoch, commit) -> tuple[int, int]:
-        return self.coordinator.end_transaction(transactional_id, producer_id, producer_epoch, commit)
+    def end_transaction(self, transactional_id, producer_id, producer_epoch, commit, bump=True) -> tuple[int, int]:
+        return self.coordinator.end_transaction(transactional_id, producer_id, producer_epoch, commit, bump)
 
     def verify_partition(self, transactional_id, producer_id, producer_epoch, topic, partition) -> None:
         self.coordinator.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)

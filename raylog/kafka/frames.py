@@ -33,7 +33,14 @@ from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 SIZE = struct.Struct(">i")
@@ -61,6 +68,12 @@ SUPPORTED = {
     ApiVersionsRequest.API_KEY: (ApiVersionsRequest, 0, 3),
     SaslAuthenticateRequest.API_KEY: (SaslAuthenticateRequest, 0, 1),
     InitProducerIdRequest.API_KEY: (InitProducerIdRequest, 0, 4),
+    # transactions (raylog.kafka.transactions): Kafka's transaction version 1
+    # (EndTxn 5, KIP-890's epoch bump per transaction, is not served)
+    AddPartitionsToTxnRequest.API_KEY: (AddPartitionsToTxnRequest, 0, 3),
+    AddOffsetsToTxnRequest.API_KEY: (AddOffsetsToTxnRequest, 0, 3),
+    EndTxnRequest.API_KEY: (EndTxnRequest, 0, 4),
+    TxnOffsetCommitRequest.API_KEY: (TxnOffsetCommitRequest, 0, 3),
     CreateTopicsRequest.API_KEY: (CreateTopicsRequest, 2, 5),
     DeleteTopicsRequest.API_KEY: (DeleteTopicsRequest, 1, 5),
     DescribeConfigsRequest.API_KEY: (DescribeConfigsRequest, 1, 4),

@@ -9,7 +9,9 @@ as a Kafka broker does), and serves Produce, Fetch, ListOffsets and
 Metadata by forwarding to each partition's data endpoint through raylog's
 own data channel (:class:`raylog.transfer.connection.BrokerConnection`);
 FindCoordinator, OffsetCommit and OffsetFetch through
-:mod:`raylog.kafka.group_offsets`; JoinGroup, SyncGroup, Heartbeat and
+:mod:`raylog.kafka.group_offsets` (FindCoordinator for a transactional id,
+InitProducerId with one, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
+TxnOffsetCommit through :mod:`raylog.kafka.transactions`); JoinGroup, SyncGroup, Heartbeat and
 LeaveGroup through the listener's :mod:`raylog.kafka.coordinator`.
 
 Offsets (docs/design.md section 10): a Kafka offset is the raylog offset;
@@ -48,10 +50,13 @@ from raylog.errors import (
     FrameTooLargeError,
     InvalidMessageError,
     InvalidOffsetError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
     MessageTooLargeError,
     NotEnoughReplicasError,
     NotOwnerError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     ProtocolError,
     RaylogError,
     RequestTimeoutError,
@@ -59,7 +64,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.kafka import admin, brokers, group_offsets, idempotence
+from raylog.kafka import admin, brokers, group_offsets, idempotence, transactions
 from raylog.kafka.coordinator import Coordinator
 from raylog.kafka.frames import (
     SIZE,
@@ -88,6 +93,7 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
@@ -105,6 +111,8 @@ NOT_ENOUGH_REPLICAS = 19
 INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
 KAFKA_STORAGE_ERROR = 56
 SASL_AUTHENTICATION_FAILED = 58
 INVALID_RECORD = 87
@@ -147,6 +155,10 @@ def error_code(err: Exception) -> int:
         (CorruptMessageError, CORRUPT_MESSAGE),
         (InvalidMessageError, INVALID_RECORD),
         (DiskFullError, KAFKA_STORAGE_ERROR),
+        # a transactional batch of a fenced producer or outside its transaction
+        (InvalidProducerEpochError, INVALID_PRODUCER_EPOCH),
+        (ProducerFencedError, INVALID_PRODUCER_EPOCH),
+        (InvalidTxnStateError, INVALID_TXN_STATE),
     ):
         if isinstance(err, kind):
             return code
@@ -178,6 +190,8 @@ class Backend:
         self.topics = None
         #: the Kafka-protocol groups this listener coordinates
         self.coordinator = Coordinator(metadata.zk, metadata.registry.paths, lambda: self.entry)
+        #: the cluster's transaction coordinator (:mod:`raylog.kafka.transactions`)
+        self.transactions = transactions.CoordinatorLink(metadata.settings.cluster)
         self._lock = threading.Lock()
         self._fetched = {"fetch_bytes_sent_from_files": 0, "fetch_bytes_relayed": 0}
 
@@ -901,8 +915,8 @@ def _write_all(outgoing: dict, broken: dict) -> None:
 
 
 def _find_coordinator(session, body, version):
-    if getattr(body, "key_type", 0) == idempotence.TRANSACTION_KEY_TYPE:
-        return idempotence.no_transaction_coordinator(body, version)
+    if getattr(body, "key_type", 0) == transactions.TRANSACTION_KEY_TYPE:
+        return transactions.find_coordinator(body, version, session.backend.transactions, session.backend.entry)
     return group_offsets.find_coordinator(body, version, session.backend.coordinator.entry_for(body.key))
 
 
@@ -916,6 +930,8 @@ def _offset_fetch(session, body, version):
 
 
 def _init_producer_id(session, body, version):
+    if body.transactional_id is not None:
+        return transactions.init_producer_id(body, version, session.backend.transactions)
     return idempotence.init_producer_id(body, version)
 
 
@@ -933,6 +949,13 @@ def _describe_configs(session, body, version):
 
 _HANDLERS = {
     INIT_PRODUCER_ID: _init_producer_id,
+    ADD_PARTITIONS_TO_TXN: lambda session, body, version: transactions.add_partitions(
+        body, version, session.backend.transactions, session.backend.metadata.registry),
+    ADD_OFFSETS_TO_TXN: lambda session, body, version: transactions.add_offsets(body, version,
+                                                                                session.backend.transactions),
+    END_TXN: lambda session, body, version: transactions.end_transaction(body, version, session.backend.transactions),
+    TXN_OFFSET_COMMIT: lambda session, body, version: transactions.txn_offset_commit(body, version,
+                                                                                     session.backend.transactions),
     CREATE_TOPICS: _create_topics,
     DELETE_TOPICS: _delete_topics,
     DESCRIBE_CONFIGS: _describe_configs,

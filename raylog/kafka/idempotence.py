@@ -9,13 +9,9 @@ the same space, on any listener: ids are unique cluster-wide in the same
 sense, without a round trip to ZooKeeper. InitProducerId answers epoch 0;
 asked again with the id and epoch it holds (version 3 and later,
 librdkafka's epoch bump after an unresolved error), it answers the same id
-with the next epoch, whose sequences start again at 0. Transactions are
-refused (raylog's Kafka side has none): FindCoordinator for a transactional
-id (key type 1) and InitProducerId with one are answered
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which Kafka clients take as fatal,
-so ``init_transactions()`` fails at once (with the reason as
-FindCoordinator's error message) instead of retrying until its timeout;
-the listener logs why.
+with the next epoch, whose sequences start again at 0. InitProducerId with a
+transactional id is not served here: the transaction coordinator hands
+those identities out (:mod:`raylog.kafka.transactions`).
 
 Sequences. A Kafka batch is stored as it came (:mod:`raylog.kafka.records`),
 its producerId, producerEpoch and baseSequence with it, and the partition
@@ -38,7 +34,6 @@ from __future__ import annotations
 import logging
 import random
 
-from kafka.protocol.metadata import FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
 from raylog.errors import DuplicateSequenceError, OutOfOrderSequenceError
@@ -54,11 +49,6 @@ NONE = 0
 INVALID_RECORD = 87
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-#: FindCoordinator's key type of a transactional id
-TRANSACTION_KEY_TYPE = 1
-NO_TRANSACTIONS = ("raylog has no transactions: use enable.idempotence without transactional.id "
-                   "(a resent batch is stored once)")
 
 
 def new_producer_id() -> int:
@@ -82,11 +72,6 @@ def answer(result) -> int:
 
 def init_producer_id(body, version: int):
     """The InitProducerId answer (see the module docstring)."""
-    if body.transactional_id is not None:
-        log.info("InitProducerId with transactional id %r refused: raylog has no transactions",
-                 body.transactional_id)
-        return InitProducerIdResponse[version](throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                               producer_id=-1, producer_epoch=-1)
     held, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
     if held is not None and held >= 0 and epoch is not None and 0 <= epoch < _MAX_EPOCH:
         return InitProducerIdResponse[version](throttle_time_ms=0, error_code=NONE, producer_id=held,
@@ -94,9 +79,3 @@ def init_producer_id(body, version: int):
     return InitProducerIdResponse[version](throttle_time_ms=0, error_code=NONE, producer_id=new_producer_id(),
                                            producer_epoch=0)
 
-
-def no_transaction_coordinator(body, version: int):
-    """FindCoordinator's answer for a transactional id: refused (see the module docstring)."""
-    log.info("FindCoordinator for transactional id %r refused: raylog has no transactions", body.key)
-    return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                            error_message=NO_TRANSACTIONS, node_id=-1, host="", port=-1)

@@ -20,8 +20,11 @@ sequence numbers whole). So the bytes sent are the bytes stored, and the
 partition answers the stored batch's position: the base offset a Kafka
 client adds record indexes to. Refused (nothing stored): record batches of
 magic 0 or 1 (a MessageSet of Produce versions before 3, which raylog does
-not serve), transactional and control batches (raylog's Kafka side has no
-transactions), an unknown codec.
+not serve), control batches (a transaction's markers: only the transaction
+coordinator writes them), an unknown codec. Transactional batches (attributes
+bit 4) are stored as they came: the partition tracks their transaction
+(:mod:`raylog.storage.transactions`) until the coordinator's marker ends it
+(:mod:`raylog.kafka.transactions`).
 
 Fetch of format 1 (:func:`encode_batch`): stored format-2 batches go to a
 client as they are (:mod:`raylog.kafka.handlers`); the paper's format-1
@@ -109,7 +112,8 @@ INVALID_RECORD = 87
 
 #: the bound of :func:`to_stored` on an inflated records section when none is given (a topic's default)
 DEFAULT_MAX_INFLATED_BYTES = INFLATED_FACTOR * TopicConfig.max_message_bytes
-_TRANSACTIONAL_OR_CONTROL = 0x30
+#: attributes bit 5: a control batch (a transaction's marker)
+_CONTROL = 0x20
 _CODEC_MASK = 0x07
 
 
@@ -134,9 +138,10 @@ def to_stored(data, max_message_bytes: int = TopicConfig.max_message_bytes,
                                  f"compression codec {codec} is not supported; use gzip, snappy, lz4, zstd or none")
         try:
             header = record_batch.validate_batch(data, pos, max_message_bytes, max_inflated_bytes)
-            if header.attributes & _TRANSACTIONAL_OR_CONTROL:
-                raise RecordsRefused(INVALID_RECORD, "transactional and control batches are not accepted by "
-                                                     "raylog's Kafka listener (it has no transactions)")
+            if header.attributes & _CONTROL:
+                raise RecordsRefused(INVALID_RECORD, "control batches are written by the transaction "
+                                                     "coordinator only, never by a producer: send data batches "
+                                                     "and end a transaction with EndTxn")
             batch = memoryview(data)[pos:pos + header.size]
             if record_batch.needs_reencode(header):
                 batch = record_batch.reencode_uncompressed(data, pos, max_message_bytes, max_inflated_bytes)

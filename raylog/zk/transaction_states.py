@@ -40,6 +40,13 @@ States (Kafka's ``TransactionState``)::
   is refused by the partition, and the answer is the producer's next
   identity. A retried end (the answer was lost) carries the epoch before
   the bump and is recognised by ``last_producer_id`` / ``last_epoch``.
+  With ``bump=False`` (Kafka clients of "transaction version 1", which end
+  through EndTxn below version 5 and keep their epoch afterwards: librdkafka,
+  kafka-python) the end keeps the epoch, as Kafka does for them: the
+  markers carry the transaction's own epoch, the answer is the same
+  identity, and a retried end finds the transaction ``Complete*`` (answered
+  as done) or still ``Prepare*`` (:class:`~raylog.errors.ConcurrentTransactionsError`).
+  Fencing is unchanged: ``init_producer_id`` and ``expire`` bump.
 * ``expire``: an ``Ongoing`` transaction past ``started_ms + timeout_ms`` goes
   to ``PrepareAbort`` (epoch bumped: its producer's later calls are told
   :class:`~raylog.errors.InvalidProducerEpochError`, its abort is answered as
@@ -288,8 +295,13 @@ def add_offsets(record: TransactionRecord | None, transactional_id: str, produce
 
 
 def _prepare(record: TransactionRecord, *, commit: bool, now_ms: int, new_producer_id: Callable[[], int],
-             last: tuple[int, int], timed_out: bool) -> TransactionRecord:
-    """``Ongoing`` to ``Prepare*`` with the epoch bumped (the markers' epoch)."""
+             last: tuple[int, int], timed_out: bool, bump: bool = True) -> TransactionRecord:
+    """``Ongoing`` to ``Prepare*`` with the epoch bumped (the markers'
+    epoch); with ``bump=False`` the epoch stays (the markers carry it)."""
+    if not bump:
+        return dataclasses.replace(
+            record, state=PREPARE_COMMIT if commit else PREPARE_ABORT, updated_ms=now_ms,
+            last_producer_id=last[0], last_epoch=last[1], next_producer_id=-1, timed_out=timed_out)
     marker_epoch = record.producer_epoch + 1
     next_pid, _ = _bumped(record, marker_epoch, new_producer_id)
     return dataclasses.replace(
@@ -299,8 +311,10 @@ def _prepare(record: TransactionRecord, *, commit: bool, now_ms: int, new_produc
 
 
 def end_transaction(record: TransactionRecord | None, transactional_id: str, producer_id: int, epoch: int,
-                    commit: bool, *, now_ms: int, new_producer_id: Callable[[], int]) -> Step:
-    """The producer commits or aborts its transaction (see the module docstring)."""
+                    commit: bool, *, now_ms: int, new_producer_id: Callable[[], int], bump: bool = True) -> Step:
+    """The producer commits or aborts its transaction (see the module
+    docstring); ``bump=False``: the epoch stays (a Kafka client of
+    transaction version 1)."""
     verb = "commit" if commit else "abort"
     what = f"{verb} the transaction"
     done = (PREPARE_COMMIT, COMPLETE_COMMIT) if commit else (PREPARE_ABORT, COMPLETE_ABORT)
@@ -317,11 +331,15 @@ def end_transaction(record: TransactionRecord | None, transactional_id: str, pro
                 transactional_id=transactional_id, state=record.state)
     _refuse_identity(record, transactional_id, producer_id, epoch, what)
     if record.state == ONGOING:
+        # without a bump, the identity is the current one: no retry to tell by it
         prepared = _prepare(record, commit=commit, now_ms=now_ms, new_producer_id=new_producer_id,
-                            last=(producer_id, epoch), timed_out=False)
+                            last=(producer_id, epoch) if bump else (-1, -1), timed_out=False, bump=bump)
         return Step(record=prepared, reply=next_identity(prepared), markers=markers_of(prepared))
     if record.state in PREPARED:
         _concurrent(transactional_id, record, what)
+    if not bump and record.state == done[1]:
+        # the end again, its answer lost (Kafka's answer to transaction version 1)
+        return Step(reply=next_identity(record))
     raise InvalidTxnStateError(
         f"cannot {what} of {transactional_id!r}: no transaction is ongoing ({record.state}); begin one by "
         f"adding partitions or offsets first", transactional_id=transactional_id, state=record.state)

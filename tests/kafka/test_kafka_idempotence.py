@@ -1,7 +1,7 @@
 """Idempotent Kafka producers through the front door: InitProducerId, a
 resent batch stored once (through the same listener, another listener, and
 a listener started again: the partition judges the batch by its own
-producer fields), a gap refused, transactional ids refused, and
+producer fields), a gap refused, and
 confluent-kafka's idempotent producer end to end -- on real ZooKeeper, Ray
 and sockets."""
 
@@ -68,7 +68,7 @@ def _produce(raw: RawKafka, topic: str, records: bytes):
 # -- over a listener -------------------------------------------------------------
 
 
-def test_init_producer_id_allocates_and_bumps_epochs_and_refuses_transactions(raylog_client, kafka_config):
+def test_init_producer_id_allocates_and_bumps_epochs(raylog_client, kafka_config):
     with RawKafka(kafka_config) as raw:
         raw.authenticate()
         first = raw.request(InitProducerIdRequest[1](transactional_id=None, transaction_timeout_ms=60_000),
@@ -81,9 +81,6 @@ def test_init_producer_id_allocates_and_bumps_epochs_and_refuses_transactions(ra
                                                       producer_id=first.producer_id, producer_epoch=0),
                              InitProducerIdResponse)
         assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, first.producer_id, 1)
-        refused = raw.request(InitProducerIdRequest[1](transactional_id="tx", transaction_timeout_ms=60_000),
-                              InitProducerIdResponse)
-        assert refused.error_code == idempotence.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 def test_a_resent_batch_is_stored_once_and_a_gap_is_refused(raylog_client, kafka_config):
@@ -123,17 +120,6 @@ def test_confluent_idempotent_producer_delivers_each_message_once_in_order(raylo
     got = _read(raylog_client, topic, count)
     assert [m.value for m in got] == [f"i{i}".encode() for i in range(count)]
     assert [m.offset for m in got] == offsets
-
-
-def test_a_transactional_producer_fails_at_once_saying_why_and_stores_nothing(raylog_client, kafka_config):
-    topic = _topic(raylog_client)
-    producer = confluent_kafka.Producer({**kafka_config, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
-    with pytest.raises(confluent_kafka.KafkaException) as raised:
-        producer.init_transactions(WAIT_S)  # refused, not left to time out
-    err = raised.value.args[0]
-    assert err.name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" and err.fatal()
-    assert "raylog has no transactions" in err.str()
-    assert raylog_client.offsets(topic, 0) == (0, 0)
 
 
 class _SecondListener:

@@ -21,6 +21,7 @@ from raylog.kafka.records import (
 )
 from raylog.storage import record_batch
 from raylog.storage.decoding import decode_messages
+from raylog.storage.markers import encode_marker
 from raylog.storage.message import encode_message_set
 
 
@@ -119,11 +120,19 @@ def test_bad_codec_corruption_old_magic_and_transactions_are_refused():
     with pytest.raises(RecordsRefused) as err:
         to_stored(_batch(RECORDS[:2])[:-5])
     assert err.value.code == CORRUPT_MESSAGE
+    # a control batch (a transaction's marker) is the coordinator's to write, never a client's
+    with pytest.raises(RecordsRefused) as err:
+        to_stored(encode_marker(5, 0, True, 0, 1))
+    assert err.value.code == INVALID_RECORD and "control batches" in err.value.message
+
+
+def test_a_transactional_batch_is_stored_as_it_came():
     builder = DefaultRecordBatchBuilder(2, 0, True, 5, 0, 0, 1 << 20)
     builder.append(0, 1, None, b"v", [])
-    with pytest.raises(RecordsRefused) as err:
-        to_stored(bytes(builder.build()))
-    assert err.value.code == INVALID_RECORD and "transactional" in err.value.message
+    batch = bytes(builder.build())
+    stored, count = to_stored(batch)
+    assert (stored, count) == (batch, 1)
+    assert record_batch.decode_batch(stored, 0).header.transactional
 
 
 def _stored_log(batches) -> bytes:

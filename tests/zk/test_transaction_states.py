@@ -193,3 +193,42 @@ def test_bad_partitions_are_a_config_error(ids, partitions):
     step = _init(None, ids)
     with pytest.raises(ConfigError):
         s.add_partitions(step.record, TID, *step.reply, partitions, now_ms=0)
+
+
+def test_an_end_without_bump_keeps_the_epoch_for_kafka_clients_of_transaction_version_1(ids):
+    ongoing, pid, epoch = _ongoing(ids)
+    step = s.end_transaction(ongoing, TID, pid, epoch, True, now_ms=5, new_producer_id=ids, bump=False)
+    assert step.record.state == PREPARE_COMMIT and step.reply == (pid, epoch)
+    # the markers carry the transaction's own epoch
+    assert step.markers == s.Markers((("t", 0), ("t", 1)), pid, epoch, commit=True)
+    # a retry while the markers are written is told to wait; once complete, it is answered as done
+    with pytest.raises(ConcurrentTransactionsError):
+        s.end_transaction(step.record, TID, pid, epoch, True, now_ms=6, new_producer_id=ids, bump=False)
+    done = s.complete(step.record, now_ms=6)
+    assert (done.state, done.producer_id, done.producer_epoch) == (COMPLETE_COMMIT, pid, epoch)
+    retry = s.end_transaction(done, TID, pid, epoch, True, now_ms=7, new_producer_id=ids, bump=False)
+    assert retry.record is None and retry.reply == (pid, epoch)
+    with pytest.raises(InvalidTxnStateError):
+        s.end_transaction(done, TID, pid, epoch, False, now_ms=7, new_producer_id=ids, bump=False)
+    # the next transaction goes on with the same epoch, and aborts without a bump too
+    nxt = s.add_partitions(done, TID, pid, epoch, [("u", 0)], now_ms=8).record
+    aborting = s.end_transaction(nxt, TID, pid, epoch, False, now_ms=9, new_producer_id=ids, bump=False)
+    assert aborting.markers == s.Markers((("u", 0),), pid, epoch, commit=False)
+    aborted = s.complete(aborting.record, now_ms=10)
+    assert (aborted.state, aborted.producer_epoch) == (COMPLETE_ABORT, epoch)
+    # fencing still bumps: a second producer's init fences the first, which may do nothing more
+    fenced = _init(aborted, ids)
+    assert fenced.reply == (pid, epoch + 1)
+    with pytest.raises(ProducerFencedError):
+        s.add_partitions(fenced.record, TID, pid, epoch, [("t", 0)], now_ms=11)
+    with pytest.raises(ProducerFencedError):
+        s.end_transaction(fenced.record, TID, pid, epoch, True, now_ms=11, new_producer_id=ids, bump=False)
+
+
+def test_init_fencing_an_ongoing_transaction_of_version_1_aborts_it_with_a_bumped_epoch(ids):
+    ongoing, pid, epoch = _ongoing(ids)
+    done = s.complete(s.end_transaction(ongoing, TID, pid, epoch, True, now_ms=1, new_producer_id=ids,
+                                        bump=False).record, now_ms=2)
+    second = s.add_partitions(done, TID, pid, epoch, [("t", 0)], now_ms=3).record
+    step = _init(second, ids)
+    assert step.init_again and step.markers == s.Markers((("t", 0),), pid, epoch + 1, commit=False)
