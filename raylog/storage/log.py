@@ -925,8 +925,10 @@ class PartitionLog(LogBasics):
         compacted or no pass is due (``force``: whenever a closed segment is
         dirty). The segments are read and the cleaned ones written outside
         the writer's lock (closed segments never change); each swap takes
-        it. Readers and appends go on meanwhile. A disk error fails the log
-        as every other does.
+        it. Readers and appends go on meanwhile. A full disk stops the pass
+        (None; the groups swapped before stay so, the log serves on, the
+        next pass tries again); any other disk error fails the log as every
+        other does.
 
         A pass cleans only below the high watermark and, on a replicated
         partition, below :attr:`clean_limit` (the committed offset): a record
@@ -949,6 +951,14 @@ class PartitionLog(LogBasics):
                 return _cleaner.clean(self._view, hw, self._dir, self._config, now_ms, self._install_cleaned,
                                       buffer_bytes=buffer_bytes, throttler=throttler, force=force)
             except OSError as err:
+                if self._failed is None and err.errno in (errno.ENOSPC, errno.EDQUOT):
+                    # the disk filled while a cleaned segment was written (its
+                    # files are gone again): the log is as it was and serves
+                    # on; the next pass tries again (docs/design.md section 3:
+                    # a full disk is not a failed disk)
+                    log.warning("%s: the cleaner's pass stopped, the disk is full: %s; the log is unchanged",
+                                self._dir, err)
+                    return None
                 if self._failed is None:
                     self._fail(err)
                 raise StorageError(f"the cleaner of {self._dir} failed: {err}", directory=self._dir) from err

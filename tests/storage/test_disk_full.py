@@ -155,3 +155,45 @@ def test_a_read_only_directory_is_one_clear_error(tmp_path):
     assert "is not writable" in str(err.value) and "read-only mount" in str(err.value)
     assert err.value.read_only and err.value.directory == str(directory)
     assert err.value.__cause__ is None and err.value.__suppress_context__  # one error, no chained traceback
+
+
+def test_a_disk_that_fills_during_a_cleaning_pass_stops_the_pass_and_the_log_serves_on(tmp_path):
+    """The cleaner meets a full disk while it writes a cleaned segment: the
+    pass stops there (the groups swapped before stay swapped), no
+    ``.cleaned`` file is left, the log is not failed (its owner is not told
+    to restart), the latest record of every key is read at its offset as
+    before, and once room is back writes go on and the next pass cleans
+    (docs/design.md section 3)."""
+    from test_cleaner import latest, read_all as read_records
+
+    from raylog.storage.record_batch import encode_batch
+    from raylog.testing.faults import fill_disk, free_disk
+
+    config = TopicConfig(cleanup_policy="compact", segment_bytes=64 * 1024, max_message_bytes=16 * 1024,
+                         flush_messages=1, flush_ms=10**9, min_cleanable_dirty_ratio=0.01)
+    with small_tmpfs(tmp_path / "mnt", size="2m") as mnt:
+        errors = []
+        log = PartitionLog(mnt / "p", config, on_disk_error=errors.append, node="node-3")
+        try:
+            for n in range(60):  # 60 batches over 8 keys, ~6 KiB each: several closed segments
+                log.append(encode_batch([b"v-%d-" % n + b"x" * 1500] * 4,
+                                        keys=[b"key-%d" % ((n * 4 + i) % 8) for i in range(4)], timestamp_ms=1000))
+            log.flush()
+            before = latest(read_records(log))
+            fill_disk(str(mnt), leave_bytes=8 * 1024)  # less than one cleaned segment
+            assert log.clean(now_ms=10**13, force=True) is None
+            assert not [n for n in os.listdir(mnt / "p") if n.endswith(".cleaned")]
+            assert errors == []  # not a disk error: the owner is not told to restart
+            assert latest(read_records(log)) == before
+            free_disk(str(mnt))
+            log.append(encode_batch([b"after"], keys=[b"key-0"], timestamp_ms=1000))  # writes go on
+            log.flush()
+            result = log.clean(now_ms=10**13, force=True)
+            assert result is not None and result.records_removed > 0
+            assert errors == []
+            after = latest(read_records(log))
+            assert after[b"key-0"][1] == b"after" and {k: v for k, v in after.items() if k != b"key-0"} == {
+                k: v for k, v in before.items() if k != b"key-0"}
+        finally:
+            free_disk(str(mnt))
+            log.close()
