@@ -115,6 +115,15 @@ def kafka_listener_topics(data_dir: str, data_host: str | None):
     return functools.partial(for_kafka_listener, data_dir=data_dir, data_host=data_host)
 
 
+def kafka_listener_coordinator(zookeeper: str, cluster: str):
+    """What a Kafka listener calls to start the cluster's transaction
+    coordinator when a Kafka client's transactional call finds none
+    running (:class:`raylog.kafka.transactions.CoordinatorLink`)."""
+    from raylog.actors.transaction_coordinator import start_transaction_coordinator
+
+    return functools.partial(start_transaction_coordinator, zookeeper, cluster)
+
+
 def _in_ray_worker() -> bool:
     """Whether this process is a Ray worker (an actor or a task), not a
     driver; False where Ray was never imported."""
@@ -349,7 +358,8 @@ class Client:
 
         self._check_open()
         handles = start_all(self.settings.zookeeper, self.settings.cluster, host or self.data_host, port,
-                            kafka_listener_placements, kafka_listener_topics(self.data_dir, self.data_host))
+                            kafka_listener_placements, kafka_listener_topics(self.data_dir, self.data_host),
+                            kafka_listener_coordinator(self.settings.zookeeper, self.settings.cluster))
         ready, _ = ray.wait([h.entry.remote() for h in handles], num_returns=len(handles), timeout=timeout_s)
         if len(ready) < len(handles):
             raise RaylogError(f"{len(handles) - len(ready)} Kafka listener(s) did not start within {timeout_s:g} s",

@@ -30,7 +30,8 @@ import time
 from raylog import quiet
 from raylog.actors.placement import DISK_RESOURCE, NODE_LABEL
 from raylog.auth import cluster_token
-from raylog.client import DEFAULT_DATA_DIR, Client, kafka_listener_placements, kafka_listener_topics
+from raylog.client import (DEFAULT_DATA_DIR, Client, kafka_listener_coordinator, kafka_listener_placements,
+                           kafka_listener_topics)
 from raylog.errors import DataDirInUseError, RaylogError
 from raylog.kafka.launch import start_soon as start_kafka_listeners_soon
 from raylog.ray_join import check_ray_reachable, present_ray_token
@@ -293,7 +294,8 @@ def connect(
                 client.start_supervisor(wait=False)
                 # and its Kafka listeners (docs/design.md section 10), started by a Ray task
                 start_kafka_listeners_soon(zookeeper, cluster, data_host, kafka_listener_placements,
-                                           kafka_listener_topics(data_dir, data_host))
+                                           kafka_listener_topics(data_dir, data_host),
+                                           kafka_listener_coordinator(zookeeper, cluster))
                 if data_dir_lock is not None:
                     # a kept data_dir: return once its topics are served again
                     wait_until_served(client, RESTORE_WAIT_S)

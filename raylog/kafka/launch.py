@@ -26,25 +26,28 @@ The functions keep no state; Ray and the protocol code are imported when used.
 from __future__ import annotations
 
 
-def start_all(zookeeper: str, cluster: str, host: str | None, port: int, placements, topics) -> list:
+def start_all(zookeeper: str, cluster: str, host: str | None, port: int, placements, topics,
+              coordinator=None) -> list:
     """Start (or find) the listener actor of every disk node that
     ``placements()`` names, on ``host`` (None: the node's address) and
-    ``port`` (0: a free one); their handles."""
+    ``port`` (0: a free one); their handles. ``topics`` and ``coordinator``:
+    as :func:`raylog.kafka.service.start_listener` takes them."""
     from raylog.kafka.service import start_listener
     from raylog.metadata import ConnectionSettings
 
     settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster)
-    return [start_listener(settings, identity, host, port, options, topics) for identity, options in placements()]
+    return [start_listener(settings, identity, host, port, options, topics, coordinator)
+            for identity, options in placements()]
 
 
 def _start_all_task(*args) -> int:
     return len(start_all(*args))
 
 
-def start_soon(zookeeper: str, cluster: str, host: str | None, placements, topics):
+def start_soon(zookeeper: str, cluster: str, host: str | None, placements, topics, coordinator=None):
     """Have a Ray task start the listeners (free ports, on ``host`` or each
     node's address); returns the task's reference at once."""
     import ray  # heavy (Ray): imported when used
 
     return ray.remote(num_cpus=0, max_retries=0)(_start_all_task).remote(zookeeper, cluster, host, 0, placements,
-                                                                         topics)
+                                                                         topics, coordinator)

@@ -47,7 +47,7 @@ class KafkaListenerActor:
     a free one; ``host`` None: the node's address)."""
 
     def __init__(self, zookeeper: str, cluster: str, identity: str, host: str | None = None, port: int = 0,
-                 topics=None):
+                 topics=None, coordinator=None):
         from raylog.metadata import ConnectionSettings, Metadata
 
         if host is None:
@@ -60,6 +60,8 @@ class KafkaListenerActor:
         backend = Backend(self._metadata, verifier, None)
         if topics is not None:  # raylog's topic administration, for CreateTopics / DeleteTopics
             backend.topics = topics(self._metadata)
+        if coordinator is not None:  # the transaction coordinator started on a transactional client's first call
+            backend.transactions.start = coordinator
         self._server = _bind(backend, host, port, brokers.remembered_port(self._metadata.zk,
                                                                           self._metadata.registry.paths, identity))
         brokers.remember_port(self._metadata.zk, self._metadata.registry.paths, identity, self._server.port)
@@ -117,17 +119,21 @@ def _bind(backend, host: str, port: int, remembered: int) -> KafkaServer:
     return KafkaServer(backend, host, port)
 
 
-def start_listener(settings, identity: str, host: str | None, port: int, options: dict, topics=None):
+def start_listener(settings, identity: str, host: str | None, port: int, options: dict, topics=None,
+                   coordinator=None):
     """Start (or find) the listener actor of node ``identity``; returns its handle.
     ``topics(metadata)`` makes the topic administration CreateTopics and
-    DeleteTopics use (:mod:`raylog.kafka.admin`); None: they are refused."""
+    DeleteTopics use (:mod:`raylog.kafka.admin`); None: they are refused.
+    ``coordinator()`` starts the cluster's transaction coordinator and
+    returns its handle, called when a Kafka client's transactional call
+    finds none running; None: such a call is told to retry."""
     import ray  # heavy (Ray): imported when used
 
     return (
         ray.remote(num_cpus=0, max_concurrency=4, max_restarts=-1)(KafkaListenerActor)
         .options(name=listener_name(settings.cluster, identity), namespace=NAMESPACE, lifetime="detached",
                  get_if_exists=True, **options)
-        .remote(settings.zookeeper, settings.cluster, identity, host, port, topics)
+        .remote(settings.zookeeper, settings.cluster, identity, host, port, topics, coordinator)
     )
 
 

@@ -131,13 +131,17 @@ class CoordinatorLink:
     called through Ray; its refusals raised as raylog's typed errors (not
     Ray's wrapper). Thread-safe: the handle is cached under a lock."""
 
-    def __init__(self, cluster: str, timeout_s: float = CALL_TIMEOUT_S):
+    def __init__(self, cluster: str, timeout_s: float = CALL_TIMEOUT_S, start=None):
         self.cluster, self.timeout_s = cluster, timeout_s
+        #: ``start()`` starts the coordinator and returns its handle (None: never started from here)
+        self.start = start
         self._lock = threading.Lock()
         self._handle = None
 
     def find(self):
-        """The coordinator's handle, or None when none runs."""
+        """The coordinator's handle, or None when none runs (started first
+        by :attr:`start` when given: a cluster runs a coordinator only once
+        a transactional client needs it)."""
         import ray  # heavy (Ray): imported when used
 
         with self._lock:
@@ -145,7 +149,13 @@ class CoordinatorLink:
                 try:
                     self._handle = ray.get_actor(coordinator_name(self.cluster), namespace=NAMESPACE)
                 except ValueError:
-                    return None
+                    if self.start is None:
+                        return None
+                    try:
+                        self._handle = self.start()
+                    except Exception as err:  # noqa: BLE001 - told to retry, with the cause logged
+                        log.warning("the transaction coordinator of %s could not be started: %s", self.cluster, err)
+                        return None
             return self._handle
 
     def not_running(self) -> BrokerUnavailableError:

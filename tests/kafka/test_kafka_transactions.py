@@ -96,19 +96,30 @@ def _committed(kafka_config, group: str, topic: str, partitions) -> list[int]:
     return [tp.offset for tp in found]
 
 
-def test_without_a_coordinator_the_client_is_told_to_retry_and_how_to_start_it(raylog_client, kafka_config):
-    """(First in the module: the coordinator is not started yet.)"""
+def test_the_first_transactional_call_starts_the_coordinator(raylog_client, kafka_config):
+    """(First in the module: no coordinator runs yet.) A cluster runs a
+    transaction coordinator only once a transactional client needs one:
+    the listener starts it on the first FindCoordinator for a
+    transactional id, and answers with itself."""
     from raylog.actors.transaction_coordinator import find_transaction_coordinator
 
     assert find_transaction_coordinator(raylog_client.settings.cluster) is None
     with RawKafka(kafka_config) as raw:
         raw.authenticate()
         found = raw.request(FindCoordinatorRequest[1](key="tx", key_type=1), FindCoordinatorResponse)
-        assert found.error_code == transactions.COORDINATOR_NOT_AVAILABLE
-        assert "client.transaction_coordinator()" in found.error_message
+        assert found.error_code == 0, found
         init = raw.request(InitProducerIdRequest[1](transactional_id="tx", transaction_timeout_ms=60_000),
                            InitProducerIdResponse)
-        assert init.error_code == transactions.COORDINATOR_NOT_AVAILABLE
+        assert init.error_code == 0 and init.producer_id >= 0, init
+    assert find_transaction_coordinator(raylog_client.settings.cluster) is not None
+
+
+def test_a_listener_that_cannot_start_a_coordinator_tells_the_client_to_retry():
+    """A listener given no way to start one (started without it) answers
+    COORDINATOR_NOT_AVAILABLE, saying how to start it."""
+    link = transactions.CoordinatorLink("no-such-cluster")
+    err = link.not_running()
+    assert err.retriable and "client.transaction_coordinator()" in str(err)
 
 
 def test_a_committed_transaction_stores_its_records_markers_and_group_offsets(raylog_client, kafka_config,
