@@ -39,14 +39,27 @@ PARTITIONS = 2
 
 def _poll_until(consumers, done, got: dict, what: str, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
+    errors: list = []
     while time.monotonic() < deadline:
         for consumer in consumers:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 got.setdefault(message.partition(), []).append(message.value())
+            elif message is not None and len(errors) < 50:
+                errors.append(str(message.error()))
         if done():
             return
-    raise AssertionError(f"not within {timeout_s} s: {what}")
+    # what the members hold and where they stand, and the errors they met: the evidence of a stall
+    state = []
+    for consumer in consumers:
+        try:
+            held = consumer.assignment()
+            state.append([(tp.partition, tp.offset) for tp in consumer.position(held)])
+        except Exception as err:  # noqa: BLE001 - the report of a failure
+            state.append(repr(err))
+    raise AssertionError(f"not within {timeout_s} s: {what}; read per partition "
+                         f"{ {p: len(v) for p, v in got.items()} }; members' (partition, position): {state}; "
+                         f"errors: {errors}")
 
 
 def _produce(producer, topic: str, values: list[bytes]) -> dict:
