@@ -78,6 +78,9 @@ from raylog.transfer.protocol import (
     NO_SEQUENCE,
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY_FIELDS,
+    FETCH_V1_ABORTED,
+    FETCH_V1_DATA_LENGTH,
+    FETCH_V1_REPLY_FIELDS,
     OFFSETS_FOR_TIME_REPLY_FIELDS,
     COUNT_REPLY_FIELDS,
     LOCATE_REPLY_FIELDS,
@@ -137,6 +140,13 @@ class FetchResult(NamedTuple):
     data: bytearray
     high_watermark: int
     log_start_offset: int
+    #: FETCH version 1 (an isolation level asked): the partition's last
+    #: stable offset (the high watermark for read_uncommitted); None for version 0
+    last_stable_offset: int | None = None
+    #: read_committed: ``(producer id, first offset, abort marker offset)`` of
+    #: the aborted transactions that overlap ``data`` (see
+    #: :mod:`raylog.transfer.protocol`)
+    aborted: tuple = ()
 
 
 class ReplicaFetched(NamedTuple):
@@ -503,7 +513,7 @@ class BrokerConnection:
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0, *,
-        inside_wrapper: bool = False,
+        inside_wrapper: bool = False, isolation: int | None = None,
     ) -> FetchResult:
         """Read up to ``max_bytes`` of the log from ``offset`` (at least one
         whole message if there is one). With ``max_wait_ms`` > 0 the server
@@ -515,23 +525,53 @@ class BrokerConnection:
         made again from the wrapper's start and the result's ``offset`` is
         that start (below ``offset``): the caller decodes from there and
         skips the messages whose offset is below the one it asked for. Any
-        other offset that is not a message boundary stays an error."""
+        other offset that is not a message boundary stays an error.
+
+        ``isolation`` (``READ_UNCOMMITTED`` or ``READ_COMMITTED`` of
+        :mod:`raylog.transfer.protocol`) sends FETCH version 1: the result
+        then carries the last stable offset and, read_committed, the
+        aborted transactions of its data (only bytes below the last stable
+        offset come; the caller drops the aborted transactions' records)."""
         try:
-            return self._fetch(topic, partition, offset, max_bytes, max_wait_ms)
+            return self._fetch(topic, partition, offset, max_bytes, max_wait_ms, isolation)
         except InvalidOffsetError as err:
             start = err.details.get("wrapper_offset")
             if not inside_wrapper or not isinstance(start, int) or not start < offset:
                 raise
-        return self._fetch(topic, partition, start, max(max_bytes, 1), 0)
+        return self._fetch(topic, partition, start, max(max_bytes, 1), 0, isolation)
 
-    def _fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int) -> FetchResult:
+    def _fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
+               isolation: int | None = None) -> FetchResult:
         channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
-        frame = encode_fetch(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes, max_wait_ms)
+        frame = encode_fetch(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes,
+                             max_wait_ms, isolation)
         channel.expect_wait(max_wait_ms)
         channel.send(frame)
-        return self._read_fetch(correlation_id, offset)
+        if isolation is None:
+            return self._read_fetch(correlation_id, offset)
+        return self._read_fetch_v1(correlation_id, offset)
+
+    def _read_fetch_v1(self, correlation_id: int, offset: int) -> FetchResult:
+        channel = self._channel
+        fixed = REPLY_HEADER_BODY + FETCH_V1_REPLY_FIELDS.size
+        header = channel.read_reply(correlation_id, fixed, whole=False)
+        high_watermark, log_start, lso, count = FETCH_V1_REPLY_FIELDS.unpack_from(channel.buf, header)
+        rest = channel.reply_size - fixed
+        entries = count * FETCH_V1_ABORTED.size
+        if count < 0 or entries + FETCH_V1_DATA_LENGTH.size > rest:
+            channel.drop()
+            raise ProtocolError(f"fetch reply of {channel.reply_size} bytes carries {count} aborted transactions")
+        body = channel.take(header + FETCH_V1_REPLY_FIELDS.size, rest)
+        aborted = tuple(FETCH_V1_ABORTED.unpack_from(body, i * FETCH_V1_ABORTED.size) for i in range(count))
+        (length,) = FETCH_V1_DATA_LENGTH.unpack_from(body, entries)
+        start = entries + FETCH_V1_DATA_LENGTH.size
+        if length != len(body) - start:
+            channel.drop()
+            raise ProtocolError(f"fetch reply carries a data length of {length} for {len(body) - start} bytes")
+        del body[:start]  # the data alone, in the buffer the caller keeps
+        return FetchResult(offset, body, high_watermark, log_start, lso, aborted)
 
     def replica_fetch(
         self, topic: str, partition: int, replica: str, leader_epoch: int, log_end: int, flushed: int,
