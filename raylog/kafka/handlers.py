@@ -77,7 +77,7 @@ from raylog.kafka.records import RecordsRefused, encode_batch, stored_batches, t
 from raylog.kafka.sasl import MECHANISM, SaslFailed
 from raylog.storage.decoding import decode_messages
 from raylog.storage.record_batch import format_at
-from raylog.transfer.protocol import LOCATED_BATCHES, NO_PRODUCER_ID, NO_SEQUENCE
+from raylog.transfer.protocol import LOCATED_BATCHES, NO_PRODUCER_ID, NO_SEQUENCE, READ_COMMITTED
 
 log = logging.getLogger(__name__)
 
@@ -638,6 +638,46 @@ class Session:
             start = end  # a wrapper's tail holding no record at or after offset
         return b"", hw, log_start, start
 
+    def _read_committed(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int):
+        """:meth:`_read` for a Fetch of ``isolation_level`` 1 (read_committed):
+        ``(records, high watermark, log start, next offset, last stable
+        offset, aborted transactions)``, the records below the partition's
+        last stable offset and the aborted transactions (``(producer id,
+        first offset)``) they overlap, read through the data channel
+        (FETCH version 1: never located nor read ahead; a Kafka client drops
+        the aborted transactions' batches itself). Stored format-1 messages
+        hold no transaction (only format-2 batches carry one): they are
+        read as :meth:`_read` reads them, up to the last stable offset."""
+        conn = self._connection(topic, partition)
+        start = offset
+        hw = log_start = lso = -1
+        for _ in range(_SKIPS):
+            try:
+                result = conn.fetch(topic, partition, start, max(1, max_bytes), wait_ms, isolation=READ_COMMITTED)
+            except InvalidOffsetError as err:
+                details = err.details
+                low, high = details.get("message_offset"), details.get("next_offset")
+                if not isinstance(low, int) or not isinstance(high, int):
+                    raise
+                start = low if "wrapper_offset" in details else high
+                wait_ms = 0
+                continue
+            wait_ms = 0
+            hw, log_start, lso = result.high_watermark, result.log_start_offset, result.last_stable_offset
+            aborted = [(pid, first) for pid, first, _ in result.aborted]
+            if not result.data:
+                return b"", hw, log_start, offset, lso, aborted
+            if format_at(result.data) != 2:
+                records, _, _, next_offset = self._read(topic, partition, offset, max_bytes, 0)
+                if next_offset > lso:  # never past the last stable offset (none of it is a transaction's)
+                    return b"", hw, log_start, offset, lso, []
+                return records, hw, log_start, next_offset, lso, []
+            batches, end, walked = stored_batches(result.data, offset, max_bytes)
+            if batches or not walked:
+                return batches, hw, log_start, max(end, offset) if batches else offset, lso, aborted
+            start = end  # a batch whose records all lie before offset
+        return b"", hw, log_start, start, lso, []
+
     def _locating(self, topic: str, partition: int) -> bool:
         """Whether reads of the partition ask LOCATE first (see :meth:`_locate`)."""
         conn = self._connection(topic, partition)
@@ -701,49 +741,61 @@ class Session:
         deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000.0
         wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in body.topics for p in t.partitions]
+        # isolation_level 1: read_committed (below the last stable offset, the aborted transactions named)
+        committed = getattr(body, "isolation_level", 0) == 1
+        isolation = READ_COMMITTED if committed else None
         while True:
-            results, total, failed = self._fetch_round(wanted, body.max_bytes)
+            results, total, failed = self._fetch_round(wanted, body.max_bytes, committed)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if total >= max(1, body.min_bytes) or failed or remaining_ms <= 0 or not wanted:
                 break
-            for _, records, _, _ in results:  # read again after the long poll
-                _close_records(records)
+            for result in results:  # read again after the long poll
+                _close_records(result[1])
             topic, partition, offset, max_bytes = wanted[0]
             wait_ms = min(remaining_ms, _POLL_SLICE_MS if len(wanted) > 1 else remaining_ms)
-            try:  # a long poll on the first partition; the next round reads them all
-                self._connection(topic, partition).fetch(topic, partition, offset, 1, wait_ms)
+            try:  # a long poll on the first partition (read_committed: on its LSO); the next round reads them all
+                self._connection(topic, partition).fetch(topic, partition, offset, 1, wait_ms, isolation=isolation)
             except RaylogError:
                 pass
         from_files = sum(len(r[1]) for r in results if isinstance(r[1], FileRange))
         self.backend.count_fetched(from_files, sum(len(r[1]) for r in results) - from_files)
         by_topic: dict[str, list] = {}
-        for (topic, partition, _, _), (code, records, hw, start) in zip(wanted, results):
-            by_topic.setdefault(topic, []).append((partition, code, hw, start, records))
+        for (topic, partition, _, _), (code, records, hw, start, lso, aborted) in zip(wanted, results):
+            by_topic.setdefault(topic, []).append((partition, code, hw, start, records, lso, aborted))
         return list(by_topic.items())
 
-    def _fetch_round(self, wanted, response_max_bytes: int):
+    def _fetch_round(self, wanted, response_max_bytes: int, committed: bool = False):
+        """One read of every partition wanted: ``(code, records, high
+        watermark, log start, last stable offset, aborted transactions)``
+        each (read_committed: :meth:`_read_committed`; else the last stable
+        offset is the high watermark and none is named)."""
         results, total, failed = [], 0, False
         self._ahead_key = None
         for topic, partition, offset, max_bytes in wanted:
             budget = max(1, min(max_bytes, response_max_bytes - total)) if total else max(1, max_bytes)
             try:
                 key = (topic, partition, offset, budget)
+                if committed:
+                    records, hw, start, next_offset, lso, aborted = self._read_committed(*key, 0)
+                    results.append((NONE, records, hw, start, lso, aborted))
+                    total += len(records)
+                    continue
                 found = self._take_ahead(key)
                 if found is None:
                     found = self._read(*key, 0)
                 records, hw, start, next_offset = found
-                results.append((NONE, records, hw, start))
+                results.append((NONE, records, hw, start, hw, ()))
                 total += len(records)
                 if records and next_offset < hw and self._ahead_key is None:
                     self._ahead_key = (topic, partition, next_offset, budget)
             except OffsetOutOfRangeError as err:
                 failed = True
-                results.append((OFFSET_OUT_OF_RANGE, b"", err.details.get("latest", -1),
-                                err.details.get("earliest", -1)))
+                latest = err.details.get("latest", -1)
+                results.append((OFFSET_OUT_OF_RANGE, b"", latest, err.details.get("earliest", -1), latest, ()))
             except RaylogError as err:
                 failed = True
                 self._forget(topic, partition, err)
-                results.append((error_code(err), b"", -1, -1))
+                results.append((error_code(err), b"", -1, -1, -1, ()))
         return results, total, failed
 
     def _list_offsets(self, body, version):
