@@ -84,6 +84,7 @@ from raylog.transfer.protocol import (
     OFFSETS_FOR_TIME_REPLY_FIELDS,
     COUNT_REPLY_FIELDS,
     LOCATE_REPLY_FIELDS,
+    LOCATE_V1_REPLY_TAIL,
     OFFSETS_REPLY_FIELDS,
     STRING_LENGTH,
     REPLY_HEADER_BODY,
@@ -179,6 +180,10 @@ class Located(NamedTuple):
     device: int
     inode: int
     path: str
+    #: LOCATE version 1 (an isolation level asked): the last stable offset and,
+    #: read_committed, the aborted transactions of the range (as :class:`FetchResult`'s)
+    last_stable_offset: int | None = None
+    aborted: tuple = ()
 
 
 class Offsets(NamedTuple):
@@ -662,25 +667,30 @@ class BrokerConnection:
         channel.consume_reply()
         return messages, next_offset
 
-    def locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> Located:
+    def locate(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int | None = None) -> Located:
         """Where the whole batches a FETCH from ``offset`` would answer lie
         in the partition's segment file (at most ``max_bytes`` of them, the
         first whole), for a reader on the partition's machine that sends
         them itself; see LOCATE in :mod:`raylog.transfer.protocol`. Errors as
-        :meth:`fetch`'s."""
-        return self.read_locate(self.send_locate(topic, partition, offset, max_bytes))
+        :meth:`fetch`'s. ``isolation`` sends LOCATE version 1 (read_committed:
+        the batches below the last stable offset, the aborted transactions
+        named), as :meth:`fetch`'s does."""
+        return self.read_locate(self.send_locate(topic, partition, offset, max_bytes, isolation), isolation)
 
-    def send_locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> int:
+    def send_locate(self, topic: str, partition: int, offset: int, max_bytes: int,
+                    isolation: int | None = None) -> int:
         """Send a LOCATE (:meth:`locate`) without waiting for its reply;
         returns its correlation id for :meth:`read_locate`, which must read
-        the reply before any other request is made on this connection."""
+        the reply (with the same ``isolation``) before any other request is
+        made on this connection."""
         channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
-        channel.send(encode_locate(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes))
+        channel.send(encode_locate(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes,
+                                   isolation))
         return correlation_id
 
-    def read_locate(self, correlation_id: int) -> Located:
+    def read_locate(self, correlation_id: int, isolation: int | None = None) -> Located:
         """The reply of the LOCATE sent as ``correlation_id`` (:meth:`send_locate`)."""
         channel = self._channel
         channel.expect_wait(0)
@@ -688,11 +698,20 @@ class BrokerConnection:
         pos = channel.read_reply(correlation_id, fixed, whole=False)
         fields = LOCATE_REPLY_FIELDS.unpack_from(channel.buf, pos)
         (length,) = STRING_LENGTH.unpack_from(channel.buf, pos + LOCATE_REPLY_FIELDS.size)
-        if channel.reply_size != fixed + length:
+        tail = channel.reply_size - fixed - length
+        if tail < 0 or (isolation is None and tail) or (isolation is not None and tail < LOCATE_V1_REPLY_TAIL.size):
             channel.drop()
             raise ProtocolError(f"LOCATE reply of {channel.reply_size} bytes carries a path of {length} bytes")
-        path = bytes(channel.take(pos + LOCATE_REPLY_FIELDS.size + STRING_LENGTH.size, length)).decode("utf-8")
-        return Located(*fields, path)
+        rest = bytes(channel.take(pos + LOCATE_REPLY_FIELDS.size + STRING_LENGTH.size, length + tail))
+        path = rest[:length].decode("utf-8")
+        if isolation is None:
+            return Located(*fields, path)
+        lso, count = LOCATE_V1_REPLY_TAIL.unpack_from(rest, length)
+        start = length + LOCATE_V1_REPLY_TAIL.size
+        if count < 0 or start + count * FETCH_V1_ABORTED.size != len(rest):
+            raise ProtocolError(f"LOCATE reply of {channel.reply_size} bytes carries {count} aborted transactions")
+        aborted = tuple(FETCH_V1_ABORTED.unpack_from(rest, start + i * FETCH_V1_ABORTED.size) for i in range(count))
+        return Located(*fields, path, lso, aborted)
 
     # -- frames ------------------------------------------------------------------
 

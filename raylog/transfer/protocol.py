@@ -177,6 +177,13 @@ for a reader on the partition's own machine that sends them itself with
     (format-1 messages; a log held in memory) are answered with kind 1:
     the caller reads them with FETCH. Errors as FETCH's.
 
+LOCATE, version 1 (an isolation level, as FETCH version 1's)
+    5. to 9.          as version 0
+    10. isolation     i8   0 READ_UNCOMMITTED, 1 READ_COMMITTED: the batches
+                           located lie below the last stable offset, and the
+                           reply names the aborted transactions they overlap
+                           (read as a FETCH version 1 reads; errors as its)
+
 REPLICA_FETCH (a follower replica copying its leader's log, docs/design.md
 section 7; never sent by clients)
     5. topic length   u16
@@ -285,6 +292,11 @@ LOCATE    4. high watermark i64, 5. log start offset i64,
           A reader must check the file it opens (fields 10 and 11, and
           that it holds the range) and read the range with FETCH when it
           cannot open it (retention may delete the segment meanwhile).
+LOCATE version 1: the fields of version 0, then
+          14. last stable offset i64 (the high watermark for READ_UNCOMMITTED),
+          15. aborted count i32 and the aborted transactions as in a FETCH
+              version 1 reply (producer id i64, first offset i64, last
+              offset i64 each; none for READ_UNCOMMITTED)
 
 REPLICA_FETCH
           4. high watermark i64: the leader's committed offset (what the
@@ -367,8 +379,9 @@ API_REPLICA_FETCH = 7
 #: COUNT version 1: field 11, max messages
 COUNT_VERSION_BOUNDED = 1
 #: FETCH version 1: field 11, the isolation level, and the last stable
-#: offset and aborted transactions in the reply
+#: offset and aborted transactions in the reply (LOCATE version 1 likewise)
 FETCH_VERSION_ISOLATION = 1
+LOCATE_VERSION_ISOLATION = 1
 #: isolation levels of a FETCH version 1 (Kafka's values)
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -459,6 +472,10 @@ COUNT_FIELDS = struct.Struct(">iqqi")
 COUNT_V1_FIELDS = struct.Struct(">iqqiq")
 #: LOCATE after the topic: partition, offset, max bytes
 LOCATE_FIELDS = struct.Struct(">iqi")
+#: LOCATE version 1 after the topic: partition, offset, max bytes, isolation
+LOCATE_V1_FIELDS = struct.Struct(">iqib")
+#: LOCATE version 1 reply after the path: last stable offset, aborted count
+LOCATE_V1_REPLY_TAIL = struct.Struct(">qi")
 #: REPLICA_FETCH: partition (between the topic and the replica id)
 REPLICA_FETCH_PARTITION = struct.Struct(">i")
 #: REPLICA_FETCH after the replica id: leader epoch, log end, flushed, max bytes, max wait ms

@@ -118,3 +118,24 @@ def test_a_log_without_read_committed_sends_readers_to_the_leader(make_server, m
         conn.fetch(TOPIC, 0, 0, 4096, isolation=READ_COMMITTED)
     records, _ = decode_messages(bytes(conn.fetch(TOPIC, 0, 0, 4096).data), 0)
     assert [r[3] for r in records] == [b"kept"]
+
+
+@pytest.mark.file_log_only
+def test_a_read_committed_locate_stops_at_the_lso_and_names_the_aborted(conn, plog):
+    """LOCATE version 1: the batches located lie below the last stable
+    offset, with the aborted transactions named; version 0 as before."""
+    t7 = plog.append(_txn([b"gone"], pid=7))
+    plog.append_marker(7, 0, False, 0)
+    plog.append(_plain([b"p"]))
+    t8 = plog.append(_txn([b"open"], pid=8))
+    plog.flush()
+    located = conn.locate(TOPIC, 0, 0, 1 << 20, READ_COMMITTED)
+    assert located.last_stable_offset == t8 and located.position + located.length <= t8
+    assert located.next_offset == t8
+    assert [(pid, first) for pid, first, _ in located.aborted] == [(7, t7)]
+    at_lso = conn.locate(TOPIC, 0, t8, 1 << 20, READ_COMMITTED)
+    assert at_lso.length == 0 and at_lso.next_offset == t8
+    uncommitted = conn.locate(TOPIC, 0, 0, 1 << 20, READ_UNCOMMITTED)
+    assert (uncommitted.last_stable_offset, uncommitted.aborted) == (plog.high_watermark, ())
+    old = conn.locate(TOPIC, 0, 0, 1 << 20)
+    assert old.last_stable_offset is None and old.next_offset == plog.high_watermark
