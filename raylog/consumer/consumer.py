@@ -205,7 +205,7 @@ class Consumer:
         self._decoder = fetched_batch if fetch_batches else decode_fetched
 
         self._lock = threading.RLock()
-        self._offsets = OffsetQueries(metadata, request_timeout_s)
+        self._offsets = OffsetQueries(metadata, request_timeout_s, self._fetch_settings.isolation)
         self._group_changes = GroupNotices(
             self._lock,
             fetch=self._fetch_assigned,
@@ -401,7 +401,9 @@ class Consumer:
         return self._member.committed(*tp) if self._member is not None else None
 
     def offsets(self, tp: TopicPartition) -> tuple[int, int]:
-        """``(earliest, latest)`` of a partition, asked of its data server."""
+        """``(earliest, latest)`` of a partition, asked of its data server
+        (read_committed: latest is the last stable offset, where
+        ``auto_offset_reset="latest"`` starts too)."""
         return self._offsets.offsets(tp)
 
     # -- seeking ----------------------------------------------------------------

@@ -165,3 +165,30 @@ def test_an_open_transaction_holds_read_committed_readers_until_it_ends(raylog_c
         everything.close()
         txn.close()
         plain.close()
+
+
+def test_latest_for_read_committed_is_the_last_stable_offset(raylog_client, make_topic):
+    """Seen red before the fix: "latest" was the high watermark, past the
+    open transaction, whose records the reader then never got."""
+    topic = make_topic(1)
+    plain = raylog_client.producer(linger_ms=1)
+    txn = raylog_client.producer(transactional_id="rc-latest", linger_ms=1)
+    try:
+        plain.send(topic, b"q0", partition=0)
+        plain.flush(WAIT_S)
+        txn.begin_transaction()
+        opened = txn.send(topic, b"open", partition=0)
+        txn.flush(WAIT_S)
+        plain.send(topic, b"q1", partition=0)
+        plain.flush(WAIT_S)
+        consumer = raylog_client.consumer(topic, auto_offset_reset="latest", isolation_level="read_committed")
+        try:
+            assert consumer.offsets((topic, 0))[1] == opened.result()[1]
+            assert consumer.poll(1000) == []
+            txn.commit_transaction()
+            assert by_partition(poll_until(consumer, 2)) == {0: [b"open", b"q1"]}
+        finally:
+            consumer.close()
+    finally:
+        txn.close()
+        plain.close()
