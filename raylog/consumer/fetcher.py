@@ -375,7 +375,8 @@ class Fetcher(threading.Thread):
                             partial_tail_ok=False,
                         )
                         self.offset += consumed
-                        self._put(Chunk(self.tp, self.epoch, with_next_offsets(records, self.offset), self.offset))
+                        records = with_next_offsets(drop_aborted(records, dropped), self.offset)
+                        self._put(Chunk(self.tp, self.epoch, records, self.offset))
                     if self._suspect == self.offset:
                         raise  # the server sent it twice as it is: report it
                     self._suspect = self.offset

@@ -139,3 +139,23 @@ def test_a_read_committed_locate_stops_at_the_lso_and_names_the_aborted(conn, pl
     assert (uncommitted.last_stable_offset, uncommitted.aborted) == (plog.high_watermark, ())
     old = conn.locate(TOPIC, 0, 0, 1 << 20)
     assert old.last_stable_offset is None and old.next_offset == plog.high_watermark
+
+
+def test_kafkas_rule_drops_only_the_aborted_producers_batches_up_to_the_marker():
+    """aborted_ranges: a transactional batch of the producer at or after the
+    aborted transaction's first offset and before its marker; another
+    producer's, a plain batch and the producer's later transaction stay."""
+    batches, offset = [], 0
+    for batch in (_txn([b"x"], pid=7), _txn([b"y"], pid=8), _plain([b"p"]), _txn([b"z"], pid=7)):
+        stamped = bytearray(batch)
+        stamped[:8] = offset.to_bytes(8, "big")
+        batches.append((offset, bytes(stamped)))
+        offset += len(stamped)
+    data = b"".join(b for _, b in batches)
+    (x, _), (y, _), (p, _), (z, _) = batches
+    assert aborted_ranges(data, [(7, x, y + 1)]) == [(x, x + len(batches[0][1]))]
+    assert aborted_ranges(data, [(7, x, offset)]) == [(x, x + len(batches[0][1])), (z, offset)]
+    assert aborted_ranges(data, []) == [] and aborted_ranges(data, [(9, 0, offset)]) == []
+    kept = drop_aborted([_Rec(o, v) for o, v in ((x, b"x"), (y, b"y"), (p, b"p"), (z, b"z"))],
+                        aborted_ranges(data, [(7, x, y + 1)]))
+    assert [r.value for r in kept] == [b"y", b"p", b"z"]
