@@ -44,6 +44,15 @@ with ``auto_offset_reset="error"``, raises a typed error from ``poll`` for
 every call until the application seeks that partition elsewhere; other
 partitions' messages handed before the error are returned first.
 
+**Transactions.** ``isolation_level="read_committed"`` hands out only the
+records of committed transactions and plain (non-transactional) writes, in
+offset order: the fetches never read past a partition's last stable offset
+(a poll there waits, as a long poll, until the open transaction commits or
+aborts), and the records of aborted transactions are dropped.
+``"read_uncommitted"`` (the default, as Kafka's) hands out every record below
+the high watermark, those of open and aborted transactions too. Markers
+(control batches) are never handed out (docs/design.md §6).
+
 The i-th message inside a compressed wrapper at ``w`` has the offset ``w + i``;
 see :mod:`raylog.consumer.record` for the wrapper rule of ``next_offset``.
 
@@ -81,7 +90,11 @@ from raylog.errors import (
 )
 from raylog.groups.assignors import resolve as resolve_assignors
 from raylog.groups.member import SETTLE_S, GroupMember
+from raylog.transfer.protocol import READ_COMMITTED
 from raylog.zk.session import connect_kazoo
+
+#: the consumer's isolation levels (Kafka's names)
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 logger = logging.getLogger(__name__)
 
@@ -152,9 +165,13 @@ class Consumer:
         audit_interval_ms: int | None = None,
         audit_publisher: AuditPublisher | None = None,
         fetch_batches: bool = False,
+        isolation_level: str = "read_uncommitted",
     ):
         if isinstance(topics, str):
             topics = [topics]
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ConfigError(f"isolation_level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}: "
+                              f"'read_committed' reads only committed transactions, 'read_uncommitted' everything")
         if auto_offset_reset not in OFFSET_RESETS:
             raise ConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, got {auto_offset_reset!r}")
         # Checked with or without a group, so a misspelt name fails at once.
@@ -169,6 +186,7 @@ class Consumer:
             metadata.partitions(topic)  # UnknownTopicError now rather than later
         self.group = group
         self.auto_offset_reset = auto_offset_reset
+        self.isolation_level = isolation_level
         self.enable_auto_commit = enable_auto_commit and group is not None
         self.auto_commit_interval_s = auto_commit_interval_ms / 1000.0
         self.fetch_max_bytes = fetch_max_bytes
@@ -181,12 +199,13 @@ class Consumer:
             fetch_max_bytes=fetch_max_bytes, fetch_max_wait_ms=fetch_max_wait_ms,
             max_message_bytes=max_message_bytes, request_timeout_s=request_timeout_s,
             auto_offset_reset=auto_offset_reset, warn_after_s=unavailable_warning_s,
+            isolation=READ_COMMITTED if isolation_level == "read_committed" else None,
         )
         #: what the fetchers decode with: poll_batch switches it to batches
         self._decoder = fetched_batch if fetch_batches else decode_fetched
 
         self._lock = threading.RLock()
-        self._offsets = OffsetQueries(metadata, request_timeout_s)
+        self._offsets = OffsetQueries(metadata, request_timeout_s, self._fetch_settings.isolation)
         self._group_changes = GroupNotices(
             self._lock,
             fetch=self._fetch_assigned,
@@ -382,7 +401,9 @@ class Consumer:
         return self._member.committed(*tp) if self._member is not None else None
 
     def offsets(self, tp: TopicPartition) -> tuple[int, int]:
-        """``(earliest, latest)`` of a partition, asked of its data server."""
+        """``(earliest, latest)`` of a partition, asked of its data server
+        (read_committed: latest is the last stable offset, where
+        ``auto_offset_reset="latest"`` starts too)."""
         return self._offsets.offsets(tp)
 
     # -- seeking ----------------------------------------------------------------

@@ -20,6 +20,12 @@ Errors keep to their partition:
   ``latest`` the position moves there (a warning is logged: Kafka's rule for
   a lost position); with ``"error"`` the fetcher reports a typed error and
   stops.
+* **read_committed** (``isolation_level``, docs/design.md §6): the fetches
+  ask for the bytes below the partition's last stable offset (FETCH version
+  1); a fetch at it waits on the server, as a long poll, until the open
+  transaction ends. The records of the reply's aborted transactions are
+  dropped here (:func:`aborted_ranges`: Kafka's rule), markers (control
+  batches) are never handed out by the decoders, whatever the isolation.
 * **a corrupt or invalid message**, or any other non-retriable error: the
   fetcher hands over the messages before it, fetches once more from the bad
   message (the server checks the message a fetch starts at, and answers a
@@ -85,6 +91,40 @@ def _batch_start(data, offset: int) -> int:
     return offset
 
 
+def aborted_ranges(data, aborted) -> list[tuple[int, int]]:
+    """The ``[start, end)`` offsets of the batches in ``data`` whose records
+    belong to an aborted transaction, by Kafka's rule: a transactional batch
+    of producer ``P`` at offset ``o`` is aborted when one of ``aborted``
+    (``(producer id, first offset, abort marker offset)``, a read_committed
+    FETCH's) is ``P``'s with ``first offset <= o < marker offset``. Control
+    batches are left to the decoders (they never hand them out). Bytes that
+    are not format-2 batches hold no transaction (none). Pure."""
+    if not aborted or record_batch.format_at(data) != 2:
+        return []
+    by_producer: dict[int, list[tuple[int, int]]] = {}
+    for producer_id, first, last in aborted:
+        by_producer.setdefault(producer_id, []).append((first, last))
+    ranges = []
+    try:
+        for _, header in record_batch.iter_batches(data):
+            if not header.transactional or header.control:
+                continue
+            spans = by_producer.get(header.producer_id)
+            if spans and any(first <= header.base_offset < last for first, last in spans):
+                ranges.append((header.base_offset, header.next_offset))
+    except InvalidMessageError:
+        pass  # the decoder reports bad bytes where they are; the batches before them are walked
+    return ranges
+
+
+def drop_aborted(records, ranges) -> list:
+    """``records`` (messages with an ``offset``) without those in ``ranges``
+    (:func:`aborted_ranges`)."""
+    if not ranges:
+        return records
+    return [m for m in records if not any(start <= m.offset < end for start, end in ranges)]
+
+
 class Chunk:
     """What a fetcher hands over: messages and the position after them, a
     resolved or reset position (no messages), or an error."""
@@ -112,6 +152,10 @@ class FetchSettings:
     auto_offset_reset: str = LATEST
     #: seconds of failures before the one warning
     warn_after_s: float = 60.0
+    #: READ_COMMITTED (read_committed: FETCH version 1 below the last
+    #: stable offset, aborted transactions dropped) or None (read_uncommitted:
+    #: FETCH version 0, every record below the high watermark)
+    isolation: int | None = None
 
 
 class Fetcher(threading.Thread):
@@ -237,7 +281,8 @@ class Fetcher(threading.Thread):
                 self._transient(err)
         return None
 
-    def _put_inside_wrapper(self, data, start: int, max_message: int, max_inflated: int) -> None:
+    def _put_inside_wrapper(self, data, start: int, max_message: int, max_inflated: int,
+                            dropped=()) -> None:
         """Hand over the wrapper (or format-2 batch) at ``start`` that holds the position,
         without its inner messages before the position, and move past it."""
         if record_batch.format_at(data) == 2:
@@ -252,7 +297,7 @@ class Fetcher(threading.Thread):
         end = start + consumed
         if record_batch.format_at(data) == 2 and consumed:
             end = record_batch.next_offset_after(data, consumed) or end
-        records = with_next_offsets([m for m in records if m.offset >= self.offset], end)
+        records = with_next_offsets(drop_aborted([m for m in records if m.offset >= self.offset], dropped), end)
         self.offset = end
         self._put(Chunk(self.tp, self.epoch, records, end))
 
@@ -277,7 +322,7 @@ class Fetcher(threading.Thread):
                     if self.conn is None:
                         self._connect()
                     result = self.conn.fetch(topic, partition, self.offset, s.fetch_max_bytes, s.fetch_max_wait_ms,
-                                             inside_wrapper=True)
+                                             inside_wrapper=True, isolation=s.isolation)
                 except OffsetOutOfRangeError as err:
                     if self.stopped.is_set():
                         return
@@ -300,15 +345,20 @@ class Fetcher(threading.Thread):
                 data = result.data
                 if not data:
                     continue
+                dropped = aborted_ranges(data, result.aborted)
                 start = _batch_start(data, result.offset)
                 if start < self.offset:
                     # a position inside a compressed wrapper or a format-2
                     # batch (a record's offset): it came whole from its start;
                     # skip what is before the position
-                    self._put_inside_wrapper(data, start, max_message, max_inflated)
+                    self._put_inside_wrapper(data, start, max_message, max_inflated, dropped)
                     continue
                 try:
-                    records, consumed = decoder(data, self.offset, self.tp, max_message, max_inflated)
+                    if dropped:  # messages, some dropped (a batch decoder's columns would hold them)
+                        records, consumed = decode_fetched(data, self.offset, self.tp, max_message, max_inflated)
+                        records = drop_aborted(records, dropped)
+                    else:
+                        records, consumed = decoder(data, self.offset, self.tp, max_message, max_inflated)
                 except InvalidMessageError as err:
                     # Hand over the whole messages before the bad one, then
                     # fetch from the bad one: the server checks the message
@@ -325,7 +375,8 @@ class Fetcher(threading.Thread):
                             partial_tail_ok=False,
                         )
                         self.offset += consumed
-                        self._put(Chunk(self.tp, self.epoch, with_next_offsets(records, self.offset), self.offset))
+                        records = with_next_offsets(drop_aborted(records, dropped), self.offset)
+                        self._put(Chunk(self.tp, self.epoch, records, self.offset))
                     if self._suspect == self.offset:
                         raise  # the server sent it twice as it is: report it
                     self._suspect = self.offset

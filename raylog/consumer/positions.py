@@ -13,6 +13,7 @@ from raylog.config import EARLIEST
 from raylog.errors import OffsetOutOfRangeError, RaylogError
 from raylog.retry import RetryPolicy
 from raylog.transfer.connection import BrokerConnection
+from raylog.transfer.protocol import READ_COMMITTED
 
 logger = logging.getLogger(__name__)
 
@@ -29,16 +30,31 @@ class OffsetQueries:
     """Offsets of partitions, asked of their data servers: a partition's
     ``(earliest, latest)``, the offset for a time, and the reset position of
     a partition being assigned. Given the consumer's ``metadata`` (endpoints,
-    token) and ``request_timeout_s`` (each question's deadline). Keeps no
-    state; any thread (a fresh connection per question)."""
+    token), ``request_timeout_s`` (each question's deadline) and
+    ``isolation`` (READ_COMMITTED: the latest offset is the last stable
+    offset, as Kafka's read_committed consumer has it). Keeps no state; any
+    thread (a fresh connection per question)."""
 
-    def __init__(self, metadata, request_timeout_s: float):
+    def __init__(self, metadata, request_timeout_s: float, isolation: int | None = None):
         self._metadata = metadata
         self.request_timeout_s = request_timeout_s
+        self.isolation = isolation
 
     def offsets(self, tp: TopicPartition) -> tuple[int, int]:
         """``(earliest, latest)`` of a partition, asked of its data server."""
-        return self.ask(tp, lambda conn: conn.offsets(*tp))
+        return self.ask(tp, self._ends(tp))
+
+    def _ends(self, tp: TopicPartition):
+        """The question of ``(earliest, latest)``: OFFSETS, and for a
+        read_committed consumer the last stable offset (a FETCH version 1 at
+        the high watermark answers it without data)."""
+        def ends(conn) -> tuple[int, int]:
+            earliest, latest = conn.offsets(*tp)
+            if self.isolation == READ_COMMITTED:
+                latest = min(latest, conn.fetch(*tp, latest, 1, 0, isolation=READ_COMMITTED).last_stable_offset)
+            return earliest, latest
+
+        return ends
 
     def offset_for_time(self, tp: TopicPartition, timestamp_ms: int) -> int:
         """The partition's first offset at or after ``timestamp_ms`` (OFFSETS_FOR_TIME)."""
@@ -71,7 +87,7 @@ class OffsetQueries:
         is down): its fetcher resolves it then, retrying for as long as it
         runs. Errors that no retry mends (a wrong token) are raised."""
         try:
-            earliest, latest = self.ask(tp, lambda conn: conn.offsets(*tp), tries=1)
+            earliest, latest = self.ask(tp, self._ends(tp), tries=1)
         except RaylogError as err:
             if isinstance(err, OffsetOutOfRangeError) or not (err.retriable or _moved(err)):
                 raise

@@ -24,9 +24,19 @@ responses                  array of:
     partition_index        i32
     error_code             i16
     high_watermark         i64
-    last_stable_offset     i64               the high watermark
+    last_stable_offset     i64               the partition's for a
+                                             read_committed fetch
+                                             (isolation_level 1), else
+                                             the high watermark
     log_start_offset       i64               version 5 and later
-    aborted_transactions   nullable array    always empty (count 0)
+    aborted_transactions   nullable array    of the read_committed
+                                             records (count 0 otherwise):
+      producer_id          i64
+      first_offset         i64               of the aborted transaction's
+                                             first batch (the client drops
+                                             that producer's transactional
+                                             batches from there up to its
+                                             abort marker)
     preferred_read_replica i32               version 11 and later; -1
     records                nullable bytes    record batches (format 2, as
                                              stored; or converted, see
@@ -54,6 +64,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")  # index, error_code, high_watermark, last_stable_offset
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _NO_ABORTED = _I32.pack(0)
 _NO_REPLICA = _I32.pack(-1)
 
@@ -61,7 +72,10 @@ _NO_REPLICA = _I32.pack(-1)
 def encode_fetch_response(version: int, correlation_id: int, topics) -> bytes | list:
     """The response frame (size included) of a Fetch request of ``version``
     (4..11); ``topics`` holds ``(name, [(partition, error_code,
-    high_watermark, log_start_offset, records), ...])``, ``records`` any
+    high_watermark, log_start_offset, records[, last_stable_offset,
+    aborted]), ...])`` (``aborted``: ``(producer id, first offset)`` pairs;
+    without them the last stable offset is the high watermark and none is
+    named), ``records`` any
     bytes-like object or a :class:`~raylog.kafka.file_ranges.FileRange`.
     Bytes when every ``records`` is bytes-like; else a list of the frame's
     pieces in order, each bytes or a ``FileRange``."""
@@ -72,11 +86,15 @@ def encode_fetch_response(version: int, correlation_id: int, topics) -> bytes | 
         append(_I16.pack(len(data)))
         append(data)
         append(_I32.pack(len(partitions)))
-        for index, code, hw, log_start, records in partitions:
-            fixed = _PARTITION.pack(index, code, hw, hw)
+        for index, code, hw, log_start, records, *txn in partitions:
+            lso, aborted = txn if txn else (hw, ())
+            fixed = _PARTITION.pack(index, code, hw, lso)
             if version >= 5:
                 fixed += _I64.pack(log_start)
-            fixed += _NO_ABORTED
+            if aborted:
+                fixed += _I32.pack(len(aborted)) + b"".join(_ABORTED.pack(pid, first) for pid, first in aborted)
+            else:
+                fixed += _NO_ABORTED
             if version >= 11:
                 fixed += _NO_REPLICA
             append(fixed + _I32.pack(len(records)))

@@ -84,7 +84,7 @@ from raylog.kafka.records import RecordsRefused, encode_batch, stored_batches, t
 from raylog.kafka.sasl import MECHANISM, SaslFailed
 from raylog.storage.decoding import decode_messages
 from raylog.storage.record_batch import format_at, iter_batches
-from raylog.transfer.protocol import LOCATED_BATCHES, NO_PRODUCER_ID, NO_SEQUENCE
+from raylog.transfer.protocol import LOCATED_BATCHES, NO_PRODUCER_ID, NO_SEQUENCE, READ_COMMITTED
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +301,7 @@ class Session:
         elif ahead.conn is not None:
             conn, ahead.conn = ahead.conn, None
             try:
-                ahead.located = conn.read_locate(ahead.correlation)
+                ahead.located = conn.read_locate(ahead.correlation, ahead.key[4])
             except RaylogError as err:
                 log.debug("Kafka listener: locating ahead %s: %s", ahead.key, err)
 
@@ -583,11 +583,20 @@ class Session:
         self._forget(topic, entry[0], err)
         entry[1], entry[3] = error_code(err), str(err).splitlines()[0]
 
-    def _read(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int):
-        """``(records bytes, high watermark, log start, next offset)`` of one
-        partition from ``offset`` (the next offset: where the client goes on
-        after these records): at most ``max_bytes`` of Kafka batches, or the
-        first batch alone when it is larger (as a Kafka broker answers).
+    def _read(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int | None, wait_ms: int):
+        """``(records bytes, high watermark, log start, next offset, last
+        stable offset, aborted transactions)`` of one partition from
+        ``offset`` (the next offset: where the client goes on after these
+        records): at most ``max_bytes`` of Kafka batches, or the first batch
+        alone when it is larger (as a Kafka broker answers).
+
+        ``isolation`` READ_COMMITTED (a Fetch's isolation_level 1) reads
+        with FETCH and LOCATE version 1: only records below the partition's
+        last stable offset, with the aborted transactions
+        (``(producer id, first offset)``) they overlap, whose batches the
+        Kafka client drops itself; None reads every record below the high
+        watermark (the last stable offset answered is the high watermark,
+        no transaction named).
 
         Stored format-2 batches are Kafka's own: they go as they are, cut at
         whole batches by their headers alone
@@ -607,17 +616,17 @@ class Session:
         (LOCATE) and the records returned are a
         :class:`~raylog.kafka.file_ranges.FileRange` of the segment file,
         sent to the client by ``sendfile`` (see :meth:`_locate`)."""
-        located = self._locate(topic, partition, offset, max_bytes)
+        located = self._locate(topic, partition, offset, max_bytes, isolation)
         if located is not None:
             return located
         conn = self._connection(topic, partition)
         max_message_bytes = self.backend.metadata.config(topic).max_message_bytes
         key = (topic, partition)
         stored_bytes = max(1, min(max_bytes, int(max_bytes / self._expansion.get(key, _FIRST_EXPANSION))))
-        start, hw, log_start = offset, -1, -1
+        start, hw, log_start, lso, aborted = offset, -1, -1, -1, ()
         for _ in range(_SKIPS):
             try:
-                result = conn.fetch(topic, partition, start, stored_bytes, wait_ms)
+                result = conn.fetch(topic, partition, start, stored_bytes, wait_ms, isolation=isolation)
             except InvalidOffsetError as err:
                 details = err.details
                 low, high = details.get("message_offset"), details.get("next_offset")
@@ -628,16 +637,17 @@ class Session:
                 continue
             wait_ms = 0
             hw, log_start = result.high_watermark, result.log_start_offset
+            lso, aborted = _transactions_of(result)
             if format_at(result.data) == 2:  # stored batches go as they are
                 self._expansion[key] = 1.0
                 batches, end, walked = stored_batches(result.data, offset, max_bytes)
                 if batches or not walked:
-                    return batches, hw, log_start, max(end, offset) if batches else offset
+                    return batches, hw, log_start, max(end, offset) if batches else offset, lso, aborted
                 start = end  # a batch whose records all lie before offset
                 continue
             records, consumed = decode_messages(result.data, result.offset, max_message_bytes=max_message_bytes)
             if not consumed:
-                return b"", hw, log_start, offset
+                return b"", hw, log_start, offset, lso, aborted
             end = result.offset + consumed
             if records and records[0][0] < offset:  # a wrapper's records before the offset asked for
                 records = [r for r in records if r[0] >= offset]
@@ -650,9 +660,9 @@ class Session:
                     keep = _cut(records, max(1, len(records) * max_bytes // len(batch)))
                     end = records[keep][0]
                     batch = encode_batch(records[:keep], end)
-                return batch, hw, log_start, end
+                return batch, hw, log_start, end, lso, aborted
             start = end  # a wrapper's tail holding no record at or after offset
-        return b"", hw, log_start, start
+        return b"", hw, log_start, start, lso, aborted
 
     def _locating(self, topic: str, partition: int) -> bool:
         """Whether reads of the partition ask LOCATE first (see :meth:`_locate`)."""
@@ -670,7 +680,8 @@ class Session:
             return False
         return True
 
-    def _locate(self, topic: str, partition: int, offset: int, max_bytes: int, *, first=None):
+    def _locate(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int | None = None, *,
+                first=None):
         """:meth:`_read`'s answer as a file range of the partition's
         segment, or None when the bytes must be read through the data
         channel: the data server is not on this machine (its address is not
@@ -687,13 +698,14 @@ class Session:
         start = offset
         for _ in range(_SKIPS):
             try:
-                found, first = first or conn.locate(topic, partition, start, max_bytes), None
+                found, first = first or conn.locate(topic, partition, start, max_bytes, isolation), None
             except (InvalidOffsetError, CorruptMessageError):
                 return None
             except ProtocolError:  # a data server that does not know LOCATE (an older raylog)
                 self._remote.add((conn.host, conn.port))
                 return None
             hw, log_start = found.high_watermark, found.log_start_offset
+            lso, aborted = _transactions_of(found)
             if found.kind != LOCATED_BATCHES:  # format 1 (converted) or a log in memory
                 if len(self._not_locatable) >= _MAX_EXPANSIONS:
                     self._not_locatable.clear()
@@ -704,11 +716,11 @@ class Session:
                 if records is None:
                     return None
                 self._expansion[key] = 1.0
-                return records, hw, log_start, found.next_offset
+                return records, hw, log_start, found.next_offset, lso, aborted
             if found.next_offset <= start:  # nothing at the offset yet
-                return b"", hw, log_start, offset
+                return b"", hw, log_start, offset, lso, aborted
             start = found.next_offset  # batches whose records all lie before offset
-        return b"", hw, log_start, start
+        return b"", hw, log_start, start, lso, aborted
 
     def _fetch(self, body):
         """A Fetch's answer, ``[(topic, [(partition, error code, high
@@ -717,49 +729,54 @@ class Session:
         deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000.0
         wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in body.topics for p in t.partitions]
+        # isolation_level 1: read_committed (below the last stable offset, the aborted transactions named)
+        isolation = READ_COMMITTED if getattr(body, "isolation_level", 0) == 1 else None
         while True:
-            results, total, failed = self._fetch_round(wanted, body.max_bytes)
+            results, total, failed = self._fetch_round(wanted, body.max_bytes, isolation)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if total >= max(1, body.min_bytes) or failed or remaining_ms <= 0 or not wanted:
                 break
-            for _, records, _, _ in results:  # read again after the long poll
-                _close_records(records)
+            for result in results:  # read again after the long poll
+                _close_records(result[1])
             topic, partition, offset, max_bytes = wanted[0]
             wait_ms = min(remaining_ms, _POLL_SLICE_MS if len(wanted) > 1 else remaining_ms)
-            try:  # a long poll on the first partition; the next round reads them all
-                self._connection(topic, partition).fetch(topic, partition, offset, 1, wait_ms)
+            try:  # a long poll on the first partition (read_committed: on its LSO); the next round reads them all
+                self._connection(topic, partition).fetch(topic, partition, offset, 1, wait_ms, isolation=isolation)
             except RaylogError:
                 pass
         from_files = sum(len(r[1]) for r in results if isinstance(r[1], FileRange))
         self.backend.count_fetched(from_files, sum(len(r[1]) for r in results) - from_files)
         by_topic: dict[str, list] = {}
-        for (topic, partition, _, _), (code, records, hw, start) in zip(wanted, results):
-            by_topic.setdefault(topic, []).append((partition, code, hw, start, records))
+        for (topic, partition, _, _), (code, records, hw, start, lso, aborted) in zip(wanted, results):
+            by_topic.setdefault(topic, []).append((partition, code, hw, start, records, lso, aborted))
         return list(by_topic.items())
 
-    def _fetch_round(self, wanted, response_max_bytes: int):
+    def _fetch_round(self, wanted, response_max_bytes: int, isolation: int | None = None):
+        """One read of every partition wanted: ``(code, records, high
+        watermark, log start, last stable offset, aborted transactions)``
+        each (see :meth:`_read`)."""
         results, total, failed = [], 0, False
         self._ahead_key = None
         for topic, partition, offset, max_bytes in wanted:
             budget = max(1, min(max_bytes, response_max_bytes - total)) if total else max(1, max_bytes)
             try:
-                key = (topic, partition, offset, budget)
+                key = (topic, partition, offset, budget, isolation)
                 found = self._take_ahead(key)
                 if found is None:
                     found = self._read(*key, 0)
-                records, hw, start, next_offset = found
-                results.append((NONE, records, hw, start))
+                records, hw, start, next_offset, lso, aborted = found
+                results.append((NONE, records, hw, start, lso, aborted))
                 total += len(records)
-                if records and next_offset < hw and self._ahead_key is None:
-                    self._ahead_key = (topic, partition, next_offset, budget)
+                if records and next_offset < lso and self._ahead_key is None:
+                    self._ahead_key = (topic, partition, next_offset, budget, isolation)
             except OffsetOutOfRangeError as err:
                 failed = True
-                results.append((OFFSET_OUT_OF_RANGE, b"", err.details.get("latest", -1),
-                                err.details.get("earliest", -1)))
+                latest = err.details.get("latest", -1)
+                results.append((OFFSET_OUT_OF_RANGE, b"", latest, err.details.get("earliest", -1), latest, ()))
             except RaylogError as err:
                 failed = True
                 self._forget(topic, partition, err)
-                results.append((error_code(err), b"", -1, -1))
+                results.append((error_code(err), b"", -1, -1, -1, ()))
         return results, total, failed
 
     def _list_offsets(self, body, version):
@@ -837,6 +854,16 @@ class Session:
             if found_offset >= offset and found_ts >= timestamp:
                 return found_ts, found_offset
         return timestamp, offset
+
+
+def _transactions_of(read) -> tuple[int, list]:
+    """``(last stable offset, aborted transactions)`` of a FETCH or LOCATE
+    answer as a Kafka Fetch response carries them: the answer's own for a
+    version 1 read, ``(producer id, first offset)`` each; the high
+    watermark and none for a version 0 read."""
+    if read.last_stable_offset is None:
+        return read.high_watermark, []
+    return read.last_stable_offset, [(pid, first) for pid, first, _ in read.aborted]
 
 
 class _Ahead:

@@ -55,6 +55,7 @@ from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpir
 
 from raylog.errors import NotEnoughReplicasError, NotOwnerError, OffsetOutOfRangeError
 from raylog.replication.state import compare_and_set, read_state
+from raylog.storage.log import CommittedRead
 from raylog.storage.log_reads import FileSlice
 from raylog.storage.record_batch import format_at
 from raylog.transfer.protocol import REPLICA_FETCH_SETS_MAX_BYTES
@@ -550,6 +551,20 @@ class ClientView:
             )
         chunk = self._log.read(offset, max_bytes)
         return chunk._replace(length=max(0, min(chunk.length, committed - offset)))
+
+    def read_committed(self, offset: int, max_bytes: int):
+        """:meth:`read` for a ``read_committed`` reader (the log's
+        :meth:`~raylog.storage.log.PartitionLog.read_committed` counted from
+        the committed offset: a transaction whose marker the in-sync
+        replicas do not all hold yet is still open to readers)."""
+        committed = self._leader.committed
+        if committed < offset <= self._log.high_watermark:
+            # a position read before this leader started: nothing yet, no error
+            empty = self._log.read(offset, max_bytes)._replace(length=0)
+            return CommittedRead(empty, [], committed)
+        if offset > committed:
+            return self.read(offset, max_bytes)  # raises OffsetOutOfRangeError
+        return self._log.read_committed(offset, max_bytes, high_watermark=committed)
 
     def wait_for_data(self, offset: int, timeout_s: float) -> bool:
         return self._leader.wait_for_commit(offset, timeout_s)

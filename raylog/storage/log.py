@@ -504,16 +504,23 @@ class PartitionLog(LogBasics):
         hw = self._hw  # before the view: a newer view only adds segments
         return self._reader.read(self._view, hw, offset, max_bytes)
 
-    def read_committed(self, offset: int, max_bytes: int) -> CommittedRead:
+    def read_committed(self, offset: int, max_bytes: int, high_watermark: int | None = None) -> CommittedRead:
         """:meth:`read` for a ``read_committed`` reader: the bytes from
         ``offset`` below the last stable offset (an empty slice at or past
         it, up to the high watermark; :class:`OffsetOutOfRangeError` past
         that), with the aborted transactions that overlap them
         (:meth:`aborted_transactions`): the reader drops the records of
-        those, markers' records never reach it (docs/design.md §6)."""
+        those, markers' records never reach it (docs/design.md §6).
+
+        ``high_watermark`` (at most the log's own) is the one to count from
+        instead of the log's: a replicated leader's committed offset, so
+        that a marker not yet on the in-sync replicas leaves its
+        transaction open to readers."""
         if self._closed:
             raise ClosedError(f"the partition log in {self._dir} is closed")
         hw = self._hw  # before the view: a newer view only adds segments
+        if high_watermark is not None:
+            hw = min(hw, high_watermark)
         view = self._view
         lso = max(self._txns.last_stable_offset(hw), view[0][0])  # (retention may pass an open transaction)
         end = lso if offset <= lso else min(offset, hw)

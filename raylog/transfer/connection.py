@@ -78,9 +78,13 @@ from raylog.transfer.protocol import (
     NO_SEQUENCE,
     DEFAULT_MAX_FRAME_BYTES,
     FETCH_REPLY_FIELDS,
+    FETCH_V1_ABORTED,
+    FETCH_V1_DATA_LENGTH,
+    FETCH_V1_REPLY_FIELDS,
     OFFSETS_FOR_TIME_REPLY_FIELDS,
     COUNT_REPLY_FIELDS,
     LOCATE_REPLY_FIELDS,
+    LOCATE_V1_REPLY_TAIL,
     OFFSETS_REPLY_FIELDS,
     STRING_LENGTH,
     REPLY_HEADER_BODY,
@@ -137,6 +141,13 @@ class FetchResult(NamedTuple):
     data: bytearray
     high_watermark: int
     log_start_offset: int
+    #: FETCH version 1 (an isolation level asked): the partition's last
+    #: stable offset (the high watermark for read_uncommitted); None for version 0
+    last_stable_offset: int | None = None
+    #: read_committed: ``(producer id, first offset, abort marker offset)`` of
+    #: the aborted transactions that overlap ``data`` (see
+    #: :mod:`raylog.transfer.protocol`)
+    aborted: tuple = ()
 
 
 class ReplicaFetched(NamedTuple):
@@ -169,6 +180,10 @@ class Located(NamedTuple):
     device: int
     inode: int
     path: str
+    #: LOCATE version 1 (an isolation level asked): the last stable offset and,
+    #: read_committed, the aborted transactions of the range (as :class:`FetchResult`'s)
+    last_stable_offset: int | None = None
+    aborted: tuple = ()
 
 
 class Offsets(NamedTuple):
@@ -503,7 +518,7 @@ class BrokerConnection:
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0, *,
-        inside_wrapper: bool = False,
+        inside_wrapper: bool = False, isolation: int | None = None,
     ) -> FetchResult:
         """Read up to ``max_bytes`` of the log from ``offset`` (at least one
         whole message if there is one). With ``max_wait_ms`` > 0 the server
@@ -515,23 +530,53 @@ class BrokerConnection:
         made again from the wrapper's start and the result's ``offset`` is
         that start (below ``offset``): the caller decodes from there and
         skips the messages whose offset is below the one it asked for. Any
-        other offset that is not a message boundary stays an error."""
+        other offset that is not a message boundary stays an error.
+
+        ``isolation`` (``READ_UNCOMMITTED`` or ``READ_COMMITTED`` of
+        :mod:`raylog.transfer.protocol`) sends FETCH version 1: the result
+        then carries the last stable offset and, read_committed, the
+        aborted transactions of its data (only bytes below the last stable
+        offset come; the caller drops the aborted transactions' records)."""
         try:
-            return self._fetch(topic, partition, offset, max_bytes, max_wait_ms)
+            return self._fetch(topic, partition, offset, max_bytes, max_wait_ms, isolation)
         except InvalidOffsetError as err:
             start = err.details.get("wrapper_offset")
             if not inside_wrapper or not isinstance(start, int) or not start < offset:
                 raise
-        return self._fetch(topic, partition, start, max(max_bytes, 1), 0)
+        return self._fetch(topic, partition, start, max(max_bytes, 1), 0, isolation)
 
-    def _fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int) -> FetchResult:
+    def _fetch(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
+               isolation: int | None = None) -> FetchResult:
         channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
-        frame = encode_fetch(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes, max_wait_ms)
+        frame = encode_fetch(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes,
+                             max_wait_ms, isolation)
         channel.expect_wait(max_wait_ms)
         channel.send(frame)
-        return self._read_fetch(correlation_id, offset)
+        if isolation is None:
+            return self._read_fetch(correlation_id, offset)
+        return self._read_fetch_v1(correlation_id, offset)
+
+    def _read_fetch_v1(self, correlation_id: int, offset: int) -> FetchResult:
+        channel = self._channel
+        fixed = REPLY_HEADER_BODY + FETCH_V1_REPLY_FIELDS.size
+        header = channel.read_reply(correlation_id, fixed, whole=False)
+        high_watermark, log_start, lso, count = FETCH_V1_REPLY_FIELDS.unpack_from(channel.buf, header)
+        rest = channel.reply_size - fixed
+        entries = count * FETCH_V1_ABORTED.size
+        if count < 0 or entries + FETCH_V1_DATA_LENGTH.size > rest:
+            channel.drop()
+            raise ProtocolError(f"fetch reply of {channel.reply_size} bytes carries {count} aborted transactions")
+        body = channel.take(header + FETCH_V1_REPLY_FIELDS.size, rest)
+        aborted = tuple(FETCH_V1_ABORTED.unpack_from(body, i * FETCH_V1_ABORTED.size) for i in range(count))
+        (length,) = FETCH_V1_DATA_LENGTH.unpack_from(body, entries)
+        start = entries + FETCH_V1_DATA_LENGTH.size
+        if length != len(body) - start:
+            channel.drop()
+            raise ProtocolError(f"fetch reply carries a data length of {length} for {len(body) - start} bytes")
+        del body[:start]  # the data alone, in the buffer the caller keeps
+        return FetchResult(offset, body, high_watermark, log_start, lso, aborted)
 
     def replica_fetch(
         self, topic: str, partition: int, replica: str, leader_epoch: int, log_end: int, flushed: int,
@@ -622,25 +667,30 @@ class BrokerConnection:
         channel.consume_reply()
         return messages, next_offset
 
-    def locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> Located:
+    def locate(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int | None = None) -> Located:
         """Where the whole batches a FETCH from ``offset`` would answer lie
         in the partition's segment file (at most ``max_bytes`` of them, the
         first whole), for a reader on the partition's machine that sends
         them itself; see LOCATE in :mod:`raylog.transfer.protocol`. Errors as
-        :meth:`fetch`'s."""
-        return self.read_locate(self.send_locate(topic, partition, offset, max_bytes))
+        :meth:`fetch`'s. ``isolation`` sends LOCATE version 1 (read_committed:
+        the batches below the last stable offset, the aborted transactions
+        named), as :meth:`fetch`'s does."""
+        return self.read_locate(self.send_locate(topic, partition, offset, max_bytes, isolation), isolation)
 
-    def send_locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> int:
+    def send_locate(self, topic: str, partition: int, offset: int, max_bytes: int,
+                    isolation: int | None = None) -> int:
         """Send a LOCATE (:meth:`locate`) without waiting for its reply;
         returns its correlation id for :meth:`read_locate`, which must read
-        the reply before any other request is made on this connection."""
+        the reply (with the same ``isolation``) before any other request is
+        made on this connection."""
         channel = self._channel
         self._before_request()
         correlation_id = self._next_correlation()
-        channel.send(encode_locate(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes))
+        channel.send(encode_locate(correlation_id, self._topic(topic).encoded_topic, partition, offset, max_bytes,
+                                   isolation))
         return correlation_id
 
-    def read_locate(self, correlation_id: int) -> Located:
+    def read_locate(self, correlation_id: int, isolation: int | None = None) -> Located:
         """The reply of the LOCATE sent as ``correlation_id`` (:meth:`send_locate`)."""
         channel = self._channel
         channel.expect_wait(0)
@@ -648,11 +698,20 @@ class BrokerConnection:
         pos = channel.read_reply(correlation_id, fixed, whole=False)
         fields = LOCATE_REPLY_FIELDS.unpack_from(channel.buf, pos)
         (length,) = STRING_LENGTH.unpack_from(channel.buf, pos + LOCATE_REPLY_FIELDS.size)
-        if channel.reply_size != fixed + length:
+        tail = channel.reply_size - fixed - length
+        if tail < 0 or (isolation is None and tail) or (isolation is not None and tail < LOCATE_V1_REPLY_TAIL.size):
             channel.drop()
             raise ProtocolError(f"LOCATE reply of {channel.reply_size} bytes carries a path of {length} bytes")
-        path = bytes(channel.take(pos + LOCATE_REPLY_FIELDS.size + STRING_LENGTH.size, length)).decode("utf-8")
-        return Located(*fields, path)
+        rest = bytes(channel.take(pos + LOCATE_REPLY_FIELDS.size + STRING_LENGTH.size, length + tail))
+        path = rest[:length].decode("utf-8")
+        if isolation is None:
+            return Located(*fields, path)
+        lso, count = LOCATE_V1_REPLY_TAIL.unpack_from(rest, length)
+        start = length + LOCATE_V1_REPLY_TAIL.size
+        if count < 0 or start + count * FETCH_V1_ABORTED.size != len(rest):
+            raise ProtocolError(f"LOCATE reply of {channel.reply_size} bytes carries {count} aborted transactions")
+        aborted = tuple(FETCH_V1_ABORTED.unpack_from(rest, start + i * FETCH_V1_ABORTED.size) for i in range(count))
+        return Located(*fields, path, lso, aborted)
 
     # -- frames ------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import Callable, NoReturn
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
 from raylog.storage.base import Log
 from raylog.storage.counting import count_range, count_records
+from raylog.storage.log import CommittedRead
 from raylog.storage.log_reads import FileSlice
 from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
 from raylog.storage.record_batch import (
@@ -29,12 +30,21 @@ from raylog.storage.record_batch import (
     whole_batches_in_file,
 )
 from raylog.transfer.replica_source import ReplicaRead, ReplicaSource
-from raylog.transfer.protocol import ACKS_ALL, COUNT_MAX_BYTES, LOCATED_BATCHES, NOT_LOCATABLE
+from raylog.transfer.protocol import (
+    ACKS_ALL,
+    COUNT_MAX_BYTES,
+    FETCH_V1_MAX_ABORTED,
+    LOCATED_BATCHES,
+    NOT_LOCATABLE,
+    READ_COMMITTED,
+)
 from raylog.transfer.replies import (
     encode_count_reply,
     encode_error,
     encode_fetch_reply_header,
+    encode_fetch_v1_reply_header,
     encode_locate_reply,
+    encode_locate_v1_reply,
     encode_offsets_for_time_reply,
     encode_offsets_reply,
     encode_produce_reply,
@@ -67,8 +77,13 @@ _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 
 def _length(answer) -> int:
-    """Bytes of log in a long poll's answer: a slice, or a replica read's data."""
-    return answer.data.length if type(answer) is ReplicaRead else answer.length
+    """Bytes of log in a long poll's answer: a slice, a replica read's data
+    or a read_committed read's slice."""
+    if type(answer) is ReplicaRead:
+        return answer.data.length
+    if type(answer) is CommittedRead:
+        return answer.slice.length
+    return answer.length
 
 
 def _closing(topic: str, partition: int) -> NotOwnerError:
@@ -79,6 +94,23 @@ def _closing(topic: str, partition: int) -> NotOwnerError:
         topic=topic,
         partition=partition,
     )
+
+
+def _committed_answer(answer: CommittedRead, length: int) -> tuple[int, list]:
+    """The bytes of a read_committed ``answer`` to send (at most
+    ``length``) and its aborted transactions as the reply carries them,
+    ``(producer id, first offset, marker offset)``. Past
+    :data:`FETCH_V1_MAX_ABORTED` of them the data is cut before the first
+    batch of the first transaction left out (offsets are the batches'
+    positions), unless that is where the data starts."""
+    aborted = [(txn.producer_id, txn.first_offset, txn.last_offset) for txn in answer.aborted]
+    if len(aborted) > FETCH_V1_MAX_ABORTED:
+        by_first = sorted(aborted, key=lambda txn: txn[1])
+        cut = by_first[FETCH_V1_MAX_ABORTED][1]
+        if cut > answer.slice.offset:
+            length = min(length, cut - answer.slice.offset)
+            aborted = by_first[:FETCH_V1_MAX_ABORTED]
+    return length, aborted
 
 
 class RequestHandlers:
@@ -257,6 +289,11 @@ class RequestHandlers:
             self._fail(conn, err, request.correlation_id, out)
 
     def fetch(self, conn: ServedConnection, request: FetchRequest, out: list) -> None:
+        """FETCH: version 0, or version 1 (an isolation level; READ_COMMITTED
+        is :meth:`_fetch_committed`)."""
+        if request.isolation == READ_COMMITTED:
+            self._fetch_committed(conn, request, out)
+            return
         max_bytes = min(request.max_bytes, self._max_fetch_bytes)
         try:
             partition_log = self._lookup(request.topic, request.partition)
@@ -270,39 +307,109 @@ class RequestHandlers:
             self._refuse(conn, request, err, out)
             return
         length = min(chunk.length, self._max_fetch_bytes)
-        out.append(encode_fetch_reply_header(request.correlation_id, high_watermark, log_start, length))
+        if request.isolation is None:
+            out.append(encode_fetch_reply_header(request.correlation_id, high_watermark, log_start, length))
+        else:  # version 1, read_uncommitted: the last stable offset is not looked at
+            out.append(encode_fetch_v1_reply_header(request.correlation_id, high_watermark, log_start,
+                                                    high_watermark, (), length))
         if not length:
             return
         self._send_slice(conn, out, chunk, length)
+
+    def _fetch_committed(self, conn: ServedConnection, request: FetchRequest, out: list) -> None:
+        """A READ_COMMITTED FETCH (version 1): the log's ``read_committed``
+        (bytes below the last stable offset and the aborted transactions
+        they overlap). At the last stable offset with the high watermark
+        past it (an open transaction) the long poll waits for the high
+        watermark to move: a marker that ends the transaction moves it.
+        A log without ``read_committed`` (a follower replica, which knows
+        the transactions only as far as it has copied the log; a log held in
+        memory) answers NotOwnerError: read from the partition's leader."""
+        max_bytes = min(request.max_bytes, self._max_fetch_bytes)
+        try:
+            partition_log = self._lookup(request.topic, request.partition)
+            answer = self._read_committed(request, partition_log, max_bytes)
+            read = partition_log.read_committed
+            if answer.slice.length == 0 and request.max_wait_ms > 0:
+                answer = self._long_poll(
+                    conn, out, request.max_wait_ms, answer,
+                    lambda offset, timeout_s: partition_log.wait_for_data(
+                        max(offset, partition_log.high_watermark), timeout_s),
+                    lambda: read(request.offset, max_bytes), request.offset)
+            high_watermark = partition_log.high_watermark
+            log_start = partition_log.log_start_offset
+        except RaylogError as err:
+            self._refuse(conn, request, err, out)
+            return
+        chunk = answer.slice
+        length, aborted = _committed_answer(answer, min(chunk.length, self._max_fetch_bytes))
+        out.append(encode_fetch_v1_reply_header(request.correlation_id, high_watermark, log_start,
+                                                answer.last_stable_offset, aborted, length))
+        if not length:
+            return
+        self._send_slice(conn, out, chunk, length)
+
+    @staticmethod
+    def _read_committed(request, partition_log, max_bytes: int):
+        """The log's ``read_committed`` of ``request``; NotOwnerError for a
+        log without it (a follower replica, which knows the transactions
+        only as far as it has copied the log; a log held in memory)."""
+        read = getattr(partition_log, "read_committed", None)
+        if read is None:
+            raise NotOwnerError(
+                f"this endpoint does not serve read_committed reads of {request.topic}-{request.partition} "
+                f"(a follower replica, or a log without transactions); read them from the partition's leader",
+                topic=request.topic, partition=request.partition,
+            )
+        return read(request.offset, max_bytes)
 
     def locate(self, conn: ServedConnection, request: LocateRequest, out: list) -> None:
         """LOCATE: where the whole batches a FETCH of ``request`` would
         answer lie in their segment file (read as a FETCH reads, at once:
         no long poll; the batches' headers walked, never their records)."""
+        self._answer(conn, request, out, lambda partition_log: self._locate_reply(request, partition_log))
 
-        def reply_for(partition_log):
-            chunk = partition_log.read(request.offset, min(request.max_bytes, self._max_fetch_bytes))
-            high_watermark, log_start = partition_log.high_watermark, partition_log.log_start_offset
-            if not isinstance(chunk, FileSlice) or not isinstance(chunk.file.name, str):  # a log held in memory
-                return encode_locate_reply(request.correlation_id, high_watermark, log_start, NOT_LOCATABLE,
-                                           request.offset)
-            if not chunk.length:
-                return encode_locate_reply(request.correlation_id, high_watermark, log_start, LOCATED_BATCHES,
-                                           request.offset)
-            fd = chunk.file.fileno()
-            # the headers walked where they lie (never a copy of the slice)
-            first, end, next_offset, walked = whole_batches_in_file(fd, chunk.position, chunk.length,
-                                                                    request.offset, request.max_bytes)
-            if not walked and format_at(os.pread(fd, min(FORMAT_PREFIX, chunk.length), chunk.position)) != 2:
-                # format-1 messages: FETCH converts them
-                return encode_locate_reply(request.correlation_id, high_watermark, log_start, NOT_LOCATABLE,
-                                           request.offset)
-            stat = os.fstat(fd)
-            return encode_locate_reply(
-                request.correlation_id, high_watermark, log_start, LOCATED_BATCHES, next_offset,
-                chunk.position + first, end - first, stat.st_dev, stat.st_ino, os.path.abspath(chunk.file.name))
+    def _locate_reply(self, request: LocateRequest, partition_log) -> bytes:
+        """The LOCATE reply: of a read as a FETCH reads (version 0), or as its
+        isolation asks for (version 1: a READ_COMMITTED one is the log's
+        ``read_committed``, its last stable offset and aborted
+        transactions answered after the version 0 fields)."""
+        lso, aborted = None, ()
+        max_bytes = min(request.max_bytes, self._max_fetch_bytes)
+        if request.isolation == READ_COMMITTED:
+            answer = self._read_committed(request, partition_log, max_bytes)
+            chunk = answer.slice
+            length, aborted = _committed_answer(answer, chunk.length)
+            chunk = chunk._replace(length=length)
+            lso = answer.last_stable_offset
+        else:
+            chunk = partition_log.read(request.offset, max_bytes)
+        reply = self._locate_v0_reply(request, partition_log, chunk)
+        if request.isolation is None:
+            return reply
+        return encode_locate_v1_reply(reply, partition_log.high_watermark if lso is None else lso, aborted)
 
-        self._answer(conn, request, out, reply_for)
+    def _locate_v0_reply(self, request: LocateRequest, partition_log, chunk) -> bytes:
+        """The version 0 fields of a LOCATE reply for the read ``chunk``."""
+        high_watermark, log_start = partition_log.high_watermark, partition_log.log_start_offset
+        if not isinstance(chunk, FileSlice) or not isinstance(chunk.file.name, str):  # a log held in memory
+            return encode_locate_reply(request.correlation_id, high_watermark, log_start, NOT_LOCATABLE,
+                                       request.offset)
+        if not chunk.length:
+            return encode_locate_reply(request.correlation_id, high_watermark, log_start, LOCATED_BATCHES,
+                                       request.offset)
+        fd = chunk.file.fileno()
+        # the headers walked where they lie (never a copy of the slice)
+        first, end, next_offset, walked = whole_batches_in_file(fd, chunk.position, chunk.length,
+                                                                request.offset, request.max_bytes)
+        if not walked and format_at(os.pread(fd, min(FORMAT_PREFIX, chunk.length), chunk.position)) != 2:
+            # format-1 messages: FETCH converts them
+            return encode_locate_reply(request.correlation_id, high_watermark, log_start, NOT_LOCATABLE,
+                                       request.offset)
+        stat = os.fstat(fd)
+        return encode_locate_reply(
+            request.correlation_id, high_watermark, log_start, LOCATED_BATCHES, next_offset,
+            chunk.position + first, end - first, stat.st_dev, stat.st_ino, os.path.abspath(chunk.file.name))
 
     def _long_poll(self, conn: ServedConnection, out: list, max_wait_ms: int, empty, wait, read, offset: int):
         """A FETCH's (or REPLICA_FETCH's) long poll: earlier replies go out

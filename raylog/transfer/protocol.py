@@ -80,6 +80,27 @@ FETCH
     10. max wait ms   i32  when nothing is there yet, wait up to this long
                            for data (long poll); 0 replies at once
 
+FETCH, version 1 (an isolation level: transactions, docs/design.md §6)
+    5. to 10.         as version 0
+    11. isolation     i8   0 READ_UNCOMMITTED: as version 0 (every byte below
+                           the high watermark); 1 READ_COMMITTED: only bytes
+                           below the partition's last stable offset (the
+                           first offset of its earliest open transaction,
+                           else the high watermark), with the aborted
+                           transactions they overlap in the reply (below).
+                           A read_committed FETCH at the last stable offset
+                           with an open transaction after it is a long poll
+                           that waits for the high watermark to move (a
+                           marker ends the transaction). Any other value is
+                           a ProtocolError. Only a partition's leader (or an
+                           unreplicated partition) answers READ_COMMITTED; a
+                           follower replica answers NotOwnerError (it knows
+                           the transactions only as far as it has copied
+                           the log): read from the leader.
+
+    Version 0 frames are answered as before (with version 0 replies), so
+    clients that never send version 1 keep working.
+
 OFFSETS
     5. topic length   u16
     6. topic          UTF-8
@@ -156,6 +177,13 @@ for a reader on the partition's own machine that sends them itself with
     (format-1 messages; a log held in memory) are answered with kind 1:
     the caller reads them with FETCH. Errors as FETCH's.
 
+LOCATE, version 1 (an isolation level, as FETCH version 1's)
+    5. to 9.          as version 0
+    10. isolation     i8   0 READ_UNCOMMITTED, 1 READ_COMMITTED: the batches
+                           located lie below the last stable offset, and the
+                           reply names the aborted transactions they overlap
+                           (read as a FETCH version 1 reads; errors as its)
+
 REPLICA_FETCH (a follower replica copying its leader's log, docs/design.md
 section 7; never sent by clients)
     5. topic length   u16
@@ -220,6 +248,21 @@ FETCH     4. high watermark i64, 5. log start offset i64,
           6. data length i32, 7. data: the raw log bytes from the request's
           offset, whole messages and possibly a partial last one; sent by
           the server with ``os.sendfile`` straight from the segment file
+FETCH version 1 (whatever the isolation of the request)
+          4. high watermark i64, 5. log start offset i64,
+          6. last stable offset i64: the partition's (the high watermark
+             for READ_UNCOMMITTED and for a partition without transactions),
+          7. aborted count i32, then that many aborted transactions that
+             overlap the data (READ_COMMITTED only; 0 otherwise), in marker
+             order, each:
+               producer id  i64
+               first offset i64  of the transaction's first batch here
+               last offset  i64  of its abort marker (a control batch)
+             a reader drops every record of a transactional batch of that
+             producer id at an offset in [first offset, last offset) (Kafka's
+             rule) and never hands out control batches,
+          8. data length i32, 9. data: as version 0's, below the last stable
+             offset for READ_COMMITTED; sent with ``os.sendfile``
 OFFSETS   4. log start offset i64, 5. high watermark i64
 OFFSETS_FOR_TIME
           4. offset i64: of the first message (below the high watermark)
@@ -249,6 +292,11 @@ LOCATE    4. high watermark i64, 5. log start offset i64,
           A reader must check the file it opens (fields 10 and 11, and
           that it holds the range) and read the range with FETCH when it
           cannot open it (retention may delete the segment meanwhile).
+LOCATE version 1: the fields of version 0, then
+          14. last stable offset i64 (the high watermark for READ_UNCOMMITTED),
+          15. aborted count i32 and the aborted transactions as in a FETCH
+              version 1 reply (producer id i64, first offset i64, last
+              offset i64 each; none for READ_UNCOMMITTED)
 
 REPLICA_FETCH
           4. high watermark i64: the leader's committed offset (what the
@@ -330,6 +378,13 @@ API_LOCATE = 6
 API_REPLICA_FETCH = 7
 #: COUNT version 1: field 11, max messages
 COUNT_VERSION_BOUNDED = 1
+#: FETCH version 1: field 11, the isolation level, and the last stable
+#: offset and aborted transactions in the reply (LOCATE version 1 likewise)
+FETCH_VERSION_ISOLATION = 1
+LOCATE_VERSION_ISOLATION = 1
+#: isolation levels of a FETCH version 1 (Kafka's values)
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 API_NAMES = {
     API_PRODUCE: "PRODUCE",
     API_FETCH: "FETCH",
@@ -405,6 +460,8 @@ PRODUCE_FIELDS = struct.Struct(">ibi")
 PRODUCE_V1_FIELDS = struct.Struct(">ibqhii")
 #: FETCH after the topic: partition, offset, max bytes, max wait ms
 FETCH_FIELDS = struct.Struct(">iqii")
+#: FETCH version 1 after the topic: partition, offset, max bytes, max wait ms, isolation
+FETCH_V1_FIELDS = struct.Struct(">iqiib")
 #: OFFSETS after the topic: partition
 OFFSETS_FIELDS = struct.Struct(">i")
 #: OFFSETS_FOR_TIME after the topic: partition, timestamp
@@ -415,6 +472,10 @@ COUNT_FIELDS = struct.Struct(">iqqi")
 COUNT_V1_FIELDS = struct.Struct(">iqqiq")
 #: LOCATE after the topic: partition, offset, max bytes
 LOCATE_FIELDS = struct.Struct(">iqi")
+#: LOCATE version 1 after the topic: partition, offset, max bytes, isolation
+LOCATE_V1_FIELDS = struct.Struct(">iqib")
+#: LOCATE version 1 reply after the path: last stable offset, aborted count
+LOCATE_V1_REPLY_TAIL = struct.Struct(">qi")
 #: REPLICA_FETCH: partition (between the topic and the replica id)
 REPLICA_FETCH_PARTITION = struct.Struct(">i")
 #: REPLICA_FETCH after the replica id: leader epoch, log end, flushed, max bytes, max wait ms
@@ -431,6 +492,17 @@ REPLY_HEADER_BODY = REPLY_HEADER.size - SIZE.size
 # the fixed fields of each successful reply after its reply header
 PRODUCE_REPLY_FIELDS = struct.Struct(">q")  # base offset
 FETCH_REPLY_FIELDS = struct.Struct(">qqi")  # high watermark, log start offset, data length
+#: FETCH version 1: high watermark, log start offset, last stable offset, aborted count
+#: (then the aborted transactions, then FETCH_V1_DATA_LENGTH and the data)
+FETCH_V1_REPLY_FIELDS = struct.Struct(">qqqi")
+#: FETCH version 1: one aborted transaction: producer id, first offset, last (marker) offset
+FETCH_V1_ABORTED = struct.Struct(">qqq")
+#: FETCH version 1: data length, after the aborted transactions
+FETCH_V1_DATA_LENGTH = struct.Struct(">i")
+#: the most aborted transactions one FETCH version 1 reply carries (the
+#: server cuts the data short before the first batch whose transaction it
+#: cannot name)
+FETCH_V1_MAX_ABORTED = 1024
 OFFSETS_REPLY_FIELDS = struct.Struct(">qq")  # log start offset, high watermark
 OFFSETS_FOR_TIME_REPLY_FIELDS = struct.Struct(">q")  # offset
 COUNT_REPLY_FIELDS = struct.Struct(">qq")  # messages, next offset
@@ -457,6 +529,7 @@ def _after_reply_header(fields: struct.Struct) -> struct.Struct:
 #: whole replies (header and fields) of each api
 PRODUCE_REPLY = _after_reply_header(PRODUCE_REPLY_FIELDS)
 FETCH_REPLY = _after_reply_header(FETCH_REPLY_FIELDS)
+FETCH_V1_REPLY = _after_reply_header(FETCH_V1_REPLY_FIELDS)
 OFFSETS_REPLY = _after_reply_header(OFFSETS_REPLY_FIELDS)
 OFFSETS_FOR_TIME_REPLY = _after_reply_header(OFFSETS_FOR_TIME_REPLY_FIELDS)
 COUNT_REPLY = _after_reply_header(COUNT_REPLY_FIELDS)

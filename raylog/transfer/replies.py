@@ -16,10 +16,14 @@ from raylog.transfer.protocol import (
     REPLY_HEADER_BODY,
     PRODUCE_REPLY,
     FETCH_REPLY,
+    FETCH_V1_REPLY,
+    FETCH_V1_ABORTED,
+    FETCH_V1_DATA_LENGTH,
     OFFSETS_REPLY,
     OFFSETS_FOR_TIME_REPLY,
     COUNT_REPLY,
     LOCATE_REPLY,
+    LOCATE_V1_REPLY_TAIL,
     REPLICA_FETCH_REPLY,
     REPLICA_FETCH_DATA_LENGTH,
     AUTH_HELLO_REPLY,
@@ -45,6 +49,18 @@ def encode_fetch_reply_header(correlation_id: int, high_watermark: int, log_star
     return FETCH_REPLY.pack(
         FETCH_REPLY.size - SIZE.size + length, correlation_id, 0, high_watermark, log_start_offset, length
     )
+
+
+def encode_fetch_v1_reply_header(correlation_id: int, high_watermark: int, log_start_offset: int,
+                                 last_stable_offset: int, aborted, length: int) -> bytes:
+    """The FETCH version 1 reply up to its data (the ``aborted``
+    transactions, ``(producer id, first offset, last offset)`` each,
+    included); ``length`` bytes of log follow."""
+    entries = b"".join(FETCH_V1_ABORTED.pack(pid, first, last) for pid, first, last in aborted)
+    return FETCH_V1_REPLY.pack(
+        FETCH_V1_REPLY.size - SIZE.size + len(entries) + FETCH_V1_DATA_LENGTH.size + length,
+        correlation_id, 0, high_watermark, log_start_offset, last_stable_offset, len(aborted),
+    ) + entries + FETCH_V1_DATA_LENGTH.pack(length)
 
 
 def encode_replica_fetch_reply_header(correlation_id: int, high_watermark: int, log_start_offset: int,
@@ -81,6 +97,16 @@ def encode_locate_reply(
         LOCATE_REPLY.size - SIZE.size + STRING_LENGTH.size + len(raw), correlation_id, 0, high_watermark,
         log_start_offset, kind, next_offset, position, length, device, inode,
     ) + STRING_LENGTH.pack(len(raw)) + raw
+
+
+def encode_locate_v1_reply(version0: bytes, last_stable_offset: int, aborted) -> bytes:
+    """A LOCATE version 1 reply: the version 0 reply ``version0``
+    (:func:`encode_locate_reply`, its size field rewritten) followed by the
+    last stable offset and the ``aborted`` transactions."""
+    tail = LOCATE_V1_REPLY_TAIL.pack(last_stable_offset, len(aborted)) + b"".join(
+        FETCH_V1_ABORTED.pack(pid, first, last) for pid, first, last in aborted)
+    (size,) = SIZE.unpack_from(version0)
+    return SIZE.pack(size + len(tail)) + version0[SIZE.size:] + tail
 
 
 def _clip_utf8(raw: bytes, limit: int) -> bytes:

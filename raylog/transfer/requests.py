@@ -38,6 +38,12 @@ from raylog.transfer.protocol import (
     PRODUCE_FIELDS,
     PRODUCE_V1_FIELDS,
     FETCH_FIELDS,
+    FETCH_V1_FIELDS,
+    LOCATE_V1_FIELDS,
+    LOCATE_VERSION_ISOLATION,
+    FETCH_VERSION_ISOLATION,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
     OFFSETS_FIELDS,
     OFFSETS_FOR_TIME_FIELDS,
     COUNT_FIELDS,
@@ -77,6 +83,9 @@ class FetchRequest(NamedTuple):
     offset: int
     max_bytes: int
     max_wait_ms: int
+    #: version 1: READ_UNCOMMITTED or READ_COMMITTED; None for version 0
+    #: (answered with a version 0 reply)
+    isolation: int | None = None
 
 
 class OffsetsRequest(NamedTuple):
@@ -109,6 +118,8 @@ class LocateRequest(NamedTuple):
     partition: int
     offset: int
     max_bytes: int
+    #: version 1: READ_UNCOMMITTED or READ_COMMITTED; None for version 0
+    isolation: int | None = None
 
 
 class ReplicaFetchRequest(NamedTuple):
@@ -265,11 +276,20 @@ def encode_produce(
 
 
 def encode_fetch(
-    correlation_id: int, topic: str | bytes, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0
+    correlation_id: int, topic: str | bytes, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0,
+    isolation: int | None = None,
 ) -> bytes:
+    """A FETCH: version 0, or version 1 when ``isolation`` is given
+    (READ_UNCOMMITTED or READ_COMMITTED)."""
     topic = encode_string(topic) if isinstance(topic, str) else topic
-    fields = FETCH_FIELDS.pack(partition, offset, max_bytes, max_wait_ms)
-    return _request_header(API_FETCH, correlation_id, len(topic) + len(fields)) + topic + fields
+    if isolation is None:
+        fields = FETCH_FIELDS.pack(partition, offset, max_bytes, max_wait_ms)
+        return _request_header(API_FETCH, correlation_id, len(topic) + len(fields)) + topic + fields
+    fields = FETCH_V1_FIELDS.pack(partition, offset, max_bytes, max_wait_ms, isolation)
+    header = REQUEST_HEADER.pack(
+        REQUEST_HEADER_BODY + len(topic) + len(fields), API_FETCH, FETCH_VERSION_ISOLATION, correlation_id
+    )
+    return header + topic + fields
 
 
 def encode_offsets(correlation_id: int, topic: str | bytes, partition: int) -> bytes:
@@ -305,10 +325,18 @@ def encode_count(
     return header + topic + fields
 
 
-def encode_locate(correlation_id: int, topic: str | bytes, partition: int, offset: int, max_bytes: int) -> bytes:
+def encode_locate(correlation_id: int, topic: str | bytes, partition: int, offset: int, max_bytes: int,
+                  isolation: int | None = None) -> bytes:
+    """A LOCATE: version 0, or version 1 when ``isolation`` is given."""
     topic = encode_string(topic) if isinstance(topic, str) else topic
-    fields = LOCATE_FIELDS.pack(partition, offset, max_bytes)
-    return _request_header(API_LOCATE, correlation_id, len(topic) + len(fields)) + topic + fields
+    if isolation is None:
+        fields = LOCATE_FIELDS.pack(partition, offset, max_bytes)
+        return _request_header(API_LOCATE, correlation_id, len(topic) + len(fields)) + topic + fields
+    fields = LOCATE_V1_FIELDS.pack(partition, offset, max_bytes, isolation)
+    header = REQUEST_HEADER.pack(
+        REQUEST_HEADER_BODY + len(topic) + len(fields), API_LOCATE, LOCATE_VERSION_ISOLATION, correlation_id
+    )
+    return header + topic + fields
 
 
 def encode_replica_fetch(
@@ -424,6 +452,30 @@ def decode_request(buf, pos: int, size: int):
         if max_bytes < 0 or max_messages < -1:
             raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes}) or max messages ({max_messages})")
         return CountRequest(correlation_id, topic, partition, start, stop, max_bytes, max_messages)
+    if api_key == API_LOCATE and version == LOCATE_VERSION_ISOLATION:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos != LOCATE_V1_FIELDS.size:
+            what = f"{end - pos} bytes after the topic, expected {LOCATE_V1_FIELDS.size}"
+            raise _malformed(api_key, correlation_id, what)
+        partition, offset, max_bytes, isolation = LOCATE_V1_FIELDS.unpack_from(buf, pos)
+        if max_bytes < 0:
+            raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes})")
+        if isolation not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise _malformed(api_key, correlation_id, f"unknown isolation level {isolation} (0 read_uncommitted, "
+                                                      f"1 read_committed)")
+        return LocateRequest(correlation_id, topic, partition, offset, max_bytes, isolation)
+    if api_key == API_FETCH and version == FETCH_VERSION_ISOLATION:
+        topic, pos = _topic(buf, pos, end, api_key, correlation_id)
+        if end - pos != FETCH_V1_FIELDS.size:
+            what = f"{end - pos} bytes after the topic, expected {FETCH_V1_FIELDS.size}"
+            raise _malformed(api_key, correlation_id, what)
+        partition, offset, max_bytes, max_wait_ms, isolation = FETCH_V1_FIELDS.unpack_from(buf, pos)
+        if max_bytes < 0 or max_wait_ms < 0:
+            raise _malformed(api_key, correlation_id, f"negative max bytes ({max_bytes}) or max wait ({max_wait_ms})")
+        if isolation not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise _malformed(api_key, correlation_id, f"unknown isolation level {isolation} (0 read_uncommitted, "
+                                                      f"1 read_committed)")
+        return FetchRequest(correlation_id, topic, partition, offset, max_bytes, max_wait_ms, isolation)
     if version != VERSION:
         raise ProtocolError(
             f"unsupported version {version} of api {api_key}; this endpoint speaks version {VERSION}",
