@@ -281,6 +281,17 @@ class Leader:
 
     # -- the followers' replica fetches (raylog.transfer.replica_source.ReplicaSource) ------
 
+    def replicas_hold(self) -> int:
+        """The lowest offset up to which every replica of the partition,
+        this one included, is known to hold the log (synced): 0 while a
+        follower has not fetched since this leader started. The log
+        cleaner removes tombstones only below it."""
+        with self._cond:
+            flushed = [entry[0] for entry in self._progress.values()]
+        if any(end is None for end in flushed):
+            return 0
+        return min([self.log.high_watermark, *flushed])
+
     def record_progress(self, replica: str, leader_epoch: int, log_end: int, flushed: int) -> None:
         """A follower's REPLICA_FETCH says that ``replica`` holds the log up
         to ``log_end``, synced up to ``flushed``: the committed offset moves

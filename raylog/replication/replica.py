@@ -48,8 +48,10 @@ class ReplicaRole:
             self._lead(state, version)
         else:
             self._follow()
-        # each replica cleans its log on its own (a compacted topic), over committed records only
+        # each replica cleans its log on its own (a compacted topic), over committed records only,
+        # and removes tombstones only below what every replica holds
         partition_log.clean_limit = self.committed_offset
+        partition_log.tombstone_limit = self.tombstone_limit
 
     def _follow(self) -> None:
         self.follower = Follower(self.registry, self.topic, self.partition, self.node, self.log, self._token,
@@ -80,6 +82,19 @@ class ReplicaRole:
             return leader.committed
         follower = self.follower
         return 0 if follower is None else follower.watermark.learned
+
+    def tombstone_limit(self) -> int:
+        """Below which offset this replica's cleaner may remove tombstones
+        (:attr:`PartitionLog.tombstone_limit
+        <raylog.storage.log.PartitionLog.tombstone_limit>`): on the leader,
+        the lowest log end that every replica of the partition (in the ISR
+        or not) is known to hold; on a follower, 0 (a follower keeps its
+        tombstones: it does not know how far the other followers reach, and
+        a follower that leads later bounds them as a leader). A replica
+        behind when a tombstone went would never receive it, and would keep
+        the value it deleted."""
+        leader = self.leader
+        return 0 if leader is None else leader.replicas_hold()
 
     def hand_off(self, target: str, timeout_s: float) -> dict:
         """Hand this leader's lead to ``target`` (steps 1-3 of

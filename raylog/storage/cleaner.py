@@ -586,16 +586,18 @@ def _write_actions(writer: _Writer, block, actions: bytes, runs: bytes) -> int:
 
 def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap, keep_whole: set[int],
                   config: TopicConfig, now_ms: int, throttler: Throttler | None = None,
-                  dirty_from: int | None = None) -> tuple[OffsetIndex, int]:
+                  dirty_from: int | None = None, expire_tombstones: bool = True) -> tuple[OffsetIndex, int]:
     """Write the cleaned segment of ``group`` as ``<base>.log.cleaned`` and
     ``<base>.index.cleaned`` (both synced): ``(its index, records removed)``;
-    ``dirty_from``: where the map stopped, when inside the group."""
+    ``dirty_from``: where the map stopped, when inside the group;
+    ``expire_tombstones`` False: every tombstone (and marker) is kept,
+    however old."""
     base = group[0].base_offset
     end = group[-1].end_offset
     log_path = os.path.join(directory, segment_name(base) + CLEANED)
     writer = _Writer(log_path, throttler)
     removed = 0
-    horizon = now_ms - config.delete_retention_ms
+    horizon = now_ms - config.delete_retention_ms if expire_tombstones else -(1 << 62)
     max_message_bytes, max_inflated = config.max_message_bytes, config.max_inflated_limit
     fast = _compiled(offset_map)
     keep_sorted = array("q", sorted(keep_whole)).tobytes()
@@ -720,12 +722,18 @@ def finish_swaps(directory: str) -> list[str]:
 
 def clean(log_view: tuple[list, list], hw: int, directory: str, config: TopicConfig, now_ms: int,
           install: Callable[[list[LogSegment], LogSegment], bool], *, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-          throttler: Throttler | None = None, force: bool = False) -> Result | None:
+          throttler: Throttler | None = None, force: bool = False,
+          tombstone_limit: int | None = None) -> Result | None:
     """One pass over the log's ``log_view`` (module docstring): None when none
     is due (``force``: whenever there is a dirty segment). ``install(group,
     cleaned segment)`` is the log's: it swaps the group for the cleaned
     segment under its writer lock (calling :func:`swap`) and says whether it
-    did (False: retention took the group meanwhile; the files are dropped)."""
+    did (False: retention took the group meanwhile; the files are dropped).
+    ``tombstone_limit``: on a replicated partition, the offset below which
+    every replica holds the log; a group reaching past it keeps its
+    tombstones whatever their age (a replica that has not copied a
+    tombstone yet would otherwise never get it, and keep the value it
+    deleted)."""
     _bases, segments = log_view
     due = plan(segments, hw, config.replace(min_cleanable_dirty_ratio=1e-9) if force else config, now_ms)
     if due is None:
@@ -740,7 +748,10 @@ def clean(log_view: tuple[list, list], hw: int, directory: str, config: TopicCon
     read = written = removed = 0
     for group in groups(section, config.segment_bytes):
         dirty_from = stop if stop < group[-1].end_offset else None
-        index, lost = write_cleaned(directory, group, offset_map, keep_whole, config, now_ms, throttler, dirty_from)
+        # a tombstone goes only below what every replica holds (tombstone_limit; None: unreplicated)
+        expire = tombstone_limit is None or group[-1].end_offset <= tombstone_limit
+        index, lost = write_cleaned(directory, group, offset_map, keep_whole, config, now_ms, throttler, dirty_from,
+                                    expire_tombstones=expire)
         base = group[0].base_offset
         read += sum(s.size for s in group)
         written += index.file_size

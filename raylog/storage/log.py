@@ -350,6 +350,11 @@ class PartitionLog(LogBasics):
         #: (``() -> int``; the leader's, or the one a follower learnt): a
         #: cleaning pass never reaches past it (see :meth:`clean`)
         self.clean_limit: Callable[[], int] | None = None
+        #: on a replicated partition, the offset below which every replica
+        #: holds the log (``() -> int``; 0 on a follower): a tombstone is
+        #: removed only below it, so that no replica that has not yet copied
+        #: a tombstone keeps the older value it deleted (see :meth:`clean`)
+        self.tombstone_limit: Callable[[], int] | None = None
         try:
             # the owner's only (raylog.storage.owner_only): made 0700, a kept one tightened
             make_owner_only_dirs(self._dir)
@@ -954,9 +959,11 @@ class PartitionLog(LogBasics):
             limit = self.clean_limit
             if limit is not None:
                 hw = min(hw, limit())
+            tombstones = self.tombstone_limit
             try:
                 return _cleaner.clean(self._view, hw, self._dir, self._config, now_ms, self._install_cleaned,
-                                      buffer_bytes=buffer_bytes, throttler=throttler, force=force)
+                                      buffer_bytes=buffer_bytes, throttler=throttler, force=force,
+                                      tombstone_limit=None if tombstones is None else tombstones())
             except OSError as err:
                 if self._failed is None and err.errno in (errno.ENOSPC, errno.EDQUOT):
                     # the disk filled while a cleaned segment was written (its

@@ -131,6 +131,26 @@ def test_tombstones_go_only_after_delete_retention(plog):
             assert ((offset, key, value) in again) == (value is not None)
 
 
+def test_tombstones_stay_while_a_replica_may_lack_them(plog):
+    """On a replicated partition a tombstone goes only below what every
+    replica holds (``tombstone_limit``): a replica that has not copied it
+    yet would otherwise never get it and keep the value it deleted. The
+    older values it deletes go at once either way."""
+    for key in (b"gone-1", b"gone-2"):
+        plog.append(encode_batch([b"old"], keys=[key], timestamp_ms=1000))
+        plog.append(encode_batch([None], keys=[key], timestamp_ms=1000))
+    fill(plog)  # other keys after them: the tombstones end up in closed segments
+    plog.tombstone_limit = lambda: 0  # a replica holds nothing yet
+    plog.clean(now_ms=NOW, force=True)
+    got = read_all(plog)
+    for key in (b"gone-1", b"gone-2"):  # the tombstone is there; the older value is not
+        assert [value for _offset, k, value in got if k == key] == [None]
+    plog.tombstone_limit = lambda: plog.high_watermark  # every replica holds it all now
+    fill(plog)  # more dirty records: a pass is due again
+    plog.clean(now_ms=NOW, force=True)
+    assert not [r for r in read_all(plog) if r[1] in (b"gone-1", b"gone-2")]
+
+
 def test_the_cleaned_log_reopens_the_same_and_rebuilds_a_damaged_index(tmp_path):
     log = PartitionLog(tmp_path / "p", CONFIG)
     fill(log)
