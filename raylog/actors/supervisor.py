@@ -59,6 +59,7 @@ from raylog.actors.removal import REMOVE_WAIT_S, remove_deleted
 from raylog.actors.removal import row as _row
 from raylog.actors.removal import running_actor as _running_actor
 from raylog.actors.replica_actors import PARTITION_ACTORS
+from raylog.actors.cluster_actors import find_named, stop_named
 from raylog.config import NAMESPACE
 from raylog.errors import RaylogError, UnknownTopicError
 from raylog.replication.background import BackgroundReassignments
@@ -269,24 +270,9 @@ def start_supervisor(zookeeper: str, cluster: str, *, host: str | None = None, i
 
 def find_supervisor(cluster: str):
     """The running supervisor of ``cluster``, or None."""
-    import ray  # heavy (Ray): imported when used
-
-    try:
-        return ray.get_actor(supervisor_name(cluster), namespace=NAMESPACE)
-    except ValueError:
-        return None
+    return find_named(supervisor_name(cluster))
 
 
 def stop_supervisor(cluster: str, timeout_s: float = 10.0) -> bool:
     """Stop the cluster's supervisor (True if one ran)."""
-    import ray  # heavy (Ray): imported when used
-
-    actor = find_supervisor(cluster)
-    if actor is None:
-        return False
-    try:
-        ray.get(actor.stop.remote(), timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - it is killed just below anyway
-        pass
-    ray.kill(actor, no_restart=True)
-    return True
+    return stop_named(supervisor_name(cluster), timeout_s)

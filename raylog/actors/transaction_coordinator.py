@@ -77,6 +77,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 from raylog import auth
 from raylog.actors.process_exit import STARTUP_ZOOKEEPER_WAIT_S, exit_process, until_zookeeper
+from raylog.actors.cluster_actors import find_named, stop_named
 from raylog.config import NAMESPACE, coordinator_name
 from raylog.errors import (
     BrokerUnavailableError,
@@ -451,24 +452,9 @@ def start_transaction_coordinator(zookeeper: str, cluster: str, *, timeout_s: fl
 
 def find_transaction_coordinator(cluster: str):
     """The running transaction coordinator of ``cluster``, or None."""
-    import ray  # heavy (Ray): imported when used
-
-    try:
-        return ray.get_actor(coordinator_name(cluster), namespace=NAMESPACE)
-    except ValueError:
-        return None
+    return find_named(coordinator_name(cluster))
 
 
 def stop_transaction_coordinator(cluster: str, timeout_s: float = 10.0) -> bool:
     """Stop the cluster's transaction coordinator (True if one ran)."""
-    import ray  # heavy (Ray): imported when used
-
-    actor = find_transaction_coordinator(cluster)
-    if actor is None:
-        return False
-    try:
-        ray.get(actor.stop.remote(), timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - it is killed just below anyway
-        pass
-    ray.kill(actor, no_restart=True)
-    return True
+    return stop_named(coordinator_name(cluster), timeout_s)
