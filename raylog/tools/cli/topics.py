@@ -184,13 +184,13 @@ def topics_describe(target: Target, name, as_json):
         click.echo(_replicas_table(info["partitions"]))
     if config.compacted:
         click.echo(_cleaner_table(info["partitions"]))
-        under = sum(1 for p in info["partitions"] if p.get("under_replicated"))
-        if under:
-            click.echo(
-                f"{under} of {len(rows)} partitions under-replicated (fewer in-sync replicas than replicas): a "
-                f"follower whose node is back catches up and rejoins; a node that is gone needs adding back",
-                err=True,
-            )
+    under = sum(1 for p in info["partitions"] if p.get("under_replicated"))
+    if under:
+        click.echo(
+            f"{under} of {len(rows)} partitions under-replicated (fewer in-sync replicas than replicas): a "
+            f"follower whose node is back catches up and rejoins; a node that is gone needs adding back",
+            err=True,
+        )
     unserved = sum(1 for p in info["partitions"] if not p["served"])
     if unserved:
         click.echo(
