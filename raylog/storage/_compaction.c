@@ -33,9 +33,8 @@
  *   plan_batches(map, buf, start, keep_whole, horizon, max_length)
  *       -> (pos, status, value, actions, runs)
  *       step 3: what becomes of each batch of buf[start:]: kept whole
- *       (control, transactional, a baseOffset in keep_whole -- the sorted
- *       native int64s of a buffer -- or every record still the latest of
- *       its key and not an expired tombstone), dropped whole (none is), or
+ *       (control, transactional, or every record still the latest of its
+ *       key and not an expired tombstone), dropped whole (none is), or
  *       cut: its kept records written again as one batch per run of
  *       consecutive ones, byte for byte as cleaner._run_batch writes them,
  *       back to back in runs. actions: six native int64s an action, in
@@ -55,7 +54,10 @@
  *     STATUS_TAIL    the batch at pos is not all in buf: value is the bytes
  *                    it needs (61 when its header is cut)
  *     STATUS_SLOW    the reference must handle the batch at pos: compressed
- *                    (the codecs are Python's), a record batch that fails a
+ *                    (the codecs are Python's), a baseOffset in keep_whole
+ *                    (the sorted native int64s of a buffer: the producers'
+ *                    last batches, of which an empty batch may stay), an
+ *                    empty batch, a record batch that fails a
  *                    check (the reference raises the typed error), a null
  *                    key
  *     STATUS_FULL    (map_batches) the map refused a new key: value is the
@@ -1132,9 +1134,10 @@ compaction_plan_batches(PyObject *module, PyObject *const *args, Py_ssize_t narg
         const unsigned char *b = buf + pos;
         int16_t attrs = (int16_t)(b[21] << 8 | b[22]);
         int64_t base = load_i64(b), span = (int64_t)load_i32(b + 23) + 1;
-        if ((attrs & (CONTROL | TRANSACTIONAL)) || in_sorted(keep_whole, nkeep, base))
+        if (attrs & (CONTROL | TRANSACTIONAL))
             kind = ACTION_KEEP;
-        else if (attrs & CODEC_MASK) {
+        else if ((attrs & CODEC_MASK) || in_sorted(keep_whole, nkeep, base)) {
+            /* compressed, or its producer's last batch (an empty batch may stay of it): the reference's */
             status = STATUS_SLOW;
             break;
         }

@@ -21,9 +21,14 @@ segments below the high watermark whose records are all older than
    kept tombstone (null value) is dropped once its batch is older than
    ``delete_retention_ms``. Control batches (transaction markers), the
    batches of transactions (their records never enter the map either, so an
-   aborted record never hides a committed one) and the last batch of each
-   producer id in the range (the producer state rebuilt from the log keeps
-   its sequence, as Kafka keeps it) are kept whole. A batch whose records are
+   aborted record never hides a committed one) are kept whole. The last
+   batch of each producer id in the range is cleaned like any other, but
+   what it loses from its last kept record on is kept as an **empty batch**
+   (no record; :mod:`raylog.storage.record_batch`, "Empty batches") carrying
+   the producer's id, epoch and last sequence, so that the producer state
+   rebuilt from the log keeps its sequence (Kafka's cleaner keeps such a
+   batch too); an empty batch is kept while it is its producer's last and
+   dropped once the producer wrote again. A batch whose records are
    all kept is copied byte for byte (its ``baseOffset`` and
    ``lastOffsetDelta`` unchanged); a batch that loses some records is
    written again as one batch per run of consecutive kept records, each with
@@ -123,6 +128,7 @@ _EPOCH_AT = 12
 _LOD_AT = 23
 _ATTRIBUTES_AT = 21
 _CRC_AT = 17
+_CODEC_MASK = 0x07
 
 
 class Throttler:
@@ -522,13 +528,33 @@ class _Writer:
             pass
 
 
+def _empty_batch(header: BatchHeader, first_index: int) -> bytes:
+    """What the cleaner keeps of the producer's last batch ``header`` whose
+    records from index ``first_index`` on it removed: an empty batch over
+    their offsets with the producer's last sequence
+    (:mod:`raylog.storage.record_batch`, "Empty batches")."""
+    sequence = -1 if header.base_sequence < 0 else (header.base_sequence + first_index) & 0x7FFFFFFF
+    data = bytearray(HEADER_SIZE)
+    struct.pack_into(
+        ">qiibIhiqqqhii", data, 0, header.base_offset + first_index, HEADER_SIZE - LOG_OVERHEAD,
+        header.partition_leader_epoch, header.magic, 0, header.attributes & ~_CODEC_MASK,
+        header.count - 1 - first_index, header.base_timestamp, header.max_timestamp, header.producer_id,
+        header.producer_epoch, sequence, 0,
+    )
+    _CRC.pack_into(data, _CRC_AT, crc32c(memoryview(data)[_ATTRIBUTES_AT:]))
+    return bytes(data)
+
+
 def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_whole: set[int], horizon: int,
                  max_message_bytes: int, max_inflated: int) -> int:
     """Step 3 for one batch (the reference): write what it keeps; the records it removed."""
     span = header.last_offset_delta + 1
-    if not _plain(header) or header.base_offset in keep_whole:
+    last = header.base_offset in keep_whole  # its producer's last batch in the range
+    if not _plain(header) or (header.empty and last):
         writer.add(header.base_offset, span, data)
         return 0
+    if header.empty:
+        return 0  # its producer wrote again: the later batch carries the sequence
     records = decode_batch(data, 0, max_message_bytes=max_message_bytes, max_inflated_bytes=max_inflated).records
     first = header.base_offset
     expired = header.max_timestamp <= horizon
@@ -536,11 +562,12 @@ def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_wh
     keep = list(map(le, offset_map.get_many([r.key for r in records]), offsets))
     if expired:
         keep = [k and r.value is not None for k, r in zip(keep, records)]
-    if not any(keep):
-        return len(records)
     if all(keep):
         writer.add(header.base_offset, span, data)
         return 0
+    removed = keep.count(False)
+    if not any(keep) and not last:
+        return removed
     i = 0
     while i < len(records):
         if not keep[i]:
@@ -551,7 +578,10 @@ def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_wh
             j += 1
         writer.add(header.base_offset + i, j - i, _run_batch(header, records[i:j], i))
         i = j
-    return keep.count(False)
+    if last and not keep[-1]:
+        tail = len(keep) - keep[::-1].index(True) if any(keep) else 0
+        writer.add(header.base_offset + tail, len(keep) - tail, _empty_batch(header, tail))
+    return removed
 
 
 def _write_actions(writer: _Writer, block, actions: bytes, runs: bytes) -> int:

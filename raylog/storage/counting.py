@@ -123,7 +123,7 @@ def _count_batches(mv, max_message_bytes: int, base_offset: int, max_inflated_by
                 if pos >= n:
                     break
         try:
-            header = validate_batch(mv, pos, max_message_bytes, max_inflated_bytes)
+            header = validate_batch(mv, pos, max_message_bytes, max_inflated_bytes, stored=True)
         except InvalidMessageError as err:
             return pos, count, err
         if not header.control:
@@ -237,7 +237,7 @@ def _count_cleaned(piece, end: int, max_message_bytes: int, max_inflated: int) -
     for at, header in _record_batch.iter_batches(data):
         if header.base_offset >= end:
             break
-        validate_batch(data, at, max_message_bytes, max_inflated)
+        validate_batch(data, at, max_message_bytes, max_inflated, stored=True)
         if header.next_offset > end:
             raise inside_wrapper(end, header.base_offset, header.next_offset)
         if not header.control:

@@ -24,7 +24,8 @@ A batch at byte position ``p`` of a partition log, big-endian throughout
   10. producerId            i64     43..51    the idempotent/transactional producer's id, -1 for none
   11. producerEpoch         i16     51..53    its epoch, -1 for none
   12. baseSequence          i32     53..57    the first record's sequence number, -1 for none
-  13. count                 i32     57..61    number of records (at least 1)
+  13. count                 i32     57..61    number of records (at least 1; 0 only in an empty batch,
+                                              below)
   14. records               bytes   61..      ``count`` records back to back; with a codec, the
                                               whole section is one stream of the codec
 
@@ -57,6 +58,20 @@ keeps the producer's sequence numbers and transactions whole), and
 An uncompressed batch always satisfies the rule: every record is at least 7
 bytes (one byte each for fields 1, 3, 4, 5, 7, 9 and the i8 of field 2), so
 ``12 + batchLength = 61 + sum(record sizes) >= 61 + 7 * count > count``.
+
+**Empty batches.** A batch with count 0, no records (batchLength 49) and
+lastOffsetDelta >= 0 is what the log's cleaner keeps of a producer's last
+batch when it removes every record of that batch from some index ``j`` on
+(Kafka's cleaner keeps such a batch too): baseOffset = the batch's
+baseOffset + ``j``, lastOffsetDelta = count - 1 - ``j`` (it spans the
+removed records' offsets), baseSequence = the batch's baseSequence + ``j``,
+the producer id, epoch, timestamps and attributes as they were. Its last
+sequence is ``baseSequence + lastOffsetDelta`` (Kafka's rule), the
+producer's last sequence when that batch was written, so that the
+producer's state rebuilt from a cleaned log is what it was. Readers pass
+over it (no record; the next offset is ``baseOffset + lastOffsetDelta +
+1``, as after any batch); only a stored batch may be empty:
+:func:`validate_batch` refuses one at append.
 
 **Which format is at a position.** Format 1's magic (u8 = 1) is byte 8 of a
 message; here byte 8 is the high byte of batchLength, which is 0 for every
@@ -232,7 +247,15 @@ class BatchHeader(NamedTuple):
         """The last record's sequence number (-1 without a producer)."""
         if self.base_sequence < 0:
             return -1
+        if self.count == 0:  # an empty batch (module docstring, "Empty batches"): Kafka's rule
+            return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
         return (self.base_sequence + self.count - 1) & 0x7FFFFFFF
+
+    @property
+    def empty(self) -> bool:
+        """An empty batch: what the cleaner keeps of a producer's last batch
+        whose records it all removed (module docstring, "Empty batches")."""
+        return self.count == 0
 
 
 class Record(NamedTuple):
@@ -731,6 +754,8 @@ def _check_frame(data, pos: int, max_message_bytes: int) -> BatchHeader:
     attrs = header.attributes
     if attrs & ~_KNOWN_ATTRIBUTES or (attrs & _CODEC_MASK) not in KAFKA_CODECS:
         raise InvalidMessageError(f"batch at offset {offset} has unknown attributes {attrs:#06x}", offset=offset)
+    if header.count == 0 and header.batch_length == _MIN_BATCH_LENGTH and header.last_offset_delta >= 0:
+        return header  # an empty batch (module docstring, "Empty batches"): readers pass over it
     if header.count < 1:
         raise InvalidMessageError(
             f"batch at offset {offset} has record count {header.count}; a batch holds at least one record",
@@ -837,7 +862,8 @@ def _walk(section, header: BatchHeader, offset: int, skip_before: int, want: boo
 
 
 def validate_batch(
-    data, pos: int = 0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_inflated_bytes: int | None = None
+    data, pos: int = 0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_inflated_bytes: int | None = None,
+    *, stored: bool = False,
 ) -> BatchHeader:
     """Check the batch at ``pos`` as a partition does before it appends it; its header when sound.
 
@@ -851,8 +877,17 @@ def validate_batch(
     :class:`InvalidMessageError`, each naming the batch (``offset``) and what
     is wrong. A sound compressed batch shorter than its count is not an error:
     :func:`needs_reencode` tells, :func:`reencode_uncompressed` fixes it.
+    An empty batch (module docstring, "Empty batches") is refused unless
+    ``stored`` (a batch read from a log, which a cleaner may have left).
     """
     header = _check_frame(data, pos, max_message_bytes)
+    if header.count == 0 and not stored:
+        offset = _offset_of(header, pos)
+        raise InvalidMessageError(
+            f"batch at offset {offset} holds no records (count 0): a producer's batch holds at least one record "
+            f"(an empty batch is only what a log's cleaner leaves of a producer's last batch)",
+            offset=offset,
+        )
     _records(data, pos, header, max_message_bytes, max_inflated_bytes, 0, False)
     return header
 

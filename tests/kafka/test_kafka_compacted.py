@@ -75,14 +75,18 @@ def compacted(raylog_client, listeners):
         else:
             produced[msg.offset()] = (msg.key(), msg.value())
 
-    producer = confluent_kafka.Producer({**config, "acks": "all", "linger.ms": 5, "batch.size": 4000})
-    for i in range(RECORDS):
-        key = i % KEYS
-        tombstone = key < TOMBSTONED and i >= RECORDS - 2 * KEYS
-        producer.produce(topic, None if tombstone else _value(i), key=b"key-%02d" % key, partition=0,
-                         on_delivery=delivered)
-        producer.poll(0)
-    assert producer.flush(WAIT_S) == 0 and not errors, errors
+    # two idempotent producers, one after the other: the cleaner keeps an empty batch of the first one's
+    # last batch (every record of it rewritten by the second), which Kafka's consumers must pass over
+    for part in range(2):
+        producer = confluent_kafka.Producer({**config, "acks": "all", "linger.ms": 5, "batch.size": 4000,
+                                             "enable.idempotence": True})
+        for i in range(part * RECORDS // 2, (part + 1) * RECORDS // 2):
+            key = i % KEYS
+            tombstone = key < TOMBSTONED and i >= RECORDS - 2 * KEYS
+            producer.produce(topic, None if tombstone else _value(i), key=b"key-%02d" % key, partition=0,
+                             on_delivery=delivered)
+            producer.poll(0)
+        assert producer.flush(WAIT_S) == 0 and not errors, errors
     latest = {}
     for offset in sorted(produced):
         key, value = produced[offset]
@@ -104,6 +108,19 @@ def compacted(raylog_client, listeners):
         assert time.monotonic() < deadline, f"the cleaner did not clean ({len(records)} records, {cleaned})"
         time.sleep(3)
     return topic, produced, records
+
+
+def _empty_batches(raylog_client, topic: str) -> int:
+    """The empty batches (count 0) in the partition's segment files."""
+    from raylog.storage.record_batch import iter_batches
+
+    directory = _log_dir(raylog_client, topic)
+    found = 0
+    for name in os.listdir(directory):
+        if name.endswith(".log"):
+            with open(os.path.join(directory, name), "rb") as f:
+                found += sum(1 for _pos, header in iter_batches(f.read()) if header.count == 0)
+    return found
 
 
 def _confluent(config: dict, topic: str, offset: int, until: int) -> list[tuple[int, bytes, bytes | None]]:
@@ -178,6 +195,7 @@ def test_kafka_consumers_read_a_cleaned_topic_as_raylog_does(raylog_client, kafk
     assert offsets == sorted(set(offsets))
     removed = sorted(set(produced) - set(offsets))
     assert removed and removed[0] < offsets[-1]  # the cleaner left gaps below the kept records
+    assert _empty_batches(raylog_client, topic) > 0  # and empty batches of the producer's last batches
     if path == "relayed":
         _relay_reads(raylog_client, topic)
     before = _listener_stats(raylog_client, listeners)

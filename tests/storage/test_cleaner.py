@@ -11,7 +11,7 @@ import os
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.errors import StorageError
+from raylog.errors import DuplicateSequenceError, InvalidMessageError, StorageError
 from raylog.storage import cleaner, faults
 from raylog.storage.counting import count_range
 from raylog.storage.log import PartitionLog
@@ -300,7 +300,70 @@ def test_the_producer_state_is_rebuilt_from_cleaned_segments_without_snapshots(t
         if name.endswith(".producers"):
             os.unlink(tmp_path / "p" / name)  # rebuilt from the log's batches alone
     with PartitionLog(tmp_path / "p", CONFIG) as again:
-        assert again.append(batch) == first  # a retry of the last batch is still known
+        # the producer's sequence is rebuilt from the cleaned batches: a retry of its last batch (cut by the
+        # cleaner into the run of its kept records) is not stored again, and its next batch goes in order
+        with pytest.raises(DuplicateSequenceError):
+            again.append(batch)
+        following = encode_batch([b"next"], keys=[b"k0"], producer_id=9, producer_epoch=0, base_sequence=40,
+                                 timestamp_ms=1000)
+        at = again.append(following)
+        again.flush()
+        assert at > first and read_all(again, at) == [(at, b"k0", b"next")]
+
+
+def _producer_batch(values, keys, producer_id, sequence, timestamp_ms=1000):
+    return encode_batch(values, keys=keys, producer_id=producer_id, producer_epoch=0, base_sequence=sequence,
+                        timestamp_ms=timestamp_ms)
+
+
+def test_a_producers_last_batch_loses_its_stale_records_and_keeps_its_sequence_in_an_empty_batch(tmp_path):
+    # Producer 1's last batch writes "k"; producer 2 then deletes "k". Once the tombstone's retention passed,
+    # nothing of "k" may be read: producer 1's last batch is cleaned like any batch (an empty batch keeps its
+    # sequence), not kept whole with its stale value (which came back before).
+    log = PartitionLog(tmp_path / "p", CONFIG)
+    log.append(_producer_batch([b"old-0", b"old-1"], [b"k", b"j"], 1, 0))
+    log.append(_producer_batch([b"k-by-1", b"j-by-1"], [b"k", b"j"], 1, 2))  # producer 1's last batch
+    log.append(_producer_batch([None, None], [b"k", b"j"], 2, 0))  # producer 2's tombstones
+    for i in range(30):
+        log.append(encode_batch([b"x" * 100], keys=[b"other-%d" % (i % 3)], timestamp_ms=1000))
+    log.flush()
+    log.clean(now_ms=NOW)  # every tombstone is older than delete_retention_ms by then
+    got = read_all(log)
+    assert [r for r in got if r[1] in (b"k", b"j")] == []
+    empties = [h for s in log.segment_bases[:-1] for _p, h in iter_batches(log.read(s, 1 << 20).tobytes())
+               if h.count == 0]
+    assert [(h.producer_id, h.base_sequence, h.last_sequence) for h in empties] == [(1, 2, 3), (2, 0, 1)]
+    total, pos = 0, log.log_start_offset
+    while pos < log.high_watermark:  # COUNT passes over the empty batches as readers do
+        counted = count_range(log, pos, log.high_watermark, 1 << 20)
+        total, pos = total + counted.messages, counted.next_offset
+    assert total == len(got)
+    log.close()
+    for name in os.listdir(tmp_path / "p"):
+        if name.endswith(".producers"):
+            os.unlink(tmp_path / "p" / name)
+    with PartitionLog(tmp_path / "p", CONFIG) as again:  # rebuilt from the cleaned log alone
+        with pytest.raises(DuplicateSequenceError):
+            again.append(_producer_batch([b"again"], [b"k"], 1, 3))  # sequence 3 was stored
+        at = again.append(_producer_batch([b"new"], [b"k"], 1, 4))  # in order after it
+        again.flush()
+        assert read_all(again, at) == [(at, b"k", b"new")]
+        # a second pass keeps each empty batch while it is its producer's last; producer 1 wrote again
+        again.clean(now_ms=NOW)
+        assert [r for r in read_all(again) if r[1] in (b"k", b"j")] == [(at, b"k", b"new")]
+
+
+def test_an_empty_batch_is_refused_at_append(plog):
+    from raylog.storage.cleaner import _empty_batch
+    from raylog.storage.record_batch import read_header
+
+    plog.append(encode_batch([b"kept"], keys=[b"k"], timestamp_ms=1000))
+    batch = _producer_batch([b"a", b"b"], [b"k", b"j"], 7, 0)
+    empty = _empty_batch(read_header(batch, 0), 0)
+    with pytest.raises(InvalidMessageError, match="holds no records"):
+        plog.append(empty)
+    plog.flush()
+    assert [(k, v) for _o, k, v in read_all(plog)] == [(b"k", b"kept")]
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zstd", "lz4", "snappy"])

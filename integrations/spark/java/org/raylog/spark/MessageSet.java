@@ -454,13 +454,15 @@ final class MessageSet {
           String.format("batch at offset %d has unknown attributes %#06x", at, attrs), at);
     }
     int count = FetchClient.readInt(buf, p + 57);
-    if (count < 1) {
+    int lastOffsetDelta = FetchClient.readInt(buf, p + 23);
+    int size = BATCH_OVERHEAD + batchLength;
+    // an empty batch (no record): what a log's cleaner keeps of a producer's last batch; passed over
+    boolean empty = count == 0 && size == BATCH_HEADER_SIZE && lastOffsetDelta >= 0;
+    if (count < 1 && !empty) {
       throw error(RaylogReadException.INVALID_MESSAGE,
           "batch at offset " + at + " has record count " + count + "; a batch holds at least one record", at);
     }
-    int lastOffsetDelta = FetchClient.readInt(buf, p + 23);
-    int size = BATCH_OVERHEAD + batchLength;
-    if (lastOffsetDelta != count - 1 && lastOffsetDelta != size - 1) {
+    if (!empty && lastOffsetDelta != count - 1 && lastOffsetDelta != size - 1) {
       throw error(RaylogReadException.INVALID_MESSAGE,
           "batch at offset " + at + " has lastOffsetDelta " + lastOffsetDelta + "; expected " + (size - 1)
               + " (12 + batchLength - 1) or " + (count - 1) + " (count - 1, a Kafka client's)", at);
