@@ -54,15 +54,6 @@ def _assert_guarantee_held(report: dict, summary: str) -> None:
     assert report["keys"]["acknowledged"] > 20 and ops["final_reads"] > 0, summary
 
 
-#: a known defect these runs find (resurrected keys): the cleaner keeps each producer id's last batch
-#: whole, stale records and all, where Kafka filters its records and keeps an empty batch; until that
-#: is fixed (raylog/storage/cleaner.py, last_producer_batches / keep_whole) a run may find it
-KEEP_WHOLE_DEFECT = pytest.mark.xfail(
-    strict=False, reason="known: the cleaner keeps a producer's last batch whole (stale values resurrect "
-                         "after their tombstone expires); see last_producer_batches in raylog/storage/cleaner.py")
-
-
-@KEEP_WHOLE_DEFECT
 def test_compaction_run_every_cleaner_fault_keeps_the_guarantee(tmp_path):
     report, summary = _run(tmp_path, "--duration", "75", "--seed", "3", "--nodes", "1", "--partitions", "3",
                            "--producers", "2", "--rate", "100", "--gap", "4")
@@ -77,7 +68,6 @@ def test_compaction_run_every_cleaner_fault_keeps_the_guarantee(tmp_path):
     assert report["keys"]["delete_gone"] > 0, summary
 
 
-@KEEP_WHOLE_DEFECT
 def test_compaction_run_replicated_keeps_the_guarantee(tmp_path):
     """Replication factor 3 on three disk nodes, every replica cleaning its
     own log: leaders killed, reassigned, restarted in turn, and killed and
