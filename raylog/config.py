@@ -58,6 +58,8 @@ MAX_COMPACTION_LAG_MS = (1 << 63) - 1
 #: ``startingOffsets``): the log start, or the high watermark
 EARLIEST = "earliest"
 LATEST = "latest"
+#: the readers' isolation levels (Kafka's names; docs/design.md §6): raylog's consumer, Ray Data, Spark
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 #: how long a client waits for a TCP connection to a data server to be
 #: set up: a deadline of its own, far below a request's (a SYN to a host that
 #: is cut off is never answered; the caller looks the endpoint up again in

@@ -73,7 +73,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, Sequence
 
 from raylog.audit import DEFAULT_INTERVAL_MS, DEFAULT_WINDOW_MS, AuditCounter, AuditPublisher, new_source_id
-from raylog.config import LATEST, OFFSET_RESETS, RESET_ERROR
+from raylog.config import ISOLATION_LEVELS, LATEST, OFFSET_RESETS, RESET_ERROR
 from raylog.consumer.batch import MessageBatch, BatchList, fetched_batch
 from raylog.consumer.fetcher import Chunk, Fetcher, FetchSettings, decode_fetched
 from raylog.consumer.positions import OffsetQueries, TopicPartition
@@ -92,9 +92,6 @@ from raylog.groups.assignors import resolve as resolve_assignors
 from raylog.groups.member import SETTLE_S, GroupMember
 from raylog.transfer.protocol import READ_COMMITTED
 from raylog.zk.session import connect_kazoo
-
-#: the consumer's isolation levels (Kafka's names)
-ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 logger = logging.getLogger(__name__)
 

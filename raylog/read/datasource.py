@@ -51,6 +51,7 @@ def _datasource_class():
                 "fail_on_data_loss": plan.fail_on_data_loss,
                 "fetch_bytes": fetch_bytes,
                 "max_message_bytes": plan.max_message_bytes,
+                "isolation_level": plan.isolation_level,
             }
 
         def get_name(self) -> str:
@@ -71,7 +72,7 @@ def _datasource_class():
 
 
 #: The keyword arguments of :func:`read_raylog` that go to :func:`plan_read`.
-PLAN_OPTIONS = ("min_partitions", "fail_on_data_loss", "client", "settings")
+PLAN_OPTIONS = ("min_partitions", "fail_on_data_loss", "client", "settings", "isolation_level")
 
 
 def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest", *,
@@ -80,7 +81,9 @@ def read_raylog(topic: str, starting_offsets="earliest", ending_offsets="latest"
     """A bounded ``ray.data.Dataset`` of ``topic`` with :data:`ARROW_SCHEMA`.
 
     ``topic``, the offsets and the keywords of :data:`PLAN_OPTIONS`
-    (``min_partitions``, ``fail_on_data_loss``, ``client``, ``settings``)
+    (``min_partitions``, ``fail_on_data_loss``, ``client``, ``settings``,
+    ``isolation_level``: ``"read_committed"`` reads up to each partition's
+    last stable offset without the records of aborted transactions)
     are those of :func:`plan_read`; or pass a ``plan``. One
     read task per range; with ``locality`` each task is given one of its
     range's candidate replicas (the in-sync replicas of a replicated
@@ -150,6 +153,8 @@ def task_replicas(plan: ReadPlan) -> list:
     """``(range, candidate or None)`` per range of ``plan``: the replica its
     read task prefers and reads from (:func:`assigned_replica`, the
     pieces of one partition spread over its candidates)."""
+    if plan.isolation_level == "read_committed":  # the leaders alone serve such reads
+        return [(rng, None) for rng in plan.ranges]
     pieces: dict[int, int] = {}
     out = []
     for rng in plan.ranges:

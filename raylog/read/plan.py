@@ -10,7 +10,7 @@ import os
 from typing import Mapping, Sequence
 
 from raylog import auth
-from raylog.config import NAMESPACE, actor_name
+from raylog.config import ISOLATION_LEVELS, NAMESPACE, actor_name
 from raylog.errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -21,6 +21,7 @@ from raylog.errors import (
 from raylog.metadata import ConnectionSettings, Metadata, current_client
 from raylog.read.ranges import EARLIEST, LATEST, LostRange, ReadPlan, ReadRange, NAMED_OFFSETS
 from raylog.read.replicas import find_candidates
+from raylog.transfer.protocol import READ_COMMITTED
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ def plan_read(
     fail_on_data_loss: bool = True,
     client=None,
     settings: ConnectionSettings | None = None,
+    isolation_level: str = "read_uncommitted",
 ) -> ReadPlan:
     """The byte ranges a bounded read of ``topic`` returns.
 
@@ -136,7 +138,16 @@ def plan_read(
 
     ``min_partitions``: split ranges (the larger ones more) so that there are
     at least this many, at message boundaries found by the partition actors.
+
+    ``isolation_level``: ``"read_uncommitted"`` (every record below the high
+    watermark) or ``"read_committed"`` (docs/design.md §6: ``"latest"`` is
+    each partition's last stable offset, an ending offset past it is
+    refused, and the ranges are read without the records of aborted
+    transactions, from the leaders).
     """
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ConfigError(f"isolation_level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
+    committed = isolation_level == "read_committed"
     if min_partitions is not None and (not isinstance(min_partitions, int) or min_partitions < 1):
         raise ConfigError(f"min_partitions must be a positive integer, got {min_partitions!r}")
     metadata, settings, owned = resolve_connection(client, settings)
@@ -154,15 +165,19 @@ def plan_read(
             host, port = metadata.endpoint(topic, p, refresh=True, wait_s=10.0)
             with settings.broker_connection(host, port, timeout_s=30) as conn:
                 log_start, hw = conn.offsets(topic, p)
-                named = {EARLIEST: log_start, LATEST: hw}
+                latest, what = hw, "high watermark"
+                if committed:  # a read_committed FETCH at the high watermark: nothing, and the last stable offset
+                    latest = conn.fetch(topic, p, hw, 1, 0, isolation=READ_COMMITTED).last_stable_offset
+                    latest, what = min(max(latest, log_start), hw), "last stable offset"
+                named = {EARLIEST: log_start, LATEST: latest}
                 start, end = named.get(starts[p], starts[p]), named.get(ends[p], ends[p])
-                if end > hw:
+                if end > latest:
                     raise OffsetOutOfRangeError(
-                        f"ending offset {end} of {topic}-{p} is past its high watermark {hw}; "
-                        f"end at most at {hw} ('latest')",
+                        f"ending offset {end} of {topic}-{p} is past its {what} {latest}; "
+                        f"end at most at {latest} ('latest')",
                         offset=end,
                         earliest=log_start,
-                        latest=hw,
+                        latest=latest,
                     )
                 if start > end:
                     if start > hw:
@@ -222,6 +237,7 @@ def plan_read(
             lost=tuple(lost),
             fail_on_data_loss=fail_on_data_loss,
             max_message_bytes=config.max_message_bytes,
+            isolation_level=isolation_level,
         )
     finally:
         if owned is not None:

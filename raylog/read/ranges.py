@@ -109,6 +109,8 @@ class ReadPlan:
     fail_on_data_loss: bool = True
     max_message_bytes: int = 1 * MiB
     planned_at: float = dataclasses.field(default_factory=time.time)
+    #: ``"read_committed"``: ends at the last stable offsets, read without aborted records (docs/design.md §6)
+    isolation_level: str = "read_uncommitted"
 
     @property
     def total_bytes(self) -> int:

@@ -10,7 +10,13 @@ follower (not serving, behind, gone, a bad reply) reads the rest of the
 range from the leader, within the read's usual bounds. A replicated leader
 whose reply is empty below the range's end (a new leader learning its
 followers' ends after a failover) is asked again with long polls for up to
-:data:`LEADER_CATCH_UP_S` before that counts as lost data."""
+:data:`LEADER_CATCH_UP_S` before that counts as lost data.
+
+A ``read_committed`` range (docs/design.md §6; planned up to the last
+stable offset) is read from the leader alone (a follower does not serve
+such reads) with FETCH version 1: the records of the aborted transactions
+the replies name are dropped (:mod:`raylog.storage.aborted_reads`), markers
+are never rows."""
 
 from __future__ import annotations
 
@@ -32,7 +38,9 @@ from raylog.metadata import ConnectionSettings, Metadata
 from raylog.read.ranges import BATCH_BYTES, FETCH_BYTES, LostRange, RECONNECT_DEADLINE_S, ReadPlan, ReadRange, records_to_batch
 from raylog.read.replicas import Replica, local_replica, where_am_i
 from raylog.retry import RetryPolicy
+from raylog.storage.aborted_reads import aborted_ranges
 from raylog.storage.decoding import decode_messages
+from raylog.transfer.protocol import READ_COMMITTED
 from raylog.storage.record_batch import format_at, next_offset_after
 
 log = logging.getLogger(__name__)
@@ -115,6 +123,7 @@ def read_range(
     timeout_s: float = 30.0,
     lost: list | None = None,
     replica: str | None = LOCAL,
+    isolation_level: str = "read_uncommitted",
 ) -> Iterator[pa.RecordBatch]:
     """The messages of ``rng`` (format 1 and format 2 alike, docs/design.md
     §2) as RecordBatches of :data:`ARROW_SCHEMA`,
@@ -130,9 +139,15 @@ def read_range(
     (:func:`choose_replica`: by default the one on this node, else the
     leader; None: the leader). A follower that fails or lags is left for
     the leader; never a byte past ``rng.end`` is read.
+
+    ``isolation_level="read_committed"``: from the leader, without the
+    records of aborted transactions (module docstring).
     """
     topic, partition, end = rng.topic, rng.partition, rng.end
-    endpoint = _Endpoint(settings, rng, timeout_s, max_message_bytes, choose_replica(rng, replica))
+    committed = isolation_level == "read_committed"
+    isolation = READ_COMMITTED if committed else None
+    endpoint = _Endpoint(settings, rng, timeout_s, max_message_bytes,
+                         None if committed else choose_replica(rng, replica))
     replicated = len(rng.replicas) > 1
     catch_up_until = None  # a replicated leader's empty replies are waited out until then
     offset = rng.start
@@ -166,7 +181,8 @@ def read_range(
                 continue
             try:
                 wait_ms = _CATCH_UP_WAIT_MS if catch_up_until is not None else 0
-                result = endpoint.connection().fetch(topic, partition, offset, want, wait_ms, inside_wrapper=True)
+                result = endpoint.connection().fetch(topic, partition, offset, want, wait_ms, inside_wrapper=True,
+                                                     isolation=isolation)
             except OffsetOutOfRangeError as err:
                 if offset >= err.earliest:
                     raise DataLossError(
@@ -204,7 +220,8 @@ def read_range(
                 continue
             failing = False
             data = result.data
-            if not data and replicated and result.high_watermark <= offset:
+            served = result.last_stable_offset if committed else result.high_watermark
+            if not data and replicated and served <= offset:
                 # a leader that does not serve this far yet (one that took over learns its followers' ends)
                 if catch_up_until is None:
                     catch_up_until = time.monotonic() + LEADER_CATCH_UP_S
@@ -224,6 +241,9 @@ def read_range(
                     f"the fetch of {topic}-{partition} at {offset} returned no whole message", offset=offset
                 )
             offset = next_offset(data, at, consumed)
+            dropped = aborted_ranges(data, result.aborted) if committed else ()
+            if dropped:
+                records = [r for r in records if not any(start <= r[0] < stop for start, stop in dropped)]
             pending.extend(_within(records, rng.start, end))
             catch_up_until = None
         if pending:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from raylog.consumer.fetcher import aborted_ranges, drop_aborted
+from raylog.storage.aborted_reads import aborted_ranges, drop_aborted
 from raylog.errors import NotOwnerError, ProtocolError
 from raylog.storage.decoding import decode_messages
 from raylog.storage.record_batch import encode_batch
