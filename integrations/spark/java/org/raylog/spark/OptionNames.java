@@ -79,6 +79,11 @@ final class OptionNames {
         + "'value' column to string or binary");
     refuse("kafka.enable.auto.commit", "as in Spark's Kafka source, the source commits no offsets (the "
         + "query's checkpoint keeps them)");
+    refuse("kafka.isolation.level", "the raylog source reads as read_uncommitted does (every record, as "
+        + "Spark's Kafka source by default); read read_committed with raylog_spark.read_topic(spark, topic, "
+        + "isolation_level='read_committed')");
+    refuse("isolationLevel", "the raylog source reads as read_uncommitted does (every record); read "
+        + "read_committed with raylog_spark.read_topic(spark, topic, isolation_level='read_committed')");
     refuse("kafka.interceptor.classes", "as in Spark's Kafka source, interceptors could change the rows the "
         + "source reads");
   }
