@@ -48,6 +48,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/integrations/spark/test_readme.py::test_the_readme_spark_example_runs_as_written",
     ("docs/howto/spark.md", "Ray Data without Spark", 0):
         "tests/test_readme_examples.py::test_the_ray_data_example_runs_as_written",
+    ("docs/howto/spark.md", "Topics written in transactions", 0):
+        "tests/integrations/spark/test_spark_read_committed.py::test_the_read_committed_example_runs_as_written",
     ("docs/howto/spark.md", "Compacted topics and the table view", 0):
         "tests/read/test_read_compacted.py::test_the_table_view_example_runs_as_written",
     ("docs/howto/spark.md", "The table view in Spark", 0):

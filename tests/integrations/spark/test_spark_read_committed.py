@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+import raylog
 import raylog_spark
 from raylog.errors import ConfigError
 
@@ -62,3 +63,25 @@ def test_the_source_refuses_an_isolation_level_option_by_name(spark, raylog_clie
     df = spark.read.format("raylog").option("subscribe", topic).option(name, "read_committed")
     with pytest.raises(Exception, match="isolation_level='read_committed'"):
         df.load().collect()
+
+
+def test_the_read_committed_example_runs_as_written(spark, raylog_client):
+    """The block of docs/howto/spark.md, "Topics written in transactions", on
+    a topic "payments" holding a committed and an aborted transaction."""
+    import raylog.read  # noqa: F401 - the block uses raylog.read
+    from tests.doc_blocks import block
+
+    raylog_client.create_topic("payments", partitions=1)
+    txn = raylog_client.producer(transactional_id="payments-writer", linger_ms=1)
+    try:
+        for value, commit in ((b"paid", True), (b"refused", False)):
+            txn.begin_transaction()
+            txn.send("payments", value)
+            txn.flush(WAIT_S)
+            txn.commit_transaction() if commit else txn.abort_transaction()
+    finally:
+        txn.close()
+    namespace = {"client": raylog_client, "spark": spark, "raylog": raylog, "raylog_spark": raylog_spark}
+    exec(compile(block("docs/howto/spark.md", "Topics written in transactions"), "spark.md", "exec"), namespace)
+    assert [bytes(v) for v in namespace["ds"].to_pandas()["value"]] == [b"paid"]
+    assert [bytes(r["value"]) for r in namespace["df"].collect()] == [b"paid"]
