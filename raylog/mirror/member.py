@@ -25,6 +25,13 @@ thread of its own:
 4. every few seconds, commit the source group's offsets (a view of the
    progress for ``raylog groups describe`` on the source).
 
+The source consumer reads ``read_committed``: the records of a source
+transaction are copied once it commits, as plain records (the target holds
+no transaction: what one transaction wrote to several partitions becomes
+visible there partition by partition), those of an aborted transaction
+never, and markers never. A partition with an open transaction is copied up
+to its last stable offset and waits there.
+
 An error of the loop is logged and the loop starts over from step 1 after
 a pause (copiers restart from their records). Ray restarts a killed member
 (``max_restarts=-1``); it resumes the same way.
@@ -105,8 +112,11 @@ class MirrorMember:
         if not topics:
             self._stop.wait(min(self.spec.scan_interval_s, 5.0))
             return
+        # read_committed: a transaction's records are copied once it commits (as plain records: the
+        # target holds no transaction), an aborted one's never, markers never (docs/design.md §9)
         consumer = self.source.consumer(topics, group=self.spec.group, auto_offset_reset=EARLIEST,
                                         enable_auto_commit=False, session_timeout_ms=6000,
+                                        isolation_level="read_committed",
                                         # batches from the first fetch on (the first poll_batch may
                                         # come after a fetch): every fetch keeps its stored bytes,
                                         # compressed wrappers whole
