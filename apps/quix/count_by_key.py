@@ -2,7 +2,8 @@
 messages of each key in Quix's state (a RocksDB store per partition, backed by
 a compacted changelog topic that Quix creates through the front door) and
 writes ``{"count": n}`` to the output topic under the message's key, with
-``processing_guarantee="at-least-once"``.
+``processing_guarantee="at-least-once"`` (or the config's
+``processing_guarantee``: ``"exactly-once"`` runs on Kafka transactions).
 
 It runs in the Quix venv (``make venv-quix`` makes ``.venv-apps/quix``; Quix
 Streams pins confluent-kafka and pydantic of its own), beside a raylog cluster::
@@ -19,7 +20,9 @@ Streams pins confluent-kafka and pydantic of its own), beside a raylog cluster::
   and its recovery of the state from the changelog);
 * ``commit_every`` (optional): a checkpoint after this many messages too
   (Quix's default: every 5 s only);
-* ``idle_timeout_s``: stop sooner when no message came for this long.
+* ``idle_timeout_s``: stop sooner when no message came for this long;
+* ``processing_guarantee`` (optional): ``"at-least-once"`` (the default) or
+  ``"exactly-once"``.
 
 At the end it prints one line of JSON, ``{"processed": n}``; the state is
 committed (changelog flushed, offsets committed) on the way out, as at every
@@ -48,7 +51,7 @@ def main(config_path: str) -> int:
     app = Application(
         broker_address=ConnectionConfig.from_librdkafka_dict(config["kafka"]),
         consumer_group=config["consumer_group"],
-        processing_guarantee="at-least-once",
+        processing_guarantee=config.get("processing_guarantee", "at-least-once"),
         state_dir=config["state_dir"],
         auto_offset_reset="earliest",
         commit_every=config.get("commit_every", 0),

@@ -280,3 +280,73 @@ def test_make_venv_quix_keeps_a_venv_whose_stamp_is_the_constraints_hash(tmp_pat
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and "setting up" in run.stdout and "the Quix tests will skip" in run.stdout, run.stdout
     assert not venv.exists() or not (venv / ".constraints-sha256").exists()
+
+
+def committed_counts(config: dict, topic: str) -> dict[str, list[int]]:
+    """Every count of each key on the output topic as a read_committed reader gets them, in order."""
+    consumer = confluent_kafka.Consumer({**config, "group.id": f"check-{uuid.uuid4().hex[:8]}",
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                         "isolation.level": "read_committed"})
+    counts: dict[str, list[int]] = {}
+    try:
+        metadata = consumer.list_topics(topic, timeout=WAIT_S).topics[topic]
+        tps = [confluent_kafka.TopicPartition(topic, p) for p in metadata.partitions]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=WAIT_S)[1] for tp in tps}
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in ends])
+        left = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + WAIT_S
+        while left and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=1000, timeout=1.0):
+                assert msg.error() is None, msg.error()
+                counts.setdefault(msg.key().decode(), []).append(json.loads(msg.value())["count"])
+            for tp in consumer.position([confluent_kafka.TopicPartition(topic, p) for p in left]):
+                if tp.offset >= ends[tp.partition]:
+                    left.discard(tp.partition)
+        assert not left, f"the output topic was not read to its end: partitions {sorted(left)}"
+    finally:
+        consumer.close()
+    return counts
+
+
+def test_quix_exactly_once_counts_each_message_once_across_a_kill(quix_python, raylog_client, kafka_config,
+                                                                  tmp_path):
+    """processing_guarantee="exactly-once" (Kafka transactions through the
+    front door): the app is killed (SIGKILL) while it processes 10,000
+    messages, then runs again to the end; the output, read read_committed,
+    holds each key's counts 1, 2, ... n once each, in order (a count of the
+    killed run's open transaction is aborted; its state change with it)."""
+    name = uuid.uuid4().hex[:8]
+    source, sink, group = f"quix-in-{name}", f"quix-out-{name}", f"quix-{name}"
+    raylog_client.create_topic(source, partitions=PARTITIONS)
+    config = {"kafka": kafka_config, "input": source, "output": sink, "consumer_group": group,
+              "state_dir": str(tmp_path / "state"), "idle_timeout_s": 30.0, "commit_every": 250,
+              "processing_guarantee": "exactly-once"}
+    expected = produce(kafka_config, source, 0, MESSAGES)
+
+    # the first run, killed once some transactions have committed
+    config_path = tmp_path / "first.json"
+    config_path.write_text(json.dumps({**config, "count": MESSAGES}))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen([quix_python, APP, str(config_path)], stdout=subprocess.PIPE, stderr=log,
+                                start_new_session=True, cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + RUN_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if raylog_client.registry.topic_exists(sink) and sum(raylog_client.end_offsets(sink).values()) > 0:
+                if sum(map(len, committed_counts(kafka_config, sink).values())) >= MESSAGES // 5:
+                    break
+            time.sleep(1)
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = sum(map(len, committed_counts(kafka_config, sink).values()))
+    assert MESSAGES // 5 <= done < MESSAGES
+
+    processed, log = run_app(quix_python, {**config, "count": MESSAGES - done}, tmp_path, "second")
+    counts = committed_counts(kafka_config, sink)
+    assert {k: len(v) for k, v in counts.items()} == dict(expected), log[-4000:]
+    assert all(v == list(range(1, len(v) + 1)) for v in counts.values()), \
+        {k: v[:20] for k, v in counts.items() if v != list(range(1, len(v) + 1))}
