@@ -19,9 +19,13 @@ segments below the high watermark whose records are all older than
    segments of at most ``segment_bytes`` together (small cleaned segments
    merge): a record is kept unless the map holds a later offset of its key; a
    kept tombstone (null value) is dropped once its batch is older than
-   ``delete_retention_ms``. Control batches (transaction markers), the
-   batches of transactions (their records never enter the map either, so an
-   aborted record never hides a committed one) are kept whole. The last
+   ``delete_retention_ms``. Control batches (transaction markers) are kept
+   whole. On a log that holds transactions (:class:`Transactions`, the
+   log's aborted transactions of the section; a pass then cleans only below
+   the last stable offset) the records of committed transactions are
+   cleaned as any, those of aborted transactions never enter the map (an
+   aborted record never hides a committed one) and are removed; without it
+   the batches of transactions are kept whole. The last
    batch of each producer id in the range is cleaned like any other, but
    what it loses from its last kept record on is kept as an **empty batch**
    (no record; :mod:`raylog.storage.record_batch`, "Empty batches") carrying
@@ -252,9 +256,29 @@ def _let_others_run() -> None:
         _last_yield[0] = time.perf_counter()
 
 
-def _plain(header: BatchHeader) -> bool:
-    """A batch whose records take part in compaction (not a marker, not of a transaction)."""
-    return not header.control and not header.transactional
+def _plain(header: BatchHeader, txns: "Transactions | None" = None) -> bool:
+    """A batch whose records take part in compaction: not a marker, and not
+    of a transaction unless the pass knows the transactions (``txns``)."""
+    return not header.control and (not header.transactional or txns is not None)
+
+
+class Transactions:
+    """Which transactional batches of a pass were aborted, from the log's
+    aborted transactions over the section (``(producer id, first offset,
+    marker offset)`` each, :class:`~raylog.storage.transactions.AbortedTxn`):
+    a transactional batch of producer P at offset o is aborted when one of P's
+    spans holds o (Kafka's rule); the others below the last stable offset
+    committed. Immutable after it is made."""
+
+    def __init__(self, aborted):
+        self._spans: dict[int, list[tuple[int, int]]] = {}
+        for txn in aborted:
+            self._spans.setdefault(txn[0], []).append((txn[1], txn[2]))
+
+    def aborted(self, header: BatchHeader) -> bool:
+        spans = self._spans.get(header.producer_id)
+        return bool(spans) and header.transactional and any(
+            first <= header.base_offset < last for first, last in spans)
 
 
 def dirty_start(segment: LogSegment) -> int:
@@ -263,7 +287,8 @@ def dirty_start(segment: LogSegment) -> int:
 
 
 def build_map(dirty: list[LogSegment], offset_map, max_message_bytes: int, max_inflated: int,
-              throttler: Throttler | None = None, producers: dict | None = None) -> int:
+              throttler: Throttler | None = None, producers: dict | None = None,
+              txns: Transactions | None = None) -> int:
     """Fill ``offset_map`` over the ``dirty`` segments from their first
     offset not deduplicated (step 2); the offset where it stopped: the end
     of the last segment when all fit, else the first record it could not take.
@@ -282,18 +307,20 @@ def build_map(dirty: list[LogSegment], offset_map, max_message_bytes: int, max_i
                 return stopped
             continue
         for _pos, header, data in batches(segment, throttler):
-            stopped = _map_batch(offset_map, header, data, start, max_message_bytes, max_inflated)
+            stopped = _map_batch(offset_map, header, data, start, max_message_bytes, max_inflated, txns)
             if stopped is not None:
                 return stopped
     return dirty[-1].end_offset
 
 
 def _map_batch(offset_map, header: BatchHeader, data, start: int, max_message_bytes: int,
-               max_inflated: int) -> int | None:
+               max_inflated: int, txns: Transactions | None = None) -> int | None:
     """Step 2 for one batch (the reference): the offset of its first record
     the map refused, None when it took them all."""
-    if not _plain(header) or header.next_offset <= start:
+    if not _plain(header, txns) or header.next_offset <= start:
         return None
+    if txns is not None and txns.aborted(header):
+        return None  # an aborted record never hides another
     records = decode_batch(data, 0, max_message_bytes=max_message_bytes, max_inflated_bytes=max_inflated).records
     if header.base_offset < start:
         records = [r for r in records if r.offset >= start]
@@ -546,11 +573,11 @@ def _empty_batch(header: BatchHeader, first_index: int) -> bytes:
 
 
 def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_whole: set[int], horizon: int,
-                 max_message_bytes: int, max_inflated: int) -> int:
+                 max_message_bytes: int, max_inflated: int, txns: Transactions | None = None) -> int:
     """Step 3 for one batch (the reference): write what it keeps; the records it removed."""
     span = header.last_offset_delta + 1
     last = header.base_offset in keep_whole  # its producer's last batch in the range
-    if not _plain(header) or (header.empty and last):
+    if not _plain(header, txns) or (header.empty and last):
         writer.add(header.base_offset, span, data)
         return 0
     if header.empty:
@@ -562,6 +589,8 @@ def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_wh
     keep = list(map(le, offset_map.get_many([r.key for r in records]), offsets))
     if expired:
         keep = [k and r.value is not None for k, r in zip(keep, records)]
+    if txns is not None and txns.aborted(header):
+        keep = [False] * len(records)  # an aborted transaction's records are removed
     if all(keep):
         writer.add(header.base_offset, span, data)
         return 0
@@ -616,12 +645,15 @@ def _write_actions(writer: _Writer, block, actions: bytes, runs: bytes) -> int:
 
 def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap, keep_whole: set[int],
                   config: TopicConfig, now_ms: int, throttler: Throttler | None = None,
-                  dirty_from: int | None = None, expire_tombstones: bool = True) -> tuple[OffsetIndex, int]:
+                  dirty_from: int | None = None, expire_tombstones: bool = True,
+                  txns: Transactions | None = None) -> tuple[OffsetIndex, int]:
     """Write the cleaned segment of ``group`` as ``<base>.log.cleaned`` and
     ``<base>.index.cleaned`` (both synced): ``(its index, records removed)``;
     ``dirty_from``: where the map stopped, when inside the group;
     ``expire_tombstones`` False: every tombstone (and marker) is kept,
-    however old."""
+    however old; ``txns``: the pass's transactions (:class:`Transactions`;
+    the reference then cleans every batch: the compiled walk keeps batches
+    of transactions whole)."""
     base = group[0].base_offset
     end = group[-1].end_offset
     log_path = os.path.join(directory, segment_name(base) + CLEANED)
@@ -629,14 +661,14 @@ def write_cleaned(directory: str, group: list[LogSegment], offset_map: OffsetMap
     removed = 0
     horizon = now_ms - config.delete_retention_ms if expire_tombstones else -(1 << 62)
     max_message_bytes, max_inflated = config.max_message_bytes, config.max_inflated_limit
-    fast = _compiled(offset_map)
+    fast = _compiled(offset_map) and txns is None
     keep_sorted = array("q", sorted(keep_whole)).tobytes()
     limit = min(max_message_bytes, MAX_BATCH_LENGTH)
 
     def slow(header, data) -> None:
         nonlocal removed
         removed += _clean_batch(writer, header, data, offset_map, keep_whole, horizon, max_message_bytes,
-                                max_inflated)
+                                max_inflated, txns)
 
     def step(block, rel):
         nonlocal removed
@@ -753,7 +785,7 @@ def finish_swaps(directory: str) -> list[str]:
 def clean(log_view: tuple[list, list], hw: int, directory: str, config: TopicConfig, now_ms: int,
           install: Callable[[list[LogSegment], LogSegment], bool], *, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
           throttler: Throttler | None = None, force: bool = False,
-          tombstone_limit: int | None = None) -> Result | None:
+          tombstone_limit: int | None = None, aborted: Callable[[int, int], list] | None = None) -> Result | None:
     """One pass over the log's ``log_view`` (module docstring): None when none
     is due (``force``: whenever there is a dirty segment). ``install(group,
     cleaned segment)`` is the log's: it swaps the group for the cleaned
@@ -763,15 +795,24 @@ def clean(log_view: tuple[list, list], hw: int, directory: str, config: TopicCon
     every replica holds the log; a group reaching past it keeps its
     tombstones whatever their age (a replica that has not copied a
     tombstone yet would otherwise never get it, and keep the value it
-    deleted)."""
+    deleted). ``aborted(start, end)``: on a log that holds transactions, its
+    aborted transactions overlapping ``[start, end)`` (``hw`` is then at most
+    the last stable offset): the records of committed transactions are
+    cleaned, those of aborted ones removed (:class:`Transactions`), by the
+    reference code (the compiled walk keeps batches of transactions whole);
+    None: batches of transactions are kept whole."""
     _bases, segments = log_view
     due = plan(segments, hw, config.replace(min_cleanable_dirty_ratio=1e-9) if force else config, now_ms)
     if due is None:
         return None
-    offset_map = new_map(buffer_bytes)
+    txns = None
+    if aborted is not None:
+        first = (due.clean or due.dirty)[0].base_offset
+        txns = Transactions(aborted(first, due.dirty[-1].end_offset))
+    offset_map = new_map(buffer_bytes) if txns is None else OffsetMap(buffer_bytes)
     producers: dict = {}
     stop = build_map(due.dirty, offset_map, config.max_message_bytes, config.max_inflated_limit, throttler,
-                     producers)
+                     producers, txns)
     section = due.clean + [s for s in due.dirty if s.base_offset < stop]
     dirty_bytes = sum(s.size for s in due.dirty if s.base_offset < stop)
     keep_whole = last_producer_batches(section, throttler, producers)
@@ -781,7 +822,7 @@ def clean(log_view: tuple[list, list], hw: int, directory: str, config: TopicCon
         # a tombstone goes only below what every replica holds (tombstone_limit; None: unreplicated)
         expire = tombstone_limit is None or group[-1].end_offset <= tombstone_limit
         index, lost = write_cleaned(directory, group, offset_map, keep_whole, config, now_ms, throttler, dirty_from,
-                                    expire_tombstones=expire)
+                                    expire_tombstones=expire, txns=txns)
         base = group[0].base_offset
         read += sum(s.size for s in group)
         written += index.file_size

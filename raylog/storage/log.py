@@ -942,8 +942,10 @@ class PartitionLog(LogBasics):
         next pass tries again); any other disk error fails the log as every
         other does.
 
-        A pass cleans only below the high watermark and, on a replicated
-        partition, below :attr:`clean_limit` (the committed offset): a record
+        A pass cleans only below the high watermark (and the last stable
+        offset on a log that holds transactions: the records of committed
+        transactions are cleaned, those of aborted ones removed) and, on a
+        replicated partition, below :attr:`clean_limit` (the committed offset): a record
         that a leader change may still cut off never removes an older one,
         so that every replica, cleaning on its own, keeps the latest
         committed record of each key."""
@@ -960,10 +962,15 @@ class PartitionLog(LogBasics):
             if limit is not None:
                 hw = min(hw, limit())
             tombstones = self.tombstone_limit
+            aborted = None
+            if self._formats.segments >= 3:  # the log holds transactions: clean below the last stable offset
+                hw = max(min(hw, self._txns.last_stable_offset(hw)), self._view[0][0])
+                aborted = self.aborted_transactions
             try:
                 return _cleaner.clean(self._view, hw, self._dir, self._config, now_ms, self._install_cleaned,
                                       buffer_bytes=buffer_bytes, throttler=throttler, force=force,
-                                      tombstone_limit=None if tombstones is None else tombstones())
+                                      tombstone_limit=None if tombstones is None else tombstones(),
+                                      aborted=aborted)
             except OSError as err:
                 if self._failed is None and err.errno in (errno.ENOSPC, errno.EDQUOT):
                     # the disk filled while a cleaned segment was written (its

@@ -372,10 +372,12 @@ def test_a_replica_follows_the_leaders_transactions_and_truncates_them(tmp_path)
 
 
 def test_cleaning_keeps_markers_transactions_and_the_index(tmp_path):
-    """A compacted topic: the cleaner merges segments (keeping markers and
-    transactional batches whole); the aborted ranges, the committed reads and
-    the ongoing transaction are the same after it and after a reopening (a
-    merged segment keeps its old segments' index files)."""
+    """A compacted topic: the cleaner merges segments below the last stable
+    offset (keeping markers; compacting committed transactions' records, so
+    that of key k1 only its latest committed value stays; removing aborted
+    ones); the aborted ranges, the committed reads (but for k1's older
+    values) and the ongoing transaction are the same after it and after a
+    reopening (a merged segment keeps its old segments' index files)."""
     config = TopicConfig(cleanup_policy="compact", flush_messages=10**9, flush_ms=10**9, segment_bytes=300,
                          max_message_bytes=300, min_compaction_lag_ms=0)
     path = tmp_path / "p"
@@ -400,13 +402,15 @@ def test_cleaning_keeps_markers_transactions_and_the_index(tmp_path):
     log = PartitionLog(path, config)
     result = log.clean(now_ms=10**13, force=True)
     assert result is not None and len(log.segment_bases) < len(bases)
+    # k1's committed values before its latest (t1-4) are compacted away
+    after = (before[0], [v for v in before[1] if v not in (b"t1-0", b"t1-2")], before[2], before[3])
     assert (log.aborted_transactions(0, log.high_watermark), committed_values(log), log.ongoing_transactions(),
-            log.last_stable_offset) == before
+            log.last_stable_offset) == after
     log.close()
     log = PartitionLog(path, config)
     assert (log.aborted_transactions(0, log.high_watermark), committed_values(log), log.ongoing_transactions(),
-            log.last_stable_offset) == before
-    assert b"t1-1" not in committed_values(log) and b"t1-2" in committed_values(log)
+            log.last_stable_offset) == after
+    assert b"t1-1" not in committed_values(log) and b"t1-4" in committed_values(log)
     log.close()
 
 
