@@ -555,7 +555,7 @@ class _Writer:
             pass
 
 
-def _empty_batch(header: BatchHeader, first_index: int) -> bytes:
+def empty_batch(header: BatchHeader, first_index: int) -> bytes:
     """What the cleaner keeps of the producer's last batch ``header`` whose
     records from index ``first_index`` on it removed: an empty batch over
     their offsets with the producer's last sequence
@@ -609,7 +609,7 @@ def _clean_batch(writer: _Writer, header: BatchHeader, data, offset_map, keep_wh
         i = j
     if last and not keep[-1]:
         tail = len(keep) - keep[::-1].index(True) if any(keep) else 0
-        writer.add(header.base_offset + tail, len(keep) - tail, _empty_batch(header, tail))
+        writer.add(header.base_offset + tail, len(keep) - tail, empty_batch(header, tail))
     return removed
 
 

@@ -354,12 +354,12 @@ def test_a_producers_last_batch_loses_its_stale_records_and_keeps_its_sequence_i
 
 
 def test_an_empty_batch_is_refused_at_append(plog):
-    from raylog.storage.cleaner import _empty_batch
+    from raylog.storage.cleaner import empty_batch
     from raylog.storage.record_batch import read_header
 
     plog.append(encode_batch([b"kept"], keys=[b"k"], timestamp_ms=1000))
     batch = _producer_batch([b"a", b"b"], [b"k", b"j"], 7, 0)
-    empty = _empty_batch(read_header(batch, 0), 0)
+    empty = empty_batch(read_header(batch, 0), 0)
     with pytest.raises(InvalidMessageError, match="holds no records"):
         plog.append(empty)
     plog.flush()
