@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import time
 import uuid
 
@@ -49,12 +50,10 @@ WAIT_S = 120.0
 
 @pytest.fixture(autouse=True)
 def _handlers_by_value(ray_local):
-    pool_helpers.send_by_value()
     from ray import cloudpickle
 
-    import sys
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    pool_helpers.send_by_value()
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the members cannot import this module
 
 
 @pytest.fixture(scope="module", autouse=True)
