@@ -583,7 +583,7 @@ class Client:
         function, or a class with ``__call__`` and optional ``setup()`` /
         ``teardown()``, made once in each member. A member commits only the
         positions its handler returned from (at least once, in order per
-        partition).
+        partition; exactly once with ``output_topic`` and ``exactly_once``).
 
         Options (each a field of :class:`raylog.pool.spec.PoolSpec`):
         ``min_members=1``, ``max_members`` (default: the topics' partition
@@ -592,7 +592,18 @@ class Client:
         ``memory``, ``resources``), ``max_handler_failures=5`` (then the
         partition stops, with its error in ``status()``; or, with
         ``dead_letter_topic="name"`` (an existing topic), the failed batch
-        is stored there and the partition goes on), ``autoscale=True``,
+        is stored there and the partition goes on), ``output_topic="name"``
+        (an existing topic, not one of ``topics``: what the handler returns
+        is produced there: ``None`` or a list of ``bytes`` values,
+        ``(key, value)`` pairs or messages (:class:`raylog.Message`); at least once,
+        the outputs stored before the input position moves),
+        ``exactly_once=False`` (True, with ``output_topic``: each batch's
+        outputs and its input position are committed in one transaction, the
+        inputs read ``read_committed``; one transactional producer per input
+        partition, its id made of the group and the partition, as Kafka
+        Streams' EOS v1, so a partition's new owner fences its previous one;
+        ``transaction_timeout_ms=60_000``; see :mod:`raylog.pool.output`),
+        ``autoscale=True``,
         the autoscaler's ``scale_up_after_s``, ``scale_down_after_s``,
         ``low_lag_s``, ``cooldown_s``, ``scale_step``, and the rest listed
         there. Everything is checked before anything starts

@@ -60,6 +60,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/test_readme_examples.py::test_the_group_administration_example_runs_as_written",
     ("README.md", "Consumer apps on Ray", 0):
         "tests/test_readme_examples.py::test_the_consumer_pool_example_runs_as_written",
+    ("README.md", "Exactly once: consume, transform, produce", 0):
+        "tests/pool/test_pool_exactly_once.py::test_the_readme_exactly_once_example_runs_as_written",
     ("README.md", "Streaming Ray Data", 0):
         "tests/test_readme_examples.py::test_the_streaming_ray_data_example_runs_as_written",
     ("docs/howto/kafka.md", "confluent-kafka", 0):

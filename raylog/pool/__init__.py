@@ -7,6 +7,9 @@ One concept per module:
   anything starts, and the name its controller is found by;
 * :mod:`~raylog.pool.handler`: the user's handler inside a member (made
   once, called per batch with retries and back-off, torn down once);
+* :mod:`~raylog.pool.output`: what the handler returns, produced to the
+  pool's ``output_topic`` at least once or exactly once (a transactional
+  producer per input partition);
 * :mod:`~raylog.pool.member`: the member actor, one real member of the
   consumer group, committing only what its handler returned from;
 * :mod:`~raylog.pool.lag`: the group's lag per partition in bytes,

@@ -5,8 +5,10 @@ A handler is a plain function ``handler(batch)`` or a class with
 ``__call__(self, batch)`` and optional ``setup(self)`` / ``teardown(self)``;
 the class is instantiated once in each member (``setup`` after that,
 ``teardown`` when the member leaves). ``batch`` is a list of
-:class:`raylog.Message` of **one partition**, in offset order; what the
-handler returns is ignored: returning at all means the batch is done.
+:class:`raylog.Message` of **one partition**, in offset order; returning at
+all means the batch is done. What it returns is ignored, unless the pool
+has an ``output_topic``: then it is the batch's outputs
+(:mod:`raylog.pool.output`).
 
 **Retries.** A handler that raises is called again with the same batch
 after a pause that starts at ``retry.delay_s`` and doubles up to
@@ -30,6 +32,13 @@ import time
 import traceback
 
 from raylog.retry import RetryPolicy
+
+
+class BatchAbandoned(Exception):
+    """Raised through :meth:`HandlerRunner.run` by its ``around`` (not by
+    the handler): the batch is not this member's to handle any more (its
+    partition's transactional producer was fenced by a newer owner). Not a
+    failure of the handler: it is not retried and not counted."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,19 +76,31 @@ class HandlerRunner:
         if setup is not None:
             setup()
 
-    def run(self, batch: list, on_failure=None) -> HandlerFailure | None:
+    def run(self, batch: list, on_failure=None, around=None) -> HandlerFailure | None:
         """Handle ``batch``: None once the handler returned; a
         :class:`HandlerFailure` after ``retry.max_tries`` failures in a row
         (``on_failure(failure)`` is called after each one). Raises
         :class:`InterruptedError` when a stop ended the wait between tries
-        (the batch is not handled)."""
+        (the batch is not handled).
+
+        ``around(call)``, if given, makes each try instead of the bare call:
+        it calls ``call()`` (the handler on the batch; its result is what the
+        handler returned) and does what goes with it (the pool's outputs,
+        :mod:`raylog.pool.output`); its errors count as the handler's, but
+        :class:`BatchAbandoned`, which is raised as it is."""
         backoff = self.retry.start()
         self.failures = 0
+        call = lambda: self._instance(batch)  # noqa: E731 - one try
         while True:
             try:
-                self._instance(batch)
+                if around is None:
+                    call()
+                else:
+                    around(call)
                 self.failures = 0
                 return None
+            except BatchAbandoned:
+                raise
             except Exception as err:  # noqa: BLE001 - the user's code: any error is a failure of the batch
                 self.failures += 1
                 failure = HandlerFailure(offset=batch[0].offset, failures=self.failures,

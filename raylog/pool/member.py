@@ -24,6 +24,17 @@ Its loop, on a thread of its own:
    a rebalance is committed the same way inside ``on_revoked``, on this
    thread, before its owner node is released.
 
+**Outputs** (``output_topic``; :mod:`raylog.pool.output`): what the
+handler returns is produced there within step 2, before the position
+moves (at least once). With ``exactly_once`` the consumer reads
+``read_committed``, and each batch is one transaction of the partition's
+own transactional producer: its outputs and its end position commit
+together, so step 3 commits nothing (the transactions did). A partition
+assigned gets its producer first (fencing its previous owner's), then is
+read from the offset committed after that fence. A member fenced on a
+partition (a newer owner made that producer) starts over with a new
+consumer, as after any error of its loop.
+
 The consumer is made with ``enable_auto_commit=False``; its own ``commit()``
 would store every position it handed out, a stopped partition's too, so
 the member commits the handled positions through the consumer's group
@@ -49,8 +60,9 @@ import threading
 import time
 import uuid
 
-from raylog.errors import RaylogError
-from raylog.pool.handler import HandlerRunner, retry_policy
+from raylog.errors import OffsetOutOfRangeError, RaylogError
+from raylog.pool.handler import BatchAbandoned, HandlerRunner, retry_policy
+from raylog.pool.output import AtLeastOnceOutput, ExactlyOnceOutput
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +112,7 @@ class PoolMember:
         self._started_mono = time.monotonic()
         self._consumer = None
         self._dead_letters = None  # the producer of the dead-letter topic, made at its first use
+        self._output = None  # where the handler's outputs go (raylog.pool.output), with output_topic
         self._thread = threading.Thread(target=self._run, name=f"pool-{spec.group}-{index}", daemon=True)
         self._thread.start()
 
@@ -154,6 +167,11 @@ class PoolMember:
         return sum(n for _, n in self._rate) / window
 
     def _run(self) -> None:
+        spec = self.spec
+        if spec.exactly_once:
+            self._output = ExactlyOnceOutput(self.client, spec.output_topic, spec.group, spec.transaction_timeout_ms)
+        elif spec.output_topic is not None:
+            self._output = AtLeastOnceOutput(self.client, spec.output_topic)
         try:
             runner = HandlerRunner(self.spec.handler, retry_policy(self.spec), self._stop)
         except Exception as err:  # noqa: BLE001 - the user's setup: shown by status, the member idles
@@ -176,13 +194,17 @@ class PoolMember:
                 self._last_error = f"handler teardown failed: {type(err).__name__}: {err}"
             if self._dead_letters is not None:
                 self._dead_letters.close()  # what it sent was waited for
+            if self._output is not None:
+                self._output.close()
 
     def _serve(self, runner: HandlerRunner) -> None:
         spec = self.spec
         consumer = self.client.consumer(
             list(spec.topics), group=spec.group, auto_offset_reset=spec.auto_offset_reset,
             enable_auto_commit=False, session_timeout_ms=spec.session_timeout_ms, consumer_id=self.consumer_id,
-            on_assigned=self._on_assigned, on_revoked=lambda tps: self._on_revoked(consumer, tps))
+            isolation_level="read_committed" if spec.exactly_once else "read_uncommitted",
+            on_assigned=lambda tps: self._on_assigned(consumer, tps),
+            on_revoked=lambda tps: self._on_revoked(consumer, tps))
         self._consumer = consumer
         try:
             last_commit = time.monotonic()
@@ -216,8 +238,9 @@ class PoolMember:
                 part.errors += 1
                 part.last_error = failure.public()
 
+        around = None if self._output is None else (lambda call: self._output.run(tp, batch, call))
         try:
-            failure = runner.run(batch, on_failure=failed)
+            failure = runner.run(batch, on_failure=failed, around=around)
         except InterruptedError:
             return False
         if failure is not None and self.spec.dead_letter_topic is not None:
@@ -225,6 +248,8 @@ class PoolMember:
                 with self._lock:
                     part.dead_lettered += len(batch)
                     part.position = batch[-1].next_offset
+                    if self.spec.exactly_once:
+                        part.committed = part.position  # with the dead letters, in their transaction
                 return True
         with self._lock:
             if failure is not None:
@@ -234,6 +259,8 @@ class PoolMember:
                 return True
             part.handled += len(batch)
             part.position = batch[-1].next_offset
+            if self.spec.exactly_once:
+                part.committed = part.position  # by the batch's transaction
             self._handled_total += len(batch)
             self._rate.append((time.monotonic(), len(batch)))
         return True
@@ -243,12 +270,17 @@ class PoolMember:
         stored; False (the partition then stops) if that fails."""
         topic = self.spec.dead_letter_topic
         try:
-            if self._dead_letters is None:
-                self._dead_letters = self.client.producer(acks="all")
-            futures = [self._dead_letters.send(topic, m.value, m.key, timestamp_ms=m.timestamp) for m in batch]
-            self._dead_letters.flush(timeout_s=DEAD_LETTER_TIMEOUT_S)
-            for f in futures:
-                f.result(timeout_s=DEAD_LETTER_TIMEOUT_S)
+            if self.spec.exactly_once:
+                self._output.dead_letter(tp, batch, topic)  # with the batch's end position, in one transaction
+            else:
+                if self._dead_letters is None:
+                    self._dead_letters = self.client.producer(acks="all")
+                futures = [self._dead_letters.send(topic, m.value, m.key, timestamp_ms=m.timestamp) for m in batch]
+                self._dead_letters.flush(timeout_s=DEAD_LETTER_TIMEOUT_S)
+                for f in futures:
+                    f.result(timeout_s=DEAD_LETTER_TIMEOUT_S)
+        except BatchAbandoned:
+            raise  # fenced: the partition is another member's now
         except Exception as err:  # noqa: BLE001 - the partition stops instead: nothing is skipped
             log.error("pool %s: %s-%d: the batch at offset %d could not be sent to dead-letter topic %r (%s); "
                       "the partition stops", self.spec.group, tp[0], tp[1], failure.offset, topic, err)
@@ -261,6 +293,8 @@ class PoolMember:
     # -- commits (docs/design.md section 6: only what the handler returned from) ---------
 
     def _commit(self, consumer, only=None) -> None:
+        if self.spec.exactly_once:
+            return  # each batch's transaction committed its position
         member = consumer._member  # the consumer's group member: commits exactly the positions given
         owned = member.owned
         with self._lock:
@@ -282,10 +316,27 @@ class PoolMember:
                 if tp in self._parts:
                     self._parts[tp].committed = offset
 
-    def _on_assigned(self, partitions) -> None:
+    def _on_assigned(self, consumer, partitions) -> None:
+        """On this thread, before any message of ``partitions`` is handed
+        out. Exactly once: each partition's transactional producer first
+        (fencing the partition's previous owner and settling its last
+        transaction), then the partition is read from the offset committed
+        now (its fetcher's start was read before the fence)."""
         with self._lock:
             for tp in partitions:
                 self._parts.setdefault(tp, _PartitionStats())
+        if not self.spec.exactly_once:
+            return
+        for tp in sorted(partitions):
+            self._output.open(tp)
+            committed = consumer.committed(tp)
+            if committed is not None:
+                try:
+                    consumer.seek(tp[0], tp[1], committed)
+                except OffsetOutOfRangeError:
+                    pass  # gone to retention: the fetcher's reset stands (auto_offset_reset)
+            with self._lock:
+                self._parts[tp].committed = committed
 
     def _on_revoked(self, consumer, partitions) -> None:
         """On this thread, the partitions still owned: commit what was handled of them, forget them."""
@@ -293,3 +344,6 @@ class PoolMember:
         with self._lock:
             for tp in partitions:
                 self._parts.pop(tp, None)
+        if self._output is not None:
+            for tp in partitions:
+                self._output.release(tp)

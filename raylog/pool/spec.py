@@ -25,6 +25,7 @@ import math
 
 from raylog.config import EARLIEST, LATEST
 from raylog.errors import ConfigError
+from raylog.zk.transaction_states import MAX_TIMEOUT_MS
 
 #: the Ray namespace of every pool's controller
 NAMESPACE = "raylog-pool"
@@ -53,6 +54,17 @@ class PoolSpec:
     #: times in a row (an existing topic; the partition then goes on past
     #: it); None: the partition stops there
     dead_letter_topic: str | None = None
+    #: where what the handler returns is produced (an existing topic, not
+    #: one of the pool's own; :mod:`raylog.pool.output` says what a handler
+    #: may return); None: what the handler returns is ignored
+    output_topic: str | None = None
+    #: consume -> transform -> produce exactly once: each batch's outputs and
+    #: its input positions in one transaction, inputs read ``read_committed``
+    #: (needs ``output_topic``; :mod:`raylog.pool.output`)
+    exactly_once: bool = False
+    #: the timeout of each member's transactions (with ``exactly_once``): a
+    #: transaction still open this long after it began is aborted by the coordinator
+    transaction_timeout_ms: int = 60_000
     #: scale by lag (False: only ``scale(n)`` changes the member count)
     autoscale: bool = True
     #: members started at first (default: ``min_members``)
@@ -139,9 +151,40 @@ def make_spec(topics, group, handler, partition_count, options: dict) -> PoolSpe
         if dead_letter in topics:
             raise ConfigError(f"dead_letter_topic {dead_letter!r} is one of the pool's topics; use another")
         partition_count(dead_letter)  # an unknown topic is refused here, before anything starts
+    _check_output(topics, options, partition_count)
     if options.get("max_members") is None:
         options = {**options, "max_members": partitions}
     return PoolSpec(topics=tuple(topics), group=group, handler=handler, **options)
+
+
+def _check_output(topics, options: dict, partition_count) -> None:
+    """``output_topic`` and ``exactly_once``, before anything starts: an
+    output topic must exist and not be one of the pool's own (the pool
+    would read what it wrote, for ever); exactly once needs one."""
+    output = options.get("output_topic")
+    exactly_once = options.get("exactly_once", False)
+    if not isinstance(exactly_once, bool):
+        raise ConfigError(f"exactly_once must be True or False, got {exactly_once!r}")
+    if output is None:
+        if exactly_once:
+            raise ConfigError("exactly_once=True needs output_topic='name': exactly once is a consume -> transform "
+                              "-> produce guarantee, of what the handler returns, produced to that topic")
+        if "transaction_timeout_ms" in options:
+            raise ConfigError("transaction_timeout_ms is the timeout of exactly_once's transactions; give it "
+                              "with exactly_once=True and output_topic='name', or leave it out")
+        return
+    if not isinstance(output, str) or not output:
+        raise ConfigError(f"output_topic must be a topic name, got {output!r}")
+    if output in topics:
+        raise ConfigError(f"output_topic {output!r} is one of the pool's topics: the pool would read its own "
+                          f"output for ever; use another topic")
+    if output == options.get("dead_letter_topic"):
+        raise ConfigError(f"output_topic and dead_letter_topic are both {output!r}: failed batches would mix "
+                          f"with the outputs; use two topics")
+    if "transaction_timeout_ms" in options and not exactly_once:
+        raise ConfigError("transaction_timeout_ms is the timeout of exactly_once's transactions; give it with "
+                          "exactly_once=True, or leave it out")
+    partition_count(output)  # an unknown topic is refused here (UnknownTopicError), before anything starts
 
 
 def _int(name: str, value, low: int) -> None:
@@ -184,7 +227,13 @@ def _check_spec(spec: PoolSpec) -> None:
     if spec.retry_max_delay_s < spec.retry_delay_s:
         raise ConfigError(f"retry_max_delay_s ({spec.retry_max_delay_s}) must be at least retry_delay_s "
                           f"({spec.retry_delay_s})")
-    for name in ("autoscale", "detached"):
+    _int("transaction_timeout_ms", spec.transaction_timeout_ms, 1000)
+    if spec.transaction_timeout_ms > MAX_TIMEOUT_MS:
+        raise ConfigError(f"transaction_timeout_ms must be at most {MAX_TIMEOUT_MS} (the coordinator's limit, "
+                          f"15 minutes), got {spec.transaction_timeout_ms}")
+    if spec.exactly_once and spec.output_topic is None:
+        raise ConfigError("exactly_once=True needs output_topic='name'")
+    for name in ("autoscale", "detached", "exactly_once"):
         if not isinstance(getattr(spec, name), bool):
             raise ConfigError(f"{name} must be True or False, got {getattr(spec, name)!r}")
     if spec.auto_offset_reset not in (EARLIEST, LATEST):

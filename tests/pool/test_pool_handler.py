@@ -1,6 +1,7 @@
 """The handler inside a member (raylog.pool.handler), without Ray:
 functions and classes, setup and teardown, retries with back-off, giving
-up after max tries, and a stop that ends the wait."""
+up after max tries, a stop that ends the wait, and ``around`` (the pool's
+outputs made inside each try; a fence passes through)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,30 @@ def test_a_stop_ends_the_wait_between_tries():
 
     with pytest.raises(InterruptedError):
         HandlerRunner(broken, slow, stop).run(_batch())
+
+
+def test_around_makes_each_try_and_its_errors_count_as_the_handlers():
+    from raylog.pool.handler import BatchAbandoned
+
+    delivered, failures = [], []
+
+    def shout(batch):
+        return [m.value.upper() for m in batch]
+
+    def deliver(call):  # the pool's outputs: after the handler, inside the try
+        outputs = call()
+        if not failures:
+            raise OSError("the output topic did not take them")
+        delivered.append(outputs)
+
+    assert HandlerRunner(shout, FAST).run(_batch(2), on_failure=failures.append, around=deliver) is None
+    assert delivered == [[b"V0", b"V1"]] and [f.error for f in failures] == ["OSError: the output topic did not take them"]
+
+    def fenced(call):
+        call()
+        raise BatchAbandoned("a newer owner")
+
+    failures.clear()
+    with pytest.raises(BatchAbandoned):  # not a failure of the handler: not retried, not counted
+        HandlerRunner(shout, FAST).run(_batch(), on_failure=failures.append, around=fenced)
+    assert failures == []
