@@ -43,8 +43,9 @@ The kinds:
 ``crash-before-swap`` the same at ``clean-written``: the cleaned segment written, the
                      swap not begun
 ``kill-producer``    drop a transactional writer's producer in the middle of a transaction
-                     (no abort, its state lost); the writer's next producer of the id fences
-                     it, at once or after the transaction's timeout (the transactional workload)
+                     (no abort, its state lost); the writer's next producer of the id comes
+                     after the transaction's timeout (the coordinator aborts it), the next
+                     time at once (it fences the old one) (the transactional workload)
 ``kill-coordinator`` SIGKILL the transaction coordinator's process (Ray restarts it; it
                      completes what it left prepared), then wait until it answers
 ``disk-full-cleaning`` the disk of the partitions full (a filler file takes its room) for
@@ -445,7 +446,8 @@ class Nemesis:
         if not writers:
             raise kit.FaultInjectionError("kill-producer needs the transactional workload's writers")
         writer = self.rng.choice(writers)
-        return writer.name, writer.kill(timeout_s=60)
+        # the first, third ... successor comes after the transaction's timeout, the others at once (fencing)
+        return writer.name, writer.kill(wait_timeout=self.counts.get(KILL_PRODUCER, 0) % 2 == 0, timeout_s=60)
 
     def _kill_coordinator(self):
         import ray  # heavy (Ray): imported when used

@@ -107,7 +107,8 @@ def txn_table(report: dict) -> str:
         f"verdict            {'VALID' if report['valid'] else 'INVALID: ' + ', '.join(report['forbidden'])}",
         f"transactions       {ops['transactions']}  "
         + "  ".join(f"{k} {v}" for k, v in ops["transactions_by_outcome"].items())
-        + f"  (with offsets {ops['with_offsets']})",
+        + f"  (with offsets {ops['with_offsets']}; dropped producers' commits refused "
+        f"{ops['zombie_commits_refused']})",
         "unknown resolved   " + ("  ".join(f"{k} {v}" for k, v in ops["unknown_resolved"].items()) or "none"),
         f"sends              {ops['sends']}  acknowledged {ops['sends_acknowledged']}  committed values "
         f"{ops['committed_values']}",

@@ -67,6 +67,10 @@ Anomalies (each forbidden):
     transaction that effectively aborted, or below the offset of a
     transaction whose commit was acknowledged before it was read (missing
     included), or going backwards between two reads.
+``zombie-commit``
+    a producer dropped mid-transaction (the ``kill-producer`` fault) whose
+    commit the coordinator accepted after a newer producer of its
+    transactional id had started: the old epoch was not fenced.
 ``final-incomplete``
     a partition whose final read did not reach its last stable offset.
 
@@ -93,10 +97,11 @@ NONMONOTONIC_SEND = "nonmonotonic-send"
 POLL_SKIP = "poll-skip"
 HUNG_TRANSACTION = "hung-transaction"
 OFFSETS = "offsets"
+ZOMBIE_COMMIT = "zombie-commit"
 FINAL_INCOMPLETE = "final-incomplete"
 
 ANOMALIES = (LOST_WRITE, DUPLICATE, INCONSISTENT_OFFSET, ABORTED_READ, INTERMEDIATE_READ, WRITE_CYCLE,
-             NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP, HUNG_TRANSACTION, OFFSETS, FINAL_INCOMPLETE)
+             NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP, HUNG_TRANSACTION, OFFSETS, ZOMBIE_COMMIT, FINAL_INCOMPLETE)
 #: the coordinator's states of a transaction not ended (raylog.zk.transactions)
 OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
 READ_COMMITTED = "read_committed"
@@ -165,6 +170,9 @@ def check(ops: Iterable[dict]) -> dict:
             outcome[txn] = ABORTED
         else:
             outcome[txn] = COMMITTED if any(v in final_values for v in values) else ABORTED
+    for txn, end in sorted(ends.items()):
+        if end.get("zombie_commit") == "accepted":
+            found.add(ZOMBIE_COMMIT, txn=txn, writer=end["process"])
     resolved = collections.Counter(
         (ends[t]["outcome"] if t in ends else "no end") + "->" + outcome[t]
         for t in outcome if t not in ends or ends[t]["outcome"] == UNKNOWN)
@@ -230,6 +238,7 @@ def check(ops: Iterable[dict]) -> dict:
             "reads_by_reader": dict(reads),
             "final_reads": sum(len(op["reads"]) for op in finals.values()),
             "offsets_reads": sum(1 for op in ops if op["type"] == "offsets"),
+            "zombie_commits_refused": sum(1 for op in ends.values() if op.get("zombie_commit") == "refused"),
         },
         "write_cycles_concurrent": cycles["concurrent"],
         "write_cycle_example": cycles["example"],

@@ -25,9 +25,13 @@ docs/design.md §6's transactions guarantee, checked by
 * :meth:`TxnWriter.kill` (the ``kill-producer`` fault): at the writer's
   next transaction, once its first send is stored, the producer is dropped
   without an abort (its sender stopped, its state gone); the next producer
-  of the id comes at once (it fences the old epoch: the coordinator aborts
-  the open transaction) or, every other time, after the transaction's
-  timeout (the coordinator aborts it by its timeout first).
+  of the id comes after the transaction's timeout (the coordinator aborts
+  the open transaction by its timeout first) or, with ``wait_timeout``
+  false, at once (it fences the old epoch: the coordinator aborts the open
+  transaction then). The dropped producer, a zombie now, then asks the
+  coordinator to commit its transaction: the transaction's ``end``
+  operation records ``zombie_commit`` (``"refused"``, as it must be,
+  ``"accepted"``, or None: unanswered).
 * :class:`TxnReader`: a consumer of every partition from the start, of
   one isolation level (``read_committed`` or ``read_uncommitted``), polling
   the whole run and recording each poll (``reads``: ``[[topic, partition,
@@ -128,6 +132,7 @@ class TxnWriter:
         self._killed = threading.Event()
         self.kills = 0
         self.kill_detail: dict = {}
+        self._successor_after_s = 0.0
         self.producer = None
         self.producers_made = 0
         self.sent = 0
@@ -152,9 +157,10 @@ class TxnWriter:
                         "sends": self.sent, "producers_made": self.producers_made, "kills": self.kills,
                         "errors": self.errors[:10], "blocked": self._thread.is_alive()}
 
-    def kill(self, timeout_s: float = 60.0) -> dict:
+    def kill(self, wait_timeout: bool = True, timeout_s: float = 60.0) -> dict:
         """Drop the producer in the middle of the next transaction (see the
         module docstring); returns what was dropped once it was."""
+        self._successor_after_s = (self.timeout_ms / 1000.0 + 2.0) if wait_timeout else 0.0
         self._killed.clear()
         self._kill.set()
         if not self._killed.wait(timeout_s):
@@ -247,8 +253,9 @@ class TxnWriter:
                     outcome = ABORTED
         except Exception as err:  # noqa: BLE001 - the outcome says what it means
             error = err
+        zombie = None
         if killing:
-            self._drop_now(txn, sends, error)
+            zombie = self._drop_now(txn, sends, error)
             outcome = NOT_COMMITTED
         elif outcome is None:
             # a commit asked for and not answered may have happened; anything else did not
@@ -263,7 +270,8 @@ class TxnWriter:
             self._send_op(txn, value, ts, state, partition, offset, fut.exception(0) if fut.done() else None)
         self.outcomes[outcome] += 1
         self.recorder.record("txn", t0=t0, phase="end", txn=txn, intent=intent, outcome=outcome,
-                             values=[s[0] for s in sends], offsets=offsets, error=_error_text(error))
+                             values=[s[0] for s in sends], offsets=offsets, error=_error_text(error),
+                             **({"killed": True, "zombie_commit": zombie} if killing else {}))
 
     def _abort_after(self, producer, otherwise: str) -> str:
         """After an error: abort the transaction (ABORTED when the abort is
@@ -279,19 +287,35 @@ class TxnWriter:
             self._replace_producer()
         return ABORTED if aborted else otherwise
 
-    def _drop_now(self, txn: str, sends: list, error) -> None:
-        """The kill-producer fault: drop the producer mid-transaction; its successor now or after the timeout."""
+    def _drop_now(self, txn: str, sends: list, error) -> str | None:
+        """The kill-producer fault: drop the producer mid-transaction; its
+        successor now or after the timeout. Then the dropped one, a zombie,
+        asks the coordinator to commit its transaction: returns
+        ``"refused"`` (fenced, or its epoch expired: as it must be),
+        ``"accepted"``, or None when the question went unanswered."""
         self.kills += 1
-        wait_s = (self.timeout_ms / 1000.0 + 2.0) if self.kills % 2 == 0 else 0.0
+        wait_s = self._successor_after_s
         old, self.producer = self.producer, None
         _drop(old)
-        self.kill_detail = {"writer": self.name, "txn": txn, "values": [s[0] for s in sends],
-                            "successor_after_s": wait_s, "error": _error_text(error)}
         self._kill.clear()
-        self._killed.set()
         if wait_s:
             self._stop.wait(wait_s)
         self.producer = self._new_producer()
+        zombie = None
+        if self.producer is not None and old.transaction is not None:
+            from raylog.errors import InvalidProducerEpochError, InvalidTxnStateError, ProducerFencedError
+
+            try:
+                old.transaction.end(True)  # the coordinator's call alone: the old sender is gone
+                zombie = "accepted"
+            except (ProducerFencedError, InvalidProducerEpochError, InvalidTxnStateError):
+                zombie = "refused"
+            except Exception as err:  # noqa: BLE001 - the coordinator away: no answer
+                self.errors.append(f"zombie commit: {_error_text(err)}")
+        self.kill_detail = {"writer": self.name, "txn": txn, "values": [s[0] for s in sends],
+                            "successor_after_s": wait_s, "zombie_commit": zombie, "error": _error_text(error)}
+        self._killed.set()
+        return zombie
 
     def _send_op(self, txn, value, t0, outcome, partition, offset, err) -> None:
         self.recorder.record("send", t0=t0, topic=self.topic, txn=txn, value=value, key=None, acks="all",

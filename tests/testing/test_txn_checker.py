@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from raylog.testing.txn_checker import (
     ABORTED_READ, ANOMALIES, DUPLICATE, FINAL_INCOMPLETE, HUNG_TRANSACTION, INCONSISTENT_OFFSET, INTERMEDIATE_READ,
-    LOST_WRITE, NONMONOTONIC_POLL, NONMONOTONIC_SEND, OFFSETS, POLL_SKIP, WRITE_CYCLE, check, strongly_connected,
+    LOST_WRITE, NONMONOTONIC_POLL, NONMONOTONIC_SEND, OFFSETS, POLL_SKIP, WRITE_CYCLE, ZOMBIE_COMMIT, check,
+    strongly_connected,
 )
 
 TOPIC = "txn"
@@ -28,7 +29,8 @@ class History:
         self.ops.append(op)
         return op
 
-    def txn(self, writer, writes, *, outcome="committed", intent=None, t0=0.0, t1=None, offsets=None, end=True):
+    def txn(self, writer, writes, *, outcome="committed", intent=None, t0=0.0, t1=None, offsets=None, end=True,
+            **extra):
         """``writes``: ``[(partition, offset or None), ...]``; returns the values."""
         n = self.n.get(writer, 0)
         self.n[writer] = n + 1
@@ -47,7 +49,7 @@ class History:
                          "unknown", partition=p if ok else None, offset=offset)
         if end:
             self._op(writer, "txn", t0, t1, phase="end", txn=txn, intent=intent, outcome=outcome, values=values,
-                     offsets=offsets, error=None)
+                     offsets=offsets, error=None, **extra)
         return values
 
     def poll(self, reader, reads, *, t=50.0):
@@ -284,6 +286,17 @@ def test_offsets_of_a_committed_transaction_not_visible_after_its_commit():
     h.offsets({}, t=5.0, final=False)
     examples = only(check(h.ops), OFFSETS)
     assert examples[0]["expected_at_least"] == 1
+
+
+def test_zombie_commit_a_dropped_producer_s_commit_accepted():
+    h = History()
+    refused = h.txn("w0", [(0, 0)], outcome="not-committed", killed=True, zombie_commit="refused")
+    accepted = h.txn("w0", [(0, 10)], outcome="not-committed", killed=True, zombie_commit="accepted", t0=2.0)
+    h.final(0, [], hw=20)
+    examples = only(check(h.ops), ZOMBIE_COMMIT)
+    assert examples == [{"txn": "w0-t1", "writer": "w0"}]
+    assert check(h.ops)["operations"]["zombie_commits_refused"] == 1
+    assert refused and accepted
 
 
 def test_final_incomplete_a_partition_not_read_to_its_end():
