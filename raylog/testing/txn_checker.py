@@ -64,9 +64,11 @@ Anomalies (each forbidden):
     offset stayed below its high watermark at the final read.
 ``offsets``
     the input group's committed offset of a writer's partition naming a
-    transaction that effectively aborted, or below the offset of a
-    transaction whose commit was acknowledged before it was read (missing
-    included), or going backwards between two reads.
+    transaction that effectively aborted, or going backwards between two
+    reads, or below the offset of a committed transaction (missing
+    included) in a read that began after the transaction was complete (the
+    writer's next transaction ended: see :func:`_check_offsets`) or in the
+    final read.
 ``zombie-commit``
     a producer dropped mid-transaction (the ``kill-producer`` fault) whose
     commit the coordinator accepted after a newer producer of its
@@ -439,16 +441,31 @@ def strongly_connected(graph: dict) -> list[list]:
 
 def _check_offsets(ops, ends, outcome, found: _Found) -> None:
     """The input group's offsets: those of committed transactions visible
-    after the commit, those of aborted ones never."""
+    once complete, those of aborted ones never.
+
+    A commit is acknowledged once the coordinator wrote its decision; the
+    offsets become visible when it completes the transaction (its markers
+    written, then the offsets with the ``Complete`` record), which a fault
+    can delay. The writer's next transaction cannot pass the coordinator
+    before that completion, so a committed transaction's offsets must be
+    visible to every read that began after the writer's next transaction
+    ended with an acknowledged outcome (committed or aborted), and to the
+    final read."""
     named: dict[tuple[str, int], str] = {}  # (topic/partition, offset) -> the transaction that committed it
-    acknowledged: dict[str, list[tuple[float, int]]] = collections.defaultdict(list)
-    for txn, end in ends.items():
+    due: dict[str, list[tuple[float, int, str]]] = collections.defaultdict(list)
+    by_writer: dict[str, list[dict]] = collections.defaultdict(list)
+    for end in ends.values():
+        by_writer[end["process"]].append(end)
         for key, offset in (end.get("offsets") or {}).items():
-            named[(key, offset)] = txn
-            if end["outcome"] == COMMITTED:
-                acknowledged[key].append((end["t1"], offset))
-    for entries in acknowledged.values():
-        entries.sort()
+            named[(key, offset)] = end["txn"]
+    for writer_ends in by_writer.values():
+        writer_ends.sort(key=lambda op: op["seq"])
+        for i, end in enumerate(writer_ends):
+            if end["outcome"] != COMMITTED or not end.get("offsets"):
+                continue
+            later = next((e for e in writer_ends[i + 1:] if e["outcome"] in (COMMITTED, ABORTED)), None)
+            for key, offset in end["offsets"].items():
+                due[key].append((float("inf") if later is None else later["t1"], offset, end["txn"]))
     reads = sorted((op for op in ops if op["type"] == "offsets" or (op["type"] == "final" and op.get("what") == "offsets")),
                    key=lambda op: op["t0"])
     last: dict[str, int] = {}
@@ -456,6 +473,7 @@ def _check_offsets(ops, ends, outcome, found: _Found) -> None:
         offsets = op.get("offsets")
         if offsets is None:
             continue
+        final = op["type"] == "final"
         for key, offset in offsets.items():
             txn = named.get((key, offset))
             if txn is None or outcome.get(txn) != COMMITTED:
@@ -464,8 +482,9 @@ def _check_offsets(ops, ends, outcome, found: _Found) -> None:
             if key in last and offset < last[key]:
                 found.add(OFFSETS, what="went backwards", key=key, offsets=[last[key], offset], read_at=op["t0"])
             last[key] = max(offset, last.get(key, offset))
-        for key, entries in acknowledged.items():
-            before = [offset for t1, offset in entries if t1 < op["t0"]]
-            if before and (offsets.get(key) is None or offsets[key] < max(before)):
-                found.add(OFFSETS, what="a committed transaction's offset not visible after its commit", key=key,
-                          expected_at_least=max(before), read=offsets.get(key), read_at=op["t0"])
+        for key, entries in due.items():
+            before = [(offset, txn) for visible_from, offset, txn in entries if final or visible_from < op["t0"]]
+            if before and (offsets.get(key) is None or offsets[key] < max(before)[0]):
+                found.add(OFFSETS, what="a committed transaction's offset not visible once it completed", key=key,
+                          expected_at_least=max(before)[0], txn=max(before)[1], read=offsets.get(key),
+                          read_at=op["t0"], final=final)
