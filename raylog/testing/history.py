@@ -50,7 +50,7 @@ The kinds and their fields:
 ``txn`` / ``offsets`` / ``final``
     the transactional workload's (:mod:`raylog.testing.txn_workload`): a
     transaction's ``begin`` and ``end`` (``txn``, ``intent``, ``outcome``,
-    ``values``, ``offsets``), the input group's committed ``offsets``, and
+    ``values``, ``offsets``), the input groups' committed ``offsets``, and
     the final read of each partition (``what="read"``: ``hw``, ``lso``,
     ``reads`` ``[[offset, value], ...]``, ``complete``), of each
     transactional id's coordinator state (``what="txn-state"``) and of the

@@ -255,7 +255,7 @@ def run(options: RunOptions) -> dict:
                                 **replication)
         elif txn:
             client.create_topic(topic, partitions=options.partitions, **txn_workload.TOPIC_SETTINGS, **replication)
-            client.create_topic(txn_workload.INPUT_TOPIC, partitions=options.producers, **replication)
+            client.create_topic(txn_workload.INPUT_TOPIC, partitions=1, **replication)
         else:
             client.create_topic(TOPIC, partitions=options.partitions, flush_ms=20, **replication)
         head = ray.get_runtime_context().get_node_id()
@@ -282,7 +282,8 @@ def run(options: RunOptions) -> dict:
         if txn:
             for isolation in ("read_committed", "read_uncommitted"):
                 readers.append(txn_workload.TxnReader(client, topic, options.partitions, history_dir, isolation).start())
-            offsets_watch = txn_workload.OffsetsWatch(client, history_dir).start()
+            offsets_watch = txn_workload.OffsetsWatch(
+                client, history_dir, [f"txn-writer-{i}" for i in range(options.producers)]).start()
             for i in range(options.producers):
                 producers.append(
                     txn_workload.TxnWriter(client, topic, f"txn-writer-{i}", i, history_dir,

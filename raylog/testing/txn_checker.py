@@ -63,7 +63,7 @@ Anomalies (each forbidden):
     ``Prepare*`` after the run healed, or a partition whose last stable
     offset stayed below its high watermark at the final read.
 ``offsets``
-    the input group's committed offset of a writer's partition naming a
+    a writer's input group's committed offset naming a
     transaction that effectively aborted, or going backwards between two
     reads, or below the offset of a committed transaction (missing
     included) in a read that began after the transaction was complete (the
@@ -440,7 +440,7 @@ def strongly_connected(graph: dict) -> list[list]:
 
 
 def _check_offsets(ops, ends, outcome, found: _Found) -> None:
-    """The input group's offsets: those of committed transactions visible
+    """The input groups' offsets: those of committed transactions visible
     once complete, those of aborted ones never.
 
     A commit is acknowledged once the coordinator wrote its decision; the
@@ -451,7 +451,7 @@ def _check_offsets(ops, ends, outcome, found: _Found) -> None:
     visible to every read that began after the writer's next transaction
     ended with an acknowledged outcome (committed or aborted), and to the
     final read."""
-    named: dict[tuple[str, int], str] = {}  # (topic/partition, offset) -> the transaction that committed it
+    named: dict[tuple[str, int], str] = {}  # (group, offset) -> the transaction that committed it
     due: dict[str, list[tuple[float, int, str]]] = collections.defaultdict(list)
     by_writer: dict[str, list[dict]] = collections.defaultdict(list)
     for end in ends.values():

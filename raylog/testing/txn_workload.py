@@ -6,9 +6,10 @@ docs/design.md §6's transactions guarantee, checked by
   of its own (transactional id ``"<name>"``) running transactions one after
   the other: 1-4 sends, each to a random partition of the topic, of unique
   values ``"<name>-t<n>-<i>"`` (writer, transaction number, position); about
-  :data:`OFFSETS_SHARE` of them also commit the input group's offset of the
-  writer's own partition of :data:`INPUT_TOPIC` (``n + 1``: growing per
-  writer, so an offset names its transaction); about :data:`ABORT_SHARE`
+  :data:`OFFSETS_SHARE` of them also commit, for the writer's own input
+  group (:func:`input_group`), an offset of :data:`INPUT_TOPIC`'s one
+  partition (``n + 1``: growing per writer, so an offset names its
+  transaction); about :data:`ABORT_SHARE`
   are aborted on purpose. It records a ``txn`` operation ``phase="begin"``
   when a transaction opens, then, once it ended, one ``send`` per send
   (``txn``, ``value``, ``partition``, ``offset`` when acknowledged,
@@ -18,7 +19,7 @@ docs/design.md §6's transactions guarantee, checked by
   acknowledged; :data:`NOT_COMMITTED`: no commit was ever asked for, as
   when the producer was dropped mid-transaction, so it cannot be
   committed; :data:`UNKNOWN`: a commit asked for without a definite
-  answer), ``values``, ``offsets`` and ``error``. When its producer
+  answer), ``values``, ``offsets`` (``{group: offset}``) and ``error``. When its producer
   errors (fenced, a timeout, the coordinator away) it makes a new producer
   of the same transactional id, which fences the old one, as an
   application would.
@@ -37,15 +38,15 @@ docs/design.md §6's transactions guarantee, checked by
   the whole run and recording each poll (``reads``: ``[[topic, partition,
   offset, value], ...]`` in the order received); a consumer it had to make
   again starts where the last one was, recorded as a ``seek``.
-* :class:`OffsetsWatch`: the input group's committed offsets, read every
-  few seconds (an ``offsets`` operation: ``{"topic/partition": offset}``).
+* :class:`OffsetsWatch`: the input groups' committed offsets, read every
+  few seconds (an ``offsets`` operation: ``{group: offset}``).
 * :func:`final_read`: after the writers stopped and the faults healed, a
   read_committed consumer reads every partition to its last stable offset
   (a ``final`` operation per partition: ``hw``, ``lso``, ``reads``,
   ``complete``), waiting for the last stable offset to reach the high
   watermark (an open transaction ends by its timeout at the latest); then
   the coordinator's record of every writer's transactional id (a
-  ``final`` operation ``what="txn-state"``) and the input group's offsets
+  ``final`` operation ``what="txn-state"``) and the input groups' offsets
   (``what="offsets"``).
 
 Thread-safety: writers, readers and the watch are each driven by their own
@@ -60,14 +61,13 @@ import random
 import threading
 import time
 
-from raylog.testing.history import FAILED, OK, UNKNOWN, Recorder, tp_key
+from raylog.testing.history import FAILED, OK, UNKNOWN, Recorder
 
 log = logging.getLogger(__name__)
 
 TOPIC = "txn"
-#: the topic whose offsets the writers commit with their transactions (one partition per writer)
+#: the topic whose offsets the writers commit with their transactions (one partition, a group per writer)
 INPUT_TOPIC = "txn-input"
-INPUT_GROUP = "txn-input-group"
 #: share of the transactions aborted on purpose
 ABORT_SHARE = 0.2
 #: share of the transactions that also commit the input group's offset
@@ -98,16 +98,10 @@ def _future_offset(fut):
 
 
 def _drop(producer) -> None:
-    """Drop a producer as a killed process would: its sender stopped, what
-    it still held abandoned, no abort and no flush."""
-    from raylog.producer import producer as module
-
-    producer._closed = True
-    module._OPEN_PRODUCERS.discard(producer)
-    with producer._acc.lock:
-        producer._acc.closed = True
-        producer._acc.space.notify_all()
-    producer._sender.stop(2.0)
+    """Drop a producer as a killed process would: no abort, no end of its
+    transaction; its sender stopped (``close_at_exit``: what it had sent is
+    delivered first, within its delivery deadline, the rest abandoned)."""
+    producer.close_at_exit()
 
 
 class TxnWriter:
@@ -215,7 +209,7 @@ class TxnWriter:
         rng = self._rng
         intent = "abort" if rng.random() < self.abort_share else "commit"
         parts = [rng.randrange(self.partitions) for _ in range(rng.randint(1, 4))]
-        offsets = {tp_key(INPUT_TOPIC, self.index): n + 1} if rng.random() < self.offsets_share else None
+        offsets = {input_group(self.name): n + 1} if rng.random() < self.offsets_share else None
         killing = self._kill.is_set()
         t0 = time.time()
         self.recorder.record("txn", t0=t0, phase="begin", txn=txn, intent=intent, partitions=parts, offsets=offsets,
@@ -243,7 +237,7 @@ class TxnWriter:
                 outcome = NOT_COMMITTED
             else:
                 if offsets is not None:
-                    producer.send_offsets_to_transaction({(INPUT_TOPIC, self.index): n + 1}, INPUT_GROUP)
+                    producer.send_offsets_to_transaction({(INPUT_TOPIC, 0): n + 1}, input_group(self.name))
                 if intent == "commit":
                     asked_commit = True
                     producer.commit_transaction(timeout_s=30)
@@ -396,10 +390,11 @@ class TxnReader:
 
 
 class OffsetsWatch:
-    """Reads the input group's committed offsets every ``interval_s``."""
+    """Reads the writers' input groups' committed offsets every ``interval_s``."""
 
-    def __init__(self, client, history_dir: str, interval_s: float = 2.0):
+    def __init__(self, client, history_dir: str, writers: list[str], interval_s: float = 2.0):
         self.client = client
+        self.writers = list(writers)
         self.interval_s = interval_s
         self.recorder = Recorder(os.path.join(history_dir, "offsets-watch.jsonl"), "offsets-watch")
         self._stop = threading.Event()
@@ -418,18 +413,27 @@ class OffsetsWatch:
         while not self._stop.wait(self.interval_s):
             t0 = time.time()
             try:
-                offsets = group_offsets(self.client)
+                offsets = group_offsets(self.client, self.writers)
             except Exception as err:  # noqa: BLE001 - ZooKeeper away: next time
                 log.debug("offsets watch: %s", err)
                 continue
             self.recorder.record("offsets", t0=t0, offsets=offsets)
 
 
-def group_offsets(client) -> dict[str, int]:
-    """``{"topic/partition": committed offset}`` of the input group."""
-    rows = client.describe_group(INPUT_GROUP, timeout_s=5.0)
-    return {tp_key(r["topic"], r["partition"]): r["committed"] for r in rows
-            if r.get("topic") is not None and r.get("committed") is not None}
+def input_group(writer: str) -> str:
+    """The input group whose offsets ``writer`` commits with its transactions."""
+    return f"{INPUT_TOPIC}-{writer}"
+
+
+def group_offsets(client, writers: list[str]) -> dict[str, int]:
+    """``{group: committed offset of INPUT_TOPIC/0}`` of the writers' input groups that have one."""
+    out = {}
+    for writer in writers:
+        group = input_group(writer)
+        for row in client.describe_group(group, timeout_s=5.0):
+            if (row.get("topic"), row.get("partition")) == (INPUT_TOPIC, 0) and row.get("committed") is not None:
+                out[group] = row["committed"]
+    return out
 
 
 def final_read(client, topic: str, partitions: int, history_dir: str, writers: list[str], *,
@@ -488,7 +492,7 @@ def final_read(client, topic: str, partitions: int, history_dir: str, writers: l
             recorder.record("final", what="txn-state", transactional_id=name,
                             state=None if state is None else state.get("state"), error=(state or {}).get("error"))
         try:
-            recorder.record("final", what="offsets", offsets=group_offsets(client))
+            recorder.record("final", what="offsets", offsets=group_offsets(client, writers))
         except Exception as err:  # noqa: BLE001
             recorder.record("final", what="offsets", offsets=None, error=_error_text(err))
     finally:

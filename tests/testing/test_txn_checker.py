@@ -89,8 +89,8 @@ def only(report, name):
 
 def valid_history() -> History:
     h = History()
-    a = h.txn("w0", [(0, 0), (1, 0)], t0=0.0, offsets={"txn-input/0": 1})
-    b = h.txn("w0", [(0, 10)], outcome="aborted", t0=2.0, offsets={"txn-input/0": 2})
+    a = h.txn("w0", [(0, 0), (1, 0)], t0=0.0, offsets={"txn-input-w0": 1})
+    b = h.txn("w0", [(0, 10)], outcome="aborted", t0=2.0, offsets={"txn-input-w0": 2})
     c = h.txn("w1", [(0, 20), (0, 30), (1, 10)], t0=4.0)
     u = h.txn("w1", [(1, 20)], outcome="unknown", t0=6.0)  # committed after all: the final read has it
     h.poll(RC, [(0, 0, a[0]), (1, 0, a[1])], t=1.5)
@@ -100,8 +100,8 @@ def valid_history() -> History:
     h.final(1, [(0, a[1]), (10, c[2]), (20, u[0])])
     h.state("w0", "CompleteAbort")
     h.state("w1", "CompleteCommit")
-    h.offsets({"txn-input/0": 1}, t=3.0, final=False)
-    h.offsets({"txn-input/0": 1})
+    h.offsets({"txn-input-w0": 1}, t=3.0, final=False)
+    h.offsets({"txn-input-w0": 1})
     return h
 
 
@@ -272,16 +272,16 @@ def test_hung_transaction_an_open_record_at_the_coordinator_and_a_transaction_ne
 
 def test_offsets_of_an_aborted_transaction_visible():
     h = History()
-    h.txn("w0", [(0, 0)], outcome="aborted", offsets={"txn-input/0": 1})
+    h.txn("w0", [(0, 0)], outcome="aborted", offsets={"txn-input-w0": 1})
     h.final(0, [], hw=10)
-    h.offsets({"txn-input/0": 1})
+    h.offsets({"txn-input-w0": 1})
     examples = only(check(h.ops), OFFSETS)
     assert examples[0]["what"] == "an offset no committed transaction committed"
 
 
 def test_offsets_of_a_committed_transaction_not_visible_once_it_completed():
     h = History()
-    a = h.txn("w0", [(0, 0)], offsets={"txn-input/0": 1}, t0=0.0, t1=1.0)
+    a = h.txn("w0", [(0, 0)], offsets={"txn-input-w0": 1}, t0=0.0, t1=1.0)
     b = h.txn("w0", [(0, 10)], t0=1.0, t1=4.0)  # passed the coordinator: a was complete by then
     h.final(0, [(0, a[0]), (10, b[0])])
     h.offsets({}, t=2.0, final=False)  # a acknowledged, maybe not complete yet: no anomaly
@@ -292,9 +292,9 @@ def test_offsets_of_a_committed_transaction_not_visible_once_it_completed():
 
 def test_offsets_of_a_committed_transaction_missing_from_the_final_read():
     h = History()
-    a = h.txn("w0", [(0, 0)], offsets={"txn-input/0": 1}, t0=0.0, t1=1.0)
+    a = h.txn("w0", [(0, 0)], offsets={"txn-input-w0": 1}, t0=0.0, t1=1.0)
     h.final(0, [(0, a[0])])
-    h.offsets({"txn-input/0": 1}, t=3.0, final=False)
+    h.offsets({"txn-input-w0": 1}, t=3.0, final=False)
     h.offsets({})
     examples = only(check(h.ops), OFFSETS)
     assert examples[0]["final"] is True
