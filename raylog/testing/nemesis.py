@@ -452,7 +452,7 @@ class Nemesis:
     def _kill_coordinator(self):
         import ray  # heavy (Ray): imported when used
 
-        coordinator = self.target.client.transaction_coordinator()
+        coordinator = self.target.client.transaction_coordinator()  # the running one (or one started)
         pid = ray.get(coordinator.status.remote(), timeout=30)["pid"]
         kit.kill_process(pid)
         started = time.time()

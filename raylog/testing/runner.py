@@ -355,11 +355,6 @@ def run(options: RunOptions) -> dict:
             reader._stop.set()
         if offsets_watch is not None:
             offsets_watch._stop.set()
-        if txn and client is not None:
-            with contextlib.suppress(Exception):
-                from raylog.actors.transaction_coordinator import stop_transaction_coordinator
-
-                stop_transaction_coordinator(client.settings.cluster)
         if scans is not None:
             scans.stop()
         if watch is not None:
