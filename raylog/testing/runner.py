@@ -281,7 +281,8 @@ def run(options: RunOptions) -> dict:
             scans = _Scans(scanner, options.scan_every_s)
         if txn:
             for isolation in ("read_committed", "read_uncommitted"):
-                readers.append(txn_workload.TxnReader(client, topic, options.partitions, history_dir, isolation).start())
+                readers.append(
+                    txn_workload.TxnReader(client, topic, options.partitions, history_dir, isolation).start())
             offsets_watch = txn_workload.OffsetsWatch(
                 client, history_dir, [f"txn-writer-{i}" for i in range(options.producers)]).start()
             for i in range(options.producers):
@@ -372,7 +373,8 @@ def run(options: RunOptions) -> dict:
             except Exception as err:  # noqa: BLE001
                 log.warning("closing the client failed: %s", err)
         if hosts is not None:
-            finished = run_info.get("final_scan" if compact else "final_read" if txn else "drained", {}).get("complete")
+            ending = "final_scan" if compact else "final_read" if txn else "drained"
+            finished = run_info.get(ending, {}).get("complete")
             if not finished:  # a failed run: keep what the hosts logged
                 with contextlib.suppress(Exception):
                     run_info["host_logs"] = os.path.join(out, "host-logs")

@@ -103,7 +103,8 @@ ZOMBIE_COMMIT = "zombie-commit"
 FINAL_INCOMPLETE = "final-incomplete"
 
 ANOMALIES = (LOST_WRITE, DUPLICATE, INCONSISTENT_OFFSET, ABORTED_READ, INTERMEDIATE_READ, WRITE_CYCLE,
-             NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP, HUNG_TRANSACTION, OFFSETS, ZOMBIE_COMMIT, FINAL_INCOMPLETE)
+             NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP, HUNG_TRANSACTION, OFFSETS, ZOMBIE_COMMIT,
+             FINAL_INCOMPLETE)
 #: the coordinator's states of a transaction not ended (raylog.zk.transactions)
 OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
 READ_COMMITTED = "read_committed"
@@ -466,7 +467,8 @@ def _check_offsets(ops, ends, outcome, found: _Found) -> None:
             later = next((e for e in writer_ends[i + 1:] if e["outcome"] in (COMMITTED, ABORTED)), None)
             for key, offset in end["offsets"].items():
                 due[key].append((float("inf") if later is None else later["t1"], offset, end["txn"]))
-    reads = sorted((op for op in ops if op["type"] == "offsets" or (op["type"] == "final" and op.get("what") == "offsets")),
+    reads = sorted((op for op in ops
+                    if op["type"] == "offsets" or (op["type"] == "final" and op.get("what") == "offsets")),
                    key=lambda op: op["t0"])
     last: dict[str, int] = {}
     for op in reads:

@@ -179,14 +179,11 @@ class TxnWriter:
                 self._stop.wait(0.5)
         return None
 
-    def _replace_producer(self, drop: bool = False) -> None:
+    def _replace_producer(self) -> None:
         old, self.producer = self.producer, None
         if old is not None:
             try:
-                if drop:
-                    _drop(old)
-                else:
-                    old.close(timeout_s=2)
+                old.close(timeout_s=2)
             except Exception:  # noqa: BLE001 - it is left behind anyway
                 pass
         self.producer = self._new_producer()
