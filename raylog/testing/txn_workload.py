@@ -16,7 +16,8 @@ docs/design.md §6's transactions guarantee, checked by
   ``outcome``) and a ``txn`` operation ``phase="end"`` with its
   ``intent`` (``"commit"``/``"abort"``), its ``outcome``
   (:data:`COMMITTED`: the commit acknowledged; :data:`ABORTED`: the abort
-  acknowledged; :data:`NOT_COMMITTED`: no commit was ever asked for, as
+  acknowledged, or the commit refused because the coordinator aborted
+  the transaction at its timeout; :data:`NOT_COMMITTED`: no commit was ever asked for, as
   when the producer was dropped mid-transaction, so it cannot be
   committed; :data:`UNKNOWN`: a commit asked for without a definite
   answer), ``values``, ``offsets`` (``{group: offset}``) and ``error``. When its producer
@@ -248,6 +249,10 @@ class TxnWriter:
         if killing:
             zombie = self._drop_now(txn, sends, error)
             outcome = NOT_COMMITTED
+        elif outcome is None and asked_commit and type(error).__name__ == "InvalidProducerEpochError":
+            # the coordinator answered that it aborted the transaction at its timeout: a definite abort
+            outcome = ABORTED
+            self._replace_producer()
         elif outcome is None:
             # a commit asked for and not answered may have happened; anything else did not
             outcome = self._abort_after(producer, UNKNOWN if asked_commit else NOT_COMMITTED)
