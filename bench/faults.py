@@ -27,6 +27,13 @@ a compacted topic, writes and deletes per key with acks "all", the cleaner
 crashed mid-swap, before its swap and with a full disk (see
 :mod:`raylog.testing.compaction_checker`).
 
+With ``--workload txn`` the run checks the transactions guarantee:
+transactional writers (some transactions aborted on purpose, some
+committing an input group's offsets), read_committed and read_uncommitted
+readers, a writer's producer dropped mid-transaction and the transaction
+coordinator killed (see :mod:`raylog.testing.txn_checker` for Jepsen's
+anomalies it counts).
+
 With ``--hosts N`` the run uses the hosts kit (:mod:`raylog.testing.hosts`):
 N network namespaces with their own addresses, disks and Ray nodes, and the
 network faults (a host cut off, partitions, a one-way partition, a leader cut
@@ -76,6 +83,8 @@ def main(argv=None) -> int:
     result = run(options)
     if result.get("workload") == "compact":
         return _compact_report(args, result)
+    if result.get("workload") == "txn":
+        return _txn_report(args, result)
     line = {
         "bench": "faults",
         "seed": args.seed,
@@ -116,6 +125,22 @@ def _compact_report(args, result) -> int:
         "faults": result["faults"], "anomalies": result["counts"],
         "replication_factor": args.replication_factor, "hosts": args.hosts,
         "cleaner_passes": (run_info.get("cleaner") or {}).get("passes"),
+        "elapsed_s": run_info["elapsed_s"], "nemesis_errors": run_info.get("nemesis_errors"),
+    }
+    print(json.dumps(line, sort_keys=True))
+    print(reporting.table(result))
+    print(f"report: {os.path.abspath(os.path.join(args.out, 'report.json'))}")
+    return 0 if result["valid"] else 1
+
+
+def _txn_report(args, result) -> int:
+    """The transactional workload's JSON line and table."""
+    run_info = result["run"]
+    line = {
+        "bench": "faults", "workload": "txn", "seed": args.seed, "duration_s": args.duration,
+        "valid": result["valid"], "operations": result["operations"], "faults": result["faults"],
+        "anomalies": result["counts"], "write_cycles_concurrent": result["write_cycles_concurrent"],
+        "replication_factor": args.replication_factor, "hosts": args.hosts,
         "elapsed_s": run_info["elapsed_s"], "nemesis_errors": run_info.get("nemesis_errors"),
     }
     print(json.dumps(line, sort_keys=True))

@@ -94,6 +94,9 @@ BLOCKS: dict[tuple[str, str, int], str] = {
     ("docs/howto/hosts.md", "The compaction workload", 0):
         NOT_RUN + "a compaction fault run of 90 s and one of 10 minutes on five hosts; "
         "tests/testing/test_run_compaction.py runs the same runner briefly",
+    ("docs/howto/hosts.md", "The transactional workload", 0):
+        NOT_RUN + "a transactional fault run of 60 s and one of 10 minutes on five hosts; "
+        "tests/testing/test_run_txn.py runs the same runner briefly",
     ("docs/howto/hosts.md", "Across hosts", 0):
         "tests/test_docs_site_hosts.py::test_the_hosts_kit_example_runs_as_written",
     ("docs/howto/hosts.md", "Across hosts", 1):

@@ -47,6 +47,15 @@ The kinds and their fields:
     ``[[offset, key, value], ...]``, ``final``, ``complete``, ``error``. Its
     ``send`` operations carry ``id`` and ``delete`` too (``value`` None for
     a delete).
+``txn`` / ``offsets`` / ``final``
+    the transactional workload's (:mod:`raylog.testing.txn_workload`): a
+    transaction's ``begin`` and ``end`` (``txn``, ``intent``, ``outcome``,
+    ``values``, ``offsets``), the input groups' committed ``offsets``, and
+    the final read of each partition (``what="read"``: ``hw``, ``lso``,
+    ``reads`` ``[[offset, value], ...]``, ``complete``), of each
+    transactional id's coordinator state (``what="txn-state"``) and of the
+    group's offsets (``what="offsets"``). Its ``send`` operations carry
+    ``txn`` too.
 
 Thread-safety: :class:`Recorder` may be shared by the threads of one process.
 """
@@ -61,7 +70,8 @@ from typing import Iterable, Iterator
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
 OUTCOMES = (OK, FAILED, UNKNOWN)
-KINDS = ("send", "poll", "commit", "assign", "revoke", "seek", "fault", "start", "stop", "scan")
+KINDS = ("send", "poll", "commit", "assign", "revoke", "seek", "fault", "start", "stop", "scan", "txn", "offsets",
+         "final")
 
 
 

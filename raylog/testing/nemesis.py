@@ -42,6 +42,12 @@ The kinds:
                      after the cleaned segment was written), then Ray restarts it
 ``crash-before-swap`` the same at ``clean-written``: the cleaned segment written, the
                      swap not begun
+``kill-producer``    drop a transactional writer's producer in the middle of a transaction
+                     (no abort, its state lost); the writer's next producer of the id comes
+                     after the transaction's timeout (the coordinator aborts it), the next
+                     time at once (it fences the old one) (the transactional workload)
+``kill-coordinator`` SIGKILL the transaction coordinator's process (Ray restarts it; it
+                     completes what it left prepared), then wait until it answers
 ``disk-full-cleaning`` the disk of the partitions full (a filler file takes its room) for
                      3-5 s while the cleaners pass every few hundred ms, then room again
                      (needs the run's data dir on a tmpfs of its own, or the hosts kit)
@@ -50,7 +56,8 @@ The kinds:
 :data:`FAULT_KINDS` are the kinds of every run; :data:`REPLICATED_KINDS`
 join them when the topic is replicated, :data:`HOST_KINDS` on the hosts kit
 (:mod:`raylog.testing.hosts`), where ``remove-node`` does not apply.
-:data:`COMPACTION_KINDS` need a compacted topic (the compaction workload)
+:data:`TXN_KINDS` need the transactional workload (its writers and the
+coordinator). :data:`COMPACTION_KINDS` need a compacted topic (the compaction workload)
 and a partition actor that runs the cleaner (those crash the actor through
 :mod:`raylog.storage.faults`: the runner switches it on).
 
@@ -109,9 +116,13 @@ CRASH_BEFORE_SWAP = "crash-before-swap"
 DISK_FULL_CLEANING = "disk-full-cleaning"
 #: kinds that need a compacted topic whose partition actors run the cleaner
 COMPACTION_KINDS = (KILL_CLEANING, CRASH_BEFORE_SWAP, DISK_FULL_CLEANING)
+KILL_PRODUCER = "kill-producer"
+KILL_COORDINATOR = "kill-coordinator"
+#: kinds that need the transactional workload (its writers, the transaction coordinator)
+TXN_KINDS = (KILL_PRODUCER, KILL_COORDINATOR)
 #: kinds that need the consumer group (the queue workload's)
 CONSUMER_KINDS = (KILL_CONSUMER, EXPIRE_SESSION, DROP_CONNECTION)
-KNOWN_KINDS = FAULT_KINDS + REPLICATED_KINDS + HOST_KINDS + COMPACTION_KINDS
+KNOWN_KINDS = FAULT_KINDS + REPLICATED_KINDS + HOST_KINDS + COMPACTION_KINDS + TXN_KINDS
 #: how long a cleaner fault waits for a pass to reach its point, and for the actor to serve again
 CLEAN_WAIT_S = 30.0
 #: how long kill-leader waits for a leader to serve again
@@ -152,10 +163,12 @@ class Target:
     ``history_dir``; for multi-node runs ``cluster`` (a
     ``ray.cluster_utils.Cluster``) and ``disk_nodes`` ``{label: (node,
     add_node kwargs)}``; on the hosts kit ``hosts`` (a
-    :class:`raylog.testing.hosts.HostsCluster`)."""
+    :class:`raylog.testing.hosts.HostsCluster`); for the transactional
+    workload ``writers`` (its :class:`~raylog.testing.txn_workload.TxnWriter`)."""
 
     def __init__(self, *, client, topic, partitions, zookeeper, consumers, history_dir, cluster=None, disk_nodes=None,
-                 hosts=None, data_disk=None):
+                 hosts=None, data_disk=None, writers=None):
+        self.writers = writers or []
         self.hosts = hosts
         #: the run's data dir when it is a file system of its own (disk-full-cleaning fills it)
         self.data_disk = data_disk
@@ -425,6 +438,33 @@ class Nemesis:
         time.sleep(seconds)
         t.disk_nodes[label] = (t.cluster.add_node(**kwargs), kwargs)
         return label, {"down_s": seconds}
+
+    # -- transactions (the transactional workload) -----------------------------------
+
+    def _kill_producer(self):
+        writers = self.target.writers
+        if not writers:
+            raise kit.FaultInjectionError("kill-producer needs the transactional workload's writers")
+        writer = self.rng.choice(writers)
+        # the first, third ... successor comes after the transaction's timeout, the others at once (fencing)
+        return writer.name, writer.kill(wait_timeout=self.counts.get(KILL_PRODUCER, 0) % 2 == 0, timeout_s=60)
+
+    def _kill_coordinator(self):
+        import ray  # heavy (Ray): imported when used
+
+        coordinator = self.target.client.transaction_coordinator()  # the running one (or one started)
+        pid = ray.get(coordinator.status.remote(), timeout=30)["pid"]
+        kit.kill_process(pid)
+        started = time.time()
+        new_pid = None
+        while time.time() - started < OPERATION_WAIT_S and not self._stop.is_set():
+            try:  # Ray restarts it; it completes what the killed one left prepared before it answers
+                new_pid = ray.get(coordinator.status.remote(), timeout=10)["pid"]
+                break
+            except Exception:  # noqa: BLE001 - still restarting
+                time.sleep(0.2)
+        return "transaction-coordinator", {"pid": pid, "new_pid": new_pid,
+                                           "serving_after_s": round(time.time() - started, 3)}
 
     # -- the log cleaner (the compaction workload) ------------------------------------
 

@@ -18,6 +18,8 @@ def table(report: dict) -> str:
     """The report as a few aligned lines."""
     if report.get("workload") == "compact":
         return compaction_table(report)
+    if report.get("workload") == "txn":
+        return txn_table(report)
     ops = report["operations"]
     lines = [
         f"verdict            {'VALID' if report['valid'] else 'INVALID: ' + ', '.join(sorted(report['forbidden']))}",
@@ -87,6 +89,36 @@ def compaction_table(report: dict) -> str:
     ]
     if counts["final-incomplete"]:
         lines.append(f"final read         INCOMPLETE in {counts['final-incomplete']} partitions")
+    diverted = run.get("ray_messages") or {}
+    if diverted.get("lines"):
+        lines.append(f"ray messages       {diverted['lines']} lines about the faults made, in {diverted['file']}")
+    if run.get("nemesis_errors"):
+        lines.append("faults not made   " + "; ".join(run["nemesis_errors"][:5]))
+    return "\n".join(lines)
+
+
+def txn_table(report: dict) -> str:
+    """The transactional workload's report (:mod:`raylog.testing.txn_checker`) as aligned lines."""
+    from raylog.testing.txn_checker import ANOMALIES as TXN_ANOMALIES
+
+    ops, counts = report["operations"], report["counts"]
+    run = report.get("run") or {}
+    lines = [
+        f"verdict            {'VALID' if report['valid'] else 'INVALID: ' + ', '.join(report['forbidden'])}",
+        f"transactions       {ops['transactions']}  "
+        + "  ".join(f"{k} {v}" for k, v in ops["transactions_by_outcome"].items())
+        + f"  (with offsets {ops['with_offsets']}; dropped producers' commits refused "
+        f"{ops['zombie_commits_refused']})",
+        "unknown resolved   " + ("  ".join(f"{k} {v}" for k, v in ops["unknown_resolved"].items()) or "none"),
+        f"sends              {ops['sends']}  acknowledged {ops['sends_acknowledged']}  committed values "
+        f"{ops['committed_values']}",
+        "reads              " + "  ".join(f"{k} {v}" for k, v in ops["reads_by_reader"].items())
+        + f"  (final {ops['final_reads']}; offsets read {ops['offsets_reads']} times)",
+        "faults             " + ("  ".join(f"{k} {v}" for k, v in report["faults"].items()) or "none"),
+    ]
+    for name in TXN_ANOMALIES:
+        lines.append(f"{name:<21}{counts[name]}")
+    lines.append(f"write cycles (G0 of concurrent transactions, allowed) {report['write_cycles_concurrent']}")
     diverted = run.get("ray_messages") or {}
     if diverted.get("lines"):
         lines.append(f"ray messages       {diverted['lines']} lines about the faults made, in {diverted['file']}")

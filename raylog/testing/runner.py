@@ -43,6 +43,17 @@ group (so no consumer faults, and no flip-byte), the cleaner faults
 fault-injection switch of :mod:`raylog.storage.faults` on, and as root the
 run's data dir is a tmpfs of its own (``disk-full-cleaning`` fills it).
 
+With ``workload="txn"`` (``--workload txn``) steps 2-5 are the
+transactional workload's (:mod:`raylog.testing.txn_workload`): ``producers``
+transactional writers (transactions of 1-4 sends over the topic's
+partitions, some committing the input group's offsets, some aborted on
+purpose), a read_committed and a read_uncommitted reader of every partition
+the whole run, the input group's offsets read now and then, and after the
+faults healed a final read_committed read of everything, checked by
+:mod:`raylog.testing.txn_checker`; no consumer group and no flip-byte, the
+transaction faults (``TXN_KINDS``: a writer's producer dropped
+mid-transaction, the transaction coordinator killed) instead.
+
 Everything it started it stops by its own handle, in ``finally``.
 """
 
@@ -62,13 +73,14 @@ import time
 from raylog.client import Client
 from raylog.config import DISK_RESOURCE, NODE_LABEL
 from raylog.testing import checker, compaction_checker, compaction_workload, report as reporting
+from raylog.testing import txn_checker, txn_workload
 from raylog.testing.consumer_worker import consumer_actor_class
 from raylog.testing.faults import FAULT_INJECTION_ENV
 from raylog.testing.history import Recorder, history_files, read_history
 from raylog.testing.ray_messages import divert_ray_messages
 from raylog.testing.nemesis import (
     COMPACTION_KINDS, CONSUMER_KINDS, DISK_FULL_CLEANING, FAULT_KINDS, FLIP_BYTE, HOST_KINDS, MULTI_NODE_KINDS,
-    REPLICATED_KINDS, Nemesis, Target, plan,
+    REPLICATED_KINDS, TXN_KINDS, Nemesis, Target, plan,
 )
 from raylog.testing.workload import ProducerWorker
 from raylog.zookeeper import EmbeddedZooKeeper
@@ -77,7 +89,7 @@ log = logging.getLogger(__name__)
 
 TOPIC = "queue"
 GROUP = "checkers"
-WORKLOADS = ("queue", "compact")
+WORKLOADS = ("queue", "compact", "txn")
 #: the size of the compaction workload's data disk (a tmpfs, as root)
 DATA_DISK_MB = 256
 
@@ -172,6 +184,7 @@ def run(options: RunOptions) -> dict:
     if options.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {options.workload!r}; one of {', '.join(WORKLOADS)}")
     compact = options.workload == "compact"
+    txn = options.workload == "txn"
     kinds = run_kinds(options)
     schedule = plan(options.seed, options.duration_s, kinds, mean_gap_s=options.mean_gap_s)  # checks the kinds
     out = os.path.abspath(options.out_dir)
@@ -205,7 +218,9 @@ def run(options: RunOptions) -> dict:
     consumers: list = []
     nemesis = None
     watch = scanner = scans = None
-    topic = compaction_workload.TOPIC if compact else TOPIC
+    readers: list = []
+    offsets_watch = None
+    topic = compaction_workload.TOPIC if compact else txn_workload.TOPIC if txn else TOPIC
     run_info = {"seed": options.seed, "duration_s": options.duration_s, "nodes": options.nodes, "hosts": options.hosts,
                 "partitions": options.partitions, "replication_factor": options.replication_factor,
                 "min_insync_replicas": options.min_insync_replicas, "fault_kinds": list(kinds),
@@ -238,13 +253,16 @@ def run(options: RunOptions) -> dict:
         if compact:
             client.create_topic(topic, partitions=options.partitions, **compaction_workload.TOPIC_SETTINGS,
                                 **replication)
+        elif txn:
+            client.create_topic(topic, partitions=options.partitions, **txn_workload.TOPIC_SETTINGS, **replication)
+            client.create_topic(txn_workload.INPUT_TOPIC, partitions=1, **replication)
         else:
             client.create_topic(TOPIC, partitions=options.partitions, flush_ms=20, **replication)
         head = ray.get_runtime_context().get_node_id()
         actor_class = consumer_actor_class().options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False)
         )
-        for i in range(0 if compact else options.consumers):
+        for i in range(0 if compact or txn else options.consumers):
             consumers.append(
                 actor_class.remote(
                     zookeeper.connect_string, client.settings.cluster, client.settings.token, TOPIC, GROUP,
@@ -261,7 +279,19 @@ def run(options: RunOptions) -> dict:
             watch = compaction_workload.CleanerWatch(client, topic, options.partitions).start()
             scanner = compaction_workload.Scanner(client, topic, options.partitions, history_dir)
             scans = _Scans(scanner, options.scan_every_s)
-        for i in range(0 if compact else options.producers):
+        if txn:
+            for isolation in ("read_committed", "read_uncommitted"):
+                readers.append(
+                    txn_workload.TxnReader(client, topic, options.partitions, history_dir, isolation).start())
+            offsets_watch = txn_workload.OffsetsWatch(
+                client, history_dir, [f"txn-writer-{i}" for i in range(options.producers)]).start()
+            for i in range(options.producers):
+                producers.append(
+                    txn_workload.TxnWriter(client, topic, f"txn-writer-{i}", i, history_dir,
+                                           partitions=options.partitions, rate=options.rate / 10.0,
+                                           seed=options.seed * 1000 + i).start()
+                )
+        for i in range(0 if compact or txn else options.producers):
             name, acks, keyed, codec = PRODUCERS[i % len(PRODUCERS)]
             producers.append(
                 ProducerWorker(client, TOPIC, f"{name}-{i}" if i >= len(PRODUCERS) else name, history_dir,
@@ -271,7 +301,7 @@ def run(options: RunOptions) -> dict:
 
         target = Target(client=client, topic=topic, partitions=options.partitions, zookeeper=zookeeper,
                         consumers=consumers, history_dir=history_dir, cluster=cluster, disk_nodes=disks,
-                        hosts=hosts, data_disk=data_disk)
+                        hosts=hosts, data_disk=data_disk, writers=producers if txn else None)
         recorder = Recorder(os.path.join(history_dir, "nemesis.jsonl"), "nemesis")
         reader = Recorder(os.path.join(history_dir, "nemesis-reader.jsonl"), "nemesis-reader")
         nemesis = Nemesis(target, schedule, recorder, options.seed, reader=reader)
@@ -302,6 +332,16 @@ def run(options: RunOptions) -> dict:
             watch.stop()
             run_info["cleaner"] = watch.summary()
             run_info["scans"] = scanner.scans
+        elif txn:
+            time.sleep(2.0)  # the readers read the tail of the run
+            for reader in readers:
+                reader.stop()
+            offsets_watch.stop()
+            run_info["readers"] = [r.summary for r in readers]
+            run_info["final_read"] = txn_workload.final_read(
+                client, topic, options.partitions, history_dir, [p.name for p in producers],
+                stable_wait_s=txn_workload.TRANSACTION_TIMEOUT_MS / 1000.0 + 20.0, timeout_s=options.drain_s)
+            run_info["drain_s"] = round(time.time() - t, 1)
         else:
             run_info["drained"] = _drain(client, consumers, options)
             run_info["drain_s"] = round(time.time() - t, 1)
@@ -312,6 +352,10 @@ def run(options: RunOptions) -> dict:
         for producer in producers:
             if producer._thread.is_alive():
                 producer._stop.set()
+        for reader in readers:
+            reader._stop.set()
+        if offsets_watch is not None:
+            offsets_watch._stop.set()
         if scans is not None:
             scans.stop()
         if watch is not None:
@@ -329,7 +373,8 @@ def run(options: RunOptions) -> dict:
             except Exception as err:  # noqa: BLE001
                 log.warning("closing the client failed: %s", err)
         if hosts is not None:
-            finished = run_info.get("final_scan" if compact else "drained", {}).get("complete")
+            ending = "final_scan" if compact else "final_read" if txn else "drained"
+            finished = run_info.get(ending, {}).get("complete")
             if not finished:  # a failed run: keep what the hosts logged
                 with contextlib.suppress(Exception):
                     run_info["host_logs"] = os.path.join(out, "host-logs")
@@ -357,6 +402,8 @@ def run(options: RunOptions) -> dict:
     if compact:
         result = compaction_checker.check(
             ops, delete_retention_ms=compaction_workload.TOPIC_SETTINGS["delete_retention_ms"])
+    elif txn:
+        result = txn_checker.check(ops)
     else:
         # replicated: an acks=1 set the followers had not fetched is dropped at a leader change
         lossy = ("1",) if options.replication_factor > 1 else ()
@@ -365,7 +412,7 @@ def run(options: RunOptions) -> dict:
     result["run"] = run_info
     with open(os.path.join(out, "report.json"), "w") as f:
         f.write(reporting.to_json(result))
-    if options.png and not compact:
+    if options.png and not compact and not txn:
         try:
             result["run"]["timeline"] = reporting.timeline_png(
                 ops, os.path.join(out, "timeline.png"), f"raylog fault run, seed {options.seed}"
@@ -380,8 +427,12 @@ def run_kinds(options: RunOptions) -> tuple:
     those its cluster cannot have (a single node, no replication)."""
     replicated = options.replication_factor > 1
     compact = options.workload == "compact"
+    txn = options.workload == "txn"
     if options.faults is not None:
         kinds = tuple(options.faults)
+    elif txn:  # no consumer group, no damaged bytes: the writers and the coordinator instead
+        kinds = tuple(k for k in FAULT_KINDS if k not in CONSUMER_KINDS + (FLIP_BYTE,)) + TXN_KINDS
+        kinds += REPLICATED_KINDS if replicated else ()
     elif compact:  # no consumer group, no damaged bytes (the compaction checker reads no damage)
         kinds = tuple(k for k in FAULT_KINDS if k not in CONSUMER_KINDS + (FLIP_BYTE,)) + COMPACTION_KINDS
         if not options.hosts and os.geteuid() != 0:
@@ -389,13 +440,13 @@ def run_kinds(options: RunOptions) -> tuple:
         kinds += REPLICATED_KINDS if replicated else ()
     else:
         kinds = FAULT_KINDS + (REPLICATED_KINDS if replicated else ())
-    if compact:
-        wrong = [k for k in kinds if k in CONSUMER_KINDS + (FLIP_BYTE,)]
+    if compact or txn:
+        wrong = [k for k in kinds if k in CONSUMER_KINDS + (FLIP_BYTE,) + (TXN_KINDS if compact else COMPACTION_KINDS)]
         if wrong:
-            raise ValueError(f"fault kinds {', '.join(wrong)} do not apply to the compact workload (it has no "
-                             f"consumer group, and its checker reads no damaged bytes)")
+            raise ValueError(f"fault kinds {', '.join(wrong)} do not apply to the {options.workload} workload (it "
+                             f"has no consumer group, and its checker reads no damaged bytes)")
     else:
-        kinds = tuple(k for k in kinds if k not in COMPACTION_KINDS)
+        kinds = tuple(k for k in kinds if k not in COMPACTION_KINDS + TXN_KINDS)
     if options.hosts:
         if options.faults is None:
             kinds += HOST_KINDS
@@ -585,7 +636,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="queue (default: producers and a consumer group) or compact (a compacted topic: "
                         "writes and deletes per key with acks=all, the cleaner faults "
                         f"{','.join(COMPACTION_KINDS)}; checked against docs/design.md section 6's compaction "
-                        "guarantee)")
+                        "guarantee) or txn (transactional writers, read_committed and read_uncommitted readers, "
+                        f"the faults {','.join(TXN_KINDS)}; checked against section 6's transactions guarantee)")
     p.add_argument("--keys", type=int, default=24, help="compact workload: keys per writer (default 24)")
 
 

@@ -36,6 +36,29 @@ def test_table_names_every_anomaly_and_the_verdict():
     assert "kill-partition 1" in text
 
 
+def test_the_txn_table_names_every_txn_anomaly_and_the_verdict():
+    from raylog.testing.txn_checker import ANOMALIES, check as check_txn
+
+    ops = [
+        {"process": "w", "seq": 0, "type": "txn", "t0": 1.0, "t1": 1.0, "phase": "begin", "txn": "w-t0",
+         "intent": "abort", "partitions": [0], "offsets": None, "kill": False},
+        {"process": "w", "seq": 1, "type": "send", "t0": 1.0, "t1": 1.1, "topic": "txn", "txn": "w-t0",
+         "value": "w-t0-0", "outcome": "ok", "partition": 0, "offset": 0},
+        {"process": "w", "seq": 2, "type": "txn", "t0": 1.0, "t1": 1.2, "phase": "end", "txn": "w-t0",
+         "intent": "abort", "outcome": "aborted", "values": ["w-t0-0"], "offsets": None, "error": None},
+        {"process": "reader-read-committed", "seq": 0, "type": "poll", "t0": 2.0, "t1": 2.0,
+         "reads": [["txn", 0, 0, "w-t0-0"]], "error": None},
+        {"process": "final-reader", "seq": 0, "type": "final", "t0": 3.0, "t1": 3.0, "what": "read",
+         "partition": 0, "hw": 40, "lso": 40, "position": 40, "reads": [], "complete": True},
+    ]
+    text = table(check_txn(ops))
+    assert text.startswith("verdict            INVALID: aborted-read")
+    for name in ANOMALIES:
+        assert name in text
+    assert "aborted-read         1" in text
+    assert "transactions       1  committed 0  aborted 1" in text
+
+
 def test_timeline_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = timeline_png(_ops(), str(tmp_path / "t.png"))

@@ -77,6 +77,26 @@ def test_the_compact_workload_schedules_the_cleaner_faults_and_no_consumer_fault
     assert (options.workload, options.keys) == ("compact", 7)
 
 
+def test_the_txn_workload_schedules_the_transaction_faults_and_no_consumer_fault():
+    from raylog.testing.nemesis import (
+        COMPACTION_KINDS, CONSUMER_KINDS, FLIP_BYTE, REMOVE_NODE, REPLICATED_KINDS, TXN_KINDS,
+    )
+    from raylog.testing.runner import RunOptions, run_kinds
+
+    kinds = run_kinds(RunOptions(nodes=3, workload="txn"))
+    assert set(TXN_KINDS) <= set(kinds) and REMOVE_NODE in kinds
+    assert not set(kinds) & set(CONSUMER_KINDS + (FLIP_BYTE,) + COMPACTION_KINDS + REPLICATED_KINDS)
+    assert set(REPLICATED_KINDS) <= set(run_kinds(RunOptions(nodes=3, workload="txn", replication_factor=3)))
+    assert REMOVE_NODE not in run_kinds(RunOptions(nodes=1, workload="txn"))
+    # the other workloads have no transactional writers: no transaction fault, even when asked for
+    assert not set(run_kinds(RunOptions(nodes=3))) & set(TXN_KINDS)
+    assert run_kinds(RunOptions(nodes=3, faults=("kill-producer", "kill-partition"))) == ("kill-partition",)
+    with pytest.raises(ValueError, match="do not apply to the txn workload"):
+        run_kinds(RunOptions(nodes=3, workload="txn", faults=("flip-byte",)))
+    with pytest.raises(ValueError, match="do not apply to the compact workload"):
+        run_kinds(RunOptions(nodes=3, workload="compact", faults=("kill-coordinator",)))
+
+
 def test_an_unknown_workload_is_refused_before_anything_starts(tmp_path):
     from raylog.testing.runner import RunOptions, run
 
