@@ -4,9 +4,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# `make test` runs the suite on this many workers (pytest-xdist); TEST_WORKERS=0 runs it in one process. Three on
-# two cores: most tests wait on Ray, ZooKeeper, Spark and sockets more than they compute
-TEST_WORKERS ?= 3
+# `make test` runs the suite on this many workers (pytest-xdist); TEST_WORKERS=0 runs it in one process
+# (three on two cores took as long as two, 49:35 against 49:38, and made timing tests flaky)
+TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.installed-stamp
 # tools the tests use that no Python package brings (KafkaJS), project-local
 TOOLS  ?= .tools

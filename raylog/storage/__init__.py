@@ -53,6 +53,8 @@ Modules, one per concept:
   stable offset, fencing and KIP-890's verification, kept in the producer
   snapshots; :mod:`raylog.storage.txnindex` -- the aborted-transactions
   index of a segment (``<base>.txnindex``) that ``read_committed`` reads use;
+  :mod:`raylog.storage.aborted_reads` -- the readers' side: which records of
+  a ``read_committed`` fetch belong to aborted transactions (Kafka's rule);
 * :mod:`raylog.storage.fileops` -- the file system: the directory lock,
   removing a log under that lock, replica directory names, flush threads,
   directory syncs, a full disk;
