@@ -118,12 +118,12 @@ def produce(config: dict, topic: str, start: int, n: int) -> Counter:
     return per_key
 
 
-def last_counts(config: dict, topic: str) -> tuple[dict[str, int], int]:
-    """The last count of each key on the output topic, and how many records it has."""
+def output_counts(config: dict, topic: str, isolation: str = "read_uncommitted") -> dict[str, list[int]]:
+    """Every count of each key on the output topic, in order, read to its end at ``isolation``."""
     consumer = confluent_kafka.Consumer({**config, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    last: dict[str, int] = {}
-    records = 0
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                         "isolation.level": isolation})
+    counts: dict[str, list[int]] = {}
     try:
         metadata = consumer.list_topics(topic, timeout=WAIT_S).topics[topic]
         tps = [confluent_kafka.TopicPartition(topic, p) for p in metadata.partitions]
@@ -134,15 +134,20 @@ def last_counts(config: dict, topic: str) -> tuple[dict[str, int], int]:
         while left and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=1000, timeout=1.0):
                 assert msg.error() is None, msg.error()
-                records += 1
-                last[msg.key().decode()] = json.loads(msg.value())["count"]
+                counts.setdefault(msg.key().decode(), []).append(json.loads(msg.value())["count"])
             for tp in consumer.position([confluent_kafka.TopicPartition(topic, p) for p in left]):
                 if tp.offset >= ends[tp.partition]:
                     left.discard(tp.partition)
         assert not left, f"the output topic was not read to its end: partitions {sorted(left)}"
     finally:
         consumer.close()
-    return last, records
+    return counts
+
+
+def last_counts(config: dict, topic: str) -> tuple[dict[str, int], int]:
+    """The last count of each key on the output topic, and how many records it has."""
+    counts = output_counts(config, topic)
+    return {key: values[-1] for key, values in counts.items()}, sum(map(len, counts.values()))
 
 
 def test_quix_counts_per_key_survive_a_restart_from_the_changelog(quix_python, raylog_client, kafka_config,
@@ -284,28 +289,7 @@ def test_make_venv_quix_keeps_a_venv_whose_stamp_is_the_constraints_hash(tmp_pat
 
 def committed_counts(config: dict, topic: str) -> dict[str, list[int]]:
     """Every count of each key on the output topic as a read_committed reader gets them, in order."""
-    consumer = confluent_kafka.Consumer({**config, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                         "isolation.level": "read_committed"})
-    counts: dict[str, list[int]] = {}
-    try:
-        metadata = consumer.list_topics(topic, timeout=WAIT_S).topics[topic]
-        tps = [confluent_kafka.TopicPartition(topic, p) for p in metadata.partitions]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=WAIT_S)[1] for tp in tps}
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in ends])
-        left = {p for p, end in ends.items() if end > 0}
-        deadline = time.monotonic() + WAIT_S
-        while left and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=1000, timeout=1.0):
-                assert msg.error() is None, msg.error()
-                counts.setdefault(msg.key().decode(), []).append(json.loads(msg.value())["count"])
-            for tp in consumer.position([confluent_kafka.TopicPartition(topic, p) for p in left]):
-                if tp.offset >= ends[tp.partition]:
-                    left.discard(tp.partition)
-        assert not left, f"the output topic was not read to its end: partitions {sorted(left)}"
-    finally:
-        consumer.close()
-    return counts
+    return output_counts(config, topic, "read_committed")
 
 
 def test_quix_exactly_once_counts_each_message_once_across_a_kill(quix_python, raylog_client, kafka_config,
