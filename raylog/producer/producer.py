@@ -273,6 +273,7 @@ class Producer:
             retry=self.retry,
             request_timeout_s=request_timeout_s,
             on_resolved=self._resolved,
+            on_failed=self._failed,
             periodic=self._publish_audit if self._audit is not None else None,
             max_in_flight_partitions=max_in_flight_partitions,
             transaction=self.transaction,
@@ -565,23 +566,28 @@ class Producer:
                 f"{topic!r} has partitions 0..{count - 1}, not {partition}", topic=topic, partition=partition
             )
 
-    def _resolved(self, batches) -> None:
-        """Sender callback, once per round of a partition's batches."""
-        done = sent = sent_batches = 0
+    def _failed(self, batch, error) -> None:
+        """Sender callback for a batch that failed, before its future fails
+        (so a flush or close that the failure wakes raises it again)."""
+        n = len(batch.values)
         with self._stats_lock:
-            for batch in batches:
-                n = len(batch.values)
-                done += n
-                error = batch.future.error
-                if error is None:
-                    sent += n
-                    sent_batches += 1
-                else:
-                    self.failed_messages += n
-                    if self.transaction is not None:
-                        self.transaction.failed(error)
-                    entry = self._failures.setdefault((batch.topic, batch.partition), [0, error])
-                    entry[0] += n
+            self.failed_messages += n
+            if self.transaction is not None:
+                self.transaction.failed(error)
+            entry = self._failures.setdefault((batch.topic, batch.partition), [0, error])
+            entry[0] += n
+
+    def _resolved(self, batches) -> None:
+        """Sender callback, once per round of a partition's batches (each
+        failed one counted already by :meth:`_failed`)."""
+        done = sent = sent_batches = 0
+        for batch in batches:
+            n = len(batch.values)
+            done += n
+            if batch.future.error is None:
+                sent += n
+                sent_batches += 1
+        with self._stats_lock:
             self.sent_messages += sent
             self.sent_batches += sent_batches
         acc = self._acc

@@ -89,7 +89,7 @@ from raylog.errors import (
     RaylogError,
     TooManyConnectionsError,
 )
-from raylog.producer.futures import UNKNOWN_OFFSET, track
+from raylog.producer.futures import UNKNOWN_OFFSET, scoped_error, track
 from raylog.producer.visibility import Visibility
 from raylog.retry import RetryPolicy
 from raylog.producer.batch import BATCH_OVERHEAD
@@ -242,6 +242,7 @@ class Sender:
         retry: RetryPolicy,
         request_timeout_s: float,
         on_resolved,
+        on_failed=None,
         periodic=None,
         max_in_flight_sets: int = MAX_IN_FLIGHT_SETS,
         max_in_flight_partitions: int = MAX_IN_FLIGHT_PARTITIONS,
@@ -257,6 +258,9 @@ class Sender:
         self.retry = retry
         self.request_timeout_s = request_timeout_s
         self._on_resolved = on_resolved  # (batches of a round, all resolved), lock not held
+        # (batch, its scoped error) before its future fails: whoever the failed future wakes finds the
+        # failure already counted (a close() right after it raises it again)
+        self._on_failed = on_failed
         self._periodic = periodic  # () -> seconds until it is due again (audit); lock not held
         self.max_in_flight_sets = max_in_flight_sets
         self.producer_id = new_producer_id() if idempotent else -1
@@ -429,6 +433,9 @@ class Sender:
             batch.future.resolve(base)
         else:
             track(batch)  # (the error's traceback may hold it: a cycle the collector must see)
+            error = scoped_error(error, batch.topic, batch.partition)
+            if self._on_failed is not None:
+                self._on_failed(batch, error)
             batch.future.fail(error)
 
     def _send(self, tp: tuple[str, int], batches: list) -> None:

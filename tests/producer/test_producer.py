@@ -46,6 +46,21 @@ def _flush_partitions(client, topic: str, partitions: int) -> None:
 
 # -- failures keep their scope ---------------------------------------------------
 
+def test_a_failure_is_counted_before_its_future_tells_it_so_close_raises_it_again(raylog_client, make_topic):
+    # whoever the failed future wakes (here its callback, run as it fails) may close the producer at once:
+    # the failure must be counted by then, or close() finds nothing to raise
+    topic = make_topic(partitions=1, max_message_bytes=4096)
+    producer = raylog_client.producer(acks=1)
+    seen = []
+    future = producer.send(topic, b"x" * 10_000, partition=0)
+    future.add_done_callback(lambda f: seen.append(producer.failed_messages))
+    with pytest.raises(MessageTooLargeError):
+        future.result(timeout_s=30)
+    assert seen == [1]
+    with pytest.raises(DeliveryError, match="MessageTooLargeError"):
+        producer.close()
+
+
 
 def test_a_refused_set_fails_alone_and_every_other_set_is_delivered_once(raylog_client, make_topic):
     topic = make_topic(partitions=4, max_message_bytes=4096)
