@@ -516,6 +516,16 @@ class Client:
         :class:`raylog.GroupActiveError` while it has live members."""
         self._offset_admin.delete_group(group)
 
+    def delete_group_offsets(self, group: str, partitions) -> list[tuple[str, int]]:
+        """Delete a consumer group's committed offsets of ``partitions``
+        (``{(topic, partition), ...}``; Kafka's OffsetDelete): a consumer of
+        the group then starts those partitions from its ``auto_offset_reset``.
+        Returns the pairs that had an offset. Refused as a whole with
+        :class:`raylog.GroupActiveError` (nothing deleted) when a live
+        member reads one of the topics named; :class:`raylog.UnknownGroupError`
+        for a group with neither members nor committed offsets."""
+        return self._offset_admin.delete_group_offsets(group, partitions)
+
     def reset_offsets(self, group: str, topic: str, to: str, *, offset: int | None = None,
                       timestamp_ms: int | None = None, partitions=None, dry_run: bool = True) -> list[dict]:
         """Move a group's committed offsets of ``topic`` (Kafka's

@@ -1,6 +1,6 @@
 """The client's view of offsets: what each partition holds (log start, high
 watermark, offsets by time) and where consumer groups stand (describe,
-delete, reset their committed offsets).
+delete, reset their committed offsets, delete some of them).
 
 :class:`OffsetAdmin` is a part of :class:`raylog.Client`, given the
 client's ZooKeeper session, ``settings`` and ``metadata``; the client's
@@ -113,6 +113,10 @@ class OffsetAdmin:
     def delete_group(self, group: str) -> None:
         """What :meth:`raylog.Client.delete_group` does (documented there)."""
         groups.delete_group(self._zk, self.settings.cluster, group)
+
+    def delete_group_offsets(self, group: str, partitions) -> list[tuple[str, int]]:
+        """What :meth:`raylog.Client.delete_group_offsets` does (documented there)."""
+        return groups.delete_group_offsets(self._zk, self.settings.cluster, group, partitions)
 
     def reset_offsets(self, group: str, topic: str, to: str, *, offset: int | None = None,
                       timestamp_ms: int | None = None, partitions=None, dry_run: bool = True) -> list[dict]:

@@ -8,6 +8,7 @@
     delete_group(zk, "default", "analytics")                # refused while members are alive
     plan = reset_offsets(zk, "default", "analytics", "clicks", targets)   # dry run: the plan only
     reset_offsets(zk, "default", "analytics", "clicks", targets, dry_run=False)
+    delete_group_offsets(zk, "default", "analytics", {("clicks", 0)})   # refused while a member reads clicks
 
 This module reads and writes ZooKeeper only. What only the partitions' data
 servers know (a partition's end, an estimate of message sizes, the offset
@@ -214,6 +215,24 @@ def describe_group(
     return rows
 
 
+def owners(zk: KazooClient, cluster: str, group: str) -> dict[TopicPartition, str]:
+    """``{(topic, partition): consumer id}`` of the partitions the group's
+    raylog members own right now (their owner nodes)."""
+    paths = Paths(cluster)
+    with zookeeper_errors(zk, f"read the partition owners of group {group!r}"):
+        tps = [(t, int(n)) for t in _children(zk, paths.all_owners(group))
+               for n in _children(zk, paths.owners(group, t)) if n.isdigit()]
+        return {tp: r[0].decode(errors="replace")
+                for tp, r in zip(tps, _get_many(zk, [paths.owner(group, *tp) for tp in tps])) if r is not None}
+
+
+def has_offsets(zk: KazooClient, cluster: str, group: str) -> bool:
+    """Whether the group has a committed offset (one node read per topic at most)."""
+    paths = Paths(cluster)
+    with zookeeper_errors(zk, f"read the committed offsets of group {group!r}"):
+        return any(_children(zk, paths.offsets(group, t)) for t in _children(zk, paths.all_offsets(group)))
+
+
 def refuse_if_active(zk: KazooClient, cluster: str, group: str, doing: str) -> None:
     """Raise :class:`raylog.GroupActiveError` if ``group`` has live members
     (raylog's, or Kafka clients' through the Kafka listener)."""
@@ -263,6 +282,69 @@ def delete_group(zk: KazooClient, cluster: str, group: str) -> None:
         except NotEmptyError:
             raise GroupActiveError(f"a member joined consumer group {group!r} while it was being deleted; "
                                    f"its offsets are gone, the group lives on", group=group) from None
+
+
+def consumed_topics(zk: KazooClient, cluster: str, group: str) -> dict[str, list[str]]:
+    """``{topic: [member id, ...]}`` of the topics the group's live members
+    read: raylog members' subscriptions, Kafka members' subscriptions and
+    assigned partitions (as their coordinating listener publishes them)."""
+    paths = Paths(cluster)
+    found: dict[str, set[str]] = {}
+    for member, topics in live_members(zk, cluster, group).items():
+        for topic in topics:
+            found.setdefault(topic, set()).add(member)
+    with zookeeper_errors(zk, f"read the Kafka members of group {group!r}"):
+        for member, d in kafka_members.details(zk, paths, group).items():
+            for topic in set(d["topics"]) | {t for t, _ in d["assigned"]}:
+                found.setdefault(topic, set()).add(member)
+    return {topic: sorted(members) for topic, members in sorted(found.items())}
+
+
+def delete_group_offsets(zk: KazooClient, cluster: str, group: str, partitions) -> list[TopicPartition]:
+    """Delete the group's committed offsets of ``partitions`` (an iterable
+    of ``(topic, partition)``; Kafka's OffsetDelete). Returns the pairs that
+    had one, sorted; a pair without one is no error. Refused as a whole
+    (:class:`raylog.GroupActiveError`, nothing deleted) when a live member
+    reads one of the topics named; :class:`raylog.UnknownGroupError` for a
+    group with neither live members nor committed offsets; a pair that is
+    not ``(str, int >= 0)`` is a :class:`raylog.ConfigError`."""
+    pairs = set()
+    for pair in partitions:
+        if (not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str) or not pair[0]
+                or not isinstance(pair[1], int) or isinstance(pair[1], bool) or pair[1] < 0):
+            raise ConfigError(f"a partition is a (topic, partition number) pair, got {pair!r}")
+        pairs.add(pair)
+    what = f"delete committed offsets of consumer group {group!r}"
+    ensure_connected(zk, what)
+    paths = Paths(cluster)
+    consumed = consumed_topics(zk, cluster, group)
+    busy = sorted({t for t, _ in pairs} & set(consumed))
+    if busy:
+        members = sorted({m for t in busy for m in consumed[t]})
+        raise GroupActiveError(
+            f"cannot delete the committed offsets of consumer group {group!r} for topic(s) {', '.join(busy)}: "
+            f"live member(s) {', '.join(members)} read them; stop them first (nothing was deleted)",
+            group=group, members=members, topics=busy)
+    committed = OffsetStore(zk, cluster).committed_all(group)
+    if not committed and not consumed and not live_members(zk, cluster, group):
+        raise UnknownGroupError(f"consumer group {group!r} of cluster {cluster!r} has no members and no committed "
+                                f"offsets; see list_groups()", group=group)
+    deleted = []
+    with zookeeper_errors(zk, what):
+        for topic, partition in sorted(pairs):
+            if (topic, partition) not in committed:
+                continue
+            try:
+                zk.delete(paths.offset(group, topic, partition))
+                deleted.append((topic, partition))
+            except NoNodeError:
+                pass
+        for topic in sorted({t for t, _ in deleted}):
+            try:
+                zk.delete(paths.offsets(group, topic))  # the topic's last offset gone: its node too
+            except (NoNodeError, NotEmptyError):
+                pass
+    return deleted
 
 
 def reset_offsets(

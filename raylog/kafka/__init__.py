@@ -22,6 +22,8 @@ clients in any language produce to and fetch from raylog topics:
   through raylog's own topic administration;
 * :mod:`raylog.kafka.coordinator` -- JoinGroup, SyncGroup, Heartbeat and
   LeaveGroup: Kafka-protocol consumer groups (``subscribe()``);
+* :mod:`raylog.kafka.group_admin` -- ListGroups, DescribeGroups,
+  DeleteGroups and OffsetDelete on raylog's groups and Kafka-protocol ones;
 * :mod:`raylog.kafka.brokers` -- the listeners' registry in ZooKeeper and
   which listener Metadata names for a partition;
 * :mod:`raylog.kafka.listener` -- the socket server;
@@ -32,7 +34,8 @@ Served: ApiVersions 0-3, Metadata 1-8, Produce 3-8, Fetch 4-11,
 ListOffsets 1-5, OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2,
 SaslHandshake 0-1, SaslAuthenticate 0-1, InitProducerId 0-4, CreateTopics 2-5,
 DeleteTopics 1-5, DescribeConfigs 1-4, JoinGroup 0-5, Heartbeat 0-3,
-LeaveGroup 0-3, SyncGroup 0-3 (:data:`raylog.kafka.frames.SUPPORTED`);
+LeaveGroup 0-3, SyncGroup 0-3, ListGroups 0-4, DescribeGroups 0-5,
+DeleteGroups 0-2, OffsetDelete 0 (:data:`raylog.kafka.frames.SUPPORTED`);
 Produce and Fetch are advertised from version 0 for old librdkafka's
 feature check (:data:`raylog.kafka.frames.ADVERTISED_LOWEST`).
 Not yet: static group membership (``group.instance.id``), transactional

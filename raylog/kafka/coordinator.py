@@ -110,11 +110,13 @@ WAIT_SLACK_S = 10.0
 class Member:
     """One member of a group (fields only)."""
 
-    __slots__ = ("member_id", "client_id", "protocols", "session_timeout_ms", "rebalance_timeout_ms",
+    __slots__ = ("member_id", "client_id", "client_host", "protocols", "session_timeout_ms", "rebalance_timeout_ms",
                  "last_seen", "join_result", "awaiting_join", "sync_result", "awaiting_sync", "assignment")
 
     def __init__(self, member_id: str, client_id: str):
         self.member_id, self.client_id = member_id, client_id
+        #: the client's address as Kafka shows it (``/127.0.0.1``), "" when not known
+        self.client_host = ""
         self.protocols: list[tuple[str, bytes]] = []
         self.session_timeout_ms = self.rebalance_timeout_ms = 0
         self.last_seen = 0.0
@@ -386,7 +388,7 @@ class Coordinator:
 
     # -- requests ------------------------------------------------------------------
 
-    def join_group(self, body, version: int, client_id: str | None):
+    def join_group(self, body, version: int, client_id: str | None, client_host: str = ""):
         group_id = body.group_id
         if not group_id:
             return _join_response(version, JoinResult(INVALID_GROUP_ID, member_id=body.member_id or ""))
@@ -406,6 +408,7 @@ class Coordinator:
                 if not group.members:
                     self._groups.pop(group_id, None)
                 return _join_response(version, JoinResult(error, member_id=member_id))
+            group.members[member_id].client_host = client_host
             self._cond.notify_all()
         self._start_sweeper()
         self._publish(group_id)
@@ -495,6 +498,46 @@ class Coordinator:
                 return None
             return {"state": group.state, "generation": group.generation, "leader": group.leader,
                     "protocol": group.protocol, "members": sorted(group.members)}
+
+    def snapshot(self, group_id: str) -> dict | None:
+        """What DescribeGroups shows of a group here, or None:
+        ``{"state", "protocol_type", "protocol", "members"}``, each member
+        ``{"member_id", "client_id", "client_host", "metadata", "assignment",
+        "topics"}`` (``metadata``: its subscription under the group's
+        protocol; ``topics``: that subscription's topics and its assigned
+        ones, for a ``consumer`` group). As Kafka answers it, the protocol,
+        metadata and assignment are given only while the group is STABLE."""
+        with self._cond:
+            group = self._groups.get(group_id)
+            if group is None or not group.members:
+                return None
+            stable = group.state == STABLE
+            consumer = group.protocol_type == CONSUMER
+            members = []
+            for member in group.members.values():
+                metadata = next((m for name, m in member.protocols if name == group.protocol), b"")
+                topics = set()
+                if consumer:
+                    topics.update(subscribed_topics(metadata) if metadata else ())
+                    for name, m in member.protocols:  # before the first join completes: any protocol's
+                        topics.update(subscribed_topics(m))
+                    topics.update(t for t, _ in assigned_partitions(member.assignment))
+                members.append({"member_id": member.member_id, "client_id": member.client_id,
+                                "client_host": member.client_host,
+                                "metadata": metadata if stable else b"",
+                                "assignment": member.assignment if stable else b"",
+                                "topics": sorted(topics)})
+            return {"state": group.state, "protocol_type": group.protocol_type or "",
+                    "protocol": (group.protocol or "") if stable else "", "members": members}
+
+    def group_ids(self) -> list[str]:
+        """The groups with members here."""
+        with self._cond:
+            return sorted(g for g, group in self._groups.items() if group.members)
+
+    def coordinates(self, group_id: str) -> bool:
+        """Whether this listener coordinates ``group_id`` (:meth:`entry_for`)."""
+        return self._is_coordinator(group_id)
 
     # -- inside --------------------------------------------------------------------
 

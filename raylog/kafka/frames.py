@@ -25,13 +25,16 @@ import struct
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     CreateTopicsRequest,
+    DeleteGroupsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
     IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
-from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
+from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetDeleteRequest, SyncGroupRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
@@ -79,6 +82,11 @@ SUPPORTED = {
     DescribeConfigsRequest.API_KEY: (DescribeConfigsRequest, 1, 4),
     AlterConfigsRequest.API_KEY: (AlterConfigsRequest, 0, 2),
     IncrementalAlterConfigsRequest.API_KEY: (IncrementalAlterConfigsRequest, 0, 1),
+    # group administration (raylog.kafka.group_admin)
+    ListGroupsRequest.API_KEY: (ListGroupsRequest, 0, 4),
+    DescribeGroupsRequest.API_KEY: (DescribeGroupsRequest, 0, 5),
+    DeleteGroupsRequest.API_KEY: (DeleteGroupsRequest, 0, 2),
+    OffsetDeleteRequest.API_KEY: (OffsetDeleteRequest, 0, 0),
 }
 
 #: api key -> the lowest version ApiVersions advertises, where it is below

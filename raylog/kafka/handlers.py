@@ -12,7 +12,8 @@ FindCoordinator, OffsetCommit and OffsetFetch through
 :mod:`raylog.kafka.group_offsets` (FindCoordinator for a transactional id,
 InitProducerId with one, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
 TxnOffsetCommit through :mod:`raylog.kafka.transactions`); JoinGroup, SyncGroup, Heartbeat and
-LeaveGroup through the listener's :mod:`raylog.kafka.coordinator`.
+LeaveGroup through the listener's :mod:`raylog.kafka.coordinator`; ListGroups, DescribeGroups,
+DeleteGroups and OffsetDelete through :mod:`raylog.kafka.group_admin`.
 
 Offsets (docs/design.md section 10): a Kafka offset is the raylog offset;
 ListOffsets' latest is the offset after the last record, where a consumer
@@ -64,7 +65,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.kafka import admin, brokers, group_offsets, idempotence, transactions
+from raylog.kafka import admin, brokers, group_admin, group_offsets, idempotence, transactions
 from raylog.kafka.coordinator import Coordinator
 from raylog.kafka.frames import (
     SIZE,
@@ -96,6 +97,7 @@ INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 # Kafka error codes
@@ -219,8 +221,10 @@ class Backend:
 class Session:
     """One client connection's state and handlers (see the module docstring)."""
 
-    def __init__(self, backend: Backend):
+    def __init__(self, backend: Backend, peer=None):
         self.backend = backend
+        #: the client's address as Kafka shows it in DescribeGroups (``/127.0.0.1``), "" when not known
+        self.client_host = f"/{peer[0]}" if peer else ""
         self.authenticated = backend.verifier is None
         self._exchange = None
         #: after a SaslHandshake of version 0: the SASL tokens come as bare frames
@@ -989,8 +993,12 @@ _HANDLERS = {
     ALTER_CONFIGS: lambda session, body, version: admin.alter_configs(session.backend, body, version),
     INCREMENTAL_ALTER_CONFIGS: lambda session, body, version: admin.incremental_alter_configs(session.backend,
                                                                                              body, version),
-    JOIN_GROUP: lambda session, body, version: session.backend.coordinator.join_group(body, version,
-                                                                                     session.client_id),
+    JOIN_GROUP: lambda session, body, version: session.backend.coordinator.join_group(
+        body, version, session.client_id, session.client_host),
+    LIST_GROUPS: lambda session, body, version: group_admin.list_groups(session.backend, body, version),
+    DESCRIBE_GROUPS: lambda session, body, version: group_admin.describe_groups(session.backend, body, version),
+    DELETE_GROUPS: lambda session, body, version: group_admin.delete_groups(session.backend, body, version),
+    OFFSET_DELETE: lambda session, body, version: group_admin.offset_delete(session.backend, body, version),
     SYNC_GROUP: lambda session, body, version: session.backend.coordinator.sync_group(body, version),
     HEARTBEAT: lambda session, body, version: session.backend.coordinator.heartbeat(body, version),
     LEAVE_GROUP: lambda session, body, version: session.backend.coordinator.leave_group(body, version),

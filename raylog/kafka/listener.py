@@ -233,7 +233,7 @@ class KafkaServer:
 
     def _serve(self, client) -> None:
         sock, peer = client.sock, client.peer
-        session = Session(self.backend)
+        session = Session(self.backend, peer)
         authenticated = session.authenticated
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

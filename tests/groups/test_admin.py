@@ -8,7 +8,14 @@ import pytest
 
 from raylog.config import TopicConfig
 from raylog.errors import ConfigError, GroupActiveError, UnknownGroupError, ZooKeeperUnavailableError
-from raylog.groups.admin import delete_group, delete_topic_offsets, describe_group, list_groups, reset_offsets
+from raylog.groups.admin import (
+    delete_group,
+    delete_group_offsets,
+    delete_topic_offsets,
+    describe_group,
+    list_groups,
+    reset_offsets,
+)
 from raylog.groups.member import GroupMember
 from raylog.groups.states import MemberState
 from raylog.groups.offsets import OffsetStore
@@ -179,6 +186,36 @@ def test_reset_offsets_is_a_dry_run_by_default_and_refused_while_members_live(zk
     member.close()
     with pytest.raises(ConfigError):
         reset_offsets(zk, cluster_name, "g", "t", {0: -1}, dry_run=False)
+
+
+def test_delete_group_offsets_is_refused_for_a_topic_a_member_reads_and_deletes_the_others(
+        zk, registry, cluster_name, join):
+    registry.create_topic("t", TopicConfig(partitions=2))
+    registry.create_topic("u", TopicConfig(partitions=1))
+    store = OffsetStore(zk, cluster_name)
+    member = join("g", ["t"], "a")
+    member.commit({("t", 0): 10, ("t", 1): 20})
+    store.commit("g", "u", 0, 30)
+    # a topic the live member reads: refused as a whole, nothing deleted (not even u's)
+    with pytest.raises(GroupActiveError, match="read them") as info:
+        delete_group_offsets(zk, cluster_name, "g", {("t", 0), ("u", 0)})
+    assert info.value.details["topics"] == ["t"] and info.value.details["members"] == ["a"]
+    assert store.committed_all("g") == {("t", 0): 10, ("t", 1): 20, ("u", 0): 30}
+    # a topic no member reads: deleted while the member lives; a pair without an offset is no error
+    assert delete_group_offsets(zk, cluster_name, "g", [("u", 0), ("u", 5)]) == [("u", 0)]
+    assert store.committed_all("g") == {("t", 0): 10, ("t", 1): 20}
+    member.close()
+    assert delete_group_offsets(zk, cluster_name, "g", {("t", 1)}) == [("t", 1)]
+    assert store.committed_all("g") == {("t", 0): 10}
+    assert list_groups(zk, cluster_name) == ["g"]
+    for bad in ([("t", -1)], [("t", "0")], [("", 0)], ["t-0"]):
+        with pytest.raises(ConfigError, match="pair"):
+            delete_group_offsets(zk, cluster_name, "g", bad)
+    assert store.committed_all("g") == {("t", 0): 10}
+    assert delete_group_offsets(zk, cluster_name, "g", {("t", 0)}) == [("t", 0)]
+    assert "g" not in list_groups(zk, cluster_name)
+    with pytest.raises(UnknownGroupError):
+        delete_group_offsets(zk, cluster_name, "g", {("t", 0)})
 
 
 def test_deleting_a_topic_deletes_every_groups_offsets_of_it(zk, cluster_name):
