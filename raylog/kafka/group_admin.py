@@ -38,7 +38,8 @@ GROUP_SUBSCRIBED_TO_TOPIC and keeps its offset, one of a topic or partition
 that does not exist is UNKNOWN_TOPIC_OR_PARTITION.
 
 **Bounds.** A request naming more than :data:`MAX_GROUPS` groups, more than
-:data:`MAX_PARTITIONS` partitions or more than :data:`MAX_STATES` states
+:data:`MAX_PARTITIONS` topics and partitions together or more than
+:data:`MAX_STATES` states
 closes the connection (:class:`~raylog.kafka.frames.BadFrame`), before any
 ZooKeeper read. Like every API but ApiVersions and SASL's, these are served
 only after authentication (:mod:`raylog.kafka.handlers`).
@@ -78,7 +79,7 @@ EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"
 
 #: the most groups one DescribeGroups or DeleteGroups may name
 MAX_GROUPS = 1000
-#: the most partitions one OffsetDelete may name
+#: the most topics and partitions, together, one OffsetDelete may name
 MAX_PARTITIONS = 10_000
 #: the most states one ListGroups' filter may name
 MAX_STATES = 16

@@ -441,6 +441,15 @@ def test_groups_reset_offsets_dry_run_execute_and_delete(cluster, make_topic, ra
     assert proc.returncode == 0, proc.stderr
     assert raylog_client.describe_group(group)[0]["committed"] == 0  # every message is newer
 
+    # the committed offset of partition 0 deleted; asked again, none is left to delete
+    proc = raylog(*cluster, "groups", "delete-offsets", group, "--topic", topic, "-p", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split() for line in proc.stdout.splitlines()] == [["TOPIC", "PARTITION"], [topic, "0"]]
+    assert group not in raylog_client.list_groups()  # its only offset: nothing is left of the group
+    proc = raylog(*cluster, "groups", "delete-offsets", group, "--topic", topic)
+    assert proc.returncode == 1 and group in proc.stderr  # no offsets and no members: no such group
+
+    raylog_client.reset_offsets(group, topic, "earliest", dry_run=False)
     proc = raylog(*cluster, "groups", "delete", group)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"Deleted consumer group {group}." and not proc.stderr  # a result: stdout

@@ -1,5 +1,5 @@
-"""``raylog groups ...``: list, describe, delete consumer groups and reset their
-committed offsets."""
+"""``raylog groups ...``: list, describe, delete consumer groups, reset their
+committed offsets and delete some of them."""
 
 from __future__ import annotations
 
@@ -62,6 +62,22 @@ def groups_delete(target: Target, group):
     with target.client("groups delete") as client:
         client.delete_group(group)
     click.echo(f"Deleted consumer group {group}.")
+
+
+@groups.command("delete-offsets")
+@click.argument("group")
+@click.option("--topic", "-t", required=True, help="The topic whose committed offsets go.")
+@click.option("--partition", "-p", "partitions", type=click.IntRange(min=0), multiple=True,
+              help="Only this partition (repeatable; default: every partition of the topic).")
+@pass_target
+def groups_delete_offsets(target: Target, group, topic, partitions):
+    """Delete GROUP's committed offsets of a topic (Kafka's
+    --delete-offsets): its consumers then start those partitions from their
+    auto_offset_reset. Refused while a live member reads the topic."""
+    with target.client("groups delete-offsets") as client:
+        chosen = partitions or range(client.describe_topic(topic)["config"].partitions)
+        deleted = client.delete_group_offsets(group, {(topic, p) for p in chosen})
+    click.echo(format_table(["TOPIC", "PARTITION"], [[t, p] for t, p in deleted]))
 
 
 @groups.command("reset-offsets")
