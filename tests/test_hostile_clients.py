@@ -16,7 +16,10 @@ The attack list (door: what a stranger tries → what it gets):
 * Kafka listener: idle connections that never authenticate, large frames
   before SASL, a compressed Produce that inflates past the partition's bound
   → deadline from accept, small frames before SASL, strangers shed first at
-  the limit, a per-address bound, decompression bounded as it runs.
+  the limit, a per-address bound, decompression bounded as it runs; group
+  administration (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete)
+  before SASL, and naming more groups or partitions than served → closed,
+  nothing listed or deleted.
 * ZooKeeper: writes without the token anywhere (the root included), large
   znodes, many connections, four-letter words, a squatted cluster path, a
   killed server → refused or bounded; a squatted path reported as such; the
@@ -386,6 +389,34 @@ def test_kafka_large_frame_before_sasl_is_refused_from_its_size(kafka_listener):
     with _kafka_raw().RawKafka(config) as raw:  # a client with the token is served
         raw.authenticate()
     assert _peak_rss(actor) - before < KAFKA_RSS_GROWTH_BOUND
+
+
+def test_kafka_group_administration_before_sasl_is_closed_and_deletes_nothing(raylog_client, kafka_listener,
+                                                                              make_topic):
+    from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
+    from kafka.protocol.consumer import OffsetDeleteRequest
+
+    from raylog.groups.offsets import OffsetStore
+
+    config, _ = kafka_listener
+    topic, group = make_topic(partitions=1), f"hostile-{uuid.uuid4().hex[:8]}"
+    store = OffsetStore(raylog_client._zk, raylog_client.settings.cluster)
+    store.commit(group, topic, 0, 0)
+    Topic = OffsetDeleteRequest.OffsetDeleteRequestTopic
+    for request in (ListGroupsRequest[4](states_filter=[]), DescribeGroupsRequest[5](groups=[group]),
+                    DeleteGroupsRequest[2](groups_names=[group]),
+                    OffsetDeleteRequest[0](group_id=group, topics=[Topic(name=topic, partitions=[
+                        Topic.OffsetDeleteRequestPartition(partition_index=0)])])):
+        request.with_header(correlation_id=1, client_id="stranger")
+        (sock,) = _strangers(config, 1)
+        try:
+            sock.sendall(bytes(request.encode(header=True, framed=True)))
+            sock.settimeout(10)
+            assert sock.recv(1) == b"", f"{type(request).__name__} before SASL was answered"
+        finally:
+            sock.close()
+    assert store.committed(group, topic, 0) == 0 and group in raylog_client.list_groups()
+    # bounds on what an authenticated client names: tests/kafka/test_kafka_group_admin.py
 
 
 def test_kafka_strangers_of_one_address_are_bounded(kafka_listener):
