@@ -54,6 +54,10 @@ of four states::
   (a member commits what it processed before it joins again), refused with
   REBALANCE_IN_PROGRESS while COMPLETING_REBALANCE.
 
+Group administration (:mod:`raylog.kafka.group_admin`) reads a group here
+through :meth:`Coordinator.snapshot` (state, members with their client id,
+address, subscription and assignment).
+
 :class:`Group` is the pure state machine (time is an argument; tested
 alone). :class:`Coordinator` holds the groups of one listener behind one
 lock: request threads block on its condition for JoinGroup and SyncGroup
