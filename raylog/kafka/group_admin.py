@@ -60,6 +60,7 @@ from raylog.groups import admin as groups
 from raylog.groups import kafka_members
 from raylog.kafka.consumer_protocol import CONSUMER
 from raylog.kafka.frames import BadFrame
+from raylog.zk.errors import zookeeper_errors
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,9 @@ def view(backend, group: str) -> dict:
                             "topics": sorted(set(topics) | {t for t, _ in owned.get(member, ())})})
         protocol = RAYLOG_PROTOCOL
     else:  # Kafka members another listener published (it coordinated the group until the listeners changed)
-        for member, d in sorted(kafka_members.details(zk, backend.paths, group).items()):
+        with zookeeper_errors(zk, f"read the Kafka members of group {group!r}"):
+            published = kafka_members.details(zk, backend.paths, group)
+        for member, d in sorted(published.items()):
             members.append({"member_id": member, "client_id": d["client_id"] or "", "client_host": "",
                             "metadata": _subscription(d["topics"]), "assignment": _assignment(d["assigned"]),
                             "topics": sorted(set(d["topics"]) | {t for t, _ in d["assigned"]})})
@@ -153,6 +156,20 @@ def view(backend, group: str) -> dict:
                 "committed": committed}
     return {"state": EMPTY if committed else DEAD, "protocol_type": CONSUMER if committed else "",
             "protocol": "", "members": [], "committed": committed}
+
+
+def _state(backend, group: str) -> str:
+    """The state :func:`view` shows, from fewer reads (what ListGroups needs)."""
+    here = backend.coordinator.snapshot(group)
+    if here is not None:
+        return here["state"]
+    zk, cluster = backend.zk, backend.settings.cluster
+    if groups.live_members(zk, cluster, group):
+        return STABLE
+    with zookeeper_errors(zk, f"read the Kafka members of group {group!r}"):
+        if kafka_members.live(zk, backend.paths, group):
+            return STABLE
+    return EMPTY if groups.has_offsets(zk, cluster, group) else DEAD
 
 
 def list_groups(backend, body, version: int):
@@ -169,10 +186,7 @@ def list_groups(backend, body, version: int):
         for group in sorted(names):
             if not coordinator.coordinates(group):
                 continue
-            try:
-                state = view(backend, group)["state"]
-            except UnknownGroupError:
-                continue
+            state = _state(backend, group)
             if state == DEAD or (wanted and state.lower() not in wanted):
                 continue
             listed.append(Listed(group_id=group, protocol_type=CONSUMER, group_state=state, group_type="classic"))
