@@ -421,7 +421,8 @@ def test_a_starting_or_ending_timestamp_wins_over_offsets_by_timestamp_as_in_spa
     assert values(read(spark, subscribe=topic, startingTimestamp=str(cut), startingOffsetsByTimestamp=from_zero,
                        startingOffsets=json.dumps({topic: {"0": -1, "1": -1}})).collect()) == new
     future = json.dumps({topic: {"0": cut + 3_600_000, "1": cut + 3_600_000}})
-    assert values(read(spark, subscribe=topic, endingTimestamp=str(cut), endingOffsetsByTimestamp=future).collect()) == old
+    ended = read(spark, subscribe=topic, endingTimestamp=str(cut), endingOffsetsByTimestamp=future)
+    assert values(ended.collect()) == old
     # the option that loses is not used at all (Spark does not read it): not even one naming one partition
     assert values(read(spark, subscribe=topic, startingTimestamp=str(cut),
                        startingOffsetsByTimestamp=json.dumps({topic: {"0": 0}})).collect()) == new
@@ -457,4 +458,7 @@ def test_kafka_bootstrap_servers_is_taken_when_it_names_the_clusters_listeners(s
     with pytest.raises(Exception, match=f"ConfigError: option '{option}' names {elsewhere}, which is not a Kafka "
                                         f"listener of .*; its listeners are {listed}"):
         no_job_ran(spark, lambda: read(spark, subscribe=topic, **{option: f"{servers},{elsewhere}"}).collect())
+    other_host = f"198.51.100.7:{entries[0]['port']}"  # a listener's port on another host (TEST-NET-2)
+    with pytest.raises(Exception, match=f"ConfigError: option '{option}' names {other_host}, which is not a Kafka"):
+        no_job_ran(spark, lambda: read(spark, subscribe=topic, **{option: other_host}).collect())
     assert read(spark, subscribe=topic).count() == 1000  # the data is whole

@@ -41,9 +41,8 @@ final class OptionNames {
 
   /** Options of a read by name (Spark's Kafka source names and raylog's settings). */
   static final Set<String> READ_BY_NAME = lower(CONNECTION, AVRO, Arrays.asList(
-      "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "includeHeaders", "includeNextOffset",
-      "kafka.bootstrap.servers", "startingTimestamp",
-      "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+      "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "includeHeaders",
+      "includeNextOffset", "kafka.bootstrap.servers", "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
       "startingOffsetsByTimestampStrategy", "failOnDataLoss", "fail_on_data_loss", "minPartitions",
       "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "kafkaConsumer.pollTimeoutMs", "fetch_bytes", "count_pushdown"));
 

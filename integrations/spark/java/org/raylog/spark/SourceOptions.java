@@ -203,7 +203,8 @@ final class SourceOptions implements Serializable {
     this.endingTimestamp = ets == null ? null : parseLong("endingTimestamp", ets);
     this.startingByTimestamp =
         ts != null ? null : timestamps("startingOffsetsByTimestamp", o.get("startingOffsetsByTimestamp"));
-    this.endingByTimestamp = ets != null ? null : timestamps("endingOffsetsByTimestamp", o.get("endingOffsetsByTimestamp"));
+    this.endingByTimestamp =
+        ets != null ? null : timestamps("endingOffsetsByTimestamp", o.get("endingOffsetsByTimestamp"));
     String servers = o.get("kafka.bootstrap.servers");
     this.bootstrapServers = servers == null ? null : bootstrap(servers);
     String strategy = o.getOrDefault("startingOffsetsByTimestampStrategy", "error").trim().toLowerCase();
