@@ -51,14 +51,21 @@ Errors the executors meet (data lost since planning, a corrupt message, a
 partition actor that moved) fail the Spark job with the raylog error's
 name at the start of the message, e.g. ``DataLossError: ...``.
 
-Columns (:mod:`raylog_spark.columns`, Spark's Kafka source): ``key``
-binary, ``value`` binary, ``topic`` string, ``partition`` int, ``offset``
-long (the byte offset; the i-th inner message of a compressed set at ``w``
-carries ``w + i``), ``timestamp`` timestamp. With ``value_format="json"`` or
-``"avro"`` the value's fields replace ``value`` as top-level columns
-(``flatten=False``: one struct column ``value``). The JVM source read by
-name (``spark.read.format("raylog")``) has more: ``timestampType``,
-``next_offset``.
+Columns (:mod:`raylog_spark.columns`), exactly Spark's Kafka source's on
+either engine and for ``spark.read.format("raylog")``: ``key`` binary,
+``value`` binary, ``topic`` string, ``partition`` int, ``offset`` long (the
+byte offset; the i-th inner message of a compressed set or record batch at
+``w`` carries ``w + i``), ``timestamp`` timestamp, ``timestampType`` int
+(0 CreateTime; the JVM reader gives 1 for a record of a LogAppendTime
+batch, the Python reader 0 for every record); with ``include_headers=True``
+(Spark's ``includeHeaders``) then ``headers``
+``array<struct<key: string, value: binary>>``; with
+``include_next_offset=True`` (Spark option ``includeNextOffset``; JVM
+reader only) last raylog's ``next_offset`` long, where to resume after the
+message. With ``value_format="json"`` or ``"avro"`` the value's fields
+replace ``value`` as top-level columns (``flatten=False``: one struct
+column ``value``) beside ``key``, ``topic``, ``partition``, ``offset`` and
+``timestamp``.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ import pyarrow as pa
 from raylog.errors import ConfigError
 from raylog.read import FETCH_BYTES, ReadPlan, plan_read, read_range
 from raylog_spark.avro_values import DEFAULT_SAMPLE, AvroColumns
-from raylog_spark.columns import spark_schema
+from raylog_spark.columns import META_COLUMNS, spark_schema
 from raylog_spark.json_values import parse_json
 from raylog_spark.source import jvm_dataframe
 
@@ -114,11 +121,15 @@ def read_topic(
     ``RAYLOG_ZOOKEEPER``, see :func:`raylog.read.default_settings`).
     ``read_options`` are the keyword arguments of :func:`plan_dataframe`:
     ``schema``, ``schema_id``, ``schema_subject``, ``schema_version``,
-    ``json_options``, ``flatten``, ``sample``, ``locality``, ``fetch_bytes``, ``engine`` and ``count_pushdown``.
+    ``json_options``, ``flatten``, ``sample``, ``locality``, ``fetch_bytes``, ``engine``, ``count_pushdown``,
+    ``include_headers`` and ``include_next_offset``.
 
     ``value_format``:
 
-    * ``"binary"``: the Kafka-source columns;
+    * ``"binary"``: the Kafka-source columns (see the module docstring),
+      with ``headers`` when ``include_headers`` and ``next_offset`` last
+      when ``include_next_offset`` (the JVM reader only: ConfigError with
+      ``engine="python"``);
     * ``"json"``: values parsed with Spark's ``from_json``, under ``schema``
       (a StructType or DDL string) or a schema Spark infers from the first
       ``sample`` values; ``json_options`` go to ``from_json``;
@@ -179,6 +190,8 @@ def plan_dataframe(
     fetch_bytes: int = FETCH_BYTES,
     engine: str = "auto",
     count_pushdown: bool = True,
+    include_headers: bool = False,
+    include_next_offset: bool = False,
 ):
     """The DataFrame that reads ``plan`` (see :func:`read_topic`); the
     engine that reads it is ``df.raylog_engine``. ``count_pushdown=False``
@@ -190,6 +203,16 @@ def plan_dataframe(
         raise ConfigError(
             "the JVM reader does not read read_committed yet (it would hand out aborted transactions' "
             "records); read with engine='python' (or 'auto'), which does"
+        )
+    if (include_headers or include_next_offset) and value_format != "binary":
+        raise ConfigError(
+            f"include_headers and include_next_offset add columns to a binary read; a {value_format} read has the "
+            f"value's columns and {', '.join(META_COLUMNS)}"
+        )
+    if include_next_offset and (committed or not _use_jvm(spark, engine)):
+        raise ConfigError(
+            "include_next_offset needs the JVM reader (the Python reader does not give next_offset); read with "
+            "engine='jvm' (read_uncommitted), or without include_next_offset"
         )
     options = {
         "fail_on_data_loss": plan.fail_on_data_loss,
@@ -203,13 +226,14 @@ def plan_dataframe(
                                        schema_subject=schema_subject, schema_version=schema_version)
     if not committed and _use_jvm(spark, engine):
         df = jvm_dataframe(
-            spark, plan, locality=locality, fetch_bytes=fetch_bytes, avro=decoder, count_pushdown=count_pushdown
+            spark, plan, locality=locality, fetch_bytes=fetch_bytes, avro=decoder, count_pushdown=count_pushdown,
+            include_headers=include_headers, include_next_offset=include_next_offset,
         )
         used = "jvm"
     else:
         df = _ranges_dataframe(spark, plan, locality).mapInArrow(
-            functools.partial(read_indexed_ranges, plan.ranges, plan.settings, options, decoder),
-            spark_schema() if decoder is None else decoder.spark_schema,
+            functools.partial(read_indexed_ranges, plan.ranges, plan.settings, options, decoder, include_headers),
+            spark_schema(include_headers) if decoder is None else decoder.spark_schema,
         )
         used = "python"
     if value_format == "json":
@@ -253,14 +277,30 @@ def _ranges_dataframe(spark, plan: ReadPlan, locality: bool):
     return spark.range(0, count, 1, max(1, count)).selectExpr("CAST(id AS INT) AS idx")
 
 
-def read_indexed_ranges(ranges, settings, options: dict, decoder, batches: Iterator[pa.RecordBatch]):
+def read_indexed_ranges(ranges, settings, options: dict, decoder, include_headers: bool,
+                        batches: Iterator[pa.RecordBatch]):
     """The ``mapInArrow`` function of a read: for each range index in the
-    input, the range's messages as RecordBatches (typed by ``decoder``)."""
+    input, the range's messages as RecordBatches, typed by ``decoder`` or
+    with :func:`kafka_columns`."""
     try:
         for batch in batches:
             for idx in batch.column(0).to_pylist():
                 for out in read_range(ranges[idx], settings, **options):
-                    yield out if decoder is None else decoder.decode(out)
+                    yield kafka_columns(out, include_headers) if decoder is None else decoder.decode(out)
     finally:
         if decoder is not None:
             decoder.close()
+
+
+def kafka_columns(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
+    """A RecordBatch of :data:`raylog.read.ARROW_SCHEMA` with the columns of
+    :func:`raylog_spark.columns.spark_schema`: ``timestampType`` added after
+    ``timestamp`` (0, CreateTime: the Python reader's records carry no
+    timestamp type), ``headers`` kept when ``include_headers``."""
+    columns = [batch.column(i) for i in range(6)]  # key, value, topic, partition, offset, timestamp
+    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    columns.append(pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows))
+    if include_headers:
+        columns.append(batch.column(batch.schema.get_field_index("headers")))
+        names.append("headers")
+    return pa.RecordBatch.from_arrays(columns, names=names)

@@ -64,10 +64,12 @@ def jvm_options(plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FET
 
 
 def jvm_dataframe(
-    spark, plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES, avro=None, count_pushdown=True
+    spark, plan: ReadPlan, *, locality: bool = True, fetch_bytes: int = FETCH_BYTES, avro=None, count_pushdown=True,
+    include_headers: bool = False, include_next_offset: bool = False,
 ):
     """The DataFrame of ``plan`` read by the JVM reader: the columns of
-    :func:`spark_schema` (binary values), or with ``avro`` (an
+    :func:`spark_schema` (binary values; ``headers`` and ``next_offset`` as
+    asked), or with ``avro`` (an
     :class:`raylog_spark.avro_values.AvroColumns`) its typed columns, the
     values decoded in the executors' JVMs (``org.raylog.spark.AvroSpec``).
     A bare ``count()`` is answered by the partitions' COUNT unless
@@ -75,7 +77,9 @@ def jvm_dataframe(
 
     options = jvm_options(plan, locality=locality, fetch_bytes=fetch_bytes)
     options["count_pushdown"] = "true" if count_pushdown else "false"
-    columns = spark_schema().fieldNames()
+    options["includeHeaders"] = "true" if include_headers else "false"
+    options["includeNextOffset"] = "true" if include_next_offset else "false"
+    columns = spark_schema(include_headers, include_next_offset).fieldNames()
     if avro is not None:
         options.update(
             value_format="avro", avro_schema_id=str(avro.reader_id), flatten="true" if avro.flatten else "false"

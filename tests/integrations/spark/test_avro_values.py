@@ -194,7 +194,7 @@ def test_a_typed_read_by_name(spark, raylog_client, every):
         .option("avro_schema_id", str(schema_id))
         .load()
     )
-    assert by_name.columns[-7:] == ["key", "topic", "partition", "offset", "timestamp", "timestampType", "next_offset"]
+    assert by_name.columns[-6:] == ["key", "topic", "partition", "offset", "timestamp", "timestampType"]
     python = read(spark, raylog_client, topic, "python")
     assert rows(by_name.select(*python.columns)) == rows(python)
     with pytest.raises(Exception, match="ConfigError: .*avro_schema_id"):

@@ -70,7 +70,7 @@ def test_read_by_name_with_one_or_several_topics_and_a_pattern(spark, raylog_cli
     a, b = topics
     df = read(spark, subscribe=a)
     assert df.columns == [
-        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "next_offset",
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
     ]
     expected_a = log_messages(raylog_client, a)
     assert sorted((r["partition"], r["offset"], bytes(r["value"])) for r in df.collect()) == expected_a
@@ -112,7 +112,7 @@ def test_every_row_of_a_compressed_topic_has_its_own_offset(spark, raylog_client
     sent = zstd_wrappers(raylog_client, topic)
     stored = spark_helpers.log_messages(raylog_client, topic)
     assert len({o for _p, o, *_ in stored}) == 300
-    rows = sorted(read(spark, subscribe=topic).collect(), key=lambda r: r["offset"])
+    rows = sorted(read(spark, subscribe=topic, includeNextOffset="true").collect(), key=lambda r: r["offset"])
     assert [bytes(r["value"]) for r in rows] == sent
     offsets = [r["offset"] for r in rows]
     assert len(set(offsets)) == 300 and offsets == sorted(offsets)  # 300 distinct, increasing
@@ -154,7 +154,7 @@ def test_starting_and_ending_offsets(spark, raylog_client, topics):
     df = read(
         spark,
         subscribe=a,
-        startingOffsets=json.dumps({a: {"0": start}}),
+        startingOffsets=json.dumps({a: {"0": start, "1": -2}}),
         endingOffsets=json.dumps({a: {"0": stop, "1": raylog_client.offsets(a, 1)[0]}}),
     )
     rows = df.collect()
@@ -173,7 +173,7 @@ def test_bad_options_are_raylog_errors(spark, raylog_client, topics):
         offsets = format1_topic(raylog_client, plain, [b"plain-0", b"plain-1"])
         read(spark, subscribe=plain, startingOffsets=json.dumps({plain: {"0": offsets[0][0] + 3}})).count()
     with pytest.raises(Exception, match="OffsetOutOfRangeError"):
-        read(spark, subscribe=a, endingOffsets=json.dumps({a: {"0": 10**9}})).count()
+        read(spark, subscribe=a, endingOffsets=json.dumps({a: {"0": 10**9, "1": -1}})).count()
     with pytest.raises(Exception, match="UnknownPartitionError"):
         read(spark, subscribe=a, startingOffsets=json.dumps({a: {"5": 0}})).count()
 

@@ -76,7 +76,6 @@ def test_options_outside_the_guide_or_not_done_are_refused_by_name_on_the_driver
         "maxTriggerDelay": ("15m", "goes with minOffsetsPerTrigger"),
         "kafka.auto.offset.reset": ("earliest", "startingOffsets"),
         "kafka.group.id": ("g", "no consumer group"),
-        "kafka.bootstrap.servers": ("localhost:9092", "zookeeper"),
         "kafka.value.deserializer": ("x", "deserialize"),
         "kafka.enable.auto.commit": ("true", "commits no offsets"),
         "kafka.interceptor.classes": ("x", "interceptor"),
@@ -393,3 +392,73 @@ def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(spark, r
     assert q_now.awaitTermination(300) and q_now.exception() is None
     assert batches(q_now) == [30, 30, 10]
     assert spark.table("min_now").count() == 70
+
+
+def test_json_offsets_name_every_partition_read_as_spark_requires(spark, raylog_client, timed):
+    topic, _ = timed
+    for name, edge in (("startingOffsets", -2), ("endingOffsets", -1)):
+        partial = json.dumps({topic: {"0": edge}})
+        with pytest.raises(Exception, match=f"ConfigError: option '{name}' gives specific offsets, so it must name "
+                                            f"every partition the query reads .*; it leaves out {topic}-1"):
+            no_job_ran(spark, lambda n=name, o=partial: read(spark, subscribe=topic, **{n: o}).collect())
+    # a stream's start too
+    stream = (spark.readStream.format("raylog").option("subscribe", topic)
+              .option("startingOffsets", json.dumps({topic: {"1": -2}})).load())
+    q = stream.writeStream.format("memory").queryName("partial_start").trigger(availableNow=True).start()
+    with pytest.raises(Exception, match=f"ConfigError: option 'startingOffsets' .*; it leaves out {topic}-0"):
+        q.awaitTermination(300)
+    # every partition named, -2 earliest and -1 latest as Spark's: the whole topic, nothing lost
+    whole = read(spark, subscribe=topic, startingOffsets=json.dumps({topic: {"0": -2, "1": -2}}),
+                 endingOffsets=json.dumps({topic: {"0": -1, "1": -1}}))
+    assert whole.count() == 1000
+
+
+def test_a_starting_or_ending_timestamp_wins_over_offsets_by_timestamp_as_in_spark(spark, raylog_client, timed):
+    topic, cut = timed
+    old = sorted(b"old-%04d" % i for i in range(500))
+    new = sorted(b"new-%04d" % i for i in range(500))
+    from_zero = json.dumps({topic: {"0": 0, "1": 0}})
+    assert values(read(spark, subscribe=topic, startingTimestamp=str(cut), startingOffsetsByTimestamp=from_zero,
+                       startingOffsets=json.dumps({topic: {"0": -1, "1": -1}})).collect()) == new
+    future = json.dumps({topic: {"0": cut + 3_600_000, "1": cut + 3_600_000}})
+    ended = read(spark, subscribe=topic, endingTimestamp=str(cut), endingOffsetsByTimestamp=future)
+    assert values(ended.collect()) == old
+    # the option that loses is not used at all (Spark does not read it): not even one naming one partition
+    assert values(read(spark, subscribe=topic, startingTimestamp=str(cut),
+                       startingOffsetsByTimestamp=json.dumps({topic: {"0": 0}})).collect()) == new
+    # and by timestamp wins over plain offsets
+    assert values(read(spark, subscribe=topic, startingOffsetsByTimestamp=json.dumps({topic: {"0": cut, "1": cut}}),
+                       startingOffsets="earliest").collect()) == new
+    stream = (spark.readStream.format("raylog").option("subscribe", topic).option("startingTimestamp", str(cut))
+              .option("startingOffsetsByTimestamp", from_zero).load())
+    q = stream.writeStream.format("memory").queryName("timestamp_wins").trigger(availableNow=True).start()
+    assert q.awaitTermination(300) and q.exception() is None
+    assert values(spark.sql("SELECT value FROM timestamp_wins").collect()) == new
+
+
+def test_kafka_bootstrap_servers_is_taken_when_it_names_the_clusters_listeners(spark, raylog_client, timed):
+    topic, _ = timed
+    option = "kafka.bootstrap.servers"
+    with pytest.raises(Exception, match=f"ConfigError: option '{option}' names 127.0.0.1:9, which is not a Kafka "
+                                        "listener of the raylog cluster .*(it runs none)"):
+        no_job_ran(spark, lambda: read(spark, subscribe=topic, **{option: "127.0.0.1:9"}).collect())
+    with pytest.raises(Exception, match=f"ConfigError: option '{option}' must be host:port entries"):
+        no_job_ran(spark, lambda: read(spark, subscribe=topic, **{option: "no-port"}).collect())
+    entries = raylog_client.start_kafka_listeners()
+    servers = ",".join(f"{e['host']}:{e['port']}" for e in entries)
+    assert read(spark, subscribe=topic, **{option: servers}).count() == 1000
+    stream = spark.readStream.format("raylog").option("subscribe", topic).option(option, servers).option(
+        "startingOffsets", "earliest").load()
+    q = stream.writeStream.format("memory").queryName("bootstrap_ok").trigger(availableNow=True).start()
+    assert q.awaitTermination(300) and q.exception() is None
+    assert spark.sql("SELECT * FROM bootstrap_ok").count() == 1000
+    ports = {e["port"] for e in entries}
+    elsewhere = f"{entries[0]['host']}:{max(ports) + 1}"
+    listed = ", ".join(f"{e['host']}:{e['port']}" for e in entries)
+    with pytest.raises(Exception, match=f"ConfigError: option '{option}' names {elsewhere}, which is not a Kafka "
+                                        f"listener of .*; its listeners are {listed}"):
+        no_job_ran(spark, lambda: read(spark, subscribe=topic, **{option: f"{servers},{elsewhere}"}).collect())
+    other_host = f"198.51.100.7:{entries[0]['port']}"  # a listener's port on another host (TEST-NET-2)
+    with pytest.raises(Exception, match=f"ConfigError: option '{option}' names {other_host}, which is not a Kafka"):
+        no_job_ran(spark, lambda: read(spark, subscribe=topic, **{option: other_host}).collect())
+    assert read(spark, subscribe=topic).count() == 1000  # the data is whole

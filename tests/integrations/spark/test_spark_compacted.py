@@ -145,7 +145,10 @@ def test_a_batch_read_of_a_cleaned_topic_returns_every_kept_record_once(spark, r
     assert len(expected) < RECORDS // 2  # the cleaner removed most records: the reads cross gaps
     assert _table(expected) == topics[2]
 
-    df = spark.read.format("raylog").option("subscribe", cleaned).option("startingOffsets", "earliest").load()
+    df = (
+        spark.read.format("raylog").option("subscribe", cleaned).option("startingOffsets", "earliest")
+        .option("includeNextOffset", "true").load()
+    )
     rows = df.select("partition", "offset", "key", "value", "next_offset").collect()
     assert _records(rows) == expected
     for p in range(PARTITIONS):  # each row's next offset lies past it and at or before the next row

@@ -69,7 +69,7 @@ def test_a_mixed_log_reads_every_record_with_its_headers_and_nulls(spark, mixed)
 
 def test_next_offsets_and_a_read_from_a_record_inside_a_batch(spark, mixed):
     topic, want = mixed
-    df = spark.read.format("raylog").option("subscribe", topic).load()
+    df = spark.read.format("raylog").option("subscribe", topic).option("includeNextOffset", "true").load()
     rows = sorted(df.collect(), key=lambda r: r["offset"])
     offsets = [r["offset"] for r in rows]
     assert offsets == [o for o, *_ in want]

@@ -194,7 +194,7 @@ final class AvroSpec implements Serializable {
   }
 
   private static boolean isMeta(String name) {
-    for (String n : RaylogTable.SCHEMA_WITH_HEADERS.fieldNames()) {
+    for (String n : RaylogTable.COLUMNS.fieldNames()) {
       if (n.equals(name)) {
         return true;
       }
@@ -205,7 +205,7 @@ final class AvroSpec implements Serializable {
   /** The column code of {@code name}: a message column's ordinal, {@link #VALUE_STRUCT} or a value field's. */
   int column(String name) {
     if (isMeta(name) && !(name.equals("value"))) {
-      return RaylogTable.SCHEMA_WITH_HEADERS.fieldIndex(name);
+      return RaylogTable.COLUMNS.fieldIndex(name);
     }
     if (!flatten) {
       return VALUE_STRUCT;

@@ -3,6 +3,7 @@ package org.raylog.spark;
 import java.io.Closeable;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -43,6 +44,66 @@ final class Cluster implements Closeable {
   Cluster(SourceOptions options) {
     this.options = options;
     this.zk = new Zk(options.zookeeper, options.cluster, options.timeoutMs);
+    if (options.bootstrapServers != null) {
+      try {
+        checkBootstrap(options.bootstrapServers, zk.kafkaListeners());
+      } catch (RuntimeException e) {
+        zk.close();
+        throw e;
+      }
+    }
+  }
+
+  /**
+   * ConfigError unless every {@code host:port} of kafka.bootstrap.servers is one of
+   * {@code listeners} (the cluster's Kafka listeners): same port, and the same host name or
+   * a host that resolves to an address of the listener's host.
+   */
+  void checkBootstrap(List<String> servers, List<Zk.Endpoint> listeners) {
+    List<String> known = new ArrayList<>();
+    for (Zk.Endpoint l : listeners) {
+      known.add(l.host + ":" + l.port);
+    }
+    String where = "the raylog cluster '" + options.cluster + "' at ZooKeeper " + options.zookeeper;
+    for (String server : servers) {
+      int colon = server.lastIndexOf(':');
+      String host = server.substring(0, colon);
+      if (host.startsWith("[") && host.endsWith("]")) {
+        host = host.substring(1, host.length() - 1);
+      }
+      int port = Integer.parseInt(server.substring(colon + 1));
+      boolean found = false;
+      for (Zk.Endpoint l : listeners) {
+        if (l.port == port && sameHost(host, l.host)) {
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
+        throw SourceOptions.config("option 'kafka.bootstrap.servers' names " + server + ", which is not a Kafka "
+            + "listener of " + where + (listeners.isEmpty() ? " (it runs none)" : "; its listeners are "
+            + String.join(", ", known)) + ". The raylog source reads the cluster its ZooKeeper names; give that "
+            + "cluster's listeners, or leave the option out");
+      }
+    }
+  }
+
+  private static boolean sameHost(String a, String b) {
+    if (a.equalsIgnoreCase(b)) {
+      return true;
+    }
+    try {
+      java.util.Set<java.net.InetAddress> mine = new java.util.HashSet<>(java.util.Arrays.asList(
+          java.net.InetAddress.getAllByName(a)));
+      for (java.net.InetAddress x : java.net.InetAddress.getAllByName(b)) {
+        if (mine.contains(x)) {
+          return true;
+        }
+      }
+    } catch (java.net.UnknownHostException e) {
+      return false;
+    }
+    return false;
   }
 
   /** {@code topic -> partitions} of the selected topics; UnknownTopicError for a subscribed topic that is missing. */
@@ -557,6 +618,22 @@ final class Cluster implements Closeable {
               "option '" + name + "' names " + topic + "-" + p + ", but " + topic + " has partitions 0.."
                   + (logs.get(topic).size() - 1));
         }
+      }
+    }
+    if (word == null) { // JSON: every partition read, as Spark's Kafka source requires
+      List<String> missing = new ArrayList<>();
+      for (Map.Entry<String, Map<Integer, long[]>> t : logs.entrySet()) {
+        Map<Integer, Long> mine = given.getOrDefault(t.getKey(), Collections.emptyMap());
+        for (int p : t.getValue().keySet()) {
+          if (!mine.containsKey(p)) {
+            missing.add(t.getKey() + "-" + p);
+          }
+        }
+      }
+      if (!missing.isEmpty()) {
+        throw SourceOptions.config("option '" + name + "' gives specific offsets, so it must name every partition "
+            + "the query reads (as in Spark's Kafka source; -2 for earliest, -1 for latest); it leaves out "
+            + String.join(", ", missing));
       }
     }
     Map<String, Map<Integer, Long>> out = new TreeMap<>();

@@ -41,14 +41,14 @@ final class OptionNames {
 
   /** Options of a read by name (Spark's Kafka source names and raylog's settings). */
   static final Set<String> READ_BY_NAME = lower(CONNECTION, AVRO, Arrays.asList(
-      "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "includeHeaders", "startingTimestamp",
-      "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+      "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "includeHeaders",
+      "includeNextOffset", "kafka.bootstrap.servers", "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
       "startingOffsetsByTimestampStrategy", "failOnDataLoss", "fail_on_data_loss", "minPartitions",
       "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "kafkaConsumer.pollTimeoutMs", "fetch_bytes", "count_pushdown"));
 
   /** Options of a read of planned ranges (set by raylog_spark.read_topic; see ReadOptions). */
   static final Set<String> PLANNED_READ = lower(CONNECTION, AVRO, Arrays.asList(
-      "ranges", "includeHeaders", "fetch_bytes", "max_message_bytes", "max_inflated_bytes", "fail_on_data_loss", "locality",
+      "ranges", "includeHeaders", "includeNextOffset", "fetch_bytes", "max_message_bytes", "max_inflated_bytes", "fail_on_data_loss", "locality",
       "count_pushdown"));
 
   /** Options of the sink ({@code checkpointLocation} is the stream's, handed over by Spark). */
@@ -65,6 +65,7 @@ final class OptionNames {
         + "its own back-off; set 'timeout_ms' instead");
     refuse("groupIdPrefix", "a raylog read by name uses no consumer group; leave it out");
     refuse("kafka.group.id", "a raylog read by name uses no consumer group; leave it out");
+    // a read by name takes kafka.bootstrap.servers when it names the cluster's Kafka listeners (SourceOptions)
     refuse("kafka.bootstrap.servers", "raylog finds its cluster through ZooKeeper: set the option 'zookeeper' "
         + "(host:port), or the Spark conf spark.raylog.zookeeper (raylog_spark.init_spark sets it)");
     refuse("kafka.auto.offset.reset", "as in Spark's Kafka source, set the option 'startingOffsets' to "

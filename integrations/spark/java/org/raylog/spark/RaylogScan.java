@@ -25,7 +25,7 @@ final class RaylogScan implements Scan, Batch {
   private final CaseInsensitiveStringMap rawOptions;
   private final StructType schema;
   /**
-   * for each column of {@link #schema}, its ordinal in {@link RaylogTable#SCHEMA_WITH_HEADERS}
+   * for each column of {@link #schema}, its ordinal in {@link RaylogTable#COLUMNS}
    * or its code in a typed Avro read ({@link AvroSpec#column})
    */
   private final int[] columns;
@@ -56,7 +56,7 @@ final class RaylogScan implements Scan, Batch {
     for (int i = 0; i < fields.length; i++) {
       String name = fields[i].name();
       read = read.add(table.apply(name));
-      columns[i] = avro == null ? RaylogTable.SCHEMA_WITH_HEADERS.fieldIndex(name) : avro.column(name);
+      columns[i] = avro == null ? RaylogTable.COLUMNS.fieldIndex(name) : avro.column(name);
     }
     this.schema = read;
   }

@@ -33,9 +33,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * <p>The options are described in {@link ReadOptions}. Each range becomes one
  * Spark partition ({@link RangePartition}) that prefers the host of its
  * partition's node; {@link RangeReader} fetches it, checks every message and
- * builds the rows. The schema is that of Spark's Kafka source
- * ({@link RaylogTable#SCHEMA}), or with {@code value_format=avro} the typed
- * columns of a registered Avro schema ({@link AvroSpec}).
+ * builds the rows. The schema is exactly that of Spark's Kafka source
+ * ({@link RaylogTable#SCHEMA}; {@code headers} with {@code includeHeaders=true},
+ * then raylog's {@code next_offset} with {@code includeNextOffset=true}), or
+ * with {@code value_format=avro} the typed columns of a registered Avro schema
+ * in place of {@code value} ({@link AvroSpec}).
  *
  * <p>Spark asks one instance for the schema and the table of one read;
  * not shared between reads. Thread-safe.
@@ -88,14 +90,14 @@ public final class RaylogSource implements TableProvider, DataSourceRegister, Cr
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
     AvroSpec spec = avro(options);
-    return RaylogTable.withHeaders(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), options);
+    return RaylogTable.schema(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), options);
   }
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     AvroSpec spec = avro(new CaseInsensitiveStringMap(properties));
     return new RaylogTable(
-        RaylogTable.withHeaders(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), properties), spec);
+        RaylogTable.schema(spec == null ? RaylogTable.SCHEMA : spec.tableSchema(), properties), spec);
   }
 
   /**

@@ -26,7 +26,10 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
     this.avro = avro;
   }
 
-  /** Column ordinals of {@link #SCHEMA}. */
+  /**
+   * Column ordinals of {@link #COLUMNS}, the columns a reader can build: a scan
+   * maps each column of its table to one of these by name.
+   */
   static final int KEY = 0, VALUE = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, TIMESTAMP = 5, TIMESTAMP_TYPE = 6,
       NEXT_OFFSET = 7, HEADERS = 8;
 
@@ -40,10 +43,11 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
       new StructType().add("key", DataTypes.StringType, true).add("value", DataTypes.BinaryType, true), true);
 
   /**
-   * The columns of Spark's Kafka source, in this order, then raylog's
-   * {@code next_offset} (where to resume after the message). Every message has
-   * an offset of its own (inner message i of a compressed wrapper at w: w + i),
-   * so {@code (topic, partition, offset)} identifies a row.
+   * The columns of Spark's Kafka source, exactly (names, types, order, all
+   * nullable): the schema of a read without {@code includeHeaders} or
+   * {@code includeNextOffset}. Every message has an offset of its own (inner
+   * message i of a compressed wrapper at w: w + i), so
+   * {@code (topic, partition, offset)} identifies a row.
    */
   static final StructType SCHEMA =
       new StructType()
@@ -53,26 +57,35 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
           .add("partition", DataTypes.IntegerType, true)
           .add("offset", DataTypes.LongType, true)
           .add("timestamp", DataTypes.TimestampType, true)
-          .add("timestampType", DataTypes.IntegerType, true)
-          .add("next_offset", DataTypes.LongType, true);
+          .add("timestampType", DataTypes.IntegerType, true);
 
   /**
-   * {@link #SCHEMA} and, with the option {@code includeHeaders=true}, the record's headers (as
-   * Spark's Kafka source: in order, duplicates kept; empty for a format-1 message). Column
-   * ordinals are those of this schema.
+   * Every column a reader builds, in the order of the ordinals above: {@link #SCHEMA}, then
+   * {@code next_offset} (where to resume after the message: the option
+   * {@code includeNextOffset=true}) and {@code headers} (the option {@code includeHeaders=true}).
+   * Not the schema of any table: a table's columns are {@link #schema}'s.
    */
-  static final StructType SCHEMA_WITH_HEADERS = SCHEMA.add("headers", HEADERS_TYPE, true);
+  static final StructType COLUMNS =
+      SCHEMA.add("next_offset", DataTypes.LongType, true).add("headers", HEADERS_TYPE, true);
 
-  /** {@code base} with the {@code headers} column added when the options include headers. */
-  static StructType withHeaders(StructType base, java.util.Map<String, String> options) {
-    return includeHeaders(options) ? base.add("headers", HEADERS_TYPE, true) : base;
+  /**
+   * {@code base} ({@link #SCHEMA}, or a typed read's columns) with, as the options ask, the
+   * record's headers (as Spark's Kafka source: in order, duplicates kept; empty for a format-1
+   * message) and then raylog's {@code next_offset}, last.
+   */
+  static StructType schema(StructType base, java.util.Map<String, String> options) {
+    StructType out = flag(options, "includeHeaders") ? base.add("headers", HEADERS_TYPE, true) : base;
+    return flag(options, "includeNextOffset") ? out.add("next_offset", DataTypes.LongType, true) : out;
   }
 
-  /** The option {@code includeHeaders} ("true" or "false", as Spark's Kafka source; default false). */
-  static boolean includeHeaders(java.util.Map<String, String> options) {
+  /**
+   * A boolean option such as {@code includeHeaders} or {@code includeNextOffset}: "true" or
+   * "false" (any case), default false; ConfigError for anything else.
+   */
+  static boolean flag(java.util.Map<String, String> options, String name) {
     String v = null;
     for (java.util.Map.Entry<String, String> e : options.entrySet()) {
-      if (e.getKey().equalsIgnoreCase("includeHeaders")) {
+      if (e.getKey().equalsIgnoreCase(name)) {
         v = e.getValue();
       }
     }
@@ -82,7 +95,7 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
     if (v.trim().equalsIgnoreCase("true")) {
       return true;
     }
-    throw SourceOptions.config("option 'includeHeaders' must be 'true' or 'false', not '" + v + "'");
+    throw SourceOptions.config("option '" + name + "' must be 'true' or 'false', not '" + v + "'");
   }
 
   @Override

@@ -32,16 +32,27 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *       whole names</td><td>required</td></tr>
  *   <tr><td>startingOffsets</td><td>{@code earliest}, {@code latest} (streaming only) or JSON
  *       {@code {"topic": {"0": 1234, "1": -2}}} (byte offsets at message starts; -2 earliest,
- *       -1 latest; partitions left out start at earliest)</td><td>batch: earliest,
+ *       -1 latest) naming every partition of every topic read, as Spark's Kafka source requires
+ *       (ConfigError naming the partitions left out)</td><td>batch: earliest,
  *       streaming: latest</td></tr>
- *   <tr><td>endingOffsets</td><td>batch only: {@code latest} or JSON as above, no earliest (partitions
- *       left out end at latest)</td><td>latest</td></tr>
+ *   <tr><td>endingOffsets</td><td>batch only: {@code latest} or JSON as above, no earliest; JSON
+ *       names every partition, as Spark's Kafka source requires</td><td>latest</td></tr>
  *   <tr><td>startingTimestamp, startingOffsetsByTimestamp</td><td>ms since the epoch (one for all, or
  *       JSON per partition naming every partition): a partition starts at its first message at or
  *       after the time (OFFSETS_FOR_TIME); one with none fails the read, or starts at its end with
- *       startingOffsetsByTimestampStrategy=latest</td><td></td></tr>
+ *       startingOffsetsByTimestampStrategy=latest. As in Spark's Kafka source, startingTimestamp
+ *       wins over startingOffsetsByTimestamp, which wins over startingOffsets</td><td></td></tr>
  *   <tr><td>endingTimestamp, endingOffsetsByTimestamp</td><td>batch only: a partition ends before its
- *       first message at or after the time, or at latest when it has none</td><td></td></tr>
+ *       first message at or after the time, or at latest when it has none; endingTimestamp wins over
+ *       endingOffsetsByTimestamp, which wins over endingOffsets</td><td></td></tr>
+ *   <tr><td>includeHeaders</td><td>the column {@code headers} after Spark's Kafka columns</td>
+ *       <td>false</td></tr>
+ *   <tr><td>includeNextOffset</td><td>raylog's column {@code next_offset} (where to resume after the
+ *       message), last</td><td>false</td></tr>
+ *   <tr><td>kafka.bootstrap.servers</td><td>{@code host:port} entries, each one of the cluster's Kafka
+ *       listeners (ZooKeeper {@code kafka/listeners}): a check that the read names the cluster the
+ *       options' ZooKeeper holds; one that is not: ConfigError naming the listeners. The cluster is
+ *       still found through ZooKeeper</td><td></td></tr>
  *   <tr><td>failOnDataLoss</td><td>offsets deleted by retention, or a topic deleted under a stream,
  *       fail the query (true) or are skipped with a warning in the driver's log (false)</td><td>true</td></tr>
  *   <tr><td>minPartitions</td><td>ranges cut at message boundaries into at least this many Spark
@@ -110,6 +121,8 @@ final class SourceOptions implements Serializable {
   final int timeoutMs;
   /** Spark conf spark.raylog.localHost: the location of a loopback endpoint, or null */
   final String localHost;
+  /** kafka.bootstrap.servers as {@code host:port} entries, or null; checked against the cluster's listeners */
+  final List<String> bootstrapServers;
 
   /** Where the cluster is and its token. Immutable. */
   static final class Connection implements Serializable {
@@ -182,18 +195,18 @@ final class SourceOptions implements Serializable {
       throw config("option 'endingOffsets' can't be 'earliest' (as in Spark's Kafka source); give 'latest' or "
           + "JSON offsets");
     }
+    // as Spark's Kafka source: startingTimestamp wins over startingOffsetsByTimestamp, which wins over
+    // startingOffsets (the same for the ending options); an option that loses is not used
     String ts = o.get("startingTimestamp");
-    if (ts != null && o.get("startingOffsetsByTimestamp") != null) {
-      throw config("pass one of 'startingTimestamp' and 'startingOffsetsByTimestamp'");
-    }
     String ets = o.get("endingTimestamp");
-    if (ets != null && o.get("endingOffsetsByTimestamp") != null) {
-      throw config("pass one of 'endingTimestamp' and 'endingOffsetsByTimestamp'");
-    }
     this.startingTimestamp = ts == null ? null : parseLong("startingTimestamp", ts);
     this.endingTimestamp = ets == null ? null : parseLong("endingTimestamp", ets);
-    this.startingByTimestamp = timestamps("startingOffsetsByTimestamp", o.get("startingOffsetsByTimestamp"));
-    this.endingByTimestamp = timestamps("endingOffsetsByTimestamp", o.get("endingOffsetsByTimestamp"));
+    this.startingByTimestamp =
+        ts != null ? null : timestamps("startingOffsetsByTimestamp", o.get("startingOffsetsByTimestamp"));
+    this.endingByTimestamp =
+        ets != null ? null : timestamps("endingOffsetsByTimestamp", o.get("endingOffsetsByTimestamp"));
+    String servers = o.get("kafka.bootstrap.servers");
+    this.bootstrapServers = servers == null ? null : bootstrap(servers);
     String strategy = o.getOrDefault("startingOffsetsByTimestampStrategy", "error").trim().toLowerCase();
     if (!strategy.equals("error") && !strategy.equals("latest")) {
       throw config("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got " + strategy);
@@ -300,6 +313,35 @@ final class SourceOptions implements Serializable {
         throw config("option '" + name + "' is for batch reads; a stream reads on as data comes");
       }
     }
+  }
+
+  /** The {@code host:port} entries of kafka.bootstrap.servers (comma-separated, as Kafka's clients take them). */
+  private static List<String> bootstrap(String raw) {
+    List<String> out = new ArrayList<>();
+    for (String part : raw.split(",")) {
+      String s = part.trim();
+      if (s.isEmpty()) {
+        continue;
+      }
+      int colon = s.lastIndexOf(':');
+      boolean ok = colon > 0 && colon < s.length() - 1;
+      if (ok) {
+        try {
+          int port = Integer.parseInt(s.substring(colon + 1));
+          ok = port > 0 && port < 65536;
+        } catch (NumberFormatException e) {
+          ok = false;
+        }
+      }
+      if (!ok) {
+        throw config("option 'kafka.bootstrap.servers' must be host:port entries, comma-separated; got " + raw);
+      }
+      out.add(s);
+    }
+    if (out.isEmpty()) {
+      throw config("option 'kafka.bootstrap.servers' names no server");
+    }
+    return Collections.unmodifiableList(out);
   }
 
   /** {@code topic -> partitions} of the option {@code assign}. */

@@ -225,6 +225,33 @@ final class Zk implements Closeable {
     }
   }
 
+  /**
+   * The cluster's Kafka listeners ({@code kafka/listeners/<node>}, JSON {@code {"host", "port",
+   * "broker_id", "node"}}, raylog.kafka.brokers), in node order; empty when none runs.
+   */
+  List<Endpoint> kafkaListeners() {
+    List<String> names = children(root + "/kafka/listeners");
+    List<Endpoint> out = new ArrayList<>();
+    if (names == null) {
+      return out;
+    }
+    for (String n : names) {
+      byte[] data = data(root + "/kafka/listeners/" + n);
+      if (data == null) {
+        continue; // gone meanwhile
+      }
+      try {
+        JsonNode e = JSON.readTree(data);
+        if (e.path("host").isTextual() && e.path("port").canConvertToInt()) {
+          out.add(new Endpoint(e.get("host").asText(), e.get("port").asInt()));
+        }
+      } catch (java.io.IOException e) {
+        // not a listener entry: not one to match
+      }
+    }
+    return out;
+  }
+
   /** The ids of the registered Avro schemas ({@code schemas/<10 digits>}), sorted. */
   List<Integer> schemaIds() {
     List<String> names = children(root + "/schemas");
