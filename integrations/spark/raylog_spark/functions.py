@@ -44,12 +44,14 @@ with a message that starts with the raylog error's class name.
 
 from __future__ import annotations
 
+import base64
 import json
-import os
 from typing import Any
 
-from raylog.avro import open_schema_session, schema_registry
+from raylog.avro import schema_registry
 from raylog.errors import ConfigError, RaylogError, error_for_code
+from raylog.read import default_settings, resolve_connection
+from raylog.metadata import ConnectionSettings
 
 __all__ = ["from_avro", "to_avro", "from_confluent_avro", "to_confluent_avro"]
 
@@ -99,7 +101,7 @@ def from_confluent_avro(data, subject: str, version: int | str = "latest", optio
     ``offset``: as :func:`from_avro`. The registry is that of ``client``'s
     cluster, else of the session's (``spark.raylog.zookeeper`` and
     ``spark.raylog.cluster``, which :func:`raylog_spark.init_spark` sets), else
-    ``$RAYLOG_ZOOKEEPER``. :class:`UnknownSchemaError` when the subject has
+    of ``raylog.connect()`` or ``$RAYLOG_ZOOKEEPER``. :class:`UnknownSchemaError` when the subject has
     no such version.
     """
     extra = set(options or {}) - {"mode"}
@@ -110,8 +112,11 @@ def from_confluent_avro(data, subject: str, version: int | str = "latest", optio
         )
     child, positioned = _child(data, partition, offset)
     java_options = {"avro_subject": subject, "avro_subject_version": str(version), **dict(options or {})}
-    if client is not None:
-        java_options.update(zookeeper=client.settings.zookeeper, cluster=client.settings.cluster)
+    settings = client.settings if client is not None else None
+    if settings is None and not _session().conf.get("spark.raylog.zookeeper", None):
+        settings = default_settings()  # raylog.connect()'s cluster, or $RAYLOG_ZOOKEEPER's
+    if settings is not None:
+        java_options.update(zookeeper=settings.zookeeper, cluster=settings.cluster)
     return _column(lambda j: j.FromAvro.confluent(child, java_options, positioned))
 
 
@@ -127,13 +132,9 @@ def to_confluent_avro(data, subject: str, jsonFormatSchema: str | None = None, *
     latest version unless it is so), or, when None, the subject's latest
     version (:class:`UnknownSchemaError` when the subject has none). The
     registry is found as by :func:`from_confluent_avro`."""
-    zookeeper, cluster, client_zk = _registry_connection(client)
-    session = None
+    metadata, owned = _registry_session(client)
     try:
-        zk = client_zk
-        if zk is None:
-            zk = session = open_schema_session(zookeeper)
-        registry = schema_registry(zk, cluster)
+        registry = schema_registry(metadata.zk, metadata.settings.cluster)
         if jsonFormatSchema is None:
             schema_id = registry.subject_version(subject)
             schema = registry.get_json(schema_id)
@@ -141,9 +142,8 @@ def to_confluent_avro(data, subject: str, jsonFormatSchema: str | None = None, *
             schema = _schema_text(jsonFormatSchema)
             schema_id = registry.register(schema, subject=subject)
     finally:
-        if session is not None:
-            session.stop()
-            session.close()
+        if owned is not None:
+            owned.close()
     return _column(lambda j: j.ToAvro.column(_java_column(data), schema, schema_id))
 
 
@@ -222,16 +222,20 @@ def _raylog_error(err) -> Exception:
     return err
 
 
-def _registry_connection(client):
-    """(ZooKeeper, cluster, the client's ZooKeeper session or None) of the registry to use."""
+def _registry_session(client):
+    """(the ZooKeeper session of a cluster's metadata view, that may register
+    schemas; the view to close, or None): ``client``'s; else a view of the
+    session's ``spark.raylog.zookeeper``, ``spark.raylog.cluster`` and
+    ``spark.raylog.token``; else of ``raylog.connect()``'s cluster or
+    ``$RAYLOG_ZOOKEEPER``'s (:func:`raylog.read.resolve_connection`)."""
     if client is not None:
-        return client.settings.zookeeper, client.settings.cluster, client.metadata.zk
+        return client.metadata, None
     conf = _session().conf
-    zookeeper = conf.get("spark.raylog.zookeeper", None) or os.environ.get("RAYLOG_ZOOKEEPER")
-    cluster = conf.get("spark.raylog.cluster", None) or os.environ.get("RAYLOG_CLUSTER") or "default"
-    if not zookeeper:
-        raise ConfigError(
-            "to_confluent_avro needs the registry's cluster: pass client=, or set spark.raylog.zookeeper "
-            "(raylog_spark.init_spark does after raylog.connect()) or $RAYLOG_ZOOKEEPER"
-        )
-    return zookeeper, cluster, None
+    zookeeper = conf.get("spark.raylog.zookeeper", None)
+    settings = None
+    if zookeeper:
+        token = conf.get("spark.raylog.token", None)
+        settings = ConnectionSettings(zookeeper=zookeeper, cluster=conf.get("spark.raylog.cluster", None) or "default",
+                                      token=base64.b64decode(token) if token else None)
+    metadata, _, owned = resolve_connection(None, settings)
+    return metadata, owned

@@ -357,3 +357,21 @@ def test_confluent_framed_values_by_registry_subject(spark, raylog_client, make_
                                                        {"id": 8, "page": "/y", "seconds": 2.5}]
     with pytest.raises(UnknownSchemaError, match="no schema is registered under subject"):
         to_confluent_avro("id", f"{topic}-none")
+
+
+def test_the_avro_functions_example_runs_as_written(spark, raylog_client, capsys):
+    """The block of docs/howto/spark.md on the module's cluster (the session's), its topic
+    "clicks-avro" created first; its last DataFrame read again once the partitions flushed."""
+    import ray
+
+    from tests.doc_blocks import block, printed_lines
+
+    raylog_client.create_topic("clicks-avro", partitions=2)
+    namespace = {"spark": spark}
+    exec(compile(block("docs/howto/spark.md", "Avro columns: from_avro and to_avro"), "spark.md", "exec"), namespace)
+    assert printed_lines(capsys.readouterr().out)[0] == "[('ann', 120), ('bob', 80)]"
+    ray.get([raylog_client.partition_actor("clicks-avro", p).flush.remote() for p in range(2)])
+    assert sorted(tuple(r) for r in namespace["typed"].select("click.*").collect()) == [("ann", 120), ("bob", 80)]
+    frames = [bytes(r["value"]) for r in raylog_spark.read_topic(spark, "clicks-avro", client=raylog_client).collect()]
+    read = AvroDeserializer(registry(raylog_client))
+    assert sorted((v["user"], v["ms"]) for v in map(read.deserialize, frames)) == [("ann", 120), ("bob", 80)]
