@@ -72,14 +72,18 @@ def from_avro(data, jsonFormatSchema: str, options: dict[str, str] | None = None
     named by a FAILFAST error (see the module docstring); give both or none.
     """
     child, positioned = _child(data, partition, offset)
-    return _column(lambda j: j.FromAvro.plain(child, _schema_text(jsonFormatSchema), dict(options or {}), positioned))
+    java_options = {str(k): str(v) for k, v in (options or {}).items()}
+    return _column(lambda j: j.FromAvro.plain(child, _schema_text(jsonFormatSchema), java_options, positioned))
 
 
 def to_avro(data, jsonFormatSchema: str | None = None):
     """The Column of ``data`` (any supported type, a struct for a record)
     encoded as plain Avro binary under ``jsonFormatSchema``, or under the
     schema derived from the column's type when it is None, as
-    ``pyspark.sql.avro.functions.to_avro``. A type the schema cannot hold is
+    ``pyspark.sql.avro.functions.to_avro`` (as there, the derived schema
+    follows the column's nullability as Spark's optimizer leaves it: a
+    column a filter proves non-null is written without the null union). A
+    type the schema cannot hold is
     refused when the query is analysed; a value that does not fit it (a
     null where the schema has none, a string not a symbol of the enum) fails
     the job with a ``SchemaError`` naming the field."""
@@ -111,7 +115,8 @@ def from_confluent_avro(data, subject: str, version: int | str = "latest", optio
             "PERMISSIVE): the reader schema is the subject's version"
         )
     child, positioned = _child(data, partition, offset)
-    java_options = {"avro_subject": subject, "avro_subject_version": str(version), **dict(options or {})}
+    java_options = {"avro_subject": subject, "avro_subject_version": str(version),
+                    **{str(k): str(v) for k, v in (options or {}).items()}}
     settings = client.settings if client is not None else None
     if settings is None and not _session().conf.get("spark.raylog.zookeeper", None):
         settings = default_settings()  # raylog.connect()'s cluster, or $RAYLOG_ZOOKEEPER's
