@@ -46,6 +46,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/producer/test_producer.py::test_the_readme_producing_example_runs_as_written",
     ("docs/howto/spark.md", "Spark and Ray Data", 0):
         "tests/integrations/spark/test_readme.py::test_the_readme_spark_example_runs_as_written",
+    ("docs/howto/spark.md", "Avro columns: from_avro and to_avro", 0):
+        "tests/integrations/spark/test_spark_avro_functions.py::test_the_avro_functions_example_runs_as_written",
     ("docs/howto/spark.md", "Ray Data without Spark", 0):
         "tests/test_readme_examples.py::test_the_ray_data_example_runs_as_written",
     ("docs/howto/spark.md", "Topics written in transactions", 0):

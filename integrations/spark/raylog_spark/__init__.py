@@ -19,7 +19,9 @@ See :mod:`raylog_spark.session` for what :func:`init_spark` configures,
 read by the Spark data source ``raylog`` in the executors' JVMs or by
 Python workers, locality), :mod:`raylog_spark.table` for the table view, :mod:`raylog_spark.columns`,
 :mod:`raylog_spark.json_values` and :mod:`raylog_spark.avro_values` for
-typed values, :mod:`raylog_spark.source` for the data source's options,
+typed values, :mod:`raylog_spark.functions` for Avro column functions (``from_avro``,
+``to_avro`` with Spark's semantics, and their Confluent-framed variants),
+:mod:`raylog_spark.source` for the data source's options,
 :mod:`raylog_spark.jvm` for how that data source's jar is built, :mod:`raylog_spark.writer` and
 :mod:`raylog_spark.loader`.
 """

@@ -3,9 +3,13 @@ package org.raylog.spark;
 import java.util.ArrayList;
 import java.util.List;
 
+import org.apache.avro.LogicalTypes;
 import org.apache.avro.Schema;
+import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
@@ -32,7 +36,9 @@ import org.apache.spark.sql.types.StructType;
  * </table>
  *
  * <p>A record becomes the struct of its fields; any other top-level schema a
- * one-field struct {@code value}. Stateless.
+ * one-field struct {@code value} ({@link #structOf}; {@link #typed} keeps it
+ * as it is). {@link #avroOf} goes the other way, as Spark's {@code to_avro}
+ * derives a schema. Stateless.
  */
 final class AvroTypes {
 
@@ -45,6 +51,82 @@ final class AvroTypes {
       return (StructType) top.type;
     }
     return new StructType().add("value", top.type, top.nullable);
+  }
+
+  /** The Spark type of the values of {@code schema} (a record: its struct) and whether they may be null. */
+  static Typed typed(Schema schema) {
+    return convert(schema, new ArrayList<>());
+  }
+
+  /**
+   * The Avro schema of Spark values of {@code type}, as Spark's
+   * {@code SchemaConverters.toAvroType}: a struct is a record named
+   * {@code name} in {@code namespace} (the top level {@code topLevelRecord},
+   * a nested one named by its field, in the namespace of its parents), byte
+   * and short are int, date an int {@code date}, timestamp a long
+   * {@code timestamp-micros}, timestamp_ntz a long
+   * {@code local-timestamp-micros}, decimal(p, s) a fixed {@code decimal} of
+   * the fewest bytes that hold p digits (named {@code <name>.fixed}), a map
+   * (string keys) a map; a nullable type is the union {@code [type, null]}.
+   * SchemaError for a type Avro cannot hold (maps of non-string keys,
+   * intervals, ...).
+   */
+  static Schema avroOf(DataType type, boolean nullable, String name, String namespace) {
+    Schema s;
+    if (type == DataTypes.BooleanType) {
+      s = Schema.create(Schema.Type.BOOLEAN);
+    } else if (type == DataTypes.ByteType || type == DataTypes.ShortType || type == DataTypes.IntegerType) {
+      s = Schema.create(Schema.Type.INT);
+    } else if (type == DataTypes.DateType) {
+      s = LogicalTypes.date().addToSchema(Schema.create(Schema.Type.INT));
+    } else if (type == DataTypes.TimestampType) {
+      s = LogicalTypes.timestampMicros().addToSchema(Schema.create(Schema.Type.LONG));
+    } else if (type == DataTypes.TimestampNTZType) {
+      s = LogicalTypes.localTimestampMicros().addToSchema(Schema.create(Schema.Type.LONG));
+    } else if (type == DataTypes.LongType) {
+      s = Schema.create(Schema.Type.LONG);
+    } else if (type == DataTypes.FloatType) {
+      s = Schema.create(Schema.Type.FLOAT);
+    } else if (type == DataTypes.DoubleType) {
+      s = Schema.create(Schema.Type.DOUBLE);
+    } else if (type == DataTypes.StringType) {
+      s = Schema.create(Schema.Type.STRING);
+    } else if (type == DataTypes.BinaryType) {
+      s = Schema.create(Schema.Type.BYTES);
+    } else if (type == DataTypes.NullType) {
+      return Schema.create(Schema.Type.NULL);
+    } else if (type instanceof DecimalType) {
+      DecimalType d = (DecimalType) type;
+      String fixed = namespace.isEmpty() ? name + ".fixed" : namespace + "." + name + ".fixed";
+      s = LogicalTypes.decimal(d.precision(), d.scale())
+          .addToSchema(Schema.createFixed(fixed, null, null, fixedSize(d.precision())));
+    } else if (type instanceof ArrayType) {
+      ArrayType a = (ArrayType) type;
+      s = Schema.createArray(avroOf(a.elementType(), a.containsNull(), name, namespace));
+    } else if (type instanceof MapType && ((MapType) type).keyType() == DataTypes.StringType) {
+      MapType m = (MapType) type;
+      s = Schema.createMap(avroOf(m.valueType(), m.valueContainsNull(), name, namespace));
+    } else if (type instanceof StructType) {
+      String child = namespace.isEmpty() ? name : namespace + "." + name;
+      List<Schema.Field> fields = new ArrayList<>();
+      for (StructField f : ((StructType) type).fields()) {
+        fields.add(new Schema.Field(f.name(), avroOf(f.dataType(), f.nullable(), f.name(), child)));
+      }
+      s = Schema.createRecord(name, null, namespace.isEmpty() ? null : namespace, false, fields);
+    } else {
+      throw new RaylogReadException(RaylogReadException.SCHEMA,
+          "Spark type " + type.simpleString() + " has no Avro equivalent; pass an Avro schema or cast the column");
+    }
+    return nullable ? Schema.createUnion(s, Schema.create(Schema.Type.NULL)) : s;
+  }
+
+  /** The fewest bytes whose two's complement holds every unscaled value of {@code precision} digits. */
+  static int fixedSize(int precision) {
+    int bytes = 1;
+    while (Math.pow(2.0, 8 * bytes - 1) < Math.pow(10.0, precision)) {
+      bytes++;
+    }
+    return bytes;
   }
 
   /** A Spark type and whether values may be null. */
