@@ -310,22 +310,52 @@ def cluster_processes(state: dict) -> list:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
     found.pop(os.getpid(), None)
-    return list(found.values())
+    return [p for p in found.values() if _alive(p.pid)]  # a zombie is gone (its parent has not reaped it)
 
 
-def _terminate(procs: list, timeout_s: float) -> list:
+#: seconds a stop waits for the Ray workers (the partition actors, which close their logs on SIGTERM)
+WORKER_GRACE_S = 15.0
+#: seconds a stop then waits for Ray's own processes before it kills them: a raylet whose GCS goes
+#: away with it takes about 30 s to exit on SIGTERM, and nothing of raylog's lives in them
+SYSTEM_GRACE_S = 3.0
+
+
+#: Ray's own processes that are named like workers
+_RAY_AGENTS = {"ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::IDLE"}
+
+
+def _is_worker(proc) -> bool:
+    """A Ray worker process (``ray::<actor or task>``): an actor's state ends with it."""
     import psutil  # only here: imported when used
 
+    try:
+        cmdline = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return bool(cmdline) and cmdline[0].startswith("ray::") and cmdline[0] not in _RAY_AGENTS
+
+
+def _terminate(procs: list) -> list:
+    """SIGTERM every process at once; wait for the workers (at most
+    :data:`WORKER_GRACE_S`), then for the rest (at most
+    :data:`SYSTEM_GRACE_S`); returns those still alive."""
+    import psutil  # only here: imported when used
+
+    workers = [p for p in procs if _is_worker(p)]
     for proc in procs:
         try:
             proc.send_signal(signal.SIGTERM)
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    psutil.wait_procs(workers, timeout=WORKER_GRACE_S)
+    _, alive = psutil.wait_procs(procs, timeout=SYSTEM_GRACE_S)
     return alive
 
 
 def stop(args) -> None:
+    """Stop the cluster's Ray processes (every one at once: the workers
+    first get their time to close the logs, Ray's own processes are then
+    killed rather than waited for) and its ZooKeeper."""
     import psutil  # only here: imported when used
 
     state_dir = os.path.abspath(args.state_dir)
@@ -333,16 +363,18 @@ def stop(args) -> None:
     if state is None:
         raise SystemExit(f"no local cluster recorded in {state_dir}")
     procs = cluster_processes(state)
-    head = [p for p in procs if p.pid == state.get("ray_start_pid")]
-    # The ray start process first (it shuts its node down), then the rest.
-    _terminate(head, 15)
-    rest = [p for p in procs if p.is_running() and p.pid not in {h.pid for h in head}]
-    for proc in _terminate(rest + cluster_processes(state), 15):
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    print(f"stopped {len(procs)} Ray processes")  # the result: stdout, as the ZooKeeper's stop below
+    count = len(procs)
+    for _ in range(3):  # then what is still there: a node the autoscaler's monitor started anew meanwhile
+        for proc in _terminate(procs):
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        procs = cluster_processes(state)
+        if not procs:
+            break
+        count += len(procs)
+    print(f"stopped {count} Ray processes")  # the result: stdout, as the ZooKeeper's stop below
     if state.get("zookeeper_data_dir") and os.path.exists(os.path.join(state["zookeeper_data_dir"], "raylog-zookeeper.pid")):
         subprocess.run([sys.executable, "-m", "raylog.tools.cli", "zookeeper", "stop", "--data-dir",
                         state["zookeeper_data_dir"]], check=False)

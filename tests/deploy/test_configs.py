@@ -233,6 +233,44 @@ def test_local_cluster_stop_ends_the_recorded_process_tree_by_pid(tmp_path):
                 proc.wait()
 
 
+def test_local_cluster_stop_gives_workers_their_grace_and_kills_ray_processes_that_linger(tmp_path, monkeypatch):
+    """A stop signals every process at once: a Ray worker (``ray::...``,
+    where a partition actor closes its log on SIGTERM) gets its time; a
+    process of Ray's own that ignores SIGTERM (a raylet whose GCS is gone
+    lingers about 30 s) is killed after the short grace, not waited for."""
+    import psutil
+
+    local_cluster = _local_cluster()
+    monkeypatch.setattr(local_cluster, "SYSTEM_GRACE_S", 0.5)
+    temp_dir = str(tmp_path / "ray")
+    closed = tmp_path / "closed"
+    worker = subprocess.Popen(["bash", "-c", f"exec -a 'ray::PartitionActor' bash -c "
+                               f"'trap \"sleep 1; touch {closed}; exit 0\" TERM; while :; do sleep 0.1; done' {temp_dir}"],
+                              start_new_session=True)
+    lingering = subprocess.Popen(["bash", "-c", f"trap '' TERM; while :; do sleep 0.1; done", temp_dir],
+                                 start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                psutil.Process(worker.pid).cmdline()[:1] == ["ray::PartitionActor"]):
+            time.sleep(0.05)
+        state = {"ray_start_pid": None, "ray_temp_dir": temp_dir}
+        with open(tmp_path / "cluster.json", "w") as f:
+            json.dump(state, f)
+        assert {p.pid for p in local_cluster.cluster_processes(state)} == {worker.pid, lingering.pid}
+        assert [local_cluster._is_worker(psutil.Process(pid)) for pid in (worker.pid, lingering.pid)] == [True, False]
+
+        local_cluster.main(["stop", "--state-dir", str(tmp_path)])
+
+        assert worker.wait(timeout=30) == 0 and closed.exists()  # it closed on SIGTERM, in its time
+        assert lingering.wait(timeout=30) == -signal.SIGKILL  # killed, not waited for
+    finally:
+        for proc in (worker, lingering):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_aws_head_starts_the_supervisor_after_ray():
     """Every start of the cluster serves its topics again: the head's start
     commands start raylog's supervisor once Ray and ZooKeeper run."""
