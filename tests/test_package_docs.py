@@ -38,12 +38,13 @@ def test_a_package_docstring_names_only_modules_that_exist(package):
     assert not missing, f"{dotted}'s docstring names modules that do not exist: {missing}"
 
 
-def test_the_storage_docstring_names_every_module_of_storage():
-    text = _docstring(ROOT / "raylog" / "storage")
-    named = _named_modules(text, "raylog.storage") | set(re.findall(r"``(raylog\.storage\.\w+)``", text))
-    modules = {f"raylog.storage.{p.stem}" for p in (ROOT / "raylog" / "storage").glob("*.py")
-               if p.stem != "__init__"} | {"raylog.storage._speedups"}
-    assert modules - named == set(), f"modules of raylog/storage/ its docstring leaves out: {modules - named}"
+@pytest.mark.parametrize("package", ["storage", "kafka"])
+def test_the_docstring_names_every_module_of_the_package(package):
+    text = _docstring(ROOT / "raylog" / package)
+    named = _named_modules(text, f"raylog.{package}") | set(re.findall(rf"``(raylog\.{package}\.\w+)``", text))
+    modules = {f"raylog.{package}.{p.stem}" for p in (ROOT / "raylog" / package).glob("*.py") if p.stem != "__init__"}
+    modules |= {f"raylog.{package}.{p.name.split('.')[0]}" for p in (ROOT / "raylog" / package).glob("_*.c")}
+    assert modules - named == set(), f"modules of raylog/{package}/ its docstring leaves out: {modules - named}"
 
 
 FOLDERS = sorted(p.parent.name for p in (ROOT / "raylog").glob("*/__init__.py"))

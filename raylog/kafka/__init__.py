@@ -8,11 +8,15 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.records` -- Kafka record batches checked and stored as
   they came (format 2), and stored ones cut for a Fetch; format 1's messages
   converted;
+* ``raylog.kafka._kafkarecords`` -- the per-record loops of those batches
+  in C (``records`` holds the reference in Python);
 * :mod:`raylog.kafka.produce_wire`, :mod:`raylog.kafka.fetch_wire` -- Produce
   requests and responses, and Fetch responses, read and written directly;
 * :mod:`raylog.kafka.file_ranges` -- stored batches of a partition on the
   listener's machine sent to a Fetch by ``sendfile`` from their segment file;
 * :mod:`raylog.kafka.sasl` -- SCRAM-SHA-256 (user: the cluster, secret: its token);
+* :mod:`raylog.kafka.connections` -- the listener's connections as a bounded
+  set (strangers shed first, a bound per address);
 * :mod:`raylog.kafka.handlers` -- the API handlers of one connection;
 * :mod:`raylog.kafka.group_offsets` -- FindCoordinator, OffsetCommit and
   OffsetFetch on raylog's group offsets;
@@ -20,6 +24,11 @@ clients in any language produce to and fetch from raylog topics:
   answers to idempotent batches (judged by the log's producer state);
 * :mod:`raylog.kafka.admin` -- CreateTopics, DeleteTopics, DescribeConfigs
   through raylog's own topic administration;
+* :mod:`raylog.kafka.transactions` -- FindCoordinator for a transactional
+  id, InitProducerId with one, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+  and TxnOffsetCommit on the cluster's transaction coordinator;
+* :mod:`raylog.kafka.consumer_protocol` -- what a Kafka consumer group's
+  member bytes (subscription, assignment) say, for raylog's views;
 * :mod:`raylog.kafka.coordinator` -- JoinGroup, SyncGroup, Heartbeat and
   LeaveGroup: Kafka-protocol consumer groups (``subscribe()``);
 * :mod:`raylog.kafka.group_admin` -- ListGroups, DescribeGroups,
@@ -30,17 +39,22 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.service` -- the listener actor;
 * :mod:`raylog.kafka.launch` -- starting a listener actor on each disk node.
 
-Served: ApiVersions 0-3, Metadata 1-8, Produce 3-8, Fetch 4-11,
-ListOffsets 1-5, OffsetCommit 2-7, OffsetFetch 1-5, FindCoordinator 0-2,
-SaslHandshake 0-1, SaslAuthenticate 0-1, InitProducerId 0-4, CreateTopics 2-5,
-DeleteTopics 1-5, DescribeConfigs 1-4, JoinGroup 0-5, Heartbeat 0-3,
-LeaveGroup 0-3, SyncGroup 0-3, ListGroups 0-4, DescribeGroups 0-5,
-DeleteGroups 0-2, OffsetDelete 0 (:data:`raylog.kafka.frames.SUPPORTED`);
+Served (:data:`raylog.kafka.frames.SUPPORTED`; a test holds this list to it):
+Produce 3-8, Fetch 4-11, ListOffsets 1-5, Metadata 1-8, OffsetCommit 2-7,
+OffsetFetch 1-5, FindCoordinator 0-2, JoinGroup 0-5, Heartbeat 0-3,
+LeaveGroup 0-3, SyncGroup 0-3, SaslHandshake 0-1, ApiVersions 0-3,
+SaslAuthenticate 0-1, InitProducerId 0-4, AddPartitionsToTxn 0-3,
+AddOffsetsToTxn 0-3, EndTxn 0-4, TxnOffsetCommit 0-3, CreateTopics 2-5,
+DeleteTopics 1-5, DescribeConfigs 1-4, AlterConfigs 0-2,
+IncrementalAlterConfigs 0-1, ListGroups 0-4, DescribeGroups 0-5,
+DeleteGroups 0-2, OffsetDelete 0.
 Produce and Fetch are advertised from version 0 for old librdkafka's
 feature check (:data:`raylog.kafka.frames.ADVERTISED_LOWEST`).
-Not yet: static group membership (``group.instance.id``), transactional
-producers (refused).
+Not yet: static group membership (``group.instance.id``), the flexible
+versions, CreatePartitions, DeleteRecords, DescribeCluster and the
+producer and transaction listings.
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
-a Kafka client :meth:`raylog.Client.kafka_config`.
+a Kafka client :meth:`raylog.Client.kafka_config` (in the names of the
+client at hand: :mod:`raylog.kafka.dialects`).
 """

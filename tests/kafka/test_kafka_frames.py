@@ -56,3 +56,14 @@ def test_a_malformed_or_unserved_request_is_a_bad_frame(payload):
 def test_sizes_outside_the_bounds_are_refused_before_reading(size):
     with pytest.raises(BadFrame):
         check_size(size)
+
+
+def test_the_package_docstring_lists_exactly_the_apis_and_versions_served():
+    import re
+
+    import raylog.kafka
+
+    text = raylog.kafka.__doc__.split("Served", 1)[1].split(".\n", 1)[0]
+    listed = {name: (int(low), int(high or low)) for name, low, high in re.findall(r"([A-Z][A-Za-z]+) (\d+)(?:-(\d+))?", text)}
+    served = {cls.__name__.removesuffix("Request"): (low, high) for cls, low, high in SUPPORTED.values()}
+    assert listed == served
