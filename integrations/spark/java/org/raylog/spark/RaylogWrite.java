@@ -63,6 +63,14 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
     final int partitionColumn;
     /** the headers column, or -1 */
     final int headersColumn;
+    /** kafka.acks: -1 ("all", the default), 1 or 0 */
+    final int acks;
+    /** kafka.compression.type as Kafka's codec number: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd */
+    final int codec;
+    /** kafka.linger.ms (accepted; a task writer never waits for rows: see TopicWriter) */
+    final long lingerMs;
+    /** drawn at random on the driver, once per write: the seed of the tasks' producer ids */
+    final long writeId;
 
     Plan(CaseInsensitiveStringMap options, StructType schema) {
       OptionNames.check(options, OptionNames.Use.SINK);
@@ -72,10 +80,23 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
       this.token = c.token;
       this.topic = options.get("topic");
       this.timeoutMs = (int) Math.min(Integer.MAX_VALUE, options.getLong("timeout_ms", 30_000));
-      this.batchBytes = (int) Math.min(Integer.MAX_VALUE, options.getLong("batch_bytes", 256 * 1024));
+      long bytes = options.getLong("batch_bytes", 256 * 1024);
+      if (options.containsKey("kafka.batch.size")) {
+        long kafkaBytes = integer(options, "kafka.batch.size", 0);
+        if (options.containsKey("batch_bytes") && kafkaBytes != bytes) {
+          throw SourceOptions.config("options 'kafka.batch.size' (" + kafkaBytes + ") and 'batch_bytes' (" + bytes
+              + ") disagree; 'kafka.batch.size' is the Kafka name of 'batch_bytes': give one");
+        }
+        bytes = Math.max(1, kafkaBytes); // 0: as Kafka's batch.size=0, one record per batch
+      }
+      this.batchBytes = (int) Math.min(Integer.MAX_VALUE, bytes);
       if (timeoutMs <= 0 || batchBytes <= 0) {
         throw SourceOptions.config("options 'timeout_ms' and 'batch_bytes' must be positive");
       }
+      this.acks = acks(options.getOrDefault("kafka.acks", "all"));
+      this.codec = codec(options.getOrDefault("kafka.compression.type", "none"));
+      this.lingerMs = integer(options, "kafka.linger.ms", 0);
+      this.writeId = new java.security.SecureRandom().nextLong();
       this.valueColumn = column(schema, "value", true, true);
       this.valueIsString = schema.fields()[valueColumn].dataType() instanceof StringType;
       this.keyColumn = column(schema, "key", true, false);
@@ -96,6 +117,59 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
       if (topic == null && topicColumn < 0) {
         throw SourceOptions.config("the raylog sink needs the option 'topic' or a 'topic' column");
       }
+    }
+
+    /** Kafka's acks: "all" or "-1" (the default), "1" or "0"; else a ConfigError naming kafka.acks. */
+    static int acks(String value) {
+      switch (value.trim().toLowerCase()) {
+        case "all":
+        case "-1":
+          return -1;
+        case "1":
+          return 1;
+        case "0":
+          return 0;
+        default:
+          throw SourceOptions.config("option 'kafka.acks' must be all (or -1), 1 or 0, got '" + value + "'");
+      }
+    }
+
+    /** Kafka's codec number of a kafka.compression.type; else a ConfigError naming the option. */
+    static int codec(String value) {
+      switch (value.trim().toLowerCase()) {
+        case "none":
+          return 0;
+        case "gzip":
+          return 1;
+        case "snappy":
+          return 2;
+        case "lz4":
+          return 3;
+        case "zstd":
+          return 4;
+        default:
+          throw SourceOptions.config("option 'kafka.compression.type' must be none, gzip, snappy, lz4 or zstd, "
+              + "got '" + value + "'");
+      }
+    }
+
+    /** A whole number of at least {@code min}; else a ConfigError naming the option. */
+    private static long integer(CaseInsensitiveStringMap options, String name, long min) {
+      String value = options.get(name);
+      if (value == null) {
+        return min;
+      }
+      long n;
+      try {
+        n = Long.parseLong(value.trim());
+      } catch (NumberFormatException e) {
+        throw SourceOptions.config("option '" + name + "' must be a whole number, got '" + value + "'");
+      }
+      if (n < min || n > Integer.MAX_VALUE) {
+        throw SourceOptions.config("option '" + name + "' must be between " + min + " and " + Integer.MAX_VALUE
+            + ", got " + n);
+      }
+      return n;
     }
 
     /** array of struct(key string, value binary) (the order of Spark's Kafka sink; nullability free) */
@@ -145,7 +219,7 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
 
     @Override
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
-      return new TopicWriter(plan, partitionId, true); // refused rows counted; commit(epoch) fails on the driver
+      return new TopicWriter(plan, partitionId, epochId, true); // refused rows counted; commit(epoch) fails on the driver
     }
   }
 
