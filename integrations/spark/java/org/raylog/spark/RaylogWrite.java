@@ -37,10 +37,17 @@ import org.slf4j.LoggerFactory;
  * Other columns are ignored. Rows are written as format-2 record batches
  * (docs/design.md §2). Options:
  * {@code topic}, {@code zookeeper}, {@code cluster}, {@code token} (as for
- * reads, {@link SourceOptions}), {@code batch_bytes} (largest message set
+ * reads, {@link SourceOptions}), {@code batch_bytes} (largest record batch
  * sent at once, default 256 KiB, at most the topic's max_message_bytes) and
- * {@code timeout_ms}. Each task writes with a {@link TopicWriter}. Delivery
- * is at least once. Immutable.
+ * {@code timeout_ms}; and Kafka's producer options with Kafka's meaning:
+ * {@code kafka.acks} ({@code all} / {@code -1}, the default, {@code 1},
+ * {@code 0}), {@code kafka.compression.type} ({@code none}, {@code gzip},
+ * {@code snappy}, {@code lz4}, {@code zstd}), {@code kafka.batch.size} (the
+ * Kafka name of batch_bytes; 0: one record per batch) and
+ * {@code kafka.linger.ms} (a whole number; met by never waiting, see
+ * {@link TopicWriter}). A bad value is a ConfigError naming the option. Each
+ * task writes with a {@link TopicWriter}, idempotently: a retried task
+ * stores its rows once. Immutable.
  */
 final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWrite {
 
@@ -281,7 +288,7 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
 
   @Override
   public void abort(WriterCommitMessage[] messages) {
-    LOG.warn("{}: a write failed; {} messages were acknowledged before (at least once: a retry writes them again)",
+    LOG.warn("{}: a write failed; {} messages were acknowledged before (a new write writes them again)",
         description(), total(messages));
   }
 

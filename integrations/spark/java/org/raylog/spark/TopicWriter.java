@@ -17,13 +17,35 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Writes the rows of one Spark task into raylog topics: each row becomes one
- * record (key, value or null, headers, the time of the write), gathered per
- * partition into one format-2 record batch (docs/design.md §2; laid out in
- * {@link MessageSet}: no codec, no producer id, raylog's lastOffsetDelta) of up
- * to {@code batch_bytes} (at most the topic's max_message_bytes) and sent with
- * PRODUCE (version 0, acks=1) to the partition's data socket; each batch is
- * acknowledged before the next is sent to that partition, and
- * {@link #commit()} returns once every batch is acknowledged.
+ * record (key, value or null: a tombstone, headers, the time of the write),
+ * gathered per partition into one format-2 record batch (docs/design.md §2;
+ * laid out in {@link MessageSet}: raylog's lastOffsetDelta, this writer's
+ * producer id, epoch 0 and the partition's next baseSequence, the records
+ * compressed with {@code kafka.compression.type} by {@link SinkCodecs}) of up
+ * to {@code kafka.batch.size} / {@code batch_bytes} (at most the topic's
+ * max_message_bytes) and sent to the partition's data socket with the plan's
+ * {@code kafka.acks}: PRODUCE version 1 with acks -1 ("all", the default:
+ * answered once the batch is flushed and on every in-sync replica), version
+ * 0 with acks 1 or 0 (no answer). Each batch is answered before the next is
+ * sent to that partition, and {@link #commit()} returns once every batch is
+ * answered (for acks 0: written).
+ *
+ * <p>Batches: a batch is sent when the next record would not fit, and the
+ * last ones at commit; never for time ({@code kafka.linger.ms} is met by
+ * never waiting: a task has its rows at hand). A record counts with its
+ * timestampDelta as the longest varlong and its length as the longest
+ * varint, so where batches end depends on the rows alone.
+ *
+ * <p>Idempotence: the task's producer id is {@link #producerId} of the
+ * write's random id (drawn on the driver, {@link RaylogWrite.Plan#writeId}),
+ * the stream's epoch and the Spark partition: the same for every attempt of
+ * the task. Sequences run from 0 per raylog partition. A retried task that
+ * sees the same rows in the same order (a deterministic stage) sends the
+ * same batches under the same sequences: a batch an earlier attempt stored
+ * is answered by the partition as a duplicate (raylog.storage.batch_producers)
+ * and not stored again, and one stored too long ago for the partition to
+ * remember its offset (DuplicateSequenceError) is taken as stored. A batch
+ * sent again after its partition moved (below) is a duplicate the same way.
  *
  * <p>Partitions: the row's {@code partition} column when the query has one,
  * else {@code crc32c(key) mod partitions} for a keyed row (the producer's
@@ -31,9 +53,11 @@ import org.slf4j.LoggerFactory;
  * partition per task (the task's partition id mod partitions).
  *
  * <p>A partition whose actor moved is looked up again in ZooKeeper and the
- * set sent again (for up to timeout_ms): a set whose first send was stored
- * but not acknowledged is then stored twice. Delivery is at least once
- * (a failed Spark task is retried and writes its rows again).
+ * batch sent again, same sequence, for up to timeout_ms. With acks 1 or all
+ * each row of a task is stored once, whatever Spark retries; a write started
+ * again (a new save, a query run again from its checkpoint) is another
+ * producer and writes its rows again. With acks 0 nothing is known of a
+ * batch (a failure can lose rows).
  *
  * <p>Not thread-safe: Spark drives each writer from one task thread.
  */
