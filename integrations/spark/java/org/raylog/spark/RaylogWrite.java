@@ -226,7 +226,8 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
 
     @Override
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
-      return new TopicWriter(plan, partitionId, epochId, true); // refused rows counted; commit(epoch) fails on the driver
+      // refused rows counted; commit(epoch) fails on the driver
+      return new TopicWriter(plan, partitionId, epochId, true);
     }
   }
 
