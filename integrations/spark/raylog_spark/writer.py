@@ -12,13 +12,16 @@ reports how many it wrote; the driver adds the reports up.
 
 Columns: ``value_col`` and ``key_col`` may be binary (written as they are),
 string (UTF-8), a struct, map or array (written as JSON, ``to_json``) or any
-other atomic type (its string form). A null value is refused; a null key
-means no key. Keys go to partitions by the producer's stable hash; keyless
-rows fill one partition per batch (sticky); ``partition_col`` chooses the
-partition of each row instead.
+other atomic type (its string form). A null value is a tombstone (as in
+Spark's Kafka sink); a null key means no key. Keys go to partitions by the
+producer's stable hash; keyless rows fill one partition per batch (sticky);
+``partition_col`` chooses the partition of each row instead.
 
-Delivery is at-least-once: Spark retries a failed task, and the retry
-writes that task's rows again.
+Each task's producer waits for acks "all" by default (a batch is answered
+once flushed and on every in-sync replica). Delivery is at-least-once: each
+task's producer is idempotent within the task, but Spark retries a failed
+task with a new producer, which writes that task's rows again (the
+``format("raylog")`` sink stores a retried task's rows once).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def write_topic(
     partition_col: str | None = None,
     client=None,
     settings=None,
-    acks: int = 1,
+    acks: int | str = "all",
     compression: str | None = None,
     batch_size: int = 500,
     linger_ms: float = 5,
@@ -70,10 +73,10 @@ def write_topic(
     ``client.settings``) name the cluster; with neither, the cluster
     ``raylog.connect()`` made in this process (or ``RAYLOG_ZOOKEEPER``). ``acks``, ``compression``,
     ``batch_size`` and ``linger_ms`` configure each task's producer
-    (``acks=1``: each batch is acknowledged by its partition before the
-    task ends). Raises :class:`~raylog.errors.UnknownTopicError` on the
-    driver for an unknown topic, :class:`~raylog.errors.ConfigError` for a
-    missing column.
+    (``acks="all"``, the default: each batch is flushed and on every in-sync
+    replica before the task ends; ``1``: appended by its partition). Raises
+    :class:`~raylog.errors.UnknownTopicError` on the driver for an unknown
+    topic, :class:`~raylog.errors.ConfigError` for a missing column.
     """
     metadata, settings, owned = resolve_connection(client, settings)
     try:
@@ -104,15 +107,13 @@ def write_batches(topic: str, settings, options: dict, partitions: int, batches:
     try:
         for batch in batches:
             names = batch.schema.names
-            values = batch.column(names.index("value"))
-            if values.null_count:
-                raise ConfigError(
-                    f"{values.null_count} rows of the batch have a null value; raylog messages always "
-                    f"have a value: filter or fill them before write_topic"
-                )
-            values = values.to_pylist()
+            column = batch.column(names.index("value"))
+            values = column.to_pylist()
             keys = batch.column(names.index("key")).to_pylist() if "key" in names else None
-            if "partition" in names:
+            if column.null_count and "partition" not in names:
+                for i, value in enumerate(values):  # a null value: a tombstone
+                    producer.send(topic, value, None if keys is None else keys[i])
+            elif "partition" in names:
                 parts = batch.column(names.index("partition")).to_pylist()
                 for i, value in enumerate(values):
                     p = parts[i]

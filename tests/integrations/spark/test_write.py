@@ -8,6 +8,7 @@ import json
 import pytest
 
 import raylog_spark
+import spark_helpers
 from raylog.errors import ConfigError, UnknownTopicError
 from raylog.producer.partitioner import partition_for_key
 
@@ -28,16 +29,18 @@ def test_write_to_an_unknown_topic_fails_before_any_job(spark, raylog_client):
         raylog_spark.write_topic(df, "no-such-topic", client=raylog_client)
 
 
-def test_missing_columns_and_null_values_are_refused(spark, raylog_client, make_topic):
+def test_missing_columns_are_refused_and_null_values_are_tombstones(spark, raylog_client, make_topic):
     topic = make_topic(partitions=1)
     df = spark.createDataFrame([("a", "b")], "k string, v string")
     with pytest.raises(ConfigError, match="no column 'value'"):
         raylog_spark.write_topic(df, topic, client=raylog_client)
     with pytest.raises(ConfigError, match="no column 'user'"):
         raylog_spark.write_topic(df, topic, key_col="user", value_col="v", client=raylog_client)
-    nulls = spark.createDataFrame([("a", None)], "k string, v string")
-    with pytest.raises(Exception, match="null value"):
-        raylog_spark.write_topic(nulls, topic, key_col="k", value_col="v", client=raylog_client)
+    nulls = spark.createDataFrame([("a", None), ("b", "x"), (None, None)], "k string, v string")
+    assert raylog_spark.write_topic(nulls, topic, key_col="k", value_col="v", client=raylog_client) == 3
+    stored = sorted(((k, v) for _p, _o, k, v, _t in spark_helpers.log_messages(raylog_client, topic)),
+                    key=lambda m: (m[0] or b"", m[1] or b""))
+    assert stored == [(None, None), (b"a", None), (b"b", b"x")]
 
 
 def test_write_then_read_round_trip_with_keys(spark, raylog_client, make_topic):

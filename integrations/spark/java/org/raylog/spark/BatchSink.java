@@ -67,7 +67,7 @@ final class BatchSink {
   }
 
   private static Iterator<TopicWriter.Written> write(RaylogWrite.Plan plan, int index, Iterator<InternalRow> rows) {
-    TopicWriter writer = new TopicWriter(plan, index, true);
+    TopicWriter writer = new TopicWriter(plan, index, -1L, true);
     try {
       while (rows.hasNext()) {
         writer.write(rows.next());

@@ -81,6 +81,8 @@ final class FetchClient implements Closeable {
   /** the most log one COUNT walks on the server (raylog.transfer.protocol.COUNT_MAX_BYTES) */
   static final int COUNT_MAX_BYTES = 64 << 20;
   static final short VERSION = 0;
+  /** PRODUCE version 1: acks=-1 and idempotent producers (raylog.transfer.protocol) */
+  static final short PRODUCE_VERSION_IDEMPOTENT = 1;
   static final short AUTH_VERSION = 1;
   static final int NONCE_BYTES = 32;
   private static final byte[] SERVER_LABEL = "raylog-auth-server\0".getBytes(StandardCharsets.US_ASCII);
@@ -329,17 +331,40 @@ final class FetchClient implements Closeable {
   }
 
   /**
-   * Append a message set (PRODUCE version 0, acks=1: topic length u16, topic,
-   * partition i32, acks i8, set length i32, set) and wait for its reply (the
-   * base offset i64); returns the base offset.
+   * Append a message set and wait for its reply: PRODUCE version 0 (topic
+   * length u16, topic, partition i32, acks i8, set length i32, set) for acks
+   * 1 or 0, version 1 (the same with producer id i64 -1, producer epoch i16 0
+   * and sequence i32 -1 before the set length: a format-2 batch carries its
+   * own producer fields) for acks -1 ("all": answered once the set is
+   * flushed and on every in-sync replica). Returns the base offset (for a
+   * duplicate of an idempotent batch, the offset of its first store), or -1
+   * for acks 0, which gets no reply (raylog.transfer.protocol).
    */
-  long produce(byte[] topic, int partition, byte[] set) {
-    byte[] frame = call(API_PRODUCE, topic, 2 + topic.length + 9, 2 + topic.length + 4 + 1 + 4 + set.length);
+  long produce(byte[] topic, int partition, byte[] set, int acks) {
+    boolean v1 = acks == -1;
+    int fields = v1 ? 4 + 1 + 8 + 2 + 4 + 4 : 4 + 1 + 4;
+    if (outstanding != null) {
+      throw new IllegalStateException("a request is outstanding");
+    }
+    connect();
+    byte[] frame = frame(API_PRODUCE, topic, 2 + topic.length + fields, 2 + topic.length + fields + set.length);
+    if (v1) {
+      putShort(frame, 6, PRODUCE_VERSION_IDEMPOTENT); // the header's version field
+    }
     int pos = putInt(frame, cursor, partition);
-    frame[pos++] = 1; // acks
+    frame[pos++] = (byte) acks;
+    if (v1) {
+      pos = putInt(frame, pos, -1); // producer id -1 (i64): the batch's fields are judged
+      pos = putInt(frame, pos, -1);
+      pos = putShort(frame, pos, 0); // producer epoch
+      pos = putInt(frame, pos, -1); // sequence
+    }
     pos = putInt(frame, pos, set.length);
     write(frame, pos);
     write(set, set.length);
+    if (acks == 0) {
+      return -1L;
+    }
     readReply(lastId, "PRODUCE", 8);
     return readLong(header, REPLY_HEADER);
   }

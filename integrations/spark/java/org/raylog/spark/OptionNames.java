@@ -52,7 +52,8 @@ final class OptionNames {
       "count_pushdown"));
 
   /** Options of the sink ({@code checkpointLocation} is the stream's, handed over by Spark). */
-  static final Set<String> SINK = lower(CONNECTION, Arrays.asList("topic", "batch_bytes", "checkpointLocation"));
+  static final Set<String> SINK = lower(CONNECTION, Arrays.asList("topic", "batch_bytes", "checkpointLocation",
+      "kafka.acks", "kafka.compression.type", "kafka.linger.ms", "kafka.batch.size"));
 
   /** Options of Spark's Kafka source and sink that raylog refuses, with the reason and what to use instead. */
   static final Map<String, String> REFUSED = new HashMap<>();

@@ -37,10 +37,17 @@ import org.slf4j.LoggerFactory;
  * Other columns are ignored. Rows are written as format-2 record batches
  * (docs/design.md §2). Options:
  * {@code topic}, {@code zookeeper}, {@code cluster}, {@code token} (as for
- * reads, {@link SourceOptions}), {@code batch_bytes} (largest message set
+ * reads, {@link SourceOptions}), {@code batch_bytes} (largest record batch
  * sent at once, default 256 KiB, at most the topic's max_message_bytes) and
- * {@code timeout_ms}. Each task writes with a {@link TopicWriter}. Delivery
- * is at least once. Immutable.
+ * {@code timeout_ms}; and Kafka's producer options with Kafka's meaning:
+ * {@code kafka.acks} ({@code all} / {@code -1}, the default, {@code 1},
+ * {@code 0}), {@code kafka.compression.type} ({@code none}, {@code gzip},
+ * {@code snappy}, {@code lz4}, {@code zstd}), {@code kafka.batch.size} (the
+ * Kafka name of batch_bytes; 0: one record per batch) and
+ * {@code kafka.linger.ms} (a whole number; met by never waiting, see
+ * {@link TopicWriter}). A bad value is a ConfigError naming the option. Each
+ * task writes with a {@link TopicWriter}, idempotently: a retried task
+ * stores its rows once. Immutable.
  */
 final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWrite {
 
@@ -63,6 +70,14 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
     final int partitionColumn;
     /** the headers column, or -1 */
     final int headersColumn;
+    /** kafka.acks: -1 ("all", the default), 1 or 0 */
+    final int acks;
+    /** kafka.compression.type as Kafka's codec number: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd */
+    final int codec;
+    /** kafka.linger.ms (accepted; a task writer never waits for rows: see TopicWriter) */
+    final long lingerMs;
+    /** drawn at random on the driver, once per write: the seed of the tasks' producer ids */
+    final long writeId;
 
     Plan(CaseInsensitiveStringMap options, StructType schema) {
       OptionNames.check(options, OptionNames.Use.SINK);
@@ -72,10 +87,23 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
       this.token = c.token;
       this.topic = options.get("topic");
       this.timeoutMs = (int) Math.min(Integer.MAX_VALUE, options.getLong("timeout_ms", 30_000));
-      this.batchBytes = (int) Math.min(Integer.MAX_VALUE, options.getLong("batch_bytes", 256 * 1024));
+      long bytes = options.getLong("batch_bytes", 256 * 1024);
+      if (options.containsKey("kafka.batch.size")) {
+        long kafkaBytes = integer(options, "kafka.batch.size", 0);
+        if (options.containsKey("batch_bytes") && kafkaBytes != bytes) {
+          throw SourceOptions.config("options 'kafka.batch.size' (" + kafkaBytes + ") and 'batch_bytes' (" + bytes
+              + ") disagree; 'kafka.batch.size' is the Kafka name of 'batch_bytes': give one");
+        }
+        bytes = Math.max(1, kafkaBytes); // 0: as Kafka's batch.size=0, one record per batch
+      }
+      this.batchBytes = (int) Math.min(Integer.MAX_VALUE, bytes);
       if (timeoutMs <= 0 || batchBytes <= 0) {
         throw SourceOptions.config("options 'timeout_ms' and 'batch_bytes' must be positive");
       }
+      this.acks = acks(options.getOrDefault("kafka.acks", "all"));
+      this.codec = codec(options.getOrDefault("kafka.compression.type", "none"));
+      this.lingerMs = integer(options, "kafka.linger.ms", 0);
+      this.writeId = new java.security.SecureRandom().nextLong();
       this.valueColumn = column(schema, "value", true, true);
       this.valueIsString = schema.fields()[valueColumn].dataType() instanceof StringType;
       this.keyColumn = column(schema, "key", true, false);
@@ -96,6 +124,59 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
       if (topic == null && topicColumn < 0) {
         throw SourceOptions.config("the raylog sink needs the option 'topic' or a 'topic' column");
       }
+    }
+
+    /** Kafka's acks: "all" or "-1" (the default), "1" or "0"; else a ConfigError naming kafka.acks. */
+    static int acks(String value) {
+      switch (value.trim().toLowerCase()) {
+        case "all":
+        case "-1":
+          return -1;
+        case "1":
+          return 1;
+        case "0":
+          return 0;
+        default:
+          throw SourceOptions.config("option 'kafka.acks' must be all (or -1), 1 or 0, got '" + value + "'");
+      }
+    }
+
+    /** Kafka's codec number of a kafka.compression.type; else a ConfigError naming the option. */
+    static int codec(String value) {
+      switch (value.trim().toLowerCase()) {
+        case "none":
+          return 0;
+        case "gzip":
+          return 1;
+        case "snappy":
+          return 2;
+        case "lz4":
+          return 3;
+        case "zstd":
+          return 4;
+        default:
+          throw SourceOptions.config("option 'kafka.compression.type' must be none, gzip, snappy, lz4 or zstd, "
+              + "got '" + value + "'");
+      }
+    }
+
+    /** A whole number of at least {@code min}; else a ConfigError naming the option. */
+    private static long integer(CaseInsensitiveStringMap options, String name, long min) {
+      String value = options.get(name);
+      if (value == null) {
+        return min;
+      }
+      long n;
+      try {
+        n = Long.parseLong(value.trim());
+      } catch (NumberFormatException e) {
+        throw SourceOptions.config("option '" + name + "' must be a whole number, got '" + value + "'");
+      }
+      if (n < min || n > Integer.MAX_VALUE) {
+        throw SourceOptions.config("option '" + name + "' must be between " + min + " and " + Integer.MAX_VALUE
+            + ", got " + n);
+      }
+      return n;
     }
 
     /** array of struct(key string, value binary) (the order of Spark's Kafka sink; nullability free) */
@@ -145,7 +226,8 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
 
     @Override
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
-      return new TopicWriter(plan, partitionId, true); // refused rows counted; commit(epoch) fails on the driver
+      // refused rows counted; commit(epoch) fails on the driver
+      return new TopicWriter(plan, partitionId, epochId, true);
     }
   }
 
@@ -207,7 +289,7 @@ final class RaylogWrite implements WriteBuilder, Write, BatchWrite, StreamingWri
 
   @Override
   public void abort(WriterCommitMessage[] messages) {
-    LOG.warn("{}: a write failed; {} messages were acknowledged before (at least once: a retry writes them again)",
+    LOG.warn("{}: a write failed; {} messages were acknowledged before (a new write writes them again)",
         description(), total(messages));
   }
 

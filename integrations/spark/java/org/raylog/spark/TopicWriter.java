@@ -17,13 +17,35 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Writes the rows of one Spark task into raylog topics: each row becomes one
- * record (key, value or null, headers, the time of the write), gathered per
- * partition into one format-2 record batch (docs/design.md §2; laid out in
- * {@link MessageSet}: no codec, no producer id, raylog's lastOffsetDelta) of up
- * to {@code batch_bytes} (at most the topic's max_message_bytes) and sent with
- * PRODUCE (version 0, acks=1) to the partition's data socket; each batch is
- * acknowledged before the next is sent to that partition, and
- * {@link #commit()} returns once every batch is acknowledged.
+ * record (key, value or null: a tombstone, headers, the time of the write),
+ * gathered per partition into one format-2 record batch (docs/design.md §2;
+ * laid out in {@link MessageSet}: raylog's lastOffsetDelta, this writer's
+ * producer id, epoch 0 and the partition's next baseSequence, the records
+ * compressed with {@code kafka.compression.type} by {@link SinkCodecs}) of up
+ * to {@code kafka.batch.size} / {@code batch_bytes} (at most the topic's
+ * max_message_bytes) and sent to the partition's data socket with the plan's
+ * {@code kafka.acks}: PRODUCE version 1 with acks -1 ("all", the default:
+ * answered once the batch is flushed and on every in-sync replica), version
+ * 0 with acks 1 or 0 (no answer). Each batch is answered before the next is
+ * sent to that partition, and {@link #commit()} returns once every batch is
+ * answered (for acks 0: written).
+ *
+ * <p>Batches: a batch is sent when the next record would not fit, and the
+ * last ones at commit; never for time ({@code kafka.linger.ms} is met by
+ * never waiting: a task has its rows at hand). A record counts with its
+ * timestampDelta as the longest varlong and its length as the longest
+ * varint, so where batches end depends on the rows alone.
+ *
+ * <p>Idempotence: the task's producer id is {@link #producerId} of the
+ * write's random id (drawn on the driver, {@link RaylogWrite.Plan#writeId}),
+ * the stream's epoch and the Spark partition: the same for every attempt of
+ * the task. Sequences run from 0 per raylog partition. A retried task that
+ * sees the same rows in the same order (a deterministic stage) sends the
+ * same batches under the same sequences: a batch an earlier attempt stored
+ * is answered by the partition as a duplicate (raylog.storage.batch_producers)
+ * and not stored again, and one stored too long ago for the partition to
+ * remember its offset (DuplicateSequenceError) is taken as stored. A batch
+ * sent again after its partition moved (below) is a duplicate the same way.
  *
  * <p>Partitions: the row's {@code partition} column when the query has one,
  * else {@code crc32c(key) mod partitions} for a keyed row (the producer's
@@ -31,15 +53,19 @@ import org.slf4j.LoggerFactory;
  * partition per task (the task's partition id mod partitions).
  *
  * <p>A partition whose actor moved is looked up again in ZooKeeper and the
- * set sent again (for up to timeout_ms): a set whose first send was stored
- * but not acknowledged is then stored twice. Delivery is at least once
- * (a failed Spark task is retried and writes its rows again).
+ * batch sent again, same sequence, for up to timeout_ms. With acks 1 or all
+ * each row of a task is stored once, whatever Spark retries; a write started
+ * again (a new save, a query run again from its checkpoint) is another
+ * producer and writes its rows again. With acks 0 nothing is known of a
+ * batch (a failure can lose rows).
  *
  * <p>Not thread-safe: Spark drives each writer from one task thread.
  */
 final class TopicWriter implements DataWriter<InternalRow> {
 
   private static final Logger LOG = LoggerFactory.getLogger(TopicWriter.class);
+  /** the wire code of raylog's DuplicateSequenceError */
+  static final int DUPLICATE_SEQUENCE = 17;
 
   /** What the task wrote, for the driver's log. Immutable. */
   static final class Written implements WriterCommitMessage {
@@ -68,6 +94,10 @@ final class TopicWriter implements DataWriter<InternalRow> {
     /** the first and the largest record time of each pending batch, ms */
     final long[] baseTimestamps;
     final long[] maxTimestamps;
+    /** the bytes each pending batch may take, counted so that it does not depend on the time (see write) */
+    final long[] budgets;
+    /** the next baseSequence of each partition (this writer's producer id) */
+    final int[] sequences;
 
     Topic(String name, int partitions, int maxSetBytes) {
       this.name = name;
@@ -78,11 +108,15 @@ final class TopicWriter implements DataWriter<InternalRow> {
       this.counts = new long[partitions];
       this.baseTimestamps = new long[partitions];
       this.maxTimestamps = new long[partitions];
+      this.budgets = new long[partitions];
+      this.sequences = new int[partitions];
     }
   }
 
   private final RaylogWrite.Plan plan;
   private final int taskPartition;
+  /** the producer id of this task's batches: the same for every attempt of the task */
+  private final long producerId;
   private final Map<String, Topic> topics = new HashMap<>();
   private final Map<String, FetchClient> clients = new HashMap<>();
   private final CRC32C crc = new CRC32C();
@@ -100,13 +134,50 @@ final class TopicWriter implements DataWriter<InternalRow> {
   private final boolean countRefused;
 
   TopicWriter(RaylogWrite.Plan plan, int taskPartition) {
-    this(plan, taskPartition, false);
+    this(plan, taskPartition, -1L, false);
   }
 
-  TopicWriter(RaylogWrite.Plan plan, int taskPartition, boolean countRefused) {
+  /**
+   * The writer of Spark partition {@code taskPartition} of epoch {@code epoch}
+   * (a stream's micro-batch; -1 for a batch write): its producer id is
+   * {@link #producerId}{@code (plan.writeId, epoch, taskPartition)}, the same
+   * for every attempt of the task.
+   */
+  TopicWriter(RaylogWrite.Plan plan, int taskPartition, long epoch, boolean countRefused) {
     this.plan = plan;
     this.taskPartition = taskPartition;
     this.countRefused = countRefused;
+    this.producerId = producerId(plan.writeId, epoch, taskPartition);
+  }
+
+  /**
+   * A non-negative producer id for (write, epoch, Spark partition): a
+   * SplitMix64 mix of the write's random id (drawn on the driver) with the
+   * epoch and the partition, so that it is the same for each attempt of a
+   * task and, as raylog's own producer's random ids, different from every
+   * other producer's but by a chance of about one in 2^63 per pair.
+   */
+  static long producerId(long writeId, long epoch, int taskPartition) {
+    long x = mix(mix(writeId ^ epoch) + taskPartition);
+    return x & Long.MAX_VALUE;
+  }
+
+  private static long mix(long z) {
+    z += 0x9E3779B97F4A7C15L;
+    z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
+    z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
+    return z ^ (z >>> 31);
+  }
+
+  /** Bytes of the zigzag varlong of {@code v}. */
+  private static int varlongSize(long v) {
+    long z = (v << 1) ^ (v >> 63);
+    int n = 1;
+    while ((z & ~0x7FL) != 0) {
+      z >>>= 7;
+      n++;
+    }
+    return n;
   }
 
   /** Rows refused so far (no topic). */
@@ -177,9 +248,17 @@ final class TopicWriter implements DataWriter<InternalRow> {
     }
     long now = System.currentTimeMillis();
     ByteArrayOutputStream set = t.pending[partition];
+    // A record costs its bytes with its timestampDelta counted as the longest
+    // varlong (10 bytes) and its length as the longest varint (5): where a
+    // batch ends then depends on the rows alone, not on the time, so that a
+    // retried task cuts its rows into the same batches under the same
+    // sequences (idempotence: see the class comment).
+    long cost = 0;
     if (set != null) {
-      encodeRecord(t.counts[partition], now - t.baseTimestamps[partition], key, value, headers);
-      if (MessageSet.BATCH_HEADER_SIZE + set.size() + record.size() + 5 > t.maxSetBytes) {
+      long delta = now - t.baseTimestamps[partition];
+      encodeRecord(t.counts[partition], delta, key, value, headers);
+      cost = record.size() - varlongSize(delta) + 10 + 5;
+      if (MessageSet.BATCH_HEADER_SIZE + t.budgets[partition] + cost > t.maxSetBytes) {
         send(t, partition);
         set = null;
       }
@@ -187,10 +266,13 @@ final class TopicWriter implements DataWriter<InternalRow> {
     if (set == null) {
       set = t.pending[partition] = new ByteArrayOutputStream(Math.min(t.maxSetBytes, 64 * 1024));
       t.counts[partition] = 0;
+      t.budgets[partition] = 0;
       t.baseTimestamps[partition] = now;
       t.maxTimestamps[partition] = now;
       encodeRecord(0, 0, key, value, headers);
+      cost = record.size() - 1 + 10 + 5;
     }
+    t.budgets[partition] += cost;
     writeVarlong(set, record.size());
     set.write(record.toByteArray(), 0, record.size()); // (writeTo declares IOException)
     t.maxTimestamps[partition] = Math.max(t.maxTimestamps[partition], now);
@@ -243,24 +325,37 @@ final class TopicWriter implements DataWriter<InternalRow> {
     out.write(varintBytes, 0, n);
   }
 
-  /** The pending records of a partition as one record batch (MessageSet's format 2), crc set. */
+  /**
+   * The pending records of a partition as one record batch (MessageSet's
+   * format 2), crc set: this writer's producer id, epoch 0 and the
+   * partition's next baseSequence; the records section compressed with the
+   * plan's codec (attributes bits 0-2, Kafka's number) when that makes it
+   * smaller, else stored as it is (attributes 0).
+   */
   private byte[] batch(Topic t, int partition, ByteArrayOutputStream records) {
-    int size = MessageSet.BATCH_HEADER_SIZE + records.size();
+    byte[] recs = records.toByteArray();
+    int codec = 0;
+    if (plan.codec != 0) {
+      byte[] packed = SinkCodecs.compress(plan.codec, recs);
+      if (packed.length < recs.length) {
+        recs = packed;
+        codec = plan.codec;
+      }
+    }
+    int size = MessageSet.BATCH_HEADER_SIZE + recs.length;
     byte[] b = new byte[size];
     int batchLength = size - MessageSet.BATCH_OVERHEAD;
     FetchClient.putInt(b, 8, batchLength); // baseOffset 0: set at append
     FetchClient.putInt(b, 12, -1); // partitionLeaderEpoch: set at append
     b[16] = MessageSet.BATCH_MAGIC;
-    // attributes 0: no codec, CreateTime, not transactional
+    b[22] = (byte) codec; // attributes: the codec, CreateTime, not transactional
     FetchClient.putInt(b, 23, size - 1); // lastOffsetDelta: the next batch's position
     putLong(b, 27, t.baseTimestamps[partition]);
     putLong(b, 35, t.maxTimestamps[partition]);
-    putLong(b, 43, -1L); // producerId: none
-    b[51] = (byte) 0xFF; // producerEpoch -1
-    b[52] = (byte) 0xFF;
-    FetchClient.putInt(b, 53, -1); // baseSequence: none
+    putLong(b, 43, producerId);
+    // producerEpoch 0 (bytes 51..53 stay 0): raylog's producers use epoch 0
+    FetchClient.putInt(b, 53, t.sequences[partition]); // baseSequence
     FetchClient.putInt(b, 57, (int) t.counts[partition]);
-    byte[] recs = records.toByteArray();
     System.arraycopy(recs, 0, b, MessageSet.BATCH_HEADER_SIZE, recs.length);
     crc.reset();
     crc.update(b, 21, size - 21);
@@ -281,6 +376,9 @@ final class TopicWriter implements DataWriter<InternalRow> {
       return;
     }
     byte[] data = batch(t, partition, set);
+    long count = t.counts[partition];
+    // the sequence is spent now: every resend of this batch carries it
+    t.sequences[partition] = (int) ((t.sequences[partition] + count) & Integer.MAX_VALUE);
     long deadline = 0;
     int attempt = 0;
     for (;;) {
@@ -297,10 +395,17 @@ final class TopicWriter implements DataWriter<InternalRow> {
           clients.put(where, c);
         }
         try {
-          c.produce(t.nameBytes, partition, data);
-          sent += t.counts[partition];
+          c.produce(t.nameBytes, partition, data, plan.acks);
+          sent += count;
           return;
         } catch (RaylogReadException x) {
+          if (x.code() == DUPLICATE_SEQUENCE) {
+            // stored by an earlier attempt of this task, too long ago for the
+            // partition to remember its offset: not stored again
+            LOG.info("writing {}-{}: a batch was stored before ({})", t.name, partition, x.getMessage());
+            sent += count;
+            return;
+          }
           if (!RangeReader.moved(x)) {
             throw x;
           }
