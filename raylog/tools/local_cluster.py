@@ -389,6 +389,20 @@ def status(args) -> None:
     print(json.dumps({**state, "ray_processes": len(procs), "running": _alive(state.get("ray_start_pid"))}, indent=2))
 
 
+def _gcs_port(text: str) -> int:
+    """``--port``: a port number, not 0 (the head's port is written into the
+    nodes' config and the export line before the head starts, so it cannot
+    be left to the system to choose)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"the head's port must be 1-65535, not {port} (it is given to the "
+                                         f"nodes and clients before the head starts, so it cannot be 0)")
+    return port
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -396,7 +410,8 @@ def main(argv=None) -> None:
                         help=f"PIDs, logs, the Ray temp dir, ZooKeeper's data (default {DEFAULT_STATE_DIR})")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("start", parents=[common], help="start ZooKeeper and the autoscaling Ray head")
-    p.add_argument("--port", type=int, default=6390, help="the head's GCS port on 127.0.0.1")
+    p.add_argument("--port", type=_gcs_port, default=6390,
+                   help="the head's GCS port on 127.0.0.1 (a fixed one: the nodes' config and clients are given it)")
     p.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper's port on 127.0.0.1 (0: a free one)")
     p.add_argument("--disk-nodes", type=int, default=0, help="ask the autoscaler for this many disk nodes")
     p.add_argument("--cluster", default=os.environ.get("RAYLOG_CLUSTER", "default"),

@@ -280,3 +280,15 @@ def test_aws_head_starts_the_supervisor_after_ray():
     assert len(supervisor) == 1 and supervisor[0] > head
     assert "--zookeeper $(hostname -I" in commands[supervisor[0]] and "--ray-address auto" in commands[supervisor[0]]
 
+
+
+def test_local_cluster_start_refuses_port_0_at_once(tmp_path, capsys):
+    """The head's port goes into the nodes' config and the export line
+    before the head starts: 0 is refused before anything starts (it used to
+    wait out the whole start timeout for a head "on 127.0.0.1:0")."""
+    local_cluster = _local_cluster()
+    with pytest.raises(SystemExit) as stopped:
+        local_cluster.main(["start", "--state-dir", str(tmp_path), "--port", "0"])
+    assert stopped.value.code == 2
+    assert "cannot be 0" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []  # nothing started, nothing written
