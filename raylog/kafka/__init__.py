@@ -50,9 +50,10 @@ IncrementalAlterConfigs 0-1, ListGroups 0-4, DescribeGroups 0-5,
 DeleteGroups 0-2, OffsetDelete 0.
 Produce and Fetch are advertised from version 0 for old librdkafka's
 feature check (:data:`raylog.kafka.frames.ADVERTISED_LOWEST`).
-Not yet: static group membership (``group.instance.id``), the flexible
-versions, CreatePartitions, DeleteRecords, DescribeCluster and the
-producer and transaction listings.
+Consumer groups include static membership (``group.instance.id``:
+:mod:`raylog.kafka.coordinator`). Not yet: the flexible versions,
+CreatePartitions, DeleteRecords, DescribeCluster and the producer and
+transaction listings.
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
 a Kafka client :meth:`raylog.Client.kafka_config` (in the names of the

@@ -18,8 +18,8 @@ from them. While a group has members, the coordinator keeps an ephemeral
 and it refuses a JoinGroup while the group has raylog members
 (INCONSISTENT_GROUP_PROTOCOL: the members' protocols are incompatible).
 
-**The classic group protocol** (Kafka's GroupCoordinator, without static
-membership or the MEMBER_ID_REQUIRED round trip). A :class:`Group` is in one
+**The classic group protocol** (Kafka's GroupCoordinator, without the
+MEMBER_ID_REQUIRED round trip). A :class:`Group` is in one
 of four states::
 
     EMPTY --JoinGroup--> PREPARING_REBALANCE --every member joined, or the
@@ -49,6 +49,20 @@ of four states::
   within its session timeout is removed and the group rebalances; a member
   waiting for a JoinGroup or SyncGroup answer is not timed out meanwhile.
 * LeaveGroup removes the member and the group rebalances (or becomes EMPTY).
+* **Static membership** (KIP-345, ``group.instance.id``): a member that
+  joins with an instance id keeps it as the group's name for it. A JoinGroup
+  with an empty member id and an instance id the group knows *replaces* that
+  member: it gets a new member id and the old one is fenced (its requests
+  are answered FENCED_INSTANCE_ID, a wait of it is ended so). In STABLE the
+  replacement takes the old member's assignment at the current generation,
+  answered at once, **without a rebalance** (so a static member that
+  restarts within its session timeout moves no partition; the clients do
+  not send LeaveGroup for it); in a rebalance it joins it. Every request
+  that names an instance id is checked against it (UNKNOWN_MEMBER_ID for an
+  instance id the group does not have, FENCED_INSTANCE_ID for a member id
+  that is not the instance's current one). A static member is removed as a
+  dynamic one is: by LeaveGroup (v3 names it by instance id too) or when its
+  session times out.
 * OffsetCommit with a member id and generation is checked by
   :meth:`Coordinator.check_commit`: allowed in STABLE and PREPARING_REBALANCE
   (a member commits what it processed before it joins again), refused with
@@ -93,6 +107,7 @@ INVALID_GROUP_ID = 24
 UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
+FENCED_INSTANCE_ID = 82
 UNKNOWN_SERVER_ERROR = -1
 
 EMPTY = "Empty"
@@ -115,10 +130,13 @@ class Member:
     """One member of a group (fields only)."""
 
     __slots__ = ("member_id", "client_id", "client_host", "protocols", "session_timeout_ms", "rebalance_timeout_ms",
-                 "last_seen", "join_result", "awaiting_join", "sync_result", "awaiting_sync", "assignment")
+                 "last_seen", "join_result", "awaiting_join", "sync_result", "awaiting_sync", "assignment",
+                 "instance_id")
 
-    def __init__(self, member_id: str, client_id: str):
+    def __init__(self, member_id: str, client_id: str, instance_id: str | None = None):
         self.member_id, self.client_id = member_id, client_id
+        #: the member's ``group.instance.id`` (static membership), None for a dynamic member
+        self.instance_id = instance_id
         #: the client's address as Kafka shows it (``/127.0.0.1``), "" when not known
         self.client_host = ""
         self.protocols: list[tuple[str, bytes]] = []
@@ -136,12 +154,14 @@ class Member:
 class JoinResult:
     """What one JoinGroup is answered."""
 
-    __slots__ = ("error", "generation", "protocol_type", "protocol", "leader", "member_id", "members")
+    __slots__ = ("error", "generation", "protocol_type", "protocol", "leader", "member_id", "members", "instances")
 
     def __init__(self, error, generation=-1, protocol_type=None, protocol=None, leader="", member_id="",
-                 members=()):
+                 members=(), instances=None):
         self.error, self.generation, self.protocol_type, self.protocol = error, generation, protocol_type, protocol
         self.leader, self.member_id, self.members = leader, member_id, list(members)
+        #: member id -> instance id of the static members among ``members`` (the leader's answer)
+        self.instances = instances or {}
 
 
 class Group:
@@ -157,6 +177,8 @@ class Group:
         self.protocol: str | None = None
         self.leader: str | None = None
         self.members: dict[str, Member] = {}
+        #: instance id -> the member id of its current member (static members)
+        self.static: dict[str, str] = {}
         self.rebalance_deadline = 0.0
 
     def __repr__(self) -> str:
@@ -166,26 +188,37 @@ class Group:
     # -- requests ----------------------------------------------------------------
 
     def join(self, member_id: str, client_id: str, protocol_type: str, protocols, session_timeout_ms: int,
-             rebalance_timeout_ms: int, now: float) -> tuple[int, str]:
+             rebalance_timeout_ms: int, now: float, instance_id: str | None = None) -> tuple[int, str]:
         """Register a JoinGroup; ``(error, member id)``. With NONE the answer
-        comes later, in the member's ``join_result`` (:meth:`join_answered`)."""
+        is in the member's ``join_result``, now or later. ``instance_id``:
+        the member's ``group.instance.id`` (static membership), or None."""
         protocols = [(name, bytes(metadata or b"")) for name, metadata in protocols]
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             return INVALID_SESSION_TIMEOUT, member_id
         if not protocol_type or not protocols:
             return INCONSISTENT_GROUP_PROTOCOL, member_id
+        if instance_id and member_id:
+            error = self._check_instance(member_id, instance_id)
+            if error != NONE:
+                return error, member_id
         if member_id and member_id not in self.members:
             return UNKNOWN_MEMBER_ID, member_id
-        others = [m for m in self.members.values() if m.member_id != member_id]
+        replaced = self.static.get(instance_id) if instance_id and not member_id else None
+        others = [m for m in self.members.values() if m.member_id not in (member_id, replaced)]
         if others:
             common = {name for name, _ in protocols}
             for other in others:
                 common &= {name for name, _ in other.protocols}
             if protocol_type != self.protocol_type or not common:
                 return INCONSISTENT_GROUP_PROTOCOL, member_id
+        if replaced is not None:
+            return self._replace(replaced, client_id, protocol_type, protocols, session_timeout_ms,
+                                 rebalance_timeout_ms, now)
         if not member_id:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            self.members[member_id] = Member(member_id, client_id)
+            self.members[member_id] = Member(member_id, client_id, instance_id or None)
+            if instance_id:
+                self.static[instance_id] = member_id
         member = self.members[member_id]
         member.protocols, member.client_id = protocols, client_id
         member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
@@ -197,10 +230,11 @@ class Group:
         self._maybe_complete_join(now)
         return NONE, member_id
 
-    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes] | None, now: float) -> int:
+    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes] | None, now: float,
+             instance_id: str | None = None) -> int:
         """Register a SyncGroup (``assignments`` from the leader); NONE: the
         answer is in the member's ``sync_result`` now or later."""
-        error = self._check(member_id, generation)
+        error = self._check(member_id, generation, instance_id)
         if error != NONE:
             return error
         if self.state == PREPARING_REBALANCE:
@@ -222,24 +256,32 @@ class Group:
                     m.last_seen = now
         return NONE
 
-    def heartbeat(self, member_id: str, generation: int, now: float) -> int:
-        error = self._check(member_id, generation)
+    def heartbeat(self, member_id: str, generation: int, now: float, instance_id: str | None = None) -> int:
+        error = self._check(member_id, generation, instance_id)
         if error != NONE:
             return error
         self.members[member_id].last_seen = now
         return REBALANCE_IN_PROGRESS if self.state == PREPARING_REBALANCE else NONE
 
-    def leave(self, member_id: str, now: float) -> int:
+    def leave(self, member_id: str, now: float, instance_id: str | None = None) -> int:
+        """LeaveGroup of a member, named by its member id, its instance id
+        (``member_id`` empty: Kafka's removal of a static member), or both."""
+        if instance_id:
+            if not member_id:
+                member_id = self.static.get(instance_id, "")
+            error = self._check_instance(member_id, instance_id)
+            if error != NONE:
+                return error
         if member_id not in self.members:
             return UNKNOWN_MEMBER_ID
         self._remove(member_id, now)
         return NONE
 
-    def check_commit(self, member_id: str, generation: int, now: float) -> int:
+    def check_commit(self, member_id: str, generation: int, now: float, instance_id: str | None = None) -> int:
         """May a member commit now (Kafka's rule for OffsetCommit)?"""
         if generation < 0 and not member_id:
             return NONE if not self.members else UNKNOWN_MEMBER_ID
-        error = self._check(member_id, generation)
+        error = self._check(member_id, generation, instance_id)
         if error != NONE:
             return error
         if self.state == COMPLETING_REBALANCE:
@@ -267,6 +309,8 @@ class Group:
                     log.info("group %s: member %s did not join again within the rebalance timeout; removed",
                              self.group_id, member.member_id)
                     del self.members[member.member_id]
+                    if member.instance_id and self.static.get(member.instance_id) == member.member_id:
+                        del self.static[member.instance_id]
             self._maybe_complete_join(now, force=True)
             changed = True
         return changed
@@ -280,16 +324,70 @@ class Group:
             if member.awaiting_sync:
                 member.awaiting_sync, member.sync_result = False, (error, b"")
         self.members.clear()
+        self.static.clear()
         self.state, self.leader, self.protocol = EMPTY, None, None
 
     # -- inside ------------------------------------------------------------------
 
-    def _check(self, member_id: str, generation: int) -> int:
+    def _check(self, member_id: str, generation: int, instance_id: str | None = None) -> int:
+        if instance_id:
+            error = self._check_instance(member_id, instance_id)
+            if error != NONE:
+                return error
         if member_id not in self.members:
             return UNKNOWN_MEMBER_ID
         if generation != self.generation:
             return ILLEGAL_GENERATION
         return NONE
+
+    def _instances(self) -> dict[str, str]:
+        return {member_id: instance for instance, member_id in self.static.items()}
+
+    def _check_instance(self, member_id: str, instance_id: str) -> int:
+        """A request naming ``instance_id``: UNKNOWN_MEMBER_ID when the group
+        has no such instance, FENCED_INSTANCE_ID when ``member_id`` is not
+        its current member (a replaced one), else NONE."""
+        current = self.static.get(instance_id)
+        if current is None:
+            return UNKNOWN_MEMBER_ID
+        return NONE if current == member_id else FENCED_INSTANCE_ID
+
+    def _replace(self, old_id: str, client_id: str, protocol_type: str, protocols, session_timeout_ms: int,
+                 rebalance_timeout_ms: int, now: float) -> tuple[int, str]:
+        """A static member joined again with an empty member id: a new
+        member id takes the old one's place (the old one is fenced). STABLE
+        with the group's protocol among the new protocols: answered at once
+        at the current generation, the assignment kept, no rebalance; else
+        the new member joins the rebalance."""
+        old = self.members.pop(old_id)
+        if old.awaiting_join:
+            old.awaiting_join, old.join_result = False, JoinResult(FENCED_INSTANCE_ID, member_id=old_id)
+        if old.awaiting_sync:
+            old.awaiting_sync, old.sync_result = False, (FENCED_INSTANCE_ID, b"")
+        member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        member = Member(member_id, client_id, old.instance_id)
+        member.client_host, member.assignment = old.client_host, old.assignment
+        member.protocols = protocols
+        member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        member.last_seen = now
+        self.members[member_id] = member
+        self.static[old.instance_id] = member_id
+        if self.leader == old_id:
+            self.leader = member_id
+        log.info("group %s: static member %s (instance %s) replaced by %s", self.group_id, old_id,
+                 old.instance_id, member_id)
+        self.protocol_type = protocol_type
+        if self.state == STABLE and self.protocol in {name for name, _ in protocols}:
+            metadata = [(m.member_id, dict(m.protocols).get(self.protocol, b"")) for m in self.members.values()]
+            member.join_result = JoinResult(
+                NONE, self.generation, self.protocol_type, self.protocol, self.leader, member_id,
+                metadata if member_id == self.leader else (), self._instances())
+            return NONE, member_id
+        member.awaiting_join, member.join_result = True, None
+        if self.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(now)
+        self._maybe_complete_join(now)
+        return NONE, member_id
 
     def _prepare_rebalance(self, now: float) -> None:
         for member in self.members.values():  # SyncGroups still waiting: the assignment they wait for is void
@@ -301,6 +399,8 @@ class Group:
 
     def _remove(self, member_id: str, now: float) -> None:
         member = self.members.pop(member_id)
+        if member.instance_id and self.static.get(member.instance_id) == member_id:
+            del self.static[member.instance_id]
         if member.awaiting_join:
             member.join_result = JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
         if member.awaiting_sync:
@@ -336,7 +436,7 @@ class Group:
             member.assignment = b""
             member.join_result = JoinResult(
                 NONE, self.generation, self.protocol_type, self.protocol, self.leader, member.member_id,
-                metadata if member.member_id == self.leader else ())
+                metadata if member.member_id == self.leader else (), self._instances())
 
 
 class Coordinator:
@@ -407,7 +507,8 @@ class Coordinator:
         with self._cond:
             group = self._groups.setdefault(group_id, Group(group_id))
             error, member_id = group.join(body.member_id or "", client_id or "", body.protocol_type, protocols,
-                                          body.session_timeout_ms, rebalance_ms, time.monotonic())
+                                          body.session_timeout_ms, rebalance_ms, time.monotonic(),
+                                          _instance_id(body))
             if error != NONE:
                 if not group.members:
                     self._groups.pop(group_id, None)
@@ -439,7 +540,7 @@ class Coordinator:
             leader = group.leader == body.member_id
             error = group.sync(body.member_id, body.generation_id,
                                assignments if leader and assignments is not None else ({} if leader else None),
-                               time.monotonic())
+                               time.monotonic(), _instance_id(body))
             if error != NONE:
                 return _sync_response(version, error, b"")
             self._cond.notify_all()
@@ -460,17 +561,19 @@ class Coordinator:
         with self._cond:
             group = self._groups.get(body.group_id)
             if group is not None:
-                error = group.heartbeat(body.member_id, body.generation_id, time.monotonic())
+                error = group.heartbeat(body.member_id, body.generation_id, time.monotonic(), _instance_id(body))
         if group is None:
             error = self._missing(body.group_id)
         return HeartbeatResponse[version](throttle_time_ms=0, error_code=error)
 
     def leave_group(self, body, version: int):
         ids = [body.member_id] if version < 3 else [m.member_id for m in body.members]
+        instances = [None] * len(ids) if version < 3 else [m.group_instance_id or None for m in body.members]
         with self._cond:
             group = self._groups.get(body.group_id)
             if group is not None:
-                errors = [group.leave(member_id, time.monotonic()) for member_id in ids]
+                errors = [group.leave(member_id, time.monotonic(), instance)
+                          for member_id, instance in zip(ids, instances)]
                 if not group.members:
                     self._groups.pop(body.group_id, None)
                 self._cond.notify_all()
@@ -479,17 +582,18 @@ class Coordinator:
         self._publish(body.group_id)
         if version < 3:
             return LeaveGroupResponse[version](throttle_time_ms=0, error_code=errors[0])
-        members = [LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
-                   for m, e in zip(ids, errors)]
+        members = [LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=e)
+                   for m, i, e in zip(ids, instances, errors)]
         return LeaveGroupResponse[version](throttle_time_ms=0, error_code=NONE, members=members)
 
-    def check_commit(self, group_id: str, member_id: str, generation: int) -> int:
-        """The error code an OffsetCommit of ``(member_id, generation)`` gets
-        from the group's state here (NONE: commit)."""
+    def check_commit(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
+        """The error code an OffsetCommit of ``(member_id, generation)`` (and
+        ``instance_id``, a static member's) gets from the group's state here
+        (NONE: commit)."""
         with self._cond:
             group = self._groups.get(group_id)
             if group is not None:
-                return group.check_commit(member_id, generation, time.monotonic())
+                return group.check_commit(member_id, generation, time.monotonic(), instance_id)
         if generation < 0 and not member_id:  # assign + commit: only into a group without Kafka members
             return UNKNOWN_MEMBER_ID if kafka_members.live(self.zk, self.paths, group_id) else NONE
         return self._missing(group_id)
@@ -506,8 +610,8 @@ class Coordinator:
     def snapshot(self, group_id: str) -> dict | None:
         """What DescribeGroups shows of a group here, or None:
         ``{"state", "protocol_type", "protocol", "members"}``, each member
-        ``{"member_id", "client_id", "client_host", "metadata", "assignment",
-        "topics"}`` (``metadata``: its subscription under the group's
+        ``{"member_id", "instance_id", "client_id", "client_host", "metadata",
+        "assignment", "topics"}`` (``metadata``: its subscription under the group's
         protocol; ``topics``: that subscription's topics and its assigned
         ones, for a ``consumer`` group). As Kafka answers it, the protocol,
         metadata and assignment are given only while the group is STABLE."""
@@ -526,7 +630,8 @@ class Coordinator:
                     for name, m in member.protocols:  # before the first join completes: any protocol's
                         topics.update(subscribed_topics(m))
                     topics.update(t for t, _ in assigned_partitions(member.assignment))
-                members.append({"member_id": member.member_id, "client_id": member.client_id,
+                members.append({"member_id": member.member_id, "instance_id": member.instance_id,
+                                "client_id": member.client_id,
                                 "client_host": member.client_host,
                                 "metadata": metadata if stable else b"",
                                 "assignment": member.assignment if stable else b"",
@@ -636,9 +741,16 @@ def _join_response(version: int, result: JoinResult):
         throttle_time_ms=0, error_code=result.error, generation_id=result.generation,
         protocol_type=result.protocol_type, protocol_name=result.protocol or "", leader=result.leader or "",
         skip_assignment=False, member_id=result.member_id,
-        members=[Member_(member_id=m, group_instance_id=None, metadata=md) for m, md in result.members])
+        members=[Member_(member_id=m, group_instance_id=result.instances.get(m), metadata=md)
+                 for m, md in result.members])
 
 
 def _sync_response(version: int, error: int, assignment: bytes, protocol_type=None, protocol=None):
     return SyncGroupResponse[version](throttle_time_ms=0, error_code=error, protocol_type=protocol_type,
                                       protocol_name=protocol, assignment=assignment)
+
+
+def _instance_id(body) -> str | None:
+    """The ``group_instance_id`` a request carries (JoinGroup 5+, SyncGroup
+    and Heartbeat 3+, OffsetCommit 7+), None when it has none."""
+    return getattr(body, "group_instance_id", None) or None

@@ -219,7 +219,7 @@ def describe_groups(backend, body, version: int):
             out.append(Described(error_code=error, error_message=None, group_id=group or "", group_state=DEAD,
                                  protocol_type="", protocol_data="", members=[], authorized_operations=None))
             continue
-        members = [Member(member_id=m["member_id"], group_instance_id=None, client_id=m["client_id"],
+        members = [Member(member_id=m["member_id"], group_instance_id=m.get("instance_id"), client_id=m["client_id"],
                           client_host=m["client_host"], member_metadata=bytes(m["metadata"]),
                           member_assignment=bytes(m["assignment"]))
                    for m in shown["members"]]

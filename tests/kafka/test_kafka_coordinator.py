@@ -32,8 +32,8 @@ CLIENT_SESSION_MS = 6000
 
 
 def _join(group, member_id="", now=0.0, protocols=(("range", b"m"),), session_ms=SESSION_MS, rebalance_ms=5000,
-          protocol_type="consumer"):
-    return group.join(member_id, "client", protocol_type, list(protocols), session_ms, rebalance_ms, now)
+          protocol_type="consumer", instance=None):
+    return group.join(member_id, "client", protocol_type, list(protocols), session_ms, rebalance_ms, now, instance)
 
 
 def test_first_member_leads_and_the_leader_assignment_goes_to_everyone():
@@ -134,6 +134,75 @@ def test_joins_that_do_not_fit_the_group_are_refused():
     _, b = _join(group, protocols=[("roundrobin", b"1"), ("range", b"2")])
     _join(group, a, protocols=[("range", b"")])
     assert group.members[a].join_result.protocol == "range"
+
+
+def _stable_pair(instances=("ia", "ib")):
+    """A STABLE group of two members (static when ``instances`` name them), a leading; a gets 0,1, b 2,3."""
+    group = Group("g")
+    _, a = _join(group, instance=instances[0])
+    group.sync(a, 1, {a: b"all"}, 0.1, instances[0])
+    _, b = _join(group, now=1.0, instance=instances[1])
+    _join(group, a, now=1.1, instance=instances[0])
+    assert group.sync(b, 2, None, 1.2, instances[1]) == co.NONE
+    assert group.sync(a, 2, {a: b"0,1", b: b"2,3"}, 1.3, instances[0]) == co.NONE
+    assert group.state == co.STABLE and group.generation == 2
+    return group, a, b
+
+
+def test_a_static_member_that_joins_again_takes_its_place_without_a_rebalance_and_fences_its_old_id():
+    group, a, b = _stable_pair()
+    assert group.static == {"ia": a, "ib": b}
+    # a restarts (its client sent no LeaveGroup): a new member id, answered at once, the same generation
+    error, a2 = _join(group, now=2.0, instance="ia")
+    assert error == co.NONE and a2 != a
+    result = group.members[a2].join_result
+    assert (result.error, result.generation, result.leader) == (co.NONE, 2, a2)  # a led: a2 leads
+    assert sorted(result.members) == sorted([(a2, b"m"), (b, b"m")])
+    assert result.instances == {a2: "ia", b: "ib"}
+    assert group.state == co.STABLE and group.generation == 2  # no rebalance: b hears of nothing
+    assert group.heartbeat(b, 2, 2.1, "ib") == co.NONE
+    # a2 syncs and gets a's assignment (the leader's assignments of a stable group change nothing)
+    assert group.sync(a2, 2, {a2: b"other"}, 2.2, "ia") == co.NONE
+    assert group.members[a2].sync_result == (co.NONE, b"0,1")
+    assert group.members[b].assignment == b"2,3"
+    # the old member id is fenced wherever it shows up with its instance id
+    assert group.heartbeat(a, 2, 2.3, "ia") == co.FENCED_INSTANCE_ID
+    assert group.check_commit(a, 2, 2.3, "ia") == co.FENCED_INSTANCE_ID
+    assert group.sync(a, 2, None, 2.3, "ia") == co.FENCED_INSTANCE_ID
+    assert _join(group, a, now=2.3, instance="ia")[0] == co.FENCED_INSTANCE_ID
+    assert group.leave(a, 2.3, "ia") == co.FENCED_INSTANCE_ID
+    assert group.heartbeat(a, 2, 2.3) == co.UNKNOWN_MEMBER_ID  # and as a plain member id it is gone
+    # an instance id the group does not have
+    assert group.heartbeat(b, 2, 2.4, "nobody") == co.UNKNOWN_MEMBER_ID
+    assert group.state == co.STABLE and group.generation == 2
+
+
+def test_a_static_member_is_removed_by_leave_by_instance_id_and_by_its_session_timeout():
+    group, a, b = _stable_pair()
+    # Kafka's removal of a static member names only its instance id
+    assert group.leave("", 3.0, "ib") == co.NONE
+    assert b not in group.members and "ib" not in group.static and group.state == co.PREPARING_REBALANCE
+    _join(group, a, now=3.1, instance="ia")
+    assert group.members[a].join_result.generation == 3
+    group.sync(a, 3, {a: b"0,1,2,3"}, 3.2, "ia")
+    # silent past its session timeout: removed as a dynamic member is, the instance id freed
+    group.tick(3.2 + SESSION_MS / 1000.0 + 0.1)
+    assert group.members == {} and group.static == {} and group.state == co.EMPTY
+    # the instance joins again as a new member
+    error, a3 = _join(group, now=10.0, instance="ia")
+    assert error == co.NONE and group.static == {"ia": a3}
+
+
+def test_a_static_member_that_joins_again_during_a_rebalance_joins_it():
+    group, a, b = _stable_pair()
+    _, c = _join(group, now=4.0)  # a dynamic member: a rebalance
+    assert group.state == co.PREPARING_REBALANCE
+    error, a2 = _join(group, now=4.1, instance="ia")  # a restarted meanwhile
+    assert error == co.NONE and group.members[a2].join_result is None  # it waits with the others
+    _join(group, b, now=4.2, instance="ib")
+    results = {m: group.members[m].join_result for m in (a2, b, c)}
+    assert {r.generation for r in results.values()} == {3} and results[a2].leader == a2
+    assert a not in group.members and group.static == {"ia": a2, "ib": b}
 
 
 def test_each_group_has_one_coordinator_among_the_listeners(zk, cluster_name):
@@ -288,6 +357,59 @@ def test_two_confluent_consumers_share_a_topic_and_one_takes_over_when_the_other
         assert _committed(raylog_client, group, topic) == _next_offsets(got)
     finally:
         for consumer in (first, second):
+            if consumer is not None:
+                consumer.close()
+
+
+def test_a_static_confluent_member_restarted_within_its_session_gets_its_partitions_back_without_a_rebalance(
+        raylog_client, kafka_config):
+    from kafka.admin import KafkaAdminClient
+
+    topic = _topic(raylog_client, 4)
+    group = f"ks-{uuid.uuid4().hex[:8]}"
+    static = {"session.timeout.ms": 60_000}  # long: a's absence must not end its membership here
+    assigned = {"a": 0, "b": 0}
+
+    def counting(name):
+        return lambda consumer, partitions: assigned.__setitem__(name, assigned[name] + 1)
+
+    first = _confluent(kafka_config, group, **{"group.instance.id": "ia"}, **static)
+    second = _confluent(kafka_config, group, **{"group.instance.id": "ib"}, **static)
+    again = None
+    try:
+        first.subscribe([topic], on_assign=counting("a"))
+        second.subscribe([topic], on_assign=counting("b"))
+        _poll_until([first, second], lambda: len(_parts(first)) == 2 and len(_parts(second)) == 2,
+                    what="two partitions each")
+        _poll_until([first, second], lambda: True)
+        theirs, ours, b_rounds = _parts(first), _parts(second), assigned["b"]
+        admin = KafkaAdminClient(**_kafka_python_settings(kafka_config))
+        try:
+            described = admin.describe_groups([group])[group]
+        finally:
+            admin.close()
+        assert sorted(m["group_instance_id"] for m in described["members"]) == ["ia", "ib"]
+        old_id = first.memberid()
+
+        # a's process ends (a static member sends no LeaveGroup) and comes back with the same instance id
+        first.close()
+        first = None
+        again = _confluent(kafka_config, group, **{"group.instance.id": "ia"}, **static)
+        again.subscribe([topic], on_assign=counting("a"))
+        _poll_until([again, second], lambda: _parts(again) == theirs, what="a's partitions back")
+        time.sleep(2.0)  # a rebalance, had there been one, would reach b now
+        _poll_until([again, second], lambda: True)
+        assert again.memberid() != old_id
+        assert _parts(second) == ours and assigned["b"] == b_rounds  # b was not moved, nor asked to join again
+
+        values = [f"s{i}".encode() for i in range(100)]
+        _produce(raylog_client, topic, values, 4)
+        got: dict = {}
+        _poll_until([again, second], lambda: sum(len(v) for v in got.values()) >= len(values), got, what="messages")
+        assert {m.partition() for m in got.get(again, [])} <= theirs
+        assert sorted(m.value() for ms in got.values() for m in ms) == sorted(values)
+    finally:
+        for consumer in (first, second, again):
             if consumer is not None:
                 consumer.close()
 
