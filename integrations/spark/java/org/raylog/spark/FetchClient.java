@@ -343,11 +343,7 @@ final class FetchClient implements Closeable {
   long produce(byte[] topic, int partition, byte[] set, int acks) {
     boolean v1 = acks == -1;
     int fields = v1 ? 4 + 1 + 8 + 2 + 4 + 4 : 4 + 1 + 4;
-    if (outstanding != null) {
-      throw new IllegalStateException("a request is outstanding");
-    }
-    connect();
-    byte[] frame = frame(API_PRODUCE, topic, 2 + topic.length + fields, 2 + topic.length + fields + set.length);
+    byte[] frame = call(API_PRODUCE, topic, 2 + topic.length + fields, 2 + topic.length + fields + set.length);
     if (v1) {
       putShort(frame, 6, PRODUCE_VERSION_IDEMPOTENT); // the header's version field
     }
