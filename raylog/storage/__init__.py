@@ -18,7 +18,8 @@ Modules, one per concept:
 * :mod:`raylog.storage.validation` -- every CRC and header of a set, on
   append and in recovery; :mod:`raylog.storage.decoding` -- decoding sets
   into messages, consumer side; :mod:`raylog.storage.counting` -- counting
-  the messages of a range without handing them out;
+  the messages of a range without handing them out, by
+  :mod:`raylog.storage.countindex` -- a segment's record counts, learnt;
 * :mod:`raylog.storage.base` -- the log interface (:class:`~raylog.storage.base.Log`,
   ``Slice``) that the data server and the partition actor use, with two
   implementations: :mod:`raylog.storage.log` (:class:`PartitionLog`, on

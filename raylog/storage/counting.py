@@ -22,6 +22,12 @@ none: readers are not handed them), each batch validated whole
 by the compiled ``batches_count``, which checks each as it does). An offset
 inside a batch (a record's) is answered as one inside a wrapper.
 
+A count of a long range (a consumer's lag, a Spark trigger's backlog) is
+answered from the segments' record counts (:func:`count_between`,
+:mod:`raylog.storage.countindex`): the bytes of a segment are walked and
+checked once, by the first count that reaches them, and later counts walk
+about one checkpoint interval at each end of their range.
+
 Used by the data server's COUNT request (:mod:`raylog.transfer.protocol`).
 All functions are pure or read-only on the log; thread-safe.
 """
@@ -33,6 +39,7 @@ from typing import NamedTuple
 from raylog.errors import InvalidMessageError, InvalidOffsetError, OffsetOutOfRangeError
 from raylog.storage import message as _format
 from raylog.storage.message import HEADER_SIZE, LOG_OVERHEAD, CODEC_MASK, HEADER_CHECK, STOP_HEADER
+from raylog.storage.countindex import CHECKPOINT_BYTES
 from raylog.storage.message_errors import in_wrapper, inner_set, inside_wrapper
 from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
 from raylog.storage import record_batch as _record_batch
@@ -253,6 +260,98 @@ def _message_at(log, offset: int) -> int:
     return max(offset, log.read(offset, 0).offset)
 
 
+def count_between(log, start: int, end: int, max_bytes: int | None = None) -> Counted | None:
+    """:func:`count_range` from the segments' record counts
+    (:mod:`raylog.storage.countindex`): the messages of ``[start, end)``
+    (message boundaries, checked as :func:`count_range` checks them), found
+    by a walk from the last checkpoint before each end of the range. The
+    bytes of the range no count walked yet are walked and checked (at most
+    about ``max_bytes`` of them: the answer then stops short, at
+    ``next_offset``) and remembered. ``None`` for a log without segments (in
+    memory): the caller walks the range. Errors as :func:`count_range`'s."""
+    spans = _spans(log, start, end)
+    if spans is None:
+        return None
+    walk = [max_bytes if max_bytes is not None else 1 << 62]
+    total = 0
+    for segment, lo, hi, closed in spans:
+        before, _ = _records_to(log, segment, lo, False, None)
+        records, reached = _records_to(log, segment, hi, closed, walk, (lo, before))
+        total += records - before
+        if reached < hi:
+            return Counted(total, reached)
+    return Counted(total, end)
+
+
+def _spans(log, start: int, end: int):
+    """``(segment, lo, hi, hi is the segment's end)`` over ``[start, end)``
+    after the range's bounds and ends are checked; None without segments."""
+    spans_of = getattr(log, "segment_spans", None)
+    if spans_of is None:
+        return None
+    # the bounds, and the first message from start (a walk's errors); a walk to end checks it
+    count_range(log, start, end, 0)
+    spans = spans_of(start, end)
+    return [(segment, lo, hi, i < len(spans) - 1) for i, (segment, lo, hi) in enumerate(spans)]
+
+
+def _records_to(log, segment, position: int, closed: bool, walk: list | None,
+                known: tuple[int, int] = (-1, 0)) -> tuple[int, int]:
+    """``(records, reached)``: the records from ``segment``'s base offset up
+    to ``reached``, which is ``position`` (a boundary in the segment, or its
+    end: ``closed``) unless the walk's byte budget (``walk[0]``, spent here;
+    None for no bound) ran out first (at least one message is walked). By
+    the segment's record counts: the bytes past its last checkpoint are
+    walked and checked, and checkpoints kept (at the segment's end when
+    ``closed``). ``known`` is a ``(position, records)`` learnt already (the
+    start of a range): a walk starts at the later of it and the checkpoint."""
+    counts = segment.counts
+    at, records = max(counts.floor(position), known)
+    if at == position:
+        return records, at
+    with counts.walk_lock:
+        at, records = max(counts.floor(position), known)  # another count may have walked it meanwhile
+        first = True
+        while at < position and (first or walk is None or walk[0] > 0):
+            first = False
+            step = CHECKPOINT_BYTES if walk is None else max(1, min(CHECKPOINT_BYTES, walk[0]))
+            counted = count_range(log, at, position, step)
+            if walk is not None:
+                walk[0] -= counted.next_offset - at
+            at, records = counted.next_offset, records + counted.messages
+            if at < position:
+                counts.add(at, records)
+            elif closed:
+                counts.add(at, records, end=True)
+    return records, at
+
+
+def _jump(log, start: int, end: int, budget: int, max_bytes: int) -> tuple[int, int]:
+    """``(records, position)``: the furthest known boundary in ``[start,
+    end]`` with at most ``budget`` records from ``start`` (a boundary), by
+    the segments' record counts (walking at most about ``max_bytes`` of
+    bytes not walked before); ``(0, start)`` without them. The walk from
+    there to the exact end is the caller's."""
+    spans = _spans(log, start, end)
+    if not spans:
+        return 0, start
+    walk = [max_bytes]
+    count, pos = 0, start
+    for segment, lo, hi, closed in spans:
+        before, _ = _records_to(log, segment, lo, False, None)
+        whole, reached = _records_to(log, segment, hi, closed, walk, (lo, before))
+        if reached == hi and whole - before <= budget - count:
+            count, pos = count + whole - before, hi
+            continue
+        best = 0
+        for at, records in segment.counts.checkpoints():
+            if lo < at <= reached and records - before <= budget - count:
+                pos, best = at, records - before
+        count += best
+        break
+    return count, pos
+
+
 def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) -> Counted:
     """COUNT version 1: :func:`count_range` from a record offset, stopping
     after at most ``max_messages`` messages (``-1``: no bound).
@@ -285,8 +384,18 @@ def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) 
         if left > budget:
             return Counted(budget, start + budget)
         count, budget, pos = left, budget - left, wrapper_end
-    limit = start + max(0, max_bytes)
     step = COUNT_BLOCK_BYTES
+    if budget > 0 and pos < end:  # the segments' record counts, then a walk of the rest
+        if getattr(log, "segment_spans", None) is not None:
+            step = CHECKPOINT_BYTES  # what is left after a jump lies within about one interval
+        if max_messages < 0:
+            counted = count_between(log, pos, end, max_bytes)
+            if counted is not None:
+                return Counted(count + counted.messages, counted.next_offset)
+        else:
+            more, pos = _jump(log, pos, end, budget, max_bytes)
+            count, budget, start = count + more, budget - more, pos
+    limit = start + max(0, max_bytes)
     first = True
     while pos < end and budget > 0 and (first or pos < limit):
         first = False

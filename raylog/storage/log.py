@@ -579,6 +579,27 @@ class PartitionLog(LogBasics):
         hw = self._hw
         return self._reader.message_boundaries(self._view, hw, start, end, targets)
 
+    def segment_spans(self, start: int, end: int) -> list[tuple[LogSegment, int, int]]:
+        """The segments that hold ``[start, end)`` (within ``[log start, high
+        watermark]``), oldest first, each with its part of the range:
+        ``(segment, lo, hi)``, where ``hi`` is the next segment's base offset
+        for every segment but the last. What a count by the segments' record
+        counts (:func:`raylog.storage.counting.count_between`) walks. Any thread."""
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        bases, segments = self._view
+        start, end = max(start, bases[0]), min(end, self._hw)
+        if end <= start:
+            return []
+        first = max(0, bisect.bisect_right(bases, start) - 1)
+        last = max(0, bisect.bisect_left(bases, end) - 1)
+        spans = []
+        for i in range(first, last + 1):
+            lo = max(start, bases[i])
+            hi = end if i == last else bases[i + 1]
+            spans.append((segments[i], lo, hi))
+        return spans
+
     def offsets_before(self, timestamp_ms: int, max_offsets: int = 1) -> list[int]:
         """Offsets to start reading from for data written before ``timestamp_ms``
         (Kafka 0.7's ``getOffsetsBefore``; see :meth:`LogReader.offsets_before
@@ -1415,6 +1436,7 @@ class PartitionLog(LogBasics):
                     f"({err}); nothing was written",
                     offset=offset,
                 )
+            segment.counts.truncate(offset)  # its bytes after offset are written again
             # A descriptor of its own: the segment's is O_APPEND, where pwrite appends.
             fd = os.open(segment.path, os.O_WRONLY | os.O_CLOEXEC)
             try:

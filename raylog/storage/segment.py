@@ -40,6 +40,7 @@ import os
 import re
 
 from raylog.storage.batch_validation import batch_size_at, scan_batches
+from raylog.storage.countindex import SegmentCounts
 from raylog.storage.message import LOG_OVERHEAD
 from raylog.storage.owner_only import private_opener as _private_opener
 from raylog.storage.record_batch import LOG_OVERHEAD as BATCH_OVERHEAD
@@ -81,7 +82,8 @@ class SegmentFile(io.FileIO):
 class LogSegment:
     """An open segment file and its size (bytes written, flushed or not)."""
 
-    __slots__ = ("base_offset", "path", "file", "fd", "size", "format", "timeindex", "offsets", "index_damaged")
+    __slots__ = ("base_offset", "path", "file", "fd", "size", "format", "timeindex", "offsets", "index_damaged",
+                 "counts")
 
     def __init__(self, path: str, base_offset: int, file: SegmentFile):
         self.base_offset = base_offset
@@ -106,6 +108,8 @@ class LogSegment:
         #: the segment's time index (raylog.storage.timeindex), kept with it; none when cleaned
         self.timeindex = (TimeIndex.open(directory, base_offset, base_offset + self.size)
                           if self.offsets is None and not self.index_damaged else _NO_TIME_INDEX)
+        #: its record counts, learnt by counts of its ranges (raylog.storage.countindex)
+        self.counts = SegmentCounts(base_offset)
 
     @classmethod
     def open(cls, directory: str, base_offset: int) -> "LogSegment":
@@ -181,6 +185,8 @@ class LogSegment:
         if not size:
             self.format = None
         self.timeindex.truncate(self.base_offset + size)
+        # (a cleaned segment's positions are not offsets: its counts are forgotten whole)
+        self.counts.truncate(self.base_offset + (size if not self.cleaned else 0))
 
     def delete(self) -> None:
         """Unlink the file. The open file stays usable by whoever still holds it."""

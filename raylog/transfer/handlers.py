@@ -18,7 +18,7 @@ from typing import Callable, NoReturn
 
 from raylog.errors import ClosedError, NotOwnerError, RaylogError
 from raylog.storage.base import Log
-from raylog.storage.counting import count_range, count_records
+from raylog.storage.counting import count_between, count_range, count_records
 from raylog.storage.log import CommittedRead
 from raylog.storage.log_reads import FileSlice
 from raylog.storage.record_batch import HEADER_SIZE as BATCH_HEADER_SIZE
@@ -526,7 +526,9 @@ class RequestHandlers:
         def reply_for(partition_log):
             max_bytes = min(request.max_bytes, COUNT_MAX_BYTES)
             if request.max_messages is None:
-                counted = count_range(partition_log, request.start, request.end, max_bytes)
+                counted = count_between(partition_log, request.start, request.end, max_bytes)  # record counts
+                if counted is None:  # a log without segments
+                    counted = count_range(partition_log, request.start, request.end, max_bytes)
             else:
                 counted = count_records(partition_log, request.start, request.end, max_bytes, request.max_messages)
             return encode_count_reply(request.correlation_id, counted.messages, counted.next_offset)

@@ -128,7 +128,13 @@ COUNT (how many messages a read of a range would return, without the data)
     each as a FETCH's reader does: sizes, headers and every CRC32C; a
     compressed wrapper is decompressed (bounded by the topic's
     ``max_inflated_bytes``) and counts its inner messages, each checked
-    (:mod:`raylog.storage.counting`). Errors as FETCH's: OffsetOutOfRangeError
+    (:mod:`raylog.storage.counting`). The partition keeps what its counts
+    learnt (:mod:`raylog.storage.countindex`: records from a segment's start
+    to a checkpoint every MiB), so the bytes of a range are walked and
+    checked by the first count that reaches them; a later count of any range
+    walks only from the last checkpoint before each of its ends, and
+    ``max bytes`` bounds the bytes walked, not the range answered (a range
+    counted before is answered whole). Errors as FETCH's: OffsetOutOfRangeError
     for a start or end outside the log (or end < start), InvalidOffsetError
     for one off a message boundary, CorruptMessageError (InvalidMessageError)
     for a damaged message: never a count that skips or adds messages.
