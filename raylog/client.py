@@ -504,7 +504,8 @@ class Client:
 
     def describe_group(self, group: str, timeout_s: float = 5.0) -> list[dict]:
         """One row per partition the group reads: owner, committed offset,
-        end offset (high watermark), ``lag_bytes`` and
+        end offset (high watermark), ``lag_bytes``, ``lag_messages``
+        (counted by the partition, from its segments' record counts) and
         ``lag_messages_estimate`` (an estimate, from the mean size of the
         messages at the committed offset); plus idle members. Partitions are
         asked concurrently within one overall ``timeout_s``; one that does

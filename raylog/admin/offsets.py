@@ -98,17 +98,33 @@ class OffsetAdmin:
         """What :meth:`raylog.Client.describe_group` does (documented there)."""
         return groups.describe_group(self._zk, self.settings.cluster, group, self._partition_info, timeout_s=timeout_s)
 
-    def _partition_info(self, topic: str, partition: int, committed: int | None) -> tuple[int, float | None]:
-        """``(high watermark, mean message size near committed)`` of a partition."""
+    def _partition_info(self, topic: str, partition: int, committed: int | None) -> tuple:
+        """``(high watermark, mean message size near committed, messages from
+        committed to the high watermark)`` of a partition: the last counted by
+        the partition (COUNT, from its segments' record counts; None for no
+        committed offset or a count that failed), from the log start when the
+        committed offset is before it."""
         with self._connect_to(topic, partition, wait_s=2.0, timeout_s=5.0) as conn:
             start, end = conn.offsets(topic, partition)
             at = committed if committed is not None and start <= committed < end else start
             if at >= end:
-                return end, None
+                return end, None, (None if committed is None else 0)
             result = conn.fetch(topic, partition, at, _SAMPLE_BYTES, inside_wrapper=True)
+            lag = None if committed is None else 0
+            if committed is not None and committed < end:
+                try:
+                    lag, pos = 0, at
+                    while pos < end:
+                        counted, following = conn.count(topic, partition, pos, end, COUNT_STEP_BYTES, -1)
+                        if following <= pos:
+                            lag = None
+                            break
+                        lag, pos = lag + counted, following
+                except RaylogError:
+                    lag = None  # the estimate stands alone
         # The sample counts stored messages (a compressed wrapper counts as its inner messages).
         records, used = decode_messages(result.data, result.offset)
-        return end, (used / len(records) if records else None)
+        return end, (used / len(records) if records else None), lag
 
     def delete_group(self, group: str) -> None:
         """What :meth:`raylog.Client.delete_group` does (documented there)."""

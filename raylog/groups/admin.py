@@ -29,6 +29,12 @@ key                           value
 ``end_offset``                the partition's high watermark, None if it did not answer in time
 ``lag_bytes``                 ``end_offset - committed`` in **bytes** (not clamped: a negative
                               value means the committed offset is past the end)
+``lag_messages``              the lag in **messages**, counted by the partition: the records a
+                              reader from the committed offset gets up to ``end_offset`` (from
+                              the log start when the committed offset is before it; 0 past the
+                              end), from its segments' record counts (COUNT,
+                              :mod:`raylog.storage.countindex`); None without a committed
+                              offset or when the count failed
 ``lag_messages_estimate``     an **estimate** of the lag in messages: ``lag_bytes`` divided by
                               the mean size of the messages at the committed offset (a sample)
 ``members``                   the group's live members subscribed to the topic
@@ -123,8 +129,9 @@ def describe_group(
     """Rows describing ``group`` (see the module docstring).
 
     ``partition_info(topic, partition, committed)`` returns ``(end offset,
-    mean message size in bytes or None)``; with it, rows carry
-    ``end_offset``, ``lag_bytes`` and ``lag_messages_estimate``. All calls
+    mean message size in bytes or None, messages from committed to the end
+    or None)``; with it, rows carry ``end_offset``, ``lag_bytes``,
+    ``lag_messages`` and ``lag_messages_estimate``. All calls
     share one deadline of ``timeout_s``. Raises
     :class:`raylog.UnknownGroupError` for a group with neither live members
     nor committed offsets.
@@ -197,10 +204,11 @@ def describe_group(
             "members": sorted(m for m, ts in members.items() if topic in ts),
         }
         if partition_info is not None:
-            end, mean_size = info.get((topic, partition), (None, None))
+            end, mean_size, counted = info.get((topic, partition), (None, None, None))
             lag = None if offset is None or end is None else end - offset
             row["end_offset"] = end
             row["lag_bytes"] = lag
+            row["lag_messages"] = None if offset is None else counted
             row["lag_messages_estimate"] = (
                 None if lag is None or not mean_size else (0 if lag <= 0 else max(1, round(lag / mean_size))))
         rows.append(row)
@@ -210,7 +218,7 @@ def describe_group(
             row = {"group": group, "topic": None, "partition": None, "topic_exists": None, "owner": member,
                    "committed": None, "members": sorted(members)}
             if partition_info is not None:
-                row.update(end_offset=None, lag_bytes=None, lag_messages_estimate=None)
+                row.update(end_offset=None, lag_bytes=None, lag_messages=None, lag_messages_estimate=None)
             rows.append(row)
     return rows
 

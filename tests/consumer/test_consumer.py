@@ -155,7 +155,7 @@ def test_members_split_the_partitions_and_cover_the_topic(raylog_client, make_to
             c.commit()
         rows = [r for r in raylog_client.describe_group("g-split") if r["topic"] == topic]
         assert sorted(r["partition"] for r in rows) == list(range(6))
-        assert all(r["lag_bytes"] == 0 and r["lag_messages_estimate"] == 0 for r in rows)
+        assert all(r["lag_bytes"] == 0 and r["lag_messages"] == 0 and r["lag_messages_estimate"] == 0 for r in rows)
         assert "g-split" in raylog_client.list_groups()
     finally:
         for c in consumers:

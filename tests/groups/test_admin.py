@@ -81,17 +81,18 @@ def test_describe_group_shows_owners_offsets_and_lag(zk, registry, cluster_name,
     ends = {("t", 0): 150, ("t", 1): 10, ("t", 2): 0, ("t", 3): 300}
 
     sizes = {("t", 0): 25.0, ("t", 1): None, ("t", 2): None, ("t", 3): 30.0}
-    rows = describe_group(zk, cluster_name, "g", lambda t, p, c: (ends[(t, p)], sizes[(t, p)]))
+    counted = {("t", 0): 3, ("t", 1): None, ("t", 2): None, ("t", 3): 0}
+    rows = describe_group(zk, cluster_name, "g", lambda t, p, c: (ends[(t, p)], sizes[(t, p)], counted[(t, p)]))
     common = {"group": "g", "topic": "t", "topic_exists": True, "members": ["a", "b"]}
     assert rows == [
         {**common, "partition": 0, "owner": "a", "committed": 100, "end_offset": 150, "lag_bytes": 50,
-         "lag_messages_estimate": 2},
+         "lag_messages": 3, "lag_messages_estimate": 2},
         {**common, "partition": 1, "owner": "a", "committed": None, "end_offset": 10, "lag_bytes": None,
-         "lag_messages_estimate": None},
+         "lag_messages": None, "lag_messages_estimate": None},
         {**common, "partition": 2, "owner": "b", "committed": None, "end_offset": 0, "lag_bytes": None,
-         "lag_messages_estimate": None},
+         "lag_messages": None, "lag_messages_estimate": None},
         {**common, "partition": 3, "owner": "b", "committed": 300, "end_offset": 300, "lag_bytes": 0,
-         "lag_messages_estimate": 0},
+         "lag_messages": 0, "lag_messages_estimate": 0},
     ]
     # without partition info there are no end_offset/lag columns
     assert "lag_bytes" not in describe_group(zk, cluster_name, "g")[0]
@@ -106,7 +107,7 @@ def test_lag_is_not_clamped_and_slow_partitions_share_one_short_deadline(zk, reg
     def info(topic, partition, committed):
         if partition % 2:
             time.sleep(30)  # an unreachable partition
-        return 400, 10.0
+        return 400, 10.0, None
 
     started = time.monotonic()
     rows = describe_group(zk, cluster_name, "g", info, timeout_s=1.0)
@@ -146,7 +147,7 @@ def test_describe_keeps_offsets_of_a_deleted_topic(zk, registry, cluster_name):
 
     def info(topic, partition, committed):
         asked.append(topic)
-        return 9, 1.0
+        return 9, 1.0, 4
 
     rows = describe_group(zk, cluster_name, "g", info)
     assert [(r["topic"], r["partition"], r["topic_exists"], r["committed"], r["lag_bytes"]) for r in rows] == [

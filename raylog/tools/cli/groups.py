@@ -35,7 +35,8 @@ def groups_list(target: Target, as_json):
 def groups_describe(target: Target, group, timeout_s, as_json):
     """Show, per partition group GROUP reads: the owning member, the
     committed offset, the end offset (high watermark), the lag in bytes and
-    an estimated lag in messages (bytes divided by the mean size of the
+    the lag in messages, counted by the partition (where a count could not
+    be made, an estimate marked '~': bytes divided by the mean size of the
     messages at the committed offset); then members that own nothing.
     --json: a JSON list with one object per row (unknown values null)."""
     with target.client("groups describe") as client:
@@ -45,12 +46,18 @@ def groups_describe(target: Target, group, timeout_s, as_json):
         return
     table = [
         [r["topic"] if r.get("topic_exists", True) is not False else f"{r['topic']} (deleted)", r["partition"],
-         r["owner"], r.get("committed"), r.get("end_offset"), r.get("lag_bytes"),
-         None if r.get("lag_messages_estimate") is None else f"~{r['lag_messages_estimate']}"]
+         r["owner"], r.get("committed"), r.get("end_offset"), r.get("lag_bytes"), _lag_messages(r)]
         for r in rows
     ]
     click.echo(format_table(["TOPIC", "PARTITION", "OWNER", "COMMITTED", "END OFFSET", "LAG (BYTES)",
-                       "LAG (MESSAGES, ESTIMATE)"], table))
+                       "LAG (MESSAGES)"], table))
+
+
+def _lag_messages(row: dict):
+    """The counted lag, else the estimate marked '~', else None."""
+    if row.get("lag_messages") is not None:
+        return row["lag_messages"]
+    return None if row.get("lag_messages_estimate") is None else f"~{row['lag_messages_estimate']}"
 
 
 @groups.command("delete")
