@@ -32,12 +32,26 @@ and by name (``byname``: ``spark.read.format("raylog")``, planned in the JVM).
 JVMs, what ``read_topic`` does by default) and ``python`` (fastavro in
 Python workers).
 
+* ``catchup`` (with ``--catchup N``): a streaming catch-up of a backlog of
+  N messages (topic ``bench-catchup``) with ``maxOffsetsPerTrigger``
+  (``--max-offsets-per-trigger``, N/10 by default) and
+  ``Trigger.AvailableNow``, so the query runs N/M micro-batches, vs one
+  batch read of the same records into the same ``noop`` sink. Each trigger
+  asks the partitions for their backlogs in records and for where each
+  share ends (COUNT); the partitions answer from their segments' record
+  counts, so the time of that stays small as N grows (a walk of the whole
+  backlog per trigger made it quadratic). Beside it, the same rows as
+  Parquet files read by Spark's own file source one file per micro-batch,
+  vs one batch read of them: what Spark's micro-batches cost by themselves.
+  ``--catchup-repeat`` rounds (3).
+
 Every read of the topic plans again (offsets, endpoints), as a user's would.
 Prints one JSON line per measurement, then a table with rows/s and the
 raylog/Parquet ratios.
 
     python bench/spark_read.py                       # N = 1,000,000 over 4 partitions
     python bench/spark_read.py -n 200000 --avro 100000 --json-only
+    python bench/spark_read.py --only-catchup --catchup 10000000   # 10 M records, 1 M per trigger
 """
 
 from __future__ import annotations
@@ -125,6 +139,84 @@ def produce_avro(client, topic: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def _available_now(reader, checkpoint: str):
+    """Run ``reader`` (a streaming DataFrame) into the ``noop`` sink with
+    ``Trigger.AvailableNow``: ``(seconds, rows, micro-batches, summed durationMs)``."""
+    t0 = time.perf_counter()
+    query = (reader.writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    seconds = time.perf_counter() - t0
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    durations: dict[str, int] = {}
+    for p in progress:
+        for key, ms in p["durationMs"].items():
+            durations[key] = durations.get(key, 0) + ms
+    return seconds, sum(p["numInputRows"] for p in progress), len(progress), durations
+
+
+def run_catchup(spark, args, workdir: str, rows: list) -> None:
+    """The ``catchup`` case: AvailableNow with maxOffsetsPerTrigger over the
+    ``bench-catchup`` backlog vs one batch read of it; and the same rows as
+    Parquet files read by Spark's own file source, one file per micro-batch
+    (``maxFilesPerTrigger`` 1), vs one batch read of them: the cost of
+    Spark's micro-batches themselves. Rounds alternate the four."""
+    per_trigger = args.max_offsets_per_trigger or max(1, args.catchup // 10)
+    by_name = lambda: spark.read.format("raylog").option("subscribe", "bench-catchup").load()  # noqa: E731
+    files = os.path.join(workdir, "catchup.parquet")
+    frame = by_name()
+    frame.write.option("maxRecordsPerFile", per_trigger).parquet(files)
+    schema = spark.read.parquet(files).schema
+    runs: dict[str, list[float]] = {"stream": [], "batch": [], "files-stream": [], "files-batch": []}
+    shape: dict[str, tuple] = {}
+    for round_ in range(args.catchup_repeat + 1):
+        timed = {}
+        stream = (spark.readStream.format("raylog").option("subscribe", "bench-catchup")
+                  .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", per_trigger).load())
+        seconds, got, batches, durations = _available_now(stream, os.path.join(workdir, f"catchup-{round_}"))
+        if got != args.catchup:
+            raise RuntimeError(f"the catch-up read {got} rows, expected {args.catchup}")
+        timed["stream"], shape["stream"] = seconds, (batches, durations)
+        t0 = time.perf_counter()
+        by_name().write.format("noop").mode("overwrite").save()
+        timed["batch"] = time.perf_counter() - t0
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(files)
+        seconds, got, batches, durations = _available_now(stream, os.path.join(workdir, f"files-{round_}"))
+        if got != args.catchup:
+            raise RuntimeError(f"the Parquet catch-up read {got} rows, expected {args.catchup}")
+        timed["files-stream"], shape["files-stream"] = seconds, (batches, durations)
+        t0 = time.perf_counter()
+        spark.read.parquet(files).write.format("noop").mode("overwrite").save()
+        timed["files-batch"] = time.perf_counter() - t0
+        if round_:  # the first round warms up
+            for key, seconds in timed.items():
+                runs[key].append(seconds)
+    best = {key: min(v) for key, v in runs.items()}
+    for source, stream_key, batch_key in (("raylog", "stream", "batch"), ("parquet-files", "files-stream",
+                                                                          "files-batch")):
+        batches, durations = shape[stream_key]
+        _emit(rows, {"case": "catchup", "source": source, "records": args.catchup,
+                     "max_offsets_per_trigger": per_trigger, "micro_batches": batches,
+                     "stream_seconds": round(best[stream_key], 3),
+                     "stream_median_seconds": round(statistics.median(runs[stream_key]), 3),
+                     "batch_seconds": round(best[batch_key], 3),
+                     "batch_median_seconds": round(statistics.median(runs[batch_key]), 3),
+                     "ratio_stream_to_batch_time": round(best[stream_key] / best[batch_key], 3),
+                     "last_round_duration_ms": durations, "partitions": args.partitions},
+              args.json_only)
+    if not args.json_only:
+        print()
+        print(f"{'catch-up':<15}{'records':>12}{'batches':>9}{'stream s':>10}{'batch s':>9}{'ratio':>8}"
+              f"{'latestOffset ms':>17}")
+        for source, stream_key, batch_key in (("raylog", "stream", "batch"),
+                                              ("parquet files", "files-stream", "files-batch")):
+            batches, durations = shape[stream_key]
+            print(f"{source:<15}{args.catchup:>12,}{batches:>9}{best[stream_key]:>10.2f}{best[batch_key]:>9.2f}"
+                  f"{best[stream_key] / best[batch_key]:>8.2f}{durations.get('latestOffset', 0):>17,}")
+        print("ratio: a stream's time over the batch read's of the same rows; latestOffset: summed over the")
+        print("micro-batches of the last round (where raylog counts the backlogs and the trigger's ends)")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--messages", type=int, default=1_000_000)
@@ -135,7 +227,15 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--executor-cores", type=int, default=2)
     parser.add_argument("--json-only", action="store_true")
+    parser.add_argument("--catchup", type=int, default=0,
+                        help="messages of the streaming catch-up case (0: not run)")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=0,
+                        help="records per micro-batch of the catch-up (default: a tenth of --catchup)")
+    parser.add_argument("--catchup-repeat", type=int, default=3)
+    parser.add_argument("--only-catchup", action="store_true", help="run the catch-up case alone")
     args = parser.parse_args(argv)
+    if args.only_catchup and not args.catchup:
+        parser.error("--only-catchup needs --catchup N")
 
     import raylog
     import raylog_spark
@@ -146,6 +246,16 @@ def main(argv=None) -> None:
     client = raylog.connect(num_cpus=max(4, args.executor_cores + 2))
     spark = None
     try:
+        if args.catchup:
+            client.create_topic("bench-catchup", partitions=args.partitions)
+            seconds = produce_plain(client, "bench-catchup", args.catchup)
+            _emit(rows, {"case": "produce catchup", "messages": args.catchup, "seconds": round(seconds, 3)},
+                  args.json_only)
+        if args.only_catchup:
+            spark = raylog_spark.init_spark(app_name="raylog-bench-spark-read", num_executors=1,
+                                            executor_cores=args.executor_cores, executor_memory="2G")
+            run_catchup(spark, args, workdir, rows)
+            return
         client.create_topic("bench", partitions=args.partitions)
         seconds = produce_plain(client, "bench", args.messages)
         _emit(rows, {"case": "produce", "messages": args.messages, "seconds": round(seconds, 3)}, args.json_only)
@@ -297,6 +407,8 @@ def main(argv=None) -> None:
             print(f"{'stream':<7}{'availableNow':<17}{r:>14,.0f}{'batch ' + format(b, ',.0f'):>16}{r / b:>8.2f}")
             print()
             print("count: Parquet answers from its footers (metadata); scan and avro read every row.")
+        if args.catchup:
+            run_catchup(spark, args, workdir, rows)
             print("avro: raylog-jvm is what read_topic(value_format='avro') runs by default.")
             print(
                 f"floor: an empty mapInArrow job over {args.partitions} partitions took "
