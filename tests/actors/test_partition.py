@@ -12,10 +12,10 @@ import threading
 import time
 
 from raylog.errors import RaylogError
-from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.handshake import authenticate_socket
+from tests.stored import stored_records
 
 
 def _wait_for(predicate, timeout_s: float, what: str):
@@ -34,17 +34,7 @@ def _wait_for(predicate, timeout_s: float, what: str):
 
 
 def _read_all(client, topic: str) -> list[bytes]:
-    start, end = client.offsets(topic, 0)
-    host, port = client.metadata.endpoint(topic, 0, refresh=True)
-    values = []
-    with BrokerConnection(host, port, token=client.settings.token) as conn:
-        offset = start
-        while offset < end:
-            result = conn.fetch(topic, 0, offset, 1 << 20)
-            records, consumed = decode_messages(result.data, offset)
-            values.extend(v for _, _, _, v in records)
-            offset += consumed
-    return values
+    return [v for _, _, _, v in stored_records(client, topic)]
 
 
 def test_kill_9_under_load_loses_no_acknowledged_flushed_message(raylog_client, make_topic):

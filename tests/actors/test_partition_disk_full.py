@@ -15,10 +15,10 @@ import pytest
 
 from raylog.errors import DeliveryError, DiskFullError, RaylogError
 from raylog.retry import RetryPolicy
-from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
 from raylog.transfer.connection import BrokerConnection
 from raylog.transfer.protocol import ERROR_DISK_FULL
+from tests.stored import stored_records
 
 VALUE_BYTES = 64 * 1024
 
@@ -28,17 +28,7 @@ def _value(i: int) -> bytes:
 
 
 def _read_all(client, topic: str) -> list[bytes]:
-    start, end = client.offsets(topic, 0)
-    host, port = client.metadata.endpoint(topic, 0, refresh=True)
-    values = []
-    with BrokerConnection(host, port, token=client.settings.token) as conn:
-        offset = start
-        while offset < end:
-            result = conn.fetch(topic, 0, offset, 1 << 20)
-            records, consumed = decode_messages(result.data, offset)
-            values.extend(v for _, _, _, v in records)
-            offset += consumed
-    return values
+    return [v for _, _, _, v in stored_records(client, topic)]
 
 
 def _wait_for(predicate, timeout_s: float, what: str):

@@ -9,23 +9,13 @@ from __future__ import annotations
 
 import os
 
-from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
+from tests.stored import stored_records
 
 
 def positions(client, topic):
-    """The offsets of every record of ``topic``-0, read from the log start on its data socket."""
-    start, end = client.offsets(topic, 0)
-    host, port = client.metadata.endpoint(topic, 0, refresh=True)
-    out = []
-    with BrokerConnection(host, port, token=client.settings.token) as conn:
-        offset = start
-        while offset < end:
-            result = conn.fetch(topic, 0, offset, 1 << 20)
-            records, used = decode_messages(result.data, result.offset)
-            out.extend(r[0] for r in records)
-            offset = result.offset + used
-    return out
+    """The offsets of every record of ``topic``-0."""
+    return [r[0] for r in stored_records(client, topic)]
 
 
 def test_lag_in_messages_is_counted_by_the_partition_over_compressed_batches(raylog_client, make_topic):

@@ -32,7 +32,7 @@ from raylog.errors import (
 from raylog.storage.log import PartitionLog
 from raylog.storage.decoding import decode_messages
 from raylog.storage.message import encode_message_set
-from raylog.transfer.connection import BrokerConnection
+from tests.stored import stored_records
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -121,17 +121,8 @@ def produce(client, topic, values, keys=None, compression=None):
 
 
 def log_messages(client, topic):
-    rows = []
-    for p in range(client.metadata.partitions(topic)):
-        start, end = client.offsets(topic, p)
-        host, port = client.metadata.endpoint(topic, p, refresh=True)
-        with BrokerConnection(host, port, token=client.settings.token) as conn:
-            offset = start
-            while offset < end:
-                records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)
-                rows += [(p, o, k, v, ts) for o, ts, k, v in records]
-                offset += consumed
-    return sorted(rows)
+    return sorted((p, o, k, v, ts) for p in range(client.metadata.partitions(topic))
+                  for o, ts, k, v in stored_records(client, topic, p))
 
 
 def batch_rows(batches):

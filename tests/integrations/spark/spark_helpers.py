@@ -4,8 +4,7 @@ from the partitions' data sockets, not through the code under test."""
 
 from __future__ import annotations
 
-from raylog.storage.decoding import decode_messages
-from raylog.transfer.connection import BrokerConnection
+from tests.stored import stored_records
 
 
 def produce(client, topic: str, messages, compression=None, batch_size: int = 50) -> None:
@@ -24,17 +23,8 @@ def produce(client, topic: str, messages, compression=None, batch_size: int = 50
 
 def log_messages(client, topic: str) -> list[tuple]:
     """Every message of ``topic`` as ``(partition, offset, key, value, timestamp_ms)``."""
-    rows = []
-    for p in range(client.metadata.partitions(topic)):
-        start, end = client.offsets(topic, p)
-        host, port = client.metadata.endpoint(topic, p, refresh=True)
-        with BrokerConnection(host, port, token=client.settings.token) as conn:
-            offset = start
-            while offset < end:
-                records, consumed = decode_messages(conn.fetch(topic, p, offset, 1 << 20).data, offset)
-                rows.extend((p, o, k, v, ts) for o, ts, k, v in records)
-                offset += consumed
-    return rows
+    return [(p, o, k, v, ts) for p in range(client.metadata.partitions(topic))
+            for o, ts, k, v in stored_records(client, topic, p)]
 
 
 def ordered(messages) -> list[tuple]:
