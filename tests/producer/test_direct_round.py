@@ -14,8 +14,8 @@ import pytest
 
 from raylog.errors import BrokerUnavailableError, MessageTooLargeError, RequestTimeoutError
 from raylog.producer import sender as sender_module
-from raylog.storage.decoding import decode_messages
 from raylog.transfer.connection import BrokerConnection
+from tests.stored import stored_records
 
 BOTH_SEND_PATHS = True
 
@@ -25,17 +25,7 @@ WAIT_S = 30.0
 
 def _read(client, topic: str, partition: int = 0) -> list:
     """Every message below the high watermark: ``(offset, value)``."""
-    start, end = client.offsets(topic, partition)
-    host, port = client.metadata.endpoint(topic, partition, refresh=True)
-    out = []
-    with BrokerConnection(host, port, token=client.settings.token) as conn:
-        offset = start
-        while offset < end:
-            result = conn.fetch(topic, partition, offset, 1 << 20)
-            records, consumed = decode_messages(result.data, offset)
-            out.extend((o, v) for o, _, _, v in records)
-            offset += consumed
-    return out
+    return [(o, v) for o, _, _, v in stored_records(client, topic, partition)]
 
 
 def _read_until(client, topic: str, count: int) -> list:

@@ -15,9 +15,8 @@ import pytest
 from raylog.errors import DeliveryError, MessageTooLargeError, RaylogError, UnknownPartitionError
 from raylog.producer.partitioner import partition_for_key
 from raylog.retry import RetryPolicy
-from raylog.storage.decoding import decode_messages
 from raylog.testing.faults import resume_process, stop_process
-from raylog.transfer.connection import BrokerConnection
+from tests.stored import stored_records
 
 #: every test runs with the compiled send and with the reference (conftest.py)
 BOTH_SEND_PATHS = True
@@ -25,17 +24,7 @@ BOTH_SEND_PATHS = True
 
 def _read(client, topic: str, partition: int) -> list:
     """Every message below the high watermark: ``(offset, key, value)``."""
-    start, end = client.offsets(topic, partition)
-    host, port = client.metadata.endpoint(topic, partition, refresh=True)
-    out = []
-    with BrokerConnection(host, port, token=client.settings.token) as conn:
-        offset = start
-        while offset < end:
-            result = conn.fetch(topic, partition, offset, 1 << 20)
-            records, consumed = decode_messages(result.data, offset)
-            out.extend((o, k, v) for o, _, k, v in records)
-            offset += consumed
-    return out
+    return [(o, k, v) for o, _, k, v in stored_records(client, topic, partition)]
 
 
 def _flush_partitions(client, topic: str, partitions: int) -> None:
