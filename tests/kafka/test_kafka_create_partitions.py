@@ -3,12 +3,14 @@
 raw requests, on real ZooKeeper, Ray and sockets: a topic grows as
 ``client.add_partitions`` grows it, checked against raylog's own view
 (``client.metadata.partitions``, ``client.describe_topic``), and a Kafka
-producer writes to a new partition; a count not larger than now, an unknown
+producer writes to a new partition, and a Kafka consumer group takes the
+new partitions at its next join; a count not larger than now, an unknown
 topic, replica assignments and a topic named twice are refused per topic and
 nothing changes; validate_only changes nothing; every served version answers."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -169,3 +171,44 @@ def test_confluent_admin_creates_partitions_and_a_kafka_producer_writes_to_them(
     assert producer.flush(WAIT_S) == 0
     assert delivered == [(None, 2)]
     assert [(m.partition, m.value) for m in _read_all(raylog_client, name, 1)] == [(2, b"to-2")]
+
+
+def test_a_kafka_consumer_group_takes_the_added_partitions(raylog_client, kafka_config):
+    name = _topic(raylog_client, partitions=2)
+    group = f"kpg-{uuid.uuid4().hex[:8]}"
+    consumers = [confluent_kafka.Consumer({
+        **kafka_config, "group.id": group, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300, "partition.assignment.strategy": "range", "fetch.wait.max.ms": 100,
+        "topic.metadata.refresh.interval.ms": 500}) for _ in range(2)]
+    got = []
+
+    def poll_until(done) -> bool:
+        deadline = time.monotonic() + WAIT_S
+        while not done() and time.monotonic() < deadline:
+            for consumer in consumers:
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    got.append((msg.partition(), msg.value()))
+        return done()
+
+    def assigned() -> list[int]:
+        return sorted(tp.partition for c in consumers for tp in c.assignment())
+
+    try:
+        for consumer in consumers:
+            consumer.subscribe([name])
+        assert poll_until(lambda: assigned() == [0, 1]), assigned()
+        admin = AdminClient(kafka_config)
+        assert admin.create_partitions([NewPartitions(name, 4)], operation_timeout=60)[name].result(WAIT_S) is None
+        # the members' metadata refresh sees 4 partitions: they join again, range over 4
+        assert poll_until(lambda: assigned() == [0, 1, 2, 3] and all(len(c.assignment()) == 2 for c in consumers)), \
+            assigned()
+        producer = raylog_client.producer(acks=1)
+        for p in range(4):
+            producer.send(name, b"p%d" % p, partition=p)
+        producer.close()
+        assert poll_until(lambda: len(got) >= 4), got
+        assert sorted(got) == [(p, b"p%d" % p) for p in range(4)]
+    finally:
+        for consumer in consumers:
+            consumer.close()
