@@ -14,7 +14,9 @@ What lives where:
 * ``topics/<topic>`` holds the topic's :class:`~raylog.config.TopicConfig`
   as JSON. :meth:`Registry.create_topic` creates it together with
   ``partitions/`` and one node per partition, in one transaction; a topic is
-  there whole or not at all.
+  there whole or not at all. :meth:`Registry.add_partitions` grows it the same way:
+  the config with the new count (a compare-and-set on the node's version)
+  and the new partitions' nodes with their placements, in one transaction.
 * ``topics/<topic>/partitions/<p>`` holds the placement
   ``{"node": ..., "log_dir": ...}`` (empty until one is set).
 * ``topics/<topic>/partitions/<p>/endpoint`` is ephemeral and holds
