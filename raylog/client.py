@@ -276,11 +276,43 @@ class Client:
         The new config is validated whole before it is written (with a
         versioned compare-and-set, so concurrent changes are never lost): a
         bad value or an unknown name raises :class:`raylog.ConfigError`
-        naming the setting; partitions, replication_factor and the other
-        settings fixed at creation raise ``ConfigNotLiveError`` saying why.
+        naming the setting; partitions (grow them with
+        :meth:`add_partitions`), replication_factor and the other settings
+        fixed at creation raise ``ConfigNotLiveError`` saying why.
         Either way the stored config is unchanged. Requires the cluster's
         token."""
         return self._topic_admin.alter_topic(name, **settings)
+
+    def add_partitions(self, name: str, total: int, *, timeout_s: float = 120.0) -> TopicConfig:
+        """Grow a live topic to ``total`` partitions (Kafka's semantics: the
+        new count, not the number to add); returns its new config.
+
+        The new partitions are placed as a topic made with ``total``
+        partitions would have them (same replication factor and settings as
+        the topic's, log directories beside its first partition's),
+        recorded in ZooKeeper in one transaction with the new count, and
+        their partition actors started (waiting up to ``timeout_s`` for
+        them; 0: not waiting). Clients see the new count at once:
+        producers partition keys over it from then on (a watch on the
+        topic's config; a send naming a new partition is accepted at once),
+        consumer groups rebalance over it (range assignment), the Kafka
+        listeners' Metadata names the new partitions.
+
+        **Keys move**: a key's partition is its hash modulo the partition
+        count, so after the change most keys map to other partitions than
+        before; a key's older messages stay where they were written, and
+        its order across the change is not kept (as in Kafka). Partitions
+        are never removed.
+
+        Raises ``InvalidPartitionsError`` (naming the count now, in its
+        ``current``) for a total not larger than the topic's count or above
+        ``MAX_PARTITIONS``, :class:`raylog.UnknownTopicError` for a topic
+        that does not exist: nothing is changed then. Partitions whose
+        actors did not start within ``timeout_s`` stay recorded (the topic
+        has ``total`` partitions) and ``BrokerUnavailableError`` says so;
+        :meth:`repair` or the supervisor starts them. Requires the
+        cluster's token and the Ray cluster (as :meth:`create_topic`)."""
+        return self._topic_admin.add_partitions(name, total, timeout_s=timeout_s)
 
     def delete_topic(self, name: str, timeout_s: float = 30.0) -> None:
         """Delete the topic and its logs on every node.

@@ -22,6 +22,7 @@ module names it; ``tests/test_errors.py`` holds the drawing to the classes)::
         ├── ConfigError
         │   ├── ArgumentTypeError (also TypeError)
         │   ├── ConfigNotLiveError
+        │   ├── InvalidPartitionsError
         │   ├── InvalidReassignmentError
         │   ├── AssignorError
         │   └── InvalidTransactionTimeoutError
@@ -179,6 +180,14 @@ class ConfigNotLiveError(ConfigError):
     names the setting and why; ``setting`` holds its name. Nothing was
     changed: make a new topic with the setting wanted (and copy the data,
     e.g. with a mirror) instead."""
+
+
+@_code(191)
+class InvalidPartitionsError(ConfigError):
+    """``client.add_partitions`` (Kafka's CreatePartitions) was given a
+    total that is not larger than the topic's partition count now (a
+    topic's partitions only grow) or above ``MAX_PARTITIONS``; ``current``
+    holds the count now. Nothing was changed: pass a larger total."""
 
 
 # --------------------------------------------------------------------------

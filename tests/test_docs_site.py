@@ -323,7 +323,7 @@ def test_the_command_line_session_runs_as_written(zookeeper, ray_local, tmp_path
     assert "/home" in out and "user-1" in out, out  # consumed with its key
     assert "\n{" in out, out  # describe --json: one JSON document
     described, _ = json.JSONDecoder().raw_decode(out[out.index("\n{") + 1:])
-    assert described["topic"] == "clicks" and len(described["partitions"]) == 4, described
+    assert described["topic"] == "clicks" and len(described["partitions"]) == 6, described  # grown from 4
     zk = connect_kazoo(zookeeper.connect_string)
     try:
         assert not zk.exists(f"/raylog/{cluster}/topics/clicks")  # the last line deleted it

@@ -19,7 +19,8 @@ The attack list (door: what a stranger tries → what it gets):
   the limit, a per-address bound, decompression bounded as it runs; group
   administration (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete)
   before SASL, and naming more groups or partitions than served → closed,
-  nothing listed or deleted.
+  nothing listed or deleted; CreatePartitions before SASL → closed, no
+  partition added.
 * ZooKeeper: writes without the token anywhere (the root included), large
   znodes, many connections, four-letter words, a squatted cluster path, a
   killed server → refused or bounded; a squatted path reported as such; the
@@ -417,6 +418,28 @@ def test_kafka_group_administration_before_sasl_is_closed_and_deletes_nothing(ra
             sock.close()
     assert store.committed(group, topic, 0) == 0 and group in raylog_client.list_groups()
     # bounds on what an authenticated client names: tests/kafka/test_kafka_group_admin.py
+
+
+def test_kafka_create_partitions_before_sasl_is_closed_and_adds_nothing(raylog_client, kafka_listener, make_topic):
+    from kafka.protocol.admin import CreatePartitionsRequest
+
+    config, _ = kafka_listener
+    topic = make_topic(partitions=1)
+    Topic = CreatePartitionsRequest.CreatePartitionsTopic
+    for version in (0, 3):
+        request = CreatePartitionsRequest[version](topics=[Topic(name=topic, count=4, assignments=None)],
+                                                   timeout_ms=30_000, validate_only=False)
+        request.with_header(correlation_id=1, client_id="stranger")
+        (sock,) = _strangers(config, 1)
+        try:
+            sock.sendall(bytes(request.encode(header=True, framed=True)))
+            sock.settimeout(10)
+            assert sock.recv(1) == b"", "CreatePartitions before SASL was answered"
+        finally:
+            sock.close()
+    assert raylog_client.registry.topic_config(topic).partitions == 1
+    assert len(raylog_client.describe_topic(topic)["partitions"]) == 1
+    # bounds on what an authenticated client names: tests/kafka/test_kafka_create_partitions.py
 
 
 def test_kafka_strangers_of_one_address_are_bounded(kafka_listener):

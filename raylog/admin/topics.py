@@ -1,5 +1,5 @@
 """The client's administration of topics: create, alter (a live topic's
-config, :mod:`raylog.zk.live_config`), delete, list, describe;
+config, :mod:`raylog.zk.live_config`), add partitions, delete, list, describe;
 the partition actors that serve them; repair through the cluster's
 supervisor.
 
@@ -19,6 +19,7 @@ Ray is imported inside the methods that use it (heavy, lazy on purpose).
 from __future__ import annotations
 
 import os
+import time
 
 from raylog.actors.partition import start_partition_actor
 from raylog.actors.placement import disk_nodes, place_topic
@@ -27,11 +28,11 @@ from raylog.actors.supervisor import DEFAULT_INTERVAL_S, remove_deleted
 from raylog.actors.supervisor import start_supervisor as _start_supervisor
 from raylog.auth import check
 from raylog.config import NAMESPACE, TopicConfig, actor_name
-from raylog.errors import ArgumentTypeError, BrokerUnavailableError, ConfigError
+from raylog.errors import ArgumentTypeError, BrokerUnavailableError, ConfigError, InvalidPartitionsError, RaylogError
 from raylog.groups.admin import delete_topic_offsets
 from raylog.replication.admin import describe_replicas, follower_actors, leader_actor, record_replicas, start_followers
 from raylog.replication.reassign import reassign_partition
-from raylog.zk.live_config import LIVE_SETTINGS, alter_topic_config
+from raylog.zk.live_config import CONTENDED, LIVE_SETTINGS, alter_topic_config
 from raylog.zk.registry import validate_topic_name
 
 
@@ -59,6 +60,26 @@ def check_new_topic(name, partitions) -> None:
             f"partitions must be between 1 and {MAX_PARTITIONS} (raylog.admin.topics.MAX_PARTITIONS: one "
             f"partition actor each), got {partitions}; use fewer partitions"
         )
+
+
+def check_added(name: str, current: int, total) -> None:
+    """Refuse a new partition count for topic ``name`` (``current`` now)
+    that cannot work, before anything is asked of Ray:
+    :class:`ArgumentTypeError` for a total that is not an int,
+    :class:`InvalidPartitionsError` for one not above ``current`` (a topic's
+    partitions only grow, as Kafka's) or above ``MAX_PARTITIONS``."""
+    if not isinstance(total, int) or isinstance(total, bool):
+        raise ArgumentTypeError(f"the new partition count must be an int, got {type(total).__name__}; pass e.g. "
+                                f"add_partitions({name!r}, {current + 1})")
+    if total <= current:
+        raise InvalidPartitionsError(
+            f"topic {name!r} has {current} partition{'s' if current != 1 else ''}; the new total must be larger "
+            f"(partitions are only added, never removed), got {total}", topic=name, current=current)
+    if total > MAX_PARTITIONS:
+        raise InvalidPartitionsError(
+            f"topic {name!r} has {current} partitions; a topic has at most {MAX_PARTITIONS} "
+            f"(raylog.admin.topics.MAX_PARTITIONS: one partition actor each), got {total}",
+            topic=name, current=current)
 
 
 class TopicAdmin:
@@ -120,6 +141,58 @@ class TopicAdmin:
         # config: AuthenticationError); no Ray is needed, so a process outside it may alter too
         return alter_topic_config(self.registry, name, lambda _old: settings)
 
+    def add_partitions(self, name: str, total: int, *, timeout_s: float = 120.0,
+                       validate_only: bool = False) -> TopicConfig:
+        """What :meth:`raylog.Client.add_partitions` does (documented there);
+        ``validate_only`` checks everything and changes nothing (Kafka's
+        CreatePartitions)."""
+        import ray  # heavy (Ray): imported when used
+
+        self._check_open()
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"topic name must be a str, got {type(name).__name__}; pass e.g. "
+                                    f"add_partitions('clicks', 8)")
+        config, _ = self.registry.topic_config_version(name)  # UnknownTopicError first
+        check_added(name, config.partitions, total)
+        if validate_only:
+            return config.replace(partitions=total)
+        check(self.settings.cluster, self.settings.token, f"adding partitions to {name!r}")
+        nodes = ray.nodes()
+        disks = disk_nodes(nodes)
+        for pause in [0.0, *CONTENDED.delays()]:
+            time.sleep(pause)
+            config, version = self.registry.topic_config_version(name)
+            check_added(name, config.partitions, total)  # another writer may have grown it meanwhile
+            placement = place_topic(name, total, disks, config.replication_factor)
+            added = range(config.partitions, total)
+            places = {p: {"node": placement[p][0].identity, "log_dir": self._added_log_dir(name, p)} for p in added}
+            remove_deleted(self.registry, self.settings.zookeeper, nodes, topic=name, token=self.settings.token)
+            grown = config.replace(partitions=total)
+            if self.registry.add_partitions(name, grown, version, places):
+                break
+        else:
+            raise RaylogError(f"could not add partitions to topic {name!r}: its config kept changing under this "
+                              f"writer; retry", topic=name, retriable=True)
+        for p in added:
+            if len(placement[p]) > 1:
+                record_replicas(self._zk, self.registry, name, p, placement[p], places[p]["log_dir"])
+        try:
+            self._serve(name, grown, nodes, timeout_s, added, wait=timeout_s > 0)
+        except BrokerUnavailableError as err:
+            raise BrokerUnavailableError(
+                f"{err}; partitions {added.start}..{total - 1} are recorded (the topic has {total} partitions "
+                f"now): client.repair({name!r}) or the supervisor starts the rest", topic=name) from None
+        return grown
+
+    def _added_log_dir(self, topic: str, partition: int) -> str:
+        """The log directory of a partition added to ``topic``: beside its
+        partition 0's (the data directory the topic was made with, whoever
+        adds), else this client's (:meth:`log_dir`)."""
+        first = (self.registry.placement(topic, 0) or {}).get("log_dir")
+        if first:
+            return os.path.join(os.path.dirname(first), f"{topic}-{partition}")
+        return self.log_dir(topic, partition)
+
     def log_dir(self, topic: str, partition: int) -> str:
         """What :meth:`raylog.Client.log_dir` does (documented there)."""
         return os.path.join(self.data_dir, self.settings.cluster, f"{topic}-{partition}")
@@ -146,12 +219,15 @@ class TopicAdmin:
             wait=wait,
         )
 
-    def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float) -> None:
+    def _serve(self, name: str, config: TopicConfig, nodes: list[dict], timeout_s: float,
+               partitions: range | None = None, wait: bool = True) -> None:
+        """Start the partition actors of ``partitions`` (all of the topic's
+        by default) and (``wait``) wait for them to answer."""
         import ray  # heavy (Ray): imported when used
 
         check(self.settings.cluster, self.settings.token, f"serving topic {name!r}")
         actors = []
-        for p in range(config.partitions):
+        for p in range(config.partitions) if partitions is None else partitions:
             place = self.registry.placement(name, p)
             replicated = config.replication_factor > 1
             start = dict(zookeeper=self.settings.zookeeper, cluster=self.settings.cluster, topic=name, partition=p,
@@ -161,6 +237,8 @@ class TopicAdmin:
                 actors.extend(start_followers(self._zk, self.registry, **start, actors=PARTITION_ACTORS))
             actors.append(start_partition_actor(**start, node_identity=place["node"],
                                                 replica=place["node"] if replicated else None))
+        if not wait:
+            return
         refs = [a.ping.remote() for a in actors]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         if len(ready) < len(refs):

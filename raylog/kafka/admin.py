@@ -1,7 +1,7 @@
-"""CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs and
-IncrementalAlterConfigs: Kafka's topic administration on raylog's topics
-(what ``confluent_kafka.admin.AdminClient``, ``kafka-configs`` and ``kcat -L``
-need).
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
+AlterConfigs and IncrementalAlterConfigs: Kafka's topic administration on
+raylog's topics (what ``confluent_kafka.admin.AdminClient``,
+``kafka-topics --alter``, ``kafka-configs`` and ``kcat -L`` need).
 
 Topics are created and deleted through raylog's own administration, the
 :class:`raylog.admin.topics.TopicAdmin` that ``client.create_topic`` uses
@@ -23,6 +23,23 @@ compaction settings ``delete.retention.ms``, ``min.compaction.lag.ms``,
 ``max.compaction.lag.ms`` and ``min.cleanable.dirty.ratio``. ``validate_only`` checks all of it, the name, that the
 topic does not exist and that the replication factor does not exceed the
 listeners registered (one per disk node), and creates nothing.
+
+CreatePartitions grows each named topic to its ``count`` as
+``client.add_partitions`` does (:meth:`raylog.admin.topics.TopicAdmin.add_partitions`:
+the same placement, the topic's replication factor and settings, one
+ZooKeeper transaction with the new count), each topic on its own: a count
+not larger than the topic's now (or above raylog's bound) is
+INVALID_PARTITIONS with a message naming the count now, a topic that does
+not exist UNKNOWN_TOPIC_OR_PARTITION, manual replica assignments
+INVALID_REPLICA_ASSIGNMENT (raylog places partitions itself), a topic named
+twice INVALID_REQUEST; nothing of a refused topic changes.
+``validate_only`` checks all of it and changes nothing. ``timeout_ms`` is
+how long the answer waits for the new partitions' actors (at most
+:data:`CREATE_TIMEOUT_S`; 0 or less: not at all, as Kafka's broker); actors
+still starting then answer REQUEST_TIMED_OUT, the partitions being recorded
+all the same (the supervisor serves them). A request naming more than
+:data:`MAX_TOPICS` topics closes the connection
+(:class:`~raylog.kafka.frames.BadFrame`) before anything is read.
 
 DescribeConfigs: a topic's raylog settings under the Kafka names of
 :data:`TOPIC_CONFIGS` (source TOPIC_CONFIG where the topic set a value of
@@ -61,6 +78,7 @@ from typing import Callable
 
 from kafka.protocol.admin import (
     AlterConfigsResponse,
+    CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
     DescribeConfigsResponse,
@@ -68,8 +86,16 @@ from kafka.protocol.admin import (
 )
 
 from raylog.config import TopicConfig
-from raylog.errors import ConfigError, RaylogError, TopicExistsError, UnknownTopicError
+from raylog.errors import (
+    BrokerUnavailableError,
+    ConfigError,
+    InvalidPartitionsError,
+    RaylogError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from raylog.kafka import brokers
+from raylog.kafka.frames import BadFrame
 from raylog.zk.live_config import FIXED_SETTINGS, alter_topic_config
 from raylog.zk.registry import validate_topic_name
 
@@ -97,8 +123,10 @@ _TEXT_FIELDS = ("cleanup_policy",)
 _FLOAT_FIELDS = ("min_cleanable_dirty_ratio",)
 #: the cleanup policy of a broker's new topics
 CLEANUP_POLICY = "delete"
-#: the most a CreateTopics waits for a topic's partition actors
+#: the most a CreateTopics or CreatePartitions waits for a topic's partition actors
 CREATE_TIMEOUT_S = 120.0
+#: the most topics one CreatePartitions may name
+MAX_TOPICS = 1000
 
 # Kafka error codes
 NONE = 0
@@ -268,6 +296,59 @@ def delete_topics(backend, body, version):
             message = str(err).splitlines()[0]
         results.append(Result(name=name, error_code=code, error_message=message))
     return DeleteTopicsResponse[version](throttle_time_ms=0, responses=results)
+
+
+def _check_partitions(backend, topic, named: int) -> None:
+    """Refuse a CreatePartitions entry that cannot be done, before anything
+    changes: raises :class:`Refused`, UnknownTopicError or InvalidPartitionsError."""
+    if named > 1:
+        raise Refused(INVALID_REQUEST, f"topic {topic.name!r} is named {named} times in one request")
+    if topic.assignments:
+        raise Refused(INVALID_REPLICA_ASSIGNMENT, "raylog places partitions itself; give the new count without "
+                                                  "replica assignments")
+    current = backend.metadata.registry.topic_config(topic.name).partitions
+    if topic.count <= current:
+        raise InvalidPartitionsError(
+            f"topic {topic.name!r} has {current} partition{'s' if current != 1 else ''}; the new count must be "
+            f"larger (partitions are only added), got {topic.count}", topic=topic.name, current=current)
+
+
+def create_partitions(backend, body, version):
+    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    topics = list(body.topics or ())
+    if len(topics) > MAX_TOPICS:
+        raise BadFrame(f"a CreatePartitions naming {len(topics)} topics (at most {MAX_TOPICS} are served in one "
+                       f"request)")
+    names = [topic.name for topic in topics]
+    timeout_s = min(CREATE_TIMEOUT_S, max(0.0, (body.timeout_ms or 0) / 1000.0))
+    results = []
+    for topic in topics:
+        code, message = NONE, None
+        try:
+            _check_partitions(backend, topic, names.count(topic.name))
+            if backend.topics is not None:  # the whole check (raylog's bound included), or the change
+                backend.topics.add_partitions(topic.name, topic.count, timeout_s=timeout_s,
+                                              validate_only=body.validate_only)
+            elif not body.validate_only:
+                raise Refused(CLUSTER_AUTHORIZATION_FAILED, _NO_ADMIN)
+            if not body.validate_only:
+                backend.metadata.refresh(topic.name)  # this listener's Produce sees the new count at once
+                log.info("Kafka CreatePartitions: topic %s now has %d partitions", topic.name, topic.count)
+        except Refused as err:
+            code, message = err.code, err.message
+        except UnknownTopicError:
+            code, message = UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist"
+        except InvalidPartitionsError as err:
+            code, message = INVALID_PARTITIONS, str(err).splitlines()[0]
+        except ConfigError as err:
+            code, message = INVALID_REQUEST, str(err).splitlines()[0]
+        except BrokerUnavailableError as err:  # recorded; actors still starting after timeout_ms
+            code, message = REQUEST_TIMED_OUT, str(err).splitlines()[0]
+        except RaylogError as err:
+            code = REQUEST_TIMED_OUT if err.retriable else UNKNOWN_SERVER_ERROR
+            message = str(err).splitlines()[0]
+        results.append(Result(name=topic.name, error_code=code, error_message=message))
+    return CreatePartitionsResponse[version](throttle_time_ms=0, results=results)
 
 
 def _kafka_value(value) -> str:

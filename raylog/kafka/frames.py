@@ -24,6 +24,7 @@ import struct
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DeleteTopicsRequest,
@@ -85,6 +86,8 @@ SUPPORTED = {
     TxnOffsetCommitRequest.API_KEY: (TxnOffsetCommitRequest, 0, 3),
     CreateTopicsRequest.API_KEY: (CreateTopicsRequest, 2, 5),
     DeleteTopicsRequest.API_KEY: (DeleteTopicsRequest, 1, 5),
+    # (raylog.kafka.admin; 2 and 3 are flexible, with the same fields)
+    CreatePartitionsRequest.API_KEY: (CreatePartitionsRequest, 0, 3),
     DescribeConfigsRequest.API_KEY: (DescribeConfigsRequest, 1, 4),
     AlterConfigsRequest.API_KEY: (AlterConfigsRequest, 0, 2),
     IncrementalAlterConfigsRequest.API_KEY: (IncrementalAlterConfigsRequest, 0, 1),

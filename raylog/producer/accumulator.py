@@ -356,6 +356,13 @@ class RecordAccumulator:
             self._limits[topic] = batch_limit(self._metadata.config(topic).max_message_bytes)
         return count
 
+    def partitions_changed(self, topic: str, count: int) -> None:
+        """A topic's partition count changed (``client.add_partitions``;
+        the metadata's callback, on kazoo's thread): keys map over the new
+        count from the next message on (the compiled send reads the same dict)."""
+        if topic in self._counts:
+            self._counts[topic] = count
+
     # -- appending ------------------------------------------------------------------
 
     def append(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,

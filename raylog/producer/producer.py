@@ -264,6 +264,11 @@ class Producer:
         )
         if self._audit is not None:
             self._acc.on_seal = self._count_for_audit
+        # a topic that gains partitions (client.add_partitions) is partitioned over
+        # its new count; metadata stand-ins without the callback keep their counts
+        self._follow_partitions = getattr(metadata, "on_partitions", None) and self._acc.partitions_changed
+        if self._follow_partitions:
+            metadata.on_partitions(self._follow_partitions)
         self._sender = Sender(
             self._acc,
             metadata,
@@ -487,6 +492,8 @@ class Producer:
         finally:
             self._closed = True
             _OPEN_PRODUCERS.discard(self)
+            if self._follow_partitions:
+                self._metadata.off_partitions(self._follow_partitions)
             with self._acc.lock:
                 self._acc.closed = True
                 self._acc.space.notify_all()
@@ -561,6 +568,10 @@ class Producer:
 
     def _check_partition(self, topic: str, partition: int) -> None:
         count = self._acc.partitions(topic)
+        if not 0 <= partition < count and partition > 0 and self._follow_partitions:
+            # added a moment ago (client.add_partitions), before the watch told the metadata?
+            count = self._metadata.refresh(topic).partitions
+            self._acc.partitions_changed(topic, count)
         if not 0 <= partition < count:
             raise UnknownPartitionError(
                 f"{topic!r} has partitions 0..{count - 1}, not {partition}", topic=topic, partition=partition

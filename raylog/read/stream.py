@@ -22,7 +22,9 @@ group's committed offsets (docs/design.md §4,
 a partition the group never committed starts at ``starting_offsets``
 (``"earliest"``, ``"latest"`` or ``{partition: offset}`` as
 :func:`raylog.read.read_raylog` takes them; with several topics,
-``{topic: spec}``). When nothing new is readable the stream waits,
+``{topic: spec}``). A partition added to a topic while the stream runs
+(``client.add_partitions``) is read from its start: all of it is new since
+the stream began (as Spark's Kafka source does). When nothing new is readable the stream waits,
 re-planning every ``poll_interval_s``, until data comes, ``stop_event`` is
 set, or ``idle_timeout_s`` passes with nothing new.
 
@@ -267,8 +269,8 @@ class RaylogStream:
         self._connection = client if client is not None else _Connection(self._metadata, self._conn_settings)
         self._closed = False
         try:
-            for topic in topics:
-                self._metadata.partitions(topic)  # UnknownTopicError
+            #: each topic's partition count when the stream started: later ones are read from their start
+            self._counts = {topic: self._metadata.partitions(topic) for topic in topics}  # UnknownTopicError
             self._store = offset_store(self._metadata)
             self._refuse_if_active("read")
             #: ``{(topic, partition): offset}`` stored for the group (read at the start, then stored by commits)
@@ -334,6 +336,8 @@ class RaylogStream:
             for p in range(count):
                 if (topic, p) in self._position:
                     start[p] = self._position[(topic, p)]
+                elif p >= self._counts[topic]:
+                    start[p] = "earliest"  # added since the stream started (client.add_partitions)
                 elif isinstance(default, str):
                     start[p] = default
                 else:

@@ -60,8 +60,8 @@ log = logging.getLogger(__name__)
 #: the settings that cannot change on a live topic, and why (the message of
 #: :class:`~raylog.errors.ConfigNotLiveError`)
 FIXED_SETTINGS = {
-    "partitions": "a topic's partition count is fixed when it is made (keys map to partitions by it; "
-                  "docs/design.md section 4)",
+    "partitions": "a topic's partition count only grows, with client.add_partitions (keys map to partitions "
+                  "by it; docs/design.md section 4)",
     "replication_factor": "a topic's replica count is fixed when it is made (move replicas with "
                           "reassign_partition instead; docs/design.md section 7)",
     "max_message_bytes": "producers, consumers, the data servers and log recovery bound messages by it when "

@@ -14,7 +14,9 @@ What lives where:
 * ``topics/<topic>`` holds the topic's :class:`~raylog.config.TopicConfig`
   as JSON. :meth:`Registry.create_topic` creates it together with
   ``partitions/`` and one node per partition, in one transaction; a topic is
-  there whole or not at all.
+  there whole or not at all. :meth:`Registry.add_partitions` grows it the same way:
+  the config with the new count (a compare-and-set on the node's version)
+  and the new partitions' nodes with their placements, in one transaction.
 * ``topics/<topic>/partitions/<p>`` holds the placement
   ``{"node": ..., "log_dir": ...}`` (empty until one is set).
 * ``topics/<topic>/partitions/<p>/endpoint`` is ephemeral and holds
@@ -41,7 +43,7 @@ import logging
 import re
 import time
 
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from raylog.config import TopicConfig
 from raylog.errors import ConfigError, RaylogError, TopicExistsError
@@ -155,6 +157,40 @@ class Registry:
             )
         if failure is not None:
             raise failure
+
+    @translated("read a topic's config")
+    def topic_config_version(self, name: str) -> tuple[TopicConfig, int]:
+        """The topic's config and the data version of its node (for a
+        compare-and-set, :meth:`add_partitions`). Raises UnknownTopicError."""
+        try:
+            data, stat = self.calls.call(self.zk.get_async, self.paths.topic(name))
+        except NoNodeError:
+            raise self.calls.unknown_topic(name) from None
+        if not data:
+            raise self.calls.unknown_topic(name)
+        return TopicConfig.from_json(data), stat.version
+
+    @translated("add partitions to a topic")
+    def add_partitions(self, name: str, config: TopicConfig, version: int, placements: dict[int, dict]) -> bool:
+        """Grow a topic, atomically: write ``config`` (its config with the
+        new partition count) over the node's data ``version`` read before,
+        and create the node of each new partition with its placement
+        (``{p: {"node": ..., "log_dir": ...}}``, every partition from the
+        old count up), in one transaction. False when the topic's node
+        changed since it was read (nothing written: read it again); raises
+        UnknownTopicError if the topic is gone."""
+        tx = self.zk.transaction()
+        tx.set_data(self.paths.topic(name), config.to_json(), version=version)
+        for partition, place in sorted(placements.items()):
+            tx.create(self.paths.partition(name, partition), dump_json(place))
+        failure = first_failure(self.calls.commit(tx))
+        if failure is None:
+            return True
+        if isinstance(failure, NoNodeError) and not self.topic_exists(name):
+            raise self.calls.unknown_topic(name)
+        if isinstance(failure, (BadVersionError, NodeExistsError, NoNodeError)):
+            return False
+        raise failure
 
     @translated("delete a topic")
     def delete_topic(self, name: str) -> list[dict]:

@@ -2,7 +2,8 @@
 a producer writes, a driver killed with SIGKILL mid-batch and a restart with
 the same group (every message at least once, in order per partition), the
 commit rule (a batch is committed only when the next one is asked for), a
-group with live members refused, two streams on one group caught, an empty
+partition added while the stream runs read from its start, a group with
+live members refused, two streams on one group caught, an empty
 topic ending at its idle timeout, and bad arguments refused by name."""
 
 from __future__ import annotations
@@ -233,6 +234,24 @@ def test_several_topics_stream_together_each_from_its_own_start(raylog_client, m
     committed = offset_store(raylog_client.metadata).committed_all("stream-two-topics")
     ends = {(t, p): o for t in (one, two) for p, o in raylog_client.end_offsets(t).items()}
     assert committed == ends
+
+
+def test_a_partition_added_while_the_stream_runs_is_read_from_its_start(raylog_client, make_topic):
+    topic = make_topic(partitions=1, flush_ms=10)
+    _produce(raylog_client, topic, [b"before"], {})  # before the start: skipped ("latest")
+    with read_raylog_stream(topic, group=f"stream-grow-{time.monotonic_ns()}", client=raylog_client,
+                            starting_offsets="latest", idle_timeout_s=2, poll_interval_s=0.2, num_cpus=0) as stream:
+        raylog_client.add_partitions(topic, 2)
+        producer = raylog_client.producer(acks=1)
+        producer.send(topic, b"new-0", partition=1)
+        producer.send(topic, b"new-1", partition=1)
+        producer.close()
+        deadline = time.monotonic() + 30
+        while raylog_client.end_offsets(topic)[1] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # (flushed and visible)
+        rows = next(stream).to_pandas()
+        assert list(zip(rows["partition"], rows["value"])) == [(1, b"new-0"), (1, b"new-1")]
+        assert list(stream) == []
 
 
 def test_an_empty_topic_ends_at_the_idle_timeout(raylog_client, make_topic):

@@ -105,6 +105,7 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         ["topics"],
         ["topics", "create"],
         ["topics", "alter"],
+        ["topics", "add-partitions"],
         ["topics", "list"],
         ["topics", "describe"],
         ["topics", "delete"],

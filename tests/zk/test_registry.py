@@ -447,3 +447,32 @@ def test_a_call_while_zookeeper_is_away_waits_for_the_reconnect_notice_and_leave
     finally:
         zk.stop()
         zk.close()
+
+
+# -- adding partitions (client.add_partitions) -----------------------------------
+
+
+def test_add_partitions_writes_the_count_and_the_placements_in_one_transaction(registry):
+    registry.create_topic("grows", TopicConfig(partitions=1, retention_ms=5000))
+    config, version = registry.topic_config_version("grows")
+    places = {1: {"node": "ip:10.0.0.1", "log_dir": "/d/grows-1"}, 2: {"node": "ip:10.0.0.2", "log_dir": "/d/grows-2"}}
+    assert registry.add_partitions("grows", config.replace(partitions=3), version, places)
+    assert registry.topic_config("grows") == TopicConfig(partitions=3, retention_ms=5000)
+    assert registry.placements("grows") == places
+    # a writer holding the old version changes nothing: it reads again
+    more = {3: {"node": "ip:10.0.0.1", "log_dir": "/d/grows-3"}}
+    assert not registry.add_partitions("grows", config.replace(partitions=4), version, more)
+    assert registry.topic_config("grows").partitions == 3 and 3 not in registry.placements("grows")
+    assert registry.placement("grows", 3) is None
+
+
+def test_add_partitions_to_a_deleted_topic_is_unknown(registry):
+    registry.create_topic("gone", TopicConfig(partitions=1))
+    config, version = registry.topic_config_version("gone")
+    registry.delete_topic("gone")
+    with pytest.raises(UnknownTopicError):
+        registry.add_partitions("gone", config.replace(partitions=2), version,
+                                {1: {"node": "ip:10.0.0.1", "log_dir": "/d/gone-1"}})
+    assert not registry.topic_exists("gone")
+    with pytest.raises(UnknownTopicError):
+        registry.topic_config_version("gone")

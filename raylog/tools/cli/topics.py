@@ -1,5 +1,5 @@
-"""``raylog topics ...`` and ``raylog supervisor start``: create, alter, list,
-describe, repair and delete topics."""
+"""``raylog topics ...`` and ``raylog supervisor start``: create, alter, add
+partitions to, list, describe, repair and delete topics."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from raylog.tools.cli.base import echo_names, CommandError, Target, echo_json, j
 
 @cli.group()
 def topics():
-    """Create, list, describe, reassign, repair and delete topics."""
+    """Create, alter, grow, list, describe, reassign, repair and delete topics."""
 
 @topics.command("create")
 @click.argument("name")
@@ -122,6 +122,26 @@ def topics_alter(target: Target, name, assignments, resets, as_json):
         return
     changed = [f"{k}={getattr(config, k)}" for k in sorted(settings) if getattr(before, k) != getattr(config, k)]
     click.echo(f"Altered topic {name}: {', '.join(changed)}." if changed else f"Topic {name} already had these settings.")
+
+
+@topics.command("add-partitions")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, required=True,
+              help="The new partition count (the total, larger than now; as Kafka's kafka-topics --alter).")
+@click.option("--timeout-s", type=float, default=120.0, show_default=True,
+              help="How long to wait for the new partitions' actors to start.")
+@pass_target
+def topics_add_partitions(target: Target, name, partitions, timeout_s):
+    """Grow the live topic NAME to --partitions partitions (as
+    client.add_partitions): the new ones are placed, recorded and served
+    with the topic's settings, and producers and consumer groups take the
+    new count at once. Keys then map to other partitions than before (a
+    key's older messages stay where they are). A count not larger than
+    now is refused naming the count (exit 2), and nothing changes."""
+    with target.client("topics add-partitions", ray=True) as client:
+        before = client.metadata.partitions(name)
+        client.add_partitions(name, partitions, timeout_s=timeout_s)
+    click.echo(f"Topic {name} now has {partitions} partitions (partitions {before}..{partitions - 1} added).")
 
 
 @topics.command("list")
