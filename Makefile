@@ -17,10 +17,13 @@ JAVA_SOURCES := $(shell find integrations/spark/java -type f -not -name '.*')
 # the venv of the Quix Streams apps (apps/quix/), with pins of its own (apps/quix/constraints.txt)
 QUIX_VENV        ?= .venv-apps/quix
 QUIX_CONSTRAINTS := apps/quix/constraints.txt
+# the venv of the Faust apps (apps/faust/), with pins of its own (apps/faust/constraints.txt)
+FAUST_VENV        ?= .venv-apps/faust
+FAUST_CONSTRAINTS := apps/faust/constraints.txt
 
-.PHONY: demo test bench docs venv clean hosts-tools venv-quix
+.PHONY: demo test bench docs venv clean hosts-tools venv-quix venv-faust
 
-venv: $(STAMP) $(SPARK_JAR) hosts-tools venv-quix
+venv: $(STAMP) $(SPARK_JAR) hosts-tools venv-quix venv-faust
 
 # system tools the tests use, installed when missing and this runs as root with apt-get (else the
 # tests that need them skip and say why): nftables, for the network faults of the hosts kit
@@ -53,6 +56,18 @@ venv-quix:
 		&& echo "$$want" > $(QUIX_VENV)/.constraints-sha256 \
 		|| echo "note: Quix Streams could not be installed (see $(QUIX_VENV).install.log); the Quix tests will skip"; }
 
+# Faust (faust-streaming) in a venv of its own, made again when $(FAUST_CONSTRAINTS) changes (its
+# sha256 is the venv's stamp, as tests/kafka/test_kafka_faust.py checks). Without the package index
+# it is not made and the Faust tests skip and say why; pip's output goes to $(FAUST_VENV).install.log
+venv-faust:
+	@want="$$(sha256sum $(FAUST_CONSTRAINTS) | cut -d' ' -f1)"; \
+	[ "$$(cat $(FAUST_VENV)/.constraints-sha256 2>/dev/null)" = "$$want" ] || { \
+		echo "setting up $(FAUST_VENV) with Faust ($(FAUST_CONSTRAINTS); log in $(FAUST_VENV).install.log) ..."; \
+		rm -rf $(FAUST_VENV) && mkdir -p $(dir $(FAUST_VENV)) && $(PYTHON) -m venv $(FAUST_VENV) \
+		&& $(FAUST_VENV)/bin/python -m pip install -c $(FAUST_CONSTRAINTS) faust-streaming > $(FAUST_VENV).install.log 2>&1 \
+		&& echo "$$want" > $(FAUST_VENV)/.constraints-sha256 \
+		|| echo "note: Faust could not be installed (see $(FAUST_VENV).install.log); the Faust tests will skip"; }
+
 # pip's output goes to $(VENV)/install.log; on failure its tail is shown
 $(STAMP): pyproject.toml constraints.txt setup.py raylog/storage/_speedups.c raylog/storage/_compaction.c raylog/producer/_fastsend.c raylog/kafka/_kafkarecords.c \
 		raylog/producer/_groupfill.c raylog/producer/_slots.h
@@ -72,7 +87,7 @@ demo: $(STAMP) $(SPARK_JAR)
 
 # the tests of one module stay on one worker (they share its fixtures), and so do all the hosts
 # kit's (one shared HostsCluster, started first: tests/conftest.py)
-test: $(STAMP) $(SPARK_JAR) hosts-tools venv-quix
+test: $(STAMP) $(SPARK_JAR) hosts-tools venv-quix venv-faust
 	$(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 bench: $(STAMP) $(SPARK_JAR)

@@ -78,6 +78,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         NOT_RUN + "placeholders for the address, cluster and token; tests/kafka/test_kafka_kcat.py runs kcat so",
     ("docs/howto/kafka.md", "Stream processors: Quix Streams", 0):
         "tests/kafka/test_kafka_quix.py::test_quix_counts_per_key_survive_a_restart_from_the_changelog",
+    ("docs/howto/kafka.md", "Stream processors: Faust", 0):
+        "tests/kafka/test_kafka_faust.py::test_faust_counts_per_key_in_a_table_with_a_compacted_changelog",
     ("README.md", "Mirroring between clusters", 0):
         "tests/mirror/test_cli_mirror.py::test_the_readme_mirroring_example_runs_as_written",
     ("README.md", "Kafka clients", 0):
