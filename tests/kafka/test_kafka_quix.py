@@ -32,6 +32,8 @@ from tests.doc_blocks import block
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
+from tests.kafka import stream_apps  # noqa: E402 (needs confluent_kafka)
+
 pytestmark = pytest.mark.timeout(900)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,22 +51,8 @@ PARTITIONS = 4
 
 def quix_venv_unavailable(venv: str = QUIX_VENV, constraints: str = QUIX_CONSTRAINTS) -> str | None:
     """Why the Quix venv cannot be used (``None``: it can): absent, or made from
-    another ``apps/quix/constraints.txt`` than the checkout's (the Makefile's
-    stamp, ``.constraints-sha256``, is the sha256 of that file)."""
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(python):
-        return (f"the Quix Streams venv {venv} is absent: `make venv-quix` makes it "
-                f"(needs the package index; `make test` runs it first)")
-    with open(constraints, "rb") as f:
-        want = hashlib.sha256(f.read()).hexdigest()
-    try:
-        with open(os.path.join(venv, ".constraints-sha256")) as f:
-            have = f.read().strip()
-    except FileNotFoundError:
-        have = None
-    if have != want:
-        return f"the Quix Streams venv {venv} is not made from {constraints} as it is: run `make venv-quix`"
-    return None
+    another ``apps/quix/constraints.txt`` than the checkout's."""
+    return stream_apps.venv_unavailable(venv, constraints, "Quix Streams", "venv-quix")
 
 
 @pytest.fixture(scope="module")
@@ -76,78 +64,19 @@ def quix_python() -> str:
 
 
 def run_app(python: str, config: dict, workdir, name: str) -> tuple[int, str]:
-    """Run the app to its end: ``(messages processed, its log)``; it is killed
-    (with any process it started) when it overruns :data:`RUN_S` or the test
-    stops, and a failed run fails with the tail of its log."""
-    config_path = os.path.join(workdir, f"{name}.json")
-    with open(config_path, "w") as f:
-        json.dump(config, f)
-    log_path = os.path.join(workdir, f"{name}.log")
-    with open(log_path, "w") as log:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-        proc = subprocess.Popen([python, APP, config_path], stdout=subprocess.PIPE, stderr=log, text=True,
-                                start_new_session=True, cwd=workdir, env=env)
-        out, overran = "", False
-        try:
-            out, _ = proc.communicate(timeout=RUN_S)
-        except subprocess.TimeoutExpired:
-            overran = True
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    with open(log_path) as f:
-        text = f.read()
-    assert not overran, f"the Quix app did not finish in {RUN_S:.0f} s (killed); its log ends:\n{text[-4000:]}"
-    assert proc.returncode == 0, f"the Quix app exited with {proc.returncode}:\n{text[-4000:]}"
-    return json.loads(out.strip().splitlines()[-1])["processed"], text
+    """Run the app to its end: ``(messages processed, its log)`` (killed
+    when it overruns :data:`RUN_S` or the test stops)."""
+    out, log = stream_apps.run_app(python, APP, config, workdir, name, RUN_S)
+    return out["processed"], log
 
 
 def produce(config: dict, topic: str, start: int, n: int) -> Counter:
     """``n`` JSON messages over :data:`KEYS` keys; their number per key."""
-    producer = confluent_kafka.Producer({**config, "acks": "all", "linger.ms": 5})
-    errors = []
-    per_key = Counter()
-    for i in range(start, start + n):
-        key = f"key-{i % KEYS:02d}"
-        producer.produce(topic, json.dumps({"i": i}).encode(), key=key.encode(),
-                         on_delivery=lambda err, msg: err is not None and errors.append(err))
-        per_key[key] += 1
-        producer.poll(0)
-    assert producer.flush(WAIT_S) == 0 and not errors, errors
-    return per_key
+    return stream_apps.produce(config, topic, start, n, KEYS)
 
 
-def output_counts(config: dict, topic: str, isolation: str = "read_uncommitted") -> dict[str, list[int]]:
-    """Every count of each key on the output topic, in order, read to its end at ``isolation``."""
-    consumer = confluent_kafka.Consumer({**config, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                         "isolation.level": isolation})
-    counts: dict[str, list[int]] = {}
-    try:
-        metadata = consumer.list_topics(topic, timeout=WAIT_S).topics[topic]
-        tps = [confluent_kafka.TopicPartition(topic, p) for p in metadata.partitions]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=WAIT_S)[1] for tp in tps}
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in ends])
-        left = {p for p, end in ends.items() if end > 0}
-        deadline = time.monotonic() + WAIT_S
-        while left and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=1000, timeout=1.0):
-                assert msg.error() is None, msg.error()
-                counts.setdefault(msg.key().decode(), []).append(json.loads(msg.value())["count"])
-            for tp in consumer.position([confluent_kafka.TopicPartition(topic, p) for p in left]):
-                if tp.offset >= ends[tp.partition]:
-                    left.discard(tp.partition)
-        assert not left, f"the output topic was not read to its end: partitions {sorted(left)}"
-    finally:
-        consumer.close()
-    return counts
-
-
-def last_counts(config: dict, topic: str) -> tuple[dict[str, int], int]:
-    """The last count of each key on the output topic, and how many records it has."""
-    counts = output_counts(config, topic)
-    return {key: values[-1] for key, values in counts.items()}, sum(map(len, counts.values()))
+output_counts = stream_apps.output_counts
+last_counts = stream_apps.last_counts
 
 
 def test_quix_counts_per_key_survive_a_restart_from_the_changelog(quix_python, raylog_client, kafka_config,
