@@ -16,7 +16,6 @@ interpreter (real ZooKeeper, Ray, partitions, listeners). Without that venv
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -180,40 +179,6 @@ def test_the_kafka_page_shows_the_app_these_tests_run():
     shown = block("docs/howto/kafka.md", "Stream processors: Quix Streams")
     assert shown.strip() and source.rstrip("\n").endswith(shown.rstrip("\n"))
     assert shown.startswith("import json")
-
-
-def test_the_quix_venv_is_used_only_when_made_from_the_constraints_as_they_are(tmp_path):
-    venv = tmp_path / "quix"
-    assert "is absent: `make venv-quix` makes it" in quix_venv_unavailable(str(venv))
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").touch()
-    assert "run `make venv-quix`" in quix_venv_unavailable(str(venv))  # no stamp
-    (venv / ".constraints-sha256").write_text("0" * 64 + "\n")
-    assert "run `make venv-quix`" in quix_venv_unavailable(str(venv))  # another file's
-    with open(QUIX_CONSTRAINTS, "rb") as f:
-        (venv / ".constraints-sha256").write_text(hashlib.sha256(f.read()).hexdigest() + "\n")
-    assert quix_venv_unavailable(str(venv)) is None
-
-
-def test_make_venv_quix_keeps_a_venv_whose_stamp_is_the_constraints_hash(tmp_path):
-    """The Makefile's stamp check and this module's agree: a venv stamped with
-    the sha256 this module computes is kept as it is (nothing installed; with
-    PYTHON=false any attempt to make it again would say so)."""
-    venv = tmp_path / "quix"
-    venv.mkdir()
-    with open(QUIX_CONSTRAINTS, "rb") as f:
-        (venv / ".constraints-sha256").write_text(hashlib.sha256(f.read()).hexdigest() + "\n")
-    make = shutil.which("make")
-    if make is None:
-        pytest.skip("make is not installed")
-    run = subprocess.run([make, "-s", "venv-quix", f"QUIX_VENV={venv}", "PYTHON=false"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0 and run.stdout == "" and run.stderr == "", (run.stdout, run.stderr)
-    (venv / ".constraints-sha256").write_text("0" * 64 + "\n")  # stale: made again (and here it fails, said so)
-    run = subprocess.run([make, "-s", "venv-quix", f"QUIX_VENV={venv}", "PYTHON=false"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0 and "setting up" in run.stdout and "the Quix tests will skip" in run.stdout, run.stdout
-    assert not venv.exists() or not (venv / ".constraints-sha256").exists()
 
 
 def committed_counts(config: dict, topic: str) -> dict[str, list[int]]:
