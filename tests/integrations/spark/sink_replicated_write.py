@@ -1,0 +1,298 @@
+"""Run as a script by test_sink_replicated.py (a Ray cluster of its own needs
+a process of its own; the tests' shared local Ray has one disk node): a
+``ray.cluster_utils.Cluster`` with three disk nodes, a topic of replication
+factor 3 (min_insync_replicas 2) and a RayDP Spark session of two executors
+retrying failed tasks (``spark.task.maxFailures`` 4). A batch write of
+``ROWS`` rows with unique keys, in four Spark tasks (acks=all, the sink's
+default; batches of ``BATCH_BYTES``), runs through a Python UDF that sleeps
+a little every ``SLOW_EVERY`` rows, so that it lasts long enough for what
+happens to it meanwhile:
+
+1. once the log holds a fifth of the write, one of RayDP's executor actors
+   is killed (``ray.kill``): Spark runs its task again on the other
+   executor once that one is free (RayDP starts no new executor), the same
+   rows under the same producer id and sequences;
+2. once the log holds a twentieth more (the other executor's task still
+   running, the killed task not yet retried), the lead of partition 0
+   moves by a failover that cuts off a batch only the leader holds (its
+   followers frozen until it holds one, then the leader's partition actor
+   SIGKILLed, the followers resumed), and the lead of partition 1 by a
+   handoff (on purpose, to another in-sync replica). So the retried task
+   sends the batches its first attempt stored to the new leaders, which
+   know them from the replicated batches' own producer fields.
+
+Prints one JSON line: whether the write returned, what was done when (the
+log's size at each step, Spark's task counts), the leaders before and
+after, and the keys read back from the partitions' leaders (every key once,
+or the ones missing and doubled); the test judges it.
+
+    python sink_replicated_write.py <zookeeper connect string> <data dir> [rows]
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import threading
+import time
+import traceback
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+WAIT_S = 120.0
+ROWS = 200_000
+SPARK_PARTITIONS = 4
+TOPIC_PARTITIONS = 2
+#: the UDF sleeps SLOW_S every SLOW_EVERY rows of a task
+SLOW_EVERY = 500
+SLOW_S = 0.05
+#: bytes a row takes in the log, about (a record of a 7-character key and a 20-character value in a batch)
+ROW_BYTES = 36
+#: the sink's batches (kafka.batch.size): about 800 rows, several a second per partition
+BATCH_BYTES = 64 * 1024
+JOB_GROUP = "raylog-sink-rf3"
+#: the followers of partition 0 are frozen until their leader holds a batch they do not (at most
+#: FROZEN_MAX_S), then FROZEN_S more, before it is killed (all of it below the topic's replica_lag_ms)
+FROZEN_MAX_S = 5.0
+FROZEN_S = 0.5
+
+
+def _slow_values():
+    """A Python UDF passing values through, sleeping every SLOW_EVERY rows."""
+    from pyspark.sql import functions as F
+
+    def passthrough(value: str) -> str:
+        if int(value[1:7]) % SLOW_EVERY == 0:
+            time.sleep(SLOW_S)
+        return value
+
+    return F.udf(passthrough, "string")
+
+
+def _log_bytes(client, topic: str) -> int:
+    """The bytes below the high watermarks of ``topic``'s partitions (0 while a lead moves)."""
+    total = 0
+    for p in range(TOPIC_PARTITIONS):
+        try:
+            total += client.offsets(topic, p)[1]
+        except Exception:  # noqa: BLE001 - a partition between leaders: counted once it serves again
+            pass
+    return total
+
+
+def _wait_bytes(client, topic: str, at_least: int, write_done: threading.Event) -> int:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and not write_done.is_set():
+        seen = _log_bytes(client, topic)
+        if seen >= at_least:
+            return seen
+        time.sleep(0.05)
+    return -1
+
+
+def _executors() -> list[str]:
+    import ray
+
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if a["name"].startswith("raydp-executor"))
+
+
+def _tasks(spark) -> dict:
+    """Tasks of the write's stages (Spark's status tracker): done, running, failed."""
+    tracker = spark.sparkContext.statusTracker()
+    out = {"completed": 0, "active": 0, "failed": 0}
+    for job in tracker.getJobIdsForGroup(JOB_GROUP):
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info else ():
+            found = tracker.getStageInfo(stage)
+            if found:
+                out["completed"] += found.numCompletedTasks
+                out["active"] += found.numActiveTasks
+                out["failed"] += found.numFailedTasks
+    return out
+
+
+def _kill_executor(events: dict) -> None:
+    import ray
+
+    names = _executors()
+    events["executors_before"] = names
+    namespaces = {a["name"]: a["namespace"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    victim = names[0]
+    ray.kill(ray.get_actor(victim, namespace=namespaces[victim]), no_restart=True)
+    events["executor_killed"] = victim
+
+
+def _state(client, topic: str, partition: int) -> dict:
+    state = client.replication_state(topic, partition)
+    return {"leader": state.leader, "epoch": state.leader_epoch, "isr": sorted(state.isr)}
+
+
+def _in_sync(client, topic: str, partition: int, size: int = 3) -> bool:
+    from raylog.testing.clusters import wait_until
+
+    def whole():
+        state = client.replication_state(topic, partition)
+        return (state is not None and len(state.isr) == size and state.leader is not None
+                and client.registry.endpoint(topic, partition) is not None)
+
+    return wait_until(whole, WAIT_S)
+
+
+def _leader_only_bytes(leader) -> int:
+    """The bytes a replicated partition's leader holds beyond its high watermark (the ISR's)."""
+    import ray
+
+    status = ray.get(leader.replica_status.remote(), timeout=FROZEN_MAX_S)
+    return status["log_end_offset"] - status["committed"]
+
+
+def _fail_over_with_followers_behind(client, topic: str, events: dict) -> None:
+    """Move the lead of partition 0 by a failover that loses what only its
+    leader holds: both followers frozen (SIGSTOP, for less than
+    replica_lag_ms, so that they stay in the ISR), the write going on until
+    the leader holds a batch beyond its high watermark (appended, but with
+    acks=all not answered: the high watermark waits for the followers) and
+    then FROZEN_S more, the leader SIGKILLed, the followers resumed: one of
+    them takes over without the leader's last appends, which a sink that
+    took them as written would lose."""
+    import ray
+
+    from raylog.config import NAMESPACE, actor_name
+    from raylog.testing.faults import actor_pid, kill_actor, resume_process, stop_process
+
+    state = client.replication_state(topic, 0)
+    plain = actor_name(client.settings.cluster, topic, 0)
+    followers = [actor_pid(ray.get_actor(f"{plain}@{node}", namespace=NAMESPACE))
+                 for node in state.replicas if node != state.leader]
+    leader = client.leader_actor(topic, 0)
+    frozen = []
+    try:
+        for pid in followers:
+            stop_process(pid)
+            frozen.append(pid)
+        deadline = time.monotonic() + FROZEN_MAX_S
+        while time.monotonic() < deadline and _leader_only_bytes(leader) == 0:
+            time.sleep(0.05)
+        time.sleep(FROZEN_S)
+        events["leader_only_bytes"] = _leader_only_bytes(leader)
+        kill_actor(leader)
+    finally:
+        for pid in frozen:
+            resume_process(pid)
+    events["failover_at"] = time.monotonic()
+
+
+def _move_leaders(client, topic: str, events: dict) -> None:
+    events["leaders_before"] = [_state(client, topic, p) for p in range(TOPIC_PARTITIONS)]
+    _fail_over_with_followers_behind(client, topic, events)
+    state = client.replication_state(topic, 1)
+    target = next(n for n in state.isr if n != state.leader)
+    events["handoff"] = client.hand_off(topic, 1, target, timeout_s=30)  # on purpose
+    events["handoff_at"] = time.monotonic()
+
+
+def _disturb(spark, client, topic: str, expected_bytes: int, write_done: threading.Event, events: dict) -> None:
+    try:
+        events["executor_kill_bytes"] = _wait_bytes(client, topic, expected_bytes // 5, write_done)
+        if events["executor_kill_bytes"] < 0:
+            return
+        events["tasks_at_executor_kill"] = _tasks(spark)
+        _kill_executor(events)
+        events["executor_killed_at"] = time.monotonic()
+        more = events["executor_kill_bytes"] + expected_bytes // 20
+        events["leader_move_bytes"] = _wait_bytes(client, topic, more, write_done)
+        if events["leader_move_bytes"] < 0:
+            return
+        events["tasks_at_leader_move"] = _tasks(spark)
+        events["executors_at_leader_move"] = _executors()
+        _move_leaders(client, topic, events)
+        events["moved_before_the_write_returned"] = not write_done.is_set()
+    except Exception:  # noqa: BLE001 - reported to the test
+        events["disturb_error"] = traceback.format_exc()[-3000:]
+
+
+def _keys(client, topic: str) -> list[str]:
+    """Every key stored in ``topic``, read from the partitions' leaders' data sockets."""
+    import spark_helpers
+
+    return [k.decode() for _p, _o, k, _v, _t in spark_helpers.log_messages(client, topic)]
+
+
+def main(zookeeper: str, data_dir: str, rows: int = ROWS) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import raylog_spark
+    from raylog.client import Client
+    from raylog.testing.clusters import start_disk_nodes
+
+    # a head of 3 CPUs: RayDP's two executors (one core each) and one more
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "include_dashboard": False})
+    client = None
+    spark = None
+    found: dict = {"rows": rows}
+    try:
+        start_disk_nodes(cluster, ("disk-a", "disk-b", "disk-c"))
+        client = Client(zookeeper=zookeeper, cluster=f"sr-{uuid.uuid4().hex[:12]}", data_dir=data_dir,
+                        data_host="127.0.0.1")
+        topic = f"rf3-{uuid.uuid4().hex[:8]}"
+        client.create_topic(topic, partitions=TOPIC_PARTITIONS, replication_factor=3, min_insync_replicas=2)
+        found["in_sync"] = all(_in_sync(client, topic, p) for p in range(TOPIC_PARTITIONS))
+        spark = raylog_spark.init_spark(app_name="raylog-sink-rf3", num_executors=2, executor_cores=1,
+                                        executor_memory="512M", configs={"spark.task.maxFailures": "4"})
+        assert raylog_spark.use_cluster(spark, client)
+        found["executors"] = _executors()
+
+        df = spark.range(0, rows, 1, SPARK_PARTITIONS).selectExpr(
+            "format_string('k%06d', id) AS key", "format_string('v%06d-%s', id, repeat('x', 12)) AS value")
+        df = df.select("key", _slow_values()("value").alias("value"))
+        write_done = threading.Event()
+        events: dict = {}
+        spark.sparkContext.setJobGroup(JOB_GROUP, "the write")
+        disturber = threading.Thread(target=_disturb,
+                                     args=(spark, client, topic, rows * ROW_BYTES, write_done, events))
+        started = time.monotonic()
+        disturber.start()
+        try:
+            writer = df.write.format("raylog").option("topic", topic).option("kafka.batch.size", BATCH_BYTES)
+            writer.mode("append").save()
+            found["write"] = "returned"
+        except Exception as err:  # noqa: BLE001 - reported to the test
+            found["write"] = f"failed: {err}"[:3000]
+        write_done.set()
+        found["write_s"] = round(time.monotonic() - started, 1)
+        disturber.join()
+        found["tasks"] = _tasks(spark)
+        found["executors_after"] = _executors()
+        for name in ("executor_killed_at", "failover_at", "handoff_at"):
+            if name in events:
+                events[name] = round(events[name] - started, 1)
+        found["events"] = events
+        found["write_bytes"] = _log_bytes(client, topic)
+        found["leaders_after"] = [_state(client, topic, p) for p in range(TOPIC_PARTITIONS)]
+        keys = _keys(client, topic)
+        counts = collections.Counter(keys)
+        expected = {f"k{i:06d}" for i in range(rows)}
+        found["stored"] = len(keys)
+        found["distinct"] = len(counts)
+        found["missing"] = sorted(expected - set(counts))[:20]
+        found["missing_count"] = len(expected - set(counts))
+        found["doubled"] = sorted(k for k, n in counts.items() if n > 1)[:20]
+        found["doubled_count"] = sum(n - 1 for n in counts.values() if n > 1)
+        found["unexpected"] = sorted(set(counts) - expected)[:20]
+        print(json.dumps(found), flush=True)
+    finally:
+        if spark is not None:
+            raylog_spark.stop_spark()
+        if client is not None:
+            client.close()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], *(int(a) for a in sys.argv[3:]))
