@@ -51,13 +51,13 @@ SLOW_EVERY = 500
 SLOW_S = 0.05
 #: bytes a row takes in the log, about (a record of a 7-character key and a 20-character value in a batch)
 ROW_BYTES = 36
-#: the sink's batches (kafka.batch.size): about 800 rows, several a second per partition
-BATCH_BYTES = 64 * 1024
+#: the sink's batches (kafka.batch.size): about 1,600 rows, a batch every second or so per partition
+BATCH_BYTES = 128 * 1024
 JOB_GROUP = "raylog-sink-rf3"
 #: the followers of partition 0 are frozen until their leader holds a batch they do not (at most
 #: FROZEN_MAX_S), then FROZEN_S more, before it is killed (all of it below the topic's replica_lag_ms)
 FROZEN_MAX_S = 5.0
-FROZEN_S = 0.5
+FROZEN_S = 0.2
 
 
 def _slow_values():
@@ -142,23 +142,25 @@ def _in_sync(client, topic: str, partition: int, size: int = 3) -> bool:
     return wait_until(whole, WAIT_S)
 
 
-def _leader_only_bytes(leader) -> int:
-    """The bytes a replicated partition's leader holds beyond its high watermark (the ISR's)."""
+def _leader_status(leader) -> dict:
+    """A replicated partition's leader's log end and high watermark (``committed``: the ISR's)."""
     import ray
 
-    status = ray.get(leader.replica_status.remote(), timeout=FROZEN_MAX_S)
-    return status["log_end_offset"] - status["committed"]
+    return ray.get(leader.replica_status.remote(), timeout=FROZEN_MAX_S)
 
 
 def _fail_over_with_followers_behind(client, topic: str, events: dict) -> None:
     """Move the lead of partition 0 by a failover that loses what only its
-    leader holds: both followers frozen (SIGSTOP, for less than
-    replica_lag_ms, so that they stay in the ISR), the write going on until
-    the leader holds a batch beyond its high watermark (appended, but with
-    acks=all not answered: the high watermark waits for the followers) and
-    then FROZEN_S more, the leader SIGKILLed, the followers resumed: one of
-    them takes over without the leader's last appends, which a sink that
-    took them as written would lose."""
+    leader holds: right after the leader answers a batch (its high
+    watermark moves), both followers frozen (SIGSTOP, for less than
+    replica_lag_ms, so that they stay in the ISR; the fetch each has
+    waiting at the leader ends empty after FETCH_WAIT_MS, before the
+    sink's next batch is full), the write going on until the leader holds
+    the sink's next batch beyond its high watermark (appended, but with
+    acks=all not answered: the high watermark waits for the followers),
+    the leader SIGKILLed, the followers resumed: one of them takes over
+    without that batch (the old leader, back as a follower, truncates it),
+    which a sink that took it as written would lose."""
     import ray
 
     from raylog.config import NAMESPACE, actor_name
@@ -169,16 +171,24 @@ def _fail_over_with_followers_behind(client, topic: str, events: dict) -> None:
     followers = [actor_pid(ray.get_actor(f"{plain}@{node}", namespace=NAMESPACE))
                  for node in state.replicas if node != state.leader]
     leader = client.leader_actor(topic, 0)
+    deadline = time.monotonic() + FROZEN_MAX_S
+    committed = _leader_status(leader)["committed"]
+    while time.monotonic() < deadline and _leader_status(leader)["committed"] == committed:
+        time.sleep(0.005)
     frozen = []
     try:
         for pid in followers:
             stop_process(pid)
             frozen.append(pid)
         deadline = time.monotonic() + FROZEN_MAX_S
-        while time.monotonic() < deadline and _leader_only_bytes(leader) == 0:
-            time.sleep(0.05)
+        while time.monotonic() < deadline:
+            status = _leader_status(leader)
+            if status["log_end_offset"] > status["committed"]:
+                break
+            time.sleep(0.02)
         time.sleep(FROZEN_S)
-        events["leader_only_bytes"] = _leader_only_bytes(leader)
+        status = _leader_status(leader)
+        events["leader_only_bytes"] = status["log_end_offset"] - status["committed"]
         kill_actor(leader)
     finally:
         for pid in frozen:

@@ -53,7 +53,7 @@ def test_every_row_of_a_write_across_an_executor_kill_and_leader_moves_is_stored
     # the faults landed while the write ran: an executor (its task failed and ran again) ...
     assert events["executor_kill_bytes"] > 0 and events["executor_killed"] in found["executors"], events
     assert events["tasks_at_executor_kill"]["completed"] == 0, events
-    assert found["tasks"]["failed"] >= 1 and found["tasks"]["completed"] == 4, found["tasks"]
+    assert found["tasks"]["completed"] == 4, found["tasks"]
     # ... then both leads, before any task ended (so before the killed task's retry began)
     assert events["leader_move_bytes"] > events["executor_kill_bytes"], events
     assert events["moved_before_the_write_returned"], events
@@ -62,6 +62,9 @@ def test_every_row_of_a_write_across_an_executor_kill_and_leader_moves_is_stored
     before, after = events["leaders_before"], found["leaders_after"]
     assert after[0]["leader"] != before[0]["leader"] and after[0]["epoch"] > before[0]["epoch"], (before, after)
     assert events["handoff"] and after[1]["epoch"] > before[1]["epoch"], (events["handoff"], before, after)
+    # the moves cost no task attempt (the sink sent its unanswered batch again to the new leader itself):
+    # the killed executor's task is the only one that failed
+    assert found["tasks"]["failed"] == 1, found["tasks"]
     # the write returned: every row was acknowledged, and each is stored once
     assert found["write"] == "returned", found["write"]
     assert found["missing_count"] == 0 and found["doubled_count"] == 0 and not found["unexpected"], \
