@@ -21,10 +21,16 @@ happens to it meanwhile:
    sends the batches its first attempt stored to the new leaders, which
    know them from the replicated batches' own producer fields.
 
+Then (3.) a second write, of ``SHORT_ISR_ROWS`` rows on the executor left,
+to a topic of replica_lag_ms ``SHORT_LAG_MS``, while partition 0's ISR is
+its leader alone for a while (its followers frozen, then resumed): the
+leader refuses acks=all batches meanwhile, and the sink waits for the ISR.
+
 Prints one JSON line: whether the write returned, what was done when (the
 log's size at each step, Spark's task counts), the leaders before and
 after, and the keys read back from the partitions' leaders (every key once,
-or the ones missing and doubled); the test judges it.
+or the ones missing and doubled); under ``short_isr`` the same of the
+second write; the test judges it.
 
     python sink_replicated_write.py <zookeeper connect string> <data dir> [rows]
 """
@@ -58,6 +64,11 @@ JOB_GROUP = "raylog-sink-rf3"
 #: FROZEN_MAX_S), then FROZEN_S more, before it is killed (all of it below the topic's replica_lag_ms)
 FROZEN_MAX_S = 5.0
 FROZEN_S = 0.2
+#: the second write (one executor left): its rows, the topic's replica_lag_ms, how long its ISR stays short
+SHORT_ISR_ROWS = 40_000
+SHORT_LAG_MS = 2_000
+SHORT_ISR_S = 2.0
+SHORT_ISR_GROUP = "raylog-sink-short-isr"
 
 
 def _slow_values():
@@ -100,11 +111,11 @@ def _executors() -> list[str]:
                   if a["name"].startswith("raydp-executor"))
 
 
-def _tasks(spark) -> dict:
-    """Tasks of the write's stages (Spark's status tracker): done, running, failed."""
+def _tasks(spark, group: str = JOB_GROUP) -> dict:
+    """Tasks of the stages of job group ``group`` (Spark's status tracker): done, running, failed."""
     tracker = spark.sparkContext.statusTracker()
     out = {"completed": 0, "active": 0, "failed": 0}
-    for job in tracker.getJobIdsForGroup(JOB_GROUP):
+    for job in tracker.getJobIdsForGroup(group):
         info = tracker.getJobInfo(job)
         for stage in info.stageIds if info else ():
             found = tracker.getStageInfo(stage)
@@ -225,6 +236,84 @@ def _disturb(spark, client, topic: str, expected_bytes: int, write_done: threadi
         events["disturb_error"] = traceback.format_exc()[-3000:]
 
 
+def _frozen_followers(client, topic: str) -> list[int]:
+    """The pids of the partition actors of partition 0's followers."""
+    import ray
+
+    from raylog.config import NAMESPACE, actor_name
+    from raylog.testing.faults import actor_pid
+
+    state = client.replication_state(topic, 0)
+    plain = actor_name(client.settings.cluster, topic, 0)
+    return [actor_pid(ray.get_actor(f"{plain}@{node}", namespace=NAMESPACE))
+            for node in state.replicas if node != state.leader]
+
+
+def _shrink_isr(client, topic: str, expected_bytes: int, write_done: threading.Event, events: dict) -> None:
+    """Once the log holds a quarter of the write: partition 0's followers
+    frozen until its ISR is its leader alone (after the topic's
+    replica_lag_ms) and SHORT_ISR_S more, then resumed (they catch up and
+    are taken back into the ISR)."""
+    from raylog.testing.clusters import wait_until
+    from raylog.testing.faults import resume_process, stop_process
+
+    try:
+        events["freeze_bytes"] = _wait_bytes(client, topic, expected_bytes // 4, write_done)
+        if events["freeze_bytes"] < 0:
+            return
+        leader = client.replication_state(topic, 0).leader
+        frozen = []
+        try:
+            for pid in _frozen_followers(client, topic):
+                stop_process(pid)
+                frozen.append(pid)
+            events["isr_shrank"] = wait_until(lambda: list(client.replication_state(topic, 0).isr) == [leader], WAIT_S)
+            time.sleep(SHORT_ISR_S)
+            events["isr_while_frozen"] = sorted(client.replication_state(topic, 0).isr)
+        finally:
+            for pid in frozen:
+                resume_process(pid)
+        events["resumed_before_the_write_returned"] = not write_done.is_set()
+        events["isr_back"] = _in_sync(client, topic, 0)
+    except Exception:  # noqa: BLE001 - reported to the test
+        events["disturb_error"] = traceback.format_exc()[-3000:]
+
+
+def _short_isr_write(spark, client, rows: int) -> dict:
+    """A write of ``rows`` rows to a topic of replication factor 3
+    (min_insync_replicas 2, replica_lag_ms SHORT_LAG_MS) while partition 0's
+    ISR is its leader alone for a while (:func:`_shrink_isr`): the leader
+    refuses the sink's acks=all batches (NotEnoughReplicasError, before
+    appending) until its followers are back; the sink sends them again
+    rather than fail its task."""
+    topic = f"isr-{uuid.uuid4().hex[:8]}"
+    client.create_topic(topic, partitions=TOPIC_PARTITIONS, replication_factor=3, min_insync_replicas=2,
+                        replica_lag_ms=SHORT_LAG_MS)
+    found: dict = {"rows": rows, "in_sync": all(_in_sync(client, topic, p) for p in range(TOPIC_PARTITIONS))}
+    df = spark.range(0, rows, 1, 2).selectExpr(
+        "format_string('k%06d', id) AS key", "format_string('v%06d-%s', id, repeat('x', 12)) AS value")
+    df = df.select("key", _slow_values()("value").alias("value"))
+    write_done = threading.Event()
+    events: dict = {}
+    spark.sparkContext.setJobGroup(SHORT_ISR_GROUP, "the write while an ISR is short")
+    disturber = threading.Thread(target=_shrink_isr, args=(client, topic, rows * ROW_BYTES, write_done, events))
+    disturber.start()
+    try:
+        df.write.format("raylog").option("topic", topic).option("kafka.batch.size", BATCH_BYTES).mode("append").save()
+        found["write"] = "returned"
+    except Exception as err:  # noqa: BLE001 - reported to the test
+        found["write"] = f"failed: {err}"[:3000]
+    write_done.set()
+    disturber.join()
+    found["events"] = events
+    found["tasks"] = _tasks(spark, SHORT_ISR_GROUP)
+    counts = collections.Counter(_keys(client, topic))
+    found["stored"] = sum(counts.values())
+    found["missing_count"] = len({f"k{i:06d}" for i in range(rows)} - set(counts))
+    found["doubled_count"] = sum(n - 1 for n in counts.values() if n > 1)
+    return found
+
+
 def _keys(client, topic: str) -> list[str]:
     """Every key stored in ``topic``, read from the partitions' leaders' data sockets."""
     import spark_helpers
@@ -294,6 +383,7 @@ def main(zookeeper: str, data_dir: str, rows: int = ROWS) -> None:
         found["doubled"] = sorted(k for k, n in counts.items() if n > 1)[:20]
         found["doubled_count"] = sum(n - 1 for n in counts.values() if n > 1)
         found["unexpected"] = sorted(set(counts) - expected)[:20]
+        found["short_isr"] = _short_isr_write(spark, client, SHORT_ISR_ROWS)
         print(json.dumps(found), flush=True)
     finally:
         if spark is not None:

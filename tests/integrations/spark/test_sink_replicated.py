@@ -16,7 +16,10 @@ sink, unanswered, sends the batch again to the new leader) and of the other
 by a handoff. The retry's batches then reach new leaders, which know the
 producer's sequences from the replicated batches. What the log holds is
 read from the partitions' leaders' data sockets, not through the sink.
-Real ZooKeeper, Ray, RayDP Spark and sockets."""
+And a second write, while a partition's ISR is below min_insync_replicas
+for a while: its leader refuses acks=all batches (NotEnoughReplicasError)
+and the sink sends them again until the ISR is back, losing no task
+attempt. Real ZooKeeper, Ray, RayDP Spark and sockets."""
 
 from __future__ import annotations
 
@@ -70,3 +73,17 @@ def test_every_row_of_a_write_across_an_executor_kill_and_leader_moves_is_stored
     assert found["missing_count"] == 0 and found["doubled_count"] == 0 and not found["unexpected"], \
         {k: found[k] for k in ("missing_count", "missing", "doubled_count", "doubled", "unexpected")}
     assert found["stored"] == found["distinct"] == found["rows"]
+
+
+def test_a_write_while_the_isr_is_short_waits_for_it_instead_of_failing_tasks(found):
+    # a second write (on the executor left): partition 0's followers frozen until its ISR is its
+    # leader alone, below min_insync_replicas 2, then resumed; the leader refuses acks=all batches
+    # meanwhile (NotEnoughReplicasError) and the sink sends them again until the ISR is back
+    case = found["short_isr"]
+    events = case["events"]
+    assert case["in_sync"] and "disturb_error" not in events, case
+    assert events["isr_shrank"] and len(events["isr_while_frozen"]) == 1, events
+    assert events["resumed_before_the_write_returned"] and events["isr_back"], events
+    assert case["write"] == "returned", case["write"]
+    assert case["tasks"] == {"completed": 2, "active": 0, "failed": 0}, case["tasks"]  # no task attempt lost
+    assert case["missing_count"] == 0 and case["doubled_count"] == 0 and case["stored"] == case["rows"], case
