@@ -53,7 +53,10 @@ import org.slf4j.LoggerFactory;
  * partition per task (the task's partition id mod partitions).
  *
  * <p>A partition whose actor moved is looked up again in ZooKeeper and the
- * batch sent again, same sequence, for up to timeout_ms. With acks 1 or all
+ * batch sent again, same sequence, for up to timeout_ms; so is a batch
+ * refused with NotEnoughReplicasError (acks=all while the partition's ISR is
+ * below min_insync_replicas: refused before it was appended), as raylog's
+ * producer retries it. With acks 1 or all
  * each row of a task is stored once, whatever Spark retries; a write started
  * again (a new save, a query run again from its checkpoint) is another
  * producer and writes its rows again. With acks 0 nothing is known of a
@@ -66,6 +69,8 @@ final class TopicWriter implements DataWriter<InternalRow> {
   private static final Logger LOG = LoggerFactory.getLogger(TopicWriter.class);
   /** the wire code of raylog's DuplicateSequenceError */
   static final int DUPLICATE_SEQUENCE = 17;
+  /** the wire code of raylog's NotEnoughReplicasError: an acks=all batch refused before it was appended */
+  static final int NOT_ENOUGH_REPLICAS = 27;
 
   /** What the task wrote, for the driver's log. Immutable. */
   static final class Written implements WriterCommitMessage {
@@ -406,11 +411,13 @@ final class TopicWriter implements DataWriter<InternalRow> {
             sent += count;
             return;
           }
-          if (!RangeReader.moved(x)) {
-            throw x;
+          if (x.code() != NOT_ENOUGH_REPLICAS) { // (the ISR short for a while: the same leader, later)
+            if (!RangeReader.moved(x)) {
+              throw x;
+            }
+            c.close();
+            clients.remove(where);
           }
-          c.close();
-          clients.remove(where);
           failure = x;
         }
       }
