@@ -116,6 +116,7 @@ public class RaylogReadException extends RuntimeException {
     NAMES.put(187, "InvalidTransactionTimeoutError");
     NAMES.put(188, "ProducerIdsExhaustedError");
     NAMES.put(190, "ConfigNotLiveError");
+    NAMES.put(191, "InvalidPartitionsError");
     NAMES.put(DATA_LOSS, "DataLossError");
   }
 
