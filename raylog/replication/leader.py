@@ -455,9 +455,14 @@ class Leader:
             )
 
     def wait_committed(self, target: int, timeout_s: float) -> None:
-        """Return once the committed offset reaches ``target``; raise
+        """Return once the committed offset reaches ``target`` with at least
+        ``min_insync_replicas`` in the ISR; raise
         :class:`NotEnoughReplicasError` when the ISR falls below
-        ``min_insync_replicas`` or ``timeout_s`` passes first."""
+        ``min_insync_replicas`` or ``timeout_s`` passes first. The ISR is
+        checked when the target is reached too: a shrink of the ISR moves the
+        committed offset up to what fewer replicas hold, and bytes the leader
+        alone holds are not acknowledged (Kafka's
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND; the producer sends them again)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._advance()
@@ -472,6 +477,7 @@ class Leader:
                     )
                 self._cond.wait(min(left, 0.1))
                 self._advance()
+            self.check_isr()
 
 
 def replica_sets_bytes(max_bytes: int) -> int:

@@ -43,3 +43,36 @@ def test_a_started_leader_alone_in_the_isr_shows_what_it_flushed(tmp_path):
     log, _leader, view = started_leader(tmp_path, isr=("disk-a",))
     assert view.high_watermark == log.high_watermark > 0
     log.close()
+
+
+def test_acks_all_is_not_acknowledged_when_the_isr_shrank_below_min_insync_to_reach_it(tmp_path):
+    """A batch appended while the ISR was whole, then the followers dropped
+    out: the committed offset reaches it (the leader alone is the ISR), but
+    only the leader holds it, so acks="all" answers NotEnoughReplicasError
+    (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), not success."""
+    import threading
+
+    from raylog.errors import NotEnoughReplicasError
+
+    log, leader, _view = started_leader(tmp_path)
+    end = log.high_watermark
+    outcome = []
+
+    def wait():
+        try:
+            leader.wait_committed(end, 10.0)
+            outcome.append("acknowledged")
+        except NotEnoughReplicasError as err:
+            outcome.append(err)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    leader._adopt(PartitionState("disk-a", 0, ("disk-a",), REPLICAS), 1)  # noqa: SLF001 - the ISR shrinks
+    waiter.join(15)
+    assert len(outcome) == 1 and isinstance(outcome[0], NotEnoughReplicasError), outcome
+    # the followers caught up and are in the ISR again: the producer's retry of the wait succeeds
+    leader._adopt(PartitionState("disk-a", 0, REPLICAS, REPLICAS), 2)  # noqa: SLF001
+    leader.record_progress("disk-b", 0, end, end)
+    leader.record_progress("disk-c", 0, end, end)
+    leader.wait_committed(end, 1.0)
+    log.close()
