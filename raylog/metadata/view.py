@@ -55,6 +55,8 @@ class Metadata:
         self._configs: dict = {}
         self._endpoints: dict[tuple[str, int], tuple[str, int]] = {}
         self._watched: set[str] = set()
+        #: topics whose config node the watch saw go (deleted since this view read them)
+        self._deleted: set[str] = set()
         self._partition_callbacks: list = []
         self._closed = False
 
@@ -78,9 +80,21 @@ class Metadata:
                 raise ArgumentTypeError(
                     f"topic must be a str (the topic's name), got {type(topic).__name__}; pass e.g. 'clicks'"
                 )
-            config = self._configs[topic] = self.registry.topic_config(topic)
+            try:
+                config = self._configs[topic] = self.registry.topic_config(topic)
+            except UnknownTopicError:
+                if topic in self._deleted:
+                    raise self._deleted_error(topic) from None
+                raise
             self._watch(topic)
         return config
+
+    def _deleted_error(self, topic: str) -> UnknownTopicError:
+        return UnknownTopicError(
+            f"topic {topic!r} no longer exists in cluster {self.settings.cluster!r} (it was deleted); "
+            f"create it again (client.create_topic) or stop sending to it",
+            topic=topic,
+        )
 
     def partitions(self, topic: str) -> int:
         return self.config(topic).partitions
@@ -127,8 +141,10 @@ class Metadata:
             if self._closed:
                 return False  # kazoo ends the watch
             if not data:
-                self._configs.pop(topic, None)  # deleted: read again when asked
+                if self._configs.pop(topic, None) is not None:  # deleted: read again when asked
+                    self._deleted.add(topic)
                 return None
+            self._deleted.discard(topic)
             try:
                 config = TopicConfig.from_json(data)
             except (ValueError, TypeError, RaylogError):
@@ -169,11 +185,7 @@ class Metadata:
             if not self.registry.topic_exists(topic):
                 # Deleted since its config was read: no endpoint will come.
                 self._configs.pop(topic, None)
-                raise UnknownTopicError(
-                    f"topic {topic!r} no longer exists in cluster {self.settings.cluster!r} (it was deleted); "
-                    f"create it again (client.create_topic) or stop sending to it",
-                    topic=topic,
-                )
+                raise self._deleted_error(topic)
             if not backoff.wait():
                 raise BrokerUnavailableError(
                     f"partition {topic}-{partition} has no live endpoint (its actor may be "

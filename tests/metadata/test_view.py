@@ -51,3 +51,30 @@ def test_the_watch_keeps_the_count_current_and_tells_the_callbacks(registry, met
     metadata.off_partitions(callback)
     _grow(registry, "w", 6)
     assert wait_until(lambda: heard == [("w", 5), ("w", 6)], 10), heard
+
+
+def test_a_topic_deleted_after_it_was_read_is_named_as_deleted_when_the_watch_saw_it_go(registry, metadata):
+    """The watch drops a deleted topic's config from the cache; the next look
+    says the topic was deleted (not "create it first"), and a topic made again
+    under that name is found as it is now."""
+    from raylog.errors import UnknownTopicError
+
+    registry.create_topic("gone", TopicConfig(partitions=1))
+    assert metadata.partitions("gone") == 1
+    registry.delete_topic("gone")
+    assert wait_until(lambda: "gone" not in metadata._configs, 10)  # noqa: SLF001 - the watch fired
+    with pytest.raises(UnknownTopicError, match="'gone' no longer exists .*deleted"):
+        metadata.partitions("gone")
+    with pytest.raises(UnknownTopicError, match="does not exist"):
+        metadata.partitions("never-made")  # one this view never read: "create it first"
+    registry.create_topic("gone", TopicConfig(partitions=2))
+    assert wait_until(lambda: _partitions_or_none(metadata, "gone") == 2, 10)
+
+
+def _partitions_or_none(metadata, topic):
+    from raylog.errors import UnknownTopicError
+
+    try:
+        return metadata.partitions(topic)
+    except UnknownTopicError:
+        return None

@@ -47,6 +47,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: tests.stored, under spark_helpers
 
 WAIT_S = 120.0
 ROWS = 200_000
