@@ -648,7 +648,8 @@ class PartitionActor:
                 view.before_acks_all()  # refused before appending while the ISR is too small
                 leader.begin_append()
                 try:
-                    offset = self.log.append_marker(producer_id, producer_epoch, bool(commit), coordinator_epoch)
+                    offset = self.log.append_marker(producer_id, producer_epoch, bool(commit), coordinator_epoch,
+                                                    leader_epoch=leader.state.leader_epoch)
                 finally:
                     leader.end_append()
             view.flush()  # acks="all": synced, and (replicated) confirmed by the ISR

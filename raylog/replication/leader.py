@@ -534,6 +534,10 @@ class ClientView:
         self._leader.check_isr()
 
     def append(self, data, *args, **kwargs):
+        """The log's :meth:`~raylog.storage.log.PartitionLog.append`, with
+        the batches of format 2 stamped with this leader's epoch (their
+        ``partitionLeaderEpoch``, *set at append*: docs/design.md §2)."""
+        kwargs.setdefault("leader_epoch", self._leader.state.leader_epoch)
         self._leader.begin_append()
         try:
             return self._log.append(data, *args, **kwargs)

@@ -76,3 +76,25 @@ def test_acks_all_is_not_acknowledged_when_the_isr_shrank_below_min_insync_to_re
     leader.record_progress("disk-c", 0, end, end)
     leader.wait_committed(end, 1.0)
     log.close()
+
+
+def test_batches_appended_by_a_leader_carry_its_epoch(tmp_path):
+    """partitionLeaderEpoch is *set at append* (docs/design.md §2): a batch
+    appended through the leader, and a transaction marker it writes, carry
+    the epoch of the leader that appended them; a later leader's batches
+    carry the later epoch. The follower's copy keeps the leader's bytes."""
+    from raylog.storage.record_batch import encode_batch, read_header
+
+    log = PartitionLog(tmp_path / "leader", TopicConfig(replication_factor=3, min_insync_replicas=1))
+    leader = Leader(None, None, "t", 0, "disk-a", log, PartitionState("disk-a", 4, ("disk-a",), REPLICAS), 0)
+    view = ClientView(leader)
+    first = view.append(encode_batch([b"a", b"b"]))
+    leader._adopt(PartitionState("disk-a", 7, ("disk-a",), REPLICAS), 1)  # noqa: SLF001 - a later epoch
+    second = view.append(encode_batch([b"c"]))
+    marker = log.append_marker(9, 0, True, 0, leader_epoch=leader.state.leader_epoch)
+    log.flush()
+    epochs = {}
+    for offset in (first, second, marker):
+        epochs[offset] = read_header(log.read(offset, 1 << 16).tobytes()).partition_leader_epoch
+    assert epochs == {first: 4, second: 7, marker: 7}
+    log.close()
