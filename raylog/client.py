@@ -377,13 +377,21 @@ class Client:
 
         return start_transaction_coordinator(self.settings.zookeeper, self.settings.cluster, timeout_s=timeout_s)
 
-    def start_kafka_listeners(self, host: str | None = None, port: int = 0, timeout_s: float = 60.0) -> list[dict]:
+    def start_kafka_listeners(self, host: str | None = None, port: int = 0, timeout_s: float = 60.0, *,
+                              auto_create_topics: bool | None = None) -> list[dict]:
         """Start a Kafka protocol listener on every disk node unless one
         runs (:mod:`raylog.kafka`; docs/design.md section 10), each pinned
         to its node, on ``host`` (default: the client's ``data_host``, else
         the node's address) and ``port`` (0: a free one). Returns each
         listener's ``{"host", "port", "broker_id", "node"}``; a Kafka
-        client takes :meth:`kafka_config`. Joins the Ray cluster."""
+        client takes :meth:`kafka_config`. Joins the Ray cluster.
+
+        ``auto_create_topics``: whether the listeners create a topic that a
+        Kafka client asks for and the cluster does not have (Kafka's
+        ``auto.create.topics.enable``; :mod:`raylog.kafka.auto_create`):
+        with one partition and the default settings of :meth:`create_topic`.
+        Off when a listener starts; ``None`` leaves running listeners as
+        they are, ``True``/``False`` turns it on or off on every listener."""
         import ray  # heavy, lazy on purpose
 
         from raylog.kafka.launch import start_all
@@ -391,7 +399,10 @@ class Client:
         self._check_open()
         handles = start_all(self.settings.zookeeper, self.settings.cluster, host or self.data_host, port,
                             kafka_listener_placements, kafka_listener_topics(self.data_dir, self.data_host),
-                            kafka_listener_coordinator(self.settings.zookeeper, self.settings.cluster))
+                            kafka_listener_coordinator(self.settings.zookeeper, self.settings.cluster),
+                            bool(auto_create_topics))
+        if auto_create_topics is not None:  # listeners found running take the setting too
+            ray.get([h.set_auto_create_topics.remote(bool(auto_create_topics)) for h in handles], timeout=timeout_s)
         ready, _ = ray.wait([h.entry.remote() for h in handles], num_returns=len(handles), timeout=timeout_s)
         if len(ready) < len(handles):
             raise RaylogError(f"{len(handles) - len(ready)} Kafka listener(s) did not start within {timeout_s:g} s",

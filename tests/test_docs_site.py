@@ -66,6 +66,8 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         "tests/pool/test_pool_exactly_once.py::test_the_readme_exactly_once_example_runs_as_written",
     ("README.md", "Streaming Ray Data", 0):
         "tests/test_readme_examples.py::test_the_streaming_ray_data_example_runs_as_written",
+    ("docs/howto/kafka.md", "Topics created on first use", 0):
+        "tests/kafka/test_kafka_docs_page.py::test_the_topics_created_on_first_use_block_runs_as_written",
     ("docs/howto/kafka.md", "confluent-kafka", 0):
         "tests/kafka/test_kafka_docs_page.py::test_the_confluent_kafka_block_runs_as_written",
     ("docs/howto/kafka.md", "kafka-python", 0):

@@ -25,6 +25,8 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.admin` -- CreateTopics, DeleteTopics, CreatePartitions,
   DescribeConfigs, AlterConfigs and IncrementalAlterConfigs through raylog's
   own topic administration;
+* :mod:`raylog.kafka.auto_create` -- topics made on a client's first
+  Metadata request for them (off unless turned on);
 * :mod:`raylog.kafka.transactions` -- FindCoordinator for a transactional
   id, InitProducerId with one, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
   and TxnOffsetCommit on the cluster's transaction coordinator;

@@ -190,6 +190,8 @@ class Backend:
         self.entry = entry
         #: raylog's topic administration for CreateTopics / DeleteTopics (:mod:`raylog.kafka.admin`), or None
         self.topics = None
+        #: topics created on a client's Metadata request (:mod:`raylog.kafka.auto_create`), or None: off
+        self.auto_create = None
         #: the Kafka-protocol groups this listener coordinates
         self.coordinator = Coordinator(metadata.zk, metadata.registry.paths, lambda: self.entry)
         #: the cluster's transaction coordinator (:mod:`raylog.kafka.transactions`)
@@ -416,9 +418,17 @@ class Session:
         if backend.entry["node"] not in found:
             found[backend.entry["node"]] = backend.entry
         names = registry.list_topics() if body.topics is None else [t.name for t in body.topics]
+        creation = backend.auto_create if body.topics is not None else None
+        if creation is not None and version >= 4 and not body.allow_auto_topic_creation:
+            creation = None
         topics = []
         for name in names:
-            topics.append(self._topic_metadata(name, found))
+            topic = self._topic_metadata(name, found)
+            if creation is not None and topic.error_code == UNKNOWN_TOPIC_OR_PARTITION:
+                # the listener creates topics asked for (raylog.kafka.auto_create)
+                topic = MetadataResponse.MetadataResponseTopic(error_code=creation.request(name), name=name,
+                                                               is_internal=False, partitions=[])
+            topics.append(topic)
         broker_list = [MetadataResponse.MetadataResponseBroker(node_id=e["broker_id"], host=e["host"], port=e["port"],
                                                                rack=None)
                        for e in found.values()]

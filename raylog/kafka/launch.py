@@ -27,16 +27,17 @@ from __future__ import annotations
 
 
 def start_all(zookeeper: str, cluster: str, host: str | None, port: int, placements, topics,
-              coordinator=None) -> list:
+              coordinator=None, auto_create_topics: bool = False) -> list:
     """Start (or find) the listener actor of every disk node that
     ``placements()`` names, on ``host`` (None: the node's address) and
-    ``port`` (0: a free one); their handles. ``topics`` and ``coordinator``:
-    as :func:`raylog.kafka.service.start_listener` takes them."""
+    ``port`` (0: a free one); their handles. ``topics``, ``coordinator``
+    and ``auto_create_topics``: as :func:`raylog.kafka.service.start_listener`
+    takes them."""
     from raylog.kafka.service import start_listener
     from raylog.metadata import ConnectionSettings
 
     settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster)
-    return [start_listener(settings, identity, host, port, options, topics, coordinator)
+    return [start_listener(settings, identity, host, port, options, topics, coordinator, auto_create_topics)
             for identity, options in placements()]
 
 

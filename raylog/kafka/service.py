@@ -47,7 +47,7 @@ class KafkaListenerActor:
     a free one; ``host`` None: the node's address)."""
 
     def __init__(self, zookeeper: str, cluster: str, identity: str, host: str | None = None, port: int = 0,
-                 topics=None, coordinator=None):
+                 topics=None, coordinator=None, auto_create_topics: bool = False):
         from raylog.metadata import ConnectionSettings, Metadata
 
         if host is None:
@@ -62,6 +62,8 @@ class KafkaListenerActor:
             backend.topics = topics(self._metadata)
         if coordinator is not None:  # the transaction coordinator started on a transactional client's first call
             backend.transactions.start = coordinator
+        self._backend = backend
+        self.set_auto_create_topics(auto_create_topics)
         self._server = _bind(backend, host, port, brokers.remembered_port(self._metadata.zk,
                                                                           self._metadata.registry.paths, identity))
         brokers.remember_port(self._metadata.zk, self._metadata.registry.paths, identity, self._server.port)
@@ -86,6 +88,21 @@ class KafkaListenerActor:
             except Exception as err:  # noqa: BLE001 - ZooKeeper away: tried again at the next check
                 log.debug("Kafka listener of %s: registration check failed: %s", self.identity, err)
 
+    def set_auto_create_topics(self, enabled: bool) -> bool:
+        """Turn creation of topics on a client's Metadata request on or off
+        (:mod:`raylog.kafka.auto_create`; it needs the topic administration
+        this listener was started with). Returns whether it is on."""
+        backend = self._backend
+        if enabled and backend.topics is not None:
+            if backend.auto_create is None:
+                from raylog.kafka.auto_create import AutoCreation
+
+                backend.auto_create = AutoCreation(backend.topics)
+        elif backend.auto_create is not None:
+            backend.auto_create.close()
+            backend.auto_create = None
+        return backend.auto_create is not None
+
     def entry(self) -> dict:
         """``{"host", "port", "broker_id", "node"}`` as registered."""
         return dict(self._entry)
@@ -93,10 +110,13 @@ class KafkaListenerActor:
     def stats(self) -> dict:
         """The server's connection counters (:meth:`KafkaServer.stats`), the
         registry entry and ``pid`` (the process the listener serves in)."""
-        return {**self._server.stats(), **self._entry, "pid": os.getpid()}
+        created = 0 if self._backend.auto_create is None else self._backend.auto_create.created
+        return {**self._server.stats(), **self._entry, "pid": os.getpid(),
+                "auto_create_topics": self._backend.auto_create is not None, "topics_auto_created": created}
 
     def stop(self) -> None:
         self._closed.set()
+        self.set_auto_create_topics(False)
         self._keeper.join(timeout=REGISTRATION_CHECK_S + 10.0)
         self._server.close()
         self._server.backend.coordinator.close()
@@ -120,20 +140,23 @@ def _bind(backend, host: str, port: int, remembered: int) -> KafkaServer:
 
 
 def start_listener(settings, identity: str, host: str | None, port: int, options: dict, topics=None,
-                   coordinator=None):
+                   coordinator=None, auto_create_topics: bool = False):
     """Start (or find) the listener actor of node ``identity``; returns its handle.
     ``topics(metadata)`` makes the topic administration CreateTopics and
     DeleteTopics use (:mod:`raylog.kafka.admin`); None: they are refused.
     ``coordinator()`` starts the cluster's transaction coordinator and
     returns its handle, called when a Kafka client's transactional call
-    finds none running; None: such a call is told to retry."""
+    finds none running; None: such a call is told to retry.
+    ``auto_create_topics``: a new listener creates topics a client asks
+    for (:mod:`raylog.kafka.auto_create`); one found running keeps its
+    setting (:meth:`KafkaListenerActor.set_auto_create_topics` changes it)."""
     import ray  # heavy (Ray): imported when used
 
     return (
         ray.remote(num_cpus=0, max_concurrency=4, max_restarts=-1)(KafkaListenerActor)
         .options(name=listener_name(settings.cluster, identity), namespace=NAMESPACE, lifetime="detached",
                  get_if_exists=True, **options)
-        .remote(settings.zookeeper, settings.cluster, identity, host, port, topics, coordinator)
+        .remote(settings.zookeeper, settings.cluster, identity, host, port, topics, coordinator, auto_create_topics)
     )
 
 

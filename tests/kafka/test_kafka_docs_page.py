@@ -45,6 +45,11 @@ def test_the_aiokafka_block_runs_as_written(clicks):
     assert _run("aiokafka", clicks) == ["b'user-42' b'hello'"]
 
 
+def test_the_topics_created_on_first_use_block_runs_as_written(clicks):
+    assert _run("Topics created on first use", clicks) == ["1"]
+    assert "made-on-first-send" in clicks.list_topics()
+
+
 def test_the_page_lists_every_api_the_listener_serves():
     """The table the hook writes holds every key of SUPPORTED with its versions."""
     sys.path.insert(0, str(REPO / "docs" / "hooks"))
