@@ -20,7 +20,8 @@ The attack list (door: what a stranger tries → what it gets):
   administration (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete)
   before SASL, and naming more groups or partitions than served → closed,
   nothing listed or deleted; CreatePartitions before SASL → closed, no
-  partition added.
+  partition added; DescribeCluster, ListTransactions and
+  DescribeTransactions before SASL → closed, nothing listed.
 * ZooKeeper: writes without the token anywhere (the root included), large
   znodes, many connections, four-letter words, a squatted cluster path, a
   killed server → refused or bounded; a squatted path reported as such; the
@@ -440,6 +441,24 @@ def test_kafka_create_partitions_before_sasl_is_closed_and_adds_nothing(raylog_c
     assert raylog_client.registry.topic_config(topic).partitions == 1
     assert len(raylog_client.describe_topic(topic)["partitions"]) == 1
     # bounds on what an authenticated client names: tests/kafka/test_kafka_create_partitions.py
+
+
+def test_kafka_cluster_and_transaction_listings_before_sasl_are_closed(kafka_listener):
+    from kafka.protocol.admin import DescribeClusterRequest, DescribeTransactionsRequest, ListTransactionsRequest
+
+    config, _ = kafka_listener
+    for request in (DescribeClusterRequest[2](include_cluster_authorized_operations=True),
+                    ListTransactionsRequest[1](state_filters=[], producer_id_filters=[], duration_filter=-1),
+                    DescribeTransactionsRequest[0](transactional_ids=["tx"])):
+        request.with_header(correlation_id=1, client_id="stranger")
+        (sock,) = _strangers(config, 1)
+        try:
+            sock.sendall(bytes(request.encode(header=True, framed=True)))
+            sock.settimeout(10)
+            assert sock.recv(1) == b"", f"{type(request).__name__} before SASL was answered"
+        finally:
+            sock.close()
+    # bounds on what an authenticated client names: tests/kafka/test_kafka_transaction_admin.py
 
 
 def test_kafka_strangers_of_one_address_are_bounded(kafka_listener):

@@ -28,10 +28,13 @@ from kafka.protocol.admin import (
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeTransactionsRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
+    ListTransactionsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
@@ -96,6 +99,11 @@ SUPPORTED = {
     DescribeGroupsRequest.API_KEY: (DescribeGroupsRequest, 0, 5),
     DeleteGroupsRequest.API_KEY: (DeleteGroupsRequest, 0, 2),
     OffsetDeleteRequest.API_KEY: (OffsetDeleteRequest, 0, 0),
+    # the cluster and its transactions (raylog.kafka.handlers, raylog.kafka.transaction_admin;
+    # flexible versions only)
+    DescribeClusterRequest.API_KEY: (DescribeClusterRequest, 0, 2),
+    ListTransactionsRequest.API_KEY: (ListTransactionsRequest, 0, 1),
+    DescribeTransactionsRequest.API_KEY: (DescribeTransactionsRequest, 0, 0),
 }
 
 #: api key -> the lowest version ApiVersions advertises, where it is below

@@ -65,7 +65,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.kafka import admin, brokers, group_admin, group_offsets, idempotence, transactions
+from raylog.kafka import admin, brokers, group_admin, group_offsets, idempotence, transaction_admin, transactions
 from raylog.kafka.coordinator import Coordinator
 from raylog.kafka.frames import (
     SIZE,
@@ -98,6 +98,7 @@ ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+DESCRIBE_CLUSTER, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 60, 65, 66
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 # Kafka error codes
@@ -118,7 +119,15 @@ INVALID_TXN_STATE = 48
 KAFKA_STORAGE_ERROR = 56
 SASL_AUTHENTICATION_FAILED = 58
 INVALID_RECORD = 87
+MISMATCHED_ENDPOINT_TYPE = 114
 UNKNOWN_SERVER_ERROR = -1
+
+#: DescribeCluster's authorized operations (the bits set, as kafka-python's
+#: schema takes them): None is Kafka's "not asked for" (bit 31 alone); else the
+#: operations of the cluster resource (AclOperation: CREATE 5, ALTER 7,
+#: DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12)
+NO_OPERATIONS = None
+CLUSTER_OPERATIONS = frozenset((5, 7, 8, 9, 10, 11, 12))
 
 #: the longest single long poll on one partition while others wait too
 _POLL_SLICE_MS = 100
@@ -435,6 +444,34 @@ class Session:
         return MetadataResponse[version](
             throttle_time_ms=0, brokers=broker_list, cluster_id=backend.settings.cluster,
             controller_id=backend.entry["broker_id"], topics=topics)
+
+    def _describe_cluster(self, body, version):
+        """The listeners as Kafka's brokers, as Metadata names them (this
+        listener answers as the controller, as its Metadata does); a
+        request for the controllers' endpoints (version 1's endpoint type
+        2) is MISMATCHED_ENDPOINT_TYPE, as a broker answers it."""
+        from kafka.protocol.admin import DescribeClusterResponse
+
+        backend = self.backend
+        endpoint_type = getattr(body, "endpoint_type", 1) if version >= 1 else 1
+        if endpoint_type != 1:
+            return DescribeClusterResponse[version](
+                throttle_time_ms=0, error_code=MISMATCHED_ENDPOINT_TYPE,
+                error_message="the Kafka listeners are brokers; raylog has no separate controllers to describe",
+                endpoint_type=endpoint_type, cluster_id=backend.settings.cluster, controller_id=-1, brokers=[],
+                authorized_operations=NO_OPERATIONS)
+        found = brokers.listeners(backend.zk, backend.paths)
+        if backend.entry["node"] not in found:
+            found[backend.entry["node"]] = backend.entry
+        Broker = DescribeClusterResponse.DescribeClusterBroker
+        listed = [Broker(broker_id=e["broker_id"], host=e["host"], port=e["port"], rack=None, is_fenced=False)
+                  for e in sorted(found.values(), key=lambda e: e["broker_id"])]
+        # an authenticated client may do all that the cluster resource allows (no ACLs: the token is the key)
+        operations = set(CLUSTER_OPERATIONS) if body.include_cluster_authorized_operations else NO_OPERATIONS
+        return DescribeClusterResponse[version](
+            throttle_time_ms=0, error_code=NONE, error_message=None, endpoint_type=1,
+            cluster_id=backend.settings.cluster, controller_id=backend.entry["broker_id"], brokers=listed,
+            authorized_operations=operations)
 
     def _topic_metadata(self, name, found):
         backend = self.backend
@@ -1010,6 +1047,11 @@ _HANDLERS = {
     DESCRIBE_GROUPS: lambda session, body, version: group_admin.describe_groups(session.backend, body, version),
     DELETE_GROUPS: lambda session, body, version: group_admin.delete_groups(session.backend, body, version),
     OFFSET_DELETE: lambda session, body, version: group_admin.offset_delete(session.backend, body, version),
+    DESCRIBE_CLUSTER: Session._describe_cluster,
+    LIST_TRANSACTIONS: lambda session, body, version: transaction_admin.list_transactions(session.backend, body,
+                                                                                          version),
+    DESCRIBE_TRANSACTIONS: lambda session, body, version: transaction_admin.describe_transactions(
+        session.backend, body, version),
     SYNC_GROUP: lambda session, body, version: session.backend.coordinator.sync_group(body, version),
     HEARTBEAT: lambda session, body, version: session.backend.coordinator.heartbeat(body, version),
     LEAVE_GROUP: lambda session, body, version: session.backend.coordinator.leave_group(body, version),
