@@ -20,8 +20,8 @@ The attack list (door: what a stranger tries → what it gets):
   administration (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete)
   before SASL, and naming more groups or partitions than served → closed,
   nothing listed or deleted; CreatePartitions before SASL → closed, no
-  partition added; DescribeCluster, ListTransactions and
-  DescribeTransactions before SASL → closed, nothing listed.
+  partition added; DescribeCluster, DescribeProducers, ListTransactions
+  and DescribeTransactions before SASL → closed, nothing listed.
 * ZooKeeper: writes without the token anywhere (the root included), large
   znodes, many connections, four-letter words, a squatted cluster path, a
   killed server → refused or bounded; a squatted path reported as such; the
@@ -443,11 +443,18 @@ def test_kafka_create_partitions_before_sasl_is_closed_and_adds_nothing(raylog_c
     # bounds on what an authenticated client names: tests/kafka/test_kafka_create_partitions.py
 
 
-def test_kafka_cluster_and_transaction_listings_before_sasl_are_closed(kafka_listener):
-    from kafka.protocol.admin import DescribeClusterRequest, DescribeTransactionsRequest, ListTransactionsRequest
+def test_kafka_cluster_producer_and_transaction_listings_before_sasl_are_closed(kafka_listener):
+    from kafka.protocol.admin import (
+        DescribeClusterRequest,
+        DescribeProducersRequest,
+        DescribeTransactionsRequest,
+        ListTransactionsRequest,
+    )
 
     config, _ = kafka_listener
+    Topic = DescribeProducersRequest.TopicRequest
     for request in (DescribeClusterRequest[2](include_cluster_authorized_operations=True),
+                    DescribeProducersRequest[0](topics=[Topic(name="t", partition_indexes=[0])]),
                     ListTransactionsRequest[1](state_filters=[], producer_id_filters=[], duration_filter=-1),
                     DescribeTransactionsRequest[0](transactional_ids=["tx"])):
         request.with_header(correlation_id=1, client_id="stranger")

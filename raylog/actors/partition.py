@@ -658,6 +658,12 @@ class PartitionActor:
                                 f"next", topic=self.topic, partition=self.partition) from None
         return offset
 
+    def active_producers(self) -> list[dict]:
+        """The producers this replica's log remembers
+        (:meth:`PartitionLog.active_producers`): Kafka's DescribeProducers
+        asks the partition's leader for them."""
+        return self.log.active_producers()
+
     def message_boundaries(self, start: int, end: int, targets: list[int]) -> list[int]:
         """For each target, the first message boundary at or after it within
         ``[start, end]`` (see :meth:`PartitionLog.message_boundaries`); the

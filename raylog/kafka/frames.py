@@ -31,6 +31,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeProducersRequest,
     DescribeTransactionsRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
@@ -104,6 +105,7 @@ SUPPORTED = {
     DescribeClusterRequest.API_KEY: (DescribeClusterRequest, 0, 2),
     ListTransactionsRequest.API_KEY: (ListTransactionsRequest, 0, 1),
     DescribeTransactionsRequest.API_KEY: (DescribeTransactionsRequest, 0, 0),
+    DescribeProducersRequest.API_KEY: (DescribeProducersRequest, 0, 0),
 }
 
 #: api key -> the lowest version ApiVersions advertises, where it is below

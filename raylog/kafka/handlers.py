@@ -98,7 +98,7 @@ ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
-DESCRIBE_CLUSTER, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 60, 65, 66
+DESCRIBE_CLUSTER, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 60, 61, 65, 66
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 # Kafka error codes
@@ -1052,6 +1052,8 @@ _HANDLERS = {
                                                                                           version),
     DESCRIBE_TRANSACTIONS: lambda session, body, version: transaction_admin.describe_transactions(
         session.backend, body, version),
+    DESCRIBE_PRODUCERS: lambda session, body, version: transaction_admin.describe_producers(session.backend, body,
+                                                                                          version),
     SYNC_GROUP: lambda session, body, version: session.backend.coordinator.sync_group(body, version),
     HEARTBEAT: lambda session, body, version: session.backend.coordinator.heartbeat(body, version),
     LEAVE_GROUP: lambda session, body, version: session.backend.coordinator.leave_group(body, version),

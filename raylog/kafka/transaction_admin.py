@@ -1,7 +1,8 @@
-"""Kafka's transaction listings on raylog's transaction records:
-ListTransactions and DescribeTransactions (docs/design.md sections 6 and
-10), what ``kafka-transactions --list / --describe`` and the admin clients
-send.
+"""Kafka's listings of transactions and producers on raylog's state:
+ListTransactions and DescribeTransactions on the transaction records,
+DescribeProducers on the partitions' producer state (docs/design.md
+sections 6 and 10), what ``kafka-transactions --list / --describe /
+describe-producers`` and the admin clients send.
 
 Both read the records of ``transactions/<transactional id>`` in ZooKeeper
 (:class:`raylog.zk.transactions.TransactionStore`), which every listener
@@ -25,8 +26,18 @@ are (``Empty``, ``Ongoing``, ``PrepareCommit``, ``PrepareAbort``,
   listener answers (FindCoordinator names the listener asked for a
   transactional id, :mod:`raylog.kafka.transactions`).
 
-**Bounds.** A request naming more than :data:`MAX_IDS` ids, states or
-producer ids closes the connection (:class:`~raylog.kafka.frames.BadFrame`)
+* **DescribeProducers** (version 0): per partition, the idempotent and
+  transactional producers its leader's log remembers
+  (:meth:`raylog.storage.log.PartitionLog.active_producers`, asked of the
+  partition's actor through Ray): producer id, epoch, last sequence and the
+  first offset of its open transaction (-1: none). The last timestamp and
+  the coordinator epoch are not kept per producer and answer -1. A
+  partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION; one not
+  served now, or whose actor does not answer within
+  :data:`PRODUCERS_WAIT_S`, NOT_LEADER_OR_FOLLOWER (the client asks again).
+
+**Bounds.** A request naming more than :data:`MAX_IDS` ids, states,
+producer ids or partitions closes the connection (:class:`~raylog.kafka.frames.BadFrame`)
 before any ZooKeeper read; served only after authentication.
 
 Thread-safety: the functions keep no state.
@@ -37,9 +48,10 @@ from __future__ import annotations
 import logging
 import time
 
-from kafka.protocol.admin import DescribeTransactionsResponse, ListTransactionsResponse
+from kafka.protocol.admin import DescribeProducersResponse, DescribeTransactionsResponse, ListTransactionsResponse
 
-from raylog.errors import RaylogError
+from raylog.config import NAMESPACE
+from raylog.errors import RaylogError, UnknownTopicError
 from raylog.kafka.frames import BadFrame
 from raylog.zk.transactions import TransactionStore
 
@@ -47,11 +59,15 @@ log = logging.getLogger(__name__)
 
 # Kafka error codes
 NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 COORDINATOR_NOT_AVAILABLE = 15
 TRANSACTIONAL_ID_NOT_FOUND = 105
 
-#: the most ids, states or producer ids one request may name
+#: the most ids, states, producer ids or partitions one request may name
 MAX_IDS = 1000
+#: how long DescribeProducers waits for the partitions' actors to answer
+PRODUCERS_WAIT_S = 10.0
 #: Kafka's transaction states (org.apache.kafka.clients.admin.TransactionState)
 KAFKA_STATES = ("Ongoing", "PrepareAbort", "PrepareCommit", "CompleteAbort", "CompleteCommit", "Empty",
                 "PrepareEpochFence")
@@ -129,3 +145,64 @@ def describe_transactions(backend, body, version: int):
 def _empty(Described, tid: str, code: int):
     return Described(error_code=code, transactional_id=tid, transaction_state="", transaction_timeout_ms=0,
                      transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
+
+
+def describe_producers(backend, body, version: int):
+    """Each named partition's active producers (module docstring)."""
+    import ray  # heavy (Ray): imported when used
+
+    topics = list(body.topics or [])
+    _bound("partitions", sum(len(t.partition_indexes or ()) for t in topics) + len(topics))
+    TopicOut = DescribeProducersResponse.TopicResponse
+    PartitionOut = TopicOut.PartitionResponse
+    Producer = PartitionOut.ProducerState
+    asked, answers = [], {}
+    registry = backend.metadata.registry
+    for topic in topics:
+        try:
+            count = registry.topic_config(topic.name).partitions
+            endpoints = registry.endpoints(topic.name)
+        except UnknownTopicError:
+            count, endpoints = 0, {}
+        except RaylogError as err:
+            log.warning("DescribeProducers: reading %s failed: %s", topic.name, err)
+            count, endpoints = None, {}
+        for p in topic.partition_indexes or ():
+            key = (topic.name, p)
+            if count is not None and not 0 <= p < count:
+                answers[key] = (UNKNOWN_TOPIC_OR_PARTITION, f"{topic.name}-{p} does not exist")
+                continue
+            endpoint = endpoints.get(p)
+            if endpoint is None or not endpoint.get("actor"):
+                answers[key] = (NOT_LEADER_OR_FOLLOWER, f"{topic.name}-{p} is not served now")
+                continue
+            try:
+                actor = ray.get_actor(endpoint["actor"], namespace=NAMESPACE)
+                asked.append((key, actor.active_producers.remote()))
+            except ValueError:
+                answers[key] = (NOT_LEADER_OR_FOLLOWER, f"{topic.name}-{p} is not served now")
+    if asked:
+        ready, _ = ray.wait([ref for _, ref in asked], num_returns=len(asked), timeout=PRODUCERS_WAIT_S)
+        ready = set(ready)
+        for key, ref in asked:
+            try:
+                if ref not in ready:
+                    raise TimeoutError(f"no answer within {PRODUCERS_WAIT_S:g} s")
+                answers[key] = ray.get(ref)
+            except Exception as err:  # noqa: BLE001 - that partition's answer only
+                answers[key] = (NOT_LEADER_OR_FOLLOWER, f"{key[0]}-{key[1]}: {type(err).__name__}: {err}"[:200])
+    out = []
+    for topic in topics:
+        partitions = []
+        for p in topic.partition_indexes or ():
+            found = answers[(topic.name, p)]
+            if isinstance(found, tuple):
+                partitions.append(PartitionOut(partition_index=p, error_code=found[0], error_message=found[1],
+                                               active_producers=[]))
+                continue
+            partitions.append(PartitionOut(partition_index=p, error_code=NONE, error_message=None, active_producers=[
+                Producer(producer_id=f["producer_id"], producer_epoch=f["epoch"], last_sequence=f["last_sequence"],
+                         last_timestamp=-1, coordinator_epoch=-1, current_txn_start_offset=f["transaction_start"])
+                for f in found]))
+        out.append(TopicOut(name=topic.name, partitions=partitions))
+    return DescribeProducersResponse[version](throttle_time_ms=0, topics=out)

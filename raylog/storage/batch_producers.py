@@ -198,6 +198,11 @@ class BatchProducerState:
         state = self._producers.get(producer_id)
         return None if state is None else state.last
 
+    def describe(self) -> list[tuple[int, int, int]]:
+        """``(producer id, epoch, last sequence)`` of every producer
+        remembered, least recently appending first."""
+        return [(pid, state.epoch, state.last) for pid, state in self._producers.items()]
+
     # -- the writer's calls ---------------------------------------------------------
 
     def judge(self, headers, *, name: str = "", runs=None) -> int | None:

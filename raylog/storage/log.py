@@ -481,6 +481,20 @@ class PartitionLog(LogBasics):
         """``producer id -> first offset`` of the transactions open here."""
         return self._txns.ongoing()
 
+    def active_producers(self) -> list[dict]:
+        """The idempotent and transactional producers this log remembers
+        (what Kafka's DescribeProducers shows): ``producer_id``, ``epoch``,
+        ``last_sequence`` and ``transaction_start`` (the first offset of
+        its open transaction here, -1: none), from the batches' producer
+        state (format 2) and the sets' (format 1; a producer id in both
+        shows format 2's)."""
+        with self._lock:
+            found = {pid: (epoch, last) for pid, epoch, last in self._producers.describe()}
+            found.update((pid, (epoch, last)) for pid, epoch, last in self._batch_producers.describe())
+            ongoing = self._txns.ongoing()
+        return [{"producer_id": pid, "epoch": epoch, "last_sequence": last,
+                 "transaction_start": ongoing.get(pid, -1)} for pid, (epoch, last) in sorted(found.items())]
+
     def __repr__(self) -> str:
         return (
             f"PartitionLog({self._dir!r}, start={self.log_start_offset}, hw={self._hw}, "

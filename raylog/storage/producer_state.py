@@ -347,6 +347,11 @@ class ProducerStateTable:
 
     # -- the writer's calls (under the log's writer lock) ---------------------------
 
+    def describe(self) -> list[tuple[int, int, int]]:
+        """``(producer id, epoch, last sequence)`` of every producer
+        remembered (format 1's sets), least recently appending first."""
+        return [(pid, state.epoch, state.last) for pid, state in self._producers.items()]
+
     def check(self, producer_id: int, epoch: int, sequence: int, *, topic_partition: str = "") -> int | None:
         """Judge a sequenced set: ``None`` to append it, else the base offset
         of its first store (a duplicate: append nothing). Raises

@@ -139,3 +139,58 @@ def test_a_request_naming_too_many_ids_closes_the_connection(raylog_client, kafk
         request.with_header(correlation_id=1, client_id="raw")
         raw.sock.sendall(bytes(request.encode(header=True, framed=True)))
         assert raw.read_frame() is None
+
+
+def test_describe_producers_shows_the_partitions_producer_state(raylog_client, kafka_config, listeners,
+                                                                coordinator):
+    """An idempotent producer on partition 0 and a transactional one with a
+    transaction open on partition 1: kafka-python's describe_producers shows
+    each with its id, epoch, last sequence and the open transaction's first
+    offset, as the partitions' own state holds them."""
+    import kafka.errors
+    from kafka import TopicPartition
+
+    from tests.stored import stored_records
+
+    topic = f"ktp-{uuid.uuid4().hex[:10]}"
+    raylog_client.create_topic(topic, partitions=2)
+    idempotent = confluent_kafka.Producer({**kafka_config, "enable.idempotence": True})
+    for i in range(5):
+        idempotent.produce(topic, value=f"i{i}".encode(), partition=0)
+    assert idempotent.flush(WAIT_S) == 0
+    tid = f"tx-{uuid.uuid4().hex[:8]}"
+    transactional = confluent_kafka.Producer({**kafka_config, "transactional.id": tid,
+                                              "transaction.timeout.ms": 60_000})
+    transactional.init_transactions(WAIT_S)
+    transactional.begin_transaction()
+    for i in range(3):
+        transactional.produce(topic, value=f"t{i}".encode(), partition=1)
+    assert transactional.flush(WAIT_S) == 0
+    record = TransactionStore(raylog_client._zk, raylog_client.settings.cluster).read(tid)[0]
+
+    admin = _admin(kafka_config)
+    try:
+        states = admin.describe_producers([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        (on_0,) = states[TopicPartition(topic, 0)].active_producers
+        (on_1,) = states[TopicPartition(topic, 1)].active_producers
+        assert on_0.last_sequence == 4 and on_0.current_transaction_start_offset == -1
+        assert (on_1.producer_id, on_1.producer_epoch) == (record.producer_id, record.producer_epoch)
+        assert on_1.last_sequence == 2
+        first_offset = stored_records(raylog_client, topic, 1)[0][0]
+        assert on_1.current_transaction_start_offset == first_offset
+        # raylog's own view: the partition actors' state
+        import ray
+
+        for p, shown in ((0, on_0), (1, on_1)):
+            endpoint = raylog_client.registry.endpoint(topic, p)
+            own = ray.get(ray.get_actor(endpoint["actor"], namespace="raylog").active_producers.remote())
+            assert [(f["producer_id"], f["epoch"], f["last_sequence"], f["transaction_start"]) for f in own] == [
+                (shown.producer_id, shown.producer_epoch, shown.last_sequence,
+                 shown.current_transaction_start_offset)]
+        transactional.commit_transaction(WAIT_S)
+        (after,) = admin.describe_producers([TopicPartition(topic, 1)])[TopicPartition(topic, 1)].active_producers
+        assert after.current_transaction_start_offset == -1
+        with pytest.raises(kafka.errors.KafkaError):
+            admin.describe_producers([TopicPartition(topic, 7)], broker_id=listeners[0]["broker_id"])
+    finally:
+        admin.close()
