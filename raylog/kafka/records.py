@@ -9,7 +9,12 @@ gzip, snappy, lz4 or zstd -- inflated within the partition's bound,
 MESSAGE_TOO_LARGE past it), so a bad batch is answered by the listener and
 never crosses the data channel; the partition checks it again before it
 appends (its own rule, whoever sends). Headers, null values (tombstones)
-and empty values are kept as sent. A compressed batch shorter than its
+and empty values are kept as sent. One field may be set here, as a Kafka
+broker sets it before it appends: a create-time batch whose maxTimestamp
+is below its records' largest timestamp (sarama before 1.26 sends -1) gets
+that largest timestamp, and its CRC again
+(:func:`~raylog.storage.record_batch.with_max_timestamp_raised`); the
+partition's own check refuses such a batch from anyone else. A compressed batch shorter than its
 record count (many tiny records compressed well: its records could not
 have offsets of their own, docs/design.md section 2) is re-encoded
 uncompressed here (:func:`~raylog.storage.record_batch.reencode_uncompressed`:
@@ -137,7 +142,17 @@ def to_stored(data, max_message_bytes: int = TopicConfig.max_message_bytes,
             raise RecordsRefused(UNSUPPORTED_COMPRESSION_TYPE,
                                  f"compression codec {codec} is not supported; use gzip, snappy, lz4, zstd or none")
         try:
-            header = record_batch.validate_batch(data, pos, max_message_bytes, max_inflated_bytes)
+            try:
+                header = record_batch.validate_batch(data, pos, max_message_bytes, max_inflated_bytes)
+            except InvalidMessageError:
+                # a maxTimestamp below the records' is set as a Kafka broker sets it; anything else is refused
+                raised = record_batch.with_max_timestamp_raised(data, pos, max_message_bytes, max_inflated_bytes)
+                if raised is None:
+                    raise
+                size = record_batch.read_header(data, pos).size
+                data = bytes(data[:pos]) + raised + bytes(data[pos + size:])
+                total = len(data)
+                header = record_batch.validate_batch(data, pos, max_message_bytes, max_inflated_bytes)
             if header.attributes & _CONTROL:
                 raise RecordsRefused(INVALID_RECORD, "control batches are written by the transaction "
                                                      "coordinator only, never by a producer: send data batches "

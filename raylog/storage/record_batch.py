@@ -179,6 +179,7 @@ _LENGTH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _CRC_AT = 17
 _ATTRIBUTES_AT = 21
+_MAX_TIMESTAMP_AT = 35
 _LAST_OFFSET_DELTA_AT = 23
 _LEADER_EPOCH_AT = 12
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
@@ -890,6 +891,35 @@ def validate_batch(
         )
     _records(data, pos, header, max_message_bytes, max_inflated_bytes, 0, False)
     return header
+
+
+def with_max_timestamp_raised(
+    data, pos: int = 0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_inflated_bytes: int | None = None
+) -> bytes | None:
+    """The batch at ``pos`` with its maxTimestamp raised to its records'
+    largest timestamp (and its crc computed again), when that alone kept it
+    from :func:`validate_batch`: a create-time batch whose maxTimestamp is
+    below a record's, as some producers write it (sarama before 1.26 sends
+    -1). A Kafka broker sets maxTimestamp the same way before it appends.
+    None when the batch is unsound for any other reason (or is sound)."""
+    try:
+        header = _check_frame(data, pos, max_message_bytes)
+    except InvalidMessageError:
+        return None
+    if header.log_append_time or header.count < 1:
+        return None
+    lenient = header._replace(max_timestamp=(1 << 63) - 1)
+    try:
+        records = _records(data, pos, lenient, max_message_bytes, max_inflated_bytes, 0, True)
+    except InvalidMessageError:
+        return None
+    largest = max(r.timestamp for r in records)
+    if largest <= header.max_timestamp:
+        return None
+    batch = bytearray(memoryview(data)[pos : pos + header.size])
+    struct.pack_into(">q", batch, _MAX_TIMESTAMP_AT, largest)
+    struct.pack_into(">I", batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
+    return bytes(batch)
 
 
 def needs_reencode(header: BatchHeader) -> bool:

@@ -126,6 +126,36 @@ def test_bad_codec_corruption_old_magic_and_transactions_are_refused():
     assert err.value.code == INVALID_RECORD and "control batches" in err.value.message
 
 
+@pytest.mark.parametrize("codec", [0, 1, 4], ids=["none", "gzip", "zstd"])
+def test_a_max_timestamp_below_the_records_is_set_as_a_broker_sets_it(codec):
+    """sarama before 1.26 sends maxTimestamp -1: the batch is stored with
+    its records' largest timestamp and a CRC made again (Kafka's broker does
+    the same); a batch damaged otherwise as well is still refused, and a
+    partition's own check refuses the unmended batch."""
+    from crc32c import crc32c
+
+    from raylog.errors import InvalidMessageError
+
+    good = _batch(RECORDS, codec)
+    odd = bytearray(good)
+    struct.pack_into(">q", odd, 35, -1)  # maxTimestamp -1, as sarama 1.22 writes it (the CRC made right)
+    struct.pack_into(">I", odd, 17, crc32c(bytes(odd[21:])))
+    with pytest.raises(InvalidMessageError):
+        record_batch.validate_batch(bytes(odd))
+    two = _batch(RECORDS[:2])
+    stored, count = to_stored(two + bytes(odd) + two)
+    assert count == len(RECORDS) + 4
+    header = record_batch.read_header(stored, len(two))
+    assert header.max_timestamp == max(ts for ts, _, _ in RECORDS)
+    assert stored == two + good + two  # the batch the producer should have sent, byte for byte
+    assert [r.value for r in _stored_records(stored)] == [v for _, _, v in RECORDS[:2] + RECORDS + RECORDS[:2]]
+    also = bytearray(odd)
+    also[-1] ^= 0xFF  # damaged inside: its CRC fails, nothing is mended
+    with pytest.raises(RecordsRefused) as err:
+        to_stored(bytes(also))
+    assert err.value.code == CORRUPT_MESSAGE
+
+
 def test_a_transactional_batch_is_stored_as_it_came():
     builder = DefaultRecordBatchBuilder(2, 0, True, 5, 0, 0, 1 << 20)
     builder.append(0, 1, None, b"v", [])
