@@ -46,7 +46,7 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.launch` -- starting a listener actor on each disk node.
 
 Served (:data:`raylog.kafka.frames.SUPPORTED`; a test holds this list to it):
-Produce 3-8, Fetch 4-11, ListOffsets 1-5, Metadata 1-8, OffsetCommit 2-7,
+Produce 3-8, Fetch 4-11, ListOffsets 1-5, Metadata 1-8, OffsetCommit 0-7,
 OffsetFetch 1-5, FindCoordinator 0-2, JoinGroup 0-5, Heartbeat 0-3,
 LeaveGroup 0-3, SyncGroup 0-3, SaslHandshake 0-1, ApiVersions 0-3,
 SaslAuthenticate 0-1, InitProducerId 0-4, AddPartitionsToTxn 0-3,

@@ -71,7 +71,8 @@ SUPPORTED = {
     FetchRequest.API_KEY: (FetchRequest, 4, 11),
     ListOffsetsRequest.API_KEY: (ListOffsetsRequest, 1, 5),
     MetadataRequest.API_KEY: (MetadataRequest, 1, 8),
-    OffsetCommitRequest.API_KEY: (OffsetCommitRequest, 2, 7),
+    # (0 and 1, without a retention time, are what sarama before 1.23 sends)
+    OffsetCommitRequest.API_KEY: (OffsetCommitRequest, 0, 7),
     OffsetFetchRequest.API_KEY: (OffsetFetchRequest, 1, 5),
     FindCoordinatorRequest.API_KEY: (FindCoordinatorRequest, 0, 2),
     JoinGroupRequest.API_KEY: (JoinGroupRequest, 0, 5),

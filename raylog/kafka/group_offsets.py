@@ -61,7 +61,7 @@ def offset_commit(body, version: int, store, registry, coordinator=None):
     group_error = NONE
     if not members and coordinator is not None:
         generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
-        group_error = coordinator.check_commit(body.group_id, body.member_id or "", generation,
+        group_error = coordinator.check_commit(body.group_id, getattr(body, "member_id", None) or "", generation,
                                                getattr(body, "group_instance_id", None) or None)
     topics = []
     for topic in body.topics:

@@ -22,7 +22,7 @@ def test_api_versions_lists_what_is_served():
     answer = ApiVersionsResponse.decode(payload[4:], version=3)
     assert struct.unpack_from(">i", payload)[0] == 9
     assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys} == {
-        0: (0, 8), 1: (0, 11), 2: (1, 5), 3: (1, 8), 8: (2, 7), 9: (1, 5), 10: (0, 2),
+        0: (0, 8), 1: (0, 11), 2: (1, 5), 3: (1, 8), 8: (0, 7), 9: (1, 5), 10: (0, 2),
         11: (0, 5), 12: (0, 3), 13: (0, 3), 14: (0, 3), 15: (0, 5), 16: (0, 4), 17: (0, 1), 18: (0, 3), 19: (2, 5),
         20: (1, 5), 22: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 4), 28: (0, 3), 32: (1, 4), 33: (0, 2), 36: (0, 1),
         37: (0, 3),
