@@ -27,7 +27,8 @@ venv: $(STAMP) $(SPARK_JAR) hosts-tools venv-quix venv-faust
 
 # system tools the tests use, installed when missing and this runs as root with apt-get (else the
 # tests that need them skip and say why): nftables, for the network faults of the hosts kit
-# (raylog/testing/hosts.py), kcat, a Kafka client on Debian's own librdkafka (tests/kafka), and, where
+# (raylog/testing/hosts.py), kcat, a Kafka client on Debian's own librdkafka (tests/kafka), Go and
+# Debian's sarama, a Go Kafka client (apps/sarama, built by tests/kafka/test_kafka_sarama.py), and, where
 # node and npm are, KafkaJS into $(TOOLS)/node_modules (tests/kafka/test_kafka_kafkajs.py)
 hosts-tools:
 	@command -v nft >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || { \
@@ -38,6 +39,12 @@ hosts-tools:
 		echo "installing kcat (a Kafka client for the front door's tests) ..."; \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } >/dev/null 2>&1 \
 		|| echo "note: kcat could not be installed; the kcat tests will skip"; }
+	@{ command -v go >/dev/null 2>&1 && [ -d /usr/share/gocode/src/github.com/Shopify/sarama ]; } || [ "$$(id -u)" != 0 ] \
+		|| ! command -v apt-get >/dev/null 2>&1 || { \
+		echo "installing Go and sarama (a Go Kafka client for the front door's tests) ..."; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go \
+			golang-github-shopify-sarama-dev golang-github-xdg-go-scram-dev; } >/dev/null 2>&1 \
+		|| echo "note: Go and sarama could not be installed; the sarama tests will skip"; }
 	@[ -f $(TOOLS)/node_modules/kafkajs/package.json ] || ! command -v npm >/dev/null 2>&1 || { \
 		echo "installing KafkaJS $(KAFKAJS_VERSION) into $(TOOLS) (a Node.js Kafka client for the front door's tests) ..."; \
 		npm install --silent --no-audit --no-fund --prefix $(TOOLS) kafkajs@$(KAFKAJS_VERSION) >/dev/null 2>&1 \
