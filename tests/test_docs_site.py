@@ -76,6 +76,10 @@ BLOCKS: dict[tuple[str, str, int], str] = {
         NOT_RUN + "a Node.js fragment; tests/kafka/test_kafka_kafkajs.py runs these settings (kafkajs/headers.js)",
     ("docs/howto/kafka.md", "kcat", 0):
         NOT_RUN + "placeholders for the address, cluster and token; tests/kafka/test_kafka_kcat.py runs kcat so",
+    ("docs/howto/kafka.md", "TLS (SASL_SSL)", 0):
+        "tests/kafka/test_kafka_tls.py::test_the_tls_blocks_of_the_kafka_page_run_as_written",
+    ("docs/howto/kafka.md", "TLS (SASL_SSL)", 1):
+        "tests/kafka/test_kafka_tls.py::test_the_tls_blocks_of_the_kafka_page_run_as_written",
     ("docs/howto/kafka.md", "Stream processors: Quix Streams", 0):
         "tests/kafka/test_kafka_quix.py::test_quix_counts_per_key_survive_a_restart_from_the_changelog",
     ("docs/howto/kafka.md", "Stream processors: Faust", 0):

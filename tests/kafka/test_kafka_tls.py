@@ -5,7 +5,8 @@ gives -- confluent-kafka with SCRAM-SHA-512, -256 and PLAIN, kafka-python in
 its own names -- while a plaintext client and a client trusting another CA
 are refused with nothing stored. A fetch of a large record set goes through
 TLS (not ``sendfile``) and returns the stored bytes. Real ZooKeeper, Ray,
-listener and clients."""
+listener and clients; the TLS blocks of docs/howto/kafka.md run as
+written (the embedded default with ``kafka_tls``, in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import socket
 import ssl
 import stat
 import struct
+import sys
 import time
 import uuid
 
 import pytest
 from kafka_reads import raylog_read
+
+from tests.doc_blocks import block, printed_lines, run_example
 
 import raylog
 from raylog.errors import ConfigError
@@ -205,3 +209,15 @@ def test_tls_settings_that_cannot_be_used_are_refused_before_anything_starts(ray
         raylog_client.start_kafka_listeners(tls=raylog.TlsSettings(tls_dir / "server.pem", tmp_path / "missing.key"))
     with pytest.raises(ConfigError, match="must be a raylog.TlsSettings"):
         raylog_client.start_kafka_listeners(tls=str(tls_dir))
+
+
+def test_the_tls_blocks_of_the_kafka_page_run_as_written(tmp_path):
+    page, heading = "docs/howto/kafka.md", "TLS (SASL_SSL)"
+    bin_dir = os.path.dirname(sys.executable)  # the page calls raylog
+    made = run_example(block(page, heading, "bash"), tmp_path, env={"PATH": bin_dir + os.pathsep + os.environ["PATH"]},
+                       command=["bash", "-eo", "pipefail"])
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "certs").iterdir()) == ["ca.key", "ca.pem", "server.key", "server.pem"]
+    proc = run_example(block(page, heading, "python", index=1), tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert printed_lines(proc.stdout) == ["SASL_SSL b'hello over TLS'"], proc.stdout
