@@ -2,7 +2,7 @@
 cluster runs its listener with the files ``raylog tls init`` made, and
 Kafka clients reach it over SASL_SSL with what ``client.kafka_config()``
 gives -- confluent-kafka with SCRAM-SHA-512, -256 and PLAIN, kafka-python in
-its own names -- while a plaintext client and a client trusting another CA
+its own names, aiokafka with its ``ssl_context`` -- while a plaintext client and a client trusting another CA
 are refused with nothing stored. A fetch of a large record set goes through
 TLS (not ``sendfile``) and returns the stored bytes. Real ZooKeeper, Ray,
 listener and clients; the TLS blocks of docs/howto/kafka.md run as
@@ -126,6 +126,35 @@ def test_kafka_python_over_sasl_ssl_takes_its_dialect_as_it_is(raylog_client, tl
     finally:
         consumer.close()
     assert got == [b"kp-%d" % i for i in range(5)]
+
+
+def test_aiokafka_over_sasl_ssl_takes_its_dialect_as_it_is(raylog_client, tls_listeners):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    settings = raylog_client.kafka_config(dialect="aiokafka", mechanism="SCRAM-SHA-512")
+    assert settings["security_protocol"] == "SASL_SSL" and isinstance(settings["ssl_context"], ssl.SSLContext)
+    topic = _topic(raylog_client)
+
+    async def round_trip():
+        producer = AIOKafkaProducer(**settings)
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait(topic, b"aio-%d" % i, partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**settings, group_id=None, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            await consumer.seek_to_beginning()
+            return [(await consumer.getone()).value for _ in range(5)]
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(asyncio.wait_for(round_trip(), WAIT_S)) == [b"aio-%d" % i for i in range(5)]
 
 
 def test_a_plaintext_client_to_the_tls_port_is_refused_and_nothing_is_stored(raylog_client, tls_listeners):
