@@ -58,16 +58,18 @@ class KafkaListenerActor:
             import ray  # heavy (Ray): imported when used
 
             host = ray.util.get_node_ip_address()
+        # the TLS files first: ConfigError before any session is opened
+        context = None if tls is None else server_context(tls)
+        ca = None if tls is None else ca_pem(tls)
         settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster)
         self._metadata = Metadata.connect(settings)
         verifier = ScramVerifier(cluster, settings.token) if settings.token is not None else None
         backend = Backend(self._metadata, verifier, None)
-        context = None if tls is None else server_context(tls)
         backend.tls = context is not None
         security = {"security_protocol": ("SASL_" if verifier is not None else "")
                     + ("SSL" if context is not None else "PLAINTEXT")}
-        if tls is not None and tls.ca is not None:
-            security["ssl_ca"] = ca_pem(tls)
+        if ca is not None:
+            security["ssl_ca"] = ca
         if topics is not None:  # raylog's topic administration, for CreateTopics / DeleteTopics
             backend.topics = topics(self._metadata)
         if coordinator is not None:  # the transaction coordinator started on a transactional client's first call
