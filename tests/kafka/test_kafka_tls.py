@@ -11,10 +11,12 @@ written (the embedded default with ``kafka_tls``, in a fresh interpreter)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import ssl
 import stat
 import struct
+import subprocess
 import sys
 import time
 import uuid
@@ -155,6 +157,23 @@ def test_aiokafka_over_sasl_ssl_takes_its_dialect_as_it_is(raylog_client, tls_li
             await consumer.stop()
 
     assert asyncio.run(asyncio.wait_for(round_trip(), WAIT_S)) == [b"aio-%d" % i for i in range(5)]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (make venv installs it as root)")
+def test_kcat_over_sasl_ssl_takes_each_setting_with_x(raylog_client, tls_listeners):
+    """Debian's kcat (librdkafka 2.0), every pair of kafka_config() as ``-X key=value``."""
+    config = raylog_client.kafka_config(mechanism="SCRAM-SHA-512")
+    settings = [arg for key, value in config.items() if key != "bootstrap.servers" for arg in ("-X", f"{key}={value}")]
+    topic = _topic(raylog_client)
+    lines = [f"user-{i}:click {i}" for i in range(10)]
+    produced = subprocess.run(["kcat", "-b", config["bootstrap.servers"], *settings, "-P", "-t", topic, "-p", "0",
+                               "-K", ":"], input="\n".join(lines).encode() + b"\n", capture_output=True,
+                              timeout=WAIT_S)
+    assert produced.returncode == 0, produced.stderr.decode()[-2000:]
+    consumed = subprocess.run(["kcat", "-b", config["bootstrap.servers"], *settings, "-C", "-t", topic, "-p", "0",
+                               "-o", "beginning", "-e", "-f", "%k:%s\\n"], capture_output=True, timeout=WAIT_S)
+    assert consumed.returncode == 0, consumed.stderr.decode()[-2000:]
+    assert consumed.stdout.decode().splitlines() == lines
 
 
 def test_a_plaintext_client_to_the_tls_port_is_refused_and_nothing_is_stored(raylog_client, tls_listeners):
