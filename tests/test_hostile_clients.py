@@ -622,13 +622,16 @@ def test_kafka_300_idle_strangers_and_6_large_frames_keep_no_client_out(raylog_c
 @pytest.fixture(scope="module")
 def kafka_tls_listener(source, tmp_path_factory):
     """The Kafka config of the ``source`` cluster, its listener started over
-    TLS with the files ``raylog.TlsSettings.make`` wrote."""
+    TLS with the files ``raylog.TlsSettings.make`` wrote (the CA file it
+    names under the module's own cache directory)."""
     import raylog
 
     tls = raylog.TlsSettings.make(tmp_path_factory.mktemp("hostile-tls") / "certs")
     (entry,) = source.start_kafka_listeners(tls=tls)
     assert entry["security_protocol"] == "SASL_SSL"
-    return source.kafka_config(mechanism="SCRAM-SHA-512")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("hostile-cache")))
+        return source.kafka_config(mechanism="SCRAM-SHA-512")
 
 
 def _half_a_client_hello() -> bytes:

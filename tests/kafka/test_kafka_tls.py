@@ -35,6 +35,14 @@ kafka = pytest.importorskip("kafka")
 WAIT_S = 60.0
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ca_files_here(tmp_path_factory):
+    """kafka_config()'s CA files (and the examples') under the module's own cache directory."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory):
     """The files ``raylog tls init DIR`` makes (run as the command line runs it)."""
@@ -101,6 +109,7 @@ def _failures(config: dict, topic: str, wait_s: float = 20.0) -> list:
 def test_confluent_kafka_over_sasl_ssl_produces_and_consumes(raylog_client, tls_listeners, tls_dir, mechanism):
     config = raylog_client.kafka_config(mechanism=mechanism)
     assert config["security.protocol"] == "SASL_SSL" and config["sasl.mechanisms"] == mechanism
+    assert config["ssl.ca.location"].startswith(os.environ["XDG_CACHE_HOME"])
     with open(config["ssl.ca.location"]) as registered:  # the CA the listener registered, as a file here
         assert registered.read() == (tls_dir / "ca.pem").read_text()
     topic = _topic(raylog_client)
