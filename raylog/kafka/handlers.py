@@ -202,7 +202,8 @@ class Backend:
 
     def count_fetched(self, from_files: int, relayed: int) -> None:
         """Count the record bytes of a Fetch response: sent from segment
-        files (``sendfile``) and read through the data channel."""
+        files (``sendfile``; over TLS read from them and sent through it) and
+        read through the data channel."""
         with self._lock:
             self._fetched["fetch_bytes_sent_from_files"] += from_files
             self._fetched["fetch_bytes_relayed"] += relayed
