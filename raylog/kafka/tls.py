@@ -136,11 +136,18 @@ def checked_tls(tls, name: str) -> TlsSettings | None:
 
 def server_context(settings: TlsSettings) -> ssl.SSLContext:
     """The listener's TLS context: TLS 1.2 or later, the settings'
-    certificate and key; ConfigError naming the file when they cannot be used."""
+    certificate and key; ConfigError naming the file when they cannot be
+    used. An encrypted key is refused (a listener has no one to ask for its
+    password; OpenSSL would ask on the terminal)."""
+
+    def no_password():
+        raise ConfigError(f"the Kafka listeners' TLS key {settings.key!r} is encrypted; give it unencrypted, "
+                          f"readable by its owner only (raylog keeps no key passwords)")
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        context.load_cert_chain(settings.cert, settings.key)
+        context.load_cert_chain(settings.cert, settings.key, password=no_password)
     except (OSError, ssl.SSLError) as err:
         raise ConfigError(f"the Kafka listeners' TLS certificate {settings.cert!r} and key {settings.key!r} cannot be "
                           f"used: {err}") from None

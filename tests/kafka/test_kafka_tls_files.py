@@ -46,6 +46,15 @@ def _handshake(settings: tls.TlsSettings, cafile: str, server_hostname: str) -> 
         server.close()
 
 
+def _encrypted(key_path) -> bytes:
+    """The PEM key at ``key_path`` encrypted with a password."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(open(key_path, "rb").read(), password=None)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.BestAvailableEncryption(b"secret"))
+
+
 def test_init_makes_a_ca_and_a_certificate_it_verifies_under_every_name(tmp_path):
     settings = raylog.TlsSettings.make(tmp_path / "certs", hosts=["10.1.2.3", "node-1.example"], days=30)
     assert settings == raylog.TlsSettings.in_dir(tmp_path / "certs")
@@ -82,6 +91,10 @@ def test_settings_whose_files_cannot_be_used_are_refused_before_anything_starts(
         tls.checked_tls(raylog.TlsSettings(made.cert, made.key, ca=made.key), "tls")
     with pytest.raises(ConfigError, match="must be a path"):
         raylog.TlsSettings("", made.key)
+    encrypted = tmp_path / "encrypted.key"  # no terminal prompt for its password: refused, saying why
+    encrypted.write_bytes(_encrypted(made.key))
+    with pytest.raises(ConfigError, match="is encrypted"):
+        tls.checked_tls(raylog.TlsSettings(made.cert, encrypted), "tls")
     assert tls.checked_tls(None, "tls") is None and tls.checked_tls(made, "tls") is made
     # raylog.connect checks them first: no ZooKeeper, no Ray is started for settings that cannot work
     with pytest.raises(ConfigError, match="kafka_tls must be a raylog.TlsSettings"):
