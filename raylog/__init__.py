@@ -30,6 +30,7 @@ _LAZY = {
     "EmbeddedZooKeeper": "raylog.zookeeper",
     "AvroSerializer": "raylog.avro",
     "AvroDeserializer": "raylog.avro",
+    "TlsSettings": "raylog.kafka.tls",
 }
 
 

@@ -31,7 +31,8 @@ from raylog.admin.topics import TopicAdmin, for_kafka_listener
 from raylog.audit import AUDIT_TOPIC, audit_report
 from raylog.config import EARLIEST, TopicConfig
 from raylog.consumer import Consumer
-from raylog.errors import ClosedError, RaylogError, RequestTimeoutError, TopicExistsError
+from raylog.errors import ClosedError, ConfigError, RaylogError, RequestTimeoutError, TopicExistsError
+from raylog.kafka.tls import checked_tls
 from raylog.metadata import OPEN_CLIENTS, ConnectionSettings, Metadata, current_client
 from raylog.producer import Producer
 from raylog.producer.audit_publisher import ProducerAuditPublisher
@@ -139,7 +140,9 @@ def _in_ray_worker() -> bool:
 class Client:
     """A connection to one raylog cluster (a ZooKeeper root and a Ray
     cluster). Topics: :class:`raylog.admin.topics.TopicAdmin`; offsets and
-    groups: :class:`raylog.admin.offsets.OffsetAdmin`."""
+    groups: :class:`raylog.admin.offsets.OffsetAdmin`. ``kafka_tls``
+    (:class:`raylog.TlsSettings`): the TLS its :meth:`start_kafka_listeners`
+    starts the Kafka listeners with when given none."""
 
     def __init__(
         self,
@@ -149,6 +152,7 @@ class Client:
         data_dir: str = DEFAULT_DATA_DIR,
         token: bytes | None = None,
         data_host: str | None = None,
+        kafka_tls=None,
         _owned_zookeeper=None,
         _owns_ray: bool = False,
         _owned_data_dir: str | None = None,
@@ -158,6 +162,7 @@ class Client:
         self.settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster, token=token)
         self.data_dir = data_dir
         self.data_host = data_host
+        self.kafka_tls = checked_tls(kafka_tls, "kafka_tls")
         self._owned_zookeeper = _owned_zookeeper
         self._owns_ray = _owns_ray
         self._owned_data_dir = _owned_data_dir
@@ -377,14 +382,20 @@ class Client:
 
         return start_transaction_coordinator(self.settings.zookeeper, self.settings.cluster, timeout_s=timeout_s)
 
-    def start_kafka_listeners(self, host: str | None = None, port: int = 0, timeout_s: float = 60.0, *,
-                              auto_create_topics: bool | None = None) -> list[dict]:
+    def start_kafka_listeners(self, host: str | None = None, port: int = 0, timeout_s: float = 60.0,
+                              tls=None, *, auto_create_topics: bool | None = None) -> list[dict]:
         """Start a Kafka protocol listener on every disk node unless one
         runs (:mod:`raylog.kafka`; docs/design.md section 10), each pinned
         to its node, on ``host`` (default: the client's ``data_host``, else
-        the node's address) and ``port`` (0: a free one). Returns each
-        listener's ``{"host", "port", "broker_id", "node"}``; a Kafka
-        client takes :meth:`kafka_config`. Joins the Ray cluster.
+        the node's address) and ``port`` (0: a free one); over TLS only
+        with ``tls`` (:class:`raylog.TlsSettings`; default the client's
+        ``kafka_tls``: the certificate and key files must be at the same
+        paths on every disk node; :mod:`raylog.kafka.tls`). Returns each
+        listener's ``{"host", "port", "broker_id", "node",
+        "security_protocol"}`` (and ``ssl_ca``, the CA certificate, over
+        TLS); a Kafka client takes :meth:`kafka_config`. ConfigError when
+        the TLS files cannot be used, or a listener runs already with
+        another security protocol. Joins the Ray cluster.
 
         ``auto_create_topics``: whether the listeners create a topic that a
         Kafka client asks for and the cluster does not have (Kafka's
@@ -397,9 +408,10 @@ class Client:
         from raylog.kafka.launch import start_all
 
         self._check_open()
+        tls = self.kafka_tls if tls is None else checked_tls(tls, "tls")
         handles = start_all(self.settings.zookeeper, self.settings.cluster, host or self.data_host, port,
                             kafka_listener_placements, kafka_listener_topics(self.data_dir, self.data_host),
-                            kafka_listener_coordinator(self.settings.zookeeper, self.settings.cluster),
+                            kafka_listener_coordinator(self.settings.zookeeper, self.settings.cluster), tls,
                             bool(auto_create_topics))
         if auto_create_topics is not None:  # listeners found running take the setting too
             ray.get([h.set_auto_create_topics.remote(bool(auto_create_topics)) for h in handles], timeout=timeout_s)
@@ -409,13 +421,22 @@ class Client:
                               retriable=True)
         entries = ray.get(ready)
         self._kafka_nodes.extend(e["node"] for e in entries if e["node"] not in self._kafka_nodes)
+        for entry in entries:  # one that ran already keeps its settings: say so rather than ignore tls
+            if str(entry.get("security_protocol", "PLAINTEXT")).endswith("SSL") != (tls is not None):
+                raise ConfigError(
+                    f"the Kafka listener of node {entry['node']!r} runs already with security protocol "
+                    f"{entry.get('security_protocol', 'PLAINTEXT')}; close the client that started it to start it "
+                    f"{'with' if tls is not None else 'without'} TLS")
         return entries
 
-    def kafka_config(self, dialect: str = "librdkafka") -> dict:
+    def kafka_config(self, dialect: str = "librdkafka", mechanism: str | None = None) -> dict:
         """What a Kafka client needs to reach this cluster's listeners:
-        ``bootstrap.servers``, ``security.protocol`` and, for a cluster with a
-        token, ``sasl.mechanisms`` (SCRAM-SHA-256), ``sasl.username`` (the
-        cluster's name) and ``sasl.password`` (its token), so that
+        ``bootstrap.servers``, ``security.protocol`` (``SASL_SSL`` when the
+        listeners serve TLS, with ``ssl.ca.location``: a file on this
+        machine holding the CA certificate they registered) and, for a
+        cluster with a token, ``sasl.mechanisms`` (``mechanism``: SCRAM-SHA-256
+        by default, SCRAM-SHA-512, or PLAIN over TLS only), ``sasl.username``
+        (the cluster's name) and ``sasl.password`` (its token), so that
         ``confluent_kafka.Producer(client.kafka_config())`` works as it is.
         ``dialect``: the same in the names another client takes --
         ``"java"`` (``sasl.jaas.config``), ``"kafka-python"``
@@ -426,8 +447,8 @@ class Client:
 
         if dialect not in DIALECTS:  # before any wait for a listener
             in_dialect({}, dialect)
-        return in_dialect(kafka_config(self._zk, self.registry.paths, self.settings.cluster, self.settings.token),
-                          dialect)
+        return in_dialect(kafka_config(self._zk, self.registry.paths, self.settings.cluster, self.settings.token,
+                                       mechanism=mechanism), dialect)
 
     def reassign_partition(self, topic: str, partition: int, replicas: list[str], timeout_s: float = 120.0):
         """Move the replicas of ``topic``-``partition`` to the disk nodes

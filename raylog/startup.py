@@ -34,6 +34,7 @@ from raylog.client import (DEFAULT_DATA_DIR, Client, kafka_listener_coordinator,
                            kafka_listener_topics)
 from raylog.errors import DataDirInUseError, RaylogError
 from raylog.kafka.launch import start_soon as start_kafka_listeners_soon
+from raylog.kafka.tls import checked_tls
 from raylog.ray_join import check_ray_reachable, present_ray_token
 from raylog.storage.owner_only import FILE_MODE, make_dirs as make_owner_only_dirs, tighten as tighten_to_owner
 from raylog.zk.acl import owner_secret
@@ -181,6 +182,7 @@ def connect(
     token: bytes | str | None = None,
     num_cpus: int | None = None,
     verbose: bool = False,
+    kafka_tls=None,
 ) -> Client:
     """Connect to a raylog cluster, or start the embedded default.
 
@@ -202,6 +204,14 @@ def connect(
     (outside Ray, without Ray's auth token); by default the client derives
     it (see :mod:`raylog.auth`). Every data port requires it.
 
+    ``kafka_tls``: :class:`raylog.TlsSettings` (certificate, key and CA
+    files, e.g. ``raylog.TlsSettings.in_dir(DIR)`` after ``raylog tls init
+    DIR``): the embedded default's Kafka listeners serve TLS only
+    (``SASL_SSL``; ``client.kafka_config()`` says so), and it is the
+    client's ``kafka_tls``, what :meth:`Client.start_kafka_listeners` uses
+    on a joined cluster. Files that cannot be used: :class:`ConfigError`
+    before anything starts.
+
     Every connection has a deadline: ZooKeeper 10 s, the Ray head
     :data:`raylog.ray_join.RAY_CONNECT_TIMEOUT_S`; past it a :class:`ZooKeeperUnavailableError`
     or :class:`RayUnavailableError` names the address and what to check
@@ -219,6 +229,7 @@ def connect(
     hushed = quiet.configure(verbose)
     if isinstance(token, str):
         token = token.encode()
+    kafka_tls = checked_tls(kafka_tls, "kafka_tls")  # before anything starts
     embedded_zk = None
     data_dir_lock = None
     owns_ray = False
@@ -282,6 +293,7 @@ def connect(
             data_dir=data_dir,
             token=token,
             data_host=data_host,
+            kafka_tls=kafka_tls,
             _owned_zookeeper=embedded_zk if data_dir_lock is None else _LockedZooKeeper(embedded_zk, data_dir_lock),
             _owns_ray=owns_ray,
             _owned_data_dir=owned_data_dir,
@@ -295,7 +307,7 @@ def connect(
                 # and its Kafka listeners (docs/design.md section 10), started by a Ray task
                 start_kafka_listeners_soon(zookeeper, cluster, data_host, kafka_listener_placements,
                                            kafka_listener_topics(data_dir, data_host),
-                                           kafka_listener_coordinator(zookeeper, cluster))
+                                           kafka_listener_coordinator(zookeeper, cluster), kafka_tls)
                 if data_dir_lock is not None:
                     # a kept data_dir: return once its topics are served again
                     wait_until_served(client, RESTORE_WAIT_S)

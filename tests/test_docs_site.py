@@ -81,6 +81,10 @@ BLOCKS: dict[tuple[str, str, int], str] = {
     ("docs/howto/kafka.md", "sarama (Go)", 0):
         NOT_RUN + "a Go fragment with placeholders; tests/kafka/test_kafka_sarama.py builds and runs "
                   "apps/sarama/main.go, which holds it whole",
+    ("docs/howto/kafka.md", "TLS (SASL_SSL)", 0):
+        "tests/kafka/test_kafka_tls.py::test_the_tls_blocks_of_the_kafka_page_run_as_written",
+    ("docs/howto/kafka.md", "TLS (SASL_SSL)", 1):
+        "tests/kafka/test_kafka_tls.py::test_the_tls_blocks_of_the_kafka_page_run_as_written",
     ("docs/howto/kafka.md", "Stream processors: Quix Streams", 0):
         "tests/kafka/test_kafka_quix.py::test_quix_counts_per_key_survive_a_restart_from_the_changelog",
     ("docs/howto/kafka.md", "Stream processors: Faust", 0):

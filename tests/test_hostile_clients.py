@@ -22,6 +22,11 @@ The attack list (door: what a stranger tries → what it gets):
   nothing listed or deleted; CreatePartitions before SASL → closed, no
   partition added; DescribeCluster, DescribeProducers, ListTransactions
   and DescribeTransactions before SASL → closed, nothing listed.
+* Kafka listener's TLS door (a second cluster's listener, started with
+  ``raylog tls init``'s files): a TCP connection that sends nothing or half a
+  ClientHello and stalls, garbage or a plaintext Kafka request instead of a
+  ClientHello → closed at the authentication deadline, or at once; a TLS
+  client is served meanwhile.
 * ZooKeeper: writes without the token anywhere (the root included), large
   znodes, many connections, four-letter words, a squatted cluster path, a
   killed server → refused or bounded; a squatted path reported as such; the
@@ -638,6 +643,76 @@ def test_kafka_300_idle_strangers_and_6_large_frames_keep_no_client_out(raylog_c
         _close_all(idle + large)
         for thread in senders:
             thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def kafka_tls_listener(source, tmp_path_factory):
+    """The Kafka config of the ``source`` cluster, its listener started over
+    TLS with the files ``raylog.TlsSettings.make`` wrote (the CA file it
+    names under the module's own cache directory)."""
+    import raylog
+
+    tls = raylog.TlsSettings.make(tmp_path_factory.mktemp("hostile-tls") / "certs")
+    (entry,) = source.start_kafka_listeners(tls=tls)
+    assert entry["security_protocol"] == "SASL_SSL"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("hostile-cache")))
+        return source.kafka_config(mechanism="SCRAM-SHA-512")
+
+
+def _half_a_client_hello() -> bytes:
+    """The first half of a real TLS ClientHello (its record header claims the rest)."""
+    import ssl
+
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    hello = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        hello.do_handshake()
+    data = outgoing.read()
+    assert data[:1] == b"\x16"  # a handshake record
+    return data[:len(data) // 2]
+
+
+def _tls_served(config: dict, topic_client) -> None:
+    """A SASL_SSL client of ``config`` produces and the cluster stores it."""
+    from confluent_kafka import Producer
+
+    topic = f"t-{uuid.uuid4().hex[:12]}"
+    topic_client.create_topic(topic, partitions=1)
+    producer = Producer({**config, "message.timeout.ms": 60000})
+    delivered = []
+    producer.produce(topic, b"served over TLS", partition=0, on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(60) == 0 and delivered == [None]
+    assert topic_client.offsets(topic, 0)[1] > 0
+
+
+@pytest.mark.parametrize("opening", [b"", "half a ClientHello"])
+def test_kafka_tls_handshake_stall_is_closed_at_the_auth_deadline(source, kafka_tls_listener, opening):
+    from raylog.kafka.listener import DEFAULT_AUTH_TIMEOUT_S
+
+    config = kafka_tls_listener
+    (sock,) = _strangers(config, 1)
+    try:
+        start = time.monotonic()
+        sock.sendall(_half_a_client_hello() if opening else opening)
+        _tls_served(config, source)  # the stall holds no other connection back
+        took = _closed_by_peer_within(sock, DEFAULT_AUTH_TIMEOUT_S + 8)
+    finally:
+        sock.close()
+    assert took is not None, "a stalled TLS handshake was kept open past the authentication deadline"
+    assert time.monotonic() - start >= DEFAULT_AUTH_TIMEOUT_S - 1  # the deadline, not an earlier accident
+
+
+@pytest.mark.parametrize("instead", ["garbage", "a plaintext ApiVersions"])
+def test_kafka_tls_anything_but_a_client_hello_is_closed_at_once(source, kafka_tls_listener, instead):
+    config = kafka_tls_listener
+    (sock,) = _strangers(config, 1)
+    try:
+        sock.sendall(os.urandom(4096) if instead == "garbage" else _api_versions_frame(1))
+        assert _closed_by_peer_within(sock, 3) is not None, f"{instead} instead of a ClientHello was not closed"
+    finally:
+        sock.close()
+    _tls_served(config, source)
 
 
 # -- ZooKeeper --------------------------------------------------------------------

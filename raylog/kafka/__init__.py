@@ -14,7 +14,11 @@ clients in any language produce to and fetch from raylog topics:
   requests and responses, and Fetch responses, read and written directly;
 * :mod:`raylog.kafka.file_ranges` -- stored batches of a partition on the
   listener's machine sent to a Fetch by ``sendfile`` from their segment file;
-* :mod:`raylog.kafka.sasl` -- SCRAM-SHA-256 (user: the cluster, secret: its token);
+* :mod:`raylog.kafka.sasl` -- SCRAM-SHA-512 and -256, and PLAIN over TLS
+  (user: the cluster, secret: its token);
+* :mod:`raylog.kafka.tls` -- TLS on the listener: its settings, the
+  handshake of each connection, the CA file a client is given, the files
+  ``raylog tls init`` makes;
 * :mod:`raylog.kafka.connections` -- the listener's connections as a bounded
   set (strangers shed first, a bound per address);
 * :mod:`raylog.kafka.handlers` -- the API handlers of one connection;
@@ -61,7 +65,8 @@ Consumer groups include static membership (``group.instance.id``:
 :mod:`raylog.kafka.coordinator`). Not yet: the flexible versions
 of most APIs (Produce, Fetch, Metadata, the groups'), DeleteRecords.
 
-Start the listeners with :meth:`raylog.Client.start_kafka_listeners`; give
+Start the listeners with :meth:`raylog.Client.start_kafka_listeners`
+(``tls=raylog.TlsSettings(...)`` for SASL_SSL); give
 a Kafka client :meth:`raylog.Client.kafka_config` (in the names of the
 client at hand: :mod:`raylog.kafka.dialects`).
 """

@@ -2,7 +2,11 @@
 
 Each listener registers an ephemeral node ``kafka/listeners/<node identity>``
 under the cluster's root (``/raylog/<cluster>``; :meth:`raylog.zk.paths.Paths.kafka_listener`)
-holding JSON ``{"host", "port", "broker_id", "node"}``, and keeps the port
+holding JSON ``{"host", "port", "broker_id", "node", "security_protocol"}``
+(``security_protocol``: ``PLAINTEXT``, ``SASL_PLAINTEXT``, ``SSL`` or
+``SASL_SSL``; a TLS listener adds ``ssl_ca``, the PEM text of the CA
+certificate its clients verify it with, when it was given one:
+:mod:`raylog.kafka.tls`), and keeps the port
 it bound in the persistent ``kafka/ports/<node identity>``: a listener
 started again (Ray restarts it, or a later ``start_kafka_listeners``) binds
 that port first, so the ``bootstrap.servers`` clients were given stay right. The Kafka broker id
@@ -39,9 +43,10 @@ def broker_id(identity: str) -> int:
     return zlib.crc32(identity.encode("utf-8")) & 0x7FFFFFFF
 
 
-def register(zk, paths, identity: str, host: str, port: int) -> dict:
-    """Publish this node's listener (ephemeral: it goes with the session)."""
-    entry = {"host": host, "port": port, "broker_id": broker_id(identity), "node": identity}
+def register(zk, paths, identity: str, host: str, port: int, security: dict | None = None) -> dict:
+    """Publish this node's listener (ephemeral: it goes with the session);
+    ``security``: its ``security_protocol`` and ``ssl_ca`` (see the module docstring)."""
+    entry = {"host": host, "port": port, "broker_id": broker_id(identity), "node": identity, **(security or {})}
     path = paths.kafka_listener(identity)
     data = json.dumps(entry).encode()
     try:
@@ -79,7 +84,7 @@ def unregister(zk, paths, identity: str) -> None:
 
 
 def listeners(zk, paths) -> dict[str, dict]:
-    """``{node identity: {"host", "port", "broker_id", "node"}}`` of the live listeners."""
+    """``{node identity: {"host", "port", "broker_id", "node", ...}}`` of the live listeners."""
     found = {}
     try:
         names = zk.get_children(paths.kafka_listeners)

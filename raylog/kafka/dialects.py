@@ -8,21 +8,26 @@ The settings are made once in librdkafka's names
 dialect           what it gives
 ================  ================================================================
 ``librdkafka``    ``bootstrap.servers``, ``security.protocol``, ``sasl.mechanisms``,
-                  ``sasl.username``, ``sasl.password``: confluent-kafka, kcat,
+                  ``sasl.username``, ``sasl.password``, over TLS
+                  ``ssl.ca.location``: confluent-kafka, kcat,
                   Quix Streams (``confluent_kafka.Producer(config)`` as it is)
 ``java``          ``bootstrap.servers``, ``security.protocol``, ``sasl.mechanism``,
-                  ``sasl.jaas.config`` (SCRAM's login module, the token as the
-                  password): Kafka's Java client, Kafka's tools (``--command-config``),
-                  Spark's Kafka source (prefix each key with ``kafka.``)
+                  ``sasl.jaas.config`` (SCRAM's login module, or PLAIN's, the
+                  token as the password), over TLS ``ssl.truststore.type``
+                  ``PEM`` and ``ssl.truststore.location``: Kafka's Java client,
+                  Kafka's tools (``--command-config``), Spark's Kafka source
+                  (prefix each key with ``kafka.``)
 ``kafka-python``  ``bootstrap_servers`` (a list), ``security_protocol``,
-                  ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``:
-                  ``KafkaProducer(**config)``
-``aiokafka``      the same keys, ``bootstrap_servers`` a comma-separated string:
+                  ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``,
+                  over TLS ``ssl_cafile``: ``KafkaProducer(**config)``
+``aiokafka``      the same SASL keys, ``bootstrap_servers`` a comma-separated
+                  string, over TLS ``ssl_context`` (an :class:`ssl.SSLContext`
+                  that trusts the CA: aiokafka takes no file name):
                   ``AIOKafkaProducer(**config)``
 ================  ================================================================
 
 A cluster opened on purpose (no token) gives the servers and
-``PLAINTEXT`` only.
+``PLAINTEXT`` only (``SSL`` and the CA over TLS).
 """
 
 from __future__ import annotations
@@ -41,10 +46,14 @@ def in_dialect(config: dict, dialect: str) -> dict:
     if dialect == "java":
         out = {"bootstrap.servers": config["bootstrap.servers"], "security.protocol": config["security.protocol"]}
         if "sasl.mechanisms" in config:
+            module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if config["sasl.mechanisms"] == "PLAIN"
+                      else "org.apache.kafka.common.security.scram.ScramLoginModule")
             out["sasl.mechanism"] = config["sasl.mechanisms"]
             out["sasl.jaas.config"] = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                f'username="{config["sasl.username"]}" password="{config["sasl.password"]}";')
+                f'{module} required username="{config["sasl.username"]}" password="{config["sasl.password"]}";')
+        if "ssl.ca.location" in config:  # a PEM truststore file (Kafka 2.7 on, KIP-651)
+            out["ssl.truststore.type"] = "PEM"
+            out["ssl.truststore.location"] = config["ssl.ca.location"]
         return out
     if dialect in ("kafka-python", "aiokafka"):
         servers = config["bootstrap.servers"]
@@ -53,5 +62,13 @@ def in_dialect(config: dict, dialect: str) -> dict:
         if "sasl.mechanisms" in config:
             out.update(sasl_mechanism=config["sasl.mechanisms"], sasl_plain_username=config["sasl.username"],
                        sasl_plain_password=config["sasl.password"])
+        if config["security.protocol"].endswith("SSL"):
+            if dialect == "kafka-python":
+                if "ssl.ca.location" in config:
+                    out["ssl_cafile"] = config["ssl.ca.location"]
+            else:
+                import ssl
+
+                out["ssl_context"] = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
         return out
     raise ConfigError(f"dialect must be one of {', '.join(repr(d) for d in DIALECTS)}, got {dialect!r}")

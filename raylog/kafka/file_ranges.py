@@ -8,6 +8,9 @@ listener asks it where the batches of a Fetch lie (LOCATE,
 device and inode), opens the file itself (:func:`open_located`) and writes
 the response's fixed fields, then the range with ``sendfile``
 (:meth:`FileRange.send_to`): the bytes never enter the listener's memory.
+Over TLS (an :class:`ssl.SSLSocket`) the kernel cannot encrypt them, so the
+range is read in pieces of :data:`TLS_READ_BYTES` and sent through the TLS
+socket instead: the same bytes, at most one piece in memory at a time.
 
 What can go wrong between LOCATE and the send, and what happens then:
 
@@ -30,6 +33,10 @@ from __future__ import annotations
 import os
 import select
 import socket
+import ssl
+
+#: the most bytes of a file range held at once when it goes through a TLS socket
+TLS_READ_BYTES = 256 * 1024
 
 
 class RangeCut(Exception):
@@ -59,7 +66,11 @@ class FileRange:
         """Send the range to ``sock`` with ``os.sendfile`` and close the
         file. The socket's timeout bounds each wait for room in its send
         buffer (:class:`TimeoutError` past it); :class:`RangeCut` when the
-        file ended before the range did."""
+        file ended before the range did. To an :class:`ssl.SSLSocket`: read
+        and sent through it (the same bounds)."""
+        if isinstance(sock, ssl.SSLSocket):
+            self._copy_to(sock)
+            return
         out_fd, timeout = sock.fileno(), sock.gettimeout()
         position, left = self.position, self.length
         try:
@@ -77,6 +88,24 @@ class FileRange:
                     break
                 position += sent
                 left -= sent
+        finally:
+            self.close()
+        if left:
+            raise RangeCut(f"{self.file.name}: {self.length - left} of the {self.length} bytes at {self.position} "
+                           f"sent (the segment was cut under the send)")
+
+    def _copy_to(self, sock: ssl.SSLSocket) -> None:
+        """Read the range in pieces and send each through ``sock``; closes the file."""
+        position, left = self.position, self.length
+        try:
+            in_fd = self.file.fileno()
+            while left:
+                piece = os.pread(in_fd, min(left, TLS_READ_BYTES), position)
+                if not piece:
+                    break
+                sock.sendall(piece)
+                position += len(piece)
+                left -= len(piece)
         finally:
             self.close()
         if left:

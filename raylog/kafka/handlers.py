@@ -2,7 +2,8 @@
 
 A :class:`Session` takes request frames (payload without the size field)
 and returns response frames. It authenticates the connection (SASL
-handshake then SaslAuthenticate with SCRAM-SHA-256, or after a handshake of
+handshake then SaslAuthenticate with SCRAM-SHA-512 or -256, and PLAIN on a
+TLS listener (:mod:`raylog.kafka.sasl`), or after a handshake of
 version 0 the SCRAM tokens as bare size-prefixed frames; until then every API
 but ApiVersions, SaslHandshake and SaslAuthenticate closes the connection,
 as a Kafka broker does), and serves Produce, Fetch, ListOffsets and
@@ -82,7 +83,7 @@ from raylog.kafka.fetch_wire import encode_fetch_response
 from raylog.kafka.file_ranges import FileRange, open_located
 from raylog.kafka.produce_wire import decode_produce, encode_produce_response
 from raylog.kafka.records import RecordsRefused, encode_batch, stored_batches, to_stored
-from raylog.kafka.sasl import MECHANISM, SaslFailed
+from raylog.kafka.sasl import MECHANISMS, PLAIN, SaslFailed
 from raylog.storage.decoding import decode_messages
 from raylog.storage.record_batch import format_at, iter_batches
 from raylog.transfer.protocol import LOCATED_BATCHES, NO_PRODUCER_ID, NO_SEQUENCE, READ_COMMITTED
@@ -197,6 +198,8 @@ class Backend:
         self.settings = metadata.settings
         self.verifier = verifier
         self.entry = entry
+        #: whether the listener serves TLS (its connections may use SASL PLAIN)
+        self.tls = False
         #: raylog's topic administration for CreateTopics / DeleteTopics (:mod:`raylog.kafka.admin`), or None
         self.topics = None
         #: topics created on a client's Metadata request (:mod:`raylog.kafka.auto_create`), or None: off
@@ -210,7 +213,8 @@ class Backend:
 
     def count_fetched(self, from_files: int, relayed: int) -> None:
         """Count the record bytes of a Fetch response: sent from segment
-        files (``sendfile``) and read through the data channel."""
+        files (``sendfile``; over TLS read from them and sent through it) and
+        read through the data channel."""
         with self._lock:
             self._fetched["fetch_bytes_sent_from_files"] += from_files
             self._fetched["fetch_bytes_relayed"] += relayed
@@ -375,14 +379,16 @@ class Session:
         return ApiVersionsResponse[version](error_code=NONE, api_keys=keys, throttle_time_ms=0)
 
     def _sasl_handshake(self, body, version):
-        if body.mechanism != MECHANISM or self.backend.verifier is None:
-            offered = [MECHANISM] if self.backend.verifier is not None else []
+        verifier = self.backend.verifier
+        # PLAIN sends the token itself: offered on a TLS listener only
+        offered = [] if verifier is None else [*MECHANISMS, PLAIN] if self.backend.tls else list(MECHANISMS)
+        if body.mechanism not in offered:
             return SaslHandshakeResponse[version](error_code=UNSUPPORTED_SASL_MECHANISM, mechanisms=offered)
-        self._exchange = self.backend.verifier.exchange()
+        self._exchange = verifier.plain_exchange() if body.mechanism == PLAIN else verifier.exchange(body.mechanism)
         # version 0 (clients before SaslAuthenticate): the tokens follow as
         # bare size-prefixed frames, without Kafka request headers
         self._bare_sasl = version == 0
-        return SaslHandshakeResponse[version](error_code=NONE, mechanisms=[MECHANISM])
+        return SaslHandshakeResponse[version](error_code=NONE, mechanisms=offered)
 
     def _bare_sasl_token(self, token: bytes) -> bytes:
         """The answer to one SASL token after a SaslHandshake of version 0:

@@ -27,17 +27,17 @@ from __future__ import annotations
 
 
 def start_all(zookeeper: str, cluster: str, host: str | None, port: int, placements, topics,
-              coordinator=None, auto_create_topics: bool = False) -> list:
+              coordinator=None, tls=None, auto_create_topics: bool = False) -> list:
     """Start (or find) the listener actor of every disk node that
     ``placements()`` names, on ``host`` (None: the node's address) and
-    ``port`` (0: a free one); their handles. ``topics``, ``coordinator``
-    and ``auto_create_topics``: as :func:`raylog.kafka.service.start_listener`
-    takes them."""
+    ``port`` (0: a free one); their handles. ``topics``, ``coordinator``,
+    ``tls`` and ``auto_create_topics``: as
+    :func:`raylog.kafka.service.start_listener` takes them."""
     from raylog.kafka.service import start_listener
     from raylog.metadata import ConnectionSettings
 
     settings = ConnectionSettings(zookeeper=zookeeper, cluster=cluster)
-    return [start_listener(settings, identity, host, port, options, topics, coordinator, auto_create_topics)
+    return [start_listener(settings, identity, host, port, options, topics, coordinator, tls, auto_create_topics)
             for identity, options in placements()]
 
 
@@ -45,10 +45,10 @@ def _start_all_task(*args) -> int:
     return len(start_all(*args))
 
 
-def start_soon(zookeeper: str, cluster: str, host: str | None, placements, topics, coordinator=None):
+def start_soon(zookeeper: str, cluster: str, host: str | None, placements, topics, coordinator=None, tls=None):
     """Have a Ray task start the listeners (free ports, on ``host`` or each
-    node's address); returns the task's reference at once."""
+    node's address; over TLS with ``tls``); returns the task's reference at once."""
     import ray  # heavy (Ray): imported when used
 
     return ray.remote(num_cpus=0, max_retries=0)(_start_all_task).remote(zookeeper, cluster, host, 0, placements,
-                                                                         topics, coordinator)
+                                                                         topics, coordinator, tls)

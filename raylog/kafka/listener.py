@@ -17,6 +17,13 @@ only; the others go on. A frame started but not finished within
 ``frame_timeout_s`` closes the connection too, so a stalled peer holds a
 thread no longer than that.
 
+TLS: a listener given an :class:`ssl.SSLContext` (``tls``) serves TLS only;
+each connection's thread first completes the handshake
+(:func:`raylog.kafka.tls.secure`) by the authentication deadline counted
+from its accept (on a listener without a token too); a failed or late
+handshake closes that connection only. File ranges then go through the TLS
+socket, read from their file (no ``sendfile``).
+
 Strangers: on a listener that requires SASL, a connection must complete it
 within ``auth_timeout_s`` of its accept (a deadline that frames before it do
 not restart; it is then closed), and its frames until then are at most
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 
@@ -45,6 +53,7 @@ from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANG
 from raylog.kafka.file_ranges import RangeCut
 from raylog.kafka.frames import MAX_REQUEST_BYTES, PRE_AUTH_MAX_REQUEST_BYTES, SIZE, BadFrame, check_size
 from raylog.kafka.handlers import Session
+from raylog.kafka.tls import HandshakeFailed, secure
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +97,7 @@ class _Frames:
         self._auth_deadline = auth_deadline
         self._limit = MAX_REQUEST_BYTES if auth_deadline is None else PRE_AUTH_MAX_REQUEST_BYTES
         self._recv_bytes = RECV_BYTES if auth_deadline is None else SIZE.size + PRE_AUTH_MAX_REQUEST_BYTES
+        self._more = 0 if isinstance(sock, ssl.SSLSocket) else _MSG_MORE  # an SSL socket takes no flags
 
     def authenticated(self) -> None:
         """SASL has completed: full-size frames, no deadline."""
@@ -147,11 +157,12 @@ class _Frames:
         timeout closes the connection); with ``more``, the kernel may hold
         them for the bytes that follow (a file range)."""
         self._set_timeout(self._frame_timeout_s)
-        self._sock.sendall(data, _MSG_MORE if more else 0)
+        self._sock.sendall(data, self._more if more else 0)
 
     def send_range(self, piece) -> None:
-        """Write a :class:`~raylog.kafka.file_ranges.FileRange` (``sendfile``;
-        the frame timeout bounds each wait for room); closes its file."""
+        """Write a :class:`~raylog.kafka.file_ranges.FileRange` (``sendfile``,
+        read and sent over TLS; the frame timeout bounds each wait for
+        room); closes its file."""
         self._set_timeout(self._frame_timeout_s)
         piece.send_to(self._sock)
 
@@ -163,8 +174,10 @@ class KafkaServer:
 
     def __init__(self, backend, host: str, port: int = 0, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  max_strangers_per_address: int = DEFAULT_MAX_STRANGERS_PER_ADDRESS,
-                 auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S, frame_timeout_s: float = FRAME_TIMEOUT_S):
+                 auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S, frame_timeout_s: float = FRAME_TIMEOUT_S,
+                 tls: ssl.SSLContext | None = None):
         self.backend = backend
+        self.tls = tls
         self.max_connections = max_connections
         self.auth_timeout_s = auth_timeout_s
         self.frame_timeout_s = frame_timeout_s
@@ -237,6 +250,8 @@ class KafkaServer:
         authenticated = session.authenticated
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls is not None:
+                sock = secure(client, self.tls, client.accepted_at + self.auth_timeout_s)
             frames = _Frames(sock, self.frame_timeout_s,
                              None if authenticated else client.accepted_at + self.auth_timeout_s)
             while not self._closed.is_set():
@@ -259,6 +274,8 @@ class KafkaServer:
             log.info("Kafka listener: closing the connection from %s: %s", peer, err)
         except RangeCut as err:
             log.warning("Kafka listener: closing the connection from %s in a Fetch response: %s", peer, err)
+        except HandshakeFailed as err:
+            log.info("Kafka listener: closing the connection from %s: %s", peer, err)
         except _AuthTimeout:
             log.info("Kafka listener: closing the connection from %s: no SASL authentication within %g s of "
                      "connecting", peer, self.auth_timeout_s)
@@ -270,7 +287,7 @@ class KafkaServer:
             session.close()
             self._table.release(client)
             try:
-                sock.close()
+                client.sock.close()
             except OSError:
                 pass
 

@@ -29,8 +29,10 @@ path                                                    kind        content
                                                                     are sequential (10 digits, the first 0:
                                                                     version 1) (:mod:`raylog.zk.schemas`)
 ``kafka/listeners/<node>``                              ephemeral   JSON ``{"host", "port", "broker_id",
-                                                                    "node"}``: the Kafka listener of a disk
-                                                                    node (:mod:`raylog.kafka`)
+                                                                    "node", "security_protocol"}`` (and
+                                                                    ``ssl_ca``, a CA certificate's PEM, over
+                                                                    TLS): the Kafka listener of a disk
+                                                                    node (:mod:`raylog.kafka.brokers`)
 ``kafka/ports/<node>``                                  persistent  the port (ASCII) the node's Kafka
                                                                     listener bound: taken again when it
                                                                     restarts, so bootstrap lists stay right

@@ -47,6 +47,35 @@ def test_kafka_config_without_listeners_is_a_clear_error(zk, cluster_name):
         "bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}
 
 
+def test_kafka_config_follows_the_security_the_listeners_registered(zk, cluster_name, tmp_path, monkeypatch):
+    from raylog.errors import ConfigError
+    from raylog.kafka.tls import TlsSettings, ca_pem
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    paths, token = Paths(cluster_name), b"t" * 64
+    pem = ca_pem(TlsSettings.make(tmp_path / "certs"))
+    tls = {"security_protocol": "SASL_SSL", "ssl_ca": pem}
+    brokers.register(zk, paths, "disk-a", "127.0.0.1", 9092, tls)
+    brokers.register(zk, paths, "disk-b", "127.0.0.1", 9093, tls)
+    config = kafka_config(zk, paths, cluster_name, token, mechanism="SCRAM-SHA-512")
+    assert config["security.protocol"] == "SASL_SSL" and config["sasl.mechanisms"] == "SCRAM-SHA-512"
+    assert open(config["ssl.ca.location"]).read() == pem
+    assert kafka_config(zk, paths, cluster_name, None) == {  # a cluster opened on purpose: TLS alone
+        "bootstrap.servers": "127.0.0.1:9092,127.0.0.1:9093", "security.protocol": "SSL",
+        "ssl.ca.location": config["ssl.ca.location"]}
+    # a listener that says otherwise (started without TLS, or with another CA): named, not guessed
+    brokers.register(zk, paths, "disk-b", "127.0.0.1", 9093, {"security_protocol": "SASL_PLAINTEXT"})
+    with pytest.raises(ConfigError, match="disagree on TLS.*disk-a: SASL_SSL, disk-b: SASL_PLAINTEXT"):
+        kafka_config(zk, paths, cluster_name, token)
+    brokers.register(zk, paths, "disk-b", "127.0.0.1", 9093, {**tls, "ssl_ca": "another"})
+    with pytest.raises(ConfigError, match="disagree on TLS or its CA"):
+        kafka_config(zk, paths, cluster_name, token)
+    # a certificate of a public CA (none registered): the client's own trust store
+    brokers.register(zk, paths, "disk-a", "127.0.0.1", 9092, {"security_protocol": "SASL_SSL"})
+    brokers.register(zk, paths, "disk-b", "127.0.0.1", 9093, {"security_protocol": "SASL_SSL"})
+    assert "ssl.ca.location" not in kafka_config(zk, paths, cluster_name, token)
+
+
 def test_replicas_and_isr_are_the_replication_states_as_broker_ids(zk, cluster_name):
     from raylog.zk.partition_state import PartitionState
 

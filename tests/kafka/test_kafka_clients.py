@@ -188,3 +188,24 @@ def test_a_wrong_token_fails_authentication(raylog_client, config):
         body = struct.pack(">hhih", 3, 1, 7, 1) + b"x" + struct.pack(">i", -1)  # Metadata v1, all topics
         sock.sendall(struct.pack(">i", len(body)) + body)
         assert sock.recv(4) == b""  # closed, nothing answered
+
+
+def test_scram_sha_512_is_served_and_plain_only_over_tls(raylog_client, config):
+    from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
+    from kafka_raw import RawKafka
+
+    from raylog.errors import ConfigError
+
+    topic = _topic(raylog_client)
+    sha512 = raylog_client.kafka_config(mechanism="SCRAM-SHA-512")
+    assert sha512["security.protocol"] == "SASL_PLAINTEXT" and sha512["sasl.mechanisms"] == "SCRAM-SHA-512"
+    assert [e for e, _, _ in _confluent_produce(sha512, topic, [b"512"])] == [None]
+    assert [m.value for m in raylog_read(raylog_client, topic, 1)] == [b"512"]
+    # PLAIN would send the token in the clear: neither offered nor given without TLS
+    with RawKafka(config) as raw:
+        answer = raw.request(SaslHandshakeRequest[1](mechanism="PLAIN"), SaslHandshakeResponse)
+    assert answer.error_code == 33 and list(answer.mechanisms) == ["SCRAM-SHA-512", "SCRAM-SHA-256"]
+    with pytest.raises(ConfigError, match="PLAIN .* TLS listeners only"):
+        raylog_client.kafka_config(mechanism="PLAIN")
+    with pytest.raises(ConfigError, match="mechanism must be one of"):
+        raylog_client.kafka_config(mechanism="GSSAPI")

@@ -76,6 +76,32 @@ def test_the_java_dialect_names_scrams_login_module_with_the_token():
     assert in_dialect(opened, "aiokafka") == {"bootstrap_servers": "h:1", "security_protocol": "PLAINTEXT"}
 
 
+def test_over_tls_each_dialect_names_the_ca_file_in_its_own_way(tmp_path):
+    import ssl
+
+    import raylog
+
+    ca = raylog.TlsSettings.make(tmp_path).ca
+    config = {"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
+              "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "prod", "sasl.password": "ab12"}
+    assert in_dialect(config, "java") == {
+        "bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            'username="prod" password="ab12";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": ca}
+    assert in_dialect({**config, "sasl.mechanisms": "PLAIN"}, "java")["sasl.jaas.config"].startswith(
+        "org.apache.kafka.common.security.plain.PlainLoginModule required ")
+    assert in_dialect(config, "kafka-python") == {
+        "bootstrap_servers": ["h:1"], "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "prod", "sasl_plain_password": "ab12", "ssl_cafile": ca}
+    aio = in_dialect(config, "aiokafka")
+    context = aio.pop("ssl_context")
+    assert aio == {"bootstrap_servers": "h:1", "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                   "sasl_plain_username": "prod", "sasl_plain_password": "ab12"}
+    assert isinstance(context, ssl.SSLContext) and context.check_hostname
+    assert [c["subject"] for c in context.get_ca_certs()] == [((("commonName", "raylog Kafka listeners CA"),),)]
+
+
 def test_an_unknown_dialect_is_refused_naming_the_dialects(raylog_client):
     with pytest.raises(ConfigError, match="'librdkafka', 'java', 'kafka-python', 'aiokafka'.*got 'sarama'"):
         raylog_client.kafka_config(dialect="sarama")

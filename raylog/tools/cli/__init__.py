@@ -11,6 +11,7 @@
 * :mod:`~raylog.tools.cli.bench`: ``bench``;
 * :mod:`~raylog.tools.cli.zookeeper`: ``zookeeper``;
 * :mod:`~raylog.tools.cli.token`: ``token`` (the cluster's data token, for users outside Ray);
+* :mod:`~raylog.tools.cli.tls`: ``tls init`` (the Kafka listeners' certificates);
 * ``faults`` (here): the fault checker of :mod:`raylog.testing.runner`.
 
 After Kafka's tools: topics, a console
@@ -61,7 +62,7 @@ import sys
 import click
 
 from raylog.errors import ConfigError, RaylogError
-from raylog.tools.cli import audit, bench, groups, mirror, nodes, pool, streams, token, topics, zookeeper  # noqa: F401 - registers the commands
+from raylog.tools.cli import audit, bench, groups, mirror, nodes, pool, streams, tls, token, topics, zookeeper  # noqa: F401 - registers the commands
 from raylog.tools.cli.base import echo_error, cli
 
 __all__ = ["cli", "main", "run"]
