@@ -34,7 +34,7 @@ import time
 log = logging.getLogger(__name__)
 
 #: the most connections one listener serves at once
-DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_MAX_CONNECTIONS = 10_000
 #: the most connections not yet authenticated from one source address
 DEFAULT_MAX_STRANGERS_PER_ADDRESS = 64
 #: at the limit, an authenticated connection waiting this long for its next
