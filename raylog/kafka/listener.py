@@ -18,7 +18,9 @@ selector round trip per request), then parks it back in the selector; a
 socket is parked only when nothing it received is buffered in user space
 (an ``ssl.SSLSocket``'s ``pending()``). A long-poll Fetch keeps its worker
 while it waits. The pool grows on demand up to ``max_workers`` threads and
-shrinks back to :data:`MIN_WORKERS` when they idle :data:`WORKER_IDLE_S`.
+shrinks back to :data:`MIN_WORKERS` when they idle :data:`WORKER_IDLE_S`
+(work goes to the worker that went idle last, so under a light load the
+others do idle that long).
 A connection's first readiness runs :meth:`KafkaServer._start` on a worker
 (where its session is made; the place for a handshake of the transport).
 
@@ -277,6 +279,16 @@ class _Connection:
         self.expired: str | None = None
 
 
+class _Worker:
+    """An idle worker's slot: the connection handed to it, and the event it waits on."""
+
+    __slots__ = ("conn", "event")
+
+    def __init__(self):
+        self.conn: _Connection | None = None
+        self.event = threading.Event()
+
+
 class KafkaServer:
     """Accepts Kafka clients on ``host:port`` (0: any free port) and serves
     each with a :class:`Session` of ``backend`` (see the module docstring
@@ -308,11 +320,13 @@ class KafkaServer:
         self._wake_w.setblocking(False)
         # connections handed back by workers, to park (or close, after close())
         self._returns: collections.deque[_Connection] = collections.deque()
-        # the pool: ready connections, workers alive and waiting
-        self._pool = threading.Condition()
+        # the pool: connections no worker has taken yet, workers alive, and the
+        # idle ones, the last to go idle on top (handed work first, so the
+        # others stay idle long enough to end)
+        self._pool = threading.Lock()
         self._ready: collections.deque[_Connection] = collections.deque()
         self._workers = 0
-        self._idle = 0
+        self._idle: list[_Worker] = []
         self._selector.register(self._sock, selectors.EVENT_READ, None)
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
         self._thread = threading.Thread(target=self._network, name=f"kafka-listener-{self.port}", daemon=True)
@@ -350,8 +364,7 @@ class KafkaServer:
             except OSError:
                 pass
         self._wake()
-        with self._pool:
-            self._pool.notify_all()
+        self._wake_workers()
 
     def wait_served(self, timeout_s: float = CLOSE_WAIT_S) -> bool:
         """After :meth:`close`: wait until every connection's request being
@@ -486,45 +499,70 @@ class KafkaServer:
         self._selector.close()
         self._sock.close()
         self._wake_r.close()
-        with self._pool:
-            self._pool.notify_all()
+        self._wake_workers()
 
     # -- the workers ------------------------------------------------------------
 
     def _dispatch(self, conn: _Connection) -> None:
-        """Have a worker serve ``conn`` (a worker is started when none is
-        waiting and the pool is below ``max_workers``)."""
+        """Have a worker serve ``conn``: the idle worker that went idle last,
+        else a new one while the pool is below ``max_workers``, else the
+        first worker to finish what it serves."""
         with self._pool:
-            self._ready.append(conn)
-            if len(self._ready) > self._idle and self._workers < self.max_workers:
+            if self._idle:
+                worker = self._idle.pop()
+                worker.conn = conn
+                worker.event.set()
+                return
+            if self._workers < self.max_workers:
                 try:
-                    threading.Thread(target=self._work, name=f"kafka-worker-{self.port}", daemon=True).start()
+                    threading.Thread(target=self._work, args=(conn,), name=f"kafka-worker-{self.port}",
+                                     daemon=True).start()
                     self._workers += 1
+                    return
                 except RuntimeError:  # no thread to be had now: a running worker takes it
                     if not self._workers:
-                        self._ready.remove(conn)
                         log.warning("Kafka listener: no thread for the connection from %s; closing it",
                                     conn.client.peer)
                         self._end(conn)
                         return
-            self._pool.notify()
+            self._ready.append(conn)
 
-    def _work(self) -> None:
-        pool = self._pool
-        while True:
-            with pool:
-                while not self._ready:
-                    if self._closed.is_set() and not self._thread.is_alive():
-                        self._workers -= 1
-                        return
-                    self._idle += 1
-                    got = pool.wait(WORKER_IDLE_S if not self._closed.is_set() else 0.1)
-                    self._idle -= 1
-                    if not got and not self._ready and self._workers > MIN_WORKERS:
-                        self._workers -= 1
-                        return
-                conn = self._ready.popleft()
+    def _wake_workers(self) -> None:
+        """The server is closed: idle workers end."""
+        with self._pool:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.event.set()
+
+    def _work(self, conn: _Connection) -> None:
+        worker = _Worker()
+        while conn is not None:
             self._serve(conn)
+            conn = self._next(worker)
+
+    def _next(self, worker: _Worker) -> _Connection | None:
+        """The next connection for ``worker`` to serve; None: it ends (it had
+        nothing to do for :data:`WORKER_IDLE_S` and the pool holds more than
+        :data:`MIN_WORKERS`, or the server closed)."""
+        while True:
+            with self._pool:
+                if self._ready:
+                    return self._ready.popleft()
+                if self._closed.is_set():
+                    self._workers -= 1
+                    return None
+                worker.event.clear()
+                self._idle.append(worker)
+            worker.event.wait(WORKER_IDLE_S)
+            with self._pool:
+                conn, worker.conn = worker.conn, None
+                if conn is not None:
+                    return conn
+                if worker in self._idle:
+                    self._idle.remove(worker)
+                if self._closed.is_set() or self._workers > MIN_WORKERS:
+                    self._workers -= 1
+                    return None
 
     def _start(self, conn: _Connection) -> None:
         """A connection's first readiness, on its worker: the session and

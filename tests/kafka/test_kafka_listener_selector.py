@@ -3,7 +3,9 @@ not on a thread each. A thousand idle authenticated connections leave the
 listener's thread count far below a thousand while a confluent-kafka
 producer and consumer are served, and each idle one is still answered when
 it speaks again; a stranger that connects and sends nothing is closed at
-its authentication deadline while parked."""
+its authentication deadline while parked; the worker pool grown by a
+burst shrinks back while one client keeps sending (work goes to the worker
+idle last, so the others idle long enough to end)."""
 
 from __future__ import annotations
 
@@ -111,3 +113,33 @@ def test_a_parked_stranger_that_sends_nothing_is_closed_at_its_auth_deadline(kaf
     finally:
         sock.close()
     assert DEFAULT_AUTH_TIMEOUT_S - 0.5 <= took <= DEFAULT_AUTH_TIMEOUT_S + SWEEP_S + 2.0, took
+
+
+def test_the_worker_pool_shrinks_back_while_one_client_keeps_it_busy(kafka_config, listener_actor):
+    import threading
+
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from raylog.kafka.listener import MIN_WORKERS, WORKER_IDLE_S
+
+    def busy(rounds: int = 30) -> None:
+        with RawKafka(kafka_config, timeout_s=WAIT_S) as raw:
+            raw.authenticate()
+            for _ in range(rounds):
+                raw.request(MetadataRequest[1](topics=[]), MetadataResponse)
+
+    threads = [threading.Thread(target=busy) for _ in range(16)]  # a burst: many workers at once
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    grown = _stats(listener_actor)["workers"]
+    assert grown >= MIN_WORKERS + 4, grown  # (else the burst did not grow the pool, and this shows nothing)
+    with RawKafka(kafka_config, timeout_s=WAIT_S) as raw:  # one client, a request every 20 ms
+        raw.authenticate()
+        until = time.monotonic() + WORKER_IDLE_S + 3.0
+        while time.monotonic() < until:
+            assert raw.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
+            time.sleep(0.02)
+        shrunk = _stats(listener_actor)["workers"]
+    assert shrunk <= MIN_WORKERS + 2, (grown, shrunk)
