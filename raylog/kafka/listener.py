@@ -499,6 +499,7 @@ class KafkaServer:
         self._selector.close()
         self._sock.close()
         self._wake_r.close()
+        self._wake_w.close()  # (a worker's late wake-up then fails quietly)
         self._wake_workers()
 
     # -- the workers ------------------------------------------------------------
