@@ -13,16 +13,16 @@ The attack list (door: what a stranger tries → what it gets):
   AUTH, replayed proofs, 300 idle strangers, a HELLO every few seconds to stay past the
   authentication deadline → refused, shed or closed; nothing allocated of a
   claimed size.
-* Kafka listener: idle connections that never authenticate (3,000 of them
-  parked at once), half a frame sent then nothing, large frames before
-  SASL, a compressed Produce that inflates past the partition's bound →
-  deadline from accept (and from a frame's first byte), no thread held by
-  an idle or stalled connection, small frames before SASL, strangers shed
-  first at the limit, a per-address bound, decompression bounded as it
-  runs; group administration (ListGroups, DescribeGroups, DeleteGroups,
-  OffsetDelete) before SASL, and naming more groups or partitions than
-  served → closed, nothing listed or deleted; CreatePartitions before SASL
-  → closed, no partition added.
+* Kafka listener: idle connections that never authenticate (3,000 parked at
+  once), half a frame then nothing, large frames before SASL, a compressed
+  Produce that inflates past the partition's bound → deadline from accept
+  (and from a frame's first byte), no thread held by an idle or stalled
+  connection, small frames before SASL, strangers shed first at
+  the limit, a per-address bound, decompression bounded as it runs; group
+  administration (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete)
+  before SASL, and naming more groups or partitions than served → closed,
+  nothing listed or deleted; CreatePartitions before SASL → closed, no
+  partition added.
 * ZooKeeper: writes without the token anywhere (the root included), large
   znodes, many connections, four-letter words, a squatted cluster path, a
   killed server → refused or bounded; a squatted path reported as such; the
