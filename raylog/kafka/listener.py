@@ -448,8 +448,9 @@ class KafkaServer:
                 log.warning("Kafka listener: cannot watch the connection from %s (%s); closing it", peer, err)
                 self._end(conn)
                 continue
-            if not client.authenticated:
-                self._timed[conn] = client.accepted_at + self.auth_timeout_s
+            deadline = self._deadline(conn)
+            if deadline is not None:
+                self._timed[conn] = deadline
         return True
 
     def _park_returned(self) -> None:
@@ -471,6 +472,10 @@ class KafkaServer:
                 self._timed[conn] = deadline
 
     def _deadline(self, conn: _Connection) -> float | None:
+        """When parked ``conn`` must be closed if it sends nothing more (None:
+        never): a stranger's authentication deadline, a started frame's end.
+        (A connection whose transport handshake is still to come would be
+        given the authentication deadline here too.)"""
         if conn.frames is not None:
             return conn.frames.deadline()
         return None if conn.client.authenticated else conn.client.accepted_at + self.auth_timeout_s
