@@ -105,7 +105,7 @@ def test_a_frame_left_unfinished_closes_at_the_frame_timeout_while_others_are_se
         assert _ask(other) == 7
         assert _ended(stalled, 5)
         took = time.monotonic() - started
-        assert 0.9 <= took <= 2.0, took
+        assert 0.9 <= took <= 5.0, took  # (the frame timeout is 1 s; the default 30 s would fail this)
         assert _ask(other) == 7  # the other goes on
         assert srv.connections == 1
     finally:

@@ -112,7 +112,7 @@ def test_a_parked_stranger_that_sends_nothing_is_closed_at_its_auth_deadline(kaf
         took = time.monotonic() - start
     finally:
         sock.close()
-    assert DEFAULT_AUTH_TIMEOUT_S - 0.5 <= took <= DEFAULT_AUTH_TIMEOUT_S + SWEEP_S + 2.0, took
+    assert DEFAULT_AUTH_TIMEOUT_S - 0.5 <= took <= DEFAULT_AUTH_TIMEOUT_S + SWEEP_S + 5.0, took  # (a loaded machine)
 
 
 def test_the_worker_pool_shrinks_back_while_one_client_keeps_it_busy(kafka_config, listener_actor):
