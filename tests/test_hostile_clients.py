@@ -13,9 +13,11 @@ The attack list (door: what a stranger tries → what it gets):
   AUTH, replayed proofs, 300 idle strangers, a HELLO every few seconds to stay past the
   authentication deadline → refused, shed or closed; nothing allocated of a
   claimed size.
-* Kafka listener: idle connections that never authenticate, large frames
-  before SASL, a compressed Produce that inflates past the partition's bound
-  → deadline from accept, small frames before SASL, strangers shed first at
+* Kafka listener: idle connections that never authenticate (3,000 parked at
+  once), half a frame then nothing, large frames before SASL, a compressed
+  Produce that inflates past the partition's bound → deadline from accept
+  (and from a frame's first byte), no thread held by an idle or stalled
+  connection, small frames before SASL, strangers shed first at
   the limit, a per-address bound, decompression bounded as it runs; group
   administration (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete)
   before SASL, and naming more groups or partitions than served → closed,
@@ -354,6 +356,18 @@ def _open_now(sock: socket.socket) -> bool:
         return False
 
 
+def _raise_nofile(needed: int) -> None:
+    """Let this process open ``needed`` files (the soft limit raised to the
+    hard one), or skip the test."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"this process may open {hard} files; the test needs {needed}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 def _close_all(socks) -> None:
     for sock in socks:
         try:
@@ -496,27 +510,106 @@ def test_kafka_strangers_of_one_address_are_bounded(kafka_listener):
 def test_kafka_strangers_from_many_addresses_are_shed_first_at_the_connection_limit(kafka_listener):
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-    from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANGERS_PER_ADDRESS
+    import ray
 
-    config, _ = kafka_listener
+    from raylog.kafka.connections import DEFAULT_MAX_STRANGERS_PER_ADDRESS
+
+    config, actor = kafka_listener
+    # the bound in force: DEFAULT_MAX_CONNECTIONS, or less where the process has fewer open files
+    limit = ray.get(actor.stats.remote(), timeout=30)["max_connections"]
+    _raise_nofile(limit + 1000)
     host, port = _kafka_raw().bootstrap(config)
     per_address = DEFAULT_MAX_STRANGERS_PER_ADDRESS - 4  # under the per-address bound: only the limit sheds
-    addresses = [f"127.0.0.{i}" for i in range(2, 2 + DEFAULT_MAX_CONNECTIONS // per_address + 2)]
+    addresses = [f"127.0.{i // 250}.{2 + i % 250}" for i in range(limit // per_address + 2)]
     socks = []
     try:
         for address in addresses:  # more strangers than the listener serves, from loopback addresses of this machine
             for _ in range(per_address):
                 socks.append(socket.create_connection((host, port), timeout=10, source_address=(address, 0)))
-        assert len(socks) > DEFAULT_MAX_CONNECTIONS
+        assert len(socks) > limit
         time.sleep(1.0)
         open_now = [_open_now(sock) for sock in socks]
-        assert sum(open_now) <= DEFAULT_MAX_CONNECTIONS and not any(open_now[:len(socks) - DEFAULT_MAX_CONNECTIONS])
+        assert sum(open_now) <= limit and not any(open_now[:len(socks) - limit])
         for _ in range(3):  # clients with the token get in, one after another, while the strangers stay
             with _kafka_raw().RawKafka(config) as raw:
                 raw.authenticate()
                 assert raw.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
     finally:
         _close_all(socks)
+
+
+def _threads(actor) -> int:
+    """The listener process's thread count now."""
+    import ray
+
+    pid = ray.get(actor.stats.remote(), timeout=30)["pid"]
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no Threads in /proc/<pid>/status")
+
+
+#: how many threads the listener's process may gain while holding many idle connections
+KAFKA_THREAD_GROWTH_BOUND = 100
+
+
+def test_kafka_3000_idle_strangers_hold_no_thread_each_and_are_closed_at_the_deadline(kafka_listener):
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from raylog.kafka.connections import DEFAULT_MAX_STRANGERS_PER_ADDRESS
+    from raylog.kafka.listener import DEFAULT_AUTH_TIMEOUT_S, SWEEP_S
+
+    config, actor = kafka_listener
+    _raise_nofile(4000)
+    host, port = _kafka_raw().bootstrap(config)
+    before = _threads(actor)
+    per_address = DEFAULT_MAX_STRANGERS_PER_ADDRESS // 2
+    socks = []
+    try:
+        for i in range(3000):  # connected, then silent
+            address = f"127.1.{i // per_address // 250}.{2 + i // per_address % 250}"
+            socks.append(socket.create_connection((host, port), timeout=10, source_address=(address, 0)))
+        opened = time.monotonic()  # (the last one's deadline runs from about now)
+        assert sum(map(_open_now, socks)) == len(socks)  # none shed: under every bound
+        assert _threads(actor) - before < KAFKA_THREAD_GROWTH_BOUND
+        with _kafka_raw().RawKafka(config) as raw:  # a client with the token is served meanwhile
+            raw.authenticate()
+            asked = time.monotonic()
+            assert raw.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
+            assert time.monotonic() - asked < 1.0
+        time.sleep(max(0.0, opened + DEFAULT_AUTH_TIMEOUT_S + SWEEP_S + 3.0 - time.monotonic()))
+        still = sum(map(_open_now, socks))
+        assert not still, f"{still} strangers parked in the selector outlived the authentication deadline"
+    finally:
+        _close_all(socks)
+
+
+def test_kafka_200_clients_that_send_half_a_frame_and_stall_hold_no_worker_and_are_closed(kafka_listener):
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from raylog.kafka.listener import FRAME_TIMEOUT_S, SWEEP_S
+
+    config, actor = kafka_listener
+    before = _threads(actor)
+    stalled = []
+    try:
+        for _ in range(200):  # authenticated, then half of a 1,000-byte frame
+            raw = _kafka_raw().RawKafka(config)
+            stalled.append(raw)
+            raw.authenticate()
+            raw.sock.sendall((1000).to_bytes(4, "big") + b"\0" * 500)
+        started = time.monotonic()
+        time.sleep(1.0)
+        assert _threads(actor) - before < KAFKA_THREAD_GROWTH_BOUND
+        with _kafka_raw().RawKafka(config) as raw:  # another client is served meanwhile
+            raw.authenticate()
+            assert raw.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
+        assert all(_open_now(raw.sock) for raw in stalled)  # (within the frame timeout)
+        time.sleep(max(0.0, started + FRAME_TIMEOUT_S + SWEEP_S + 3.0 - time.monotonic()))
+        assert not any(_open_now(raw.sock) for raw in stalled), "a frame started and left stalled kept its connection"
+    finally:
+        _close_all(raw.sock for raw in stalled)
 
 
 def _batch_of_one_record(codec: int, value_head: bytes, zeros: int) -> bytes:

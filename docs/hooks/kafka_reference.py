@@ -43,16 +43,20 @@ def render_limits() -> str:
     from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANGERS_PER_ADDRESS
     from raylog.kafka.admin import MAX_TOPICS
     from raylog.kafka.group_admin import MAX_GROUPS, MAX_PARTITIONS, MAX_STATES
-    from raylog.kafka.listener import DEFAULT_AUTH_TIMEOUT_S, FRAME_TIMEOUT_S
+    from raylog.kafka.listener import DEFAULT_AUTH_TIMEOUT_S, DEFAULT_MAX_WORKERS, FRAME_TIMEOUT_S
 
     rows = [
         ("largest request frame", f"{MAX_REQUEST_BYTES:,} bytes (`raylog.kafka.frames.MAX_REQUEST_BYTES`)"),
         ("largest request before SASL completes", f"{PRE_AUTH_MAX_REQUEST_BYTES:,} bytes "
                                                   "(`raylog.kafka.frames.PRE_AUTH_MAX_REQUEST_BYTES`)"),
-        ("time to finish a frame once begun", f"{FRAME_TIMEOUT_S:g} s (`raylog.kafka.listener.FRAME_TIMEOUT_S`)"),
+        ("time to finish a frame from its first byte", f"{FRAME_TIMEOUT_S:g} s (`raylog.kafka.listener.FRAME_TIMEOUT_S`)"),
         ("time to complete SASL after connecting", f"{DEFAULT_AUTH_TIMEOUT_S:g} s "
                                                    "(`raylog.kafka.listener.DEFAULT_AUTH_TIMEOUT_S`)"),
-        ("connections per listener", f"{DEFAULT_MAX_CONNECTIONS} (`raylog.kafka.connections.DEFAULT_MAX_CONNECTIONS`)"),
+        ("connections per listener", f"{DEFAULT_MAX_CONNECTIONS:,} (`raylog.kafka.connections.DEFAULT_MAX_CONNECTIONS`), "
+                                     "at most the process's open files limit (raised to its hard limit at start) "
+                                     "less a quarter of it (`raylog.kafka.listener.connection_limit`)"),
+        ("worker threads per listener", f"{DEFAULT_MAX_WORKERS} (`raylog.kafka.listener.DEFAULT_MAX_WORKERS`): "
+                                        "idle connections hold none"),
         ("connections not yet authenticated per client address",
          f"{DEFAULT_MAX_STRANGERS_PER_ADDRESS} (`raylog.kafka.connections.DEFAULT_MAX_STRANGERS_PER_ADDRESS`)"),
         ("groups one DescribeGroups or DeleteGroups names", f"{MAX_GROUPS:,} (`raylog.kafka.group_admin.MAX_GROUPS`)"),

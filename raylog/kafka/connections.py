@@ -19,9 +19,19 @@ authenticated from its accept). The bounds:
   address fill the bound still gets in (it is the newest of them) and has
   the authentication deadline to prove itself.
 
+The table holds no thread per connection: the listener
+(:mod:`raylog.kafka.listener`) keeps idle connections in a selector, so
+the bound is the process's open files, not its threads (the listener
+lowers ``max_connections`` to what its ``RLIMIT_NOFILE`` allows, see
+:func:`raylog.kafka.listener.connection_limit`). Shedding a connection
+shuts its socket down: a parked one turns readable and the worker that
+takes it finds it closed; one being served fails its next read or write.
+
 Thread-safety: every method may be called from any thread (one lock); a
-:class:`Client`'s ``waiting_since`` is written by its connection's thread
-only (read under the lock, a stale value only makes shedding less exact).
+:class:`Client`'s ``waiting_since`` is written by whichever thread holds
+its connection at the time (the worker serving it, or the listener's
+network thread when it parks it; read under the lock, a stale value only
+makes shedding less exact).
 """
 
 from __future__ import annotations
@@ -33,8 +43,9 @@ import time
 
 log = logging.getLogger(__name__)
 
-#: the most connections one listener serves at once
-DEFAULT_MAX_CONNECTIONS = 256
+#: the most connections one listener serves at once (idle ones wait in a
+#: selector: a socket and a few hundred bytes each, no thread)
+DEFAULT_MAX_CONNECTIONS = 10_000
 #: the most connections not yet authenticated from one source address
 DEFAULT_MAX_STRANGERS_PER_ADDRESS = 64
 #: at the limit, an authenticated connection waiting this long for its next
@@ -44,8 +55,8 @@ DEFAULT_SHED_IDLE_AFTER_S = 0.5
 
 class Client:
     """One accepted connection: its socket, source address, accept time,
-    whether it has authenticated, and since when its thread waits for its
-    next request (None: busy with one)."""
+    whether it has authenticated, and since when it waits for its next
+    request (None: busy with one)."""
 
     __slots__ = ("sock", "peer", "address", "accepted_at", "authenticated", "waiting_since", "shed")
 
@@ -156,7 +167,7 @@ class ClientTable:
 
     def _shed_locked(self, client: Client) -> None:
         """Close ``client`` to make room; it leaves the count at once, and its
-        thread ends on its own (its receive returns)."""
+        connection ends on its own (its socket, shut down, reads the end)."""
         self._clients.pop(client, None)
         self._forget_stranger(client)
         client.shed = True
