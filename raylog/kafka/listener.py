@@ -594,7 +594,10 @@ class KafkaServer:
         replaces ``conn.sock``), then the session and frames are made."""
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls is not None:
-            conn.sock = secure(conn.client, self.tls, conn.client.accepted_at + self.auth_timeout_s)
+            try:
+                secure(conn.client, self.tls, conn.client.accepted_at + self.auth_timeout_s)
+            finally:  # the TLS socket holds the connection's file now, handshake done or not
+                conn.sock = conn.client.sock
         conn.session = Session(self.backend, conn.client.peer)
         conn.frames = _Frames(conn.sock, self.frame_timeout_s,
                               None if conn.session.authenticated else conn.client.accepted_at + self.auth_timeout_s)
