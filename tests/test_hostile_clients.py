@@ -20,7 +20,7 @@ The attack list (door: what a stranger tries → what it gets):
   administration (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete)
   before SASL, and naming more groups or partitions than served → closed,
   nothing listed or deleted; CreatePartitions before SASL → closed, no
-  partition added.
+  partition added; DeleteRecords before SASL → closed, no record deleted.
 * ZooKeeper: writes without the token anywhere (the root included), large
   znodes, many connections, four-letter words, a squatted cluster path, a
   killed server → refused or bounded; a squatted path reported as such; the
@@ -440,6 +440,35 @@ def test_kafka_create_partitions_before_sasl_is_closed_and_adds_nothing(raylog_c
     assert raylog_client.registry.topic_config(topic).partitions == 1
     assert len(raylog_client.describe_topic(topic)["partitions"]) == 1
     # bounds on what an authenticated client names: tests/kafka/test_kafka_create_partitions.py
+
+
+def test_kafka_delete_records_before_sasl_is_closed_and_deletes_nothing(raylog_client, kafka_listener, make_topic):
+    from kafka.protocol.admin import DeleteRecordsRequest
+
+    config, _ = kafka_listener
+    topic = make_topic(partitions=1)
+    producer = raylog_client.producer(acks="all")
+    for i in range(5):
+        producer.send(topic, b"kept-%d" % i, partition=0)
+    producer.flush(30)
+    producer.close()
+    before = raylog_client.offsets(topic, 0)
+    assert before[1] > 0
+    Topic = DeleteRecordsRequest.DeleteRecordsTopic
+    for version in (0, 2):
+        request = DeleteRecordsRequest[version](
+            topics=[Topic(name=topic, partitions=[Topic.DeleteRecordsPartition(partition_index=0, offset=-1)])],
+            timeout_ms=30_000)
+        request.with_header(correlation_id=1, client_id="stranger")
+        (sock,) = _strangers(config, 1)
+        try:
+            sock.sendall(bytes(request.encode(header=True, framed=True)))
+            sock.settimeout(10)
+            assert sock.recv(1) == b"", "DeleteRecords before SASL was answered"
+        finally:
+            sock.close()
+    assert raylog_client.offsets(topic, 0) == before
+    # bounds on what an authenticated client names: tests/kafka/test_kafka_delete_records.py
 
 
 def test_kafka_strangers_of_one_address_are_bounded(kafka_listener):
