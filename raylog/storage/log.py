@@ -4,7 +4,9 @@ On disk a partition is a directory of segment files ``<base offset, 20
 digits>.log`` (:mod:`raylog.storage.segment`) plus a small checkpoint file,
 ``recovery-point``, holding the last flushed offset (with a CRC32C of its own),
 ``producer-state``, the journal of idempotent producers' sequences
-(:mod:`raylog.storage.producer_state`), ``<offset, 20 digits>.producers``,
+(:mod:`raylog.storage.producer_state`), ``log-start-offset``, the log start
+when a deletion of records moved it past the first segment's base
+(:mod:`raylog.storage.log_start`), ``<offset, 20 digits>.producers``,
 snapshots of format 2's producer state written at segment rolls
 (:mod:`raylog.storage.batch_producers`), ``format``, the version of each of
 these kinds of file (:mod:`raylog.storage.format_file`: checked before
@@ -51,7 +53,11 @@ Life of a message set:
 3. :meth:`PartitionLog.read` hands out a :class:`FileSlice` of bytes below the
    high watermark for ``os.sendfile``.
 4. :meth:`PartitionLog.delete_old_segments` drops whole old segments
-   (retention); the log start offset moves forward. :meth:`PartitionLog.maybe_roll`
+   (retention); the log start offset moves forward.
+   :meth:`PartitionLog.delete_records_before` (Kafka's DeleteRecords) moves
+   it to any offset up to the high watermark, inside a segment too, kept in
+   ``log-start-offset``: reads, counts and lookups by time start there, and
+   the segments wholly below it go (at once, or once closed by retention). :meth:`PartitionLog.maybe_roll`
    (the owner's timer) rolls an active segment older than ``segment_ms``,
    so that retention reaches the data of a quiet partition too.
 
