@@ -225,3 +225,24 @@ def test_a_follower_takes_a_larger_leader_start_within_its_log(tmp_path):
         assert log.advance_log_start(end + 500) == end  # not past its own log
     with PartitionLog(tmp_path / "p", CONFIG) as log:
         assert log.log_start_offset == end
+
+
+def test_the_cleaner_never_brings_back_records_below_the_start(tmp_path):
+    config = CONFIG.replace(cleanup_policy="compact", min_compaction_lag_ms=0, min_cleanable_dirty_ratio=0.01)
+    with PartitionLog(tmp_path / "p", config) as log:
+        for round_ in range(3):  # every key written three times: the cleaner removes the older ones
+            for k in range(8):
+                log.append(encode_batch([b"r%d-%d" % (round_, k) + b"." * 150], [b"k%d" % k], timestamp_ms=1))
+        log.flush()
+        first = log.segment_bases[0]
+        target = first + 1  # inside the first batch of the first segment
+        log.delete_records_before(target)
+        kept = _records_from(log, target)
+        assert log.clean(now_ms=10**13, force=True) is not None
+        assert log.segment_bases[0] == first and log.log_start_offset == target
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read(first, 100)
+        assert all(o >= target for o, _v in _records_from(log, target))
+        assert set(_records_from(log, target)) <= set(kept)
+    with PartitionLog(tmp_path / "p", config) as log:
+        assert log.log_start_offset == target
