@@ -181,7 +181,10 @@ def count_range(log, start: int, end: int, max_bytes: int, *, held: bool = False
             earliest=earliest,
             latest=latest,
         )
-    read = getattr(log, "read_held", None) or log.read
+    held_read = getattr(log, "read_held", None) or log.read
+
+    def read(offset: int, max_bytes: int):  # below the log start only in the count's own walks
+        return log.read(offset, max_bytes) if offset >= earliest else held_read(offset, max_bytes)
     config = log.config
     max_message_bytes = config.max_message_bytes
     max_inflated = config.max_inflated_limit

@@ -993,28 +993,32 @@ class PartitionLog(LogBasics):
         the start (as Kafka serves it). In a segment of format 1 it moves to
         the first message boundary at or after ``offset`` (a compressed
         wrapper holding ``offset`` goes whole), which is what is returned.
-        Takes the writer's locks (waits for a cleaning pass in progress)."""
-        with self._clean_lock, self._flush_lock:
-            with self._lock:
-                self._check_writable()
-                hw = self._hw if high_watermark is None else min(self._hw, high_watermark)
-                start = self.log_start_offset
-                if offset == -1:
-                    offset = hw
-                if not 0 <= offset <= hw:
-                    raise OffsetOutOfRangeError(
-                        f"cannot delete the records before offset {offset} of {self._dir}: it lies outside "
-                        f"[0, {hw}] (the high watermark {hw}; -1 means the high watermark); nothing was deleted",
-                        offset=offset, earliest=start, latest=hw,
-                    )
-                if offset <= start:
-                    return start
-                offset = self._record_boundary(offset, hw)
-                if offset <= start:
-                    return start
-                self._move_start(offset)
-            self._drop_below_start()
-            return self.log_start_offset
+        Any thread: takes the writer's lock, as retention does (a cleaning
+        pass in progress goes on; a segment it cleans that goes meanwhile is
+        not swapped in)."""
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw if high_watermark is None else min(self._hw, high_watermark)
+        start = self.log_start_offset
+        if offset == -1:
+            offset = hw
+        if not 0 <= offset <= hw:
+            raise OffsetOutOfRangeError(
+                f"cannot delete the records before offset {offset} of {self._dir}: it lies outside "
+                f"[0, {hw}] (the high watermark {hw}; -1 means the high watermark); nothing was deleted",
+                offset=offset, earliest=start, latest=hw,
+            )
+        if offset > start:
+            # read outside the writer's lock (a walk of format 1's messages); the high watermark only grows
+            offset = self._record_boundary(offset, hw)
+        with self._lock:
+            self._check_writable()
+            start = self.log_start_offset
+            if offset <= start:
+                return start
+            self._move_start(offset)
+        self._drop_below_start()
+        return self.log_start_offset
 
     def advance_log_start(self, offset: int) -> int:
         """A follower takes its leader's log start (the ``log_start_offset``
@@ -1022,28 +1026,36 @@ class PartitionLog(LogBasics):
         is larger and within this log (at most its end: a start past it
         waits for the bytes), kept as :meth:`delete_records_before` keeps
         it, and segments wholly below it are deleted. Returns the log
-        start. Any thread (the writer's locks)."""
-        with self._clean_lock, self._flush_lock:
-            with self._lock:
-                self._check_writable()
-                offset = min(offset, self._leo)
-                if offset <= self.log_start_offset:
-                    return self.log_start_offset
-                self._move_start(offset)
-            self._drop_below_start()
-            return self.log_start_offset
+        start. Any thread (the writer's lock)."""
+        with self._lock:
+            self._check_writable()
+            offset = min(offset, self._leo)
+            if offset <= self.log_start_offset:
+                return self.log_start_offset
+            self._move_start(offset)
+        self._drop_below_start()
+        return self.log_start_offset
 
     def _record_boundary(self, offset: int, hw: int) -> int:
-        """Where a start at ``offset`` (below ``hw``) lies: ``offset`` itself
-        in a segment of format 2 or at a segment's base; in one of format 1
-        the first message boundary at or after it (writer's lock held)."""
+        """Where a start at ``offset`` (below ``hw``, at or past the log
+        start) lies: ``offset`` itself in a segment of format 2 or at a
+        segment's base; in one of format 1 the first message boundary at or
+        after it, walked from the time index's last entry before it (or the
+        segment's base, where that entry is no boundary). A reader's call:
+        no lock."""
         if offset >= hw:
             return offset
-        bases, segments = self._view
+        view = self._view
+        bases, segments = view
         segment = segments[bisect.bisect_right(bases, offset) - 1]
         if offset == segment.base_offset or segment.format == 2 or segment.offsets is not None:
             return offset
-        return self._reader.message_boundaries(self._view, hw, segment.base_offset, hw, [offset])[0]
+        for begin in (max(segment.timeindex.boundary_before(offset), bases[0]), segment.base_offset):
+            try:
+                return self._reader.message_boundaries(view, hw, begin, hw, [offset])[0]
+            except InvalidOffsetError:
+                continue  # the index entry is no boundary: from the segment's base
+        return self._reader.message_boundaries(view, hw, segment.base_offset, hw, [offset])[0]
 
     def _move_start(self, offset: int) -> None:
         """Record ``offset`` as the log start (writer's lock held)."""
