@@ -57,9 +57,10 @@ Life of a message set:
    :meth:`PartitionLog.delete_records_before` (Kafka's DeleteRecords) moves
    it to any offset up to the high watermark, inside a segment too, kept in
    ``log-start-offset``: reads, counts and lookups by time start there, and
-   the segments wholly below it go (at once, or once closed by retention). :meth:`PartitionLog.maybe_roll`
-   (the owner's timer) rolls an active segment older than ``segment_ms``,
-   so that retention reaches the data of a quiet partition too.
+   the segments wholly below it go (at once, or once closed by retention).
+   :meth:`PartitionLog.maybe_roll` (the owner's timer) rolls an active
+   segment older than ``segment_ms``, so that retention reaches the data of
+   a quiet partition too.
 
 Transactions (docs/design.md §6; :mod:`raylog.storage.transactions`): a
 transactional batch opens its producer's transaction here, checked first
@@ -1050,12 +1051,11 @@ class PartitionLog(LogBasics):
         segment = segments[bisect.bisect_right(bases, offset) - 1]
         if offset == segment.base_offset or segment.format == 2 or segment.offsets is not None:
             return offset
-        for begin in (max(segment.timeindex.boundary_before(offset), bases[0]), segment.base_offset):
-            try:
-                return self._reader.message_boundaries(view, hw, begin, hw, [offset])[0]
-            except InvalidOffsetError:
-                continue  # the index entry is no boundary: from the segment's base
-        return self._reader.message_boundaries(view, hw, segment.base_offset, hw, [offset])[0]
+        try:
+            begin = max(segment.timeindex.boundary_before(offset), segment.base_offset)
+            return self._reader.message_boundaries(view, hw, begin, hw, [offset])[0]
+        except InvalidOffsetError:  # the index entry is no boundary: walk from the segment's base
+            return self._reader.message_boundaries(view, hw, segment.base_offset, hw, [offset])[0]
 
     def _move_start(self, offset: int) -> None:
         """Record ``offset`` as the log start (writer's lock held)."""
