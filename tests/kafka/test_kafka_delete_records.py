@@ -100,6 +100,23 @@ def _delete_raw(kafka_config, version: int, entries, timeout_ms: int = 30_000):
             for p in t.partitions]
 
 
+def _fetch(kafka_config, name: str, offset: int) -> tuple[int, int, bytes]:
+    """A raw Fetch (version 5, the first with log_start_offset) of partition
+    0 at ``offset``: ``(error_code, log_start_offset, records)``."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    FetchTopic = FetchRequest.FetchTopic
+    with RawKafka(kafka_config) as raw:
+        raw.authenticate()
+        answer = raw.request(FetchRequest[5](
+            replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+            topics=[FetchTopic(topic=name, partitions=[FetchTopic.FetchPartition(
+                partition=0, fetch_offset=offset, log_start_offset=-1, partition_max_bytes=1 << 20)])]),
+            FetchResponse)
+    part = answer.responses[0].partitions[0]
+    return part.error_code, part.log_start_offset, bytes(part.records or b"")
+
+
 # -------------------------------------------------------------- failures first
 
 
@@ -176,6 +193,10 @@ def test_kafka_python_admin_deletes_records_inside_a_batch(raylog_client, kafka_
         consumer.close()
     assert _consume_from_earliest(kafka_config, name, 0, 13) == [(o, b"v-%03d" % i) for i, o in enumerate(offsets)
                                                                  if i >= 7]
+    # a Fetch below the start: OFFSET_OUT_OF_RANGE with the partition's log start; at the start: its batch
+    assert _fetch(kafka_config, name, offsets[2])[:2] == (1, target)
+    code, log_start_offset, records = _fetch(kafka_config, name, target)
+    assert (code, log_start_offset) == (0, target) and records[:8] == offsets[5].to_bytes(8, "big")
     # a fetch of offsets[2] is out of range: the consumer resets to earliest and gets the start on
     assert _consume_from_earliest(kafka_config, name, 0, 13, seek=offsets[2])[0] == (target, b"v-007")
     # raylog's consumer from earliest: the records at and after the start only
