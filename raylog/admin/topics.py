@@ -33,7 +33,6 @@ from raylog.errors import (
     BrokerUnavailableError,
     ConfigError,
     InvalidPartitionsError,
-    OffsetOutOfRangeError,
     RaylogError,
 )
 from raylog.groups.admin import delete_topic_offsets
@@ -383,15 +382,10 @@ class TopicAdmin:
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
                 raise BrokerUnavailableError(f"the partition actor of {topic} did not answer: {err}") from None
 
-        # every offset checked against its high watermark before any moves: a bad one changes nothing
+        # every offset checked against its partition's high watermark (a replicated leader's committed
+        # offset) before any start moves: a bad one changes nothing
         for p, offset in offsets.items():
-            start, hw = call(actors[p].offsets.remote())
-            if offset != -1 and not 0 <= offset <= hw:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete the records of {topic}-{p} before offset {offset}: it lies outside [0, {hw}] "
-                    f"(the log holds [{start}, {hw}]; -1 means the high watermark); nothing was deleted",
-                    topic=topic, partition=p, offset=offset, earliest=start, latest=hw,
-                )
+            call(actors[p].delete_records.remote(offset, token=self.settings.token, validate_only=True))
         return {p: call(actors[p].delete_records.remote(offset, token=self.settings.token))
                 for p, offset in offsets.items()}
 
