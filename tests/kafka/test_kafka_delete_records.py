@@ -157,6 +157,45 @@ def test_too_many_partitions_in_one_request_close_the_connection_and_delete_noth
     assert raylog_client.offsets(name, 0) == before
 
 
+class _RefusingTopics:
+    """A topic administration whose ``delete_records`` raises the error named
+    by the partition index (the answer's mapping, without a cluster)."""
+
+    def __init__(self, errors):
+        self.errors = errors
+
+    def delete_records(self, topic, offsets, timeout_s):
+        (partition, _offset), = offsets.items()
+        raise self.errors[partition]
+
+
+def test_each_refusal_is_answered_with_its_kafka_code():
+    from types import SimpleNamespace
+
+    from kafka.protocol.admin import DeleteRecordsRequest
+
+    from raylog.errors import (
+        BrokerUnavailableError,
+        NotOwnerError,
+        OffsetOutOfRangeError,
+        RequestTimeoutError,
+        UnknownPartitionError,
+    )
+    from raylog.kafka.admin import delete_records
+
+    errors = [OffsetOutOfRangeError("past"), UnknownPartitionError("none"), NotOwnerError("moved"),
+              BrokerUnavailableError("starting"), RequestTimeoutError("slow")]
+    Topic = DeleteRecordsRequest.DeleteRecordsTopic
+    body = DeleteRecordsRequest[1](topics=[Topic(name="t", partitions=[
+        Topic.DeleteRecordsPartition(partition_index=p, offset=5) for p in range(5)])], timeout_ms=1000)
+    answer = delete_records(SimpleNamespace(topics=_RefusingTopics(errors)), body, 1)
+    # OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER twice, REQUEST_TIMED_OUT
+    assert [(p.partition_index, p.error_code, p.low_watermark) for p in answer.topics[0].partitions] == [
+        (0, 1, -1), (1, 3, -1), (2, 6, -1), (3, 6, -1), (4, 7, -1)]
+    unserved = delete_records(SimpleNamespace(topics=None), body, 1)  # a listener without topic administration
+    assert {p.error_code for p in unserved.topics[0].partitions} == {31}  # CLUSTER_AUTHORIZATION_FAILED
+
+
 # -------------------------------------------------------------- what works
 
 
