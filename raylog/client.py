@@ -319,6 +319,29 @@ class Client:
         cluster's token and the Ray cluster (as :meth:`create_topic`)."""
         return self._topic_admin.add_partitions(name, total, timeout_s=timeout_s)
 
+    def delete_records(self, topic: str, offsets: dict[int, int], *, timeout_s: float = 30.0) -> dict[int, int]:
+        """Delete the records of ``topic`` before the given offsets (Kafka's
+        DeleteRecords): ``{partition: offset}`` in, ``{partition: new log
+        start offset}`` out. Each partition's log start moves to its offset,
+        inside a segment too, and is kept on disk; reads below it are out of
+        range (``OffsetOutOfRangeError``, as below retention), ``earliest``
+        (consumers' ``auto_offset_reset``, ``offsets``, Kafka's ListOffsets)
+        answers it, counts start at it, and whole segments below it are
+        deleted. An offset of -1 is the partition's high watermark
+        (everything readable goes). In a segment of record batches the start
+        may lie inside a batch (a reader skips the batch's records before
+        it); among format 1's messages it moves to the next message
+        boundary, which is what is answered. The start never moves back: an
+        offset below it answers the start as it is.
+
+        Raises :class:`raylog.UnknownTopicError` / ``UnknownPartitionError``,
+        or ``OffsetOutOfRangeError`` naming the bounds for an offset past a
+        partition's high watermark (or below 0 but -1): every offset is
+        checked before any partition changes, so nothing is deleted then.
+        On a replicated partition its leader moves the start and the
+        followers take it from their next fetch. Requires the cluster's token."""
+        return self._topic_admin.delete_records(topic, offsets, timeout_s)
+
     def delete_topic(self, name: str, timeout_s: float = 30.0) -> None:
         """Delete the topic and its logs on every node.
 

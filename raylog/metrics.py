@@ -21,7 +21,7 @@ partition actor:
   starts on the log's own flush threads are not timed;
 - ``raylog_partition_high_watermark`` (gauge): the high watermark (byte offset);
 - ``raylog_partition_log_start_offset`` (gauge): the log start offset (moves
-  with retention);
+  with retention and with ``client.delete_records``);
 - ``raylog_partition_log_size_bytes`` (gauge): bytes in the segment files;
 - ``raylog_partition_segments`` (gauge): number of segment files;
 - ``raylog_partition_recovery_truncated_bytes`` (counter): bytes recovery

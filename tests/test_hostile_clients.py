@@ -23,7 +23,8 @@ The attack list (door: what a stranger tries → what it gets):
   before SASL, and naming more groups or partitions than served → closed,
   nothing listed or deleted; CreatePartitions before SASL → closed, no
   partition added; DescribeCluster, DescribeProducers, ListTransactions
-  and DescribeTransactions before SASL → closed, nothing listed.
+  and DescribeTransactions before SASL → closed, nothing listed;
+  DeleteRecords before SASL → closed, no record deleted.
 * Kafka listener's TLS door (a second cluster's listener, started with
   ``raylog tls init``'s files): a TCP connection that sends nothing or half a
   ClientHello and stalls, garbage or a plaintext Kafka request instead of a
@@ -485,6 +486,34 @@ def test_kafka_cluster_producer_and_transaction_listings_before_sasl_are_closed(
         finally:
             sock.close()
     # bounds on what an authenticated client names: tests/kafka/test_kafka_transaction_admin.py
+
+def test_kafka_delete_records_before_sasl_is_closed_and_deletes_nothing(raylog_client, kafka_listener, make_topic):
+    from kafka.protocol.admin import DeleteRecordsRequest
+
+    config, _ = kafka_listener
+    topic = make_topic(partitions=1)
+    producer = raylog_client.producer(acks="all")
+    for i in range(5):
+        producer.send(topic, b"kept-%d" % i, partition=0)
+    producer.flush(30)
+    producer.close()
+    before = raylog_client.offsets(topic, 0)
+    assert before[1] > 0
+    Topic = DeleteRecordsRequest.DeleteRecordsTopic
+    for version in (0, 2):
+        request = DeleteRecordsRequest[version](
+            topics=[Topic(name=topic, partitions=[Topic.DeleteRecordsPartition(partition_index=0, offset=-1)])],
+            timeout_ms=30_000)
+        request.with_header(correlation_id=1, client_id="stranger")
+        (sock,) = _strangers(config, 1)
+        try:
+            sock.sendall(bytes(request.encode(header=True, framed=True)))
+            sock.settimeout(10)
+            assert sock.recv(1) == b"", "DeleteRecords before SASL was answered"
+        finally:
+            sock.close()
+    assert raylog_client.offsets(topic, 0) == before
+    # bounds on what an authenticated client names: tests/kafka/test_kafka_delete_records.py
 
 
 def test_kafka_strangers_of_one_address_are_bounded(kafka_listener):

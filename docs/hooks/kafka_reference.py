@@ -41,6 +41,7 @@ def render_apis() -> str:
 def render_limits() -> str:
     from raylog.kafka.frames import MAX_REQUEST_BYTES, PRE_AUTH_MAX_REQUEST_BYTES
     from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANGERS_PER_ADDRESS
+    from raylog.kafka.admin import MAX_PARTITIONS as MAX_DELETE_RECORDS_PARTITIONS
     from raylog.kafka.admin import MAX_TOPICS
     from raylog.kafka.group_admin import MAX_GROUPS, MAX_PARTITIONS, MAX_STATES
     from raylog.kafka.listener import DEFAULT_AUTH_TIMEOUT_S, DEFAULT_MAX_WORKERS, FRAME_TIMEOUT_S
@@ -63,5 +64,7 @@ def render_limits() -> str:
         ("topics and partitions, together, one OffsetDelete names", f"{MAX_PARTITIONS:,} (`raylog.kafka.group_admin.MAX_PARTITIONS`)"),
         ("states one ListGroups filter names", f"{MAX_STATES} (`raylog.kafka.group_admin.MAX_STATES`)"),
         ("topics one CreatePartitions names", f"{MAX_TOPICS:,} (`raylog.kafka.admin.MAX_TOPICS`)"),
+        ("partitions, over all its topics, one DeleteRecords names",
+         f"{MAX_DELETE_RECORDS_PARTITIONS:,} (`raylog.kafka.admin.MAX_PARTITIONS`)"),
     ]
     return "\n".join(["| bound | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]) + "\n"

@@ -61,7 +61,7 @@ from raylog.actors.process_exit import (
     until_zookeeper,
 )
 from raylog.config import NAMESPACE, TopicConfig, actor_name
-from raylog.errors import AuthenticationError, ClosedError, HandoffError, NotOwnerError
+from raylog.errors import AuthenticationError, ClosedError, HandoffError, NotOwnerError, OffsetOutOfRangeError
 from raylog.metrics import PartitionMetrics
 from raylog.replication.mend import damaged_ranges, mend_from_isr
 from raylog.replication.preferred import PreferredWatch
@@ -672,6 +672,41 @@ class PartitionActor:
 
     def delete_old_segments(self) -> list:
         return self.log.delete_old_segments()
+
+    def delete_records(self, offset: int, token: bytes | None = None, validate_only: bool = False) -> int:
+        """Delete the partition's records before ``offset`` (Kafka's
+        DeleteRecords; :meth:`PartitionLog.delete_records_before`): the log
+        start moves there (-1: the high watermark) and is kept on disk;
+        returns the new log start. The high watermark bounding ``offset`` is
+        the one readers see: on a replicated partition the leader's committed
+        offset, and the followers take the new start from their next fetch
+        (``log_start_offset`` of its answer). Leader only: a follower, or a
+        replica not serving, raises the retriable :class:`NotOwnerError`.
+        :class:`~raylog.errors.OffsetOutOfRangeError` (naming the bounds)
+        for an offset past the high watermark: nothing changes.
+        ``validate_only``: only that check, against the same high watermark,
+        and the log start as it is answered. Requires the cluster token."""
+        self._check_token(token, "delete-records")
+        view = self._resolve(self.topic, self.partition)
+        if view is None or (self.role is not None and self.role.leader is None):
+            raise NotOwnerError(f"{self.topic}-{self.partition}: this replica does not lead the partition now; "
+                                f"delete the records at its leader", topic=self.topic, partition=self.partition)
+        if validate_only:
+            hw, start = view.high_watermark, self.log.log_start_offset
+            if offset != -1 and not 0 <= offset <= hw:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete the records of {self.topic}-{self.partition} before offset {offset}: it lies "
+                    f"outside [0, {hw}] (the log holds [{start}, {hw}]; -1 means the high watermark); nothing was "
+                    f"deleted", topic=self.topic, partition=self.partition, offset=offset, earliest=start, latest=hw)
+            return start
+        try:
+            start = self.log.delete_records_before(offset, high_watermark=view.high_watermark)
+        except ClosedError:
+            raise NotOwnerError(f"{self.topic}-{self.partition} is closing; delete the records where it is "
+                                f"served next", topic=self.topic, partition=self.partition) from None
+        log.info("partition %s-%d: records before %d deleted (asked: %d)", self.topic, self.partition, start,
+                 offset)
+        return start
 
     def shutdown(self, delete_data: bool = False, token: bytes | None = None) -> None:
         """Stop serving: endpoint gone, server stopped, log flushed and closed

@@ -28,7 +28,13 @@ from raylog.actors.supervisor import DEFAULT_INTERVAL_S, remove_deleted
 from raylog.actors.supervisor import start_supervisor as _start_supervisor
 from raylog.auth import check
 from raylog.config import NAMESPACE, TopicConfig, actor_name
-from raylog.errors import ArgumentTypeError, BrokerUnavailableError, ConfigError, InvalidPartitionsError, RaylogError
+from raylog.errors import (
+    ArgumentTypeError,
+    BrokerUnavailableError,
+    ConfigError,
+    InvalidPartitionsError,
+    RaylogError,
+)
 from raylog.groups.admin import delete_topic_offsets
 from raylog.replication.admin import describe_replicas, follower_actors, leader_actor, record_replicas, start_followers
 from raylog.replication.reassign import reassign_partition
@@ -350,6 +356,38 @@ class TopicAdmin:
         check(self.settings.cluster, self.settings.token, f"handing off {topic}-{partition}")
         return request_handoff(self._zk, self.registry, self.settings.cluster, topic, partition, str(target),
                                self.settings.token, timeout_s)
+
+    def delete_records(self, topic: str, offsets: dict, timeout_s: float = 30.0) -> dict[int, int]:
+        """What :meth:`raylog.Client.delete_records` does (documented there)."""
+        import ray  # heavy (Ray): imported when used
+
+        self._check_open()
+        check(self.settings.cluster, self.settings.token, f"deleting records of {topic!r}")
+        if not isinstance(offsets, dict):
+            raise ArgumentTypeError(f"offsets must be a dict {{partition: offset}}, got {type(offsets).__name__}")
+        for partition, offset in offsets.items():
+            self.registry.calls.check_partition(topic, partition)  # UnknownTopicError / UnknownPartitionError
+            if not isinstance(offset, int) or isinstance(offset, bool):
+                raise ArgumentTypeError(f"the offset of {topic}-{partition} must be an int, got {offset!r}")
+        actors = {p: self.leader_actor(topic, p) for p in offsets}
+
+        def call(method):
+            try:
+                return ray.get(method, timeout=timeout_s)
+            except ray.exceptions.RayTaskError as err:
+                cause = getattr(err, "cause", None)
+                if isinstance(cause, RaylogError):
+                    raise cause from None
+                raise
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
+                raise BrokerUnavailableError(f"the partition actor of {topic} did not answer: {err}") from None
+
+        # every offset checked against its partition's high watermark (a replicated leader's committed
+        # offset) before any start moves: a bad one changes nothing
+        for p, offset in offsets.items():
+            call(actors[p].delete_records.remote(offset, token=self.settings.token, validate_only=True))
+        return {p: call(actors[p].delete_records.remote(offset, token=self.settings.token))
+                for p, offset in offsets.items()}
 
     def list_topics(self) -> list[str]:
         """The names of the cluster's topics, sorted (read from ZooKeeper)."""

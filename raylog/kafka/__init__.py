@@ -27,8 +27,8 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.idempotence` -- InitProducerId, and the partition's
   answers to idempotent batches (judged by the log's producer state);
 * :mod:`raylog.kafka.admin` -- CreateTopics, DeleteTopics, CreatePartitions,
-  DescribeConfigs, AlterConfigs and IncrementalAlterConfigs through raylog's
-  own topic administration;
+  DescribeConfigs, AlterConfigs, IncrementalAlterConfigs and DeleteRecords
+  through raylog's own topic administration;
 * :mod:`raylog.kafka.auto_create` -- topics made on a client's first
   Metadata request for them (off unless turned on);
 * :mod:`raylog.kafka.transaction_admin` -- ListTransactions and
@@ -57,13 +57,13 @@ SaslAuthenticate 0-1, InitProducerId 0-4, AddPartitionsToTxn 0-3,
 AddOffsetsToTxn 0-3, EndTxn 0-4, TxnOffsetCommit 0-3, CreateTopics 2-5,
 DeleteTopics 1-5, CreatePartitions 0-3, DescribeConfigs 1-4, AlterConfigs 0-2,
 IncrementalAlterConfigs 0-1, ListGroups 0-4, DescribeGroups 0-5,
-DeleteGroups 0-2, OffsetDelete 0, DescribeCluster 0-2, DescribeProducers 0,
+DeleteGroups 0-2, OffsetDelete 0, DeleteRecords 0-2, DescribeCluster 0-2, DescribeProducers 0,
 ListTransactions 0-1, DescribeTransactions 0.
 Produce and Fetch are advertised from version 0 for old librdkafka's
 feature check (:data:`raylog.kafka.frames.ADVERTISED_LOWEST`).
 Consumer groups include static membership (``group.instance.id``:
 :mod:`raylog.kafka.coordinator`). Not yet: the flexible versions
-of most APIs (Produce, Fetch, Metadata, the groups'), DeleteRecords.
+of most APIs (Produce, Fetch, Metadata, the groups').
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`
 (``tls=raylog.TlsSettings(...)`` for SASL_SSL); give

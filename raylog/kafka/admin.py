@@ -1,7 +1,8 @@
 """CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-AlterConfigs and IncrementalAlterConfigs: Kafka's topic administration on
-raylog's topics (what ``confluent_kafka.admin.AdminClient``,
-``kafka-topics --alter``, ``kafka-configs`` and ``kcat -L`` need).
+AlterConfigs, IncrementalAlterConfigs and DeleteRecords: Kafka's topic
+administration on raylog's topics (what ``confluent_kafka.admin.AdminClient``,
+``kafka-topics --alter``, ``kafka-configs``, ``kafka-delete-records`` and
+``kcat -L`` need).
 
 Topics are created and deleted through raylog's own administration, the
 :class:`raylog.admin.topics.TopicAdmin` that ``client.create_topic`` uses
@@ -65,6 +66,22 @@ name goes back to raylog's default (one fixed at creation keeps its value).
 ``validate_only`` checks everything and changes nothing. Only TOPIC
 resources are changed; a broker's settings are read-only (INVALID_CONFIG).
 
+DeleteRecords moves each named partition's log start as
+``client.delete_records`` does (:meth:`raylog.admin.topics.TopicAdmin.delete_records`:
+the partition's leader moves it, inside a segment too, and keeps it on
+disk), each partition on its own, answering the new log start as its
+``low_watermark``. Offset -1 is the high watermark. Per partition errors:
+an offset past the high watermark (or below 0 but -1) OFFSET_OUT_OF_RANGE,
+a topic or partition that does not exist (or a partition named twice:
+INVALID_REQUEST) UNKNOWN_TOPIC_OR_PARTITION, a leader that moved or is
+starting NOT_LEADER_OR_FOLLOWER (the client looks it up again), a listener
+without topic administration CLUSTER_AUTHORIZATION_FAILED; nothing of such
+a partition changes. ``timeout_ms`` bounds the wait for each partition's
+leader (at most :data:`CREATE_TIMEOUT_S`). A request naming more than
+:data:`MAX_PARTITIONS` partitions in all closes the connection
+(:class:`~raylog.kafka.frames.BadFrame`) before anything changes.
+Version 2 is flexible, with the same fields.
+
 Thread-safety: the functions keep no state; the topic administration they
 call is safe to call from the listener's connection threads (its state
 lives in ZooKeeper and Ray).
@@ -80,6 +97,7 @@ from kafka.protocol.admin import (
     AlterConfigsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
+    DeleteRecordsResponse,
     DeleteTopicsResponse,
     DescribeConfigsResponse,
     IncrementalAlterConfigsResponse,
@@ -90,8 +108,11 @@ from raylog.errors import (
     BrokerUnavailableError,
     ConfigError,
     InvalidPartitionsError,
+    NotOwnerError,
+    OffsetOutOfRangeError,
     RaylogError,
     TopicExistsError,
+    UnknownPartitionError,
     UnknownTopicError,
 )
 from raylog.kafka import brokers
@@ -127,9 +148,12 @@ CLEANUP_POLICY = "delete"
 CREATE_TIMEOUT_S = 120.0
 #: the most topics one CreatePartitions may name
 MAX_TOPICS = 1000
+#: the most partitions one DeleteRecords may name, over all its topics
+MAX_PARTITIONS = 10_000
 
 # Kafka error codes
 NONE = 0
+OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 REQUEST_TIMED_OUT = 7
 INVALID_TOPIC_EXCEPTION = 17
@@ -138,6 +162,7 @@ TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_REPLICA_ASSIGNMENT = 39
+NOT_LEADER_OR_FOLLOWER = 6
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 UNKNOWN_SERVER_ERROR = -1
@@ -515,3 +540,45 @@ def alter_configs(backend, body, version):
 def incremental_alter_configs(backend, body, version):
     return _alter(backend, body, version, IncrementalAlterConfigsResponse, _incremental,
                   "IncrementalAlterConfigs")
+
+
+def _delete_records_code(err: RaylogError) -> int:
+    """Kafka's code for a partition's refused DeleteRecords."""
+    for kind, code in ((OffsetOutOfRangeError, OFFSET_OUT_OF_RANGE), (UnknownTopicError, UNKNOWN_TOPIC_OR_PARTITION),
+                       (UnknownPartitionError, UNKNOWN_TOPIC_OR_PARTITION), (NotOwnerError, NOT_LEADER_OR_FOLLOWER),
+                       (BrokerUnavailableError, NOT_LEADER_OR_FOLLOWER)):
+        if isinstance(err, kind):
+            return code
+    return REQUEST_TIMED_OUT if err.retriable else UNKNOWN_SERVER_ERROR
+
+
+def delete_records(backend, body, version):
+    """DeleteRecords (see the module docstring)."""
+    Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
+    Partition = Topic.DeleteRecordsPartitionResult
+    topics = list(body.topics or ())
+    named = sum(len(topic.partitions or ()) for topic in topics)
+    if named > MAX_PARTITIONS:
+        raise BadFrame(f"a DeleteRecords naming {named} partitions (at most {MAX_PARTITIONS} are served in one "
+                       f"request)")
+    timeout_s = min(CREATE_TIMEOUT_S, max(1.0, (body.timeout_ms or 0) / 1000.0))
+    seen = [(topic.name, p.partition_index) for topic in topics for p in topic.partitions or ()]
+    results = []
+    for topic in topics:
+        partitions = []
+        for p in topic.partitions or ():
+            code, low = NONE, -1
+            try:
+                if seen.count((topic.name, p.partition_index)) > 1:
+                    code = INVALID_REQUEST
+                elif backend.topics is None:
+                    code = CLUSTER_AUTHORIZATION_FAILED
+                else:
+                    low = backend.topics.delete_records(topic.name, {p.partition_index: p.offset},
+                                                        timeout_s)[p.partition_index]
+                    log.info("Kafka DeleteRecords: %s-%d starts at %d now", topic.name, p.partition_index, low)
+            except RaylogError as err:
+                code, low = _delete_records_code(err), -1
+            partitions.append(Partition(partition_index=p.partition_index, low_watermark=low, error_code=code))
+        results.append(Topic(name=topic.name, partitions=partitions))
+    return DeleteRecordsResponse[version](throttle_time_ms=0, topics=results)

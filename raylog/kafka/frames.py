@@ -27,6 +27,7 @@ from kafka.protocol.admin import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
@@ -93,6 +94,8 @@ SUPPORTED = {
     DeleteTopicsRequest.API_KEY: (DeleteTopicsRequest, 1, 5),
     # (raylog.kafka.admin; 2 and 3 are flexible, with the same fields)
     CreatePartitionsRequest.API_KEY: (CreatePartitionsRequest, 0, 3),
+    # (raylog.kafka.admin; 2 is flexible, with the same fields)
+    DeleteRecordsRequest.API_KEY: (DeleteRecordsRequest, 0, 2),
     DescribeConfigsRequest.API_KEY: (DescribeConfigsRequest, 1, 4),
     AlterConfigsRequest.API_KEY: (AlterConfigsRequest, 0, 2),
     IncrementalAlterConfigsRequest.API_KEY: (IncrementalAlterConfigsRequest, 0, 1),

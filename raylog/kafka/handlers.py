@@ -98,6 +98,7 @@ INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
+DELETE_RECORDS = 21
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 DESCRIBE_CLUSTER, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 60, 61, 65, 66
 _BEFORE_AUTH = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
@@ -1044,6 +1045,7 @@ _HANDLERS = {
     DELETE_TOPICS: _delete_topics,
     DESCRIBE_CONFIGS: _describe_configs,
     CREATE_PARTITIONS: lambda session, body, version: admin.create_partitions(session.backend, body, version),
+    DELETE_RECORDS: lambda session, body, version: admin.delete_records(session.backend, body, version),
     ALTER_CONFIGS: lambda session, body, version: admin.alter_configs(session.backend, body, version),
     INCREMENTAL_ALTER_CONFIGS: lambda session, body, version: admin.incremental_alter_configs(session.backend,
                                                                                              body, version),

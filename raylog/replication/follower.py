@@ -56,6 +56,15 @@ Each reply carries the leader's committed offset (its high watermark): the
 follower keeps it (:class:`~raylog.replication.follower_reads.ServedWatermark`)
 and serves readers up to it (:mod:`raylog.replication.follower_reads`).
 
+Each reply carries the leader's log start offset too: when it is past the
+follower's own (records deleted at the leader, ``client.delete_records``),
+the follower moves its start there, as far as its log reaches
+(:meth:`~raylog.storage.log.PartitionLog.advance_log_start`: kept on disk,
+segments wholly below it deleted), so that it serves nothing below it and,
+if it takes over, leads with it. The leader serves a follower's fetches
+from its first segment's base whatever its start: replicas hold the same
+bytes at the same offsets.
+
 A follower whose log end lies before the leader's log start (retention on
 the leader deleted what it would fetch next: it was away long, or it is a
 new replica) starts its log over, empty, at the leader's log start
@@ -339,6 +348,10 @@ class Follower:
                     self.log.flush()
                     self.fetched_bytes += length
                 self.watermark.learn(reply.high_watermark)
+                if reply.log_start_offset > self.log.log_start_offset:
+                    # the leader's records before its start were deleted (delete_records): so are this
+                    # replica's, as far as it holds them (the rest at a later fetch)
+                    self.log.advance_log_start(reply.log_start_offset)
                 if length:
                     self.watermark.notify()
                 backoff.reset()

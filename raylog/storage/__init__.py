@@ -36,6 +36,9 @@ Modules, one per concept:
   recovery that reports what it dropped (:class:`RecoveryReport`);
   :mod:`raylog.storage.resync` -- the way past damaged bytes;
 * :mod:`raylog.storage.retention` -- segment rolls and retention;
+* :mod:`raylog.storage.log_start` -- the ``log-start-offset`` file: a log
+  start that a deletion of records (``PartitionLog.delete_records_before``,
+  Kafka's DeleteRecords) moved past the first segment's base, inside it too;
 * compaction (docs/design.md §3): :mod:`raylog.storage.cleaner` -- a pass of
   the log cleaner (keep the latest record of each key) and the atomic swap
   of cleaned segments; :mod:`raylog.storage.offsetmap` -- its map of keys to

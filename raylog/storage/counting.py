@@ -151,7 +151,7 @@ class Counted(NamedTuple):
     next_offset: int
 
 
-def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
+def count_range(log, start: int, end: int, max_bytes: int, *, held: bool = False) -> Counted:
     """Count the messages of ``log`` (a :class:`~raylog.storage.base.Log`)
     in ``[start, end)``, walking at most about ``max_bytes`` of it: the
     count stops at the first message boundary at or after ``start +
@@ -165,16 +165,26 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
     ``wrapper_offset`` detail when inside a compressed wrapper: the reader
     then reads and counts the messages itself). A damaged
     message raises its :class:`~raylog.errors.InvalidMessageError`.
+
+    ``held``: the count's own walks (a segment's record counts, from its
+    base offset; a batch holding the start): ``start`` may lie below the log
+    start where a deletion of records moved it inside the first segment
+    (:meth:`~raylog.storage.log.PartitionLog.delete_records_before`), whose
+    bytes the segment still holds (:meth:`~raylog.storage.log.PartitionLog.read_held`).
     """
     earliest, latest = log.log_start_offset, log.high_watermark
-    if end < start or end > latest:
+    if end < start or end > latest or (start < earliest and not held):
         raise OffsetOutOfRangeError(
             f"count range [{start}, {end}) is not within the log [{earliest}, {latest}]; count up to an offset "
             f"the log gave out",
-            offset=end,
+            offset=end if start >= earliest else start,
             earliest=earliest,
             latest=latest,
         )
+    held_read = getattr(log, "read_held", None) or log.read
+
+    def read(offset: int, max_bytes: int):  # below the log start only in the count's own walks
+        return log.read(offset, max_bytes) if offset >= earliest else held_read(offset, max_bytes)
     config = log.config
     max_message_bytes = config.max_message_bytes
     max_inflated = config.max_inflated_limit
@@ -182,12 +192,12 @@ def count_range(log, start: int, end: int, max_bytes: int) -> Counted:
     pos = start
     count = 0
     if start == end:
-        piece = log.read(start, 0)  # the bounds and the boundary are checked all the same
+        piece = read(start, 0)  # the bounds and the boundary are checked all the same
         if piece.offset < start:  # inside a record batch: the read gave the batch
             raise _inside_batch(piece, start)
     while pos < end and (pos == start or pos < limit):
         # at least the whole message at pos (the read's rule), at most the block
-        piece = log.read(pos, min(COUNT_BLOCK_BYTES, end - pos, max(1, limit - pos)))
+        piece = read(pos, min(COUNT_BLOCK_BYTES, end - pos, max(1, limit - pos)))
         if piece.offset < pos:
             raise _inside_batch(piece, pos)
         if piece.offset > pos:  # pos was removed by the log cleaner: the read is of the next kept batch
@@ -315,7 +325,7 @@ def _records_to(log, segment, position: int, closed: bool, walk: list | None,
         while at < position and (first or walk is None or walk[0] > 0):
             first = False
             step = CHECKPOINT_BYTES if walk is None else max(1, min(CHECKPOINT_BYTES, walk[0]))
-            counted = count_range(log, at, position, step)
+            counted = count_range(log, at, position, step, held=True)
             if walk is not None:
                 walk[0] -= counted.next_offset - at
             at, records = counted.next_offset, records + counted.messages
@@ -379,7 +389,7 @@ def count_records(log, start: int, end: int, max_bytes: int, max_messages: int) 
         wrapper, wrapper_end = err.details.get("wrapper_offset"), err.details.get("next_offset")
         if wrapper is None or wrapper_end > end:
             raise
-        inner = count_range(log, wrapper, wrapper_end, 1).messages
+        inner = count_range(log, wrapper, wrapper_end, 1, held=True).messages
         left = max(0, inner - (start - wrapper))
         if left > budget:
             return Counted(budget, start + budget)

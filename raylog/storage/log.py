@@ -4,7 +4,9 @@ On disk a partition is a directory of segment files ``<base offset, 20
 digits>.log`` (:mod:`raylog.storage.segment`) plus a small checkpoint file,
 ``recovery-point``, holding the last flushed offset (with a CRC32C of its own),
 ``producer-state``, the journal of idempotent producers' sequences
-(:mod:`raylog.storage.producer_state`), ``<offset, 20 digits>.producers``,
+(:mod:`raylog.storage.producer_state`), ``log-start-offset``, the log start
+when a deletion of records moved it past the first segment's base
+(:mod:`raylog.storage.log_start`), ``<offset, 20 digits>.producers``,
 snapshots of format 2's producer state written at segment rolls
 (:mod:`raylog.storage.batch_producers`), ``format``, the version of each of
 these kinds of file (:mod:`raylog.storage.format_file`: checked before
@@ -51,9 +53,14 @@ Life of a message set:
 3. :meth:`PartitionLog.read` hands out a :class:`FileSlice` of bytes below the
    high watermark for ``os.sendfile``.
 4. :meth:`PartitionLog.delete_old_segments` drops whole old segments
-   (retention); the log start offset moves forward. :meth:`PartitionLog.maybe_roll`
-   (the owner's timer) rolls an active segment older than ``segment_ms``,
-   so that retention reaches the data of a quiet partition too.
+   (retention); the log start offset moves forward.
+   :meth:`PartitionLog.delete_records_before` (Kafka's DeleteRecords) moves
+   it to any offset up to the high watermark, inside a segment too, kept in
+   ``log-start-offset``: reads, counts and lookups by time start there, and
+   the segments wholly below it go (at once, or once closed by retention).
+   :meth:`PartitionLog.maybe_roll` (the owner's timer) rolls an active
+   segment older than ``segment_ms``, so that retention reaches the data of
+   a quiet partition too.
 
 Transactions (docs/design.md §6; :mod:`raylog.storage.transactions`): a
 transactional batch opens its producer's transaction here, checked first
@@ -114,10 +121,12 @@ from raylog.errors import (
     DiskFullError,
     InvalidMessageError,
     InvalidOffsetError,
+    OffsetOutOfRangeError,
     StorageError,
 )
 from raylog.storage import faults as _faults
 from raylog.storage import format_file
+from raylog.storage import log_start as _log_start
 from raylog.storage.base import LogBasics
 from raylog.storage.fileops import (
     DISK_FULL_RETRY_S,
@@ -390,6 +399,16 @@ class PartitionLog(LogBasics):
             for note in notes + ([f"restored {restored} aborted transaction(s) to the transaction indexes"]
                                  if restored else []):
                 log.warning("recovery of %s: %s", self._dir, note)
+            # a deletion of records moved the start (raylog.storage.log_start), perhaps inside the first
+            # segment: bounded to [first base, log end] (recovery may have cut the log shorter)
+            recorded = _log_start.read(self._dir)
+            start = segments[0].base_offset
+            if recorded is not None:
+                start = min(max(recorded, start), segments[-1].end_offset)
+                if start != recorded:
+                    log.warning("recovery of %s: the log start %d lies past the log end; it is now %d",
+                                self._dir, recorded, start)
+                    _log_start.write(self._dir, start)
         except BaseException as err:
             if checkpoint is not None:
                 checkpoint.close()
@@ -399,6 +418,10 @@ class PartitionLog(LogBasics):
             raise
         # Readers take (bases, segments) in one read; the writer replaces it.
         self._view: tuple[list[int], list[LogSegment]] = ([s.base_offset for s in segments], segments)
+        #: the log start offset, at or past the first segment's base (the
+        #: log_start_offset property takes the larger of the two): moved by
+        #: delete_records_before and kept in raylog.storage.log_start's file
+        self._start = start
         self._active = segments[-1]
         #: when the active segment got its first message (segment_ms)
         self._active_since = self._active.mtime_ms() / 1000.0 if self._active.size else None
@@ -431,7 +454,10 @@ class PartitionLog(LogBasics):
 
     @property
     def log_start_offset(self) -> int:
-        return self._view[0][0]
+        """The first offset kept: the first segment's base offset, or past
+        it (inside the first segment) where :meth:`delete_records_before`
+        moved it."""
+        return max(self._start, self._view[0][0])
 
     @property
     def log_end_offset(self) -> int:
@@ -521,6 +547,18 @@ class PartitionLog(LogBasics):
         if self._closed:
             raise ClosedError(f"the partition log in {self._dir} is closed")
         hw = self._hw  # before the view: a newer view only adds segments
+        start = self._start
+        return self._reader.read(self._view, hw, offset, max_bytes, start=start)
+
+    def read_held(self, offset: int, max_bytes: int) -> FileSlice:
+        """:meth:`read` from the first segment's base offset instead of the
+        log start: the bytes a segment still holds below a start that
+        :meth:`delete_records_before` moved inside it. For the log's own
+        walks (the record counts of :mod:`raylog.storage.counting`, which
+        count a segment from its base), never handed to readers."""
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw  # before the view: a newer view only adds segments
         return self._reader.read(self._view, hw, offset, max_bytes)
 
     def read_committed(self, offset: int, max_bytes: int, high_watermark: int | None = None) -> CommittedRead:
@@ -540,10 +578,11 @@ class PartitionLog(LogBasics):
         hw = self._hw  # before the view: a newer view only adds segments
         if high_watermark is not None:
             hw = min(hw, high_watermark)
+        start = self._start
         view = self._view
-        lso = max(self._txns.last_stable_offset(hw), view[0][0])  # (retention may pass an open transaction)
+        lso = max(self._txns.last_stable_offset(hw), view[0][0], start)  # (retention may pass an open transaction)
         end = lso if offset <= lso else min(offset, hw)
-        chunk = self._reader.read(view, end, offset, max_bytes)
+        chunk = self._reader.read(view, end, offset, max_bytes, start=start)
         bases, segments = view
         segment = segments[bisect.bisect_right(bases, chunk.offset) - 1]
         upper = min(end, segment.end_offset)
@@ -601,8 +640,9 @@ class PartitionLog(LogBasics):
         counts (:func:`raylog.storage.counting.count_between`) walks. Any thread."""
         if self._closed:
             raise ClosedError(f"the partition log in {self._dir} is closed")
+        first_kept = self.log_start_offset
         bases, segments = self._view
-        start, end = max(start, bases[0]), min(end, self._hw)
+        start, end = max(start, bases[0], first_kept), min(end, self._hw)
         if end <= start:
             return []
         first = max(0, bisect.bisect_right(bases, start) - 1)
@@ -619,7 +659,14 @@ class PartitionLog(LogBasics):
         (Kafka 0.7's ``getOffsetsBefore``; see :meth:`LogReader.offsets_before
         <raylog.storage.log_reads.LogReader.offsets_before>`)."""
         hw = self._hw
-        return self._reader.offsets_before(self._view, hw, timestamp_ms, max_offsets)
+        start = self.log_start_offset
+        found = self._reader.offsets_before(self._view, hw, timestamp_ms, max_offsets)
+        kept = []
+        for offset in found:  # the segments' bases below the log start answer the start itself
+            offset = max(offset, start)
+            if offset not in kept:
+                kept.append(offset)
+        return kept
 
     def offset_for_time(self, timestamp_ms: int) -> int:
         """The offset of the first message at or after ``timestamp_ms``
@@ -627,7 +674,8 @@ class PartitionLog(LogBasics):
         (:mod:`raylog.storage.timeindex`); the high watermark when there is
         none. Any thread."""
         hw = self._hw
-        return self._reader.offset_for_time(self._view, hw, timestamp_ms)
+        start = self.log_start_offset
+        return max(self._reader.offset_for_time(self._view, hw, timestamp_ms), min(start, hw))
 
     def wait_for_data(self, offset: int, timeout_s: float) -> bool:
         """Block until the high watermark passes ``offset`` (or timeout, or close).
@@ -908,15 +956,20 @@ class PartitionLog(LogBasics):
         (when that is not -1). Only flushed segments go. Returns ``(base
         offset, bytes)`` of each deleted segment; the log start moves forward.
         A topic whose ``cleanup_policy`` is ``compact`` alone deletes nothing
-        (its cleaner keeps the latest record of each key, docs/design.md §3).
+        by time or size (its cleaner keeps the latest record of each key,
+        docs/design.md §3). Every topic's closed segments wholly below the
+        log start (:meth:`delete_records_before`) go.
         """
         with self._lock:
-            if self._closed or not self._config.deletes_old_segments:
+            if self._closed or (not self._config.deletes_old_segments and self._start <= self._view[0][0]):
                 return []
             if now_ms is None:
                 now_ms = int(self._clock() * 1000)
             bases, segments = self._view
-            dead = self._retention.expired(segments, self._hw, now_ms)
+            if self._config.deletes_old_segments:
+                dead = self._retention.expired(segments, self._hw, now_ms, self._start)
+            else:
+                dead = self._retention.below_start(segments, self._start)
             if not dead:
                 return []
             gone = segments[:dead]
@@ -928,10 +981,129 @@ class PartitionLog(LogBasics):
             self._fail(err)
             raise StorageError(f"cannot delete old segments in {self._dir}: {err}") from err
         with self._lock:  # after the segments: a crash between leaves only files the next open deletes
-            self._txn_indexes.delete_below(self.log_start_offset)
+            self._txn_indexes.delete_below(self._view[0][0])
         deleted = [(s.base_offset, s.size) for s in gone]
         log.info("retention deleted %d segment(s) of %s: %s", len(deleted), self._dir, deleted)
         return deleted
+
+    def delete_records_before(self, offset: int, high_watermark: int | None = None) -> int:
+        """Delete the records before ``offset`` (Kafka's DeleteRecords): the
+        log start offset moves to ``offset``, even inside the first segment,
+        is kept in ``log-start-offset`` (:mod:`raylog.storage.log_start`,
+        written whole and synced before this returns) and reads below it
+        are out of range from now on (:class:`OffsetOutOfRangeError`, as
+        below a segment retention deleted); segments wholly below it are
+        deleted now, closed ones (the active segment stays while it is the last).
+        Returns the new log start offset.
+
+        ``offset`` -1 is the high watermark (everything readable goes);
+        otherwise it must lie in ``[0, high watermark]`` (``high_watermark``,
+        at most the log's own: a replicated leader's committed offset), else
+        :class:`OffsetOutOfRangeError` naming the bounds and nothing changes.
+        The start never moves backwards: an offset at or below it changes
+        nothing and answers the start as it is.
+
+        In a segment of format 2 the start may lie inside a batch: a read at
+        it gets that batch whole and the reader skips the records before
+        the start (as Kafka serves it). In a segment of format 1 it moves to
+        the first message boundary at or after ``offset`` (a compressed
+        wrapper holding ``offset`` goes whole), which is what is returned.
+        Any thread: takes the writer's lock, as retention does (a cleaning
+        pass in progress goes on; a segment it cleans that goes meanwhile is
+        not swapped in)."""
+        if self._closed:
+            raise ClosedError(f"the partition log in {self._dir} is closed")
+        hw = self._hw if high_watermark is None else min(self._hw, high_watermark)
+        start = self.log_start_offset
+        if offset == -1:
+            offset = hw
+        if not 0 <= offset <= hw:
+            raise OffsetOutOfRangeError(
+                f"cannot delete the records before offset {offset} of {self._dir}: it lies outside "
+                f"[0, {hw}] (the high watermark {hw}; -1 means the high watermark); nothing was deleted",
+                offset=offset, earliest=start, latest=hw,
+            )
+        if offset > start:
+            # read outside the writer's lock (a walk of format 1's messages); the high watermark only grows
+            offset = self._record_boundary(offset, hw)
+        with self._lock:
+            self._check_writable()
+            start = self.log_start_offset
+            if offset <= start:
+                return start
+            self._move_start(offset)
+        self._drop_below_start()
+        return self.log_start_offset
+
+    def advance_log_start(self, offset: int) -> int:
+        """A follower takes its leader's log start (the ``log_start_offset``
+        of a replica fetch's answer): its own moves to ``offset`` when that
+        is larger and within this log (at most its end: a start past it
+        waits for the bytes), kept as :meth:`delete_records_before` keeps
+        it, and segments wholly below it are deleted. Returns the log
+        start. Any thread (the writer's lock)."""
+        with self._lock:
+            self._check_writable()
+            offset = min(offset, self._leo)
+            if offset <= self.log_start_offset:
+                return self.log_start_offset
+            self._move_start(offset)
+        self._drop_below_start()
+        return self.log_start_offset
+
+    def _record_boundary(self, offset: int, hw: int) -> int:
+        """Where a start at ``offset`` (below ``hw``, at or past the log
+        start) lies: ``offset`` itself in a segment of format 2 or at a
+        segment's base; in one of format 1 the first message boundary at or
+        after it, walked from the time index's last entry before it (or the
+        segment's base, where that entry is no boundary). A reader's call:
+        no lock."""
+        if offset >= hw:
+            return offset
+        view = self._view
+        bases, segments = view
+        segment = segments[bisect.bisect_right(bases, offset) - 1]
+        if offset == segment.base_offset or segment.format == 2 or segment.offsets is not None:
+            return offset
+        try:
+            begin = max(segment.timeindex.boundary_before(offset), segment.base_offset)
+            return self._reader.message_boundaries(view, hw, begin, hw, [offset])[0]
+        except InvalidOffsetError:  # the index entry is no boundary: walk from the segment's base
+            return self._reader.message_boundaries(view, hw, segment.base_offset, hw, [offset])[0]
+
+    def _move_start(self, offset: int) -> None:
+        """Record ``offset`` as the log start (writer's lock held)."""
+        try:
+            _log_start.write(self._dir, offset)
+        except OSError as err:
+            if is_disk_full(err):
+                raise self._now_disk_full(err, os.path.join(self._dir, _log_start.FILE_NAME)) from err
+            self._fail(err)
+            raise StorageError(f"cannot record the log start {offset} of {self._dir}: {err}") from err
+        self._start = offset
+        log.info("partition log %s starts at %d now (records before it deleted)", self._dir, offset)
+
+    def _drop_below_start(self) -> None:
+        """Delete the closed segments wholly below the log start (as
+        retention deletes segments: out of the view under the writer's lock,
+        the files after it)."""
+        with self._lock:
+            if self._closed:
+                return
+            bases, segments = self._view
+            dead = self._retention.below_start(segments, self._start)
+            if not dead:
+                return
+            gone = segments[:dead]
+            self._view = (bases[dead:], segments[dead:])
+        try:
+            self._retention.delete(gone)
+        except OSError as err:
+            self._fail(err)
+            raise StorageError(f"cannot delete the segments below the log start of {self._dir}: {err}") from err
+        with self._lock:
+            self._txn_indexes.delete_below(self._view[0][0])
+        log.info("%s: deleted %d segment(s) below the log start %d", self._dir, len(gone), self._start)
 
     def reconfigure(self, config: TopicConfig) -> None:
         """Take a live topic's changed config (:mod:`raylog.zk.live_config`)
@@ -1286,6 +1458,13 @@ class PartitionLog(LogBasics):
             except OSError as err:
                 self._fail(err)
                 raise StorageError(f"cannot cut the replica in {self._dir} back to {offset}: {err}") from err
+            if self._start > offset:  # the start is never past the log end
+                try:
+                    _log_start.write(self._dir, offset)
+                except OSError as err:
+                    self._fail(err)
+                    raise StorageError(f"cannot record the log start {offset} of {self._dir}: {err}") from err
+                self._start = offset
             self._view, self._active, self._leo = ([s.base_offset for s in keep], keep), keep[-1], offset
             self._active_since = None
             self._producers.truncate(offset)
@@ -1337,11 +1516,12 @@ class PartitionLog(LogBasics):
                     _delete_segment(segment)
                 sync_directory(self._dir)
                 new = LogSegment.open(self._dir, offset)
-                sync_directory(self._dir)
+                sync_directory(self._dir)  # (a start recorded before lies below offset: the base wins)
             except OSError as err:
                 self._fail(err)
                 raise StorageError(f"cannot start the replica in {self._dir} over at {offset}: {err}") from err
             self._view, self._active, self._leo = ([offset], [new]), new, offset
+            self._start = offset
             self._active_since = None
             self._producers.truncate(0)
             self._batch_producers.restart([new], offset)

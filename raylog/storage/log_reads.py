@@ -90,7 +90,7 @@ class LogReader:
         self._dir = directory
         self._max_message_bytes = max_message_bytes
 
-    def read(self, view: View, hw: int, offset: int, max_bytes: int) -> FileSlice:
+    def read(self, view: View, hw: int, offset: int, max_bytes: int, *, start: int = 0) -> FileSlice:
         """The bytes from ``offset``: at most ``max_bytes`` (but at least the
         whole first message), below the high watermark, within one segment.
 
@@ -105,9 +105,15 @@ class LogReader:
         In a segment of format 2 an offset inside a batch (a record's) gives
         the slice of that batch: its ``offset`` is then the batch's, before
         the asked one, and the reader skips the records before it.
+
+        ``start``: the log start offset when a deletion of records moved it
+        past the first segment's base (:mod:`raylog.storage.log_start`): an
+        offset below it is out of range; a read at it inside a batch gives
+        that whole batch, whose records before it the reader skips, as
+        Kafka's brokers serve it.
         """
         bases, segments = view
-        start = bases[0]
+        start = max(bases[0], start)
         if offset < start or offset > hw:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside the log [{start}, {hw}]; seek to the earliest "

@@ -23,11 +23,13 @@ class Retention:
         self._retention_ms = retention_ms
         self._retention_bytes = retention_bytes
 
-    def expired(self, segments: list[LogSegment], hw: int, now_ms: int) -> int:
+    def expired(self, segments: list[LogSegment], hw: int, now_ms: int, start: int = 0) -> int:
         """How many of the oldest ``segments`` (the log's, oldest first, the
-        active one last) retention deletes at ``now_ms``."""
+        active one last) retention deletes at ``now_ms``: those wholly below
+        the log start ``start`` (:meth:`below_start`) whatever their age,
+        then by time and size."""
         candidates = [s for s in segments[:-1] if s.end_offset <= hw]
-        dead = 0
+        dead = self.below_start(segments, start)
         while dead < len(candidates) and now_ms - candidates[dead].mtime_ms() > self._retention_ms:
             dead += 1
         if self._retention_bytes >= 0:
@@ -35,6 +37,17 @@ class Retention:
             while dead < len(candidates) and total > self._retention_bytes:
                 total -= candidates[dead].size
                 dead += 1
+        return dead
+
+    @staticmethod
+    def below_start(segments: list[LogSegment], start: int) -> int:
+        """How many of the oldest ``segments`` lie wholly below the log
+        start ``start`` (a deletion of records moved it there,
+        :meth:`~raylog.storage.log.PartitionLog.delete_records_before`):
+        closed ones whose end is at or before it; never the active segment."""
+        dead = 0
+        while dead < len(segments) - 1 and segments[dead].end_offset <= start:
+            dead += 1
         return dead
 
     def delete(self, gone: list[LogSegment]) -> None:

@@ -106,6 +106,7 @@ def _wait_flushed(client, topic: str, partition: int = 0) -> int:
         ["topics", "create"],
         ["topics", "alter"],
         ["topics", "add-partitions"],
+        ["topics", "delete-records"],
         ["topics", "list"],
         ["topics", "describe"],
         ["topics", "delete"],

@@ -33,7 +33,7 @@ benchmark, and a local ZooKeeper.
 
 Which cluster a command talks to: ``--zookeeper`` (the cluster's ZooKeeper)
 is enough for every command but ``topics create``, ``topics delete``,
-``topics repair``, ``supervisor start`` and ``audit``, which call partition actors and so also join the Ray cluster
+``topics repair``, ``topics delete-records``, ``supervisor start`` and ``audit``, which call partition actors and so also join the Ray cluster
 (``--ray-address``, default ``auto``: the cluster of this node, or
 ``RAY_ADDRESS``). Without ``--zookeeper`` and ``--ray-address``, ``topics
 create`` and ``topics list`` run on the embedded default of

@@ -144,6 +144,26 @@ def topics_add_partitions(target: Target, name, partitions, timeout_s):
     click.echo(f"Topic {name} now has {partitions} partitions (partitions {before}..{partitions - 1} added).")
 
 
+@topics.command("delete-records")
+@click.argument("name")
+@click.option("--partition", "-p", type=int, required=True, help="The partition whose records go.")
+@click.option("--offset", "-o", type=int, required=True,
+              help="Delete the records before this offset (-1: the high watermark, everything readable).")
+@click.option("--timeout-s", type=float, default=30.0, show_default=True,
+              help="How long to wait for the partition's leader.")
+@pass_target
+def topics_delete_records(target: Target, name, partition, offset, timeout_s):
+    """Delete the records of partition --partition of topic NAME before
+    --offset (as client.delete_records; Kafka's kafka-delete-records): the
+    partition's log start moves there, inside a segment too, and is kept
+    on disk; consumers from earliest start there. The start never moves
+    back. An offset past the high watermark is refused naming the bounds
+    (exit 1) and nothing is deleted."""
+    with target.client("topics delete-records", ray=True) as client:
+        start = client.delete_records(name, {partition: offset}, timeout_s=timeout_s)[partition]
+    click.echo(f"Partition {name}-{partition} now starts at offset {start} (the records before it are deleted).")
+
+
 @topics.command("list")
 @json_option
 @pass_target
