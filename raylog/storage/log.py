@@ -960,28 +960,19 @@ class PartitionLog(LogBasics):
         docs/design.md §3). Every topic's closed segments wholly below the
         log start (:meth:`delete_records_before`) go.
         """
-        with self._lock:
-            if self._closed or (not self._config.deletes_old_segments and self._start <= self._view[0][0]):
-                return []
-            if now_ms is None:
-                now_ms = int(self._clock() * 1000)
-            bases, segments = self._view
+        if not self._config.deletes_old_segments and self._start <= self._view[0][0]:
+            return []
+        if now_ms is None:
+            now_ms = int(self._clock() * 1000)
+
+        def dead(segments) -> int:
             if self._config.deletes_old_segments:
-                dead = self._retention.expired(segments, self._hw, now_ms, self._start)
-            else:
-                dead = self._retention.below_start(segments, self._start)
-            if not dead:
-                return []
-            gone = segments[:dead]
-            self._view = (bases[dead:], segments[dead:])
-        # Unlinking large files takes a while: outside the lock, so appends go on.
-        try:
-            self._retention.delete(gone)
-        except OSError as err:
-            self._fail(err)
-            raise StorageError(f"cannot delete old segments in {self._dir}: {err}") from err
-        with self._lock:  # after the segments: a crash between leaves only files the next open deletes
-            self._txn_indexes.delete_below(self._view[0][0])
+                return self._retention.expired(segments, self._hw, now_ms, self._start)
+            return self._retention.below_start(segments, self._start)
+
+        gone = self._delete_front(dead, "old segments")
+        if not gone:
+            return []
         deleted = [(s.base_offset, s.size) for s in gone]
         log.info("retention deleted %d segment(s) of %s: %s", len(deleted), self._dir, deleted)
         return deleted
@@ -1085,25 +1076,36 @@ class PartitionLog(LogBasics):
 
     def _drop_below_start(self) -> None:
         """Delete the closed segments wholly below the log start (as
-        retention deletes segments: out of the view under the writer's lock,
-        the files after it)."""
+        retention deletes segments: :meth:`_delete_front`)."""
+        gone = self._delete_front(lambda segments: self._retention.below_start(segments, self._start),
+                                  "the segments below the log start")
+        if gone:
+            log.info("%s: deleted %d segment(s) below the log start %d", self._dir, len(gone), self._start)
+
+    def _delete_front(self, dead, what: str) -> list[LogSegment]:
+        """Delete the first ``dead(segments)`` segments of the log: out of the
+        view under the writer's lock, their files after it (unlinking large
+        files takes a while: appends go on meanwhile), then their transaction
+        indexes (after the files: a crash between leaves only files the next
+        open deletes). The segments deleted; none once the log is closed.
+        ``what`` names them in the error of a failed delete."""
         with self._lock:
             if self._closed:
-                return
+                return []
             bases, segments = self._view
-            dead = self._retention.below_start(segments, self._start)
-            if not dead:
-                return
-            gone = segments[:dead]
-            self._view = (bases[dead:], segments[dead:])
+            count = dead(segments)
+            if not count:
+                return []
+            gone = segments[:count]
+            self._view = (bases[count:], segments[count:])
         try:
             self._retention.delete(gone)
         except OSError as err:
             self._fail(err)
-            raise StorageError(f"cannot delete the segments below the log start of {self._dir}: {err}") from err
+            raise StorageError(f"cannot delete {what} in {self._dir}: {err}") from err
         with self._lock:
             self._txn_indexes.delete_below(self._view[0][0])
-        log.info("%s: deleted %d segment(s) below the log start %d", self._dir, len(gone), self._start)
+        return gone
 
     def reconfigure(self, config: TopicConfig) -> None:
         """Take a live topic's changed config (:mod:`raylog.zk.live_config`)
