@@ -825,6 +825,45 @@ def test_kafka_tls_handshake_stall_is_closed_at_the_auth_deadline(source, kafka_
     assert time.monotonic() - start >= DEFAULT_AUTH_TIMEOUT_S - 1  # the deadline, not an earlier accident
 
 
+def test_kafka_tls_stalled_handshakes_hold_no_worker_each(source, kafka_tls_listener):
+    """200 connections from four addresses (50 each, under the strangers'
+    bound per address) send half a ClientHello and stall: between its
+    flights a handshake waits in the selector, so they hold no worker each
+    (the listener's pool stays far below 200) and a TLS client is served
+    meanwhile; they are closed at the authentication deadline."""
+    import ray
+
+    from raylog.config import NAMESPACE
+    from raylog.kafka.listener import DEFAULT_AUTH_TIMEOUT_S
+    from raylog.kafka.service import listener_name
+
+    from raylog.kafka import brokers
+
+    config = kafka_tls_listener
+    (node,) = brokers.listeners(source._zk, source.registry.paths)
+    actor = ray.get_actor(listener_name(source.settings.cluster, node), namespace=NAMESPACE)
+    host, port = _kafka_raw().bootstrap(config)
+    hello = _half_a_client_hello()
+    socks = []
+    try:
+        for i in range(200):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((f"127.0.0.{2 + i % 4}", 0))
+            sock.settimeout(10)
+            sock.connect((host, port))
+            sock.sendall(hello)
+            socks.append(sock)
+        time.sleep(1.0)
+        _tls_served(config, source)
+        workers = ray.get(actor.stats.remote(), timeout=30)["workers"]
+        assert workers < 100, f"{workers} workers while 200 TLS handshakes stall"
+        assert sum(_open_now(sock) for sock in socks) > 150  # still waiting, not refused at once
+        time.sleep(DEFAULT_AUTH_TIMEOUT_S + 3)
+        assert not any(_open_now(sock) for sock in socks), "stalled handshakes kept past the deadline"
+    finally:
+        _close_all(socks)
+
+
 @pytest.mark.parametrize("instead", ["garbage", "a plaintext ApiVersions"])
 def test_kafka_tls_anything_but_a_client_hello_is_closed_at_once(source, kafka_tls_listener, instead):
     config = kafka_tls_listener

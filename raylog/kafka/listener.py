@@ -39,12 +39,13 @@ before parking the connection), so a stalled peer holds neither a thread
 nor its buffer longer than that.
 
 TLS: a listener given an :class:`ssl.SSLContext` (``tls``) serves TLS only;
-the worker that takes a connection at its first readiness completes the
-handshake (:func:`raylog.kafka.tls.secure`) by the authentication deadline
-counted from its accept (on a listener without a token too: until then a
-parked connection is swept at that deadline); a failed or late handshake
-closes that connection only. The handshake blocks its worker (a client that
-stalls in it holds one until the deadline). File ranges then go through
+the handshake runs on the workers as the client's bytes arrive
+(:func:`raylog.kafka.tls.handshake` on a non-blocking TLS socket; between
+its flights the connection is parked like any other, so a client that
+stalls in it holds no worker), and must be complete by the authentication
+deadline counted from the accept (on a listener without a token too: until
+then a parked connection is swept at that deadline); a failed or late
+handshake closes that connection only. File ranges then go through
 the TLS socket, read from their file (no ``sendfile``); a TLS socket's
 decrypted bytes not read yet keep its worker (the selector cannot see them).
 
@@ -87,7 +88,7 @@ from raylog.kafka.connections import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STRANG
 from raylog.kafka.file_ranges import RangeCut
 from raylog.kafka.frames import MAX_REQUEST_BYTES, PRE_AUTH_MAX_REQUEST_BYTES, SIZE, BadFrame, check_size
 from raylog.kafka.handlers import Session
-from raylog.kafka.tls import HandshakeFailed, secure
+from raylog.kafka.tls import HandshakeFailed, handshake, wrap
 
 log = logging.getLogger(__name__)
 
@@ -587,20 +588,36 @@ class KafkaServer:
                     self._workers -= 1
                     return None
 
-    def _start(self, conn: _Connection) -> None:
+    def _start(self, conn: _Connection) -> bool:
         """A connection's first readiness, on its worker: on a TLS listener
-        the handshake (:func:`raylog.kafka.tls.secure`, by the
-        authentication deadline counted from the accept; the TLS socket
-        replaces ``conn.sock``), then the session and frames are made."""
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        the handshake (:func:`raylog.kafka.tls.wrap` at the first readiness,
+        the TLS socket replacing ``conn.sock``, then
+        :func:`raylog.kafka.tls.handshake` at each until it is complete:
+        False while it waits for the client, which is parked meanwhile with
+        the authentication deadline), then the session and frames are made."""
         if self.tls is not None:
-            try:
-                secure(conn.client, self.tls, conn.client.accepted_at + self.auth_timeout_s)
-            finally:  # the TLS socket holds the connection's file now, handshake done or not
-                conn.sock = conn.client.sock
+            if not isinstance(conn.sock, ssl.SSLSocket):
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    wrap(conn.client, self.tls)
+                finally:  # the TLS socket holds the connection's file now, wrapped or not
+                    conn.sock = conn.client.sock
+            if not handshake(conn.sock):
+                return False
+        else:
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.session = Session(self.backend, conn.client.peer)
         conn.frames = _Frames(conn.sock, self.frame_timeout_s,
                               None if conn.session.authenticated else conn.client.accepted_at + self.auth_timeout_s)
+        return True
+
+    def _hand_back(self, conn: _Connection) -> None:
+        """Give ``conn`` back to the network thread to watch (or end it when
+        the server is closing)."""
+        self._returns.append(conn)
+        self._wake()
+        if self._closed.is_set():  # the network thread may be gone: whoever takes it ends it
+            self._end_returned()
 
     def _serve(self, conn: _Connection) -> None:
         """Answer what ``conn`` sent, and what it sends within
@@ -609,8 +626,9 @@ class KafkaServer:
         try:
             if conn.expired is not None:
                 raise _AuthTimeout() if conn.expired == "auth" else _FrameTimeout()
-            if conn.session is None:
-                self._start(conn)
+            if conn.session is None and not self._start(conn):
+                self._hand_back(conn)  # a TLS handshake waiting for the client: parked, no worker held
+                return
             session, frames = conn.session, conn.frames
             wait_s = LINGER_S
             while not self._closed.is_set():
@@ -618,10 +636,7 @@ class KafkaServer:
                 if not received:
                     if _pending(conn.sock):
                         continue
-                    self._returns.append(conn)
-                    self._wake()
-                    if self._closed.is_set():  # the network thread may be gone: whoever takes it ends it
-                        self._end_returned()
+                    self._hand_back(conn)
                     return
                 client.waiting_since = None
                 replies = _Replies(frames)

@@ -3,8 +3,9 @@ handshake of an accepted connection, the CA file a client is given, and the
 certificates ``raylog tls init`` makes.
 
 A listener started with :class:`TlsSettings` serves TLS only: every
-accepted connection first completes a TLS handshake (:func:`secure`, in
-the connection's own thread) within the strangers' authentication deadline
+accepted connection first completes a TLS handshake (:func:`wrap`, then
+:func:`handshake` at each readiness of the connection: a client that stalls
+in it holds no thread) within the strangers' authentication deadline
 counted from its accept; a client that sends anything else (a plaintext
 Kafka request, garbage, nothing) is closed at the first bad byte or at the
 deadline, and no other connection notices. SASL then runs inside TLS as on
@@ -56,6 +57,7 @@ import datetime
 import hashlib
 import ipaddress
 import os
+import select
 import socket
 import ssl
 import tempfile
@@ -168,27 +170,42 @@ def ca_pem(settings: TlsSettings) -> str | None:
     return text
 
 
-def secure(client, context: ssl.SSLContext, deadline: float) -> ssl.SSLSocket:
-    """Make ``client``'s accepted socket a TLS socket (``client.sock`` is
-    replaced by it, so the listener's table closes it) and complete the
-    handshake by ``deadline`` (monotonic); :class:`HandshakeFailed` when it
-    fails or misses the deadline. Runs in the connection's own thread."""
+def wrap(client, context: ssl.SSLContext) -> ssl.SSLSocket:
+    """Make ``client``'s accepted socket a TLS socket, non-blocking, its
+    handshake not begun (``client.sock`` is replaced by it, so the
+    listener's table closes it); :class:`HandshakeFailed` when it cannot be."""
     try:
         tls = context.wrap_socket(client.sock, server_side=True, do_handshake_on_connect=False)
     except (OSError, ValueError) as err:
         raise HandshakeFailed(f"no TLS socket: {err}") from None
     client.sock = tls
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise HandshakeFailed("the handshake deadline passed before it started")
-    tls.settimeout(left)  # one bound for the whole handshake (CPython counts it down across its waits)
-    try:
-        tls.do_handshake()
-    except socket.timeout:
-        raise HandshakeFailed("no TLS handshake within the authentication deadline") from None
-    except (ssl.SSLError, OSError, ValueError) as err:
-        raise HandshakeFailed(f"TLS handshake failed: {err}") from None
+    tls.setblocking(False)
     return tls
+
+
+def handshake(tls: ssl.SSLSocket, write_wait_s: float = 1.0) -> bool:
+    """Take the handshake of a non-blocking TLS socket (:func:`wrap`) as far
+    as the bytes received allow: True once it is complete (the socket is
+    then blocking again, for the listener's frames), False when it waits
+    for more from the client (the listener watches the socket again and
+    calls this at its next readiness; the authentication deadline bounds
+    the whole). A client that sends anything but a TLS handshake, or one
+    the context refuses, is :class:`HandshakeFailed` at once. The server's
+    own flights wait at most ``write_wait_s`` for room in the socket."""
+    while True:
+        try:
+            tls.do_handshake()
+        except ssl.SSLWantReadError:
+            return False
+        except ssl.SSLWantWriteError:
+            _, writable, _ = select.select([], [tls], [], write_wait_s)
+            if not writable:
+                raise HandshakeFailed("the client takes no bytes of the TLS handshake") from None
+            continue
+        except (ssl.SSLError, OSError, ValueError) as err:
+            raise HandshakeFailed(f"TLS handshake failed: {err}") from None
+        tls.setblocking(True)
+        return True
 
 
 def ca_file(pem: str) -> str:
