@@ -50,9 +50,9 @@ clients in any language produce to and fetch from raylog topics:
 * :mod:`raylog.kafka.launch` -- starting a listener actor on each disk node.
 
 Served (:data:`raylog.kafka.frames.SUPPORTED`; a test holds this list to it):
-Produce 3-8, Fetch 4-11, ListOffsets 1-5, Metadata 1-8, OffsetCommit 0-7,
-OffsetFetch 1-5, FindCoordinator 0-2, JoinGroup 0-5, Heartbeat 0-3,
-LeaveGroup 0-3, SyncGroup 0-3, SaslHandshake 0-1, ApiVersions 0-3,
+Produce 3-9, Fetch 4-12, ListOffsets 1-6, Metadata 1-9, OffsetCommit 0-8,
+OffsetFetch 1-6, FindCoordinator 0-3, JoinGroup 0-6, Heartbeat 0-4,
+LeaveGroup 0-4, SyncGroup 0-4, SaslHandshake 0-1, ApiVersions 0-3,
 SaslAuthenticate 0-1, InitProducerId 0-4, AddPartitionsToTxn 0-3,
 AddOffsetsToTxn 0-3, EndTxn 0-4, TxnOffsetCommit 0-3, CreateTopics 2-5,
 DeleteTopics 1-5, CreatePartitions 0-3, DescribeConfigs 1-4, AlterConfigs 0-2,
@@ -62,8 +62,10 @@ ListTransactions 0-1, DescribeTransactions 0.
 Produce and Fetch are advertised from version 0 for old librdkafka's
 feature check (:data:`raylog.kafka.frames.ADVERTISED_LOWEST`).
 Consumer groups include static membership (``group.instance.id``:
-:mod:`raylog.kafka.coordinator`). Not yet: the flexible versions
-of most APIs (Produce, Fetch, Metadata, the groups').
+:mod:`raylog.kafka.coordinator`). The first flexible version of each API
+is served (Produce 9, Fetch 12, Metadata 9, the groups'); the later ones
+that name topics by id (Fetch 13, Metadata 10) or batch several groups in
+one request are not.
 
 Start the listeners with :meth:`raylog.Client.start_kafka_listeners`
 (``tls=raylog.TlsSettings(...)`` for SASL_SSL); give

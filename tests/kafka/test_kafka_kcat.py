@@ -139,7 +139,7 @@ def test_a_produce_below_the_served_versions_is_refused(raylog_client, kafka_con
     with RawKafka(kafka_config) as raw:
         versions = raw.request(ApiVersionsRequest[0](), ApiVersionsResponse)
         ranges = {k[0]: (k[1], k[2]) for k in versions.api_keys}
-        assert ranges[0] == (0, 8) and ranges[1] == (0, 11)  # Produce and Fetch advertised from version 0
+        assert ranges[0] == (0, 9) and ranges[1] == (0, 12)  # Produce and Fetch advertised from version 0
         raw.authenticate()
         # Produce v2: header, acks 1, timeout, one topic with one empty message set
         name = topic.encode()

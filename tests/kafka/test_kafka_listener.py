@@ -90,7 +90,7 @@ def test_an_api_versions_request_of_a_newer_version_gets_unsupported_version(kaf
     assert payload is not None
     answer = ApiVersionsResponse.decode(payload[4:], version=0)
     assert answer.error_code == 35
-    assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}[0] == (0, 8)  # advertised from 0, served from 3
+    assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}[0] == (0, 9)  # advertised from 0, served from 3
 
 
 def test_a_stalled_frame_does_not_stop_other_connections(kafka_config):
