@@ -64,6 +64,7 @@ from __future__ import annotations
 import struct
 
 from raylog.kafka.file_ranges import FileRange
+from raylog.kafka.frames import uvarint
 
 LOWEST, HIGHEST = 4, 12
 #: the first flexible version
@@ -81,15 +82,6 @@ _NO_ABORTED = _I32.pack(0)
 _NO_REPLICA = _I32.pack(-1)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_fetch_response(version: int, correlation_id: int, topics) -> bytes | list:
     """The response frame (size included) of a Fetch request of ``version``
     (4..12); ``topics`` holds ``(name, [(partition, error_code,
@@ -101,12 +93,12 @@ def encode_fetch_response(version: int, correlation_id: int, topics) -> bytes | 
     Bytes when every ``records`` is bytes-like; else a list of the frame's
     pieces in order, each bytes or a ``FileRange``."""
     flexible = version >= FLEXIBLE
-    count = (lambda n: _uvarint(n + 1)) if flexible else _I32.pack
+    count = (lambda n: uvarint(n + 1)) if flexible else _I32.pack
     parts = [b"", _TOP_V7.pack(0, 0) if version >= 7 else b"", count(len(topics))]
     append = parts.append
     for name, partitions in topics:
         data = name.encode("utf-8")
-        append(_uvarint(len(data) + 1) if flexible else _I16.pack(len(data)))
+        append(uvarint(len(data) + 1) if flexible else _I16.pack(len(data)))
         append(data)
         append(count(len(partitions)))
         for index, code, hw, log_start, records, *txn in partitions:

@@ -151,6 +151,19 @@ class Request:
         self.client_id, self.body = client_id, body
 
 
+def uvarint(value: int) -> bytes:
+    """Kafka's unsigned varint of ``value`` (>= 0): 7 bits a byte, least
+    significant first, the high bit set on every byte but the last; what
+    flexible versions count compact strings, bytes, arrays and tagged
+    fields with."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def check_size(size: int, limit: int = MAX_REQUEST_BYTES) -> None:
     """Raise :class:`BadFrame` for a frame size outside ``_HEAD.size..limit``."""
     if size < _HEAD.size or size > limit:

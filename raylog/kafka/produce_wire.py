@@ -67,7 +67,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from raylog.kafka.frames import BadFrame, Request
+from raylog.kafka.frames import BadFrame, Request, uvarint
 
 PRODUCE = 0
 LOWEST, HIGHEST = 3, 9
@@ -261,19 +261,12 @@ def _put_string(out: bytearray, text: str | None) -> None:
     out += data
 
 
-def _put_uvarint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def _put_compact_string(out: bytearray, text: str | None) -> None:
     if text is None:
         out.append(0)
         return
     data = text.encode("utf-8")
-    _put_uvarint(out, len(data) + 1)
+    out += uvarint(len(data) + 1)
     out += data
 
 
@@ -302,10 +295,10 @@ def encode_produce_response(version: int, correlation_id: int, topics) -> bytes:
 
 def _encode_flexible(correlation_id: int, topics) -> bytes:
     out = bytearray(9)  # size, correlation id and the header's (empty) tagged fields
-    _put_uvarint(out, len(topics) + 1)
+    out += uvarint(len(topics) + 1)
     for name, partitions in topics:
         _put_compact_string(out, name)
-        _put_uvarint(out, len(partitions) + 1)
+        out += uvarint(len(partitions) + 1)
         for index, code, base, message in partitions:
             out += _ANSWER.pack(index, code, base, -1)
             out += _I64.pack(-1)  # log_start_offset
